@@ -1,0 +1,25 @@
+//===- TrainOps.h - train dialect ops ---------------------------*- C++ -*-===//
+#ifndef SPILLWAY_DIALECT_TRAIN_IR_TRAINOPS_H
+#define SPILLWAY_DIALECT_TRAIN_IR_TRAINOPS_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "spillway/Dialect/Train/IR/TrainDialect.h"
+
+#define GET_OP_CLASSES
+#include "spillway/Dialect/Train/IR/TrainOps.h.inc"
+
+namespace spillway::train {
+/// Numpy broadcast of two shapes; failure when they do not broadcast.
+mlir::FailureOr<llvm::SmallVector<int64_t>>
+broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
+/// Normalizes a possibly negative axis against a rank; -1 when out of range.
+int64_t normalizeAxis(int64_t axis, int64_t rank);
+} // namespace spillway::train
+
+#endif

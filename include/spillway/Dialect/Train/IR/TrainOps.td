@@ -1,0 +1,350 @@
+//===- TrainOps.td - train dialect ops ---------------------*- tablegen -*-===//
+
+#ifndef SPILLWAY_DIALECT_TRAIN_IR_TRAINOPS_TD
+#define SPILLWAY_DIALECT_TRAIN_IR_TRAINOPS_TD
+
+include "spillway/Dialect/Train/IR/TrainDialect.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+//===----------------------------------------------------------------------===//
+// Types
+//===----------------------------------------------------------------------===//
+
+def Train_FloatTensor : RankedTensorOf<[F32]>;
+def Train_IndexTensor : RankedTensorOf<[I64, I32]>;
+def Train_Tensor : RankedTensorOf<[F32, I64, I32]>;
+def Train_ScalarF32 : 0DTensorOf<[F32]>;
+
+// Ops whose result shape follows from operands and attributes implement
+// InferTypeOpInterface: builders need no result type and the verifier checks
+// the written type against the inferred one.
+class Train_InferOp<string mnemonic, list<Trait> traits = []>
+    : Train_Op<mnemonic, !listconcat(traits,
+        [Pure, DeclareOpInterfaceMethods<InferTypeOpInterface>])>;
+
+//===----------------------------------------------------------------------===//
+// Parameters and optimizer state
+//===----------------------------------------------------------------------===//
+
+def Train_ParamOp : Train_Op<"param", [Symbol, HasParent<"mlir::ModuleOp">]> {
+  let summary = "declares a named trainable parameter";
+  let description = [{
+    A parameter of the model: its name (the ONNX initializer name, also the
+    key under which `--save` writes it), its type, and where its initial value
+    starts in the module's weights file (`offset`, in bytes; the size follows
+    from the type). The file is named by the module attribute
+    `train.weights`, relative to the directory of the MLIR file.
+
+    ```mlir
+    train.param @"fc1.weight" : tensor<784x128xf32> at 0
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<Train_Tensor>:$type,
+                       I64Attr:$offset);
+  let assemblyFormat = "$sym_name `:` $type `at` $offset attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getTensorType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getType());
+    }
+    /// Bytes the initial value occupies in the weights file.
+    int64_t getNumBytes();
+  }];
+}
+
+def Train_ParamValueOp : Train_Op<"param_value", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead]>]> {
+  let summary = "the current value of a parameter";
+  let arguments = (ins FlatSymbolRefAttr:$param);
+  let results = (outs Train_Tensor:$result);
+  let assemblyFormat = "$param attr-dict `:` type($result)";
+}
+
+def Train_ParamGradOp : Train_Op<"param_grad", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemWrite]>]> {
+  let summary = "the gradient of the loss with respect to a parameter";
+  let description = [{
+    Produced by `train-autodiff`: hands the gradient of the function's scalar
+    result with respect to `param` to the runtime, which keeps it (gradient
+    checks read it there). `train-attach-optimizer` replaces it with an
+    optimizer update.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, Train_FloatTensor:$grad);
+  let assemblyFormat = "$param `,` $grad attr-dict `:` type($grad)";
+}
+
+def Train_AdamWOp : Train_Op<"adamw", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "one AdamW update of a parameter, as torch.optim.AdamW";
+  let description = [{
+    Updates `param` in place from `grad`, with the first and second moment
+    state the runtime keeps for it and the runtime's step count t (from 1):
+
+    ```
+    p <- p * (1 - lr * weight_decay)            (decoupled, before the update)
+    m <- beta1 * m + (1 - beta1) * g
+    v <- beta2 * v + (1 - beta2) * g * g
+    p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+    ```
+
+    The attributes are the compile-time defaults; hyper-parameters given to
+    the executable override them.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, Train_FloatTensor:$grad,
+                       F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2,
+                       F64Attr:$eps, F64Attr:$weight_decay);
+  let assemblyFormat = "$param `,` $grad attr-dict `:` type($grad)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Constants and shapes
+//===----------------------------------------------------------------------===//
+
+def Train_ConstantOp : Train_InferOp<"constant", [ConstantLike]> {
+  let summary = "a small constant tensor";
+  let description = [{
+    Small constants only (shape operands, scalars, index tables): parameter
+    values never go inline, they live in the weights file.
+  }];
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs Train_Tensor:$result);
+  let assemblyFormat = "$value attr-dict";
+  let hasFolder = 1;
+}
+
+def Train_ReshapeOp : Train_Op<"reshape", [Pure]> {
+  let summary = "same elements, new static shape (ONNX Reshape)";
+  let arguments = (ins Train_Tensor:$input);
+  let results = (outs Train_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_TransposeOp : Train_InferOp<"transpose"> {
+  let summary = "permute dimensions (ONNX Transpose)";
+  let arguments = (ins Train_Tensor:$input, DenseI64ArrayAttr:$perm);
+  let results = (outs Train_Tensor:$result);
+  let assemblyFormat = "$input `,` $perm attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_GatherOp : Train_InferOp<"gather"> {
+  let summary = "take slices of data at indices along an axis (ONNX Gather)";
+  let arguments = (ins Train_FloatTensor:$data, Train_IndexTensor:$indices,
+                       DefaultValuedAttr<I64Attr, "0">:$axis);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $data `,` $indices attr-dict `:` type($data) `,` type($indices) `->` type($result)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+class Train_BinaryOp<string mnemonic, string onnx> : Train_InferOp<mnemonic> {
+  let summary = "elementwise " # mnemonic # " with numpy broadcasting (ONNX " # onnx # ")";
+  let arguments = (ins Train_Tensor:$lhs, Train_Tensor:$rhs);
+  let results = (outs Train_Tensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+}
+
+def Train_AddOp : Train_BinaryOp<"add", "Add">;
+def Train_SubOp : Train_BinaryOp<"sub", "Sub">;
+def Train_MulOp : Train_BinaryOp<"mul", "Mul">;
+def Train_DivOp : Train_BinaryOp<"div", "Div">;
+
+class Train_UnaryOp<string mnemonic, string summ, list<Trait> traits = []>
+    : Train_Op<mnemonic, !listconcat(traits, [Pure, SameOperandsAndResultType])> {
+  let summary = summ;
+  let arguments = (ins Train_FloatTensor:$input);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Train_NegOp : Train_UnaryOp<"neg", "elementwise negation (ONNX Neg)">;
+def Train_ReluOp : Train_UnaryOp<"relu", "max(x, 0) (ONNX Relu)">;
+def Train_TanhOp : Train_UnaryOp<"tanh", "hyperbolic tangent (ONNX Tanh)">;
+
+def Train_GeluOp : Train_UnaryOp<"gelu", "Gaussian error linear unit (ONNX Gelu)"> {
+  let description = [{
+    `approximate = "none"`: x * Phi(x) with the exact normal CDF;
+    `"tanh"`: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  }];
+  let arguments = (ins Train_FloatTensor:$input,
+                       DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let hasVerifier = 1;
+}
+
+def Train_SoftmaxOp : Train_UnaryOp<"softmax", "softmax along one axis (ONNX Softmax, opset 13+)"> {
+  let arguments = (ins Train_FloatTensor:$input,
+                       DefaultValuedAttr<SI64Attr, "-1">:$axis);
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Contractions, normalization, reductions, loss
+//===----------------------------------------------------------------------===//
+
+def Train_MatMulOp : Train_InferOp<"matmul"> {
+  let summary = "numpy matmul on rank >= 2 operands with batch broadcasting (ONNX MatMul)";
+  let arguments = (ins Train_FloatTensor:$lhs, Train_FloatTensor:$rhs);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+}
+
+def Train_GemmOp : Train_InferOp<"gemm"> {
+  let summary = "alpha * op(A) op(B) + beta * C on 2-D operands (ONNX Gemm)";
+  let arguments = (ins Train_FloatTensor:$a, Train_FloatTensor:$b,
+                       Optional<Train_FloatTensor>:$c,
+                       DefaultValuedAttr<F32Attr, "1.0">:$alpha,
+                       DefaultValuedAttr<F32Attr, "1.0">:$beta,
+                       DefaultValuedAttr<BoolAttr, "false">:$transA,
+                       DefaultValuedAttr<BoolAttr, "false">:$transB);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $a `,` $b (`,` $c^)? attr-dict `:` type($a) `,` type($b) (`,` type($c)^)? `->` type($result)
+  }];
+}
+
+def Train_LayerNormOp : Train_Op<"layer_norm", [Pure,
+    AllTypesMatch<["input", "result"]>]> {
+  let summary = "layer normalization over the dimensions from axis on (ONNX LayerNormalization)";
+  let arguments = (ins Train_FloatTensor:$input, Train_FloatTensor:$scale,
+                       Optional<Train_FloatTensor>:$bias,
+                       DefaultValuedAttr<SI64Attr, "-1">:$axis,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $scale (`,` $bias^)? attr-dict `:` type($input) `,` type($scale) (`,` type($bias)^)?
+  }];
+  let hasVerifier = 1;
+}
+
+class Train_ReduceOp<string mnemonic, string onnx> : Train_InferOp<mnemonic> {
+  let summary = "reduce over axes (all axes when empty) (ONNX " # onnx # ")";
+  let arguments = (ins Train_FloatTensor:$input, DenseI64ArrayAttr:$axes,
+                       DefaultValuedAttr<BoolAttr, "true">:$keepdims);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $axes attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_ReduceSumOp : Train_ReduceOp<"reduce_sum", "ReduceSum">;
+def Train_ReduceMeanOp : Train_ReduceOp<"reduce_mean", "ReduceMean">;
+
+def Train_SoftmaxCrossEntropyLossOp : Train_InferOp<"softmax_cross_entropy_loss"> {
+  let summary = "softmax cross-entropy of [N, C] logits against [N] class labels (ONNX SoftmaxCrossEntropyLoss)";
+  let description = [{
+    `reduction` is "mean" (over the labels that are not `ignore_index`) or
+    "sum". The result is a scalar.
+  }];
+  let arguments = (ins Train_FloatTensor:$logits, Train_IndexTensor:$labels,
+                       DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
+                       OptionalAttr<SI64Attr>:$ignore_index);
+  let results = (outs Train_ScalarF32:$result);
+  let assemblyFormat = "$logits `,` $labels attr-dict `:` type($logits) `,` type($labels)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Gradient ops (produced by train-autodiff)
+//===----------------------------------------------------------------------===//
+
+def Train_SumToShapeOp : Train_Op<"sum_to_shape", [Pure]> {
+  let summary = "sum a broadcast result back to the shape it was broadcast from";
+  let arguments = (ins Train_FloatTensor:$input);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_BroadcastToOp : Train_Op<"broadcast_to", [Pure]> {
+  let summary = "numpy-broadcast a tensor to a larger shape (ONNX Expand)";
+  let arguments = (ins Train_FloatTensor:$input);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+class Train_ActGradOp<string mnemonic, string first, string summ>
+    : Train_Op<mnemonic, [Pure, AllTypesMatch<[first, "dy", "result"]>]> {
+  let summary = summ;
+  let results = (outs Train_FloatTensor:$result);
+}
+
+def Train_ReluGradOp : Train_ActGradOp<"relu_grad", "input", "dy * (x > 0)"> {
+  let arguments = (ins Train_FloatTensor:$input, Train_FloatTensor:$dy);
+  let assemblyFormat = "$input `,` $dy attr-dict `:` type($result)";
+}
+
+def Train_TanhGradOp : Train_ActGradOp<"tanh_grad", "output", "dy * (1 - y^2), from y = tanh(x)"> {
+  let arguments = (ins Train_FloatTensor:$output, Train_FloatTensor:$dy);
+  let assemblyFormat = "$output `,` $dy attr-dict `:` type($result)";
+}
+
+def Train_GeluGradOp : Train_ActGradOp<"gelu_grad", "input", "dy * gelu'(x)"> {
+  let arguments = (ins Train_FloatTensor:$input, Train_FloatTensor:$dy,
+                       DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let assemblyFormat = "$input `,` $dy attr-dict `:` type($result)";
+}
+
+def Train_SoftmaxGradOp : Train_ActGradOp<"softmax_grad", "output",
+    "y * (dy - sum(dy * y, axis)), from y = softmax(x, axis)"> {
+  let arguments = (ins Train_FloatTensor:$output, Train_FloatTensor:$dy,
+                       DefaultValuedAttr<SI64Attr, "-1">:$axis);
+  let assemblyFormat = "$output `,` $dy attr-dict `:` type($result)";
+}
+
+def Train_LayerNormGradOp : Train_Op<"layer_norm_grad", [Pure,
+    AllTypesMatch<["input", "dy", "dinput"]>,
+    AllTypesMatch<["scale", "dscale", "dbias"]>]> {
+  let summary = "gradients of layer_norm w.r.t. input, scale and bias";
+  let arguments = (ins Train_FloatTensor:$input, Train_FloatTensor:$scale,
+                       Train_FloatTensor:$dy,
+                       DefaultValuedAttr<SI64Attr, "-1">:$axis,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs Train_FloatTensor:$dinput, Train_FloatTensor:$dscale,
+                      Train_FloatTensor:$dbias);
+  let assemblyFormat = [{
+    $input `,` $scale `,` $dy attr-dict `:` type($input) `,` type($scale)
+  }];
+}
+
+def Train_GatherGradOp : Train_Op<"gather_grad", [Pure]> {
+  let summary = "scatter-add dy into zeros of the gathered data's shape";
+  let arguments = (ins Train_IndexTensor:$indices, Train_FloatTensor:$dy,
+                       DefaultValuedAttr<I64Attr, "0">:$axis);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $indices `,` $dy attr-dict `:` type($indices) `,` type($dy) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_SoftmaxCrossEntropyLossGradOp : Train_Op<"softmax_cross_entropy_loss_grad", [
+    Pure, AllTypesMatch<["logits", "result"]>]> {
+  let summary = "gradient of softmax_cross_entropy_loss w.r.t. the logits";
+  let arguments = (ins Train_FloatTensor:$logits, Train_IndexTensor:$labels,
+                       Train_ScalarF32:$dloss,
+                       DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
+                       OptionalAttr<SI64Attr>:$ignore_index);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $logits `,` $labels `,` $dloss attr-dict `:` type($logits) `,` type($labels) `,` type($dloss)
+  }];
+}
+
+#endif // SPILLWAY_DIALECT_TRAIN_IR_TRAINOPS_TD

@@ -1,0 +1,434 @@
+//===- TrainOps.cpp - train dialect ops: verifiers, shape inference -------===//
+
+#include "spillway/Dialect/Train/IR/TrainOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallSet.h"
+
+using namespace mlir;
+using namespace spillway::train;
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+FailureOr<SmallVector<int64_t>>
+spillway::train::broadcastShapes(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
+  size_t rank = std::max(a.size(), b.size());
+  SmallVector<int64_t> out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1)
+      return failure();
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+int64_t spillway::train::normalizeAxis(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
+    return -1;
+  return axis < 0 ? axis + rank : axis;
+}
+
+static std::string shapeStr(ArrayRef<int64_t> shape) {
+  std::string s = "[";
+  llvm::raw_string_ostream os(s);
+  llvm::interleaveComma(shape, os);
+  os << "]";
+  return s;
+}
+
+static RankedTensorType rankedType(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+/// Checks that `small` is numpy-broadcastable to `big` (one direction).
+static bool broadcastsTo(ArrayRef<int64_t> small, ArrayRef<int64_t> big) {
+  if (small.size() > big.size())
+    return false;
+  size_t off = big.size() - small.size();
+  for (size_t i = 0; i < small.size(); ++i)
+    if (small[i] != 1 && small[i] != big[off + i])
+      return false;
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// Parameters and optimizer
+//===----------------------------------------------------------------------===//
+
+int64_t ParamOp::getNumBytes() {
+  RankedTensorType type = getTensorType();
+  return type.getNumElements() * (type.getElementTypeBitWidth() / 8);
+}
+
+LogicalResult ParamOp::verify() {
+  if (getOffset() < 0)
+    return emitOpError("offset must be non-negative, got ") << getOffset();
+  if (!getTensorType().hasStaticShape())
+    return emitOpError("parameter '")
+           << getSymName() << "' must have a static shape";
+  return success();
+}
+
+/// Resolves the parameter a param_value/param_grad/adamw op names and checks
+/// that the tensor type it reads or writes is the parameter's type.
+static LogicalResult verifyParamUse(Operation *op, FlatSymbolRefAttr ref,
+                                    Type type,
+                                    SymbolTableCollection &symbolTable) {
+  auto param = symbolTable.lookupNearestSymbolFrom<ParamOp>(op, ref.getAttr());
+  if (!param)
+    return op->emitOpError("refers to unknown parameter ") << ref;
+  if (param.getType() != type)
+    return op->emitOpError("type ")
+           << type << " does not match parameter " << ref << " of type "
+           << param.getType();
+  return success();
+}
+
+LogicalResult
+ParamValueOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifyParamUse(*this, getParamAttr(), getType(), symbolTable);
+}
+
+LogicalResult ParamGradOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifyParamUse(*this, getParamAttr(), getGrad().getType(),
+                        symbolTable);
+}
+
+LogicalResult AdamWOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifyParamUse(*this, getParamAttr(), getGrad().getType(),
+                        symbolTable);
+}
+
+LogicalResult AdamWOp::verify() {
+  auto inUnit = [](double b) { return b >= 0.0 && b < 1.0; };
+  if (getLr().convertToDouble() < 0.0)
+    return emitOpError("lr must be non-negative");
+  if (!inUnit(getBeta1().convertToDouble()) ||
+      !inUnit(getBeta2().convertToDouble()))
+    return emitOpError("beta1 and beta2 must lie in [0, 1)");
+  if (getEps().convertToDouble() <= 0.0)
+    return emitOpError("eps must be positive");
+  if (getWeightDecay().convertToDouble() < 0.0)
+    return emitOpError("weight_decay must be non-negative");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Constants and shapes
+//===----------------------------------------------------------------------===//
+
+LogicalResult ConstantOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location>, ValueRange operands,
+    DictionaryAttr attributes, OpaqueProperties properties, RegionRange regions,
+    SmallVectorImpl<Type> &inferred) {
+  Adaptor adaptor(operands, attributes, properties, regions);
+  inferred.push_back(adaptor.getValue().getType());
+  return success();
+}
+
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
+
+LogicalResult ReshapeOp::verify() {
+  RankedTensorType in = getInput().getType(), out = getType();
+  if (in.getElementType() != out.getElementType())
+    return emitOpError("element type changes from ")
+           << in.getElementType() << " to " << out.getElementType();
+  if (in.getNumElements() != out.getNumElements())
+    return emitOpError("cannot reshape ")
+           << shapeStr(in.getShape()) << " (" << in.getNumElements()
+           << " elements) to " << shapeStr(out.getShape()) << " ("
+           << out.getNumElements() << " elements)";
+  return success();
+}
+
+LogicalResult TransposeOp::verify() {
+  ArrayRef<int64_t> perm = getPerm();
+  int64_t rank = getInput().getType().getRank();
+  llvm::SmallSet<int64_t, 8> seen;
+  for (int64_t p : perm)
+    if (p < 0 || p >= rank || !seen.insert(p).second)
+      return emitOpError("perm ") << shapeStr(perm)
+                                  << " is not a permutation of 0.." << rank - 1;
+  if ((int64_t)perm.size() != rank)
+    return emitOpError("perm has ") << perm.size() << " entries for rank "
+                                    << rank;
+  return success();
+}
+
+LogicalResult TransposeOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, ValueRange operands,
+    DictionaryAttr attributes, OpaqueProperties properties, RegionRange regions,
+    SmallVectorImpl<Type> &inferred) {
+  Adaptor adaptor(operands, attributes, properties, regions);
+  auto in = rankedType(adaptor.getInput());
+  ArrayRef<int64_t> perm = adaptor.getPerm();
+  if ((int64_t)perm.size() != in.getRank())
+    return emitOptionalError(loc, "transpose perm has ", perm.size(),
+                             " entries for rank ", in.getRank());
+  SmallVector<int64_t> shape;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= in.getRank())
+      return emitOptionalError(loc, "transpose perm entry ", p,
+                               " out of range");
+    shape.push_back(in.getDimSize(p));
+  }
+  inferred.push_back(RankedTensorType::get(shape, in.getElementType()));
+  return success();
+}
+
+LogicalResult GatherOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, ValueRange operands,
+    DictionaryAttr attributes, OpaqueProperties properties, RegionRange regions,
+    SmallVectorImpl<Type> &inferred) {
+  Adaptor adaptor(operands, attributes, properties, regions);
+  auto data = rankedType(adaptor.getData());
+  auto indices = rankedType(adaptor.getIndices());
+  int64_t axis = normalizeAxis(adaptor.getAxis(), data.getRank());
+  if (axis < 0 || data.getRank() == 0)
+    return emitOptionalError(loc, "gather axis ", adaptor.getAxis(),
+                             " out of range for rank ", data.getRank());
+  SmallVector<int64_t> shape(data.getShape().take_front(axis));
+  llvm::append_range(shape, indices.getShape());
+  llvm::append_range(shape, data.getShape().drop_front(axis + 1));
+  inferred.push_back(RankedTensorType::get(shape, data.getElementType()));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+static LogicalResult inferBroadcast(std::optional<Location> loc, Value lhs,
+                                    Value rhs,
+                                    SmallVectorImpl<Type> &inferred) {
+  auto a = rankedType(lhs), b = rankedType(rhs);
+  if (a.getElementType() != b.getElementType())
+    return emitOptionalError(loc, "operand element types differ: ",
+                             a.getElementType(), " vs ", b.getElementType());
+  auto shape = broadcastShapes(a.getShape(), b.getShape());
+  if (failed(shape))
+    return emitOptionalError(loc, "shapes ", shapeStr(a.getShape()), " and ",
+                             shapeStr(b.getShape()), " do not broadcast");
+  inferred.push_back(RankedTensorType::get(*shape, a.getElementType()));
+  return success();
+}
+
+#define TRAIN_BINARY_INFER(OP)                                                 \
+  LogicalResult OP::inferReturnTypes(                                          \
+      MLIRContext *, std::optional<Location> loc, ValueRange operands,         \
+      DictionaryAttr attributes, OpaqueProperties properties,                  \
+      RegionRange regions, SmallVectorImpl<Type> &inferred) {                  \
+    Adaptor adaptor(operands, attributes, properties, regions);                \
+    return inferBroadcast(loc, adaptor.getLhs(), adaptor.getRhs(), inferred);  \
+  }
+TRAIN_BINARY_INFER(AddOp)
+TRAIN_BINARY_INFER(SubOp)
+TRAIN_BINARY_INFER(MulOp)
+TRAIN_BINARY_INFER(DivOp)
+#undef TRAIN_BINARY_INFER
+
+LogicalResult GeluOp::verify() {
+  if (getApproximate() != "none" && getApproximate() != "tanh")
+    return emitOpError("approximate must be \"none\" or \"tanh\", got \"")
+           << getApproximate() << "\"";
+  return success();
+}
+
+LogicalResult SoftmaxOp::verify() {
+  if (normalizeAxis(getAxis(), getType().getRank()) < 0)
+    return emitOpError("axis ") << getAxis() << " out of range for rank "
+                                << getType().getRank();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Contractions, normalization, reductions, loss
+//===----------------------------------------------------------------------===//
+
+LogicalResult MatMulOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, ValueRange operands,
+    DictionaryAttr attributes, OpaqueProperties properties, RegionRange regions,
+    SmallVectorImpl<Type> &inferred) {
+  Adaptor adaptor(operands, attributes, properties, regions);
+  auto a = rankedType(adaptor.getLhs()), b = rankedType(adaptor.getRhs());
+  if (a.getRank() < 2 || b.getRank() < 2)
+    return emitOptionalError(loc, "matmul operands must have rank >= 2 (got ",
+                             a.getRank(), " and ", b.getRank(),
+                             "); reshape 1-D operands first");
+  ArrayRef<int64_t> as = a.getShape(), bs = b.getShape();
+  int64_t m = as[as.size() - 2], k = as.back();
+  int64_t k2 = bs[bs.size() - 2], n = bs.back();
+  if (k != k2)
+    return emitOptionalError(loc, "matmul contraction mismatch: ",
+                             shapeStr(as), " x ", shapeStr(bs));
+  auto batch = broadcastShapes(as.drop_back(2), bs.drop_back(2));
+  if (failed(batch))
+    return emitOptionalError(loc, "matmul batch dimensions do not broadcast: ",
+                             shapeStr(as), " x ", shapeStr(bs));
+  SmallVector<int64_t> shape = *batch;
+  shape.push_back(m);
+  shape.push_back(n);
+  inferred.push_back(RankedTensorType::get(shape, a.getElementType()));
+  return success();
+}
+
+LogicalResult GemmOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, ValueRange operands,
+    DictionaryAttr attributes, OpaqueProperties properties, RegionRange regions,
+    SmallVectorImpl<Type> &inferred) {
+  Adaptor adaptor(operands, attributes, properties, regions);
+  auto a = rankedType(adaptor.getA()), b = rankedType(adaptor.getB());
+  if (a.getRank() != 2 || b.getRank() != 2)
+    return emitOptionalError(loc, "gemm operands must be 2-D");
+  int64_t m = adaptor.getTransA() ? a.getDimSize(1) : a.getDimSize(0);
+  int64_t k = adaptor.getTransA() ? a.getDimSize(0) : a.getDimSize(1);
+  int64_t k2 = adaptor.getTransB() ? b.getDimSize(1) : b.getDimSize(0);
+  int64_t n = adaptor.getTransB() ? b.getDimSize(0) : b.getDimSize(1);
+  if (k != k2)
+    return emitOptionalError(loc, "gemm contraction mismatch: ",
+                             shapeStr(a.getShape()), " x ",
+                             shapeStr(b.getShape()));
+  if (Value c = adaptor.getC())
+    if (!broadcastsTo(rankedType(c).getShape(), {m, n}))
+      return emitOptionalError(loc, "gemm C of shape ",
+                               shapeStr(rankedType(c).getShape()),
+                               " does not broadcast to [", m, ", ", n, "]");
+  inferred.push_back(RankedTensorType::get({m, n}, a.getElementType()));
+  return success();
+}
+
+LogicalResult LayerNormOp::verify() {
+  int64_t rank = getType().getRank();
+  int64_t axis = normalizeAxis(getAxis(), rank);
+  if (axis < 0)
+    return emitOpError("axis ") << getAxis() << " out of range for rank "
+                                << rank;
+  ArrayRef<int64_t> normShape = getType().getShape().drop_front(axis);
+  if (getScale().getType().getShape() != normShape)
+    return emitOpError("scale shape ")
+           << shapeStr(getScale().getType().getShape())
+           << " must equal the normalized shape " << shapeStr(normShape);
+  if (getBias() && getBias().getType().getShape() != normShape)
+    return emitOpError("bias shape ")
+           << shapeStr(getBias().getType().getShape())
+           << " must equal the normalized shape " << shapeStr(normShape);
+  return success();
+}
+
+static LogicalResult inferReduce(std::optional<Location> loc, Value input,
+                                 ArrayRef<int64_t> axes, bool keepdims,
+                                 SmallVectorImpl<Type> &inferred) {
+  auto in = rankedType(input);
+  int64_t rank = in.getRank();
+  llvm::SmallSet<int64_t, 8> reduced;
+  for (int64_t a : axes) {
+    int64_t n = normalizeAxis(a, rank);
+    if (n < 0 || rank == 0)
+      return emitOptionalError(loc, "reduction axis ", a,
+                               " out of range for rank ", rank);
+    if (!reduced.insert(n).second)
+      return emitOptionalError(loc, "reduction axis ", a, " repeated");
+  }
+  SmallVector<int64_t> shape;
+  for (int64_t d = 0; d < rank; ++d) {
+    bool r = axes.empty() || reduced.contains(d);
+    if (!r)
+      shape.push_back(in.getDimSize(d));
+    else if (keepdims)
+      shape.push_back(1);
+  }
+  inferred.push_back(RankedTensorType::get(shape, in.getElementType()));
+  return success();
+}
+
+#define TRAIN_REDUCE(OP)                                                       \
+  LogicalResult OP::inferReturnTypes(                                          \
+      MLIRContext *, std::optional<Location> loc, ValueRange operands,         \
+      DictionaryAttr attributes, OpaqueProperties properties,                  \
+      RegionRange regions, SmallVectorImpl<Type> &inferred) {                  \
+    Adaptor adaptor(operands, attributes, properties, regions);                \
+    return inferReduce(loc, adaptor.getInput(), adaptor.getAxes(),             \
+                       adaptor.getKeepdims(), inferred);                       \
+  }                                                                            \
+  LogicalResult OP::verify() {                                                 \
+    SmallVector<Type> inferred;                                                \
+    return inferReduce(getLoc(), getInput(), getAxes(), getKeepdims(),         \
+                       inferred);                                              \
+  }
+TRAIN_REDUCE(ReduceSumOp)
+TRAIN_REDUCE(ReduceMeanOp)
+#undef TRAIN_REDUCE
+
+static LogicalResult verifyLossOperands(Operation *op, RankedTensorType logits,
+                                        RankedTensorType labels,
+                                        StringRef reduction) {
+  if (reduction != "mean" && reduction != "sum")
+    return op->emitOpError("reduction must be \"mean\" or \"sum\", got \"")
+           << reduction << "\"";
+  if (logits.getRank() != 2 || labels.getRank() != 1 ||
+      logits.getDimSize(0) != labels.getDimSize(0))
+    return op->emitOpError("expects logits [N, C] and labels [N], got ")
+           << shapeStr(logits.getShape()) << " and "
+           << shapeStr(labels.getShape());
+  return success();
+}
+
+LogicalResult SoftmaxCrossEntropyLossOp::inferReturnTypes(
+    MLIRContext *ctx, std::optional<Location>, ValueRange, DictionaryAttr,
+    OpaqueProperties, RegionRange, SmallVectorImpl<Type> &inferred) {
+  inferred.push_back(RankedTensorType::get({}, Float32Type::get(ctx)));
+  return success();
+}
+
+LogicalResult SoftmaxCrossEntropyLossOp::verify() {
+  return verifyLossOperands(*this, getLogits().getType(),
+                            getLabels().getType(), getReduction());
+}
+
+//===----------------------------------------------------------------------===//
+// Gradient ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult SumToShapeOp::verify() {
+  if (!broadcastsTo(getType().getShape(), getInput().getType().getShape()))
+    return emitOpError("result shape ")
+           << shapeStr(getType().getShape())
+           << " does not broadcast to the input shape "
+           << shapeStr(getInput().getType().getShape());
+  return success();
+}
+
+LogicalResult BroadcastToOp::verify() {
+  if (!broadcastsTo(getInput().getType().getShape(), getType().getShape()))
+    return emitOpError("input shape ")
+           << shapeStr(getInput().getType().getShape())
+           << " does not broadcast to " << shapeStr(getType().getShape());
+  return success();
+}
+
+LogicalResult GatherGradOp::verify() {
+  RankedTensorType data = getType();
+  int64_t axis = normalizeAxis(getAxis(), data.getRank());
+  if (axis < 0 || data.getRank() == 0)
+    return emitOpError("axis ") << getAxis() << " out of range for rank "
+                                << data.getRank();
+  SmallVector<int64_t> expect(data.getShape().take_front(axis));
+  llvm::append_range(expect, getIndices().getType().getShape());
+  llvm::append_range(expect, data.getShape().drop_front(axis + 1));
+  if (ArrayRef<int64_t>(expect) != getDy().getType().getShape())
+    return emitOpError("dy shape ") << shapeStr(getDy().getType().getShape())
+                                    << " is not the gather result shape "
+                                    << shapeStr(expect);
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "spillway/Dialect/Train/IR/TrainOps.cpp.inc"

@@ -1,0 +1,28 @@
+//===- InitAll.cpp - everything Spillway's tools register -----------------===//
+
+#include "spillway/InitAll.h"
+
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Transforms/Passes.h"
+#include "spillway/Conversion/Passes.h"
+#include "spillway/Dialect/Train/IR/TrainOps.h"
+#include "spillway/Dialect/Train/Transforms/Passes.h"
+
+void spillway::registerAllDialects(mlir::DialectRegistry &registry) {
+  registry.insert<train::TrainDialect, mlir::func::FuncDialect,
+                  mlir::LLVM::LLVMDialect>();
+}
+
+void spillway::registerAllPasses() {
+  train::registerTrainPasses();
+  registerConversionPasses();
+  // The upstream passes the lowering pipeline uses, so each stage can be
+  // replayed by hand with spillway-opt.
+  mlir::registerCanonicalizerPass();
+  mlir::registerCSEPass();
+  mlir::registerSymbolDCEPass();
+  mlir::registerReconcileUnrealizedCastsPass();
+  mlir::registerConvertFuncToLLVMPass();
+}

@@ -1,0 +1,115 @@
+/*===- spillway_rt.h - the C ABI generated code calls ----------------------===
+ *
+ * The compiler (convert-train-to-runtime) lowers a training step to calls of
+ * these functions. Every tensor is an opaque handle owned by the context:
+ * parameters and inputs live as long as the context, tensors made by
+ * spw_alloc live until the end of the current step.
+ *
+ * A generated object defines two functions the runtime calls:
+ *   void spw_model_declare(spw_ctx *ctx);  -- spw_declare_* calls, once
+ *   void spw_model_step(spw_ctx *ctx);     -- one training step
+ * and `main`, which calls spw_main(argc, argv).
+ *
+ * Kernel entry points share one signature:
+ *   void spw_op_NAME(spw_ctx *ctx, spw_tensor *const *ins,
+ *                    spw_tensor *const *outs, const int64_t *iattrs,
+ *                    const double *fattrs);
+ * Outputs are allocated by the caller (spw_alloc) with the static shapes the
+ * compiler inferred; the kernel fills them. An absent optional input is NULL.
+ * The per-op layout of ins/outs/iattrs/fattrs is listed below, next to each
+ * declaration, and is the contract between lowering and runtime.
+ *===----------------------------------------------------------------------===*/
+#ifndef SPILLWAY_RUNTIME_SPILLWAY_RT_H
+#define SPILLWAY_RUNTIME_SPILLWAY_RT_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct spw_ctx spw_ctx;
+typedef struct spw_tensor spw_tensor;
+
+enum spw_dtype { SPW_F32 = 1, SPW_I64 = 2, SPW_I32 = 3 };
+
+/* Runtime entry: parses the executable's command line and trains. */
+int spw_main(int argc, char **argv);
+
+/* ---- model description (called from spw_model_declare) ---------------- */
+/* Total size in bytes of the weights file the parameters' offsets refer to. */
+void spw_declare_weights(spw_ctx *ctx, int64_t total_bytes);
+/* Returns the parameter's index (0, 1, ... in call order). The name is the
+ * ONNX initializer name: --save keys and error messages use it. */
+int32_t spw_declare_param(spw_ctx *ctx, const char *name, int32_t dtype,
+                          int32_t rank, const int64_t *dims, int64_t offset);
+/* Returns the input's index. */
+int32_t spw_declare_input(spw_ctx *ctx, const char *name, int32_t dtype,
+                          int32_t rank, const int64_t *dims);
+/* Compile-time optimizer defaults; the executable's flags override them. */
+void spw_declare_adamw(spw_ctx *ctx, double lr, double beta1, double beta2,
+                       double eps, double weight_decay);
+
+/* ---- one step (called from spw_model_step) ----------------------------- */
+spw_tensor *spw_input(spw_ctx *ctx, int32_t index);
+spw_tensor *spw_param(spw_ctx *ctx, int32_t index);
+/* A step-lifetime tensor, uninitialized. */
+spw_tensor *spw_alloc(spw_ctx *ctx, int32_t dtype, int32_t rank,
+                      const int64_t *dims);
+/* A step-lifetime tensor holding a copy of `data` (numel * dtype size bytes). */
+spw_tensor *spw_constant(spw_ctx *ctx, int32_t dtype, int32_t rank,
+                         const int64_t *dims, const void *data);
+/* The step's loss (a float32 scalar). */
+void spw_set_loss(spw_ctx *ctx, spw_tensor *loss);
+/* d loss / d param: kept by the runtime (gradient checks read it). */
+void spw_param_grad(spw_ctx *ctx, int32_t param, spw_tensor *grad);
+/* Records the gradient like spw_param_grad, then (unless the runtime is only
+ * evaluating gradients) applies one AdamW update to the parameter with the
+ * given defaults, each overridden by the executable's flags when set. */
+void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad, double lr,
+               double beta1, double beta2, double eps, double weight_decay);
+
+/* ---- kernels ------------------------------------------------------------ *
+ * name                 ins                      outs        iattrs / fattrs */
+#define SPW_KERNEL(name)                                                       \
+  void spw_op_##name(spw_ctx *ctx, spw_tensor *const *ins,                     \
+                     spw_tensor *const *outs, const int64_t *iattrs,           \
+                     const double *fattrs)
+SPW_KERNEL(matmul);       /* a, b                  y       -                  */
+SPW_KERNEL(gemm);         /* a, b, c|NULL          y       i[transA, transB] f[alpha, beta] */
+SPW_KERNEL(add);          /* a, b (broadcast)      y       -                  */
+SPW_KERNEL(sub);          /* a, b                  y       -                  */
+SPW_KERNEL(mul);          /* a, b                  y       -                  */
+SPW_KERNEL(div);          /* a, b                  y       -                  */
+SPW_KERNEL(neg);          /* x                     y       -                  */
+SPW_KERNEL(relu);         /* x                     y       -                  */
+SPW_KERNEL(tanh);         /* x                     y       -                  */
+SPW_KERNEL(gelu);         /* x                     y       i[approx: 0 none, 1 tanh] */
+SPW_KERNEL(softmax);      /* x                     y       i[axis >= 0]       */
+SPW_KERNEL(layer_norm);   /* x, scale, bias|NULL   y       i[axis >= 0] f[epsilon] */
+SPW_KERNEL(gather);       /* data, indices         y       i[axis >= 0]       */
+SPW_KERNEL(reshape);      /* x                     y       -                  */
+SPW_KERNEL(transpose);    /* x                     y       i[perm[0..rank)]   */
+SPW_KERNEL(reduce_sum);   /* x                     y       i[n, axes[0..n)] (axes >= 0, n > 0) */
+SPW_KERNEL(reduce_mean);  /* x                     y       i[n, axes[0..n)]   */
+SPW_KERNEL(softmax_cross_entropy_loss);
+                          /* logits[N,C], labels[N] y[]    i[reduction: 0 mean, 1 sum,
+                                                             has_ignore, ignore_index] */
+SPW_KERNEL(sum_to_shape); /* x                     y       -                  */
+SPW_KERNEL(broadcast_to); /* x                     y       -                  */
+SPW_KERNEL(relu_grad);    /* x, dy                 dx      -                  */
+SPW_KERNEL(tanh_grad);    /* y, dy                 dx      -                  */
+SPW_KERNEL(gelu_grad);    /* x, dy                 dx      i[approx]          */
+SPW_KERNEL(softmax_grad); /* y, dy                 dx      i[axis >= 0]       */
+SPW_KERNEL(layer_norm_grad);
+                          /* x, scale, dy          dx, dscale, dbias  i[axis >= 0] f[epsilon] */
+SPW_KERNEL(gather_grad);  /* indices, dy           ddata   i[axis >= 0]       */
+SPW_KERNEL(softmax_cross_entropy_loss_grad);
+                          /* logits, labels, dloss[] dlogits  i[reduction, has_ignore, ignore_index] */
+#undef SPW_KERNEL
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPILLWAY_RUNTIME_SPILLWAY_RT_H */

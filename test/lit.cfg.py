@@ -1,0 +1,25 @@
+# -*- Python -*-
+import os
+import shutil
+import lit.formats
+from lit.llvm import llvm_config
+from lit.llvm.subst import ToolSubst
+
+config.name = "Spillway"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".onnxtext", ".test"]
+config.excludes = ["Inputs", "CMakeLists.txt", "README.md", "lit.cfg.py", "lit.site.cfg.py"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.spillway_obj_root, "test")
+
+config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
+llvm_config.with_system_environment(["HOME", "TMPDIR", "PYTHONPATH"])
+llvm_config.use_default_substitutions()
+
+python = config.python_executable or shutil.which("python3")
+config.substitutions.append(("%python", python))
+config.substitutions.append(("%spillway_src", config.spillway_src_root))
+
+tool_dirs = [config.spillway_tools_dir, config.llvm_tools_dir]
+tools = ["spillway-opt", "spillway-translate", "spillwayc", "FileCheck", "not", "count"]
+llvm_config.add_tool_substitutions(tools, tool_dirs)
