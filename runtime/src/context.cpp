@@ -1,0 +1,331 @@
+//===- context.cpp - model description, step tensors, loss, gradients -----===//
+
+#include "runtime_internal.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace spw {
+
+static std::string vformat(const char *fmt, va_list ap) {
+  va_list ap2;
+  va_copy(ap2, ap);
+  int n = std::vsnprintf(nullptr, 0, fmt, ap2);
+  va_end(ap2);
+  std::string s(n > 0 ? size_t(n) : 0, '\0');
+  if (n > 0)
+    std::vsnprintf(s.data(), s.size() + 1, fmt, ap);
+  return s;
+}
+
+std::string format(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::string s = vformat(fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+void fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::string s = vformat(fmt, ap);
+  va_end(ap);
+  throw Error(s);
+}
+
+int64_t dtype_size(int32_t dtype) {
+  switch (dtype) {
+  case SPW_F32: return 4;
+  case SPW_I64: return 8;
+  case SPW_I32: return 4;
+  default: return 0;
+  }
+}
+
+const char *dtype_name(int32_t dtype) {
+  switch (dtype) {
+  case SPW_F32: return "f32";
+  case SPW_I64: return "i64";
+  case SPW_I32: return "i32";
+  default: return "?";
+  }
+}
+
+std::string shape_str(const int64_t *dims, int rank) {
+  std::string s = "[";
+  for (int i = 0; i < rank; ++i) {
+    if (i)
+      s += ",";
+    s += std::to_string(dims[i]);
+  }
+  return s + "]";
+}
+
+void AlignedFree::operator()(void *p) const { std::free(p); }
+
+Buffer alloc_buffer(int64_t bytes) {
+  // aligned_alloc needs a size that is a multiple of the alignment.
+  size_t n = size_t((bytes + 63) / 64 * 64);
+  if (n == 0)
+    n = 64;
+  void *p = std::aligned_alloc(64, n);
+  if (!p)
+    fail("cannot allocate %lld bytes", (long long)bytes);
+  return Buffer(p);
+}
+
+std::unique_ptr<spw_tensor> make_tensor(int32_t dtype, int32_t rank,
+                                        const int64_t *dims,
+                                        const char *what) {
+  if (dtype_size(dtype) == 0)
+    fail("%s: unknown dtype %d", what, dtype);
+  if (rank < 0 || rank > kMaxRank)
+    fail("%s: rank %d is outside 0..%d", what, rank, kMaxRank);
+  if (rank > 0 && !dims)
+    fail("%s: dims is NULL for rank %d", what, rank);
+  auto t = std::make_unique<spw_tensor>();
+  t->dtype = dtype;
+  t->rank = rank;
+  int64_t numel = 1;
+  for (int i = 0; i < rank; ++i) {
+    if (dims[i] < 0)
+      fail("%s: negative dimension in shape %s", what,
+           shape_str(dims, rank).c_str());
+    t->dims[i] = dims[i];
+    if (dims[i] != 0 && numel > (int64_t(1) << 46) / dims[i])
+      fail("%s: shape %s is too large", what, shape_str(dims, rank).c_str());
+    numel *= dims[i];
+  }
+  t->numel = numel;
+  t->owned = alloc_buffer(t->bytes());
+  t->data = t->owned.get();
+  return t;
+}
+
+std::unique_ptr<spw_ctx> make_context() {
+  auto ctx = std::make_unique<spw_ctx>();
+  ctx->dummy.data = &ctx->dummy_storage;
+  return ctx;
+}
+
+void clear_step(spw_ctx *ctx) {
+  ctx->step_tensors.clear();
+  ctx->loss = nullptr;
+}
+
+AdamWHparams effective_adamw(const spw_ctx *ctx, const AdamWHparams &call) {
+  AdamWHparams h = call;
+  const AdamWOverrides &o = ctx->overrides;
+  if (o.lr) h.lr = *o.lr;
+  if (o.beta1) h.beta1 = *o.beta1;
+  if (o.beta2) h.beta2 = *o.beta2;
+  if (o.eps) h.eps = *o.eps;
+  if (o.weight_decay) h.weight_decay = *o.weight_decay;
+  return h;
+}
+
+std::string read_whole_file(const std::string &path, const char *what) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    fail("cannot open %s '%s': %s", what, path.c_str(), std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    fail("cannot stat %s '%s': %s", what, path.c_str(), std::strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail("%s '%s' is not a regular file", what, path.c_str());
+  }
+  std::string bytes(size_t(st.st_size), '\0');
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      int e = errno;
+      ::close(fd);
+      fail("cannot read %s '%s' at offset %zu: %s", what, path.c_str(), done,
+           std::strerror(e));
+    }
+    if (n == 0) // the file shrank while we read it
+      break;
+    done += size_t(n);
+  }
+  ::close(fd);
+  bytes.resize(done);
+  return bytes;
+}
+
+} // namespace spw
+
+using namespace spw;
+
+static void check_name(const char *name, const char *what) {
+  if (!name || !*name)
+    fail("%s name is empty", what);
+}
+
+extern "C" {
+
+void spw_declare_weights(spw_ctx *ctx, int64_t total_bytes) {
+  guarded(ctx, "spw_declare_weights", [&] {
+    if (total_bytes < 0)
+      fail("negative size %lld", (long long)total_bytes);
+    ctx->weights_bytes = total_bytes;
+  });
+}
+
+int32_t spw_declare_param(spw_ctx *ctx, const char *name, int32_t dtype,
+                          int32_t rank, const int64_t *dims, int64_t offset) {
+  int32_t index = -1;
+  guarded(ctx, "spw_declare_param", [&] {
+    check_name(name, "parameter");
+    for (const ParamInfo &p : ctx->params)
+      if (p.name == name)
+        fail("parameter '%s' declared twice", name);
+    if (offset < 0)
+      fail("parameter '%s': negative weights offset %lld", name,
+           (long long)offset);
+    ParamInfo p;
+    p.name = name;
+    p.offset = offset;
+    p.value = make_tensor(dtype, rank, dims, name);
+    std::memset(p.value->data, 0, size_t(p.value->bytes()));
+    ctx->params.push_back(std::move(p));
+    index = int32_t(ctx->params.size() - 1);
+  });
+  return index;
+}
+
+int32_t spw_declare_input(spw_ctx *ctx, const char *name, int32_t dtype,
+                          int32_t rank, const int64_t *dims) {
+  int32_t index = -1;
+  guarded(ctx, "spw_declare_input", [&] {
+    check_name(name, "input");
+    for (const InputInfo &in : ctx->inputs)
+      if (in.name == name)
+        fail("input '%s' declared twice", name);
+    InputInfo in;
+    in.name = name;
+    in.view = make_tensor(dtype, rank, dims, name);
+    // The view points into the loaded batches; until then, into zeros.
+    std::memset(in.view->data, 0, size_t(in.view->bytes()));
+    ctx->inputs.push_back(std::move(in));
+    index = int32_t(ctx->inputs.size() - 1);
+  });
+  return index;
+}
+
+void spw_declare_adamw(spw_ctx *ctx, double lr, double beta1, double beta2,
+                       double eps, double weight_decay) {
+  guarded(ctx, "spw_declare_adamw", [&] {
+    ctx->declared_adamw = AdamWHparams{lr, beta1, beta2, eps, weight_decay};
+  });
+}
+
+spw_tensor *spw_input(spw_ctx *ctx, int32_t index) {
+  if (!ctx)
+    return nullptr;
+  spw_tensor *t = &ctx->dummy;
+  guarded(ctx, "spw_input", [&] {
+    if (index < 0 || size_t(index) >= ctx->inputs.size())
+      fail("input index %d out of range (%zu inputs declared)", index,
+           ctx->inputs.size());
+    t = ctx->inputs[size_t(index)].view.get();
+  });
+  return t;
+}
+
+spw_tensor *spw_param(spw_ctx *ctx, int32_t index) {
+  if (!ctx)
+    return nullptr;
+  spw_tensor *t = &ctx->dummy;
+  guarded(ctx, "spw_param", [&] {
+    if (index < 0 || size_t(index) >= ctx->params.size())
+      fail("parameter index %d out of range (%zu parameters declared)", index,
+           ctx->params.size());
+    t = ctx->params[size_t(index)].value.get();
+  });
+  return t;
+}
+
+spw_tensor *spw_alloc(spw_ctx *ctx, int32_t dtype, int32_t rank,
+                      const int64_t *dims) {
+  if (!ctx)
+    return nullptr;
+  spw_tensor *t = &ctx->dummy;
+  guarded(ctx, "spw_alloc", [&] {
+    ctx->step_tensors.push_back(make_tensor(dtype, rank, dims, "tensor"));
+    t = ctx->step_tensors.back().get();
+  });
+  return t;
+}
+
+spw_tensor *spw_constant(spw_ctx *ctx, int32_t dtype, int32_t rank,
+                         const int64_t *dims, const void *data) {
+  if (!ctx)
+    return nullptr;
+  spw_tensor *t = &ctx->dummy;
+  guarded(ctx, "spw_constant", [&] {
+    auto c = make_tensor(dtype, rank, dims, "constant");
+    if (c->numel > 0) {
+      if (!data)
+        fail("data is NULL for a constant of shape %s", c->shape().c_str());
+      std::memcpy(c->data, data, size_t(c->bytes()));
+    }
+    ctx->step_tensors.push_back(std::move(c));
+    t = ctx->step_tensors.back().get();
+  });
+  return t;
+}
+
+void spw_set_loss(spw_ctx *ctx, spw_tensor *loss) {
+  guarded(ctx, "spw_set_loss", [&] {
+    if (!loss)
+      fail("loss tensor is NULL");
+    if (loss->dtype != SPW_F32 || loss->numel != 1)
+      fail("the loss must be a float32 scalar, got %s %s",
+           dtype_name(loss->dtype), loss->shape().c_str());
+    ctx->loss = loss;
+  });
+}
+
+} // extern "C"
+
+namespace spw {
+// Copies `grad` into the parameter's recorded gradient after checking it.
+void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad) {
+  if (param < 0 || size_t(param) >= ctx->params.size())
+    fail("parameter index %d out of range (%zu parameters declared)", param,
+         ctx->params.size());
+  ParamInfo &p = ctx->params[size_t(param)];
+  if (!grad)
+    fail("gradient of '%s' is NULL", p.name.c_str());
+  const spw_tensor &v = *p.value;
+  bool same = grad->dtype == v.dtype && grad->rank == v.rank;
+  for (int i = 0; same && i < v.rank; ++i)
+    same = grad->dims[i] == v.dims[i];
+  if (!same)
+    fail("gradient of '%s' is %s %s, but the parameter is %s %s",
+         p.name.c_str(), dtype_name(grad->dtype), grad->shape().c_str(),
+         dtype_name(v.dtype), v.shape().c_str());
+  p.grad.resize(size_t(grad->bytes()));
+  if (!p.grad.empty())
+    std::memcpy(p.grad.data(), grad->data, p.grad.size());
+}
+} // namespace spw
+
+extern "C" void spw_param_grad(spw_ctx *ctx, int32_t param, spw_tensor *grad) {
+  guarded(ctx, "spw_param_grad", [&] { record_grad(ctx, param, grad); });
+}

@@ -1,0 +1,1099 @@
+//===- kernels_cpu.cpp - the CPU kernels of spillway_rt.h -----------------===//
+//
+// Single-threaded reference kernels. Reductions (sums, softmax denominators,
+// layer-norm statistics, matmul inner products) accumulate in double in a
+// fixed order, so results are deterministic run to run.
+//
+// Every kernel checks its operands' dtypes and the output shape the compiler
+// allocated against the shape it computes; a mismatch is an error naming the
+// op and both shapes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime_internal.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+using namespace spw;
+
+namespace {
+
+const spw_tensor &input(spw_tensor *const *ins, int i, const char *what) {
+  if (!ins || !ins[i])
+    fail("operand %d (%s) is NULL", i, what);
+  return *ins[i];
+}
+
+spw_tensor &output(spw_tensor *const *outs, int i, const char *what) {
+  if (!outs || !outs[i])
+    fail("result %d (%s) is NULL", i, what);
+  return *outs[i];
+}
+
+const int64_t *need_iattrs(const int64_t *iattrs) {
+  if (!iattrs)
+    fail("integer attributes are NULL");
+  return iattrs;
+}
+
+void expect_dtype(const spw_tensor &t, int32_t dtype, const char *what) {
+  if (t.dtype != dtype)
+    fail("%s must be %s, got %s", what, dtype_name(dtype), dtype_name(t.dtype));
+}
+
+void expect_index_dtype(const spw_tensor &t, const char *what) {
+  if (t.dtype != SPW_I64 && t.dtype != SPW_I32)
+    fail("%s must be i64 or i32, got %s", what, dtype_name(t.dtype));
+}
+
+bool same_shape(const spw_tensor &a, const spw_tensor &b) {
+  if (a.rank != b.rank)
+    return false;
+  for (int i = 0; i < a.rank; ++i)
+    if (a.dims[i] != b.dims[i])
+      return false;
+  return true;
+}
+
+bool shape_is(const spw_tensor &t, const std::vector<int64_t> &dims) {
+  if (size_t(t.rank) != dims.size())
+    return false;
+  for (int i = 0; i < t.rank; ++i)
+    if (t.dims[i] != dims[size_t(i)])
+      return false;
+  return true;
+}
+
+std::string vec_str(const std::vector<int64_t> &v) {
+  return shape_str(v.data(), int(v.size()));
+}
+
+void expect_shape(const spw_tensor &t, const std::vector<int64_t> &dims,
+                  const char *what) {
+  if (!shape_is(t, dims))
+    fail("%s has shape %s, expected %s", what, t.shape().c_str(),
+         vec_str(dims).c_str());
+}
+
+void expect_like(const spw_tensor &t, const spw_tensor &ref, const char *what,
+                 const char *refname) {
+  if (t.dtype != ref.dtype || !same_shape(t, ref))
+    fail("%s is %s %s, but %s is %s %s", what, dtype_name(t.dtype),
+         t.shape().c_str(), refname, dtype_name(ref.dtype),
+         ref.shape().c_str());
+}
+
+int64_t axis_of(const spw_tensor &t, int64_t axis) {
+  if (axis < 0 || axis >= std::max<int64_t>(t.rank, 1) ||
+      (t.rank == 0 && axis != 0))
+    fail("axis %lld is out of range for rank %d", (long long)axis, t.rank);
+  return axis;
+}
+
+int64_t prod(const int64_t *dims, int64_t from, int64_t to) {
+  int64_t p = 1;
+  for (int64_t i = from; i < to; ++i)
+    p *= dims[i];
+  return p;
+}
+
+// Row-major strides of `t` aligned to the last dims of an iteration space of
+// rank `rank` and dims `dims`; broadcast dims get stride 0. `t` must be
+// numpy-broadcastable to `dims`.
+std::array<int64_t, kMaxRank> broadcast_strides(const spw_tensor &t, int rank,
+                                                const int64_t *dims,
+                                                const char *what) {
+  std::array<int64_t, kMaxRank> s{};
+  if (t.rank > rank)
+    fail("%s of shape %s cannot broadcast to %s", what, t.shape().c_str(),
+         shape_str(dims, rank).c_str());
+  int64_t stride = 1;
+  for (int i = t.rank - 1; i >= 0; --i) {
+    int d = rank - t.rank + i;
+    if (t.dims[i] == dims[d])
+      s[size_t(d)] = stride;
+    else if (t.dims[i] == 1)
+      s[size_t(d)] = 0;
+    else
+      fail("%s of shape %s cannot broadcast to %s", what, t.shape().c_str(),
+           shape_str(dims, rank).c_str());
+    stride *= t.dims[i];
+  }
+  return s;
+}
+
+std::vector<int64_t> broadcast_shape(const spw_tensor &a, const spw_tensor &b) {
+  int r = std::max(a.rank, b.rank);
+  std::vector<int64_t> out(static_cast<size_t>(r));
+  for (int i = 0; i < r; ++i) {
+    int ia = a.rank - r + i, ib = b.rank - r + i;
+    int64_t da = ia >= 0 ? a.dims[ia] : 1, db = ib >= 0 ? b.dims[ib] : 1;
+    if (da != db && da != 1 && db != 1)
+      fail("shapes %s and %s are not broadcast-compatible", a.shape().c_str(),
+           b.shape().c_str());
+    out[size_t(i)] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+// Calls f(linear_index, offsets) for every index of the row-major iteration
+// space `dims`, where offsets[k] = sum_d index[d] * strides[k][d].
+template <size_t N, class F>
+void for_each_index(int rank, const int64_t *dims,
+                    const std::array<const int64_t *, N> &strides, F &&f) {
+  std::array<int64_t, N> off{};
+  if (rank == 0) {
+    f(int64_t(0), off);
+    return;
+  }
+  for (int d = 0; d < rank; ++d)
+    if (dims[d] == 0)
+      return;
+  int64_t idx[kMaxRank] = {};
+  const int64_t last = dims[rank - 1];
+  std::array<int64_t, N> inner{};
+  for (size_t k = 0; k < N; ++k)
+    inner[k] = strides[k][rank - 1];
+  int64_t lin = 0;
+  while (true) {
+    std::array<int64_t, N> o = off;
+    for (int64_t j = 0; j < last; ++j) {
+      f(lin++, o);
+      for (size_t k = 0; k < N; ++k)
+        o[k] += inner[k];
+    }
+    int d = rank - 2;
+    for (; d >= 0; --d) {
+      ++idx[d];
+      for (size_t k = 0; k < N; ++k)
+        off[k] += strides[k][d];
+      if (idx[d] < dims[d])
+        break;
+      for (size_t k = 0; k < N; ++k)
+        off[k] -= strides[k][d] * dims[d];
+      idx[d] = 0;
+    }
+    if (d < 0)
+      return;
+  }
+}
+
+// ---- elementwise binary ----------------------------------------------------
+
+enum class BinOp { Add, Sub, Mul, Div };
+
+template <class T> T apply(BinOp op, T a, T b) {
+  switch (op) {
+  case BinOp::Add: return a + b;
+  case BinOp::Sub: return a - b;
+  case BinOp::Mul: return a * b;
+  case BinOp::Div:
+    if constexpr (std::is_integral_v<T>) {
+      if (b == 0)
+        fail("integer division by zero");
+      if (b == -1) // avoids the overflow of INT_MIN / -1
+        return T(0) - a;
+    }
+    return a / b;
+  }
+  return a;
+}
+
+template <class T>
+void binary_typed(BinOp op, const spw_tensor &a, const spw_tensor &b,
+                  spw_tensor &y) {
+  const T *pa = a.as<T>(), *pb = b.as<T>();
+  T *py = y.as<T>();
+  if (same_shape(a, b)) {
+    for (int64_t i = 0; i < y.numel; ++i)
+      py[i] = apply<T>(op, pa[i], pb[i]);
+    return;
+  }
+  auto sa = broadcast_strides(a, y.rank, y.dims, "a");
+  auto sb = broadcast_strides(b, y.rank, y.dims, "b");
+  for_each_index<2>(y.rank, y.dims, {sa.data(), sb.data()},
+                    [&](int64_t i, const std::array<int64_t, 2> &o) {
+                      py[i] = apply<T>(op, pa[o[0]], pb[o[1]]);
+                    });
+}
+
+void binary(BinOp op, spw_tensor *const *ins, spw_tensor *const *outs) {
+  const spw_tensor &a = input(ins, 0, "a"), &b = input(ins, 1, "b");
+  spw_tensor &y = output(outs, 0, "y");
+  if (a.dtype != b.dtype)
+    fail("operand dtypes differ: %s and %s", dtype_name(a.dtype),
+         dtype_name(b.dtype));
+  expect_dtype(y, a.dtype, "result");
+  expect_shape(y, broadcast_shape(a, b), "result");
+  switch (a.dtype) {
+  case SPW_F32: return binary_typed<float>(op, a, b, y);
+  case SPW_I64: return binary_typed<int64_t>(op, a, b, y);
+  case SPW_I32: return binary_typed<int32_t>(op, a, b, y);
+  }
+}
+
+// ---- matmul ------------------------------------------------------------------
+
+// C[M,N] = alpha * A[M,K] B[K,N] (+ beta * Cin, when given as a pointer with
+// strides). A and B are addressed with arbitrary strides; B is packed
+// row-major first when it is not, so the inner loop (i-k-j order) runs over
+// contiguous memory.
+struct MatView {
+  const float *p;
+  int64_t s0, s1; // strides of the two dims
+};
+
+void matmul2d(MatView A, MatView B, float *C, int64_t M, int64_t N, int64_t K,
+              double alpha, const MatView *Cin, double beta,
+              std::vector<float> &pack, std::vector<double> &acc) {
+  const float *Bp = B.p;
+  if (!(B.s1 == 1 && B.s0 == N)) {
+    pack.resize(size_t(K * N));
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j)
+        pack[size_t(k * N + j)] = B.p[k * B.s0 + j * B.s1];
+    Bp = pack.data();
+  }
+  acc.resize(size_t(N));
+  for (int64_t i = 0; i < M; ++i) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    double *ac = acc.data();
+    for (int64_t k = 0; k < K; ++k) {
+      const double a = A.p[i * A.s0 + k * A.s1];
+      const float *brow = Bp + k * N;
+      for (int64_t j = 0; j < N; ++j)
+        ac[j] += a * double(brow[j]);
+    }
+    float *crow = C + i * N;
+    if (Cin) {
+      for (int64_t j = 0; j < N; ++j)
+        crow[j] = float(alpha * ac[j] +
+                        beta * double(Cin->p[i * Cin->s0 + j * Cin->s1]));
+    } else {
+      for (int64_t j = 0; j < N; ++j)
+        crow[j] = float(alpha * ac[j]);
+    }
+  }
+}
+
+void matmul(spw_tensor *const *ins, spw_tensor *const *outs) {
+  const spw_tensor &a = input(ins, 0, "a"), &b = input(ins, 1, "b");
+  spw_tensor &y = output(outs, 0, "y");
+  expect_dtype(a, SPW_F32, "a");
+  expect_dtype(b, SPW_F32, "b");
+  expect_dtype(y, SPW_F32, "result");
+  if (a.rank < 1 || b.rank < 1)
+    fail("operands must have rank >= 1, got %s and %s", a.shape().c_str(),
+         b.shape().c_str());
+  // numpy: a 1-D a is [1,K] and b 1-D is [K,1], the added dim dropped after.
+  const int64_t M = a.rank >= 2 ? a.dims[a.rank - 2] : 1;
+  const int64_t K = a.dims[a.rank - 1];
+  const int64_t Kb = b.rank >= 2 ? b.dims[b.rank - 2] : b.dims[0];
+  const int64_t N = b.rank >= 2 ? b.dims[b.rank - 1] : 1;
+  if (K != Kb)
+    fail("inner dimensions differ: %s x %s", a.shape().c_str(),
+         b.shape().c_str());
+  // Batch dims broadcast like numpy.
+  spw_tensor ab, bb; // shape-only views of the batch dims
+  ab.rank = std::max(a.rank - 2, 0);
+  bb.rank = std::max(b.rank - 2, 0);
+  std::copy(a.dims, a.dims + ab.rank, ab.dims);
+  std::copy(b.dims, b.dims + bb.rank, bb.dims);
+  std::vector<int64_t> expect;
+  try {
+    expect = broadcast_shape(ab, bb);
+  } catch (const Error &) {
+    fail("batch dimensions of %s and %s are not broadcast-compatible",
+         a.shape().c_str(), b.shape().c_str());
+  }
+  const int batch_rank = int(expect.size());
+  if (a.rank >= 2)
+    expect.push_back(M);
+  if (b.rank >= 2)
+    expect.push_back(N);
+  expect_shape(y, expect, "result");
+  auto sa = broadcast_strides(ab, batch_rank, expect.data(), "a");
+  auto sb = broadcast_strides(bb, batch_rank, expect.data(), "b");
+  std::vector<float> pack;
+  std::vector<double> acc;
+  const float *pa = a.as<float>(), *pb = b.as<float>();
+  float *py = y.as<float>();
+  for_each_index<2>(batch_rank, expect.data(), {sa.data(), sb.data()},
+                    [&](int64_t bi, const std::array<int64_t, 2> &o) {
+                      MatView A{pa + o[0] * M * K, K, 1};
+                      MatView B{pb + o[1] * K * N, N, 1};
+                      matmul2d(A, B, py + bi * M * N, M, N, K, 1.0, nullptr,
+                               0.0, pack, acc);
+                    });
+}
+
+void gemm(spw_tensor *const *ins, spw_tensor *const *outs,
+          const int64_t *iattrs, const double *fattrs) {
+  const spw_tensor &a = input(ins, 0, "a"), &b = input(ins, 1, "b");
+  const spw_tensor *c = ins ? ins[2] : nullptr;
+  spw_tensor &y = output(outs, 0, "y");
+  need_iattrs(iattrs);
+  if (!fattrs)
+    fail("float attributes are NULL");
+  const bool ta = iattrs[0] != 0, tb = iattrs[1] != 0;
+  const double alpha = fattrs[0], beta = fattrs[1];
+  expect_dtype(a, SPW_F32, "a");
+  expect_dtype(b, SPW_F32, "b");
+  expect_dtype(y, SPW_F32, "result");
+  if (a.rank != 2 || b.rank != 2)
+    fail("operands must be 2-D, got %s and %s", a.shape().c_str(),
+         b.shape().c_str());
+  const int64_t M = ta ? a.dims[1] : a.dims[0], K = ta ? a.dims[0] : a.dims[1];
+  const int64_t Kb = tb ? b.dims[1] : b.dims[0], N = tb ? b.dims[0] : b.dims[1];
+  if (K != Kb)
+    fail("inner dimensions differ: %s%s x %s%s", a.shape().c_str(),
+         ta ? "^T" : "", b.shape().c_str(), tb ? "^T" : "");
+  expect_shape(y, {M, N}, "result");
+  MatView A{a.as<float>(), ta ? 1 : K, ta ? M : 1};
+  MatView B{b.as<float>(), tb ? 1 : N, tb ? K : 1};
+  MatView Cv{};
+  if (c) {
+    expect_dtype(*c, SPW_F32, "c");
+    int64_t md[2] = {M, N};
+    auto s = broadcast_strides(*c, 2, md, "c");
+    Cv = MatView{c->as<float>(), s[0], s[1]};
+  }
+  std::vector<float> pack;
+  std::vector<double> acc;
+  matmul2d(A, B, y.as<float>(), M, N, K, alpha, c ? &Cv : nullptr, beta, pack,
+           acc);
+}
+
+// ---- unary -------------------------------------------------------------------
+
+constexpr double kSqrt2OverPi = 0.79788456080286535588; // sqrt(2/pi)
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794; // 1/sqrt(2*pi)
+
+double gelu_ref(double x, bool approx) {
+  if (approx)
+    return 0.5 * x *
+           (1.0 + std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x)));
+  return 0.5 * x * (1.0 + std::erf(x * kInvSqrt2));
+}
+
+double gelu_deriv(double x, bool approx) {
+  if (approx) {
+    double u = kSqrt2OverPi * (x + 0.044715 * x * x * x);
+    double t = std::tanh(u);
+    double du = kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * x * x);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+  }
+  double cdf = 0.5 * (1.0 + std::erf(x * kInvSqrt2));
+  double pdf = kInvSqrt2Pi * std::exp(-0.5 * x * x);
+  return cdf + x * pdf;
+}
+
+template <class F>
+void unary_f32(spw_tensor *const *ins, spw_tensor *const *outs, F f) {
+  const spw_tensor &x = input(ins, 0, "x");
+  spw_tensor &y = output(outs, 0, "y");
+  expect_dtype(x, SPW_F32, "x");
+  expect_like(y, x, "result", "x");
+  const float *px = x.as<float>();
+  float *py = y.as<float>();
+  for (int64_t i = 0; i < x.numel; ++i)
+    py[i] = f(px[i]);
+}
+
+// f(a, b) elementwise over two same-shaped f32 inputs.
+template <class F>
+void binary_same_f32(spw_tensor *const *ins, spw_tensor *const *outs,
+                     const char *n0, const char *n1, F f) {
+  const spw_tensor &x = input(ins, 0, n0), &dy = input(ins, 1, n1);
+  spw_tensor &dx = output(outs, 0, "dx");
+  expect_dtype(x, SPW_F32, n0);
+  expect_like(dy, x, n1, n0);
+  expect_like(dx, x, "result", n0);
+  const float *px = x.as<float>(), *pd = dy.as<float>();
+  float *po = dx.as<float>();
+  for (int64_t i = 0; i < x.numel; ++i)
+    po[i] = f(px[i], pd[i]);
+}
+
+template <class T> void neg_typed(const spw_tensor &x, spw_tensor &y) {
+  const T *px = x.as<T>();
+  T *py = y.as<T>();
+  for (int64_t i = 0; i < x.numel; ++i)
+    py[i] = T(0) - px[i];
+}
+
+int64_t gelu_mode(const int64_t *iattrs) {
+  int64_t approx = need_iattrs(iattrs)[0];
+  if (approx != 0 && approx != 1)
+    fail("approximate must be 0 (none) or 1 (tanh), got %lld",
+         (long long)approx);
+  return approx;
+}
+
+// ---- softmax -----------------------------------------------------------------
+
+struct AxisSplit {
+  int64_t outer, n, inner;
+};
+
+AxisSplit split_at(const spw_tensor &t, int64_t axis) {
+  if (t.rank == 0)
+    return {1, 1, 1};
+  return {prod(t.dims, 0, axis), t.dims[axis], prod(t.dims, axis + 1, t.rank)};
+}
+
+void softmax(spw_tensor *const *ins, spw_tensor *const *outs,
+             const int64_t *iattrs) {
+  const spw_tensor &x = input(ins, 0, "x");
+  spw_tensor &y = output(outs, 0, "y");
+  expect_dtype(x, SPW_F32, "x");
+  expect_like(y, x, "result", "x");
+  AxisSplit s = split_at(x, axis_of(x, need_iattrs(iattrs)[0]));
+  const float *px = x.as<float>();
+  float *py = y.as<float>();
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t in = 0; in < s.inner; ++in) {
+      const int64_t base = o * s.n * s.inner + in;
+      double mx = -INFINITY;
+      for (int64_t k = 0; k < s.n; ++k)
+        mx = std::max(mx, double(px[base + k * s.inner]));
+      double sum = 0.0;
+      for (int64_t k = 0; k < s.n; ++k)
+        sum += std::exp(double(px[base + k * s.inner]) - mx);
+      for (int64_t k = 0; k < s.n; ++k)
+        py[base + k * s.inner] =
+            float(std::exp(double(px[base + k * s.inner]) - mx) / sum);
+    }
+}
+
+void softmax_grad(spw_tensor *const *ins, spw_tensor *const *outs,
+                  const int64_t *iattrs) {
+  const spw_tensor &y = input(ins, 0, "y"), &dy = input(ins, 1, "dy");
+  spw_tensor &dx = output(outs, 0, "dx");
+  expect_dtype(y, SPW_F32, "y");
+  expect_like(dy, y, "dy", "y");
+  expect_like(dx, y, "result", "y");
+  AxisSplit s = split_at(y, axis_of(y, need_iattrs(iattrs)[0]));
+  const float *py = y.as<float>(), *pd = dy.as<float>();
+  float *po = dx.as<float>();
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t in = 0; in < s.inner; ++in) {
+      const int64_t base = o * s.n * s.inner + in;
+      double dot = 0.0;
+      for (int64_t k = 0; k < s.n; ++k)
+        dot += double(pd[base + k * s.inner]) * double(py[base + k * s.inner]);
+      for (int64_t k = 0; k < s.n; ++k) {
+        int64_t i = base + k * s.inner;
+        po[i] = float(double(py[i]) * (double(pd[i]) - dot));
+      }
+    }
+}
+
+// ---- layer norm -----------------------------------------------------------------
+
+// Checks scale/bias against the normalized dims [axis, rank) of x.
+void check_norm_param(const spw_tensor &p, const spw_tensor &x, int64_t axis,
+                      const char *what) {
+  expect_dtype(p, SPW_F32, what);
+  std::vector<int64_t> want(x.dims + axis, x.dims + x.rank);
+  if (!shape_is(p, want))
+    fail("%s has shape %s, expected the normalized dims %s of x %s", what,
+         p.shape().c_str(), vec_str(want).c_str(), x.shape().c_str());
+}
+
+void layer_norm(spw_tensor *const *ins, spw_tensor *const *outs,
+                const int64_t *iattrs, const double *fattrs) {
+  const spw_tensor &x = input(ins, 0, "x"), &scale = input(ins, 1, "scale");
+  const spw_tensor *bias = ins[2];
+  spw_tensor &y = output(outs, 0, "y");
+  if (!fattrs)
+    fail("float attributes are NULL");
+  expect_dtype(x, SPW_F32, "x");
+  expect_like(y, x, "result", "x");
+  const int64_t axis = axis_of(x, need_iattrs(iattrs)[0]);
+  check_norm_param(scale, x, axis, "scale");
+  if (bias)
+    check_norm_param(*bias, x, axis, "bias");
+  const double eps = fattrs[0];
+  const int64_t outer = prod(x.dims, 0, axis), n = prod(x.dims, axis, x.rank);
+  const float *px = x.as<float>(), *ps = scale.as<float>();
+  const float *pb = bias ? bias->as<float>() : nullptr;
+  float *py = y.as<float>();
+  for (int64_t o = 0; o < outer; ++o) {
+    const float *row = px + o * n;
+    double mean = 0.0;
+    for (int64_t i = 0; i < n; ++i)
+      mean += row[i];
+    mean /= double(n);
+    double var = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      double d = row[i] - mean;
+      var += d * d;
+    }
+    var /= double(n);
+    const double rstd = 1.0 / std::sqrt(var + eps);
+    for (int64_t i = 0; i < n; ++i) {
+      double v = (row[i] - mean) * rstd * ps[i];
+      if (pb)
+        v += pb[i];
+      py[o * n + i] = float(v);
+    }
+  }
+}
+
+void layer_norm_grad(spw_tensor *const *ins, spw_tensor *const *outs,
+                     const int64_t *iattrs, const double *fattrs) {
+  const spw_tensor &x = input(ins, 0, "x"), &scale = input(ins, 1, "scale");
+  const spw_tensor &dy = input(ins, 2, "dy");
+  if (!outs)
+    fail("results are NULL");
+  spw_tensor *dx = outs[0], *dscale = outs[1], *dbias = outs[2];
+  if (!fattrs)
+    fail("float attributes are NULL");
+  expect_dtype(x, SPW_F32, "x");
+  expect_like(dy, x, "dy", "x");
+  const int64_t axis = axis_of(x, need_iattrs(iattrs)[0]);
+  check_norm_param(scale, x, axis, "scale");
+  if (dx)
+    expect_like(*dx, x, "dx", "x");
+  if (dscale)
+    expect_like(*dscale, scale, "dscale", "scale");
+  if (dbias)
+    expect_like(*dbias, scale, "dbias", "scale");
+  const double eps = fattrs[0];
+  const int64_t outer = prod(x.dims, 0, axis), n = prod(x.dims, axis, x.rank);
+  const float *px = x.as<float>(), *ps = scale.as<float>(),
+              *pd = dy.as<float>();
+  std::vector<double> ds(size_t(n), 0.0), db(size_t(n), 0.0), xhat(static_cast<size_t>(n));
+  for (int64_t o = 0; o < outer; ++o) {
+    const float *row = px + o * n, *drow = pd + o * n;
+    double mean = 0.0;
+    for (int64_t i = 0; i < n; ++i)
+      mean += row[i];
+    mean /= double(n);
+    double var = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      double d = row[i] - mean;
+      var += d * d;
+    }
+    var /= double(n);
+    const double rstd = 1.0 / std::sqrt(var + eps);
+    double mean_g = 0.0, mean_gx = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      xhat[size_t(i)] = (row[i] - mean) * rstd;
+      double g = double(drow[i]) * ps[i];
+      mean_g += g;
+      mean_gx += g * xhat[size_t(i)];
+      ds[size_t(i)] += double(drow[i]) * xhat[size_t(i)];
+      db[size_t(i)] += drow[i];
+    }
+    mean_g /= double(n);
+    mean_gx /= double(n);
+    if (dx) {
+      float *out = dx->as<float>() + o * n;
+      for (int64_t i = 0; i < n; ++i) {
+        double g = double(drow[i]) * ps[i];
+        out[i] = float(rstd * (g - mean_g - xhat[size_t(i)] * mean_gx));
+      }
+    }
+  }
+  if (dscale)
+    for (int64_t i = 0; i < n; ++i)
+      dscale->as<float>()[i] = float(ds[size_t(i)]);
+  if (dbias)
+    for (int64_t i = 0; i < n; ++i)
+      dbias->as<float>()[i] = float(db[size_t(i)]);
+}
+
+// ---- gather ------------------------------------------------------------------
+
+// Reads index j of an i64/i32 tensor, wrapping negatives into [0, n) and
+// failing (naming the op's context) when out of range.
+int64_t index_at(const spw_tensor &idx, int64_t j, int64_t n,
+                 int64_t axis) {
+  int64_t v = idx.dtype == SPW_I64 ? idx.as<int64_t>()[j]
+                                   : int64_t(idx.as<int32_t>()[j]);
+  if (v < -n || v >= n)
+    fail("index %lld at position %lld of indices is out of range for axis "
+         "%lld of size %lld (valid: %lld..%lld)",
+         (long long)v, (long long)j, (long long)axis, (long long)n,
+         (long long)-n, (long long)(n - 1));
+  return v < 0 ? v + n : v;
+}
+
+std::vector<int64_t> gather_shape(const spw_tensor &data,
+                                  const spw_tensor &idx, int64_t axis) {
+  std::vector<int64_t> s(data.dims, data.dims + axis);
+  s.insert(s.end(), idx.dims, idx.dims + idx.rank);
+  s.insert(s.end(), data.dims + axis + 1, data.dims + data.rank);
+  return s;
+}
+
+void gather(spw_tensor *const *ins, spw_tensor *const *outs,
+            const int64_t *iattrs) {
+  const spw_tensor &data = input(ins, 0, "data"),
+                   &idx = input(ins, 1, "indices");
+  spw_tensor &y = output(outs, 0, "y");
+  expect_index_dtype(idx, "indices");
+  if (data.rank < 1)
+    fail("data must have rank >= 1");
+  const int64_t axis = axis_of(data, need_iattrs(iattrs)[0]);
+  expect_dtype(y, data.dtype, "result");
+  expect_shape(y, gather_shape(data, idx, axis), "result");
+  const int64_t outer = prod(data.dims, 0, axis), n = data.dims[axis];
+  const int64_t inner = prod(data.dims, axis + 1, data.rank);
+  const int64_t es = dtype_size(data.dtype), ni = idx.numel;
+  std::vector<int64_t> rows(static_cast<size_t>(ni));
+  for (int64_t j = 0; j < ni; ++j)
+    rows[size_t(j)] = index_at(idx, j, n, axis);
+  const char *src = static_cast<const char *>(data.data);
+  char *dst = static_cast<char *>(y.data);
+  const size_t chunk = size_t(inner * es);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < ni; ++j)
+      std::memcpy(dst + (o * ni + j) * inner * es,
+                  src + (o * n + rows[size_t(j)]) * inner * es, chunk);
+}
+
+void gather_grad(spw_tensor *const *ins, spw_tensor *const *outs,
+                 const int64_t *iattrs) {
+  const spw_tensor &idx = input(ins, 0, "indices"), &dy = input(ins, 1, "dy");
+  spw_tensor &dd = output(outs, 0, "ddata");
+  expect_index_dtype(idx, "indices");
+  expect_dtype(dy, SPW_F32, "dy");
+  expect_dtype(dd, SPW_F32, "result");
+  if (dd.rank < 1)
+    fail("result must have rank >= 1");
+  const int64_t axis = axis_of(dd, need_iattrs(iattrs)[0]);
+  expect_shape(dy, gather_shape(dd, idx, axis), "dy");
+  const int64_t outer = prod(dd.dims, 0, axis), n = dd.dims[axis];
+  const int64_t inner = prod(dd.dims, axis + 1, dd.rank), ni = idx.numel;
+  std::vector<int64_t> rows(static_cast<size_t>(ni));
+  for (int64_t j = 0; j < ni; ++j)
+    rows[size_t(j)] = index_at(idx, j, n, axis);
+  float *pd = dd.as<float>();
+  const float *pg = dy.as<float>();
+  std::fill(pd, pd + dd.numel, 0.0f);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < ni; ++j) {
+      float *dst = pd + (o * n + rows[size_t(j)]) * inner;
+      const float *src = pg + (o * ni + j) * inner;
+      for (int64_t k = 0; k < inner; ++k)
+        dst[k] += src[k];
+    }
+}
+
+// ---- shape ops -------------------------------------------------------------------
+
+void reshape(spw_tensor *const *ins, spw_tensor *const *outs) {
+  const spw_tensor &x = input(ins, 0, "x");
+  spw_tensor &y = output(outs, 0, "y");
+  expect_dtype(y, x.dtype, "result");
+  if (y.numel != x.numel)
+    fail("cannot reshape %s (%lld elements) to %s (%lld elements)",
+         x.shape().c_str(), (long long)x.numel, y.shape().c_str(),
+         (long long)y.numel);
+  if (y.data != x.data && x.numel > 0)
+    std::memcpy(y.data, x.data, size_t(x.bytes()));
+}
+
+template <class T>
+void gather_strided(const spw_tensor &x, spw_tensor &y, const int64_t *xs) {
+  const T *px = x.as<T>();
+  T *py = y.as<T>();
+  for_each_index<1>(y.rank, y.dims, {xs},
+                    [&](int64_t i, const std::array<int64_t, 1> &o) {
+                      py[i] = px[o[0]];
+                    });
+}
+
+void copy_strided(const spw_tensor &x, spw_tensor &y, const int64_t *xs) {
+  if (dtype_size(x.dtype) == 8)
+    gather_strided<int64_t>(x, y, xs);
+  else
+    gather_strided<int32_t>(x, y, xs);
+}
+
+void transpose(spw_tensor *const *ins, spw_tensor *const *outs,
+               const int64_t *iattrs) {
+  const spw_tensor &x = input(ins, 0, "x");
+  spw_tensor &y = output(outs, 0, "y");
+  expect_dtype(y, x.dtype, "result");
+  if (x.rank > 0)
+    need_iattrs(iattrs);
+  int64_t xstride[kMaxRank], ys[kMaxRank];
+  bool seen[kMaxRank] = {};
+  std::vector<int64_t> want(size_t(x.rank));
+  int64_t s = 1;
+  for (int i = x.rank - 1; i >= 0; --i) {
+    xstride[i] = s;
+    s *= x.dims[i];
+  }
+  for (int i = 0; i < x.rank; ++i) {
+    int64_t p = iattrs[i];
+    if (p < 0 || p >= x.rank || seen[p])
+      fail("perm is not a permutation of 0..%d", x.rank - 1);
+    seen[p] = true;
+    want[size_t(i)] = x.dims[p];
+    ys[i] = xstride[p];
+  }
+  expect_shape(y, want, "result");
+  copy_strided(x, y, ys);
+}
+
+void broadcast_to(spw_tensor *const *ins, spw_tensor *const *outs) {
+  const spw_tensor &x = input(ins, 0, "x");
+  spw_tensor &y = output(outs, 0, "y");
+  expect_dtype(y, x.dtype, "result");
+  auto s = broadcast_strides(x, y.rank, y.dims, "x");
+  copy_strided(x, y, s.data());
+}
+
+// Sums x into y, where y's strides over x's index space are `ys` (0 on
+// summed dims); y = sum * scale.
+template <class T>
+void sum_into(const spw_tensor &x, spw_tensor &y, const int64_t *ys,
+              double scale) {
+  using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+  std::vector<Acc> acc(size_t(y.numel), Acc(0));
+  const T *px = x.as<T>();
+  for_each_index<1>(x.rank, x.dims, {ys},
+                    [&](int64_t i, const std::array<int64_t, 1> &o) {
+                      acc[size_t(o[0])] += Acc(px[i]);
+                    });
+  T *py = y.as<T>();
+  for (int64_t i = 0; i < y.numel; ++i) {
+    if constexpr (std::is_floating_point_v<T>)
+      py[i] = T(acc[size_t(i)] * scale);
+    else
+      py[i] = scale == 1.0 ? T(acc[size_t(i)])
+                           : T(double(acc[size_t(i)]) * scale);
+  }
+}
+
+void sum_dispatch(const spw_tensor &x, spw_tensor &y, const int64_t *ys,
+                  double scale) {
+  switch (x.dtype) {
+  case SPW_F32: return sum_into<float>(x, y, ys, scale);
+  case SPW_I64: return sum_into<int64_t>(x, y, ys, scale);
+  case SPW_I32: return sum_into<int32_t>(x, y, ys, scale);
+  }
+}
+
+void reduce(spw_tensor *const *ins, spw_tensor *const *outs,
+            const int64_t *iattrs, bool mean) {
+  const spw_tensor &x = input(ins, 0, "x");
+  spw_tensor &y = output(outs, 0, "y");
+  expect_dtype(y, x.dtype, "result");
+  need_iattrs(iattrs);
+  const int64_t n = iattrs[0];
+  if (n <= 0 || n > x.rank)
+    fail("axis count %lld is invalid for rank %d", (long long)n, x.rank);
+  bool reduced[kMaxRank] = {};
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t a = iattrs[1 + i];
+    if (a < 0 || a >= x.rank)
+      fail("axis %lld is out of range for rank %d", (long long)a, x.rank);
+    reduced[a] = true;
+  }
+  std::vector<int64_t> keep, squeezed;
+  int64_t count = 1;
+  for (int i = 0; i < x.rank; ++i) {
+    keep.push_back(reduced[i] ? 1 : x.dims[i]);
+    if (!reduced[i])
+      squeezed.push_back(x.dims[i]);
+    else
+      count *= x.dims[i];
+  }
+  if (!shape_is(y, keep) && !shape_is(y, squeezed))
+    fail("result has shape %s, expected %s (keepdims) or %s", y.shape().c_str(),
+         vec_str(keep).c_str(), vec_str(squeezed).c_str());
+  int64_t ys[kMaxRank];
+  int64_t s = 1;
+  for (int i = x.rank - 1; i >= 0; --i) {
+    ys[i] = reduced[i] ? 0 : s;
+    if (!reduced[i])
+      s *= x.dims[i];
+  }
+  double scale = 1.0;
+  if (mean) {
+    if (x.dtype != SPW_F32)
+      fail("reduce_mean supports only f32, got %s", dtype_name(x.dtype));
+    scale = count > 0 ? 1.0 / double(count) : NAN;
+  }
+  sum_dispatch(x, y, ys, scale);
+}
+
+void sum_to_shape(spw_tensor *const *ins, spw_tensor *const *outs) {
+  const spw_tensor &x = input(ins, 0, "x");
+  spw_tensor &y = output(outs, 0, "y");
+  expect_dtype(y, x.dtype, "result");
+  auto s = broadcast_strides(y, x.rank, x.dims, "result");
+  sum_dispatch(x, y, s.data(), 1.0);
+}
+
+// ---- cross entropy --------------------------------------------------------------
+
+struct XentAttrs {
+  bool sum;
+  bool has_ignore;
+  int64_t ignore_index;
+};
+
+XentAttrs xent_attrs(const int64_t *iattrs) {
+  need_iattrs(iattrs);
+  if (iattrs[0] != 0 && iattrs[0] != 1)
+    fail("reduction must be 0 (mean) or 1 (sum), got %lld",
+         (long long)iattrs[0]);
+  return {iattrs[0] == 1, iattrs[1] != 0, iattrs[2]};
+}
+
+// Validates logits/labels; returns the label of each row (-1 if ignored).
+std::vector<int64_t> xent_labels(const spw_tensor &logits,
+                                 const spw_tensor &labels,
+                                 const XentAttrs &at) {
+  expect_dtype(logits, SPW_F32, "logits");
+  expect_index_dtype(labels, "labels");
+  if (logits.rank != 2)
+    fail("logits must be [N,C], got %s", logits.shape().c_str());
+  const int64_t N = logits.dims[0], C = logits.dims[1];
+  expect_shape(labels, {N}, "labels");
+  std::vector<int64_t> out(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) {
+    int64_t l = labels.dtype == SPW_I64 ? labels.as<int64_t>()[i]
+                                        : int64_t(labels.as<int32_t>()[i]);
+    if (at.has_ignore && l == at.ignore_index) {
+      out[size_t(i)] = -1;
+      continue;
+    }
+    if (l < 0 || l >= C)
+      fail("label %lld at position %lld is out of range [0, %lld)",
+           (long long)l, (long long)i, (long long)C);
+    out[size_t(i)] = l;
+  }
+  return out;
+}
+
+// log-sum-exp of a row, and its max, in double.
+double row_lse(const float *row, int64_t C, double &mx) {
+  mx = -INFINITY;
+  for (int64_t c = 0; c < C; ++c)
+    mx = std::max(mx, double(row[c]));
+  double s = 0.0;
+  for (int64_t c = 0; c < C; ++c)
+    s += std::exp(double(row[c]) - mx);
+  return mx + std::log(s);
+}
+
+void xent(spw_tensor *const *ins, spw_tensor *const *outs,
+          const int64_t *iattrs) {
+  const spw_tensor &logits = input(ins, 0, "logits"),
+                   &labels = input(ins, 1, "labels");
+  spw_tensor &y = output(outs, 0, "loss");
+  XentAttrs at = xent_attrs(iattrs);
+  std::vector<int64_t> lab = xent_labels(logits, labels, at);
+  expect_dtype(y, SPW_F32, "result");
+  if (y.numel != 1)
+    fail("result must be a scalar, got %s", y.shape().c_str());
+  const int64_t N = logits.dims[0], C = logits.dims[1];
+  double total = 0.0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    if (lab[size_t(i)] < 0)
+      continue;
+    const float *row = logits.as<float>() + i * C;
+    double mx;
+    total += row_lse(row, C, mx) - double(row[lab[size_t(i)]]);
+    ++count;
+  }
+  // Mean over zero non-ignored labels is 0/0 = NaN, as in PyTorch and ONNX.
+  y.as<float>()[0] =
+      float(at.sum ? total : (count > 0 ? total / double(count) : NAN));
+}
+
+void xent_grad(spw_tensor *const *ins, spw_tensor *const *outs,
+               const int64_t *iattrs) {
+  const spw_tensor &logits = input(ins, 0, "logits"),
+                   &labels = input(ins, 1, "labels"),
+                   &dloss = input(ins, 2, "dloss");
+  spw_tensor &dl = output(outs, 0, "dlogits");
+  XentAttrs at = xent_attrs(iattrs);
+  std::vector<int64_t> lab = xent_labels(logits, labels, at);
+  expect_dtype(dloss, SPW_F32, "dloss");
+  if (dloss.numel != 1)
+    fail("dloss must be a scalar, got %s", dloss.shape().c_str());
+  expect_like(dl, logits, "result", "logits");
+  const int64_t N = logits.dims[0], C = logits.dims[1];
+  int64_t count = 0;
+  for (int64_t l : lab)
+    count += l >= 0;
+  double scale = double(dloss.as<float>()[0]);
+  if (!at.sum)
+    scale = count > 0 ? scale / double(count) : 0.0;
+  float *out = dl.as<float>();
+  for (int64_t i = 0; i < N; ++i) {
+    float *orow = out + i * C;
+    if (lab[size_t(i)] < 0) {
+      std::fill(orow, orow + C, 0.0f);
+      continue;
+    }
+    const float *row = logits.as<float>() + i * C;
+    double mx;
+    double lse = row_lse(row, C, mx);
+    for (int64_t c = 0; c < C; ++c) {
+      double p = std::exp(double(row[c]) - lse);
+      if (c == lab[size_t(i)])
+        p -= 1.0;
+      orow[c] = float(scale * p);
+    }
+  }
+}
+
+} // namespace
+
+#define SPW_KERNEL_DEF(name)                                                   \
+  extern "C" void spw_op_##name(spw_ctx *ctx, spw_tensor *const *ins,          \
+                                spw_tensor *const *outs,                       \
+                                const int64_t *iattrs, const double *fattrs)
+
+SPW_KERNEL_DEF(matmul) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "matmul", [&] { matmul(ins, outs); });
+}
+SPW_KERNEL_DEF(gemm) {
+  guarded(ctx, "gemm", [&] { gemm(ins, outs, iattrs, fattrs); });
+}
+SPW_KERNEL_DEF(add) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "add", [&] { binary(BinOp::Add, ins, outs); });
+}
+SPW_KERNEL_DEF(sub) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "sub", [&] { binary(BinOp::Sub, ins, outs); });
+}
+SPW_KERNEL_DEF(mul) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "mul", [&] { binary(BinOp::Mul, ins, outs); });
+}
+SPW_KERNEL_DEF(div) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "div", [&] { binary(BinOp::Div, ins, outs); });
+}
+SPW_KERNEL_DEF(neg) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "neg", [&] {
+    const spw_tensor &x = input(ins, 0, "x");
+    spw_tensor &y = output(outs, 0, "y");
+    expect_like(y, x, "result", "x");
+    switch (x.dtype) {
+    case SPW_F32: return neg_typed<float>(x, y);
+    case SPW_I64: return neg_typed<int64_t>(x, y);
+    case SPW_I32: return neg_typed<int32_t>(x, y);
+    }
+  });
+}
+SPW_KERNEL_DEF(relu) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "relu", [&] {
+    unary_f32(ins, outs, [](float v) { return v > 0.0f ? v : 0.0f; });
+  });
+}
+SPW_KERNEL_DEF(tanh) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "tanh",
+          [&] { unary_f32(ins, outs, [](float v) { return std::tanh(v); }); });
+}
+SPW_KERNEL_DEF(gelu) {
+  (void)fattrs;
+  guarded(ctx, "gelu", [&] {
+    bool approx = gelu_mode(iattrs) == 1;
+    unary_f32(ins, outs,
+              [approx](float v) { return float(gelu_ref(v, approx)); });
+  });
+}
+SPW_KERNEL_DEF(softmax) {
+  (void)fattrs;
+  guarded(ctx, "softmax", [&] { softmax(ins, outs, iattrs); });
+}
+SPW_KERNEL_DEF(layer_norm) {
+  guarded(ctx, "layer_norm", [&] { layer_norm(ins, outs, iattrs, fattrs); });
+}
+SPW_KERNEL_DEF(gather) {
+  (void)fattrs;
+  guarded(ctx, "gather", [&] { gather(ins, outs, iattrs); });
+}
+SPW_KERNEL_DEF(reshape) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "reshape", [&] { reshape(ins, outs); });
+}
+SPW_KERNEL_DEF(transpose) {
+  (void)fattrs;
+  guarded(ctx, "transpose", [&] { transpose(ins, outs, iattrs); });
+}
+SPW_KERNEL_DEF(reduce_sum) {
+  (void)fattrs;
+  guarded(ctx, "reduce_sum", [&] { reduce(ins, outs, iattrs, false); });
+}
+SPW_KERNEL_DEF(reduce_mean) {
+  (void)fattrs;
+  guarded(ctx, "reduce_mean", [&] { reduce(ins, outs, iattrs, true); });
+}
+SPW_KERNEL_DEF(softmax_cross_entropy_loss) {
+  (void)fattrs;
+  guarded(ctx, "softmax_cross_entropy_loss",
+          [&] { xent(ins, outs, iattrs); });
+}
+SPW_KERNEL_DEF(sum_to_shape) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "sum_to_shape", [&] { sum_to_shape(ins, outs); });
+}
+SPW_KERNEL_DEF(broadcast_to) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "broadcast_to", [&] { broadcast_to(ins, outs); });
+}
+SPW_KERNEL_DEF(relu_grad) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "relu_grad", [&] {
+    binary_same_f32(ins, outs, "x", "dy",
+                    [](float x, float dy) { return x > 0.0f ? dy : 0.0f; });
+  });
+}
+SPW_KERNEL_DEF(tanh_grad) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "tanh_grad", [&] {
+    binary_same_f32(ins, outs, "y", "dy", [](float y, float dy) {
+      return float(double(dy) * (1.0 - double(y) * double(y)));
+    });
+  });
+}
+SPW_KERNEL_DEF(gelu_grad) {
+  (void)fattrs;
+  guarded(ctx, "gelu_grad", [&] {
+    bool approx = gelu_mode(iattrs) == 1;
+    binary_same_f32(ins, outs, "x", "dy", [approx](float x, float dy) {
+      return float(double(dy) * gelu_deriv(x, approx));
+    });
+  });
+}
+SPW_KERNEL_DEF(softmax_grad) {
+  (void)fattrs;
+  guarded(ctx, "softmax_grad", [&] { softmax_grad(ins, outs, iattrs); });
+}
+SPW_KERNEL_DEF(layer_norm_grad) {
+  guarded(ctx, "layer_norm_grad",
+          [&] { layer_norm_grad(ins, outs, iattrs, fattrs); });
+}
+SPW_KERNEL_DEF(gather_grad) {
+  (void)fattrs;
+  guarded(ctx, "gather_grad", [&] { gather_grad(ins, outs, iattrs); });
+}
+SPW_KERNEL_DEF(softmax_cross_entropy_loss_grad) {
+  (void)fattrs;
+  guarded(ctx, "softmax_cross_entropy_loss_grad",
+          [&] { xent_grad(ins, outs, iattrs); });
+}

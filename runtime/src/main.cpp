@@ -1,0 +1,718 @@
+//===- main.cpp - spw_main: the training executable's driver --------------===//
+//
+// Parses the command line, loads the weights and the --input arrays, and runs
+// the training loop or the gradient check. This is the only object of the
+// library that refers to spw_model_declare / spw_model_step, which generated
+// code defines: a program that does not call spw_main does not pull it in,
+// so it links without a model.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime_internal.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cfloat>
+#include <chrono>
+#include <cinttypes>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <unordered_set>
+
+extern "C" void spw_model_declare(spw_ctx *ctx);
+extern "C" void spw_model_step(spw_ctx *ctx);
+
+namespace spw {
+namespace {
+
+struct UsageError : Error {
+  using Error::Error;
+};
+
+struct Options {
+  std::vector<std::pair<std::string, std::string>> inputs; // name, file
+  int64_t steps = 1;
+  uint64_t seed = 0;
+  AdamWOverrides adamw;
+  std::string log_json, save, weights;
+  int64_t print_every = 0; // 0: default max(1, steps / 20)
+  bool check_gradients = false;
+  double fd_eps = 1e-2;
+  int64_t fd_samples = 16;
+  double fd_tol = 1e-2;
+  bool help = false;
+};
+
+const char kUsage[] =
+    "usage: %s [options]\n"
+    "Trains the model compiled into this executable.\n"
+    "\n"
+    "  --input NAME=FILE.npy   data for model input NAME: an array of shape\n"
+    "                          [B, *input_shape] (step s uses batch s %% B) or\n"
+    "                          exactly input_shape (one batch); float32 for\n"
+    "                          float inputs, int64 or int32 for integer ones\n"
+    "  --steps N               training steps (default 1)\n"
+    "  --lr F, --beta1 F, --beta2 F, --eps F, --weight-decay F\n"
+    "                          AdamW hyper-parameters (default: the values\n"
+    "                          compiled into the model)\n"
+    "  --weights FILE          initial parameters (default: <executable>.weights)\n"
+    "  --save FILE             write the final parameters as .safetensors\n"
+    "  --log-json FILE         one JSON object per step: step, loss, lr\n"
+    "  --print-every N         progress line every N steps (default steps/20)\n"
+    "  --seed S                seed of the element choice of --check-gradients\n"
+    "  --check-gradients       compare the gradients with central finite\n"
+    "                          differences on batch 0 instead of training\n"
+    "    --fd-eps H            step: H * max(1, |p|) (default 1e-2)\n"
+    "    --fd-samples K        elements checked per parameter (default 16)\n"
+    "    --fd-tol T            relative tolerance (default 1e-2)\n"
+    "  --help                  this text\n"
+    "\n"
+    "Exit status: 0 success, 1 runtime or data error, 2 usage error.\n";
+
+int64_t parse_int(const std::string &flag, const std::string &v, int64_t min) {
+  errno = 0;
+  char *end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno == ERANGE || x < min)
+    throw UsageError(format("invalid value '%s' for %s: expected an integer "
+                            ">= %lld",
+                            v.c_str(), flag.c_str(), (long long)min));
+  return x;
+}
+
+double parse_double(const std::string &flag, const std::string &v, double min,
+                    double max, bool max_inclusive) {
+  errno = 0;
+  char *end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(x) ||
+      x < min || x > max || (!max_inclusive && x == max))
+    throw UsageError(format("invalid value '%s' for %s: expected a number in "
+                            "[%g, %g%s",
+                            v.c_str(), flag.c_str(), min, max,
+                            max_inclusive ? "]" : ")"));
+  return x;
+}
+
+Options parse_args(int argc, char **argv) {
+  Options o;
+  bool fd_flag = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      o.help = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0)
+      throw UsageError(format("unexpected argument '%s'", arg.c_str()));
+    std::string flag = arg, value;
+    bool has_value = false;
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      flag = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_value = true;
+    }
+    if (flag == "--check-gradients") {
+      if (has_value)
+        throw UsageError("--check-gradients takes no value");
+      o.check_gradients = true;
+      continue;
+    }
+    static const char *const kValued[] = {
+        "--input", "--steps", "--seed", "--lr", "--beta1", "--beta2", "--eps",
+        "--weight-decay", "--log-json", "--save", "--weights", "--print-every",
+        "--fd-eps", "--fd-samples", "--fd-tol"};
+    if (std::find_if(std::begin(kValued), std::end(kValued),
+                     [&](const char *f) { return flag == f; }) ==
+        std::end(kValued))
+      throw UsageError(format("unknown flag '%s'", flag.c_str()));
+    if (!has_value) {
+      if (i + 1 >= argc)
+        throw UsageError(format("%s needs a value", flag.c_str()));
+      value = argv[++i];
+    }
+    if (flag == "--input") {
+      size_t eq = value.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == value.size())
+        throw UsageError(format("invalid value '%s' for --input: expected "
+                                "NAME=FILE.npy",
+                                value.c_str()));
+      std::string name = value.substr(0, eq);
+      for (auto &in : o.inputs)
+        if (in.first == name)
+          throw UsageError(format("--input %s given twice", name.c_str()));
+      o.inputs.emplace_back(name, value.substr(eq + 1));
+    } else if (flag == "--steps") {
+      o.steps = parse_int(flag, value, 0);
+    } else if (flag == "--seed") {
+      errno = 0;
+      char *end = nullptr;
+      unsigned long long s = std::strtoull(value.c_str(), &end, 0);
+      if (value.empty() || *end != '\0' || errno == ERANGE || value[0] == '-')
+        throw UsageError(format("invalid value '%s' for --seed: expected a "
+                                "non-negative integer",
+                                value.c_str()));
+      o.seed = s;
+    } else if (flag == "--lr") {
+      o.adamw.lr = parse_double(flag, value, 0.0, 1e6, true);
+    } else if (flag == "--beta1") {
+      o.adamw.beta1 = parse_double(flag, value, 0.0, 1.0, false);
+    } else if (flag == "--beta2") {
+      o.adamw.beta2 = parse_double(flag, value, 0.0, 1.0, false);
+    } else if (flag == "--eps") {
+      o.adamw.eps = parse_double(flag, value, 0.0, 1.0, true);
+    } else if (flag == "--weight-decay") {
+      o.adamw.weight_decay = parse_double(flag, value, 0.0, 1e6, true);
+    } else if (flag == "--log-json") {
+      o.log_json = value;
+    } else if (flag == "--save") {
+      o.save = value;
+    } else if (flag == "--weights") {
+      o.weights = value;
+    } else if (flag == "--print-every") {
+      o.print_every = parse_int(flag, value, 1);
+    } else if (flag == "--fd-eps") {
+      o.fd_eps = parse_double(flag, value, 0.0, 1.0, true);
+      if (o.fd_eps == 0.0)
+        throw UsageError("invalid value '0' for --fd-eps: must be > 0");
+      fd_flag = true;
+    } else if (flag == "--fd-samples") {
+      o.fd_samples = parse_int(flag, value, 1);
+      fd_flag = true;
+    } else if (flag == "--fd-tol") {
+      o.fd_tol = parse_double(flag, value, 0.0, 1e6, true);
+      if (o.fd_tol == 0.0)
+        throw UsageError("invalid value '0' for --fd-tol: must be > 0");
+      fd_flag = true;
+    }
+  }
+  if (fd_flag && !o.check_gradients)
+    throw UsageError("--fd-eps, --fd-samples and --fd-tol need "
+                     "--check-gradients");
+  return o;
+}
+
+std::string exe_path(const char *argv0) {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n > 0) {
+    buf[n] = '\0';
+    return buf;
+  }
+  return argv0 ? argv0 : "spillway-model";
+}
+
+std::string human_bytes(int64_t b) {
+  if (b < 1024)
+    return format("%lld B", (long long)b);
+  if (b < (int64_t(1) << 20))
+    return format("%.1f KiB", double(b) / 1024.0);
+  if (b < (int64_t(1) << 30))
+    return format("%.1f MiB", double(b) / double(1 << 20));
+  return format("%.2f GiB", double(b) / double(1 << 30));
+}
+
+// ---- weights ----------------------------------------------------------------
+
+void load_weights(spw_ctx *ctx, const std::string &path, bool explicit_path) {
+  int64_t needed = 0;
+  for (const ParamInfo &p : ctx->params)
+    needed = std::max(needed, p.offset + p.value->bytes());
+  if (ctx->weights_bytes >= 0 && needed > ctx->weights_bytes)
+    fail("the model is inconsistent: its parameters need %lld bytes of "
+         "weights, but it declares %lld",
+         (long long)needed, (long long)ctx->weights_bytes);
+  const int64_t expected = std::max(needed, ctx->weights_bytes);
+  if (ctx->params.empty() && expected == 0 && !explicit_path)
+    return;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT)
+      fail("weights file '%s' not found: pass --weights FILE, or recompile "
+           "the model with spillwayc to write it",
+           path.c_str());
+    fail("cannot open weights file '%s': %s", path.c_str(),
+         std::strerror(errno));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    fail("cannot stat weights file '%s': %s", path.c_str(), std::strerror(e));
+  }
+  if (int64_t(st.st_size) < expected) {
+    ::close(fd);
+    fail("weights file '%s' is %lld bytes, but the model expects %lld; was "
+         "it written for another model?",
+         path.c_str(), (long long)st.st_size, (long long)expected);
+  }
+  for (ParamInfo &p : ctx->params) {
+    char *dst = static_cast<char *>(p.value->data);
+    const size_t bytes = size_t(p.value->bytes());
+    size_t done = 0;
+    while (done < bytes) {
+      ssize_t n = ::pread(fd, dst + done, bytes - done,
+                          off_t(p.offset + int64_t(done)));
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0) {
+        int e = n < 0 ? errno : 0;
+        ::close(fd);
+        fail("cannot read parameter '%s' from weights file '%s' at offset "
+             "%lld: %s",
+             p.name.c_str(), path.c_str(), (long long)(p.offset + done),
+             e ? std::strerror(e) : "unexpected end of file");
+      }
+      done += size_t(n);
+    }
+  }
+  ::close(fd);
+}
+
+// ---- inputs --------------------------------------------------------------------
+
+std::string numpy_dtype(const NpyArray &a) {
+  const char *kind = a.kind == 'f'   ? "float"
+                     : a.kind == 'i' ? "int"
+                     : a.kind == 'u' ? "uint"
+                     : a.kind == 'b' ? "bool"
+                     : a.kind == 'c' ? "complex"
+                                     : nullptr;
+  if (a.kind == 'b' && a.itemsize == 1)
+    return "bool ('" + a.descr + "')";
+  if (!kind)
+    return "'" + a.descr + "'";
+  return format("%s%d ('%s')", kind, a.itemsize * 8, a.descr.c_str());
+}
+
+std::string tuple_str(const std::vector<int64_t> &v) {
+  std::string s = "(";
+  for (size_t i = 0; i < v.size(); ++i)
+    s += std::to_string(v[i]) + (v.size() == 1 ? "," : i + 1 < v.size() ? ", " : "");
+  return s + ")";
+}
+
+void load_input(InputInfo &in, const std::string &file) {
+  spw_tensor &view = *in.view;
+  const std::string what = format("input '%s' (%s)", in.name.c_str(),
+                                  file.c_str());
+  NpyArray a;
+  try {
+    a = read_npy(file);
+  } catch (const Error &e) {
+    fail("input '%s': %s", in.name.c_str(), e.what());
+  }
+  if (a.fortran_order)
+    fail("%s: the array is in Fortran order; expected C order: save "
+         "np.ascontiguousarray(arr)",
+         what.c_str());
+  const char *want = view.dtype == SPW_F32 ? "float32"
+                     : view.dtype == SPW_I64 ? "int64 (or int32)"
+                                             : "int32 (or int64)";
+  const char *hint = view.dtype == SPW_F32 ? "arr.astype(np.float32)"
+                     : view.dtype == SPW_I64 ? "arr.astype(np.int64)"
+                                             : "arr.astype(np.int32)";
+  if (a.big_endian && a.itemsize > 1)
+    fail("%s: the array is big-endian ('%s'), expected little-endian %s: "
+         "save arr.astype('<%c%d')",
+         what.c_str(), a.descr.c_str(), want, a.kind, a.itemsize);
+  const bool ok_dtype = view.dtype == SPW_F32
+                            ? a.kind == 'f' && a.itemsize == 4
+                            : a.kind == 'i' && (a.itemsize == 8 ||
+                                                a.itemsize == 4);
+  if (!ok_dtype)
+    fail("%s: dtype is %s, expected %s: convert with %s", what.c_str(),
+         numpy_dtype(a).c_str(), want, hint);
+  std::vector<int64_t> ishape(view.dims, view.dims + view.rank);
+  int64_t batches = 0;
+  if (a.shape == ishape)
+    batches = 1;
+  else if (a.shape.size() == ishape.size() + 1 &&
+           std::equal(ishape.begin(), ishape.end(), a.shape.begin() + 1))
+    batches = a.shape[0];
+  else
+    fail("%s: shape is %s, expected %s (one batch) or (B, %s) for B batches",
+         what.c_str(), tuple_str(a.shape).c_str(), tuple_str(ishape).c_str(),
+         tuple_str(ishape).substr(1, tuple_str(ishape).size() - 2).c_str());
+  if (batches == 0)
+    fail("%s: shape is %s: no batches", what.c_str(),
+         tuple_str(a.shape).c_str());
+  const int64_t n = view.numel * batches;
+  Buffer buf = alloc_buffer(n * dtype_size(view.dtype));
+  const int64_t src_size = a.itemsize, dst_size = dtype_size(view.dtype);
+  if (src_size == dst_size) {
+    std::memcpy(buf.get(), a.data.data(), size_t(n * dst_size));
+  } else if (view.dtype == SPW_I64) { // int32 file
+    auto *d = static_cast<int64_t *>(buf.get());
+    for (int64_t i = 0; i < n; ++i) {
+      int32_t v;
+      std::memcpy(&v, a.data.data() + i * 4, 4);
+      d[i] = v;
+    }
+  } else { // int64 file into an int32 input
+    auto *d = static_cast<int32_t *>(buf.get());
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t v;
+      std::memcpy(&v, a.data.data() + i * 8, 8);
+      if (v < INT32_MIN || v > INT32_MAX)
+        fail("%s: value %lld at flat index %lld does not fit the input's "
+             "int32",
+             what.c_str(), (long long)v, (long long)i);
+      d[i] = int32_t(v);
+    }
+  }
+  in.batches = std::move(buf);
+  in.num_batches = batches;
+  view.owned.reset();
+  view.data = in.batches.get();
+}
+
+void select_batch(spw_ctx *ctx, int64_t step0) {
+  for (InputInfo &in : ctx->inputs)
+    in.view->data = static_cast<char *>(in.batches.get()) +
+                    (step0 % in.num_batches) * in.view->bytes();
+}
+
+// Runs one step on batch step0 % B; returns the loss.
+float run_step(spw_ctx *ctx, int64_t step0, const std::string &label) {
+  select_batch(ctx, step0);
+  clear_step(ctx);
+  ctx->error.clear();
+  spw_model_step(ctx);
+  if (ctx->failed())
+    fail("%s: %s", label.c_str(), ctx->error.c_str());
+  if (!ctx->loss)
+    fail("%s: the model did not set a loss (spw_set_loss)", label.c_str());
+  float loss = ctx->loss->as<float>()[0];
+  clear_step(ctx);
+  return loss;
+}
+
+// ---- gradient check ----------------------------------------------------------
+
+struct SplitMix64 {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+};
+
+// K distinct indices of [0, n), sorted (Floyd's algorithm), or all of them.
+std::vector<int64_t> sample_indices(int64_t n, int64_t k, SplitMix64 &rng) {
+  std::vector<int64_t> out;
+  if (n <= k) {
+    for (int64_t i = 0; i < n; ++i)
+      out.push_back(i);
+    return out;
+  }
+  std::unordered_set<int64_t> chosen;
+  for (int64_t j = n - k; j < n; ++j) {
+    int64_t t = int64_t(rng.next() % uint64_t(j + 1));
+    chosen.insert(chosen.count(t) ? j : t);
+  }
+  out.assign(chosen.begin(), chosen.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int check_gradients(spw_ctx *ctx, const Options &o) {
+  ctx->evaluate_only = true;
+  const float base = run_step(ctx, 0, "gradient check, base step");
+  if (!std::isfinite(base))
+    fail("gradient check: the loss on batch 0 is %g", double(base));
+  std::printf("gradient check on batch 0: loss %.7g, h = %g * max(1, |p|), "
+              "tol %g, up to %lld elements per parameter, seed %llu\n",
+              double(base), o.fd_eps, o.fd_tol, (long long)o.fd_samples,
+              (unsigned long long)o.seed);
+  std::vector<std::vector<char>> analytic;
+  for (const ParamInfo &p : ctx->params)
+    analytic.push_back(p.grad);
+  SplitMix64 rng{o.seed};
+  bool all_ok = true;
+  for (size_t pi = 0; pi < ctx->params.size(); ++pi) {
+    ParamInfo &p = ctx->params[pi];
+    if (p.value->dtype != SPW_F32) {
+      std::printf("gradcheck %s: skipped (%s parameter)\n", p.name.c_str(),
+                  dtype_name(p.value->dtype));
+      continue;
+    }
+    const bool have_grad = !analytic[pi].empty();
+    const float *an_all =
+        reinterpret_cast<const float *>(analytic[pi].data());
+    float *w = p.value->as<float>();
+    auto idx = sample_indices(p.value->numel, o.fd_samples, rng);
+    int64_t ok = 0;
+    double max_abs = 0.0;
+    std::string details;
+    int shown = 0;
+    for (int64_t i : idx) {
+      const float orig = w[i];
+      const double h = o.fd_eps * std::max(1.0, std::fabs(double(orig)));
+      const std::string label =
+          format("gradient check of %s[%lld]", p.name.c_str(), (long long)i);
+      w[i] = float(double(orig) + h);
+      const double hp = w[i];
+      const double lp = run_step(ctx, 0, label);
+      w[i] = float(double(orig) - h);
+      const double hm = w[i];
+      const double lm = run_step(ctx, 0, label);
+      w[i] = orig;
+      const double fd = (lp - lm) / (hp - hm);
+      const double an = have_grad ? double(an_all[i]) : 0.0;
+      const double err = std::fabs(fd - an);
+      // Relative tolerance, plus the finite difference's own rounding noise:
+      // a float32 loss is only known to a few ulps.
+      const double noise =
+          32.0 * double(FLT_EPSILON) * std::max(std::fabs(lp), std::fabs(lm)) /
+          (hp - hm);
+      const bool good = std::isfinite(fd) && std::isfinite(an) &&
+                        err <= o.fd_tol * std::max(std::fabs(fd),
+                                                   std::fabs(an)) +
+                                   noise;
+      if (!std::isfinite(err))
+        max_abs = INFINITY;
+      else
+        max_abs = std::max(max_abs, err);
+      if (good) {
+        ++ok;
+      } else if (shown++ < 5) {
+        details += format("  %s[%lld]: analytic %.7g, finite difference "
+                          "%.7g\n",
+                          p.name.c_str(), (long long)i, an, fd);
+      }
+    }
+    std::printf("gradcheck %s: %lld/%zu elements ok, max abs err %.2g%s\n",
+                p.name.c_str(), (long long)ok, idx.size(), max_abs,
+                have_grad ? "" : " (no gradient recorded; compared with 0)");
+    std::fputs(details.c_str(), stdout);
+    if (ok != int64_t(idx.size()))
+      all_ok = false;
+  }
+  // The last step run perturbed nothing, but its gradients are those of
+  // p - h for one element: restore the base step's.
+  for (size_t pi = 0; pi < ctx->params.size(); ++pi)
+    ctx->params[pi].grad = analytic[pi];
+  std::printf("%s\n", all_ok ? "gradient check passed"
+                             : "gradient check FAILED");
+  std::fflush(stdout);
+  return all_ok ? 0 : 1;
+}
+
+// ---- training ---------------------------------------------------------------------
+
+void save_params(spw_ctx *ctx, const std::string &path) {
+  std::vector<NamedTensor> ts;
+  for (const ParamInfo &p : ctx->params)
+    ts.push_back({p.name, p.value.get()});
+  write_file_atomic(path, safetensors_bytes(ts));
+  std::printf("saved %zu parameters to %s\n", ts.size(), path.c_str());
+}
+
+int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp) {
+  FILE *log = nullptr;
+  if (!o.log_json.empty()) {
+    log = std::fopen(o.log_json.c_str(), "w");
+    if (!log)
+      fail("cannot create --log-json file '%s': %s", o.log_json.c_str(),
+           std::strerror(errno));
+  }
+  struct Closer {
+    FILE *&f;
+    ~Closer() {
+      if (f)
+        std::fclose(f);
+    }
+  } closer{log};
+  const int64_t every =
+      o.print_every > 0 ? o.print_every : std::max<int64_t>(1, o.steps / 20);
+  const auto t0 = std::chrono::steady_clock::now();
+  float loss = NAN;
+  for (int64_t s = 1; s <= o.steps; ++s) {
+    ctx->step = s;
+    loss = run_step(ctx, s - 1, format("step %lld", (long long)s));
+    if (log) {
+      if (std::isfinite(loss))
+        std::fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g}\n",
+                     (long long)s, double(loss), hp.lr);
+      else
+        std::fprintf(log, "{\"step\": %lld, \"loss\": null, \"lr\": %.9g}\n",
+                     (long long)s, hp.lr);
+      if (std::fflush(log) != 0 || std::ferror(log))
+        fail("cannot write --log-json file '%s': %s", o.log_json.c_str(),
+             std::strerror(errno));
+    }
+    if (!std::isfinite(loss)) {
+      std::fflush(stdout);
+      fail("loss became %s at step %lld; lower --lr (now %g) or check the "
+           "inputs",
+           std::isnan(loss) ? "NaN" : "infinite", (long long)s, hp.lr);
+    }
+    if (s % every == 0 || s == o.steps) {
+      std::printf("step %lld/%lld  loss %.6f\n", (long long)s,
+                  (long long)o.steps, double(loss));
+      std::fflush(stdout);
+    }
+  }
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  if (log) {
+    FILE *f = log;
+    log = nullptr;
+    if (std::fclose(f) != 0)
+      fail("cannot write --log-json file '%s': %s", o.log_json.c_str(),
+           std::strerror(errno));
+  }
+  if (o.steps > 0)
+    std::printf("done: %lld steps in %.3f s (%.1f steps/s), final loss %.6f\n",
+                (long long)o.steps, secs,
+                secs > 0 ? double(o.steps) / secs : 0.0, double(loss));
+  return 0;
+}
+
+void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
+                  const AdamWHparams &hp) {
+  int64_t elems = 0, bytes = 0;
+  for (const ParamInfo &p : ctx->params) {
+    elems += p.value->numel;
+    bytes += p.value->bytes();
+  }
+  std::printf("spillway: %zu parameters (%lld elements, %s), %zu inputs\n",
+              ctx->params.size(), (long long)elems, human_bytes(bytes).c_str(),
+              ctx->inputs.size());
+  if (!ctx->params.empty())
+    std::printf("  weights: %s\n", weights.c_str());
+  for (size_t i = 0; i < ctx->inputs.size(); ++i) {
+    const InputInfo &in = ctx->inputs[i];
+    std::string file;
+    for (auto &[name, f] : o.inputs)
+      if (name == in.name)
+        file = f;
+    std::printf("  input %s: %s %s from %s (%lld batch%s)\n", in.name.c_str(),
+                dtype_name(in.view->dtype), in.view->shape().c_str(),
+                file.c_str(), (long long)in.num_batches,
+                in.num_batches == 1 ? "" : "es");
+  }
+  auto field = [](const char *name, double v, const std::optional<double> &flag,
+                  std::optional<double> compiled) {
+    std::string s = format(" %s=%g", name, v);
+    if (flag)
+      s += compiled ? format(" (flag; compiled %g)", *compiled) : " (flag)";
+    return s;
+  };
+  const auto &d = ctx->declared_adamw;
+  const auto &f = ctx->overrides;
+  std::string line = "  optimizer: AdamW";
+  line += field("lr", hp.lr, f.lr, d ? std::optional(d->lr) : std::nullopt);
+  line += field("beta1", hp.beta1, f.beta1,
+                d ? std::optional(d->beta1) : std::nullopt);
+  line += field("beta2", hp.beta2, f.beta2,
+                d ? std::optional(d->beta2) : std::nullopt);
+  line += field("eps", hp.eps, f.eps, d ? std::optional(d->eps) : std::nullopt);
+  line += field("weight_decay", hp.weight_decay, f.weight_decay,
+                d ? std::optional(d->weight_decay) : std::nullopt);
+  if (!d)
+    line += " (the model declared no defaults)";
+  std::printf("%s\n", line.c_str());
+  if (!o.check_gradients)
+    std::printf("  training %lld steps\n", (long long)o.steps);
+  std::fflush(stdout);
+}
+
+int run(const Options &o, const char *argv0) {
+  auto owned = make_context();
+  spw_ctx *ctx = owned.get();
+  ctx->overrides = o.adamw;
+  spw_model_declare(ctx);
+  if (ctx->failed())
+    fail("model declaration: %s", ctx->error.c_str());
+
+  // Unknown --input names are usage errors; everything else is data.
+  for (auto &[name, file] : o.inputs) {
+    bool known = false;
+    for (const InputInfo &in : ctx->inputs)
+      known |= in.name == name;
+    if (!known) {
+      std::string names;
+      for (const InputInfo &in : ctx->inputs)
+        names += (names.empty() ? "" : ", ") + in.name;
+      throw UsageError(format("--input %s=%s: the model has no input '%s' "
+                              "(its inputs: %s)",
+                              name.c_str(), file.c_str(), name.c_str(),
+                              names.empty() ? "none" : names.c_str()));
+    }
+  }
+
+  const std::string weights =
+      o.weights.empty() ? exe_path(argv0) + ".weights" : o.weights;
+  load_weights(ctx, weights, !o.weights.empty());
+
+  for (InputInfo &in : ctx->inputs) {
+    const std::string *file = nullptr;
+    for (auto &[name, f] : o.inputs)
+      if (name == in.name)
+        file = &f;
+    if (!file)
+      fail("input '%s' has no data: pass --input %s=FILE.npy",
+           in.name.c_str(), in.name.c_str());
+    load_input(in, *file);
+  }
+
+  const AdamWHparams hp =
+      effective_adamw(ctx, ctx->declared_adamw.value_or(AdamWHparams{}));
+  print_banner(ctx, o, weights, hp);
+
+  int rc = o.check_gradients ? check_gradients(ctx, o) : train(ctx, o, hp);
+  if (!o.save.empty())
+    save_params(ctx, o.save);
+  return rc;
+}
+
+} // namespace
+} // namespace spw
+
+extern "C" int spw_main(int argc, char **argv) {
+  using namespace spw;
+  const char *prog = argc > 0 && argv[0] ? argv[0] : "model";
+  Options o;
+  try {
+    o = parse_args(argc, argv);
+  } catch (const UsageError &e) {
+    std::fprintf(stderr, "error: %s\nrun '%s --help' for usage\n", e.what(),
+                 prog);
+    return 2;
+  }
+  if (o.help) {
+    std::printf(kUsage, prog);
+    return 0;
+  }
+  try {
+    return run(o, prog);
+  } catch (const UsageError &e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\nrun '%s --help' for usage\n", e.what(),
+                 prog);
+    return 2;
+  } catch (const Error &e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc &) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: out of memory\n");
+    return 1;
+  } catch (const std::exception &e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,179 @@
+//===- runtime_internal.h - CPU runtime internals --------------------------===//
+//
+// What the C entry points share, and what the unit tests reach into: the
+// tensor and context structs, the error type, the .npy reader and the
+// .safetensors writer. Plain C++20; nothing here crosses the C ABI.
+//
+// Errors: inside the runtime a failure is a spw::Error exception. Every C
+// entry point catches it and records the message in the context (a sticky
+// error); later entry points of the same step return at once, and spw_main
+// reports the first error after spw_model_step returns. Exceptions therefore
+// never unwind through generated code.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPILLWAY_RUNTIME_SRC_RUNTIME_INTERNAL_H
+#define SPILLWAY_RUNTIME_SRC_RUNTIME_INTERNAL_H
+
+#include "spillway/runtime/spillway_rt.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace spw {
+
+constexpr int kMaxRank = 8;
+
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Formats like printf and throws spw::Error.
+[[noreturn]] void fail(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+int64_t dtype_size(int32_t dtype);      // 0 for an unknown dtype
+const char *dtype_name(int32_t dtype);  // "f32", "i64", "i32", "?"
+std::string shape_str(const int64_t *dims, int rank);  // "[2,3]"
+
+// A 64-byte aligned heap buffer.
+struct AlignedFree {
+  void operator()(void *p) const;
+};
+using Buffer = std::unique_ptr<void, AlignedFree>;
+Buffer alloc_buffer(int64_t bytes);
+
+} // namespace spw
+
+struct spw_tensor {
+  int32_t dtype = SPW_F32;
+  int32_t rank = 0;
+  int64_t dims[spw::kMaxRank] = {};
+  int64_t numel = 1;
+  void *data = nullptr;
+  spw::Buffer owned; // null when data points into storage owned elsewhere
+
+  int64_t bytes() const { return numel * spw::dtype_size(dtype); }
+  std::string shape() const { return spw::shape_str(dims, rank); }
+  template <class T> T *as() const { return static_cast<T *>(data); }
+};
+
+namespace spw {
+
+struct ParamInfo {
+  std::string name;
+  int64_t offset = 0;
+  std::unique_ptr<spw_tensor> value;
+  std::vector<char> grad;   // last recorded gradient (bytes), empty if none
+  std::vector<float> adam_m, adam_v; // lazily allocated
+};
+
+struct InputInfo {
+  std::string name;
+  std::unique_ptr<spw_tensor> view; // data points into `batches`
+  Buffer batches;                   // B consecutive batches
+  int64_t num_batches = 0;
+};
+
+struct AdamWHparams {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
+};
+
+struct AdamWOverrides {
+  std::optional<double> lr, beta1, beta2, eps, weight_decay;
+};
+
+} // namespace spw
+
+struct spw_ctx {
+  int64_t weights_bytes = -1; // from spw_declare_weights; -1 = not declared
+  std::vector<spw::ParamInfo> params;
+  std::vector<spw::InputInfo> inputs;
+  std::optional<spw::AdamWHparams> declared_adamw;
+  spw::AdamWOverrides overrides;
+
+  // Per-step state.
+  std::vector<std::unique_ptr<spw_tensor>> step_tensors;
+  spw_tensor *loss = nullptr;
+  int64_t step = 0;            // global step number, counted from 1
+  bool evaluate_only = false;  // spw_adamw records gradients but does not update
+  std::string error;           // first error; sticky until the driver clears it
+  spw_tensor dummy;            // returned by entry points after an error
+  float dummy_storage = 0.0f;
+
+  bool failed() const { return !error.empty(); }
+  void set_error(const std::string &msg) {
+    if (error.empty())
+      error = msg;
+  }
+};
+
+namespace spw {
+
+std::unique_ptr<spw_ctx> make_context();
+// Frees all step-lifetime tensors and forgets the loss.
+void clear_step(spw_ctx *ctx);
+// Makes a tensor with owned, uninitialized storage; validates dtype and dims.
+std::unique_ptr<spw_tensor> make_tensor(int32_t dtype, int32_t rank,
+                                        const int64_t *dims,
+                                        const char *what);
+// Copies a parameter's gradient (checked against its dtype and shape).
+void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad);
+// The AdamW hyper-parameters in effect for a call with these defaults.
+AdamWHparams effective_adamw(const spw_ctx *ctx, const AdamWHparams &call);
+
+// Runs an entry point's body unless the context already failed; turns a
+// thrown spw::Error into the context's error, prefixed with `what`.
+template <class F> void guarded(spw_ctx *ctx, const char *what, F &&body) {
+  if (!ctx || ctx->failed())
+    return;
+  try {
+    body();
+  } catch (const Error &e) {
+    ctx->set_error(std::string(what) + ": " + e.what());
+  } catch (const std::bad_alloc &) {
+    ctx->set_error(std::string(what) + ": out of memory");
+  } catch (const std::exception &e) {
+    ctx->set_error(std::string(what) + ": " + e.what());
+  }
+}
+
+// ---- .npy -----------------------------------------------------------------
+struct NpyArray {
+  char kind = 0;         // 'f', 'i', 'u', 'b', ... from descr
+  int itemsize = 0;      // bytes per element
+  bool big_endian = false;
+  bool fortran_order = false;
+  std::string descr;     // as written in the header, e.g. "<f4"
+  std::vector<int64_t> shape;
+  std::vector<char> data; // raw bytes, numel * itemsize
+  int64_t numel() const;
+};
+// Parses a whole .npy file image; `what` names it in errors.
+NpyArray parse_npy(const std::string &bytes, const std::string &what);
+NpyArray read_npy(const std::string &path);
+// Serializes a little-endian C-order array (v1.0 header); used by tests.
+std::string write_npy(const std::string &descr,
+                      const std::vector<int64_t> &shape, const void *data,
+                      size_t bytes);
+
+// ---- .safetensors ---------------------------------------------------------
+struct NamedTensor {
+  std::string name;
+  const spw_tensor *tensor;
+};
+std::string safetensors_bytes(const std::vector<NamedTensor> &tensors);
+// Writes to `path` through a temporary file and rename.
+void write_file_atomic(const std::string &path, const std::string &bytes);
+
+// ---- files ------------------------------------------------------------------
+std::string read_whole_file(const std::string &path, const char *what);
+
+} // namespace spw
+
+#endif // SPILLWAY_RUNTIME_SRC_RUNTIME_INTERNAL_H

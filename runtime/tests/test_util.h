@@ -1,0 +1,80 @@
+//===- test_util.h - helpers for the runtime's unit tests ------------------===//
+#ifndef SPILLWAY_RUNTIME_TESTS_TEST_UTIL_H
+#define SPILLWAY_RUNTIME_TESTS_TEST_UTIL_H
+
+#include "runtime_internal.h"
+
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace spwtest {
+
+using Tensor = std::unique_ptr<spw_tensor>;
+using Kernel = void (*)(spw_ctx *, spw_tensor *const *, spw_tensor *const *,
+                        const int64_t *, const double *);
+
+inline Tensor make(int32_t dtype, const std::vector<int64_t> &dims) {
+  return spw::make_tensor(dtype, int32_t(dims.size()), dims.data(), "test");
+}
+
+inline Tensor f32(const std::vector<int64_t> &dims,
+                  const std::vector<float> &v) {
+  Tensor t = make(SPW_F32, dims);
+  if (int64_t(v.size()) != t->numel)
+    throw std::runtime_error("test tensor: wrong number of values");
+  std::memcpy(t->data, v.data(), v.size() * 4);
+  return t;
+}
+
+inline Tensor i64(const std::vector<int64_t> &dims,
+                  const std::vector<int64_t> &v) {
+  Tensor t = make(SPW_I64, dims);
+  std::memcpy(t->data, v.data(), v.size() * 8);
+  return t;
+}
+
+inline Tensor i32(const std::vector<int64_t> &dims,
+                  const std::vector<int32_t> &v) {
+  Tensor t = make(SPW_I32, dims);
+  std::memcpy(t->data, v.data(), v.size() * 4);
+  return t;
+}
+
+inline std::vector<float> values(const spw_tensor &t) {
+  return std::vector<float>(t.as<float>(), t.as<float>() + t.numel);
+}
+
+// Runs a kernel on a fresh context; returns its error ("" on success).
+inline std::string call(Kernel k, std::initializer_list<spw_tensor *> ins,
+                        std::initializer_list<spw_tensor *> outs,
+                        std::initializer_list<int64_t> iattrs = {},
+                        std::initializer_list<double> fattrs = {}) {
+  auto ctx = spw::make_context();
+  std::vector<spw_tensor *> in(ins), out(outs);
+  std::vector<int64_t> ia(iattrs);
+  std::vector<double> fa(fattrs);
+  k(ctx.get(), in.data(), out.data(), ia.empty() ? nullptr : ia.data(),
+    fa.empty() ? nullptr : fa.data());
+  return ctx->error;
+}
+
+// Deterministic pseudo-random floats in [lo, hi).
+inline std::vector<float> randoms(size_t n, uint64_t seed, float lo = -1.0f,
+                                  float hi = 1.0f) {
+  std::vector<float> v(n);
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (auto &x : v) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    x = lo + (hi - lo) * float((s >> 11) * (1.0 / 9007199254740992.0));
+  }
+  return v;
+}
+
+} // namespace spwtest
+
+#endif // SPILLWAY_RUNTIME_TESTS_TEST_UTIL_H
