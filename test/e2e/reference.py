@@ -1,0 +1,708 @@
+#!/usr/bin/env python3
+"""NumPy reference trainer for small ONNX training graphs.
+
+Interprets an ONNX graph whose first output is a scalar loss, differentiates it
+by walking the nodes backwards (one vector-Jacobian product per op), and trains
+it with AdamW under the same contract as a Spillway executable:
+
+  * every float initializer is a trainable parameter, integer initializers are
+    constants;
+  * graph inputs come from .npy files of shape [B, *input_shape]; step s
+    (0-based) uses batch s % B;
+  * AdamW is torch.optim.AdamW, decay on every parameter;
+  * the loss logged for step s (1-based) is the forward loss before that
+    step's update.
+
+The reference computes in float64 by default.  The executable trains in
+float32, so its loss curve carries rounding error of order 1e-7 relative per
+step that AdamW slowly amplifies; a float64 reference is the "exact" curve and
+compare_losses.py's tolerance budgets for the executable's error alone rather
+than for the sum of two float32 implementations' errors.  `--dtype float32`
+runs the reference in float32, which measures how far float32 rounding alone
+moves a curve (use it to choose --steps and --rtol for an e2e test).
+
+`--self-test` checks the reference itself on the given model and batch 0:
+forward loss against onnxruntime, every parameter gradient against central
+finite differences in float64, and one AdamW step against its closed form.
+"""
+
+import argparse
+import json
+import math
+import sys
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+FLOAT_TYPES = {
+    onnx.TensorProto.FLOAT,
+    onnx.TensorProto.DOUBLE,
+    onnx.TensorProto.FLOAT16,
+    onnx.TensorProto.BFLOAT16,
+}
+
+
+class ModelError(Exception):
+    """A model or input the reference cannot handle; reported without a traceback."""
+
+
+# ----------------------------------------------------------------------------
+# Op forward functions and vector-Jacobian products.
+#
+# forward(attrs, inputs) -> list of outputs
+# vjp(attrs, inputs, outputs, output_grads) -> list of input grads (None where
+#   the input is not differentiable).  output_grads holds None for outputs no
+#   gradient reaches.
+# `inputs` holds None for omitted optional inputs.
+# ----------------------------------------------------------------------------
+
+
+def unbroadcast(grad, shape):
+    """Sums `grad` over the axes numpy broadcasting added to reach `shape`."""
+    shape = tuple(shape)
+    while grad.ndim > len(shape):
+        grad = grad.sum(axis=0)
+    for axis, dim in enumerate(shape):
+        if dim == 1 and grad.shape[axis] != 1:
+            grad = grad.sum(axis=axis, keepdims=True)
+    return grad
+
+
+def matmul_fwd(attrs, ins):
+    return [np.matmul(ins[0], ins[1])]
+
+
+def matmul_vjp(attrs, ins, outs, gouts):
+    a, b = ins
+    g = gouts[0]
+    a2 = a[None, :] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    if a.ndim == 1:
+        g = np.expand_dims(g, -2)
+    if b.ndim == 1:
+        g = np.expand_dims(g, -1)
+    ga = unbroadcast(g @ np.swapaxes(b2, -1, -2), a2.shape).reshape(a.shape)
+    gb = unbroadcast(np.swapaxes(a2, -1, -2) @ g, b2.shape).reshape(b.shape)
+    return [ga, gb]
+
+
+def _gemm_operands(attrs, ins):
+    a = ins[0].T if attrs.get("transA", 0) else ins[0]
+    b = ins[1].T if attrs.get("transB", 0) else ins[1]
+    return a, b
+
+
+def gemm_fwd(attrs, ins):
+    a, b = _gemm_operands(attrs, ins)
+    y = attrs.get("alpha", 1.0) * (a @ b)
+    c = ins[2] if len(ins) > 2 else None
+    if c is not None:
+        y = y + attrs.get("beta", 1.0) * c
+    return [y]
+
+
+def gemm_vjp(attrs, ins, outs, gouts):
+    a, b = _gemm_operands(attrs, ins)
+    g = gouts[0]
+    alpha = attrs.get("alpha", 1.0)
+    ga = alpha * (g @ b.T)
+    gb = alpha * (a.T @ g)
+    grads = [
+        ga.T if attrs.get("transA", 0) else ga,
+        gb.T if attrs.get("transB", 0) else gb,
+    ]
+    if len(ins) > 2:
+        c = ins[2]
+        grads.append(None if c is None else unbroadcast(attrs.get("beta", 1.0) * g, c.shape))
+    return grads
+
+
+def add_vjp(attrs, ins, outs, gouts):
+    g = gouts[0]
+    return [unbroadcast(g, ins[0].shape), unbroadcast(g, ins[1].shape)]
+
+
+def sub_vjp(attrs, ins, outs, gouts):
+    g = gouts[0]
+    return [unbroadcast(g, ins[0].shape), unbroadcast(-g, ins[1].shape)]
+
+
+def mul_vjp(attrs, ins, outs, gouts):
+    a, b = ins
+    g = gouts[0]
+    return [unbroadcast(g * b, a.shape), unbroadcast(g * a, b.shape)]
+
+
+def div_vjp(attrs, ins, outs, gouts):
+    a, b = ins
+    g = gouts[0]
+    return [unbroadcast(g / b, a.shape), unbroadcast(-g * a / (b * b), b.shape)]
+
+
+def relu_vjp(attrs, ins, outs, gouts):
+    return [gouts[0] * (ins[0] > 0)]
+
+
+def tanh_vjp(attrs, ins, outs, gouts):
+    return [gouts[0] * (1 - outs[0] * outs[0])]
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+_GELU_K = math.sqrt(2 / math.pi)
+
+
+def _gelu_approximate(attrs):
+    mode = attrs.get("approximate", "none")
+    if mode not in ("none", "tanh"):
+        raise ModelError(f"Gelu approximate={mode!r} is not an ONNX mode")
+    return mode
+
+
+def gelu_fwd(attrs, ins):
+    x = ins[0]
+    if _gelu_approximate(attrs) == "tanh":
+        return [0.5 * x * (1 + np.tanh(_GELU_K * (x + 0.044715 * x**3)))]
+    return [(0.5 * x * (1 + _erf(x / math.sqrt(2)))).astype(x.dtype)]
+
+
+def gelu_vjp(attrs, ins, outs, gouts):
+    x = ins[0]
+    if _gelu_approximate(attrs) == "tanh":
+        t = np.tanh(_GELU_K * (x + 0.044715 * x**3))
+        dy = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _GELU_K * (1 + 3 * 0.044715 * x**2)
+    else:
+        cdf = 0.5 * (1 + _erf(x / math.sqrt(2)))
+        pdf = np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+        dy = (cdf + x * pdf).astype(x.dtype)
+    return [gouts[0] * dy]
+
+
+def _softmax(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def softmax_fwd(attrs, ins):
+    return [_softmax(ins[0], attrs.get("axis", -1))]
+
+
+def softmax_vjp(attrs, ins, outs, gouts):
+    y, g = outs[0], gouts[0]
+    return [y * (g - (g * y).sum(axis=attrs.get("axis", -1), keepdims=True))]
+
+
+def _norm_axes(attrs, x):
+    axis = attrs.get("axis", -1) % x.ndim
+    return tuple(range(axis, x.ndim))
+
+
+def layernorm_fwd(attrs, ins):
+    x, scale = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    axes = _norm_axes(attrs, x)
+    mean = x.mean(axis=axes, keepdims=True)
+    inv_std = 1 / np.sqrt(((x - mean) ** 2).mean(axis=axes, keepdims=True) + attrs.get("epsilon", 1e-5))
+    y = (x - mean) * inv_std * scale
+    if bias is not None:
+        y = y + bias
+    return [y, mean, inv_std]
+
+
+def layernorm_vjp(attrs, ins, outs, gouts):
+    if gouts[1] is not None or gouts[2] is not None:
+        raise ModelError("gradient through LayerNormalization's Mean/InvStdDev outputs is not supported")
+    x, scale = ins[0], ins[1]
+    g = gouts[0]
+    axes = _norm_axes(attrs, x)
+    mean, inv_std = outs[1], outs[2]
+    xhat = (x - mean) * inv_std
+    gxhat = g * scale
+    gx = inv_std * (
+        gxhat - gxhat.mean(axis=axes, keepdims=True) - xhat * (gxhat * xhat).mean(axis=axes, keepdims=True)
+    )
+    grads = [gx, unbroadcast(g * xhat, scale.shape)]
+    if len(ins) > 2:
+        grads.append(None if ins[2] is None else unbroadcast(g, ins[2].shape))
+    return grads
+
+
+def _gather_index(attrs, data, indices):
+    axis = attrs.get("axis", 0) % data.ndim
+    dim = data.shape[axis]
+    if np.any(indices >= dim) or np.any(indices < -dim):
+        raise ModelError(f"Gather index out of range for axis {axis} of size {dim}")
+    return (slice(None),) * axis + (np.where(indices < 0, indices + dim, indices),)
+
+
+def gather_fwd(attrs, ins):
+    return [ins[0][_gather_index(attrs, ins[0], ins[1])]]
+
+
+def gather_vjp(attrs, ins, outs, gouts):
+    data = ins[0]
+    grad = np.zeros_like(data)
+    np.add.at(grad, _gather_index(attrs, data, ins[1]), gouts[0])
+    return [grad, None]
+
+
+def reshape_fwd(attrs, ins):
+    x, shape = ins
+    target = [int(d) for d in shape]
+    if not attrs.get("allowzero", 0):
+        target = [x.shape[i] if d == 0 else d for i, d in enumerate(target)]
+    return [x.reshape(target)]
+
+
+def reshape_vjp(attrs, ins, outs, gouts):
+    return [gouts[0].reshape(ins[0].shape), None]
+
+
+def _perm(attrs, x):
+    return attrs.get("perm", list(reversed(range(x.ndim))))
+
+
+def transpose_fwd(attrs, ins):
+    return [np.transpose(ins[0], _perm(attrs, ins[0]))]
+
+
+def transpose_vjp(attrs, ins, outs, gouts):
+    return [np.transpose(gouts[0], np.argsort(_perm(attrs, ins[0])))]
+
+
+def _reduce_axes(attrs, ins):
+    """Axes to reduce, or None for the identity (noop_with_empty_axes)."""
+    x = ins[0]
+    if len(ins) > 1 and ins[1] is not None:
+        axes = [int(a) for a in ins[1]]
+    else:
+        axes = list(attrs.get("axes", []))
+    if not axes:
+        return None if attrs.get("noop_with_empty_axes", 0) else tuple(range(x.ndim))
+    return tuple(sorted(a % x.ndim for a in axes))
+
+
+def _reduce_fwd(fn):
+    def fwd(attrs, ins):
+        axes = _reduce_axes(attrs, ins)
+        if axes is None:
+            return [ins[0]]
+        return [fn(ins[0], axis=axes, keepdims=bool(attrs.get("keepdims", 1)))]
+
+    return fwd
+
+
+def _reduce_vjp(is_mean):
+    def vjp(attrs, ins, outs, gouts):
+        x, g = ins[0], gouts[0]
+        axes = _reduce_axes(attrs, ins)
+        if axes is None:
+            grad = g
+        else:
+            kept = [1 if i in axes else d for i, d in enumerate(x.shape)]
+            grad = np.broadcast_to(g.reshape(kept), x.shape).copy()
+            if is_mean:
+                grad = grad / math.prod(x.shape[i] for i in axes)
+        return [grad] + [None] * (len(ins) - 1)
+
+    return vjp
+
+
+def _sce_parts(attrs, ins):
+    scores, labels = ins[0], ins[1]
+    if len(ins) > 2 and ins[2] is not None:
+        raise ModelError("SoftmaxCrossEntropyLoss with class weights is not supported")
+    reduction = attrs.get("reduction", "mean")
+    if reduction not in ("mean", "sum", "none"):
+        raise ModelError(f"SoftmaxCrossEntropyLoss reduction={reduction!r} is not an ONNX mode")
+    ignore = attrs.get("ignore_index")
+    mask = np.ones(labels.shape, dtype=bool) if ignore is None else labels != ignore
+    safe = np.where(mask, labels, 0)
+    if np.any(safe < 0) or np.any(safe >= scores.shape[1]):
+        raise ModelError(f"SoftmaxCrossEntropyLoss label out of range [0, {scores.shape[1]})")
+    shifted = scores - scores.max(axis=1, keepdims=True)
+    log_prob = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    onehot = np.moveaxis(np.eye(scores.shape[1], dtype=bool)[safe], -1, 1)
+    return reduction, mask, onehot, log_prob
+
+
+def sce_fwd(attrs, ins):
+    reduction, mask, onehot, log_prob = _sce_parts(attrs, ins)
+    per_item = np.where(mask, -(log_prob * onehot).sum(axis=1), 0).astype(log_prob.dtype)
+    if reduction == "none":
+        loss = per_item
+    elif reduction == "sum":
+        loss = per_item.sum()
+    else:
+        loss = per_item.sum() / int(mask.sum())
+    return [np.asarray(loss, dtype=log_prob.dtype), log_prob]
+
+
+def sce_vjp(attrs, ins, outs, gouts):
+    reduction, mask, onehot, log_prob = _sce_parts(attrs, ins)
+    prob = np.exp(log_prob)
+    grad = np.zeros_like(log_prob)
+    if gouts[0] is not None:
+        g = gouts[0]
+        if reduction == "mean":
+            g = g / int(mask.sum())
+        coef = np.expand_dims(np.where(mask, np.broadcast_to(g, mask.shape), 0), 1)
+        grad = grad + coef * (prob - onehot)
+    if gouts[1] is not None:
+        g = gouts[1]
+        grad = grad + g - prob * g.sum(axis=1, keepdims=True)
+    return [grad] + [None] * (len(ins) - 1)
+
+
+def _elementwise(fn):
+    return lambda attrs, ins: [fn(*ins)]
+
+
+OPS = {
+    "MatMul": (matmul_fwd, matmul_vjp),
+    "Gemm": (gemm_fwd, gemm_vjp),
+    "Add": (_elementwise(np.add), add_vjp),
+    "Sub": (_elementwise(np.subtract), sub_vjp),
+    "Mul": (_elementwise(np.multiply), mul_vjp),
+    "Div": (_elementwise(np.divide), div_vjp),
+    "Neg": (_elementwise(np.negative), lambda attrs, ins, outs, gouts: [-gouts[0]]),
+    "Relu": (_elementwise(lambda x: np.maximum(x, 0)), relu_vjp),
+    "Tanh": (_elementwise(np.tanh), tanh_vjp),
+    "Gelu": (gelu_fwd, gelu_vjp),
+    "Softmax": (softmax_fwd, softmax_vjp),
+    "LayerNormalization": (layernorm_fwd, layernorm_vjp),
+    "Gather": (gather_fwd, gather_vjp),
+    "Reshape": (reshape_fwd, reshape_vjp),
+    "Transpose": (transpose_fwd, transpose_vjp),
+    "ReduceSum": (_reduce_fwd(np.sum), _reduce_vjp(is_mean=False)),
+    "ReduceMean": (_reduce_fwd(np.mean), _reduce_vjp(is_mean=True)),
+    "SoftmaxCrossEntropyLoss": (sce_fwd, sce_vjp),
+}
+
+
+# ----------------------------------------------------------------------------
+# Graph interpretation.
+# ----------------------------------------------------------------------------
+
+
+def _constant_value(node, dtype):
+    attrs = {a.name: a for a in node.attribute}
+    if "value" in attrs:
+        value = numpy_helper.to_array(attrs["value"].t)
+    elif "value_float" in attrs:
+        value = np.array(attrs["value_float"].f, dtype=np.float32)
+    elif "value_floats" in attrs:
+        value = np.array(attrs["value_floats"].floats, dtype=np.float32)
+    elif "value_int" in attrs:
+        value = np.array(attrs["value_int"].i, dtype=np.int64)
+    elif "value_ints" in attrs:
+        value = np.array(attrs["value_ints"].ints, dtype=np.int64)
+    else:
+        raise ModelError(f"Constant node {node.name!r}: unsupported value attribute {sorted(attrs)}")
+    return value.astype(dtype) if np.issubdtype(value.dtype, np.floating) else value
+
+
+class Graph:
+    """An ONNX training graph: parameters, constants, inputs and nodes."""
+
+    def __init__(self, model, dtype):
+        graph = model.graph
+        self.dtype = dtype
+        self.params = {}
+        self.constants = {}
+        for init in graph.initializer:
+            value = numpy_helper.to_array(init)
+            if init.data_type in FLOAT_TYPES:
+                self.params[init.name] = value.astype(dtype)
+            else:
+                self.constants[init.name] = value
+        self.inputs = {}
+        for inp in graph.input:
+            if inp.name in self.params or inp.name in self.constants:
+                continue
+            tensor_type = inp.type.tensor_type
+            shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
+            self.inputs[inp.name] = (tensor_type.elem_type, shape)
+        if not graph.output:
+            raise ModelError("the graph has no outputs; its first output must be the scalar loss")
+        self.loss_name = graph.output[0].name
+        self.nodes = []
+        for node in graph.node:
+            if node.domain not in ("", "ai.onnx"):
+                raise ModelError(f"node {node.name!r}: domain {node.domain!r} is not supported")
+            if node.op_type == "Constant":
+                self.constants[node.output[0]] = _constant_value(node, dtype)
+                continue
+            if node.op_type not in OPS:
+                raise ModelError(
+                    f"node {node.name!r}: op {node.op_type} is not supported (supported: {', '.join(sorted(OPS))})"
+                )
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
+            self.nodes.append((node, attrs))
+
+    def feeds_for_step(self, batches, step):
+        """The graph inputs of 0-based `step`: batch step % B of each input array."""
+        feeds = {}
+        for name, array in batches.items():
+            batch = array[step % array.shape[0]]
+            feeds[name] = batch.astype(self.dtype) if np.issubdtype(batch.dtype, np.floating) else batch
+        return feeds
+
+    def forward(self, params, feeds):
+        """Runs the graph.
+
+        Returns the environment of every named tensor and, per node, the list of
+        all outputs its op computed (named or not: VJPs may need them all).
+        """
+        env = dict(self.constants)
+        env.update(params)
+        env.update(feeds)
+        node_outs = []
+        for node, attrs in self.nodes:
+            ins = [env[name] if name else None for name in node.input]
+            outs = OPS[node.op_type][0](attrs, ins)
+            node_outs.append(outs)
+            for name, value in zip(node.output, outs):
+                if name:
+                    env[name] = value
+        loss = env[self.loss_name]
+        if loss.size != 1:
+            raise ModelError(f"the first graph output {self.loss_name!r} has shape {loss.shape}, not a scalar loss")
+        return env, node_outs
+
+    def loss(self, params, feeds):
+        return float(self.forward(params, feeds)[0][self.loss_name].reshape(()))
+
+    def loss_and_grads(self, params, feeds):
+        """The scalar loss and d loss / d parameter for every parameter."""
+        env, node_outs = self.forward(params, feeds)
+        needs_grad = set(params)
+        for node, _ in self.nodes:
+            if any(name in needs_grad for name in node.input):
+                needs_grad.update(name for name in node.output if name)
+        grads = {self.loss_name: np.ones_like(env[self.loss_name])}
+        for (node, attrs), outs in zip(reversed(self.nodes), reversed(node_outs)):
+            gouts = [grads.get(name) if name else None for name in node.output]
+            if all(g is None for g in gouts):
+                continue
+            gouts += [None] * (len(outs) - len(gouts))
+            ins = [env[name] if name else None for name in node.input]
+            gins = OPS[node.op_type][1](attrs, ins, outs, gouts)
+            for name, g in zip(node.input, gins):
+                if name in needs_grad and g is not None:
+                    grads[name] = grads[name] + g if name in grads else g
+        param_grads = {name: grads.get(name, np.zeros_like(value)) for name, value in params.items()}
+        return float(env[self.loss_name].reshape(())), param_grads
+
+
+# ----------------------------------------------------------------------------
+# AdamW, exactly torch.optim.AdamW (amsgrad=False, maximize=False).
+# ----------------------------------------------------------------------------
+
+
+class AdamW:
+    def __init__(self, params, lr, beta1, beta2, eps, weight_decay):
+        self.lr, self.beta1, self.beta2, self.eps, self.weight_decay = lr, beta1, beta2, eps, weight_decay
+        self.m = {name: np.zeros_like(p) for name, p in params.items()}
+        self.v = {name: np.zeros_like(p) for name, p in params.items()}
+        self.t = 0
+
+    def step(self, params, grads):
+        """Updates `params` in place."""
+        self.t += 1
+        step_size = self.lr / (1 - self.beta1**self.t)
+        bias_correction2_sqrt = math.sqrt(1 - self.beta2**self.t)
+        for name, p in params.items():
+            g = grads[name]
+            p *= 1 - self.lr * self.weight_decay
+            self.m[name] = self.beta1 * self.m[name] + (1 - self.beta1) * g
+            self.v[name] = self.beta2 * self.v[name] + (1 - self.beta2) * g * g
+            p -= step_size * self.m[name] / (np.sqrt(self.v[name]) / bias_correction2_sqrt + self.eps)
+
+
+# ----------------------------------------------------------------------------
+# Command line.
+# ----------------------------------------------------------------------------
+
+
+def load_inputs(graph, specs):
+    batches = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise ModelError(f"--input {spec!r}: expected NAME=FILE.npy")
+        if name not in graph.inputs:
+            raise ModelError(f"--input {name}: the graph has no input {name!r} (inputs: {sorted(graph.inputs)})")
+        try:
+            array = np.load(path)
+        except OSError as e:
+            raise ModelError(f"--input {name}: cannot read {path}: {e}") from e
+        elem_type, shape = graph.inputs[name]
+        expected_dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+        if array.dtype != expected_dtype:
+            raise ModelError(f"--input {name}: {path} holds {array.dtype}; the graph input is {expected_dtype}")
+        if array.ndim != len(shape) + 1 or any(d is not None and d != a for d, a in zip(shape, array.shape[1:])):
+            raise ModelError(
+                f"--input {name}: {path} has shape {array.shape}; expected [B, *{list(shape)}] (B batches)"
+            )
+        if array.shape[0] == 0:
+            raise ModelError(f"--input {name}: {path} holds no batches")
+        batches[name] = array
+    missing = sorted(set(graph.inputs) - set(batches))
+    if missing:
+        raise ModelError(f"no --input for graph input(s) {', '.join(missing)}")
+    return batches
+
+
+def train(graph, batches, args):
+    params = {name: p.copy() for name, p in graph.params.items()}
+    opt = AdamW(params, args.lr, args.beta1, args.beta2, args.eps, args.weight_decay)
+    records = []
+    for step in range(args.steps):
+        loss, grads = graph.loss_and_grads(params, graph.feeds_for_step(batches, step))
+        records.append({"step": step + 1, "loss": loss, "lr": args.lr})
+        opt.step(params, grads)
+    return records
+
+
+def check_against_onnxruntime(model, graph, feeds32, feeds):
+    """Forward loss of the float32 model in onnxruntime vs the reference's.
+
+    The error is relative to max(|loss|, 1): a loss that cancels to near zero
+    (a random linear functional can) is judged by float32's absolute precision.
+    """
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ort_loss = float(np.asarray(session.run([graph.loss_name], feeds32)[0]).reshape(()))
+    ref_loss = graph.loss(graph.params, feeds)
+    rel = abs(ort_loss - ref_loss) / max(abs(ref_loss), 1.0)
+    ok = rel < 1e-5
+    print(f"forward vs onnxruntime: reference {ref_loss:.10g}  onnxruntime {ort_loss:.10g}"
+          f"  err/max(|loss|,1) {rel:.2e}  {'ok' if ok else 'FAIL (limit 1e-5)'}")
+    return ok
+
+
+def check_finite_differences(graph, feeds, max_elements, h=1e-6, rtol=1e-5, atol=1e-7):
+    """Central differences on up to `max_elements` entries of every parameter."""
+    params = {name: p.copy() for name, p in graph.params.items()}
+    _, grads = graph.loss_and_grads(params, feeds)
+    rng = np.random.default_rng(0)
+    ok = True
+    for name, p in params.items():
+        flat = p.reshape(-1)
+        picks = np.arange(flat.size)
+        if flat.size > max_elements:
+            picks = rng.choice(flat.size, max_elements, replace=False)
+        worst_abs = worst_rel = 0.0
+        bad = None
+        for i in picks:
+            saved = flat[i]
+            flat[i] = saved + h
+            plus = graph.loss(params, feeds)
+            flat[i] = saved - h
+            minus = graph.loss(params, feeds)
+            flat[i] = saved
+            numeric = (plus - minus) / (2 * h)
+            analytic = float(grads[name].reshape(-1)[i])
+            err = abs(analytic - numeric)
+            worst_abs = max(worst_abs, err)
+            worst_rel = max(worst_rel, err / max(abs(numeric), 1e-12))
+            if err > atol + rtol * abs(numeric) and bad is None:
+                bad = (int(i), analytic, numeric)
+        status = "ok" if bad is None else f"FAIL at flat index {bad[0]}: analytic {bad[1]:.10g} numeric {bad[2]:.10g}"
+        print(f"gradient {name} {list(p.shape)}: {len(picks)} entries, max abs err {worst_abs:.2e},"
+              f" max rel err {worst_rel:.2e}  {status}")
+        ok &= bad is None
+    return ok
+
+
+def check_adamw(graph, feeds, args):
+    """One AdamW step from zero state equals p(1 - lr wd) - lr g / (|g| + eps)."""
+    params = {name: p.copy() for name, p in graph.params.items()}
+    _, grads = graph.loss_and_grads(params, feeds)
+    AdamW(params, args.lr, args.beta1, args.beta2, args.eps, args.weight_decay).step(params, grads)
+    worst = 0.0
+    for name, p in params.items():
+        g = grads[name]
+        expected = graph.params[name] * (1 - args.lr * args.weight_decay) - args.lr * g / (np.abs(g) + args.eps)
+        worst = max(worst, float(np.max(np.abs(p - expected), initial=0.0)))
+    ok = worst <= 1e-12 * max(1.0, args.lr)
+    print(f"AdamW first step vs closed form: max abs err {worst:.2e}  {'ok' if ok else 'FAIL'}")
+    return ok
+
+
+def self_test(model, batches, args):
+    graph64 = Graph(model, np.float64)
+    feeds32 = Graph(model, np.float32).feeds_for_step(batches, 0)
+    feeds64 = graph64.feeds_for_step(batches, 0)
+    ok = check_against_onnxruntime(model, graph64, feeds32, feeds64)
+    ok &= check_finite_differences(graph64, feeds64, args.max_fd_elements)
+    ok &= check_adamw(graph64, feeds64, args)
+    print("self-test passed" if ok else "self-test FAILED")
+    return ok
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        description="NumPy reference trainer (forward, backward, AdamW) for small ONNX training graphs. "
+        "Writes the per-step losses in the executable's --log-json format (one JSON object per line).",
+        epilog="example: %(prog)s examples/mlp/mlp.onnx --input x=examples/mlp/x.npy "
+        "--input y=examples/mlp/y.npy --steps 20 --lr 1e-2 --out ref.jsonl",
+    )
+    parser.add_argument("model", help="ONNX model whose first output is the scalar loss")
+    parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                        help="graph input NAME fed from FILE.npy of shape [B, *input_shape]; step s uses batch s %% B")
+    parser.add_argument("--steps", type=int, default=20, help="training steps (default: %(default)s)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default: %(default)s)")
+    parser.add_argument("--beta1", type=float, default=0.9, help="AdamW beta1 (default: %(default)s)")
+    parser.add_argument("--beta2", type=float, default=0.999, help="AdamW beta2 (default: %(default)s)")
+    parser.add_argument("--eps", type=float, default=1e-8, help="AdamW epsilon (default: %(default)s)")
+    parser.add_argument("--weight-decay", type=float, default=0.01,
+                        help="AdamW decoupled weight decay, applied to every parameter (default: %(default)s)")
+    parser.add_argument("--dtype", choices=["float64", "float32"], default="float64",
+                        help="compute precision of training (default: %(default)s)")
+    parser.add_argument("--out", metavar="FILE",
+                        help="write {\"step\", \"loss\", \"lr\"} JSON lines here (default: stdout only)")
+    parser.add_argument("--quiet", action="store_true", help="do not print the per-step losses")
+    parser.add_argument("--self-test", action="store_true",
+                        help="check the reference on batch 0 instead of training, always in float64: forward loss vs "
+                        "onnxruntime, gradients vs finite differences, one AdamW step vs its closed form; "
+                        "exit status 1 on failure")
+    parser.add_argument("--max-fd-elements", type=int, default=256, metavar="N",
+                        help="--self-test: finite-difference at most N entries per parameter (default: %(default)s)")
+    args = parser.parse_args(argv)
+    if args.steps < 0:
+        parser.error("--steps must be >= 0")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        try:
+            model = onnx.load(args.model)
+        except Exception as e:  # onnx.load raises OSError or protobuf's DecodeError
+            raise ModelError(f"cannot load {args.model}: {e}") from e
+        dtype = np.float64 if args.dtype == "float64" else np.float32
+        graph = Graph(model, dtype)
+        batches = load_inputs(graph, args.input)
+        if args.self_test:
+            return 0 if self_test(model, batches, args) else 1
+        records = train(graph, batches, args)
+    except ModelError as e:
+        print(f"reference.py: error: {e}", file=sys.stderr)
+        return 2
+    lines = [json.dumps(r) for r in records]
+    if not args.quiet:
+        for r in records:
+            print(f"step {r['step']:5d}  loss {r['loss']:.9g}")
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write("".join(line + "\n" for line in lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
