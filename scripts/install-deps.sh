@@ -8,9 +8,9 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 PKGS=(
   build-essential cmake ninja-build ccache git python3 python3-pip
-  llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools clang-22
+  llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
   liburing-dev libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
-  libgtest-dev zlib1g-dev libzstd-dev libedit-dev libxml2-dev libffi-dev libcurl4-openssl-dev
+  libgtest-dev zlib1g-dev libzstd-dev
 )
 
 missing=()

@@ -1,0 +1,29 @@
+//===- Pipelines.cpp - the driver's pipelines -----------------------------===//
+
+#include "spillway/Pipelines/Pipelines.h"
+
+#include "mlir/Transforms/Passes.h"
+#include "spillway/Conversion/Passes.h"
+#include "spillway/Dialect/Train/Transforms/Passes.h"
+
+using namespace mlir;
+
+void spillway::populateTrainingPipeline(OpPassManager &pm,
+                                        const TrainingPipelineOptions &options) {
+  pm.addPass(train::createTrainAutodiffPass());
+  // The reverse sweep repeats transposes and constants; merge them before
+  // they become runtime calls.
+  pm.addPass(createCSEPass());
+  train::TrainAttachOptimizerPassOptions opt;
+  opt.optimizer = options.optimizer;
+  opt.lr = options.lr;
+  opt.beta1 = options.beta1;
+  opt.beta2 = options.beta2;
+  opt.eps = options.eps;
+  opt.weightDecay = options.weightDecay;
+  pm.addPass(train::createTrainAttachOptimizerPass(opt));
+}
+
+void spillway::populateLowerToRuntimePipeline(OpPassManager &pm) {
+  pm.addPass(createConvertTrainToRuntimePass());
+}

@@ -1,0 +1,283 @@
+//===- spillwayc.cpp - compile a model and its loss to a training executable -===//
+//
+// Parses flags and calls the pipelines in lib/Pipelines: import (ONNX) or
+// parse (MLIR), the training pipeline, lowering to runtime calls, LLVM IR,
+// object code, link. Nothing here transforms IR itself.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "mlir/Support/Timing.h"
+#include "spillway/Dialect/Train/IR/TrainOps.h"
+#include "spillway/InitAll.h"
+#include "spillway/Pipelines/Executable.h"
+#include "spillway/Pipelines/Pipelines.h"
+#include "spillway/Target/ONNX/ImportONNX.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/WithColor.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+namespace {
+enum class EmitKind { MLIR, LLVM, Obj, Exe };
+
+cl::OptionCategory category("spillwayc options");
+
+cl::opt<std::string> inputPath(cl::Positional, cl::Required,
+                               cl::desc("<MODEL.onnx|MODEL.onnxtext|MODEL.mlir>"),
+                               cl::cat(category));
+cl::opt<std::string> outputPath("o", cl::Required,
+                                cl::desc("Output file (the executable, or "
+                                         "what --emit names)"),
+                                cl::value_desc("EXE"), cl::cat(category));
+cl::list<std::string>
+    binds("bind", cl::CommaSeparated,
+          cl::desc("Bind symbolic ONNX input dimensions, e.g. "
+                   "--bind batch=64,seq=128"),
+          cl::value_desc("NAME=INT,..."), cl::cat(category));
+cl::opt<std::string> optimizer("optimizer", cl::init("adamw"),
+                               cl::desc("Optimizer (adamw)"),
+                               cl::cat(category));
+cl::opt<double> lr("lr", cl::init(1e-3), cl::desc("Learning rate"),
+                   cl::cat(category));
+cl::opt<double> beta1("beta1", cl::init(0.9), cl::desc("AdamW beta1"),
+                      cl::cat(category));
+cl::opt<double> beta2("beta2", cl::init(0.999), cl::desc("AdamW beta2"),
+                      cl::cat(category));
+cl::opt<double> eps("eps", cl::init(1e-8), cl::desc("AdamW epsilon"),
+                    cl::cat(category));
+cl::opt<double> weightDecay("weight-decay", cl::init(0.01),
+                            cl::desc("Decoupled weight decay (every "
+                                     "parameter)"),
+                            cl::cat(category));
+cl::opt<EmitKind> emit(
+    "emit", cl::init(EmitKind::Exe), cl::desc("What to write to -o"),
+    cl::values(clEnumValN(EmitKind::MLIR, "mlir",
+                          "the training step in the train dialect (after "
+                          "autodiff and the optimizer)"),
+               clEnumValN(EmitKind::LLVM, "llvm", "LLVM IR (text)"),
+               clEnumValN(EmitKind::Obj, "obj", "an object file"),
+               clEnumValN(EmitKind::Exe, "exe",
+                          "a standalone executable (default)")),
+    cl::cat(category));
+cl::opt<std::string> runtimeLib("runtime-lib",
+                                cl::desc("Runtime archive to link "
+                                         "(default: the one built or "
+                                         "installed with spillwayc)"),
+                                cl::value_desc("libspillway_runtime.a"),
+                                cl::cat(category));
+cl::opt<bool> verbose("v", cl::desc("Print each stage as it runs"),
+                      cl::cat(category));
+
+void note(const Twine &message) {
+  if (verbose)
+    llvm::errs() << "spillwayc: " << message << "\n";
+}
+
+int fail(const Twine &message) {
+  llvm::WithColor::error(llvm::errs(), "spillwayc") << message << "\n";
+  return 1;
+}
+
+/// The runtime archive: --runtime-lib, else next to an installed spillwayc
+/// (<prefix>/lib), else the build tree's.
+std::string findRuntimeLibrary(const char *argv0) {
+  if (!runtimeLib.empty())
+    return runtimeLib;
+  std::string self = llvm::sys::fs::getMainExecutable(
+      argv0, reinterpret_cast<void *>(&findRuntimeLibrary));
+  llvm::SmallString<256> installed(llvm::sys::path::parent_path(
+      llvm::sys::path::parent_path(self)));
+  llvm::sys::path::append(installed, "lib", "libspillway_runtime.a");
+  if (llvm::sys::fs::exists(installed))
+    return std::string(installed);
+  return SPILLWAY_BUILD_RUNTIME_LIB;
+}
+
+bool hasExtension(StringRef path, StringRef ext) {
+  return llvm::sys::path::extension(path) == ext;
+}
+
+/// Where the initial weights go: beside the output, named after it, so the
+/// executable finds them as `<EXE>.weights`.
+std::string weightsPathFor(StringRef output) { return (output + ".weights").str(); }
+
+/// Copies the weights file a .mlir input names (relative to the .mlir file)
+/// to `dest`.
+LogicalResult copyWeightsOfMLIR(ModuleOp module, StringRef mlirPath,
+                                StringRef dest, std::string &error) {
+  auto attr = module->getAttrOfType<StringAttr>(
+      spillway::train::kWeightsAttrName);
+  bool hasParams = !module.getOps<spillway::train::ParamOp>().empty();
+  if (!attr) {
+    if (!hasParams) {
+      // No parameters: an empty weights file keeps the executable's contract.
+      std::error_code ec;
+      llvm::raw_fd_ostream out(dest, ec);
+      if (ec)
+        error = "cannot write '" + dest.str() + "': " + ec.message();
+      return success(!ec);
+    }
+    error = "'" + mlirPath.str() + "' declares parameters but no weights file: "
+            "add the module attribute train.weights = \"FILE\" (a path "
+            "relative to the .mlir file)";
+    return failure();
+  }
+  llvm::SmallString<256> src(llvm::sys::path::parent_path(mlirPath));
+  llvm::sys::path::append(src, attr.getValue());
+  if (llvm::sys::path::is_absolute(attr.getValue()))
+    src = attr.getValue();
+  if (!llvm::sys::fs::exists(src)) {
+    error = "weights file '" + std::string(src) + "' named by '" +
+            mlirPath.str() + "' (train.weights) does not exist";
+    return failure();
+  }
+  if (std::error_code ec = llvm::sys::fs::copy_file(src, dest)) {
+    error = "cannot copy weights '" + std::string(src) + "' to '" +
+            dest.str() + "': " + ec.message();
+    return failure();
+  }
+  return success();
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM initLLVM(argc, argv);
+  cl::HideUnrelatedOptions(category);
+  cl::SetVersionPrinter([](llvm::raw_ostream &os) {
+    os << "spillwayc (Spillway) built with LLVM/MLIR " LLVM_VERSION_STRING "\n";
+  });
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "spillwayc: compiles a model and its loss (ONNX or the train dialect) to "
+      "a standalone training executable.\n\n"
+      "  spillwayc mlp.onnx -o mlp [--bind batch=64] [--lr 1e-2]\n"
+      "  ./mlp --input x=x.npy --input y=y.npy --steps 300\n\n"
+      "The executable reads its initial weights from EXE.weights, written "
+      "beside it.\n");
+
+  DialectRegistry registry;
+  spillway::registerAllDialects(registry);
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  llvm::SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler diagHandler(sourceMgr, &context);
+
+  if (!llvm::sys::fs::exists(inputPath))
+    return fail("input '" + inputPath + "' does not exist");
+
+  std::string error;
+  std::string weightsOut = weightsPathFor(outputPath);
+  bool isONNX = hasExtension(inputPath, ".onnx") ||
+                hasExtension(inputPath, ".onnxtext");
+  OwningOpRef<ModuleOp> module;
+  if (isONNX) {
+    spillway::ONNXImportOptions importOptions;
+    for (const std::string &b : binds)
+      if (failed(spillway::parseDimBindings(b, importOptions.dimBindings,
+                                            error)))
+        return fail(error);
+    importOptions.weightsPath = weightsOut;
+    importOptions.weightsAttr =
+        llvm::sys::path::filename(weightsOut).str();
+    note("importing " + inputPath);
+    module = spillway::importONNXFile(inputPath, context, importOptions);
+    if (!module)
+      return 1;
+  } else if (hasExtension(inputPath, ".mlir")) {
+    if (!binds.empty())
+      return fail("--bind applies to ONNX inputs; an MLIR model already has "
+                  "static shapes");
+    note("parsing " + inputPath);
+    module = parseSourceFile<ModuleOp>(inputPath, sourceMgr, &context);
+    if (!module)
+      return 1;
+    if (failed(copyWeightsOfMLIR(*module, inputPath, weightsOut, error)))
+      return fail(error);
+    module->getOperation()->setAttr(
+        spillway::train::kWeightsAttrName,
+        StringAttr::get(&context, llvm::sys::path::filename(weightsOut)));
+  } else {
+    return fail("cannot tell the format of '" + inputPath +
+                "': expected a .onnx, .onnxtext or .mlir file");
+  }
+
+  spillway::TrainingPipelineOptions trainOptions;
+  trainOptions.optimizer = optimizer;
+  trainOptions.lr = lr;
+  trainOptions.beta1 = beta1;
+  trainOptions.beta2 = beta2;
+  trainOptions.eps = eps;
+  trainOptions.weightDecay = weightDecay;
+
+  PassManager pm(&context);
+  spillway::populateTrainingPipeline(pm, trainOptions);
+  note("running autodiff and attaching " + optimizer);
+  if (failed(pm.run(*module)))
+    return 1;
+
+  if (emit == EmitKind::MLIR) {
+    auto out = openOutputFile(outputPath, &error);
+    if (!out)
+      return fail(error);
+    module->print(out->os());
+    out->keep();
+    return 0;
+  }
+
+  PassManager lower(&context);
+  spillway::populateLowerToRuntimePipeline(lower);
+  note("lowering to runtime calls");
+  if (failed(lower.run(*module)))
+    return 1;
+
+  llvm::LLVMContext llvmContext;
+  auto llvmModule =
+      spillway::translateToHostLLVMIR(*module, llvmContext, error);
+  if (!llvmModule)
+    return fail(error);
+  if (emit == EmitKind::LLVM) {
+    auto out = openOutputFile(outputPath, &error);
+    if (!out)
+      return fail(error);
+    llvmModule->print(out->os(), nullptr);
+    out->keep();
+    return 0;
+  }
+
+  std::string objectPath = outputPath;
+  llvm::SmallString<128> tempObject;
+  if (emit == EmitKind::Exe) {
+    if (std::error_code ec = llvm::sys::fs::createTemporaryFile(
+            "spillway", "o", tempObject))
+      return fail("cannot create a temporary object file: " + ec.message());
+    objectPath = std::string(tempObject);
+  }
+  note("emitting object code");
+  if (failed(spillway::emitObjectFile(*llvmModule, objectPath, error)))
+    return fail(error);
+  if (emit == EmitKind::Obj)
+    return 0;
+
+  std::string runtime = findRuntimeLibrary(argv[0]);
+  note("linking " + outputPath + " with " + runtime);
+  LogicalResult linked =
+      spillway::linkExecutable(objectPath, runtime, outputPath, error);
+  llvm::sys::fs::remove(tempObject);
+  if (failed(linked))
+    return fail(error);
+  note("wrote " + outputPath + " and its initial weights " + weightsOut);
+  return 0;
+}

@@ -1,18 +1,594 @@
 //===- TrainToRuntime.cpp - train dialect to runtime calls ----------------===//
-// IN PROGRESS (lead): replaced by the real lowering.
+//
+// Lowers the training step to LLVM-dialect calls against the runtime's C ABI
+// (runtime/include/spillway/runtime/spillway_rt.h). Each SSA tensor becomes
+// an opaque `!llvm.ptr` handle; every train op becomes one `spw_op_<name>`
+// call whose outputs are allocated first with the static shapes the dialect
+// inferred, so the runtime never re-derives shapes. Attributes travel as
+// constant i64/f64 arrays, in the per-op layout the header documents.
+//
+//===----------------------------------------------------------------------===//
+
 #include "spillway/Conversion/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "spillway/Dialect/Train/IR/TrainOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 namespace spillway {
 #define GEN_PASS_DEF_CONVERTTRAINTORUNTIMEPASS
 #include "spillway/Conversion/Passes.h.inc"
 } // namespace spillway
 
+using namespace mlir;
+using namespace spillway;
+using namespace spillway::train;
+
+namespace {
+
+// Mirrors enum spw_dtype in spillway_rt.h.
+enum RuntimeDType : int32_t { kF32 = 1, kI64 = 2, kI32 = 3 };
+
+/// What one kernel call needs besides its outputs: the operand handles (null
+/// for an absent optional operand) and the attribute arrays.
+struct KernelCall {
+  SmallVector<Value> inputs; // train values; null = absent optional
+  SmallVector<int64_t> iattrs;
+  SmallVector<double> fattrs;
+};
+
+/// Builds the runtime-call form of one module: constant globals (deduplicated
+/// by content), runtime function declarations, and the three entry points.
+class RuntimeEmitter {
+public:
+  RuntimeEmitter(ModuleOp module)
+      : module(module), ctx(module.getContext()), builder(ctx),
+        ptrTy(LLVM::LLVMPointerType::get(ctx)), i32Ty(builder.getI32Type()),
+        i64Ty(builder.getI64Type()), f64Ty(builder.getF64Type()),
+        voidTy(LLVM::LLVMVoidType::get(ctx)) {}
+
+  LogicalResult run();
+
+private:
+  LogicalResult checkStatic(Operation *op);
+  FailureOr<int32_t> dtypeOf(Operation *op, Type elementType);
+  FailureOr<KernelCall> describeKernel(Operation *op);
+  LogicalResult emitDeclare(func::FuncOp step, ArrayRef<ParamOp> params);
+  LogicalResult emitStep(func::FuncOp step);
+  void emitMain();
+
+  // Constants and declarations.
+  LLVM::LLVMFuncOp getRuntimeFunc(StringRef name, Type result,
+                                  ArrayRef<Type> args);
+  Value callRuntime(StringRef name, Type result, ArrayRef<Type> argTypes,
+                    ValueRange args);
+  Value globalAddress(StringRef prefix, Type type, Attribute value,
+                      std::string key);
+  Value stringConstant(StringRef s);
+  Value i64Array(ArrayRef<int64_t> values);
+  Value f64Array(ArrayRef<double> values);
+  Value dataConstant(DenseElementsAttr attr);
+  Value i32(int64_t v) {
+    return LLVM::ConstantOp::create(builder, loc, i32Ty,
+                                    builder.getI32IntegerAttr(v));
+  }
+  Value i64(int64_t v) {
+    return LLVM::ConstantOp::create(builder, loc, i64Ty,
+                                    builder.getI64IntegerAttr(v));
+  }
+  Value f64(double v) {
+    return LLVM::ConstantOp::create(builder, loc, f64Ty,
+                                    builder.getF64FloatAttr(v));
+  }
+  Value nullPtr() { return LLVM::ZeroOp::create(builder, loc, ptrTy); }
+
+  /// Handle of a tensor with the op's static type, from spw_alloc.
+  FailureOr<Value> allocFor(Operation *op, RankedTensorType type);
+
+  ModuleOp module;
+  MLIRContext *ctx;
+  OpBuilder builder;
+  Location loc = UnknownLoc::get(ctx);
+  Type ptrTy, i32Ty, i64Ty, f64Ty, voidTy;
+  Value ctxArg;
+  Value insArray, outsArray; // scratch [N x ptr] arrays in the step's entry
+  llvm::StringMap<LLVM::GlobalOp> globals;
+  llvm::DenseMap<Operation *, int32_t> paramIndex; // ParamOp -> index
+  llvm::StringMap<int32_t> paramIndexByName;
+  unsigned globalCounter = 0;
+};
+
+constexpr int64_t kMaxKernelInputs = 8;
+constexpr int64_t kMaxKernelOutputs = 4;
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Constants and runtime declarations
+//===----------------------------------------------------------------------===//
+
+LLVM::LLVMFuncOp RuntimeEmitter::getRuntimeFunc(StringRef name, Type result,
+                                                ArrayRef<Type> args) {
+  if (auto fn = module.lookupSymbol<LLVM::LLVMFuncOp>(name))
+    return fn;
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToEnd(module.getBody());
+  return LLVM::LLVMFuncOp::create(builder, loc, name,
+                                  LLVM::LLVMFunctionType::get(result, args));
+}
+
+Value RuntimeEmitter::callRuntime(StringRef name, Type result,
+                                  ArrayRef<Type> argTypes, ValueRange args) {
+  auto fn = getRuntimeFunc(name, result, argTypes);
+  auto call = LLVM::CallOp::create(builder, loc, fn, args);
+  return call.getNumResults() ? call.getResult() : Value();
+}
+
+Value RuntimeEmitter::globalAddress(StringRef prefix, Type type,
+                                   Attribute value, std::string key) {
+  LLVM::GlobalOp &global = globals[key];
+  if (!global) {
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(module.getBody());
+    std::string name = (prefix + "_" + Twine(globalCounter++)).str();
+    global = LLVM::GlobalOp::create(builder, loc, type, /*isConstant=*/true,
+                                    LLVM::Linkage::Internal, name, value);
+  }
+  return LLVM::AddressOfOp::create(builder, loc, global);
+}
+
+Value RuntimeEmitter::stringConstant(StringRef s) {
+  std::string withNul = s.str();
+  withNul.push_back('\0');
+  auto type = LLVM::LLVMArrayType::get(builder.getI8Type(), withNul.size());
+  return globalAddress("spw_str", type, builder.getStringAttr(withNul),
+                       "s:" + s.str());
+}
+
+Value RuntimeEmitter::i64Array(ArrayRef<int64_t> values) {
+  if (values.empty())
+    return nullPtr();
+  auto tensorTy = RankedTensorType::get({(int64_t)values.size()}, i64Ty);
+  auto attr = DenseElementsAttr::get(tensorTy, values);
+  std::string key = "i:";
+  for (int64_t v : values)
+    key += std::to_string(v) + ",";
+  return globalAddress("spw_i64", LLVM::LLVMArrayType::get(i64Ty, values.size()),
+                       attr, key);
+}
+
+Value RuntimeEmitter::f64Array(ArrayRef<double> values) {
+  if (values.empty())
+    return nullPtr();
+  auto tensorTy = RankedTensorType::get({(int64_t)values.size()}, f64Ty);
+  auto attr = DenseElementsAttr::get(tensorTy, values);
+  std::string key = "f:";
+  for (double v : values) {
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    key += std::to_string(bits) + ",";
+  }
+  return globalAddress("spw_f64", LLVM::LLVMArrayType::get(f64Ty, values.size()),
+                       attr, key);
+}
+
+Value RuntimeEmitter::dataConstant(DenseElementsAttr attr) {
+  // A flat array global: the runtime copies numel * element-size bytes.
+  int64_t n = attr.getNumElements();
+  Type elt = attr.getElementType();
+  DenseElementsAttr flat = attr.isSplat()
+                               ? DenseElementsAttr::get(
+                                     RankedTensorType::get({n}, elt),
+                                     attr.getSplatValue<Attribute>())
+                               : attr.reshape(RankedTensorType::get({n}, elt));
+  // Each constant op gets its own global; identical constants are already
+  // merged by CSE upstream.
+  std::string key = "c:" + std::to_string(globalCounter);
+  return globalAddress("spw_const", LLVM::LLVMArrayType::get(elt, n), flat,
+                       key);
+}
+
+//===----------------------------------------------------------------------===//
+// Op descriptions (the per-op layout of spillway_rt.h)
+//===----------------------------------------------------------------------===//
+
+LogicalResult RuntimeEmitter::checkStatic(Operation *op) {
+  for (Type t : llvm::concat<Type>(op->getOperandTypes(), op->getResultTypes()))
+    if (auto rt = dyn_cast<RankedTensorType>(t); !rt || !rt.hasStaticShape())
+      return op->emitOpError("needs statically shaped tensors to lower to "
+                             "runtime calls; bind symbolic dimensions with "
+                             "--bind NAME=INT");
+  return success();
+}
+
+FailureOr<int32_t> RuntimeEmitter::dtypeOf(Operation *op, Type elementType) {
+  if (elementType.isF32())
+    return kF32;
+  if (elementType.isInteger(64))
+    return kI64;
+  if (elementType.isInteger(32))
+    return kI32;
+  return op->emitOpError("element type ")
+         << elementType << " has no runtime representation (f32, i64, i32)";
+}
+
+static int64_t gemmOrZero(bool b) { return b ? 1 : 0; }
+
+static void lossAttrs(KernelCall &k, StringRef reduction,
+                      std::optional<int64_t> ignoreIndex) {
+  k.iattrs = {reduction == "sum" ? 1 : 0, ignoreIndex ? 1 : 0,
+              ignoreIndex.value_or(0)};
+}
+
+static int64_t axisOf(int64_t axis, Value v) {
+  return normalizeAxis(axis, cast<RankedTensorType>(v.getType()).getRank());
+}
+
+static SmallVector<int64_t> reduceAxes(ArrayRef<int64_t> axes, Value input) {
+  int64_t rank = cast<RankedTensorType>(input.getType()).getRank();
+  SmallVector<int64_t> out;
+  if (axes.empty())
+    for (int64_t d = 0; d < rank; ++d)
+      out.push_back(d);
+  else
+    for (int64_t a : axes)
+      out.push_back(normalizeAxis(a, rank));
+  out.insert(out.begin(), (int64_t)out.size());
+  return out;
+}
+
+FailureOr<KernelCall> RuntimeEmitter::describeKernel(Operation *op) {
+  KernelCall k;
+  auto result =
+      llvm::TypeSwitch<Operation *, LogicalResult>(op)
+          .Case<MatMulOp, AddOp, SubOp, MulOp, DivOp>([&](auto o) {
+            k.inputs = {o->getOperand(0), o->getOperand(1)};
+            return success();
+          })
+          .Case<NegOp, ReluOp, TanhOp, ReshapeOp, SumToShapeOp, BroadcastToOp>(
+              [&](auto o) {
+                k.inputs = {o->getOperand(0)};
+                return success();
+              })
+          .Case([&](GemmOp o) {
+            k.inputs = {o.getA(), o.getB(), o.getC()};
+            k.iattrs = {gemmOrZero(o.getTransA()), gemmOrZero(o.getTransB())};
+            k.fattrs = {o.getAlpha().convertToDouble(),
+                        o.getBeta().convertToDouble()};
+            return success();
+          })
+          .Case([&](GeluOp o) {
+            k.inputs = {o.getInput()};
+            k.iattrs = {o.getApproximate() == "tanh" ? 1 : 0};
+            return success();
+          })
+          .Case([&](SoftmaxOp o) {
+            k.inputs = {o.getInput()};
+            k.iattrs = {axisOf(o.getAxis(), o.getInput())};
+            return success();
+          })
+          .Case([&](LayerNormOp o) {
+            k.inputs = {o.getInput(), o.getScale(), o.getBias()};
+            k.iattrs = {axisOf(o.getAxis(), o.getInput())};
+            k.fattrs = {o.getEpsilon().convertToDouble()};
+            return success();
+          })
+          .Case([&](GatherOp o) {
+            k.inputs = {o.getData(), o.getIndices()};
+            k.iattrs = {axisOf(o.getAxis(), o.getData())};
+            return success();
+          })
+          .Case([&](TransposeOp o) {
+            k.inputs = {o.getInput()};
+            k.iattrs = llvm::to_vector(o.getPerm());
+            return success();
+          })
+          .Case<ReduceSumOp, ReduceMeanOp>([&](auto o) {
+            k.inputs = {o.getInput()};
+            k.iattrs = reduceAxes(o.getAxes(), o.getInput());
+            return success();
+          })
+          .Case([&](SoftmaxCrossEntropyLossOp o) {
+            k.inputs = {o.getLogits(), o.getLabels()};
+            lossAttrs(k, o.getReduction(), o.getIgnoreIndex());
+            return success();
+          })
+          .Case([&](ReluGradOp o) {
+            k.inputs = {o.getInput(), o.getDy()};
+            return success();
+          })
+          .Case([&](TanhGradOp o) {
+            k.inputs = {o.getOutput(), o.getDy()};
+            return success();
+          })
+          .Case([&](GeluGradOp o) {
+            k.inputs = {o.getInput(), o.getDy()};
+            k.iattrs = {o.getApproximate() == "tanh" ? 1 : 0};
+            return success();
+          })
+          .Case([&](SoftmaxGradOp o) {
+            k.inputs = {o.getOutput(), o.getDy()};
+            k.iattrs = {axisOf(o.getAxis(), o.getOutput())};
+            return success();
+          })
+          .Case([&](LayerNormGradOp o) {
+            k.inputs = {o.getInput(), o.getScale(), o.getDy()};
+            k.iattrs = {axisOf(o.getAxis(), o.getInput())};
+            k.fattrs = {o.getEpsilon().convertToDouble()};
+            return success();
+          })
+          .Case([&](GatherGradOp o) {
+            k.inputs = {o.getIndices(), o.getDy()};
+            k.iattrs = {axisOf(o.getAxis(), o.getResult())};
+            return success();
+          })
+          .Case([&](SoftmaxCrossEntropyLossGradOp o) {
+            k.inputs = {o.getLogits(), o.getLabels(), o.getDloss()};
+            lossAttrs(k, o.getReduction(), o.getIgnoreIndex());
+            return success();
+          })
+          .Default([&](Operation *o) {
+            return o->emitOpError(
+                "has no runtime kernel; convert-train-to-runtime cannot "
+                "lower it");
+          });
+  if (failed(result))
+    return failure();
+  return k;
+}
+
+//===----------------------------------------------------------------------===//
+// Entry points
+//===----------------------------------------------------------------------===//
+
+FailureOr<Value> RuntimeEmitter::allocFor(Operation *op,
+                                          RankedTensorType type) {
+  auto dtype = dtypeOf(op, type.getElementType());
+  if (failed(dtype))
+    return failure();
+  return callRuntime("spw_alloc", ptrTy, {ptrTy, i32Ty, i32Ty, ptrTy},
+                     {ctxArg, i32(*dtype), i32(type.getRank()),
+                      i64Array(type.getShape())});
+}
+
+LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
+                                          ArrayRef<ParamOp> params) {
+  builder.setInsertionPointToEnd(module.getBody());
+  auto fn = LLVM::LLVMFuncOp::create(
+      builder, loc, "spw_model_declare",
+      LLVM::LLVMFunctionType::get(voidTy, {ptrTy}));
+  Block *entry = fn.addEntryBlock(builder);
+  builder.setInsertionPointToStart(entry);
+  ctxArg = entry->getArgument(0);
+
+  int64_t totalBytes = 0;
+  for (ParamOp p : params)
+    totalBytes = std::max<int64_t>(totalBytes, p.getOffset() + p.getNumBytes());
+  callRuntime("spw_declare_weights", voidTy, {ptrTy, i64Ty},
+              {ctxArg, i64(totalBytes)});
+
+  for (auto [index, param] : llvm::enumerate(params)) {
+    ParamOp p = param;
+    loc = p.getLoc();
+    auto dtype = dtypeOf(p, p.getTensorType().getElementType());
+    if (failed(dtype))
+      return failure();
+    callRuntime("spw_declare_param", i32Ty,
+                {ptrTy, ptrTy, i32Ty, i32Ty, ptrTy, i64Ty},
+                {ctxArg, stringConstant(p.getSymName()), i32(*dtype),
+                 i32(p.getTensorType().getRank()),
+                 i64Array(p.getTensorType().getShape()), i64(p.getOffset())});
+    paramIndex[p] = index;
+    paramIndexByName[p.getSymName()] = index;
+  }
+
+  for (BlockArgument arg : step.getArguments()) {
+    loc = arg.getLoc();
+    auto type = dyn_cast<RankedTensorType>(arg.getType());
+    if (!type || !type.hasStaticShape())
+      return step.emitOpError("input #")
+             << arg.getArgNumber()
+             << " must be a statically shaped tensor; bind symbolic "
+                "dimensions with --bind NAME=INT";
+    auto dtype = dtypeOf(step, type.getElementType());
+    if (failed(dtype))
+      return failure();
+    auto name = step.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                  kInputNameAttrName);
+    std::string inputName =
+        name ? name.str() : ("arg" + Twine(arg.getArgNumber())).str();
+    callRuntime("spw_declare_input", i32Ty, {ptrTy, ptrTy, i32Ty, i32Ty, ptrTy},
+                {ctxArg, stringConstant(inputName), i32(*dtype),
+                 i32(type.getRank()), i64Array(type.getShape())});
+  }
+
+  // The optimizer defaults the executable reports and falls back to.
+  AdamWOp firstAdam;
+  step.walk([&](AdamWOp op) {
+    if (!firstAdam)
+      firstAdam = op;
+  });
+  if (firstAdam) {
+    loc = firstAdam.getLoc();
+    callRuntime("spw_declare_adamw", voidTy,
+                {ptrTy, f64Ty, f64Ty, f64Ty, f64Ty, f64Ty},
+                {ctxArg, f64(firstAdam.getLr().convertToDouble()),
+                 f64(firstAdam.getBeta1().convertToDouble()),
+                 f64(firstAdam.getBeta2().convertToDouble()),
+                 f64(firstAdam.getEps().convertToDouble()),
+                 f64(firstAdam.getWeightDecay().convertToDouble())});
+  }
+  loc = step.getLoc();
+  LLVM::ReturnOp::create(builder, loc, ValueRange{});
+  return success();
+}
+
+LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
+  builder.setInsertionPointToEnd(module.getBody());
+  loc = step.getLoc();
+  auto fn =
+      LLVM::LLVMFuncOp::create(builder, loc, "spw_model_step",
+                               LLVM::LLVMFunctionType::get(voidTy, {ptrTy}));
+  Block *entry = fn.addEntryBlock(builder);
+  builder.setInsertionPointToStart(entry);
+  ctxArg = entry->getArgument(0);
+  Value one = i64(1);
+  insArray = LLVM::AllocaOp::create(
+      builder, loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, kMaxKernelInputs),
+      one);
+  outsArray = LLVM::AllocaOp::create(
+      builder, loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, kMaxKernelOutputs),
+      one);
+
+  DenseMap<Value, Value> handles;
+  for (BlockArgument arg : step.getArguments())
+    handles[arg] = callRuntime("spw_input", ptrTy, {ptrTy, i32Ty},
+                               {ctxArg, i32(arg.getArgNumber())});
+
+  auto lookupParam = [&](Operation *op, StringRef name) -> FailureOr<int32_t> {
+    auto it = paramIndexByName.find(name);
+    if (it == paramIndexByName.end())
+      return op->emitOpError("refers to unknown parameter @") << name;
+    return it->second;
+  };
+  auto storeArray = [&](Value array, int64_t size, ArrayRef<Value> values) {
+    for (auto [i, v] : llvm::enumerate(values)) {
+      Value slot = LLVM::GEPOp::create(
+          builder, loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, size), array,
+          ArrayRef<LLVM::GEPArg>{0, (int32_t)i});
+      LLVM::StoreOp::create(builder, loc, v, slot);
+    }
+  };
+
+  for (Operation &op : step.getBody().front()) {
+    loc = op.getLoc();
+    if (failed(checkStatic(&op)))
+      return failure();
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      if (ret.getNumOperands() != 1)
+        return ret.emitOpError("the training step must return exactly one "
+                               "value, the scalar loss");
+      callRuntime("spw_set_loss", voidTy, {ptrTy, ptrTy},
+                  {ctxArg, handles.lookup(ret.getOperand(0))});
+      continue;
+    }
+    if (auto pv = dyn_cast<ParamValueOp>(op)) {
+      auto index = lookupParam(&op, pv.getParam());
+      if (failed(index))
+        return failure();
+      handles[pv.getResult()] = callRuntime("spw_param", ptrTy, {ptrTy, i32Ty},
+                                            {ctxArg, i32(*index)});
+      continue;
+    }
+    if (auto c = dyn_cast<ConstantOp>(op)) {
+      auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
+      if (!dense)
+        return c.emitOpError("only dense constants can be lowered");
+      auto type = cast<RankedTensorType>(c.getType());
+      auto dtype = dtypeOf(&op, type.getElementType());
+      if (failed(dtype))
+        return failure();
+      handles[c.getResult()] = callRuntime(
+          "spw_constant", ptrTy, {ptrTy, i32Ty, i32Ty, ptrTy, ptrTy},
+          {ctxArg, i32(*dtype), i32(type.getRank()), i64Array(type.getShape()),
+           dataConstant(dense)});
+      continue;
+    }
+    if (auto pg = dyn_cast<ParamGradOp>(op)) {
+      auto index = lookupParam(&op, pg.getParam());
+      if (failed(index))
+        return failure();
+      callRuntime("spw_param_grad", voidTy, {ptrTy, i32Ty, ptrTy},
+                  {ctxArg, i32(*index), handles.lookup(pg.getGrad())});
+      continue;
+    }
+    if (auto adam = dyn_cast<AdamWOp>(op)) {
+      auto index = lookupParam(&op, adam.getParam());
+      if (failed(index))
+        return failure();
+      callRuntime("spw_adamw", voidTy,
+                  {ptrTy, i32Ty, ptrTy, f64Ty, f64Ty, f64Ty, f64Ty, f64Ty},
+                  {ctxArg, i32(*index), handles.lookup(adam.getGrad()),
+                   f64(adam.getLr().convertToDouble()),
+                   f64(adam.getBeta1().convertToDouble()),
+                   f64(adam.getBeta2().convertToDouble()),
+                   f64(adam.getEps().convertToDouble()),
+                   f64(adam.getWeightDecay().convertToDouble())});
+      continue;
+    }
+
+    auto kernel = describeKernel(&op);
+    if (failed(kernel))
+      return failure();
+    if ((int64_t)kernel->inputs.size() > kMaxKernelInputs ||
+        (int64_t)op.getNumResults() > kMaxKernelOutputs)
+      return op.emitOpError("has more operands or results than the runtime "
+                            "call ABI carries");
+    SmallVector<Value> ins, outs;
+    for (Value v : kernel->inputs)
+      ins.push_back(v ? handles.lookup(v) : nullPtr());
+    for (Value r : op.getResults()) {
+      auto h = allocFor(&op, cast<RankedTensorType>(r.getType()));
+      if (failed(h))
+        return failure();
+      handles[r] = *h;
+      outs.push_back(*h);
+    }
+    storeArray(insArray, kMaxKernelInputs, ins);
+    storeArray(outsArray, kMaxKernelOutputs, outs);
+    std::string name = ("spw_op_" + op.getName().stripDialect()).str();
+    callRuntime(name, voidTy, {ptrTy, ptrTy, ptrTy, ptrTy, ptrTy},
+                {ctxArg, insArray, outsArray, i64Array(kernel->iattrs),
+                 f64Array(kernel->fattrs)});
+  }
+  LLVM::ReturnOp::create(builder, loc, ValueRange{});
+  return success();
+}
+
+void RuntimeEmitter::emitMain() {
+  builder.setInsertionPointToEnd(module.getBody());
+  auto fn = LLVM::LLVMFuncOp::create(
+      builder, loc, "main", LLVM::LLVMFunctionType::get(i32Ty, {i32Ty, ptrTy}));
+  Block *entry = fn.addEntryBlock(builder);
+  builder.setInsertionPointToStart(entry);
+  Value rc = callRuntime("spw_main", i32Ty, {i32Ty, ptrTy},
+                         {entry->getArgument(0), entry->getArgument(1)});
+  LLVM::ReturnOp::create(builder, loc, rc);
+}
+
+LogicalResult RuntimeEmitter::run() {
+  SmallVector<func::FuncOp> funcs(module.getOps<func::FuncOp>());
+  if (funcs.size() != 1)
+    return module.emitError("convert-train-to-runtime expects exactly one "
+                            "func.func (the training step), found ")
+           << funcs.size();
+  func::FuncOp step = funcs.front();
+  if (!step.getBody().hasOneBlock())
+    return step.emitOpError("the training step must be a single block");
+  SmallVector<ParamOp> params(module.getOps<ParamOp>());
+
+  if (failed(emitDeclare(step, params)) || failed(emitStep(step)))
+    return failure();
+  emitMain();
+
+  step.erase();
+  for (ParamOp p : params)
+    p.erase();
+  return success();
+}
+
 namespace {
 struct ConvertTrainToRuntimePass
     : spillway::impl::ConvertTrainToRuntimePassBase<ConvertTrainToRuntimePass> {
   void runOnOperation() override {
-    getOperation().emitError("convert-train-to-runtime: not implemented yet");
-    signalPassFailure();
+    RuntimeEmitter emitter(getOperation());
+    if (failed(emitter.run()))
+      signalPassFailure();
   }
 };
 } // namespace

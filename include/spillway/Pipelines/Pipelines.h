@@ -1,0 +1,31 @@
+//===- Pipelines.h - the driver's pipelines as library functions -*- C++ -*-===//
+#ifndef SPILLWAY_PIPELINES_PIPELINES_H
+#define SPILLWAY_PIPELINES_PIPELINES_H
+
+#include "mlir/Pass/PassManager.h"
+#include <string>
+
+namespace spillway {
+
+/// Optimizer choice and its compile-time hyper-parameters (the executable's
+/// flags override them at run time). Defaults are torch.optim.AdamW's.
+struct TrainingPipelineOptions {
+  std::string optimizer = "adamw";
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weightDecay = 0.01;
+};
+
+/// Forward + loss in the train dialect -> one training step: gradients of the
+/// loss for every parameter, then the optimizer update of each.
+void populateTrainingPipeline(mlir::OpPassManager &pm,
+                              const TrainingPipelineOptions &options);
+
+/// A training step -> LLVM dialect calls against the runtime's C ABI.
+void populateLowerToRuntimePipeline(mlir::OpPassManager &pm);
+
+} // namespace spillway
+
+#endif

@@ -1,0 +1,86 @@
+// RUN: spillway-opt --convert-train-to-runtime --split-input-file --verify-diagnostics %s | FileCheck %s
+
+// A linear classifier after autodiff and attach-optimizer: every train op
+// becomes one runtime call, outputs are allocated with their static shapes.
+
+module attributes {train.weights = "m.weights.bin"} {
+  train.param @"fc.weight" : tensor<4x3xf32> at 0
+  train.param @"fc.bias" : tensor<3xf32> at 64
+  func.func @main(%x: tensor<8x4xf32> {train.name = "x"}, %y: tensor<8xi64> {train.name = "y"}) -> tensor<f32> {
+    %w = train.param_value @"fc.weight" : tensor<4x3xf32>
+    %b = train.param_value @"fc.bias" : tensor<3xf32>
+    %h = train.matmul %x, %w : tensor<8x4xf32>, tensor<4x3xf32> -> tensor<8x3xf32>
+    %z = train.add %h, %b : tensor<8x3xf32>, tensor<3xf32> -> tensor<8x3xf32>
+    %l = train.softmax_cross_entropy_loss %z, %y {ignore_index = -100 : si64} : tensor<8x3xf32>, tensor<8xi64>
+    %one = train.constant dense<1.0> : tensor<f32>
+    %dz = train.softmax_cross_entropy_loss_grad %z, %y, %one {ignore_index = -100 : si64} : tensor<8x3xf32>, tensor<8xi64>, tensor<f32>
+    %db = train.sum_to_shape %dz : tensor<8x3xf32> -> tensor<3xf32>
+    %xt = train.transpose %x, [1, 0] : tensor<8x4xf32> -> tensor<4x8xf32>
+    %dw = train.matmul %xt, %dz : tensor<4x8xf32>, tensor<8x3xf32> -> tensor<4x3xf32>
+    train.adamw @"fc.weight", %dw {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.01} : tensor<4x3xf32>
+    train.param_grad @"fc.bias", %db : tensor<3xf32>
+    return %l : tensor<f32>
+  }
+}
+
+// The parameter and input tables, with names, dtypes (1 = f32, 2 = i64),
+// ranks, shapes and weights-file offsets; the weights end at 64 + 12 bytes.
+// CHECK-DAG: llvm.mlir.global internal constant @[[$W:spw_str_[0-9]+]]("fc.weight\00")
+// CHECK-DAG: llvm.mlir.global internal constant @[[$WSHAPE:spw_i64_[0-9]+]](dense<[4, 3]> : tensor<2xi64>)
+// CHECK-DAG: llvm.mlir.global internal constant @[[$XT:spw_i64_[0-9]+]](dense<[1, 0]> : tensor<2xi64>)
+// CHECK-DAG: llvm.mlir.global internal constant @[[$LOSS:spw_i64_[0-9]+]](dense<[0, 1, -100]> : tensor<3xi64>)
+// CHECK-DAG: llvm.mlir.global internal constant @[[$ONE:spw_const_[0-9]+]](dense<1.000000e+00> : tensor<1xf32>)
+// CHECK-NOT: train.
+// CHECK-LABEL: llvm.func @spw_model_declare(%{{.*}}: !llvm.ptr)
+// CHECK:         %[[TOTAL:.*]] = llvm.mlir.constant(76 : i64)
+// CHECK:         llvm.call @spw_declare_weights(%{{.*}}, %[[TOTAL]])
+// CHECK:         %[[NAME:.*]] = llvm.mlir.addressof @[[$W]]
+// CHECK:         %[[F32:.*]] = llvm.mlir.constant(1 : i32)
+// CHECK:         %[[RANK:.*]] = llvm.mlir.constant(2 : i32)
+// CHECK:         %[[SHAPE:.*]] = llvm.mlir.addressof @[[$WSHAPE]]
+// CHECK:         llvm.call @spw_declare_param(%{{.*}}, %[[NAME]], %[[F32]], %[[RANK]], %[[SHAPE]], %{{.*}})
+// CHECK:         llvm.call @spw_declare_param
+// CHECK:         llvm.call @spw_declare_input
+// CHECK:         llvm.call @spw_declare_input
+// CHECK:         llvm.call @spw_declare_adamw
+// CHECK-LABEL: llvm.func @spw_model_step(%{{.*}}: !llvm.ptr)
+// CHECK:         llvm.call @spw_input
+// CHECK:         llvm.call @spw_input
+// CHECK:         llvm.call @spw_param
+// CHECK:         llvm.call @spw_param
+// CHECK:         llvm.call @spw_alloc
+// CHECK:         llvm.call @spw_op_matmul
+// CHECK:         llvm.call @spw_alloc
+// CHECK:         llvm.call @spw_op_add
+// CHECK:         llvm.call @spw_alloc
+// CHECK:         %[[LATTR:.*]] = llvm.mlir.addressof @[[$LOSS]]
+// CHECK:         llvm.call @spw_op_softmax_cross_entropy_loss(%{{.*}}, %{{.*}}, %{{.*}}, %[[LATTR]], %{{.*}})
+// CHECK:         %[[C:.*]] = llvm.mlir.addressof @[[$ONE]]
+// CHECK:         llvm.call @spw_constant(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[C]])
+// CHECK:         llvm.call @spw_op_softmax_cross_entropy_loss_grad
+// CHECK:         llvm.call @spw_op_sum_to_shape
+// CHECK:         %[[PERM:.*]] = llvm.mlir.addressof @[[$XT]]
+// CHECK:         llvm.call @spw_op_transpose(%{{.*}}, %{{.*}}, %{{.*}}, %[[PERM]], %{{.*}})
+// CHECK:         llvm.call @spw_op_matmul
+// CHECK:         llvm.call @spw_adamw
+// CHECK:         llvm.call @spw_param_grad
+// CHECK:         llvm.call @spw_set_loss
+// CHECK:         llvm.return
+// CHECK-LABEL: llvm.func @main(%{{.*}}: i32, %{{.*}}: !llvm.ptr) -> i32
+// CHECK:         llvm.call @spw_main
+
+// -----
+
+// expected-error @+1 {{convert-train-to-runtime expects exactly one func.func (the training step), found 2}}
+module {
+  func.func @a() { return }
+  func.func @b() { return }
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op input #0 must be a statically shaped tensor; bind symbolic dimensions with --bind NAME=INT}}
+func.func @main(%x: tensor<?x4xf32>) -> tensor<f32> {
+  %s = train.reduce_sum %x, [] {keepdims = false} : tensor<?x4xf32> -> tensor<f32>
+  return %s : tensor<f32>
+}
