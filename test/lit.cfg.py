@@ -16,7 +16,10 @@ config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
 llvm_config.with_system_environment(["HOME", "TMPDIR", "PYTHONPATH"])
 llvm_config.use_default_substitutions()
 
+# The tests' Python needs numpy and onnx: use the interpreter CMake found,
+# not the one lit runs under (use_default_substitutions adds that as %python).
 python = config.python_executable or shutil.which("python3")
+config.substitutions = [s for s in config.substitutions if s[0] != "%python"]
 config.substitutions.append(("%python", python))
 config.substitutions.append(("%spillway_src", config.spillway_src_root))
 

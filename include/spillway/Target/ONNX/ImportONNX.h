@@ -1,0 +1,66 @@
+//===- ImportONNX.h - ONNX training graph -> train dialect -------*- C++ -*-===//
+//
+// Imports an ONNX model whose first graph output is its scalar loss into a
+// module of `train.param` declarations and one `func.func @main` that
+// computes the loss. Parameter values (float initializers) go to a separate
+// weights file, never into the IR.
+//
+// The ONNX and protobuf libraries throw; exceptions stay inside the importer's
+// library and come out of this API as diagnostics.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPILLWAY_TARGET_ONNX_IMPORTONNX_H
+#define SPILLWAY_TARGET_ONNX_IMPORTONNX_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/LogicalResult.h"
+
+#include <cstdint>
+#include <string>
+
+namespace spillway {
+
+struct ONNXImportOptions {
+  /// Sizes for symbolic dimensions (ONNX dim_param) of graph inputs, from
+  /// `--bind`. Every symbolic input dimension must be bound; a binding that
+  /// names no dimension gets a warning.
+  llvm::StringMap<int64_t> dimBindings;
+  /// Where to write the weights file (the float initializers, raw
+  /// little-endian, each at a 64-byte-aligned offset). Empty: write nothing
+  /// (the module still names `weightsAttr`).
+  std::string weightsPath;
+  /// What the module attribute `train.weights` says: the weights file's path
+  /// relative to the directory of the MLIR file the module will be written to.
+  std::string weightsAttr;
+};
+
+/// Imports an ONNX model file: binary ModelProto (`.onnx`) or ONNX textual
+/// syntax (`.onnxtext`). Emits diagnostics on `ctx` and returns null on
+/// failure; on success the weights file has been written and the module
+/// verifies.
+mlir::OwningOpRef<mlir::ModuleOp>
+importONNXFile(llvm::StringRef path, mlir::MLIRContext &ctx,
+               const ONNXImportOptions &opts);
+
+/// Parses "a=1,b=2" into `out` (later entries override earlier ones). On
+/// failure sets `error` to a message naming the bad entry.
+llvm::LogicalResult parseDimBindings(llvm::StringRef spec,
+                                     llvm::StringMap<int64_t> &out,
+                                     std::string &error);
+
+/// The weights file that goes with an MLIR file: `dir/model.mlir` ->
+/// `dir/model.weights.bin`. For stdout ("-" or empty) it is
+/// `<basename of modelPath without extension>.weights.bin` in the current
+/// directory. Fills `opts.weightsPath` and `opts.weightsAttr`.
+void setDefaultWeightsPaths(llvm::StringRef mlirOutputPath,
+                            llvm::StringRef modelPath,
+                            ONNXImportOptions &opts);
+
+} // namespace spillway
+
+#endif // SPILLWAY_TARGET_ONNX_IMPORTONNX_H

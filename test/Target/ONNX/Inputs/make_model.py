@@ -1,0 +1,99 @@
+"""Writes the binary ONNX models the importer tests need (onnx from PyPI).
+
+usage: make_model.py KIND OUT.onnx
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def mlp_graph(inits, opset=17, nodes=None, outputs=None):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, ["batch"])
+    loss = helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])
+    nodes = nodes or [
+        helper.make_node("Gemm", ["x", "fc1.weight", "fc1.bias"], ["h"], name="fc1"),
+        helper.make_node("SoftmaxCrossEntropyLoss", ["h", "y"], ["loss"], name="loss"),
+    ]
+    graph = helper.make_graph(nodes, "mlp", [x, y], outputs or [loss], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def weights():
+    w = np.arange(8, dtype=np.float32).reshape(2, 4) / 4
+    b = np.array([1.5, -2.0, 0.0, 3.0], dtype=np.float32)
+    return w, b
+
+
+def main(kind, out):
+    w, b = weights()
+    if kind == "external":
+        # fc1.weight in raw_data, fc1.bias as float_data, both moved to an
+        # external file at a non-zero offset.
+        inits = [numpy_helper.from_array(w, "fc1.weight"),
+                 helper.make_tensor("fc1.bias", TensorProto.FLOAT, [4], b.tolist())]
+        model = mlp_graph(inits)
+        data = os.path.basename(out) + ".data"
+        with open(os.path.join(os.path.dirname(out), data), "wb") as f:
+            f.write(b"\0" * 16)
+            for t, arr in zip(model.graph.initializer, (w, b)):
+                offset = f.tell()
+                f.write(arr.tobytes())
+                t.ClearField("raw_data")
+                t.ClearField("float_data")
+                t.data_location = TensorProto.EXTERNAL
+                for k, v in (("location", data), ("offset", str(offset)),
+                             ("length", str(arr.nbytes))):
+                    e = t.external_data.add()
+                    e.key, e.value = k, v
+    elif kind == "missing-external":
+        t = numpy_helper.from_array(w, "fc1.weight")
+        t.ClearField("raw_data")
+        t.data_location = TensorProto.EXTERNAL
+        e = t.external_data.add()
+        e.key, e.value = "location", "no-such-file.bin"
+        model = mlp_graph([t, numpy_helper.from_array(b, "fc1.bias")])
+    elif kind == "short-external":
+        data = os.path.basename(out) + ".data"
+        with open(os.path.join(os.path.dirname(out), data), "wb") as f:
+            f.write(w.tobytes()[:20])
+        t = numpy_helper.from_array(w, "fc1.weight")
+        t.ClearField("raw_data")
+        t.data_location = TensorProto.EXTERNAL
+        e = t.external_data.add()
+        e.key, e.value = "location", data
+        model = mlp_graph([t, numpy_helper.from_array(b, "fc1.bias")])
+    elif kind == "f16":
+        model = mlp_graph([numpy_helper.from_array(w.astype(np.float16), "fc1.weight"),
+                           numpy_helper.from_array(b, "fc1.bias")])
+    elif kind == "conv":
+        nodes = [helper.make_node("Conv", ["x", "fc1.weight"], ["h"], name="n7"),
+                 helper.make_node("SoftmaxCrossEntropyLoss", ["h", "y"], ["loss"])]
+        model = mlp_graph([numpy_helper.from_array(w, "fc1.weight")], nodes=nodes)
+    elif kind == "custom-domain":
+        nodes = [helper.make_node("FusedGemm", ["x", "fc1.weight"], ["h"],
+                                  domain="com.microsoft"),
+                 helper.make_node("SoftmaxCrossEntropyLoss", ["h", "y"], ["loss"])]
+        model = mlp_graph([numpy_helper.from_array(w, "fc1.weight")], nodes=nodes)
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    elif kind == "opset12":
+        model = mlp_graph([numpy_helper.from_array(w, "fc1.weight"),
+                           numpy_helper.from_array(b, "fc1.bias")], opset=12)
+    elif kind == "big-const":
+        idx = numpy_helper.from_array(np.zeros(5000, dtype=np.int64), "idx")
+        nodes = [helper.make_node("Gather", ["fc1.weight", "idx"], ["g"], name="gather"),
+                 helper.make_node("ReduceSum", ["g"], ["loss"], keepdims=0)]
+        model = mlp_graph([numpy_helper.from_array(w, "fc1.weight"), idx], nodes=nodes)
+    elif kind == "mlp":
+        model = mlp_graph([numpy_helper.from_array(w, "fc1.weight"),
+                           numpy_helper.from_array(b, "fc1.bias")])
+    else:
+        sys.exit("unknown kind " + kind)
+    onnx.save(model, out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
