@@ -69,8 +69,10 @@ int64_t ParamOp::getNumBytes() {
 }
 
 LogicalResult ParamOp::verify() {
-  if (getOffset() < 0)
-    return emitOpError("offset must be non-negative, got ") << getOffset();
+  // I64Attr's accessor is unsigned; read the attribute as signed.
+  int64_t offset = getOffsetAttr().getInt();
+  if (offset < 0)
+    return emitOpError("offset must be non-negative, got ") << offset;
   if (!getTensorType().hasStaticShape())
     return emitOpError("parameter '")
            << getSymName() << "' must have a static shape";

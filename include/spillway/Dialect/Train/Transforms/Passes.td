@@ -13,10 +13,12 @@ def TrainAutodiffPass : Pass<"train-autodiff", "mlir::ModuleOp"> {
     `train.param_value` reads. Appends to each such function the reverse
     sweep: for every op on a path from a parameter to the loss, in reverse
     order, its gradient rule (one place per op kind) accumulates adjoints of
-    its operands; broadcast operands get `train.sum_to_shape`. For every
-    parameter read it emits one `train.param_grad @p, %g` holding
-    d loss / d p (zeros when the loss does not depend on p). Gradients of
-    function arguments (inputs) are not computed.
+    its operands; broadcast operands get `train.sum_to_shape`. Ops off that
+    path get no gradient ops. Before the return, for every parameter the
+    function reads it emits one `train.param_grad @p, %g` holding
+    d loss / d p (the adjoints of several reads of p summed; zeros when the
+    loss does not depend on p), in the order the `train.param` ops are
+    declared. Gradients of function arguments (inputs) are not computed.
 
     Fails with a diagnostic naming the op when an op on the path has no
     gradient rule, or when the result is not a scalar float tensor.
@@ -36,6 +38,11 @@ def TrainAttachOptimizerPass : Pass<"train-attach-optimizer", "mlir::ModuleOp"> 
     given hyper-parameters, matching `torch.optim.AdamW` (weight decay on
     every parameter by default). The executable may override the
     hyper-parameters at run time.
+
+    Fails when the optimizer is unknown, when an option is out of range, or
+    when the module declares parameters but holds no `train.param_grad`
+    (run `train-autodiff` first). A module without any `train.param` is
+    left unchanged with a warning.
   }];
   let options = [
     Option<"optimizer", "optimizer", "std::string", "\"adamw\"",

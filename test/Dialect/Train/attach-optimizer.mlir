@@ -1,0 +1,51 @@
+// RUN: spillway-opt %s -split-input-file -verify-diagnostics --train-attach-optimizer | FileCheck %s --check-prefixes=CHECK,DEFAULT
+// RUN: spillway-opt %s -split-input-file -verify-diagnostics --train-attach-optimizer="lr=0.01 weight-decay=0" | FileCheck %s --check-prefixes=CHECK,CUSTOM
+// RUN: not spillway-opt %s -split-input-file --train-attach-optimizer="optimizer=sgd" 2>&1 | FileCheck %s --check-prefix=SGD
+// RUN: not spillway-opt %s --train-attach-optimizer="beta1=1.5" 2>&1 | FileCheck %s --check-prefix=BADOPT
+
+// Every train.param_grad becomes a train.adamw with the options as f64
+// attributes, in place.
+// CHECK-LABEL: func.func @step
+// CHECK-SAME:    (%[[GW:.*]]: tensor<4x3xf32>, %[[GB:.*]]: tensor<3xf32>)
+// DEFAULT-NEXT:  train.adamw @fc.weight, %[[GW]] {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<4x3xf32>
+// DEFAULT-NEXT:  train.adamw @fc.bias, %[[GB]] {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<3xf32>
+// CUSTOM-NEXT:   train.adamw @fc.weight, %[[GW]] {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-02 : f64, weight_decay = 0.000000e+00 : f64} : tensor<4x3xf32>
+// CUSTOM-NEXT:   train.adamw @fc.bias, %[[GB]] {{.*}}lr = 1.000000e-02 : f64, weight_decay = 0.000000e+00 : f64} : tensor<3xf32>
+// CHECK-NOT:     train.param_grad
+// CHECK:         return
+// SGD: error: train-attach-optimizer: unknown optimizer 'sgd'; supported optimizers: adamw
+// BADOPT: error: train-attach-optimizer: invalid adamw options
+module {
+  train.param @"fc.weight" : tensor<4x3xf32> at 0
+  train.param @"fc.bias" : tensor<3xf32> at 48
+  func.func @step(%gw: tensor<4x3xf32>, %gb: tensor<3xf32>) {
+    train.param_grad @"fc.weight", %gw : tensor<4x3xf32>
+    train.param_grad @"fc.bias", %gb : tensor<3xf32>
+    return
+  }
+}
+
+// -----
+
+// Parameters but no gradients: autodiff has not run.
+// expected-error @+1 {{train-attach-optimizer: module has no train.param_grad ops; run train-autodiff first}}
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @forward_only() -> tensor<f32> {
+    %p = train.param_value @p : tensor<3xf32>
+    %l = train.reduce_sum %p, [] {keepdims = false} : tensor<3xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// -----
+
+// No parameters at all: nothing to optimize, left unchanged.
+// CHECK-LABEL: func.func @no_params
+// CHECK-NEXT:    return
+// expected-warning @+1 {{train-attach-optimizer: module has no parameters to optimize}}
+module {
+  func.func @no_params() {
+    return
+  }
+}

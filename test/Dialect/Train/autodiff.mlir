@@ -1,0 +1,394 @@
+// RUN: spillway-opt %s -split-input-file -verify-diagnostics --train-autodiff | FileCheck %s
+
+module attributes {train.weights = "m.weights.bin"} {
+  train.param @"fc.weight" : tensor<4x3xf32> at 0
+  train.param @"fc.bias" : tensor<3xf32> at 48
+  func.func @mlp(%x: tensor<8x4xf32> {train.name = "x"}, %y: tensor<8xi64> {train.name = "y"}) -> tensor<f32> {
+    %w = train.param_value @"fc.weight" : tensor<4x3xf32>
+    %b = train.param_value @"fc.bias" : tensor<3xf32>
+    %h = train.matmul %x, %w : tensor<8x4xf32>, tensor<4x3xf32> -> tensor<8x3xf32>
+    %z = train.add %h, %b : tensor<8x3xf32>, tensor<3xf32> -> tensor<8x3xf32>
+    %r = train.relu %z : tensor<8x3xf32>
+    %l = train.softmax_cross_entropy_loss %r, %y : tensor<8x3xf32>, tensor<8xi64>
+    return %l : tensor<f32>
+  }
+}
+
+// The MLP: softmax cross-entropy, relu, the bias (broadcast along the batch)
+// and the weight (only its own adjoint; the input x gets none).
+// CHECK-LABEL: func.func @mlp
+// CHECK-SAME:    (%[[X:.*]]: tensor<8x4xf32> {{.*}}, %[[Y:.*]]: tensor<8xi64> {{.*}})
+// CHECK:         %[[W:.*]] = train.param_value @fc.weight
+// CHECK:         %[[Z:.*]] = train.add
+// CHECK:         %[[R:.*]] = train.relu %[[Z]]
+// CHECK:         %[[L:.*]] = train.softmax_cross_entropy_loss %[[R]], %[[Y]]
+// CHECK-NEXT:    %[[SEED:.*]] = train.constant dense<1.000000e+00> : tensor<f32>
+// CHECK-NEXT:    %[[DR:.*]] = train.softmax_cross_entropy_loss_grad %[[R]], %[[Y]], %[[SEED]] : tensor<8x3xf32>, tensor<8xi64>, tensor<f32>
+// CHECK-NEXT:    %[[DZ:.*]] = train.relu_grad %[[Z]], %[[DR]] : tensor<8x3xf32>
+// CHECK-NEXT:    %[[DB:.*]] = train.sum_to_shape %[[DZ]] : tensor<8x3xf32> -> tensor<3xf32>
+// CHECK-NEXT:    %[[XT:.*]] = train.transpose %[[X]], [1, 0] : tensor<8x4xf32> -> tensor<4x8xf32>
+// CHECK-NEXT:    %[[DW:.*]] = train.matmul %[[XT]], %[[DZ]] : tensor<4x8xf32>, tensor<8x3xf32> -> tensor<4x3xf32>
+// CHECK-NEXT:    train.param_grad @fc.weight, %[[DW]] : tensor<4x3xf32>
+// CHECK-NEXT:    train.param_grad @fc.bias, %[[DB]] : tensor<3xf32>
+// CHECK-NEXT:    return %[[L]] : tensor<f32>
+
+// -----
+
+module {
+  train.param @a : tensor<2x3xf32> at 0
+  train.param @b : tensor<1x3xf32> at 24
+  func.func @add_sub_broadcast() -> tensor<f32> {
+    %a = train.param_value @a : tensor<2x3xf32>
+    %b = train.param_value @b : tensor<1x3xf32>
+    %s = train.add %a, %b : tensor<2x3xf32>, tensor<1x3xf32> -> tensor<2x3xf32>
+    %d = train.sub %s, %b : tensor<2x3xf32>, tensor<1x3xf32> -> tensor<2x3xf32>
+    %l = train.reduce_sum %d, [] {keepdims = false} : tensor<2x3xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// y = sum((a + b) - b): sum over all axes without keepdims seeds a rank-0 dy
+// that is reshaped and broadcast back; b's two adjoints are summed to its
+// shape and add up (to zero).
+// CHECK-LABEL: func.func @add_sub_broadcast
+// CHECK:         %[[SEED:.*]] = train.constant dense<1.000000e+00> : tensor<f32>
+// CHECK-NEXT:    %[[R:.*]] = train.reshape %[[SEED]] : tensor<f32> -> tensor<1x1xf32>
+// CHECK-NEXT:    %[[DY:.*]] = train.broadcast_to %[[R]] : tensor<1x1xf32> -> tensor<2x3xf32>
+// CHECK-NEXT:    %[[S1:.*]] = train.sum_to_shape %[[DY]] : tensor<2x3xf32> -> tensor<1x3xf32>
+// CHECK-NEXT:    %[[N:.*]] = train.neg %[[S1]] : tensor<1x3xf32>
+// CHECK-NEXT:    %[[S2:.*]] = train.sum_to_shape %[[DY]] : tensor<2x3xf32> -> tensor<1x3xf32>
+// CHECK-NEXT:    %[[DB:.*]] = train.add %[[N]], %[[S2]]
+// CHECK-NEXT:    train.param_grad @a, %[[DY]] : tensor<2x3xf32>
+// CHECK-NEXT:    train.param_grad @b, %[[DB]] : tensor<1x3xf32>
+
+// -----
+
+module {
+  train.param @w : tensor<3xf32> at 0
+  func.func @mul_inactive(%x: tensor<2x3xf32>) -> tensor<f32> {
+    %w = train.param_value @w : tensor<3xf32>
+    %r = train.relu %x : tensor<2x3xf32>
+    %m = train.mul %r, %w : tensor<2x3xf32>, tensor<3xf32> -> tensor<2x3xf32>
+    %l = train.reduce_sum %m, [] {keepdims = false} : tensor<2x3xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// Only the parameter side of a product is differentiated; relu(x) is not on a
+// path from a parameter, so it gets no relu_grad.
+// CHECK-LABEL: func.func @mul_inactive
+// CHECK:         %[[RX:.*]] = train.relu
+// CHECK:         %[[DY:.*]] = train.broadcast_to
+// CHECK-NEXT:    %[[P:.*]] = train.mul %[[DY]], %[[RX]] : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x3xf32>
+// CHECK-NEXT:    %[[DW:.*]] = train.sum_to_shape %[[P]] : tensor<2x3xf32> -> tensor<3xf32>
+// CHECK-NEXT:    train.param_grad @w, %[[DW]] : tensor<3xf32>
+// CHECK-NOT:     relu_grad
+
+// -----
+
+module {
+  train.param @a : tensor<2x3xf32> at 0
+  train.param @b : tensor<3xf32> at 24
+  func.func @mul_div() -> tensor<f32> {
+    %a = train.param_value @a : tensor<2x3xf32>
+    %b = train.param_value @b : tensor<3xf32>
+    %m = train.mul %a, %b : tensor<2x3xf32>, tensor<3xf32> -> tensor<2x3xf32>
+    %q = train.div %m, %b : tensor<2x3xf32>, tensor<3xf32> -> tensor<2x3xf32>
+    %l = train.reduce_sum %q, [] {keepdims = false} : tensor<2x3xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// q = (a * b) / b: dm = dy / b, db = -sum(dy * q / b) + sum(dm * a).
+// CHECK-LABEL: func.func @mul_div
+// CHECK:         %[[A:.*]] = train.param_value @a
+// CHECK-NEXT:    %[[B:.*]] = train.param_value @b
+// CHECK-NEXT:    %[[M:.*]] = train.mul %[[A]], %[[B]]
+// CHECK-NEXT:    %[[Q:.*]] = train.div %[[M]], %[[B]]
+// CHECK:         %[[DY:.*]] = train.broadcast_to
+// CHECK-NEXT:    %[[DM:.*]] = train.div %[[DY]], %[[B]] : tensor<2x3xf32>, tensor<3xf32> -> tensor<2x3xf32>
+// CHECK-NEXT:    %[[T:.*]] = train.mul %[[DY]], %[[Q]]
+// CHECK-NEXT:    %[[T2:.*]] = train.div %[[T]], %[[B]]
+// CHECK-NEXT:    %[[S:.*]] = train.sum_to_shape %[[T2]] : tensor<2x3xf32> -> tensor<3xf32>
+// CHECK-NEXT:    %[[DB1:.*]] = train.neg %[[S]] : tensor<3xf32>
+// CHECK-NEXT:    %[[DA:.*]] = train.mul %[[DM]], %[[B]] : tensor<2x3xf32>, tensor<3xf32> -> tensor<2x3xf32>
+// CHECK-NEXT:    %[[U:.*]] = train.mul %[[DM]], %[[A]]
+// CHECK-NEXT:    %[[DB2:.*]] = train.sum_to_shape %[[U]] : tensor<2x3xf32> -> tensor<3xf32>
+// CHECK-NEXT:    %[[DB:.*]] = train.add %[[DB1]], %[[DB2]]
+// CHECK-NEXT:    train.param_grad @a, %[[DA]]
+// CHECK-NEXT:    train.param_grad @b, %[[DB]]
+
+// -----
+
+module {
+  train.param @p : tensor<2x3xf32> at 0
+  func.func @unary() -> tensor<f32> {
+    %p = train.param_value @p : tensor<2x3xf32>
+    %n = train.neg %p : tensor<2x3xf32>
+    %t = train.tanh %n : tensor<2x3xf32>
+    %g = train.gelu %t {approximate = "tanh"} : tensor<2x3xf32>
+    %s = train.softmax %g {axis = 0 : si64} : tensor<2x3xf32>
+    %l = train.reduce_sum %s, [] {keepdims = false} : tensor<2x3xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// softmax_grad and tanh_grad take the op's output, gelu_grad its input.
+// CHECK-LABEL: func.func @unary
+// CHECK:         %[[T:.*]] = train.tanh
+// CHECK-NEXT:    %[[G:.*]] = train.gelu
+// CHECK-NEXT:    %[[S:.*]] = train.softmax
+// CHECK:         %[[DY:.*]] = train.broadcast_to
+// CHECK-NEXT:    %[[DG:.*]] = train.softmax_grad %[[S]], %[[DY]] {axis = 0 : si64} : tensor<2x3xf32>
+// CHECK-NEXT:    %[[DT:.*]] = train.gelu_grad %[[T]], %[[DG]] {approximate = "tanh"} : tensor<2x3xf32>
+// CHECK-NEXT:    %[[DN:.*]] = train.tanh_grad %[[T]], %[[DT]] : tensor<2x3xf32>
+// CHECK-NEXT:    %[[DP:.*]] = train.neg %[[DN]] : tensor<2x3xf32>
+// CHECK-NEXT:    train.param_grad @p, %[[DP]]
+
+// -----
+
+module {
+  train.param @a : tensor<4x2xf32> at 0
+  train.param @b : tensor<3x4xf32> at 32
+  train.param @c : tensor<3xf32> at 80
+  func.func @gemm_trans() -> tensor<f32> {
+    %a = train.param_value @a : tensor<4x2xf32>
+    %b = train.param_value @b : tensor<3x4xf32>
+    %c = train.param_value @c : tensor<3xf32>
+    %y = train.gemm %a, %b, %c {alpha = 5.000000e-01 : f32, beta = 2.000000e+00 : f32, transA = true, transB = true} : tensor<4x2xf32>, tensor<3x4xf32>, tensor<3xf32> -> tensor<2x3xf32>
+    %l = train.reduce_sum %y, [] {keepdims = false} : tensor<2x3xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// y = 0.5 A^T B^T + 2 C: dA = (0.5 G B)^T = 0.5 B^T G^T,
+// dB = (0.5 A G)^T = 0.5 G^T A^T, dC = 2 sum_to_shape(G).
+// CHECK-LABEL: func.func @gemm_trans
+// CHECK:         %[[A:.*]] = train.param_value @a
+// CHECK-NEXT:    %[[B:.*]] = train.param_value @b
+// CHECK:         %[[G:.*]] = train.broadcast_to
+// CHECK-NEXT:    %[[DA:.*]] = train.gemm %[[B]], %[[G]] {alpha = 5.000000e-01 : f32, transA = true, transB = true} : tensor<3x4xf32>, tensor<2x3xf32> -> tensor<4x2xf32>
+// CHECK-NEXT:    %[[DB:.*]] = train.gemm %[[G]], %[[A]] {alpha = 5.000000e-01 : f32, transA = true, transB = true} : tensor<2x3xf32>, tensor<4x2xf32> -> tensor<3x4xf32>
+// CHECK-NEXT:    %[[S:.*]] = train.sum_to_shape %[[G]] : tensor<2x3xf32> -> tensor<3xf32>
+// CHECK-NEXT:    %[[BETA:.*]] = train.constant dense<2.000000e+00> : tensor<f32>
+// CHECK-NEXT:    %[[DC:.*]] = train.mul %[[S]], %[[BETA]] : tensor<3xf32>, tensor<f32> -> tensor<3xf32>
+// CHECK-NEXT:    train.param_grad @a, %[[DA]] : tensor<4x2xf32>
+// CHECK-NEXT:    train.param_grad @b, %[[DB]] : tensor<3x4xf32>
+// CHECK-NEXT:    train.param_grad @c, %[[DC]] : tensor<3xf32>
+
+// -----
+
+module {
+  train.param @a : tensor<2x4xf32> at 0
+  train.param @b : tensor<4x3xf32> at 32
+  func.func @gemm_plain() -> tensor<f32> {
+    %a = train.param_value @a : tensor<2x4xf32>
+    %b = train.param_value @b : tensor<4x3xf32>
+    %y = train.gemm %a, %b : tensor<2x4xf32>, tensor<4x3xf32> -> tensor<2x3xf32>
+    %l = train.reduce_sum %y, [] {keepdims = false} : tensor<2x3xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// y = A B: dA = G B^T, dB = A^T G, no scaling.
+// CHECK-LABEL: func.func @gemm_plain
+// CHECK:         %[[A:.*]] = train.param_value @a
+// CHECK-NEXT:    %[[B:.*]] = train.param_value @b
+// CHECK:         %[[G:.*]] = train.broadcast_to
+// CHECK-NEXT:    %[[DA:.*]] = train.gemm %[[G]], %[[B]] {transB = true} : tensor<2x3xf32>, tensor<4x3xf32> -> tensor<2x4xf32>
+// CHECK-NEXT:    %[[DB:.*]] = train.gemm %[[A]], %[[G]] {transA = true} : tensor<2x4xf32>, tensor<2x3xf32> -> tensor<4x3xf32>
+// CHECK-NEXT:    train.param_grad @a, %[[DA]]
+// CHECK-NEXT:    train.param_grad @b, %[[DB]]
+
+// -----
+
+module {
+  train.param @a : tensor<2x5x4xf32> at 0
+  train.param @b : tensor<4x3xf32> at 160
+  func.func @matmul_batch() -> tensor<f32> {
+    %a = train.param_value @a : tensor<2x5x4xf32>
+    %b = train.param_value @b : tensor<4x3xf32>
+    %y = train.matmul %a, %b : tensor<2x5x4xf32>, tensor<4x3xf32> -> tensor<2x5x3xf32>
+    %l = train.reduce_sum %y, [] {keepdims = false} : tensor<2x5x3xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// [2,5,4] x [4,3]: the broadcast rhs gets a batched a^T dy summed over the
+// batch; the lhs adjoint already has its shape.
+// CHECK-LABEL: func.func @matmul_batch
+// CHECK:         %[[A:.*]] = train.param_value @a
+// CHECK-NEXT:    %[[B:.*]] = train.param_value @b
+// CHECK:         %[[G:.*]] = train.broadcast_to %{{.*}} : tensor<1x1x1xf32> -> tensor<2x5x3xf32>
+// CHECK-NEXT:    %[[BT:.*]] = train.transpose %[[B]], [1, 0] : tensor<4x3xf32> -> tensor<3x4xf32>
+// CHECK-NEXT:    %[[DA:.*]] = train.matmul %[[G]], %[[BT]] : tensor<2x5x3xf32>, tensor<3x4xf32> -> tensor<2x5x4xf32>
+// CHECK-NEXT:    %[[AT:.*]] = train.transpose %[[A]], [0, 2, 1] : tensor<2x5x4xf32> -> tensor<2x4x5xf32>
+// CHECK-NEXT:    %[[P:.*]] = train.matmul %[[AT]], %[[G]] : tensor<2x4x5xf32>, tensor<2x5x3xf32> -> tensor<2x4x3xf32>
+// CHECK-NEXT:    %[[DB:.*]] = train.sum_to_shape %[[P]] : tensor<2x4x3xf32> -> tensor<4x3xf32>
+// CHECK-NEXT:    train.param_grad @a, %[[DA]] : tensor<2x5x4xf32>
+// CHECK-NEXT:    train.param_grad @b, %[[DB]] : tensor<4x3xf32>
+
+// -----
+
+module {
+  train.param @scale : tensor<4xf32> at 0
+  train.param @bias : tensor<4xf32> at 16
+  train.param @scale2 : tensor<4xf32> at 32
+  func.func @layer_norm(%x: tensor<2x4xf32>) -> tensor<f32> {
+    %s = train.param_value @scale : tensor<4xf32>
+    %b = train.param_value @bias : tensor<4xf32>
+    %s2 = train.param_value @scale2 : tensor<4xf32>
+    %y = train.layer_norm %x, %s, %b {epsilon = 1.000000e-03 : f32} : tensor<2x4xf32>, tensor<4xf32>, tensor<4xf32>
+    %z = train.layer_norm %y, %s2 {axis = 1 : si64} : tensor<2x4xf32>, tensor<4xf32>
+    %l = train.reduce_sum %z, [] {keepdims = false} : tensor<2x4xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// With and without bias; attributes carry over to layer_norm_grad.
+// CHECK-LABEL: func.func @layer_norm
+// CHECK-SAME:    (%[[X:.*]]: tensor<2x4xf32>)
+// CHECK:         %[[S:.*]] = train.param_value @scale
+// CHECK:         %[[S2:.*]] = train.param_value @scale2
+// CHECK-NEXT:    %[[Y:.*]] = train.layer_norm %[[X]], %[[S]], %{{.*}} {epsilon = 1.000000e-03 : f32}
+// CHECK:         %[[G:.*]] = train.broadcast_to
+// CHECK-NEXT:    %[[DY:.*]], %[[DS2:.*]], %{{.*}} = train.layer_norm_grad %[[Y]], %[[S2]], %[[G]] {axis = 1 : si64} : tensor<2x4xf32>, tensor<4xf32>
+// CHECK-NEXT:    %{{.*}}, %[[DS:.*]], %[[DB:.*]] = train.layer_norm_grad %[[X]], %[[S]], %[[DY]] {epsilon = 1.000000e-03 : f32} : tensor<2x4xf32>, tensor<4xf32>
+// CHECK-NEXT:    train.param_grad @scale, %[[DS]]
+// CHECK-NEXT:    train.param_grad @bias, %[[DB]]
+// CHECK-NEXT:    train.param_grad @scale2, %[[DS2]]
+
+// -----
+
+module {
+  train.param @emb : tensor<10x4xf32> at 0
+  func.func @gather_reshape_transpose(%ids: tensor<2x3xi64>) -> tensor<f32> {
+    %e = train.param_value @emb : tensor<10x4xf32>
+    %g = train.gather %e, %ids : tensor<10x4xf32>, tensor<2x3xi64> -> tensor<2x3x4xf32>
+    %r = train.reshape %g : tensor<2x3x4xf32> -> tensor<6x4xf32>
+    %t = train.transpose %r, [1, 0] : tensor<6x4xf32> -> tensor<4x6xf32>
+    %l = train.reduce_sum %t, [] {keepdims = false} : tensor<4x6xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// CHECK-LABEL: func.func @gather_reshape_transpose
+// CHECK-SAME:    (%[[IDS:.*]]: tensor<2x3xi64>)
+// CHECK:         %[[G:.*]] = train.broadcast_to %{{.*}} : tensor<1x1xf32> -> tensor<4x6xf32>
+// CHECK-NEXT:    %[[T:.*]] = train.transpose %[[G]], [1, 0] : tensor<4x6xf32> -> tensor<6x4xf32>
+// CHECK-NEXT:    %[[R:.*]] = train.reshape %[[T]] : tensor<6x4xf32> -> tensor<2x3x4xf32>
+// CHECK-NEXT:    %[[DE:.*]] = train.gather_grad %[[IDS]], %[[R]] : tensor<2x3xi64>, tensor<2x3x4xf32> -> tensor<10x4xf32>
+// CHECK-NEXT:    train.param_grad @emb, %[[DE]] : tensor<10x4xf32>
+
+// -----
+
+module {
+  train.param @p : tensor<2x3x4xf32> at 0
+  func.func @reductions() -> tensor<f32> {
+    %p = train.param_value @p : tensor<2x3x4xf32>
+    %t = train.transpose %p, [2, 0, 1] : tensor<2x3x4xf32> -> tensor<4x2x3xf32>
+    %s = train.reduce_sum %t, [1] : tensor<4x2x3xf32> -> tensor<4x1x3xf32>
+    %m = train.reduce_mean %s, [0, -1] {keepdims = false} : tensor<4x1x3xf32> -> tensor<1xf32>
+    %l = train.reduce_mean %m, [] {keepdims = false} : tensor<1xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// reduce_mean over [0, -1] of [4,1,3] scales by 1/12 before broadcasting back;
+// reduce_mean over a single element does not scale; reduce_sum with keepdims
+// needs no reshape; transpose's adjoint uses the inverse permutation.
+// CHECK-LABEL: func.func @reductions
+// CHECK:         %[[SEED:.*]] = train.constant dense<1.000000e+00> : tensor<f32>
+// CHECK-NEXT:    %[[R1:.*]] = train.reshape %[[SEED]] : tensor<f32> -> tensor<1xf32>
+// CHECK-NEXT:    %[[K:.*]] = train.constant dense<0.0833333358> : tensor<f32>
+// CHECK-NEXT:    %[[M:.*]] = train.mul %[[R1]], %[[K]] : tensor<1xf32>, tensor<f32> -> tensor<1xf32>
+// CHECK-NEXT:    %[[R2:.*]] = train.reshape %[[M]] : tensor<1xf32> -> tensor<1x1x1xf32>
+// CHECK-NEXT:    %[[B1:.*]] = train.broadcast_to %[[R2]] : tensor<1x1x1xf32> -> tensor<4x1x3xf32>
+// CHECK-NEXT:    %[[B2:.*]] = train.broadcast_to %[[B1]] : tensor<4x1x3xf32> -> tensor<4x2x3xf32>
+// CHECK-NEXT:    %[[DP:.*]] = train.transpose %[[B2]], [1, 2, 0] : tensor<4x2x3xf32> -> tensor<2x3x4xf32>
+// CHECK-NEXT:    train.param_grad @p, %[[DP]] : tensor<2x3x4xf32>
+
+// -----
+
+module {
+  train.param @unused : tensor<3xf32> at 0
+  train.param @w : tensor<3xf32> at 12
+  train.param @dead : tensor<3xf32> at 24
+  train.param @never_read : tensor<3xf32> at 36
+  func.func @reads(%x: tensor<3xf32>) -> tensor<f32> {
+    %d = train.param_value @dead : tensor<3xf32>
+    %w1 = train.param_value @w : tensor<3xf32>
+    %u = train.param_value @unused : tensor<3xf32>
+    %w2 = train.param_value @w : tensor<3xf32>
+    %dd = train.relu %d : tensor<3xf32>
+    %m = train.mul %w1, %w2 : tensor<3xf32>, tensor<3xf32> -> tensor<3xf32>
+    %e = train.broadcast_to %m : tensor<3xf32> -> tensor<2x3xf32>
+    %l = train.reduce_sum %e, [] {keepdims = false} : tensor<2x3xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// Gradients follow the declaration order of train.param, not the read order;
+// two reads of @w add up; @unused and @dead (read, but not reaching the loss)
+// get zeros; @never_read gets nothing. broadcast_to's adjoint is sum_to_shape.
+// CHECK-LABEL: func.func @reads
+// CHECK:         %[[W1:.*]] = train.param_value @w
+// CHECK:         %[[W2:.*]] = train.param_value @w
+// CHECK:         %[[DY:.*]] = train.broadcast_to %{{.*}} : tensor<1x1xf32> -> tensor<2x3xf32>
+// CHECK-NEXT:    %[[DM:.*]] = train.sum_to_shape %[[DY]] : tensor<2x3xf32> -> tensor<3xf32>
+// CHECK-NEXT:    %[[G1:.*]] = train.mul %[[DM]], %[[W2]]
+// CHECK-NEXT:    %[[G2:.*]] = train.mul %[[DM]], %[[W1]]
+// CHECK-NEXT:    %[[Z1:.*]] = train.constant dense<0.000000e+00> : tensor<3xf32>
+// CHECK-NEXT:    train.param_grad @unused, %[[Z1]]
+// CHECK-NEXT:    %[[GW:.*]] = train.add %[[G1]], %[[G2]]
+// CHECK-NEXT:    train.param_grad @w, %[[GW]]
+// CHECK-NEXT:    %[[Z2:.*]] = train.constant dense<0.000000e+00> : tensor<3xf32>
+// CHECK-NEXT:    train.param_grad @dead, %[[Z2]]
+// CHECK-NEXT:    return
+// CHECK-NOT:     relu_grad
+// CHECK-NOT:     @never_read
+
+// -----
+
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @two_results() -> (tensor<f32>, tensor<f32>) {
+    %p = train.param_value @p : tensor<3xf32>
+    %l = train.reduce_sum %p, [] {keepdims = false} : tensor<3xf32> -> tensor<f32>
+    // expected-error @+1 {{'func.return' op train-autodiff expects the function to return one scalar f32 loss, got 'tensor<f32>', 'tensor<f32>'}}
+    return %l, %l : tensor<f32>, tensor<f32>
+  }
+}
+
+// -----
+
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @not_scalar() -> tensor<3xf32> {
+    %p = train.param_value @p : tensor<3xf32>
+    // expected-error @+1 {{train-autodiff expects the function to return one scalar f32 loss, got 'tensor<3xf32>'}}
+    return %p : tensor<3xf32>
+  }
+}
+
+// -----
+
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @no_rule() -> tensor<f32> {
+    %p = train.param_value @p : tensor<3xf32>
+    // expected-error @+1 {{'train.relu_grad' op has no gradient rule; train-autodiff cannot differentiate through it}}
+    %g = train.relu_grad %p, %p : tensor<3xf32>
+    %l = train.reduce_sum %g, [] {keepdims = false} : tensor<3xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// -----
+
+module {
+  func.func @no_result() {
+    // expected-error @+1 {{train-autodiff expects the function to return one scalar f32 loss, got no value}}
+    return
+  }
+}

@@ -1,0 +1,376 @@
+// RUN: spillway-opt %s -split-input-file -verify-diagnostics
+// One case per verifier and shape-inference error of the train dialect.
+
+module {
+  func.func @f(%a: tensor<2x3xf32>, %b: tensor<4xf32>) {
+    // expected-error @+2 {{shapes [2, 3] and [4] do not broadcast}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.add %a, %b : tensor<2x3xf32>, tensor<4xf32> -> tensor<2x3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>, %b: tensor<3xi64>) {
+    // expected-error @+2 {{operand element types differ: 'f32' vs 'i64'}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.mul %a, %b : tensor<2x3xf32>, tensor<3xi64> -> tensor<2x3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>, %b: tensor<3xf32>) {
+    // expected-error @+2 {{'train.sub' op inferred type(s) 'tensor<2x3xf32>' are incompatible with return type(s) of operation 'tensor<3xf32>'}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.sub %a, %b : tensor<2x3xf32>, tensor<3xf32> -> tensor<3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>, %b: tensor<4x5xf32>) {
+    // expected-error @+2 {{matmul contraction mismatch: [2, 3] x [4, 5]}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.matmul %a, %b : tensor<2x3xf32>, tensor<4x5xf32> -> tensor<2x5xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<3xf32>, %b: tensor<3x5xf32>) {
+    // expected-error @+2 {{matmul operands must have rank >= 2 (got 1 and 2); reshape 1-D operands first}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.matmul %a, %b : tensor<3xf32>, tensor<3x5xf32> -> tensor<5xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x4x3xf32>, %b: tensor<3x3x5xf32>) {
+    // expected-error @+2 {{matmul batch dimensions do not broadcast: [2, 4, 3] x [3, 3, 5]}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.matmul %a, %b : tensor<2x4x3xf32>, tensor<3x3x5xf32> -> tensor<2x4x5xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>, %b: tensor<3x4xf32>, %c: tensor<3xf32>) {
+    // expected-error @+2 {{gemm C of shape [3] does not broadcast to [2, 4]}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.gemm %a, %b, %c : tensor<2x3xf32>, tensor<3x4xf32>, tensor<3xf32> -> tensor<2x4xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>, %b: tensor<3x4xf32>) {
+    // expected-error @+2 {{gemm contraction mismatch: [2, 3] x [3, 4]}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.gemm %a, %b {transA = true} : tensor<2x3xf32>, tensor<3x4xf32> -> tensor<3x4xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x2x3xf32>, %b: tensor<3x4xf32>) {
+    // expected-error @+2 {{gemm operands must be 2-D}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.gemm %a, %b : tensor<2x2x3xf32>, tensor<3x4xf32> -> tensor<2x4xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>) {
+    // expected-error @+1 {{'train.reshape' op cannot reshape [2, 3] (6 elements) to [4, 2] (8 elements)}}
+    %0 = train.reshape %a : tensor<2x3xf32> -> tensor<4x2xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>) {
+    // expected-error @+1 {{'train.reshape' op element type changes from 'f32' to 'i64'}}
+    %0 = train.reshape %a : tensor<2x3xf32> -> tensor<6xi64>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>) {
+    // expected-error @+1 {{'train.transpose' op perm [0, 0] is not a permutation of 0..1}}
+    %0 = train.transpose %a, [0, 0] : tensor<2x3xf32> -> tensor<2x2xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>) {
+    // expected-error @+1 {{'train.transpose' op perm has 1 entries for rank 2}}
+    %0 = train.transpose %a, [0] : tensor<2x3xf32> -> tensor<2xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>) {
+    // expected-error @+1 {{'train.transpose' op perm [2, 0] is not a permutation of 0..1}}
+    %0 = train.transpose %a, [2, 0] : tensor<2x3xf32> -> tensor<3x2xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>, %i: tensor<4xi64>) {
+    // expected-error @+2 {{gather axis 2 out of range for rank 2}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.gather %a, %i {axis = 2} : tensor<2x3xf32>, tensor<4xi64> -> tensor<2x4xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>) {
+    // expected-error @+1 {{'train.softmax' op axis 2 out of range for rank 2}}
+    %0 = train.softmax %a {axis = 2 : si64} : tensor<2x3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>) {
+    // expected-error @+1 {{'train.gelu' op approximate must be "none" or "tanh", got "erf"}}
+    %0 = train.gelu %a {approximate = "erf"} : tensor<2x3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>, %s: tensor<2x3xf32>) {
+    // expected-error @+1 {{'train.layer_norm' op scale shape [2, 3] must equal the normalized shape [3]}}
+    %0 = train.layer_norm %a, %s : tensor<2x3xf32>, tensor<2x3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>, %s: tensor<2x3xf32>, %b: tensor<3xf32>) {
+    // expected-error @+1 {{'train.layer_norm' op bias shape [3] must equal the normalized shape [2, 3]}}
+    %0 = train.layer_norm %a, %s, %b {axis = 0 : si64} : tensor<2x3xf32>, tensor<2x3xf32>, tensor<3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>, %s: tensor<3xf32>) {
+    // expected-error @+1 {{'train.layer_norm' op axis -3 out of range for rank 2}}
+    %0 = train.layer_norm %a, %s {axis = -3 : si64} : tensor<2x3xf32>, tensor<3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>) {
+    // expected-error @+1 {{reduction axis 2 out of range for rank 2}}
+    %0 = train.reduce_sum %a, [2] : tensor<2x3xf32> -> tensor<2x3x1xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>) {
+    // expected-error @+1 {{reduction axis -1 repeated}}
+    %0 = train.reduce_mean %a, [1, -1] : tensor<2x3xf32> -> tensor<2x1xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>, %y: tensor<3xi64>) {
+    // expected-error @+1 {{'train.softmax_cross_entropy_loss' op expects logits [N, C] and labels [N], got [2, 3] and [3]}}
+    %0 = train.softmax_cross_entropy_loss %a, %y : tensor<2x3xf32>, tensor<3xi64>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>, %y: tensor<2xi64>) {
+    // expected-error @+1 {{'train.softmax_cross_entropy_loss' op reduction must be "mean" or "sum", got "none"}}
+    %0 = train.softmax_cross_entropy_loss %a, %y {reduction = "none"} : tensor<2x3xf32>, tensor<2xi64>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>) {
+    // expected-error @+1 {{'train.sum_to_shape' op result shape [2] does not broadcast to the input shape [2, 3]}}
+    %0 = train.sum_to_shape %a : tensor<2x3xf32> -> tensor<2xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>) {
+    // expected-error @+1 {{'train.broadcast_to' op input shape [2, 3] does not broadcast to [3]}}
+    %0 = train.broadcast_to %a : tensor<2x3xf32> -> tensor<3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%i: tensor<4xi64>, %d: tensor<4x2xf32>) {
+    // expected-error @+1 {{'train.gather_grad' op dy shape [4, 2] is not the gather result shape [4, 3]}}
+    %0 = train.gather_grad %i, %d : tensor<4xi64>, tensor<4x2xf32> -> tensor<10x3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%i: tensor<4xi64>, %d: tensor<4x3xf32>) {
+    // expected-error @+1 {{'train.gather_grad' op axis 2 out of range for rank 2}}
+    %0 = train.gather_grad %i, %d {axis = 2} : tensor<4xi64>, tensor<4x3xf32> -> tensor<10x3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f() {
+    // expected-error @+1 {{'train.param_value' op refers to unknown parameter @missing}}
+    %0 = train.param_value @missing : tensor<3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @f() {
+    // expected-error @+1 {{'train.param_value' op type 'tensor<4xf32>' does not match parameter @p of type 'tensor<3xf32>'}}
+    %0 = train.param_value @p : tensor<4xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @f(%g: tensor<2xf32>) {
+    // expected-error @+1 {{'train.param_grad' op type 'tensor<2xf32>' does not match parameter @p of type 'tensor<3xf32>'}}
+    train.param_grad @p, %g : tensor<2xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @f(%g: tensor<3xf32>) {
+    // expected-error @+1 {{'train.adamw' op beta1 and beta2 must lie in [0, 1)}}
+    train.adamw @p, %g {lr = 1.0e-3, beta1 = 1.0, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @f(%g: tensor<3xf32>) {
+    // expected-error @+1 {{'train.adamw' op lr must be non-negative}}
+    train.adamw @p, %g {lr = -1.0, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @f(%g: tensor<3xf32>) {
+    // expected-error @+1 {{'train.adamw' op eps must be positive}}
+    train.adamw @p, %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 0.0, weight_decay = 0.0} : tensor<3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @f(%g: tensor<3xf32>) {
+    // expected-error @+1 {{'train.adamw' op weight_decay must be non-negative}}
+    train.adamw @p, %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = -0.1} : tensor<3xf32>
+    return
+  }
+}
+
+// -----
+
+// expected-error @+1 {{'train.param' op offset must be non-negative, got -4}}
+train.param @p : tensor<3xf32> at -4
+
+// -----
+
+// expected-error @+1 {{'train.param' op parameter 'p' must have a static shape}}
+train.param @p : tensor<?x3xf32> at 0
