@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <unordered_map>
 #include <unordered_set>
 
 extern "C" void spw_model_declare(spw_ctx *ctx);
@@ -61,7 +62,9 @@ const char kUsage[] =
     "  --lr F, --beta1 F, --beta2 F, --eps F, --weight-decay F\n"
     "                          AdamW hyper-parameters (default: the values\n"
     "                          compiled into the model)\n"
-    "  --weights FILE          initial parameters (default: <executable>.weights)\n"
+    "  --weights FILE          initial parameters: the raw weights spillwayc\n"
+    "                          writes, or a .safetensors file (e.g. from\n"
+    "                          --save) (default: <executable>.weights)\n"
     "  --save FILE             write the final parameters as .safetensors\n"
     "  --log-json FILE         one JSON object per step: step, loss, lr\n"
     "  --print-every N         progress line every N steps (default steps/20)\n"
@@ -220,6 +223,119 @@ std::string human_bytes(int64_t b) {
 
 // ---- weights ----------------------------------------------------------------
 
+struct FdCloser {
+  int fd;
+  ~FdCloser() {
+    if (fd >= 0)
+      ::close(fd);
+  }
+};
+
+// Reads exactly `bytes` bytes at `offset`; false at end of file (errno 0) or
+// on an error (errno set).
+bool read_at(int fd, void *dst, size_t bytes, int64_t offset) {
+  size_t done = 0;
+  while (done < bytes) {
+    ssize_t n = ::pread(fd, static_cast<char *>(dst) + done, bytes - done,
+                        off_t(offset + int64_t(done)));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      if (n == 0)
+        errno = 0;
+      return false;
+    }
+    done += size_t(n);
+  }
+  return true;
+}
+
+[[noreturn]] void read_failed(const std::string &path, const std::string &what,
+                              int64_t offset) {
+  const int e = errno;
+  fail("cannot read %s from weights file '%s' at offset %lld: %s",
+       what.c_str(), path.c_str(), (long long)offset,
+       e ? std::strerror(e) : "unexpected end of file");
+}
+
+// safetensors' own limit on the header size.
+constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
+
+// Loads the parameters by name from a .safetensors file whose first 8 bytes
+// gave header length `n` (already checked: 2 <= n <= kMaxSafetensorsHeader).
+void load_safetensors(spw_ctx *ctx, int fd, const std::string &path,
+                      int64_t file_size, int64_t n, std::string header) {
+  const std::string what = format("weights file '%s'", path.c_str());
+  if (8 + n > file_size)
+    fail("%s looks like a .safetensors file, but is truncated: its header "
+         "is %lld bytes, and only %lld bytes follow the 8-byte length",
+         what.c_str(), (long long)n, (long long)(file_size - 8));
+  const int64_t data_start = 8 + n;
+  SafetensorsHeader h =
+      parse_safetensors_header(header, file_size - data_start, what);
+
+  std::unordered_map<std::string, size_t> param_index;
+  for (size_t i = 0; i < ctx->params.size(); ++i)
+    param_index.emplace(ctx->params[i].name, i);
+  std::vector<const SafetensorsEntry *> found(ctx->params.size(), nullptr);
+  // Name lists for messages, cut after 10 names.
+  std::string missing, extra;
+  size_t n_missing = 0, n_extra = 0;
+  auto add = [](std::string &list, size_t &count, const std::string &name) {
+    if (count < 10)
+      list += (count ? ", " : "") + name;
+    else if (count == 10)
+      list += ", ...";
+    ++count;
+  };
+  for (const SafetensorsEntry &t : h.tensors) {
+    auto it = param_index.find(t.name);
+    if (it != param_index.end())
+      found[it->second] = &t;
+    else
+      add(extra, n_extra, t.name);
+  }
+  const std::string *first_missing = nullptr;
+  for (size_t i = 0; i < ctx->params.size(); ++i)
+    if (!found[i]) {
+      if (!first_missing)
+        first_missing = &ctx->params[i].name;
+      add(missing, n_missing, ctx->params[i].name);
+    }
+  if (first_missing)
+    fail("%s has no tensor '%s' (missing %zu of the model's %zu parameters: "
+         "%s); was it saved from another model?",
+         what.c_str(), first_missing->c_str(), n_missing, ctx->params.size(),
+         missing.c_str());
+  for (size_t i = 0; i < ctx->params.size(); ++i) {
+    const ParamInfo &p = ctx->params[i];
+    const SafetensorsEntry &t = *found[i];
+    const std::vector<int64_t> dims(p.value->dims,
+                                    p.value->dims + p.value->rank);
+    if (t.dtype != safetensors_dtype(p.value->dtype) || t.shape != dims)
+      fail("%s: tensor '%s' is %s %s, but the model's parameter is %s %s; "
+           "was it saved from another model?",
+           what.c_str(), t.name.c_str(), t.dtype.c_str(),
+           shape_str(t.shape.data(), int(t.shape.size())).c_str(),
+           safetensors_dtype(p.value->dtype), p.value->shape().c_str());
+  }
+  if (n_extra)
+    std::fprintf(stderr,
+                 "warning: %s has %zu tensor%s that the model does not "
+                 "declare (ignored): %s\n",
+                 what.c_str(), n_extra, n_extra == 1 ? "" : "s",
+                 extra.c_str());
+  for (size_t i = 0; i < ctx->params.size(); ++i) {
+    ParamInfo &p = ctx->params[i];
+    const int64_t at = data_start + found[i]->begin;
+    if (!read_at(fd, p.value->data, size_t(p.value->bytes()), at))
+      read_failed(path, format("tensor '%s'", p.name.c_str()), at);
+  }
+}
+
+// Loads the parameters from `path`: a .safetensors file (by name; detected
+// by content) or the raw layout spillwayc writes (each parameter at its
+// declared offset; the file exactly as large as the declared weights).
 void load_weights(spw_ctx *ctx, const std::string &path, bool explicit_path) {
   int64_t needed = 0;
   for (const ParamInfo &p : ctx->params)
@@ -231,8 +347,8 @@ void load_weights(spw_ctx *ctx, const std::string &path, bool explicit_path) {
   const int64_t expected = std::max(needed, ctx->weights_bytes);
   if (ctx->params.empty() && expected == 0 && !explicit_path)
     return;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+  FdCloser fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (fd.fd < 0) {
     if (errno == ENOENT)
       fail("weights file '%s' not found: pass --weights FILE, or recompile "
            "the model with spillwayc to write it",
@@ -241,38 +357,49 @@ void load_weights(spw_ctx *ctx, const std::string &path, bool explicit_path) {
          std::strerror(errno));
   }
   struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    fail("cannot stat weights file '%s': %s", path.c_str(), std::strerror(e));
-  }
-  if (int64_t(st.st_size) < expected) {
-    ::close(fd);
-    fail("weights file '%s' is %lld bytes, but the model expects %lld; was "
-         "it written for another model?",
-         path.c_str(), (long long)st.st_size, (long long)expected);
-  }
-  for (ParamInfo &p : ctx->params) {
-    char *dst = static_cast<char *>(p.value->data);
-    const size_t bytes = size_t(p.value->bytes());
-    size_t done = 0;
-    while (done < bytes) {
-      ssize_t n = ::pread(fd, dst + done, bytes - done,
-                          off_t(p.offset + int64_t(done)));
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0) {
-        int e = n < 0 ? errno : 0;
-        ::close(fd);
-        fail("cannot read parameter '%s' from weights file '%s' at offset "
-             "%lld: %s",
-             p.name.c_str(), path.c_str(), (long long)(p.offset + done),
-             e ? std::strerror(e) : "unexpected end of file");
+  if (::fstat(fd.fd, &st) != 0)
+    fail("cannot stat weights file '%s': %s", path.c_str(),
+         std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    fail("weights file '%s' is not a regular file", path.c_str());
+  const int64_t size = int64_t(st.st_size);
+
+  // Format detection by content: a u64 little-endian header length N in
+  // [2, 1e8], then '{'. A raw file of exactly the model's size whose first
+  // bytes happen to look like that (say, an int64 parameter holding small
+  // numbers) is told apart by its "header" not being JSON text: JSON has no
+  // bytes below 0x20 other than tab, newline and carriage return.
+  if (size >= 10) {
+    unsigned char head[9];
+    if (!read_at(fd.fd, head, sizeof head, 0))
+      read_failed(path, "the header", 0);
+    uint64_t n = 0;
+    for (int i = 0; i < 8; ++i)
+      n |= uint64_t(head[i]) << (8 * i);
+    if (head[8] == '{' && n >= 2 && n <= kMaxSafetensorsHeader) {
+      std::string header(size_t(std::min<int64_t>(int64_t(n), size - 8)),
+                         '\0');
+      if (!read_at(fd.fd, header.data(), header.size(), 8))
+        read_failed(path, "the .safetensors header", 8);
+      const bool text = std::none_of(header.begin(), header.end(), [](char c) {
+        unsigned char u = (unsigned char)c;
+        return u < 0x20 && u != '\t' && u != '\n' && u != '\r';
+      });
+      if (text || size != expected) {
+        load_safetensors(ctx, fd.fd, path, size, int64_t(n),
+                         std::move(header));
+        return;
       }
-      done += size_t(n);
     }
   }
-  ::close(fd);
+
+  if (size != expected)
+    fail("weights file '%s' is %lld bytes, the model's weights are %lld "
+         "bytes; was it written for another model?",
+         path.c_str(), (long long)size, (long long)expected);
+  for (ParamInfo &p : ctx->params)
+    if (!read_at(fd.fd, p.value->data, size_t(p.value->bytes()), p.offset))
+      read_failed(path, format("parameter '%s'", p.name.c_str()), p.offset);
 }
 
 // ---- inputs --------------------------------------------------------------------

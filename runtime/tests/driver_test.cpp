@@ -261,12 +261,188 @@ TEST_F(Driver, InputErrors) {
                          "at position 2 is out of range [0, 3)");
 }
 
-TEST_F(Driver, WeightsTooSmall) {
+TEST_F(Driver, RawWeightsMustHaveTheModelsSize) {
   write("short.weights", read("m.weights").substr(0, 100));
   Result r = train("--weights short.weights");
   EXPECT_EQ(r.rc, 1);
-  EXPECT_CONTAINS(r.err, "weights file 'short.weights' is 100 bytes, but the "
-                         "model expects 152");
+  EXPECT_CONTAINS(r.err, "error: weights file 'short.weights' is 100 bytes, "
+                         "the model's weights are 152 bytes; was it written "
+                         "for another model?");
+  write("long.weights", read("m.weights") + std::string(8, '\0'));
+  r = train("--weights long.weights");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "error: weights file 'long.weights' is 160 bytes, "
+                         "the model's weights are 152 bytes; was it written "
+                         "for another model?");
+}
+
+// The data section of a .safetensors image (the parameters, in order).
+std::string st_data(const std::string &st) {
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i)
+    n |= uint64_t(uint8_t(st[size_t(i)])) << (8 * i);
+  return st.substr(8 + n);
+}
+
+std::string make_st(const std::string &header, const std::string &data) {
+  std::string out;
+  for (int i = 0; i < 8; ++i)
+    out += char((uint64_t(header.size()) >> (8 * i)) & 0xff);
+  return out + header + data;
+}
+
+std::string entry(const std::string &name, const std::string &dtype,
+                  const std::string &shape, int64_t begin, int64_t end) {
+  return "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":[" + shape +
+         "],\"data_offsets\":[" + std::to_string(begin) + "," +
+         std::to_string(end) + "]}";
+}
+
+// The test model's four parameters over the 152 bytes of m.weights.
+std::string model_header(const std::string &extra = "") {
+  return "{" + entry("fc1.weight", "F32", "5,3", 0, 60) + "," +
+         entry("fc1.bias", "F32", "5", 60, 80) + "," +
+         entry("fc2.weight", "F32", "5,3", 80, 140) + "," +
+         entry("fc2.bias", "F32", "3", 140, 152) + extra + "}";
+}
+
+TEST_F(Driver, ResumesFromSavedSafetensors) {
+  // The reproducer of the bug: this used to read the JSON header as floats.
+  ASSERT_EQ(train("--steps 6 --lr 0.05 --save a.safetensors").rc, 0);
+  Result r = run("--input x=x.npy --input y=y.npy --weights a.safetensors "
+                 "--steps 0 --save b.safetensors");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_CONTAINS(r.out, "  weights: a.safetensors");
+  // Loaded bit for bit: saving again gives the same file.
+  EXPECT_EQ(read("b.safetensors"), read("a.safetensors"));
+
+  // The forward pass depends only on the weights and the batch: step 1 of a
+  // run resumed after 6 steps sees the weights of step 7 of a continuous run
+  // and, with 3 batches, the same batch (6 % 3 == 0), so the same loss. (The
+  // updates then differ: the AdamW moments and step count start afresh.)
+  ASSERT_EQ(train("--steps 7 --lr 0.05 --log-json full.jsonl").rc, 0);
+  r = run("--input x=x.npy --input y=y.npy --weights a.safetensors --steps 1 "
+          "--lr 0.05 --log-json resumed.jsonl");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::istringstream full(read("full.jsonl"));
+  std::string line, last;
+  while (std::getline(full, line))
+    last = line;
+  std::string resumed = read("resumed.jsonl");
+  ASSERT_EQ(last.rfind("{\"step\": 7, \"loss\": ", 0), 0u) << last;
+  EXPECT_EQ("{\"step\": 1, " + last.substr(12) + "\n", resumed);
+  auto full_losses = json_losses(read("full.jsonl"));
+  EXPECT_LT(full_losses[6], full_losses[0]); // trained weights were loaded
+}
+
+TEST_F(Driver, LoadsSafetensorsByName) {
+  // Another writer: its own tensor order, metadata with escapes, whitespace,
+  // no padding, an extra tensor (ignored with a warning).
+  const std::string w = read("m.weights");
+  std::string header =
+      "{\"__metadata__\": {\"format\": \"pt\", \"note\": \"a\\\"b\\u00e9\"},"
+      " " + entry("fc2.bias", "F32", "3", 0, 12) + ", " +
+      entry("step", "I64", "", 12, 20) + ",\n" +
+      entry("fc2.weight", "F32", "5,3", 20, 80) + "," +
+      entry("fc1.bias", "F32", "5", 80, 100) + "," +
+      entry("fc1.weight", "F32", "5,3", 100, 160) + "}";
+  std::string data = w.substr(140, 12) + std::string(8, '\x07') +
+                     w.substr(80, 60) + w.substr(60, 20) + w.substr(0, 60);
+  write("other.bin", make_st(header, data));
+  Result r = run("--input x=x.npy --input y=y.npy --weights other.bin "
+                 "--steps 0 --save out.safetensors");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_CONTAINS(r.err, "warning: weights file 'other.bin' has 1 tensor "
+                         "that the model does not declare (ignored): step");
+  EXPECT_EQ(st_data(read("out.safetensors")), w);
+  // Format detection is by content, not name: a raw file named .safetensors.
+  fs::copy_file(path("m.weights"), path("raw.safetensors"));
+  r = run("--input x=x.npy --input y=y.npy --weights raw.safetensors "
+          "--steps 0 --save out2.safetensors");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(st_data(read("out2.safetensors")), w);
+}
+
+TEST_F(Driver, RawWeightsThatLookLikeSafetensors) {
+  // First bytes: a small u64 and '{', as a safetensors header would start;
+  // but the file has the model's exact size and binary "JSON": raw.
+  std::string w = read("m.weights");
+  const unsigned char head[9] = {20, 0, 0, 0, 0, 0, 0, 0, '{'};
+  w.replace(0, 9, reinterpret_cast<const char *>(head), 9);
+  write("odd.weights", w);
+  Result r = run("--input x=x.npy --input y=y.npy --weights odd.weights "
+                 "--steps 0 --save out.safetensors");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(st_data(read("out.safetensors")), w);
+}
+
+TEST_F(Driver, SafetensorsErrors) {
+  const std::string w = read("m.weights");
+  auto load = [&](const std::string &file, const std::string &bytes) {
+    write(file, bytes);
+    return run("--input x=x.npy --input y=y.npy --weights " + file);
+  };
+  auto expect_error = [&](const Result &r, const std::string &msg) {
+    EXPECT_EQ(r.rc, 1) << r.out;
+    EXPECT_CONTAINS(r.err, "error: " + msg);
+    EXPECT_EQ(r.out, ""); // nothing ran
+  };
+  ASSERT_EQ(load("good.st", make_st(model_header(), w)).rc, 0);
+
+  const std::string saved = make_st(model_header(), w);
+  expect_error(load("trunc.st", saved.substr(0, saved.size() - 4)),
+               "weights file 'trunc.st': tensor 'fc2.bias': data_offsets "
+               "[140, 152] run past the end of the data section (148 bytes); "
+               "is the file truncated?");
+  expect_error(load("trunc2.st", saved.substr(0, 40)),
+               "weights file 'trunc2.st' looks like a .safetensors file, but "
+               "is truncated: its header is " +
+                   std::to_string(model_header().size()) +
+                   " bytes, and only 32 bytes follow the 8-byte length");
+  expect_error(load("long.st", saved + "x"),
+               "weights file 'long.st': the data section is 153 bytes, but "
+               "the tensors' data_offsets end at 152");
+
+  std::string shape = model_header();
+  shape.replace(shape.find("[5,3]"), 5, "[3,5]");
+  expect_error(load("shape.st", make_st(shape, w)),
+               "weights file 'shape.st': tensor 'fc1.weight' is F32 [3,5], "
+               "but the model's parameter is F32 [5,3]; was it saved from "
+               "another model?");
+  std::string dtype = model_header();
+  dtype.replace(dtype.find("\"F32\",\"shape\":[5]"), 5, "\"I32\"");
+  expect_error(load("dtype.st", make_st(dtype, w)),
+               "weights file 'dtype.st': tensor 'fc1.bias' is I32 [5], but "
+               "the model's parameter is F32 [5]");
+
+  std::string missing = "{" + entry("fc1.weight", "F32", "5,3", 0, 60) + "," +
+                        entry("fc2.weight", "F32", "5,3", 60, 120) + "}";
+  expect_error(load("missing.st",
+                    make_st(missing, w.substr(0, 60) + w.substr(80, 60))),
+               "weights file 'missing.st' has no tensor 'fc1.bias' (missing 2 "
+               "of the model's 4 parameters: fc1.bias, fc2.bias); was it "
+               "saved from another model?");
+
+  std::string offsets = model_header();
+  offsets.replace(offsets.find("[60,80]"), 7, "[56,76]");
+  expect_error(load("offsets.st", make_st(offsets, w)),
+               "weights file 'offsets.st': tensor 'fc1.bias': data_offsets "
+               "[56, 76] overlap those of tensor 'fc1.weight'");
+
+  std::string json = model_header();
+  json.replace(json.find(",\"fc1.bias\""), 1, " ");
+  expect_error(load("json.st", make_st(json, w)),
+               "weights file 'json.st': malformed .safetensors header (at "
+               "byte 66 of the JSON): expected ',' or '}', found '\"'");
+
+  // A wrong-shaped extra tensor does not matter, but a bad one still does:
+  // the whole header is validated.
+  expect_error(
+      load("extra.st",
+           make_st(model_header("," + entry("x", "F32", "2", 152, 160)), w)),
+      "weights file 'extra.st': tensor 'x': data_offsets [152, 160] run past "
+      "the end of the data section (152 bytes)");
 }
 
 } // namespace

@@ -110,7 +110,7 @@ TEST(Npy, Rejects) {
             std::string::npos);
 }
 
-TEST(Safetensors, ParsesBack) {
+TEST(Safetensors, WriterLayout) {
   auto w = f32({2, 3}, {1, 2, 3, 4, 5, 6});
   auto idx = i64({2}, {7, 8});
   auto s = f32({}, {9});
@@ -138,6 +138,140 @@ TEST(Safetensors, ParsesBack) {
   EXPECT_EQ(reinterpret_cast<const float *>(data)[5], 6.0f);
   EXPECT_EQ(reinterpret_cast<const int64_t *>(data + 24)[1], 8);
   EXPECT_EQ(reinterpret_cast<const float *>(data + 40)[0], 9.0f);
+}
+
+// Splits a .safetensors image into its header JSON and data size.
+std::pair<std::string, int64_t> split_safetensors(const std::string &bytes) {
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i)
+    n |= uint64_t(uint8_t(bytes[size_t(i)])) << (8 * i);
+  return {bytes.substr(8, n), int64_t(bytes.size() - 8 - n)};
+}
+
+TEST(Safetensors, WriterOutputParsesBack) {
+  auto w = f32({2, 3}, {1, 2, 3, 4, 5, 6});
+  auto idx = i64({2}, {7, 8});
+  auto s = f32({}, {9});
+  auto n = i32({0}, {});
+  auto [json, data] = split_safetensors(spw::safetensors_bytes(
+      {{"layer.weight", w.get()}, {"ids", idx.get()}, {"sc\"al\n", s.get()},
+       {"empty", n.get()}}));
+  auto h = spw::parse_safetensors_header(json, data, "f");
+  ASSERT_EQ(h.tensors.size(), 4u);
+  EXPECT_EQ(h.tensors[0].name, "layer.weight");
+  EXPECT_EQ(h.tensors[0].dtype, "F32");
+  EXPECT_EQ(h.tensors[0].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(h.tensors[0].begin, 0);
+  EXPECT_EQ(h.tensors[0].end, 24);
+  EXPECT_EQ(h.tensors[1].dtype, "I64");
+  EXPECT_EQ(h.tensors[1].begin, 24);
+  EXPECT_EQ(h.tensors[2].name, "sc\"al\n");
+  EXPECT_TRUE(h.tensors[2].shape.empty());
+  EXPECT_EQ(h.tensors[3].dtype, "I32");
+  EXPECT_EQ(h.tensors[3].begin, h.tensors[3].end);
+  ASSERT_EQ(h.metadata.size(), 1u);
+  EXPECT_EQ(h.metadata[0], (std::pair<std::string, std::string>{"format",
+                                                                 "pt"}));
+}
+
+TEST(Safetensors, HeaderSyntax) {
+  // Whitespace, key order, escapes (incl. a surrogate pair), metadata last,
+  // other dtypes, no padding.
+  std::string json =
+      " {\n \"b\\u00e9\\ud83d\\ude00\\/\\t\" : { \"shape\" : [ 2 ] ,"
+      "\"data_offsets\":[ 0 , 4 ], \"dtype\":\"BF16\" },\r\n"
+      "\"a\":{\"data_offsets\":[4,4],\"dtype\":\"F64\",\"shape\":[0,3]},"
+      "\"__metadata__\":{\"k\\\"\":\"v\\\\\",\"x\":\"\"}}\t  ";
+  auto h = spw::parse_safetensors_header(json, 4, "f");
+  ASSERT_EQ(h.tensors.size(), 2u);
+  EXPECT_EQ(h.tensors[0].name, "b\xc3\xa9\xf0\x9f\x98\x80/\t");
+  EXPECT_EQ(h.tensors[0].dtype, "BF16");
+  EXPECT_EQ(h.tensors[1].shape, (std::vector<int64_t>{0, 3}));
+  ASSERT_EQ(h.metadata.size(), 2u);
+  EXPECT_EQ(h.metadata[0].first, "k\"");
+  EXPECT_EQ(h.metadata[0].second, "v\\");
+  EXPECT_TRUE(spw::parse_safetensors_header("{}", 0, "f").tensors.empty());
+  EXPECT_TRUE(spw::parse_safetensors_header("{\"__metadata__\":{}}", 0, "f")
+                  .metadata.empty());
+}
+
+TEST(Safetensors, RejectsMalformedHeaders) {
+  auto err = [](const std::string &json, int64_t data = 4) {
+    return error_of([&] { spw::parse_safetensors_header(json, data, "F"); });
+  };
+  const std::string ok = "\"t\":{\"dtype\":\"F32\",\"shape\":[1],"
+                         "\"data_offsets\":[0,4]}";
+  EXPECT_EQ(err("{" + ok + "}"), "");
+  struct Case {
+    std::string json, message;
+  } cases[] = {
+      {"[]", "expected '{' (the header is not a JSON object), found '['"},
+      {"{" + ok, "expected ',' or '}', found the end of the header"},
+      {"{" + ok + "}x", "unexpected data after the header's JSON object"},
+      {"{" + ok + "," + ok + "}", "duplicate key 't'"},
+      {"{" + ok + ",}", "expected a string, found '}'"},
+      {"{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],"
+       "\"x\":1}}",
+       "tensor 't': unknown key 'x' (expected dtype, shape, data_offsets)"},
+      {"{\"t\":{\"dtype\":\"F32\",\"shape\":[1]}}", "tensor 't': no "
+                                                    "\"data_offsets\""},
+      {"{\"t\":{\"dtype\":\"F32\",\"dtype\":\"F32\"}}",
+       "tensor 't': duplicate key 'dtype'"},
+      {"{\"t\":{\"dtype\":\"F33\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+       "tensor 't': unknown dtype 'F33'"},
+      {"{\"t\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}",
+       "tensor 't' shape: expected a non-negative integer, found a negative"},
+      {"{\"t\":{\"dtype\":\"F32\",\"shape\":[1.0],\"data_offsets\":[0,4]}}",
+       "expected an integer, found a fraction or exponent"},
+      {"{\"t\":{\"dtype\":\"F32\",\"shape\":[01],\"data_offsets\":[0,4]}}",
+       "leading zero"},
+      {"{\"t\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],"
+       "\"data_offsets\":[0,4]}}",
+       "integer too large"},
+      {"{\"t\":{\"dtype\":\"F32\",\"shape\":\"1\",\"data_offsets\":[0,4]}}",
+       "expected an array for tensor 't' shape, found '\"'"},
+      {"{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4]}}",
+       "tensor 't': data_offsets must be [begin, end], found 1 numbers"},
+      {"{\"t\":{\"dtype\":F32}}", "expected a string, found 'F'"},
+      {"{\"t\":3}", "expected an object for tensor 't', found '3'"},
+      {"{\"t", "unterminated string"},
+      {"{\"t\x01\":{}}", "control character 0x01 in a string"},
+      {"{\"\\x\":{}}", "invalid escape '\\x'"},
+      {"{\"\\u12g4\":{}}", "invalid hex digit in \\u escape"},
+      {"{\"\\ud83d\":{}}", "unpaired high surrogate"},
+      {"{\"\\ude00\":{}}", "unpaired low surrogate"},
+      {"{\"__metadata__\":{\"a\":1}}",
+       "__metadata__ value of 'a' must be a string, found '1'"},
+      {"{\"__metadata__\":[]}", "expected an object for \"__metadata__\""},
+      {"{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}",
+       "tensor 't': data_offsets [0, 4] span 4 bytes, but F32 [2] needs 8"},
+      {"{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}}",
+       "tensor 't': data_offsets [4, 0] end before they begin"},
+      {"{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+       "tensor 't': data_offsets [4, 8] run past the end of the data "
+       "section (4 bytes); is the file truncated?"},
+      {"{\"t\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":[2,4]}}",
+       "tensor 't': data_offsets [2, 4] leave bytes [0, 2) of the data "
+       "section unused"},
+      {"{\"t\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":[0,2]}}",
+       "the data section is 4 bytes, but the tensors' data_offsets end at 2"},
+      {"{\"t\":{\"dtype\":\"I8\",\"shape\":[3],\"data_offsets\":[0,3]},"
+       "\"u\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":[2,4]}}",
+       "tensor 'u': data_offsets [2, 4] overlap those of tensor 't'"},
+      {"{\"t\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296],"
+       "\"data_offsets\":[0,4]}}",
+       "tensor 't': shape [4294967296,4294967296] is too large"},
+  };
+  for (const Case &c : cases) {
+    std::string e = err(c.json);
+    EXPECT_EQ(e.rfind("F: ", 0), 0u) << c.json << "\n" << e;
+    EXPECT_NE(e.find(c.message), std::string::npos)
+        << "header: " << c.json << "\nerror: " << e
+        << "\nexpected: " << c.message;
+  }
+  EXPECT_NE(err("{\"t\x01\":{}}").find("malformed .safetensors header (at "
+                                       "byte 3 of the JSON)"),
+            std::string::npos);
 }
 
 // Three AdamW steps with weight decay, against numbers computed by hand
