@@ -168,6 +168,28 @@ struct NamedTensor {
   const spw_tensor *tensor;
 };
 std::string safetensors_bytes(const std::vector<NamedTensor> &tensors);
+// A parsed .safetensors header. Tensors keep the header's order.
+struct SafetensorsEntry {
+  std::string name;
+  std::string dtype;          // "F32", "I64", ... (a known safetensors dtype)
+  std::vector<int64_t> shape;
+  int64_t begin = 0, end = 0; // data_offsets, relative to the data section
+};
+struct SafetensorsHeader {
+  std::vector<SafetensorsEntry> tensors;
+  std::vector<std::pair<std::string, std::string>> metadata;
+};
+// The safetensors name of a runtime dtype ("F32", "I64", "I32"; "?").
+const char *safetensors_dtype(int32_t dtype);
+// Bytes per element of a safetensors dtype name; 0 for an unknown one.
+int64_t safetensors_dtype_size(const std::string &dtype);
+// Parses and validates the JSON header of a .safetensors file whose data
+// section (everything after the header) is `data_size` bytes: strict JSON,
+// known dtypes, data_offsets that match dtype and shape and tile the data
+// section. Errors (spw::Error) start with `what` (e.g. "weights file 'F'").
+SafetensorsHeader parse_safetensors_header(const std::string &json,
+                                           int64_t data_size,
+                                           const std::string &what);
 // Writes to `path` through a temporary file and rename.
 void write_file_atomic(const std::string &path, const std::string &bytes);
 
