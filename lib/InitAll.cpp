@@ -18,8 +18,8 @@ void spillway::registerAllDialects(mlir::DialectRegistry &registry) {
 void spillway::registerAllPasses() {
   train::registerTrainPasses();
   registerConversionPasses();
-  // The upstream passes the lowering pipeline uses, so each stage can be
-  // replayed by hand with spillway-opt.
+  // Upstream passes worth running between Spillway's stages by hand (the
+  // training pipeline uses CSE).
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();

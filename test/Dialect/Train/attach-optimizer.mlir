@@ -28,7 +28,7 @@ module {
 // -----
 
 // Parameters but no gradients: autodiff has not run.
-// expected-error @+1 {{train-attach-optimizer: module has no train.param_grad ops; run train-autodiff first}}
+// expected-error @+1 {{train-attach-optimizer: module has no train.param_grad ops: run train-autodiff first, or the loss depends on no parameter (nothing to train)}}
 module {
   train.param @p : tensor<3xf32> at 0
   func.func @forward_only() -> tensor<f32> {

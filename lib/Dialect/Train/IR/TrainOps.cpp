@@ -193,9 +193,11 @@ LogicalResult GatherOp::inferReturnTypes(
   Adaptor adaptor(operands, attributes, properties, regions);
   auto data = rankedType(adaptor.getData());
   auto indices = rankedType(adaptor.getIndices());
-  int64_t axis = normalizeAxis(adaptor.getAxis(), data.getRank());
+  // I64Attr reads back unsigned; the axis is signed (ONNX allows -1).
+  int64_t axisAttr = adaptor.getAxis();
+  int64_t axis = normalizeAxis(axisAttr, data.getRank());
   if (axis < 0 || data.getRank() == 0)
-    return emitOptionalError(loc, "gather axis ", adaptor.getAxis(),
+    return emitOptionalError(loc, "gather axis ", axisAttr,
                              " out of range for rank ", data.getRank());
   SmallVector<int64_t> shape(data.getShape().take_front(axis));
   llvm::append_range(shape, indices.getShape());
@@ -235,20 +237,99 @@ TRAIN_BINARY_INFER(AddOp)
 TRAIN_BINARY_INFER(SubOp)
 TRAIN_BINARY_INFER(MulOp)
 TRAIN_BINARY_INFER(DivOp)
+TRAIN_BINARY_INFER(PowOp)
 #undef TRAIN_BINARY_INFER
 
-LogicalResult GeluOp::verify() {
-  if (getApproximate() != "none" && getApproximate() != "tanh")
-    return emitOpError("approximate must be \"none\" or \"tanh\", got \"")
-           << getApproximate() << "\"";
+LogicalResult PowOp::verify() {
+  if (!isa<FloatType>(getType().getElementType()))
+    return emitOpError("expects float operands, got ")
+           << getType().getElementType();
   return success();
 }
 
-LogicalResult SoftmaxOp::verify() {
-  if (normalizeAxis(getAxis(), getType().getRank()) < 0)
-    return emitOpError("axis ") << getAxis() << " out of range for rank "
-                                << getType().getRank();
+/// Broadcast shape of `operands`, with the given element type.
+static LogicalResult inferBroadcastMany(std::optional<Location> loc,
+                                        ValueRange operands, Type elementType,
+                                        SmallVectorImpl<Type> &inferred) {
+  SmallVector<int64_t> shape;
+  for (Value v : operands) {
+    auto next = broadcastShapes(shape, rankedType(v).getShape());
+    if (failed(next))
+      return emitOptionalError(loc, "shapes ", shapeStr(shape), " and ",
+                               shapeStr(rankedType(v).getShape()),
+                               " do not broadcast");
+    shape = *next;
+  }
+  inferred.push_back(RankedTensorType::get(shape, elementType));
   return success();
+}
+
+#define TRAIN_COMPARE_INFER(OP)                                                \
+  LogicalResult OP::inferReturnTypes(                                          \
+      MLIRContext *ctx, std::optional<Location> loc, ValueRange operands,      \
+      DictionaryAttr attributes, OpaqueProperties properties,                  \
+      RegionRange regions, SmallVectorImpl<Type> &inferred) {                  \
+    Adaptor adaptor(operands, attributes, properties, regions);                \
+    if (rankedType(adaptor.getLhs()).getElementType() !=                       \
+        rankedType(adaptor.getRhs()).getElementType())                         \
+      return emitOptionalError(loc, "compared element types differ");          \
+    return inferBroadcastMany(loc, {adaptor.getLhs(), adaptor.getRhs()},       \
+                              IntegerType::get(ctx, 1), inferred);             \
+  }
+TRAIN_COMPARE_INFER(EqualOp)
+TRAIN_COMPARE_INFER(LessOp)
+TRAIN_COMPARE_INFER(LessOrEqualOp)
+TRAIN_COMPARE_INFER(GreaterOp)
+#undef TRAIN_COMPARE_INFER
+
+LogicalResult WhereOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, ValueRange operands,
+    DictionaryAttr attributes, OpaqueProperties properties, RegionRange regions,
+    SmallVectorImpl<Type> &inferred) {
+  Adaptor adaptor(operands, attributes, properties, regions);
+  Type elt = rankedType(adaptor.getLhs()).getElementType();
+  if (elt != rankedType(adaptor.getRhs()).getElementType())
+    return emitOptionalError(loc, "where branches have different element "
+                                  "types");
+  return inferBroadcastMany(
+      loc, {adaptor.getCondition(), adaptor.getLhs(), adaptor.getRhs()}, elt,
+      inferred);
+}
+
+LogicalResult CastOp::verify() {
+  if (getInput().getType().getShape() != getType().getShape())
+    return emitOpError("cast changes the shape from ")
+           << shapeStr(getInput().getType().getShape()) << " to "
+           << shapeStr(getType().getShape());
+  return success();
+}
+
+static LogicalResult verifyApproximate(Operation *op, StringRef approximate) {
+  if (approximate != "none" && approximate != "tanh")
+    return op->emitOpError("approximate must be \"none\" or \"tanh\", got \"")
+           << approximate << "\"";
+  return success();
+}
+
+static LogicalResult verifyAxis(Operation *op, int64_t axis, int64_t rank) {
+  if (normalizeAxis(axis, rank) < 0)
+    return op->emitOpError("axis ") << axis << " out of range for rank "
+                                    << rank;
+  return success();
+}
+
+LogicalResult GeluOp::verify() {
+  return verifyApproximate(*this, getApproximate());
+}
+LogicalResult GeluGradOp::verify() {
+  return verifyApproximate(*this, getApproximate());
+}
+
+LogicalResult SoftmaxOp::verify() {
+  return verifyAxis(*this, getAxis(), getType().getRank());
+}
+LogicalResult SoftmaxGradOp::verify() {
+  return verifyAxis(*this, getAxis(), getType().getRank());
 }
 
 //===----------------------------------------------------------------------===//
@@ -307,17 +388,38 @@ LogicalResult GemmOp::inferReturnTypes(
   return success();
 }
 
-LogicalResult LayerNormOp::verify() {
-  int64_t rank = getType().getRank();
-  int64_t axis = normalizeAxis(getAxis(), rank);
+/// Checks a normalization's axis and that `scale` has the normalized shape
+/// (the dimensions from axis on).
+static LogicalResult verifyNormScale(Operation *op, RankedTensorType input,
+                                     int64_t axisAttr, RankedTensorType scale) {
+  int64_t axis = normalizeAxis(axisAttr, input.getRank());
   if (axis < 0)
-    return emitOpError("axis ") << getAxis() << " out of range for rank "
-                                << rank;
-  ArrayRef<int64_t> normShape = getType().getShape().drop_front(axis);
-  if (getScale().getType().getShape() != normShape)
-    return emitOpError("scale shape ")
-           << shapeStr(getScale().getType().getShape())
-           << " must equal the normalized shape " << shapeStr(normShape);
+    return op->emitOpError("axis ") << axisAttr << " out of range for rank "
+                                    << input.getRank();
+  ArrayRef<int64_t> normShape = input.getShape().drop_front(axis);
+  if (scale.getShape() != normShape)
+    return op->emitOpError("scale shape ")
+           << shapeStr(scale.getShape()) << " must equal the normalized shape "
+           << shapeStr(normShape);
+  return success();
+}
+
+LogicalResult LayerNormGradOp::verify() {
+  return verifyNormScale(*this, getInput().getType(), getAxis(),
+                         getScale().getType());
+}
+
+LogicalResult RmsNormGradOp::verify() {
+  return verifyNormScale(*this, getInput().getType(), getAxis(),
+                         getScale().getType());
+}
+
+LogicalResult LayerNormOp::verify() {
+  if (failed(verifyNormScale(*this, getType(), getAxis(),
+                             getScale().getType())))
+    return failure();
+  ArrayRef<int64_t> normShape = getType().getShape().drop_front(
+      normalizeAxis(getAxis(), getType().getRank()));
   if (getBias() && getBias().getType().getShape() != normShape)
     return emitOpError("bias shape ")
            << shapeStr(getBias().getType().getShape())
@@ -367,6 +469,7 @@ static LogicalResult inferReduce(std::optional<Location> loc, Value input,
   }
 TRAIN_REDUCE(ReduceSumOp)
 TRAIN_REDUCE(ReduceMeanOp)
+TRAIN_REDUCE(ReduceMaxOp)
 #undef TRAIN_REDUCE
 
 static LogicalResult verifyLossOperands(Operation *op, RankedTensorType logits,
@@ -395,6 +498,134 @@ LogicalResult SoftmaxCrossEntropyLossOp::verify() {
                             getLabels().getType(), getReduction());
 }
 
+LogicalResult SoftmaxCrossEntropyLossGradOp::verify() {
+  return verifyLossOperands(*this, getLogits().getType(),
+                            getLabels().getType(), getReduction());
+}
+
+LogicalResult ConcatOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, ValueRange operands,
+    DictionaryAttr attributes, OpaqueProperties properties, RegionRange regions,
+    SmallVectorImpl<Type> &inferred) {
+  Adaptor adaptor(operands, attributes, properties, regions);
+  if (adaptor.getInputs().empty())
+    return emitOptionalError(loc, "concat needs at least one input");
+  auto first = rankedType(adaptor.getInputs().front());
+  int64_t axis = normalizeAxis(adaptor.getAxis(), first.getRank());
+  if (axis < 0 || first.getRank() == 0)
+    return emitOptionalError(loc, "concat axis ", adaptor.getAxis(),
+                             " out of range for rank ", first.getRank());
+  SmallVector<int64_t> shape(first.getShape());
+  shape[axis] = 0;
+  for (Value v : adaptor.getInputs()) {
+    auto t = rankedType(v);
+    if (t.getElementType() != first.getElementType() ||
+        t.getRank() != first.getRank())
+      return emitOptionalError(loc, "concat inputs differ in element type or "
+                                    "rank");
+    for (int64_t d = 0; d < t.getRank(); ++d)
+      if (d != axis && t.getDimSize(d) != first.getDimSize(d))
+        return emitOptionalError(loc, "concat inputs ", shapeStr(t.getShape()),
+                                 " and ", shapeStr(first.getShape()),
+                                 " differ outside axis ", axis);
+    shape[axis] += t.getDimSize(axis);
+  }
+  inferred.push_back(RankedTensorType::get(shape, first.getElementType()));
+  return success();
+}
+
+/// Checks a slice of `full` with `starts`/`steps` producing `part`.
+static LogicalResult verifySlice(Operation *op, ArrayRef<int64_t> full,
+                                 ArrayRef<int64_t> part,
+                                 ArrayRef<int64_t> starts,
+                                 ArrayRef<int64_t> steps) {
+  size_t rank = full.size();
+  if (part.size() != rank || starts.size() != rank || steps.size() != rank)
+    return op->emitOpError("starts and steps need one entry per dimension "
+                           "of a rank-")
+           << rank << " tensor";
+  for (size_t d = 0; d < rank; ++d) {
+    if (steps[d] == 0)
+      return op->emitOpError("step of dimension ") << d << " is zero";
+    if (part[d] == 0)
+      continue;
+    int64_t last = starts[d] + (part[d] - 1) * steps[d];
+    if (starts[d] < 0 || starts[d] >= full[d] || last < 0 || last >= full[d])
+      return op->emitOpError("dimension ")
+             << d << ": elements " << starts[d] << ", " << starts[d] + steps[d]
+             << ", ... " << last << " fall outside [0, " << full[d] << ")";
+  }
+  return success();
+}
+
+LogicalResult SliceOp::verify() {
+  if (getInput().getType().getElementType() != getType().getElementType())
+    return emitOpError("slice changes the element type");
+  return verifySlice(*this, getInput().getType().getShape(),
+                     getType().getShape(), getStarts(), getSteps());
+}
+
+LogicalResult SliceGradOp::verify() {
+  return verifySlice(*this, getType().getShape(), getDy().getType().getShape(),
+                     getStarts(), getSteps());
+}
+
+//===----------------------------------------------------------------------===//
+// Fused ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult LinearOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, ValueRange operands,
+    DictionaryAttr attributes, OpaqueProperties properties, RegionRange regions,
+    SmallVectorImpl<Type> &inferred) {
+  Adaptor adaptor(operands, attributes, properties, regions);
+  auto x = rankedType(adaptor.getInput()), w = rankedType(adaptor.getWeight());
+  if (x.getRank() < 1 || w.getRank() != 2 || x.getShape().back() != w.getDimSize(0))
+    return emitOptionalError(loc, "linear expects x [..., K] and w [K, N], got ",
+                             shapeStr(x.getShape()), " and ",
+                             shapeStr(w.getShape()));
+  if (Value b = adaptor.getBias())
+    if (rankedType(b).getShape() != ArrayRef<int64_t>{w.getDimSize(1)})
+      return emitOptionalError(loc, "linear bias must be [", w.getDimSize(1),
+                               "], got ", shapeStr(rankedType(b).getShape()));
+  SmallVector<int64_t> shape(x.getShape());
+  shape.back() = w.getDimSize(1);
+  inferred.push_back(RankedTensorType::get(shape, x.getElementType()));
+  return success();
+}
+
+LogicalResult RmsNormOp::verify() {
+  return verifyNormScale(*this, getType(), getAxis(), getScale().getType());
+}
+
+LogicalResult RopeOp::verify() {
+  ArrayRef<int64_t> x = getType().getShape();
+  if (x.empty() || x.back() % 2 != 0)
+    return emitOpError("the last dimension must be even, got ")
+           << shapeStr(x);
+  for (Value table : {getCos(), getSin()})
+    if (!broadcastsTo(rankedType(table).getShape(), x))
+      return emitOpError("cos/sin table of shape ")
+             << shapeStr(rankedType(table).getShape())
+             << " does not broadcast to " << shapeStr(x);
+  return success();
+}
+
+LogicalResult AttentionOp::verify() {
+  ArrayRef<int64_t> q = getQuery().getType().getShape();
+  ArrayRef<int64_t> k = getKey().getType().getShape();
+  if (q.size() != 4 || getKey().getType() != getValue().getType() ||
+      k.size() != 4 || q[0] != k[0] || q[2] != k[2] || q[3] != k[3])
+    return emitOpError("expects Q [B, H, S, D] and K, V [B, Hkv, S, D], got ")
+           << shapeStr(q) << ", " << shapeStr(k) << ", "
+           << shapeStr(getValue().getType().getShape());
+  if (k[1] == 0 || q[1] % k[1] != 0)
+    return emitOpError("query heads (") << q[1]
+                                        << ") must be a multiple of KV heads ("
+                                        << k[1] << ")";
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Gradient ops
 //===----------------------------------------------------------------------===//
@@ -418,9 +649,10 @@ LogicalResult BroadcastToOp::verify() {
 
 LogicalResult GatherGradOp::verify() {
   RankedTensorType data = getType();
-  int64_t axis = normalizeAxis(getAxis(), data.getRank());
+  int64_t axisAttr = getAxis();
+  int64_t axis = normalizeAxis(axisAttr, data.getRank());
   if (axis < 0 || data.getRank() == 0)
-    return emitOpError("axis ") << getAxis() << " out of range for rank "
+    return emitOpError("axis ") << axisAttr << " out of range for rank "
                                 << data.getRank();
   SmallVector<int64_t> expect(data.getShape().take_front(axis));
   llvm::append_range(expect, getIndices().getType().getShape());

@@ -4,6 +4,7 @@
 #include "spillway/Dialect/Train/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace spillway::train {
 #define GEN_PASS_DEF_TRAINATTACHOPTIMIZERPASS
@@ -45,9 +46,22 @@ struct TrainAttachOptimizerPass
         return;
       }
       module.emitError("train-attach-optimizer: module has no "
-                       "train.param_grad ops; run train-autodiff first");
+                       "train.param_grad ops: run train-autodiff first, or "
+                       "the loss depends on no parameter (nothing to train)");
       return signalPassFailure();
     }
+    // One update per parameter per step: a second one means the step was
+    // differentiated or optimized twice.
+    llvm::StringSet<> updated;
+    module.walk([&](AdamWOp op) { updated.insert(op.getParam()); });
+    for (ParamGradOp grad : grads)
+      if (!updated.insert(grad.getParam()).second) {
+        grad.emitOpError("parameter @")
+            << grad.getParam()
+            << " already has a gradient or optimizer update in this step; "
+               "was the module differentiated or optimized twice?";
+        return signalPassFailure();
+      }
 
     OpBuilder b(&getContext());
     auto f64 = [&](double v) { return b.getF64FloatAttr(v); };

@@ -9,8 +9,12 @@
 namespace spillway::train {
 /// Module attribute naming the weights file (relative to the MLIR file).
 inline constexpr llvm::StringLiteral kWeightsAttrName = "train.weights";
-/// Argument attribute carrying the ONNX graph input name.
+/// Argument (and, for forward-only functions, result) attribute carrying the
+/// ONNX graph input/output name.
 inline constexpr llvm::StringLiteral kInputNameAttrName = "train.name";
+/// Unit attribute on a func.func that computes named outputs (inference,
+/// conformance) instead of a training step's scalar loss.
+inline constexpr llvm::StringLiteral kForwardOnlyAttrName = "train.forward_only";
 } // namespace spillway::train
 
 #endif

@@ -15,7 +15,10 @@ include "mlir/Interfaces/InferTypeOpInterface.td"
 
 def Train_FloatTensor : RankedTensorOf<[F32]>;
 def Train_IndexTensor : RankedTensorOf<[I64, I32]>;
-def Train_Tensor : RankedTensorOf<[F32, I64, I32]>;
+def Train_NumTensor : RankedTensorOf<[F32, I64, I32]>;
+// Any tensor the runtime represents: numbers and booleans (comparisons, masks).
+def Train_Tensor : RankedTensorOf<[F32, I64, I32, I1]>;
+def Train_BoolTensor : RankedTensorOf<[I1]>;
 def Train_ScalarF32 : 0DTensorOf<[F32]>;
 
 // Ops whose result shape follows from operands and attributes implement
@@ -152,8 +155,8 @@ def Train_GatherOp : Train_InferOp<"gather"> {
 
 class Train_BinaryOp<string mnemonic, string onnx> : Train_InferOp<mnemonic> {
   let summary = "elementwise " # mnemonic # " with numpy broadcasting (ONNX " # onnx # ")";
-  let arguments = (ins Train_Tensor:$lhs, Train_Tensor:$rhs);
-  let results = (outs Train_Tensor:$result);
+  let arguments = (ins Train_NumTensor:$lhs, Train_NumTensor:$rhs);
+  let results = (outs Train_NumTensor:$result);
   let assemblyFormat = [{
     $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
   }];
@@ -163,6 +166,41 @@ def Train_AddOp : Train_BinaryOp<"add", "Add">;
 def Train_SubOp : Train_BinaryOp<"sub", "Sub">;
 def Train_MulOp : Train_BinaryOp<"mul", "Mul">;
 def Train_DivOp : Train_BinaryOp<"div", "Div">;
+def Train_PowOp : Train_BinaryOp<"pow", "Pow"> {
+  let summary = "elementwise lhs ^ rhs with numpy broadcasting, float only (ONNX Pow)";
+  let hasVerifier = 1;
+}
+
+class Train_CompareOp<string mnemonic, string onnx> : Train_InferOp<mnemonic> {
+  let summary = "elementwise comparison with numpy broadcasting, i1 result (ONNX " # onnx # ")";
+  let arguments = (ins Train_Tensor:$lhs, Train_Tensor:$rhs);
+  let results = (outs Train_BoolTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+}
+
+def Train_EqualOp : Train_CompareOp<"equal", "Equal">;
+def Train_LessOp : Train_CompareOp<"less", "Less">;
+def Train_LessOrEqualOp : Train_CompareOp<"less_or_equal", "LessOrEqual">;
+def Train_GreaterOp : Train_CompareOp<"greater", "Greater">;
+
+def Train_WhereOp : Train_InferOp<"where"> {
+  let summary = "condition ? lhs : rhs, all three broadcast together (ONNX Where)";
+  let arguments = (ins Train_BoolTensor:$condition, Train_Tensor:$lhs, Train_Tensor:$rhs);
+  let results = (outs Train_Tensor:$result);
+  let assemblyFormat = [{
+    $condition `,` $lhs `,` $rhs attr-dict `:` type($condition) `,` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+}
+
+def Train_CastOp : Train_Op<"cast", [Pure]> {
+  let summary = "convert elements to the result's element type, same shape (ONNX Cast)";
+  let arguments = (ins Train_Tensor:$input);
+  let results = (outs Train_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
 
 class Train_UnaryOp<string mnemonic, string summ, list<Trait> traits = []>
     : Train_Op<mnemonic, !listconcat(traits, [Pure, SameOperandsAndResultType])> {
@@ -175,6 +213,15 @@ class Train_UnaryOp<string mnemonic, string summ, list<Trait> traits = []>
 def Train_NegOp : Train_UnaryOp<"neg", "elementwise negation (ONNX Neg)">;
 def Train_ReluOp : Train_UnaryOp<"relu", "max(x, 0) (ONNX Relu)">;
 def Train_TanhOp : Train_UnaryOp<"tanh", "hyperbolic tangent (ONNX Tanh)">;
+def Train_ExpOp : Train_UnaryOp<"exp", "e^x (ONNX Exp)">;
+def Train_LogOp : Train_UnaryOp<"log", "natural logarithm (ONNX Log)">;
+def Train_SqrtOp : Train_UnaryOp<"sqrt", "square root (ONNX Sqrt)">;
+def Train_ReciprocalOp : Train_UnaryOp<"reciprocal", "1 / x (ONNX Reciprocal)">;
+def Train_ErfOp : Train_UnaryOp<"erf", "the error function (ONNX Erf)">;
+def Train_SigmoidOp : Train_UnaryOp<"sigmoid", "1 / (1 + e^-x) (ONNX Sigmoid)">;
+def Train_CosOp : Train_UnaryOp<"cos", "cosine (ONNX Cos)">;
+def Train_SinOp : Train_UnaryOp<"sin", "sine (ONNX Sin)">;
+def Train_SiluOp : Train_UnaryOp<"silu", "x * sigmoid(x) (fused; SiLU / swish)">;
 
 def Train_GeluOp : Train_UnaryOp<"gelu", "Gaussian error linear unit (ONNX Gelu)"> {
   let description = [{
@@ -244,6 +291,28 @@ class Train_ReduceOp<string mnemonic, string onnx> : Train_InferOp<mnemonic> {
 
 def Train_ReduceSumOp : Train_ReduceOp<"reduce_sum", "ReduceSum">;
 def Train_ReduceMeanOp : Train_ReduceOp<"reduce_mean", "ReduceMean">;
+def Train_ReduceMaxOp : Train_ReduceOp<"reduce_max", "ReduceMax">;
+
+def Train_ConcatOp : Train_InferOp<"concat"> {
+  let summary = "join tensors along an axis (ONNX Concat)";
+  let arguments = (ins Variadic<Train_Tensor>:$inputs, I64Attr:$axis);
+  let results = (outs Train_Tensor:$result);
+  let assemblyFormat = "$inputs attr-dict `:` type($inputs) `->` type($result)";
+}
+
+def Train_SliceOp : Train_Op<"slice", [Pure]> {
+  let summary = "strided slice with static, normalized starts and steps (ONNX Slice, Split)";
+  let description = [{
+    One entry per dimension: result element i along dimension d is input
+    element `starts[d] + i * steps[d]`; the result type gives the count. The
+    importer normalizes ONNX's negative and clamped starts/ends into this form.
+  }];
+  let arguments = (ins Train_Tensor:$input, DenseI64ArrayAttr:$starts,
+                       DenseI64ArrayAttr:$steps);
+  let results = (outs Train_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
 
 def Train_SoftmaxCrossEntropyLossOp : Train_InferOp<"softmax_cross_entropy_loss"> {
   let summary = "softmax cross-entropy of [N, C] logits against [N] class labels (ONNX SoftmaxCrossEntropyLoss)";
@@ -256,6 +325,60 @@ def Train_SoftmaxCrossEntropyLossOp : Train_InferOp<"softmax_cross_entropy_loss"
                        OptionalAttr<SI64Attr>:$ignore_index);
   let results = (outs Train_ScalarF32:$result);
   let assemblyFormat = "$logits `,` $labels attr-dict `:` type($logits) `,` type($labels)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Fused ops (produced by train-fuse-patterns; the fast kernels implement them)
+//===----------------------------------------------------------------------===//
+
+def Train_LinearOp : Train_InferOp<"linear"> {
+  let summary = "x @ w + b: a fully connected layer, x [..., K], w [K, N], b [N]";
+  let arguments = (ins Train_FloatTensor:$input, Train_FloatTensor:$weight,
+                       Optional<Train_FloatTensor>:$bias);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? attr-dict `:` type($input) `,` type($weight) (`,` type($bias)^)? `->` type($result)
+  }];
+}
+
+def Train_RmsNormOp : Train_Op<"rms_norm", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "x / sqrt(mean(x^2 over dims from axis) + epsilon) * scale (RMSNorm)";
+  let arguments = (ins Train_FloatTensor:$input, Train_FloatTensor:$scale,
+                       DefaultValuedAttr<SI64Attr, "-1">:$axis,
+                       DefaultValuedAttr<F32Attr, "1.0e-6">:$epsilon);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $scale attr-dict `:` type($input) `,` type($scale)";
+  let hasVerifier = 1;
+}
+
+def Train_RopeOp : Train_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "rotary embedding, rotate-half form: x * cos + rotate_half(x) * sin";
+  let description = [{
+    `rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2])` over the last
+    dimension D (even). `cos` and `sin` broadcast to x (numpy rules).
+  }];
+  let arguments = (ins Train_FloatTensor:$input, Train_FloatTensor:$cos,
+                       Train_FloatTensor:$sin);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $cos `,` $sin attr-dict `:` type($input) `,` type($cos) `,` type($sin)";
+  let hasVerifier = 1;
+}
+
+def Train_AttentionOp : Train_Op<"attention", [Pure, AllTypesMatch<["query", "result"]>]> {
+  let summary = "softmax(scale * Q K^T + causal mask) V with grouped KV heads";
+  let description = [{
+    Q [B, H, S, D], K and V [B, Hkv, S, D] with H a multiple of Hkv (query
+    head h reads KV head h / (H / Hkv)). `causal` masks keys after the query
+    position.
+  }];
+  let arguments = (ins Train_FloatTensor:$query, Train_FloatTensor:$key,
+                       Train_FloatTensor:$value, F64Attr:$scale,
+                       DefaultValuedAttr<BoolAttr, "true">:$causal);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value attr-dict `:` type($query) `,` type($key) `,` type($value)
+  }];
   let hasVerifier = 1;
 }
 
@@ -299,6 +422,7 @@ def Train_GeluGradOp : Train_ActGradOp<"gelu_grad", "input", "dy * gelu'(x)"> {
   let arguments = (ins Train_FloatTensor:$input, Train_FloatTensor:$dy,
                        DefaultValuedStrAttr<StrAttr, "none">:$approximate);
   let assemblyFormat = "$input `,` $dy attr-dict `:` type($result)";
+  let hasVerifier = 1;
 }
 
 def Train_SoftmaxGradOp : Train_ActGradOp<"softmax_grad", "output",
@@ -306,6 +430,7 @@ def Train_SoftmaxGradOp : Train_ActGradOp<"softmax_grad", "output",
   let arguments = (ins Train_FloatTensor:$output, Train_FloatTensor:$dy,
                        DefaultValuedAttr<SI64Attr, "-1">:$axis);
   let assemblyFormat = "$output `,` $dy attr-dict `:` type($result)";
+  let hasVerifier = 1;
 }
 
 def Train_LayerNormGradOp : Train_Op<"layer_norm_grad", [Pure,
@@ -321,6 +446,7 @@ def Train_LayerNormGradOp : Train_Op<"layer_norm_grad", [Pure,
   let assemblyFormat = [{
     $input `,` $scale `,` $dy attr-dict `:` type($input) `,` type($scale)
   }];
+  let hasVerifier = 1;
 }
 
 def Train_GatherGradOp : Train_Op<"gather_grad", [Pure]> {
@@ -334,6 +460,55 @@ def Train_GatherGradOp : Train_Op<"gather_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Train_SiluGradOp : Train_ActGradOp<"silu_grad", "input", "dy * silu'(x)"> {
+  let arguments = (ins Train_FloatTensor:$input, Train_FloatTensor:$dy);
+  let assemblyFormat = "$input `,` $dy attr-dict `:` type($result)";
+}
+
+def Train_SliceGradOp : Train_Op<"slice_grad", [Pure]> {
+  let summary = "dy placed into zeros of the sliced input's shape at the slice's positions";
+  let arguments = (ins Train_FloatTensor:$dy, DenseI64ArrayAttr:$starts,
+                       DenseI64ArrayAttr:$steps);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$dy attr-dict `:` type($dy) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_RmsNormGradOp : Train_Op<"rms_norm_grad", [Pure,
+    AllTypesMatch<["input", "dy", "dinput"]>,
+    AllTypesMatch<["scale", "dscale"]>]> {
+  let summary = "gradients of rms_norm w.r.t. input and scale";
+  let arguments = (ins Train_FloatTensor:$input, Train_FloatTensor:$scale,
+                       Train_FloatTensor:$dy,
+                       DefaultValuedAttr<SI64Attr, "-1">:$axis,
+                       DefaultValuedAttr<F32Attr, "1.0e-6">:$epsilon);
+  let results = (outs Train_FloatTensor:$dinput, Train_FloatTensor:$dscale);
+  let assemblyFormat = "$input `,` $scale `,` $dy attr-dict `:` type($input) `,` type($scale)";
+  let hasVerifier = 1;
+}
+
+def Train_RopeGradOp : Train_Op<"rope_grad", [Pure, AllTypesMatch<["dy", "result"]>]> {
+  let summary = "gradient of rope w.r.t. its input: dy * cos + rotate_half^T(dy * sin)";
+  let arguments = (ins Train_FloatTensor:$dy, Train_FloatTensor:$cos,
+                       Train_FloatTensor:$sin);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$dy `,` $cos `,` $sin attr-dict `:` type($dy) `,` type($cos) `,` type($sin)";
+}
+
+def Train_AttentionGradOp : Train_Op<"attention_grad", [Pure,
+    AllTypesMatch<["query", "dy", "dquery"]>,
+    AllTypesMatch<["key", "dkey"]>, AllTypesMatch<["value", "dvalue"]>]> {
+  let summary = "gradients of attention w.r.t. Q, K, V (recomputes the probabilities)";
+  let arguments = (ins Train_FloatTensor:$query, Train_FloatTensor:$key,
+                       Train_FloatTensor:$value, Train_FloatTensor:$dy,
+                       F64Attr:$scale, DefaultValuedAttr<BoolAttr, "true">:$causal);
+  let results = (outs Train_FloatTensor:$dquery, Train_FloatTensor:$dkey,
+                      Train_FloatTensor:$dvalue);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $dy attr-dict `:` type($query) `,` type($key) `,` type($value)
+  }];
+}
+
 def Train_SoftmaxCrossEntropyLossGradOp : Train_Op<"softmax_cross_entropy_loss_grad", [
     Pure, AllTypesMatch<["logits", "result"]>]> {
   let summary = "gradient of softmax_cross_entropy_loss w.r.t. the logits";
@@ -345,6 +520,7 @@ def Train_SoftmaxCrossEntropyLossGradOp : Train_Op<"softmax_cross_entropy_loss_g
   let assemblyFormat = [{
     $logits `,` $labels `,` $dloss attr-dict `:` type($logits) `,` type($labels) `,` type($dloss)
   }];
+  let hasVerifier = 1;
 }
 
 #endif // SPILLWAY_DIALECT_TRAIN_IR_TRAINOPS_TD
