@@ -46,6 +46,7 @@ int64_t dtype_size(int32_t dtype) {
   case SPW_F32: return 4;
   case SPW_I64: return 8;
   case SPW_I32: return 4;
+  case SPW_BOOL: return 1;
   default: return 0;
   }
 }
@@ -55,6 +56,7 @@ const char *dtype_name(int32_t dtype) {
   case SPW_F32: return "f32";
   case SPW_I64: return "i64";
   case SPW_I32: return "i32";
+  case SPW_BOOL: return "bool";
   default: return "?";
   }
 }
@@ -119,6 +121,8 @@ std::unique_ptr<spw_ctx> make_context() {
 void clear_step(spw_ctx *ctx) {
   ctx->step_tensors.clear();
   ctx->loss = nullptr;
+  for (OutputInfo &o : ctx->outputs)
+    o.set = false;
 }
 
 AdamWHparams effective_adamw(const spw_ctx *ctx, const AdamWHparams &call) {
@@ -227,6 +231,24 @@ int32_t spw_declare_input(spw_ctx *ctx, const char *name, int32_t dtype,
   return index;
 }
 
+int32_t spw_declare_output(spw_ctx *ctx, const char *name, int32_t dtype,
+                           int32_t rank, const int64_t *dims) {
+  int32_t index = -1;
+  guarded(ctx, "spw_declare_output", [&] {
+    check_name(name, "output");
+    for (const OutputInfo &o : ctx->outputs)
+      if (o.name == name)
+        fail("output '%s' declared twice", name);
+    OutputInfo o;
+    o.name = name;
+    o.value = make_tensor(dtype, rank, dims, name);
+    std::memset(o.value->data, 0, size_t(o.value->bytes()));
+    ctx->outputs.push_back(std::move(o));
+    index = int32_t(ctx->outputs.size() - 1);
+  });
+  return index;
+}
+
 void spw_declare_adamw(spw_ctx *ctx, double lr, double beta1, double beta2,
                        double eps, double weight_decay) {
   guarded(ctx, "spw_declare_adamw", [&] {
@@ -298,6 +320,28 @@ void spw_set_loss(spw_ctx *ctx, spw_tensor *loss) {
       fail("the loss must be a float32 scalar, got %s %s",
            dtype_name(loss->dtype), loss->shape().c_str());
     ctx->loss = loss;
+  });
+}
+
+void spw_set_output(spw_ctx *ctx, int32_t index, spw_tensor *value) {
+  guarded(ctx, "spw_set_output", [&] {
+    if (index < 0 || size_t(index) >= ctx->outputs.size())
+      fail("output index %d out of range (%zu outputs declared)", index,
+           ctx->outputs.size());
+    OutputInfo &o = ctx->outputs[size_t(index)];
+    if (!value)
+      fail("output '%s': tensor is NULL", o.name.c_str());
+    const spw_tensor &v = *o.value;
+    bool same = value->dtype == v.dtype && value->rank == v.rank;
+    for (int i = 0; same && i < v.rank; ++i)
+      same = value->dims[i] == v.dims[i];
+    if (!same)
+      fail("output '%s' is %s %s, but it was declared %s %s", o.name.c_str(),
+           dtype_name(value->dtype), value->shape().c_str(),
+           dtype_name(v.dtype), v.shape().c_str());
+    if (v.numel > 0)
+      std::memmove(v.data, value->data, size_t(v.bytes()));
+    o.set = true;
   });
 }
 

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <filesystem>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <unordered_map>
@@ -48,6 +49,11 @@ struct Options {
   int64_t fd_samples = 16;
   double fd_tol = 1e-2;
   bool help = false;
+  // Forward-only models (spw_declare_output): --outputs DIR, and whether
+  // --steps was given (it defaults to the inputs' batch count for them).
+  std::string outputs;
+  bool steps_given = false;
+  std::vector<std::string> training_flags; // given flags a forward model rejects
 };
 
 const char kUsage[] =
@@ -74,7 +80,17 @@ const char kUsage[] =
     "    --fd-eps H            step: H * max(1, |p|) (default 1e-2)\n"
     "    --fd-samples K        elements checked per parameter (default 16)\n"
     "    --fd-tol T            relative tolerance (default 1e-2)\n"
+    "  --outputs DIR           forward-only models (spillwayc --forward):\n"
+    "                          write each output NAME to DIR/NAME.npy, shape\n"
+    "                          [steps, *output_shape]; step s at index s-1;\n"
+    "                          characters outside [A-Za-z0-9._-] in NAME\n"
+    "                          become '_' (DIR is created if missing)\n"
     "  --help                  this text\n"
+    "\n"
+    "A forward-only model runs --steps steps (default: the largest batch\n"
+    "count B among its inputs) without a loss; the training flags (--lr,\n"
+    "--beta1, --beta2, --eps, --weight-decay, --save, --log-json,\n"
+    "--check-gradients) are usage errors for it.\n"
     "\n"
     "Exit status: 0 success, 1 runtime or data error, 2 usage error.\n";
 
@@ -125,12 +141,13 @@ Options parse_args(int argc, char **argv) {
       if (has_value)
         throw UsageError("--check-gradients takes no value");
       o.check_gradients = true;
+      o.training_flags.push_back(flag);
       continue;
     }
     static const char *const kValued[] = {
         "--input", "--steps", "--seed", "--lr", "--beta1", "--beta2", "--eps",
         "--weight-decay", "--log-json", "--save", "--weights", "--print-every",
-        "--fd-eps", "--fd-samples", "--fd-tol"};
+        "--fd-eps", "--fd-samples", "--fd-tol", "--outputs"};
     if (std::find_if(std::begin(kValued), std::end(kValued),
                      [&](const char *f) { return flag == f; }) ==
         std::end(kValued))
@@ -140,6 +157,13 @@ Options parse_args(int argc, char **argv) {
         throw UsageError(format("%s needs a value", flag.c_str()));
       value = argv[++i];
     }
+    static const char *const kTraining[] = {
+        "--lr", "--beta1", "--beta2", "--eps", "--weight-decay", "--save",
+        "--log-json"};
+    if (std::find_if(std::begin(kTraining), std::end(kTraining),
+                     [&](const char *f) { return flag == f; }) !=
+        std::end(kTraining))
+      o.training_flags.push_back(flag);
     if (flag == "--input") {
       size_t eq = value.find('=');
       if (eq == std::string::npos || eq == 0 || eq + 1 == value.size())
@@ -153,6 +177,7 @@ Options parse_args(int argc, char **argv) {
       o.inputs.emplace_back(name, value.substr(eq + 1));
     } else if (flag == "--steps") {
       o.steps = parse_int(flag, value, 0);
+      o.steps_given = true;
     } else if (flag == "--seed") {
       errno = 0;
       char *end = nullptr;
@@ -178,6 +203,10 @@ Options parse_args(int argc, char **argv) {
       o.save = value;
     } else if (flag == "--weights") {
       o.weights = value;
+    } else if (flag == "--outputs") {
+      if (value.empty())
+        throw UsageError("--outputs needs a directory");
+      o.outputs = value;
     } else if (flag == "--print-every") {
       o.print_every = parse_int(flag, value, 1);
     } else if (flag == "--fd-eps") {
@@ -439,20 +468,23 @@ void load_input(InputInfo &in, const std::string &file) {
     fail("%s: the array is in Fortran order; expected C order: save "
          "np.ascontiguousarray(arr)",
          what.c_str());
-  const char *want = view.dtype == SPW_F32 ? "float32"
-                     : view.dtype == SPW_I64 ? "int64 (or int32)"
-                                             : "int32 (or int64)";
-  const char *hint = view.dtype == SPW_F32 ? "arr.astype(np.float32)"
-                     : view.dtype == SPW_I64 ? "arr.astype(np.int64)"
-                                             : "arr.astype(np.int32)";
+  const char *want = view.dtype == SPW_F32    ? "float32"
+                     : view.dtype == SPW_I64  ? "int64 (or int32)"
+                     : view.dtype == SPW_BOOL ? "bool"
+                                              : "int32 (or int64)";
+  const char *hint = view.dtype == SPW_F32    ? "arr.astype(np.float32)"
+                     : view.dtype == SPW_I64  ? "arr.astype(np.int64)"
+                     : view.dtype == SPW_BOOL ? "arr.astype(np.bool_)"
+                                              : "arr.astype(np.int32)";
   if (a.big_endian && a.itemsize > 1)
     fail("%s: the array is big-endian ('%s'), expected little-endian %s: "
          "save arr.astype('<%c%d')",
          what.c_str(), a.descr.c_str(), want, a.kind, a.itemsize);
-  const bool ok_dtype = view.dtype == SPW_F32
-                            ? a.kind == 'f' && a.itemsize == 4
-                            : a.kind == 'i' && (a.itemsize == 8 ||
-                                                a.itemsize == 4);
+  const bool ok_dtype =
+      view.dtype == SPW_F32    ? a.kind == 'f' && a.itemsize == 4
+      : view.dtype == SPW_BOOL ? a.kind == 'b' && a.itemsize == 1
+                               : a.kind == 'i' && (a.itemsize == 8 ||
+                                                   a.itemsize == 4);
   if (!ok_dtype)
     fail("%s: dtype is %s, expected %s: convert with %s", what.c_str(),
          numpy_dtype(a).c_str(), want, hint);
@@ -706,6 +738,103 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp) {
   return 0;
 }
 
+// ---- forward-only models ------------------------------------------------------
+
+// The file name of output `name` under --outputs: characters outside
+// [A-Za-z0-9._-] (say, the '/' of "model/logits") become '_'.
+std::string output_file_name(const std::string &name) {
+  std::string f = name;
+  for (char &c : f)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' &&
+        c != '-')
+      c = '_';
+  return f + ".npy";
+}
+
+const char *npy_descr(int32_t dtype) {
+  switch (dtype) {
+  case SPW_F32: return "<f4";
+  case SPW_I64: return "<i8";
+  case SPW_I32: return "<i4";
+  case SPW_BOOL: return "|b1";
+  default: fail("output of unknown dtype %d", dtype);
+  }
+}
+
+// Runs `steps` steps of a forward-only model (step s on batch (s-1) % B) and
+// writes each output to DIR/<name>.npy, shape [steps, *output_shape], with
+// step s's values at index s-1.
+int run_forward(spw_ctx *ctx, const Options &o, int64_t steps) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> paths;
+  if (!o.outputs.empty()) {
+    std::error_code ec;
+    fs::create_directories(o.outputs, ec);
+    if (ec || !fs::is_directory(o.outputs))
+      fail("cannot create --outputs directory '%s': %s", o.outputs.c_str(),
+           ec ? ec.message().c_str() : "not a directory");
+    for (size_t i = 0; i < ctx->outputs.size(); ++i) {
+      paths.push_back(
+          (fs::path(o.outputs) / output_file_name(ctx->outputs[i].name))
+              .string());
+      for (size_t j = 0; j < i; ++j)
+        if (paths[j] == paths[i])
+          fail("outputs '%s' and '%s' would both be written to '%s'",
+               ctx->outputs[j].name.c_str(), ctx->outputs[i].name.c_str(),
+               paths[i].c_str());
+    }
+  }
+  std::vector<std::vector<char>> values(ctx->outputs.size());
+  if (!paths.empty())
+    for (size_t i = 0; i < ctx->outputs.size(); ++i)
+      values[i].resize(size_t(steps * ctx->outputs[i].value->bytes()));
+  const int64_t every =
+      o.print_every > 0 ? o.print_every : std::max<int64_t>(1, steps / 20);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t s = 1; s <= steps; ++s) {
+    ctx->step = s;
+    select_batch(ctx, s - 1);
+    clear_step(ctx);
+    ctx->error.clear();
+    spw_model_step(ctx);
+    if (ctx->failed())
+      fail("step %lld: %s", (long long)s, ctx->error.c_str());
+    for (size_t i = 0; i < ctx->outputs.size(); ++i) {
+      const OutputInfo &out = ctx->outputs[i];
+      if (!out.set)
+        fail("step %lld: the model did not set output '%s' (spw_set_output)",
+             (long long)s, out.name.c_str());
+      const int64_t b = out.value->bytes();
+      if (!values[i].empty() && b > 0)
+        std::memcpy(values[i].data() + (s - 1) * b, out.value->data, size_t(b));
+    }
+    clear_step(ctx);
+    if (s % every == 0 || s == steps) {
+      std::printf("step %lld/%lld\n", (long long)s, (long long)steps);
+      std::fflush(stdout);
+    }
+  }
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  if (steps > 0)
+    std::printf("done: %lld steps in %.3f s (%.1f steps/s)\n",
+                (long long)steps, secs,
+                secs > 0 ? double(steps) / secs : 0.0);
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const spw_tensor &v = *ctx->outputs[i].value;
+    std::vector<int64_t> shape = {steps};
+    shape.insert(shape.end(), v.dims, v.dims + v.rank);
+    write_file_atomic(paths[i], write_npy(npy_descr(v.dtype), shape,
+                                          values[i].data(), values[i].size()));
+    std::printf("wrote output %s %s to %s\n", ctx->outputs[i].name.c_str(),
+                shape_str(shape.data(), int(shape.size())).c_str(),
+                paths[i].c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
 void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
                   const AdamWHparams &hp) {
   int64_t elems = 0, bytes = 0;
@@ -736,6 +865,14 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
       s += compiled ? format(" (flag; compiled %g)", *compiled) : " (flag)";
     return s;
   };
+  if (!ctx->outputs.empty()) { // forward-only: no optimizer
+    for (const OutputInfo &out : ctx->outputs)
+      std::printf("  output %s: %s %s\n", out.name.c_str(),
+                  dtype_name(out.value->dtype), out.value->shape().c_str());
+    std::printf("  forward-only: %lld steps\n", (long long)o.steps);
+    std::fflush(stdout);
+    return;
+  }
   const auto &d = ctx->declared_adamw;
   const auto &f = ctx->overrides;
   std::string line = "  optimizer: AdamW";
@@ -762,6 +899,16 @@ int run(const Options &o, const char *argv0) {
   spw_model_declare(ctx);
   if (ctx->failed())
     fail("model declaration: %s", ctx->error.c_str());
+  const bool forward = !ctx->outputs.empty();
+  if (forward && !o.training_flags.empty())
+    throw UsageError(format("this executable was compiled with --forward: "
+                            "%s is a training flag, and a forward-only model "
+                            "has no loss, optimizer or gradients",
+                            o.training_flags.front().c_str()));
+  if (!forward && !o.outputs.empty())
+    throw UsageError("--outputs is for forward-only models (spillwayc "
+                     "--forward); this executable trains a model with a loss");
+  ctx->evaluate_only = forward; // never update parameters
 
   // Unknown --input names are usage errors; everything else is data.
   for (auto &[name, file] : o.inputs) {
@@ -796,6 +943,17 @@ int run(const Options &o, const char *argv0) {
 
   const AdamWHparams hp =
       effective_adamw(ctx, ctx->declared_adamw.value_or(AdamWHparams{}));
+  if (forward) {
+    // --steps defaults to the inputs' batch count (the largest B), or 1.
+    Options fo = o;
+    if (!fo.steps_given) {
+      fo.steps = 1;
+      for (const InputInfo &in : ctx->inputs)
+        fo.steps = std::max(fo.steps, in.num_batches);
+    }
+    print_banner(ctx, fo, weights, hp);
+    return run_forward(ctx, fo, fo.steps);
+  }
   print_banner(ctx, o, weights, hp);
 
   int rc = o.check_gradients ? check_gradients(ctx, o) : train(ctx, o, hp);

@@ -38,7 +38,7 @@ struct Error : std::runtime_error {
 std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 int64_t dtype_size(int32_t dtype);      // 0 for an unknown dtype
-const char *dtype_name(int32_t dtype);  // "f32", "i64", "i32", "?"
+const char *dtype_name(int32_t dtype);  // "f32", "i64", "i32", "bool", "?"
 std::string shape_str(const int64_t *dims, int rank);  // "[2,3]"
 
 // A 64-byte aligned heap buffer.
@@ -80,6 +80,14 @@ struct InputInfo {
   int64_t num_batches = 0;
 };
 
+// A forward-only model's output (spw_declare_output). `value` has the
+// declared dtype and shape; spw_set_output copies the step's tensor into it.
+struct OutputInfo {
+  std::string name;
+  std::unique_ptr<spw_tensor> value;
+  bool set = false; // set during the current step
+};
+
 struct AdamWHparams {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
 };
@@ -94,6 +102,7 @@ struct spw_ctx {
   int64_t weights_bytes = -1; // from spw_declare_weights; -1 = not declared
   std::vector<spw::ParamInfo> params;
   std::vector<spw::InputInfo> inputs;
+  std::vector<spw::OutputInfo> outputs; // non-empty: a forward-only model
   std::optional<spw::AdamWHparams> declared_adamw;
   spw::AdamWOverrides overrides;
 
@@ -116,7 +125,8 @@ struct spw_ctx {
 namespace spw {
 
 std::unique_ptr<spw_ctx> make_context();
-// Frees all step-lifetime tensors and forgets the loss.
+// Frees all step-lifetime tensors and forgets the loss and which outputs the
+// step set.
 void clear_step(spw_ctx *ctx);
 // Makes a tensor with owned, uninitialized storage; validates dtype and dims.
 std::unique_ptr<spw_tensor> make_tensor(int32_t dtype, int32_t rank,

@@ -549,4 +549,786 @@ TEST(Grad, CrossEntropyMeanSumIgnore) {
   }
 }
 
+// ---- Issue 3: the ops real exporters emit, and the fused ops -----------------
+
+Tensor boolean(const std::vector<int64_t> &dims,
+               const std::vector<uint8_t> &v) {
+  Tensor t = make(SPW_BOOL, dims);
+  if (int64_t(v.size()) != t->numel)
+    throw std::runtime_error("test tensor: wrong number of values");
+  std::memcpy(t->data, v.data(), v.size());
+  return t;
+}
+
+std::vector<uint8_t> bools(const spw_tensor &t) {
+  return std::vector<uint8_t>(t.as<uint8_t>(), t.as<uint8_t>() + t.numel);
+}
+std::vector<int64_t> ints64(const spw_tensor &t) {
+  return std::vector<int64_t>(t.as<int64_t>(), t.as<int64_t>() + t.numel);
+}
+std::vector<int32_t> ints32(const spw_tensor &t) {
+  return std::vector<int32_t>(t.as<int32_t>(), t.as<int32_t>() + t.numel);
+}
+
+#define EXPECT_ERR(expr, needle)                                               \
+  do {                                                                         \
+    std::string err_ = (expr);                                                 \
+    EXPECT_NE(err_.find(needle), std::string::npos)                            \
+        << "expected: " << (needle) << "\ngot: " << err_;                      \
+  } while (0)
+
+TEST(Dtype, BoolIsOneByte) {
+  EXPECT_EQ(spw::dtype_size(SPW_BOOL), 1);
+  EXPECT_STREQ(spw::dtype_name(SPW_BOOL), "bool");
+  auto ctx = spw::make_context();
+  const int64_t d[] = {3};
+  const uint8_t v[] = {1, 0, 1};
+  spw_tensor *c = spw_constant(ctx.get(), SPW_BOOL, 1, d, v);
+  ASSERT_EQ(ctx->error, "");
+  EXPECT_EQ(c->bytes(), 3);
+  EXPECT_EQ(c->as<uint8_t>()[2], 1);
+  spw_tensor *a = spw_alloc(ctx.get(), SPW_BOOL, 1, d);
+  ASSERT_EQ(ctx->error, "");
+  EXPECT_EQ(a->bytes(), 3);
+}
+
+TEST(Shape, EveryDtypeMovesBytes) {
+  // reshape, transpose, broadcast_to and gather on bool and i32 data.
+  auto b = boolean({2, 3}, {1, 0, 0, 0, 1, 1});
+  auto br = make(SPW_BOOL, {3, 2}), bt = make(SPW_BOOL, {3, 2});
+  ASSERT_EQ(call(spw_op_reshape, {b.get()}, {br.get()}), "");
+  EXPECT_EQ(bools(*br), bools(*b));
+  ASSERT_EQ(call(spw_op_transpose, {b.get()}, {bt.get()}, {1, 0}), "");
+  EXPECT_EQ(bools(*bt), (std::vector<uint8_t>{1, 0, 0, 1, 0, 1}));
+  auto bb = make(SPW_BOOL, {2, 2, 3});
+  ASSERT_EQ(call(spw_op_broadcast_to, {b.get()}, {bb.get()}), "");
+  EXPECT_EQ(bools(*bb), (std::vector<uint8_t>{1, 0, 0, 0, 1, 1, 1, 0, 0, 0,
+                                               1, 1}));
+  auto idx = i64({2}, {2, 0});
+  auto bg = make(SPW_BOOL, {2, 2});
+  ASSERT_EQ(call(spw_op_gather, {b.get(), idx.get()}, {bg.get()}, {1}), "");
+  EXPECT_EQ(bools(*bg), (std::vector<uint8_t>{0, 1, 1, 0}));
+  auto v = i32({3}, {4, 5, 6});
+  auto vg = make(SPW_I32, {2});
+  ASSERT_EQ(call(spw_op_gather, {v.get(), idx.get()}, {vg.get()}, {0}), "");
+  EXPECT_EQ(ints32(*vg), (std::vector<int32_t>{6, 4}));
+  // Arithmetic on bool is refused, not silently skipped.
+  auto y = make(SPW_BOOL, {2, 3});
+  EXPECT_ERR(call(spw_op_add, {b.get(), b.get()}, {y.get()}),
+             "add: unsupported dtype bool");
+  EXPECT_ERR(call(spw_op_neg, {b.get()}, {y.get()}),
+             "neg: unsupported dtype bool");
+  auto s = make(SPW_BOOL, {});
+  EXPECT_ERR(call(spw_op_reduce_sum, {b.get()}, {s.get()}, {2, 0, 1}),
+             "reduce_sum: unsupported dtype bool");
+}
+
+TEST(Unary, Issue3ElementwiseF32) {
+  auto xs = randoms(12, 50, -4, 4);
+  xs[0] = -100; // sigmoid/silu tails
+  xs[1] = 100;
+  auto pos = randoms(12, 51, 0.01f, 5);
+  struct Case {
+    Kernel k;
+    const char *name;
+    double (*ref)(double);
+    bool positive;
+  };
+  const Case cases[] = {
+      {spw_op_exp, "exp", [](double v) { return std::exp(v); }, false},
+      {spw_op_log, "log", [](double v) { return std::log(v); }, true},
+      {spw_op_sqrt, "sqrt", [](double v) { return std::sqrt(v); }, true},
+      {spw_op_reciprocal, "reciprocal", [](double v) { return 1 / v; }, true},
+      {spw_op_erf, "erf", [](double v) { return std::erf(v); }, false},
+      {spw_op_sigmoid, "sigmoid",
+       [](double v) { return 1 / (1 + std::exp(-v)); }, false},
+      {spw_op_cos, "cos", [](double v) { return std::cos(v); }, false},
+      {spw_op_sin, "sin", [](double v) { return std::sin(v); }, false},
+      {spw_op_silu, "silu", [](double v) { return v / (1 + std::exp(-v)); },
+       false},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.name);
+    const auto &in = c.positive ? pos : xs;
+    auto x = f32({3, 4}, in), y = make(SPW_F32, {3, 4});
+    ASSERT_EQ(call(c.k, {x.get()}, {y.get()}), "");
+    for (int i = 0; i < 12; ++i)
+      EXPECT_FLOAT_EQ(y->as<float>()[i], float(c.ref(double(in[size_t(i)]))))
+          << "element " << i;
+    auto wrong = make(SPW_F32, {4, 3});
+    EXPECT_ERR(call(c.k, {x.get()}, {wrong.get()}),
+               std::string(c.name) + ": result is f32 [4,3], but x is f32 [3,4]");
+    auto xi = i64({2}, {1, 2});
+    auto yi = make(SPW_I64, {2});
+    EXPECT_ERR(call(c.k, {xi.get()}, {yi.get()}), "x must be f32, got i64");
+  }
+  // Special values.
+  auto sp = f32({4}, {0, -1, INFINITY, -INFINITY}), y = make(SPW_F32, {4});
+  ASSERT_EQ(call(spw_op_log, {sp.get()}, {y.get()}), "");
+  EXPECT_EQ(y->as<float>()[0], -INFINITY);
+  EXPECT_TRUE(std::isnan(y->as<float>()[1]));
+  ASSERT_EQ(call(spw_op_reciprocal, {sp.get()}, {y.get()}), "");
+  EXPECT_EQ(y->as<float>()[0], INFINITY);
+  EXPECT_EQ(y->as<float>()[2], 0.0f);
+  ASSERT_EQ(call(spw_op_sigmoid, {sp.get()}, {y.get()}), "");
+  EXPECT_EQ(values(*y), (std::vector<float>{0.5f, 0.26894142f, 1, 0}));
+}
+
+TEST(Pow, BroadcastAndStdPowSpecialCases) {
+  auto a = f32({2, 3}, {2, -2, -8, 0, 4, -1.5f});
+  auto b = f32({3}, {3, 2, 1.0f / 3});
+  auto y = make(SPW_F32, {2, 3});
+  ASSERT_EQ(call(spw_op_pow, {a.get(), b.get()}, {y.get()}), "");
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) {
+      float want = std::pow(a->as<float>()[i * 3 + j], b->as<float>()[j]);
+      float got = y->as<float>()[i * 3 + j];
+      if (std::isnan(want))
+        EXPECT_TRUE(std::isnan(got)) << i << "," << j;
+      else
+        EXPECT_FLOAT_EQ(got, want) << i << "," << j;
+    }
+  EXPECT_EQ(y->as<float>()[0], 8.0f);
+  EXPECT_EQ(y->as<float>()[1], 4.0f);
+  EXPECT_TRUE(std::isnan(y->as<float>()[2])); // negative base, fractional exp
+  auto z = f32({4}, {0, NAN, 1, 2}), e = f32({4}, {0, 0, NAN, -1});
+  auto yz = make(SPW_F32, {4});
+  ASSERT_EQ(call(spw_op_pow, {z.get(), e.get()}, {yz.get()}), "");
+  EXPECT_EQ(values(*yz)[0], 1.0f); // pow(0, 0)
+  EXPECT_EQ(values(*yz)[1], 1.0f); // pow(NaN, 0)
+  EXPECT_EQ(values(*yz)[2], 1.0f); // pow(1, NaN)
+  EXPECT_EQ(values(*yz)[3], 0.5f);
+  auto ai = i64({2}, {1, 2});
+  EXPECT_ERR(call(spw_op_pow, {ai.get(), ai.get()}, {y.get()}),
+             "pow: a must be f32, got i64");
+  auto bad = make(SPW_F32, {3});
+  EXPECT_ERR(call(spw_op_pow, {a.get(), b.get()}, {bad.get()}),
+             "result has shape [3], expected [2,3]");
+}
+
+TEST(Compare, AllDtypesBroadcastBoolResult) {
+  // f32 with NaN: every comparison with NaN is false.
+  auto a = f32({2, 3}, {1, 2, 3, NAN, 5, -1}), b = f32({3}, {2, 2, NAN});
+  auto y = make(SPW_BOOL, {2, 3});
+  ASSERT_EQ(call(spw_op_equal, {a.get(), b.get()}, {y.get()}), "");
+  EXPECT_EQ(bools(*y), (std::vector<uint8_t>{0, 1, 0, 0, 0, 0}));
+  ASSERT_EQ(call(spw_op_less, {a.get(), b.get()}, {y.get()}), "");
+  EXPECT_EQ(bools(*y), (std::vector<uint8_t>{1, 0, 0, 0, 0, 0}));
+  ASSERT_EQ(call(spw_op_less_or_equal, {a.get(), b.get()}, {y.get()}), "");
+  EXPECT_EQ(bools(*y), (std::vector<uint8_t>{1, 1, 0, 0, 0, 0}));
+  ASSERT_EQ(call(spw_op_greater, {a.get(), b.get()}, {y.get()}), "");
+  EXPECT_EQ(bools(*y), (std::vector<uint8_t>{0, 0, 0, 0, 1, 0}));
+  // i64 scalar against a vector; large values compare exactly.
+  auto c = i64({3}, {(int64_t(1) << 53) + 1, -5, 7}),
+       s = i64({}, {int64_t(1) << 53});
+  auto yc = make(SPW_BOOL, {3});
+  ASSERT_EQ(call(spw_op_greater, {c.get(), s.get()}, {yc.get()}), "");
+  EXPECT_EQ(bools(*yc), (std::vector<uint8_t>{1, 0, 0}));
+  ASSERT_EQ(call(spw_op_equal, {s.get(), c.get()}, {yc.get()}), "");
+  EXPECT_EQ(bools(*yc), (std::vector<uint8_t>{0, 0, 0}));
+  // i32, [2,1] vs [1,2] -> [2,2]
+  auto d = i32({2, 1}, {1, 3}), e = i32({1, 2}, {1, 2});
+  auto yd = make(SPW_BOOL, {2, 2});
+  ASSERT_EQ(call(spw_op_less_or_equal, {d.get(), e.get()}, {yd.get()}), "");
+  EXPECT_EQ(bools(*yd), (std::vector<uint8_t>{1, 1, 0, 0}));
+  // bool: false < true
+  auto p = boolean({2}, {0, 1}), q = boolean({2, 1}, {1, 0});
+  auto yp = make(SPW_BOOL, {2, 2});
+  ASSERT_EQ(call(spw_op_less, {p.get(), q.get()}, {yp.get()}), "");
+  EXPECT_EQ(bools(*yp), (std::vector<uint8_t>{1, 0, 0, 0}));
+  ASSERT_EQ(call(spw_op_equal, {p.get(), q.get()}, {yp.get()}), "");
+  EXPECT_EQ(bools(*yp), (std::vector<uint8_t>{0, 1, 1, 0}));
+  // errors
+  EXPECT_ERR(call(spw_op_equal, {a.get(), c.get()}, {y.get()}),
+             "equal: operand dtypes differ: f32 and i64");
+  auto yf = make(SPW_F32, {2, 3});
+  EXPECT_ERR(call(spw_op_less, {a.get(), b.get()}, {yf.get()}),
+             "less: result must be bool, got f32");
+  auto bad = f32({2}, {1, 2});
+  EXPECT_ERR(call(spw_op_greater, {a.get(), bad.get()}, {y.get()}),
+             "shapes [2,3] and [2] are not broadcast-compatible");
+}
+
+TEST(Where, BroadcastAllThreeAnyDtype) {
+  // cond [2,1], a [3], b [] -> [2,3]
+  auto c = boolean({2, 1}, {1, 0});
+  auto a = f32({3}, {1, 2, 3}), b = f32({}, {-1});
+  auto y = make(SPW_F32, {2, 3});
+  ASSERT_EQ(call(spw_op_where, {c.get(), a.get(), b.get()}, {y.get()}), "");
+  EXPECT_EQ(values(*y), (std::vector<float>{1, 2, 3, -1, -1, -1}));
+  // i64 data, cond broadcasting along the other axis
+  auto c2 = boolean({3}, {0, 1, 0});
+  auto ai = i64({2, 1}, {10, 20}), bi = i64({2, 3}, {1, 2, 3, 4, 5, 6});
+  auto yi = make(SPW_I64, {2, 3});
+  ASSERT_EQ(call(spw_op_where, {c2.get(), ai.get(), bi.get()}, {yi.get()}), "");
+  EXPECT_EQ(ints64(*yi), (std::vector<int64_t>{1, 10, 3, 4, 20, 6}));
+  // i32 and bool data
+  auto a32 = i32({3}, {7, 8, 9}), b32 = i32({3}, {-7, -8, -9});
+  auto y32 = make(SPW_I32, {3});
+  ASSERT_EQ(call(spw_op_where, {c2.get(), a32.get(), b32.get()}, {y32.get()}),
+            "");
+  EXPECT_EQ(ints32(*y32), (std::vector<int32_t>{-7, 8, -9}));
+  auto ab = boolean({3}, {1, 1, 1}), bb = boolean({}, {0});
+  auto yb = make(SPW_BOOL, {3});
+  ASSERT_EQ(call(spw_op_where, {c2.get(), ab.get(), bb.get()}, {yb.get()}), "");
+  EXPECT_EQ(bools(*yb), (std::vector<uint8_t>{0, 1, 0}));
+  // errors
+  auto fc = f32({3}, {1, 0, 1});
+  EXPECT_ERR(call(spw_op_where, {fc.get(), a32.get(), b32.get()}, {y32.get()}),
+             "where: cond must be bool, got f32");
+  EXPECT_ERR(call(spw_op_where, {c2.get(), a32.get(), bi.get()}, {y32.get()}),
+             "operand dtypes differ: i32 and i64");
+  auto c4 = boolean({4}, {0, 1, 0, 1});
+  EXPECT_ERR(call(spw_op_where, {c4.get(), a.get(), b.get()}, {y.get()}),
+             "shapes [4], [3] and [] are not broadcast-compatible");
+  auto wrong = make(SPW_F32, {3, 2});
+  EXPECT_ERR(call(spw_op_where, {c.get(), a.get(), b.get()}, {wrong.get()}),
+             "result has shape [3,2], expected [2,3]");
+}
+
+TEST(Cast, EveryPairOfDtypes) {
+  auto x = f32({8}, {-2.7f, 2.7f, -0.0f, 0.5f, 3e9f, -3e9f, NAN, INFINITY});
+  auto yi64 = make(SPW_I64, {8}), yi32 = make(SPW_I32, {8}),
+       yb = make(SPW_BOOL, {8}), yf = make(SPW_F32, {8});
+  ASSERT_EQ(call(spw_op_cast, {x.get()}, {yi64.get()}), "");
+  // Truncation toward zero; NaN -> 0; out of range saturates.
+  EXPECT_EQ(ints64(*yi64), (std::vector<int64_t>{-2, 2, 0, 0, 3000000000,
+                                                 -3000000000, 0, INT64_MAX}));
+  ASSERT_EQ(call(spw_op_cast, {x.get()}, {yi32.get()}), "");
+  EXPECT_EQ(ints32(*yi32), (std::vector<int32_t>{-2, 2, 0, 0, INT32_MAX,
+                                                 INT32_MIN, 0, INT32_MAX}));
+  ASSERT_EQ(call(spw_op_cast, {x.get()}, {yb.get()}), "");
+  EXPECT_EQ(bools(*yb), (std::vector<uint8_t>{1, 1, 0, 1, 1, 1, 1, 1}));
+  ASSERT_EQ(call(spw_op_cast, {x.get()}, {yf.get()}), ""); // identity
+  EXPECT_EQ(std::memcmp(yf->data, x->data, 32), 0);
+
+  // i64 -> f32 rounds to nearest; -> i32 wraps; -> bool is != 0.
+  auto a = i64({4}, {(int64_t(1) << 24) + 1, -3, int64_t(1) << 32, 0});
+  auto af = make(SPW_F32, {4}), a32 = make(SPW_I32, {4}),
+       ab = make(SPW_BOOL, {4});
+  ASSERT_EQ(call(spw_op_cast, {a.get()}, {af.get()}), "");
+  EXPECT_EQ(values(*af), (std::vector<float>{16777216.0f, -3, 4294967296.0f,
+                                             0}));
+  ASSERT_EQ(call(spw_op_cast, {a.get()}, {a32.get()}), "");
+  EXPECT_EQ(ints32(*a32), (std::vector<int32_t>{16777217, -3, 0, 0}));
+  ASSERT_EQ(call(spw_op_cast, {a.get()}, {ab.get()}), "");
+  EXPECT_EQ(bools(*ab), (std::vector<uint8_t>{1, 1, 1, 0}));
+
+  auto b = i32({3}, {-5, 0, 123456789});
+  auto b64 = make(SPW_I64, {3}), bf = make(SPW_F32, {3}),
+       bb = make(SPW_BOOL, {3});
+  ASSERT_EQ(call(spw_op_cast, {b.get()}, {b64.get()}), "");
+  EXPECT_EQ(ints64(*b64), (std::vector<int64_t>{-5, 0, 123456789}));
+  ASSERT_EQ(call(spw_op_cast, {b.get()}, {bf.get()}), "");
+  EXPECT_EQ(values(*bf), (std::vector<float>{-5, 0, 123456792.0f}));
+  ASSERT_EQ(call(spw_op_cast, {b.get()}, {bb.get()}), "");
+  EXPECT_EQ(bools(*bb), (std::vector<uint8_t>{1, 0, 1}));
+
+  auto c = boolean({2, 2}, {0, 1, 1, 0});
+  auto cf = make(SPW_F32, {2, 2}), c64 = make(SPW_I64, {2, 2}),
+       c32 = make(SPW_I32, {2, 2}), cb = make(SPW_BOOL, {2, 2});
+  ASSERT_EQ(call(spw_op_cast, {c.get()}, {cf.get()}), "");
+  EXPECT_EQ(values(*cf), (std::vector<float>{0, 1, 1, 0}));
+  ASSERT_EQ(call(spw_op_cast, {c.get()}, {c64.get()}), "");
+  EXPECT_EQ(ints64(*c64), (std::vector<int64_t>{0, 1, 1, 0}));
+  ASSERT_EQ(call(spw_op_cast, {c.get()}, {c32.get()}), "");
+  EXPECT_EQ(ints32(*c32), (std::vector<int32_t>{0, 1, 1, 0}));
+  ASSERT_EQ(call(spw_op_cast, {c.get()}, {cb.get()}), "");
+  EXPECT_EQ(bools(*cb), (std::vector<uint8_t>{0, 1, 1, 0}));
+
+  auto wrong = make(SPW_F32, {4});
+  EXPECT_ERR(call(spw_op_cast, {c.get()}, {wrong.get()}),
+             "cast: result has shape [4], expected [2,2]");
+}
+
+TEST(Reduce, MaxTiesInfNanAndDtypes) {
+  auto x = f32({2, 3, 2}, randoms(12, 60));
+  auto y = make(SPW_F32, {3}), yk = make(SPW_F32, {1, 3, 1});
+  ASSERT_EQ(call(spw_op_reduce_max, {x.get()}, {y.get()}, {2, 0, 2}), "");
+  ASSERT_EQ(call(spw_op_reduce_max, {x.get()}, {yk.get()}, {2, 2, 0}), "");
+  for (int j = 0; j < 3; ++j) {
+    float m = -INFINITY;
+    for (int i = 0; i < 2; ++i)
+      for (int k = 0; k < 2; ++k)
+        m = std::max(m, x->as<float>()[(i * 3 + j) * 2 + k]);
+    EXPECT_EQ(y->as<float>()[j], m);
+    EXPECT_EQ(yk->as<float>()[j], m);
+  }
+  // Ties, all -inf, NaN propagates.
+  auto t = f32({3, 3}, {2, 5, 5, -INFINITY, -INFINITY, -INFINITY, 1, NAN, 3});
+  auto yt = make(SPW_F32, {3});
+  ASSERT_EQ(call(spw_op_reduce_max, {t.get()}, {yt.get()}, {1, 1}), "");
+  EXPECT_EQ(yt->as<float>()[0], 5.0f);
+  EXPECT_EQ(yt->as<float>()[1], -INFINITY);
+  EXPECT_TRUE(std::isnan(yt->as<float>()[2]));
+  // Integers and bool
+  auto a = i64({2, 2}, {INT64_MIN, -7, 3, 3});
+  auto ya = make(SPW_I64, {2});
+  ASSERT_EQ(call(spw_op_reduce_max, {a.get()}, {ya.get()}, {1, 1}), "");
+  EXPECT_EQ(ints64(*ya), (std::vector<int64_t>{-7, 3}));
+  auto b = i32({2, 2}, {-4, 9, -5, 2});
+  auto yb = make(SPW_I32, {1, 2});
+  ASSERT_EQ(call(spw_op_reduce_max, {b.get()}, {yb.get()}, {1, 0}), "");
+  EXPECT_EQ(ints32(*yb), (std::vector<int32_t>{-4, 9}));
+  auto c = boolean({2, 2}, {0, 0, 0, 1});
+  auto yc = make(SPW_BOOL, {2});
+  ASSERT_EQ(call(spw_op_reduce_max, {c.get()}, {yc.get()}, {1, 1}), "");
+  EXPECT_EQ(bools(*yc), (std::vector<uint8_t>{0, 1}));
+  // Empty reduced dim: -inf.
+  auto e = make(SPW_F32, {2, 0});
+  auto ye = make(SPW_F32, {2});
+  ASSERT_EQ(call(spw_op_reduce_max, {e.get()}, {ye.get()}, {1, 1}), "");
+  EXPECT_EQ(values(*ye), (std::vector<float>{-INFINITY, -INFINITY}));
+  auto bad = make(SPW_F32, {2});
+  EXPECT_ERR(call(spw_op_reduce_max, {x.get()}, {bad.get()}, {1, 1}),
+             "reduce_max: result has shape [2], expected [2,1,2] (keepdims) "
+             "or [2,2]");
+  auto wrongd = make(SPW_I64, {3});
+  EXPECT_ERR(call(spw_op_reduce_max, {x.get()}, {wrongd.get()}, {2, 0, 2}),
+             "result must be f32, got i64");
+}
+
+TEST(Concat, AxesAndDtypes) {
+  auto a = f32({2, 1}, {1, 2}), b = f32({2, 3}, {3, 4, 5, 6, 7, 8}),
+       c = make(SPW_F32, {2, 0});
+  auto y = make(SPW_F32, {2, 4});
+  ASSERT_EQ(call(spw_op_concat, {a.get(), c.get(), b.get()}, {y.get()}, {1, 3}),
+            "");
+  EXPECT_EQ(values(*y), (std::vector<float>{1, 3, 4, 5, 2, 6, 7, 8}));
+  auto p = i64({1, 2}, {1, 2}), q = i64({2, 2}, {3, 4, 5, 6});
+  auto yi = make(SPW_I64, {3, 2});
+  ASSERT_EQ(call(spw_op_concat, {q.get(), p.get()}, {yi.get()}, {0, 2}), "");
+  EXPECT_EQ(ints64(*yi), (std::vector<int64_t>{3, 4, 5, 6, 1, 2}));
+  auto r = boolean({2}, {1, 0}), s = boolean({1}, {1});
+  auto yb = make(SPW_BOOL, {3});
+  ASSERT_EQ(call(spw_op_concat, {r.get(), s.get()}, {yb.get()}, {0, 2}), "");
+  EXPECT_EQ(bools(*yb), (std::vector<uint8_t>{1, 0, 1}));
+  auto u = i32({3}, {5, 6, 7});
+  auto yu = make(SPW_I32, {3});
+  ASSERT_EQ(call(spw_op_concat, {u.get()}, {yu.get()}, {0, 1}), "");
+  EXPECT_EQ(ints32(*yu), (std::vector<int32_t>{5, 6, 7}));
+  // errors
+  EXPECT_ERR(call(spw_op_concat, {a.get(), p.get()}, {y.get()}, {1, 2}),
+             "concat: x1 is i64 [1,2], but x0 is f32 [2,1] (only axis 1 may "
+             "differ)");
+  auto bad = make(SPW_F32, {2, 5});
+  EXPECT_ERR(call(spw_op_concat, {a.get(), b.get()}, {bad.get()}, {1, 2}),
+             "result has shape [2,5], expected [2,4]");
+  EXPECT_ERR(call(spw_op_concat, {a.get(), b.get()}, {y.get()}, {2, 2}),
+             "axis 2 is out of range for rank 2");
+  EXPECT_ERR(call(spw_op_concat, {a.get(), b.get()}, {y.get()}, {1, 0}),
+             "operand count 0 must be >= 1");
+}
+
+// Naive slice of a row-major x of shape xd.
+template <class T>
+std::vector<T> naive_slice(const T *x, const std::vector<int64_t> &xd,
+                           const std::vector<int64_t> &yd,
+                           const std::vector<int64_t> &starts,
+                           const std::vector<int64_t> &steps) {
+  int64_t n = 1;
+  for (int64_t d : yd)
+    n *= d;
+  std::vector<T> out;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rem = i, off = 0, stride = 1;
+    for (int d = int(yd.size()) - 1; d >= 0; --d) {
+      int64_t id = rem % yd[size_t(d)];
+      rem /= yd[size_t(d)];
+      off += (starts[size_t(d)] + id * steps[size_t(d)]) * stride;
+      stride *= xd[size_t(d)];
+    }
+    out.push_back(x[off]);
+  }
+  return out;
+}
+
+TEST(Slice, PositiveNegativeStepsAndDtypes) {
+  const std::vector<int64_t> xd = {4, 5, 3};
+  auto x = f32(xd, randoms(60, 70));
+  struct Case {
+    std::vector<int64_t> yd, starts, steps;
+  };
+  const Case cases[] = {
+      {{2, 3, 3}, {1, 0, 0}, {1, 2, 1}},
+      {{4, 5, 3}, {3, 4, 2}, {-1, -1, -1}},  // full reversal
+      {{2, 2, 1}, {3, 4, 1}, {-2, -3, 5}},
+      {{1, 5, 2}, {2, 0, 0}, {7, 1, 2}},
+      {{0, 5, 3}, {9, 0, 0}, {1, 1, 1}},  // empty: start not checked
+  };
+  for (const Case &c : cases) {
+    auto y = make(SPW_F32, c.yd);
+    std::vector<int64_t> ia = c.starts;
+    ia.insert(ia.end(), c.steps.begin(), c.steps.end());
+    auto ctx = spw::make_context();
+    spw_tensor *ins[] = {x.get()}, *outs[] = {y.get()};
+    spw_op_slice(ctx.get(), ins, outs, ia.data(), nullptr);
+    ASSERT_EQ(ctx->error, "");
+    EXPECT_EQ(values(*y),
+              naive_slice(x->as<float>(), xd, c.yd, c.starts, c.steps));
+  }
+  auto xi = i64({5}, {0, 1, 2, 3, 4});
+  auto yi = make(SPW_I64, {3});
+  ASSERT_EQ(call(spw_op_slice, {xi.get()}, {yi.get()}, {4, -2}), "");
+  EXPECT_EQ(ints64(*yi), (std::vector<int64_t>{4, 2, 0}));
+  auto xb = boolean({2, 3}, {1, 0, 0, 0, 1, 1});
+  auto yb = make(SPW_BOOL, {2, 2});
+  ASSERT_EQ(call(spw_op_slice, {xb.get()}, {yb.get()}, {1, 2, -1, -2}), "");
+  EXPECT_EQ(bools(*yb), (std::vector<uint8_t>{1, 0, 0, 1}));
+  auto x32 = i32({3}, {7, 8, 9});
+  auto y32 = make(SPW_I32, {1});
+  ASSERT_EQ(call(spw_op_slice, {x32.get()}, {y32.get()}, {1, 1}), "");
+  EXPECT_EQ(ints32(*y32), (std::vector<int32_t>{8}));
+  // errors
+  EXPECT_ERR(call(spw_op_slice, {xi.get()}, {yi.get()}, {4, 2}),
+             "slice: dim 0: 3 elements from 4 with step 2 do not fit in size 5");
+  EXPECT_ERR(call(spw_op_slice, {xi.get()}, {yi.get()}, {-1, 1}),
+             "do not fit");
+  EXPECT_ERR(call(spw_op_slice, {xi.get()}, {yi.get()}, {0, 0}),
+             "step of dim 0 is 0");
+  auto wrong_rank = make(SPW_I64, {1, 3});
+  EXPECT_ERR(call(spw_op_slice, {xi.get()}, {wrong_rank.get()}, {0, 0, 1, 1}),
+             "result has rank 2, but x has rank 1");
+  auto wrong_dtype = make(SPW_I32, {3});
+  EXPECT_ERR(call(spw_op_slice, {xi.get()}, {wrong_dtype.get()}, {0, 1}),
+             "result is i32, but x is i64");
+}
+
+TEST(Linear, WithAndWithoutBias) {
+  auto x = f32({2, 3, 4}, randoms(24, 80)), w = f32({4, 5}, randoms(20, 81));
+  auto b = f32({5}, randoms(5, 82));
+  auto y = make(SPW_F32, {2, 3, 5});
+  ASSERT_EQ(call(spw_op_linear, {x.get(), w.get(), b.get()}, {y.get()}), "");
+  auto ref = naive_matmul(x->as<float>(), w->as<float>(), 6, 4, 5);
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 5; ++j)
+      EXPECT_NEAR(y->as<float>()[i * 5 + j],
+                  ref[size_t(i * 5 + j)] + b->as<float>()[j], 1e-6);
+  ASSERT_EQ(call(spw_op_linear, {x.get(), w.get(), nullptr}, {y.get()}), "");
+  for (int e = 0; e < 30; ++e)
+    EXPECT_FLOAT_EQ(y->as<float>()[e], ref[size_t(e)]);
+  auto x1 = f32({4}, {1, 0, 0, 1});
+  auto y1 = make(SPW_F32, {5});
+  ASSERT_EQ(call(spw_op_linear, {x1.get(), w.get(), nullptr}, {y1.get()}), "");
+  for (int j = 0; j < 5; ++j)
+    EXPECT_FLOAT_EQ(y1->as<float>()[j],
+                    w->as<float>()[j] + w->as<float>()[15 + j]);
+  auto wt = f32({5, 4}, randoms(20, 83));
+  EXPECT_ERR(call(spw_op_linear, {x.get(), wt.get(), nullptr}, {y.get()}),
+             "linear: inner dimensions differ: x [2,3,4], w [5,4]");
+  auto bb = f32({4}, randoms(4, 84));
+  EXPECT_ERR(call(spw_op_linear, {x.get(), w.get(), bb.get()}, {y.get()}),
+             "b has shape [4], expected [5]");
+  auto yb = make(SPW_F32, {6, 5});
+  EXPECT_ERR(call(spw_op_linear, {x.get(), w.get(), b.get()}, {yb.get()}),
+             "result has shape [6,5], expected [2,3,5]");
+}
+
+TEST(RmsNorm, OverTrailingDims) {
+  auto x = f32({2, 3, 4}, randoms(24, 90, -2, 2));
+  auto scale = f32({3, 4}, randoms(12, 91));
+  auto y = make(SPW_F32, {2, 3, 4});
+  ASSERT_EQ(call(spw_op_rms_norm, {x.get(), scale.get()}, {y.get()}, {1},
+                 {1e-6}),
+            "");
+  for (int o = 0; o < 2; ++o) {
+    const float *r = x->as<float>() + o * 12;
+    double ss = 0;
+    for (int i = 0; i < 12; ++i)
+      ss += double(r[i]) * r[i];
+    const double inv = 1 / std::sqrt(ss / 12 + 1e-6);
+    for (int i = 0; i < 12; ++i)
+      EXPECT_FLOAT_EQ(y->as<float>()[o * 12 + i],
+                      float(r[i] * inv * scale->as<float>()[i]));
+  }
+  auto bad = f32({4}, randoms(4, 1));
+  EXPECT_ERR(call(spw_op_rms_norm, {x.get(), bad.get()}, {y.get()}, {1}, {1e-6}),
+             "rms_norm: scale has shape [4], expected the normalized dims "
+             "[3,4]");
+  EXPECT_ERR(call(spw_op_rms_norm, {x.get(), scale.get()}, {y.get()}, {1}),
+             "float attributes are NULL");
+  EXPECT_ERR(call(spw_op_rms_norm, {x.get(), scale.get()}, {y.get()}, {3},
+                  {1e-6}),
+             "axis 3 is out of range for rank 3");
+}
+
+// rope reference: y = x cos + rotate_half(x) sin, cos/sin [S, D] broadcast to
+// x [B, H, S, D].
+TEST(Rope, RotateHalfWithBroadcastCosSin) {
+  const int B = 2, H = 2, S = 3, D = 4;
+  auto x = f32({B, H, S, D}, randoms(48, 100));
+  auto c = f32({S, D}, randoms(12, 101)), s = f32({S, D}, randoms(12, 102));
+  auto y = make(SPW_F32, {B, H, S, D});
+  ASSERT_EQ(call(spw_op_rope, {x.get(), c.get(), s.get()}, {y.get()}), "");
+  for (int r = 0; r < B * H * S; ++r) {
+    const float *xr = x->as<float>() + r * D;
+    const int pos = r % S;
+    for (int d = 0; d < D; ++d) {
+      float rot = d < D / 2 ? -xr[d + D / 2] : xr[d - D / 2];
+      double want = double(xr[d]) * c->as<float>()[pos * D + d] +
+                    double(rot) * s->as<float>()[pos * D + d];
+      EXPECT_FLOAT_EQ(y->as<float>()[r * D + d], float(want));
+    }
+  }
+  // Hand-computed: x = [1, 2, 3, 4], cos = 0, sin = 1 -> [-3, -4, 1, 2].
+  auto x1 = f32({4}, {1, 2, 3, 4}), c0 = f32({1}, {0}), s1 = f32({}, {1});
+  auto y1 = make(SPW_F32, {4});
+  ASSERT_EQ(call(spw_op_rope, {x1.get(), c0.get(), s1.get()}, {y1.get()}), "");
+  EXPECT_EQ(values(*y1), (std::vector<float>{-3, -4, 1, 2}));
+  auto odd = f32({3}, {1, 2, 3});
+  auto yo = make(SPW_F32, {3});
+  EXPECT_ERR(call(spw_op_rope, {odd.get(), c0.get(), s1.get()}, {yo.get()}),
+             "rope: the last dim of x [3] must be even");
+  auto big = f32({2, 4}, randoms(8, 1));
+  EXPECT_ERR(call(spw_op_rope, {x1.get(), big.get(), s1.get()}, {y1.get()}),
+             "cos of shape [2,4] cannot broadcast to [4]");
+}
+
+// Naive attention for q [B,H,S,D], k/v [B,Hkv,S,D].
+std::vector<float> naive_attention(const spw_tensor &q, const spw_tensor &k,
+                                   const spw_tensor &v, bool causal,
+                                   double scale) {
+  const int64_t B = q.dims[0], H = q.dims[1], S = q.dims[2], D = q.dims[3];
+  const int64_t Hkv = k.dims[1];
+  std::vector<float> y(size_t(q.numel));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t kh = h / (H / Hkv);
+      auto Q = [&](int64_t i, int64_t d) {
+        return double(q.as<float>()[((b * H + h) * S + i) * D + d]);
+      };
+      auto K = [&](int64_t j, int64_t d) {
+        return double(k.as<float>()[((b * Hkv + kh) * S + j) * D + d]);
+      };
+      auto V = [&](int64_t j, int64_t d) {
+        return double(v.as<float>()[((b * Hkv + kh) * S + j) * D + d]);
+      };
+      for (int64_t i = 0; i < S; ++i) {
+        std::vector<double> sc(size_t(S), -INFINITY);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < S; ++j) {
+          if (causal && j > i)
+            continue;
+          double s = 0;
+          for (int64_t d = 0; d < D; ++d)
+            s += Q(i, d) * K(j, d);
+          sc[size_t(j)] = s * scale;
+          mx = std::max(mx, sc[size_t(j)]);
+        }
+        double sum = 0;
+        for (double &s : sc) {
+          s = std::exp(s - mx);
+          sum += s;
+        }
+        for (int64_t d = 0; d < D; ++d) {
+          double acc = 0;
+          for (int64_t j = 0; j < S; ++j)
+            acc += sc[size_t(j)] / sum * V(j, d);
+          y[size_t(((b * H + h) * S + i) * D + d)] = float(acc);
+        }
+      }
+    }
+  return y;
+}
+
+TEST(Attention, CausalAndGroupedQueryHeads) {
+  const int64_t B = 2, H = 4, Hkv = 2, S = 5, D = 3;
+  auto q = f32({B, H, S, D}, randoms(size_t(B * H * S * D), 110, -2, 2));
+  auto k = f32({B, Hkv, S, D}, randoms(size_t(B * Hkv * S * D), 111, -2, 2));
+  auto v = f32({B, Hkv, S, D}, randoms(size_t(B * Hkv * S * D), 112));
+  auto y = make(SPW_F32, {B, H, S, D});
+  for (int64_t causal : {0, 1}) {
+    ASSERT_EQ(call(spw_op_attention, {q.get(), k.get(), v.get()}, {y.get()},
+                   {causal}, {0.6}),
+              "");
+    auto ref = naive_attention(*q, *k, *v, causal, 0.6);
+    for (size_t i = 0; i < ref.size(); ++i)
+      EXPECT_NEAR(y->as<float>()[i], ref[i], 1e-6) << "causal " << causal;
+    // Causal row 0 attends only to key 0: y = v[0] of the kv head.
+    if (causal)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d)
+          EXPECT_EQ(y->as<float>()[(h * S) * D + d],
+                    v->as<float>()[((h / 2) * S) * D + d]);
+  }
+  // errors
+  auto k3 = f32({B, 3, S, D}, randoms(size_t(B * 3 * S * D), 1));
+  EXPECT_ERR(call(spw_op_attention, {q.get(), k3.get(), k3.get()}, {y.get()},
+                  {0}, {1.0}),
+             "attention: the 4 query heads of q [2,4,5,3] are not a multiple "
+             "of the 3 kv heads");
+  auto vbad = f32({B, Hkv, S, 2}, randoms(size_t(B * Hkv * S * 2), 1));
+  EXPECT_ERR(call(spw_op_attention, {q.get(), k.get(), vbad.get()}, {y.get()},
+                  {0}, {1.0}),
+             "v has shape [2,2,5,2], expected [2,2,5,3]");
+  EXPECT_ERR(call(spw_op_attention, {q.get(), k.get(), v.get()}, {y.get()},
+                  {2}, {1.0}),
+             "causal must be 0 or 1, got 2");
+  EXPECT_ERR(call(spw_op_attention, {q.get(), k.get(), v.get()}, {y.get()},
+                  {0}),
+             "float attributes are NULL");
+  auto y3 = make(SPW_F32, {B, H, S});
+  EXPECT_ERR(call(spw_op_attention, {q.get(), k.get(), v.get()}, {y3.get()},
+                  {0}, {1.0}),
+             "result is f32 [2,4,5], but q is f32 [2,4,5,3]");
+}
+
+// ---- Issue 3 gradients against central finite differences ----------------------
+
+TEST(Grad, Silu) {
+  auto x = randoms(10, 120, -4, 4), w = randoms(10, 121);
+  auto tx = f32({10}, x), dy = f32({10}, w), dx = make(SPW_F32, {10});
+  ASSERT_EQ(call(spw_op_silu_grad, {tx.get(), dy.get()}, {dx.get()}), "");
+  expect_matches_fd(unary_forward(spw_op_silu, {10}), x, w, values(*dx));
+}
+
+TEST(Grad, SliceScattersIntoZeros) {
+  const std::vector<int64_t> xd = {4, 5}, yd = {2, 3};
+  const std::vector<int64_t> ia = {3, 4, -2, -2}; // rows 3,1; cols 4,2,0
+  auto x = randoms(20, 122), w = randoms(6, 123);
+  auto fwd = [&](const std::vector<float> &v) {
+    auto t = f32(xd, v);
+    auto y = make(SPW_F32, yd);
+    auto ctx = spw::make_context();
+    spw_tensor *ins[] = {t.get()}, *outs[] = {y.get()};
+    spw_op_slice(ctx.get(), ins, outs, ia.data(), nullptr);
+    EXPECT_EQ(ctx->error, "");
+    return values(*y);
+  };
+  auto dy = f32(yd, w), dx = make(SPW_F32, xd);
+  auto ctx = spw::make_context();
+  spw_tensor *ins[] = {dy.get()}, *outs[] = {dx.get()};
+  spw_op_slice_grad(ctx.get(), ins, outs, ia.data(), nullptr);
+  ASSERT_EQ(ctx->error, "");
+  expect_matches_fd(fwd, x, w, values(*dx));
+  EXPECT_EQ(dx->as<float>()[3 * 5 + 4], w[0]);
+  EXPECT_EQ(dx->as<float>()[1 * 5 + 0], w[5]);
+  EXPECT_EQ(dx->as<float>()[0], 0.0f);
+  auto bad = make(SPW_F32, {3, 5});
+  EXPECT_ERR(call(spw_op_slice_grad, {dy.get()}, {bad.get()}, {3, 4, -2, -2}),
+             "slice_grad: dim 0: 2 elements from 3 with step -2 do not fit in "
+             "size 3");
+}
+
+TEST(Grad, RmsNormBothOutputs) {
+  const std::vector<int64_t> xd = {3, 2, 4}, pd = {2, 4};
+  auto x = randoms(24, 124, -2, 2), s = randoms(8, 125, 0.5, 1.5);
+  auto w = randoms(24, 126);
+  auto rn = [&](const std::vector<float> &xv, const std::vector<float> &sv) {
+    auto tx = f32(xd, xv), ts = f32(pd, sv);
+    auto y = make(SPW_F32, xd);
+    EXPECT_EQ(call(spw_op_rms_norm, {tx.get(), ts.get()}, {y.get()}, {1},
+                   {1e-5}),
+              "");
+    return values(*y);
+  };
+  auto tx = f32(xd, x), ts = f32(pd, s), dy = f32(xd, w);
+  auto dx = make(SPW_F32, xd), ds = make(SPW_F32, pd);
+  ASSERT_EQ(call(spw_op_rms_norm_grad, {tx.get(), ts.get(), dy.get()},
+                 {dx.get(), ds.get()}, {1}, {1e-5}),
+            "");
+  expect_matches_fd([&](auto &v) { return rn(v, s); }, x, w, values(*dx));
+  expect_matches_fd([&](auto &v) { return rn(x, v); }, s, w, values(*ds));
+  EXPECT_EQ(call(spw_op_rms_norm_grad, {tx.get(), ts.get(), dy.get()},
+                 {nullptr, ds.get()}, {1}, {1e-5}),
+            "");
+  auto bad = make(SPW_F32, {8});
+  EXPECT_ERR(call(spw_op_rms_norm_grad, {tx.get(), ts.get(), dy.get()},
+                  {dx.get(), bad.get()}, {1}, {1e-5}),
+             "rms_norm_grad: dscale is f32 [8], but scale is f32 [2,4]");
+}
+
+TEST(Grad, Rope) {
+  const std::vector<int64_t> xd = {2, 3, 6};
+  auto x = randoms(36, 127), w = randoms(36, 128);
+  auto c = f32({3, 6}, randoms(18, 129)), s = f32({3, 1}, randoms(3, 130));
+  auto fwd = [&](const std::vector<float> &v) {
+    auto t = f32(xd, v);
+    auto y = make(SPW_F32, xd);
+    EXPECT_EQ(call(spw_op_rope, {t.get(), c.get(), s.get()}, {y.get()}), "");
+    return values(*y);
+  };
+  auto dy = f32(xd, w), dx = make(SPW_F32, xd);
+  ASSERT_EQ(call(spw_op_rope_grad, {dy.get(), c.get(), s.get()}, {dx.get()}),
+            "");
+  expect_matches_fd(fwd, x, w, values(*dx));
+  auto wrong = make(SPW_F32, {2, 3, 4});
+  EXPECT_ERR(call(spw_op_rope_grad, {dy.get(), c.get(), s.get()}, {wrong.get()}),
+             "rope_grad: result is f32 [2,3,4], but dy is f32 [2,3,6]");
+}
+
+TEST(Grad, AttentionGqaCausalAndNot) {
+  const int64_t B = 2, H = 4, Hkv = 2, S = 4, D = 3;
+  const std::vector<int64_t> qd = {B, H, S, D}, kd = {B, Hkv, S, D};
+  auto q = randoms(size_t(B * H * S * D), 131, -1.5f, 1.5f);
+  auto k = randoms(size_t(B * Hkv * S * D), 132, -1.5f, 1.5f);
+  auto v = randoms(size_t(B * Hkv * S * D), 133);
+  auto w = randoms(size_t(B * H * S * D), 134);
+  const double scale = 0.7;
+  for (int64_t causal : {0, 1}) {
+    SCOPED_TRACE(causal ? "causal" : "non-causal");
+    auto att = [&](const std::vector<float> &qv, const std::vector<float> &kv,
+                   const std::vector<float> &vv) {
+      auto tq = f32(qd, qv), tk = f32(kd, kv), tv = f32(kd, vv);
+      auto y = make(SPW_F32, qd);
+      EXPECT_EQ(call(spw_op_attention, {tq.get(), tk.get(), tv.get()},
+                     {y.get()}, {causal}, {scale}),
+                "");
+      return values(*y);
+    };
+    auto tq = f32(qd, q), tk = f32(kd, k), tv = f32(kd, v), dy = f32(qd, w);
+    auto dq = make(SPW_F32, qd), dk = make(SPW_F32, kd), dv = make(SPW_F32, kd);
+    ASSERT_EQ(call(spw_op_attention_grad,
+                   {tq.get(), tk.get(), tv.get(), dy.get()},
+                   {dq.get(), dk.get(), dv.get()}, {causal}, {scale}),
+              "");
+    expect_matches_fd([&](auto &x) { return att(x, k, v); }, q, w, values(*dq));
+    expect_matches_fd([&](auto &x) { return att(q, x, v); }, k, w, values(*dk));
+    expect_matches_fd([&](auto &x) { return att(q, k, x); }, v, w, values(*dv));
+    // GQA == multi-head attention with each kv head repeated for its query
+    // heads; dK, dV are the sums over those repeats.
+    std::vector<float> kr, vr;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h) {
+        const size_t off = size_t((b * Hkv + h / 2) * S * D);
+        kr.insert(kr.end(), k.begin() + long(off), k.begin() + long(off + S * D));
+        vr.insert(vr.end(), v.begin() + long(off), v.begin() + long(off + S * D));
+      }
+    auto tkr = f32(qd, kr), tvr = f32(qd, vr);
+    auto dq2 = make(SPW_F32, qd), dk2 = make(SPW_F32, qd),
+         dv2 = make(SPW_F32, qd);
+    ASSERT_EQ(call(spw_op_attention_grad,
+                   {tq.get(), tkr.get(), tvr.get(), dy.get()},
+                   {dq2.get(), dk2.get(), dv2.get()}, {causal}, {scale}),
+              "");
+    for (int64_t i = 0; i < B * H * S * D; ++i)
+      EXPECT_NEAR(dq2->as<float>()[i], dq->as<float>()[i], 1e-6);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t kh = 0; kh < Hkv; ++kh)
+        for (int64_t e = 0; e < S * D; ++e) {
+          const int64_t g = (b * Hkv + kh) * S * D + e;
+          const int64_t h0 = (b * H + 2 * kh) * S * D + e, h1 = h0 + S * D;
+          EXPECT_NEAR(dk->as<float>()[g],
+                      dk2->as<float>()[h0] + dk2->as<float>()[h1], 1e-6);
+          EXPECT_NEAR(dv->as<float>()[g],
+                      dv2->as<float>()[h0] + dv2->as<float>()[h1], 1e-6);
+        }
+    // Outputs the compiler does not need may be NULL.
+    EXPECT_EQ(call(spw_op_attention_grad,
+                   {tq.get(), tk.get(), tv.get(), dy.get()},
+                   {nullptr, dk.get(), nullptr}, {causal}, {scale}),
+              "");
+  }
+  auto dq = make(SPW_F32, qd), dk = make(SPW_F32, kd), dv = make(SPW_F32, kd);
+  auto tq = f32(qd, q), tk = f32(kd, k), tv = f32(kd, v);
+  auto dybad = make(SPW_F32, kd);
+  EXPECT_ERR(call(spw_op_attention_grad,
+                  {tq.get(), tk.get(), tv.get(), dybad.get()},
+                  {dq.get(), dk.get(), dv.get()}, {0}, {scale}),
+             "attention_grad: dy is f32 [2,2,4,3], but q is f32 [2,4,4,3]");
+  EXPECT_ERR(call(spw_op_attention_grad, {tq.get(), tk.get(), tv.get(), tq.get()},
+                  {dq.get(), dq.get(), dv.get()}, {0}, {scale}),
+             "dk is f32 [2,4,4,3], but k is f32 [2,2,4,3]");
+}
+
 } // namespace

@@ -31,7 +31,8 @@ extern "C" {
 typedef struct spw_ctx spw_ctx;
 typedef struct spw_tensor spw_tensor;
 
-enum spw_dtype { SPW_F32 = 1, SPW_I64 = 2, SPW_I32 = 3 };
+/* SPW_BOOL: one byte per element, 0 or 1 (comparison results, masks). */
+enum spw_dtype { SPW_F32 = 1, SPW_I64 = 2, SPW_I32 = 3, SPW_BOOL = 4 };
 
 /* Runtime entry: parses the executable's command line and trains. */
 int spw_main(int argc, char **argv);
@@ -46,6 +47,10 @@ int32_t spw_declare_param(spw_ctx *ctx, const char *name, int32_t dtype,
 /* Returns the input's index. */
 int32_t spw_declare_input(spw_ctx *ctx, const char *name, int32_t dtype,
                           int32_t rank, const int64_t *dims);
+/* Forward-only models (spillwayc --forward) declare named outputs instead of
+ * a loss; the executable writes them with --outputs DIR. Returns the index. */
+int32_t spw_declare_output(spw_ctx *ctx, const char *name, int32_t dtype,
+                           int32_t rank, const int64_t *dims);
 /* Compile-time optimizer defaults; the executable's flags override them. */
 void spw_declare_adamw(spw_ctx *ctx, double lr, double beta1, double beta2,
                        double eps, double weight_decay);
@@ -61,6 +66,8 @@ spw_tensor *spw_constant(spw_ctx *ctx, int32_t dtype, int32_t rank,
                          const int64_t *dims, const void *data);
 /* The step's loss (a float32 scalar). */
 void spw_set_loss(spw_ctx *ctx, spw_tensor *loss);
+/* A forward-only model's output `index` for this step. */
+void spw_set_output(spw_ctx *ctx, int32_t index, spw_tensor *value);
 /* d loss / d param: kept by the runtime (gradient checks read it). */
 void spw_param_grad(spw_ctx *ctx, int32_t param, spw_tensor *grad);
 /* Records the gradient like spw_param_grad, then (unless the runtime is only
@@ -106,6 +113,40 @@ SPW_KERNEL(layer_norm_grad);
 SPW_KERNEL(gather_grad);  /* indices, dy           ddata   i[axis >= 0]       */
 SPW_KERNEL(softmax_cross_entropy_loss_grad);
                           /* logits, labels, dloss[] dlogits  i[reduction, has_ignore, ignore_index] */
+/* Issue 3: the ops real exporters emit, and the fused ops. Elementwise ops
+ * broadcast (numpy rules); every output shape is given by the caller. */
+SPW_KERNEL(exp);          /* x                     y       -                  */
+SPW_KERNEL(log);          /* x                     y       -                  */
+SPW_KERNEL(sqrt);         /* x                     y       -                  */
+SPW_KERNEL(reciprocal);   /* x                     y       -                  */
+SPW_KERNEL(erf);          /* x                     y       -                  */
+SPW_KERNEL(sigmoid);      /* x                     y       -                  */
+SPW_KERNEL(cos);          /* x                     y       -                  */
+SPW_KERNEL(sin);          /* x                     y       -                  */
+SPW_KERNEL(silu);         /* x                     y = x * sigmoid(x)         */
+SPW_KERNEL(silu_grad);    /* x, dy                 dx      -                  */
+SPW_KERNEL(pow);          /* a, b (f32, broadcast) y       -                  */
+SPW_KERNEL(equal);        /* a, b (same dtype)     y bool  -                  */
+SPW_KERNEL(less);         /* a, b                  y bool  -                  */
+SPW_KERNEL(less_or_equal);/* a, b                  y bool  -                  */
+SPW_KERNEL(greater);      /* a, b                  y bool  -                  */
+SPW_KERNEL(where);        /* cond bool, a, b       y       -                  */
+SPW_KERNEL(cast);         /* x (any dtype)         y (any) - float->int truncates toward 0, ->bool is x != 0 */
+SPW_KERNEL(reduce_max);   /* x                     y       i[n, axes[0..n)]   */
+SPW_KERNEL(concat);       /* x0 .. x{n-1} (any dtype) y    i[axis >= 0, n]    */
+SPW_KERNEL(slice);        /* x (any dtype)         y       i[starts[0..rank), steps[0..rank)]:
+                                                   y[i] = x[starts + i * steps] per dim */
+SPW_KERNEL(slice_grad);   /* dy                    dx (zeros elsewhere) i[starts, steps] of dx's rank */
+SPW_KERNEL(linear);       /* x[..., K], w[K, N], b[N]|NULL  y[..., N]         */
+SPW_KERNEL(rms_norm);     /* x, scale              y       i[axis >= 0] f[epsilon] */
+SPW_KERNEL(rms_norm_grad);/* x, scale, dy          dx, dscale  i[axis >= 0] f[epsilon] */
+SPW_KERNEL(rope);         /* x[..., D], cos, sin (broadcast to x)  y: x*cos + rotate_half(x)*sin,
+                                                   rotate_half(x) = concat(-x[D/2:], x[:D/2]) */
+SPW_KERNEL(rope_grad);    /* dy, cos, sin          dx      -                  */
+SPW_KERNEL(attention);    /* q[B,H,S,D], k[B,Hkv,S,D], v[B,Hkv,S,D]  y[B,H,S,D]
+                                                   i[causal] f[scale]; head h uses kv head h/(H/Hkv) */
+SPW_KERNEL(attention_grad);
+                          /* q, k, v, dy           dq, dk, dv  i[causal] f[scale] */
 #undef SPW_KERNEL
 
 #ifdef __cplusplus
