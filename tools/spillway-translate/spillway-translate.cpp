@@ -33,6 +33,20 @@ static cl::opt<bool> importONNX(
              "ignored with a warning. Default-domain opsets 13-21"),
     cl::cat(category));
 
+static cl::opt<bool> forwardOnly(
+    "forward",
+    cl::desc("With --import-onnx: import for inference/conformance. @main "
+             "returns every graph output (result attribute train.name) and "
+             "is marked train.forward_only; no scalar loss is required"),
+    cl::cat(category));
+
+static cl::opt<int64_t> maxInlineConstantElements(
+    "max-inline-constant-elements",
+    cl::desc("The largest constant (in elements) the importer folds or "
+             "inlines as train.constant, e.g. a causal mask (S*S) or a "
+             "rotary table (S*D). Splat constants are exempt"),
+    cl::value_desc("N"), cl::init(int64_t(1) << 20), cl::cat(category));
+
 static cl::opt<std::string> inputFilename(cl::Positional,
                                           cl::desc("<model.onnx|.onnxtext>"),
                                           cl::cat(category));
@@ -96,6 +110,10 @@ int main(int argc, char **argv) {
     if (failed(spillway::parseDimBindings(spec, opts.dimBindings, error)))
       return fail("--bind: " + error);
   }
+  if (maxInlineConstantElements < 1)
+    return fail("--max-inline-constant-elements must be positive");
+  opts.forwardOnly = forwardOnly;
+  opts.maxInlineConstantElements = maxInlineConstantElements;
   spillway::setDefaultWeightsPaths(outputFilename, inputFilename, opts);
   if (!weightsOut.empty()) {
     opts.weightsPath = weightsOut;

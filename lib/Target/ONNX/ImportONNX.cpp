@@ -2,9 +2,16 @@
 //
 // Reads a ModelProto (binary or ONNX textual syntax), propagates static shapes
 // while it builds train ops, writes float initializers to the weights file and
-// declares them as train.param. Integer initializers and Constant nodes are
-// compile-time constants: folded into attributes and result types where ONNX
-// uses them as shapes or axes, small train.constant ops elsewhere.
+// declares them as train.param.
+//
+// Integer and bool initializers and Constant nodes are compile-time constants,
+// and so is everything the importer can compute from them: exporters leave
+// shape arithmetic in the graph (Shape -> Gather -> Unsqueeze -> Concat ->
+// Reshape, Range -> Less -> Where causal masks, ConstantOfShape -> Trilu), and
+// the importer evaluates it (`Importer::fold`) so that only real compute
+// reaches the IR. Constants that real compute consumes become train.constant.
+// Float initializers are parameters and never fold: their values change as the
+// model trains.
 //
 // libonnx 1.12 knows default-domain opsets only up to 17, so nothing here uses
 // its schemas, checker or shape inference: only the protobuf classes and the
@@ -14,6 +21,7 @@
 
 #include "spillway/Target/ONNX/ImportONNX.h"
 
+#include "spillway/Dialect/Train/IR/TrainDialect.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -26,6 +34,7 @@
 #include "llvm/ADT/Sequence.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
@@ -33,6 +42,7 @@
 #include <onnx/defs/parser.h>
 #include <onnx/onnx_pb.h>
 
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <optional>
@@ -45,13 +55,17 @@ namespace {
 
 constexpr int64_t kMinOpset = 13;
 constexpr int64_t kMaxOpset = 21;
-constexpr int64_t kMaxConstantElements = 4096;
 constexpr int64_t kWeightsAlignment = 64;
 
 const char *const kSupportedOps =
-    "Add, Constant, Div, Gather, Gelu, Gemm, Identity, LayerNormalization, "
-    "MatMul, Mul, Neg, ReduceMean, ReduceSum, Relu, Reshape, Softmax, "
-    "SoftmaxCrossEntropyLoss, Sub, Tanh, Transpose";
+    "Add, And (constant), Cast, CastLike, Concat, Constant, ConstantOfShape, "
+    "Cos, Div, Dropout (inference), Equal, Erf, Exp, Expand, Flatten, Gather, "
+    "Gelu, Gemm, Greater, GreaterOrEqual, Identity, LayerNormalization, Less, "
+    "LessOrEqual, Log, MatMul, Mul, Neg, Not (constant), Or (constant), Pow, "
+    "Range (constant), Reciprocal, ReduceMax, ReduceMean, ReduceSum, Relu, "
+    "Reshape, Shape, Sigmoid, Sin, Slice, Softmax, SoftmaxCrossEntropyLoss, "
+    "Split, Sqrt, Squeeze, Sub, Tanh, Transpose, Trilu (constant), Unsqueeze, "
+    "Where";
 
 std::string shapeStr(ArrayRef<int64_t> shape) {
   std::string s = "[";
@@ -72,23 +86,113 @@ bool isDefaultDomain(StringRef domain) {
   return domain.empty() || domain == "ai.onnx";
 }
 
-/// A tensor known at import time: an integer initializer or a Constant node.
+/// Elements of `shape`, or nullopt when a dimension is negative or the count
+/// overflows (ConstantOfShape and Expand take their shapes from data).
+std::optional<int64_t> numElementsOf(ArrayRef<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    if (d < 0 || llvm::MulOverflow(n, d, n))
+      return std::nullopt;
+  return n;
+}
+
+SmallVector<int64_t> stridesOf(ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> strides(shape.size(), 1);
+  for (int64_t d = (int64_t)shape.size() - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * shape[d + 1];
+  return strides;
+}
+
+/// For each element of a tensor of shape `shape` (row-major), the flat index
+/// `base + sum(i_d * strides[d])`: one description for slices, transposes
+/// and broadcasts (stride 0) of a constant.
+std::vector<int64_t> stridedSources(ArrayRef<int64_t> shape, int64_t base,
+                                    ArrayRef<int64_t> strides) {
+  int64_t n = *numElementsOf(shape);
+  std::vector<int64_t> out(n);
+  SmallVector<int64_t> idx(shape.size(), 0);
+  int64_t src = base;
+  for (int64_t k = 0; k < n; ++k) {
+    out[k] = src;
+    for (int64_t d = (int64_t)shape.size() - 1; d >= 0; --d) {
+      src += strides[d];
+      if (++idx[d] < shape[d])
+        break;
+      src -= strides[d] * shape[d];
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+/// Strides that read a tensor of shape `in` numpy-broadcast to `out`.
+SmallVector<int64_t> broadcastStrides(ArrayRef<int64_t> in,
+                                      ArrayRef<int64_t> out) {
+  SmallVector<int64_t> inStrides = stridesOf(in), strides(out.size(), 0);
+  size_t off = out.size() - in.size();
+  for (size_t d = 0; d < in.size(); ++d)
+    strides[off + d] = in[d] == 1 ? 0 : inStrides[d];
+  return strides;
+}
+
+/// A tensor known at import time: an integer or bool initializer, a Constant
+/// node, or the folded result of a node whose inputs are all known.
 struct ConstTensor {
   SmallVector<int64_t> shape;
-  int32_t dtype = 0; // FLOAT, INT64 or INT32
-  std::vector<int64_t> ints;
-  std::vector<float> floats;
+  int32_t dtype = 0;         // FLOAT, INT64, INT32 or BOOL
+  std::vector<int64_t> ints; // INT64, INT32 (in range), BOOL (0 or 1)
+  std::vector<float> floats; // FLOAT
 
+  ConstTensor() = default;
+  ConstTensor(int32_t dtype, ArrayRef<int64_t> shape)
+      : shape(shape), dtype(dtype) {
+    int64_t n = *numElementsOf(shape);
+    if (isFloat())
+      floats.resize(n);
+    else
+      ints.resize(n);
+  }
   bool isFloat() const { return dtype == onnxpb::TensorProto::FLOAT; }
+  bool isBool() const { return dtype == onnxpb::TensorProto::BOOL; }
   int64_t numElements() const {
     return isFloat() ? (int64_t)floats.size() : (int64_t)ints.size();
   }
+  /// A tensor of `newShape` whose element k is this tensor's element
+  /// `sources[k]`.
+  ConstTensor take(ArrayRef<int64_t> newShape,
+                   ArrayRef<int64_t> sources) const {
+    ConstTensor r(dtype, newShape);
+    for (auto [k, s] : llvm::enumerate(sources)) {
+      if (isFloat())
+        r.floats[k] = floats[s];
+      else
+        r.ints[k] = ints[s];
+    }
+    return r;
+  }
+  bool isSplat() const {
+    return isFloat() ? llvm::all_equal(floats) : llvm::all_equal(ints);
+  }
 };
+
+/// An integer converted to `dtype` the way a C cast does it (ONNX Cast).
+int64_t wrapInt(int32_t dtype, int64_t v) {
+  if (dtype == onnxpb::TensorProto::INT32)
+    return (int32_t)(uint32_t)(uint64_t)v;
+  if (dtype == onnxpb::TensorProto::BOOL)
+    return v != 0;
+  return v;
+}
 
 /// Diagnostics about the model point at the file (ONNX has no source lines).
 Location modelFileLoc(MLIRContext &ctx, StringRef path) {
   return FileLineColLoc::get(&ctx, path, 0, 0);
 }
+
+/// A slice in train.slice's form: one start and step per dimension.
+struct SliceSpec {
+  SmallVector<int64_t> starts, steps, shape;
+};
 
 class Importer {
 public:
@@ -129,6 +233,10 @@ private:
   }
   FailureOr<Value> getValue(const onnxpb::NodeProto &node, int idx);
   FailureOr<Value> getValue(const onnxpb::NodeProto &node, StringRef name);
+  FailureOr<Value> materialize(const ConstTensor &c, StringRef name,
+                               llvm::function_ref<InFlightDiagnostic()> err);
+  FailureOr<RankedTensorType> inputType(const onnxpb::NodeProto &node,
+                                        int idx);
   const ConstTensor *getConst(StringRef name) const {
     auto it = consts.find(name);
     return it == consts.end() ? nullptr : &it->second;
@@ -140,13 +248,46 @@ private:
     return idx < node.output_size() && !node.output(idx).empty() &&
            usedNames.contains(node.output(idx));
   }
+  bool fitsFoldLimit(ArrayRef<int64_t> shape) const {
+    auto n = numElementsOf(shape);
+    return n && *n <= opts.maxInlineConstantElements;
+  }
+
+  //===--- shape computations shared by folding and emission ---===//
+  FailureOr<const ConstTensor *> constInput(const onnxpb::NodeProto &node,
+                                            int idx, StringRef role);
+  FailureOr<SmallVector<int64_t>> constInts(const onnxpb::NodeProto &node,
+                                            int idx, StringRef role);
+  FailureOr<SmallVector<int64_t>> axesOf(const onnxpb::NodeProto &node,
+                                         int inputIdx, int64_t inputSince);
+  FailureOr<SmallVector<int64_t>> reshapeShape(const onnxpb::NodeProto &node,
+                                               ArrayRef<int64_t> in);
+  FailureOr<SmallVector<int64_t>> unsqueezeShape(const onnxpb::NodeProto &node,
+                                                 ArrayRef<int64_t> in);
+  FailureOr<SmallVector<int64_t>> squeezeShape(const onnxpb::NodeProto &node,
+                                               ArrayRef<int64_t> in);
+  FailureOr<SmallVector<int64_t>> flattenShape(const onnxpb::NodeProto &node,
+                                               ArrayRef<int64_t> in);
+  FailureOr<SmallVector<int64_t>> expandShape(const onnxpb::NodeProto &node,
+                                              ArrayRef<int64_t> in);
+  FailureOr<SmallVector<int64_t>> transposePerm(const onnxpb::NodeProto &node,
+                                                int64_t rank);
+  FailureOr<SliceSpec> sliceSpec(const onnxpb::NodeProto &node,
+                                 ArrayRef<int64_t> in);
+  FailureOr<SmallVector<SliceSpec>> splitSpecs(const onnxpb::NodeProto &node,
+                                               ArrayRef<int64_t> in);
+  FailureOr<int32_t> castTarget(const onnxpb::NodeProto &node);
+
+  //===--- folding ---===//
+  FailureOr<bool> fold(const onnxpb::NodeProto &node);
+  LogicalResult evaluate(const onnxpb::NodeProto &node,
+                         ArrayRef<const ConstTensor *> in,
+                         SmallVectorImpl<ConstTensor> &out, bool &declined);
 
   //===--- nodes ---===//
   LogicalResult importNode(const onnxpb::NodeProto &node);
   LogicalResult importConstant(const onnxpb::NodeProto &node);
-  LogicalResult importReshape(const onnxpb::NodeProto &node, Location loc);
-  LogicalResult importReduce(const onnxpb::NodeProto &node, Location loc,
-                             bool isMean);
+  LogicalResult importReduce(const onnxpb::NodeProto &node, Location loc);
   template <typename OpTy>
   FailureOr<Value> buildInferred(const onnxpb::NodeProto &node, Location loc,
                                  ValueRange operands,
@@ -171,6 +312,9 @@ private:
   llvm::StringMap<Value> values;
   llvm::StringSet<> usedNames;
   llvm::StringSet<> usedBindings;
+  /// Outputs of nodes whose inputs were all constant but whose result was
+  /// too large to evaluate (--max-inline-constant-elements).
+  llvm::StringSet<> unfoldedConstants;
 };
 
 } // namespace
@@ -187,13 +331,22 @@ Type Importer::elementType(int32_t dtype) {
     return builder.getI64Type();
   case onnxpb::TensorProto::INT32:
     return builder.getI32Type();
+  case onnxpb::TensorProto::BOOL:
+    return builder.getI1Type();
   default:
     return {};
   }
 }
 
 static int64_t elementBytes(int32_t dtype) {
-  return dtype == onnxpb::TensorProto::INT64 ? 8 : 4;
+  switch (dtype) {
+  case onnxpb::TensorProto::INT64:
+    return 8;
+  case onnxpb::TensorProto::BOOL:
+    return 1;
+  default:
+    return 4;
+  }
 }
 
 /// Reads a tensor's elements, whatever the encoding, as raw little-endian
@@ -205,8 +358,8 @@ LogicalResult Importer::readTensor(const onnxpb::TensorProto &t,
   if (!elementType(dtype))
     return error() << what << " '" << t.name() << "' has element type "
                    << dtypeName(dtype)
-                   << "; Spillway supports FLOAT (float32), INT64 and INT32 "
-                      "tensors";
+                   << "; Spillway supports FLOAT (float32), INT64, INT32 and "
+                      "BOOL tensors";
   int64_t numel = 1;
   for (int64_t d : t.dims()) {
     if (d < 0)
@@ -285,6 +438,8 @@ LogicalResult Importer::readTensor(const onnxpb::TensorProto &t,
     return copy(t.float_data(), float());
   case onnxpb::TensorProto::INT64:
     return copy(t.int64_data(), int64_t());
+  case onnxpb::TensorProto::BOOL:
+    return copy(t.int32_data(), uint8_t());
   default:
     return copy(t.int32_data(), int32_t());
   }
@@ -308,6 +463,8 @@ FailureOr<ConstTensor> Importer::toConst(const onnxpb::TensorProto &t,
       int64_t v;
       std::memcpy(&v, p, 8);
       c.ints.push_back(v);
+    } else if (c.dtype == onnxpb::TensorProto::BOOL) {
+      c.ints.push_back(*p != 0);
     } else {
       int32_t v;
       std::memcpy(&v, p, 4);
@@ -323,7 +480,8 @@ LogicalResult Importer::declareInitializer(const onnxpb::TensorProto &t) {
   if (isKnown(t.name()))
     return error() << "initializer '" << t.name() << "' is defined twice";
   if (t.data_type() != onnxpb::TensorProto::FLOAT) {
-    // Integer initializers are constants (shapes, axes, index tables).
+    // Integer and bool initializers are constants (shapes, axes, index
+    // tables, masks).
     auto c = toConst(t, "initializer");
     if (failed(c))
       return failure();
@@ -356,7 +514,8 @@ LogicalResult Importer::declareInput(const onnxpb::ValueInfoProto &info,
   if (!elt)
     return error() << "input '" << name << "' has element type "
                    << dtypeName(tt.elem_type())
-                   << "; Spillway supports FLOAT (float32), INT64 and INT32";
+                   << "; Spillway supports FLOAT (float32), INT64, INT32 and "
+                      "BOOL";
   if (!tt.has_shape())
     return error() << "input '" << name
                    << "' has no shape; Spillway needs static input shapes";
@@ -397,54 +556,82 @@ FailureOr<Value> Importer::getValue(const onnxpb::NodeProto &node, int idx) {
   return getValue(node, node.input(idx));
 }
 
+/// Where parameter reads and constants go: the start of the function, after
+/// the ones already there, so each is created once and dominates every use.
+static void setInsertionPointToPrologue(OpBuilder &builder, Block *entry) {
+  builder.setInsertionPointToStart(entry);
+  for (Operation &op : *entry)
+    if (isa<train::ParamValueOp, train::ConstantOp>(op))
+      builder.setInsertionPointAfter(&op);
+}
+
+FailureOr<Value>
+Importer::materialize(const ConstTensor &c, StringRef name,
+                      llvm::function_ref<InFlightDiagnostic()> err) {
+  bool splat = c.numElements() > 0 && c.isSplat();
+  if (!splat && c.numElements() > opts.maxInlineConstantElements)
+    return err() << "constant '" << name << "' (" << shapeStr(c.shape)
+                 << ", " << c.numElements()
+                 << " elements) is larger than the "
+                 << opts.maxInlineConstantElements
+                 << " elements Spillway inlines; pass "
+                    "--max-inline-constant-elements="
+                 << c.numElements()
+                 << " (or make it a float initializer, or a graph input)",
+           failure();
+  auto type = RankedTensorType::get(c.shape, elementType(c.dtype));
+  size_t n = splat ? 1 : c.numElements();
+  DenseElementsAttr attr;
+  if (c.isFloat()) {
+    attr = DenseElementsAttr::get(type, ArrayRef<float>(c.floats).take_front(n));
+  } else if (c.dtype == onnxpb::TensorProto::INT64) {
+    attr = DenseElementsAttr::get(type, ArrayRef<int64_t>(c.ints).take_front(n));
+  } else if (c.isBool()) {
+    SmallVector<bool> v(c.ints.begin(), c.ints.begin() + n);
+    attr = DenseElementsAttr::get(type, ArrayRef<bool>(v));
+  } else {
+    SmallVector<int32_t> v(c.ints.begin(), c.ints.begin() + n);
+    attr = DenseElementsAttr::get(type, ArrayRef<int32_t>(v));
+  }
+  OpBuilder::InsertionGuard guard(builder);
+  setInsertionPointToPrologue(builder, builder.getInsertionBlock());
+  return values[name] = train::ConstantOp::create(
+             builder, NameLoc::get(builder.getStringAttr(name)), attr);
+}
+
 FailureOr<Value> Importer::getValue(const onnxpb::NodeProto &node,
                                     StringRef name) {
   if (Value v = values.lookup(name))
     return v;
-  OpBuilder::InsertionGuard guard(builder);
-  // Parameter reads and constants go at the start of the function, once each,
-  // so every parameter has exactly one train.param_value.
-  Block *entry = builder.getInsertionBlock();
   auto it = params.find(name);
   if (it != params.end()) {
-    builder.setInsertionPointToStart(entry);
-    for (Operation &op : *entry)
-      if (isa<train::ParamValueOp, train::ConstantOp>(op))
-        builder.setInsertionPointAfter(&op);
+    OpBuilder::InsertionGuard guard(builder);
+    setInsertionPointToPrologue(builder, builder.getInsertionBlock());
     train::ParamOp param = it->second;
     Value v = train::ParamValueOp::create(builder, param.getLoc(),
                                           param.getTensorType(),
                                           param.getSymName());
     return values[name] = v;
   }
-  if (const ConstTensor *c = getConst(name)) {
-    if (c->numElements() > kMaxConstantElements)
-      return nodeError(node) << "constant '" << name << "' has "
-                             << c->numElements()
-                             << " elements; Spillway inlines constants of "
-                                "at most "
-                             << kMaxConstantElements
-                             << " (make it a float initializer, or a "
-                                "graph input)",
-             failure();
-    auto type = RankedTensorType::get(c->shape, elementType(c->dtype));
-    DenseElementsAttr attr;
-    if (c->isFloat()) {
-      attr = DenseElementsAttr::get(type, ArrayRef<float>(c->floats));
-    } else if (c->dtype == onnxpb::TensorProto::INT64) {
-      attr = DenseElementsAttr::get(type, ArrayRef<int64_t>(c->ints));
-    } else {
-      SmallVector<int32_t> v(c->ints.begin(), c->ints.end());
-      attr = DenseElementsAttr::get(type, ArrayRef<int32_t>(v));
-    }
-    builder.setInsertionPointToStart(entry);
-    for (Operation &op : *entry)
-      if (isa<train::ParamValueOp, train::ConstantOp>(op))
-        builder.setInsertionPointAfter(&op);
-    Value v = train::ConstantOp::create(
-        builder, NameLoc::get(builder.getStringAttr(name)), attr);
-    return values[name] = v;
-  }
+  if (const ConstTensor *c = getConst(name))
+    return materialize(*c, name, [&] { return nodeError(node); });
+  return nodeError(node) << "input '" << name
+                         << "' is not a graph input, initializer or the "
+                            "output of an earlier node",
+         failure();
+}
+
+FailureOr<RankedTensorType>
+Importer::inputType(const onnxpb::NodeProto &node, int idx) {
+  if (!hasInput(node, idx))
+    return nodeError(node) << "input " << idx << " is missing", failure();
+  StringRef name = node.input(idx);
+  if (Value v = values.lookup(name))
+    return cast<RankedTensorType>(v.getType());
+  if (auto it = params.find(name); it != params.end())
+    return it->second.getTensorType();
+  if (const ConstTensor *c = getConst(name))
+    return RankedTensorType::get(c->shape, elementType(c->dtype));
   return nodeError(node) << "input '" << name
                          << "' is not a graph input, initializer or the "
                             "output of an earlier node",
@@ -502,7 +689,7 @@ FailureOr<Value> Importer::buildInferred(const onnxpb::NodeProto &node,
 }
 
 //===----------------------------------------------------------------------===//
-// Nodes
+// Shape computations (shared by folding and emission)
 //===----------------------------------------------------------------------===//
 
 static const onnxpb::AttributeProto *findAttr(const onnxpb::NodeProto &node,
@@ -527,6 +714,895 @@ static std::string strAttr(const onnxpb::NodeProto &node, StringRef name,
   const auto *a = findAttr(node, name);
   return a ? a->s() : dflt.str();
 }
+
+FailureOr<const ConstTensor *>
+Importer::constInput(const onnxpb::NodeProto &node, int idx, StringRef role) {
+  if (!hasInput(node, idx))
+    return nodeError(node) << role << " (input " << idx << ") is missing",
+           failure();
+  if (const ConstTensor *c = getConst(node.input(idx)))
+    return c;
+  return nodeError(node) << role << " '" << node.input(idx)
+                         << "' must be a compile-time constant (an "
+                            "initializer, a Constant node, or shape "
+                            "arithmetic on them that Spillway folds); "
+                            "Spillway needs static shapes",
+         failure();
+}
+
+FailureOr<SmallVector<int64_t>>
+Importer::constInts(const onnxpb::NodeProto &node, int idx, StringRef role) {
+  auto c = constInput(node, idx, role);
+  if (failed(c))
+    return failure();
+  if ((*c)->isFloat() || (*c)->shape.size() > 1)
+    return nodeError(node) << role << " '" << node.input(idx)
+                           << "' must be a 1-D integer tensor, got "
+                           << shapeStr((*c)->shape) << " of "
+                           << dtypeName((*c)->dtype),
+           failure();
+  return SmallVector<int64_t>((*c)->ints.begin(), (*c)->ints.end());
+}
+
+/// `axes`: an attribute before opset `inputSince`, input `inputIdx` from it.
+/// Empty when absent.
+FailureOr<SmallVector<int64_t>>
+Importer::axesOf(const onnxpb::NodeProto &node, int inputIdx,
+                 int64_t inputSince) {
+  if (opset >= inputSince) {
+    if (!hasInput(node, inputIdx))
+      return SmallVector<int64_t>();
+    return constInts(node, inputIdx, "axes");
+  }
+  SmallVector<int64_t> axes;
+  if (const auto *a = findAttr(node, "axes"))
+    axes.assign(a->ints().begin(), a->ints().end());
+  return axes;
+}
+
+/// Normalizes `axes` against `rank`, refusing out-of-range and repeated axes.
+static LogicalResult normalizeAxes(SmallVectorImpl<int64_t> &axes,
+                                   int64_t rank,
+                                   llvm::function_ref<InFlightDiagnostic()> err) {
+  SmallVector<int64_t> seen;
+  for (int64_t &a : axes) {
+    int64_t n = a < 0 ? a + rank : a;
+    if (n < 0 || n >= rank)
+      return err() << "axis " << a << " out of range for rank " << rank;
+    if (llvm::is_contained(seen, n))
+      return err() << "axis " << a << " is repeated";
+    seen.push_back(n);
+    a = n;
+  }
+  return success();
+}
+
+FailureOr<SmallVector<int64_t>>
+Importer::reshapeShape(const onnxpb::NodeProto &node, ArrayRef<int64_t> in) {
+  auto target = constInts(node, 1, "shape");
+  if (failed(target))
+    return failure();
+  bool allowZero = intAttr(node, "allowzero", 0) != 0;
+  SmallVector<int64_t> shape;
+  int64_t inferIdx = -1, known = 1;
+  for (auto [i, entry] : llvm::enumerate(*target)) {
+    int64_t d = entry;
+    if (d == 0 && !allowZero) {
+      if ((int64_t)i >= (int64_t)in.size())
+        return nodeError(node) << "shape entry " << i
+                               << " is 0 (copy) but the input has rank "
+                               << in.size(),
+               failure();
+      d = in[i];
+    } else if (d == -1) {
+      if (inferIdx >= 0)
+        return nodeError(node) << "shape " << shapeStr(*target)
+                               << " has more than one -1",
+               failure();
+      inferIdx = i;
+      shape.push_back(-1);
+      continue;
+    } else if (d < -1) {
+      return nodeError(node) << "shape entry " << i << " is " << d, failure();
+    }
+    shape.push_back(d);
+    known *= d;
+  }
+  int64_t numel = *numElementsOf(in);
+  if (inferIdx >= 0) {
+    if (known == 0 || numel % known != 0)
+      return nodeError(node) << "cannot reshape " << shapeStr(in) << " to "
+                             << shapeStr(*target),
+             failure();
+    shape[inferIdx] = numel / known;
+  } else if (known != numel) {
+    return nodeError(node) << "cannot reshape " << shapeStr(in) << " ("
+                           << numel << " elements) to " << shapeStr(shape)
+                           << " (" << known << " elements)",
+           failure();
+  }
+  return shape;
+}
+
+FailureOr<SmallVector<int64_t>>
+Importer::unsqueezeShape(const onnxpb::NodeProto &node, ArrayRef<int64_t> in) {
+  auto axes = axesOf(node, 1, 13);
+  if (failed(axes))
+    return failure();
+  if (axes->empty())
+    return nodeError(node) << "axes are missing", failure();
+  int64_t rank = in.size() + axes->size();
+  if (failed(normalizeAxes(*axes, rank, [&] { return nodeError(node); })))
+    return failure();
+  SmallVector<int64_t> shape;
+  const int64_t *next = in.begin();
+  for (int64_t d = 0; d < rank; ++d)
+    shape.push_back(llvm::is_contained(*axes, d) ? 1 : *next++);
+  return shape;
+}
+
+FailureOr<SmallVector<int64_t>>
+Importer::squeezeShape(const onnxpb::NodeProto &node, ArrayRef<int64_t> in) {
+  auto axes = axesOf(node, 1, 13);
+  if (failed(axes) ||
+      failed(normalizeAxes(*axes, in.size(), [&] { return nodeError(node); })))
+    return failure();
+  SmallVector<int64_t> shape;
+  for (auto [d, size] : llvm::enumerate(in)) {
+    bool listed = llvm::is_contained(*axes, (int64_t)d);
+    if (listed && size != 1)
+      return nodeError(node) << "cannot squeeze axis " << d << " of shape "
+                             << shapeStr(in) << ": its size is " << size,
+             failure();
+    if (!listed && !(axes->empty() && size == 1))
+      shape.push_back(size);
+  }
+  return shape;
+}
+
+FailureOr<SmallVector<int64_t>>
+Importer::flattenShape(const onnxpb::NodeProto &node, ArrayRef<int64_t> in) {
+  int64_t rank = in.size(), axis = intAttr(node, "axis", 1);
+  if (axis < -rank || axis > rank)
+    return nodeError(node) << "axis " << axis << " out of range for rank "
+                           << rank,
+           failure();
+  if (axis < 0)
+    axis += rank;
+  return SmallVector<int64_t>{*numElementsOf(in.take_front(axis)),
+                              *numElementsOf(in.drop_front(axis))};
+}
+
+/// Expand broadcasts bidirectionally: the result has the broadcast of the
+/// input's shape and the shape operand.
+FailureOr<SmallVector<int64_t>>
+Importer::expandShape(const onnxpb::NodeProto &node, ArrayRef<int64_t> in) {
+  auto target = constInts(node, 1, "shape");
+  if (failed(target))
+    return failure();
+  auto shape = train::broadcastShapes(in, *target);
+  if (failed(shape) || !numElementsOf(*shape))
+    return nodeError(node) << "input shape " << shapeStr(in)
+                           << " does not broadcast with " << shapeStr(*target),
+           failure();
+  return *shape;
+}
+
+FailureOr<SmallVector<int64_t>>
+Importer::transposePerm(const onnxpb::NodeProto &node, int64_t rank) {
+  SmallVector<int64_t> perm;
+  if (const auto *a = findAttr(node, "perm"))
+    perm.assign(a->ints().begin(), a->ints().end());
+  else
+    for (int64_t i = rank - 1; i >= 0; --i)
+      perm.push_back(i);
+  SmallVector<int64_t> sorted(perm);
+  llvm::sort(sorted);
+  if (sorted != llvm::to_vector(llvm::seq<int64_t>(0, rank)))
+    return nodeError(node) << "perm " << shapeStr(perm)
+                           << " is not a permutation of 0.." << rank - 1,
+           failure();
+  return perm;
+}
+
+/// ONNX Slice in train.slice's form: negative starts/ends count from the end,
+/// out-of-range ones clamp (to [0, d] going forward, [-1, d-1] going back),
+/// and every dimension gets an explicit start and step.
+FailureOr<SliceSpec> Importer::sliceSpec(const onnxpb::NodeProto &node,
+                                         ArrayRef<int64_t> in) {
+  int64_t rank = in.size();
+  auto starts = constInts(node, 1, "starts");
+  auto ends = constInts(node, 2, "ends");
+  if (failed(starts) || failed(ends))
+    return failure();
+  size_t n = starts->size();
+  if (ends->size() != n)
+    return nodeError(node) << "starts has " << n << " entries but ends has "
+                           << ends->size(),
+           failure();
+  SmallVector<int64_t> axes, steps(n, 1);
+  if (hasInput(node, 3)) {
+    auto a = constInts(node, 3, "axes");
+    if (failed(a))
+      return failure();
+    axes = *a;
+  } else {
+    axes = llvm::to_vector(llvm::seq<int64_t>(0, n));
+  }
+  if (hasInput(node, 4)) {
+    auto s = constInts(node, 4, "steps");
+    if (failed(s))
+      return failure();
+    steps = *s;
+  }
+  if (axes.size() != n || steps.size() != n)
+    return nodeError(node) << "starts, ends, axes and steps need the same "
+                              "number of entries ("
+                           << n << ", " << ends->size() << ", " << axes.size()
+                           << ", " << steps.size() << ")",
+           failure();
+  if (failed(normalizeAxes(axes, rank, [&] { return nodeError(node); })))
+    return failure();
+  SliceSpec spec;
+  spec.starts.assign(rank, 0);
+  spec.steps.assign(rank, 1);
+  spec.shape.assign(in.begin(), in.end());
+  for (size_t i = 0; i < n; ++i) {
+    int64_t d = in[axes[i]], step = steps[i];
+    int64_t start = (*starts)[i], end = (*ends)[i];
+    if (step == 0)
+      return nodeError(node) << "step for axis " << axes[i] << " is 0",
+             failure();
+    if (start < 0)
+      start += d;
+    if (end < 0)
+      end += d;
+    int64_t count;
+    if (step > 0) {
+      start = std::clamp<int64_t>(start, 0, d);
+      end = std::clamp<int64_t>(end, 0, d);
+      count = end > start ? (end - start + step - 1) / step : 0;
+    } else {
+      start = std::clamp<int64_t>(start, 0, d - 1);
+      end = std::clamp<int64_t>(end, -1, d - 1);
+      count = start > end ? (start - end - step - 1) / -step : 0;
+    }
+    spec.starts[axes[i]] = count ? start : 0;
+    spec.steps[axes[i]] = step;
+    spec.shape[axes[i]] = count;
+  }
+  return spec;
+}
+
+/// Split's outputs as slices: sizes from the `split` input (opset 13+) or
+/// attribute, else `num_outputs` (opset 18+, the last part may be smaller),
+/// else equal parts, one per output.
+FailureOr<SmallVector<SliceSpec>>
+Importer::splitSpecs(const onnxpb::NodeProto &node, ArrayRef<int64_t> in) {
+  int64_t rank = in.size();
+  SmallVector<int64_t> axisVec = {intAttr(node, "axis", 0)};
+  if (failed(normalizeAxes(axisVec, rank, [&] { return nodeError(node); })))
+    return failure();
+  int64_t axis = axisVec[0], d = in[axis];
+  int64_t numOutputs = node.output_size();
+  SmallVector<int64_t> sizes;
+  if (hasInput(node, 1)) {
+    auto s = constInts(node, 1, "split");
+    if (failed(s))
+      return failure();
+    sizes = *s;
+  } else if (const auto *a = findAttr(node, "split")) {
+    sizes.assign(a->ints().begin(), a->ints().end());
+  } else {
+    int64_t parts = intAttr(node, "num_outputs", numOutputs);
+    if (parts != numOutputs)
+      return nodeError(node) << "num_outputs is " << parts << " but the node "
+                             << "has " << numOutputs << " outputs",
+             failure();
+    if (findAttr(node, "num_outputs")) {
+      int64_t size = llvm::divideCeil(d, parts);
+      for (int64_t i = 0, left = d; i < parts; ++i, left -= size)
+        sizes.push_back(std::max<int64_t>(std::min(size, left), 0));
+    } else {
+      if (d % parts != 0)
+        return nodeError(node) << "cannot split dimension " << axis
+                               << " of size " << d << " into " << parts
+                               << " equal parts",
+               failure();
+      sizes.assign(parts, d / parts);
+    }
+  }
+  if ((int64_t)sizes.size() != numOutputs)
+    return nodeError(node) << "split has " << sizes.size()
+                           << " sizes for " << numOutputs << " outputs",
+           failure();
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    if (s < 0)
+      return nodeError(node) << "split size " << s << " is negative",
+             failure();
+    total += s;
+  }
+  if (total != d)
+    return nodeError(node) << "split sizes " << shapeStr(sizes) << " sum to "
+                           << total << ", but dimension " << axis
+                           << " has size " << d,
+           failure();
+  SmallVector<SliceSpec> specs;
+  int64_t offset = 0;
+  for (int64_t s : sizes) {
+    SliceSpec spec;
+    spec.starts.assign(rank, 0);
+    spec.steps.assign(rank, 1);
+    spec.shape.assign(in.begin(), in.end());
+    spec.starts[axis] = s ? offset : 0;
+    spec.shape[axis] = s;
+    offset += s;
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+FailureOr<int32_t> Importer::castTarget(const onnxpb::NodeProto &node) {
+  int32_t to;
+  if (node.op_type() == "CastLike") {
+    auto t = inputType(node, 1);
+    if (failed(t))
+      return failure();
+    Type e = t->getElementType();
+    to = e.isF32()           ? onnxpb::TensorProto::FLOAT
+         : e.isInteger(64)   ? onnxpb::TensorProto::INT64
+         : e.isInteger(32)   ? onnxpb::TensorProto::INT32
+                             : onnxpb::TensorProto::BOOL;
+    return to;
+  }
+  const auto *a = findAttr(node, "to");
+  if (!a)
+    return nodeError(node) << "attribute 'to' is missing", failure();
+  to = a->i();
+  if (!elementType(to))
+    return nodeError(node) << "cast to " << dtypeName(to)
+                           << " is not supported; Spillway casts to FLOAT "
+                              "(float32), INT64, INT32 and BOOL",
+           failure();
+  return to;
+}
+
+//===----------------------------------------------------------------------===//
+// Folding: nodes whose inputs are all known are evaluated here
+//===----------------------------------------------------------------------===//
+
+/// Ops the importer evaluates when all their inputs are constants. Shape
+/// folds whenever its input has a static shape (always, in Spillway).
+static const llvm::StringSet<> kFoldableOps = {
+    "Identity", "Dropout", "Cast", "CastLike", "Neg", "Sqrt", "Reciprocal",
+    "Exp", "Log", "Erf", "Sigmoid", "Cos", "Sin", "Tanh", "Relu", "Not",
+    "Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "LessOrEqual",
+    "Greater", "GreaterOrEqual", "And", "Or", "Where", "Concat", "Gather",
+    "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Slice", "Split",
+    "Transpose", "Expand", "Range", "ConstantOfShape", "Trilu"};
+
+FailureOr<bool> Importer::fold(const onnxpb::NodeProto &node) {
+  StringRef op = node.op_type();
+  if (op == "Shape") {
+    auto type = inputType(node, 0);
+    if (failed(type))
+      return failure();
+    int64_t rank = type->getRank();
+    auto clampToRank = [&](int64_t v) {
+      return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank);
+    };
+    int64_t start = clampToRank(intAttr(node, "start", 0));
+    int64_t end = clampToRank(intAttr(node, "end", rank));
+    ConstTensor c(onnxpb::TensorProto::INT64, {std::max<int64_t>(end - start, 0)});
+    for (int64_t d = start; d < end; ++d)
+      c.ints[d - start] = type->getDimSize(d);
+    consts[node.output(0)] = std::move(c);
+    return true;
+  }
+  if (!kFoldableOps.contains(op))
+    return false;
+  SmallVector<const ConstTensor *> in;
+  for (const std::string &name : node.input()) {
+    if (name.empty()) {
+      in.push_back(nullptr);
+      continue;
+    }
+    const ConstTensor *c = getConst(name);
+    if (!c)
+      return false;
+    in.push_back(c);
+  }
+  SmallVector<ConstTensor> out;
+  bool declined = false;
+  if (failed(evaluate(node, in, out, declined)))
+    return failure();
+  if (declined) {
+    for (const std::string &name : node.output())
+      unfoldedConstants.insert(name);
+    return false;
+  }
+  for (auto [i, c] : llvm::enumerate(out))
+    if (!node.output(i).empty())
+      consts[node.output(i)] = std::move(c);
+  return true;
+}
+
+namespace {
+enum class BinaryKind {
+  Add, Sub, Mul, Div, Pow, Equal, Less, LessOrEqual, Greater, GreaterOrEqual,
+  And, Or
+};
+} // namespace
+
+static std::optional<BinaryKind> binaryKind(StringRef op) {
+  return llvm::StringSwitch<std::optional<BinaryKind>>(op)
+      .Case("Add", BinaryKind::Add)
+      .Case("Sub", BinaryKind::Sub)
+      .Case("Mul", BinaryKind::Mul)
+      .Case("Div", BinaryKind::Div)
+      .Case("Pow", BinaryKind::Pow)
+      .Case("Equal", BinaryKind::Equal)
+      .Case("Less", BinaryKind::Less)
+      .Case("LessOrEqual", BinaryKind::LessOrEqual)
+      .Case("Greater", BinaryKind::Greater)
+      .Case("GreaterOrEqual", BinaryKind::GreaterOrEqual)
+      .Case("And", BinaryKind::And)
+      .Case("Or", BinaryKind::Or)
+      .Default(std::nullopt);
+}
+
+static bool isComparison(BinaryKind k) {
+  return k >= BinaryKind::Equal && k <= BinaryKind::GreaterOrEqual;
+}
+
+template <typename T>
+static std::optional<T> applyBinary(BinaryKind k, T a, T b) {
+  switch (k) {
+  case BinaryKind::Add:
+    return a + b;
+  case BinaryKind::Sub:
+    return a - b;
+  case BinaryKind::Mul:
+    return a * b;
+  case BinaryKind::Div:
+    if constexpr (std::is_integral_v<T>) {
+      if (b == 0)
+        return std::nullopt;
+    }
+    return a / b;
+  case BinaryKind::Pow:
+    return (T)std::pow(a, b);
+  case BinaryKind::Equal:
+    return a == b;
+  case BinaryKind::Less:
+    return a < b;
+  case BinaryKind::LessOrEqual:
+    return a <= b;
+  case BinaryKind::Greater:
+    return a > b;
+  case BinaryKind::GreaterOrEqual:
+    return a >= b;
+  case BinaryKind::And:
+    return a && b;
+  case BinaryKind::Or:
+    return a || b;
+  }
+  return std::nullopt;
+}
+
+static std::optional<float (*)(float)> unaryFloatFn(StringRef op) {
+  using Fn = float (*)(float);
+  return llvm::StringSwitch<std::optional<Fn>>(op)
+      .Case("Sqrt", [](float x) { return std::sqrt(x); })
+      .Case("Reciprocal", [](float x) { return 1.0f / x; })
+      .Case("Exp", [](float x) { return std::exp(x); })
+      .Case("Log", [](float x) { return std::log(x); })
+      .Case("Erf", [](float x) { return std::erf(x); })
+      .Case("Sigmoid", [](float x) { return 1.0f / (1.0f + std::exp(-x)); })
+      .Case("Cos", [](float x) { return std::cos(x); })
+      .Case("Sin", [](float x) { return std::sin(x); })
+      .Case("Tanh", [](float x) { return std::tanh(x); })
+      .Case("Relu", [](float x) { return x > 0.0f ? x : 0.0f; })
+      .Default(std::nullopt);
+}
+
+/// `c` converted to `to` as ONNX Cast does (float -> int truncates).
+static ConstTensor castConst(const ConstTensor &c, int32_t to) {
+  ConstTensor r(to, c.shape);
+  for (int64_t k = 0, n = c.numElements(); k < n; ++k) {
+    if (r.isFloat())
+      r.floats[k] = c.isFloat() ? c.floats[k] : (float)c.ints[k];
+    else if (!c.isFloat())
+      r.ints[k] = wrapInt(to, c.ints[k]);
+    else if (r.isBool())
+      r.ints[k] = c.floats[k] != 0.0f;
+    else
+      r.ints[k] = wrapInt(to, std::isfinite(c.floats[k])
+                                  ? (int64_t)std::trunc(c.floats[k])
+                                  : 0);
+  }
+  return r;
+}
+
+LogicalResult Importer::evaluate(const onnxpb::NodeProto &node,
+                                 ArrayRef<const ConstTensor *> in,
+                                 SmallVectorImpl<ConstTensor> &out,
+                                 bool &declined) {
+  StringRef op = node.op_type();
+  auto arg = [&](size_t i) -> const ConstTensor * {
+    return i < in.size() ? in[i] : nullptr;
+  };
+  auto need = [&](size_t i) -> LogicalResult {
+    if (!arg(i))
+      return nodeError(node) << "input " << i << " is missing";
+    return success();
+  };
+  auto decline = [&]() {
+    declined = true;
+    return success();
+  };
+  auto tooBig = [&](ArrayRef<int64_t> shape) { return !fitsFoldLimit(shape); };
+  if (failed(need(0)))
+    return failure();
+  if ((binaryKind(op) || op == "Where" || op == "Range" || op == "Gather") &&
+      failed(need(1)))
+    return failure();
+  if ((op == "Where" || op == "Range") && failed(need(2)))
+    return failure();
+  const ConstTensor &x = *in[0];
+
+  if (op == "Identity") {
+    out.push_back(x);
+    return success();
+  }
+  if (op == "Dropout") {
+    // Inference (the default) or a zero ratio: the identity.
+    if (const ConstTensor *t = arg(2); t && t->numElements() == 1 &&
+                                       t->ints.size() == 1 && t->ints[0])
+      if (const ConstTensor *r = arg(1);
+          !r || !r->isFloat() || r->floats.size() != 1 || r->floats[0] != 0)
+        return decline();
+    out.push_back(x);
+    return success();
+  }
+  if (op == "Cast" || op == "CastLike") {
+    auto to = castTarget(node);
+    if (failed(to))
+      return failure();
+    out.push_back(x.dtype == *to ? x : castConst(x, *to));
+    return success();
+  }
+  if (op == "Neg") {
+    ConstTensor r = x;
+    if (r.isBool())
+      return decline();
+    for (float &f : r.floats)
+      f = -f;
+    for (int64_t &i : r.ints)
+      i = wrapInt(r.dtype, -i);
+    out.push_back(std::move(r));
+    return success();
+  }
+  if (auto fn = unaryFloatFn(op)) {
+    if (!x.isFloat())
+      return decline();
+    ConstTensor r = x;
+    for (float &f : r.floats)
+      f = (*fn)(f);
+    out.push_back(std::move(r));
+    return success();
+  }
+  if (op == "Not") {
+    if (!x.isBool())
+      return nodeError(node) << "input must be bool, got "
+                             << dtypeName(x.dtype);
+    ConstTensor r = x;
+    for (int64_t &i : r.ints)
+      i = !i;
+    out.push_back(std::move(r));
+    return success();
+  }
+  if (auto kind = binaryKind(op)) {
+    ConstTensor a = x, b = *in[1];
+    if (*kind == BinaryKind::Pow && a.isFloat() && !b.isFloat())
+      b = castConst(b, onnxpb::TensorProto::FLOAT);
+    if (a.dtype != b.dtype)
+      return nodeError(node) << "operand element types differ ("
+                             << dtypeName(a.dtype) << " vs "
+                             << dtypeName(b.dtype)
+                             << "); ONNX requires them to match";
+    if ((*kind == BinaryKind::And || *kind == BinaryKind::Or) != a.isBool())
+      return decline();
+    auto shape = train::broadcastShapes(a.shape, b.shape);
+    if (failed(shape))
+      return nodeError(node) << "shapes " << shapeStr(a.shape) << " and "
+                             << shapeStr(b.shape) << " do not broadcast";
+    if (tooBig(*shape))
+      return decline();
+    std::vector<int64_t> sa = stridedSources(
+        *shape, 0, broadcastStrides(a.shape, *shape));
+    std::vector<int64_t> sb = stridedSources(
+        *shape, 0, broadcastStrides(b.shape, *shape));
+    ConstTensor r(isComparison(*kind) ? onnxpb::TensorProto::BOOL : a.dtype,
+                  *shape);
+    for (size_t k = 0; k < sa.size(); ++k) {
+      if (a.isFloat()) {
+        float v = *applyBinary<float>(*kind, a.floats[sa[k]], b.floats[sb[k]]);
+        if (r.isFloat())
+          r.floats[k] = v;
+        else
+          r.ints[k] = v != 0.0f;
+        continue;
+      }
+      auto v = applyBinary<int64_t>(*kind, a.ints[sa[k]], b.ints[sb[k]]);
+      if (!v)
+        return nodeError(node) << "integer division by zero";
+      r.ints[k] = wrapInt(r.dtype, *v);
+    }
+    out.push_back(std::move(r));
+    return success();
+  }
+  if (op == "Where") {
+    const ConstTensor &c = x, &a = *in[1], &b = *in[2];
+    if (!c.isBool())
+      return nodeError(node) << "condition must be bool, got "
+                             << dtypeName(c.dtype);
+    if (a.dtype != b.dtype)
+      return nodeError(node) << "branches differ in element type ("
+                             << dtypeName(a.dtype) << " vs "
+                             << dtypeName(b.dtype) << ")";
+    auto shape = train::broadcastShapes(c.shape, a.shape);
+    if (succeeded(shape))
+      shape = train::broadcastShapes(*shape, b.shape);
+    if (failed(shape))
+      return nodeError(node) << "shapes " << shapeStr(c.shape) << ", "
+                             << shapeStr(a.shape) << " and "
+                             << shapeStr(b.shape) << " do not broadcast";
+    if (tooBig(*shape))
+      return decline();
+    auto sc = stridedSources(*shape, 0, broadcastStrides(c.shape, *shape));
+    auto sa = stridedSources(*shape, 0, broadcastStrides(a.shape, *shape));
+    auto sb = stridedSources(*shape, 0, broadcastStrides(b.shape, *shape));
+    ConstTensor r(a.dtype, *shape);
+    for (size_t k = 0; k < sc.size(); ++k) {
+      bool pick = c.ints[sc[k]];
+      if (r.isFloat())
+        r.floats[k] = pick ? a.floats[sa[k]] : b.floats[sb[k]];
+      else
+        r.ints[k] = pick ? a.ints[sa[k]] : b.ints[sb[k]];
+    }
+    out.push_back(std::move(r));
+    return success();
+  }
+  if (op == "Concat") {
+    int64_t rank = x.shape.size();
+    SmallVector<int64_t> axisVec = {intAttr(node, "axis", 0)};
+    if (failed(normalizeAxes(axisVec, rank, [&] { return nodeError(node); })))
+      return failure();
+    int64_t axis = axisVec[0];
+    SmallVector<int64_t> shape(x.shape);
+    shape[axis] = 0;
+    for (auto [i, t] : llvm::enumerate(in)) {
+      if (!t)
+        return nodeError(node) << "input " << i << " is missing";
+      bool same = t->dtype == x.dtype && (int64_t)t->shape.size() == rank;
+      for (int64_t d = 0; same && d < rank; ++d)
+        same = d == axis || t->shape[d] == x.shape[d];
+      if (!same)
+        return nodeError(node)
+               << "inputs " << shapeStr(x.shape) << " of "
+               << dtypeName(x.dtype) << " and " << shapeStr(t->shape) << " of "
+               << dtypeName(t->dtype) << " do not concatenate along axis "
+               << axis;
+      shape[axis] += t->shape[axis];
+    }
+    if (tooBig(shape))
+      return decline();
+    int64_t outer = *numElementsOf(ArrayRef<int64_t>(shape).take_front(axis));
+    int64_t inner = *numElementsOf(ArrayRef<int64_t>(shape).drop_front(axis + 1));
+    ConstTensor r(x.dtype, shape);
+    int64_t k = 0;
+    for (int64_t o = 0; o < outer; ++o)
+      for (const ConstTensor *t : in) {
+        int64_t chunk = t->shape[axis] * inner;
+        for (int64_t j = 0; j < chunk; ++j, ++k) {
+          if (r.isFloat())
+            r.floats[k] = t->floats[o * chunk + j];
+          else
+            r.ints[k] = t->ints[o * chunk + j];
+        }
+      }
+    out.push_back(std::move(r));
+    return success();
+  }
+  if (op == "Gather") {
+    const ConstTensor &idx = *in[1];
+    if (idx.isFloat() || idx.isBool())
+      return nodeError(node) << "indices must be int64 or int32";
+    int64_t rank = x.shape.size();
+    SmallVector<int64_t> axisVec = {intAttr(node, "axis", 0)};
+    if (failed(normalizeAxes(axisVec, rank, [&] { return nodeError(node); })))
+      return failure();
+    int64_t axis = axisVec[0], d = x.shape[axis];
+    SmallVector<int64_t> shape(x.shape.begin(), x.shape.begin() + axis);
+    shape.append(idx.shape.begin(), idx.shape.end());
+    shape.append(x.shape.begin() + axis + 1, x.shape.end());
+    if (tooBig(shape))
+      return decline();
+    int64_t outer = *numElementsOf(ArrayRef<int64_t>(x.shape).take_front(axis));
+    int64_t inner =
+        *numElementsOf(ArrayRef<int64_t>(x.shape).drop_front(axis + 1));
+    std::vector<int64_t> sources;
+    sources.reserve(outer * idx.numElements() * inner);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i : idx.ints) {
+        if (i < -d || i >= d)
+          return nodeError(node) << "index " << i << " out of range for axis "
+                                 << axis << " of size " << d;
+        int64_t row = i < 0 ? i + d : i;
+        for (int64_t j = 0; j < inner; ++j)
+          sources.push_back((o * d + row) * inner + j);
+      }
+    out.push_back(x.take(shape, sources));
+    return success();
+  }
+  if (op == "Unsqueeze" || op == "Squeeze" || op == "Reshape" ||
+      op == "Flatten") {
+    auto shape = op == "Unsqueeze" ? unsqueezeShape(node, x.shape)
+                 : op == "Squeeze" ? squeezeShape(node, x.shape)
+                 : op == "Reshape" ? reshapeShape(node, x.shape)
+                                   : flattenShape(node, x.shape);
+    if (failed(shape))
+      return failure();
+    ConstTensor r = x;
+    r.shape = *shape;
+    out.push_back(std::move(r));
+    return success();
+  }
+  if (op == "Slice") {
+    auto spec = sliceSpec(node, x.shape);
+    if (failed(spec))
+      return failure();
+    SmallVector<int64_t> strides = stridesOf(x.shape), step(strides);
+    int64_t base = 0;
+    for (size_t d = 0; d < strides.size(); ++d) {
+      base += spec->starts[d] * strides[d];
+      step[d] = spec->steps[d] * strides[d];
+    }
+    out.push_back(x.take(spec->shape, stridedSources(spec->shape, base, step)));
+    return success();
+  }
+  if (op == "Split") {
+    auto specs = splitSpecs(node, x.shape);
+    if (failed(specs))
+      return failure();
+    SmallVector<int64_t> strides = stridesOf(x.shape);
+    for (const SliceSpec &spec : *specs) {
+      int64_t base = 0;
+      for (size_t d = 0; d < strides.size(); ++d)
+        base += spec.starts[d] * strides[d];
+      out.push_back(x.take(spec.shape, stridedSources(spec.shape, base, strides)));
+    }
+    return success();
+  }
+  if (op == "Transpose") {
+    auto perm = transposePerm(node, x.shape.size());
+    if (failed(perm))
+      return failure();
+    SmallVector<int64_t> strides = stridesOf(x.shape), shape, step;
+    for (int64_t p : *perm) {
+      shape.push_back(x.shape[p]);
+      step.push_back(strides[p]);
+    }
+    out.push_back(x.take(shape, stridedSources(shape, 0, step)));
+    return success();
+  }
+  if (op == "Expand") {
+    auto shape = expandShape(node, x.shape);
+    if (failed(shape))
+      return failure();
+    if (tooBig(*shape))
+      return decline();
+    out.push_back(x.take(*shape, stridedSources(*shape, 0,
+                                                broadcastStrides(x.shape, *shape))));
+    return success();
+  }
+  if (op == "Range") {
+    const ConstTensor &limit = *in[1], &delta = *in[2];
+    for (const ConstTensor *t : {&x, &limit, &delta})
+      if (t->numElements() != 1 || t->dtype != x.dtype || t->isBool())
+        return nodeError(node) << "start, limit and delta must be scalars of "
+                                  "one numeric type";
+    int64_t count;
+    if (x.isFloat()) {
+      float d = delta.floats[0];
+      if (d == 0.0f)
+        return nodeError(node) << "delta is 0";
+      count = (int64_t)std::max(
+          std::ceil((limit.floats[0] - x.floats[0]) / d), 0.0f);
+    } else {
+      int64_t d = delta.ints[0];
+      if (d == 0)
+        return nodeError(node) << "delta is 0";
+      int64_t span = limit.ints[0] - x.ints[0];
+      count = std::max<int64_t>(
+          d > 0 ? llvm::divideCeil(std::max<int64_t>(span, 0), d)
+                : llvm::divideCeil(std::max<int64_t>(-span, 0), -d),
+          0);
+    }
+    if (tooBig({count}))
+      return nodeError(node) << "produces " << count
+                             << " elements; Spillway evaluates Range at "
+                                "compile time up to "
+                             << opts.maxInlineConstantElements
+                             << " (--max-inline-constant-elements)";
+    ConstTensor r(x.dtype, {count});
+    for (int64_t k = 0; k < count; ++k) {
+      if (r.isFloat())
+        r.floats[k] = x.floats[0] + k * delta.floats[0];
+      else
+        r.ints[k] = wrapInt(r.dtype, x.ints[0] + k * delta.ints[0]);
+    }
+    out.push_back(std::move(r));
+    return success();
+  }
+  if (op == "ConstantOfShape") {
+    auto shape = constInts(node, 0, "shape");
+    if (failed(shape))
+      return failure();
+    ConstTensor value(onnxpb::TensorProto::FLOAT, {1});
+    if (const auto *a = findAttr(node, "value")) {
+      auto v = toConst(a->t(), "ConstantOfShape value of node '" +
+                                   nodeName(node) + "'");
+      if (failed(v))
+        return failure();
+      if (v->numElements() != 1)
+        return nodeError(node) << "value must have one element, got "
+                               << v->numElements();
+      value = std::move(*v);
+    }
+    if (!numElementsOf(*shape))
+      return nodeError(node) << "shape " << shapeStr(*shape)
+                             << " has a negative dimension";
+    if (tooBig(*shape))
+      return decline(); // emitted as a splat train.constant
+    out.push_back(value.take(*shape, std::vector<int64_t>(
+                                         *numElementsOf(*shape), 0)));
+    return success();
+  }
+  if (op == "Trilu") {
+    int64_t rank = x.shape.size();
+    if (rank < 2)
+      return nodeError(node) << "input must have rank >= 2, got " << rank;
+    int64_t k = 0;
+    if (const ConstTensor *kc = arg(1)) {
+      if (kc->isFloat() || kc->numElements() != 1)
+        return nodeError(node) << "k must be an integer scalar";
+      k = kc->ints[0];
+    }
+    bool upper = intAttr(node, "upper", 1) != 0;
+    int64_t rows = x.shape[rank - 2], cols = x.shape[rank - 1];
+    ConstTensor r = x;
+    for (int64_t e = 0, n = r.numElements(); e < n; ++e) {
+      int64_t i = (e / cols) % rows, j = e % cols;
+      bool keep = upper ? j - i >= k : j - i <= k;
+      if (keep)
+        continue;
+      if (r.isFloat())
+        r.floats[e] = 0.0f;
+      else
+        r.ints[e] = 0;
+    }
+    out.push_back(std::move(r));
+    return success();
+  }
+  return decline();
+}
+
+//===----------------------------------------------------------------------===//
+// Nodes
+//===----------------------------------------------------------------------===//
 
 LogicalResult Importer::importConstant(const onnxpb::NodeProto &node) {
   if (node.attribute_size() != 1)
@@ -562,92 +1638,28 @@ LogicalResult Importer::importConstant(const onnxpb::NodeProto &node) {
   return success();
 }
 
-LogicalResult Importer::importReshape(const onnxpb::NodeProto &node,
-                                      Location loc) {
-  auto input = getValue(node, 0);
-  if (failed(input))
-    return failure();
-  if (!hasInput(node, 1))
-    return nodeError(node) << "shape input is missing";
-  const ConstTensor *shapeC = getConst(node.input(1));
-  if (!shapeC || shapeC->isFloat() || shapeC->shape.size() != 1)
-    return nodeError(node) << "shape '" << node.input(1)
-                           << "' must be a 1-D integer constant (initializer "
-                              "or Constant node); Spillway needs static "
-                              "shapes";
-  auto inType = cast<RankedTensorType>(input->getType());
-  bool allowZero = intAttr(node, "allowzero", 0) != 0;
-  SmallVector<int64_t> shape;
-  int64_t inferIdx = -1, known = 1;
-  for (auto [i, entry] : llvm::enumerate(shapeC->ints)) {
-    int64_t d = entry;
-    if (d == 0 && !allowZero) {
-      if ((int64_t)i >= inType.getRank())
-        return nodeError(node) << "shape entry " << i
-                               << " is 0 (copy) but the input has rank "
-                               << inType.getRank();
-      d = inType.getDimSize(i);
-    } else if (d == -1) {
-      if (inferIdx >= 0)
-        return nodeError(node) << "shape " << shapeStr(shapeC->ints)
-                               << " has more than one -1";
-      inferIdx = i;
-      shape.push_back(-1);
-      continue;
-    } else if (d < -1) {
-      return nodeError(node) << "shape entry " << i << " is " << d;
-    }
-    shape.push_back(d);
-    known *= d;
-  }
-  int64_t numel = inType.getNumElements();
-  if (inferIdx >= 0) {
-    if (known == 0 || numel % known != 0)
-      return nodeError(node) << "cannot reshape " << shapeStr(inType.getShape())
-                             << " to " << shapeStr(shapeC->ints);
-    shape[inferIdx] = numel / known;
-  } else if (known != numel) {
-    return nodeError(node) << "cannot reshape " << shapeStr(inType.getShape())
-                           << " (" << numel << " elements) to "
-                           << shapeStr(shape) << " (" << known
-                           << " elements)";
-  }
-  auto type = RankedTensorType::get(shape, inType.getElementType());
-  values[node.output(0)] = train::ReshapeOp::create(builder, loc, type, *input);
-  return success();
-}
-
 LogicalResult Importer::importReduce(const onnxpb::NodeProto &node,
-                                     Location loc, bool isMean) {
+                                     Location loc) {
+  StringRef op = node.op_type();
   auto input = requireFloat(node, 0, "input");
   if (failed(input))
     return failure();
-  // ReduceSum takes axes as an input from opset 13, ReduceMean from 18.
-  bool axesAsInput = isMean ? opset >= 18 : opset >= 13;
-  SmallVector<int64_t> axes;
-  if (axesAsInput) {
-    if (hasInput(node, 1)) {
-      const ConstTensor *c = getConst(node.input(1));
-      if (!c || c->isFloat())
-        return nodeError(node) << "axes '" << node.input(1)
-                               << "' must be an integer constant "
-                                  "(initializer or Constant node)";
-      axes.assign(c->ints.begin(), c->ints.end());
-    }
-  } else if (const auto *a = findAttr(node, "axes")) {
-    axes.assign(a->ints().begin(), a->ints().end());
-  }
+  // ReduceSum takes axes as an input from opset 13, the others from 18.
+  auto axes = axesOf(node, 1, op == "ReduceSum" ? 13 : 18);
+  if (failed(axes))
+    return failure();
   bool keepdims = intAttr(node, "keepdims", 1) != 0;
-  if (axes.empty() && intAttr(node, "noop_with_empty_axes", 0) != 0) {
+  if (axes->empty() && intAttr(node, "noop_with_empty_axes", 0) != 0) {
     values[node.output(0)] = *input;
     return success();
   }
   SmallVector<NamedAttribute> attrs = {
-      builder.getNamedAttr("axes", builder.getDenseI64ArrayAttr(axes)),
+      builder.getNamedAttr("axes", builder.getDenseI64ArrayAttr(*axes)),
       builder.getNamedAttr("keepdims", builder.getBoolAttr(keepdims))};
   FailureOr<Value> v =
-      isMean ? buildInferred<train::ReduceMeanOp>(node, loc, *input, attrs)
-             : buildInferred<train::ReduceSumOp>(node, loc, *input, attrs);
+      op == "ReduceMean"  ? buildInferred<train::ReduceMeanOp>(node, loc, *input, attrs)
+      : op == "ReduceMax" ? buildInferred<train::ReduceMaxOp>(node, loc, *input, attrs)
+                          : buildInferred<train::ReduceSumOp>(node, loc, *input, attrs);
   if (failed(v))
     return failure();
   values[node.output(0)] = *v;
@@ -670,53 +1682,97 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
     return nodeError(node) << "has no output";
   for (int i = 1; i < node.output_size(); ++i)
     if (isOutputUsed(node, i) && op != "LayerNormalization" &&
-        op != "SoftmaxCrossEntropyLoss")
+        op != "SoftmaxCrossEntropyLoss" && op != "Split")
       return nodeError(node) << "output " << i << " ('" << node.output(i)
                              << "') is used but not supported";
+  if (op == "Constant")
+    return importConstant(node);
+  FailureOr<bool> folded = fold(node);
+  if (failed(folded))
+    return failure();
+  if (*folded)
+    return success();
+
   Location loc = NameLoc::get(builder.getStringAttr(nodeName(node)));
   StringRef out = node.output(0);
-
+  auto define = [&](FailureOr<Value> v) -> LogicalResult {
+    if (failed(v))
+      return failure();
+    values[out] = *v;
+    return success();
+  };
   auto unary = [&](auto tag) -> LogicalResult {
     using OpTy = decltype(tag);
     auto x = requireFloat(node, 0, "input");
     if (failed(x))
       return failure();
-    values[out] = OpTy::create(builder, loc, x->getType(), *x);
-    return success();
+    return define(OpTy::create(builder, loc, x->getType(), *x).getResult());
   };
-  auto binary = [&](auto tag) -> LogicalResult {
-    using OpTy = decltype(tag);
-    auto a = getValue(node, 0), b = getValue(node, 1);
-    if (failed(a) || failed(b))
-      return failure();
-    Type ea = cast<RankedTensorType>(a->getType()).getElementType();
-    Type eb = cast<RankedTensorType>(b->getType()).getElementType();
+  // Operands of an elementwise op, whose element types ONNX requires to match.
+  auto operands = [&](int n) -> FailureOr<SmallVector<Value>> {
+    SmallVector<Value> vs;
+    for (int i = 0; i < n; ++i) {
+      auto v = getValue(node, i);
+      if (failed(v))
+        return failure();
+      vs.push_back(*v);
+    }
+    Type ea = cast<RankedTensorType>(vs[n - 2].getType()).getElementType();
+    Type eb = cast<RankedTensorType>(vs[n - 1].getType()).getElementType();
     if (ea != eb)
       return nodeError(node) << "operand element types differ (" << ea
                              << " vs " << eb
-                             << "); ONNX requires them to match";
-    auto v = buildInferred<OpTy>(node, loc, {*a, *b});
-    if (failed(v))
-      return failure();
-    values[out] = *v;
-    return success();
+                             << "); ONNX requires them to match",
+             failure();
+    return vs;
   };
-
-  if (op == "Constant")
-    return importConstant(node);
-  if (op == "Identity") {
-    if (!hasInput(node, 0))
-      return nodeError(node) << "input 0 is missing";
-    StringRef in = node.input(0);
-    if (const ConstTensor *c = getConst(in)) {
-      consts[out] = ConstTensor(*c);
+  auto binary = [&](auto tag, bool swap = false) -> LogicalResult {
+    using OpTy = decltype(tag);
+    auto vs = operands(2);
+    if (failed(vs))
+      return failure();
+    if (swap)
+      std::swap((*vs)[0], (*vs)[1]);
+    return define(buildInferred<OpTy>(node, loc, *vs));
+  };
+  auto reshapeTo = [&](Value x, ArrayRef<int64_t> shape) -> LogicalResult {
+    auto t = cast<RankedTensorType>(x.getType());
+    if (t.getShape() == shape) {
+      values[out] = x;
       return success();
     }
-    auto v = getValue(node, in);
-    if (failed(v))
-      return failure();
-    values[out] = *v;
-    return success();
+    return define(train::ReshapeOp::create(builder, loc,
+                                           t.clone(shape), x)
+                      .getResult());
+  };
+  auto slice = [&](Value x, const SliceSpec &spec) -> Value {
+    auto t = cast<RankedTensorType>(x.getType());
+    if (t.getShape() == ArrayRef<int64_t>(spec.shape) &&
+        llvm::all_of(spec.steps, [](int64_t s) { return s == 1; }))
+      return x;
+    return train::SliceOp::create(builder, loc, t.clone(spec.shape), x,
+                                  builder.getDenseI64ArrayAttr(spec.starts),
+                                  builder.getDenseI64ArrayAttr(spec.steps));
+  };
+
+  if (op == "Identity")
+    return define(getValue(node, 0));
+  if (op == "Dropout") {
+    if (hasInput(node, 2)) {
+      const ConstTensor *t = getConst(node.input(2));
+      if (!t || !t->isBool() || t->numElements() != 1)
+        return nodeError(node) << "training_mode '" << node.input(2)
+                               << "' must be a constant bool scalar";
+      const ConstTensor *r = hasInput(node, 1) ? getConst(node.input(1))
+                                               : nullptr;
+      bool zeroRatio = r && r->isFloat() && r->numElements() == 1 &&
+                       r->floats[0] == 0.0f;
+      if (t->ints[0] && !zeroRatio)
+        return nodeError(node) << "training-mode dropout is not supported; "
+                                  "export with dropout disabled "
+                                  "(model.eval() or p=0)";
+    }
+    return define(getValue(node, 0));
   }
   if (op == "Add")
     return binary(train::AddOp());
@@ -726,12 +1782,80 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
     return binary(train::MulOp());
   if (op == "Div")
     return binary(train::DivOp());
+  if (op == "Pow") {
+    auto base = requireFloat(node, 0, "base");
+    if (failed(base))
+      return failure();
+    if (const ConstTensor *e = hasInput(node, 1) ? getConst(node.input(1))
+                                                 : nullptr;
+        e && !e->isFloat()) {
+      // x ** 2 with an integer exponent: the float exponent computes the same.
+      std::string name = node.input(1) + ".f32";
+      if (!isKnown(name))
+        consts[name] = castConst(*e, onnxpb::TensorProto::FLOAT);
+      auto exp = getValue(node, name);
+      if (failed(exp))
+        return failure();
+      return define(buildInferred<train::PowOp>(node, loc, {*base, *exp}));
+    }
+    auto exp = requireFloat(node, 1, "exponent");
+    if (failed(exp))
+      return failure();
+    return define(buildInferred<train::PowOp>(node, loc, {*base, *exp}));
+  }
+  if (op == "Equal")
+    return binary(train::EqualOp());
+  if (op == "Less")
+    return binary(train::LessOp());
+  if (op == "LessOrEqual")
+    return binary(train::LessOrEqualOp());
+  if (op == "Greater")
+    return binary(train::GreaterOp());
+  if (op == "GreaterOrEqual") // a >= b is b <= a
+    return binary(train::LessOrEqualOp(), /*swap=*/true);
+  if (op == "Where") {
+    auto vs = operands(3);
+    if (failed(vs))
+      return failure();
+    Type ct = cast<RankedTensorType>((*vs)[0].getType()).getElementType();
+    if (!ct.isInteger(1))
+      return nodeError(node) << "condition must be bool, got " << ct;
+    return define(buildInferred<train::WhereOp>(node, loc, *vs));
+  }
+  if (op == "Cast" || op == "CastLike") {
+    auto to = castTarget(node);
+    auto x = getValue(node, 0);
+    if (failed(to) || failed(x))
+      return failure();
+    auto t = cast<RankedTensorType>(x->getType());
+    Type elt = elementType(*to);
+    if (t.getElementType() == elt)
+      return define(*x);
+    return define(
+        train::CastOp::create(builder, loc, t.clone(elt), *x).getResult());
+  }
   if (op == "Neg")
     return unary(train::NegOp());
   if (op == "Relu")
     return unary(train::ReluOp());
   if (op == "Tanh")
     return unary(train::TanhOp());
+  if (op == "Sqrt")
+    return unary(train::SqrtOp());
+  if (op == "Reciprocal")
+    return unary(train::ReciprocalOp());
+  if (op == "Exp")
+    return unary(train::ExpOp());
+  if (op == "Log")
+    return unary(train::LogOp());
+  if (op == "Erf")
+    return unary(train::ErfOp());
+  if (op == "Sigmoid")
+    return unary(train::SigmoidOp());
+  if (op == "Cos")
+    return unary(train::CosOp());
+  if (op == "Sin")
+    return unary(train::SinOp());
   if (op == "Gelu") {
     auto x = requireFloat(node, 0, "input");
     if (failed(x))
@@ -741,9 +1865,9 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
       return nodeError(node) << "approximate must be \"none\" or \"tanh\", "
                                 "got \""
                              << approx << "\"";
-    values[out] = train::GeluOp::create(builder, loc, x->getType(), *x,
-                                        builder.getStringAttr(approx));
-    return success();
+    return define(train::GeluOp::create(builder, loc, x->getType(), *x,
+                                        builder.getStringAttr(approx))
+                      .getResult());
   }
   if (op == "Softmax") {
     auto x = requireFloat(node, 0, "input");
@@ -754,31 +1878,28 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
     if (train::normalizeAxis(axis, rank) < 0)
       return nodeError(node) << "axis " << axis << " out of range for rank "
                              << rank;
-    values[out] = train::SoftmaxOp::create(
-        builder, loc, x->getType(), *x,
-        builder.getIntegerAttr(builder.getIntegerType(64, true), axis));
-    return success();
+    return define(
+        train::SoftmaxOp::create(
+            builder, loc, x->getType(), *x,
+            builder.getIntegerAttr(builder.getIntegerType(64, true), axis))
+            .getResult());
   }
   if (op == "MatMul") {
     auto a = requireFloat(node, 0, "A"), b = requireFloat(node, 1, "B");
     if (failed(a) || failed(b))
       return failure();
-    auto v = buildInferred<train::MatMulOp>(node, loc, {*a, *b});
-    if (failed(v))
-      return failure();
-    values[out] = *v;
-    return success();
+    return define(buildInferred<train::MatMulOp>(node, loc, {*a, *b}));
   }
   if (op == "Gemm") {
     auto a = requireFloat(node, 0, "A"), b = requireFloat(node, 1, "B");
     if (failed(a) || failed(b))
       return failure();
-    SmallVector<Value> operands = {*a, *b};
+    SmallVector<Value> ops = {*a, *b};
     if (hasInput(node, 2)) {
       auto c = requireFloat(node, 2, "C");
       if (failed(c))
         return failure();
-      operands.push_back(*c);
+      ops.push_back(*c);
     }
     SmallVector<NamedAttribute> attrs = {
         builder.getNamedAttr("alpha", builder.getF32FloatAttr(
@@ -789,11 +1910,7 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
             "transA", builder.getBoolAttr(intAttr(node, "transA", 0) != 0)),
         builder.getNamedAttr(
             "transB", builder.getBoolAttr(intAttr(node, "transB", 0) != 0))};
-    auto v = buildInferred<train::GemmOp>(node, loc, operands, attrs);
-    if (failed(v))
-      return failure();
-    values[out] = *v;
-    return success();
+    return define(buildInferred<train::GemmOp>(node, loc, ops, attrs));
   }
   if (op == "LayerNormalization") {
     for (int i = 1; i < 3; ++i)
@@ -834,60 +1951,157 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
     if (failed(checkShape(*scale, "Scale")) ||
         (bias && failed(checkShape(bias, "B"))))
       return failure();
-    values[out] = train::LayerNormOp::create(
-        builder, loc, xType, *x, *scale, bias,
-        builder.getIntegerAttr(builder.getIntegerType(64, true), axis),
-        builder.getF32FloatAttr(floatAttr(node, "epsilon", 1e-5f)));
-    return success();
+    return define(
+        train::LayerNormOp::create(
+            builder, loc, xType, *x, *scale, bias,
+            builder.getIntegerAttr(builder.getIntegerType(64, true), axis),
+            builder.getF32FloatAttr(floatAttr(node, "epsilon", 1e-5f)))
+            .getResult());
   }
   if (op == "Gather") {
-    auto data = requireFloat(node, 0, "data");
+    auto data = getValue(node, 0);
     auto indices = getValue(node, 1);
     if (failed(data) || failed(indices))
       return failure();
-    if (!cast<RankedTensorType>(indices->getType())
-             .getElementType()
-             .isInteger())
+    Type et = cast<RankedTensorType>(data->getType()).getElementType();
+    if (!et.isF32())
+      return nodeError(node) << "data must be float32 unless it is a "
+                                "compile-time constant, got "
+                             << et << " from '" << node.input(0) << "'";
+    Type it = cast<RankedTensorType>(indices->getType()).getElementType();
+    if (!it.isInteger(64) && !it.isInteger(32))
       return nodeError(node) << "indices must be int64 or int32";
-    auto v = buildInferred<train::GatherOp>(
+    return define(buildInferred<train::GatherOp>(
         node, loc, {*data, *indices},
         {builder.getNamedAttr("axis", builder.getI64IntegerAttr(
-                                          intAttr(node, "axis", 0)))});
-    if (failed(v))
-      return failure();
-    values[out] = *v;
-    return success();
+                                          intAttr(node, "axis", 0)))}));
   }
-  if (op == "Reshape")
-    return importReshape(node, loc);
+  if (op == "Reshape" || op == "Unsqueeze" || op == "Squeeze" ||
+      op == "Flatten") {
+    auto x = getValue(node, 0);
+    if (failed(x))
+      return failure();
+    ArrayRef<int64_t> in = cast<RankedTensorType>(x->getType()).getShape();
+    auto shape = op == "Reshape"     ? reshapeShape(node, in)
+                 : op == "Unsqueeze" ? unsqueezeShape(node, in)
+                 : op == "Squeeze"   ? squeezeShape(node, in)
+                                     : flattenShape(node, in);
+    if (failed(shape))
+      return failure();
+    return reshapeTo(*x, *shape);
+  }
+  if (op == "Expand") {
+    auto x = getValue(node, 0);
+    if (failed(x))
+      return failure();
+    auto t = cast<RankedTensorType>(x->getType());
+    auto shape = expandShape(node, t.getShape());
+    if (failed(shape))
+      return failure();
+    if (t.getShape() == ArrayRef<int64_t>(*shape))
+      return define(*x);
+    if (!t.getElementType().isF32())
+      return nodeError(node) << "Spillway expands float32 tensors, or "
+                                "compile-time constants; '"
+                             << node.input(0) << "' is " << t;
+    return define(train::BroadcastToOp::create(builder, loc, t.clone(*shape),
+                                               *x)
+                      .getResult());
+  }
   if (op == "Transpose") {
     auto x = getValue(node, 0);
     if (failed(x))
       return failure();
-    int64_t rank = cast<RankedTensorType>(x->getType()).getRank();
-    SmallVector<int64_t> perm;
-    if (const auto *a = findAttr(node, "perm"))
-      perm.assign(a->ints().begin(), a->ints().end());
-    else
-      for (int64_t i = rank - 1; i >= 0; --i)
-        perm.push_back(i);
-    SmallVector<int64_t> sorted(perm);
-    llvm::sort(sorted);
-    if (sorted != llvm::to_vector(llvm::seq<int64_t>(0, rank)))
-      return nodeError(node) << "perm " << shapeStr(perm)
-                             << " is not a permutation of 0.." << rank - 1;
-    auto v = buildInferred<train::TransposeOp>(
-        node, loc, *x,
-        {builder.getNamedAttr("perm", builder.getDenseI64ArrayAttr(perm))});
-    if (failed(v))
+    auto perm =
+        transposePerm(node, cast<RankedTensorType>(x->getType()).getRank());
+    if (failed(perm))
       return failure();
-    values[out] = *v;
+    return define(buildInferred<train::TransposeOp>(
+        node, loc, *x,
+        {builder.getNamedAttr("perm", builder.getDenseI64ArrayAttr(*perm))}));
+  }
+  if (op == "Slice") {
+    auto x = getValue(node, 0);
+    if (failed(x))
+      return failure();
+    auto spec =
+        sliceSpec(node, cast<RankedTensorType>(x->getType()).getShape());
+    if (failed(spec))
+      return failure();
+    return define(slice(*x, *spec));
+  }
+  if (op == "Split") {
+    auto x = getValue(node, 0);
+    if (failed(x))
+      return failure();
+    auto specs =
+        splitSpecs(node, cast<RankedTensorType>(x->getType()).getShape());
+    if (failed(specs))
+      return failure();
+    for (auto [i, spec] : llvm::enumerate(*specs))
+      if (isOutputUsed(node, i))
+        values[node.output(i)] = slice(*x, spec);
     return success();
   }
-  if (op == "ReduceSum")
-    return importReduce(node, loc, /*isMean=*/false);
-  if (op == "ReduceMean")
-    return importReduce(node, loc, /*isMean=*/true);
+  if (op == "Concat") {
+    SmallVector<Value> vs;
+    for (int i = 0; i < node.input_size(); ++i) {
+      auto v = getValue(node, i);
+      if (failed(v))
+        return failure();
+      vs.push_back(*v);
+    }
+    return define(buildInferred<train::ConcatOp>(
+        node, loc, vs,
+        {builder.getNamedAttr("axis", builder.getI64IntegerAttr(
+                                          intAttr(node, "axis", 0)))}));
+  }
+  if (op == "ConstantOfShape") {
+    // Folding declined: too large to evaluate, but a splat costs nothing.
+    auto shape = constInts(node, 0, "shape");
+    if (failed(shape))
+      return failure();
+    ConstTensor value(onnxpb::TensorProto::FLOAT, {});
+    if (const auto *a = findAttr(node, "value")) {
+      auto v = toConst(a->t(), "ConstantOfShape value");
+      if (failed(v))
+        return failure();
+      value = std::move(*v);
+    }
+    auto type = RankedTensorType::get(*shape, elementType(value.dtype));
+    Attribute scalar =
+        value.isFloat() ? (Attribute)builder.getF32FloatAttr(value.floats[0])
+                        : (Attribute)builder.getIntegerAttr(
+                              type.getElementType(), value.ints[0]);
+    OpBuilder::InsertionGuard guard(builder);
+    setInsertionPointToPrologue(builder, builder.getInsertionBlock());
+    return define(train::ConstantOp::create(
+                      builder, loc, DenseElementsAttr::get(type, scalar))
+                      .getResult());
+  }
+  if (op == "Range" || op == "Trilu" || op == "Not" || op == "And" ||
+      op == "Or") {
+    for (int i = 0; i < node.input_size(); ++i)
+      if (hasInput(node, i) && unfoldedConstants.contains(node.input(i)))
+        return nodeError(node)
+               << "input '" << node.input(i)
+               << "' is a constant too large to evaluate at compile time; "
+                  "raise --max-inline-constant-elements (now "
+               << opts.maxInlineConstantElements << ")";
+    for (int i = 0; i < node.input_size(); ++i)
+      if (hasInput(node, i) && !getConst(node.input(i)))
+        return nodeError(node)
+               << "input '" << node.input(i)
+               << "' is not a compile-time constant; Spillway evaluates "
+               << op << " only at compile time (from initializers, Constant "
+                        "nodes and shape arithmetic on them)";
+    return nodeError(node) << "result is too large to evaluate at compile "
+                              "time; raise --max-inline-constant-elements "
+                              "(now "
+                           << opts.maxInlineConstantElements << ")";
+  }
+  if (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax")
+    return importReduce(node, loc);
   if (op == "SoftmaxCrossEntropyLoss") {
     if (hasInput(node, 2))
       return nodeError(node) << "class weights (input 2, '" << node.input(2)
@@ -907,7 +2121,7 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
       return failure();
     auto st = cast<RankedTensorType>(scores->getType());
     auto lt = cast<RankedTensorType>(labels->getType());
-    if (!lt.getElementType().isInteger())
+    if (!lt.getElementType().isInteger(64) && !lt.getElementType().isInteger(32))
       return nodeError(node) << "labels must be int64 or int32, got "
                              << lt.getElementType();
     if (st.getRank() != 2 || lt.getRank() != 1 ||
@@ -922,12 +2136,8 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
       attrs.push_back(builder.getNamedAttr(
           "ignore_index",
           builder.getIntegerAttr(builder.getIntegerType(64, true), a->i())));
-    auto v = buildInferred<train::SoftmaxCrossEntropyLossOp>(
-        node, loc, {*scores, *labels}, attrs);
-    if (failed(v))
-      return failure();
-    values[out] = *v;
-    return success();
+    return define(buildInferred<train::SoftmaxCrossEntropyLossOp>(
+        node, loc, {*scores, *labels}, attrs));
   }
   return error() << "node '" << nodeName(node) << "' (" << op
                  << ", domain 'ai.onnx', opset " << opset
@@ -960,7 +2170,8 @@ OwningOpRef<ModuleOp> Importer::import(const onnxpb::ModelProto &model) {
 
   const onnxpb::GraphProto &graph = model.graph();
   if (graph.output_size() == 0)
-    return error() << "the graph has no outputs; it must end in its loss",
+    return error() << "the graph has no outputs"
+                   << (opts.forwardOnly ? "" : "; it must end in its loss"),
            nullptr;
   for (const auto &node : graph.node())
     for (const auto &in : node.input())
@@ -970,7 +2181,8 @@ OwningOpRef<ModuleOp> Importer::import(const onnxpb::ModelProto &model) {
 
   module = ModuleOp::create(UnknownLoc::get(&ctx));
   OwningOpRef<ModuleOp> owner(module);
-  module->setAttr("train.weights", builder.getStringAttr(opts.weightsAttr));
+  module->setAttr(train::kWeightsAttrName,
+                  builder.getStringAttr(opts.weightsAttr));
   paramBlock = module.getBody();
 
   for (const auto &init : graph.initializer())
@@ -999,7 +2211,7 @@ OwningOpRef<ModuleOp> Importer::import(const onnxpb::ModelProto &model) {
                                    builder.getFunctionType(argTypes, {}));
   Block *entry = func.addEntryBlock();
   for (auto [i, name] : llvm::enumerate(argNames)) {
-    func.setArgAttr(i, "train.name", builder.getStringAttr(name));
+    func.setArgAttr(i, train::kInputNameAttrName, builder.getStringAttr(name));
     values[name] = entry->getArgument(i);
   }
   builder.setInsertionPointToEnd(entry);
@@ -1010,37 +2222,65 @@ OwningOpRef<ModuleOp> Importer::import(const onnxpb::ModelProto &model) {
     ++nodeIndex;
   }
 
-  StringRef lossName = graph.output(0).name();
-  Value loss = values.lookup(lossName);
-  if (!loss) {
-    if (getConst(lossName))
+  SmallVector<Value> results;
+  if (opts.forwardOnly) {
+    // Every output, by name; constants (folded or not) become train.constant.
+    for (const auto &output : graph.output()) {
+      StringRef name = output.name();
+      if (!isKnown(name))
+        return error() << "graph output '" << name
+                       << "' is not produced by any node",
+               nullptr;
+      onnxpb::NodeProto outputNode;
+      outputNode.set_name("graph output '" + output.name() + "'");
+      outputNode.set_op_type("output");
+      auto v = getValue(outputNode, name);
+      if (failed(v))
+        return nullptr;
+      results.push_back(*v);
+    }
+  } else {
+    StringRef lossName = graph.output(0).name();
+    Value loss = values.lookup(lossName);
+    if (!loss) {
+      if (getConst(lossName))
+        return error() << "graph output '" << lossName
+                       << "' is a constant; the graph must end in its loss",
+               nullptr;
+      if (params.count(lossName))
+        return error() << "graph output '" << lossName
+                       << "' is an initializer; the graph must end in its "
+                          "loss",
+               nullptr;
       return error() << "graph output '" << lossName
-                     << "' is a constant; the graph must end in its loss",
+                     << "' is not produced by any node",
              nullptr;
-    if (params.count(lossName))
-      return error() << "graph output '" << lossName
-                     << "' is an initializer; the graph must end in its loss",
+    }
+    auto lossType = cast<RankedTensorType>(loss.getType());
+    if (lossType.getRank() != 0 || !lossType.getElementType().isF32())
+      return error() << "graph output '" << lossName << "' has shape "
+                     << shapeStr(lossType.getShape()) << " of "
+                     << lossType.getElementType()
+                     << "; Spillway trains on the graph's first output, which "
+                        "must be a scalar float32 loss: the graph must end in "
+                        "its loss (e.g. SoftmaxCrossEntropyLoss with "
+                        "reduction \"mean\"), or import with --forward for "
+                        "inference",
              nullptr;
-    return error() << "graph output '" << lossName
-                   << "' is not produced by any node",
-           nullptr;
+    for (int i = 1; i < graph.output_size(); ++i)
+      emitWarning(fileLoc)
+          << "ignoring graph output '" << graph.output(i).name()
+          << "': Spillway trains on the first output (the loss) only";
+    results.push_back(loss);
   }
-  auto lossType = cast<RankedTensorType>(loss.getType());
-  if (lossType.getRank() != 0 || !lossType.getElementType().isF32())
-    return error() << "graph output '" << lossName << "' has shape "
-                   << shapeStr(lossType.getShape()) << " of "
-                   << lossType.getElementType()
-                   << "; Spillway trains on the graph's first output, which "
-                      "must be a scalar float32 loss: the graph must end in "
-                      "its loss (e.g. SoftmaxCrossEntropyLoss with reduction "
-                      "\"mean\")",
-           nullptr;
-  for (int i = 1; i < graph.output_size(); ++i)
-    emitWarning(fileLoc)
-        << "ignoring graph output '" << graph.output(i).name()
-        << "': Spillway trains on the first output (the loss) only";
-  func::ReturnOp::create(builder, UnknownLoc::get(&ctx), loss);
-  func.setType(builder.getFunctionType(argTypes, {loss.getType()}));
+  func::ReturnOp::create(builder, UnknownLoc::get(&ctx), results);
+  func.setType(builder.getFunctionType(argTypes, ValueRange(results).getTypes()));
+  if (opts.forwardOnly) {
+    func->setAttr(train::kForwardOnlyAttrName, builder.getUnitAttr());
+    for (auto [i, output] : llvm::enumerate(graph.output()))
+      func.setResultAttr(i, train::kInputNameAttrName,
+                         builder.getStringAttr(output.name()));
+  }
 
   if (failed(verify(module)))
     return error() << "internal error: the imported module does not verify",

@@ -2,8 +2,10 @@
 //
 // Imports an ONNX model whose first graph output is its scalar loss into a
 // module of `train.param` declarations and one `func.func @main` that
-// computes the loss. Parameter values (float initializers) go to a separate
-// weights file, never into the IR.
+// computes the loss (or, forward-only, every graph output). Parameter values
+// (float initializers) go to a separate weights file, never into the IR.
+// Shape arithmetic on compile-time constants (Shape, Gather, Concat, Range,
+// Trilu, ...) is evaluated by the importer and never reaches the IR.
 //
 // The ONNX and protobuf libraries throw; exceptions stay inside the importer's
 // library and come out of this API as diagnostics.
@@ -37,6 +39,15 @@ struct ONNXImportOptions {
   /// What the module attribute `train.weights` says: the weights file's path
   /// relative to the directory of the MLIR file the module will be written to.
   std::string weightsAttr;
+  /// Import for inference/conformance: `@main` returns every graph output
+  /// (each result carries `train.name`) and has the unit attribute
+  /// `train.forward_only`; no scalar-loss requirement. Float initializers are
+  /// still `train.param`.
+  bool forwardOnly = false;
+  /// The largest constant, in elements, the importer evaluates (folding) or
+  /// inlines as a `train.constant` (causal masks are S*S, rotary tables S*D).
+  /// Splat constants (all elements equal) are exempt.
+  int64_t maxInlineConstantElements = int64_t(1) << 20;
 };
 
 /// Imports an ONNX model file: binary ModelProto (`.onnx`) or ONNX textual

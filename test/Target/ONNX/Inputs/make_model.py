@@ -83,10 +83,33 @@ def main(kind, out):
         model = mlp_graph([numpy_helper.from_array(w, "fc1.weight"),
                            numpy_helper.from_array(b, "fc1.bias")], opset=12)
     elif kind == "big-const":
-        idx = numpy_helper.from_array(np.zeros(5000, dtype=np.int64), "idx")
+        idx = numpy_helper.from_array(np.arange(5000, dtype=np.int64) % 2, "idx")
         nodes = [helper.make_node("Gather", ["fc1.weight", "idx"], ["g"], name="gather"),
                  helper.make_node("ReduceSum", ["g"], ["loss"], keepdims=0)]
         model = mlp_graph([numpy_helper.from_array(w, "fc1.weight"), idx], nodes=nodes)
+    elif kind == "gpt2-mask":
+        # GPT-2's causal mask as the TorchScript exporter writes it: a bool
+        # buffer (an initializer) sliced to the sequence length from Shape.
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 4])
+        loss = helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])
+        bias = np.tril(np.ones((8, 8), dtype=bool)).reshape(1, 8, 8)
+        c = lambda name, v: helper.make_node(
+            "Constant", [], [name], value=numpy_helper.from_array(np.array(v, dtype=np.int64)))
+        nodes = [
+            helper.make_node("Shape", ["x"], ["shape"]),
+            c("one", 1), c("zero1", [0]), c("ax", [1, 2]), c("uax", [0]),
+            helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0),
+            helper.make_node("Unsqueeze", ["seq", "uax"], ["seq1"]),
+            helper.make_node("Concat", ["seq1", "seq1"], ["ends"], axis=0),
+            helper.make_node("Concat", ["zero1", "zero1"], ["starts"], axis=0),
+            helper.make_node("Slice", ["bias", "starts", "ends", "ax"], ["mask"]),
+            helper.make_node("Where", ["mask", "x", "masked_bias"], ["m"]),
+            helper.make_node("ReduceSum", ["m"], ["loss"], keepdims=0),
+        ]
+        inits = [numpy_helper.from_array(bias, "bias"),
+                 numpy_helper.from_array(np.array(-1e4, dtype=np.float32), "masked_bias")]
+        graph = helper.make_graph(nodes, "gpt2mask", [x], [loss], inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     elif kind == "mlp":
         model = mlp_graph([numpy_helper.from_array(w, "fc1.weight"),
                            numpy_helper.from_array(b, "fc1.bias")])
