@@ -4,7 +4,10 @@
 set -euo pipefail
 
 SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: run as root (no sudo on this machine)" >&2; exit 1; }
+  SUDO="sudo"
+fi
 
 PKGS=(
   build-essential cmake ninja-build ccache git python3 python3-pip

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
@@ -78,6 +79,12 @@ cl::opt<std::string> runtimeLib("runtime-lib",
                                          "installed with spillwayc)"),
                                 cl::value_desc("libspillway_runtime.a"),
                                 cl::cat(category));
+cl::opt<bool> forwardOnly(
+    "forward",
+    cl::desc("Compile the forward computation only: the executable computes "
+             "every graph output (written with --outputs DIR) and does not "
+             "train; for inference checks and ONNX conformance"),
+    cl::cat(category));
 cl::opt<bool> verbose("v", cl::desc("Print each stage as it runs"),
                       cl::cat(category));
 
@@ -144,6 +151,10 @@ LogicalResult copyWeightsOfMLIR(ModuleOp module, StringRef mlirPath,
             mlirPath.str() + "' (train.weights) does not exist";
     return failure();
   }
+  // Copying a file onto itself would truncate it: the weights are already
+  // where the executable looks for them.
+  if (llvm::sys::fs::equivalent(src, dest))
+    return success();
   if (std::error_code ec = llvm::sys::fs::copy_file(src, dest)) {
     error = "cannot copy weights '" + std::string(src) + "' to '" +
             dest.str() + "': " + ec.message();
@@ -172,11 +183,17 @@ int main(int argc, char **argv) {
   spillway::registerAllDialects(registry);
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
+  // A diagnostic names the op and its location; dumping the whole module in
+  // generic form would bury it for real models.
+  context.printOpOnDiagnostic(false);
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagHandler(sourceMgr, &context);
 
   if (!llvm::sys::fs::exists(inputPath))
     return fail("input '" + inputPath + "' does not exist");
+  if (llvm::sys::fs::exists(outputPath) &&
+      llvm::sys::fs::equivalent(inputPath, outputPath))
+    return fail("-o '" + outputPath + "' would overwrite the input model");
 
   std::string error;
   std::string weightsOut = weightsPathFor(outputPath);
@@ -189,6 +206,7 @@ int main(int argc, char **argv) {
       if (failed(spillway::parseDimBindings(b, importOptions.dimBindings,
                                             error)))
         return fail(error);
+    importOptions.forwardOnly = forwardOnly;
     importOptions.weightsPath = weightsOut;
     importOptions.weightsAttr =
         llvm::sys::path::filename(weightsOut).str();
@@ -206,6 +224,10 @@ int main(int argc, char **argv) {
       return 1;
     if (failed(copyWeightsOfMLIR(*module, inputPath, weightsOut, error)))
       return fail(error);
+    if (forwardOnly)
+      for (auto fn : module->getOps<func::FuncOp>())
+        fn->setAttr(spillway::train::kForwardOnlyAttrName,
+                    UnitAttr::get(&context));
     module->getOperation()->setAttr(
         spillway::train::kWeightsAttrName,
         StringAttr::get(&context, llvm::sys::path::filename(weightsOut)));
@@ -222,11 +244,13 @@ int main(int argc, char **argv) {
   trainOptions.eps = eps;
   trainOptions.weightDecay = weightDecay;
 
-  PassManager pm(&context);
-  spillway::populateTrainingPipeline(pm, trainOptions);
-  note("running autodiff and attaching " + optimizer);
-  if (failed(pm.run(*module)))
-    return 1;
+  if (!forwardOnly) {
+    PassManager pm(&context);
+    spillway::populateTrainingPipeline(pm, trainOptions);
+    note("running autodiff and attaching " + optimizer);
+    if (failed(pm.run(*module)))
+      return 1;
+  }
 
   if (emit == EmitKind::MLIR) {
     auto out = openOutputFile(outputPath, &error);
@@ -266,8 +290,11 @@ int main(int argc, char **argv) {
     objectPath = std::string(tempObject);
   }
   note("emitting object code");
-  if (failed(spillway::emitObjectFile(*llvmModule, objectPath, error)))
+  if (failed(spillway::emitObjectFile(*llvmModule, objectPath, error))) {
+    if (!tempObject.empty())
+      llvm::sys::fs::remove(tempObject);
     return fail(error);
+  }
   if (emit == EmitKind::Obj)
     return 0;
 

@@ -32,11 +32,12 @@ using namespace spillway::train;
 namespace {
 
 // Mirrors enum spw_dtype in spillway_rt.h.
-enum RuntimeDType : int32_t { kF32 = 1, kI64 = 2, kI32 = 3 };
+enum RuntimeDType : int32_t { kF32 = 1, kI64 = 2, kI32 = 3, kBool = 4 };
 
 /// What one kernel call needs besides its outputs: the operand handles (null
 /// for an absent optional operand) and the attribute arrays.
 struct KernelCall {
+  std::string name;          // spw_op_<name>; defaults to the op's mnemonic
   SmallVector<Value> inputs; // train values; null = absent optional
   SmallVector<int64_t> iattrs;
   SmallVector<double> fattrs;
@@ -97,14 +98,11 @@ private:
   Type ptrTy, i32Ty, i64Ty, f64Ty, voidTy;
   Value ctxArg;
   Value insArray, outsArray; // scratch [N x ptr] arrays in the step's entry
+  int64_t numIns = 1, numOuts = 1; // their sizes: the most any call needs
   llvm::StringMap<LLVM::GlobalOp> globals;
-  llvm::DenseMap<Operation *, int32_t> paramIndex; // ParamOp -> index
   llvm::StringMap<int32_t> paramIndexByName;
   unsigned globalCounter = 0;
 };
-
-constexpr int64_t kMaxKernelInputs = 8;
-constexpr int64_t kMaxKernelOutputs = 4;
 
 } // namespace
 
@@ -213,8 +211,10 @@ FailureOr<int32_t> RuntimeEmitter::dtypeOf(Operation *op, Type elementType) {
     return kI64;
   if (elementType.isInteger(32))
     return kI32;
+  if (elementType.isInteger(1))
+    return kBool;
   return op->emitOpError("element type ")
-         << elementType << " has no runtime representation (f32, i64, i32)";
+         << elementType << " has no runtime representation (f32, i64, i32, i1)";
 }
 
 static int64_t gemmOrZero(bool b) { return b ? 1 : 0; }
@@ -246,15 +246,44 @@ FailureOr<KernelCall> RuntimeEmitter::describeKernel(Operation *op) {
   KernelCall k;
   auto result =
       llvm::TypeSwitch<Operation *, LogicalResult>(op)
-          .Case<MatMulOp, AddOp, SubOp, MulOp, DivOp>([&](auto o) {
-            k.inputs = {o->getOperand(0), o->getOperand(1)};
-            return success();
-          })
-          .Case<NegOp, ReluOp, TanhOp, ReshapeOp, SumToShapeOp, BroadcastToOp>(
+          // Ops whose kernels take exactly their operands and no attributes.
+          .Case<MatMulOp, AddOp, SubOp, MulOp, DivOp, PowOp, EqualOp, LessOp,
+                LessOrEqualOp, GreaterOp, WhereOp, NegOp, ReluOp, TanhOp,
+                ExpOp, LogOp, SqrtOp, ReciprocalOp, ErfOp, SigmoidOp, CosOp,
+                SinOp, SiluOp, CastOp, ReshapeOp, SumToShapeOp, BroadcastToOp,
+                ReluGradOp, TanhGradOp, SiluGradOp, RopeOp, RopeGradOp>(
               [&](auto o) {
-                k.inputs = {o->getOperand(0)};
+                k.inputs = llvm::to_vector(o->getOperands());
                 return success();
               })
+          .Case([&](ConcatOp o) {
+            k.inputs = llvm::to_vector(o.getInputs());
+            k.iattrs = {axisOf(o.getAxis(), o.getResult()),
+                        (int64_t)o.getInputs().size()};
+            return success();
+          })
+          .Case<SliceOp, SliceGradOp>([&](auto o) {
+            k.inputs = {o->getOperand(0)};
+            k.iattrs = llvm::to_vector(o.getStarts());
+            llvm::append_range(k.iattrs, o.getSteps());
+            return success();
+          })
+          .Case([&](LinearOp o) {
+            k.inputs = {o.getInput(), o.getWeight(), o.getBias()};
+            return success();
+          })
+          .Case<RmsNormOp, RmsNormGradOp>([&](auto o) {
+            k.inputs = llvm::to_vector(o->getOperands());
+            k.iattrs = {axisOf(o.getAxis(), o.getInput())};
+            k.fattrs = {o.getEpsilon().convertToDouble()};
+            return success();
+          })
+          .Case<AttentionOp, AttentionGradOp>([&](auto o) {
+            k.inputs = llvm::to_vector(o->getOperands());
+            k.iattrs = {o.getCausal() ? 1 : 0};
+            k.fattrs = {o.getScale().convertToDouble()};
+            return success();
+          })
           .Case([&](GemmOp o) {
             k.inputs = {o.getA(), o.getB(), o.getC()};
             k.iattrs = {gemmOrZero(o.getTransA()), gemmOrZero(o.getTransB())};
@@ -288,22 +317,20 @@ FailureOr<KernelCall> RuntimeEmitter::describeKernel(Operation *op) {
             k.iattrs = llvm::to_vector(o.getPerm());
             return success();
           })
-          .Case<ReduceSumOp, ReduceMeanOp>([&](auto o) {
+          .Case<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>([&](auto o) {
             k.inputs = {o.getInput()};
+            // Reducing a scalar (e.g. ReduceMean of an already-reduced loss)
+            // leaves it as it is.
+            if (o.getInput().getType().getRank() == 0) {
+              k.name = "reshape";
+              return success();
+            }
             k.iattrs = reduceAxes(o.getAxes(), o.getInput());
             return success();
           })
           .Case([&](SoftmaxCrossEntropyLossOp o) {
             k.inputs = {o.getLogits(), o.getLabels()};
             lossAttrs(k, o.getReduction(), o.getIgnoreIndex());
-            return success();
-          })
-          .Case([&](ReluGradOp o) {
-            k.inputs = {o.getInput(), o.getDy()};
-            return success();
-          })
-          .Case([&](TanhGradOp o) {
-            k.inputs = {o.getOutput(), o.getDy()};
             return success();
           })
           .Case([&](GeluGradOp o) {
@@ -383,7 +410,6 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
                 {ctxArg, stringConstant(p.getSymName()), i32(*dtype),
                  i32(p.getTensorType().getRank()),
                  i64Array(p.getTensorType().getShape()), i64(p.getOffset())});
-    paramIndex[p] = index;
     paramIndexByName[p.getSymName()] = index;
   }
 
@@ -405,6 +431,24 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
     callRuntime("spw_declare_input", i32Ty, {ptrTy, ptrTy, i32Ty, i32Ty, ptrTy},
                 {ctxArg, stringConstant(inputName), i32(*dtype),
                  i32(type.getRank()), i64Array(type.getShape())});
+  }
+
+  if (step->hasAttr(kForwardOnlyAttrName)) {
+    for (auto [i, type] : llvm::enumerate(step.getResultTypes())) {
+      auto tensor = dyn_cast<RankedTensorType>(type);
+      if (!tensor || !tensor.hasStaticShape())
+        return step.emitOpError("output #")
+               << i << " must be a statically shaped tensor";
+      auto dtype = dtypeOf(step, tensor.getElementType());
+      if (failed(dtype))
+        return failure();
+      auto name = step.getResultAttrOfType<StringAttr>(i, kInputNameAttrName);
+      std::string outputName = name ? name.str() : ("output" + Twine(i)).str();
+      callRuntime("spw_declare_output", i32Ty,
+                  {ptrTy, ptrTy, i32Ty, i32Ty, ptrTy},
+                  {ctxArg, stringConstant(outputName), i32(*dtype),
+                   i32(tensor.getRank()), i64Array(tensor.getShape())});
+    }
   }
 
   // The optimizer defaults the executable reports and falls back to.
@@ -437,13 +481,15 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
   Block *entry = fn.addEntryBlock(builder);
   builder.setInsertionPointToStart(entry);
   ctxArg = entry->getArgument(0);
+  for (Operation &op : step.getBody().front()) {
+    numIns = std::max<int64_t>(numIns, op.getNumOperands());
+    numOuts = std::max<int64_t>(numOuts, op.getNumResults());
+  }
   Value one = i64(1);
   insArray = LLVM::AllocaOp::create(
-      builder, loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, kMaxKernelInputs),
-      one);
+      builder, loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, numIns), one);
   outsArray = LLVM::AllocaOp::create(
-      builder, loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, kMaxKernelOutputs),
-      one);
+      builder, loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, numOuts), one);
 
   DenseMap<Value, Value> handles;
   for (BlockArgument arg : step.getArguments())
@@ -470,6 +516,12 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
     if (failed(checkStatic(&op)))
       return failure();
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      if (step->hasAttr(kForwardOnlyAttrName)) {
+        for (auto [i, v] : llvm::enumerate(ret.getOperands()))
+          callRuntime("spw_set_output", voidTy, {ptrTy, i32Ty, ptrTy},
+                      {ctxArg, i32(i), handles.lookup(v)});
+        continue;
+      }
       if (ret.getNumOperands() != 1)
         return ret.emitOpError("the training step must return exactly one "
                                "value, the scalar loss");
@@ -525,10 +577,6 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
     auto kernel = describeKernel(&op);
     if (failed(kernel))
       return failure();
-    if ((int64_t)kernel->inputs.size() > kMaxKernelInputs ||
-        (int64_t)op.getNumResults() > kMaxKernelOutputs)
-      return op.emitOpError("has more operands or results than the runtime "
-                            "call ABI carries");
     SmallVector<Value> ins, outs;
     for (Value v : kernel->inputs)
       ins.push_back(v ? handles.lookup(v) : nullPtr());
@@ -539,9 +587,11 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
       handles[r] = *h;
       outs.push_back(*h);
     }
-    storeArray(insArray, kMaxKernelInputs, ins);
-    storeArray(outsArray, kMaxKernelOutputs, outs);
-    std::string name = ("spw_op_" + op.getName().stripDialect()).str();
+    storeArray(insArray, numIns, ins);
+    storeArray(outsArray, numOuts, outs);
+    std::string name =
+        "spw_op_" + (kernel->name.empty() ? op.getName().stripDialect().str()
+                                          : kernel->name);
     callRuntime(name, voidTy, {ptrTy, ptrTy, ptrTy, ptrTy, ptrTy},
                 {ctxArg, insArray, outsArray, i64Array(kernel->iattrs),
                  f64Array(kernel->fattrs)});
