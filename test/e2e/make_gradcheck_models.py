@@ -42,7 +42,7 @@ class Case:
         self.nodes = nodes
         self.params = params  # float32 initializers (parameters)
         self.int_inputs = int_inputs or {}  # int64 graph inputs, one batch
-        self.constants = constants or {}  # int64 initializers (constants)
+        self.constants = constants or {}  # integer initializers (constants)
         self.opset = opset
         self.is_loss = is_loss  # the node's first output is the scalar loss itself
 
@@ -170,6 +170,93 @@ def softmaxcrossentropyloss(rng):
     return Case([helper.make_node("SoftmaxCrossEntropyLoss", ["scores", "labels"], ["out"], reduction="mean")],
                 {"scores": away_from_zero(rng, (4, 5))},
                 int_inputs={"labels": np.array([3, 0, 4, 1], dtype=np.int64)}, is_loss=True)
+
+
+# ---- Ops real exporters emit (issue 3) --------------------------------------
+
+
+def positive(rng, shape, lo=0.5, hi=1.5):
+    """float32 values uniform in [lo, hi]: the domain of Log, Sqrt, Pow's base
+    and a Reciprocal with a well-conditioned derivative."""
+    return rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def positive_unary(op):
+    def build(rng):
+        return Case([helper.make_node(op, ["X"], ["out"])], {"X": positive(rng, (2, 3, 4))})
+
+    return build
+
+
+@case("pow", "Pow [2,3,4] ^ [3,1], both operands parameters (base in [0.5, 1.5])")
+def pow_(rng):
+    return Case([helper.make_node("Pow", ["A", "B"], ["out"])],
+                {"A": positive(rng, (2, 3, 4)), "B": away_from_zero(rng, (3, 1), lo=0.5, hi=2.0)})
+
+
+@case("pow_square", "Pow [2,3,4] ^ 2 with the exponent a Constant node (RMSNorm's x^2)")
+def pow_square(rng):
+    two = helper.make_node("Constant", [], ["two"], value=numpy_helper.from_array(np.array(2.0, dtype=np.float32)))
+    return Case([two, helper.make_node("Pow", ["X", "two"], ["out"])], {"X": away_from_zero(rng, (2, 3, 4))})
+
+
+case("exp", "Exp [2,3,4]")(unary("Exp"))
+case("log", "Log [2,3,4], inputs in [0.5, 1.5]")(positive_unary("Log"))
+case("sqrt", "Sqrt [2,3,4], inputs in [0.5, 1.5]")(positive_unary("Sqrt"))
+case("reciprocal", "Reciprocal [2,3,4], inputs in [0.5, 1.5]")(positive_unary("Reciprocal"))
+case("erf", "Erf [2,3,4]")(unary("Erf"))
+case("sigmoid", "Sigmoid [2,3,4]")(unary("Sigmoid"))
+case("cos", "Cos [2,3,4]")(unary("Cos"))
+case("sin", "Sin [2,3,4]")(unary("Sin"))
+
+
+@case("where", "Where(Greater(M, 0), A [2,3,4], B [3,1]): int64 mask constant [3,4], both branches broadcast")
+def where(rng):
+    nodes = [helper.make_node("Greater", ["M", "zero"], ["cond"]),
+             helper.make_node("Where", ["cond", "A", "B"], ["out"])]
+    return Case(nodes, {"A": away_from_zero(rng, (2, 3, 4)), "B": away_from_zero(rng, (3, 1))},
+                constants={"M": rng.integers(0, 2, size=(3, 4)).astype(np.int64),
+                           "zero": np.array(0, dtype=np.int64)})
+
+
+@case("reducemax", "ReduceMax [2,3,4] axes=[0,2] keepdims=0, distinct values (no ties to split)")
+def reducemax(rng):
+    x = rng.permutation(np.linspace(-1.0, 1.0, 24)).reshape(2, 3, 4).astype(np.float32)
+    return Case([helper.make_node("ReduceMax", ["X"], ["out"], axes=[0, 2], keepdims=0)], {"X": x})
+
+
+@case("concat", "Concat axis=1 of [2,3], [2,1], [2,4]")
+def concat(rng):
+    params = {"A": away_from_zero(rng, (2, 3)), "B": away_from_zero(rng, (2, 1)), "C": away_from_zero(rng, (2, 4))}
+    return Case([helper.make_node("Concat", list(params), ["out"], axis=1)], params)
+
+
+@case("slice", "Slice [4,6] starts=[1,-1] ends=[4,-100] axes=[0,1] steps=[2,-2] (negative, clamped end)")
+def slice_(rng):
+    constants = {name: np.array(v, dtype=np.int64) for name, v in
+                 {"starts": [1, -1], "ends": [4, -100], "axes": [0, 1], "steps": [2, -2]}.items()}
+    return Case([helper.make_node("Slice", ["X", "starts", "ends", "axes", "steps"], ["out"])],
+                {"X": away_from_zero(rng, (4, 6))}, constants=constants)
+
+
+@case("split", "Split [2,7] axis=1 split=[3,3,1]; out = s0 * s1 + s2 (every output used)")
+def split(rng):
+    nodes = [helper.make_node("Split", ["X", "sizes"], ["s0", "s1", "s2"], axis=1),
+             helper.make_node("Mul", ["s0", "s1"], ["p"]),
+             helper.make_node("Add", ["p", "s2"], ["out"])]
+    return Case(nodes, {"X": away_from_zero(rng, (2, 7))}, constants={"sizes": np.array([3, 3, 1], dtype=np.int64)})
+
+
+@case("expand", "Expand [3,1] to shape [2,3,4]")
+def expand(rng):
+    return Case([helper.make_node("Expand", ["X", "shape"], ["out"])], {"X": away_from_zero(rng, (3, 1))},
+                constants={"shape": np.array([2, 3, 4], dtype=np.int64)})
+
+
+@case("unsqueeze", "Unsqueeze [2,3] axes=[0,-1] (int64 initializer) to [1,2,3,1]")
+def unsqueeze(rng):
+    return Case([helper.make_node("Unsqueeze", ["X", "axes"], ["out"])], {"X": away_from_zero(rng, (2, 3))},
+                constants={"axes": np.array([0, -1], dtype=np.int64)})
 
 
 def output_shape(c):

@@ -380,6 +380,226 @@ OPS = {
 }
 
 
+# ---- Ops real exporters emit (issue 3). -------------------------------------
+
+
+def _unary_vjp(dfdx):
+    """VJP of y = f(x) given dy/dx as a function of (x, y)."""
+    return lambda attrs, ins, outs, gouts: [gouts[0] * dfdx(ins[0], outs[0])]
+
+
+def _not_differentiable(attrs, ins, outs, gouts):
+    return [None] * len(ins)
+
+
+def pow_fwd(attrs, ins):
+    a, b = ins
+    return [np.power(a, b).astype(a.dtype)]
+
+
+def pow_vjp(attrs, ins, outs, gouts):
+    a, b = ins
+    g, y = gouts[0], outs[0]
+    with np.errstate(divide="ignore", invalid="ignore"):  # log(a) of a < 0: only used when b is a parameter
+        ga = unbroadcast(g * b * np.power(a, b - 1), a.shape)
+        gb = unbroadcast(g * y * np.log(a), b.shape) if np.issubdtype(b.dtype, np.floating) else None
+    return [ga, gb]
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def where_vjp(attrs, ins, outs, gouts):
+    c, a, b = ins
+    g = gouts[0]
+    return [None, unbroadcast(np.where(c, g, 0), a.shape), unbroadcast(np.where(c, 0, g), b.shape)]
+
+
+def _cast_target(attrs, x, float_dtype):
+    target = onnx.helper.tensor_dtype_to_np_dtype(attrs["to"])
+    # The reference computes every float in its own precision.
+    return float_dtype if np.issubdtype(target, np.floating) else target
+
+
+def cast_fwd(attrs, ins):
+    x = ins[0]
+    target = _cast_target(attrs, x, attrs["float_dtype"])
+    if np.issubdtype(x.dtype, np.floating) and np.issubdtype(target, np.integer):
+        x = np.trunc(x)
+    return [x.astype(target)]
+
+
+def cast_vjp(attrs, ins, outs, gouts):
+    x = ins[0]
+    floats = np.issubdtype(x.dtype, np.floating) and np.issubdtype(outs[0].dtype, np.floating)
+    return [gouts[0].astype(x.dtype) if floats else None]
+
+
+def reducemax_vjp(attrs, ins, outs, gouts):
+    """dy to the maxima, split evenly among ties (torch.amax)."""
+    x, g = ins[0], gouts[0]
+    axes = _reduce_axes(attrs, ins)
+    if axes is None:
+        return [g] + [None] * (len(ins) - 1)
+    kept = [1 if i in axes else d for i, d in enumerate(x.shape)]
+    mask = (x == outs[0].reshape(kept)).astype(x.dtype)
+    grad = mask * g.reshape(kept) / mask.sum(axis=axes, keepdims=True)
+    return [grad] + [None] * (len(ins) - 1)
+
+
+def concat_fwd(attrs, ins):
+    return [np.concatenate(ins, axis=attrs["axis"])]
+
+
+def concat_vjp(attrs, ins, outs, gouts):
+    axis = attrs["axis"] % outs[0].ndim
+    bounds = np.cumsum([x.shape[axis] for x in ins])[:-1]
+    return np.split(gouts[0], bounds, axis=axis)
+
+
+def _split_sizes(attrs, ins):
+    x = ins[0]
+    axis = attrs.get("axis", 0) % x.ndim
+    if len(ins) > 1 and ins[1] is not None:
+        return axis, [int(n) for n in ins[1]]
+    if "split" in attrs:
+        return axis, list(attrs["split"])
+    parts = attrs.get("num_outputs")
+    if parts is None:
+        raise ModelError("Split without split sizes needs num_outputs (the reference cannot see the output count)")
+    chunk = -(-x.shape[axis] // parts)
+    return axis, [min(chunk, x.shape[axis] - i * chunk) for i in range(parts)]
+
+
+def split_fwd(attrs, ins):
+    axis, sizes = _split_sizes(attrs, ins)
+    return np.split(ins[0], np.cumsum(sizes)[:-1], axis=axis)
+
+
+def split_vjp(attrs, ins, outs, gouts):
+    axis, _ = _split_sizes(attrs, ins)
+    grads = [np.zeros_like(o) if g is None else g for o, g in zip(outs, gouts)]
+    return [np.concatenate(grads, axis=axis)] + [None] * (len(ins) - 1)
+
+
+def _slice_index(ins):
+    """ONNX Slice as a tuple of Python slices (whose clamping ONNX shares)."""
+    x, starts, ends = ins[0], ins[1], ins[2]
+    axes = ins[3] if len(ins) > 3 and ins[3] is not None else range(len(starts))
+    steps = ins[4] if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
+    index = [slice(None)] * x.ndim
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        if step == 0:
+            raise ModelError("Slice step 0")
+        index[int(axis) % x.ndim] = slice(int(start), int(end), int(step))
+    return tuple(index)
+
+
+def slice_fwd(attrs, ins):
+    return [ins[0][_slice_index(ins)]]
+
+
+def slice_vjp(attrs, ins, outs, gouts):
+    grad = np.zeros_like(ins[0])
+    grad[_slice_index(ins)] = gouts[0]
+    return [grad] + [None] * (len(ins) - 1)
+
+
+def _axes_input_or_attr(attrs, ins):
+    if len(ins) > 1 and ins[1] is not None:
+        return [int(a) for a in ins[1]]
+    return attrs.get("axes")
+
+
+def unsqueeze_fwd(attrs, ins):
+    x = ins[0]
+    axes = _axes_input_or_attr(attrs, ins)
+    rank = x.ndim + len(axes)
+    return [np.expand_dims(x, tuple(sorted(a % rank for a in axes)))]
+
+
+def squeeze_fwd(attrs, ins):
+    x = ins[0]
+    axes = _axes_input_or_attr(attrs, ins)
+    return [np.squeeze(x) if axes is None else np.squeeze(x, tuple(a % x.ndim for a in axes))]
+
+
+def reshape_back_vjp(attrs, ins, outs, gouts):
+    return [gouts[0].reshape(ins[0].shape)] + [None] * (len(ins) - 1)
+
+
+def expand_fwd(attrs, ins):
+    x, shape = ins
+    return [np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(int(d) for d in shape))).copy()]
+
+
+def expand_vjp(attrs, ins, outs, gouts):
+    return [unbroadcast(gouts[0], ins[0].shape), None]
+
+
+def constant_of_shape_fwd(attrs, ins):
+    value = attrs.get("value")
+    fill = np.zeros(1, dtype=np.float32) if value is None else numpy_helper.to_array(value).reshape(1)
+    if np.issubdtype(fill.dtype, np.floating):
+        fill = fill.astype(attrs["float_dtype"])
+    return [np.full([int(d) for d in ins[0]], fill[0], dtype=fill.dtype)]
+
+
+def shape_fwd(attrs, ins):
+    dims = np.array(ins[0].shape, dtype=np.int64)
+    return [dims[attrs.get("start", 0):attrs.get("end", len(dims))]]
+
+
+def range_fwd(attrs, ins):
+    start, limit, delta = (np.asarray(v).reshape(()) for v in ins)
+    return [np.arange(start, limit, delta, dtype=np.result_type(start, limit, delta))]
+
+
+def _trilu(attrs, ins, x):
+    k = int(np.asarray(ins[1]).reshape(())) if len(ins) > 1 and ins[1] is not None else 0
+    return np.triu(x, k) if attrs.get("upper", 1) else np.tril(x, k)
+
+
+def trilu_vjp(attrs, ins, outs, gouts):
+    return [_trilu(attrs, ins, gouts[0])] + [None] * (len(ins) - 1)
+
+
+OPS.update({
+    "Pow": (pow_fwd, pow_vjp),
+    "Sqrt": (_elementwise(np.sqrt), _unary_vjp(lambda x, y: 0.5 / y)),
+    "Reciprocal": (_elementwise(np.reciprocal), _unary_vjp(lambda x, y: -y * y)),
+    "Exp": (_elementwise(np.exp), _unary_vjp(lambda x, y: y)),
+    "Log": (_elementwise(np.log), _unary_vjp(lambda x, y: 1 / x)),
+    "Erf": (_elementwise(lambda x: _erf(x).astype(x.dtype)),
+            _unary_vjp(lambda x, y: 2 / math.sqrt(math.pi) * np.exp(-x * x))),
+    "Sigmoid": (_elementwise(_sigmoid), _unary_vjp(lambda x, y: y * (1 - y))),
+    "Cos": (_elementwise(np.cos), _unary_vjp(lambda x, y: -np.sin(x))),
+    "Sin": (_elementwise(np.sin), _unary_vjp(lambda x, y: np.cos(x))),
+    "Identity": (_elementwise(lambda x: x), lambda attrs, ins, outs, gouts: [gouts[0]]),
+    "Where": (_elementwise(np.where), where_vjp),
+    "Equal": (_elementwise(np.equal), _not_differentiable),
+    "Less": (_elementwise(np.less), _not_differentiable),
+    "LessOrEqual": (_elementwise(np.less_equal), _not_differentiable),
+    "Greater": (_elementwise(np.greater), _not_differentiable),
+    "Cast": (cast_fwd, cast_vjp),
+    "ReduceMax": (_reduce_fwd(np.max), reducemax_vjp),
+    "Concat": (concat_fwd, concat_vjp),
+    "Split": (split_fwd, split_vjp),
+    "Slice": (slice_fwd, slice_vjp),
+    "Unsqueeze": (unsqueeze_fwd, reshape_back_vjp),
+    "Squeeze": (squeeze_fwd, reshape_back_vjp),
+    "Expand": (expand_fwd, expand_vjp),
+    "ConstantOfShape": (constant_of_shape_fwd, _not_differentiable),
+    "Shape": (shape_fwd, _not_differentiable),
+    "Range": (range_fwd, _not_differentiable),
+    "Trilu": (lambda attrs, ins: [_trilu(attrs, ins, ins[0])], trilu_vjp),
+})
+
+# Ops whose float outputs take the reference's compute precision.
+FLOAT_DTYPE_OPS = {"Cast", "ConstantOfShape"}
+
+
 # ----------------------------------------------------------------------------
 # Graph interpretation.
 # ----------------------------------------------------------------------------
@@ -439,6 +659,8 @@ class Graph:
                 )
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
             attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
+            if node.op_type in FLOAT_DTYPE_OPS:
+                attrs["float_dtype"] = dtype
             self.nodes.append((node, attrs))
 
     def feeds_for_step(self, batches, step):

@@ -392,3 +392,345 @@ module {
     return
   }
 }
+
+// -----
+
+module {
+  train.param @a : tensor<2x3xf32> at 0
+  train.param @e : tensor<3xf32> at 24
+  func.func @pow(%x: tensor<2x3xf32>) -> tensor<f32> {
+    %a = train.param_value @a : tensor<2x3xf32>
+    %e = train.param_value @e : tensor<3xf32>
+    %two = train.constant dense<2.0> : tensor<f32>
+    %sq = train.pow %a, %two : tensor<2x3xf32>, tensor<f32> -> tensor<2x3xf32>
+    %three = train.constant dense<3.0> : tensor<3xf32>
+    %cu = train.pow %sq, %three : tensor<2x3xf32>, tensor<3xf32> -> tensor<2x3xf32>
+    %p = train.pow %x, %e : tensor<2x3xf32>, tensor<3xf32> -> tensor<2x3xf32>
+    %s = train.add %cu, %p : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x3xf32>
+    %l = train.reduce_sum %s, [] {keepdims = false} : tensor<2x3xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// y = x^e with e active: de = sum_to_shape(dy * y * log x), and x (inactive)
+// gets nothing. Constant exponents fold: d(s^3) = dy * 3 * s^2 with a
+// constant 2, and d(a^2) = dy * 2 * a with no pow at all; no log either.
+// CHECK-LABEL: func.func @pow
+// CHECK-SAME:    (%[[X:.*]]: tensor<2x3xf32>)
+// CHECK:         %[[A:.*]] = train.param_value @a
+// CHECK:         %[[TWO:.*]] = train.constant dense<2.000000e+00> : tensor<f32>
+// CHECK-NEXT:    %[[SQ:.*]] = train.pow %[[A]], %[[TWO]]
+// CHECK-NEXT:    %[[THREE:.*]] = train.constant dense<3.000000e+00> : tensor<3xf32>
+// CHECK-NEXT:    train.pow %[[SQ]], %[[THREE]]
+// CHECK-NEXT:    %[[P:.*]] = train.pow %[[X]], %{{.*}} : tensor<2x3xf32>, tensor<3xf32> -> tensor<2x3xf32>
+// CHECK:         %[[DY:.*]] = train.broadcast_to
+// CHECK-NEXT:    %[[T:.*]] = train.mul %[[DY]], %[[P]]
+// CHECK-NEXT:    %[[LOG:.*]] = train.log %[[X]] : tensor<2x3xf32>
+// CHECK-NEXT:    %[[T2:.*]] = train.mul %[[T]], %[[LOG]]
+// CHECK-NEXT:    %[[DE:.*]] = train.sum_to_shape %[[T2]] : tensor<2x3xf32> -> tensor<3xf32>
+// CHECK-NEXT:    %[[E1:.*]] = train.constant dense<2.000000e+00> : tensor<3xf32>
+// CHECK-NEXT:    %[[SQ2:.*]] = train.pow %[[SQ]], %[[E1]]
+// CHECK-NEXT:    %[[U:.*]] = train.mul %[[DY]], %[[THREE]]
+// CHECK-NEXT:    %[[DSQ:.*]] = train.mul %[[U]], %[[SQ2]]
+// CHECK-NEXT:    %[[V:.*]] = train.mul %[[DSQ]], %[[TWO]]
+// CHECK-NEXT:    %[[DA:.*]] = train.mul %[[V]], %[[A]]
+// CHECK-NEXT:    train.param_grad @a, %[[DA]] : tensor<2x3xf32>
+// CHECK-NEXT:    train.param_grad @e, %[[DE]] : tensor<3xf32>
+
+// -----
+
+module {
+  train.param @p : tensor<2x3xf32> at 0
+  func.func @unary_math() -> tensor<f32> {
+    %p = train.param_value @p : tensor<2x3xf32>
+    %0 = train.exp %p : tensor<2x3xf32>
+    %1 = train.log %0 : tensor<2x3xf32>
+    %2 = train.sqrt %1 : tensor<2x3xf32>
+    %3 = train.reciprocal %2 : tensor<2x3xf32>
+    %4 = train.erf %3 : tensor<2x3xf32>
+    %5 = train.sigmoid %4 : tensor<2x3xf32>
+    %6 = train.cos %5 : tensor<2x3xf32>
+    %7 = train.sin %6 : tensor<2x3xf32>
+    %8 = train.silu %7 : tensor<2x3xf32>
+    %l = train.reduce_sum %8, [] {keepdims = false} : tensor<2x3xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// Elementwise rules, last op first: silu_grad(x); sin: dy cos x; cos:
+// -dy sin x; sigmoid: dy y (1 - y); erf: dy exp(-x^2) 2/sqrt(pi);
+// reciprocal: -dy y y; sqrt: dy 0.5 / y; log: dy / x; exp: dy y.
+// CHECK-LABEL: func.func @unary_math
+// CHECK:         %[[P:.*]] = train.param_value @p
+// CHECK-NEXT:    %[[EXP:.*]] = train.exp %[[P]]
+// CHECK-NEXT:    %[[LOG:.*]] = train.log %[[EXP]]
+// CHECK-NEXT:    %[[SQRT:.*]] = train.sqrt %[[LOG]]
+// CHECK-NEXT:    %[[REC:.*]] = train.reciprocal %[[SQRT]]
+// CHECK-NEXT:    %[[ERF:.*]] = train.erf %[[REC]]
+// CHECK-NEXT:    %[[SIG:.*]] = train.sigmoid %[[ERF]]
+// CHECK-NEXT:    %[[COS:.*]] = train.cos %[[SIG]]
+// CHECK-NEXT:    %[[SIN:.*]] = train.sin %[[COS]]
+// CHECK-NEXT:    train.silu %[[SIN]]
+// CHECK:         %[[DY:.*]] = train.broadcast_to
+// CHECK-NEXT:    %[[D8:.*]] = train.silu_grad %[[SIN]], %[[DY]] : tensor<2x3xf32>
+// CHECK-NEXT:    %[[C:.*]] = train.cos %[[COS]]
+// CHECK-NEXT:    %[[D7:.*]] = train.mul %[[D8]], %[[C]]
+// CHECK-NEXT:    %[[S:.*]] = train.sin %[[SIG]]
+// CHECK-NEXT:    %[[M:.*]] = train.mul %[[D7]], %[[S]]
+// CHECK-NEXT:    %[[D6:.*]] = train.neg %[[M]]
+// CHECK-NEXT:    %[[ONE:.*]] = train.constant dense<1.000000e+00> : tensor<f32>
+// CHECK-NEXT:    %[[OMY:.*]] = train.sub %[[ONE]], %[[SIG]] : tensor<f32>, tensor<2x3xf32> -> tensor<2x3xf32>
+// CHECK-NEXT:    %[[YY:.*]] = train.mul %[[SIG]], %[[OMY]]
+// CHECK-NEXT:    %[[D5:.*]] = train.mul %[[D6]], %[[YY]]
+// CHECK-NEXT:    %[[XX:.*]] = train.mul %[[REC]], %[[REC]]
+// CHECK-NEXT:    %[[NXX:.*]] = train.neg %[[XX]]
+// CHECK-NEXT:    %[[G:.*]] = train.exp %[[NXX]]
+// CHECK-NEXT:    %[[D4A:.*]] = train.mul %[[D5]], %[[G]]
+// CHECK-NEXT:    %[[K:.*]] = train.constant dense<1.12837923> : tensor<f32>
+// CHECK-NEXT:    %[[D4:.*]] = train.mul %[[D4A]], %[[K]]
+// CHECK-NEXT:    %[[R1:.*]] = train.mul %[[D4]], %[[REC]]
+// CHECK-NEXT:    %[[R2:.*]] = train.mul %[[R1]], %[[REC]]
+// CHECK-NEXT:    %[[D3:.*]] = train.neg %[[R2]]
+// CHECK-NEXT:    %[[HALF:.*]] = train.constant dense<5.000000e-01> : tensor<f32>
+// CHECK-NEXT:    %[[H:.*]] = train.mul %[[D3]], %[[HALF]]
+// CHECK-NEXT:    %[[D2:.*]] = train.div %[[H]], %[[SQRT]]
+// CHECK-NEXT:    %[[D1:.*]] = train.div %[[D2]], %[[EXP]]
+// CHECK-NEXT:    %[[D0:.*]] = train.mul %[[D1]], %[[EXP]]
+// CHECK-NEXT:    train.param_grad @p, %[[D0]]
+
+// -----
+
+module {
+  train.param @a : tensor<2x3xf32> at 0
+  train.param @b : tensor<3xf32> at 24
+  func.func @where_compare(%x: tensor<2x3xf32>) -> tensor<f32> {
+    %a = train.param_value @a : tensor<2x3xf32>
+    %b = train.param_value @b : tensor<3xf32>
+    %c = train.greater %a, %x : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x3xi1>
+    %w = train.where %c, %a, %b : tensor<2x3xi1>, tensor<2x3xf32>, tensor<3xf32> -> tensor<2x3xf32>
+    %l = train.reduce_sum %w, [] {keepdims = false} : tensor<2x3xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// where: each branch gets dy where it was chosen and a (broadcast) zero
+// elsewhere, summed to its shape; the comparison reading a parameter is no
+// error and contributes nothing.
+// CHECK-LABEL: func.func @where_compare
+// CHECK:         %[[C:.*]] = train.greater
+// CHECK:         %[[DY:.*]] = train.broadcast_to
+// CHECK-NEXT:    %[[Z:.*]] = train.constant dense<0.000000e+00> : tensor<f32>
+// CHECK-NEXT:    %[[DA:.*]] = train.where %[[C]], %[[DY]], %[[Z]] : tensor<2x3xi1>, tensor<2x3xf32>, tensor<f32> -> tensor<2x3xf32>
+// CHECK-NEXT:    %[[W:.*]] = train.where %[[C]], %[[Z]], %[[DY]] : tensor<2x3xi1>, tensor<f32>, tensor<2x3xf32> -> tensor<2x3xf32>
+// CHECK-NEXT:    %[[DB:.*]] = train.sum_to_shape %[[W]] : tensor<2x3xf32> -> tensor<3xf32>
+// CHECK-NEXT:    train.param_grad @a, %[[DA]] : tensor<2x3xf32>
+// CHECK-NEXT:    train.param_grad @b, %[[DB]] : tensor<3xf32>
+
+// -----
+
+module {
+  train.param @a : tensor<2x3xf32> at 0
+  func.func @cast(%m: tensor<2x3xi1>) -> tensor<f32> {
+    %a = train.param_value @a : tensor<2x3xf32>
+    %i = train.cast %a : tensor<2x3xf32> -> tensor<2x3xi64>
+    %f = train.cast %i : tensor<2x3xi64> -> tensor<2x3xf32>
+    %mf = train.cast %m : tensor<2x3xi1> -> tensor<2x3xf32>
+    %same = train.cast %a : tensor<2x3xf32> -> tensor<2x3xf32>
+    %p = train.mul %same, %mf : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x3xf32>
+    %s = train.add %p, %f : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x3xf32>
+    %l = train.reduce_sum %s, [] {keepdims = false} : tensor<2x3xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// A float cast to i64 stops the gradient (no error); the f32 -> f32 cast
+// passes dy through; the bool mask cast to f32 is a plain factor.
+// CHECK-LABEL: func.func @cast
+// CHECK:         %[[MF:.*]] = train.cast %{{.*}} : tensor<2x3xi1> -> tensor<2x3xf32>
+// CHECK:         %[[DY:.*]] = train.broadcast_to
+// CHECK-NEXT:    %[[DA:.*]] = train.mul %[[DY]], %[[MF]]
+// CHECK-NEXT:    train.param_grad @a, %[[DA]] : tensor<2x3xf32>
+// CHECK-NEXT:    return
+
+// -----
+
+module {
+  train.param @p : tensor<2x3x4xf32> at 0
+  func.func @reduce_max() -> tensor<f32> {
+    %p = train.param_value @p : tensor<2x3x4xf32>
+    %m = train.reduce_max %p, [0, -1] {keepdims = false} : tensor<2x3x4xf32> -> tensor<3xf32>
+    %l = train.reduce_sum %m, [] {keepdims = false} : tensor<3xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// dy goes to the maxima, split among ties: mask = (x == y), dx = mask * dy /
+// count(mask), all broadcast back from the keepdims shape [1, 3, 1].
+// CHECK-LABEL: func.func @reduce_max
+// CHECK:         %[[P:.*]] = train.param_value @p
+// CHECK-NEXT:    %[[Y:.*]] = train.reduce_max %[[P]]
+// CHECK:         %[[DY:.*]] = train.broadcast_to %{{.*}} : tensor<1xf32> -> tensor<3xf32>
+// CHECK-NEXT:    %[[YK:.*]] = train.reshape %[[Y]] : tensor<3xf32> -> tensor<1x3x1xf32>
+// CHECK-NEXT:    %[[YB:.*]] = train.broadcast_to %[[YK]] : tensor<1x3x1xf32> -> tensor<2x3x4xf32>
+// CHECK-NEXT:    %[[EQ:.*]] = train.equal %[[P]], %[[YB]] : tensor<2x3x4xf32>, tensor<2x3x4xf32> -> tensor<2x3x4xi1>
+// CHECK-NEXT:    %[[MASK:.*]] = train.cast %[[EQ]] : tensor<2x3x4xi1> -> tensor<2x3x4xf32>
+// CHECK-NEXT:    %[[N:.*]] = train.reduce_sum %[[MASK]], [0, -1] : tensor<2x3x4xf32> -> tensor<1x3x1xf32>
+// CHECK-NEXT:    %[[DK:.*]] = train.reshape %[[DY]] : tensor<3xf32> -> tensor<1x3x1xf32>
+// CHECK-NEXT:    %[[DB:.*]] = train.broadcast_to %[[DK]] : tensor<1x3x1xf32> -> tensor<2x3x4xf32>
+// CHECK-NEXT:    %[[G:.*]] = train.mul %[[MASK]], %[[DB]]
+// CHECK-NEXT:    %[[NB:.*]] = train.broadcast_to %[[N]] : tensor<1x3x1xf32> -> tensor<2x3x4xf32>
+// CHECK-NEXT:    %[[DP:.*]] = train.div %[[G]], %[[NB]]
+// CHECK-NEXT:    train.param_grad @p, %[[DP]] : tensor<2x3x4xf32>
+
+// -----
+
+module {
+  train.param @a : tensor<2x3xf32> at 0
+  train.param @b : tensor<2x5xf32> at 24
+  func.func @concat_slice(%x: tensor<2x2xf32>) -> tensor<f32> {
+    %a = train.param_value @a : tensor<2x3xf32>
+    %b = train.param_value @b : tensor<2x5xf32>
+    %c = train.concat %a, %x, %b {axis = -1 : i64} : tensor<2x3xf32>, tensor<2x2xf32>, tensor<2x5xf32> -> tensor<2x10xf32>
+    %s = train.slice %c {starts = array<i64: 1, 9>, steps = array<i64: 1, -2>} : tensor<2x10xf32> -> tensor<1x5xf32>
+    %l = train.reduce_sum %s, [] {keepdims = false} : tensor<1x5xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// slice_grad scatters dy back (negative step included); concat hands each
+// active input its slice of dy along the axis, skipping the inactive x.
+// CHECK-LABEL: func.func @concat_slice
+// CHECK:         %[[DY:.*]] = train.broadcast_to %{{.*}} : tensor<1x1xf32> -> tensor<1x5xf32>
+// CHECK-NEXT:    %[[DC:.*]] = train.slice_grad %[[DY]] {starts = array<i64: 1, 9>, steps = array<i64: 1, -2>} : tensor<1x5xf32> -> tensor<2x10xf32>
+// CHECK-NEXT:    %[[DA:.*]] = train.slice %[[DC]] {starts = array<i64: 0, 0>, steps = array<i64: 1, 1>} : tensor<2x10xf32> -> tensor<2x3xf32>
+// CHECK-NEXT:    %[[DB:.*]] = train.slice %[[DC]] {starts = array<i64: 0, 5>, steps = array<i64: 1, 1>} : tensor<2x10xf32> -> tensor<2x5xf32>
+// CHECK-NEXT:    train.param_grad @a, %[[DA]] : tensor<2x3xf32>
+// CHECK-NEXT:    train.param_grad @b, %[[DB]] : tensor<2x5xf32>
+
+// -----
+
+module {
+  train.param @w : tensor<4x3xf32> at 0
+  train.param @b : tensor<3xf32> at 48
+  func.func @linear(%x: tensor<2x5x4xf32>) -> tensor<f32> {
+    %w = train.param_value @w : tensor<4x3xf32>
+    %b = train.param_value @b : tensor<3xf32>
+    %y = train.linear %x, %w, %b : tensor<2x5x4xf32>, tensor<4x3xf32>, tensor<3xf32> -> tensor<2x5x3xf32>
+    %l = train.reduce_sum %y, [] {keepdims = false} : tensor<2x5x3xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// dw sums over both batch dims as one [10, 4]^T x [10, 3] matmul; db sums dy
+// to [3]; the graph input x gets nothing.
+// CHECK-LABEL: func.func @linear
+// CHECK-SAME:    (%[[X:.*]]: tensor<2x5x4xf32>)
+// CHECK:         %[[DY:.*]] = train.broadcast_to %{{.*}} : tensor<1x1x1xf32> -> tensor<2x5x3xf32>
+// CHECK-NEXT:    %[[DY2:.*]] = train.reshape %[[DY]] : tensor<2x5x3xf32> -> tensor<10x3xf32>
+// CHECK-NEXT:    %[[X2:.*]] = train.reshape %[[X]] : tensor<2x5x4xf32> -> tensor<10x4xf32>
+// CHECK-NEXT:    %[[XT:.*]] = train.transpose %[[X2]], [1, 0] : tensor<10x4xf32> -> tensor<4x10xf32>
+// CHECK-NEXT:    %[[DW:.*]] = train.matmul %[[XT]], %[[DY2]] : tensor<4x10xf32>, tensor<10x3xf32> -> tensor<4x3xf32>
+// CHECK-NEXT:    %[[DB:.*]] = train.sum_to_shape %[[DY]] : tensor<2x5x3xf32> -> tensor<3xf32>
+// CHECK-NEXT:    train.param_grad @w, %[[DW]] : tensor<4x3xf32>
+// CHECK-NEXT:    train.param_grad @b, %[[DB]] : tensor<3xf32>
+// CHECK-NOT:     train.matmul
+
+// -----
+
+module {
+  train.param @x : tensor<2x3x4xf32> at 0
+  train.param @w : tensor<4x3xf32> at 96
+  train.param @v : tensor<4xf32> at 144
+  func.func @linear_dx() -> tensor<f32> {
+    %x = train.param_value @x : tensor<2x3x4xf32>
+    %w = train.param_value @w : tensor<4x3xf32>
+    %v = train.param_value @v : tensor<4xf32>
+    %y = train.linear %x, %w : tensor<2x3x4xf32>, tensor<4x3xf32> -> tensor<2x3x3xf32>
+    %z = train.linear %v, %w : tensor<4xf32>, tensor<4x3xf32> -> tensor<3xf32>
+    %s = train.add %y, %z : tensor<2x3x3xf32>, tensor<3xf32> -> tensor<2x3x3xf32>
+    %l = train.reduce_sum %s, [] {keepdims = false} : tensor<2x3x3xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// dx = dy w^T: a batched matmul for rank >= 2, through [1, N] for a vector.
+// CHECK-LABEL: func.func @linear_dx
+// CHECK:         %[[W:.*]] = train.param_value @w
+// CHECK:         %[[DY:.*]] = train.broadcast_to %{{.*}} : tensor<1x1x1xf32> -> tensor<2x3x3xf32>
+// CHECK-NEXT:    %[[DZ:.*]] = train.sum_to_shape %[[DY]] : tensor<2x3x3xf32> -> tensor<3xf32>
+// CHECK-NEXT:    %[[WT:.*]] = train.transpose %[[W]], [1, 0] : tensor<4x3xf32> -> tensor<3x4xf32>
+// CHECK-NEXT:    %[[DZ2:.*]] = train.reshape %[[DZ]] : tensor<3xf32> -> tensor<1x3xf32>
+// CHECK-NEXT:    %[[DV2:.*]] = train.matmul %[[DZ2]], %[[WT]] : tensor<1x3xf32>, tensor<3x4xf32> -> tensor<1x4xf32>
+// CHECK-NEXT:    %[[DV:.*]] = train.reshape %[[DV2]] : tensor<1x4xf32> -> tensor<4xf32>
+// CHECK:         %[[WT2:.*]] = train.transpose %[[W]], [1, 0] : tensor<4x3xf32> -> tensor<3x4xf32>
+// CHECK-NEXT:    %[[DX:.*]] = train.matmul %[[DY]], %[[WT2]] : tensor<2x3x3xf32>, tensor<3x4xf32> -> tensor<2x3x4xf32>
+// CHECK:         train.param_grad @x, %[[DX]] : tensor<2x3x4xf32>
+// CHECK-NEXT:    train.param_grad @w
+// CHECK-NEXT:    train.param_grad @v, %[[DV]] : tensor<4xf32>
+
+// -----
+
+module {
+  train.param @x : tensor<2x4xf32> at 0
+  train.param @s : tensor<4xf32> at 32
+  func.func @rms_norm_rope(%cos: tensor<4xf32>) -> tensor<f32> {
+    %x = train.param_value @x : tensor<2x4xf32>
+    %s = train.param_value @s : tensor<4xf32>
+    %sin = train.constant dense<[0.0, 0.5, 1.0, 0.5]> : tensor<4xf32>
+    %n = train.rms_norm %x, %s {epsilon = 1.0e-5 : f32} : tensor<2x4xf32>, tensor<4xf32>
+    %r = train.rope %n, %cos, %sin : tensor<2x4xf32>, tensor<4xf32>, tensor<4xf32>
+    %l = train.reduce_sum %r, [] {keepdims = false} : tensor<2x4xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// rope_grad with the same (inactive) tables, then rms_norm_grad with the
+// op's attributes.
+// CHECK-LABEL: func.func @rms_norm_rope
+// CHECK-SAME:    (%[[COS:.*]]: tensor<4xf32>)
+// CHECK:         %[[X:.*]] = train.param_value @x
+// CHECK-NEXT:    %[[S:.*]] = train.param_value @s
+// CHECK-NEXT:    %[[SIN:.*]] = train.constant
+// CHECK:         %[[DY:.*]] = train.broadcast_to
+// CHECK-NEXT:    %[[DN:.*]] = train.rope_grad %[[DY]], %[[COS]], %[[SIN]] : tensor<2x4xf32>, tensor<4xf32>, tensor<4xf32>
+// CHECK-NEXT:    %[[DX:.*]], %[[DS:.*]] = train.rms_norm_grad %[[X]], %[[S]], %[[DN]] {epsilon = 9.99999974E-6 : f32} : tensor<2x4xf32>, tensor<4xf32>
+// CHECK-NEXT:    train.param_grad @x, %[[DX]] : tensor<2x4xf32>
+// CHECK-NEXT:    train.param_grad @s, %[[DS]] : tensor<4xf32>
+
+// -----
+
+module {
+  train.param @q : tensor<1x4x3x2xf32> at 0
+  train.param @k : tensor<1x2x3x2xf32> at 96
+  func.func @attention(%v: tensor<1x2x3x2xf32>) -> tensor<f32> {
+    %q = train.param_value @q : tensor<1x4x3x2xf32>
+    %k = train.param_value @k : tensor<1x2x3x2xf32>
+    %y = train.attention %q, %k, %v {scale = 0.5, causal = false} : tensor<1x4x3x2xf32>, tensor<1x2x3x2xf32>, tensor<1x2x3x2xf32>
+    %l = train.reduce_sum %y, [] {keepdims = false} : tensor<1x4x3x2xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// One attention_grad yields dq, dk (grouped heads: 4 query, 2 KV) and dv;
+// the graph input v's adjoint is dropped.
+// CHECK-LABEL: func.func @attention
+// CHECK-SAME:    (%[[V:.*]]: tensor<1x2x3x2xf32>)
+// CHECK:         %[[Q:.*]] = train.param_value @q
+// CHECK-NEXT:    %[[K:.*]] = train.param_value @k
+// CHECK:         %[[DY:.*]] = train.broadcast_to
+// CHECK-NEXT:    %[[DQ:.*]], %[[DK:.*]], %{{.*}} = train.attention_grad %[[Q]], %[[K]], %[[V]], %[[DY]] {causal = false, scale = 5.000000e-01 : f64} : tensor<1x4x3x2xf32>, tensor<1x2x3x2xf32>, tensor<1x2x3x2xf32>
+// CHECK-NEXT:    train.param_grad @q, %[[DQ]] : tensor<1x4x3x2xf32>
+// CHECK-NEXT:    train.param_grad @k, %[[DK]] : tensor<1x2x3x2xf32>
+
+// -----
+
+module {
+  train.param @t : tensor<4xf32> at 0
+  func.func @rope_table(%x: tensor<2x4xf32>, %sin: tensor<4xf32>) -> tensor<f32> {
+    %t = train.param_value @t : tensor<4xf32>
+    // expected-error @+1 {{'train.rope' op gradient w.r.t. rope's cos/sin tables is not supported}}
+    %r = train.rope %x, %t, %sin : tensor<2x4xf32>, tensor<4xf32>, tensor<4xf32>
+    %l = train.reduce_sum %r, [] {keepdims = false} : tensor<2x4xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}

@@ -374,3 +374,242 @@ train.param @p : tensor<3xf32> at -4
 
 // expected-error @+1 {{'train.param' op parameter 'p' must have a static shape}}
 train.param @p : tensor<?x3xf32> at 0
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xi64>, %b: tensor<3xi64>) {
+    // expected-error @+1 {{'train.pow' op expects float operands, got 'i64'}}
+    %0 = train.pow %a, %b : tensor<2x3xi64>, tensor<3xi64> -> tensor<2x3xi64>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>, %b: tensor<3xi64>) {
+    // expected-error @+2 {{compared element types differ}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.less %a, %b : tensor<2x3xf32>, tensor<3xi64> -> tensor<2x3xi1>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>, %b: tensor<4xf32>) {
+    // expected-error @+2 {{shapes [2, 3] and [4] do not broadcast}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.equal %a, %b : tensor<2x3xf32>, tensor<4xf32> -> tensor<2x3xi1>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%c: tensor<2x3xi1>, %a: tensor<2x3xf32>, %b: tensor<3xi64>) {
+    // expected-error @+2 {{where branches have different element types}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.where %c, %a, %b : tensor<2x3xi1>, tensor<2x3xf32>, tensor<3xi64> -> tensor<2x3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%c: tensor<4xi1>, %a: tensor<2x3xf32>, %b: tensor<3xf32>) {
+    // expected-error @+2 {{shapes [4] and [2, 3] do not broadcast}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.where %c, %a, %b : tensor<4xi1>, tensor<2x3xf32>, tensor<3xf32> -> tensor<2x3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>) {
+    // expected-error @+1 {{'train.cast' op cast changes the shape from [2, 3] to [6]}}
+    %0 = train.cast %a : tensor<2x3xf32> -> tensor<6xi64>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>, %b: tensor<3x3xf32>) {
+    // expected-error @+2 {{concat inputs [3, 3] and [2, 3] differ outside axis 1}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.concat %a, %b {axis = 1 : i64} : tensor<2x3xf32>, tensor<3x3xf32> -> tensor<2x6xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xi64>) {
+    // expected-error @+2 {{concat inputs differ in element type or rank}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.concat %a, %b {axis = 0 : i64} : tensor<2x3xf32>, tensor<2x3xi64> -> tensor<4x3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xf32>) {
+    // expected-error @+2 {{concat axis 2 out of range for rank 2}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.concat %a, %a {axis = 2 : i64} : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x6xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x6xf32>) {
+    // expected-error @+1 {{'train.slice' op dimension 1: elements 4, 6, ... 8 fall outside [0, 6)}}
+    %0 = train.slice %a {starts = array<i64: 0, 4>, steps = array<i64: 1, 2>} : tensor<2x6xf32> -> tensor<2x3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x6xf32>) {
+    // expected-error @+1 {{'train.slice' op dimension 1: elements 1, -1, ... -1 fall outside [0, 6)}}
+    %0 = train.slice %a {starts = array<i64: 0, 1>, steps = array<i64: 1, -2>} : tensor<2x6xf32> -> tensor<2x2xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x6xf32>) {
+    // expected-error @+1 {{'train.slice' op step of dimension 0 is zero}}
+    %0 = train.slice %a {starts = array<i64: 0, 0>, steps = array<i64: 0, 1>} : tensor<2x6xf32> -> tensor<2x6xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x6xf32>) {
+    // expected-error @+1 {{'train.slice' op starts and steps need one entry per dimension of a rank-2 tensor}}
+    %0 = train.slice %a {starts = array<i64: 0>, steps = array<i64: 1>} : tensor<2x6xf32> -> tensor<2x6xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x6xf32>) {
+    // expected-error @+1 {{'train.slice' op slice changes the element type}}
+    %0 = train.slice %a {starts = array<i64: 0, 0>, steps = array<i64: 1, 1>} : tensor<2x6xf32> -> tensor<2x6xi64>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%dy: tensor<2x3xf32>) {
+    // expected-error @+1 {{'train.slice_grad' op dimension 1: elements 2, 4, ... 6 fall outside [0, 6)}}
+    %0 = train.slice_grad %dy {starts = array<i64: 0, 2>, steps = array<i64: 1, 2>} : tensor<2x3xf32> -> tensor<2x6xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%dy: tensor<2x3xf32>) {
+    // expected-error @+1 {{'train.slice_grad' op starts and steps need one entry per dimension of a rank-3 tensor}}
+    %0 = train.slice_grad %dy {starts = array<i64: 0, 0>, steps = array<i64: 1, 1>} : tensor<2x3xf32> -> tensor<1x2x6xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%x: tensor<2x4xf32>, %w: tensor<3x5xf32>) {
+    // expected-error @+2 {{linear expects x [..., K] and w [K, N], got [2, 4] and [3, 5]}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.linear %x, %w : tensor<2x4xf32>, tensor<3x5xf32> -> tensor<2x5xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%x: tensor<2x4xf32>, %w: tensor<4x5xf32>, %b: tensor<4xf32>) {
+    // expected-error @+2 {{linear bias must be [5], got [4]}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.linear %x, %w, %b : tensor<2x4xf32>, tensor<4x5xf32>, tensor<4xf32> -> tensor<2x5xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%x: tensor<2x4xf32>, %s: tensor<2x4xf32>) {
+    // expected-error @+1 {{'train.rms_norm' op scale shape [2, 4] must equal the normalized shape [4]}}
+    %0 = train.rms_norm %x, %s : tensor<2x4xf32>, tensor<2x4xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%x: tensor<2x5xf32>, %t: tensor<5xf32>) {
+    // expected-error @+1 {{'train.rope' op the last dimension must be even, got [2, 5]}}
+    %0 = train.rope %x, %t, %t : tensor<2x5xf32>, tensor<5xf32>, tensor<5xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%x: tensor<2x4xf32>, %c: tensor<4xf32>, %s: tensor<3x4xf32>) {
+    // expected-error @+1 {{'train.rope' op cos/sin table of shape [3, 4] does not broadcast to [2, 4]}}
+    %0 = train.rope %x, %c, %s : tensor<2x4xf32>, tensor<4xf32>, tensor<3x4xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%q: tensor<1x4x3x2xf32>, %k: tensor<1x2x5x2xf32>) {
+    // expected-error @+1 {{'train.attention' op expects Q [B, H, S, D] and K, V [B, Hkv, S, D], got [1, 4, 3, 2], [1, 2, 5, 2], [1, 2, 5, 2]}}
+    %0 = train.attention %q, %k, %k {scale = 1.0} : tensor<1x4x3x2xf32>, tensor<1x2x5x2xf32>, tensor<1x2x5x2xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%q: tensor<1x4x3x2xf32>, %k: tensor<1x3x3x2xf32>) {
+    // expected-error @+1 {{'train.attention' op query heads (4) must be a multiple of KV heads (3)}}
+    %0 = train.attention %q, %k, %k {scale = 1.0} : tensor<1x4x3x2xf32>, tensor<1x3x3x2xf32>, tensor<1x3x3x2xf32>
+    return
+  }
+}

@@ -106,4 +106,82 @@ module attributes {train.weights = "m.weights.bin"} {
     train.adamw @"ln.scale", %ds {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<3xf32>
     return
   }
+  // CHECK-LABEL: func.func @exported_ops
+  func.func @exported_ops(%x: tensor<2x4xf32>, %v: tensor<4xf32>, %i: tensor<2x4xi64>,
+                          %c: tensor<2x4xi1>) {
+    // CHECK:      train.pow %{{.*}}, %{{.*}} : tensor<2x4xf32>, tensor<4xf32> -> tensor<2x4xf32>
+    // CHECK-NEXT: train.exp %{{.*}} : tensor<2x4xf32>
+    // CHECK-NEXT: train.log
+    // CHECK-NEXT: train.sqrt
+    // CHECK-NEXT: train.reciprocal
+    // CHECK-NEXT: train.erf
+    // CHECK-NEXT: train.sigmoid
+    // CHECK-NEXT: train.cos
+    // CHECK-NEXT: train.sin
+    // CHECK-NEXT: train.silu %{{.*}} : tensor<2x4xf32>
+    %0 = train.pow %x, %v : tensor<2x4xf32>, tensor<4xf32> -> tensor<2x4xf32>
+    %1 = train.exp %0 : tensor<2x4xf32>
+    %2 = train.log %1 : tensor<2x4xf32>
+    %3 = train.sqrt %2 : tensor<2x4xf32>
+    %4 = train.reciprocal %3 : tensor<2x4xf32>
+    %5 = train.erf %4 : tensor<2x4xf32>
+    %6 = train.sigmoid %5 : tensor<2x4xf32>
+    %7 = train.cos %6 : tensor<2x4xf32>
+    %8 = train.sin %7 : tensor<2x4xf32>
+    %9 = train.silu %8 : tensor<2x4xf32>
+    // CHECK-NEXT: train.equal %{{.*}}, %{{.*}} : tensor<2x4xi64>, tensor<2x4xi64> -> tensor<2x4xi1>
+    // CHECK-NEXT: train.less %{{.*}}, %{{.*}} : tensor<2x4xf32>, tensor<4xf32> -> tensor<2x4xi1>
+    // CHECK-NEXT: train.less_or_equal
+    // CHECK-NEXT: train.greater %{{.*}}, %{{.*}} : tensor<2x4xi1>, tensor<2x4xi1> -> tensor<2x4xi1>
+    // CHECK-NEXT: train.where %{{.*}}, %{{.*}}, %{{.*}} : tensor<2x4xi1>, tensor<2x4xf32>, tensor<4xf32> -> tensor<2x4xf32>
+    // CHECK-NEXT: train.cast %{{.*}} : tensor<2x4xi1> -> tensor<2x4xf32>
+    // CHECK-NEXT: train.cast %{{.*}} : tensor<2x4xf32> -> tensor<2x4xi64>
+    %10 = train.equal %i, %i : tensor<2x4xi64>, tensor<2x4xi64> -> tensor<2x4xi1>
+    %11 = train.less %x, %v : tensor<2x4xf32>, tensor<4xf32> -> tensor<2x4xi1>
+    %12 = train.less_or_equal %x, %v : tensor<2x4xf32>, tensor<4xf32> -> tensor<2x4xi1>
+    %13 = train.greater %c, %11 : tensor<2x4xi1>, tensor<2x4xi1> -> tensor<2x4xi1>
+    %14 = train.where %13, %x, %v : tensor<2x4xi1>, tensor<2x4xf32>, tensor<4xf32> -> tensor<2x4xf32>
+    %15 = train.cast %c : tensor<2x4xi1> -> tensor<2x4xf32>
+    %16 = train.cast %x : tensor<2x4xf32> -> tensor<2x4xi64>
+    // CHECK-NEXT: train.reduce_max %{{.*}}, [-1] : tensor<2x4xf32> -> tensor<2x1xf32>
+    // CHECK-NEXT: train.concat %{{.*}}, %{{.*}} {axis = 1 : i64} : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x8xf32>
+    // CHECK-NEXT: train.concat %{{.*}} {axis = 0 : i64} : tensor<2x4xi64> -> tensor<2x4xi64>
+    // CHECK-NEXT: train.slice %{{.*}} {starts = array<i64: 1, 7>, steps = array<i64: 1, -3>} : tensor<2x8xf32> -> tensor<1x3xf32>
+    // CHECK-NEXT: train.slice_grad %{{.*}} {starts = array<i64: 1, 7>, steps = array<i64: 1, -3>} : tensor<1x3xf32> -> tensor<2x8xf32>
+    %17 = train.reduce_max %x, [-1] : tensor<2x4xf32> -> tensor<2x1xf32>
+    %18 = train.concat %x, %14 {axis = 1} : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x8xf32>
+    %19 = train.concat %i {axis = 0} : tensor<2x4xi64> -> tensor<2x4xi64>
+    %20 = train.slice %18 {starts = array<i64: 1, 7>, steps = array<i64: 1, -3>} : tensor<2x8xf32> -> tensor<1x3xf32>
+    %21 = train.slice_grad %20 {starts = array<i64: 1, 7>, steps = array<i64: 1, -3>} : tensor<1x3xf32> -> tensor<2x8xf32>
+    // CHECK-NEXT: train.silu_grad %{{.*}}, %{{.*}} : tensor<2x4xf32>
+    %22 = train.silu_grad %x, %9 : tensor<2x4xf32>
+    return
+  }
+
+  // CHECK-LABEL: func.func @fused_ops
+  func.func @fused_ops(%x: tensor<2x3x4xf32>, %w: tensor<4x5xf32>, %b: tensor<5xf32>,
+                       %s: tensor<4xf32>, %t: tensor<3x4xf32>,
+                       %q: tensor<1x4x3x2xf32>, %k: tensor<1x2x3x2xf32>) {
+    // CHECK:      train.linear %{{.*}}, %{{.*}}, %{{.*}} : tensor<2x3x4xf32>, tensor<4x5xf32>, tensor<5xf32> -> tensor<2x3x5xf32>
+    // CHECK-NEXT: train.linear %{{.*}}, %{{.*}} : tensor<2x3x4xf32>, tensor<4x5xf32> -> tensor<2x3x5xf32>
+    %0 = train.linear %x, %w, %b : tensor<2x3x4xf32>, tensor<4x5xf32>, tensor<5xf32> -> tensor<2x3x5xf32>
+    %1 = train.linear %x, %w : tensor<2x3x4xf32>, tensor<4x5xf32> -> tensor<2x3x5xf32>
+    // CHECK-NEXT: %[[N:.*]] = train.rms_norm %{{.*}}, %{{.*}} {epsilon = 9.99999974E-6 : f32} : tensor<2x3x4xf32>, tensor<4xf32>
+    // CHECK-NEXT: train.rms_norm %{{.*}}, %{{.*}} : tensor<2x3x4xf32>, tensor<4xf32>
+    // CHECK-NEXT: train.rms_norm_grad %{{.*}}, %{{.*}}, %{{.*}} {axis = 2 : si64} : tensor<2x3x4xf32>, tensor<4xf32>
+    %2 = train.rms_norm %x, %s {epsilon = 1.0e-5 : f32} : tensor<2x3x4xf32>, tensor<4xf32>
+    %3 = train.rms_norm %x, %s {axis = -1 : si64, epsilon = 1.0e-6 : f32} : tensor<2x3x4xf32>, tensor<4xf32>
+    %dx, %ds = train.rms_norm_grad %x, %s, %2 {axis = 2 : si64} : tensor<2x3x4xf32>, tensor<4xf32>
+    // CHECK-NEXT: train.rope %[[N]], %{{.*}}, %{{.*}} : tensor<2x3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>
+    // CHECK-NEXT: train.rope_grad %{{.*}}, %{{.*}}, %{{.*}} : tensor<2x3x4xf32>, tensor<3x4xf32>, tensor<4xf32>
+    %4 = train.rope %2, %t, %t : tensor<2x3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>
+    %5 = train.rope_grad %4, %t, %s : tensor<2x3x4xf32>, tensor<3x4xf32>, tensor<4xf32>
+    // CHECK-NEXT: %[[A:.*]] = train.attention %{{.*}}, %{{.*}}, %{{.*}} {scale = 5.000000e-01 : f64} : tensor<1x4x3x2xf32>, tensor<1x2x3x2xf32>, tensor<1x2x3x2xf32>
+    // CHECK-NEXT: train.attention %{{.*}}, %{{.*}}, %{{.*}} {causal = false, scale = 1.000000e+00 : f64}
+    // CHECK-NEXT: train.attention_grad %{{.*}}, %{{.*}}, %{{.*}}, %[[A]] {scale = 5.000000e-01 : f64} : tensor<1x4x3x2xf32>, tensor<1x2x3x2xf32>, tensor<1x2x3x2xf32>
+    %6 = train.attention %q, %k, %k {scale = 0.5} : tensor<1x4x3x2xf32>, tensor<1x2x3x2xf32>, tensor<1x2x3x2xf32>
+    %7 = train.attention %q, %k, %k {scale = 1.0, causal = false} : tensor<1x4x3x2xf32>, tensor<1x2x3x2xf32>, tensor<1x2x3x2xf32>
+    %dq, %dk, %dv = train.attention_grad %q, %k, %k, %6 {scale = 0.5} : tensor<1x4x3x2xf32>, tensor<1x2x3x2xf32>, tensor<1x2x3x2xf32>
+    return
+  }
 }

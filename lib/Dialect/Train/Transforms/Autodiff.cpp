@@ -13,11 +13,13 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/MathExtras.h"
 
 namespace spillway::train {
 #define GEN_PASS_DEF_TRAINAUTODIFFPASS
@@ -87,6 +89,31 @@ Value unreduce(OpBuilder &b, Location loc, Value dy, RankedTensorType inType,
   if (keptType != inType)
     dy = BroadcastToOp::create(b, loc, inType, dy);
   return dy;
+}
+
+/// `v` reshaped to `type`; `v` itself when it already has that type.
+Value reshapeTo(OpBuilder &b, Location loc, Value v, RankedTensorType type) {
+  if (v.getType() == type)
+    return v;
+  return ReshapeOp::create(b, loc, type, v);
+}
+
+/// `base ^ (exponent - 1)`. A splat constant exponent (x^2 in RMSNorm and
+/// variance computations) folds to a constant, and to `base` itself for 2.
+Value powerMinusOne(OpBuilder &b, Location loc, Value base, Value exponent) {
+  DenseElementsAttr value;
+  if (matchPattern(exponent, m_Constant(&value)) && value.isSplat()) {
+    float e = value.getSplatValue<float>();
+    if (e == 2.0f)
+      return base;
+    return PowOp::create(
+        b, loc, base,
+        ConstantOp::create(b, loc,
+                           DenseElementsAttr::get(value.getType(), e - 1.0f)));
+  }
+  return PowOp::create(
+      b, loc, base,
+      SubOp::create(b, loc, exponent, scalarConstant(b, loc, 1.0f)));
 }
 
 /// Number of input elements each element of a reduction's result sums.
@@ -263,6 +290,197 @@ FailureOr<SmallVector<Value>> emitGradient(OpBuilder &b, Operation *op,
                   b, loc, o.getLogits().getType(), o.getLogits(),
                   o.getLabels(), dy, o.getReductionAttr(),
                   o.getIgnoreIndexAttr());
+            return success();
+          })
+          // y = a ^ b: da = dy * b * a^(b-1), db = dy * y * log(a). db is
+          // skipped when b is inactive (the usual constant exponent).
+          .Case([&](PowOp o) {
+            Value a = o.getLhs(), e = o.getRhs();
+            if (want(0)) {
+              Value t = MulOp::create(b, loc, MulOp::create(b, loc, dy, e),
+                                      powerMinusOne(b, loc, a, e));
+              d[0] = sumTo(b, loc, t, a.getType());
+            }
+            if (want(1)) {
+              Value t = MulOp::create(b, loc, dy, o.getResult());
+              t = MulOp::create(b, loc, t, LogOp::create(b, loc, a));
+              d[1] = sumTo(b, loc, t, e.getType());
+            }
+            return success();
+          })
+          // y = e^x: dx = dy * y
+          .Case([&](ExpOp o) {
+            d[0] = MulOp::create(b, loc, dy, o.getResult());
+            return success();
+          })
+          // y = log x: dx = dy / x
+          .Case([&](LogOp o) {
+            d[0] = DivOp::create(b, loc, dy, o.getInput());
+            return success();
+          })
+          // y = sqrt x: dx = dy * 0.5 / y
+          .Case([&](SqrtOp o) {
+            d[0] = DivOp::create(b, loc, scale(b, loc, dy, 0.5), o.getResult());
+            return success();
+          })
+          // y = 1 / x: dx = -dy * y * y
+          .Case([&](ReciprocalOp o) {
+            Value y = o.getResult();
+            d[0] = NegOp::create(
+                b, loc, MulOp::create(b, loc, MulOp::create(b, loc, dy, y), y));
+            return success();
+          })
+          // y = erf x: dx = dy * 2/sqrt(pi) * exp(-x^2)
+          .Case([&](ErfOp o) {
+            Value x = o.getInput();
+            Value g = ExpOp::create(
+                b, loc, NegOp::create(b, loc, MulOp::create(b, loc, x, x)));
+            d[0] = scale(b, loc, MulOp::create(b, loc, dy, g),
+                         2.0 * llvm::numbers::inv_sqrtpi);
+            return success();
+          })
+          // y = sigmoid x: dx = dy * y * (1 - y)
+          .Case([&](SigmoidOp o) {
+            Value y = o.getResult();
+            Value oneMinusY =
+                SubOp::create(b, loc, scalarConstant(b, loc, 1.0f), y);
+            d[0] =
+                MulOp::create(b, loc, dy, MulOp::create(b, loc, y, oneMinusY));
+            return success();
+          })
+          // y = cos x: dx = -dy * sin x
+          .Case([&](CosOp o) {
+            Value s = SinOp::create(b, loc, o.getInput());
+            d[0] = NegOp::create(b, loc, MulOp::create(b, loc, dy, s));
+            return success();
+          })
+          // y = sin x: dx = dy * cos x
+          .Case([&](SinOp o) {
+            d[0] =
+                MulOp::create(b, loc, dy, CosOp::create(b, loc, o.getInput()));
+            return success();
+          })
+          .Case([&](SiluOp o) {
+            d[0] = SiluGradOp::create(b, loc, o.getType(), o.getInput(), dy);
+            return success();
+          })
+          // y = c ? l : r (all broadcast): each branch gets dy where it was
+          // chosen and zero elsewhere, summed back to its shape. The
+          // condition is boolean and has no adjoint.
+          .Case([&](WhereOp o) {
+            Value zero = scalarConstant(b, loc, 0.0f);
+            Value c = o.getCondition();
+            if (want(1))
+              d[1] = sumTo(b, loc, WhereOp::create(b, loc, c, dy, zero),
+                           o.getLhs().getType());
+            if (want(2))
+              d[2] = sumTo(b, loc, WhereOp::create(b, loc, c, zero, dy),
+                           o.getRhs().getType());
+            return success();
+          })
+          // Float to float: cast the adjoint back. Casts to or from integers
+          // and booleans are not differentiable: an integer input has no
+          // adjoint, and a float cast to an integer is never active (only
+          // float values are), so the gradient simply stops there.
+          .Case([&](CastOp o) {
+            if (isFloatTensor(o.getInput().getType()) &&
+                isFloatTensor(o.getType()))
+              d[0] = o.getInput().getType() == dy.getType()
+                         ? dy
+                         : CastOp::create(b, loc, o.getInput().getType(), dy)
+                               .getResult();
+            return success();
+          })
+          // Comparisons yield booleans: never active, no adjoints.
+          .Case<EqualOp, LessOp, LessOrEqualOp, GreaterOp>(
+              [&](Operation *) { return success(); })
+          // dy goes to the maxima, split evenly among ties (as torch.amax):
+          //   mask = (x == broadcast(y)), dx = mask * broadcast(dy) /
+          //   broadcast(sum(mask over the axes)).
+          .Case([&](ReduceMaxOp o) {
+            RankedTensorType inType = o.getInput().getType();
+            ArrayRef<int64_t> axes = o.getAxes();
+            Value isMax =
+                EqualOp::create(b, loc, o.getInput(),
+                                unreduce(b, loc, o.getResult(), inType, axes));
+            Value mask = CastOp::create(b, loc, inType, isMax);
+            Value ties = ReduceSumOp::create(b, loc, mask, axes, true);
+            Value g =
+                MulOp::create(b, loc, mask, unreduce(b, loc, dy, inType, axes));
+            d[0] =
+                DivOp::create(b, loc, g, unreduce(b, loc, ties, inType, axes));
+            return success();
+          })
+          // Each input's adjoint is its slice of dy along the axis.
+          .Case([&](ConcatOp o) {
+            int64_t rank = tensorType(dy).getRank();
+            int64_t axis = normalizeAxis(o.getAxis(), rank);
+            SmallVector<int64_t> starts(rank, 0), steps(rank, 1);
+            for (auto [i, input] : llvm::enumerate(o.getInputs())) {
+              RankedTensorType type = tensorType(input);
+              if (want(i))
+                d[i] = SliceOp::create(b, loc, type, dy, starts, steps);
+              starts[axis] += type.getDimSize(axis);
+            }
+            return success();
+          })
+          .Case([&](SliceOp o) {
+            d[0] = SliceGradOp::create(b, loc, o.getInput().getType(), dy,
+                                       o.getStarts(), o.getSteps());
+            return success();
+          })
+          // y[..., N] = x[..., K] w[K, N] + b: dx = dy w^T; with x and dy
+          // flattened to [M, K] and [M, N], dw = x^T dy; db sums dy to [N].
+          .Case([&](LinearOp o) {
+            RankedTensorType xType = o.getInput().getType();
+            RankedTensorType wType = o.getWeight().getType();
+            int64_t k = wType.getDimSize(0), n = wType.getDimSize(1);
+            int64_t m = 1;
+            for (int64_t s : xType.getShape().drop_back())
+              m *= s;
+            auto rows = [&](Value v, int64_t cols) {
+              return reshapeTo(
+                  b, loc, v,
+                  RankedTensorType::get({m, cols}, xType.getElementType()));
+            };
+            if (want(0)) {
+              Value wT = transposeLast2(b, loc, o.getWeight());
+              Value dyM = xType.getRank() >= 2 ? dy : rows(dy, n);
+              d[0] =
+                  reshapeTo(b, loc, MatMulOp::create(b, loc, dyM, wT), xType);
+            }
+            if (want(1))
+              d[1] = MatMulOp::create(
+                  b, loc, transposeLast2(b, loc, rows(o.getInput(), k)),
+                  rows(dy, n));
+            if (o.getBias() && want(2))
+              d[2] = sumTo(b, loc, dy, o.getBias().getType());
+            return success();
+          })
+          .Case([&](RmsNormOp o) {
+            auto grad = RmsNormGradOp::create(
+                b, loc, o.getType(), o.getScale().getType(), o.getInput(),
+                o.getScale(), dy, o.getAxisAttr(), o.getEpsilonAttr());
+            d[0] = grad.getDinput();
+            d[1] = grad.getDscale();
+            return success();
+          })
+          .Case([&](RopeOp o) -> LogicalResult {
+            if (want(1) || want(2))
+              return o.emitOpError(
+                  "gradient w.r.t. rope's cos/sin tables is not supported");
+            d[0] = RopeGradOp::create(b, loc, o.getType(), dy, o.getCos(),
+                                      o.getSin());
+            return success();
+          })
+          .Case([&](AttentionOp o) {
+            auto grad = AttentionGradOp::create(
+                b, loc, o.getQuery().getType(), o.getKey().getType(),
+                o.getValue().getType(), o.getQuery(), o.getKey(), o.getValue(),
+                dy, o.getScaleAttr(), o.getCausalAttr());
+            d[0] = grad.getDquery();
+            d[1] = grad.getDkey();
+            d[2] = grad.getDvalue();
             return success();
           })
           // Forward graphs may broadcast explicitly (ONNX Expand); the two
