@@ -87,7 +87,13 @@ def llama_model():
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
         max_position_embeddings=S, rms_norm_eps=1e-6, hidden_act="silu",
         attention_bias=False, attention_dropout=0.0, mlp_bias=False,
-        bos_token_id=0, eos_token_id=0, pad_token_id=0, use_cache=False,
+        # pad_token_id=None: with a pad id, LlamaModel builds
+        # nn.Embedding(..., padding_idx=pad_token_id), whose backward zeroes
+        # that row's gradient. Neither exporter can express this (both emit a
+        # plain Gather), so torch would train a different function than the
+        # ONNX graph: identical forward, but token 0's embedding row frozen
+        # except for weight decay in torch and trained in the graph.
+        bos_token_id=0, eos_token_id=0, pad_token_id=None, use_cache=False,
         tie_word_embeddings=False, attn_implementation="eager")
     return LlamaForCausalLM(cfg), cfg
 
@@ -118,6 +124,12 @@ def build(name, seed):
         for p in model.parameters():
             p.add_(0.02 * torch.randn_like(p))
     model.float()
+    # An exported graph has no notion of a gradient-masked embedding row.
+    for mname, mod in model.named_modules():
+        if isinstance(mod, nn.Embedding) and mod.padding_idx is not None:
+            raise SystemExit(f"{name}: {mname} has padding_idx={mod.padding_idx}; its gradient "
+                             "masking cannot be exported, so torch and the ONNX graph would "
+                             "train differently")
     return LossWrapper(model), cfg
 
 
