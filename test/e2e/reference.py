@@ -714,7 +714,9 @@ class Graph:
             for name, g in zip(node.input, gins):
                 if name in needs_grad and g is not None:
                     grads[name] = grads[name] + g if name in grads else g
-        param_grads = {name: grads.get(name, np.zeros_like(value)) for name, value in params.items()}
+        # A parameter without a differentiable path to the loss has no gradient
+        # (torch: .grad is None) and AdamW leaves it alone.
+        param_grads = {name: grads[name] for name in params if name in grads}
         return float(env[self.loss_name].reshape(())), param_grads
 
 
@@ -736,6 +738,8 @@ class AdamW:
         step_size = self.lr / (1 - self.beta1**self.t)
         bias_correction2_sqrt = math.sqrt(1 - self.beta2**self.t)
         for name, p in params.items():
+            if name not in grads:
+                continue
             g = grads[name]
             p *= 1 - self.lr * self.weight_decay
             self.m[name] = self.beta1 * self.m[name] + (1 - self.beta1) * g

@@ -563,6 +563,12 @@ LogicalResult TrainAutodiffPass::differentiate(func::FuncOp func,
     return diag;
   }
   Value loss = ret.getOperand(0);
+  // Differentiating a training step again would add a second set of updates.
+  for (Operation &op : body)
+    if (isa<ParamGradOp, AdamWOp>(op))
+      return op.emitOpError("the function is already differentiated; "
+                            "train-autodiff runs once, on the forward graph "
+                            "and its loss");
 
   // Varied: float values that depend on a parameter read.
   llvm::DenseSet<Value> varied;
@@ -637,9 +643,11 @@ LogicalResult TrainAutodiffPass::differentiate(func::FuncOp func,
     for (ParamValueOp read : it->second)
       if (Value g = adjoint.lookup(read.getResult()))
         grad = grad ? AddOp::create(b, loc, grad, g).getResult() : g;
+    // No differentiable path to the loss: like a torch parameter whose .grad
+    // stays None, it gets no gradient and so no optimizer update (weight
+    // decay included).
     if (!grad)
-      grad = ConstantOp::create(
-          b, loc, DenseElementsAttr::get(param.getTensorType(), 0.0f));
+      continue;
     ParamGradOp::create(b, loc, FlatSymbolRefAttr::get(param.getSymNameAttr()),
                         grad);
     ++numParams;
