@@ -8,8 +8,16 @@
 
 using namespace mlir;
 
+void spillway::populateForwardPipeline(OpPassManager &pm,
+                                       const TrainingPipelineOptions &options) {
+  train::TrainFusePatternsPassOptions fuse;
+  fuse.patterns = options.fusePatterns;
+  pm.addPass(train::createTrainFusePatternsPass(fuse));
+}
+
 void spillway::populateTrainingPipeline(OpPassManager &pm,
                                         const TrainingPipelineOptions &options) {
+  populateForwardPipeline(pm, options);
   pm.addPass(train::createTrainAutodiffPass());
   // The reverse sweep repeats transposes and constants; merge them before
   // they become runtime calls.

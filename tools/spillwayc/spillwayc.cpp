@@ -48,6 +48,12 @@ cl::list<std::string>
           cl::desc("Bind symbolic ONNX input dimensions, e.g. "
                    "--bind batch=64,seq=128"),
           cl::value_desc("NAME=INT,..."), cl::cat(category));
+cl::opt<std::string> fusePatterns(
+    "fuse-patterns", cl::init("all"),
+    cl::desc("Decomposed patterns to replace by fused ops: all, none, or a "
+             "comma-separated subset of attention,rms_norm,gelu,rope,silu,"
+             "linear"),
+    cl::cat(category));
 cl::opt<std::string> optimizer("optimizer", cl::init("adamw"),
                                cl::desc("Optimizer (adamw)"),
                                cl::cat(category));
@@ -237,6 +243,7 @@ int main(int argc, char **argv) {
   }
 
   spillway::TrainingPipelineOptions trainOptions;
+  trainOptions.fusePatterns = fusePatterns;
   trainOptions.optimizer = optimizer;
   trainOptions.lr = lr;
   trainOptions.beta1 = beta1;
@@ -244,10 +251,15 @@ int main(int argc, char **argv) {
   trainOptions.eps = eps;
   trainOptions.weightDecay = weightDecay;
 
-  if (!forwardOnly) {
+  {
     PassManager pm(&context);
-    spillway::populateTrainingPipeline(pm, trainOptions);
-    note("running autodiff and attaching " + optimizer);
+    if (forwardOnly) {
+      spillway::populateForwardPipeline(pm, trainOptions);
+      note("fusing patterns");
+    } else {
+      spillway::populateTrainingPipeline(pm, trainOptions);
+      note("fusing patterns, running autodiff and attaching " + optimizer);
+    }
     if (failed(pm.run(*module)))
       return 1;
   }

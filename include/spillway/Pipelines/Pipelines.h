@@ -10,6 +10,9 @@ namespace spillway {
 /// Optimizer choice and its compile-time hyper-parameters (the executable's
 /// flags override them at run time). Defaults are torch.optim.AdamW's.
 struct TrainingPipelineOptions {
+  /// Which decomposed patterns train-fuse-patterns replaces ("all", "none",
+  /// or a comma-separated subset).
+  std::string fusePatterns = "all";
   std::string optimizer = "adamw";
   double lr = 1e-3;
   double beta1 = 0.9;
@@ -18,10 +21,15 @@ struct TrainingPipelineOptions {
   double weightDecay = 0.01;
 };
 
-/// Forward + loss in the train dialect -> one training step: gradients of the
-/// loss for every parameter, then the optimizer update of each.
+/// Forward + loss in the train dialect -> one training step: fused patterns,
+/// gradients of the loss for every parameter, then the optimizer update of
+/// each.
 void populateTrainingPipeline(mlir::OpPassManager &pm,
                               const TrainingPipelineOptions &options);
+
+/// The forward graph only (spillwayc --forward): fused patterns.
+void populateForwardPipeline(mlir::OpPassManager &pm,
+                             const TrainingPipelineOptions &options);
 
 /// A training step -> LLVM dialect calls against the runtime's C ABI.
 void populateLowerToRuntimePipeline(mlir::OpPassManager &pm);

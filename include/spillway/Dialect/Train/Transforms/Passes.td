@@ -5,6 +5,60 @@
 
 include "mlir/Pass/PassBase.td"
 
+def TrainFusePatternsPass : Pass<"train-fuse-patterns", "mlir::ModuleOp"> {
+  let summary = "Replace decomposed ONNX patterns by fused train ops";
+  let description = [{
+    Runs on the forward graph (before `train-autodiff`). Recognises the
+    spellings the TorchScript and dynamo exporters emit, as the ONNX importer
+    leaves them (see test/parity/ops.md), and replaces each match by one
+    fused op with its own kernel and gradient rule, computing the same values:
+    - causal self-attention: matmul(Q, K^T), optionally scaled by a constant
+      scalar (mul, or div -> 1/c), plus a constant causal mask (0 on and below
+      the diagonal, <= -1e4 or -inf above, broadcasting to [B, H, S, S]),
+      softmax on the last axis, matmul with V -> `train.attention` (no mask:
+      `causal = false`). K^T may be a transpose of K or of its pre-transpose
+      source (a transpose is made for K where needed); grouped KV heads
+      expanded by reshape/broadcast_to/reshape are read unexpanded;
+    - RMSNorm: pow(x, 2) (or x * x) -> reduce_mean over trailing axes ->
+      add(eps) -> sqrt -> reciprocal (or div(1, .)) -> mul(x, .) ->
+      mul(., weight), the weight of the normalized shape -> `train.rms_norm`;
+    - GELU in tanh form (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))))
+      and erf form (0.5 x (1 + erf(x / sqrt 2)), or erf(x * 1/sqrt 2)), the
+      products in any association and order -> `train.gelu`;
+    - rotary embedding: x * cos + concat(-x[..., D/2:], x[..., :D/2]) * sin
+      -> `train.rope`, only when cos/sin broadcast to x and are not computed
+      from a parameter (train.rope has no gradient for its tables);
+    - SiLU: x * sigmoid(x) -> `train.silu` (the gated MLP becomes
+      silu(gate) * up);
+    - linear: matmul(x[..., K], W[K, N]) (optionally + b of shape [N]), gemm
+      with alpha = 1, no transA and a [N] C (beta = 1) or none (transB makes
+      a transpose of W) -> `train.linear`; reshape(linear(reshape(x))) that
+      only flattens and restores the leading dims -> linear on x.
+    Every intermediate value of a chain must have no other use (else the
+    chain stays: fusing would compute it twice); ops a chain only reads
+    through (K's transposes, the KV expansion, a linear's input reshape) may.
+    Matches are exact (constants compared within 1e-6 relative); anything
+    else is left as it is. Dead ops are erased; nothing is folded.
+    `patterns=none` leaves the module unchanged: the unfused reference for
+    numerics tests.
+  }];
+  let dependentDialects = ["spillway::train::TrainDialect"];
+  let options = [
+    Option<"patterns", "patterns", "std::string", "\"all\"",
+           "Comma-separated subset: attention,rms_norm,gelu,rope,silu,linear, " #
+           "or all, or none (leaves the module unchanged: the unfused " #
+           "reference for numerics tests)">
+  ];
+  let statistics = [
+    Statistic<"numAttention", "attention", "train.attention ops created">,
+    Statistic<"numRmsNorm", "rms-norm", "train.rms_norm ops created">,
+    Statistic<"numGelu", "gelu", "train.gelu ops created">,
+    Statistic<"numRope", "rope", "train.rope ops created">,
+    Statistic<"numSilu", "silu", "train.silu ops created">,
+    Statistic<"numLinear", "linear", "train.linear ops created">
+  ];
+}
+
 def TrainAutodiffPass : Pass<"train-autodiff", "mlir::ModuleOp"> {
   let summary = "Reverse-mode gradients of the scalar loss w.r.t. every parameter";
   let description = [{
@@ -16,9 +70,10 @@ def TrainAutodiffPass : Pass<"train-autodiff", "mlir::ModuleOp"> {
     its operands; broadcast operands get `train.sum_to_shape`. Ops off that
     path get no gradient ops. Before the return, for every parameter the
     function reads it emits one `train.param_grad @p, %g` holding
-    d loss / d p (the adjoints of several reads of p summed; zeros when the
-    loss does not depend on p), in the order the `train.param` ops are
-    declared. Gradients of function arguments (inputs) are not computed.
+    d loss / d p (the adjoints of several reads of p summed), in the order
+    the `train.param` ops are declared. A parameter with no differentiable
+    path to the loss gets none, so no optimizer update (as torch skips a
+    parameter whose .grad is None). Gradients of function arguments (inputs) are not computed.
 
     Fails with a diagnostic naming the op when an op on the path has no
     gradient rule, or when the result is not a scalar float tensor.
