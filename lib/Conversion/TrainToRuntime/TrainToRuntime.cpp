@@ -481,9 +481,18 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
   Block *entry = fn.addEntryBlock(builder);
   builder.setInsertionPointToStart(entry);
   ctxArg = entry->getArgument(0);
+  // Describe every kernel call first: the scratch arrays must hold the
+  // longest input list, absent optional operands (null slots) included.
+  DenseMap<Operation *, KernelCall> kernels;
   for (Operation &op : step.getBody().front()) {
-    numIns = std::max<int64_t>(numIns, op.getNumOperands());
+    if (isa<func::ReturnOp, ParamValueOp, ConstantOp, ParamGradOp, AdamWOp>(op))
+      continue;
+    auto kernel = describeKernel(&op);
+    if (failed(kernel))
+      return failure();
+    numIns = std::max<int64_t>(numIns, kernel->inputs.size());
     numOuts = std::max<int64_t>(numOuts, op.getNumResults());
+    kernels[&op] = std::move(*kernel);
   }
   Value one = i64(1);
   insArray = LLVM::AllocaOp::create(
@@ -574,9 +583,7 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
       continue;
     }
 
-    auto kernel = describeKernel(&op);
-    if (failed(kernel))
-      return failure();
+    KernelCall *kernel = &kernels[&op];
     SmallVector<Value> ins, outs;
     for (Value v : kernel->inputs)
       ins.push_back(v ? handles.lookup(v) : nullPtr());

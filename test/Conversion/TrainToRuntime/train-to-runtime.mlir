@@ -84,3 +84,21 @@ func.func @main(%x: tensor<?x4xf32>) -> tensor<f32> {
   %s = train.reduce_sum %x, [] {keepdims = false} : tensor<?x4xf32> -> tensor<f32>
   return %s : tensor<f32>
 }
+
+// -----
+
+// An absent optional operand still takes its (null) slot in the input array:
+// gemm without C passes three inputs, so the scratch array has three slots.
+module {
+  func.func @main(%a: tensor<2x3xf32>, %b: tensor<3x4xf32>) -> tensor<f32> {
+    %y = train.gemm %a, %b : tensor<2x3xf32>, tensor<3x4xf32> -> tensor<2x4xf32>
+    %l = train.reduce_sum %y, [] {keepdims = false} : tensor<2x4xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+// CHECK-LABEL: llvm.func @spw_model_step
+// CHECK:         llvm.alloca %{{.*}} x !llvm.array<3 x ptr>
+// CHECK:         %[[NULL:.*]] = llvm.mlir.zero : !llvm.ptr
+// CHECK:         %[[SLOT:.*]] = llvm.getelementptr %{{.*}}[0, 2] : (!llvm.ptr) -> !llvm.ptr, !llvm.array<3 x ptr>
+// CHECK-NEXT:    llvm.store %[[NULL]], %[[SLOT]]
+// CHECK:         llvm.call @spw_op_gemm
