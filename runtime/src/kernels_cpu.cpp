@@ -1024,13 +1024,44 @@ double sigmoid_ref(double x) {
   return e / (1.0 + e);
 }
 
+// Integer a ** b by squaring, wrapping on overflow as numpy does; a negative
+// exponent is an error, as numpy's "Integers to negative integer powers are
+// not allowed".
+template <class T> void int_pow(const spw_tensor &a, const spw_tensor &b,
+                                spw_tensor &y) {
+  using U = std::make_unsigned_t<T>;
+  const T *pa = a.as<T>(), *pb = b.as<T>();
+  T *py = y.as<T>();
+  over_broadcast<2>(y, {&a, &b}, {"a", "b"},
+                    [&](int64_t i, const std::array<int64_t, 2> &o) {
+                      T e = pb[o[1]];
+                      if (e < 0)
+                        fail("integer base %lld to the negative power %lld "
+                             "(element %lld of the result): integers to "
+                             "negative integer powers are not allowed",
+                             (long long)pa[o[0]], (long long)e, (long long)i);
+                      U base = U(pa[o[0]]), r = 1;
+                      for (U k = U(e); k; k >>= 1) {
+                        if (k & 1)
+                          r = U(r * base);
+                        base = U(base * base);
+                      }
+                      py[i] = T(r);
+                    });
+}
+
 void pow_op(spw_tensor *const *ins, spw_tensor *const *outs) {
   const spw_tensor &a = input(ins, 0, "a"), &b = input(ins, 1, "b");
   spw_tensor &y = output(outs, 0, "y");
-  expect_dtype(a, SPW_F32, "a");
-  expect_dtype(b, SPW_F32, "b");
-  expect_dtype(y, SPW_F32, "result");
+  if (a.dtype != SPW_F32 && a.dtype != SPW_I64 && a.dtype != SPW_I32)
+    fail("a has dtype %s; pow takes f32, i64 or i32", dtype_name(a.dtype));
+  expect_dtype(b, a.dtype, "b");
+  expect_dtype(y, a.dtype, "result");
   expect_shape(y, broadcast_all({&a, &b}), "result");
+  if (a.dtype == SPW_I64)
+    return int_pow<int64_t>(a, b, y);
+  if (a.dtype == SPW_I32)
+    return int_pow<int32_t>(a, b, y);
   const float *pa = a.as<float>(), *pb = b.as<float>();
   float *py = y.as<float>();
   // std::pow's special cases (pow(x, 0) = 1, negative base with an integral

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 
 using namespace spwtest;
 
@@ -698,12 +699,45 @@ TEST(Pow, BroadcastAndStdPowSpecialCases) {
   EXPECT_EQ(values(*yz)[1], 1.0f); // pow(NaN, 0)
   EXPECT_EQ(values(*yz)[2], 1.0f); // pow(1, NaN)
   EXPECT_EQ(values(*yz)[3], 0.5f);
-  auto ai = i64({2}, {1, 2});
+  auto ai = i64({2}, {1, 2}), bi = boolean({2}, {1, 0});
   EXPECT_ERR(call(spw_op_pow, {ai.get(), ai.get()}, {y.get()}),
-             "pow: a must be f32, got i64");
+             "pow: result must be i64, got f32");
+  EXPECT_ERR(call(spw_op_pow, {a.get(), ai.get()}, {y.get()}),
+             "pow: b must be f32, got i64");
+  EXPECT_ERR(call(spw_op_pow, {bi.get(), bi.get()}, {y.get()}),
+             "pow: a has dtype bool; pow takes f32, i64 or i32");
   auto bad = make(SPW_F32, {3});
   EXPECT_ERR(call(spw_op_pow, {a.get(), b.get()}, {bad.get()}),
              "result has shape [3], expected [2,3]");
+}
+
+TEST(Pow, IntegerBySquaringWrapsAndRefusesNegativeExponents) {
+  // i64, [2,3] ** [3]: exact where double would round (3^39 > 2^53), and
+  // wrapping modulo 2^64 on overflow as numpy does.
+  auto a = i64({2, 3}, {3, -2, 0, 7, 2, -1});
+  auto b = i64({3}, {39, 5, 0});
+  auto y = make(SPW_I64, {2, 3});
+  ASSERT_EQ(call(spw_op_pow, {a.get(), b.get()}, {y.get()}), "");
+  int64_t three39 = 1;
+  for (int k = 0; k < 39; ++k)
+    three39 *= 3;
+  uint64_t seven39 = 1;
+  for (int k = 0; k < 39; ++k)
+    seven39 *= 7u;
+  EXPECT_EQ(ints64(*y), (std::vector<int64_t>{three39, -32, 1, int64_t(seven39),
+                                              32, 1}));
+  // i32 wraps modulo 2^32: 2^31 is INT32_MIN, 2^32 is 0.
+  auto c = i32({3}, {2, 2, -3}), e = i32({3}, {31, 32, 3});
+  auto yc = make(SPW_I32, {3});
+  ASSERT_EQ(call(spw_op_pow, {c.get(), e.get()}, {yc.get()}), "");
+  EXPECT_EQ(ints32(*yc),
+            (std::vector<int32_t>{std::numeric_limits<int32_t>::min(), 0, -27}));
+  // numpy: "Integers to negative integer powers are not allowed", even for 1.
+  auto base = i64({2}, {1, 2}), neg = i64({2}, {2, -1});
+  auto yn = make(SPW_I64, {2});
+  EXPECT_ERR(call(spw_op_pow, {base.get(), neg.get()}, {yn.get()}),
+             "pow: integer base 2 to the negative power -1 (element 1 of the "
+             "result): integers to negative integer powers are not allowed");
 }
 
 TEST(Compare, AllDtypesBroadcastBoolResult) {

@@ -30,9 +30,15 @@ static cl::opt<bool> importONNX(
     cl::desc("Import an ONNX model (binary .onnx, or ONNX textual syntax "
              ".onnxtext) into the train dialect. The model's first graph "
              "output must be its scalar float32 loss; other outputs are "
-             "ignored with a warning. Default-domain opsets 13-21"),
+             "ignored with a warning. Default-domain opsets 7-28 (each op "
+             "from the opset that defines its current form)"),
     cl::cat(category));
 
+static cl::opt<bool> listSupportedOps(
+    "list-supported-ops",
+    cl::desc("Print the ONNX ops the importer maps, one per line (\"constant-only\" "
+             "marks ops it evaluates at import time on constant inputs) and exit"),
+    cl::cat(category));
 static cl::opt<bool> forwardOnly(
     "forward",
     cl::desc("With --import-onnx: import for inference/conformance. @main "
@@ -46,6 +52,14 @@ static cl::opt<int64_t> maxInlineConstantElements(
              "inlines as train.constant, e.g. a causal mask (S*S) or a "
              "rotary table (S*D). Splat constants are exempt"),
     cl::value_desc("N"), cl::init(int64_t(1) << 20), cl::cat(category));
+
+static cl::list<std::string> constantInitializers(
+    "constant-initializers",
+    cl::desc("Float initializers that are not trained (buffers such as a "
+             "rotary inv_freq): they become compile-time constants, and "
+             "arithmetic on them folds, instead of train.param. Repeatable; "
+             "an unknown name is an error"),
+    cl::value_desc("NAME,..."), cl::CommaSeparated, cl::cat(category));
 
 static cl::opt<std::string> inputFilename(cl::Positional,
                                           cl::desc("<model.onnx|.onnxtext>"),
@@ -99,6 +113,10 @@ int main(int argc, char **argv) {
     WithColor::error(errs(), "spillway-translate") << msg << "\n";
     return 1;
   };
+  if (listSupportedOps) {
+    spillway::printSupportedONNXOps(llvm::outs());
+    return 0;
+  }
   if (!importONNX)
     return fail("choose a translation: --import-onnx");
   if (inputFilename.empty())
@@ -114,6 +132,8 @@ int main(int argc, char **argv) {
     return fail("--max-inline-constant-elements must be positive");
   opts.forwardOnly = forwardOnly;
   opts.maxInlineConstantElements = maxInlineConstantElements;
+  opts.constantInitializers.assign(constantInitializers.begin(),
+                                   constantInitializers.end());
   spillway::setDefaultWeightsPaths(outputFilename, inputFilename, opts);
   if (!weightsOut.empty()) {
     opts.weightsPath = weightsOut;

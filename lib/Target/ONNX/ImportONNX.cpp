@@ -11,7 +11,9 @@
 // the importer evaluates it (`Importer::fold`) so that only real compute
 // reaches the IR. Constants that real compute consumes become train.constant.
 // Float initializers are parameters and never fold: their values change as the
-// model trains.
+// model trains. The exception is those the user names frozen
+// (`constantInitializers`: buffers such as a rotary inv_freq), which are
+// constants like the integer ones.
 //
 // libonnx 1.12 knows default-domain opsets only up to 17, so nothing here uses
 // its schemas, checker or shape inference: only the protobuf classes and the
@@ -53,8 +55,27 @@ namespace onnxpb = ::onnx;
 
 namespace {
 
-constexpr int64_t kMinOpset = 13;
-constexpr int64_t kMaxOpset = 21;
+// Default-domain opsets. From 7 (numpy broadcasting in the elementwise ops)
+// the mapped ops differ from their current form only in ways the importer
+// handles: attribute-borne axes/splits (before 13, or 18 for ReduceMean/Max),
+// Softmax's 2-D coercion (before 13), Dropout's ratio attribute (before 12).
+// Ops that appear later, or whose older versions differ (Slice before 10
+// took attributes), have their own floor, `kOpMinOpset`. Above 21, to onnx
+// 1.23's 28, the mapped ops changed only by admitting new element types, plus
+// attributes that apply to none of ours: Cast/CastLike `round_mode`
+// (float8e8m0 targets only) and Range `stash_type` (float16/bfloat16 only).
+// ReduceMax 20 admits bool, which the importer maps.
+constexpr int64_t kMinOpset = 7;
+constexpr int64_t kMaxOpset = 28;
+const llvm::StringMap<int64_t> kOpMinOpset = {
+    {"Expand", 8},       {"ConstantOfShape", 9},
+    {"Erf", 9},          {"Where", 9},
+    {"Slice", 10},       {"Range", 11},
+    {"SplitToSequence", 11}, {"SequenceAt", 11},
+    {"SoftmaxCrossEntropyLoss", 12}, {"GreaterOrEqual", 12},
+    {"LessOrEqual", 12}, {"Trilu", 14},
+    {"CastLike", 15},    {"LayerNormalization", 17},
+    {"Gelu", 20}};
 constexpr int64_t kWeightsAlignment = 64;
 
 const char *const kSupportedOps =
@@ -63,9 +84,9 @@ const char *const kSupportedOps =
     "Gelu, Gemm, Greater, GreaterOrEqual, Identity, LayerNormalization, Less, "
     "LessOrEqual, Log, MatMul, Mul, Neg, Not (constant), Or (constant), Pow, "
     "Range (constant), Reciprocal, ReduceMax, ReduceMean, ReduceSum, Relu, "
-    "Reshape, Shape, Sigmoid, Sin, Slice, Softmax, SoftmaxCrossEntropyLoss, "
-    "Split, Sqrt, Squeeze, Sub, Tanh, Transpose, Trilu (constant), Unsqueeze, "
-    "Where";
+    "Reshape, SequenceAt, Shape, Sigmoid, Sin, Slice, Softmax, "
+    "SoftmaxCrossEntropyLoss, Split, SplitToSequence, Sqrt, Squeeze, Sub, "
+    "Tanh, Transpose, Trilu (constant), Unsqueeze, Where";
 
 std::string shapeStr(ArrayRef<int64_t> shape) {
   std::string s = "[";
@@ -276,6 +297,17 @@ private:
                                  ArrayRef<int64_t> in);
   FailureOr<SmallVector<SliceSpec>> splitSpecs(const onnxpb::NodeProto &node,
                                                ArrayRef<int64_t> in);
+  /// A SplitToSequence result: its parts as slices of the source tensor.
+  /// Sequences exist only at import time; SequenceAt with a constant
+  /// position picks one part.
+  struct Sequence {
+    std::string source;
+    SmallVector<SliceSpec> parts;
+    int64_t squeezeAxis = -1; // parts lose this axis (keepdims = 0)
+  };
+  FailureOr<Sequence> splitToSequence(const onnxpb::NodeProto &node,
+                                      ArrayRef<int64_t> in);
+  LogicalResult importSequenceAt(const onnxpb::NodeProto &node, Location loc);
   FailureOr<int32_t> castTarget(const onnxpb::NodeProto &node);
 
   //===--- folding ---===//
@@ -310,8 +342,10 @@ private:
   llvm::StringMap<train::ParamOp> params;
   llvm::StringMap<ConstTensor> consts;
   llvm::StringMap<Value> values;
+  llvm::StringMap<Sequence> sequences;
   llvm::StringSet<> usedNames;
   llvm::StringSet<> usedBindings;
+  llvm::StringSet<> constantInitializers; // opts.constantInitializers
   /// Outputs of nodes whose inputs were all constant but whose result was
   /// too large to evaluate (--max-inline-constant-elements).
   llvm::StringSet<> unfoldedConstants;
@@ -479,9 +513,10 @@ LogicalResult Importer::declareInitializer(const onnxpb::TensorProto &t) {
     return error() << "an initializer has no name";
   if (isKnown(t.name()))
     return error() << "initializer '" << t.name() << "' is defined twice";
-  if (t.data_type() != onnxpb::TensorProto::FLOAT) {
+  if (t.data_type() != onnxpb::TensorProto::FLOAT ||
+      constantInitializers.contains(t.name())) {
     // Integer and bool initializers are constants (shapes, axes, index
-    // tables, masks).
+    // tables, masks), and so are the float ones the user froze.
     auto c = toConst(t, "initializer");
     if (failed(c))
       return failure();
@@ -974,6 +1009,24 @@ FailureOr<SliceSpec> Importer::sliceSpec(const onnxpb::NodeProto &node,
   return spec;
 }
 
+/// Consecutive slices of `in` along `axis` with the given sizes.
+static SmallVector<SliceSpec> slicesAlong(ArrayRef<int64_t> in, int64_t axis,
+                                         ArrayRef<int64_t> sizes) {
+  SmallVector<SliceSpec> specs;
+  int64_t offset = 0;
+  for (int64_t s : sizes) {
+    SliceSpec spec;
+    spec.starts.assign(in.size(), 0);
+    spec.steps.assign(in.size(), 1);
+    spec.shape.assign(in.begin(), in.end());
+    spec.starts[axis] = s ? offset : 0;
+    spec.shape[axis] = s;
+    offset += s;
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
 /// Split's outputs as slices: sizes from the `split` input (opset 13+) or
 /// attribute, else `num_outputs` (opset 18+, the last part may be smaller),
 /// else equal parts, one per output.
@@ -1028,19 +1081,62 @@ Importer::splitSpecs(const onnxpb::NodeProto &node, ArrayRef<int64_t> in) {
                            << total << ", but dimension " << axis
                            << " has size " << d,
            failure();
-  SmallVector<SliceSpec> specs;
-  int64_t offset = 0;
-  for (int64_t s : sizes) {
-    SliceSpec spec;
-    spec.starts.assign(rank, 0);
-    spec.steps.assign(rank, 1);
-    spec.shape.assign(in.begin(), in.end());
-    spec.starts[axis] = s ? offset : 0;
-    spec.shape[axis] = s;
-    offset += s;
-    specs.push_back(std::move(spec));
+  return slicesAlong(in, axis, sizes);
+}
+
+/// SplitToSequence's parts: sizes from the `split` input (a scalar: chunks of
+/// that size, the last one smaller; 1-D: the sizes), else parts of size 1,
+/// whose axis goes away unless `keepdims`.
+FailureOr<Importer::Sequence>
+Importer::splitToSequence(const onnxpb::NodeProto &node,
+                          ArrayRef<int64_t> in) {
+  SmallVector<int64_t> axisVec = {intAttr(node, "axis", 0)};
+  if (failed(normalizeAxes(axisVec, in.size(), [&] { return nodeError(node); })))
+    return failure();
+  int64_t axis = axisVec[0], d = in[axis];
+  Sequence seq;
+  SmallVector<int64_t> sizes;
+  if (!hasInput(node, 1)) {
+    sizes.assign(d, 1);
+    seq.squeezeAxis = intAttr(node, "keepdims", 1) == 0 ? axis : -1;
+  } else {
+    auto split = constInput(node, 1, "split");
+    if (failed(split))
+      return failure();
+    const ConstTensor &c = **split;
+    if (c.isFloat() || c.isBool() || c.shape.size() > 1)
+      return nodeError(node) << "split '" << node.input(1)
+                             << "' must be an integer scalar or 1-D tensor, "
+                                "got "
+                             << shapeStr(c.shape) << " of "
+                             << dtypeName(c.dtype),
+             failure();
+    if (c.shape.empty()) {
+      int64_t chunk = c.ints[0];
+      if (chunk <= 0)
+        return nodeError(node) << "split size " << chunk
+                               << " must be positive",
+               failure();
+      for (int64_t left = d; left > 0; left -= chunk)
+        sizes.push_back(std::min(chunk, left));
+    } else {
+      sizes.assign(c.ints.begin(), c.ints.end());
+      int64_t total = 0;
+      for (int64_t s : sizes) {
+        if (s < 0)
+          return nodeError(node) << "split size " << s << " is negative",
+                 failure();
+        total += s;
+      }
+      if (total != d)
+        return nodeError(node) << "split sizes " << shapeStr(sizes)
+                               << " sum to " << total << ", but dimension "
+                               << axis << " has size " << d,
+               failure();
+    }
   }
-  return specs;
+  seq.parts = slicesAlong(in, axis, sizes);
+  return seq;
 }
 
 FailureOr<int32_t> Importer::castTarget(const onnxpb::NodeProto &node) {
@@ -1172,7 +1268,20 @@ static std::optional<T> applyBinary(BinaryKind k, T a, T b) {
     }
     return a / b;
   case BinaryKind::Pow:
-    return (T)std::pow(a, b);
+    if constexpr (std::is_integral_v<T>) {
+      // By squaring, wrapping like the runtime; numpy refuses b < 0.
+      if (b < 0)
+        return std::nullopt;
+      uint64_t r = 1, base = (uint64_t)a;
+      for (uint64_t e = (uint64_t)b; e; e >>= 1) {
+        if (e & 1)
+          r *= base;
+        base *= base;
+      }
+      return (T)r;
+    } else {
+      return (T)std::pow(a, b);
+    }
   case BinaryKind::Equal:
     return a == b;
   case BinaryKind::Less:
@@ -1205,6 +1314,16 @@ static std::optional<float (*)(float)> unaryFloatFn(StringRef op) {
       .Case("Tanh", [](float x) { return std::tanh(x); })
       .Case("Relu", [](float x) { return x > 0.0f ? x : 0.0f; })
       .Default(std::nullopt);
+}
+
+static ConstTensor sliceConst(const ConstTensor &x, const SliceSpec &spec) {
+  SmallVector<int64_t> strides = stridesOf(x.shape), step(strides);
+  int64_t base = 0;
+  for (size_t d = 0; d < strides.size(); ++d) {
+    base += spec.starts[d] * strides[d];
+    step[d] = spec.steps[d] * strides[d];
+  }
+  return x.take(spec.shape, stridedSources(spec.shape, base, step));
 }
 
 /// `c` converted to `to` as ONNX Cast does (float -> int truncates).
@@ -1264,6 +1383,10 @@ LogicalResult Importer::evaluate(const onnxpb::NodeProto &node,
           !r || !r->isFloat() || r->floats.size() != 1 || r->floats[0] != 0)
         return decline();
     out.push_back(x);
+    if (node.output_size() > 1) { // the mask: nothing dropped
+      out.emplace_back(onnxpb::TensorProto::BOOL, x.shape);
+      std::fill(out.back().ints.begin(), out.back().ints.end(), 1);
+    }
     return success();
   }
   if (op == "Cast" || op == "CastLike") {
@@ -1305,8 +1428,16 @@ LogicalResult Importer::evaluate(const onnxpb::NodeProto &node,
   }
   if (auto kind = binaryKind(op)) {
     ConstTensor a = x, b = *in[1];
-    if (*kind == BinaryKind::Pow && a.isFloat() && !b.isFloat())
-      b = castConst(b, onnxpb::TensorProto::FLOAT);
+    // Pow's exponent may have another type (see importNode); an integer
+    // base with a float exponent is computed in float and truncated.
+    int32_t powResult = a.dtype;
+    if (*kind == BinaryKind::Pow && !a.isBool() && !b.isBool() &&
+        a.dtype != b.dtype) {
+      if (b.isFloat())
+        a = castConst(a, onnxpb::TensorProto::FLOAT);
+      else
+        b = castConst(b, a.dtype);
+    }
     if (a.dtype != b.dtype)
       return nodeError(node) << "operand element types differ ("
                              << dtypeName(a.dtype) << " vs "
@@ -1337,9 +1468,14 @@ LogicalResult Importer::evaluate(const onnxpb::NodeProto &node,
       }
       auto v = applyBinary<int64_t>(*kind, a.ints[sa[k]], b.ints[sb[k]]);
       if (!v)
-        return nodeError(node) << "integer division by zero";
+        return nodeError(node)
+               << (*kind == BinaryKind::Pow
+                       ? "integers to negative integer powers are not allowed"
+                       : "integer division by zero");
       r.ints[k] = wrapInt(r.dtype, *v);
     }
+    if (r.dtype != powResult && *kind == BinaryKind::Pow)
+      r = castConst(r, powResult);
     out.push_back(std::move(r));
     return success();
   }
@@ -1464,26 +1600,15 @@ LogicalResult Importer::evaluate(const onnxpb::NodeProto &node,
     auto spec = sliceSpec(node, x.shape);
     if (failed(spec))
       return failure();
-    SmallVector<int64_t> strides = stridesOf(x.shape), step(strides);
-    int64_t base = 0;
-    for (size_t d = 0; d < strides.size(); ++d) {
-      base += spec->starts[d] * strides[d];
-      step[d] = spec->steps[d] * strides[d];
-    }
-    out.push_back(x.take(spec->shape, stridedSources(spec->shape, base, step)));
+    out.push_back(sliceConst(x, *spec));
     return success();
   }
   if (op == "Split") {
     auto specs = splitSpecs(node, x.shape);
     if (failed(specs))
       return failure();
-    SmallVector<int64_t> strides = stridesOf(x.shape);
-    for (const SliceSpec &spec : *specs) {
-      int64_t base = 0;
-      for (size_t d = 0; d < strides.size(); ++d)
-        base += spec.starts[d] * strides[d];
-      out.push_back(x.take(spec.shape, stridedSources(spec.shape, base, strides)));
-    }
+    for (const SliceSpec &spec : *specs)
+      out.push_back(sliceConst(x, spec));
     return success();
   }
   if (op == "Transpose") {
@@ -1641,7 +1766,10 @@ LogicalResult Importer::importConstant(const onnxpb::NodeProto &node) {
 LogicalResult Importer::importReduce(const onnxpb::NodeProto &node,
                                      Location loc) {
   StringRef op = node.op_type();
-  auto input = requireFloat(node, 0, "input");
+  // ReduceMax takes every element type (bool since opset 20); the others
+  // reduce float32.
+  auto input = op == "ReduceMax" ? getValue(node, 0)
+                                 : requireFloat(node, 0, "input");
   if (failed(input))
     return failure();
   // ReduceSum takes axes as an input from opset 13, the others from 18.
@@ -1666,6 +1794,52 @@ LogicalResult Importer::importReduce(const onnxpb::NodeProto &node,
   return success();
 }
 
+LogicalResult Importer::importSequenceAt(const onnxpb::NodeProto &node,
+                                         Location loc) {
+  auto it = hasInput(node, 0) ? sequences.find(node.input(0)) : sequences.end();
+  if (it == sequences.end())
+    return nodeError(node) << "input sequence '"
+                           << (hasInput(node, 0) ? node.input(0) : "")
+                           << "' is not the output of a SplitToSequence node "
+                              "(the only sequences Spillway imports)";
+  const Sequence &seq = it->second;
+  auto pos = constInput(node, 1, "position");
+  if (failed(pos))
+    return failure();
+  int64_t n = seq.parts.size();
+  if ((*pos)->isFloat() || (*pos)->isBool() || (*pos)->numElements() != 1)
+    return nodeError(node) << "position must be an integer scalar";
+  int64_t p = (*pos)->ints[0];
+  if (p < -n || p >= n)
+    return nodeError(node) << "position " << p
+                           << " out of range for a sequence of " << n
+                           << " tensors";
+  const SliceSpec &spec = seq.parts[p < 0 ? p + n : p];
+  SmallVector<int64_t> shape(spec.shape);
+  if (seq.squeezeAxis >= 0)
+    shape.erase(shape.begin() + seq.squeezeAxis);
+  StringRef out = node.output(0);
+  if (const ConstTensor *c = getConst(seq.source)) {
+    ConstTensor part = sliceConst(*c, spec);
+    part.shape = shape;
+    consts[out] = std::move(part);
+    return success();
+  }
+  auto x = getValue(node, seq.source);
+  if (failed(x))
+    return failure();
+  auto t = cast<RankedTensorType>(x->getType());
+  Value v = *x;
+  if (t.getShape() != ArrayRef<int64_t>(spec.shape))
+    v = train::SliceOp::create(builder, loc, t.clone(spec.shape), v,
+                               builder.getDenseI64ArrayAttr(spec.starts),
+                               builder.getDenseI64ArrayAttr(spec.steps));
+  if (shape != spec.shape)
+    v = train::ReshapeOp::create(builder, loc, t.clone(shape), v);
+  values[out] = v;
+  return success();
+}
+
 LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
   StringRef op = node.op_type();
   if (!isDefaultDomain(node.domain())) {
@@ -1680,20 +1854,39 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
   }
   if (node.output_size() < 1 || node.output(0).empty())
     return nodeError(node) << "has no output";
+  if (auto it = kOpMinOpset.find(op);
+      it != kOpMinOpset.end() && opset < it->second)
+    return nodeError(node) << op << " is not an opset " << opset
+                           << " op; Spillway imports it from opset "
+                           << it->second << " (re-export the model at a "
+                                            "newer opset)";
   for (int i = 1; i < node.output_size(); ++i)
     if (isOutputUsed(node, i) && op != "LayerNormalization" &&
-        op != "SoftmaxCrossEntropyLoss" && op != "Split")
+        op != "SoftmaxCrossEntropyLoss" && op != "Split" && op != "Dropout")
       return nodeError(node) << "output " << i << " ('" << node.output(i)
                              << "') is used but not supported";
   if (op == "Constant")
     return importConstant(node);
+  Location loc = NameLoc::get(builder.getStringAttr(nodeName(node)));
+  if (op == "SplitToSequence") {
+    auto type = inputType(node, 0);
+    if (failed(type))
+      return failure();
+    auto seq = splitToSequence(node, type->getShape());
+    if (failed(seq))
+      return failure();
+    seq->source = node.input(0);
+    sequences[node.output(0)] = std::move(*seq);
+    return success();
+  }
+  if (op == "SequenceAt")
+    return importSequenceAt(node, loc);
   FailureOr<bool> folded = fold(node);
   if (failed(folded))
     return failure();
   if (*folded)
     return success();
 
-  Location loc = NameLoc::get(builder.getStringAttr(nodeName(node)));
   StringRef out = node.output(0);
   auto define = [&](FailureOr<Value> v) -> LogicalResult {
     if (failed(v))
@@ -1772,7 +1965,19 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
                                   "export with dropout disabled "
                                   "(model.eval() or p=0)";
     }
-    return define(getValue(node, 0));
+    auto x = getValue(node, 0);
+    if (failed(x))
+      return failure();
+    if (isOutputUsed(node, 1)) {
+      // The identity drops nothing: the mask is all true.
+      auto type = cast<RankedTensorType>(x->getType())
+                      .clone(builder.getI1Type());
+      OpBuilder::InsertionGuard guard(builder);
+      setInsertionPointToPrologue(builder, builder.getInsertionBlock());
+      values[node.output(1)] = train::ConstantOp::create(
+          builder, loc, DenseElementsAttr::get(type, true));
+    }
+    return define(*x);
   }
   if (op == "Add")
     return binary(train::AddOp());
@@ -1783,25 +1988,50 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
   if (op == "Div")
     return binary(train::DivOp());
   if (op == "Pow") {
-    auto base = requireFloat(node, 0, "base");
-    if (failed(base))
+    // ONNX lets the exponent's type differ from the base's; the result has
+    // the base's type. The reference computes np.power(base, exponent) and
+    // casts to the base type, so an integer base with a float exponent is
+    // computed in float and truncated, and otherwise the exponent is cast to
+    // the base's type.
+    auto base = getValue(node, 0);
+    auto expType = inputType(node, 1);
+    if (failed(base) || failed(expType))
       return failure();
-    if (const ConstTensor *e = hasInput(node, 1) ? getConst(node.input(1))
-                                                 : nullptr;
-        e && !e->isFloat()) {
-      // x ** 2 with an integer exponent: the float exponent computes the same.
-      std::string name = node.input(1) + ".f32";
-      if (!isKnown(name))
-        consts[name] = castConst(*e, onnxpb::TensorProto::FLOAT);
-      auto exp = getValue(node, name);
-      if (failed(exp))
-        return failure();
-      return define(buildInferred<train::PowOp>(node, loc, {*base, *exp}));
+    Type be = cast<RankedTensorType>(base->getType()).getElementType();
+    Type ee = expType->getElementType();
+    if (be.isInteger(1) || ee.isInteger(1))
+      return nodeError(node) << "base and exponent must be numbers, got "
+                             << be << " and " << ee;
+    auto castTo = [&](Value v, Type elt) -> Value {
+      auto t = cast<RankedTensorType>(v.getType());
+      if (t.getElementType() == elt)
+        return v;
+      return train::CastOp::create(builder, loc, t.clone(elt), v);
+    };
+    bool floatPower = !be.isF32() && ee.isF32();
+    std::string expName = node.input(1);
+    if (const ConstTensor *e = getConst(expName);
+        e && ee != be && !floatPower) {
+      // A constant exponent (x ** 2) is cast here, not at run time.
+      int32_t to = be.isF32()         ? onnxpb::TensorProto::FLOAT
+                   : be.isInteger(64) ? onnxpb::TensorProto::INT64
+                                      : onnxpb::TensorProto::INT32;
+      expName += "." + dtypeName(to);
+      if (!isKnown(expName))
+        consts[expName] = castConst(*e, to);
     }
-    auto exp = requireFloat(node, 1, "exponent");
+    auto exp = getValue(node, expName);
     if (failed(exp))
       return failure();
-    return define(buildInferred<train::PowOp>(node, loc, {*base, *exp}));
+    if (floatPower) {
+      auto power = buildInferred<train::PowOp>(node, loc,
+                                               {castTo(*base, ee), *exp});
+      if (failed(power))
+        return failure();
+      return define(castTo(*power, be));
+    }
+    return define(
+        buildInferred<train::PowOp>(node, loc, {*base, castTo(*exp, be)}));
   }
   if (op == "Equal")
     return binary(train::EqualOp());
@@ -1873,22 +2103,61 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
     auto x = requireFloat(node, 0, "input");
     if (failed(x))
       return failure();
-    int64_t axis = intAttr(node, "axis", -1);
-    int64_t rank = cast<RankedTensorType>(x->getType()).getRank();
-    if (train::normalizeAxis(axis, rank) < 0)
+    auto xType = cast<RankedTensorType>(x->getType());
+    int64_t rank = xType.getRank();
+    // Before opset 13 Softmax coerces its input to 2-D [prod(d0..axis-1),
+    // prod(axis..)] (default axis 1) and normalizes the rows.
+    bool coerced = opset < 13;
+    int64_t axis = intAttr(node, "axis", coerced ? 1 : -1);
+    int64_t n = train::normalizeAxis(axis, rank);
+    if (n < 0)
       return nodeError(node) << "axis " << axis << " out of range for rank "
                              << rank;
-    return define(
-        train::SoftmaxOp::create(
-            builder, loc, x->getType(), *x,
-            builder.getIntegerAttr(builder.getIntegerType(64, true), axis))
-            .getResult());
+    auto softmax = [&](Value v, int64_t a) -> Value {
+      return train::SoftmaxOp::create(
+          builder, loc, v.getType(), v,
+          builder.getIntegerAttr(builder.getIntegerType(64, true), a));
+    };
+    if (!coerced || n == rank - 1)
+      return define(softmax(*x, axis));
+    ArrayRef<int64_t> shape = xType.getShape();
+    SmallVector<int64_t> flat = {*numElementsOf(shape.take_front(n)),
+                                 *numElementsOf(shape.drop_front(n))};
+    Value rows = train::ReshapeOp::create(builder, loc, xType.clone(flat), *x);
+    return reshapeTo(softmax(rows, 1), shape);
   }
   if (op == "MatMul") {
     auto a = requireFloat(node, 0, "A"), b = requireFloat(node, 1, "B");
     if (failed(a) || failed(b))
       return failure();
-    return define(buildInferred<train::MatMulOp>(node, loc, {*a, *b}));
+    // numpy semantics for 1-D operands: A [K] is a row [1, K], B [K] a
+    // column [K, 1], and the added dimension leaves the result.
+    auto at = cast<RankedTensorType>(a->getType());
+    auto bt = cast<RankedTensorType>(b->getType());
+    bool rowA = at.getRank() == 1, colB = bt.getRank() == 1;
+    if (!rowA && !colB)
+      return define(buildInferred<train::MatMulOp>(node, loc, {*a, *b}));
+    if (at.getRank() == 0 || bt.getRank() == 0)
+      return nodeError(node) << "operands must not be scalars (got "
+                             << shapeStr(at.getShape()) << " and "
+                             << shapeStr(bt.getShape()) << ")";
+    Value a2 = *a, b2 = *b;
+    if (rowA)
+      a2 = train::ReshapeOp::create(builder, loc,
+                                    at.clone({1, at.getDimSize(0)}), *a);
+    if (colB)
+      b2 = train::ReshapeOp::create(builder, loc,
+                                    bt.clone({bt.getDimSize(0), 1}), *b);
+    auto product = buildInferred<train::MatMulOp>(node, loc, {a2, b2});
+    if (failed(product))
+      return failure();
+    SmallVector<int64_t> shape(
+        cast<RankedTensorType>(product->getType()).getShape());
+    if (colB)
+      shape.pop_back();
+    if (rowA) // [..., 1, N], or [..., 1] once B's column is gone
+      shape.erase(shape.end() - (colB ? 1 : 2));
+    return reshapeTo(*product, shape);
   }
   if (op == "Gemm") {
     auto a = requireFloat(node, 0, "A"), b = requireFloat(node, 1, "B");
@@ -1913,12 +2182,6 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
     return define(buildInferred<train::GemmOp>(node, loc, ops, attrs));
   }
   if (op == "LayerNormalization") {
-    for (int i = 1; i < 3; ++i)
-      if (isOutputUsed(node, i))
-        return nodeError(node) << "output " << i << " ('" << node.output(i)
-                               << "', the saved "
-                               << (i == 1 ? "mean" : "inverse std dev")
-                               << ") is used; Spillway supports only output 0";
     if (intAttr(node, "stash_type", 1) != 1)
       return nodeError(node) << "stash_type must be 1 (float32), got "
                              << intAttr(node, "stash_type", 1);
@@ -1951,12 +2214,53 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
     if (failed(checkShape(*scale, "Scale")) ||
         (bias && failed(checkShape(bias, "B"))))
       return failure();
-    return define(
-        train::LayerNormOp::create(
-            builder, loc, xType, *x, *scale, bias,
-            builder.getIntegerAttr(builder.getIntegerType(64, true), axis),
-            builder.getF32FloatAttr(floatAttr(node, "epsilon", 1e-5f)))
-            .getResult());
+    float epsilon = floatAttr(node, "epsilon", 1e-5f);
+    if (failed(define(
+            train::LayerNormOp::create(
+                builder, loc, xType, *x, *scale, bias,
+                builder.getIntegerAttr(builder.getIntegerType(64, true), axis),
+                builder.getF32FloatAttr(epsilon))
+                .getResult())))
+      return failure();
+    // The saved statistics (outputs 1 and 2), when a later node reads them,
+    // are computed apart from the fused op: Mean = mean(x) and InvStdDev =
+    // 1 / sqrt(mean((x - Mean)^2) + epsilon) over the normalized axes, kept
+    // as size-1 dimensions.
+    if (!isOutputUsed(node, 1) && !isOutputUsed(node, 2))
+      return success();
+    SmallVector<NamedAttribute> reduceAttrs = {
+        builder.getNamedAttr(
+            "axes", builder.getDenseI64ArrayAttr(
+                        llvm::to_vector(llvm::seq<int64_t>(n, xType.getRank())))),
+        builder.getNamedAttr("keepdims", builder.getBoolAttr(true))};
+    auto mean = buildInferred<train::ReduceMeanOp>(node, loc, *x, reduceAttrs);
+    if (failed(mean))
+      return failure();
+    values[node.output(1)] = *mean;
+    if (!isOutputUsed(node, 2))
+      return success();
+    Value centered = train::SubOp::create(builder, loc, xType, *x, *mean);
+    Value square =
+        train::MulOp::create(builder, loc, xType, centered, centered);
+    auto var =
+        buildInferred<train::ReduceMeanOp>(node, loc, square, reduceAttrs);
+    if (failed(var))
+      return failure();
+    Type statType = var->getType();
+    Value eps;
+    {
+      OpBuilder::InsertionGuard guard(builder);
+      setInsertionPointToPrologue(builder, builder.getInsertionBlock());
+      eps = train::ConstantOp::create(
+          builder, loc,
+          DenseElementsAttr::get(
+              RankedTensorType::get({}, builder.getF32Type()), epsilon));
+    }
+    Value shifted = train::AddOp::create(builder, loc, statType, *var, eps);
+    Value stddev = train::SqrtOp::create(builder, loc, statType, shifted);
+    values[node.output(2)] =
+        train::ReciprocalOp::create(builder, loc, statType, stddev);
+    return success();
   }
   if (op == "Gather") {
     auto data = getValue(node, 0);
@@ -2185,6 +2489,36 @@ OwningOpRef<ModuleOp> Importer::import(const onnxpb::ModelProto &model) {
                   builder.getStringAttr(opts.weightsAttr));
   paramBlock = module.getBody();
 
+  for (const std::string &name : opts.constantInitializers) {
+    if (llvm::any_of(graph.initializer(), [&](const onnxpb::TensorProto &t) {
+          return t.name() == name;
+        })) {
+      constantInitializers.insert(name);
+      continue;
+    }
+    // Name the initializers the user may have meant.
+    SmallVector<std::pair<unsigned, StringRef>> close;
+    for (const auto &t : graph.initializer()) {
+      StringRef cand = t.name();
+      unsigned limit = std::max<size_t>(name.size(), cand.size()) / 3;
+      unsigned dist = StringRef(name).edit_distance(cand, true, limit + 1);
+      if (dist <= limit || cand.contains(name) ||
+          (!cand.empty() && StringRef(name).contains(cand)))
+        close.emplace_back(dist, cand);
+    }
+    llvm::sort(close);
+    auto diag = error() << "--constant-initializers: '" << name
+                        << "' is not an initializer of the model";
+    if (close.empty()) {
+      diag << " (it has " << graph.initializer_size() << " initializers)";
+    } else {
+      diag << "; did you mean ";
+      for (auto [i, c] : llvm::enumerate(ArrayRef(close).take_front(5)))
+        diag << (i ? ", " : "") << "'" << c.second << "'";
+      diag << "?";
+    }
+    return nullptr;
+  }
   for (const auto &init : graph.initializer())
     if (failed(declareInitializer(init)))
       return nullptr;
@@ -2386,6 +2720,15 @@ LogicalResult spillway::parseDimBindings(StringRef spec,
     out[name] = n;
   }
   return success();
+}
+
+void spillway::printSupportedONNXOps(llvm::raw_ostream &os) {
+  SmallVector<StringRef> ops;
+  StringRef(kSupportedOps).split(ops, ", ");
+  for (StringRef op : ops) {
+    auto [name, note] = op.split(' ');
+    os << name << (note == "(constant)" ? " constant-only" : "") << "\n";
+  }
 }
 
 void spillway::setDefaultWeightsPaths(StringRef mlirOutputPath,

@@ -378,9 +378,20 @@ train.param @p : tensor<?x3xf32> at 0
 // -----
 
 module {
-  func.func @f(%a: tensor<2x3xi64>, %b: tensor<3xi64>) {
-    // expected-error @+1 {{'train.pow' op expects float operands, got 'i64'}}
-    %0 = train.pow %a, %b : tensor<2x3xi64>, tensor<3xi64> -> tensor<2x3xi64>
+  func.func @f(%a: tensor<2x3xi1>, %b: tensor<3xi1>) {
+    // expected-error @+1 {{'train.pow' op operand #0 must be ranked tensor of 32-bit float or 64-bit signless integer or 32-bit signless integer values, but got 'tensor<2x3xi1>'}}
+    %0 = train.pow %a, %b : tensor<2x3xi1>, tensor<3xi1> -> tensor<2x3xi1>
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%a: tensor<2x3xi64>, %b: tensor<3xf32>) {
+    // expected-error @+2 {{operand element types differ: 'i64' vs 'f32'}}
+    // expected-error @+1 {{failed to infer returned types}}
+    %0 = train.pow %a, %b : tensor<2x3xi64>, tensor<3xf32> -> tensor<2x3xi64>
     return
   }
 }

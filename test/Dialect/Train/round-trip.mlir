@@ -155,6 +155,10 @@ module attributes {train.weights = "m.weights.bin"} {
     %21 = train.slice_grad %20 {starts = array<i64: 1, 7>, steps = array<i64: 1, -3>} : tensor<1x3xf32> -> tensor<2x8xf32>
     // CHECK-NEXT: train.silu_grad %{{.*}}, %{{.*}} : tensor<2x4xf32>
     %22 = train.silu_grad %x, %9 : tensor<2x4xf32>
+    // CHECK-NEXT: train.pow %{{.*}}, %{{.*}} : tensor<2x4xi64>, tensor<2x4xi64> -> tensor<2x4xi64>
+    // CHECK-NEXT: train.reduce_max %{{.*}}, [0] {keepdims = false} : tensor<2x4xi1> -> tensor<4xi1>
+    %23 = train.pow %i, %i : tensor<2x4xi64>, tensor<2x4xi64> -> tensor<2x4xi64>
+    %24 = train.reduce_max %c, [0] {keepdims = false} : tensor<2x4xi1> -> tensor<4xi1>
     return
   }
 

@@ -3,7 +3,8 @@
 // Imports an ONNX model whose first graph output is its scalar loss into a
 // module of `train.param` declarations and one `func.func @main` that
 // computes the loss (or, forward-only, every graph output). Parameter values
-// (float initializers) go to a separate weights file, never into the IR.
+// (float initializers, less those named constant) go to a separate weights
+// file, never into the IR.
 // Shape arithmetic on compile-time constants (Shape, Gather, Concat, Range,
 // Trilu, ...) is evaluated by the importer and never reaches the IR.
 //
@@ -24,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace spillway {
 
@@ -48,6 +50,11 @@ struct ONNXImportOptions {
   /// inlines as a `train.constant` (causal masks are S*S, rotary tables S*D).
   /// Splat constants (all elements equal) are exempt.
   int64_t maxInlineConstantElements = int64_t(1) << 20;
+  /// Float initializers that are not trained (e.g. PyTorch buffers such as a
+  /// rotary `inv_freq`, from `--constant-initializers`): they become
+  /// compile-time constants, which fold like integer initializers, instead of
+  /// `train.param`. A name that is no initializer of the model is an error.
+  std::vector<std::string> constantInitializers;
 };
 
 /// Imports an ONNX model file: binary ModelProto (`.onnx`) or ONNX textual
@@ -57,6 +64,11 @@ struct ONNXImportOptions {
 mlir::OwningOpRef<mlir::ModuleOp>
 importONNXFile(llvm::StringRef path, mlir::MLIRContext &ctx,
                const ONNXImportOptions &opts);
+
+/// Prints the ONNX ops (default domain) the importer maps, one per line;
+/// ops it only evaluates at import time, on constant inputs, are followed by
+/// " constant-only".
+void printSupportedONNXOps(llvm::raw_ostream &os);
 
 /// Parses "a=1,b=2" into `out` (later entries override earlier ones). On
 /// failure sets `error` to a message naming the bad entry.

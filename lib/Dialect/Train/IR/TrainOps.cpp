@@ -240,13 +240,6 @@ TRAIN_BINARY_INFER(DivOp)
 TRAIN_BINARY_INFER(PowOp)
 #undef TRAIN_BINARY_INFER
 
-LogicalResult PowOp::verify() {
-  if (!isa<FloatType>(getType().getElementType()))
-    return emitOpError("expects float operands, got ")
-           << getType().getElementType();
-  return success();
-}
-
 /// Broadcast shape of `operands`, with the given element type.
 static LogicalResult inferBroadcastMany(std::optional<Location> loc,
                                         ValueRange operands, Type elementType,

@@ -79,9 +79,9 @@ def main(kind, out):
                  helper.make_node("SoftmaxCrossEntropyLoss", ["h", "y"], ["loss"])]
         model = mlp_graph([numpy_helper.from_array(w, "fc1.weight")], nodes=nodes)
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    elif kind == "opset12":
+    elif kind.startswith("opset"):  # opsetN: the MLP at opset N
         model = mlp_graph([numpy_helper.from_array(w, "fc1.weight"),
-                           numpy_helper.from_array(b, "fc1.bias")], opset=12)
+                           numpy_helper.from_array(b, "fc1.bias")], opset=int(kind[5:]))
     elif kind == "big-const":
         idx = numpy_helper.from_array(np.arange(5000, dtype=np.int64) % 2, "idx")
         nodes = [helper.make_node("Gather", ["fc1.weight", "idx"], ["g"], name="gather"),

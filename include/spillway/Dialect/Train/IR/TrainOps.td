@@ -167,8 +167,12 @@ def Train_SubOp : Train_BinaryOp<"sub", "Sub">;
 def Train_MulOp : Train_BinaryOp<"mul", "Mul">;
 def Train_DivOp : Train_BinaryOp<"div", "Div">;
 def Train_PowOp : Train_BinaryOp<"pow", "Pow"> {
-  let summary = "elementwise lhs ^ rhs with numpy broadcasting, float only (ONNX Pow)";
-  let hasVerifier = 1;
+  let summary = "elementwise lhs ^ rhs with numpy broadcasting (ONNX Pow)";
+  let description = [{
+    Both operands have one element type (the importer casts ONNX's mixed-type
+    exponents first). Integer powers are exact and wrap on overflow; a
+    negative integer exponent is a runtime error, as in numpy.
+  }];
 }
 
 class Train_CompareOp<string mnemonic, string onnx> : Train_InferOp<mnemonic> {
@@ -280,18 +284,21 @@ def Train_LayerNormOp : Train_Op<"layer_norm", [Pure,
   let hasVerifier = 1;
 }
 
-class Train_ReduceOp<string mnemonic, string onnx> : Train_InferOp<mnemonic> {
+class Train_ReduceOp<string mnemonic, string onnx,
+                     Type tensor = Train_FloatTensor> : Train_InferOp<mnemonic> {
   let summary = "reduce over axes (all axes when empty) (ONNX " # onnx # ")";
-  let arguments = (ins Train_FloatTensor:$input, DenseI64ArrayAttr:$axes,
+  let arguments = (ins tensor:$input, DenseI64ArrayAttr:$axes,
                        DefaultValuedAttr<BoolAttr, "true">:$keepdims);
-  let results = (outs Train_FloatTensor:$result);
+  let results = (outs tensor:$result);
   let assemblyFormat = "$input `,` $axes attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
 }
 
 def Train_ReduceSumOp : Train_ReduceOp<"reduce_sum", "ReduceSum">;
 def Train_ReduceMeanOp : Train_ReduceOp<"reduce_mean", "ReduceMean">;
-def Train_ReduceMaxOp : Train_ReduceOp<"reduce_max", "ReduceMax">;
+// Any element type: bool max is "any" (false < true), over no elements the
+// type's lowest value (false for bool).
+def Train_ReduceMaxOp : Train_ReduceOp<"reduce_max", "ReduceMax", Train_Tensor>;
 
 def Train_ConcatOp : Train_InferOp<"concat"> {
   let summary = "join tensors along an axis (ONNX Concat)";
