@@ -48,6 +48,11 @@ cl::list<std::string>
           cl::desc("Bind symbolic ONNX input dimensions, e.g. "
                    "--bind batch=64,seq=128"),
           cl::value_desc("NAME=INT,..."), cl::cat(category));
+cl::list<std::string> constantInitializers(
+    "constant-initializers", cl::CommaSeparated,
+    cl::desc("ONNX float initializers that are constants, not trainable "
+             "parameters (exported buffers, e.g. a rotary inv_freq)"),
+    cl::value_desc("NAME,..."), cl::cat(category));
 cl::opt<std::string> fusePatterns(
     "fuse-patterns", cl::init("all"),
     cl::desc("Decomposed patterns to replace by fused ops: all, none, or a "
@@ -213,6 +218,8 @@ int main(int argc, char **argv) {
                                             error)))
         return fail(error);
     importOptions.forwardOnly = forwardOnly;
+    importOptions.constantInitializers.assign(constantInitializers.begin(),
+                                              constantInitializers.end());
     importOptions.weightsPath = weightsOut;
     importOptions.weightsAttr =
         llvm::sys::path::filename(weightsOut).str();
@@ -221,9 +228,9 @@ int main(int argc, char **argv) {
     if (!module)
       return 1;
   } else if (hasExtension(inputPath, ".mlir")) {
-    if (!binds.empty())
-      return fail("--bind applies to ONNX inputs; an MLIR model already has "
-                  "static shapes");
+    if (!binds.empty() || !constantInitializers.empty())
+      return fail("--bind and --constant-initializers apply to ONNX inputs; "
+                  "an MLIR model already has static shapes and parameters");
     note("parsing " + inputPath);
     module = parseSourceFile<ModuleOp>(inputPath, sourceMgr, &context);
     if (!module)
