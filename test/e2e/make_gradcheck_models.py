@@ -172,6 +172,16 @@ def softmaxcrossentropyloss(rng):
                 int_inputs={"labels": np.array([3, 0, 4, 1], dtype=np.int64)}, is_loss=True)
 
 
+@case("softmaxcrossentropyloss_weighted_nd",
+      "SoftmaxCrossEntropyLoss mean, class weights [4] and ignore_index=-1: scores [2,4,3] and weights "
+      "initializers, int64 labels [2,3] input, two of them ignored")
+def softmaxcrossentropyloss_weighted_nd(rng):
+    node = helper.make_node("SoftmaxCrossEntropyLoss", ["scores", "labels", "weights"], ["out"], reduction="mean",
+                            ignore_index=-1)
+    return Case([node], {"scores": away_from_zero(rng, (2, 4, 3)), "weights": positive(rng, (4,))},
+                int_inputs={"labels": np.array([[3, -1, 0], [2, 3, -1]], dtype=np.int64)}, is_loss=True)
+
+
 # ---- Ops real exporters emit (issue 3) --------------------------------------
 
 

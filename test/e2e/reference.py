@@ -309,9 +309,10 @@ def _reduce_vjp(is_mean):
 
 
 def _sce_parts(attrs, ins):
+    """ONNX SoftmaxCrossEntropyLoss pieces: scores [N, C, d...], labels
+    [N, d...], optional class weights [C].  `weight` is each item's weight
+    (weights[label], or 1), zero where the label is ignore_index."""
     scores, labels = ins[0], ins[1]
-    if len(ins) > 2 and ins[2] is not None:
-        raise ModelError("SoftmaxCrossEntropyLoss with class weights is not supported")
     reduction = attrs.get("reduction", "mean")
     if reduction not in ("mean", "sum", "none"):
         raise ModelError(f"SoftmaxCrossEntropyLoss reduction={reduction!r} is not an ONNX mode")
@@ -323,35 +324,52 @@ def _sce_parts(attrs, ins):
     shifted = scores - scores.max(axis=1, keepdims=True)
     log_prob = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     onehot = np.moveaxis(np.eye(scores.shape[1], dtype=bool)[safe], -1, 1)
-    return reduction, mask, onehot, log_prob
+    weights = ins[2] if len(ins) > 2 else None
+    class_weight = weights[safe] if weights is not None else np.ones(labels.shape, dtype=scores.dtype)
+    weight = np.where(mask, class_weight, 0).astype(scores.dtype)
+    # ONNX's "mean" divides by the summed weights when there are weights or an
+    # ignore_index, else by the item count (the same when nothing is ignored).
+    return reduction, mask, onehot, log_prob, safe, weight
 
 
 def sce_fwd(attrs, ins):
-    reduction, mask, onehot, log_prob = _sce_parts(attrs, ins)
-    per_item = np.where(mask, -(log_prob * onehot).sum(axis=1), 0).astype(log_prob.dtype)
+    reduction, mask, onehot, log_prob, _, weight = _sce_parts(attrs, ins)
+    nll = -(log_prob * onehot).sum(axis=1)
+    per_item = (weight * nll).astype(log_prob.dtype)
     if reduction == "none":
         loss = per_item
     elif reduction == "sum":
         loss = per_item.sum()
     else:
-        loss = per_item.sum() / int(mask.sum())
+        loss = per_item.sum() / weight.sum()
     return [np.asarray(loss, dtype=log_prob.dtype), log_prob]
 
 
 def sce_vjp(attrs, ins, outs, gouts):
-    reduction, mask, onehot, log_prob = _sce_parts(attrs, ins)
+    reduction, mask, onehot, log_prob, safe, weight = _sce_parts(attrs, ins)
     prob = np.exp(log_prob)
     grad = np.zeros_like(log_prob)
+    dweights = None
+    has_weights = len(ins) > 2 and ins[2] is not None
     if gouts[0] is not None:
-        g = gouts[0]
+        g = np.broadcast_to(gouts[0], mask.shape).astype(log_prob.dtype)
+        nll = -(log_prob * onehot).sum(axis=1)
         if reduction == "mean":
-            g = g / int(mask.sum())
-        coef = np.expand_dims(np.where(mask, np.broadcast_to(g, mask.shape), 0), 1)
-        grad = grad + coef * (prob - onehot)
+            total_weight = weight.sum()
+            g_item = g / total_weight
+            # d(sum(w * nll) / sum(w)) / dw_item = (nll - loss) / sum(w)
+            g_weight = g * (nll - (weight * nll).sum() / total_weight) / total_weight
+        else:
+            g_item = g
+            g_weight = g * nll
+        grad = grad + np.expand_dims(g_item * weight, 1) * (prob - onehot)
+        if has_weights:
+            dweights = np.zeros_like(ins[2])
+            np.add.at(dweights, safe[mask], g_weight[mask])
     if gouts[1] is not None:
         g = gouts[1]
         grad = grad + g - prob * g.sum(axis=1, keepdims=True)
-    return [grad] + [None] * (len(ins) - 1)
+    return [grad, None] + ([dweights] if len(ins) > 2 else [])
 
 
 def _elementwise(fn):
