@@ -14,6 +14,7 @@ PKGS=(
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
   liburing-dev libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
   libgtest-dev zlib1g-dev libzstd-dev
+  clang-22 libclang-rt-22-dev
 )
 
 missing=()

@@ -6,3 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
 ctest --test-dir build --output-on-failure -j2
+# The ONNX importer under libFuzzer (ASan + UBSan) for a bounded time
+# (FUZZ_SECONDS, default 120; 0 skips it).
+if [ "${FUZZ_SECONDS:-120}" != 0 ]; then
+  bash test/fuzz/run-fuzzer.sh
+fi

@@ -396,15 +396,18 @@ LogicalResult Importer::readTensor(const onnxpb::TensorProto &t,
                    << dtypeName(dtype)
                    << "; Spillway supports FLOAT (float32), INT64, INT32 and "
                       "BOOL tensors";
-  int64_t numel = 1;
   for (int64_t d : t.dims()) {
     if (d < 0)
       return error() << what << " '" << t.name() << "' has negative dimension "
                      << d;
     shape.push_back(d);
-    numel *= d;
   }
-  int64_t expected = numel * elementBytes(dtype);
+  std::optional<int64_t> count = numElementsOf(shape);
+  int64_t expected;
+  if (!count || llvm::MulOverflow(*count, elementBytes(dtype), expected))
+    return error() << what << " '" << t.name() << "' of shape "
+                   << shapeStr(shape) << " is too large to address";
+  int64_t numel = *count;
 
   if (t.data_location() == onnxpb::TensorProto::EXTERNAL) {
     std::string location;
@@ -579,6 +582,9 @@ LogicalResult Importer::declareInput(const onnxpb::ValueInfoProto &info,
     usedBindings.insert(param);
     shape.push_back(it->second);
   }
+  if (!numElementsOf(shape))
+    return error() << "input '" << name << "' of shape " << shapeStr(shape)
+                   << " has more elements than fit in 64 bits";
   argTypes.push_back(RankedTensorType::get(shape, elt));
   return success();
 }
@@ -843,7 +849,10 @@ Importer::reshapeShape(const onnxpb::NodeProto &node, ArrayRef<int64_t> in) {
       return nodeError(node) << "shape entry " << i << " is " << d, failure();
     }
     shape.push_back(d);
-    known *= d;
+    if (llvm::MulOverflow(known, d, known))
+      return nodeError(node) << "shape " << shapeStr(*target)
+                             << " has more elements than fit in 64 bits",
+             failure();
   }
   int64_t numel = *numElementsOf(in);
   if (inferIdx >= 0) {
