@@ -180,6 +180,9 @@ def run_one(test, args, workdir):
     graph_inputs = graph_input_names(model)
     graph_outputs = [o.name for o in model.graph.output]
     for k, (inputs, outputs) in enumerate(data_sets):
+        if len(inputs) != len(graph_inputs) or len(outputs) != len(graph_outputs):
+            return "data set %d: %d inputs / %d outputs for a graph with %d / %d" % (
+                k, len(inputs), len(outputs), len(graph_inputs), len(graph_outputs))
         run_cmd = [exe, "--outputs", os.path.join(d, "out%d" % k)]
         for name, value in zip(graph_inputs, inputs):
             path = os.path.join(d, "in%d_%s.npy" % (k, len(run_cmd)))
@@ -190,7 +193,10 @@ def run_one(test, args, workdir):
             return "run: " + (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1]
         for name, expected in zip(graph_outputs, outputs):
             safe = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in name)
-            got = np.load(os.path.join(d, "out%d" % k, safe + ".npy"))[0]
+            path = os.path.join(d, "out%d" % k, safe + ".npy")
+            if not os.path.exists(path):
+                return "output %s: the executable wrote no %s" % (name, path)
+            got = np.load(path)[0]
             if got.shape != expected.shape:
                 return "output %s: shape %s, expected %s" % (name, got.shape, expected.shape)
             if got.dtype != expected.dtype:
@@ -233,8 +239,13 @@ def main():
                 (skipped if why else applicable).append((t, why))
             work_dir = os.path.join(work, str(abs(hash(label))))
             os.makedirs(work_dir)
+            def guarded(test):
+                try:
+                    return test.name, run_one(test, args, work_dir)
+                except Exception as e:  # one broken test must not end the run
+                    return test.name, "runner: %s: %s" % (type(e).__name__, e)
             with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-                results = list(pool.map(lambda tw: (tw[0].name, run_one(tw[0], args, work_dir)), applicable))
+                results = list(pool.map(lambda tw: guarded(tw[0]), applicable))
             failed = [(n, why) for n, why in results if why]
             for n, why in failed:
                 print("FAIL %s: %s" % (n, why))

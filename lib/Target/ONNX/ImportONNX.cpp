@@ -1007,11 +1007,14 @@ FailureOr<SliceSpec> Importer::sliceSpec(const onnxpb::NodeProto &node,
     if (step > 0) {
       start = std::clamp<int64_t>(start, 0, d);
       end = std::clamp<int64_t>(end, 0, d);
-      count = end > start ? (end - start + step - 1) / step : 0;
+      // Written so that no step, however large, overflows.
+      count = end > start ? (end - start - 1) / step + 1 : 0;
     } else {
       start = std::clamp<int64_t>(start, 0, d - 1);
       end = std::clamp<int64_t>(end, -1, d - 1);
-      count = start > end ? (start - end - step - 1) / -step : 0;
+      count = start > end
+                  ? (int64_t)((uint64_t)(start - end - 1) / -(uint64_t)step + 1)
+                  : 0;
     }
     spec.starts[axes[i]] = count ? start : 0;
     spec.steps[axes[i]] = step;
@@ -1265,17 +1268,25 @@ static bool isComparison(BinaryKind k) {
 
 template <typename T>
 static std::optional<T> applyBinary(BinaryKind k, T a, T b) {
+  // Integers wrap like the runtime's kernels (two's complement), computed
+  // unsigned so that folding never overflows a signed type.
+  constexpr bool wraps = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+  using U = std::conditional_t<wraps, std::make_unsigned_t<
+                                          std::conditional_t<wraps, T, int>>,
+                               T>;
   switch (k) {
   case BinaryKind::Add:
-    return a + b;
+    return (T)((U)a + (U)b);
   case BinaryKind::Sub:
-    return a - b;
+    return (T)((U)a - (U)b);
   case BinaryKind::Mul:
-    return a * b;
+    return (T)((U)a * (U)b);
   case BinaryKind::Div:
-    if constexpr (std::is_integral_v<T>) {
+    if constexpr (wraps) {
       if (b == 0)
         return std::nullopt;
+      if (b == -1) // INT_MIN / -1 traps; it wraps to INT_MIN
+        return (T)((U)0 - (U)a);
     }
     return a / b;
   case BinaryKind::Pow:
@@ -1655,17 +1666,23 @@ LogicalResult Importer::evaluate(const onnxpb::NodeProto &node,
       float d = delta.floats[0];
       if (d == 0.0f)
         return nodeError(node) << "delta is 0";
-      count = (int64_t)std::max(
-          std::ceil((limit.floats[0] - x.floats[0]) / d), 0.0f);
+      double n = std::ceil(((double)limit.floats[0] - x.floats[0]) / d);
+      if (!std::isfinite(n) || n > (double)(int64_t(1) << 53))
+        return nodeError(node) << "start, limit and delta give no finite "
+                                  "element count";
+      count = (int64_t)std::max(n, 0.0);
     } else {
       int64_t d = delta.ints[0];
       if (d == 0)
         return nodeError(node) << "delta is 0";
-      int64_t span = limit.ints[0] - x.ints[0];
-      count = std::max<int64_t>(
-          d > 0 ? llvm::divideCeil(std::max<int64_t>(span, 0), d)
-                : llvm::divideCeil(std::max<int64_t>(-span, 0), -d),
-          0);
+      // In 128 bits: limit - start and -delta overflow 64.
+      __int128 span = (__int128)limit.ints[0] - x.ints[0], step = d;
+      if (step < 0) {
+        span = -span;
+        step = -step;
+      }
+      __int128 n = span > 0 ? (span + step - 1) / step : 0;
+      count = n > INT64_MAX ? INT64_MAX : (int64_t)n;
     }
     if (tooBig({count}))
       return nodeError(node) << "produces " << count

@@ -624,3 +624,12 @@ module {
     return
   }
 }
+
+// -----
+
+func.func @slice_step_overflow(%x: tensor<4xf32>) -> tensor<3xf32> {
+  // A step whose multiples wrap around int64 does not sneak past the check.
+  // expected-error @+1 {{'train.slice' op dimension 0: elements 0, -9223372036854775808, ... 0 fall outside [0, 4)}}
+  %s = train.slice %x {starts = array<i64: 0>, steps = array<i64: -9223372036854775808>} : tensor<4xf32> -> tensor<3xf32>
+  return %s : tensor<3xf32>
+}

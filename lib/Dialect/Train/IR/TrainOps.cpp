@@ -542,8 +542,11 @@ static LogicalResult verifySlice(Operation *op, ArrayRef<int64_t> full,
       return op->emitOpError("step of dimension ") << d << " is zero";
     if (part[d] == 0)
       continue;
-    int64_t last = starts[d] + (part[d] - 1) * steps[d];
-    if (starts[d] < 0 || starts[d] >= full[d] || last < 0 || last >= full[d])
+    int64_t last;
+    bool overflow = llvm::MulOverflow(part[d] - 1, steps[d], last) ||
+                    llvm::AddOverflow(last, starts[d], last);
+    if (overflow || starts[d] < 0 || starts[d] >= full[d] || last < 0 ||
+        last >= full[d])
       return op->emitOpError("dimension ")
              << d << ": elements " << starts[d] << ", " << starts[d] + steps[d]
              << ", ... " << last << " fall outside [0, " << full[d] << ")";
