@@ -8,7 +8,7 @@ from lit.llvm.subst import ToolSubst
 config.name = "Spillway"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".onnxtext", ".test"]
-config.excludes = ["Inputs", "CMakeLists.txt", "README.md", "lit.cfg.py", "lit.site.cfg.py"]
+config.excludes = ["Inputs", "fuzz", "CMakeLists.txt", "README.md", "lit.cfg.py", "lit.site.cfg.py"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.spillway_obj_root, "test")
 
