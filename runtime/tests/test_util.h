@@ -25,21 +25,24 @@ inline Tensor f32(const std::vector<int64_t> &dims,
   Tensor t = make(SPW_F32, dims);
   if (int64_t(v.size()) != t->numel)
     throw std::runtime_error("test tensor: wrong number of values");
-  std::memcpy(t->data, v.data(), v.size() * 4);
+  if (!v.empty()) // memcpy from an empty vector's null data() is UB
+    std::memcpy(t->data, v.data(), v.size() * 4);
   return t;
 }
 
 inline Tensor i64(const std::vector<int64_t> &dims,
                   const std::vector<int64_t> &v) {
   Tensor t = make(SPW_I64, dims);
-  std::memcpy(t->data, v.data(), v.size() * 8);
+  if (!v.empty()) // memcpy from an empty vector's null data() is UB
+    std::memcpy(t->data, v.data(), v.size() * 8);
   return t;
 }
 
 inline Tensor i32(const std::vector<int64_t> &dims,
                   const std::vector<int32_t> &v) {
   Tensor t = make(SPW_I32, dims);
-  std::memcpy(t->data, v.data(), v.size() * 4);
+  if (!v.empty()) // memcpy from an empty vector's null data() is UB
+    std::memcpy(t->data, v.data(), v.size() * 4);
   return t;
 }
 
