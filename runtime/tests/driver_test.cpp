@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "executable_fixture.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -21,19 +22,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int rc;
-  std::string out, err;
-};
-
-class Driver : public ::testing::Test {
+class Driver : public ExecutableTest {
 protected:
-  fs::path dir;
+  Driver() : ExecutableTest(SPW_TEST_MODEL_EXE) {}
 
   void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "spw_driver_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir = tmpl;
+    ExecutableTest::SetUp();
     // x: 3 batches of [4,3]; y: 3 batches of [4]; weights: 38 floats.
     auto x = randoms(36, 100);
     write("x.npy", spw::write_npy("<f4", {3, 4, 3}, x.data(), 144));
@@ -44,40 +38,11 @@ protected:
     auto w = randoms(38, 101, -0.7f, 0.7f);
     write("m.weights", std::string(reinterpret_cast<char *>(w.data()), 152));
   }
-  void TearDown() override { fs::remove_all(dir); }
-
-  std::string path(const std::string &name) const { return (dir / name).string(); }
-  void write(const std::string &name, const std::string &bytes) {
-    std::ofstream(path(name), std::ios::binary) << bytes;
-  }
-  std::string read(const std::string &name) const {
-    std::ifstream f(path(name), std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  }
-
-  Result run(const std::string &args, const std::string &env = "",
-             const std::string &exe = SPW_TEST_MODEL_EXE) {
-    std::string cmd = "cd '" + dir.string() + "' && " + env + " '" + exe +
-                      "' " + args + " >stdout.txt 2>stderr.txt";
-    int status = std::system(cmd.c_str());
-    Result r;
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = read("stdout.txt");
-    r.err = read("stderr.txt");
-    return r;
-  }
   Result train(const std::string &extra, const std::string &env = "") {
     return run("--input x=x.npy --input y=y.npy --weights m.weights " + extra,
                env);
   }
 };
-
-#define EXPECT_CONTAINS(hay, needle)                                           \
-  EXPECT_NE((hay).find(needle), std::string::npos)                             \
-      << "expected to find: " << (needle) << "\nin:\n"                         \
-      << (hay)
 
 std::vector<double> json_losses(const std::string &log) {
   std::vector<double> losses;

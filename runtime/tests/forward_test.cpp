@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "executable_fixture.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -22,56 +23,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int rc;
-  std::string out, err;
-};
-
-#define EXPECT_CONTAINS(hay, needle)                                           \
-  EXPECT_NE((hay).find(needle), std::string::npos)                             \
-      << "expected to find: " << (needle) << "\nin:\n"                         \
-      << (hay)
-
-class Forward : public ::testing::Test {
+class Forward : public ExecutableTest {
 protected:
-  fs::path dir;
+  Forward() : ExecutableTest(SPW_FORWARD_MODEL_EXE) {}
   std::vector<float> x, w; // 3 batches of [2,4]; w [4,3] then b [3]
 
   void SetUp() override {
-    std::string tmpl =
-        (fs::temp_directory_path() / "spw_forward_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir = tmpl;
+    ExecutableTest::SetUp();
     x = randoms(24, 200, -2, 2);
     x[0] = 100; // logits far from 0 in batch 0: mask/rowmax are robust
     write("x.npy", spw::write_npy("<f4", {3, 2, 4}, x.data(), 96));
     w = randoms(15, 201);
     write("m.weights", std::string(reinterpret_cast<char *>(w.data()), 60));
-  }
-  void TearDown() override { fs::remove_all(dir); }
-
-  std::string path(const std::string &name) const {
-    return (dir / name).string();
-  }
-  void write(const std::string &name, const std::string &bytes) {
-    std::ofstream(path(name), std::ios::binary) << bytes;
-  }
-  std::string read(const std::string &name) const {
-    std::ifstream f(path(name), std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  }
-  Result run(const std::string &args, const std::string &env = "",
-             const std::string &exe = SPW_FORWARD_MODEL_EXE) {
-    std::string cmd = "cd '" + dir.string() + "' && " + env + " '" + exe +
-                      "' " + args + " >stdout.txt 2>stderr.txt";
-    int status = std::system(cmd.c_str());
-    Result r;
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = read("stdout.txt");
-    r.err = read("stderr.txt");
-    return r;
   }
   Result forward(const std::string &extra, const std::string &env = "") {
     return run("--input x=x.npy --weights m.weights " + extra, env);
