@@ -6,9 +6,9 @@ whose ops are all ones Spillway imports, and whose tensors are all of dtypes Spi
 (float32, int64, int32, bool), is compiled with `spillwayc --forward` and run
 with `EXE --outputs DIR`; each output is compared with the expected one within
 the ONNX backend tolerance (rtol 1e-3, atol 1e-7; exact for integers and
-booleans). Integer inputs that must be compile-time constants for Spillway
-(shapes, axes, starts; constants in exported models) are frozen into the
-model when a test feeds them as graph inputs. Prints one
+booleans). Inputs the importer reports must be compile-time constants for
+Spillway (shapes, axes, starts; constants in exported models) are frozen into
+the model, one by one, when a test feeds them as graph inputs. Prints one
 line per failure with its reason and finally `N passed, N failed` (and how many
 were not applicable). Exit status 1 when any applicable test fails.
 
@@ -20,6 +20,7 @@ Test sources:
                      Debian's /usr/share/libonnx-testdata/data/node (ONNX 1.12)
 """
 import argparse
+import re
 import concurrent.futures
 import os
 import subprocess
@@ -158,33 +159,32 @@ def graph_input_names(model):
     return [i.name for i in model.graph.input if i.name not in initializers]
 
 
-def freeze_integer_inputs(model, data_sets):
-    """The model with its integer graph inputs turned into initializers (the
-    values of the test data), when every data set feeds the same values.
+CONSTANT_OPERAND = re.compile(r"'([^']+)' must be a compile-time constant")
+
+
+def freeze_input(model, data_sets, name):
+    """The model with graph input `name` turned into an initializer holding
+    the test data's value, when every data set feeds the same value.
 
     Spillway compiles shapes statically: operands such as Reshape's shape or
     ReduceSum's axes must be compile-time constants, as they are in exported
-    models; node tests feed them as graph inputs. Returns None when there is
-    nothing to freeze or the data sets disagree."""
+    models; node tests feed them as graph inputs. Only the inputs the importer
+    names are frozen, so the others still reach the runtime's kernels. Returns
+    None when `name` is no graph input or the data sets disagree."""
     names = graph_input_names(model)
-    frozen = {}
-    for pos, name in enumerate(names):
-        values = [ins[pos] for ins, _ in data_sets]
-        if values[0].dtype.kind not in "iu":
-            continue
-        if any(v.shape != values[0].shape or not np.array_equal(v, values[0]) for v in values[1:]):
-            return None
-        frozen[name] = values[0]
-    if not frozen:
+    if name not in names:
+        return None
+    pos = names.index(name)
+    values = [ins[pos] for ins, _ in data_sets]
+    if any(v.shape != values[0].shape or not np.array_equal(v, values[0]) for v in values[1:]):
         return None
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    keep = [i for i in m.graph.input if i.name not in frozen]
+    keep = [i for i in m.graph.input if i.name != name]
     del m.graph.input[:]
     m.graph.input.extend(keep)
-    m.graph.initializer.extend(numpy_helper.from_array(v, name) for name, v in frozen.items())
-    kept = [n for n in names if n not in frozen]
-    sets = [([ins[names.index(n)] for n in kept], outs) for ins, outs in data_sets]
+    m.graph.initializer.append(numpy_helper.from_array(values[0], name))
+    sets = [([v for k, v in enumerate(ins) if k != pos], outs) for ins, outs in data_sets]
     return m, sets
 
 
@@ -201,11 +201,13 @@ def run_one(test, args, workdir):
     exe = os.path.join(d, "exe")
     model, data_sets = test.model, test.data_sets
     error = compile_model(model, model_path, exe, args)
-    if error and "must be a compile-time constant" in error:
-        frozen = freeze_integer_inputs(model, data_sets)
-        if frozen:
-            model, data_sets = frozen
-            error = compile_model(model, model_path, exe, args)
+    for _ in range(len(graph_input_names(model))):
+        match = error and CONSTANT_OPERAND.search(error)
+        frozen = match and freeze_input(model, data_sets, match.group(1))
+        if not frozen:
+            break
+        model, data_sets = frozen
+        error = compile_model(model, model_path, exe, args)
     if error:
         return "compile: " + error
     graph_inputs = graph_input_names(model)

@@ -1700,7 +1700,11 @@ LogicalResult Importer::evaluate(const onnxpb::NodeProto &node,
       if (r.isFloat())
         r.floats[k] = x.floats[0] + k * delta.floats[0];
       else
-        r.ints[k] = wrapInt(r.dtype, x.ints[0] + k * delta.ints[0]);
+        // start + k * delta is in range (count guarantees it); k * delta
+        // alone may not be, so compute modulo 2^64.
+        r.ints[k] = wrapInt(r.dtype, (int64_t)((uint64_t)x.ints[0] +
+                                                (uint64_t)k *
+                                                    (uint64_t)delta.ints[0]));
     }
     out.push_back(std::move(r));
     return success();
