@@ -412,7 +412,6 @@ LogicalResult Importer::readTensor(const onnxpb::TensorProto &t,
   if (!count || llvm::MulOverflow(*count, elementBytes(dtype), expected))
     return error() << what << " '" << t.name() << "' of shape "
                    << shapeStr(shape) << " is too large to address";
-  int64_t numel = *count;
 
   if (t.data_location() == onnxpb::TensorProto::EXTERNAL) {
     std::string location;
