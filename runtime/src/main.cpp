@@ -786,8 +786,15 @@ int run_forward(spw_ctx *ctx, const Options &o, int64_t steps) {
   }
   std::vector<std::vector<char>> values(ctx->outputs.size());
   if (!paths.empty())
-    for (size_t i = 0; i < ctx->outputs.size(); ++i)
-      values[i].resize(size_t(steps * ctx->outputs[i].value->bytes()));
+    for (size_t i = 0; i < ctx->outputs.size(); ++i) {
+      int64_t total;
+      if (__builtin_mul_overflow(steps, ctx->outputs[i].value->bytes(), &total))
+        fail("--outputs: %lld steps of output '%s' (%lld bytes each) do not "
+             "fit in memory; lower --steps",
+             (long long)steps, ctx->outputs[i].name.c_str(),
+             (long long)ctx->outputs[i].value->bytes());
+      values[i].resize(size_t(total));
+    }
   const int64_t every =
       o.print_every > 0 ? o.print_every : std::max<int64_t>(1, steps / 20);
   const auto t0 = std::chrono::steady_clock::now();
