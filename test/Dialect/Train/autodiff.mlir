@@ -409,8 +409,8 @@ module {
   }
 }
 
-// y = x^e with e active: de = sum_to_shape(dy * y * log x), and x (inactive)
-// gets nothing. Constant exponents fold: d(s^3) = dy * 3 * s^2 with a
+// y = x^e with e active: de = sum_to_shape(dy * y * log x), 0 where x = 0
+// and e >= 0 (as torch), and x (inactive) gets nothing. Constant exponents fold: d(s^3) = dy * 3 * s^2 with a
 // constant 2, and d(a^2) = dy * 2 * a with no pow at all; no log either.
 // CHECK-LABEL: func.func @pow
 // CHECK-SAME:    (%[[X:.*]]: tensor<2x3xf32>)
@@ -424,7 +424,12 @@ module {
 // CHECK-NEXT:    %[[T:.*]] = train.mul %[[DY]], %[[P]]
 // CHECK-NEXT:    %[[LOG:.*]] = train.log %[[X]] : tensor<2x3xf32>
 // CHECK-NEXT:    %[[T2:.*]] = train.mul %[[T]], %[[LOG]]
-// CHECK-NEXT:    %[[DE:.*]] = train.sum_to_shape %[[T2]] : tensor<2x3xf32> -> tensor<3xf32>
+// CHECK-NEXT:    %[[Z:.*]] = train.constant dense<0.000000e+00> : tensor<f32>
+// CHECK-NEXT:    %[[NEG:.*]] = train.less %{{.*}}, %[[Z]] : tensor<3xf32>, tensor<f32> -> tensor<3xi1>
+// CHECK-NEXT:    %[[KEPT:.*]] = train.where %[[NEG]], %[[T2]], %[[Z]]
+// CHECK-NEXT:    %[[AZ:.*]] = train.equal %[[X]], %[[Z]] : tensor<2x3xf32>, tensor<f32> -> tensor<2x3xi1>
+// CHECK-NEXT:    %[[T3:.*]] = train.where %[[AZ]], %[[KEPT]], %[[T2]]
+// CHECK-NEXT:    %[[DE:.*]] = train.sum_to_shape %[[T3]] : tensor<2x3xf32> -> tensor<3xf32>
 // CHECK-NEXT:    %[[E1:.*]] = train.constant dense<2.000000e+00> : tensor<3xf32>
 // CHECK-NEXT:    %[[SQ2:.*]] = train.pow %[[SQ]], %[[E1]]
 // CHECK-NEXT:    %[[U:.*]] = train.mul %[[DY]], %[[THREE]]

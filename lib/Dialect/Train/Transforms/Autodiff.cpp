@@ -304,6 +304,13 @@ FailureOr<SmallVector<Value>> emitGradient(OpBuilder &b, Operation *op,
             if (want(1)) {
               Value t = MulOp::create(b, loc, dy, o.getResult());
               t = MulOp::create(b, loc, t, LogOp::create(b, loc, a));
+              // At a = 0 with e >= 0, y * log a is 0 * -inf; torch defines
+              // the gradient there as 0 (where(a == 0 and e >= 0, 0, t)).
+              Value zero = scalarConstant(b, loc, 0.0f);
+              Value negExp = LessOp::create(b, loc, e, zero);
+              Value kept = WhereOp::create(b, loc, negExp, t, zero);
+              t = WhereOp::create(b, loc, EqualOp::create(b, loc, a, zero),
+                                  kept, t);
               d[1] = sumTo(b, loc, t, e.getType());
             }
             return success();
