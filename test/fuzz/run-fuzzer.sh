@@ -63,7 +63,10 @@ mkdir -p "$artifacts"
 log=build-fuzz/fuzz.log
 # -timeout: an input that takes this long is a hang (a finding), not slowness.
 status=0
+# A fixed seed and input count make a commit's run reproducible (CI fuzzes
+# exactly what was fuzzed before submitting); FUZZ_SEED/FUZZ_RUNS explore more.
 build-fuzz/bin/spillway-onnx-fuzzer "$corpus" \
+  -seed="${FUZZ_SEED:-1}" -runs="${FUZZ_RUNS:-60000}" \
   -max_total_time="$FUZZ_SECONDS" -timeout=30 -rss_limit_mb=4096 \
   -dict=test/fuzz/onnxtext.dict -print_final_stats=1 -print_funcs=0 \
   -artifact_prefix="$artifacts/" >"$log" 2>&1 || status=$?
@@ -79,4 +82,4 @@ if [ "$status" -ne 0 ]; then
   grep -E '^ +#[0-9]+ ' "$log" | head -15 >&2 || true
   exit "$status"
 fi
-echo "run-fuzzer: no crash in ${FUZZ_SECONDS}s: ${execs} inputs (${rate}/s), ${cov}"
+echo "run-fuzzer: no crash: ${execs} inputs (${rate}/s, seed ${FUZZ_SEED:-1}, at most ${FUZZ_SECONDS}s), ${cov}"

@@ -1352,6 +1352,23 @@ static ConstTensor sliceConst(const ConstTensor &x, const SliceSpec &spec) {
   return x.take(spec.shape, stridedSources(spec.shape, base, step));
 }
 
+/// A float converted to the integer type `to` as the runtime's cast kernel
+/// does: truncated toward zero, NaN -> 0, out-of-range values saturate (a C
+/// cast of those is undefined behaviour).
+static int64_t saturatingFloatToInt(int32_t to, float f) {
+  if (!std::isfinite(f) && !std::isinf(f))
+    return 0;
+  bool i32 = to == onnxpb::TensorProto::INT32;
+  double lo = i32 ? (double)INT32_MIN : -9223372036854775808.0;
+  double hi = i32 ? (double)INT32_MAX : 9223372036854775807.0;
+  double t = std::trunc((double)f);
+  if (t <= lo)
+    return i32 ? INT32_MIN : INT64_MIN;
+  if (t >= hi)
+    return i32 ? INT32_MAX : INT64_MAX;
+  return (int64_t)t;
+}
+
 /// `c` converted to `to` as ONNX Cast does (float -> int truncates).
 static ConstTensor castConst(const ConstTensor &c, int32_t to) {
   ConstTensor r(to, c.shape);
@@ -1363,9 +1380,7 @@ static ConstTensor castConst(const ConstTensor &c, int32_t to) {
     else if (r.isBool())
       r.ints[k] = c.floats[k] != 0.0f;
     else
-      r.ints[k] = wrapInt(to, std::isfinite(c.floats[k])
-                                  ? (int64_t)std::trunc(c.floats[k])
-                                  : 0);
+      r.ints[k] = saturatingFloatToInt(to, c.floats[k]);
   }
   return r;
 }
