@@ -1,0 +1,111 @@
+//===- pinned_pool.cpp - the pinned staging pool --------------------------===//
+//
+// One anonymous mapping, populated up front and mlocked where the limit
+// allows, carved first-fit into aligned blocks. Freed blocks are coalesced
+// with their free neighbours so the pool does not fragment over a long run.
+//
+//===----------------------------------------------------------------------===//
+
+#include "storage/io_engine.h"
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <unordered_map>
+
+namespace spw::storage {
+
+struct PinnedPool::Impl {
+  std::mutex mu;
+  std::map<size_t, size_t> free_ranges; // offset -> length, disjoint
+  std::unordered_map<size_t, size_t> used; // offset -> length
+  size_t in_use = 0;
+};
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+PinnedPool::PinnedPool(size_t bytes) : impl_(std::make_unique<Impl>()) {
+  size_t page = size_t(sysconf(_SC_PAGESIZE));
+  size_ = round_up(bytes ? bytes : page, page);
+  void *p = mmap(nullptr, size_, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED)
+    fail("cannot map a pinned staging pool of %zu bytes: %s", size_,
+         strerror(errno));
+  base_ = static_cast<char *>(p);
+  // Without the lock the pages stay populated; registration with a ring
+  // pins them anyway. So a refused mlock is not an error.
+  locked_ = mlock(base_, size_) == 0;
+  impl_->free_ranges.emplace(0, size_);
+}
+
+PinnedPool::~PinnedPool() {
+  if (base_) {
+    if (locked_)
+      munlock(base_, size_);
+    munmap(base_, size_);
+  }
+}
+
+void *PinnedPool::allocate(size_t bytes, size_t align) {
+  if (align < 4096 || (align & (align - 1)))
+    fail("pinned pool: alignment %zu is not a power of two >= 4096", align);
+  bytes = round_up(bytes ? bytes : 1, 4096);
+  auto base = reinterpret_cast<uintptr_t>(base_);
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  auto &fr = impl_->free_ranges;
+  for (auto it = fr.begin(); it != fr.end(); ++it) {
+    size_t start = it->first, len = it->second;
+    size_t a = round_up(base + start, align) - base;
+    if (a + bytes > start + len)
+      continue;
+    fr.erase(it);
+    if (a > start)
+      fr.emplace(start, a - start);
+    if (a + bytes < start + len)
+      fr.emplace(a + bytes, start + len - (a + bytes));
+    impl_->used.emplace(a, bytes);
+    impl_->in_use += bytes;
+    return base_ + a;
+  }
+  return nullptr;
+}
+
+void PinnedPool::free(void *p) {
+  if (!p)
+    return;
+  if (!contains(p, 1))
+    fail("pinned pool: freeing %p, which is not in the pool", p);
+  size_t off = size_t(static_cast<char *>(p) - base_);
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  auto u = impl_->used.find(off);
+  if (u == impl_->used.end())
+    fail("pinned pool: freeing %p, which is not an allocated block", p);
+  size_t len = u->second;
+  impl_->used.erase(u);
+  impl_->in_use -= len;
+  auto &fr = impl_->free_ranges;
+  auto next = fr.lower_bound(off);
+  if (next != fr.end() && next->first == off + len) {
+    len += next->second;
+    next = fr.erase(next);
+  }
+  if (next != fr.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == off) {
+      prev->second += len;
+      return;
+    }
+  }
+  fr.emplace(off, len);
+}
+
+size_t PinnedPool::bytes_in_use() const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  return impl_->in_use;
+}
+
+} // namespace spw::storage

@@ -1,0 +1,155 @@
+//===- scripted_faults.cpp - fault injection from a script ----------------===//
+
+#include "storage/io_engine.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+
+namespace spw::storage {
+
+namespace {
+
+enum class Kind { Short, Zero, Error };
+
+struct Rule {
+  Kind kind;
+  int err = 0;       // for Kind::Error: the errno reported
+  int64_t n = 1;     // the completion it applies to, counted from 1
+  bool onward = false;
+  int only = -1;     // -1: any op; else the IoOp counted
+};
+
+int errno_named(const std::string &s) {
+  if (s == "eio") return EIO;
+  if (s == "enospc") return ENOSPC;
+  if (s == "eagain") return EAGAIN;
+  if (s == "eintr") return EINTR;
+  if (s == "ecanceled") return ECANCELED;
+  if (s == "eperm") return EPERM;
+  if (s == "enosys") return ENOSYS;
+  if (s == "eacces") return EACCES;
+  if (s == "enomem") return ENOMEM;
+  return 0;
+}
+
+} // namespace
+
+struct ScriptedFaults::Impl {
+  std::mutex mu;
+  std::vector<Rule> rules;
+  int ring = 0, reg = 0;         // -errno to inject, or 0
+  int64_t seen[3] = {0, 0, 0};   // completions: reads, writes, all
+  int64_t injected = 0;
+};
+
+ScriptedFaults::ScriptedFaults(const std::string &script)
+    : impl_(std::make_unique<Impl>()) {
+  std::stringstream ss(script);
+  std::string item;
+  auto bad = [&](const char *why) {
+    fail("fault script '%s': rule '%s' %s (rules: short@N, zero@N, eio@N, "
+         "enospc@N, eagain@N, eintr@N, ecanceled@N, optionally N+ and "
+         "/read or /write; ring=eperm|enosys; register=enomem|eperm)",
+         script.c_str(), item.c_str(), why);
+  };
+  while (std::getline(ss, item, ',')) {
+    while (!item.empty() && item.front() == ' ')
+      item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ')
+      item.pop_back();
+    if (item.empty())
+      continue;
+    if (auto eq = item.find('='); eq != std::string::npos) {
+      std::string key = item.substr(0, eq), val = item.substr(eq + 1);
+      int e = errno_named(val);
+      if (key == "ring" && (e == EPERM || e == ENOSYS || e == EACCES))
+        impl_->ring = -e;
+      else if (key == "register" && (e == ENOMEM || e == EPERM))
+        impl_->reg = -e;
+      else
+        bad("is not understood");
+      continue;
+    }
+    auto at = item.find('@');
+    if (at == std::string::npos)
+      bad("has no @N");
+    Rule r;
+    std::string kind = item.substr(0, at), rest = item.substr(at + 1);
+    if (kind == "short")
+      r.kind = Kind::Short;
+    else if (kind == "zero")
+      r.kind = Kind::Zero;
+    else if (int e = errno_named(kind);
+             e == EIO || e == ENOSPC || e == EAGAIN || e == EINTR ||
+             e == ECANCELED) {
+      r.kind = Kind::Error;
+      r.err = e;
+    } else
+      bad("names no known fault");
+    if (auto slash = rest.find('/'); slash != std::string::npos) {
+      std::string op = rest.substr(slash + 1);
+      rest = rest.substr(0, slash);
+      if (op == "read")
+        r.only = int(IoOp::Read);
+      else if (op == "write")
+        r.only = int(IoOp::Write);
+      else
+        bad("has an op other than /read or /write");
+    }
+    if (!rest.empty() && rest.back() == '+') {
+      r.onward = true;
+      rest.pop_back();
+    }
+    char *end = nullptr;
+    long long n = rest.empty() ? 0 : strtoll(rest.c_str(), &end, 10);
+    if (rest.empty() || *end || n < 1)
+      bad("needs a completion number N >= 1 after @");
+    r.n = n;
+    impl_->rules.push_back(r);
+  }
+}
+
+ScriptedFaults::~ScriptedFaults() = default;
+
+int ScriptedFaults::rewrite_completion(const PieceInfo &piece, int res) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  int64_t nop = ++impl_->seen[int(piece.op)];
+  int64_t nall = ++impl_->seen[2];
+  for (const Rule &r : impl_->rules) {
+    int64_t n = r.only < 0 ? nall : r.only == int(piece.op) ? nop : -1;
+    if (n < 0 || !(n == r.n || (r.onward && n > r.n)))
+      continue;
+    int out = res;
+    switch (r.kind) {
+    case Kind::Short:
+      if (res > 0) {
+        out = (res / 2) & ~511;
+        if (out == 0)
+          out = res / 2;
+      }
+      break;
+    case Kind::Zero:
+      out = 0;
+      break;
+    case Kind::Error:
+      out = -r.err;
+      break;
+    }
+    if (out != res)
+      ++impl_->injected;
+    return out;
+  }
+  return res;
+}
+
+int ScriptedFaults::ring_init_result() { return impl_->ring; }
+int ScriptedFaults::register_buffers_result() { return impl_->reg; }
+
+int64_t ScriptedFaults::injected() const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  return impl_->injected;
+}
+
+} // namespace spw::storage

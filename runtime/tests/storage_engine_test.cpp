@@ -1,0 +1,771 @@
+//===- storage_engine_test.cpp - the SSD I/O engine -----------------------===//
+//
+// Data integrity through both backends, striping, priorities, and every
+// fault the kernel can hand back (injected with ScriptedFaults): each case
+// either recovers with the right bytes or fails with an error naming file,
+// offset, length and tensor.
+//
+//===----------------------------------------------------------------------===//
+
+#include "storage/io_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <tuple>
+#include <mutex>
+#include <random>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace spw::storage;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t KiB = 1024, MiB = 1024 * KiB;
+
+// A scratch directory under $TMPDIR (or /tmp), removed afterwards.
+class TempDir {
+public:
+  TempDir() {
+    const char *t = getenv("TMPDIR");
+    std::string tmpl = std::string(t && *t ? t : "/tmp") + "/spw-eng-XXXXXX";
+    if (!mkdtemp(tmpl.data()))
+      throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const std::string &path() const { return path_; }
+  std::string file(const std::string &name) const { return path_ + "/" + name; }
+
+private:
+  std::string path_;
+};
+
+// Page-aligned heap memory (not from a pool).
+struct HeapBuf {
+  explicit HeapBuf(size_t n) : p(static_cast<char *>(std::aligned_alloc(4096, n))) {}
+  ~HeapBuf() { std::free(p); }
+  char *p;
+};
+
+void fill_random(char *p, size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t v = rng();
+    memcpy(p + i, &v, 8);
+  }
+  for (; i < n; ++i)
+    p[i] = char(rng());
+}
+
+// Collects notices instead of printing them.
+struct Notices {
+  std::mutex mu;
+  std::vector<std::string> said;
+  std::function<void(const std::string &)> sink() {
+    return [this](const std::string &m) {
+      std::lock_guard<std::mutex> lk(mu);
+      said.push_back(m);
+    };
+  }
+  int count(const std::string &needle) {
+    std::lock_guard<std::mutex> lk(mu);
+    return int(std::count_if(said.begin(), said.end(), [&](auto &s) {
+      return s.find(needle) != std::string::npos;
+    }));
+  }
+};
+
+std::string error_of(const Token &t) {
+  try {
+    t.wait();
+  } catch (const spw::Error &e) {
+    return e.what();
+  }
+  return {};
+}
+
+template <class F> std::string thrown_by(F &&f) {
+  try {
+    f();
+  } catch (const spw::Error &e) {
+    return e.what();
+  }
+  return {};
+}
+
+// Writes random disjoint extents covering a file (all in flight at once,
+// random priorities), then reads random ranges back concurrently and compares
+// them with the image. `wbuf` and `rbuf` are `size` bytes each.
+void round_trip(IoEngine &eng, FileId f, char *wbuf, char *rbuf, size_t size,
+                uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const size_t a = 4096;
+  for (int round = 0; round < 3; ++round) {
+    fill_random(wbuf, size, seed * 31 + round);
+    std::vector<std::pair<size_t, size_t>> extents;
+    for (size_t off = 0; off < size;) {
+      size_t len = std::min(size - off, (1 + rng() % 96) * a);
+      extents.push_back({off, len});
+      off += len;
+    }
+    std::shuffle(extents.begin(), extents.end(), rng);
+    std::vector<Token> tokens;
+    for (auto [off, len] : extents)
+      tokens.push_back(eng.write(f, off, wbuf + off, len,
+                                 Priority(rng() % kNumPriorities), "image"));
+    for (auto &t : tokens)
+      t.wait();
+    tokens.clear();
+    memset(rbuf, 0xAB, size);
+    // Random, possibly overlapping reads into the matching place of rbuf.
+    std::vector<std::pair<size_t, size_t>> reads;
+    for (int i = 0; i < 64; ++i) {
+      size_t off = (rng() % (size / a)) * a;
+      size_t len = std::min(size - off, (1 + rng() % 200) * a);
+      reads.push_back({off, len});
+      tokens.push_back(eng.read(f, off, rbuf + off, len,
+                                Priority(rng() % kNumPriorities), "image"));
+    }
+    for (auto &t : tokens)
+      t.wait();
+    for (auto [off, len] : reads)
+      ASSERT_EQ(memcmp(rbuf + off, wbuf + off, len), 0)
+          << "round " << round << " read at " << off << " of " << len;
+    // And the whole file once, in one request.
+    memset(rbuf, 0, size);
+    eng.read(f, 0, rbuf, size, Priority::Demand, "image").wait();
+    ASSERT_EQ(memcmp(rbuf, wbuf, size), 0) << "round " << round;
+  }
+}
+
+struct RoundTripCase {
+  Backend backend;
+  bool pool;
+};
+
+class EngineRoundTrip : public ::testing::TestWithParam<RoundTripCase> {};
+
+TEST_P(EngineRoundTrip, RandomExtentsKeepTheirBytes) {
+  TempDir dir;
+  const size_t size = 8 * MiB;
+  PinnedPool pool(2 * size);
+  HeapBuf hw(size), hr(size);
+  char *w = hw.p, *r = hr.p;
+  if (GetParam().pool) {
+    w = static_cast<char *>(pool.allocate(size));
+    r = static_cast<char *>(pool.allocate(size));
+    ASSERT_TRUE(w && r);
+  }
+  EngineConfig cfg;
+  cfg.backend = GetParam().backend;
+  cfg.request_bytes = 128 * KiB;
+  cfg.queue_depth = 8;
+  cfg.pool = &pool;
+  Notices notes;
+  cfg.notice = notes.sink();
+  IoEngine eng(cfg, 2);
+  EXPECT_EQ(eng.backend(), GetParam().backend);
+  EXPECT_EQ(eng.buffers_registered(), GetParam().backend == Backend::Uring);
+  FileId f = eng.open(dir.file("data.bin"), true, 1);
+  EXPECT_EQ(eng.file(f).queue, 1u);
+  round_trip(eng, f, w, r, size, 7 + unsigned(GetParam().backend));
+  EngineStats s = eng.stats();
+  EXPECT_EQ(s.bytes_written, 3 * size);
+  EXPECT_GE(s.bytes_read, 3 * size);
+  EXPECT_GE(s.submissions, s.bytes_written / cfg.request_bytes);
+  EXPECT_EQ(s.resubmits, 0u);
+  EXPECT_TRUE(notes.said.empty()) << notes.said[0];
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, EngineRoundTrip,
+    ::testing::Values(RoundTripCase{Backend::Uring, true},
+                      RoundTripCase{Backend::Uring, false},
+                      RoundTripCase{Backend::Threads, true},
+                      RoundTripCase{Backend::Threads, false}),
+    [](const auto &info) {
+      return std::string(info.param.backend == Backend::Uring ? "Uring"
+                                                              : "Threads") +
+             (info.param.pool ? "Pool" : "Heap");
+    });
+
+// Many threads submitting at once to two files on two queues.
+TEST(EngineConcurrency, ManySubmittersManyRequests) {
+  TempDir dir;
+  for (Backend b : {Backend::Uring, Backend::Threads}) {
+    EngineConfig cfg;
+    cfg.backend = b;
+    cfg.request_bytes = 64 * KiB;
+    cfg.queue_depth = 16;
+    IoEngine eng(cfg, 2);
+    FileId files[2] = {eng.open(dir.file("a.bin"), true, 0),
+                       eng.open(dir.file("b.bin"), true, 1)};
+    const size_t chunk = 96 * KiB, per_thread = 40;
+    const int threads = 4;
+    HeapBuf src(chunk * per_thread * threads), dst(chunk * per_thread * threads);
+    fill_random(src.p, chunk * per_thread * threads, 99);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back([&, t] {
+        std::vector<Token> tok;
+        for (size_t i = 0; i < per_thread; ++i) {
+          size_t k = t * per_thread + i;
+          tok.push_back(eng.write(files[k % 2], k * chunk, src.p + k * chunk,
+                                  chunk, Priority(k % 3), "w"));
+        }
+        for (auto &x : tok)
+          x.wait();
+        tok.clear();
+        for (size_t i = 0; i < per_thread; ++i) {
+          size_t k = t * per_thread + i;
+          tok.push_back(eng.read(files[k % 2], k * chunk, dst.p + k * chunk,
+                                 chunk, Priority(k % 3), "r"));
+        }
+        for (auto &x : tok)
+          x.wait();
+      });
+    for (auto &t : ts)
+      t.join();
+    EXPECT_EQ(memcmp(src.p, dst.p, chunk * per_thread * threads), 0)
+        << backend_name(b);
+    EXPECT_EQ(eng.stats().requests, 2u * per_thread * threads);
+  }
+}
+
+// The destructor waits for what is in flight.
+TEST(EngineConcurrency, DestructorDrains) {
+  TempDir dir;
+  HeapBuf buf(4 * MiB);
+  fill_random(buf.p, 4 * MiB, 3);
+  std::vector<Token> tokens;
+  {
+    EngineConfig cfg;
+    cfg.request_bytes = 256 * KiB;
+    IoEngine eng(cfg);
+    FileId f = eng.open(dir.file("d.bin"), true);
+    for (int i = 0; i < 16; ++i)
+      tokens.push_back(eng.write(f, i * 256 * KiB, buf.p + i * 256 * KiB,
+                                 256 * KiB, Priority::WriteBack, "t"));
+  }
+  for (auto &t : tokens) {
+    EXPECT_TRUE(t.done());
+    EXPECT_EQ(t.error(), "");
+  }
+  EXPECT_EQ(fs::file_size(dir.file("d.bin")), 4 * MiB);
+}
+
+// ---- striping -----------------------------------------------------------------
+
+TEST(SwapSpaceTest, StripesOverDirectoriesAndEachFileGetsItsShare) {
+  TempDir root;
+  std::vector<std::string> dirs;
+  for (int k = 0; k < 3; ++k) {
+    dirs.push_back(root.file("ssd" + std::to_string(k)));
+    fs::create_directory(dirs.back());
+  }
+  EngineConfig cfg;
+  cfg.request_bytes = 256 * KiB;
+  cfg.queue_depth = 8;
+  IoEngine eng(cfg, 3);
+  const uint64_t stripe = cfg.request_bytes;
+  const uint64_t size = 10 * stripe + 8 * KiB; // 11 stripes: 4, 4, 3
+  HeapBuf src(size), dst(size);
+  fill_random(src.p, size, 5);
+  {
+    SwapSpace swap(eng, dirs, size, /*keep_files=*/true);
+    ASSERT_EQ(swap.paths().size(), 3u);
+    EXPECT_EQ(swap.size(), size);
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(swap.paths()[k].rfind(dirs[k] + "/spillway-swap-", 0), 0u);
+      EXPECT_EQ(fs::file_size(swap.paths()[k]), (k < 2 ? 4 : 3) * stripe);
+    }
+    auto segs = swap.map(stripe - 4096, src.p, 2 * stripe);
+    ASSERT_EQ(segs.size(), 3u);
+    EXPECT_EQ(segs[0].offset, stripe - 4096);
+    EXPECT_EQ(segs[0].length, 4096u);
+    EXPECT_EQ(segs[1].offset, 0u);
+    EXPECT_EQ(segs[2].offset, 0u);
+    EXPECT_EQ(segs[2].length, stripe - 4096);
+    EXPECT_NE(segs[1].file, segs[2].file);
+    EXPECT_EQ(eng.file(segs[1].file).queue, 1u);
+    EXPECT_EQ(eng.file(segs[2].file).queue, 2u);
+
+    // Written in a few uneven requests, read back in others.
+    std::vector<Token> t;
+    uint64_t cuts[] = {0, 12 * KiB, stripe + 4 * KiB, 5 * stripe, size};
+    for (int i = 0; i + 1 < 5; ++i)
+      t.push_back(swap.write(cuts[i], src.p + cuts[i], cuts[i + 1] - cuts[i],
+                             Priority::WriteBack, "stripe"));
+    for (auto &x : t)
+      x.wait();
+    swap.read(0, dst.p, size, Priority::Demand, "stripe").wait();
+    EXPECT_EQ(memcmp(src.p, dst.p, size), 0);
+    EXPECT_THROW(swap.read(size - 4096, dst.p, 8192, Priority::Demand, "x"),
+                 spw::Error);
+
+    // Each file holds exactly its stripes.
+    for (int k = 0; k < 3; ++k) {
+      std::vector<char> content(fs::file_size(swap.paths()[k]));
+      int fd = ::open(swap.paths()[k].c_str(), O_RDONLY);
+      ASSERT_GE(fd, 0);
+      ASSERT_EQ(pread(fd, content.data(), content.size(), 0),
+                ssize_t(content.size()));
+      ::close(fd);
+      for (uint64_t s = k, j = 0; s * stripe < size; s += 3, ++j) {
+        uint64_t len = std::min(stripe, size - s * stripe);
+        EXPECT_EQ(memcmp(content.data() + j * stripe, src.p + s * stripe, len),
+                  0)
+            << "file " << k << " stripe " << s;
+      }
+    }
+  }
+  // keep_files leaves them for the caller.
+  for (auto &d : dirs)
+    EXPECT_FALSE(fs::is_empty(d));
+}
+
+TEST(SwapSpaceTest, FilesAreUnlinkedAtOnceByDefault) {
+  TempDir root;
+  EngineConfig cfg;
+  IoEngine eng(cfg);
+  HeapBuf buf(MiB);
+  fill_random(buf.p, MiB, 1);
+  SwapSpace swap(eng, {root.path()}, 4 * MiB);
+  EXPECT_TRUE(fs::is_empty(root.path()));
+  swap.write(MiB, buf.p, MiB, Priority::WriteBack, "t").wait();
+  HeapBuf back(MiB);
+  swap.read(MiB, back.p, MiB, Priority::Demand, "t").wait();
+  EXPECT_EQ(memcmp(buf.p, back.p, MiB), 0);
+}
+
+TEST(SwapSpaceTest, TooLittleSpaceFailsBeforeCreatingAnything) {
+  TempDir root;
+  IoEngine eng(EngineConfig{});
+  uint64_t pib = uint64_t(1) << 50;
+  std::string err = thrown_by([&] { SwapSpace s(eng, {root.path()}, pib); });
+  EXPECT_NE(err.find("swap space needs 1 PiB in '" + root.path() +
+                     "' but only "),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("is free; free space or pass other --ssd directories"),
+            std::string::npos)
+      << err;
+  EXPECT_TRUE(fs::is_empty(root.path()));
+}
+
+TEST(SwapSpaceTest, MissingOrNonDirectoryIsAClearError) {
+  TempDir root;
+  IoEngine eng(EngineConfig{});
+  std::string missing = root.file("nope");
+  std::string err = thrown_by([&] { SwapSpace s(eng, {missing}, MiB); });
+  EXPECT_NE(err.find("'" + missing + "'"), std::string::npos) << err;
+  EXPECT_NE(err.find("No such file or directory"), std::string::npos) << err;
+  std::string plain = root.file("plain");
+  { std::ofstream(plain) << "x"; }
+  err = thrown_by([&] { SwapSpace s(eng, {plain}, MiB); });
+  EXPECT_NE(err.find("'" + plain + "' is not a directory"), std::string::npos)
+      << err;
+}
+
+// ---- priorities ---------------------------------------------------------------
+
+// Holds the worker inside the first completion until the test has queued
+// everything else, then records the order in which pieces complete.
+class Gate : public FaultInjector {
+public:
+  int rewrite_completion(const PieceInfo &p, int res) override {
+    std::unique_lock<std::mutex> lk(mu_);
+    order_.push_back(p.what);
+    if (order_.size() == 1) {
+      cv_.notify_all();
+      cv_.wait(lk, [&] { return open_; });
+    }
+    return res;
+  }
+  void wait_first() {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return !order_.empty(); });
+  }
+  void open() {
+    std::lock_guard<std::mutex> lk(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  std::vector<std::string> order() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return order_;
+  }
+
+private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+  std::vector<std::string> order_;
+};
+
+class EnginePriority : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(EnginePriority, DemandOvertakesPrefetchOvertakesWriteBack) {
+  TempDir dir;
+  Gate gate;
+  EngineConfig cfg;
+  cfg.backend = GetParam();
+  cfg.queue_depth = 1;
+  cfg.request_bytes = 64 * KiB;
+  cfg.faults = &gate;
+  IoEngine eng(cfg);
+  FileId f = eng.open(dir.file("p.bin"), true);
+  ASSERT_EQ(ftruncate(eng.file(f).fd, 16 * 64 * KiB), 0); // reads see data
+  HeapBuf buf(16 * 64 * KiB);
+  memset(buf.p, 7, 16 * 64 * KiB);
+  std::vector<Token> t;
+  t.push_back(eng.write(f, 0, buf.p, 64 * KiB, Priority::WriteBack, "w0"));
+  gate.wait_first(); // the worker now holds w0's completion
+  for (int i = 1; i <= 8; ++i)
+    t.push_back(eng.write(f, i * 64 * KiB, buf.p + i * 64 * KiB, 64 * KiB,
+                          Priority::WriteBack, "w" + std::to_string(i)));
+  t.push_back(eng.read(f, 9 * 64 * KiB, buf.p + 9 * 64 * KiB, 64 * KiB,
+                       Priority::Prefetch, "p1"));
+  t.push_back(eng.read(f, 10 * 64 * KiB, buf.p + 10 * 64 * KiB, 64 * KiB,
+                       Priority::Demand, "d1"));
+  t.push_back(eng.read(f, 11 * 64 * KiB, buf.p + 11 * 64 * KiB, 64 * KiB,
+                       Priority::Prefetch, "p2"));
+  gate.open();
+  eng.drain();
+  std::vector<std::string> want = {"w0", "d1", "p1", "p2", "w1", "w2",
+                                   "w3", "w4", "w5", "w6", "w7", "w8"};
+  EXPECT_EQ(gate.order(), want);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, EnginePriority,
+                         ::testing::Values(Backend::Uring, Backend::Threads),
+                         [](const auto &info) {
+                           return std::string(info.param == Backend::Uring
+                                                  ? "Uring"
+                                                  : "Threads");
+                         });
+
+// ---- faults -------------------------------------------------------------------
+
+struct FaultCase {
+  std::string script;
+  Backend backend;
+};
+
+class EngineRecovers : public ::testing::TestWithParam<FaultCase> {};
+
+// Transient faults are retried or resubmitted; the bytes stay right.
+TEST_P(EngineRecovers, FromTransientFaults) {
+  TempDir dir;
+  ScriptedFaults faults(GetParam().script);
+  PinnedPool pool(4 * MiB);
+  EngineConfig cfg;
+  cfg.backend = GetParam().backend;
+  cfg.request_bytes = 128 * KiB;
+  cfg.queue_depth = 4;
+  cfg.pool = &pool;
+  cfg.faults = &faults;
+  IoEngine eng(cfg);
+  FileId f = eng.open(dir.file("f.bin"), true);
+  const size_t size = 2 * MiB;
+  char *w = static_cast<char *>(pool.allocate(size));
+  char *r = static_cast<char *>(pool.allocate(size));
+  fill_random(w, size, 11);
+  std::vector<Token> t;
+  for (size_t off = 0; off < size; off += 256 * KiB)
+    t.push_back(eng.write(f, off, w + off, 256 * KiB, Priority::WriteBack, "x"));
+  for (auto &x : t)
+    x.wait();
+  t.clear();
+  for (size_t off = 0; off < size; off += 192 * KiB) {
+    size_t len = std::min<size_t>(192 * KiB, size - off);
+    t.push_back(eng.read(f, off, r + off, len, Priority::Demand, "x"));
+  }
+  for (auto &x : t)
+    x.wait();
+  EXPECT_EQ(memcmp(w, r, size), 0);
+  EXPECT_GE(faults.injected(), 4);
+  EXPECT_GE(eng.stats().resubmits, uint64_t(faults.injected()));
+  EXPECT_EQ(eng.stats().bytes_written, size);
+  EXPECT_EQ(eng.stats().bytes_read, size);
+}
+
+std::vector<FaultCase> transient_cases() {
+  std::vector<FaultCase> v;
+  for (std::string k : {"short", "zero", "eagain", "eintr", "ecanceled"})
+    for (Backend b : {Backend::Uring, Backend::Threads})
+      v.push_back({k + "@1," + k + "@5/write," + k + "@2/read," + k +
+                       "@9/read," + k + "@10/read",
+                   b});
+  // Several shorts in a row (a 4 KiB remainder cannot shrink further).
+  v.push_back({"short@3/read,short@4/read,short@5/read,short@6/read",
+               Backend::Uring});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, EngineRecovers, ::testing::ValuesIn(transient_cases()),
+    [](const auto &info) {
+      std::string s = info.param.script.substr(0, info.param.script.find('@'));
+      if (info.param.script.find("@3/read") != std::string::npos)
+        s += "Run";
+      return s + (info.param.backend == Backend::Uring ? "Uring" : "Threads");
+    });
+
+class EngineFails : public ::testing::TestWithParam<Backend> {};
+
+// A hard error names the operation, length, offset, file and tensor.
+TEST_P(EngineFails, HardErrorsNameFileOffsetLengthAndTensor) {
+  TempDir dir;
+  struct Case {
+    std::string script;
+    IoOp op;
+    std::string reason;
+  } cases[] = {
+      {"enospc@1", IoOp::Write, "No space left on device"},
+      {"eio@1/read", IoOp::Read, "Input/output error"},
+      {"eagain@1+", IoOp::Write, "Resource temporarily unavailable"},
+      {"zero@1+/read", IoOp::Read, "no progress"},
+  };
+  HeapBuf buf(4 * MiB);
+  memset(buf.p, 1, 4 * MiB);
+  for (const Case &c : cases) {
+    ScriptedFaults faults(c.script);
+    EngineConfig cfg;
+    cfg.backend = GetParam();
+    cfg.faults = &faults;
+    cfg.retries = 3;
+    IoEngine eng(cfg);
+    std::string path = dir.file("e.bin");
+    FileId f = eng.open(path, true);
+    if (c.op == IoOp::Read) // something to read first
+      eng.write(f, 0, buf.p, 8 * MiB / 2, Priority::Demand, "prep").wait();
+    Token t = c.op == IoOp::Write
+                  ? eng.write(f, 4194304 - 1048576, buf.p, 1048576,
+                              Priority::WriteBack, "layer3.w")
+                  : eng.read(f, 3145728, buf.p, 1048576, Priority::Demand,
+                             "layer3.w");
+    std::string err = error_of(t);
+    std::string op = c.op == IoOp::Write ? "write" : "read";
+    EXPECT_NE(err.find(op + " of 1048576 bytes at offset 3145728 of '" + path +
+                       "' (tensor 'layer3.w') failed: " + c.reason),
+              std::string::npos)
+        << c.script << ": " << err;
+    EXPECT_TRUE(t.done());
+    if (c.script == "zero@1+/read")
+      EXPECT_NE(err.find("shorter than expected"), std::string::npos) << err;
+    if (c.script.back() == '+')
+      EXPECT_NE(err.find("3 retries"), std::string::npos) << err;
+    eng.close(f);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, EngineFails,
+                         ::testing::Values(Backend::Uring, Backend::Threads),
+                         [](const auto &info) {
+                           return std::string(info.param == Backend::Uring
+                                                  ? "Uring"
+                                                  : "Threads");
+                         });
+
+TEST(EngineFallback, RefusedRegistrationUsesPlainBuffersAndSaysSoOnce) {
+  TempDir dir;
+  ScriptedFaults faults("register=enomem");
+  PinnedPool pool(4 * MiB);
+  Notices notes;
+  EngineConfig cfg;
+  cfg.backend = Backend::Uring;
+  cfg.pool = &pool;
+  cfg.faults = &faults;
+  cfg.notice = notes.sink();
+  IoEngine eng(cfg, 2);
+  EXPECT_EQ(eng.backend(), Backend::Uring);
+  EXPECT_FALSE(eng.buffers_registered());
+  EXPECT_EQ(notes.count("unregistered buffers"), 1);
+  EXPECT_EQ(notes.count("Cannot allocate memory"), 1);
+  FileId f = eng.open(dir.file("r.bin"), true, 1);
+  char *w = static_cast<char *>(pool.allocate(MiB));
+  char *r = static_cast<char *>(pool.allocate(MiB));
+  fill_random(w, MiB, 4);
+  eng.write(f, 0, w, MiB, Priority::WriteBack, "t").wait();
+  eng.read(f, 0, r, MiB, Priority::Demand, "t").wait();
+  EXPECT_EQ(memcmp(w, r, MiB), 0);
+}
+
+TEST(EngineFallback, RefusedRingFallsBackToThreadsUnderAuto) {
+  TempDir dir;
+  ScriptedFaults faults("ring=eperm");
+  Notices notes;
+  EngineConfig cfg;
+  cfg.faults = &faults;
+  cfg.notice = notes.sink();
+  IoEngine eng(cfg, 3);
+  EXPECT_EQ(eng.backend(), Backend::Threads);
+  EXPECT_EQ(eng.num_queues(), 3u);
+  EXPECT_EQ(notes.count("io_uring is refused"), 1);
+  EXPECT_EQ(notes.said.size(), 1u);
+  FileId f = eng.open(dir.file("t.bin"), true, 2);
+  HeapBuf w(MiB), r(MiB);
+  fill_random(w.p, MiB, 8);
+  eng.write(f, 0, w.p, MiB, Priority::WriteBack, "t").wait();
+  eng.read(f, 0, r.p, MiB, Priority::Demand, "t").wait();
+  EXPECT_EQ(memcmp(w.p, r.p, MiB), 0);
+}
+
+TEST(EngineFallback, RefusedRingIsAnErrorWhenIoUringIsRequired) {
+  ScriptedFaults faults("ring=eperm");
+  EngineConfig cfg;
+  cfg.backend = Backend::Uring;
+  cfg.faults = &faults;
+  std::string err = thrown_by([&] { IoEngine eng(cfg); });
+  EXPECT_NE(err.find("io_uring is refused"), std::string::npos) << err;
+  EXPECT_NE(err.find("--io-backend threads"), std::string::npos) << err;
+}
+
+TEST(EngineFallback, FaultScriptFromTheEnvironment) {
+  TempDir dir;
+  setenv("SPILLWAY_IO_FAULTS", "eio@1", 1);
+  std::string err;
+  {
+    IoEngine eng(EngineConfig{});
+    unsetenv("SPILLWAY_IO_FAULTS");
+    FileId f = eng.open(dir.file("env.bin"), true);
+    HeapBuf b(4096);
+    err = error_of(eng.write(f, 0, b.p, 4096, Priority::Demand, "envt"));
+  }
+  EXPECT_NE(err.find("Input/output error"), std::string::npos) << err;
+  EXPECT_THROW(ScriptedFaults("eio@0"), spw::Error);
+  EXPECT_THROW(ScriptedFaults("bogus@1"), spw::Error);
+  EXPECT_THROW(ScriptedFaults("ring=enomem"), spw::Error);
+  EXPECT_THROW(ScriptedFaults("short@2/sideways"), spw::Error);
+}
+
+TEST(EngineFallback, TmpfsWorksDirectOrBuffered) {
+  if (!fs::is_directory("/dev/shm"))
+    GTEST_SKIP() << "no /dev/shm";
+  std::string path = "/dev/shm/spw-eng-test-" + std::to_string(getpid());
+  Notices notes;
+  EngineConfig cfg;
+  cfg.notice = notes.sink();
+  {
+    IoEngine eng(cfg);
+    FileId f = eng.open(path, true);
+    // Either tmpfs takes O_DIRECT (Linux >= 6.6) or the engine said it
+    // falls back to buffered I/O.
+    EXPECT_EQ(eng.file(f).direct, notes.count("O_DIRECT") == 0);
+    HeapBuf w(MiB), r(MiB);
+    fill_random(w.p, MiB, 2);
+    eng.write(f, 4096, w.p, MiB, Priority::WriteBack, "t").wait();
+    eng.read(f, 4096, r.p, MiB, Priority::Demand, "t").wait();
+    EXPECT_EQ(memcmp(w.p, r.p, MiB), 0);
+  }
+  unlink(path.c_str());
+}
+
+TEST(EngineValidation, MisalignedRequestsAreRefusedUpFront) {
+  TempDir dir;
+  IoEngine eng(EngineConfig{});
+  std::string path = dir.file("m.bin");
+  FileId f = eng.open(path, true);
+  if (!eng.file(f).direct)
+    GTEST_SKIP() << "no O_DIRECT on " << dir.path();
+  EXPECT_GE(eng.file(f).align, 4096u);
+  HeapBuf b(MiB);
+  for (auto [off, bufoff, len] : {std::tuple<uint64_t, size_t, uint64_t>{100, 0, 4096},
+                                  {0, 512, 4096},
+                                  {0, 0, 1000}}) {
+    std::string err = thrown_by(
+        [&] { eng.write(f, off, b.p + bufoff, len, Priority::Demand, "emb"); });
+    EXPECT_NE(err.find("'" + path + "'"), std::string::npos) << err;
+    EXPECT_NE(err.find("tensor 'emb'"), std::string::npos) << err;
+  }
+  EXPECT_EQ(eng.stats().requests, 0u);
+  EXPECT_THROW(eng.read(f + 7, 0, b.p, 4096, Priority::Demand, "x"), spw::Error);
+  EngineConfig bad;
+  bad.request_bytes = 1000;
+  EXPECT_THROW(IoEngine e(bad), spw::Error);
+  bad.request_bytes = MiB;
+  bad.queue_depth = 0;
+  EXPECT_THROW(IoEngine e(bad), spw::Error);
+}
+
+// ---- pool and helpers ---------------------------------------------------------
+
+TEST(PinnedPoolTest, FirstFitAlignedAndCoalescing) {
+  PinnedPool pool(1 * MiB);
+  EXPECT_EQ(pool.size(), MiB);
+  void *a = pool.allocate(4096);
+  void *b = pool.allocate(64 * KiB, 64 * KiB);
+  void *c = pool.allocate(5000);
+  ASSERT_TRUE(a && b && c);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % (64 * KiB), 0u);
+  EXPECT_TRUE(pool.contains(c, 8192));
+  EXPECT_EQ(pool.bytes_in_use(), 4096 + 64 * KiB + 8192);
+  EXPECT_EQ(pool.allocate(2 * MiB), nullptr);
+  pool.free(b);
+  pool.free(a);
+  pool.free(c);
+  EXPECT_EQ(pool.bytes_in_use(), 0u);
+  // Everything coalesced back into one range.
+  void *all = pool.allocate(MiB);
+  EXPECT_EQ(all, pool.base());
+  pool.free(all);
+  EXPECT_THROW(pool.free(pool.base() + 4096), spw::Error);
+  EXPECT_THROW(pool.allocate(4096, 3000), spw::Error);
+}
+
+TEST(StorageHelpers, SizesAndBackends) {
+  EXPECT_EQ(parse_size("4096", "--x"), 4096u);
+  EXPECT_EQ(parse_size("4G", "--x"), 4ull << 30);
+  EXPECT_EQ(parse_size("512M", "--x"), 512ull << 20);
+  EXPECT_EQ(parse_size("1MiB", "--x"), 1ull << 20);
+  EXPECT_EQ(parse_size("1.5GiB", "--x"), 3ull << 29);
+  EXPECT_EQ(parse_size("64k", "--x"), 64ull << 10);
+  for (const char *bad : {"", "G", "1.2.3", "12X", "-4", "1.3B", "4 G"}) {
+    std::string err = thrown_by([&] { parse_size(bad, "--swap-size"); });
+    EXPECT_NE(err.find("--swap-size"), std::string::npos) << bad;
+  }
+  EXPECT_EQ(human_bytes(17), "17 B");
+  EXPECT_EQ(human_bytes(4096), "4 KiB");
+  EXPECT_EQ(human_bytes(512ull << 20), "512 MiB");
+  EXPECT_EQ(human_bytes(3ull << 29), "1.5 GiB");
+  EXPECT_EQ(parse_backend("uring"), Backend::Uring);
+  EXPECT_EQ(parse_backend("io_uring"), Backend::Uring);
+  EXPECT_EQ(parse_backend("threads"), Backend::Threads);
+  EXPECT_EQ(parse_backend("auto"), Backend::Auto);
+  EXPECT_THROW(parse_backend("aio"), spw::Error);
+  EXPECT_STREQ(backend_name(Backend::Uring), "io_uring");
+}
+
+TEST(CompletionTest, FirstErrorWinsAndWaitThrows) {
+  auto c = std::make_shared<Completion>(2);
+  Token t(c);
+  EXPECT_FALSE(t.done());
+  c->add_pieces(1);
+  c->piece_done("first");
+  c->piece_done("second");
+  EXPECT_FALSE(t.done());
+  std::thread th([&] { c->piece_done(); });
+  EXPECT_THROW(t.wait(), spw::Error);
+  th.join();
+  EXPECT_EQ(t.error(), "first");
+  Token empty;
+  EXPECT_TRUE(empty.done());
+  empty.wait();
+}
+
+} // namespace
