@@ -203,6 +203,35 @@ INSTANTIATE_TEST_SUITE_P(
              (info.param.pool ? "Pool" : "Heap");
     });
 
+// A buffer straddling two registered 1 GiB pieces of the pool is split at
+// the edge (one fixed buffer cannot span two registrations: -EFAULT).
+TEST(EngineRoundTripEdge, BufferAcrossTheRegisteredGiBEdge) {
+  TempDir dir;
+  PinnedPool pool(kMaxRegisteredPiece + 4 * MiB);
+  void *head = pool.allocate(kMaxRegisteredPiece - 2 * MiB);
+  char *w = static_cast<char *>(pool.allocate(4 * MiB));
+  ASSERT_TRUE(head && w);
+  ASSERT_EQ(size_t(w - pool.base()), kMaxRegisteredPiece - 2 * MiB);
+  pool.free(head);
+  char *r = static_cast<char *>(pool.allocate(4 * MiB));
+  ASSERT_EQ(r, pool.base());
+  EngineConfig cfg;
+  cfg.backend = Backend::Uring;
+  cfg.request_bytes = 3 * MiB; // one piece would cross the edge
+  cfg.pool = &pool;
+  IoEngine eng(cfg);
+  ASSERT_TRUE(eng.buffers_registered());
+  FileId f = eng.open(dir.file("edge.bin"), true);
+  fill_random(w, 4 * MiB, 21);
+  eng.write(f, 0, w, 4 * MiB, Priority::WriteBack, "edge").wait();
+  eng.read(f, 0, r, 4 * MiB, Priority::Demand, "edge").wait();
+  EXPECT_EQ(memcmp(w, r, 4 * MiB), 0);
+  memset(w, 0, 4 * MiB);
+  eng.read(f, 0, w, 4 * MiB, Priority::Demand, "edge").wait();
+  EXPECT_EQ(memcmp(w, r, 4 * MiB), 0);
+  EXPECT_EQ(eng.stats().submissions, 6u); // 2 MiB + 2 MiB, then 3 + 1 MiB, 2 + 2 MiB
+}
+
 // Many threads submitting at once to two files on two queues.
 TEST(EngineConcurrency, ManySubmittersManyRequests) {
   TempDir dir;

@@ -298,9 +298,14 @@ struct IoEngine::Impl {
   }
 
   void prep(io_uring &ring, Piece *p, bool fixed) {
-    io_uring_sqe *sqe = io_uring_get_sqe(&ring);
     // The ring has queue_depth + 1 entries and never more than that many
-    // submissions outstanding, so there is always one.
+    // submissions outstanding, so there is always one; submitting what is
+    // queued frees entries should that ever change.
+    io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+    while (!sqe) {
+      io_uring_submit(&ring);
+      sqe = io_uring_get_sqe(&ring);
+    }
     char *buf = p->buf + p->done;
     unsigned len = unsigned(p->length - p->done);
     uint64_t off = p->offset + p->done;
@@ -574,7 +579,13 @@ FileId IoEngine::open(const std::string &path, bool create, unsigned queue) {
     fd = ::open(path.c_str(), flags, 0644);
     if (fd >= 0) {
       direct = false;
-      m.say_once("direct:" + path,
+      // Once per file system: a swap space striped over three tmpfs
+      // directories needs saying only once.
+      struct stat st;
+      std::string fs = fstat(fd, &st) == 0
+                           ? std::to_string(uint64_t(st.st_dev))
+                           : path;
+      m.say_once("direct:" + fs,
                  format("the file system of '%s' refuses O_DIRECT; using "
                         "buffered I/O there",
                         path.c_str()));

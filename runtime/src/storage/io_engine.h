@@ -25,7 +25,10 @@
 //
 // A FaultInjector inside the engine can rewrite completions and refuse ring
 // set-up or registration, so tests can prove that every failure either
-// recovers or surfaces as a clear error.
+// recovers or surfaces as a clear error. When EngineConfig::faults is null
+// and the environment variable SPILLWAY_IO_FAULTS is set (to a ScriptedFaults
+// script, e.g. SPILLWAY_IO_FAULTS=short@3,eio@10/write), the engine injects
+// those faults itself, so whole programs can be tested against them.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPILLWAY_RUNTIME_STORAGE_IO_ENGINE_H
