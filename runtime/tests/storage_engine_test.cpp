@@ -681,6 +681,7 @@ TEST(EngineFallback, FaultScriptFromTheEnvironment) {
   EXPECT_THROW(ScriptedFaults("bogus@1"), spw::Error);
   EXPECT_THROW(ScriptedFaults("ring=enomem"), spw::Error);
   EXPECT_THROW(ScriptedFaults("short@2/sideways"), spw::Error);
+  EXPECT_THROW(ScriptedFaults("direct=eio"), spw::Error);
 }
 
 TEST(EngineFallback, TmpfsWorksDirectOrBuffered) {
@@ -703,6 +704,36 @@ TEST(EngineFallback, TmpfsWorksDirectOrBuffered) {
     EXPECT_EQ(memcmp(w.p, r.p, MiB), 0);
   }
   unlink(path.c_str());
+}
+
+// A file system that refuses O_DIRECT (open: EINVAL) gets buffered I/O, said
+// once per file system; buffered files take any offset and length.
+TEST(EngineFallback, RefusedDirectIoUsesBufferedIo) {
+  TempDir dir;
+  ScriptedFaults faults("direct=einval");
+  Notices notes;
+  EngineConfig cfg;
+  cfg.faults = &faults;
+  cfg.notice = notes.sink();
+  IoEngine eng(cfg);
+  FileId f = eng.open(dir.file("b1.bin"), true);
+  FileId g = eng.open(dir.file("b2.bin"), true);
+  EXPECT_FALSE(eng.file(f).direct);
+  EXPECT_EQ(eng.file(f).align, 1u);
+  EXPECT_EQ(notes.count("refuses O_DIRECT; using buffered I/O"), 1);
+  std::vector<char> w(300000), r(300000);
+  fill_random(w.data(), w.size(), 13);
+  eng.write(g, 77, w.data() + 3, w.size() - 3, Priority::Demand, "t").wait();
+  eng.read(g, 77, r.data() + 3, r.size() - 3, Priority::Demand, "t").wait();
+  EXPECT_EQ(memcmp(w.data() + 3, r.data() + 3, w.size() - 3), 0);
+  // And a swap space there works too.
+  HeapBuf a(MiB), b(MiB);
+  fill_random(a.p, MiB, 17);
+  SwapSpace swap(eng, {dir.path()}, 3 * MiB);
+  swap.write(2 * MiB, a.p, MiB, Priority::WriteBack, "s").wait();
+  swap.read(2 * MiB, b.p, MiB, Priority::Demand, "s").wait();
+  EXPECT_EQ(memcmp(a.p, b.p, MiB), 0);
+  EXPECT_EQ(notes.said.size(), 1u);
 }
 
 TEST(EngineValidation, MisalignedRequestsAreRefusedUpFront) {

@@ -574,7 +574,9 @@ FileId IoEngine::open(const std::string &path, bool create, unsigned queue) {
   Impl &m = *impl_;
   int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
   bool direct = m.cfg.direct;
-  int fd = ::open(path.c_str(), flags | (direct ? O_DIRECT : 0), 0644);
+  int injected = direct && m.cfg.faults ? m.cfg.faults->open_direct_result() : 0;
+  int fd = injected ? (errno = -injected, -1)
+                    : ::open(path.c_str(), flags | (direct ? O_DIRECT : 0), 0644);
   if (fd < 0 && direct && errno == EINVAL) {
     fd = ::open(path.c_str(), flags, 0644);
     if (fd >= 0) {

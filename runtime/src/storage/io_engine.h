@@ -87,6 +87,9 @@ public:
   virtual int ring_init_result() { return 0; }
   // Returns 0, or -errno to make io_uring_register_buffers fail.
   virtual int register_buffers_result() { return 0; }
+  // Returns 0, or -errno to make opening a file with O_DIRECT fail (-EINVAL
+  // is what a file system that refuses O_DIRECT answers).
+  virtual int open_direct_result() { return 0; }
 };
 
 // A FaultInjector driven by a small script, for tests and for the
@@ -100,6 +103,7 @@ public:
 //   X@N/read, X@N/write   count only reads (or writes) for this rule
 //   ring=eperm   io_uring_queue_init fails with -EPERM (also: enosys)
 //   register=enomem  buffer registration fails with -ENOMEM (also: eperm)
+//   direct=einval    opening a file with O_DIRECT fails with -EINVAL
 // Throws spw::Error on a malformed script.
 class ScriptedFaults : public FaultInjector {
 public:
@@ -108,6 +112,7 @@ public:
   int rewrite_completion(const PieceInfo &piece, int res) override;
   int ring_init_result() override;
   int register_buffers_result() override;
+  int open_direct_result() override;
   // Completions rewritten so far.
   int64_t injected() const;
 

@@ -31,6 +31,7 @@ int errno_named(const std::string &s) {
   if (s == "enosys") return ENOSYS;
   if (s == "eacces") return EACCES;
   if (s == "enomem") return ENOMEM;
+  if (s == "einval") return EINVAL;
   return 0;
 }
 
@@ -39,7 +40,7 @@ int errno_named(const std::string &s) {
 struct ScriptedFaults::Impl {
   std::mutex mu;
   std::vector<Rule> rules;
-  int ring = 0, reg = 0;         // -errno to inject, or 0
+  int ring = 0, reg = 0, direct = 0; // -errno to inject, or 0
   int64_t seen[3] = {0, 0, 0};   // completions: reads, writes, all
   int64_t injected = 0;
 };
@@ -51,7 +52,8 @@ ScriptedFaults::ScriptedFaults(const std::string &script)
   auto bad = [&](const char *why) {
     fail("fault script '%s': rule '%s' %s (rules: short@N, zero@N, eio@N, "
          "enospc@N, eagain@N, eintr@N, ecanceled@N, optionally N+ and "
-         "/read or /write; ring=eperm|enosys; register=enomem|eperm)",
+         "/read or /write; ring=eperm|enosys; register=enomem|eperm; "
+         "direct=einval)",
          script.c_str(), item.c_str(), why);
   };
   while (std::getline(ss, item, ',')) {
@@ -68,6 +70,8 @@ ScriptedFaults::ScriptedFaults(const std::string &script)
         impl_->ring = -e;
       else if (key == "register" && (e == ENOMEM || e == EPERM))
         impl_->reg = -e;
+      else if (key == "direct" && e == EINVAL)
+        impl_->direct = -e;
       else
         bad("is not understood");
       continue;
@@ -146,6 +150,7 @@ int ScriptedFaults::rewrite_completion(const PieceInfo &piece, int res) {
 
 int ScriptedFaults::ring_init_result() { return impl_->ring; }
 int ScriptedFaults::register_buffers_result() { return impl_->reg; }
+int ScriptedFaults::open_direct_result() { return impl_->direct; }
 
 int64_t ScriptedFaults::injected() const {
   std::lock_guard<std::mutex> lk(impl_->mu);
