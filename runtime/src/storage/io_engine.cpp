@@ -128,6 +128,7 @@ struct Queue {
   // io_uring backend
   int wake_fd = -1;
   std::atomic<bool> wake_pending{false};
+  std::promise<int> ring_ready; // the worker's ring set-up: < 0 = -errno
   // threads backend
   std::condition_variable cv;
   std::vector<std::thread> threads;
@@ -325,7 +326,8 @@ struct IoEngine::Impl {
     ++submissions;
   }
 
-  void uring_worker(Queue &q, std::promise<int> &init) {
+  void uring_worker(Queue &q) {
+    std::promise<int> &init = q.ring_ready;
     io_uring ring;
     int r = init_ring(ring);
     if (r < 0) {
@@ -453,7 +455,6 @@ struct IoEngine::Impl {
   // ring that could not be set up (the workers are then stopped again).
   int start_uring(unsigned n) {
     queues.clear();
-    std::vector<std::promise<int>> inits(n);
     int first_error = 0;
     registered = cfg.pool && cfg.register_buffers;
     for (unsigned i = 0; i < n; ++i) {
@@ -465,11 +466,10 @@ struct IoEngine::Impl {
     }
     for (unsigned i = 0; i < n; ++i) {
       Queue &q = *queues[i];
-      std::promise<int> &init = inits[i];
-      q.threads.emplace_back([this, &q, &init] { uring_worker(q, init); });
+      q.threads.emplace_back([this, &q] { uring_worker(q); });
     }
-    for (auto &init : inits) {
-      int r = init.get_future().get();
+    for (auto &q : queues) {
+      int r = q->ring_ready.get_future().get();
       if (r < 0 && !first_error)
         first_error = r;
     }
