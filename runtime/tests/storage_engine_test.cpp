@@ -108,8 +108,8 @@ template <class F> std::string thrown_by(F &&f) {
 }
 
 // Writes random disjoint extents covering a file (all in flight at once,
-// random priorities), then reads random ranges back concurrently and compares
-// them with the image. `wbuf` and `rbuf` are `size` bytes each.
+// random priorities), then reads random extents back concurrently and
+// compares them with the image. `wbuf` and `rbuf` are `size` bytes each.
 void round_trip(IoEngine &eng, FileId f, char *wbuf, char *rbuf, size_t size,
                 uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -131,15 +131,19 @@ void round_trip(IoEngine &eng, FileId f, char *wbuf, char *rbuf, size_t size,
       t.wait();
     tokens.clear();
     memset(rbuf, 0xAB, size);
-    // Random, possibly overlapping reads into the matching place of rbuf.
+    // Random disjoint reads (a random part of the file, other cuts than the
+    // writes), all in flight at once.
     std::vector<std::pair<size_t, size_t>> reads;
-    for (int i = 0; i < 64; ++i) {
-      size_t off = (rng() % (size / a)) * a;
+    for (size_t off = 0; off < size;) {
       size_t len = std::min(size - off, (1 + rng() % 200) * a);
-      reads.push_back({off, len});
+      if (rng() % 3)
+        reads.push_back({off, len});
+      off += len;
+    }
+    std::shuffle(reads.begin(), reads.end(), rng);
+    for (auto [off, len] : reads)
       tokens.push_back(eng.read(f, off, rbuf + off, len,
                                 Priority(rng() % kNumPriorities), "image"));
-    }
     for (auto &t : tokens)
       t.wait();
     for (auto [off, len] : reads)
