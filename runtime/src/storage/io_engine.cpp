@@ -255,19 +255,21 @@ struct IoEngine::Impl {
       if (int r = cfg.faults->ring_init_result())
         return r;
     unsigned entries = cfg.queue_depth + 1; // + the wakeup read
-    // As fio: drop the flags the kernel does not know one at a time.
+    // As fio: drop the flags the kernel does not know one at a time
+    // (DEFER_TASKRUN needs SINGLE_ISSUER, so it goes first).
     unsigned flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
                      IORING_SETUP_COOP_TASKRUN;
     const unsigned drop[] = {IORING_SETUP_DEFER_TASKRUN,
                              IORING_SETUP_SINGLE_ISSUER,
-                             IORING_SETUP_COOP_TASKRUN, 0};
+                             IORING_SETUP_COOP_TASKRUN};
+    int r = io_uring_queue_init(entries, &ring, flags);
     for (unsigned d : drop) {
-      int r = io_uring_queue_init(entries, &ring, flags);
-      if (r != -EINVAL || !flags)
-        return r;
+      if (r != -EINVAL)
+        break;
       flags &= ~d;
+      r = io_uring_queue_init(entries, &ring, flags);
     }
-    return io_uring_queue_init(entries, &ring, 0);
+    return r;
   }
 
   // Registers the pool's 1 GiB pieces; false when the ring uses plain
