@@ -775,13 +775,8 @@ class Checkpointer {
 public:
   Checkpointer(spw_ctx *ctx, const Options &o, const AdamWHparams &hp)
       : ctx_(ctx), o_(o), hp_(hp) {
-    storage::EngineConfig cfg;
+    storage::EngineConfig cfg; // SPILLWAY_IO_FAULTS reaches it (tests)
     cfg.backend = o.io_backend;
-    // Test hook of the engine: faults injected into checkpoint I/O.
-    if (const char *f = std::getenv("SPILLWAY_IO_FAULTS"); f && *f) {
-      faults_ = std::make_unique<storage::ScriptedFaults>(f);
-      cfg.faults = faults_.get();
-    }
     try {
       engine_ = std::make_unique<storage::IoEngine>(cfg);
     } catch (const Error &e) {
@@ -893,7 +888,6 @@ private:
   spw_ctx *ctx_;
   const Options &o_;
   AdamWHparams hp_;
-  std::unique_ptr<storage::ScriptedFaults> faults_;
   std::unique_ptr<storage::IoEngine> engine_;
   storage::CheckpointOptions copts_;
 
