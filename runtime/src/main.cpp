@@ -775,17 +775,24 @@ class Checkpointer {
 public:
   Checkpointer(spw_ctx *ctx, const Options &o, const AdamWHparams &hp)
       : ctx_(ctx), o_(o), hp_(hp) {
+    copts_.zstd = o.checkpoint_zstd;
+    copts_.keep = int(o.keep_checkpoints);
+    // Staging buffers for the chunks in flight, registered with the rings.
+    uint64_t raw = 0;
+    for (const ParamInfo &p : ctx->params)
+      raw += 3 * ((uint64_t(p.value->bytes()) + 63) / 64 * 64);
     storage::EngineConfig cfg; // SPILLWAY_IO_FAULTS reaches it (tests)
     cfg.backend = o.io_backend;
     try {
+      pool_ = std::make_unique<storage::PinnedPool>(
+          size_t(storage::checkpoint_staging_bytes(raw, copts_)));
+      cfg.pool = pool_.get();
       engine_ = std::make_unique<storage::IoEngine>(cfg);
     } catch (const Error &e) {
       fail("cannot start the I/O engine for --checkpoint-dir (--io-backend "
            "%s): %s; try --io-backend threads",
            storage::backend_name(o.io_backend), e.what());
     }
-    copts_.zstd = o.checkpoint_zstd;
-    copts_.keep = int(o.keep_checkpoints);
   }
 
   // Loads the newest valid checkpoint (with --resume) and returns its step,
@@ -888,8 +895,9 @@ private:
   spw_ctx *ctx_;
   const Options &o_;
   AdamWHparams hp_;
-  std::unique_ptr<storage::IoEngine> engine_;
   storage::CheckpointOptions copts_;
+  std::unique_ptr<storage::PinnedPool> pool_; // outlives the engine
+  std::unique_ptr<storage::IoEngine> engine_;
 
   void restore(const storage::LoadedCheckpoint &c) {
     const char *other = "; it was written for another model: pass another "

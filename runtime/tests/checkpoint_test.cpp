@@ -192,6 +192,24 @@ TEST_P(CheckpointRoundTrip, EmptyAndChunkSized) {
   expect_same(*c, t);
 }
 
+TEST_P(CheckpointRoundTrip, StagingFromARegisteredPool) {
+  opts.zstd = GetParam();
+  Tensors t = random_tensors(30, 5, 30000);
+  uint64_t raw = 0;
+  for (const std::string &b : t.bytes)
+    raw += (b.size() + 63) / 64 * 64;
+  PinnedPool pool(size_t(checkpoint_staging_bytes(raw, opts)));
+  EngineConfig cfg;
+  cfg.pool = &pool;
+  IoEngine engine(cfg);
+  write(7, t, &engine);
+  EXPECT_EQ(pool.bytes_in_use(), 0u);
+  auto c = load_newest_checkpoint(engine, root(), opts);
+  ASSERT_TRUE(c);
+  expect_same(*c, t);
+  EXPECT_EQ(all_notices(), "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Compression, CheckpointRoundTrip,
                          ::testing::Values(false, true),
                          [](const auto &info) {

@@ -703,6 +703,18 @@ const std::string *LoadedCheckpoint::meta(const std::string &key) const {
   return nullptr;
 }
 
+uint64_t checkpoint_staging_bytes(uint64_t raw_bytes,
+                                  const CheckpointOptions &o) {
+  const uint64_t chunk = round_up(std::max<uint64_t>(o.chunk_bytes, 1), 4096);
+  const uint64_t nchunks = (raw_bytes + chunk - 1) / chunk;
+  const uint64_t slots =
+      std::clamp<uint64_t>(nchunks, 1, std::max(1u, o.in_flight));
+  uint64_t per_slot = chunk;
+  if (o.zstd)
+    per_slot += round_up(ZSTD_compressBound(size_t(chunk)), 4096);
+  return slots * per_slot;
+}
+
 CheckpointWriteResult write_checkpoint(IoEngine &engine,
                                        const std::string &root, int64_t step,
                                        const std::vector<CheckpointTensorRef> &

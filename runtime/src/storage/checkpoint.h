@@ -87,6 +87,12 @@ CheckpointWriteResult write_checkpoint(IoEngine &engine,
                                        const Metadata &metadata,
                                        const CheckpointOptions &options);
 
+// The staging memory write_checkpoint uses for `raw_bytes` of tensors (at
+// 4 KiB alignment): the size of a PinnedPool to give the engine so that the
+// chunk writes use registered buffers.
+uint64_t checkpoint_staging_bytes(uint64_t raw_bytes,
+                                  const CheckpointOptions &options);
+
 // One tensor of a loaded checkpoint; its bytes are at data() + offset.
 struct CheckpointTensor {
   std::string name;
