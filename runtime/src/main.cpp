@@ -259,7 +259,7 @@ Options parse_args(int argc, char **argv) {
     } else if (flag == "--io-backend") {
       try {
         o.io_backend = storage::parse_backend(value);
-      } catch (const Error &e) {
+      } catch (const Error &) {
         throw UsageError(format("invalid value '%s' for --io-backend: "
                                 "expected auto, io_uring or threads",
                                 value.c_str()));
@@ -774,7 +774,7 @@ std::string adamw_string(const AdamWHparams &h) {
 class Checkpointer {
 public:
   Checkpointer(spw_ctx *ctx, const Options &o, const AdamWHparams &hp)
-      : ctx_(ctx), o_(o), hp_(hp) {
+      : ctx_(ctx), o_(o), hp_(hp), inputs_(inputs_digest(ctx)) {
     copts_.zstd = o.checkpoint_zstd;
     copts_.keep = int(o.keep_checkpoints);
     // Staging buffers for the chunks in flight, registered with the rings.
@@ -831,7 +831,7 @@ public:
                    "run\n",
                    c->dir.c_str(), h->c_str(), adamw_string(hp_).c_str());
     if (const std::string *h = c->meta("inputs");
-        h && *h != inputs_digest(ctx_))
+        h && *h != inputs_)
       std::fprintf(stderr,
                    "warning: checkpoint '%s' was written with other --input "
                    "data; this run will not reproduce the interrupted run\n",
@@ -858,7 +858,7 @@ public:
         {"model_fingerprint", model_fingerprint(ctx_)},
         {"parameters", std::to_string(ctx_->params.size())},
         {"adamw", adamw_string(hp_)},
-        {"inputs", inputs_digest(ctx_)},
+        {"inputs", inputs_},
         {"steps", std::to_string(o_.steps)}};
     const auto t0 = std::chrono::steady_clock::now();
     storage::CheckpointWriteResult r = storage::write_checkpoint(
@@ -895,6 +895,7 @@ private:
   spw_ctx *ctx_;
   const Options &o_;
   AdamWHparams hp_;
+  std::string inputs_; // inputs_digest: the inputs do not change
   storage::CheckpointOptions copts_;
   std::unique_ptr<storage::PinnedPool> pool_; // outlives the engine
   std::unique_ptr<storage::IoEngine> engine_;
