@@ -17,6 +17,10 @@
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/Triple.h"
 
+#ifndef SPILLWAY_RUNTIME_LINK_LIBS
+#error "SPILLWAY_RUNTIME_LINK_LIBS (the runtime's libraries) comes from lib/Pipelines/CMakeLists.txt"
+#endif
+
 using namespace mlir;
 
 /// The host target machine, position independent so the object links into a
@@ -104,9 +108,11 @@ LogicalResult spillway::linkExecutable(StringRef objectPath,
             "' not found; pass --runtime-lib PATH (libspillway_runtime.a)";
     return failure();
   }
-  SmallVector<StringRef> args = {driver,         objectPath, runtimeLibrary,
-                                 "-o",           exePath,    "-lpthread",
-                                 "-lm"};
+  SmallVector<StringRef> args = {driver, objectPath, runtimeLibrary, "-o",
+                                 exePath};
+  // What the runtime archive itself links against, as its CMake found it.
+  StringRef(SPILLWAY_RUNTIME_LINK_LIBS)
+      .split(args, ',', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
   std::string message;
   int rc = llvm::sys::ExecuteAndWait(driver, args, std::nullopt, {}, 0, 0,
                                      &message);

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime_internal.h"
+#include "storage/checkpoint.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -26,6 +27,7 @@
 #include <unistd.h>
 #include <unordered_map>
 #include <unordered_set>
+#include <xxhash.h>
 
 extern "C" void spw_model_declare(spw_ctx *ctx);
 extern "C" void spw_model_step(spw_ctx *ctx);
@@ -54,6 +56,14 @@ struct Options {
   std::string outputs;
   bool steps_given = false;
   std::vector<std::string> training_flags; // given flags a forward model rejects
+  // Checkpoints (storage/checkpoint.h).
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0; // 0: only after the last step
+  bool resume = false;
+  bool checkpoint_zstd = false;
+  int64_t keep_checkpoints = 2;
+  storage::Backend io_backend = storage::Backend::Auto;
+  std::vector<std::string> checkpoint_flags; // given flags that need --checkpoint-dir
 };
 
 const char kUsage[] =
@@ -80,6 +90,21 @@ const char kUsage[] =
     "    --fd-eps H            step: H * max(1, |p|) (default 1e-2)\n"
     "    --fd-samples K        elements checked per parameter (default 16)\n"
     "    --fd-tol T            relative tolerance (default 1e-2)\n"
+    "  --checkpoint-dir DIR    write crash-safe checkpoints of all training\n"
+    "                          state (parameters, AdamW moments, step) to\n"
+    "                          DIR/step-NNNNNNNN/, after the last step and\n"
+    "                          every --checkpoint-every steps\n"
+    "    --checkpoint-every N  also checkpoint every N steps (default: only\n"
+    "                          after the last step)\n"
+    "    --resume              continue from the newest valid checkpoint in\n"
+    "                          DIR (torn ones are skipped); --steps stays the\n"
+    "                          total; starts from --weights if there is none.\n"
+    "                          The result is bit for bit that of an\n"
+    "                          uninterrupted run\n"
+    "    --keep-checkpoints K  keep the newest K checkpoints (default 2)\n"
+    "    --checkpoint-zstd     compress checkpoints with zstd\n"
+    "  --io-backend B          checkpoint I/O: auto (io_uring, else threads),\n"
+    "                          io_uring or threads (default auto)\n"
     "  --outputs DIR           forward-only models (spillwayc --forward):\n"
     "                          write each output NAME to DIR/NAME.npy, shape\n"
     "                          [steps, *output_shape]; step s at index s-1;\n"
@@ -90,7 +115,7 @@ const char kUsage[] =
     "A forward-only model runs --steps steps (default: the largest batch\n"
     "count B among its inputs) without a loss; the training flags (--lr,\n"
     "--beta1, --beta2, --eps, --weight-decay, --save, --log-json,\n"
-    "--check-gradients) are usage errors for it.\n"
+    "--check-gradients and the checkpoint flags) are usage errors for it.\n"
     "\n"
     "Exit status: 0 success, 1 runtime or data error, 2 usage error.\n";
 
@@ -137,17 +162,26 @@ Options parse_args(int argc, char **argv) {
       value = arg.substr(eq + 1);
       has_value = true;
     }
-    if (flag == "--check-gradients") {
+    if (flag == "--check-gradients" || flag == "--resume" ||
+        flag == "--checkpoint-zstd") {
       if (has_value)
-        throw UsageError("--check-gradients takes no value");
-      o.check_gradients = true;
+        throw UsageError(format("%s takes no value", flag.c_str()));
+      if (flag == "--check-gradients")
+        o.check_gradients = true;
+      else if (flag == "--resume")
+        o.resume = true;
+      else
+        o.checkpoint_zstd = true;
+      if (flag != "--check-gradients")
+        o.checkpoint_flags.push_back(flag);
       o.training_flags.push_back(flag);
       continue;
     }
     static const char *const kValued[] = {
         "--input", "--steps", "--seed", "--lr", "--beta1", "--beta2", "--eps",
         "--weight-decay", "--log-json", "--save", "--weights", "--print-every",
-        "--fd-eps", "--fd-samples", "--fd-tol", "--outputs"};
+        "--fd-eps", "--fd-samples", "--fd-tol", "--outputs", "--checkpoint-dir",
+        "--checkpoint-every", "--keep-checkpoints", "--io-backend"};
     if (std::find_if(std::begin(kValued), std::end(kValued),
                      [&](const char *f) { return flag == f; }) ==
         std::end(kValued))
@@ -159,7 +193,8 @@ Options parse_args(int argc, char **argv) {
     }
     static const char *const kTraining[] = {
         "--lr", "--beta1", "--beta2", "--eps", "--weight-decay", "--save",
-        "--log-json"};
+        "--log-json", "--checkpoint-dir", "--checkpoint-every",
+        "--keep-checkpoints"};
     if (std::find_if(std::begin(kTraining), std::end(kTraining),
                      [&](const char *f) { return flag == f; }) !=
         std::end(kTraining))
@@ -207,6 +242,28 @@ Options parse_args(int argc, char **argv) {
       if (value.empty())
         throw UsageError("--outputs needs a directory");
       o.outputs = value;
+    } else if (flag == "--checkpoint-dir") {
+      if (value.empty())
+        throw UsageError("--checkpoint-dir needs a directory");
+      o.checkpoint_dir = value;
+    } else if (flag == "--checkpoint-every") {
+      o.checkpoint_every = parse_int(flag, value, 1);
+      o.checkpoint_flags.push_back(flag);
+    } else if (flag == "--keep-checkpoints") {
+      o.keep_checkpoints = parse_int(flag, value, 1);
+      if (o.keep_checkpoints > 1000000)
+        throw UsageError(format("invalid value '%s' for --keep-checkpoints: "
+                                "expected at most 1000000",
+                                value.c_str()));
+      o.checkpoint_flags.push_back(flag);
+    } else if (flag == "--io-backend") {
+      try {
+        o.io_backend = storage::parse_backend(value);
+      } catch (const Error &) {
+        throw UsageError(format("invalid value '%s' for --io-backend: "
+                                "expected auto, io_uring or threads",
+                                value.c_str()));
+      }
     } else if (flag == "--print-every") {
       o.print_every = parse_int(flag, value, 1);
     } else if (flag == "--fd-eps") {
@@ -227,6 +284,12 @@ Options parse_args(int argc, char **argv) {
   if (fd_flag && !o.check_gradients)
     throw UsageError("--fd-eps, --fd-samples and --fd-tol need "
                      "--check-gradients");
+  if (!o.checkpoint_flags.empty() && o.checkpoint_dir.empty())
+    throw UsageError(format("%s needs --checkpoint-dir DIR",
+                            o.checkpoint_flags.front().c_str()));
+  if (o.check_gradients && !o.checkpoint_dir.empty())
+    throw UsageError("--check-gradients does not train: it takes no "
+                     "--checkpoint-dir or --resume");
   return o;
 }
 
@@ -666,6 +729,230 @@ int check_gradients(spw_ctx *ctx, const Options &o) {
   return all_ok ? 0 : 1;
 }
 
+// ---- checkpoints ---------------------------------------------------------------
+
+// Parameter names, dtypes and shapes, hashed: a checkpoint written for
+// another model is refused instead of loaded as garbage.
+std::string model_fingerprint(const spw_ctx *ctx) {
+  std::string text;
+  for (const ParamInfo &p : ctx->params)
+    text += p.name + "\t" + dtype_name(p.value->dtype) + "\t" +
+            p.value->shape() + "\n";
+  return format("%016llx", (unsigned long long)XXH3_64bits(text.data(),
+                                                           text.size()));
+}
+
+// The inputs' names, shapes and data: a resume with other data is warned
+// about (it cannot reproduce the uninterrupted run).
+std::string inputs_digest(const spw_ctx *ctx) {
+  XXH3_state_t *st = XXH3_createState();
+  if (!st)
+    fail("out of memory");
+  XXH3_64bits_reset(st);
+  for (const InputInfo &in : ctx->inputs) {
+    std::string head = in.name + "\t" + dtype_name(in.view->dtype) + "\t" +
+                       in.view->shape() + "\t" +
+                       std::to_string(in.num_batches) + "\n";
+    XXH3_64bits_update(st, head.data(), head.size());
+    XXH3_64bits_update(st, in.batches.get(),
+                       size_t(in.view->bytes() * in.num_batches));
+  }
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return format("%016llx", (unsigned long long)h);
+}
+
+std::string adamw_string(const AdamWHparams &h) {
+  return format("lr=%.17g beta1=%.17g beta2=%.17g eps=%.17g "
+                "weight_decay=%.17g",
+                h.lr, h.beta1, h.beta2, h.eps, h.weight_decay);
+}
+
+// Writes and restores everything a training step depends on: the parameters,
+// the AdamW moments (where allocated) and the step counter. (The batch of a
+// step follows from its number; the model itself keeps no state.)
+class Checkpointer {
+public:
+  Checkpointer(spw_ctx *ctx, const Options &o, const AdamWHparams &hp)
+      : ctx_(ctx), o_(o), hp_(hp), inputs_(inputs_digest(ctx)) {
+    copts_.zstd = o.checkpoint_zstd;
+    copts_.keep = int(o.keep_checkpoints);
+    // Staging buffers for the chunks in flight, registered with the rings.
+    uint64_t raw = 0;
+    for (const ParamInfo &p : ctx->params)
+      raw += 3 * ((uint64_t(p.value->bytes()) + 63) / 64 * 64);
+    storage::EngineConfig cfg; // SPILLWAY_IO_FAULTS reaches it (tests)
+    cfg.backend = o.io_backend;
+    try {
+      pool_ = std::make_unique<storage::PinnedPool>(
+          size_t(storage::checkpoint_staging_bytes(raw, copts_)));
+      cfg.pool = pool_.get();
+      engine_ = std::make_unique<storage::IoEngine>(cfg);
+    } catch (const Error &e) {
+      fail("cannot start the I/O engine for --checkpoint-dir (--io-backend "
+           "%s): %s; try --io-backend threads",
+           storage::backend_name(o.io_backend), e.what());
+    }
+  }
+
+  // Loads the newest valid checkpoint (with --resume) and returns its step,
+  // or 0 to start from the weights. Without --resume, a directory that
+  // already holds checkpoints is refused: they belong to another run.
+  int64_t start() {
+    const std::string &dir = o_.checkpoint_dir;
+    if (!o_.resume) {
+      auto existing = storage::list_checkpoints(dir);
+      if (!existing.empty())
+        fail("--checkpoint-dir '%s' already holds checkpoints (the newest: "
+             "'%s'): pass --resume to continue that run, or choose another "
+             "directory",
+             dir.c_str(), existing.front().second.c_str());
+      return 0;
+    }
+    std::optional<storage::LoadedCheckpoint> c =
+        storage::load_newest_checkpoint(*engine_, dir, copts_);
+    if (!c) {
+      std::printf("  resume: no valid checkpoint in '%s'; starting from the "
+                  "weights\n",
+                  dir.c_str());
+      return 0;
+    }
+    restore(*c);
+    if (c->step > o_.steps)
+      fail("checkpoint '%s' is at step %lld, beyond --steps %lld (--steps "
+           "is the total step count, not the number of steps to add)",
+           c->dir.c_str(), (long long)c->step, (long long)o_.steps);
+    std::printf("  resume: from '%s' (step %lld of %lld)\n", c->dir.c_str(),
+                (long long)c->step, (long long)o_.steps);
+    if (const std::string *h = c->meta("adamw"); h && *h != adamw_string(hp_))
+      std::fprintf(stderr,
+                   "warning: checkpoint '%s' was written with AdamW %s; this "
+                   "run uses %s, so it will not reproduce the interrupted "
+                   "run\n",
+                   c->dir.c_str(), h->c_str(), adamw_string(hp_).c_str());
+    if (const std::string *h = c->meta("inputs");
+        h && *h != inputs_)
+      std::fprintf(stderr,
+                   "warning: checkpoint '%s' was written with other --input "
+                   "data; this run will not reproduce the interrupted run\n",
+                   c->dir.c_str());
+    return c->step;
+  }
+
+  void write(int64_t step, bool report) {
+    using storage::CheckpointTensorRef;
+    std::vector<CheckpointTensorRef> ts;
+    for (const ParamInfo &p : ctx_->params) {
+      const std::vector<int64_t> dims(p.value->dims,
+                                      p.value->dims + p.value->rank);
+      ts.push_back({"param/" + p.name, p.value->dtype, dims, p.value->data,
+                    uint64_t(p.value->bytes())});
+      if (!p.adam_m.empty()) {
+        ts.push_back({"adam_m/" + p.name, SPW_F32, dims, p.adam_m.data(),
+                      p.adam_m.size() * sizeof(float)});
+        ts.push_back({"adam_v/" + p.name, SPW_F32, dims, p.adam_v.data(),
+                      p.adam_v.size() * sizeof(float)});
+      }
+    }
+    const storage::Metadata meta = {
+        {"model_fingerprint", model_fingerprint(ctx_)},
+        {"parameters", std::to_string(ctx_->params.size())},
+        {"adamw", adamw_string(hp_)},
+        {"inputs", inputs_},
+        {"steps", std::to_string(o_.steps)}};
+    const auto t0 = std::chrono::steady_clock::now();
+    storage::CheckpointWriteResult r = storage::write_checkpoint(
+        *engine_, o_.checkpoint_dir, step, ts, meta, copts_);
+    const double ms = std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count();
+    if (report) {
+      std::printf("  checkpoint %s (%s%s, %.1f ms)\n", r.dir.c_str(),
+                  human_bytes(int64_t(r.raw_bytes)).c_str(),
+                  o_.checkpoint_zstd
+                      ? format(", %s stored",
+                               human_bytes(int64_t(r.stored_bytes)).c_str())
+                            .c_str()
+                      : "",
+                  ms);
+      std::fflush(stdout);
+    }
+  }
+
+  std::string describe() const {
+    std::string s = format("  checkpoints: %s, ", o_.checkpoint_dir.c_str());
+    s += o_.checkpoint_every
+             ? format("every %lld steps and ", (long long)o_.checkpoint_every)
+             : std::string();
+    s += format("after the last step, keep %lld, %s, I/O %s",
+                (long long)o_.keep_checkpoints,
+                o_.checkpoint_zstd ? "zstd" : "uncompressed",
+                storage::backend_name(engine_->backend()));
+    return s;
+  }
+
+private:
+  spw_ctx *ctx_;
+  const Options &o_;
+  AdamWHparams hp_;
+  std::string inputs_; // inputs_digest: the inputs do not change
+  storage::CheckpointOptions copts_;
+  std::unique_ptr<storage::PinnedPool> pool_; // outlives the engine
+  std::unique_ptr<storage::IoEngine> engine_;
+
+  void restore(const storage::LoadedCheckpoint &c) {
+    const char *other = "; it was written for another model: pass another "
+                        "--checkpoint-dir to train this one";
+    size_t in_ckpt = 0;
+    for (const storage::CheckpointTensor &t : c.tensors)
+      in_ckpt += t.name.rfind("param/", 0) == 0;
+    for (const ParamInfo &p : ctx_->params) {
+      const storage::CheckpointTensor *t = c.find("param/" + p.name);
+      if (!t)
+        fail("checkpoint '%s' has no parameter '%s'%s", c.dir.c_str(),
+             p.name.c_str(), other);
+      const std::vector<int64_t> dims(p.value->dims,
+                                      p.value->dims + p.value->rank);
+      if (t->dtype != p.value->dtype || t->shape != dims)
+        fail("checkpoint '%s': parameter '%s' is %s %s, the model's is %s "
+             "%s%s",
+             c.dir.c_str(), p.name.c_str(), dtype_name(t->dtype),
+             shape_str(t->shape.data(), int(t->shape.size())).c_str(),
+             dtype_name(p.value->dtype), p.value->shape().c_str(), other);
+    }
+    const std::string *fp = c.meta("model_fingerprint");
+    if (in_ckpt != ctx_->params.size() || !fp ||
+        *fp != model_fingerprint(ctx_))
+      fail("checkpoint '%s' holds %zu parameters, the model has %zu (or "
+           "they are declared in another order)%s",
+           c.dir.c_str(), in_ckpt, ctx_->params.size(), other);
+    for (ParamInfo &p : ctx_->params) {
+      const storage::CheckpointTensor *t = c.find("param/" + p.name);
+      if (t->bytes)
+        std::memcpy(p.value->data, c.data(*t), size_t(t->bytes));
+      const storage::CheckpointTensor *m = c.find("adam_m/" + p.name);
+      const storage::CheckpointTensor *v = c.find("adam_v/" + p.name);
+      if (!m && !v) { // never updated yet
+        p.adam_m.clear();
+        p.adam_v.clear();
+        continue;
+      }
+      const uint64_t want = uint64_t(p.value->numel) * sizeof(float);
+      if (!m || !v || m->dtype != SPW_F32 || v->dtype != SPW_F32 ||
+          m->bytes != want || v->bytes != want)
+        fail("checkpoint '%s': the AdamW state of '%s' is incomplete or of "
+             "the wrong size%s",
+             c.dir.c_str(), p.name.c_str(), other);
+      p.adam_m.resize(size_t(p.value->numel));
+      p.adam_v.resize(size_t(p.value->numel));
+      if (want) {
+        std::memcpy(p.adam_m.data(), c.data(*m), size_t(want));
+        std::memcpy(p.adam_v.data(), c.data(*v), size_t(want));
+      }
+    }
+  }
+};
+
 // ---- training ---------------------------------------------------------------------
 
 void save_params(spw_ctx *ctx, const std::string &path) {
@@ -676,10 +963,15 @@ void save_params(spw_ctx *ctx, const std::string &path) {
   std::printf("saved %zu parameters to %s\n", ts.size(), path.c_str());
 }
 
-int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp) {
+// Runs steps start+1 .. o.steps (`start` > 0 after a resume), checkpointing
+// when `ck` is given.
+int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
+          Checkpointer *ck, int64_t start) {
   FILE *log = nullptr;
   if (!o.log_json.empty()) {
-    log = std::fopen(o.log_json.c_str(), "w");
+    // A resumed run appends: the interrupted run's lines stay (those of steps
+    // after its last checkpoint appear twice; "step" tells them apart).
+    log = std::fopen(o.log_json.c_str(), start > 0 ? "a" : "w");
     if (!log)
       fail("cannot create --log-json file '%s': %s", o.log_json.c_str(),
            std::strerror(errno));
@@ -695,7 +987,7 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp) {
       o.print_every > 0 ? o.print_every : std::max<int64_t>(1, o.steps / 20);
   const auto t0 = std::chrono::steady_clock::now();
   float loss = NAN;
-  for (int64_t s = 1; s <= o.steps; ++s) {
+  for (int64_t s = start + 1; s <= o.steps; ++s) {
     ctx->step = s;
     loss = run_step(ctx, s - 1, format("step %lld", (long long)s));
     if (log) {
@@ -715,11 +1007,15 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp) {
            "inputs",
            std::isnan(loss) ? "NaN" : "infinite", (long long)s, hp.lr);
     }
-    if (s % every == 0 || s == o.steps) {
+    const bool progress = s % every == 0 || s == o.steps;
+    if (progress) {
       std::printf("step %lld/%lld  loss %.6f\n", (long long)s,
                   (long long)o.steps, double(loss));
       std::fflush(stdout);
     }
+    if (ck && (s == o.steps ||
+               (o.checkpoint_every && s % o.checkpoint_every == 0)))
+      ck->write(s, progress);
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
@@ -731,10 +1027,15 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp) {
       fail("cannot write --log-json file '%s': %s", o.log_json.c_str(),
            std::strerror(errno));
   }
-  if (o.steps > 0)
+  const int64_t ran = o.steps - start;
+  if (ran > 0)
     std::printf("done: %lld steps in %.3f s (%.1f steps/s), final loss %.6f\n",
-                (long long)o.steps, secs,
-                secs > 0 ? double(o.steps) / secs : 0.0, double(loss));
+                (long long)ran, secs, secs > 0 ? double(ran) / secs : 0.0,
+                double(loss));
+  else if (start > 0)
+    std::printf("done: the checkpoint is at the last step (%lld); nothing "
+                "to train\n",
+                (long long)start);
   return 0;
 }
 
@@ -963,7 +1264,16 @@ int run(const Options &o, const char *argv0) {
   }
   print_banner(ctx, o, weights, hp);
 
-  int rc = o.check_gradients ? check_gradients(ctx, o) : train(ctx, o, hp);
+  std::unique_ptr<Checkpointer> ck;
+  int64_t start = 0;
+  if (!o.checkpoint_dir.empty()) {
+    ck = std::make_unique<Checkpointer>(ctx, o, hp);
+    std::printf("%s\n", ck->describe().c_str());
+    start = ck->start();
+    std::fflush(stdout);
+  }
+  int rc = o.check_gradients ? check_gradients(ctx, o)
+                             : train(ctx, o, hp, ck.get(), start);
   if (!o.save.empty())
     save_params(ctx, o.save);
   return rc;

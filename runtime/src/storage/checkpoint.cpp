@@ -1,0 +1,1019 @@
+//===- checkpoint.cpp - crash-safe training checkpoints -------------------===//
+//
+// See checkpoint.h for the layout and the write protocol. MANIFEST.json:
+//
+//   {
+//     "format": "spillway-checkpoint",
+//     "version": 1,
+//     "step": 42,
+//     "data_file": "data",
+//     "data_bytes": 8192,            file size, padding included
+//     "alignment": 4096,             of chunk offsets
+//     "compression": "none",         or "zstd": every chunk is a zstd frame
+//     "chunk_bytes": 4194304,        raw bytes per chunk (the last: fewer)
+//     "raw_bytes": 152,              length of the raw stream
+//     "metadata": {"key": "value", ...},
+//     "tensors": [{"name": "param/fc1.weight", "dtype": "f32",
+//                  "shape": [5, 3], "offset": 0, "bytes": 60}, ...],
+//     "chunks": [{"offset": 0, "stored": 152, "raw": 152,
+//                 "xxh3": "0123456789abcdef"}, ...],
+//     "manifest_xxh3": "0123456789abcdef"
+//   }
+//
+// "offset"/"bytes" of a tensor are in the raw stream (the tensors' bytes
+// concatenated, each starting at a multiple of 64); chunk k holds raw bytes
+// [k * chunk_bytes, ...) stored at file offset "offset" ("stored" bytes,
+// then zero padding to the alignment). "xxh3" is XXH3-64 (seed 0) of the
+// chunk's raw bytes, "manifest_xxh3" that of every byte of the manifest
+// before the line that holds it. Both as 16 lower-case hex digits.
+//
+//===----------------------------------------------------------------------===//
+
+#include "storage/checkpoint.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+namespace fs = std::filesystem;
+
+namespace spw::storage {
+
+const char *const kCrashPhases[] = {"data-partial",     "data-written",
+                                    "data-synced",      "manifest-written",
+                                    "renamed",          "pruned"};
+const size_t kNumCrashPhases = sizeof kCrashPhases / sizeof kCrashPhases[0];
+
+namespace {
+
+constexpr const char *kFormatName = "spillway-checkpoint";
+constexpr const char *kChecksumLine = "  \"manifest_xxh3\": \"";
+constexpr uint64_t kTensorAlign = 64;
+
+uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+std::string hex64(uint64_t v) { return format("%016llx", (unsigned long long)v); }
+
+void default_notice(const std::string &msg) {
+  std::fprintf(stderr, "spillway: %s\n", msg.c_str());
+}
+
+void say(const CheckpointOptions &o, const std::string &msg) {
+  if (o.notice)
+    o.notice(msg);
+  else
+    default_notice(msg);
+}
+
+// ---- test-only crash hook (see checkpoint.h) ----------------------------------
+
+void maybe_crash(const char *phase, int64_t step) {
+  const char *at = std::getenv("SPILLWAY_TEST_CRASH_AT");
+  if (!at || std::strcmp(at, phase) != 0)
+    return;
+  if (const char *s = std::getenv("SPILLWAY_TEST_CRASH_STEP"))
+    if (std::atoll(s) != step)
+      return;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::raise(SIGKILL);
+}
+
+// ---- files ------------------------------------------------------------------
+
+void fsync_dir(const std::string &dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    fail("cannot open directory '%s' to fsync it: %s", dir.c_str(),
+         std::strerror(errno));
+  if (::fsync(fd) != 0) {
+    int e = errno;
+    ::close(fd);
+    fail("cannot fsync directory '%s': %s", dir.c_str(), std::strerror(e));
+  }
+  ::close(fd);
+}
+
+void write_file_synced(const std::string &path, const std::string &bytes) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    fail("cannot create '%s': %s", path.c_str(), std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      int e = n < 0 ? errno : ENOSPC;
+      ::close(fd);
+      fail("cannot write '%s' at offset %zu: %s", path.c_str(), done,
+           std::strerror(e));
+    }
+    done += size_t(n);
+  }
+  if (::fsync(fd) != 0) {
+    int e = errno;
+    ::close(fd);
+    fail("cannot fsync '%s': %s", path.c_str(), std::strerror(e));
+  }
+  if (::close(fd) != 0)
+    fail("cannot close '%s': %s", path.c_str(), std::strerror(errno));
+}
+
+// An aligned staging buffer from the engine's pinned pool when it has room,
+// else from the heap.
+struct Staging {
+  PinnedPool *pool = nullptr;
+  void *p = nullptr;
+  Staging() = default;
+  Staging(const Staging &) = delete;
+  Staging &operator=(const Staging &) = delete;
+  Staging(Staging &&o) noexcept : pool(o.pool), p(o.p) { o.p = nullptr; }
+  ~Staging() {
+    if (!p)
+      return;
+    if (pool)
+      pool->free(p);
+    else
+      std::free(p);
+  }
+  void allocate(IoEngine &engine, uint64_t bytes, uint64_t align) {
+    align = std::max<uint64_t>(align, 4096);
+    bytes = round_up(std::max<uint64_t>(bytes, 1), align);
+    if (PinnedPool *pp = engine.config().pool)
+      if ((p = pp->allocate(size_t(bytes), size_t(align)))) {
+        pool = pp;
+        return;
+      }
+    p = std::aligned_alloc(size_t(align), size_t(bytes));
+    if (!p)
+      fail("cannot allocate %llu bytes of checkpoint staging memory",
+           (unsigned long long)bytes);
+  }
+  char *data() const { return static_cast<char *>(p); }
+};
+
+// ---- JSON -------------------------------------------------------------------
+
+std::string json_str(const std::string &s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += char(c);
+    } else if (c < 0x20) {
+      out += format("\\u%04x", c);
+    } else {
+      out += char(c);
+    }
+  }
+  return out + "\"";
+}
+
+struct Json {
+  enum Kind { Null, Bool, Int, Str, Arr, Obj } kind = Null;
+  bool b = false;
+  int64_t i = 0;
+  std::string s;
+  std::vector<Json> arr;
+  std::vector<std::pair<std::string, Json>> obj;
+
+  const Json *get(const std::string &key) const {
+    for (auto &[k, v] : obj)
+      if (k == key)
+        return &v;
+    return nullptr;
+  }
+};
+
+// A strict JSON reader for what write_manifest writes: objects, arrays,
+// strings, integers, booleans, null. No floats.
+class JsonParser {
+public:
+  explicit JsonParser(const std::string &text) : t_(text) {}
+  Json parse() {
+    Json v = value(0);
+    ws();
+    if (p_ != t_.size())
+      error("trailing text");
+    return v;
+  }
+
+private:
+  const std::string &t_;
+  size_t p_ = 0;
+
+  [[noreturn]] void error(const char *what) {
+    fail("malformed JSON at byte %zu: %s", p_, what);
+  }
+  void ws() {
+    while (p_ < t_.size() && (t_[p_] == ' ' || t_[p_] == '\n' ||
+                              t_[p_] == '\t' || t_[p_] == '\r'))
+      ++p_;
+  }
+  bool eat(char c) {
+    ws();
+    if (p_ < t_.size() && t_[p_] == c) {
+      ++p_;
+      return true;
+    }
+    return false;
+  }
+  void expect(char c) {
+    if (!eat(c))
+      error(format("expected '%c'", c).c_str());
+  }
+  Json value(int depth) {
+    if (depth > 32)
+      error("nesting too deep");
+    ws();
+    if (p_ >= t_.size())
+      error("unexpected end");
+    Json v;
+    char c = t_[p_];
+    if (c == '{') {
+      ++p_;
+      v.kind = Json::Obj;
+      if (eat('}'))
+        return v;
+      do {
+        ws();
+        std::string k = string();
+        for (auto &kv : v.obj)
+          if (kv.first == k)
+            error("duplicate key");
+        expect(':');
+        v.obj.emplace_back(std::move(k), value(depth + 1));
+      } while (eat(','));
+      expect('}');
+    } else if (c == '[') {
+      ++p_;
+      v.kind = Json::Arr;
+      if (eat(']'))
+        return v;
+      do
+        v.arr.push_back(value(depth + 1));
+      while (eat(','));
+      expect(']');
+    } else if (c == '"') {
+      v.kind = Json::Str;
+      v.s = string();
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+      v.kind = Json::Int;
+      size_t start = p_;
+      if (c == '-')
+        ++p_;
+      while (p_ < t_.size() && t_[p_] >= '0' && t_[p_] <= '9')
+        ++p_;
+      std::string num = t_.substr(start, p_ - start);
+      errno = 0;
+      char *end = nullptr;
+      long long x = std::strtoll(num.c_str(), &end, 10);
+      if (num == "-" || *end || errno == ERANGE)
+        error("bad integer");
+      if (p_ < t_.size() && (t_[p_] == '.' || t_[p_] == 'e' || t_[p_] == 'E'))
+        error("not an integer");
+      v.i = x;
+    } else if (t_.compare(p_, 4, "true") == 0) {
+      p_ += 4;
+      v.kind = Json::Bool;
+      v.b = true;
+    } else if (t_.compare(p_, 5, "false") == 0) {
+      p_ += 5;
+      v.kind = Json::Bool;
+    } else if (t_.compare(p_, 4, "null") == 0) {
+      p_ += 4;
+    } else {
+      error("unexpected character");
+    }
+    return v;
+  }
+  std::string string() {
+    if (p_ >= t_.size() || t_[p_] != '"')
+      error("expected a string");
+    ++p_;
+    std::string out;
+    while (true) {
+      if (p_ >= t_.size())
+        error("unterminated string");
+      unsigned char c = (unsigned char)t_[p_++];
+      if (c == '"')
+        return out;
+      if (c < 0x20)
+        error("control character in a string");
+      if (c != '\\') {
+        out += char(c);
+        continue;
+      }
+      if (p_ >= t_.size())
+        error("unterminated string");
+      char e = t_[p_++];
+      switch (e) {
+      case '"': out += '"'; break;
+      case '\\': out += '\\'; break;
+      case '/': out += '/'; break;
+      case 'b': out += '\b'; break;
+      case 'f': out += '\f'; break;
+      case 'n': out += '\n'; break;
+      case 'r': out += '\r'; break;
+      case 't': out += '\t'; break;
+      case 'u': {
+        if (p_ + 4 > t_.size())
+          error("bad \\u escape");
+        unsigned cp = 0;
+        for (int k = 0; k < 4; ++k) {
+          char h = t_[p_++];
+          cp <<= 4;
+          if (h >= '0' && h <= '9') cp |= unsigned(h - '0');
+          else if (h >= 'a' && h <= 'f') cp |= unsigned(h - 'a' + 10);
+          else if (h >= 'A' && h <= 'F') cp |= unsigned(h - 'A' + 10);
+          else error("bad \\u escape");
+        }
+        // Only what json_str writes (control characters) and the BMP.
+        if (cp < 0x80) {
+          out += char(cp);
+        } else if (cp < 0x800) {
+          out += char(0xc0 | (cp >> 6));
+          out += char(0x80 | (cp & 0x3f));
+        } else {
+          out += char(0xe0 | (cp >> 12));
+          out += char(0x80 | ((cp >> 6) & 0x3f));
+          out += char(0x80 | (cp & 0x3f));
+        }
+        break;
+      }
+      default: error("bad escape");
+      }
+    }
+  }
+};
+
+int32_t parse_dtype(const std::string &s) {
+  for (int32_t d : {SPW_F32, SPW_I64, SPW_I32, SPW_BOOL})
+    if (s == dtype_name(d))
+      return d;
+  return 0;
+}
+
+// ---- the manifest -------------------------------------------------------------
+
+struct ChunkInfo {
+  uint64_t offset = 0, stored = 0, raw = 0, xxh3 = 0;
+};
+
+struct Manifest {
+  int64_t step = 0;
+  uint64_t data_bytes = 0, alignment = 0, chunk_bytes = 0, raw_bytes = 0;
+  bool zstd = false;
+  Metadata metadata;
+  std::vector<CheckpointTensor> tensors;
+  std::vector<ChunkInfo> chunks;
+};
+
+std::string manifest_text(const Manifest &m) {
+  std::string t = "{\n";
+  t += format("  \"format\": \"%s\",\n", kFormatName);
+  t += format("  \"version\": %d,\n", kCheckpointFormatVersion);
+  t += format("  \"step\": %lld,\n", (long long)m.step);
+  t += format("  \"data_file\": %s,\n", json_str(kCheckpointDataFile).c_str());
+  t += format("  \"data_bytes\": %llu,\n", (unsigned long long)m.data_bytes);
+  t += format("  \"alignment\": %llu,\n", (unsigned long long)m.alignment);
+  t += format("  \"compression\": \"%s\",\n", m.zstd ? "zstd" : "none");
+  t += format("  \"chunk_bytes\": %llu,\n", (unsigned long long)m.chunk_bytes);
+  t += format("  \"raw_bytes\": %llu,\n", (unsigned long long)m.raw_bytes);
+  t += "  \"metadata\": {";
+  for (size_t i = 0; i < m.metadata.size(); ++i)
+    t += (i ? ",\n    " : "\n    ") + json_str(m.metadata[i].first) + ": " +
+         json_str(m.metadata[i].second);
+  t += m.metadata.empty() ? "},\n" : "\n  },\n";
+  t += "  \"tensors\": [";
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    const CheckpointTensor &x = m.tensors[i];
+    std::string shape;
+    for (size_t d = 0; d < x.shape.size(); ++d)
+      shape += (d ? ", " : "") + std::to_string(x.shape[d]);
+    t += format("%s\n    {\"name\": %s, \"dtype\": \"%s\", \"shape\": [%s], "
+                "\"offset\": %llu, \"bytes\": %llu}",
+                i ? "," : "", json_str(x.name).c_str(), dtype_name(x.dtype),
+                shape.c_str(), (unsigned long long)x.offset,
+                (unsigned long long)x.bytes);
+  }
+  t += m.tensors.empty() ? "],\n" : "\n  ],\n";
+  t += "  \"chunks\": [";
+  for (size_t i = 0; i < m.chunks.size(); ++i) {
+    const ChunkInfo &c = m.chunks[i];
+    t += format("%s\n    {\"offset\": %llu, \"stored\": %llu, \"raw\": %llu, "
+                "\"xxh3\": \"%s\"}",
+                i ? "," : "", (unsigned long long)c.offset,
+                (unsigned long long)c.stored, (unsigned long long)c.raw,
+                hex64(c.xxh3).c_str());
+  }
+  t += m.chunks.empty() ? "],\n" : "\n  ],\n";
+  const uint64_t sum = XXH3_64bits(t.data(), t.size());
+  t += kChecksumLine + hex64(sum) + "\"\n}\n";
+  return t;
+}
+
+uint64_t u64_field(const Json &obj, const char *key, const char *where) {
+  const Json *v = obj.get(key);
+  if (!v || v->kind != Json::Int || v->i < 0)
+    fail("%s: \"%s\" is missing or not a non-negative integer", where, key);
+  return uint64_t(v->i);
+}
+
+const std::string &str_field(const Json &obj, const char *key,
+                             const char *where) {
+  const Json *v = obj.get(key);
+  if (!v || v->kind != Json::Str)
+    fail("%s: \"%s\" is missing or not a string", where, key);
+  return v->s;
+}
+
+bool parse_hex64(const std::string &s, uint64_t &out) {
+  if (s.size() != 16)
+    return false;
+  out = 0;
+  for (char h : s) {
+    out <<= 4;
+    if (h >= '0' && h <= '9') out |= uint64_t(h - '0');
+    else if (h >= 'a' && h <= 'f') out |= uint64_t(h - 'a' + 10);
+    else return false;
+  }
+  return true;
+}
+
+// Parses and checks MANIFEST.json's text: its own checksum first, then the
+// structure. Throws spw::Error saying what is wrong (without the file name).
+Manifest parse_manifest(const std::string &text) {
+  const size_t at = text.rfind(std::string("\n") + kChecksumLine);
+  if (at == std::string::npos)
+    fail("it has no manifest_xxh3 line (truncated?)");
+  const size_t hex_at = at + 1 + std::strlen(kChecksumLine);
+  uint64_t want = 0;
+  if (hex_at + 16 > text.size() ||
+      !parse_hex64(text.substr(hex_at, 16), want))
+    fail("its manifest_xxh3 is not 16 hex digits (truncated?)");
+  const uint64_t got = XXH3_64bits(text.data(), at + 1);
+  if (got != want)
+    fail("its checksum does not match (manifest_xxh3 %s, content %s)",
+         hex64(want).c_str(), hex64(got).c_str());
+  Json j;
+  try {
+    j = JsonParser(text).parse();
+  } catch (const Error &e) {
+    fail("%s", e.what());
+  }
+  const char *w = "manifest";
+  if (j.kind != Json::Obj)
+    fail("it is not a JSON object");
+  if (str_field(j, "format", w) != kFormatName)
+    fail("\"format\" is not \"%s\"", kFormatName);
+  const uint64_t version = u64_field(j, "version", w);
+  if (version != uint64_t(kCheckpointFormatVersion))
+    fail("format version %llu; this runtime reads version %d",
+         (unsigned long long)version, kCheckpointFormatVersion);
+  Manifest m;
+  m.step = int64_t(u64_field(j, "step", w));
+  if (str_field(j, "data_file", w) != kCheckpointDataFile)
+    fail("\"data_file\" is not \"%s\"", kCheckpointDataFile);
+  m.data_bytes = u64_field(j, "data_bytes", w);
+  m.alignment = u64_field(j, "alignment", w);
+  m.chunk_bytes = u64_field(j, "chunk_bytes", w);
+  m.raw_bytes = u64_field(j, "raw_bytes", w);
+  if (m.alignment == 0 || (m.alignment & (m.alignment - 1)))
+    fail("\"alignment\" %llu is not a power of two",
+         (unsigned long long)m.alignment);
+  const std::string &comp = str_field(j, "compression", w);
+  if (comp != "none" && comp != "zstd")
+    fail("unknown compression '%s'", comp.c_str());
+  m.zstd = comp == "zstd";
+  const Json *meta = j.get("metadata");
+  if (!meta || meta->kind != Json::Obj)
+    fail("\"metadata\" is missing or not an object");
+  for (auto &[k, v] : meta->obj) {
+    if (v.kind != Json::Str)
+      fail("metadata '%s' is not a string", k.c_str());
+    m.metadata.emplace_back(k, v.s);
+  }
+  const Json *ts = j.get("tensors");
+  if (!ts || ts->kind != Json::Arr)
+    fail("\"tensors\" is missing or not an array");
+  for (const Json &t : ts->arr) {
+    if (t.kind != Json::Obj)
+      fail("a tensor entry is not an object");
+    CheckpointTensor x;
+    x.name = str_field(t, "name", "tensor");
+    const std::string where = "tensor '" + x.name + "'";
+    x.dtype = parse_dtype(str_field(t, "dtype", where.c_str()));
+    if (!x.dtype)
+      fail("%s: unknown dtype", where.c_str());
+    const Json *shape = t.get("shape");
+    if (!shape || shape->kind != Json::Arr || shape->arr.size() > kMaxRank)
+      fail("%s: \"shape\" is missing or not an array of at most %d sizes",
+           where.c_str(), kMaxRank);
+    uint64_t numel = 1;
+    for (const Json &d : shape->arr) {
+      if (d.kind != Json::Int || d.i < 0 ||
+          __builtin_mul_overflow(numel, uint64_t(d.i), &numel))
+        fail("%s: bad shape", where.c_str());
+      x.shape.push_back(d.i);
+    }
+    x.offset = u64_field(t, "offset", where.c_str());
+    x.bytes = u64_field(t, "bytes", where.c_str());
+    uint64_t want_bytes;
+    if (__builtin_mul_overflow(numel, uint64_t(dtype_size(x.dtype)),
+                               &want_bytes) ||
+        want_bytes != x.bytes)
+      fail("%s: %llu bytes do not match dtype and shape", where.c_str(),
+           (unsigned long long)x.bytes);
+    if (x.offset > m.raw_bytes || x.bytes > m.raw_bytes - x.offset)
+      fail("%s: bytes [%llu, +%llu) run past the raw data (%llu bytes)",
+           where.c_str(), (unsigned long long)x.offset,
+           (unsigned long long)x.bytes, (unsigned long long)m.raw_bytes);
+    for (const CheckpointTensor &y : m.tensors)
+      if (y.name == x.name)
+        fail("tensor '%s' appears twice", x.name.c_str());
+    m.tensors.push_back(std::move(x));
+  }
+  const Json *cs = j.get("chunks");
+  if (!cs || cs->kind != Json::Arr)
+    fail("\"chunks\" is missing or not an array");
+  uint64_t raw = 0, file_end = 0;
+  for (size_t k = 0; k < cs->arr.size(); ++k) {
+    const Json &c = cs->arr[k];
+    if (c.kind != Json::Obj)
+      fail("chunk %zu is not an object", k);
+    const std::string where = format("chunk %zu", k);
+    ChunkInfo ci;
+    ci.offset = u64_field(c, "offset", where.c_str());
+    ci.stored = u64_field(c, "stored", where.c_str());
+    ci.raw = u64_field(c, "raw", where.c_str());
+    if (!parse_hex64(str_field(c, "xxh3", where.c_str()), ci.xxh3))
+      fail("%s: \"xxh3\" is not 16 hex digits", where.c_str());
+    if (ci.offset % m.alignment || ci.offset < file_end ||
+        ci.stored > m.data_bytes ||
+        ci.offset > m.data_bytes - round_up(ci.stored, m.alignment))
+      fail("%s: stored range [%llu, +%llu) is misplaced in the %llu-byte "
+           "data file",
+           where.c_str(), (unsigned long long)ci.offset,
+           (unsigned long long)ci.stored, (unsigned long long)m.data_bytes);
+    if (!m.zstd && ci.stored != ci.raw)
+      fail("%s: stored and raw lengths differ without compression",
+           where.c_str());
+    if (ci.raw == 0 || ci.raw > m.chunk_bytes ||
+        (k + 1 < cs->arr.size() && ci.raw != m.chunk_bytes))
+      fail("%s: raw length %llu does not fit chunk_bytes %llu", where.c_str(),
+           (unsigned long long)ci.raw, (unsigned long long)m.chunk_bytes);
+    file_end = ci.offset + round_up(ci.stored, m.alignment);
+    raw += ci.raw;
+    m.chunks.push_back(ci);
+  }
+  if (raw != m.raw_bytes)
+    fail("the chunks hold %llu raw bytes, \"raw_bytes\" says %llu",
+         (unsigned long long)raw, (unsigned long long)m.raw_bytes);
+  return m;
+}
+
+// Copies raw-stream bytes [begin, begin + n) of `tensors` (laid out at
+// `offsets`) into dst; the gaps between tensors are zeros.
+void fill_raw(char *dst, uint64_t begin, uint64_t n,
+              const std::vector<CheckpointTensorRef> &tensors,
+              const std::vector<uint64_t> &offsets) {
+  std::memset(dst, 0, size_t(n));
+  const uint64_t end = begin + n;
+  // First tensor that ends after `begin`.
+  size_t i = size_t(std::upper_bound(offsets.begin(), offsets.end(), begin) -
+                    offsets.begin());
+  if (i > 0)
+    --i;
+  for (; i < tensors.size() && offsets[i] < end; ++i) {
+    const uint64_t t0 = offsets[i], t1 = t0 + tensors[i].bytes;
+    const uint64_t a = std::max(t0, begin), b = std::min(t1, end);
+    if (a < b)
+      std::memcpy(dst + (a - begin),
+                  static_cast<const char *>(tensors[i].data) + (a - t0),
+                  size_t(b - a));
+  }
+}
+
+bool pid_alive(long pid) {
+  return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM);
+}
+
+// ".step-00000042.tmp-123" -> 123; ".step-00000042.stale-123" -> 123; -1.
+long leftover_pid(const std::string &name) {
+  if (name.rfind(".step-", 0) != 0)
+    return -1;
+  for (const char *tag : {".tmp-", ".stale-"}) {
+    size_t at = name.rfind(tag);
+    if (at == std::string::npos)
+      continue;
+    std::string num = name.substr(at + std::strlen(tag));
+    if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos)
+      return -1;
+    return std::atol(num.c_str());
+  }
+  return -1;
+}
+
+void prune(const std::string &root, int64_t step, const CheckpointOptions &o,
+           CheckpointWriteResult &result) {
+  int kept = 0;
+  for (auto &[s, path] : list_checkpoints(root)) {
+    if (s > step) // a torn newer one; replaced when that step is reached
+      continue;
+    if (s == step || kept < o.keep - 1) {
+      kept += s != step;
+      continue;
+    }
+    std::error_code ec;
+    fs::remove_all(path, ec);
+    if (ec)
+      say(o, format("cannot remove old checkpoint '%s': %s", path.c_str(),
+                    ec.message().c_str()));
+    else
+      result.pruned.push_back(path);
+  }
+  std::error_code ec;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const long pid = leftover_pid(name);
+    if (pid < 0 || (pid != long(::getpid()) && pid_alive(pid)))
+      continue;
+    std::error_code rec;
+    fs::remove_all(it->path(), rec);
+  }
+}
+
+} // namespace
+
+// ---- public -----------------------------------------------------------------
+
+std::string checkpoint_dir_name(int64_t step) {
+  return format("step-%08lld", (long long)step);
+}
+
+int64_t parse_checkpoint_dir_name(const std::string &name) {
+  if (name.size() < 13 || name.rfind("step-", 0) != 0)
+    return -1;
+  const std::string digits = name.substr(5);
+  if (digits.find_first_not_of("0123456789") != std::string::npos ||
+      digits.size() > 18)
+    return -1;
+  const int64_t step = std::atoll(digits.c_str());
+  return checkpoint_dir_name(step) == name ? step : -1;
+}
+
+std::vector<std::pair<int64_t, std::string>>
+list_checkpoints(const std::string &root) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    int64_t s = parse_checkpoint_dir_name(it->path().filename().string());
+    if (s >= 0)
+      out.emplace_back(s, it->path().string());
+  }
+  std::sort(out.begin(), out.end(),
+            [](auto &a, auto &b) { return a.first > b.first; });
+  return out;
+}
+
+const CheckpointTensor *LoadedCheckpoint::find(const std::string &name) const {
+  for (const CheckpointTensor &t : tensors)
+    if (t.name == name)
+      return &t;
+  return nullptr;
+}
+
+const std::string *LoadedCheckpoint::meta(const std::string &key) const {
+  for (auto &[k, v] : metadata)
+    if (k == key)
+      return &v;
+  return nullptr;
+}
+
+uint64_t checkpoint_staging_bytes(uint64_t raw_bytes,
+                                  const CheckpointOptions &o) {
+  const uint64_t chunk = round_up(std::max<uint64_t>(o.chunk_bytes, 1), 4096);
+  const uint64_t nchunks = (raw_bytes + chunk - 1) / chunk;
+  const uint64_t slots =
+      std::clamp<uint64_t>(nchunks, 1, std::max(1u, o.in_flight));
+  uint64_t per_slot = chunk;
+  if (o.zstd)
+    per_slot += round_up(ZSTD_compressBound(size_t(chunk)), 4096);
+  return slots * per_slot;
+}
+
+CheckpointWriteResult write_checkpoint(IoEngine &engine,
+                                       const std::string &root, int64_t step,
+                                       const std::vector<CheckpointTensorRef> &
+                                           tensors,
+                                       const Metadata &metadata,
+                                       const CheckpointOptions &o) {
+  if (step < 0)
+    fail("checkpoint of negative step %lld", (long long)step);
+  if (o.keep < 1)
+    fail("keeping %d checkpoints: must be at least 1", o.keep);
+  {
+    std::error_code ec;
+    fs::create_directories(root, ec);
+    if (ec || !fs::is_directory(root))
+      fail("cannot create checkpoint directory '%s': %s; pass another "
+           "--checkpoint-dir",
+           root.c_str(), ec ? ec.message().c_str() : "not a directory");
+  }
+  const std::string name = checkpoint_dir_name(step);
+  const std::string final_dir = (fs::path(root) / name).string();
+  const std::string tmp_dir =
+      (fs::path(root) / format(".%s.tmp-%ld", name.c_str(), long(::getpid())))
+          .string();
+  const std::string data_path =
+      (fs::path(tmp_dir) / kCheckpointDataFile).string();
+
+  CheckpointWriteResult result;
+  result.dir = final_dir;
+  Manifest m;
+  m.step = step;
+  m.zstd = o.zstd;
+  m.metadata = metadata;
+  std::vector<uint64_t> offsets;
+  for (const CheckpointTensorRef &t : tensors) {
+    m.raw_bytes = round_up(m.raw_bytes, kTensorAlign);
+    offsets.push_back(m.raw_bytes);
+    CheckpointTensor x;
+    x.name = t.name;
+    x.dtype = t.dtype;
+    x.shape = t.shape;
+    x.offset = m.raw_bytes;
+    x.bytes = t.bytes;
+    m.tensors.push_back(std::move(x));
+    m.raw_bytes += t.bytes;
+  }
+  result.raw_bytes = m.raw_bytes;
+
+  bool file_open = false;
+  FileId file = 0;
+  try {
+    std::error_code ec;
+    fs::remove_all(tmp_dir, ec);
+    if (::mkdir(tmp_dir.c_str(), 0755) != 0)
+      fail("cannot create '%s': %s", tmp_dir.c_str(), std::strerror(errno));
+    file = engine.open(data_path, /*create=*/true);
+    file_open = true;
+    const uint64_t align = std::max<uint64_t>(engine.file(file).align, 1);
+    m.alignment = align;
+    m.chunk_bytes = round_up(std::max<uint64_t>(o.chunk_bytes, 1), align);
+    const uint64_t nchunks = (m.raw_bytes + m.chunk_bytes - 1) / m.chunk_bytes;
+    const size_t nslots =
+        size_t(std::clamp<uint64_t>(nchunks, 1, std::max(1u, o.in_flight)));
+    const uint64_t zcap = ZSTD_compressBound(size_t(m.chunk_bytes));
+    struct Slot {
+      Staging raw, packed;
+      Token token;
+    };
+    std::vector<Slot> slots(nslots);
+    for (Slot &s : slots) {
+      s.raw.allocate(engine, m.chunk_bytes, align);
+      if (o.zstd)
+        s.packed.allocate(engine, zcap, align);
+    }
+    // Waits for every write in flight, even after one failed (the staging
+    // buffers must outlive them); rethrows the first error.
+    auto wait_all = [&] {
+      std::string first;
+      for (Slot &s : slots) {
+        try {
+          s.token.wait();
+        } catch (const Error &e) {
+          if (first.empty())
+            first = e.what();
+        }
+        s.token = Token();
+      }
+      if (!first.empty())
+        throw Error(first);
+    };
+    try {
+      uint64_t file_off = 0;
+      for (uint64_t k = 0; k < nchunks; ++k) {
+        Slot &s = slots[size_t(k % nslots)];
+        s.token.wait();
+        const uint64_t begin = k * m.chunk_bytes;
+        const uint64_t n = std::min(m.chunk_bytes, m.raw_bytes - begin);
+        fill_raw(s.raw.data(), begin, n, tensors, offsets);
+        ChunkInfo c;
+        c.offset = file_off;
+        c.raw = n;
+        c.xxh3 = XXH3_64bits(s.raw.data(), size_t(n));
+        char *src = s.raw.data();
+        c.stored = n;
+        if (o.zstd) {
+          size_t z = ZSTD_compress(s.packed.data(), size_t(zcap), s.raw.data(),
+                                   size_t(n), o.zstd_level);
+          if (ZSTD_isError(z))
+            fail("zstd cannot compress chunk %llu: %s",
+                 (unsigned long long)k, ZSTD_getErrorName(z));
+          src = s.packed.data();
+          c.stored = z;
+        }
+        const uint64_t padded = round_up(c.stored, align);
+        std::memset(src + c.stored, 0, size_t(padded - c.stored));
+        s.token = engine.write(
+            file, file_off, src, padded, Priority::WriteBack,
+            format("chunk %llu of the checkpoint of step %lld",
+                   (unsigned long long)k, (long long)step));
+        m.chunks.push_back(c);
+        file_off += padded;
+        if (k == 0) {
+          const char *at = std::getenv("SPILLWAY_TEST_CRASH_AT");
+          if (at && std::strcmp(at, "data-partial") == 0) {
+            s.token.wait();
+            maybe_crash("data-partial", step);
+          }
+        }
+      }
+      m.data_bytes = file_off;
+      wait_all();
+    } catch (...) {
+      try {
+        wait_all();
+      } catch (const Error &) {
+      }
+      throw;
+    }
+    result.stored_bytes = m.data_bytes;
+    maybe_crash("data-written", step);
+    file_open = false;
+    engine.close(file, /*sync=*/true);
+    maybe_crash("data-synced", step);
+
+    const std::string manifest = manifest_text(m);
+    const std::string manifest_path =
+        (fs::path(tmp_dir) / kCheckpointManifest).string();
+    write_file_synced(manifest_path, manifest);
+    maybe_crash("manifest-written", step);
+    fsync_dir(tmp_dir);
+
+    // A step-N dir already there is a torn one the resume skipped (a valid
+    // newer one would have been resumed from): move it aside first, since
+    // rename() does not replace a non-empty directory.
+    std::string stale;
+    if (fs::exists(final_dir, ec)) {
+      stale = (fs::path(root) /
+               format(".%s.stale-%ld", name.c_str(), long(::getpid())))
+                  .string();
+      fs::remove_all(stale, ec);
+      if (::rename(final_dir.c_str(), stale.c_str()) != 0)
+        fail("cannot move the old '%s' aside to '%s': %s", final_dir.c_str(),
+             stale.c_str(), std::strerror(errno));
+    }
+    if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
+      fail("cannot rename '%s' to '%s': %s", tmp_dir.c_str(),
+           final_dir.c_str(), std::strerror(errno));
+    maybe_crash("renamed", step);
+    fsync_dir(root);
+    if (!stale.empty())
+      fs::remove_all(stale, ec);
+  } catch (const Error &e) {
+    if (file_open) {
+      try {
+        engine.close(file, false);
+      } catch (const Error &) {
+      }
+    }
+    std::error_code ec;
+    fs::remove_all(tmp_dir, ec);
+    fail("cannot write the checkpoint of step %lld to '%s': %s (the "
+         "checkpoints already in '%s' are untouched; check free space and "
+         "permissions there, or pass another --checkpoint-dir)",
+         (long long)step, final_dir.c_str(), e.what(), root.c_str());
+  }
+  prune(root, step, o, result);
+  maybe_crash("pruned", step);
+  return result;
+}
+
+LoadedCheckpoint load_checkpoint(IoEngine &engine, const std::string &dir) {
+  LoadedCheckpoint out;
+  out.dir = dir;
+  out.step = parse_checkpoint_dir_name(fs::path(dir).filename().string());
+  if (out.step < 0)
+    fail("the name is not step-NNNNNNNN");
+  const std::string manifest_path =
+      (fs::path(dir) / kCheckpointManifest).string();
+  std::error_code ec;
+  if (!fs::exists(manifest_path, ec))
+    fail("%s is missing", kCheckpointManifest);
+  Manifest m;
+  try {
+    m = parse_manifest(read_whole_file(manifest_path, "checkpoint manifest"));
+  } catch (const Error &e) {
+    fail("%s: %s", kCheckpointManifest, e.what());
+  }
+  if (m.step != out.step)
+    fail("%s says step %lld", kCheckpointManifest, (long long)m.step);
+  const std::string data_path = (fs::path(dir) / kCheckpointDataFile).string();
+  const uintmax_t size = fs::file_size(data_path, ec);
+  if (ec)
+    fail("data file '%s': %s", data_path.c_str(), ec.message().c_str());
+  if (size < m.data_bytes)
+    fail("data file '%s' is %llu bytes, the manifest says %llu (truncated)",
+         data_path.c_str(), (unsigned long long)size,
+         (unsigned long long)m.data_bytes);
+
+  Staging image;
+  out.raw = alloc_buffer(int64_t(m.raw_bytes));
+  if (m.data_bytes > 0) {
+    FileId f = engine.open(data_path, /*create=*/false);
+    const uint64_t align = std::max<uint64_t>(engine.file(f).align, 1);
+    try {
+      if (m.data_bytes % align)
+        fail("data file '%s': %llu bytes is not a multiple of the file's "
+             "alignment %llu",
+             data_path.c_str(), (unsigned long long)m.data_bytes,
+             (unsigned long long)align);
+      image.allocate(engine, m.data_bytes, align);
+      engine.read(f, 0, image.data(), m.data_bytes, Priority::Demand,
+                  "checkpoint " + dir)
+          .wait();
+    } catch (...) {
+      engine.close(f);
+      throw;
+    }
+    engine.close(f);
+  }
+  uint64_t raw_off = 0;
+  char *raw = static_cast<char *>(out.raw.get());
+  for (size_t k = 0; k < m.chunks.size(); ++k) {
+    const ChunkInfo &c = m.chunks[k];
+    const char *src = image.data() + c.offset;
+    if (m.zstd) {
+      size_t n = ZSTD_decompress(raw + raw_off, size_t(c.raw), src,
+                                 size_t(c.stored));
+      if (ZSTD_isError(n) || n != c.raw)
+        fail("chunk %zu (bytes %llu..%llu of '%s') does not decompress: %s",
+             k, (unsigned long long)c.offset,
+             (unsigned long long)(c.offset + c.stored), data_path.c_str(),
+             ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong length");
+    } else {
+      std::memcpy(raw + raw_off, src, size_t(c.raw));
+    }
+    const uint64_t h = XXH3_64bits(raw + raw_off, size_t(c.raw));
+    if (h != c.xxh3)
+      fail("chunk %zu (bytes %llu..%llu of '%s') fails its checksum "
+           "(xxh3 %s, expected %s)",
+           k, (unsigned long long)c.offset,
+           (unsigned long long)(c.offset + c.stored), data_path.c_str(),
+           hex64(h).c_str(), hex64(c.xxh3).c_str());
+    raw_off += c.raw;
+  }
+  out.tensors = std::move(m.tensors);
+  out.metadata = std::move(m.metadata);
+  return out;
+}
+
+std::optional<LoadedCheckpoint>
+load_newest_checkpoint(IoEngine &engine, const std::string &root,
+                       const CheckpointOptions &o) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec))
+    return std::nullopt;
+  std::vector<std::string> leftovers;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (leftover_pid(name) >= 0)
+      leftovers.push_back(it->path().string());
+    else if (name.rfind("step-", 0) == 0 && parse_checkpoint_dir_name(name) < 0)
+      say(o, format("skipping '%s': not a checkpoint (the name is not "
+                    "step-NNNNNNNN)",
+                    it->path().c_str()));
+  }
+  std::sort(leftovers.begin(), leftovers.end());
+  for (const std::string &l : leftovers)
+    say(o, format("skipping '%s': an unfinished checkpoint write (removed "
+                  "after the next checkpoint)",
+                  l.c_str()));
+  for (auto &[step, path] : list_checkpoints(root)) {
+    try {
+      return load_checkpoint(engine, path);
+    } catch (const Error &e) {
+      say(o, format("skipping checkpoint '%s': %s; trying the next older one",
+                    path.c_str(), e.what()));
+    }
+  }
+  return std::nullopt;
+}
+
+} // namespace spw::storage

@@ -1,0 +1,152 @@
+//===- checkpoint.h - crash-safe training checkpoints ---------------------===//
+//
+// A checkpoint is a consistent snapshot of named tensors (parameters, AdamW
+// moments, ...) plus string metadata, taken at an iteration boundary:
+//
+//   ROOT/step-00000042/data           the tensors, chunked, O_DIRECT
+//   ROOT/step-00000042/MANIFEST.json  what is where, with checksums
+//
+// Writing (write_checkpoint):
+//   1. mkdir ROOT/.step-00000042.tmp-<pid>/
+//   2. the tensors' bytes, concatenated in order (the "raw stream"), are cut
+//      into chunks (default 4 MiB); each chunk is copied into an aligned
+//      staging buffer, hashed (XXH3-64 of its raw bytes), optionally
+//      compressed with zstd, padded to the file's alignment and written
+//      through the IoEngine, several chunks in flight;
+//   3. wait for every write, fsync the data file;
+//   4. write MANIFEST.json, fsync it, fsync the tmp dir;
+//   5. rename the tmp dir to ROOT/step-00000042, fsync ROOT;
+//   6. prune: keep the newest `keep` checkpoints, remove older ones, newer
+//      torn ones and the tmp dirs of dead writers.
+// A crash before 5 leaves only a tmp dir, which loaders skip; the rename is
+// atomic, and everything it publishes was fsynced before it. So the newest
+// step-* dir is always complete, unless the storage itself lost or corrupted
+// it, which the checksums catch.
+//
+// Loading (load_newest_checkpoint): step-* dirs newest first; a dir is valid
+// iff its name parses, MANIFEST.json parses and matches its own checksum, and
+// every chunk matches its checksum when read. Invalid dirs are skipped with a
+// one-line notice naming the dir and the reason, and the next older is tried.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPILLWAY_RUNTIME_STORAGE_CHECKPOINT_H
+#define SPILLWAY_RUNTIME_STORAGE_CHECKPOINT_H
+
+#include "storage/io_engine.h"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace spw::storage {
+
+constexpr int kCheckpointFormatVersion = 1;
+constexpr const char *kCheckpointDataFile = "data";
+constexpr const char *kCheckpointManifest = "MANIFEST.json";
+
+// A tensor to write: `bytes` bytes at `data`.
+struct CheckpointTensorRef {
+  std::string name;
+  int32_t dtype = SPW_F32;
+  std::vector<int64_t> shape;
+  const void *data = nullptr;
+  uint64_t bytes = 0;
+};
+
+using Metadata = std::vector<std::pair<std::string, std::string>>;
+
+struct CheckpointOptions {
+  uint64_t chunk_bytes = uint64_t(4) << 20; // raw bytes per chunk
+  unsigned in_flight = 4;                   // chunk writes in flight
+  bool zstd = false;
+  int zstd_level = 3;
+  int keep = 2; // checkpoints kept after pruning (>= 1)
+  // Where notices go (pruning, skipped dirs). Default: stderr, prefixed
+  // "spillway: ".
+  std::function<void(const std::string &)> notice;
+};
+
+struct CheckpointWriteResult {
+  std::string dir;              // ROOT/step-NNNNNNNN
+  uint64_t raw_bytes = 0;       // tensor bytes
+  uint64_t stored_bytes = 0;    // data file bytes, padding included
+  std::vector<std::string> pruned; // dirs removed afterwards
+};
+
+// Writes the checkpoint of `step` (>= 0) under `root` (created if missing)
+// and prunes. Throws spw::Error naming the file or directory on any failure,
+// after removing its own tmp dir; the checkpoints already there are left as
+// they were.
+CheckpointWriteResult write_checkpoint(IoEngine &engine,
+                                       const std::string &root, int64_t step,
+                                       const std::vector<CheckpointTensorRef> &
+                                           tensors,
+                                       const Metadata &metadata,
+                                       const CheckpointOptions &options);
+
+// The staging memory write_checkpoint uses for `raw_bytes` of tensors (at
+// 4 KiB alignment): the size of a PinnedPool to give the engine so that the
+// chunk writes use registered buffers.
+uint64_t checkpoint_staging_bytes(uint64_t raw_bytes,
+                                  const CheckpointOptions &options);
+
+// One tensor of a loaded checkpoint; its bytes are at data() + offset.
+struct CheckpointTensor {
+  std::string name;
+  int32_t dtype = SPW_F32;
+  std::vector<int64_t> shape;
+  uint64_t offset = 0, bytes = 0; // in the raw stream
+};
+
+struct LoadedCheckpoint {
+  std::string dir;
+  int64_t step = 0;
+  std::vector<CheckpointTensor> tensors;
+  Metadata metadata;
+  Buffer raw; // the raw stream, verified
+  const CheckpointTensor *find(const std::string &name) const;
+  const void *data(const CheckpointTensor &t) const {
+    return static_cast<const char *>(raw.get()) + t.offset;
+  }
+  const std::string *meta(const std::string &key) const;
+};
+
+// Reads and verifies one checkpoint dir; throws spw::Error saying why it is
+// invalid.
+LoadedCheckpoint load_checkpoint(IoEngine &engine, const std::string &dir);
+
+// The newest valid checkpoint under `root`, or nullopt when there is none
+// (root missing or empty, or every dir invalid). Invalid dirs and leftover
+// tmp dirs are reported through options.notice and skipped.
+std::optional<LoadedCheckpoint>
+load_newest_checkpoint(IoEngine &engine, const std::string &root,
+                       const CheckpointOptions &options);
+
+// "step-00000042" for 42; the step of such a name, or -1.
+std::string checkpoint_dir_name(int64_t step);
+int64_t parse_checkpoint_dir_name(const std::string &name);
+// The checkpoint dirs (step-*) under `root`, newest first, as (step, path).
+std::vector<std::pair<int64_t, std::string>>
+list_checkpoints(const std::string &root);
+
+// ---- test-only crash hook -------------------------------------------------
+// SPILLWAY_TEST_CRASH_AT=<phase> (and optionally SPILLWAY_TEST_CRASH_STEP=N)
+// make the writer raise(SIGKILL) at that phase of the checkpoint of step N
+// (of any step without SPILLWAY_TEST_CRASH_STEP), so tests can prove that a
+// kill at any point leaves a loadable newest checkpoint. Phases, in order:
+//   data-partial      after the first chunk write completed
+//   data-written      every chunk written, data file not yet fsynced
+//   data-synced       data fsynced, no manifest yet
+//   manifest-written  manifest written and fsynced, tmp dir not yet synced
+//   renamed           renamed to step-N, ROOT not fsynced, nothing pruned
+//   pruned            everything done
+// Only for tests: never set these in production.
+extern const char *const kCrashPhases[];
+extern const size_t kNumCrashPhases;
+
+} // namespace spw::storage
+
+#endif

@@ -1,0 +1,433 @@
+//===- checkpoint_test.cpp - crash-safe checkpoints ------------------------===//
+//
+// The checkpoint writer and loader (storage/checkpoint.h) on their own:
+// round trips, torn and corrupted checkpoints, injected -ENOSPC, pruning, and
+// a SIGKILL at every phase of a write (in a forked child).
+//
+//===----------------------------------------------------------------------===//
+
+#include "executable_fixture.h"
+#include "storage/checkpoint.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace spw::storage;
+using spwtest::Result;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string slurp(const fs::path &p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void spill(const fs::path &p, const std::string &bytes) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+struct Tensors {
+  std::vector<std::string> names;
+  std::vector<int32_t> dtypes;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<std::string> bytes;
+
+  std::vector<CheckpointTensorRef> refs() const {
+    std::vector<CheckpointTensorRef> out;
+    for (size_t i = 0; i < names.size(); ++i)
+      out.push_back({names[i], dtypes[i], shapes[i], bytes[i].data(),
+                     bytes[i].size()});
+    return out;
+  }
+};
+
+// `n` tensors of random dtypes and shapes (some empty) and contents; the odd
+// ones hold only bytes 0..3, so zstd has something to compress.
+Tensors random_tensors(size_t n, uint64_t seed, int64_t max_elems) {
+  std::mt19937_64 rng(seed);
+  Tensors t;
+  const int32_t dtypes[] = {SPW_F32, SPW_I64, SPW_I32, SPW_BOOL};
+  for (size_t i = 0; i < n; ++i) {
+    int32_t dt = dtypes[rng() % 4];
+    int64_t elems = i % 7 == 3 ? 0 : int64_t(rng() % uint64_t(max_elems + 1));
+    std::vector<int64_t> shape = {elems};
+    if (elems % 2 == 0 && elems > 0)
+      shape = {2, elems / 2};
+    std::string b(size_t(elems * spw::dtype_size(dt)), '\0');
+    for (char &c : b)
+      c = i % 2 ? char(rng() % 4) : char(rng());
+    t.names.push_back("t" + std::to_string(i) + (i % 5 ? "" : "/odd \"name\""));
+    t.dtypes.push_back(dt);
+    t.shapes.push_back(shape);
+    t.bytes.push_back(std::move(b));
+  }
+  return t;
+}
+
+class Checkpoint : public ::testing::Test {
+protected:
+  fs::path dir;
+  std::vector<std::string> notices;
+  CheckpointOptions opts;
+
+  void SetUp() override {
+    std::string tmpl =
+        (fs::temp_directory_path() / "spw_ckpt_XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir = tmpl;
+    opts.notice = [this](const std::string &m) { notices.push_back(m); };
+    opts.chunk_bytes = 64 << 10; // many chunks from small tensors
+  }
+  void TearDown() override { fs::remove_all(dir); }
+
+  std::string root() const { return (dir / "ckpt").string(); }
+  std::string step_dir(int64_t s) const {
+    return (dir / "ckpt" / checkpoint_dir_name(s)).string();
+  }
+
+  CheckpointWriteResult write(int64_t step, const Tensors &t,
+                              IoEngine *engine = nullptr) {
+    EngineConfig cfg;
+    IoEngine own(cfg);
+    return write_checkpoint(engine ? *engine : own, root(), step, t.refs(),
+                            {{"who", "test"}, {"step", std::to_string(step)}},
+                            opts);
+  }
+  std::optional<LoadedCheckpoint> load_newest() {
+    IoEngine engine(EngineConfig{});
+    return load_newest_checkpoint(engine, root(), opts);
+  }
+  void expect_same(const LoadedCheckpoint &c, const Tensors &t) {
+    ASSERT_EQ(c.tensors.size(), t.names.size());
+    for (size_t i = 0; i < t.names.size(); ++i) {
+      const CheckpointTensor &x = c.tensors[i];
+      EXPECT_EQ(x.name, t.names[i]);
+      EXPECT_EQ(x.dtype, t.dtypes[i]);
+      EXPECT_EQ(x.shape, t.shapes[i]);
+      ASSERT_EQ(x.bytes, t.bytes[i].size());
+      EXPECT_EQ(std::string(static_cast<const char *>(c.data(x)), x.bytes),
+                t.bytes[i])
+          << "tensor " << x.name;
+    }
+  }
+  std::string all_notices() const {
+    std::string s;
+    for (auto &n : notices)
+      s += n + "\n";
+    return s;
+  }
+};
+
+TEST_F(Checkpoint, DirNames) {
+  EXPECT_EQ(checkpoint_dir_name(42), "step-00000042");
+  EXPECT_EQ(checkpoint_dir_name(123456789), "step-123456789");
+  EXPECT_EQ(parse_checkpoint_dir_name("step-00000042"), 42);
+  EXPECT_EQ(parse_checkpoint_dir_name("step-123456789"), 123456789);
+  EXPECT_EQ(parse_checkpoint_dir_name("step-0000042"), -1);
+  EXPECT_EQ(parse_checkpoint_dir_name("step-00000042x"), -1);
+  EXPECT_EQ(parse_checkpoint_dir_name("step-012345678"), -1);
+  EXPECT_EQ(parse_checkpoint_dir_name(".step-00000042.tmp-12"), -1);
+}
+
+class CheckpointRoundTrip : public Checkpoint,
+                            public ::testing::WithParamInterface<bool> {};
+
+TEST_P(CheckpointRoundTrip, ManyTensorsOfRandomSizes) {
+  opts.zstd = GetParam();
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    Tensors t = random_tensors(40, seed, 50000);
+    CheckpointWriteResult w = write(int64_t(seed), t);
+    EXPECT_EQ(w.dir, step_dir(int64_t(seed)));
+    EXPECT_GT(w.raw_bytes, 0u);
+    EXPECT_TRUE(fs::exists(fs::path(w.dir) / "MANIFEST.json"));
+    auto c = load_newest();
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->step, int64_t(seed));
+    EXPECT_EQ(c->dir, w.dir);
+    expect_same(*c, t);
+    ASSERT_TRUE(c->meta("who"));
+    EXPECT_EQ(*c->meta("who"), "test");
+    EXPECT_EQ(*c->meta("step"), std::to_string(seed));
+    if (opts.zstd) // half the tensors hold only values 0..3
+      EXPECT_LT(w.stored_bytes, w.raw_bytes);
+  }
+  EXPECT_EQ(all_notices(), "");
+  const std::string manifest = slurp(fs::path(step_dir(3)) / "MANIFEST.json");
+  EXPECT_CONTAINS(manifest, "\"format\": \"spillway-checkpoint\"");
+  EXPECT_CONTAINS(manifest,
+                  std::string("\"compression\": \"") +
+                      (opts.zstd ? "zstd" : "none") + "\"");
+  EXPECT_CONTAINS(manifest, "\"name\": \"t0/odd \\\"name\\\"\"");
+}
+
+TEST_P(CheckpointRoundTrip, EmptyAndChunkSized) {
+  opts.zstd = GetParam();
+  Tensors none;
+  write(0, none);
+  auto c = load_newest();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->step, 0);
+  EXPECT_TRUE(c->tensors.empty());
+  // Exactly one chunk, and one byte more.
+  Tensors t;
+  t.names = {"a", "b"};
+  t.dtypes = {SPW_BOOL, SPW_BOOL};
+  t.shapes = {{64 << 10}, {1}};
+  t.bytes = {std::string(64 << 10, '\x5a'), "\x01"};
+  write(1, t);
+  c = load_newest();
+  ASSERT_TRUE(c);
+  expect_same(*c, t);
+}
+
+TEST_P(CheckpointRoundTrip, StagingFromARegisteredPool) {
+  opts.zstd = GetParam();
+  Tensors t = random_tensors(30, 5, 30000);
+  uint64_t raw = 0;
+  for (const std::string &b : t.bytes)
+    raw += (b.size() + 63) / 64 * 64;
+  PinnedPool pool(size_t(checkpoint_staging_bytes(raw, opts)));
+  EngineConfig cfg;
+  cfg.pool = &pool;
+  IoEngine engine(cfg);
+  write(7, t, &engine);
+  EXPECT_EQ(pool.bytes_in_use(), 0u);
+  auto c = load_newest_checkpoint(engine, root(), opts);
+  ASSERT_TRUE(c);
+  expect_same(*c, t);
+  EXPECT_EQ(all_notices(), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Compression, CheckpointRoundTrip,
+                         ::testing::Values(false, true),
+                         [](const auto &info) {
+                           return info.param ? "zstd" : "raw";
+                         });
+
+class TornCheckpoint : public Checkpoint,
+                       public ::testing::WithParamInterface<bool> {
+protected:
+  Tensors t1 = random_tensors(10, 11, 40000), t2 = random_tensors(10, 12, 40000);
+
+  void SetUp() override {
+    Checkpoint::SetUp();
+    opts.zstd = GetParam();
+    write(1, t1);
+    write(2, t2);
+  }
+  void expect_step1(const std::string &why) {
+    notices.clear();
+    auto c = load_newest();
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->step, 1);
+    expect_same(*c, t1);
+    EXPECT_CONTAINS(all_notices(), why);
+  }
+};
+
+TEST_P(TornCheckpoint, LeftoverTmpDirIsSkipped) {
+  // A writer killed before its rename: a tmp dir with a complete-looking
+  // manifest is never loaded.
+  fs::path tmp = dir / "ckpt" / ".step-00000003.tmp-999999";
+  fs::copy(step_dir(2), tmp);
+  notices.clear();
+  auto c = load_newest();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->step, 2);
+  EXPECT_CONTAINS(all_notices(), "skipping '" + tmp.string() +
+                                     "': an unfinished checkpoint write");
+}
+
+TEST_P(TornCheckpoint, MissingManifest) {
+  fs::remove(fs::path(step_dir(2)) / "MANIFEST.json");
+  expect_step1("skipping checkpoint '" + step_dir(2) +
+               "': MANIFEST.json is missing; trying the next older one");
+}
+
+TEST_P(TornCheckpoint, TruncatedManifest) {
+  fs::path m = fs::path(step_dir(2)) / "MANIFEST.json";
+  std::string text = slurp(m);
+  spill(m, text.substr(0, text.size() / 2));
+  expect_step1("skipping checkpoint '" + step_dir(2) +
+               "': MANIFEST.json: it has no manifest_xxh3 line (truncated?)");
+  spill(m, text.substr(0, text.size() - 10));
+  expect_step1("MANIFEST.json: its manifest_xxh3 is not 16 hex digits");
+  spill(m, "");
+  expect_step1("MANIFEST.json: it has no manifest_xxh3 line");
+}
+
+TEST_P(TornCheckpoint, EditedManifest) {
+  fs::path m = fs::path(step_dir(2)) / "MANIFEST.json";
+  std::string text = slurp(m);
+  text.replace(text.find("\"step\": 2"), 9, "\"step\": 3");
+  spill(m, text);
+  expect_step1("MANIFEST.json: its checksum does not match");
+}
+
+TEST_P(TornCheckpoint, FlippedDataByte) {
+  fs::path d = fs::path(step_dir(2)) / "data";
+  std::string bytes = slurp(d);
+  bytes[bytes.size() / 3] ^= 0x10;
+  spill(d, bytes);
+  expect_step1("skipping checkpoint '" + step_dir(2) + "': chunk ");
+  EXPECT_CONTAINS(all_notices(), d.string());
+}
+
+TEST_P(TornCheckpoint, TruncatedData) {
+  fs::path d = fs::path(step_dir(2)) / "data";
+  fs::resize_file(d, fs::file_size(d) - 4096);
+  expect_step1("(truncated)");
+}
+
+TEST_P(TornCheckpoint, NoValidCheckpointAtAll) {
+  fs::remove(fs::path(step_dir(2)) / "MANIFEST.json");
+  fs::remove(fs::path(step_dir(1)) / "data");
+  notices.clear();
+  EXPECT_FALSE(load_newest());
+  EXPECT_CONTAINS(all_notices(), step_dir(2));
+  EXPECT_CONTAINS(all_notices(), step_dir(1));
+}
+
+INSTANTIATE_TEST_SUITE_P(Compression, TornCheckpoint,
+                         ::testing::Values(false, true),
+                         [](const auto &info) {
+                           return info.param ? "zstd" : "raw";
+                         });
+
+TEST_F(Checkpoint, EnospcFailsClearlyAndKeepsThePreviousOne) {
+  Tensors t1 = random_tensors(8, 21, 60000), t2 = random_tensors(8, 22, 60000);
+  write(1, t1);
+  ScriptedFaults faults("enospc@3/write");
+  EngineConfig cfg;
+  cfg.faults = &faults;
+  IoEngine engine(cfg);
+  try {
+    write(2, t2, &engine);
+    FAIL() << "the write should have failed";
+  } catch (const spw::Error &e) {
+    std::string msg = e.what();
+    EXPECT_CONTAINS(msg, "cannot write the checkpoint of step 2 to '" +
+                             step_dir(2) + "'");
+    EXPECT_CONTAINS(msg, "No space left on device");
+    EXPECT_CONTAINS(msg, "check free space");
+  }
+  EXPECT_GE(faults.injected(), 1);
+  EXPECT_FALSE(fs::exists(step_dir(2)));
+  for (auto &e : fs::directory_iterator(root()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos)
+        << e.path();
+  auto c = load_newest();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->step, 1);
+  expect_same(*c, t1);
+  // The engine keeps working: the next checkpoint succeeds.
+  write(3, t2);
+  c = load_newest();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->step, 3);
+}
+
+TEST_F(Checkpoint, KeepPrunesOlderOnes) {
+  Tensors t = random_tensors(3, 31, 1000);
+  opts.keep = 2;
+  for (int64_t s = 1; s <= 5; ++s) {
+    CheckpointWriteResult w = write(s, t);
+    if (s >= 3) {
+      ASSERT_EQ(w.pruned.size(), 1u);
+      EXPECT_EQ(w.pruned[0], step_dir(s - 2));
+    }
+  }
+  auto list = list_checkpoints(root());
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].first, 5);
+  EXPECT_EQ(list[1].first, 4);
+
+  // keep 1: only the new one stays. Leftover tmp dirs of dead writers go;
+  // one of a live process (our parent) stays.
+  fs::create_directories(dir / "ckpt" / ".step-00000009.tmp-999999999");
+  const std::string live =
+      ".step-00000009.tmp-" + std::to_string(long(::getppid()));
+  fs::create_directories(dir / "ckpt" / live);
+  opts.keep = 1;
+  write(6, t);
+  list = list_checkpoints(root());
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].first, 6);
+  EXPECT_FALSE(fs::exists(dir / "ckpt" / ".step-00000009.tmp-999999999"));
+  EXPECT_TRUE(fs::exists(dir / "ckpt" / live));
+
+  // A torn newer one is not pruned, and is replaced when its step comes.
+  fs::create_directories(step_dir(8));
+  write(7, t);
+  EXPECT_TRUE(fs::exists(step_dir(8)));
+  write(8, t);
+  auto c = load_newest();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->step, 8);
+  EXPECT_FALSE(fs::exists(step_dir(7)));
+}
+
+TEST_F(Checkpoint, RewritingAStepReplacesIt) {
+  Tensors a = random_tensors(3, 41, 1000), b = random_tensors(3, 42, 1000);
+  write(4, a);
+  write(4, b);
+  auto c = load_newest();
+  ASSERT_TRUE(c);
+  expect_same(*c, b);
+}
+
+// A SIGKILL at each phase of the write of step 2 (in a forked child): the
+// newest valid checkpoint afterwards is step 1 before the rename and step 2
+// from then on, never a broken one.
+TEST_F(Checkpoint, KillAtEveryPhase) {
+  Tensors t1 = random_tensors(6, 51, 60000), t2 = random_tensors(6, 52, 60000);
+  for (size_t i = 0; i < kNumCrashPhases; ++i) {
+    const std::string phase = kCrashPhases[i];
+    SCOPED_TRACE(phase);
+    fs::remove_all(root());
+    write(1, t1);
+    std::fflush(nullptr);
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::setenv("SPILLWAY_TEST_CRASH_AT", phase.c_str(), 1);
+      ::setenv("SPILLWAY_TEST_CRASH_STEP", "2", 1);
+      try {
+        write(2, t2);
+      } catch (...) {
+        std::_Exit(3);
+      }
+      std::_Exit(4); // not killed: the hook did not fire
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "exit status " << WEXITSTATUS(status);
+    EXPECT_EQ(WTERMSIG(status), SIGKILL);
+    notices.clear();
+    auto c = load_newest();
+    ASSERT_TRUE(c);
+    const bool published = phase == "renamed" || phase == "pruned";
+    EXPECT_EQ(c->step, published ? 2 : 1);
+    expect_same(*c, published ? t2 : t1);
+    if (!published)
+      EXPECT_CONTAINS(all_notices(), "an unfinished checkpoint write");
+    // The next write cleans up after the dead writer.
+    write(3, t1);
+    for (auto &e : fs::directory_iterator(root()))
+      EXPECT_EQ(e.path().filename().string()[0], 's') << e.path();
+  }
+}
+
+} // namespace
