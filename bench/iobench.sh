@@ -7,6 +7,7 @@
 #   defaults: 5 rounds, 2G, 1M, 32, FILE=${BENCH_DIR:-/tmp}/spillway-iobench-$$.bin (removed after)
 # env: IOBENCH=path/to/spillway-iobench (default: build/bin or build-*/bin of this repo)
 #      FIO=path/to/fio (FIO=none: behave as if fio were absent)
+#      FIO_EXTRA="--fixedbufs=1 ..."  more fio options (recorded in the summary)
 #      RECORDED_BASELINE=FILE.json  where fio is missing, compare against the
 #        numbers recorded in that hardware profile (shared/hardware/h200.json:
 #        ssd[0].odirect_uring_1MiB_qd32_{write,read}_gbps) instead of failing
@@ -20,10 +21,10 @@ while getopts "r:s:b:q:f:o:h" opt; do
   case $opt in
     r) ROUNDS=$OPTARG ;; s) SIZE=$OPTARG ;; b) BS=$OPTARG ;; q) QD=$OPTARG ;;
     f) FILE=$OPTARG ;; o) OUTJSON=$OPTARG ;;
-    *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 2 ;;
   esac
 done
-COMMAND="bench/iobench.sh $*"
+COMMAND="${FIO_EXTRA:+FIO_EXTRA='$FIO_EXTRA' }bench/iobench.sh $*"
 
 IOBENCH=${IOBENCH:-}
 if [ -z "$IOBENCH" ]; then
@@ -58,7 +59,7 @@ echo "iobench.sh: spillway-iobench = $IOBENCH; fio = ${FIO:-absent (baseline: ${
 
 fio_run() { # op round
   "$FIO" --name=spillway-$1 --filename="$FILE" --rw="$1" --bs="$BS" --iodepth="$QD" \
-    --ioengine=io_uring --direct=1 --numjobs=1 --size="$SIZE" --output-format=json \
+    --ioengine=io_uring --direct=1 --numjobs=1 --size="$SIZE" --output-format=json ${FIO_EXTRA:-} \
     >"$TMP/fio-$1-$2.json" 2>"$TMP/fio.err" || { cat "$TMP/fio.err" >&2; exit 1; }
 }
 spw_run() { # op round

@@ -258,7 +258,9 @@ struct FileTarget : Target {
            p.c_str());
     if (exists && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
       fail("--path %s is not a regular file", p.c_str());
-    uint64_t have = exists ? uint64_t(st.st_size) : 0;
+    // A block device's size is not in st_size; the kernel bounds its I/O.
+    uint64_t have = !exists ? 0 : S_ISBLK(st.st_mode) ? UINT64_MAX
+                                                      : uint64_t(st.st_size);
     if (!writing && have < size)
       fail("--path %s holds %s but --op read needs %s: write it first "
            "(--op write or both, same --size)",

@@ -254,8 +254,9 @@ private:
   char *host_base_ = nullptr;
 
   mutable std::mutex mu_;
+  // A deque: name() hands out references that must survive later add()s.
   // Mutable: queries retire completed moves (reap_locked) before answering.
-  mutable std::vector<Tensor> tensors_;
+  mutable std::deque<Tensor> tensors_;
   std::unordered_map<std::string, TensorId> by_name_;
   std::array<Arena, kNumTiers> arenas_;
   mutable std::vector<Pending> pending_;
