@@ -15,6 +15,7 @@ PKGS=(
   liburing-dev libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
   libgtest-dev zlib1g-dev libzstd-dev libxxhash-dev
   clang-22 libclang-rt-22-dev
+  fio
 )
 
 missing=()
