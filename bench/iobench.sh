@@ -8,6 +8,15 @@
 # env: IOBENCH=path/to/spillway-iobench (default: build/bin or build-*/bin of this repo)
 #      FIO=path/to/fio (FIO=none: behave as if fio were absent)
 #      FIO_EXTRA="--fixedbufs=1 ..."  more fio options (recorded in the summary)
+#      FIO_HUGEPAGES=auto|reserve|off  fio's buffers (default auto). The engine's
+#        pinned pool is backed by transparent huge pages, so a 1 MiB request is a
+#        few large DMA segments; fio's default 4 KiB-page buffers make 256, which
+#        a virtio disk (max_segments 254) splits in two. For a fair baseline fio
+#        gets huge pages too (--iomem=mmaphuge --fixedbufs=1), which needs
+#        reserved hugetlb pages: auto uses them when enough are free, reserve
+#        (root) reserves them for the run and restores vm.nr_hugepages after,
+#        off (or too few pages) runs fio with 4 KiB pages and says the ratio
+#        then flatters the engine.
 #      RECORDED_BASELINE=FILE.json  where fio is missing, compare against the
 #        numbers recorded in that hardware profile (shared/hardware/h200.json:
 #        ssd[0].odirect_uring_1MiB_qd32_{write,read}_gbps) instead of failing
@@ -40,6 +49,33 @@ if [ -z "$FIO" ] && [ -z "${RECORDED_BASELINE:-}" ]; then
   echo "iobench.sh: fio not found (scripts/install-deps.sh installs it), and no RECORDED_BASELINE given" >&2; exit 1
 fi
 
+# fio's buffer memory (see FIO_HUGEPAGES above).
+to_bytes() { python3 -c "import re,sys;m=re.fullmatch(r'(\d+)([KMG]?)(i?B)?',sys.argv[1],re.I);print(int(m[1])*{'':1,'K':1<<10,'M':1<<20,'G':1<<30}[m[2].upper()])" "$1"; }
+HP_RESTORE=""
+FIO_MEM=""
+FIO_MEM_NOTE=""
+if [ -n "$FIO" ]; then
+  need=$(( ($(to_bytes "$QD") * $(to_bytes "$BS") + (2 << 20) - 1) / (2 << 20) + 2 ))
+  free_hp=$(awk '/^HugePages_Free:/ {print $2}' /proc/meminfo 2>/dev/null || echo 0)
+  mode=${FIO_HUGEPAGES:-auto}
+  if [ "$mode" = reserve ] && [ "$free_hp" -lt "$need" ]; then
+    old=$(cat /proc/sys/vm/nr_hugepages)
+    if echo $(( old + need - free_hp )) >/proc/sys/vm/nr_hugepages 2>/dev/null; then
+      HP_RESTORE=$old
+      free_hp=$(awk '/^HugePages_Free:/ {print $2}' /proc/meminfo)
+      echo "iobench.sh: reserved $need hugetlb pages for fio (vm.nr_hugepages $old -> $(cat /proc/sys/vm/nr_hugepages); restored at exit)" >&2
+    else
+      echo "iobench.sh: cannot reserve hugetlb pages (not root?)" >&2
+    fi
+  fi
+  if [ "$mode" != off ] && [ "$free_hp" -ge "$need" ]; then
+    FIO_MEM="--iomem=mmaphuge --fixedbufs=1"
+  else
+    FIO_MEM_NOTE="fio used 4 KiB-page buffers (FIO_HUGEPAGES=${mode}, $free_hp free hugetlb pages, $need needed): the ratio flatters the engine; rerun as root with FIO_HUGEPAGES=reserve"
+    echo "iobench.sh: $FIO_MEM_NOTE" >&2
+  fi
+fi
+
 REMOVE=0
 if [ -z "$FILE" ]; then
   DIR=${BENCH_DIR:-/tmp}
@@ -47,11 +83,14 @@ if [ -z "$FILE" ]; then
   FILE="$DIR/spillway-iobench-$$.bin"; REMOVE=1
 fi
 TMP=$(mktemp -d)
-cleanup() { rm -rf "$TMP"; [ "$REMOVE" = 1 ] && rm -f "$FILE"; true; }
+cleanup() {
+  rm -rf "$TMP"; [ "$REMOVE" = 1 ] && rm -f "$FILE"
+  [ -n "$HP_RESTORE" ] && echo "$HP_RESTORE" >/proc/sys/vm/nr_hugepages; true
+}
 trap cleanup EXIT
 
 echo "iobench.sh: $ROUNDS rounds, size $SIZE, request $BS, depth $QD, file $FILE" >&2
-echo "iobench.sh: spillway-iobench = $IOBENCH; fio = ${FIO:-absent (baseline: ${RECORDED_BASELINE:-})}" >&2
+echo "iobench.sh: spillway-iobench = $IOBENCH; fio = ${FIO:-absent (baseline: ${RECORDED_BASELINE:-})} ${FIO_MEM}" >&2
 
 # Lay the file out once, untimed, so neither tool pays for allocation.
 "$IOBENCH" --path "$FILE" --size "$SIZE" --request "$BS" --depth "$QD" --op write --no-verify \
@@ -59,7 +98,7 @@ echo "iobench.sh: spillway-iobench = $IOBENCH; fio = ${FIO:-absent (baseline: ${
 
 fio_run() { # op round
   "$FIO" --name=spillway-$1 --filename="$FILE" --rw="$1" --bs="$BS" --iodepth="$QD" \
-    --ioengine=io_uring --direct=1 --numjobs=1 --size="$SIZE" --output-format=json ${FIO_EXTRA:-} \
+    --ioengine=io_uring --direct=1 --numjobs=1 --size="$SIZE" --output-format=json $FIO_MEM ${FIO_EXTRA:-} \
     >"$TMP/fio-$1-$2.json" 2>"$TMP/fio.err" || { cat "$TMP/fio.err" >&2; exit 1; }
 }
 spw_run() { # op round
@@ -85,9 +124,9 @@ HOST=$(hostname 2>/dev/null || echo unknown)
 [ -n "$OUTJSON" ] || OUTJSON="$ROOT/bench/results/iobench-$HOST-$(date -u +%Y%m%dT%H%M%SZ).json"
 FSINFO=$(findmnt -n -o SOURCE,FSTYPE -T "$(dirname "$FILE")" 2>/dev/null | tr -s ' ' || echo "?")
 FIOVER=$([ -n "$FIO" ] && "$FIO" --version || echo "absent")
-python3 - "$TMP" "$ROUNDS" "$OUTJSON" "$COMMAND" "$HOST" "$FSINFO" "$FIOVER" "${RECORDED_BASELINE:-}" "$FILE" "$BS" "$QD" <<'PY'
+python3 - "$TMP" "$ROUNDS" "$OUTJSON" "$COMMAND" "$HOST" "$FSINFO" "$FIOVER" "${RECORDED_BASELINE:-}" "$FILE" "$BS" "$QD" "$FIO_MEM ${FIO_EXTRA:-}" "$FIO_MEM_NOTE" <<'PY'
 import json, os, platform, statistics, sys
-tmp, rounds, out, command, host, fsinfo, fiover, recorded, path, bs, qd = sys.argv[1:]
+tmp, rounds, out, command, host, fsinfo, fiover, recorded, path, bs, qd, fio_opts, fio_note = sys.argv[1:]
 rounds = int(rounds)
 def spw(op, r):
     with open(f"{tmp}/spw-{op}-{r}.json") as f:
@@ -102,7 +141,9 @@ def fio(op, r):
     return j["jobs"][0][op]["bw_bytes"] / 1e9
 summary = {"command": command, "machine": {"host": host, "kernel": platform.release(),
            "cpus": os.cpu_count(), "file": path, "filesystem": fsinfo, "fio": fiover},
-           "target_ratio": 0.95, "ops": {}}
+           "target_ratio": 0.95, "fio_extra_options": fio_opts.strip(), "ops": {}}
+if fio_note:
+    summary["fio_note"] = fio_note
 baseline = "fio"
 rec = None
 if recorded:
@@ -139,6 +180,8 @@ print(f"baseline: {baseline}; backend: {summary['ops']['read']['spillway_backend
 with open(out, "w") as f:
     json.dump(summary, f, indent=1)
     f.write("\n")
+if fio_note:
+    print(f"note: {fio_note}")
 print(f"summary: {out}")
 sys.exit(0 if ok else 3)
 PY

@@ -123,7 +123,8 @@ private:
 
 // ---- pinned staging pool --------------------------------------------------
 
-// Host memory allocated once (mmap + MAP_POPULATE, then mlock where the
+// Host memory allocated once (a 2 MiB-aligned anonymous mapping advised to
+// use transparent huge pages, populated up front, then mlocked where the
 // limit allows), carved into aligned blocks. Buffers from the pool are
 // registered with every ring of the engine that owns it; the CUDA backend
 // also cudaHostRegisters it. Thread-safe.
@@ -151,8 +152,10 @@ public:
   bool locked() const { return locked_; } // mlock succeeded
 
 private:
-  char *base_ = nullptr;
+  char *base_ = nullptr;     // 2 MiB aligned, inside the mapping
   size_t size_ = 0;
+  char *map_base_ = nullptr; // the whole mapping (base_ rounded down)
+  size_t map_size_ = 0;
   bool locked_ = false;
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -27,15 +27,39 @@ struct PinnedPool::Impl {
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+// Transparent huge pages make the pool physically contiguous in 2 MiB runs.
+// That matters for fixed buffers: a 1 MiB read_fixed from 4 KiB pages is 256
+// segments, more than a virtio disk's max_segments (254), so the block layer
+// splits every request in two and reads lose ~half their throughput; from
+// huge pages the same request is one or a few segments.
+constexpr size_t kHugePage = size_t(2) << 20;
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
 PinnedPool::PinnedPool(size_t bytes) : impl_(std::make_unique<Impl>()) {
   size_t page = size_t(sysconf(_SC_PAGESIZE));
   size_ = round_up(bytes ? bytes : page, page);
-  void *p = mmap(nullptr, size_, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  // Map whole huge pages, plus one so the pool can start on a 2 MiB
+  // boundary; the pool itself stays the size asked for.
+  const size_t huge_span = round_up(size_, kHugePage);
+  map_size_ = huge_span + kHugePage;
+  void *p = mmap(nullptr, map_size_, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     fail("cannot map a pinned staging pool of %zu bytes: %s", size_,
          strerror(errno));
-  base_ = static_cast<char *>(p);
+  map_base_ = static_cast<char *>(p);
+  base_ = reinterpret_cast<char *>(
+      round_up(reinterpret_cast<uintptr_t>(map_base_), kHugePage));
+  // Advice only: without THP the pool still works, from 4 KiB pages.
+  madvise(base_, huge_span, MADV_HUGEPAGE);
+  // Populate now, not on first I/O. MADV_POPULATE_WRITE (Linux 5.14) fails
+  // on older kernels: then touch every page.
+  if (madvise(base_, size_, MADV_POPULATE_WRITE) != 0) {
+    for (size_t off = 0; off < size_; off += page)
+      base_[off] = 0;
+  }
   // Without the lock the pages stay populated; registration with a ring
   // pins them anyway. So a refused mlock is not an error.
   locked_ = mlock(base_, size_) == 0;
@@ -46,7 +70,7 @@ PinnedPool::~PinnedPool() {
   if (base_) {
     if (locked_)
       munlock(base_, size_);
-    munmap(base_, size_);
+    munmap(map_base_, map_size_);
   }
 }
 
