@@ -301,6 +301,51 @@ TEST(EngineConcurrency, DestructorDrains) {
   EXPECT_EQ(fs::file_size(dir.file("d.bin")), 4 * MiB);
 }
 
+// A file opened read-only (here also chmod 0444, which only binds a
+// non-root user) can be read through both backends; a write to it is refused
+// before anything is submitted, naming the file; create + read_only is an
+// error.
+TEST(EngineReadOnly, ReadOnlyFileCanBeReadAndRefusesWrites) {
+  TempDir dir;
+  const std::string path = dir.file("ro.bin");
+  const size_t size = 1 * MiB;
+  HeapBuf src(size), dst(size);
+  fill_random(src.p, size, 77);
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(src.p, std::streamsize(size));
+  }
+  ASSERT_EQ(chmod(path.c_str(), 0444), 0);
+  for (Backend b : {Backend::Uring, Backend::Threads}) {
+    EngineConfig cfg;
+    cfg.backend = b;
+    cfg.request_bytes = 256 * KiB;
+    IoEngine eng(cfg);
+    if (geteuid() != 0) // root opens a 0444 file for writing regardless
+      EXPECT_NE(thrown_by([&] { eng.open(path, false); }).find("'" + path + "'"),
+                std::string::npos);
+    FileId f = eng.open(path, /*create=*/false, 0, /*read_only=*/true);
+    EXPECT_TRUE(eng.file(f).read_only);
+    memset(dst.p, 0, size);
+    eng.read(f, 0, dst.p, size, Priority::Demand, "ro").wait();
+    EXPECT_EQ(memcmp(src.p, dst.p, size), 0) << backend_name(b);
+    std::string err = thrown_by(
+        [&] { eng.write(f, 0, src.p, 4096, Priority::WriteBack, "ro-tensor"); });
+    EXPECT_NE(err.find("'" + path + "'"), std::string::npos) << err;
+    EXPECT_NE(err.find("read-only"), std::string::npos) << err;
+    EXPECT_NE(err.find("ro-tensor"), std::string::npos) << err;
+    EXPECT_EQ(eng.stats().requests, 1u); // the write was never queued
+    eng.close(f);
+    err = thrown_by([&] { eng.open(dir.file("new.bin"), true, 0, true); });
+    EXPECT_NE(err.find("read-only"), std::string::npos) << err;
+    EXPECT_FALSE(fs::exists(dir.file("new.bin")));
+  }
+  // Untouched by all of the above.
+  std::ifstream in(path, std::ios::binary);
+  in.read(dst.p, std::streamsize(size));
+  EXPECT_EQ(memcmp(src.p, dst.p, size), 0);
+}
+
 // ---- striping -----------------------------------------------------------------
 
 TEST(SwapSpaceTest, StripesOverDirectoriesAndEachFileGetsItsShare) {

@@ -572,9 +572,12 @@ IoEngine::~IoEngine() {
       ::close(impl_->files[i].fd);
 }
 
-FileId IoEngine::open(const std::string &path, bool create, unsigned queue) {
+FileId IoEngine::open(const std::string &path, bool create, unsigned queue,
+                      bool read_only) {
   Impl &m = *impl_;
-  int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
+  if (read_only && create)
+    fail("cannot open '%s' read-only and create it", path.c_str());
+  int flags = (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | (create ? O_CREAT : 0);
   bool direct = m.cfg.direct;
   int injected = direct && m.cfg.faults ? m.cfg.faults->open_direct_result() : 0;
   int fd = injected ? (errno = -injected, -1)
@@ -596,13 +599,15 @@ FileId IoEngine::open(const std::string &path, bool create, unsigned queue) {
     }
   }
   if (fd < 0)
-    fail("cannot open '%s'%s: %s", path.c_str(), create ? " for writing" : "",
+    fail("cannot open '%s'%s: %s", path.c_str(),
+         read_only ? " for reading" : create ? " for writing" : "",
          strerror(errno));
   FileInfo info;
   info.path = path;
   info.fd = fd;
   info.queue = queue % unsigned(m.queues.size());
   info.direct = direct;
+  info.read_only = read_only;
   info.align = direct ? direct_alignment(fd) : 1;
   std::lock_guard<std::mutex> lk(m.files_mu);
   m.files.push_back(std::move(info));
@@ -647,7 +652,13 @@ Token IoEngine::submit(IoOp op, const std::vector<Segment> &segments,
       if (s.file >= m.files.size() || !m.open[s.file])
         fail("%s for tensor '%s': I/O file %u is not open", opname,
              what.c_str(), s.file);
-      infos.push_back(&m.files[s.file]);
+      const FileInfo &f = m.files[s.file];
+      if (op == IoOp::Write && f.read_only)
+        fail("write of %llu bytes at offset %llu of '%s' (tensor '%s'): the "
+             "file was opened read-only",
+             (unsigned long long)s.length, (unsigned long long)s.offset,
+             f.path.c_str(), what.c_str());
+      infos.push_back(&f);
     }
   }
   for (size_t i = 0; i < segments.size(); ++i) {

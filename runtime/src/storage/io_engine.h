@@ -189,6 +189,7 @@ struct FileInfo {
   unsigned queue = 0;
   size_t align = 4096;
   bool direct = false;
+  bool read_only = false; // opened O_RDONLY: writes are refused
 };
 using FileId = uint32_t;
 
@@ -223,15 +224,22 @@ public:
   // where it does not (tmpfs), falls back to buffered I/O and says so once.
   // Alignment comes from statx(STATX_DIOALIGN), else the block size, with a
   // 4 KiB floor. Throws spw::Error naming the file.
-  FileId open(const std::string &path, bool create, unsigned queue = 0);
+  //
+  // `read_only` opens O_RDONLY (O_DIRECT as above), so files without write
+  // permission (chmod 0444, a read-only mount) can be read; `create` must be
+  // false with it (spw::Error otherwise), and submit() refuses writes to the
+  // file with a spw::Error naming it.
+  FileId open(const std::string &path, bool create, unsigned queue = 0,
+              bool read_only = false);
   // fsyncs (when `sync`) and closes. Waits for nothing: the caller waits on
   // its tokens first.
   void close(FileId file, bool sync = false);
   const FileInfo &file(FileId id) const;
 
   // Queues a read or write of all `segments` as one operation. Offsets,
-  // lengths and buffer addresses must be multiples of the file's alignment
-  // (spw::Error otherwise, before anything is submitted). `what` names the
+  // lengths and buffer addresses must be multiples of the file's alignment,
+  // and a write must not touch a file opened read-only (spw::Error
+  // otherwise, before anything is submitted). `what` names the
   // tensor or object in errors. Returns at once.
   Token submit(IoOp op, const std::vector<Segment> &segments, Priority prio,
                const std::string &what);
