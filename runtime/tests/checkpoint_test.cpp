@@ -17,9 +17,11 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 using namespace spw::storage;
 using spwtest::Result;
@@ -305,6 +307,117 @@ INSTANTIATE_TEST_SUITE_P(Compression, TornCheckpoint,
                          [](const auto &info) {
                            return info.param ? "zstd" : "raw";
                          });
+
+// MANIFEST.json for `body` (everything between the braces, each line ending
+// ",\n"), with a valid manifest_xxh3: the checksum guards against storage
+// errors, not against whoever writes the file.
+std::string signed_manifest(const std::string &body) {
+  std::string t = "{\n" + body;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                (unsigned long long)XXH3_64bits(t.data(), t.size()));
+  return t + "  \"manifest_xxh3\": \"" + hex + "\"\n}\n";
+}
+
+struct Crafted {
+  const char *what;
+  std::string header;  // data_bytes .. raw_bytes
+  std::string tensors; // the "tensors" array
+  std::string chunks;  // the "chunks" array
+  const char *reason;  // in the notice
+};
+
+// Manifests with a valid checksum whose numbers would make a trusting loader
+// read or write out of bounds (the first two did, under ASan): each must be
+// skipped as invalid, never crash.
+TEST_F(Checkpoint, CraftedManifestsAreInvalidNotFatal) {
+  const char *chunk0 = R"({"offset": 0, "stored": 64, "raw": 64, )"
+                       R"("xxh3": "0000000000000000"})";
+  const std::vector<Crafted> cases = {
+      {"alignment past data_bytes (offset check wrapped: 8 GiB read)",
+       R"("data_bytes": 8192, "alignment": 8589934592, "compression": "none", "chunk_bytes": 8589934592, "raw_bytes": 64)",
+       "[]", std::string("[") + chunk0 + "]", "\"alignment\" 8589934592"},
+      {"raw sizes summing past 2^64 (wrapped raw_bytes: zstd wrote past it)",
+       R"("data_bytes": 12288, "alignment": 4096, "compression": "zstd", "chunk_bytes": 9223372036854775807, "raw_bytes": 64)",
+       "[]",
+       R"([{"offset": 0, "stored": 64, "raw": 9223372036854775807, "xxh3": "0000000000000000"},
+ {"offset": 4096, "stored": 64, "raw": 9223372036854775807, "xxh3": "0000000000000000"},
+ {"offset": 8192, "stored": 64, "raw": 66, "xxh3": "0000000000000000"}])",
+       "\"chunk_bytes\" 9223372036854775807"},
+      {"raw sizes past raw_bytes",
+       R"("data_bytes": 8192, "alignment": 4096, "compression": "zstd", "chunk_bytes": 65536, "raw_bytes": 64)",
+       "[]",
+       R"([{"offset": 0, "stored": 64, "raw": 65536, "xxh3": "0000000000000000"},
+ {"offset": 4096, "stored": 64, "raw": 64, "xxh3": "0000000000000000"}])",
+       "chunk 0: the chunks hold more than \"raw_bytes\" 64"},
+      {"alignment not a power of two",
+       R"("data_bytes": 8190, "alignment": 4095, "compression": "none", "chunk_bytes": 65536, "raw_bytes": 64)",
+       "[]", std::string("[") + chunk0 + "]", "is not a power of two"},
+      {"alignment too small",
+       R"("data_bytes": 8192, "alignment": 1, "compression": "none", "chunk_bytes": 65536, "raw_bytes": 64)",
+       "[]", std::string("[") + chunk0 + "]", "\"alignment\" 1 is not"},
+      {"data_bytes not a multiple of the alignment",
+       R"("data_bytes": 8000, "alignment": 4096, "compression": "none", "chunk_bytes": 65536, "raw_bytes": 64)",
+       "[]", std::string("[") + chunk0 + "]", "\"data_bytes\" 8000"},
+      {"chunk_bytes 0",
+       R"("data_bytes": 8192, "alignment": 4096, "compression": "none", "chunk_bytes": 0, "raw_bytes": 64)",
+       "[]", std::string("[") + chunk0 + "]", "\"chunk_bytes\" 0"},
+      {"chunk past the end of the data",
+       R"("data_bytes": 8192, "alignment": 4096, "compression": "none", "chunk_bytes": 65536, "raw_bytes": 8192)",
+       "[]",
+       R"([{"offset": 4096, "stored": 8192, "raw": 8192, "xxh3": "0000000000000000"}])",
+       "chunk 0: stored range [4096, +8192) is misplaced"},
+      {"chunk offset near 2^63",
+       R"("data_bytes": 8192, "alignment": 4096, "compression": "none", "chunk_bytes": 65536, "raw_bytes": 64)",
+       "[]",
+       R"([{"offset": 9223372036854771712, "stored": 64, "raw": 64, "xxh3": "0000000000000000"}])",
+       "is misplaced"},
+      {"zstd chunk bigger than zstd makes",
+       R"("data_bytes": 1048576, "alignment": 4096, "compression": "zstd", "chunk_bytes": 4096, "raw_bytes": 64)",
+       "[]",
+       R"([{"offset": 0, "stored": 1048576, "raw": 64, "xxh3": "0000000000000000"}])",
+       "more than zstd makes"},
+      {"tensor past raw_bytes",
+       R"("data_bytes": 4096, "alignment": 4096, "compression": "none", "chunk_bytes": 65536, "raw_bytes": 64)",
+       R"([{"name": "w", "dtype": "f32", "shape": [32], "offset": 0, "bytes": 128}])",
+       std::string("[") + chunk0 + "]", "tensor 'w': bytes [0, +128) run past"},
+      {"tensor bytes not dtype x shape",
+       R"("data_bytes": 4096, "alignment": 4096, "compression": "none", "chunk_bytes": 65536, "raw_bytes": 64)",
+       R"([{"name": "w", "dtype": "f32", "shape": [4611686018427387904], "offset": 0, "bytes": 0}])",
+       std::string("[") + chunk0 + "]", "tensor 'w': 0 bytes do not match"},
+      {"tensor offset misaligned",
+       R"("data_bytes": 4096, "alignment": 4096, "compression": "none", "chunk_bytes": 65536, "raw_bytes": 64)",
+       R"([{"name": "w", "dtype": "f32", "shape": [2], "offset": 3, "bytes": 8}])",
+       std::string("[") + chunk0 + "]", "tensor 'w': offset 3 is not"},
+  };
+  Tensors t1 = random_tensors(4, 61, 1000);
+  for (bool zstd : {false, true}) {
+    opts.zstd = zstd;
+    fs::remove_all(root());
+    write(1, t1);
+    for (const Crafted &c : cases) {
+      SCOPED_TRACE(c.what);
+      fs::remove_all(step_dir(2));
+      fs::create_directories(step_dir(2));
+      spill(fs::path(step_dir(2)) / "data", std::string(1 << 20, '\0'));
+      spill(fs::path(step_dir(2)) / "MANIFEST.json",
+            signed_manifest(
+                "  \"format\": \"spillway-checkpoint\",\n  \"version\": 1,\n"
+                "  \"step\": 2,\n  \"data_file\": \"data\",\n  " +
+                std::regex_replace(c.header, std::regex(", "), ",\n  ") +
+                ",\n  \"metadata\": {},\n  \"tensors\": " + c.tensors +
+                ",\n  \"chunks\": " + c.chunks + ",\n"));
+      notices.clear();
+      auto c2 = load_newest();
+      ASSERT_TRUE(c2);
+      EXPECT_EQ(c2->step, 1);
+      expect_same(*c2, t1);
+      EXPECT_CONTAINS(all_notices(), "skipping checkpoint '" + step_dir(2) +
+                                         "': MANIFEST.json: ");
+      EXPECT_CONTAINS(all_notices(), c.reason);
+    }
+  }
+}
 
 TEST_F(Checkpoint, EnospcFailsClearlyAndKeepsThePreviousOne) {
   Tensors t1 = random_tensors(8, 21, 60000), t2 = random_tensors(8, 22, 60000);

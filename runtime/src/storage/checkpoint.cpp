@@ -58,6 +58,11 @@ namespace {
 constexpr const char *kFormatName = "spillway-checkpoint";
 constexpr const char *kChecksumLine = "  \"manifest_xxh3\": \"";
 constexpr uint64_t kTensorAlign = 64;
+// What a manifest may say (a crafted one is refused, not trusted): chunk
+// offsets aligned to a power of two in [kMinAlignment, kMaxAlignment], chunks
+// of at most kMaxChunkBytes raw bytes. The writer stays inside these.
+constexpr uint64_t kMinAlignment = 512, kMaxAlignment = uint64_t(1) << 20;
+constexpr uint64_t kMaxChunkBytes = uint64_t(1) << 30;
 
 uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
@@ -489,9 +494,17 @@ Manifest parse_manifest(const std::string &text) {
   m.alignment = u64_field(j, "alignment", w);
   m.chunk_bytes = u64_field(j, "chunk_bytes", w);
   m.raw_bytes = u64_field(j, "raw_bytes", w);
-  if (m.alignment == 0 || (m.alignment & (m.alignment - 1)))
-    fail("\"alignment\" %llu is not a power of two",
-         (unsigned long long)m.alignment);
+  if (m.alignment < kMinAlignment || m.alignment > kMaxAlignment ||
+      (m.alignment & (m.alignment - 1)))
+    fail("\"alignment\" %llu is not a power of two from %llu to %llu",
+         (unsigned long long)m.alignment, (unsigned long long)kMinAlignment,
+         (unsigned long long)kMaxAlignment);
+  if (m.data_bytes % m.alignment)
+    fail("\"data_bytes\" %llu is not a multiple of the alignment %llu",
+         (unsigned long long)m.data_bytes, (unsigned long long)m.alignment);
+  if (m.chunk_bytes == 0 || m.chunk_bytes > kMaxChunkBytes)
+    fail("\"chunk_bytes\" %llu is not from 1 to %llu",
+         (unsigned long long)m.chunk_bytes, (unsigned long long)kMaxChunkBytes);
   const std::string &comp = str_field(j, "compression", w);
   if (comp != "none" && comp != "zstd")
     fail("unknown compression '%s'", comp.c_str());
@@ -535,6 +548,9 @@ Manifest parse_manifest(const std::string &text) {
         want_bytes != x.bytes)
       fail("%s: %llu bytes do not match dtype and shape", where.c_str(),
            (unsigned long long)x.bytes);
+    if (x.offset % kTensorAlign)
+      fail("%s: offset %llu is not a multiple of %llu", where.c_str(),
+           (unsigned long long)x.offset, (unsigned long long)kTensorAlign);
     if (x.offset > m.raw_bytes || x.bytes > m.raw_bytes - x.offset)
       fail("%s: bytes [%llu, +%llu) run past the raw data (%llu bytes)",
            where.c_str(), (unsigned long long)x.offset,
@@ -559,9 +575,13 @@ Manifest parse_manifest(const std::string &text) {
     ci.raw = u64_field(c, "raw", where.c_str());
     if (!parse_hex64(str_field(c, "xxh3", where.c_str()), ci.xxh3))
       fail("%s: \"xxh3\" is not 16 hex digits", where.c_str());
-    if (ci.offset % m.alignment || ci.offset < file_end ||
+    // Checked arithmetic throughout: every number here is the file's word,
+    // and the checksum above proves nothing against a crafted manifest.
+    uint64_t padded = 0, end = 0;
+    if (ci.offset % m.alignment || ci.offset < file_end || ci.stored == 0 ||
         ci.stored > m.data_bytes ||
-        ci.offset > m.data_bytes - round_up(ci.stored, m.alignment))
+        (padded = round_up(ci.stored, m.alignment)) > m.data_bytes ||
+        __builtin_add_overflow(ci.offset, padded, &end) || end > m.data_bytes)
       fail("%s: stored range [%llu, +%llu) is misplaced in the %llu-byte "
            "data file",
            where.c_str(), (unsigned long long)ci.offset,
@@ -569,12 +589,18 @@ Manifest parse_manifest(const std::string &text) {
     if (!m.zstd && ci.stored != ci.raw)
       fail("%s: stored and raw lengths differ without compression",
            where.c_str());
+    if (m.zstd && ci.stored > ZSTD_compressBound(size_t(m.chunk_bytes)))
+      fail("%s: %llu stored bytes are more than zstd makes of %llu",
+           where.c_str(), (unsigned long long)ci.stored,
+           (unsigned long long)m.chunk_bytes);
     if (ci.raw == 0 || ci.raw > m.chunk_bytes ||
         (k + 1 < cs->arr.size() && ci.raw != m.chunk_bytes))
       fail("%s: raw length %llu does not fit chunk_bytes %llu", where.c_str(),
            (unsigned long long)ci.raw, (unsigned long long)m.chunk_bytes);
-    file_end = ci.offset + round_up(ci.stored, m.alignment);
-    raw += ci.raw;
+    file_end = end;
+    if (__builtin_add_overflow(raw, ci.raw, &raw) || raw > m.raw_bytes)
+      fail("%s: the chunks hold more than \"raw_bytes\" %llu", where.c_str(),
+           (unsigned long long)m.raw_bytes);
     m.chunks.push_back(ci);
   }
   if (raw != m.raw_bytes)
@@ -725,6 +751,10 @@ CheckpointWriteResult write_checkpoint(IoEngine &engine,
     fail("checkpoint of negative step %lld", (long long)step);
   if (o.keep < 1)
     fail("keeping %d checkpoints: must be at least 1", o.keep);
+  if (o.chunk_bytes > kMaxChunkBytes - kMaxAlignment)
+    fail("checkpoint chunks of %llu bytes: at most %llu",
+         (unsigned long long)o.chunk_bytes,
+         (unsigned long long)(kMaxChunkBytes - kMaxAlignment));
   {
     std::error_code ec;
     fs::create_directories(root, ec);
@@ -771,7 +801,13 @@ CheckpointWriteResult write_checkpoint(IoEngine &engine,
       fail("cannot create '%s': %s", tmp_dir.c_str(), std::strerror(errno));
     file = engine.open(data_path, /*create=*/true);
     file_open = true;
-    const uint64_t align = std::max<uint64_t>(engine.file(file).align, 1);
+    // At least 4 KiB even for a buffered file (alignment 1), so that the
+    // checkpoint also loads through O_DIRECT elsewhere.
+    const uint64_t align = std::max<uint64_t>(engine.file(file).align, 4096);
+    if (align > kMaxAlignment)
+      fail("'%s' needs %llu-byte aligned I/O; checkpoints support up to %llu",
+           data_path.c_str(), (unsigned long long)align,
+           (unsigned long long)kMaxAlignment);
     m.alignment = align;
     m.chunk_bytes = round_up(std::max<uint64_t>(o.chunk_bytes, 1), align);
     const uint64_t nchunks = (m.raw_bytes + m.chunk_bytes - 1) / m.chunk_bytes;
@@ -957,6 +993,11 @@ LoadedCheckpoint load_checkpoint(IoEngine &engine, const std::string &dir) {
   char *raw = static_cast<char *>(out.raw.get());
   for (size_t k = 0; k < m.chunks.size(); ++k) {
     const ChunkInfo &c = m.chunks[k];
+    // parse_manifest checked these; re-checked where they guard memory.
+    if (c.offset > m.data_bytes || c.stored > m.data_bytes - c.offset ||
+        c.raw > m.chunk_bytes || raw_off > m.raw_bytes ||
+        c.raw > m.raw_bytes - raw_off)
+      fail("chunk %zu is out of bounds", k);
     const char *src = image.data() + c.offset;
     if (m.zstd) {
       size_t n = ZSTD_decompress(raw + raw_off, size_t(c.raw), src,
