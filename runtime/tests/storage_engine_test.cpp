@@ -884,6 +884,37 @@ TEST(PinnedPoolTest, FirstFitAlignedAndCoalescing) {
   EXPECT_THROW(pool.allocate(4096, 3000), spw::Error);
 }
 
+// Populating the pool: EINVAL (MADV_POPULATE_WRITE unknown) touches every
+// page; ENOMEM and other errors throw instead of touching pages that are not
+// there (which would only wake the OOM killer).
+int advise_einval(void *, size_t, int) { return errno = EINVAL, -1; }
+int advise_enomem(void *, size_t, int) { return errno = ENOMEM, -1; }
+int advise_efault(void *, size_t, int) { return errno = EFAULT, -1; }
+
+TEST(PinnedPoolTest, PopulateFallsBackOnlyWhenUnsupported) {
+  HeapBuf b(64 * KiB);
+  memset(b.p, 0x5A, 64 * KiB);
+  detail::populate_pool(b.p, 64 * KiB, advise_einval);
+  size_t page = size_t(sysconf(_SC_PAGESIZE));
+  for (size_t off = 0; off < 64 * KiB; off += page)
+    EXPECT_EQ(b.p[off], 0) << off; // touched
+  EXPECT_EQ(b.p[1], 0x5A);
+  memset(b.p, 0x5A, 64 * KiB);
+  std::string err =
+      thrown_by([&] { detail::populate_pool(b.p, 64 * KiB, advise_enomem); });
+  EXPECT_NE(err.find("cannot populate a pinned staging pool of 64 KiB: out of "
+                     "memory; lower"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(b.p[0], 0x5A); // not touched
+  err = thrown_by([&] { detail::populate_pool(b.p, 64 * KiB, advise_efault); });
+  EXPECT_NE(err.find("Bad address"), std::string::npos) << err;
+  EXPECT_EQ(b.p[0], 0x5A);
+  // The real thing.
+  PinnedPool pool(4 * MiB);
+  EXPECT_EQ(pool.size(), 4 * MiB);
+}
+
 TEST(StorageHelpers, SizesAndBackends) {
   EXPECT_EQ(parse_size("4096", "--x"), 4096u);
   EXPECT_EQ(parse_size("4G", "--x"), 4ull << 30);

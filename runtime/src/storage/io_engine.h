@@ -131,7 +131,7 @@ private:
 class PinnedPool {
 public:
   // `bytes` is rounded up to the page size. Throws spw::Error when the
-  // memory cannot be mapped.
+  // memory cannot be mapped or populated (out of memory).
   explicit PinnedPool(size_t bytes);
   ~PinnedPool();
   PinnedPool(const PinnedPool &) = delete;
@@ -160,6 +160,15 @@ private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+namespace detail {
+// Populates a fresh pool's pages with `advise` (madvise; tests pass their
+// own) and MADV_POPULATE_WRITE. EINVAL (a kernel before 5.14) falls back to
+// touching every page; anything else, ENOMEM above all, throws spw::Error
+// rather than touching pages that are not there (the OOM killer).
+void populate_pool(char *base, size_t size,
+                   int (*advise)(void *, size_t, int));
+} // namespace detail
 
 // The most bytes registered as one fixed buffer.
 constexpr size_t kMaxRegisteredPiece = size_t(1) << 30;

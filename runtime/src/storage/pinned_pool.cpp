@@ -37,6 +37,33 @@ constexpr size_t kHugePage = size_t(2) << 20;
 #define MADV_POPULATE_WRITE 23
 #endif
 
+namespace detail {
+
+// MADV_POPULATE_WRITE (Linux 5.14) answers EINVAL on older kernels: then
+// every page is touched instead. Any other failure (ENOMEM above all: the
+// memory is not there) is an error, because touching the pages would only
+// hand the same shortage to the OOM killer.
+void populate_pool(char *base, size_t size,
+                   int (*advise)(void *, size_t, int)) {
+  if (advise(base, size, MADV_POPULATE_WRITE) == 0)
+    return;
+  int e = errno;
+  if (e == EINVAL) {
+    size_t page = size_t(sysconf(_SC_PAGESIZE));
+    for (size_t off = 0; off < size; off += page)
+      base[off] = 0;
+    return;
+  }
+  if (e == ENOMEM)
+    fail("cannot populate a pinned staging pool of %s: out of memory; lower "
+         "the pool size (spillway-iobench --buffer-pool) or free host memory",
+         human_bytes(size).c_str());
+  fail("cannot populate a pinned staging pool of %s: %s",
+       human_bytes(size).c_str(), strerror(e));
+}
+
+} // namespace detail
+
 PinnedPool::PinnedPool(size_t bytes) : impl_(std::make_unique<Impl>()) {
   size_t page = size_t(sysconf(_SC_PAGESIZE));
   size_ = round_up(bytes ? bytes : page, page);
@@ -54,11 +81,13 @@ PinnedPool::PinnedPool(size_t bytes) : impl_(std::make_unique<Impl>()) {
       round_up(reinterpret_cast<uintptr_t>(map_base_), kHugePage));
   // Advice only: without THP the pool still works, from 4 KiB pages.
   madvise(base_, huge_span, MADV_HUGEPAGE);
-  // Populate now, not on first I/O. MADV_POPULATE_WRITE (Linux 5.14) fails
-  // on older kernels: then touch every page.
-  if (madvise(base_, size_, MADV_POPULATE_WRITE) != 0) {
-    for (size_t off = 0; off < size_; off += page)
-      base_[off] = 0;
+  // Populate now, not on first I/O.
+  try {
+    detail::populate_pool(base_, size_, ::madvise);
+  } catch (...) {
+    munmap(map_base_, map_size_);
+    base_ = nullptr;
+    throw;
   }
   // Without the lock the pages stay populated; registration with a ring
   // pins them anyway. So a refused mlock is not an error.
