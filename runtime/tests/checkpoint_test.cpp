@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -490,6 +491,48 @@ TEST_F(Checkpoint, KeepPrunesOlderOnes) {
   ASSERT_TRUE(c);
   EXPECT_EQ(c->step, 8);
   EXPECT_FALSE(fs::exists(step_dir(7)));
+}
+
+// Peak resident memory (VmHWM) in bytes, or -1.
+long long peak_rss() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0)
+      return std::atoll(line.c_str() + 6) * 1024;
+  return -1;
+}
+
+// The loader streams the data file through a few chunk-sized staging
+// buffers: its peak memory is the raw stream plus those, not twice the
+// checkpoint (the whole file image and the raw stream at once).
+TEST_F(Checkpoint, LoadingStreamsChunks) {
+  const size_t mib = 1 << 20;
+  Tensors t;
+  t.names = {"big"};
+  t.dtypes = {SPW_BOOL};
+  t.shapes = {{int64_t(96 * mib)}};
+  std::mt19937_64 rng(71);
+  t.bytes.emplace_back(96 * mib, '\0');
+  for (size_t i = 0; i < t.bytes[0].size(); i += 8) {
+    uint64_t r = rng();
+    std::memcpy(&t.bytes[0][i], &r, 8);
+  }
+  opts.chunk_bytes = mib;
+  write(1, t);
+  {
+    std::ofstream clear("/proc/self/clear_refs");
+    clear << "5"; // resets VmHWM to the current resident size
+  }
+  const long long before = peak_rss();
+  if (before < 0)
+    GTEST_SKIP() << "no VmHWM in /proc/self/status";
+  auto c = load_newest();
+  const long long grew = peak_rss() - before;
+  ASSERT_TRUE(c);
+  expect_same(*c, t);
+  EXPECT_LT(grew, (long long)(96 + 32) * (long long)mib)
+      << "the load peaked at " << grew / mib << " MiB more";
 }
 
 TEST_F(Checkpoint, RewritingAStepReplacesIt) {

@@ -968,57 +968,105 @@ LoadedCheckpoint load_checkpoint(IoEngine &engine, const std::string &dir) {
          data_path.c_str(), (unsigned long long)size,
          (unsigned long long)m.data_bytes);
 
-  Staging image;
   out.raw = alloc_buffer(int64_t(m.raw_bytes));
-  if (m.data_bytes > 0) {
-    FileId f = engine.open(data_path, /*create=*/false);
-    const uint64_t align = std::max<uint64_t>(engine.file(f).align, 1);
-    try {
-      if (m.data_bytes % align)
-        fail("data file '%s': %llu bytes is not a multiple of the file's "
-             "alignment %llu",
-             data_path.c_str(), (unsigned long long)m.data_bytes,
-             (unsigned long long)align);
-      image.allocate(engine, m.data_bytes, align);
-      engine.read(f, 0, image.data(), m.data_bytes, Priority::Demand,
-                  "checkpoint " + dir)
-          .wait();
-    } catch (...) {
-      engine.close(f);
-      throw;
-    }
-    engine.close(f);
+  if (m.chunks.empty()) {
+    out.tensors = std::move(m.tensors);
+    out.metadata = std::move(m.metadata);
+    return out;
   }
-  uint64_t raw_off = 0;
-  char *raw = static_cast<char *>(out.raw.get());
-  for (size_t k = 0; k < m.chunks.size(); ++k) {
-    const ChunkInfo &c = m.chunks[k];
-    // parse_manifest checked these; re-checked where they guard memory.
-    if (c.offset > m.data_bytes || c.stored > m.data_bytes - c.offset ||
-        c.raw > m.chunk_bytes || raw_off > m.raw_bytes ||
-        c.raw > m.raw_bytes - raw_off)
-      fail("chunk %zu is out of bounds", k);
-    const char *src = image.data() + c.offset;
-    if (m.zstd) {
-      size_t n = ZSTD_decompress(raw + raw_off, size_t(c.raw), src,
-                                 size_t(c.stored));
-      if (ZSTD_isError(n) || n != c.raw)
-        fail("chunk %zu (bytes %llu..%llu of '%s') does not decompress: %s",
+  // Streamed: chunk k is read (its aligned span of the file) into a staging
+  // slot while the chunks before it are verified and copied or decompressed
+  // into the raw stream, a few reads in flight. Memory: the raw stream plus
+  // the slots, not a second image of the file.
+  FileId f = engine.open(data_path, /*create=*/false);
+  const uint64_t falign = std::max<uint64_t>(engine.file(f).align, 1);
+  const uint64_t read_align = std::max(falign, m.alignment);
+  struct Slot {
+    Staging buf;
+    Token token;
+    uint64_t lo = 0; // file offset of buf[0]
+  };
+  std::vector<Slot> slots;
+  // Waits for every read in flight (their buffers must outlive them).
+  auto drain = [&] {
+    for (Slot &s : slots) {
+      try {
+        s.token.wait();
+      } catch (const Error &) {
+      }
+      s.token = Token();
+    }
+  };
+  try {
+    if (m.data_bytes % falign)
+      fail("data file '%s': %llu bytes is not a multiple of the file's "
+           "alignment %llu",
+           data_path.c_str(), (unsigned long long)m.data_bytes,
+           (unsigned long long)falign);
+    auto span = [&](const ChunkInfo &c, uint64_t &lo, uint64_t &hi) {
+      lo = c.offset / read_align * read_align;
+      hi = std::min(round_up(c.offset + c.stored, read_align), m.data_bytes);
+    };
+    uint64_t slot_bytes = 0;
+    for (const ChunkInfo &c : m.chunks) {
+      uint64_t lo, hi;
+      span(c, lo, hi);
+      slot_bytes = std::max(slot_bytes, hi - lo);
+    }
+    slots.resize(std::min<size_t>(m.chunks.size(), 4));
+    for (Slot &s : slots)
+      s.buf.allocate(engine, slot_bytes, read_align);
+    auto submit = [&](size_t k) {
+      Slot &s = slots[k % slots.size()];
+      uint64_t hi;
+      span(m.chunks[k], s.lo, hi);
+      s.token = engine.read(f, s.lo, s.buf.data(), hi - s.lo, Priority::Demand,
+                            format("chunk %zu of checkpoint %s", k, dir.c_str()));
+    };
+    for (size_t k = 0; k < slots.size(); ++k)
+      submit(k);
+    uint64_t raw_off = 0;
+    char *raw = static_cast<char *>(out.raw.get());
+    for (size_t k = 0; k < m.chunks.size(); ++k) {
+      Slot &s = slots[k % slots.size()];
+      s.token.wait();
+      s.token = Token();
+      const ChunkInfo &c = m.chunks[k];
+      // parse_manifest checked these; re-checked where they guard memory.
+      if (c.offset < s.lo || c.offset > m.data_bytes ||
+          c.stored > m.data_bytes - c.offset ||
+          c.offset - s.lo + c.stored > slot_bytes || c.raw > m.chunk_bytes ||
+          raw_off > m.raw_bytes || c.raw > m.raw_bytes - raw_off)
+        fail("chunk %zu is out of bounds", k);
+      const char *src = s.buf.data() + (c.offset - s.lo);
+      if (m.zstd) {
+        size_t n = ZSTD_decompress(raw + raw_off, size_t(c.raw), src,
+                                   size_t(c.stored));
+        if (ZSTD_isError(n) || n != c.raw)
+          fail("chunk %zu (bytes %llu..%llu of '%s') does not decompress: %s",
+               k, (unsigned long long)c.offset,
+               (unsigned long long)(c.offset + c.stored), data_path.c_str(),
+               ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong length");
+      } else {
+        std::memcpy(raw + raw_off, src, size_t(c.raw));
+      }
+      if (k + slots.size() < m.chunks.size())
+        submit(k + slots.size());
+      const uint64_t h = XXH3_64bits(raw + raw_off, size_t(c.raw));
+      if (h != c.xxh3)
+        fail("chunk %zu (bytes %llu..%llu of '%s') fails its checksum "
+             "(xxh3 %s, expected %s)",
              k, (unsigned long long)c.offset,
              (unsigned long long)(c.offset + c.stored), data_path.c_str(),
-             ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong length");
-    } else {
-      std::memcpy(raw + raw_off, src, size_t(c.raw));
+             hex64(h).c_str(), hex64(c.xxh3).c_str());
+      raw_off += c.raw;
     }
-    const uint64_t h = XXH3_64bits(raw + raw_off, size_t(c.raw));
-    if (h != c.xxh3)
-      fail("chunk %zu (bytes %llu..%llu of '%s') fails its checksum "
-           "(xxh3 %s, expected %s)",
-           k, (unsigned long long)c.offset,
-           (unsigned long long)(c.offset + c.stored), data_path.c_str(),
-           hex64(h).c_str(), hex64(c.xxh3).c_str());
-    raw_off += c.raw;
+  } catch (...) {
+    drain();
+    engine.close(f);
+    throw;
   }
+  engine.close(f);
   out.tensors = std::move(m.tensors);
   out.metadata = std::move(m.metadata);
   return out;
