@@ -51,14 +51,16 @@ gbps is 10^9 bytes per second. Progress and notices go to stderr.
                        directory, each with its own queue (files are unlinked
                        at once: nothing is left behind)
   --size SIZE          bytes to write and read (default 2G; a multiple of 4K)
-  --request SIZE       largest request handed to the kernel (default 1M)
-  --depth N            requests in flight per queue (default 32)
+  --request SIZE       largest request handed to the kernel (default 1M;
+                       a multiple of 4K, at most 1G)
+  --depth N            requests in flight per queue (default 32; 1 to 4096)
   --op write|read|both default both; 'read' needs a --path FILE written
                        before (by --op write or both with the same --size)
   --backend auto|io_uring|threads   default auto (io_uring, falling back to
                        a pread/pwrite thread pool where it is refused)
   --buffer-pool SIZE   pinned staging memory; requests cycle through it
-                       (default 2 x depth x request x queues)
+                       (default 2 x depth x request x queues; at least one
+                       request, at most half the physical memory)
   --no-register        do not register the pool with the rings (plain
                        read/write instead of read_fixed/write_fixed)
   --repeat N           measure each op N times (default 1)
@@ -165,9 +167,36 @@ Options parse_args(int argc, char **argv) {
   if (o.size == 0 || o.size % 4096)
     usage_error("--size must be a positive multiple of 4 KiB, got " +
                 std::to_string(o.size));
-  if (o.request == 0 || o.request % 4096)
-    usage_error("--request must be a positive multiple of 4 KiB, got " +
-                std::to_string(o.request));
+  if (o.request == 0 || o.request % 4096 || o.request > kMaxRegisteredPiece)
+    usage_error("--request must be a multiple of 4 KiB between 4 KiB and "
+                "1 GiB, got " +
+                human_bytes(o.request));
+  if (o.depth > 4096)
+    usage_error("--depth must be between 1 and 4096, got " +
+                std::to_string(o.depth));
+  // The pool is populated (and locked) up front, so check it against the
+  // machine before allocating anything.
+  unsigned queues = o.dirs.empty() ? 1 : unsigned(o.dirs.size());
+  bool default_pool = o.pool == 0;
+  if (default_pool)
+    o.pool = uint64_t(2) * o.depth * o.request * queues;
+  if (o.pool < o.request)
+    usage_error("--buffer-pool " + human_bytes(o.pool) +
+                " is smaller than one --request of " + human_bytes(o.request));
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) {
+    uint64_t phys = uint64_t(pages) * uint64_t(page);
+    if (o.pool > phys / 2)
+      usage_error(
+          (default_pool ? "the default buffer pool (2 x --depth x --request x "
+                          "queues) of "
+                        : "--buffer-pool ") +
+          human_bytes(o.pool) + " is more than half of this machine's " +
+          human_bytes(phys) + " of physical memory; lower " +
+          (default_pool ? "--depth or --request, or give a smaller "
+                          "--buffer-pool"
+                        : "--buffer-pool"));
+  }
   return o;
 }
 
@@ -383,11 +412,7 @@ std::string json_str(const std::string &s) {
 
 int run(const Options &o) {
   unsigned queues = o.dirs.empty() ? 1 : unsigned(o.dirs.size());
-  uint64_t pool_bytes =
-      o.pool ? o.pool : uint64_t(2) * o.depth * o.request * queues;
-  if (pool_bytes < o.request)
-    fail("--buffer-pool %s is smaller than one --request of %s",
-         human_bytes(pool_bytes).c_str(), human_bytes(o.request).c_str());
+  uint64_t pool_bytes = o.pool; // validated by parse_args
   PinnedPool pool(pool_bytes);
   if (!pool.locked())
     std::fprintf(stderr,
