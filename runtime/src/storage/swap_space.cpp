@@ -107,6 +107,12 @@ SwapSpace::SwapSpace(IoEngine &engine, const std::vector<std::string> &dirs,
       paths_.push_back(path);
       const FileInfo &info = engine_.file(f);
       align_ = std::max(align_, info.align);
+      // Before allocating anything there; the cleanup below closes and
+      // removes this file and those opened before it.
+      if (stripe_ % align_)
+        fail("swap space: the stripe unit %s is not a multiple of the "
+             "O_DIRECT alignment %zu of '%s'",
+             human_bytes(stripe_).c_str(), align_, dirs[k].c_str());
       if (ftruncate(info.fd, 0) != 0)
         fail("swap file '%s': ftruncate failed: %s", path.c_str(),
              strerror(errno));
@@ -131,10 +137,6 @@ SwapSpace::SwapSpace(IoEngine &engine, const std::vector<std::string> &dirs,
     cleanup();
     throw;
   }
-  if (stripe_ % align_)
-    fail("swap space: the stripe unit %s is not a multiple of the O_DIRECT "
-         "alignment %zu",
-         human_bytes(stripe_).c_str(), align_);
   size_ = bytes;
 }
 
