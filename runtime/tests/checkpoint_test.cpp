@@ -535,6 +535,53 @@ TEST_F(Checkpoint, LoadingStreamsChunks) {
       << "the load peaked at " << grew / mib << " MiB more";
 }
 
+// Loading opens the files read-only: a checkpoint without write permission
+// (chmod 0444) loads. As root (which ignores modes) the load runs in a
+// child that has dropped to uid/gid 65534.
+TEST_F(Checkpoint, ReadOnlyFilesLoad) {
+  Tensors t = random_tensors(5, 81, 20000);
+  for (bool zstd : {false, true}) {
+    opts.zstd = zstd;
+    fs::remove_all(root());
+    write(1, t);
+    for (const fs::path p : {dir, fs::path(root()), fs::path(step_dir(1))})
+      fs::permissions(p, fs::perms(0555));
+    for (const char *f : {"data", "MANIFEST.json"})
+      fs::permissions(fs::path(step_dir(1)) / f, fs::perms(0444));
+    std::fflush(nullptr);
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      if (::geteuid() == 0 &&
+          (::setresgid(65534, 65534, 65534) != 0 ||
+           ::setresuid(65534, 65534, 65534) != 0))
+        std::_Exit(5);
+      if (::access(step_dir(1).c_str(), W_OK) == 0)
+        std::_Exit(6); // still allowed to write: the test proves nothing
+      try {
+        IoEngine engine(EngineConfig{});
+        LoadedCheckpoint c = load_checkpoint(engine, step_dir(1));
+        if (c.tensors.size() != t.names.size())
+          std::_Exit(7);
+        for (size_t i = 0; i < t.names.size(); ++i)
+          if (std::string(static_cast<const char *>(c.data(c.tensors[i])),
+                          c.tensors[i].bytes) != t.bytes[i])
+            std::_Exit(8);
+      } catch (const std::exception &e) {
+        std::fprintf(stderr, "load failed: %s\n", e.what());
+        std::_Exit(9);
+      }
+      std::_Exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << (zstd ? "zstd" : "raw");
+    for (const fs::path p : {dir, fs::path(root()), fs::path(step_dir(1))})
+      fs::permissions(p, fs::perms(0755));
+  }
+}
+
 TEST_F(Checkpoint, RewritingAStepReplacesIt) {
   Tensors a = random_tensors(3, 41, 1000), b = random_tensors(3, 42, 1000);
   write(4, a);

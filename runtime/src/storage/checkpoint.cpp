@@ -978,7 +978,8 @@ LoadedCheckpoint load_checkpoint(IoEngine &engine, const std::string &dir) {
   // slot while the chunks before it are verified and copied or decompressed
   // into the raw stream, a few reads in flight. Memory: the raw stream plus
   // the slots, not a second image of the file.
-  FileId f = engine.open(data_path, /*create=*/false);
+  FileId f = engine.open(data_path, /*create=*/false, /*queue=*/0,
+                         /*read_only=*/true);
   const uint64_t falign = std::max<uint64_t>(engine.file(f).align, 1);
   const uint64_t read_align = std::max(falign, m.alignment);
   struct Slot {
