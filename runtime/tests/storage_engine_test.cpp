@@ -22,6 +22,7 @@
 #include <tuple>
 #include <mutex>
 #include <random>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
@@ -390,6 +391,31 @@ TEST(EngineReadOnly, ReadOnlyFileCanBeReadAndRefusesWrites) {
   std::ifstream in(path, std::ios::binary);
   in.read(dst.p, std::streamsize(size));
   EXPECT_EQ(memcmp(src.p, dst.p, size), 0);
+}
+
+// When the eventfd of a later queue is refused (here: the descriptor limit
+// leaves room for exactly one), the engine fails to start and closes the
+// eventfds of the queues before it.
+TEST(EngineStart, RefusedEventfdLeaksNothing) {
+  auto is_open = [](int fd) { return fcntl(fd, F_GETFD) != -1; };
+  int f1 = 0;
+  while (is_open(f1))
+    ++f1;
+  int f2 = f1 + 1;
+  while (is_open(f2))
+    ++f2;
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  rlimit tight = old;
+  tight.rlim_cur = rlim_t(f2); // only f1 is free below the limit
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &tight), 0);
+  EngineConfig cfg;
+  cfg.backend = Backend::Uring;
+  std::string err = thrown_by([&] { IoEngine eng(cfg, 3); });
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+  EXPECT_NE(err.find("eventfd for I/O queue 1 failed"), std::string::npos)
+      << err;
+  EXPECT_FALSE(is_open(f1)) << "queue 0's eventfd leaked";
 }
 
 // ---- striping -----------------------------------------------------------------

@@ -133,6 +133,17 @@ struct Queue {
   std::condition_variable cv;
   std::vector<std::thread> threads;
 
+  Queue() = default;
+  Queue(const Queue &) = delete;
+  Queue &operator=(const Queue &) = delete;
+  // stop_queues() joins the workers first; the eventfd is closed here too,
+  // so a queue dropped on a failed start (an eventfd of a later queue
+  // refused) does not leak its own.
+  ~Queue() {
+    if (wake_fd >= 0)
+      ::close(wake_fd);
+  }
+
   Piece *pop_locked() {
     for (auto &q : waiting)
       if (!q.empty()) {
@@ -462,8 +473,11 @@ struct IoEngine::Impl {
     for (unsigned i = 0; i < n; ++i) {
       auto q = std::make_unique<Queue>();
       q->wake_fd = eventfd(0, EFD_CLOEXEC);
-      if (q->wake_fd < 0)
-        fail("eventfd for I/O queue %u failed: %s", i, strerror(errno));
+      if (q->wake_fd < 0) {
+        int e = errno;
+        queues.clear(); // closes the eventfds of the queues before it
+        fail("eventfd for I/O queue %u failed: %s", i, strerror(e));
+      }
       queues.push_back(std::move(q));
     }
     for (unsigned i = 0; i < n; ++i) {
