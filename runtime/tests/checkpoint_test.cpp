@@ -582,13 +582,95 @@ TEST_F(Checkpoint, ReadOnlyFilesLoad) {
   }
 }
 
+// SPILLWAY_TEST_RENAME for the scope (test-only: "fallback" acts as if
+// renameat2(RENAME_EXCHANGE) were unsupported).
+struct RenameMode {
+  explicit RenameMode(const char *mode) {
+    if (*mode)
+      ::setenv("SPILLWAY_TEST_RENAME", mode, 1);
+  }
+  ~RenameMode() { ::unsetenv("SPILLWAY_TEST_RENAME"); }
+};
+
 TEST_F(Checkpoint, RewritingAStepReplacesIt) {
   Tensors a = random_tensors(3, 41, 1000), b = random_tensors(3, 42, 1000);
+  for (const char *mode : {"", "fallback"}) {
+    SCOPED_TRACE(*mode ? mode : "exchange");
+    fs::remove_all(root());
+    opts.keep = 1;
+    write(4, a);
+    {
+      RenameMode m(mode);
+      write(4, b);
+    }
+    auto c = load_newest();
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->step, 4);
+    expect_same(*c, b);
+    for (auto &e : fs::directory_iterator(root())) // no old one left aside
+      EXPECT_EQ(e.path().filename().string(), "step-00000004");
+  }
+}
+
+// Without RENAME_EXCHANGE, a failed rename into place puts the old step-N
+// back where it was.
+TEST_F(Checkpoint, RewriteFallbackRestoresTheOldOneOnFailure) {
+  Tensors a = random_tensors(3, 43, 1000), b = random_tensors(3, 44, 1000);
   write(4, a);
-  write(4, b);
+  try {
+    RenameMode m("fallback-fail");
+    write(4, b);
+    FAIL() << "the write should have failed";
+  } catch (const spw::Error &e) {
+    EXPECT_CONTAINS(std::string(e.what()), "cannot rename '");
+    EXPECT_CONTAINS(std::string(e.what()), "Input/output error");
+  }
   auto c = load_newest();
   ASSERT_TRUE(c);
-  expect_same(*c, b);
+  EXPECT_EQ(c->step, 4);
+  expect_same(*c, a);
+  for (auto &e : fs::directory_iterator(root()))
+    EXPECT_EQ(e.path().filename().string(), "step-00000004");
+}
+
+// A SIGKILL at each phase of rewriting step 2 with keep 1 (in a forked
+// child): step 2 is always loadable, the old one before the swap and the new
+// one from then on.
+TEST_F(Checkpoint, KillAtEveryPhaseOfARewrite) {
+  Tensors t1 = random_tensors(6, 53, 60000), t2 = random_tensors(6, 54, 60000);
+  opts.keep = 1;
+  for (const char *mode : {"", "fallback"}) {
+    for (size_t i = 0; i < kNumCrashPhases; ++i) {
+      const std::string phase = kCrashPhases[i];
+      SCOPED_TRACE(phase + (*mode ? " (fallback)" : " (exchange)"));
+      fs::remove_all(root());
+      write(2, t1);
+      std::fflush(nullptr);
+      pid_t pid = ::fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        RenameMode m(mode);
+        ::setenv("SPILLWAY_TEST_CRASH_AT", phase.c_str(), 1);
+        try {
+          write(2, t2);
+        } catch (...) {
+          std::_Exit(3);
+        }
+        std::_Exit(4);
+      }
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      ASSERT_TRUE(WIFSIGNALED(status)) << "exit status " << WEXITSTATUS(status);
+      auto c = load_newest();
+      ASSERT_TRUE(c);
+      EXPECT_EQ(c->step, 2);
+      const bool published = phase == "renamed" || phase == "pruned";
+      expect_same(*c, published ? t2 : t1);
+      write(3, t1); // cleans up after the dead writer
+      for (auto &e : fs::directory_iterator(root()))
+        EXPECT_EQ(e.path().filename().string(), "step-00000003");
+    }
+  }
 }
 
 // A SIGKILL at each phase of the write of step 2 (in a forked child): the

@@ -40,9 +40,14 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <xxhash.h>
 #include <zstd.h>
+
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
 
 namespace fs = std::filesystem;
 
@@ -631,6 +636,35 @@ void fill_raw(char *dst, uint64_t begin, uint64_t n,
   }
 }
 
+// Swaps two paths atomically (renameat2 RENAME_EXCHANGE); -1 with errno
+// EINVAL/ENOSYS where the kernel or file system cannot.
+// SPILLWAY_TEST_RENAME=fallback (test-only) makes it report EINVAL.
+int exchange_dirs(const std::string &a, const std::string &b) {
+  const char *t = std::getenv("SPILLWAY_TEST_RENAME");
+  if (t && std::strncmp(t, "fallback", 8) == 0) {
+    errno = EINVAL;
+    return -1;
+  }
+#ifdef SYS_renameat2
+  return int(::syscall(SYS_renameat2, AT_FDCWD, a.c_str(), AT_FDCWD,
+                       b.c_str(), RENAME_EXCHANGE));
+#else
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+// rename() of the tmp dir into place; SPILLWAY_TEST_RENAME=fallback-fail
+// (test-only) makes it fail with EIO (and exchange_dirs with EINVAL).
+int rename_dir(const std::string &from, const std::string &to) {
+  const char *t = std::getenv("SPILLWAY_TEST_RENAME");
+  if (t && std::strcmp(t, "fallback-fail") == 0) {
+    errno = EIO;
+    return -1;
+  }
+  return ::rename(from.c_str(), to.c_str());
+}
+
 bool pid_alive(long pid) {
   return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM);
 }
@@ -901,26 +935,47 @@ CheckpointWriteResult write_checkpoint(IoEngine &engine,
     maybe_crash("manifest-written", step);
     fsync_dir(tmp_dir);
 
-    // A step-N dir already there is a torn one the resume skipped (a valid
-    // newer one would have been resumed from): move it aside first, since
-    // rename() does not replace a non-empty directory.
-    std::string stale;
+    // A step-N dir already there (a torn one the resume skipped, or the
+    // same step written again) is swapped with the tmp dir atomically, so
+    // that step-N is the old or the new checkpoint at every instant; the old
+    // one, now under the tmp name, is removed once ROOT is fsynced.
+    std::string old_dir;
     if (fs::exists(final_dir, ec)) {
-      stale = (fs::path(root) /
-               format(".%s.stale-%ld", name.c_str(), long(::getpid())))
-                  .string();
-      fs::remove_all(stale, ec);
-      if (::rename(final_dir.c_str(), stale.c_str()) != 0)
-        fail("cannot move the old '%s' aside to '%s': %s", final_dir.c_str(),
-             stale.c_str(), std::strerror(errno));
-    }
-    if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
+      if (exchange_dirs(tmp_dir, final_dir) == 0) {
+        old_dir = tmp_dir;
+      } else if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP ||
+                 errno == EOPNOTSUPP) {
+        // No RENAME_EXCHANGE here (file system or kernel): move the old one
+        // aside, then rename, putting it back if that fails. A crash
+        // between the two leaves it under .step-N.stale-<pid>.
+        old_dir = (fs::path(root) /
+                   format(".%s.stale-%ld", name.c_str(), long(::getpid())))
+                      .string();
+        fs::remove_all(old_dir, ec);
+        if (::rename(final_dir.c_str(), old_dir.c_str()) != 0)
+          fail("cannot move the old '%s' aside to '%s': %s", final_dir.c_str(),
+               old_dir.c_str(), std::strerror(errno));
+        if (rename_dir(tmp_dir, final_dir) != 0) {
+          const int e = errno;
+          const bool restored = ::rename(old_dir.c_str(), final_dir.c_str()) == 0;
+          fail("cannot rename '%s' to '%s': %s%s", tmp_dir.c_str(),
+               final_dir.c_str(), std::strerror(e),
+               restored ? "" : format(" (the old one is left in '%s')",
+                                      old_dir.c_str())
+                                   .c_str());
+        }
+      } else {
+        fail("cannot exchange '%s' with '%s': %s", tmp_dir.c_str(),
+             final_dir.c_str(), std::strerror(errno));
+      }
+    } else if (rename_dir(tmp_dir, final_dir) != 0) {
       fail("cannot rename '%s' to '%s': %s", tmp_dir.c_str(),
            final_dir.c_str(), std::strerror(errno));
+    }
     maybe_crash("renamed", step);
     fsync_dir(root);
-    if (!stale.empty())
-      fs::remove_all(stale, ec);
+    if (!old_dir.empty())
+      fs::remove_all(old_dir, ec);
   } catch (const Error &e) {
     if (file_open) {
       try {

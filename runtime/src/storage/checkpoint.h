@@ -15,7 +15,13 @@
 //      through the IoEngine, several chunks in flight;
 //   3. wait for every write, fsync the data file;
 //   4. write MANIFEST.json, fsync it, fsync the tmp dir;
-//   5. rename the tmp dir to ROOT/step-00000042, fsync ROOT;
+//   5. rename the tmp dir to ROOT/step-00000042, fsync ROOT; when a
+//      step-00000042 is already there (a torn one the resume skipped, or the
+//      same step written again), swap the two atomically instead
+//      (renameat2 RENAME_EXCHANGE), fsync ROOT, then remove the old one, now
+//      under the tmp name. Where RENAME_EXCHANGE is unsupported: move the
+//      old one to .step-00000042.stale-<pid>, rename, and move it back if
+//      that rename fails (a crash between the two leaves no step-00000042);
 //   6. prune: keep the newest `keep` checkpoints, remove older ones, newer
 //      torn ones and the tmp dirs of dead writers.
 // A crash before 5 leaves only a tmp dir, which loaders skip; the rename is
@@ -141,7 +147,8 @@ list_checkpoints(const std::string &root);
 //   data-written      every chunk written, data file not yet fsynced
 //   data-synced       data fsynced, no manifest yet
 //   manifest-written  manifest written and fsynced, tmp dir not yet synced
-//   renamed           renamed to step-N, ROOT not fsynced, nothing pruned
+//   renamed           renamed (or swapped) to step-N, ROOT not fsynced,
+//                     a replaced step-N not yet removed, nothing pruned
 //   pruned            everything done
 // Only for tests: never set these in production.
 extern const char *const kCrashPhases[];
