@@ -482,15 +482,55 @@ TEST_F(Checkpoint, KeepPrunesOlderOnes) {
   EXPECT_FALSE(fs::exists(dir / "ckpt" / ".step-00000009.tmp-999999999"));
   EXPECT_TRUE(fs::exists(dir / "ckpt" / live));
 
-  // A torn newer one is not pruned, and is replaced when its step comes.
+  // A torn newer one (a dir without a valid manifest: all that the resume
+  // can have skipped) is removed; a valid newer one (another run's) is left
+  // with a notice.
   fs::create_directories(step_dir(8));
-  write(7, t);
-  EXPECT_TRUE(fs::exists(step_dir(8)));
-  write(8, t);
+  notices.clear();
+  CheckpointWriteResult w = write(7, t);
+  EXPECT_FALSE(fs::exists(step_dir(8)));
+  EXPECT_EQ(w.pruned, (std::vector<std::string>{step_dir(8), step_dir(6)}));
+  EXPECT_EQ(all_notices(), "");
+  write(9, t);
+  opts.keep = 2;
+  w = write(8, t);
+  EXPECT_TRUE(w.pruned.empty());
+  EXPECT_CONTAINS(all_notices(), "keeping '" + step_dir(9) +
+                                     "': a valid checkpoint of a later step "
+                                     "than the one just written (8)");
+  list = list_checkpoints(root());
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].first, 9);
+  EXPECT_EQ(list[1].first, 8);
+}
+
+// Only checkpoints whose manifest validates count toward keep: a torn older
+// one is removed, not kept in place of a valid one.
+TEST_F(Checkpoint, TornOnesDoNotCountTowardKeep) {
+  Tensors t = random_tensors(3, 32, 1000);
+  opts.keep = 2;
+  write(1, t);
+  write(2, t);
+  fs::path m = fs::path(step_dir(2)) / "MANIFEST.json";
+  std::string text = slurp(m);
+  spill(m, text.substr(0, text.size() / 2)); // torn
+  CheckpointWriteResult w = write(3, t);
+  EXPECT_EQ(w.pruned, std::vector<std::string>{step_dir(2)});
+  auto list = list_checkpoints(root());
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].first, 3);
+  EXPECT_EQ(list[1].first, 1);
+  // keep 1 with the new one's own manifest bad still keeps the new one.
+  fs::remove(fs::path(step_dir(3)) / "MANIFEST.json");
+  opts.keep = 1;
+  fs::remove_all(step_dir(1));
+  w = write(4, t);
+  EXPECT_EQ(w.pruned, std::vector<std::string>{step_dir(3)});
+  notices.clear();
   auto c = load_newest();
   ASSERT_TRUE(c);
-  EXPECT_EQ(c->step, 8);
-  EXPECT_FALSE(fs::exists(step_dir(7)));
+  EXPECT_EQ(c->step, 4);
+  EXPECT_EQ(all_notices(), "");
 }
 
 // Peak resident memory (VmHWM) in bytes, or -1.

@@ -685,20 +685,48 @@ long leftover_pid(const std::string &name) {
   return -1;
 }
 
+// Whether `dir`'s MANIFEST.json parses, matches its own checksum and names
+// `step` (the data is not read: that is the loader's job).
+bool manifest_valid(const std::string &dir, int64_t step) {
+  try {
+    return parse_manifest(read_whole_file(
+                              (fs::path(dir) / kCheckpointManifest).string(),
+                              "checkpoint manifest"))
+               .step == step;
+  } catch (...) {
+    return false;
+  }
+}
+
+// After writing `step`: keeps it and the newest keep-1 older dirs whose
+// manifest validates; removes the other older ones, valid or not (a torn
+// one never counts toward `keep`), and every invalid newer one (a newer dir
+// can only be a torn one the resume skipped, else the run would have
+// resumed from it). A valid newer one (another run's, in the same ROOT) is
+// left alone with a notice: --resume would load it rather than this one.
 void prune(const std::string &root, int64_t step, const CheckpointOptions &o,
            CheckpointWriteResult &result) {
   int kept = 0;
   for (auto &[s, path] : list_checkpoints(root)) {
-    if (s > step) // a torn newer one; replaced when that step is reached
+    if (s == step)
       continue;
-    if (s == step || kept < o.keep - 1) {
-      kept += s != step;
+    const bool valid = manifest_valid(path, s);
+    if (s > step && valid) {
+      say(o, format("keeping '%s': a valid checkpoint of a later step than "
+                    "the one just written (%lld), which --resume would load "
+                    "instead",
+                    path.c_str(), (long long)step));
+      continue;
+    }
+    if (s < step && valid && kept < o.keep - 1) {
+      ++kept;
       continue;
     }
     std::error_code ec;
     fs::remove_all(path, ec);
     if (ec)
-      say(o, format("cannot remove old checkpoint '%s': %s", path.c_str(),
+      say(o, format("cannot remove %s checkpoint '%s': %s",
+                    valid ? "old" : "invalid", path.c_str(),
                     ec.message().c_str()));
     else
       result.pruned.push_back(path);

@@ -22,8 +22,14 @@
 //      under the tmp name. Where RENAME_EXCHANGE is unsupported: move the
 //      old one to .step-00000042.stale-<pid>, rename, and move it back if
 //      that rename fails (a crash between the two leaves no step-00000042);
-//   6. prune: keep the newest `keep` checkpoints, remove older ones, newer
-//      torn ones and the tmp dirs of dead writers.
+//   6. prune: keep the new one and the newest `keep`-1 older dirs whose
+//      MANIFEST.json validates (only those count toward `keep`; the data is
+//      not re-read); remove the other older ones, valid or not, every newer
+//      dir whose manifest does not validate (a newer dir can only be a torn
+//      one the resume skipped: a valid one would have been resumed from),
+//      and the tmp dirs of dead writers. A valid newer dir (another run's in
+//      the same ROOT) is left alone, with a notice that --resume would load
+//      it instead of the new one.
 // A crash before 5 leaves only a tmp dir, which loaders skip; the rename is
 // atomic, and everything it publishes was fsynced before it. So the newest
 // step-* dir is always complete, unless the storage itself lost or corrupted
