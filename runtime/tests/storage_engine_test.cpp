@@ -757,6 +757,60 @@ TEST(EngineFallback, RefusedRegistrationUsesPlainBuffersAndSaysSoOnce) {
   EXPECT_EQ(memcmp(w, r, MiB), 0);
 }
 
+// io_uring_submit_and_wait failing over and over: after `retries` more
+// failures the queue gives up, fails what it holds and what comes later
+// with an error naming the queue, its file and the errno; drain() and the
+// destructor return (they used to hang on a spinning worker).
+TEST(EngineSubmit, FailingForeverFailsTheQueueInsteadOfHanging) {
+  TempDir dir;
+  // Call 1 is the idle worker's wait for work; call 2 carries all four
+  // pieces of the write, which are then in flight when the queue gives up.
+  ScriptedFaults faults("submit=ebadf@2");
+  Notices notes;
+  EngineConfig cfg;
+  cfg.backend = Backend::Uring;
+  cfg.request_bytes = 256 * KiB;
+  cfg.retries = 3;
+  cfg.faults = &faults;
+  cfg.notice = notes.sink();
+  HeapBuf buf(MiB);
+  memset(buf.p, 7, MiB);
+  std::string path = dir.file("s.bin");
+  {
+    IoEngine eng(cfg);
+    FileId f = eng.open(path, true);
+    Token t = eng.write(f, 0, buf.p, MiB, Priority::WriteBack, "layer9.w");
+    eng.drain();
+    std::string err = error_of(t);
+    EXPECT_NE(err.find("write of 262144 bytes at offset "), std::string::npos)
+        << err;
+    EXPECT_NE(err.find("of '" + path + "' (tensor 'layer9.w') failed: "
+                       "io_uring_submit_and_wait on I/O queue 0 failed 4 "
+                       "times in a row (Bad file descriptor); the queue "
+                       "serves '" + path + "' and has stopped"),
+              std::string::npos)
+        << err;
+    // Later requests fail at once, with the same reason.
+    err = error_of(eng.read(f, 0, buf.p, MiB, Priority::Demand, "again"));
+    EXPECT_NE(err.find("I/O queue 0 failed 4 times in a row"),
+              std::string::npos)
+        << err;
+    EXPECT_EQ(notes.count("I/O queue 0 failed 4 times in a row"), 1);
+  }
+  // A few failures in a row are ridden out.
+  ScriptedFaults few("submit=eagain@2*3");
+  cfg.faults = &few;
+  IoEngine eng(cfg);
+  FileId f = eng.open(path, true);
+  HeapBuf back(MiB);
+  fill_random(buf.p, MiB, 23);
+  eng.write(f, 0, buf.p, MiB, Priority::WriteBack, "w").wait();
+  eng.read(f, 0, back.p, MiB, Priority::Demand, "r").wait();
+  EXPECT_EQ(memcmp(buf.p, back.p, MiB), 0);
+  EXPECT_EQ(few.submit_result(), 0); // all three used up
+  EXPECT_EQ(eng.stats().bytes_written, MiB);
+}
+
 TEST(EngineFallback, RefusedRingFallsBackToThreadsUnderAuto) {
   TempDir dir;
   ScriptedFaults faults("ring=eperm");
@@ -804,6 +858,12 @@ TEST(EngineFallback, FaultScriptFromTheEnvironment) {
   EXPECT_THROW(ScriptedFaults("ring=enomem"), spw::Error);
   EXPECT_THROW(ScriptedFaults("short@2/sideways"), spw::Error);
   EXPECT_THROW(ScriptedFaults("direct=eio"), spw::Error);
+  EXPECT_THROW(ScriptedFaults("submit=eperm"), spw::Error);
+  EXPECT_THROW(ScriptedFaults("submit=eio*0"), spw::Error);
+  EXPECT_THROW(ScriptedFaults("submit=eio*x"), spw::Error);
+  EXPECT_THROW(ScriptedFaults("submit=eio@0"), spw::Error);
+  EXPECT_THROW(ScriptedFaults("register=enomem@2"), spw::Error);
+  EXPECT_NO_THROW(ScriptedFaults("submit=ebusy@3*2"));
 }
 
 TEST(EngineFallback, TmpfsWorksDirectOrBuffered) {

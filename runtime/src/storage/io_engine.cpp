@@ -20,6 +20,7 @@
 #include <liburing.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +34,7 @@
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
+#include <unordered_set>
 
 namespace spw::storage {
 
@@ -122,9 +124,13 @@ struct Piece {
 };
 
 struct Queue {
+  unsigned index = 0;
   std::mutex mu;
   std::deque<Piece *> waiting[kNumPriorities];
   bool stop = false;
+  // Set (under mu) when the io_uring worker gave up on its ring: why. The
+  // worker has failed everything it held; push() fails new pieces at once.
+  std::string broken;
   // io_uring backend
   int wake_fd = -1;
   std::atomic<bool> wake_pending{false};
@@ -356,6 +362,8 @@ struct IoEngine::Impl {
     bool wake_armed = false;
     unsigned inflight = 0;
     std::vector<Piece *> again;
+    std::unordered_set<Piece *> live; // taken off the queue, not finished
+    unsigned submit_failures = 0;     // io_uring_submit_and_wait, in a row
     for (;;) {
       if (!wake_armed) {
         io_uring_sqe *sqe = io_uring_get_sqe(&ring);
@@ -374,16 +382,32 @@ struct IoEngine::Impl {
           if (!p)
             break;
           ++inflight;
+          live.insert(p);
           prep(ring, p, fixed);
         }
         stopping = q.stop && inflight == 0 && q.empty_locked();
       }
       if (stopping)
         break;
-      int ret = io_uring_submit_and_wait(&ring, 1);
-      if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY)
-        say_once("submit", format("io_uring_submit_and_wait failed: %s",
-                                  strerror(-ret)));
+      int ret = cfg.faults ? cfg.faults->submit_result() : 0;
+      if (ret == 0)
+        ret = io_uring_submit_and_wait(&ring, 1);
+      if (ret >= 0) {
+        submit_failures = 0;
+      } else {
+        // Bounded like a piece's retries: an error that keeps coming back
+        // would otherwise spin this worker forever and hang drain().
+        if (++submit_failures > std::max(cfg.retries, 1u)) {
+          give_up(q, ring, live, ret, submit_failures);
+          return;
+        }
+        if (ret != -EINTR && ret != -EAGAIN && ret != -EBUSY)
+          say_once("submit", format("io_uring_submit_and_wait failed: %s",
+                                    strerror(-ret)));
+        // Back off (1, 2, 4, ... 128 ms) so the bound is also some time.
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(1u << std::min(submit_failures - 1, 7u)));
+      }
       unsigned head, seen = 0;
       io_uring_cqe *cqe;
       io_uring_for_each_cqe(&ring, head, cqe) {
@@ -403,6 +427,7 @@ struct IoEngine::Impl {
         case Verdict::Done:
         case Verdict::Failed:
           --inflight;
+          live.erase(p);
           finish(p, err);
           break;
         }
@@ -410,6 +435,42 @@ struct IoEngine::Impl {
       io_uring_cq_advance(&ring, seen);
     }
     io_uring_queue_exit(&ring);
+  }
+
+  // The open files bound to queue `i`, quoted, for errors.
+  std::string files_of(unsigned i) {
+    std::string r;
+    std::lock_guard<std::mutex> lk(files_mu);
+    for (size_t k = 0; k < files.size(); ++k)
+      if (open[k] && files[k].queue == i)
+        r += (r.empty() ? "'" : ", '") + files[k].path + "'";
+    return r.empty() ? "no open files" : r;
+  }
+
+  // The ring of `q` keeps refusing submissions: fail every piece the worker
+  // holds and every waiting one with an error naming the queue, its files
+  // and the errno, mark the queue broken (push() fails later pieces at
+  // once) and drop the ring. Requests the kernel already took are abandoned
+  // with it (ring teardown cancels or waits for them in the kernel); their
+  // tokens fail here, so their buffers must not be trusted.
+  void give_up(Queue &q, io_uring &ring, std::unordered_set<Piece *> &live,
+               int ret, unsigned failures) {
+    std::string why =
+        format("io_uring_submit_and_wait on I/O queue %u failed %u times in "
+               "a row (%s); the queue serves %s and has stopped",
+               q.index, failures, strerror(-ret), files_of(q.index).c_str());
+    std::vector<Piece *> doomed(live.begin(), live.end());
+    live.clear();
+    {
+      std::lock_guard<std::mutex> lk(q.mu);
+      q.broken = why;
+      while (Piece *p = q.pop_locked())
+        doomed.push_back(p);
+    }
+    io_uring_queue_exit(&ring);
+    say_once("broken:" + std::to_string(q.index), why);
+    for (Piece *p : doomed)
+      finish(p, describe(*p) + " failed: " + why);
   }
 
   // ---- threads backend ----------------------------------------------------
@@ -472,6 +533,7 @@ struct IoEngine::Impl {
     registered = cfg.pool && cfg.register_buffers;
     for (unsigned i = 0; i < n; ++i) {
       auto q = std::make_unique<Queue>();
+      q->index = i;
       q->wake_fd = eventfd(0, EFD_CLOEXEC);
       if (q->wake_fd < 0) {
         int e = errno;
@@ -504,6 +566,7 @@ struct IoEngine::Impl {
     for (unsigned i = 0; i < n; ++i) {
       queues.push_back(std::make_unique<Queue>());
       Queue &q = *queues.back();
+      q.index = i;
       for (unsigned t = 0; t < per_queue; ++t)
         q.threads.emplace_back([this, &q] { thread_worker(q); });
     }
@@ -517,11 +580,20 @@ struct IoEngine::Impl {
       if (!touched[i])
         continue;
       Queue &q = *queues[i];
+      std::string broken;
       {
         std::lock_guard<std::mutex> lk(q.mu);
+        broken = q.broken;
+        if (broken.empty())
+          for (Piece *p : pieces)
+            if (p->file->queue == i)
+              q.waiting[int(p->req->prio)].push_back(p);
+      }
+      if (!broken.empty()) {
         for (Piece *p : pieces)
           if (p->file->queue == i)
-            q.waiting[int(p->req->prio)].push_back(p);
+            finish(p, describe(*p) + " failed: " + broken);
+        continue;
       }
       if (backend == Backend::Threads) {
         q.cv.notify_all();

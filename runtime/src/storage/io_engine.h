@@ -18,6 +18,9 @@
 //    remainder, -EAGAIN / -EINTR / -ECANCELED are retried (a bounded number
 //    of times), anything else fails the request's token with an error naming
 //    the file, offset, length and tensor.
+//  - io_uring_submit_and_wait failing more than `retries` times in a row
+//    stops that queue: everything it holds or is given later fails with an
+//    error naming the queue, its files and the errno (never a hang).
 //  - Where io_uring is refused (EPERM / ENOSYS / kernel.io_uring_disabled,
 //    or buffer registration refused by the locked-memory limit), the engine
 //    falls back to a pread/pwrite thread pool, or to unregistered buffers,
@@ -90,6 +93,9 @@ public:
   // Returns 0, or -errno to make opening a file with O_DIRECT fail (-EINVAL
   // is what a file system that refuses O_DIRECT answers).
   virtual int open_direct_result() { return 0; }
+  // Returns 0, or -errno to make one io_uring_submit_and_wait call fail
+  // (without submitting). Called on the I/O worker thread before each call.
+  virtual int submit_result() { return 0; }
 };
 
 // A FaultInjector driven by a small script, for tests and for the
@@ -104,6 +110,11 @@ public:
 //   ring=eperm   io_uring_queue_init fails with -EPERM (also: enosys)
 //   register=enomem  buffer registration fails with -ENOMEM (also: eperm)
 //   direct=einval    opening a file with O_DIRECT fails with -EINVAL
+//   submit=E     every io_uring_submit_and_wait fails with -E (E: eagain,
+//                eintr, ebusy, ebadf, eio, enomem)
+//   submit=E@N   calls N, N+1, ... fail (counted from 1 over all queues;
+//                call 1 of a queue is its first wait for work)
+//   submit=E*K   only K calls fail (from call 1, or from N: submit=E@N*K)
 // Throws spw::Error on a malformed script.
 class ScriptedFaults : public FaultInjector {
 public:
@@ -113,6 +124,7 @@ public:
   int ring_init_result() override;
   int register_buffers_result() override;
   int open_direct_result() override;
+  int submit_result() override;
   // Completions rewritten so far.
   int64_t injected() const;
 

@@ -32,6 +32,8 @@ int errno_named(const std::string &s) {
   if (s == "eacces") return EACCES;
   if (s == "enomem") return ENOMEM;
   if (s == "einval") return EINVAL;
+  if (s == "ebusy") return EBUSY;
+  if (s == "ebadf") return EBADF;
   return 0;
 }
 
@@ -41,6 +43,10 @@ struct ScriptedFaults::Impl {
   std::mutex mu;
   std::vector<Rule> rules;
   int ring = 0, reg = 0, direct = 0; // -errno to inject, or 0
+  int submit = 0;                     // -errno for io_uring_submit_and_wait
+  int64_t submit_from = 1;            // the first call that fails
+  int64_t submit_left = -1;           // calls still to fail; -1: all
+  int64_t submit_calls = 0;
   int64_t seen[3] = {0, 0, 0};   // completions: reads, writes, all
   int64_t injected = 0;
 };
@@ -53,7 +59,8 @@ ScriptedFaults::ScriptedFaults(const std::string &script)
     fail("fault script '%s': rule '%s' %s (rules: short@N, zero@N, eio@N, "
          "enospc@N, eagain@N, eintr@N, ecanceled@N, optionally N+ and "
          "/read or /write; ring=eperm|enosys; register=enomem|eperm; "
-         "direct=einval)",
+         "direct=einval; submit=eagain|eintr|ebusy|ebadf|eio|enomem, "
+         "optionally @N and *K)",
          script.c_str(), item.c_str(), why);
   };
   while (std::getline(ss, item, ',')) {
@@ -65,6 +72,23 @@ ScriptedFaults::ScriptedFaults(const std::string &script)
       continue;
     if (auto eq = item.find('='); eq != std::string::npos) {
       std::string key = item.substr(0, eq), val = item.substr(eq + 1);
+      int64_t times = -1, from = 1;
+      auto number_after = [&](char c, const char *why) -> int64_t {
+        auto pos = val.find(c);
+        if (key != "submit" || pos == std::string::npos)
+          return 0;
+        std::string k = val.substr(pos + 1);
+        val = val.substr(0, pos);
+        char *end = nullptr;
+        long long v = k.empty() ? 0 : strtoll(k.c_str(), &end, 10);
+        if (k.empty() || *end || v < 1)
+          bad(why);
+        return v;
+      };
+      if (int64_t k = number_after('*', "needs a count K >= 1 after *"))
+        times = k;
+      if (int64_t n = number_after('@', "needs a call number N >= 1 after @"))
+        from = n;
       int e = errno_named(val);
       if (key == "ring" && (e == EPERM || e == ENOSYS || e == EACCES))
         impl_->ring = -e;
@@ -72,6 +96,13 @@ ScriptedFaults::ScriptedFaults(const std::string &script)
         impl_->reg = -e;
       else if (key == "direct" && e == EINVAL)
         impl_->direct = -e;
+      else if (key == "submit" &&
+               (e == EAGAIN || e == EINTR || e == EBUSY || e == EBADF ||
+                e == EIO || e == ENOMEM)) {
+        impl_->submit = -e;
+        impl_->submit_left = times;
+        impl_->submit_from = from;
+      }
       else
         bad("is not understood");
       continue;
@@ -151,6 +182,16 @@ int ScriptedFaults::rewrite_completion(const PieceInfo &piece, int res) {
 int ScriptedFaults::ring_init_result() { return impl_->ring; }
 int ScriptedFaults::register_buffers_result() { return impl_->reg; }
 int ScriptedFaults::open_direct_result() { return impl_->direct; }
+
+int ScriptedFaults::submit_result() {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  if (!impl_->submit || ++impl_->submit_calls < impl_->submit_from ||
+      impl_->submit_left == 0)
+    return 0;
+  if (impl_->submit_left > 0)
+    --impl_->submit_left;
+  return impl_->submit;
+}
 
 int64_t ScriptedFaults::injected() const {
   std::lock_guard<std::mutex> lk(impl_->mu);
