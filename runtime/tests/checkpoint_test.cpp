@@ -453,6 +453,38 @@ TEST_F(Checkpoint, EnospcFailsClearlyAndKeepsThePreviousOne) {
   EXPECT_EQ(c->step, 3);
 }
 
+// Not only spw::Error: a std::bad_alloc (SPILLWAY_TEST_CRASH_HOW=bad_alloc
+// throws one at the phase instead of the SIGKILL) at any phase before the
+// rename still removes the tmp dir and becomes one spw::Error with context.
+TEST_F(Checkpoint, AnyExceptionCleansUp) {
+  Tensors t1 = random_tensors(6, 23, 60000), t2 = random_tensors(6, 24, 60000);
+  write(1, t1);
+  for (const char *phase :
+       {"data-partial", "data-written", "data-synced", "manifest-written"}) {
+    SCOPED_TRACE(phase);
+    ::setenv("SPILLWAY_TEST_CRASH_AT", phase, 1);
+    ::setenv("SPILLWAY_TEST_CRASH_HOW", "bad_alloc", 1);
+    try {
+      write(2, t2);
+      ADD_FAILURE() << "the write should have failed";
+    } catch (const spw::Error &e) {
+      EXPECT_CONTAINS(std::string(e.what()),
+                      "cannot write the checkpoint of step 2 to '" +
+                          step_dir(2) + "': out of memory (the checkpoints");
+    } catch (...) {
+      ADD_FAILURE() << "not a spw::Error";
+    }
+    ::unsetenv("SPILLWAY_TEST_CRASH_AT");
+    ::unsetenv("SPILLWAY_TEST_CRASH_HOW");
+    for (auto &e : fs::directory_iterator(root()))
+      EXPECT_EQ(e.path().filename().string(), "step-00000001");
+  }
+  auto c = load_newest();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->step, 1);
+  expect_same(*c, t1);
+}
+
 TEST_F(Checkpoint, KeepPrunesOlderOnes) {
   Tensors t = random_tensors(3, 31, 1000);
   opts.keep = 2;

@@ -38,7 +38,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <exception>
 #include <filesystem>
+#include <new>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -93,9 +95,27 @@ void maybe_crash(const char *phase, int64_t step) {
   if (const char *s = std::getenv("SPILLWAY_TEST_CRASH_STEP"))
     if (std::atoll(s) != step)
       return;
+  if (const char *how = std::getenv("SPILLWAY_TEST_CRASH_HOW"))
+    if (std::strcmp(how, "bad_alloc") == 0)
+      throw std::bad_alloc();
   std::fflush(stdout);
   std::fflush(stderr);
   ::raise(SIGKILL);
+}
+
+// What an exception says, for an error message.
+std::string exception_text(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error &x) {
+    return x.what();
+  } catch (const std::bad_alloc &) {
+    return "out of memory";
+  } catch (const std::exception &x) {
+    return x.what();
+  } catch (...) {
+    return "an unknown exception";
+  }
 }
 
 // ---- files ------------------------------------------------------------------
@@ -820,7 +840,7 @@ CheckpointWriteResult write_checkpoint(IoEngine &engine,
   {
     std::error_code ec;
     fs::create_directories(root, ec);
-    if (ec || !fs::is_directory(root))
+    if (ec || !fs::is_directory(root, ec))
       fail("cannot create checkpoint directory '%s': %s; pass another "
            "--checkpoint-dir",
            root.c_str(), ec ? ec.message().c_str() : "not a directory");
@@ -1004,11 +1024,14 @@ CheckpointWriteResult write_checkpoint(IoEngine &engine,
     fsync_dir(root);
     if (!old_dir.empty())
       fs::remove_all(old_dir, ec);
-  } catch (const Error &e) {
+  } catch (...) {
+    // Anything (spw::Error, std::filesystem_error, std::bad_alloc, ...):
+    // clean up, then one spw::Error with the context.
+    const std::string why = exception_text(std::current_exception());
     if (file_open) {
       try {
         engine.close(file, false);
-      } catch (const Error &) {
+      } catch (...) {
       }
     }
     std::error_code ec;
@@ -1016,7 +1039,7 @@ CheckpointWriteResult write_checkpoint(IoEngine &engine,
     fail("cannot write the checkpoint of step %lld to '%s': %s (the "
          "checkpoints already in '%s' are untouched; check free space and "
          "permissions there, or pass another --checkpoint-dir)",
-         (long long)step, final_dir.c_str(), e.what(), root.c_str());
+         (long long)step, final_dir.c_str(), why.c_str(), root.c_str());
   }
   prune(root, step, o, result);
   maybe_crash("pruned", step);

@@ -89,9 +89,10 @@ struct CheckpointWriteResult {
 };
 
 // Writes the checkpoint of `step` (>= 0) under `root` (created if missing)
-// and prunes. Throws spw::Error naming the file or directory on any failure,
-// after removing its own tmp dir; the checkpoints already there are left as
-// they were.
+// and prunes. On any failure before publishing (any exception, not only
+// spw::Error) removes its own tmp dir and throws spw::Error naming the
+// checkpoint and the cause; the checkpoints already there are left as they
+// were.
 CheckpointWriteResult write_checkpoint(IoEngine &engine,
                                        const std::string &root, int64_t step,
                                        const std::vector<CheckpointTensorRef> &
@@ -156,6 +157,10 @@ list_checkpoints(const std::string &root);
 //   renamed           renamed (or swapped) to step-N, ROOT not fsynced,
 //                     a replaced step-N not yet removed, nothing pruned
 //   pruned            everything done
+// With SPILLWAY_TEST_CRASH_HOW=bad_alloc the phase throws std::bad_alloc
+// instead (in-process tests of the cleanup). SPILLWAY_TEST_RENAME=fallback
+// acts as if renameat2(RENAME_EXCHANGE) were unsupported, =fallback-fail also
+// fails the rename into place with EIO.
 // Only for tests: never set these in production.
 extern const char *const kCrashPhases[];
 extern const size_t kNumCrashPhases;
