@@ -102,6 +102,9 @@ public:
 // SPILLWAY_IO_FAULTS environment variable. Comma-separated rules:
 //   short@N      the N-th completion (counted from 1) reports half its bytes
 //                (rounded down to 512; at least 1 byte short)
+//   short512@N   the N-th completion reports 512 bytes fewer (half, when it
+//                moved 512 or less): a count that is no multiple of the
+//                O_DIRECT alignment, so the engine must realign it down
 //   zero@N       the N-th completion reports 0 bytes
 //   eio@N, enospc@N, eagain@N, eintr@N, ecanceled@N
 //                the N-th completion reports that error

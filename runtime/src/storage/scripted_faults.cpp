@@ -11,7 +11,7 @@ namespace spw::storage {
 
 namespace {
 
-enum class Kind { Short, Zero, Error };
+enum class Kind { Short, Short512, Zero, Error };
 
 struct Rule {
   Kind kind;
@@ -56,7 +56,8 @@ ScriptedFaults::ScriptedFaults(const std::string &script)
   std::stringstream ss(script);
   std::string item;
   auto bad = [&](const char *why) {
-    fail("fault script '%s': rule '%s' %s (rules: short@N, zero@N, eio@N, "
+    fail("fault script '%s': rule '%s' %s (rules: short@N, short512@N, "
+         "zero@N, eio@N, "
          "enospc@N, eagain@N, eintr@N, ecanceled@N, optionally N+ and "
          "/read or /write; ring=eperm|enosys; register=enomem|eperm; "
          "direct=einval; submit=eagain|eintr|ebusy|ebadf|eio|enomem, "
@@ -114,6 +115,8 @@ ScriptedFaults::ScriptedFaults(const std::string &script)
     std::string kind = item.substr(0, at), rest = item.substr(at + 1);
     if (kind == "short")
       r.kind = Kind::Short;
+    else if (kind == "short512")
+      r.kind = Kind::Short512;
     else if (kind == "zero")
       r.kind = Kind::Zero;
     else if (int e = errno_named(kind);
@@ -164,6 +167,10 @@ int ScriptedFaults::rewrite_completion(const PieceInfo &piece, int res) {
         if (out == 0)
           out = res / 2;
       }
+      break;
+    case Kind::Short512: // not a multiple of any O_DIRECT alignment
+      if (res > 0)
+        out = res > 512 ? res - 512 : res / 2;
       break;
     case Kind::Zero:
       out = 0;
