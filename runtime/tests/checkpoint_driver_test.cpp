@@ -321,18 +321,22 @@ TEST_F(RandomKills, ResumeAfterEachKillIsBitIdentical) {
                                   .count());
   }
 
-  // Kill 5 runs, each resuming from what the previous one left. A run that
-  // finishes before its kill starts the series over (then nothing would be
-  // left to interrupt).
+  // Kill 5 runs, each resuming from what the previous one left, and more
+  // (up to 40 runs in all) until at least one kill has landed inside a
+  // checkpoint write: the killed run's tmp dir (.step-N.tmp-<pid>) is left
+  // in ck. A run that finishes before its kill starts the series over (then
+  // nothing would be left to interrupt).
   std::mt19937_64 rng(20261130);
   std::uniform_real_distribution<double> when(0.02, 0.15);
   const std::vector<std::string> args = {
       "--input", "x=x.npy", "--input", "y=y.npy", "--weights", "m.weights",
       "--steps", "16", "--lr", "0.01", "--checkpoint-dir", "ck",
       "--checkpoint-every", "1", "--resume"};
-  int killed = 0, attempts = 0, torn = 0;
-  while (killed < 5) {
-    ASSERT_LT(++attempts, 40) << "runs of " << run_ms << " ms";
+  int killed = 0, attempts = 0, torn = 0, in_write = 0;
+  while (killed < 5 || in_write == 0) {
+    ASSERT_LT(++attempts, 40) << "runs of " << run_ms << " ms; " << killed
+                              << " kills, " << in_write
+                              << " inside a checkpoint write";
     const double ms = when(rng) * run_ms;
     fs::remove(path("stderr.txt"));
     pid_t pid = spawn(dir, exe, args);
@@ -347,15 +351,27 @@ TEST_F(RandomKills, ResumeAfterEachKillIsBitIdentical) {
       ++torn; // the previous kill hit a checkpoint write
     if (WIFSIGNALED(status)) {
       ++killed;
+      const std::string tmp_tag = ".tmp-" + std::to_string(pid);
+      std::error_code ec;
+      for (fs::directory_iterator it(path("ck"), ec), end; !ec && it != end;
+           it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.size() > tmp_tag.size() &&
+            name.compare(name.size() - tmp_tag.size(), tmp_tag.size(),
+                         tmp_tag) == 0)
+          ++in_write;
+      }
       continue;
     }
     ASSERT_EQ(WEXITSTATUS(status), 0) << err;
     fs::remove_all(path("ck"));
     killed = 0;
   }
-  std::printf("5 kills in %d runs of up to %.0f ms; %d of the resumes found "
-              "a torn checkpoint write\n",
-              attempts, run_ms, torn);
+  std::printf("%d kills in %d runs of up to %.0f ms, %d of them inside a "
+              "checkpoint write; %d of the resumes found a torn checkpoint "
+              "write\n",
+              killed, attempts, run_ms, in_write, torn);
+  EXPECT_GE(in_write, 1);
   r = run(common + "--checkpoint-dir ck --checkpoint-every 1 --resume --save "
                    "out.safetensors");
   ASSERT_EQ(r.rc, 0) << r.err;
