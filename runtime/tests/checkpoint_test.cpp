@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include <zstd.h>
 
 using namespace spw::storage;
 using spwtest::Result;
@@ -337,13 +338,15 @@ TEST_F(Checkpoint, CraftedManifestsAreInvalidNotFatal) {
   const std::vector<Crafted> cases = {
       {"alignment past data_bytes (offset check wrapped: 8 GiB read)",
        R"("data_bytes": 8192, "alignment": 8589934592, "compression": "none", "chunk_bytes": 8589934592, "raw_bytes": 64)",
-       "[]", std::string("[") + chunk0 + "]", "\"alignment\" 8589934592"},
+       "[]",
+       R"([{"offset": 8589934592, "stored": 64, "raw": 64, "xxh3": "0000000000000000"}])",
+       "\"alignment\" 8589934592"},
       {"raw sizes summing past 2^64 (wrapped raw_bytes: zstd wrote past it)",
        R"("data_bytes": 12288, "alignment": 4096, "compression": "zstd", "chunk_bytes": 9223372036854775807, "raw_bytes": 64)",
        "[]",
-       R"([{"offset": 0, "stored": 64, "raw": 9223372036854775807, "xxh3": "0000000000000000"},
- {"offset": 4096, "stored": 64, "raw": 9223372036854775807, "xxh3": "0000000000000000"},
- {"offset": 8192, "stored": 64, "raw": 66, "xxh3": "0000000000000000"}])",
+       R"([{"offset": 0, "stored": @Z, "raw": 9223372036854775807, "xxh3": "0000000000000000"},
+ {"offset": 4096, "stored": @Z, "raw": 9223372036854775807, "xxh3": "0000000000000000"},
+ {"offset": 8192, "stored": @Z, "raw": 66, "xxh3": "0000000000000000"}])",
        "\"chunk_bytes\" 9223372036854775807"},
       {"raw sizes past raw_bytes",
        R"("data_bytes": 8192, "alignment": 4096, "compression": "zstd", "chunk_bytes": 65536, "raw_bytes": 64)",
@@ -391,6 +394,15 @@ TEST_F(Checkpoint, CraftedManifestsAreInvalidNotFatal) {
        R"([{"name": "w", "dtype": "f32", "shape": [2], "offset": 3, "bytes": 8}])",
        std::string("[") + chunk0 + "]", "tensor 'w': offset 3 is not"},
   };
+  // The data: a zstd frame of 64 KiB at 0, 4096 and 8192 ("@Z" is its
+  // size), so that the loader gets as far as decompressing.
+  std::string frame(ZSTD_compressBound(64 << 10), '\0');
+  frame.resize(ZSTD_compress(frame.data(), frame.size(),
+                             std::string(64 << 10, 'A').data(), 64 << 10, 1));
+  ASSERT_LT(frame.size(), 4096u);
+  std::string data(1 << 20, '\0');
+  for (size_t at : {0, 4096, 8192})
+    data.replace(at, frame.size(), frame);
   Tensors t1 = random_tensors(4, 61, 1000);
   for (bool zstd : {false, true}) {
     opts.zstd = zstd;
@@ -400,14 +412,17 @@ TEST_F(Checkpoint, CraftedManifestsAreInvalidNotFatal) {
       SCOPED_TRACE(c.what);
       fs::remove_all(step_dir(2));
       fs::create_directories(step_dir(2));
-      spill(fs::path(step_dir(2)) / "data", std::string(1 << 20, '\0'));
+      spill(fs::path(step_dir(2)) / "data", data);
       spill(fs::path(step_dir(2)) / "MANIFEST.json",
             signed_manifest(
                 "  \"format\": \"spillway-checkpoint\",\n  \"version\": 1,\n"
                 "  \"step\": 2,\n  \"data_file\": \"data\",\n  " +
                 std::regex_replace(c.header, std::regex(", "), ",\n  ") +
                 ",\n  \"metadata\": {},\n  \"tensors\": " + c.tensors +
-                ",\n  \"chunks\": " + c.chunks + ",\n"));
+                ",\n  \"chunks\": " +
+                std::regex_replace(c.chunks, std::regex("@Z"),
+                                   std::to_string(frame.size())) +
+                ",\n"));
       notices.clear();
       auto c2 = load_newest();
       ASSERT_TRUE(c2);
