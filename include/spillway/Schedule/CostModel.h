@@ -1,0 +1,146 @@
+//===- CostModel.h - roofline cost of one training iteration ---------------===//
+//
+// Given what one iteration computes and stores per layer (IterationSummary),
+// a way to run it (Candidate: order, micro-batches, optimizer overlap, the
+// tier of each tensor class), budgets and a HardwareProfile, predicts the
+// bytes over every link, the time each resource needs, the bound and the
+// iteration time, and the peak memory per tier. `choose` searches the
+// candidates. docs/cost-model.md states every formula and assumption; the
+// tests in unittests/Schedule check them on hand-computed examples.
+//
+// Plain C++: the sched passes build an IterationSummary from the IR and call
+// this; nothing here depends on a dialect.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPILLWAY_SCHEDULE_COSTMODEL_H
+#define SPILLWAY_SCHEDULE_COSTMODEL_H
+
+#include "spillway/Schedule/HardwareProfile.h"
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace spillway::schedule {
+
+/// One layer of the iteration, in forward order. Byte counts are for the
+/// whole layer; FLOPs and activations are for the whole batch (one
+/// iteration) and are divided evenly among the M micro-batches.
+struct LayerCost {
+  std::string name;
+  uint64_t paramBytes = 0;     ///< compute-precision parameters (bf16, or f32)
+  uint64_t masterBytes = 0;    ///< fp32 master weights; 0: the parameters are their own master
+  uint64_t optimizerBytes = 0; ///< optimizer state (AdamW: m and v)
+  uint64_t gradBytes = 0;      ///< the accumulated gradient
+  uint64_t numParams = 0;      ///< parameters the optimizer updates
+  uint64_t activationBytes = 0; ///< boundary activation kept for backward, whole batch
+  uint64_t workingBytes = 0;   ///< GPU scratch while the layer runs, whole batch
+  double forwardFlops = 0;     ///< whole batch
+  double backwardFlops = 0;    ///< whole batch
+  double recomputeFlops = 0;   ///< forward recomputed inside backward, whole batch
+};
+
+enum class Precision { BF16, FP32 };
+
+struct IterationSummary {
+  std::vector<LayerCost> layers;
+  Precision compute = Precision::BF16; ///< which GPU rate applies
+  /// Samples per iteration; a candidate's M must divide it (0: any M).
+  uint64_t batchSize = 0;
+};
+
+enum class Order { Horizontal, Snake };
+enum class Tier { GPU, Host, SSD };
+enum class TensorClass { Params, Master, Optimizer, Gradients, Activations };
+constexpr int kNumTensorClasses = 5;
+constexpr int kNumTiers = 3;
+
+const char *orderName(Order o);        ///< "horizontal", "snake"
+const char *tierName(Tier t);          ///< "gpu", "host", "ssd"
+const char *tensorClassName(TensorClass c); ///< "params", "master", ...
+std::optional<Order> parseOrder(const std::string &s);
+std::optional<Tier> parseTier(const std::string &s);
+std::optional<TensorClass> parseTensorClass(const std::string &s);
+
+struct Placement {
+  std::array<Tier, kNumTensorClasses> tier{Tier::GPU, Tier::GPU, Tier::GPU,
+                                           Tier::GPU, Tier::GPU};
+  Tier &operator[](TensorClass c) { return tier[int(c)]; }
+  Tier operator[](TensorClass c) const { return tier[int(c)]; }
+  std::string str() const; ///< "params=ssd,master=host,..."
+};
+
+struct Candidate {
+  Order order = Order::Horizontal;
+  unsigned microBatches = 1;
+  double overlap = 0; ///< fraction of the update moved into the next forward
+  Placement placement;
+  std::string str() const;
+};
+
+struct Budgets {
+  uint64_t gpuBytes = 0, hostBytes = 0, ssdBytes = 0;
+};
+
+/// Bytes per link per iteration: the keys of --report-json's
+/// bytes_per_iteration.
+struct LinkBytes {
+  double ssdRead = 0, ssdWrite = 0, h2d = 0, d2h = 0;
+};
+
+enum class Bound { Compute, PCIe, SSD, CPUOptimizer };
+const char *boundName(Bound b); ///< "compute", "pcie", "ssd", "cpu_optimizer"
+
+struct CostEstimate {
+  Candidate candidate;
+  bool valid = true;   ///< false: the candidate is not a way to run it
+  std::string invalidReason;
+  bool optimizerOnGPU = false;
+  LinkBytes bytes;
+  /// Parameter loads per layer (index = layer), for the report and tests.
+  std::vector<unsigned> paramLoads;
+  // Seconds per iteration each resource needs on its own.
+  double computeSec = 0, pcieSec = 0, ssdSec = 0, cpuOptimizerSec = 0;
+  /// Optimizer time that cannot hide behind compute: the part of the
+  /// non-overlapped update left after the last backward ends.
+  double exposedOptimizerSec = 0;
+  double iterationSec = 0;
+  Bound bound = Bound::Compute;
+  std::array<uint64_t, kNumTiers> peakBytes{}; ///< by Tier
+  bool fits = false;
+  /// Per tier, the smallest budget this candidate fits in (= its peak).
+  std::array<uint64_t, kNumTiers> neededBytes{};
+};
+
+/// The cost of one candidate. Never fails: an impossible candidate comes
+/// back with valid = false and the reason (e.g. the optimizer state on the
+/// GPU with its master weights elsewhere, or M not dividing the batch).
+CostEstimate estimate(const IterationSummary &summary, const Candidate &c,
+                      const Budgets &budgets, const HardwareProfile &hw);
+
+struct SearchSpace {
+  std::vector<Order> orders{Order::Horizontal, Order::Snake};
+  std::vector<unsigned> microBatches{1, 2, 4, 8, 16};
+  std::vector<double> overlaps{0, 0.25, 0.5, 0.75, 1};
+  /// Pinned tensor classes (--place CLASS=TIER); the rest are searched.
+  std::array<std::optional<Tier>, kNumTensorClasses> pinned{};
+};
+
+struct Choice {
+  /// The fastest candidate that fits; when none fits, the one needing the
+  /// least extra memory (fits == false: its neededBytes say how much).
+  CostEstimate best;
+  /// Horizontal, M = 1, no overlap, with its best placement: the
+  /// ZeRO-Infinity-style baseline the report compares against.
+  std::optional<CostEstimate> baseline;
+  unsigned candidatesTried = 0;
+};
+
+Choice choose(const IterationSummary &summary, const SearchSpace &space,
+              const Budgets &budgets, const HardwareProfile &hw);
+
+} // namespace spillway::schedule
+
+#endif

@@ -1,0 +1,419 @@
+//===- CostModel.cpp - roofline cost of one training iteration -------------===//
+//
+// docs/cost-model.md is the specification; each block below names the rule
+// it implements. Bytes are counted exactly (as doubles: the overlap fraction
+// splits tensors); times are bytes or FLOPs over the profile's rates.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spillway/Schedule/CostModel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+
+using namespace spillway::schedule;
+
+const char *spillway::schedule::orderName(Order o) {
+  return o == Order::Horizontal ? "horizontal" : "snake";
+}
+const char *spillway::schedule::tierName(Tier t) {
+  switch (t) {
+  case Tier::GPU:
+    return "gpu";
+  case Tier::Host:
+    return "host";
+  case Tier::SSD:
+    return "ssd";
+  }
+  return "?";
+}
+const char *spillway::schedule::tensorClassName(TensorClass c) {
+  static const char *names[] = {"params", "master", "optimizer", "gradients",
+                                "activations"};
+  return names[int(c)];
+}
+const char *spillway::schedule::boundName(Bound b) {
+  static const char *names[] = {"compute", "pcie", "ssd", "cpu_optimizer"};
+  return names[int(b)];
+}
+std::optional<Order> spillway::schedule::parseOrder(const std::string &s) {
+  if (s == "horizontal")
+    return Order::Horizontal;
+  if (s == "snake")
+    return Order::Snake;
+  return std::nullopt;
+}
+std::optional<Tier> spillway::schedule::parseTier(const std::string &s) {
+  for (Tier t : {Tier::GPU, Tier::Host, Tier::SSD})
+    if (s == tierName(t))
+      return t;
+  return std::nullopt;
+}
+std::optional<TensorClass>
+spillway::schedule::parseTensorClass(const std::string &s) {
+  for (int i = 0; i < kNumTensorClasses; ++i)
+    if (s == tensorClassName(TensorClass(i)))
+      return TensorClass(i);
+  return std::nullopt;
+}
+
+std::string Placement::str() const {
+  std::string s;
+  for (int i = 0; i < kNumTensorClasses; ++i)
+    s += std::string(i ? "," : "") + tensorClassName(TensorClass(i)) + "=" +
+         tierName(tier[i]);
+  return s;
+}
+
+std::string Candidate::str() const {
+  char f[32];
+  std::snprintf(f, sizeof f, "%g", overlap);
+  return std::string(orderName(order)) + " M=" + std::to_string(microBatches) +
+         " F=" + f + " " + placement.str();
+}
+
+namespace {
+/// How many times each layer's parameters are loaded onto the GPU in one
+/// iteration, when the GPU keeps one layer's parameters at a time (plus the
+/// one being prefetched): the number of maximal runs of that layer in the
+/// sequence of layer visits. Consecutive visits of the same layer share one
+/// load (forward of the last layer then its backward; in horizontal order,
+/// the backward of layer 0 and the next micro-batch's forward of layer 0).
+std::vector<unsigned> parameterLoads(size_t numLayers, Order order,
+                                     unsigned m) {
+  std::vector<size_t> visits;
+  auto pass = [&](bool forward) {
+    for (size_t i = 0; i < numLayers; ++i)
+      visits.push_back(forward ? i : numLayers - 1 - i);
+  };
+  if (order == Order::Horizontal) {
+    for (unsigned k = 0; k < m; ++k) {
+      pass(true);
+      pass(false);
+    }
+  } else {
+    // Snake: all M micro-batches of a layer in a row, so a pass visits each
+    // layer once.
+    pass(true);
+    pass(false);
+  }
+  std::vector<unsigned> loads(numLayers, 0);
+  for (size_t i = 0; i < visits.size(); ++i)
+    if (i == 0 || visits[i] != visits[i - 1])
+      ++loads[visits[i]];
+  return loads;
+}
+
+double sumOf(const IterationSummary &s, uint64_t LayerCost::*field) {
+  double t = 0;
+  for (const LayerCost &l : s.layers)
+    t += double(l.*field);
+  return t;
+}
+double maxOf(const IterationSummary &s, uint64_t LayerCost::*field) {
+  uint64_t t = 0;
+  for (const LayerCost &l : s.layers)
+    t = std::max(t, l.*field);
+  return double(t);
+}
+} // namespace
+
+CostEstimate spillway::schedule::estimate(const IterationSummary &s,
+                                          const Candidate &c,
+                                          const Budgets &budgets,
+                                          const HardwareProfile &hw) {
+  CostEstimate e;
+  e.candidate = c;
+  auto invalid = [&](std::string why) {
+    e.valid = false;
+    e.invalidReason = std::move(why);
+    return e;
+  };
+  const Placement &pl = c.placement;
+  const unsigned M = c.microBatches;
+  const double F = c.overlap;
+  const bool hasMaster = sumOf(s, &LayerCost::masterBytes) > 0;
+  if (M == 0)
+    return invalid("M must be at least 1");
+  if (s.batchSize && s.batchSize % M)
+    return invalid(std::to_string(M) + " micro-batches do not divide the batch of " +
+                   std::to_string(s.batchSize));
+  if (!(F >= 0 && F <= 1))
+    return invalid("the overlap fraction must be in [0, 1]");
+  e.optimizerOnGPU = pl[TensorClass::Optimizer] == Tier::GPU;
+  if (hasMaster && e.optimizerOnGPU != (pl[TensorClass::Master] == Tier::GPU))
+    return invalid("master weights and optimizer state must both be on the "
+                   "GPU (GPU optimizer) or both off it (CPU optimizer)");
+  if (hw.ssds.empty())
+    for (Tier t : pl.tier)
+      if (t == Tier::SSD)
+        return invalid("the profile lists no SSD");
+
+  const size_t L = s.layers.size();
+  const Tier paramsTier = pl[TensorClass::Params];
+  const Tier gradTier = pl[TensorClass::Gradients];
+  LinkBytes &b = e.bytes;
+
+  // Parameters: every load moves them to the GPU (from SSD through host).
+  e.paramLoads = paramsTier == Tier::GPU ? std::vector<unsigned>(L, 0)
+                                         : parameterLoads(L, c.order, M);
+  for (size_t i = 0; i < L; ++i) {
+    double P = double(s.layers[i].paramBytes) * e.paramLoads[i];
+    b.h2d += P;
+    if (paramsTier == Tier::SSD)
+      b.ssdRead += P;
+  }
+
+  // Gradients: a backward run of a layer ends with its gradient flushed to
+  // the gradient tier unless that is the GPU (horizontal: M runs per layer;
+  // snake: 1, the M micro-batches accumulate on the GPU). On SSD the
+  // accumulator is read back before each flush but the first.
+  const double runs = c.order == Order::Horizontal ? M : 1;
+  const double G = sumOf(s, &LayerCost::gradBytes);
+  if (gradTier != Tier::GPU)
+    b.d2h += G * runs;
+  if (gradTier == Tier::SSD) {
+    b.ssdWrite += G * runs;
+    b.ssdRead += G * (runs - 1);
+  }
+  // ... and the optimizer reads the accumulated gradient once.
+  if (e.optimizerOnGPU) {
+    if (gradTier != Tier::GPU)
+      b.h2d += G;
+    if (gradTier == Tier::SSD)
+      b.ssdRead += G;
+  } else {
+    if (gradTier == Tier::GPU)
+      b.d2h += G;
+    if (gradTier == Tier::SSD)
+      b.ssdRead += G;
+  }
+
+  // The update: optimizer state and master weights are read and written once
+  // per iteration where they live; the new compute-precision parameters go
+  // to the parameter tier.
+  const double O = sumOf(s, &LayerCost::optimizerBytes);
+  const double W = sumOf(s, &LayerCost::masterBytes);
+  if (pl[TensorClass::Optimizer] == Tier::SSD) {
+    b.ssdRead += O;
+    b.ssdWrite += O;
+  }
+  if (hasMaster && pl[TensorClass::Master] == Tier::SSD) {
+    b.ssdRead += W;
+    b.ssdWrite += W;
+  }
+  for (size_t i = 0; i < L; ++i) {
+    const double P = double(s.layers[i].paramBytes);
+    // The overlapped fraction F of a CPU update runs just before the
+    // layer's first forward load of the next iteration and hands the new
+    // parameters straight to that load: its SSD read is saved, and so is
+    // the write-back when that load is the layer's only one.
+    const bool merged = !e.optimizerOnGPU && paramsTier == Tier::SSD;
+    const double savedRead = merged ? F * P : 0;
+    const double savedWrite =
+        merged && e.paramLoads[i] == 1 && hasMaster ? F * P : 0;
+    if (!hasMaster) {
+      // The parameters are their own master: the optimizer reads and
+      // writes them where it runs.
+      if (e.optimizerOnGPU) {
+        if (paramsTier != Tier::GPU)
+          b.h2d += P, b.d2h += P;
+        if (paramsTier == Tier::SSD)
+          b.ssdRead += P, b.ssdWrite += P;
+      } else {
+        if (paramsTier == Tier::GPU)
+          b.d2h += P, b.h2d += P;
+        if (paramsTier == Tier::SSD)
+          b.ssdRead += P - savedRead, b.ssdWrite += P;
+      }
+      continue;
+    }
+    if (e.optimizerOnGPU) {
+      if (paramsTier != Tier::GPU)
+        b.d2h += P;
+      if (paramsTier == Tier::SSD)
+        b.ssdWrite += P;
+    } else {
+      if (paramsTier == Tier::GPU)
+        b.h2d += P;
+      if (paramsTier == Tier::SSD) {
+        b.ssdWrite += P - savedWrite;
+        b.ssdRead -= savedRead;
+      }
+    }
+  }
+
+  // Boundary activations: written once after the forward of each
+  // (layer, micro-batch), read once in backward.
+  const double A = sumOf(s, &LayerCost::activationBytes);
+  if (pl[TensorClass::Activations] != Tier::GPU)
+    b.d2h += A, b.h2d += A;
+  if (pl[TensorClass::Activations] == Tier::SSD)
+    b.ssdWrite += A, b.ssdRead += A;
+
+  // Times.
+  double flops = 0, bwdHide = 0;
+  for (size_t i = 0; i < L; ++i) {
+    const LayerCost &l = s.layers[i];
+    flops += l.forwardFlops + l.backwardFlops + l.recomputeFlops;
+    if (i + 1 < L)
+      bwdHide += l.backwardFlops + l.recomputeFlops;
+  }
+  const double rate = 1e12 * (s.compute == Precision::BF16 ? hw.gpuBf16TFlops
+                                                           : hw.gpuFp32TFlops);
+  e.computeSec = flops / rate;
+  e.pcieSec = std::max({b.h2d / (hw.h2dGBps * 1e9), b.d2h / (hw.d2hGBps * 1e9),
+                        (b.h2d + b.d2h) / (hw.bidirectionalGBps * 1e9)});
+  if (b.ssdRead + b.ssdWrite > 0)
+    e.ssdSec = std::max({b.ssdRead / (hw.ssdReadGBps() * 1e9),
+                         b.ssdWrite / (hw.ssdWriteGBps() * 1e9),
+                         (b.ssdRead + b.ssdWrite) / (hw.ssdCombinedGBps() * 1e9)});
+  if (!e.optimizerOnGPU) {
+    e.cpuOptimizerSec =
+        double(sumOf(s, &LayerCost::numParams)) / hw.cpuOptimizerParamsPerSec;
+    // The non-overlapped update of a layer starts when its gradient is
+    // complete: in the last micro-batch's backward (horizontal) or after the
+    // layer's M micro-batches (snake). It hides behind the backward work of
+    // the layers below the last one; the rest is exposed.
+    double hide = bwdHide / rate / (c.order == Order::Horizontal ? M : 1);
+    e.exposedOptimizerSec = std::max(0.0, (1 - F) * e.cpuOptimizerSec - hide);
+  }
+  const double resources[] = {e.computeSec, e.pcieSec, e.ssdSec,
+                              e.cpuOptimizerSec};
+  int worst = 0;
+  for (int i = 1; i < 4; ++i)
+    if (resources[i] > resources[worst])
+      worst = i;
+  e.bound = Bound(worst);
+  e.iterationSec = resources[worst] + e.exposedOptimizerSec;
+
+  // Peak memory per tier.
+  auto &peak = e.peakBytes;
+  auto tierOf = [&](TensorClass k) { return int(pl[k]); };
+  const int gpu = int(Tier::GPU), host = int(Tier::Host), ssd = int(Tier::SSD);
+  struct ClassBytes {
+    TensorClass k;
+    double total, largest;
+  };
+  const ClassBytes classes[] = {
+      {TensorClass::Params, sumOf(s, &LayerCost::paramBytes),
+       maxOf(s, &LayerCost::paramBytes)},
+      {TensorClass::Master, W, maxOf(s, &LayerCost::masterBytes)},
+      {TensorClass::Optimizer, O, maxOf(s, &LayerCost::optimizerBytes)},
+      {TensorClass::Gradients, G, maxOf(s, &LayerCost::gradBytes)},
+      {TensorClass::Activations, A, maxOf(s, &LayerCost::activationBytes) / M},
+  };
+  double p[kNumTiers] = {0, 0, 0};
+  for (const ClassBytes &cb : classes) {
+    int t = tierOf(cb.k);
+    p[t] += cb.total;
+    // Streamed to or from the GPU: double-buffered there (the layer in use
+    // and the next one in flight); master and optimizer state never visit a
+    // GPU they do not live on.
+    bool streamed = cb.k != TensorClass::Master && cb.k != TensorClass::Optimizer;
+    if (t != gpu && streamed)
+      p[gpu] += 2 * cb.largest;
+    // Everything on SSD passes through pinned host staging, double-buffered.
+    if (t == ssd)
+      p[host] += 2 * cb.largest;
+  }
+  // A CPU optimizer receives GPU-resident gradients through host staging.
+  if (!e.optimizerOnGPU && gradTier == Tier::GPU)
+    p[host] += 2 * maxOf(s, &LayerCost::gradBytes);
+  p[gpu] += maxOf(s, &LayerCost::workingBytes) / M;
+  for (int t = 0; t < kNumTiers; ++t)
+    peak[t] = uint64_t(std::ceil(p[t]));
+  e.neededBytes = peak;
+  e.fits = peak[gpu] <= budgets.gpuBytes && peak[host] <= budgets.hostBytes &&
+           peak[ssd] <= budgets.ssdBytes;
+  return e;
+}
+
+namespace {
+double totalBytes(const CostEstimate &e) {
+  return e.bytes.ssdRead + e.bytes.ssdWrite + e.bytes.h2d + e.bytes.d2h;
+}
+double overshoot(const CostEstimate &e, const Budgets &b) {
+  const uint64_t budget[] = {b.gpuBytes, b.hostBytes, b.ssdBytes};
+  double o = 0;
+  for (int t = 0; t < kNumTiers; ++t)
+    if (e.neededBytes[t] > budget[t])
+      o += double(e.neededBytes[t] - budget[t]);
+  return o;
+}
+/// Fitting beats not fitting; among fitting, faster, then fewer bytes;
+/// among non-fitting, less overshoot. Ties keep the earlier candidate.
+bool better(const CostEstimate &a, const CostEstimate &b, const Budgets &bud) {
+  if (a.fits != b.fits)
+    return a.fits;
+  if (!a.fits)
+    return overshoot(a, bud) < overshoot(b, bud);
+  double ta = a.iterationSec, tb = b.iterationSec;
+  if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb))
+    return ta < tb;
+  return totalBytes(a) < totalBytes(b) * (1 - 1e-12);
+}
+
+void forEachPlacement(const SearchSpace &space, bool hasMaster,
+                      const std::function<void(const Placement &)> &fn) {
+  Placement pl;
+  std::function<void(int)> rec = [&](int k) {
+    if (k == kNumTensorClasses)
+      return fn(pl);
+    auto cls = TensorClass(k);
+    if (space.pinned[k]) {
+      pl.tier[k] = *space.pinned[k];
+      return rec(k + 1);
+    }
+    // Without master weights the class is empty: one tier, the optimizer's
+    // side of the GPU boundary, keeps the candidates distinct.
+    if (cls == TensorClass::Master && !hasMaster) {
+      pl.tier[k] = Tier::GPU;
+      return rec(k + 1);
+    }
+    for (Tier t : {Tier::GPU, Tier::Host, Tier::SSD}) {
+      pl.tier[k] = t;
+      rec(k + 1);
+    }
+  };
+  rec(0);
+}
+} // namespace
+
+Choice spillway::schedule::choose(const IterationSummary &s,
+                                  const SearchSpace &space,
+                                  const Budgets &budgets,
+                                  const HardwareProfile &hw) {
+  Choice choice;
+  bool haveBest = false;
+  const bool hasMaster = sumOf(s, &LayerCost::masterBytes) > 0;
+  auto consider = [&](const Candidate &c, std::optional<CostEstimate> &slot) {
+    CostEstimate e = estimate(s, c, budgets, hw);
+    if (!e.valid)
+      return;
+    if (!slot || better(e, *slot, budgets))
+      slot = std::move(e);
+  };
+  std::optional<CostEstimate> best;
+  for (Order o : space.orders)
+    for (unsigned m : space.microBatches)
+      for (double f : space.overlaps)
+        forEachPlacement(space, hasMaster, [&](const Placement &pl) {
+          ++choice.candidatesTried;
+          consider(Candidate{o, m, f, pl}, best);
+        });
+  forEachPlacement(space, hasMaster, [&](const Placement &pl) {
+    consider(Candidate{Order::Horizontal, 1, 0, pl}, choice.baseline);
+  });
+  if (best) {
+    choice.best = std::move(*best);
+    haveBest = true;
+  }
+  if (!haveBest) {
+    choice.best.valid = false;
+    choice.best.invalidReason = "no valid candidate in the search space";
+  }
+  return choice;
+}

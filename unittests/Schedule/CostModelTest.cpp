@@ -1,0 +1,304 @@
+//===- CostModelTest.cpp - the roofline model on hand-computed examples ---===//
+//
+// docs/cost-model.md states the rules; every expected number here is worked
+// out by hand from them in the comment beside it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spillway/Schedule/CostModel.h"
+
+#include <gtest/gtest.h>
+
+using namespace spillway::schedule;
+
+namespace {
+/// Two identical layers. Bytes are small round numbers so the expected
+/// traffic can be added up by hand.
+IterationSummary toy() {
+  LayerCost l;
+  l.paramBytes = 100;      // P
+  l.masterBytes = 200;     // W
+  l.optimizerBytes = 400;  // O
+  l.gradBytes = 100;       // G
+  l.numParams = 50;
+  l.activationBytes = 1000; // A, whole batch
+  l.forwardFlops = 1e9;
+  l.backwardFlops = 2e9;
+  l.recomputeFlops = 1e9;
+  IterationSummary s;
+  s.layers = {l, l};
+  s.layers[0].name = "l0";
+  s.layers[1].name = "l1";
+  s.batchSize = 8;
+  return s;
+}
+
+HardwareProfile machine(double ssdGBps = 2) {
+  HardwareProfile p;
+  p.name = "test";
+  p.gpuBf16TFlops = 1; // 1e12 FLOP/s
+  p.gpuFp32TFlops = 0.5;
+  p.gpuMemoryBytes = 1 << 20;
+  p.hostMemoryBytes = 1 << 30;
+  p.hostMemcpyGBps = 10;
+  p.cpuOptimizerParamsPerSec = 1e12;
+  p.h2dGBps = 10;
+  p.d2hGBps = 10;
+  p.bidirectionalGBps = 16;
+  p.ssds = {{"/ssd", ssdGBps, ssdGBps, 1.5 * ssdGBps}};
+  return p;
+}
+
+const Budgets kPlenty{1ull << 40, 1ull << 40, 1ull << 40};
+
+/// Everything off the GPU: parameters, master and optimizer state on SSD
+/// (a CPU optimizer), gradients and activations in host memory.
+Placement offloaded() {
+  Placement pl;
+  pl[TensorClass::Params] = Tier::SSD;
+  pl[TensorClass::Master] = Tier::SSD;
+  pl[TensorClass::Optimizer] = Tier::SSD;
+  pl[TensorClass::Gradients] = Tier::Host;
+  pl[TensorClass::Activations] = Tier::Host;
+  return pl;
+}
+
+CostEstimate run(Order o, unsigned m, double f, Placement pl,
+                 const IterationSummary &s = toy(),
+                 const HardwareProfile &hw = machine(),
+                 const Budgets &b = kPlenty) {
+  CostEstimate e = estimate(s, Candidate{o, m, f, pl}, b, hw);
+  EXPECT_TRUE(e.valid) << e.invalidReason;
+  return e;
+}
+
+void expectBytes(const CostEstimate &e, double ssdRead, double ssdWrite,
+                 double h2d, double d2h) {
+  EXPECT_DOUBLE_EQ(e.bytes.ssdRead, ssdRead) << e.candidate.str();
+  EXPECT_DOUBLE_EQ(e.bytes.ssdWrite, ssdWrite) << e.candidate.str();
+  EXPECT_DOUBLE_EQ(e.bytes.h2d, h2d) << e.candidate.str();
+  EXPECT_DOUBLE_EQ(e.bytes.d2h, d2h) << e.candidate.str();
+}
+} // namespace
+
+TEST(CostModel, AllResidentMovesNothing) {
+  CostEstimate e = run(Order::Horizontal, 1, 0, Placement{});
+  expectBytes(e, 0, 0, 0, 0);
+  EXPECT_TRUE(e.optimizerOnGPU);
+  EXPECT_EQ(e.bound, Bound::Compute);
+  // 2 layers x (1 + 2 + 1) GFLOP at 1 TFLOP/s.
+  EXPECT_DOUBLE_EQ(e.computeSec, 8e-3);
+  EXPECT_DOUBLE_EQ(e.iterationSec, 8e-3);
+  // P + W + O + G + A summed over layers.
+  EXPECT_EQ(e.peakBytes[int(Tier::GPU)], 2 * (100 + 200 + 400 + 100 + 1000));
+  EXPECT_EQ(e.peakBytes[int(Tier::Host)], 0u);
+}
+
+TEST(CostModel, ParameterLoadsPerOrder) {
+  // Horizontal M=2 visits 0 1 1 0 | 0 1 1 0: runs 0,11,00,11,0.
+  EXPECT_EQ(run(Order::Horizontal, 2, 0, offloaded()).paramLoads,
+            (std::vector<unsigned>{3, 2}));
+  // Snake visits each layer once per pass: 0 1 | 1 0.
+  EXPECT_EQ(run(Order::Snake, 2, 0, offloaded()).paramLoads,
+            (std::vector<unsigned>{2, 1}));
+  // M = 1: the two orders are the same schedule.
+  EXPECT_EQ(run(Order::Horizontal, 1, 0, offloaded()).paramLoads,
+            run(Order::Snake, 1, 0, offloaded()).paramLoads);
+}
+
+TEST(CostModel, HorizontalM2Offloaded) {
+  CostEstimate e = run(Order::Horizontal, 2, 0, offloaded());
+  // params: 5 loads x 100            -> ssd_read 500, h2d 500
+  // grads (host): 2 runs x 2 x 100   -> d2h 400
+  // optimizer state on SSD           -> read 800, write 800
+  // master on SSD                    -> read 400, write 400
+  // new bf16 params to SSD           -> write 200
+  // activations (host): 2 x 1000     -> d2h 2000, h2d 2000
+  expectBytes(e, 500 + 800 + 400, 800 + 400 + 200, 500 + 2000, 400 + 2000);
+  EXPECT_FALSE(e.optimizerOnGPU);
+  // GPU: params 2x100 + grads 2x100 + activations 2x(1000/2).
+  EXPECT_EQ(e.peakBytes[int(Tier::GPU)], 200u + 200u + 1000u);
+  // Host: grads 200 + activations 2000 + staging of params 2x100, master
+  // 2x200, optimizer 2x400.
+  EXPECT_EQ(e.peakBytes[int(Tier::Host)], 200u + 2000u + 200u + 400u + 800u);
+  EXPECT_EQ(e.peakBytes[int(Tier::SSD)], 200u + 400u + 800u);
+}
+
+TEST(CostModel, SnakeM2Offloaded) {
+  CostEstimate e = run(Order::Snake, 2, 0, offloaded());
+  // params: 3 loads x 100 -> 300; grads accumulate on the GPU: one flush
+  // per layer -> d2h 200; the rest as horizontal.
+  expectBytes(e, 300 + 1200, 1200 + 200, 300 + 2000, 200 + 2000);
+}
+
+TEST(CostModel, OverlapMergesUpdateWithFirstLoad) {
+  // Snake, F = 0.5: each layer's first forward load takes half its
+  // parameters from the CPU update (ssd_read -50 x 2); layer 1 is loaded
+  // only once, so its half is never written back (ssd_write -50).
+  expectBytes(run(Order::Snake, 2, 0.5, offloaded()), 1500 - 100, 1400 - 50,
+              2300, 2200);
+  // Horizontal, F = 1: both first loads merged (-200 read); both layers are
+  // loaded again later, so every write-back stays.
+  expectBytes(run(Order::Horizontal, 2, 1, offloaded()), 1700 - 200, 1400,
+              2500, 2400);
+  // Parameters in host memory: nothing to save, F changes only timing.
+  Placement pl = offloaded();
+  pl[TensorClass::Params] = Tier::Host;
+  CostEstimate f0 = run(Order::Snake, 2, 0, pl), f1 = run(Order::Snake, 2, 1, pl);
+  expectBytes(f1, f0.bytes.ssdRead, f0.bytes.ssdWrite, f0.bytes.h2d,
+              f0.bytes.d2h);
+}
+
+TEST(CostModel, GradientsOnSSD) {
+  Placement pl = offloaded();
+  pl[TensorClass::Gradients] = Tier::SSD;
+  CostEstimate h = run(Order::Horizontal, 2, 0, pl);
+  // Horizontal: 2 flushes per layer (d2h 400, ssd_write 400), the
+  // accumulator read back once per layer (100 x 2) and read by the
+  // optimizer (200).
+  expectBytes(h, 1700 + 200 + 200, 1400 + 400, 2500, 2400);
+  CostEstimate s = run(Order::Snake, 2, 0, pl);
+  // Snake: one flush per layer, no accumulator read, the optimizer's read.
+  expectBytes(s, 1500 + 200, 1400 + 200, 2300, 2200);
+}
+
+TEST(CostModel, SnakeReducesParameterTraffic) {
+  Placement pl; // only the parameters move
+  pl[TensorClass::Params] = Tier::Host;
+  IterationSummary s = toy();
+  s.layers.resize(6, s.layers[0]);
+  s.batchSize = 0;
+  for (unsigned m : {2u, 3u, 4u, 8u}) {
+    CostEstimate h = run(Order::Horizontal, m, 0, pl, s);
+    CostEstimate k = run(Order::Snake, m, 0, pl, s);
+    EXPECT_LT(k.bytes.h2d, h.bytes.h2d) << "M=" << m;
+    // 2LM - 2M + 1 loads against 2L - 1 (a GPU optimizer sends the updated
+    // parameters back over D2H, not H2D).
+    EXPECT_DOUBLE_EQ(h.bytes.h2d, 100.0 * (2 * 6 * m - 2 * m + 1));
+    EXPECT_DOUBLE_EQ(k.bytes.h2d, 100.0 * (2 * 6 - 1));
+  }
+}
+
+TEST(CostModel, BoundMovesFromComputeToSSD) {
+  // ssd bytes: read 1500, write 1400, together 2900 over the combined rate.
+  Placement pl = offloaded();
+  CostEstimate fast = run(Order::Snake, 2, 0, pl, toy(), machine(1000));
+  EXPECT_EQ(fast.bound, Bound::Compute);
+  EXPECT_DOUBLE_EQ(fast.iterationSec, fast.computeSec);
+  // 2900 B at 1.5 x 1e-6 GB/s = 1.93 s, far above 8 ms of compute.
+  CostEstimate slow = run(Order::Snake, 2, 0, pl, toy(), machine(1e-6));
+  EXPECT_EQ(slow.bound, Bound::SSD);
+  EXPECT_NEAR(slow.ssdSec, 2900 / 1.5e3, 1e-9);
+  EXPECT_DOUBLE_EQ(slow.iterationSec, slow.ssdSec);
+}
+
+TEST(CostModel, SSDReadsAndWritesShareTheDevice) {
+  // read 1500 B at 1 kB/s, write 1400 B at 1 kB/s, combined 1.5 kB/s: the
+  // combined limit (1.93 s) binds, not the larger of the two (1.5 s).
+  CostEstimate e = run(Order::Snake, 2, 0, offloaded(), toy(), machine(1e-6));
+  EXPECT_NEAR(e.ssdSec, 2900 / 1.5e3, 1e-9);
+  EXPECT_GT(e.ssdSec, 1500 / 1e3);
+}
+
+TEST(CostModel, ExposedOptimizerTail) {
+  HardwareProfile hw = machine(1000);
+  hw.cpuOptimizerParamsPerSec = 1e4; // 100 params: 10 ms of CPU update
+  // Horizontal M=2: updates hide behind the last micro-batch's backward of
+  // layer 0, (2 + 1) GFLOP / 2 = 1.5 ms; 8.5 ms stay exposed.
+  CostEstimate h = run(Order::Horizontal, 2, 0, offloaded(), toy(), hw);
+  EXPECT_NEAR(h.exposedOptimizerSec, 10e-3 - 1.5e-3, 1e-12);
+  EXPECT_EQ(h.bound, Bound::CPUOptimizer);
+  EXPECT_NEAR(h.iterationSec, 10e-3 + 8.5e-3, 1e-12);
+  // Snake: behind the whole backward of layer 0 (3 ms); overlap 1 hides it
+  // all behind the next forward.
+  EXPECT_NEAR(run(Order::Snake, 2, 0, offloaded(), toy(), hw).exposedOptimizerSec,
+              7e-3, 1e-12);
+  EXPECT_EQ(run(Order::Snake, 2, 1, offloaded(), toy(), hw).exposedOptimizerSec, 0);
+}
+
+TEST(CostModel, OverBudgetSaysTheSmallestBudget) {
+  Budgets tight{1000, 1ull << 30, 1ull << 30};
+  CostEstimate e = run(Order::Horizontal, 2, 0, offloaded(), toy(), machine(), tight);
+  EXPECT_FALSE(e.fits);
+  EXPECT_EQ(e.neededBytes[int(Tier::GPU)], 1400u);
+  tight.gpuBytes = 1400;
+  EXPECT_TRUE(run(Order::Horizontal, 2, 0, offloaded(), toy(), machine(), tight).fits);
+}
+
+TEST(CostModel, InvalidCandidates) {
+  Placement pl;
+  pl[TensorClass::Master] = Tier::Host; // optimizer state stays on the GPU
+  CostEstimate e = estimate(toy(), Candidate{Order::Snake, 2, 0, pl}, kPlenty,
+                            machine());
+  EXPECT_FALSE(e.valid);
+  e = estimate(toy(), Candidate{Order::Snake, 3, 0, Placement{}}, kPlenty,
+               machine());
+  EXPECT_FALSE(e.valid);
+  EXPECT_EQ(e.invalidReason, "3 micro-batches do not divide the batch of 8");
+  HardwareProfile noSSD = machine();
+  noSSD.ssds.clear();
+  EXPECT_FALSE(estimate(toy(), Candidate{Order::Snake, 2, 0, offloaded()},
+                        kPlenty, noSSD)
+                   .valid);
+}
+
+TEST(CostModel, ChooseKeepsEverythingResidentWhenItFits) {
+  Choice c = choose(toy(), SearchSpace{}, kPlenty, machine());
+  ASSERT_TRUE(c.best.valid);
+  EXPECT_TRUE(c.best.fits);
+  expectBytes(c.best, 0, 0, 0, 0);
+  ASSERT_TRUE(c.baseline);
+  EXPECT_EQ(c.baseline->candidate.order, Order::Horizontal);
+  EXPECT_EQ(c.baseline->candidate.microBatches, 1u);
+  EXPECT_GT(c.candidatesTried, 0u);
+}
+
+TEST(CostModel, ChooseSnakeWhenMicroBatchesAreNeeded) {
+  // Four layers of 1000 B parameters, each needing 4000 B of scratch for
+  // the whole batch, on a 3000 B GPU: the parameters cannot all stay (4000
+  // B), and with two in flight (2000 B) only M = 8 leaves room for the
+  // scratch (500 B). Slow PCIe makes parameter traffic the bound: snake
+  // loads 2L - 1 = 7 times, horizontal 2LM - 2M + 1 = 49.
+  IterationSummary s = toy();
+  s.layers.resize(4, s.layers[0]);
+  for (LayerCost &l : s.layers) {
+    l.paramBytes = 1000;
+    l.workingBytes = 4000;
+    l.activationBytes = 400;
+  }
+  HardwareProfile hw = machine(1000);
+  hw.h2dGBps = hw.d2hGBps = hw.bidirectionalGBps = 1e-6;
+  Budgets b{3000, 1ull << 30, 1ull << 30};
+  Choice c = choose(s, SearchSpace{}, b, hw);
+  ASSERT_TRUE(c.best.valid);
+  EXPECT_TRUE(c.best.fits) << c.best.candidate.str();
+  EXPECT_EQ(c.best.candidate.order, Order::Snake) << c.best.candidate.str();
+  EXPECT_EQ(c.best.candidate.microBatches, 8u);
+  EXPECT_NE(c.best.candidate.placement[TensorClass::Params], Tier::GPU);
+  EXPECT_EQ(c.best.bound, Bound::PCIe);
+  ASSERT_TRUE(c.baseline);
+  EXPECT_FALSE(c.baseline->fits); // M = 1 cannot fit the scratch
+  EXPECT_GE(c.baseline->neededBytes[int(Tier::GPU)], 4000u);
+}
+
+TEST(CostModel, ChooseHonoursPins) {
+  SearchSpace space;
+  space.pinned[int(TensorClass::Optimizer)] = Tier::SSD;
+  Choice c = choose(toy(), space, kPlenty, machine());
+  ASSERT_TRUE(c.best.valid);
+  EXPECT_EQ(c.best.candidate.placement[TensorClass::Optimizer], Tier::SSD);
+  // A CPU optimizer: the master weights leave the GPU with it.
+  EXPECT_NE(c.best.candidate.placement[TensorClass::Master], Tier::GPU);
+  EXPECT_EQ(c.baseline->candidate.placement[TensorClass::Optimizer], Tier::SSD);
+}
+
+TEST(CostModel, Names) {
+  EXPECT_EQ(parseTier("ssd"), Tier::SSD);
+  EXPECT_EQ(parseTensorClass("activations"), TensorClass::Activations);
+  EXPECT_EQ(parseOrder("snake"), Order::Snake);
+  EXPECT_FALSE(parseTier("disk"));
+  EXPECT_STREQ(boundName(Bound::CPUOptimizer), "cpu_optimizer");
+  EXPECT_EQ(Candidate{}.str(),
+            "horizontal M=1 F=0 params=gpu,master=gpu,optimizer=gpu,"
+            "gradients=gpu,activations=gpu");
+}
