@@ -17,9 +17,11 @@
 #include "spillway/InitAll.h"
 #include "spillway/Pipelines/Executable.h"
 #include "spillway/Pipelines/Pipelines.h"
+#include "spillway/Schedule/HardwareProfile.h"
 #include "spillway/Target/ONNX/ImportONNX.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
@@ -27,6 +29,13 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
+
+// The runtime's probe (plain C++, no MLIR): --probe-hw measures through the
+// runtime's own kernels and storage engine.
+#include "spillway/runtime/hw_probe.h"
+
+#include <ctime>
+#include <unistd.h>
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -36,10 +45,10 @@ enum class EmitKind { MLIR, LLVM, Obj, Exe };
 
 cl::OptionCategory category("spillwayc options");
 
-cl::opt<std::string> inputPath(cl::Positional, cl::Required,
+cl::opt<std::string> inputPath(cl::Positional,
                                cl::desc("<MODEL.onnx|MODEL.onnxtext|MODEL.mlir>"),
                                cl::cat(category));
-cl::opt<std::string> outputPath("o", cl::Required,
+cl::opt<std::string> outputPath("o",
                                 cl::desc("Output file (the executable, or "
                                          "what --emit names)"),
                                 cl::value_desc("EXE"), cl::cat(category));
@@ -96,6 +105,27 @@ cl::opt<bool> forwardOnly(
              "every graph output (written with --outputs DIR) and does not "
              "train; for inference checks and ONNX conformance"),
     cl::cat(category));
+cl::opt<std::string> probeHw(
+    "probe-hw",
+    cl::desc("Measure this machine (memcpy, the CPU backend's matmul and "
+             "AdamW kernels, each --ssd directory through the storage engine) "
+             "and write a hardware profile; no model is compiled "
+             "(docs/cost-model.md)"),
+    cl::value_desc("PROFILE.json"), cl::cat(category));
+cl::list<std::string> ssdDirs(
+    "ssd", cl::CommaSeparated,
+    cl::desc("SSD directories (--probe-hw measures each; default: the "
+             "current directory)"),
+    cl::value_desc("DIR,..."), cl::cat(category));
+cl::opt<std::string> probeSsdSize(
+    "probe-ssd-size", cl::init("256M"),
+    cl::desc("Bytes --probe-hw writes and reads per SSD directory and pass"),
+    cl::value_desc("SIZE"), cl::cat(category));
+cl::opt<double> probeSeconds(
+    "probe-seconds", cl::init(0.5),
+    cl::desc("How long --probe-hw repeats each compute and memcpy "
+             "measurement"),
+    cl::value_desc("SECONDS"), cl::cat(category));
 cl::opt<bool> verbose("v", cl::desc("Print each stage as it runs"),
                       cl::cat(category));
 
@@ -173,6 +203,105 @@ LogicalResult copyWeightsOfMLIR(ModuleOp module, StringRef mlirPath,
   }
   return success();
 }
+/// "256M", "1G", "64MiB", "4096" (binary units).
+std::optional<uint64_t> parseSize(StringRef text) {
+  StringRef s = text.trim();
+  uint64_t unit = 1;
+  StringRef lower = s;
+  std::string l = s.lower();
+  for (auto [suffix, mult] :
+       {std::pair<const char *, uint64_t>{"kib", 1ull << 10}, {"mib", 1ull << 20},
+        {"gib", 1ull << 30}, {"k", 1ull << 10}, {"m", 1ull << 20},
+        {"g", 1ull << 30}, {"b", 1}}) {
+    if (StringRef(l).ends_with(suffix)) {
+      lower = s.drop_back(strlen(suffix));
+      unit = mult;
+      break;
+    }
+  }
+  uint64_t n;
+  if (lower.getAsInteger(10, n) || n == 0)
+    return std::nullopt;
+  return n * unit;
+}
+
+/// --probe-hw: measure, convert to a profile for the CPU backend, write it.
+int probeHardware() {
+  std::optional<uint64_t> ssdBytes = parseSize(probeSsdSize);
+  if (!ssdBytes)
+    return fail("--probe-ssd-size '" + probeSsdSize +
+                "' is not a size (e.g. 256M, 1G)");
+  if (!(probeSeconds > 0))
+    return fail("--probe-seconds must be positive");
+  spw::probe::ProbeOptions options;
+  options.ssd_bytes = *ssdBytes;
+  options.min_seconds = probeSeconds;
+  for (const std::string &d : ssdDirs) {
+    llvm::SmallString<256> abs(d);
+    llvm::sys::fs::make_absolute(abs);
+    options.ssd_dirs.push_back(std::string(abs));
+  }
+  if (options.ssd_dirs.empty()) {
+    llvm::SmallString<256> cwd;
+    llvm::sys::fs::current_path(cwd);
+    options.ssd_dirs.push_back(std::string(cwd));
+  }
+  options.progress = [](const std::string &s) {
+    llvm::errs() << "spillwayc --probe-hw: " << s << "\n";
+  };
+  spw::probe::HostMeasurement m;
+  std::string error;
+  if (!spw::probe::probe_host(options, m, error))
+    return fail("--probe-hw: " + error);
+
+  // The CPU backend: the "GPU" is this CPU, running the runtime's kernels
+  // (f32 whatever the model's precision), and host <-> "GPU" copies are
+  // memcpys. Its memory is the arena --gpu-mem sizes; the profile records
+  // the host's.
+  spillway::schedule::HardwareProfile p;
+  char host[256] = "unknown";
+  gethostname(host, sizeof host - 1);
+  char date[32];
+  std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  p.name = host;
+  p.backend = "cpu";
+  p.gpuBf16TFlops = p.gpuFp32TFlops = m.matmul_gflops / 1e3;
+  p.gpuMemoryBytes = m.memory_bytes;
+  p.hostMemoryBytes = m.memory_bytes;
+  p.hostMemcpyGBps = m.memcpy_gbps;
+  p.cpuOptimizerParamsPerSec = m.adamw_params_per_s;
+  p.h2dGBps = p.d2hGBps = p.bidirectionalGBps = m.memcpy_gbps;
+  bool buffered = false;
+  for (const spw::probe::SSDMeasurement &d : m.ssds) {
+    p.ssds.push_back({d.dir, d.read_gbps, d.write_gbps, d.combined_gbps});
+    buffered |= !d.direct;
+  }
+  p.source = llvm::formatv(
+      "spillwayc --probe-hw on {0} ({1} CPUs), {2}: CPU backend. gpu = this "
+      "CPU: the runtime's f32 matmul kernel on {3}x{3} matrices (one thread), "
+      "used for bf16 and fp32 alike; gpu.memory_bytes = host memory (the "
+      "arena's size is the --gpu-mem budget). pcie = one-thread memcpy of "
+      "{4} MiB buffers, all three rates (bidirectional not measured "
+      "separately). cpu_optimizer = the runtime's AdamW kernel. ssd: {5} MiB "
+      "per pass, 1 MiB requests x 32 through the storage engine ({6}); "
+      "combined = half read while the other half is written.",
+      host, m.cores, date, m.matmul_size, options.memcpy_bytes >> 20,
+      *ssdBytes >> 20,
+      buffered ? "BUFFERED on some directory: the page cache inflates it"
+               : "O_DIRECT");
+  std::string out = spillway::schedule::writeHardwareProfile(p);
+  // What we wrote must be what the compiler reads.
+  if (!spillway::schedule::parseHardwareProfile(out, probeHw, error))
+    return fail("internal error: the probe wrote an invalid profile: " + error);
+  std::error_code ec;
+  llvm::raw_fd_ostream os(probeHw, ec);
+  if (ec)
+    return fail("cannot write '" + probeHw + "': " + ec.message());
+  os << out;
+  llvm::errs() << "spillwayc --probe-hw: wrote " << probeHw << "\n";
+  return 0;
+}
 } // namespace
 
 int main(int argc, char **argv) {
@@ -189,6 +318,17 @@ int main(int argc, char **argv) {
       "  ./mlp --input x=x.npy --input y=y.npy --steps 300\n\n"
       "The executable reads its initial weights from EXE.weights, written "
       "beside it.\n");
+
+  if (!probeHw.empty()) {
+    if (!inputPath.empty() || !outputPath.empty())
+      return fail("--probe-hw measures this machine and compiles nothing: "
+                  "give it no model and no -o");
+    return probeHardware();
+  }
+  if (inputPath.empty())
+    return fail("no input model given (spillwayc MODEL -o EXE; see --help)");
+  if (outputPath.empty())
+    return fail("no output given: -o EXE");
 
   DialectRegistry registry;
   spillway::registerAllDialects(registry);

@@ -104,7 +104,7 @@ TEST(HardwareProfile, SchemaAndSyntax) {
 }
 
 TEST(HardwareProfile, CommittedProfilesParse) {
-  for (const char *name : {"h200.json"}) {
+  for (const char *name : {"h200.json", "cpu-ci.json"}) {
     std::string error;
     auto p = readHardwareProfile(
         std::string(SPILLWAY_SOURCE_DIR) + "/profiles/" + name, error);
