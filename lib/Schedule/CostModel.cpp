@@ -404,9 +404,23 @@ Choice spillway::schedule::choose(const IterationSummary &s,
           ++choice.candidatesTried;
           consider(Candidate{o, m, f, pl}, best);
         });
-  forEachPlacement(space, hasMaster, [&](const Placement &pl) {
-    consider(Candidate{Order::Horizontal, 1, 0, pl}, choice.baseline);
-  });
+  // The baseline: horizontal without overlap at the smallest M that fits
+  // (M = 1 when the batch fits; ZeRO-Infinity splits the batch only for
+  // memory), M = 1 when none does.
+  std::vector<unsigned> ms = space.microBatches;
+  ms.push_back(1);
+  std::sort(ms.begin(), ms.end());
+  ms.erase(std::unique(ms.begin(), ms.end()), ms.end());
+  for (unsigned m : ms) {
+    std::optional<CostEstimate> atM;
+    forEachPlacement(space, hasMaster, [&](const Placement &pl) {
+      consider(Candidate{Order::Horizontal, m, 0, pl}, atM);
+    });
+    if (m == 1 || (atM && atM->fits))
+      choice.baseline = atM;
+    if (choice.baseline && choice.baseline->fits)
+      break;
+  }
   if (best) {
     choice.best = std::move(*best);
     haveBest = true;

@@ -276,9 +276,26 @@ TEST(CostModel, ChooseSnakeWhenMicroBatchesAreNeeded) {
   EXPECT_EQ(c.best.candidate.microBatches, 8u);
   EXPECT_NE(c.best.candidate.placement[TensorClass::Params], Tier::GPU);
   EXPECT_EQ(c.best.bound, Bound::PCIe);
+  // The baseline splits the batch only as far as memory demands: M = 8 too,
+  // horizontal, with 7x the parameter loads.
   ASSERT_TRUE(c.baseline);
-  EXPECT_FALSE(c.baseline->fits); // M = 1 cannot fit the scratch
-  EXPECT_GE(c.baseline->neededBytes[int(Tier::GPU)], 4000u);
+  EXPECT_TRUE(c.baseline->fits);
+  EXPECT_EQ(c.baseline->candidate.order, Order::Horizontal);
+  EXPECT_EQ(c.baseline->candidate.microBatches, 8u);
+  EXPECT_EQ(c.baseline->candidate.overlap, 0);
+  EXPECT_GT(c.baseline->iterationSec, 3 * c.best.iterationSec);
+}
+
+TEST(CostModel, BaselineWhenNothingFits) {
+  Budgets none{10, 10, 10};
+  Choice c = choose(toy(), SearchSpace{}, none, machine());
+  EXPECT_TRUE(c.best.valid);
+  EXPECT_FALSE(c.best.fits);
+  ASSERT_TRUE(c.baseline);
+  EXPECT_FALSE(c.baseline->fits);
+  EXPECT_EQ(c.baseline->candidate.microBatches, 1u);
+  // What the error would state: the smallest GPU budget for that plan.
+  EXPECT_GT(c.best.neededBytes[int(Tier::GPU)], 10u);
 }
 
 TEST(CostModel, ChooseHonoursPins) {

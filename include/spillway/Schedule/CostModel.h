@@ -132,8 +132,10 @@ struct Choice {
   /// The fastest candidate that fits; when none fits, the one needing the
   /// least extra memory (fits == false: its neededBytes say how much).
   CostEstimate best;
-  /// Horizontal, M = 1, no overlap, with its best placement: the
-  /// ZeRO-Infinity-style baseline the report compares against.
+  /// The ZeRO-Infinity-style baseline the report compares against:
+  /// horizontal, no overlap, at the smallest M (from the search space, and
+  /// 1) for which some placement fits, with its best placement; M = 1 with
+  /// the least overshoot when nothing fits.
   std::optional<CostEstimate> baseline;
   unsigned candidatesTried = 0;
 };
