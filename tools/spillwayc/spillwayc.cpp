@@ -203,24 +203,24 @@ LogicalResult copyWeightsOfMLIR(ModuleOp module, StringRef mlirPath,
   }
   return success();
 }
+
 /// "256M", "1G", "64MiB", "4096" (binary units).
 std::optional<uint64_t> parseSize(StringRef text) {
-  StringRef s = text.trim();
+  StringRef digits = text.trim();
+  std::string lower = digits.lower();
   uint64_t unit = 1;
-  StringRef lower = s;
-  std::string l = s.lower();
   for (auto [suffix, mult] :
-       {std::pair<const char *, uint64_t>{"kib", 1ull << 10}, {"mib", 1ull << 20},
+       {std::pair<StringRef, uint64_t>{"kib", 1ull << 10}, {"mib", 1ull << 20},
         {"gib", 1ull << 30}, {"k", 1ull << 10}, {"m", 1ull << 20},
         {"g", 1ull << 30}, {"b", 1}}) {
-    if (StringRef(l).ends_with(suffix)) {
-      lower = s.drop_back(strlen(suffix));
+    if (StringRef(lower).ends_with(suffix)) {
+      digits = digits.drop_back(suffix.size());
       unit = mult;
       break;
     }
   }
   uint64_t n;
-  if (lower.getAsInteger(10, n) || n == 0)
+  if (digits.getAsInteger(10, n) || n == 0)
     return std::nullopt;
   return n * unit;
 }
@@ -327,6 +327,11 @@ int main(int argc, char **argv) {
   }
   if (inputPath.empty())
     return fail("no input model given (spillwayc MODEL -o EXE; see --help)");
+  // Until the sched passes plan offload, only the probe uses --ssd; a flag
+  // that silently did nothing would mislead.
+  if (!ssdDirs.empty())
+    return fail("--ssd is used only with --probe-hw so far: compiled "
+                "executables do not offload yet");
   if (outputPath.empty())
     return fail("no output given: -o EXE");
 
