@@ -8,6 +8,9 @@
 
 #include "spillway/Schedule/CostModel.h"
 
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -430,4 +433,48 @@ Choice spillway::schedule::choose(const IterationSummary &s,
     choice.best.invalidReason = "no valid candidate in the search space";
   }
   return choice;
+}
+
+std::string spillway::schedule::estimateToJSON(const CostEstimate &e) {
+  namespace json = llvm::json;
+  auto tiers = [](const std::array<uint64_t, kNumTiers> &v) {
+    return json::Object{{"gpu", int64_t(v[int(Tier::GPU)])},
+                        {"host", int64_t(v[int(Tier::Host)])},
+                        {"ssd", int64_t(v[int(Tier::SSD)])}};
+  };
+  json::Object placement;
+  for (int i = 0; i < kNumTensorClasses; ++i)
+    placement[tensorClassName(TensorClass(i))] =
+        tierName(e.candidate.placement.tier[i]);
+  // Byte counts are whole numbers except where the overlap fraction splits
+  // a tensor; round to bytes.
+  auto bytes = [](double b) { return int64_t(std::llround(b)); };
+  json::Object o{
+      {"order", orderName(e.candidate.order)},
+      {"microbatches", int64_t(e.candidate.microBatches)},
+      {"overlap_optimizer", e.candidate.overlap},
+      {"placement", std::move(placement)},
+      {"valid", e.valid},
+      {"optimizer", e.optimizerOnGPU ? "gpu" : "cpu"},
+      {"predicted_iteration_s", e.iterationSec},
+      {"bound", boundName(e.bound)},
+      {"time_s", json::Object{{"compute", e.computeSec},
+                              {"pcie", e.pcieSec},
+                              {"ssd", e.ssdSec},
+                              {"cpu_optimizer", e.cpuOptimizerSec},
+                              {"exposed_optimizer", e.exposedOptimizerSec}}},
+      {"bytes_per_iteration", json::Object{{"ssd_read", bytes(e.bytes.ssdRead)},
+                                           {"ssd_write", bytes(e.bytes.ssdWrite)},
+                                           {"h2d", bytes(e.bytes.h2d)},
+                                           {"d2h", bytes(e.bytes.d2h)}}},
+      {"peak_bytes", tiers(e.peakBytes)},
+      {"needed_bytes", tiers(e.neededBytes)},
+      {"fits", e.fits},
+  };
+  if (!e.valid)
+    o["invalid_reason"] = e.invalidReason;
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << json::Value(std::move(o));
+  return out;
 }

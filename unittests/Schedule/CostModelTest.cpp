@@ -319,3 +319,15 @@ TEST(CostModel, Names) {
             "horizontal M=1 F=0 params=gpu,master=gpu,optimizer=gpu,"
             "gradients=gpu,activations=gpu");
 }
+
+TEST(CostModel, JSONCarriesTheReportKeys) {
+  std::string j = estimateToJSON(run(Order::Snake, 2, 0.5, offloaded()));
+  // The keys --report-json and the executable's --stats-json share.
+  EXPECT_NE(j.find("\"bytes_per_iteration\":{\"d2h\":2200,\"h2d\":2300,"
+                   "\"ssd_read\":1400,\"ssd_write\":1350}"),
+            std::string::npos)
+      << j;
+  EXPECT_NE(j.find("\"peak_bytes\":{\"gpu\":1400,"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"order\":\"snake\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"bound\":\"compute\""), std::string::npos) << j;
+}

@@ -120,6 +120,11 @@ struct CostEstimate {
 CostEstimate estimate(const IterationSummary &summary, const Candidate &c,
                       const Budgets &budgets, const HardwareProfile &hw);
 
+/// The estimate as JSON, for --report-json: the candidate, times, bound,
+/// `bytes_per_iteration` {ssd_read, ssd_write, h2d, d2h}, `peak_bytes` and
+/// `needed_bytes` {gpu, host, ssd}, fits (docs/cost-model.md).
+std::string estimateToJSON(const CostEstimate &e);
+
 struct SearchSpace {
   std::vector<Order> orders{Order::Horizontal, Order::Snake};
   std::vector<unsigned> microBatches{1, 2, 4, 8, 16};
