@@ -370,8 +370,8 @@ void forEachPlacement(const SearchSpace &space, bool hasMaster,
       pl.tier[k] = *space.pinned[k];
       return rec(k + 1);
     }
-    // Without master weights the class is empty: one tier, the optimizer's
-    // side of the GPU boundary, keeps the candidates distinct.
+    // Without master weights the class is empty and constrains nothing:
+    // one tier keeps the candidates distinct.
     if (cls == TensorClass::Master && !hasMaster) {
       pl.tier[k] = Tier::GPU;
       return rec(k + 1);
@@ -390,7 +390,6 @@ Choice spillway::schedule::choose(const IterationSummary &s,
                                   const Budgets &budgets,
                                   const HardwareProfile &hw) {
   Choice choice;
-  bool haveBest = false;
   const bool hasMaster = sumOf(s, &LayerCost::masterBytes) > 0;
   auto consider = [&](const Candidate &c, std::optional<CostEstimate> &slot) {
     CostEstimate e = estimate(s, c, budgets, hw);
@@ -426,9 +425,7 @@ Choice spillway::schedule::choose(const IterationSummary &s,
   }
   if (best) {
     choice.best = std::move(*best);
-    haveBest = true;
-  }
-  if (!haveBest) {
+  } else {
     choice.best.valid = false;
     choice.best.invalidReason = "no valid candidate in the search space";
   }
