@@ -112,4 +112,72 @@ def TrainAttachOptimizerPass : Pass<"train-attach-optimizer", "mlir::ModuleOp"> 
   let dependentDialects = ["spillway::train::TrainDialect"];
 }
 
+def TrainPartitionLayersPass : Pass<"train-partition-layers", "mlir::ModuleOp"> {
+  let summary = "Group the ops of a training step into layers and phases";
+  let description = [{
+    Runs on the step function (the one `func.func` that reads parameters),
+    normally after `train-autodiff` and `train-attach-optimizer`; a forward
+    graph alone works too. Changes nothing but attributes:
+    - every op of the step (not the terminator) gets `train.layer = L : i64`
+      and `train.phase = "fwd" | "bwd" | "opt"`: `fwd` if the returned loss
+      depends on it, `opt` for `train.adamw` / `train.param_grad`, `bwd` for
+      the rest that feeds an update (an op that feeds neither takes `bwd` if
+      it reads a backward value, else `fwd`);
+    - every `train.param` the step reads gets `train.layer`, its owner (a
+      parameter the step never reads gets none);
+    - the module gets `train.layers`, one dictionary per layer in forward
+      order: `name`, `params` (owned), and where present `shared` (for each
+      owned parameter other layers read too, e.g. an embedding tied to the
+      LM head: `used_by`, the layers whose forward reads it, and
+      `grad_from`, the layers whose backward produces a part of its gradient
+      — its update waits for all of them) and `uses` (parameters owned by
+      other layers that this layer reads).
+
+    Parameters into layers: a name with an all-digit component before its
+    last one (`h.3.attn.c_attn.weight`, `layers.11.mlp.up_proj.weight`) is
+    in the block layer named by the prefix through that component
+    (`h.3`, `layers.11`). Any other parameter is grouped by its module path
+    (the name without its last component; a name without a dot alone) and
+    with the other such parameters one op reads (a linear's weight and
+    bias); such a group whose first use lies inside a block's span of ops (a
+    rotary frequency table) joins that block (the span: from the block's
+    first parameter-reading op to its last). Layers are ordered by the
+    first forward op that reads one of their parameters with an activation
+    (an op computed from inputs and parameters).
+
+    Forward ops: an activation op joins the latest layer among the
+    parameters it reads and the activation ops it consumes. Other forward
+    ops (parameter reads, weight transposes, constants, input reshapes) join
+    the earliest layer among their forward users. Reading a parameter of a
+    block layer from a later layer is an error (the names do not describe
+    the graph); parameters of other layers may be read by later layers (a
+    tied weight), which the summary records.
+
+    Backward ops belong to the layer of the forward op they differentiate.
+    That op read or computed every forward value the backward op reads, so
+    it lies in the layers of those values and of their forward users (a
+    weight read in one layer or an activation inside a layer pins it; a
+    value crossing a layer boundary leaves two): of those candidates, the
+    one layer whose updates the op's result feeds, else the first in
+    backward order. A backward op reading no forward value goes to the
+    layer whose update it hands its result to (a bias gradient), else stays
+    with its cotangent operands (so the cotangent of layer l's input, summed
+    from its uses, is layer l's backward). No backward op comes later in
+    backward order than the cotangents it reads. Backward ops that read no
+    cotangent (the loss seed, a transpose of an input) join the first layer
+    in backward order that uses them. Optimizer ops belong to their
+    parameter's owner.
+
+    The result is monotone: forward values flow to the same or a later
+    layer, cotangents to the same or an earlier one. Fails, naming the op
+    and the layers, where a graph allows no such order (a forward op
+    reading a block's parameter and a value of a later layer), and when
+    more than one function reads parameters.
+  }];
+  let dependentDialects = ["spillway::train::TrainDialect"];
+  let statistics = [
+    Statistic<"numLayers", "layers", "Layers found">
+  ];
+}
+
 #endif
