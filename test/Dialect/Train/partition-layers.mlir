@@ -166,6 +166,35 @@ module {
 
 // -----
 
+// Without block indices, groups whose first reading op consumes nothing of
+// the run of layers before them are parallel branches and one layer.
+// CHECK-LABEL: module attributes {train.layers = [
+// CHECK-SAME:    {name = "attn.q+attn.k", params = [@attn.q.weight, @attn.k.weight]},
+// CHECK-SAME:    {name = "proj", params = [@proj.weight]}]}
+// CHECK-LABEL: func.func @parallel
+// CHECK:       train.linear {{.*}} {train.layer = 0 : i64, train.phase = "fwd"}
+// CHECK-NEXT:  train.linear {{.*}} {train.layer = 0 : i64, train.phase = "fwd"}
+// CHECK-NEXT:  train.mul {{.*}} {train.layer = 0 : i64, train.phase = "fwd"}
+// CHECK-NEXT:  train.linear {{.*}} {train.layer = 1 : i64, train.phase = "fwd"}
+module {
+  train.param @"attn.q.weight" : tensor<4x4xf32> at 0
+  train.param @"attn.k.weight" : tensor<4x4xf32> at 64
+  train.param @"proj.weight" : tensor<4x3xf32> at 128
+  func.func @parallel(%x: tensor<2x4xf32>, %y: tensor<2xi64>) -> tensor<f32> {
+    %wq = train.param_value @"attn.q.weight" : tensor<4x4xf32>
+    %wk = train.param_value @"attn.k.weight" : tensor<4x4xf32>
+    %wp = train.param_value @"proj.weight" : tensor<4x3xf32>
+    %q = train.linear %x, %wq : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+    %k = train.linear %x, %wk : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+    %qk = train.mul %q, %k : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
+    %o = train.linear %qk, %wp : tensor<2x4xf32>, tensor<4x3xf32> -> tensor<2x3xf32>
+    %l = train.softmax_cross_entropy_loss %o, %y : tensor<2x3xf32>, tensor<2xi64>
+    return %l : tensor<f32>
+  }
+}
+
+// -----
+
 // A block's parameter read after a later block's output: no monotone order.
 module {
   train.param @"blocks.0.a" : tensor<4x4xf32> at 0

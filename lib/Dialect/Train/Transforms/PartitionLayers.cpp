@@ -351,9 +351,64 @@ LogicalResult TrainPartitionLayersPass::partition(func::FuncOp func) {
     for (unsigned p = 0; p < params.size(); ++p)
       if (layerOf[p] != ~0u)
         layerOf[p] = newIndex[mergedInto[layerOf[p]]];
-    for (Layer &l : sorted)
-      llvm::sort(l.params);
     layers = std::move(sorted);
+  }
+  // Consecutive layers without block index whose first reading op consumes
+  // nothing of the layers before it in the run are parallel branches (token
+  // and position embeddings, the q/k/v projections of a flat-named
+  // attention): one layer.
+  {
+    DenseMap<Operation *, int64_t> mixedLayer;
+    SmallVector<int64_t> dependsOn(layers.size(), kNone);
+    SmallVector<bool> seen(layers.size(), false);
+    for (Operation *op : ops) {
+      if (!isFwd(op) || origin.lookup(op) != Origin::Mixed)
+        continue;
+      int64_t l = 0;
+      SmallVector<int64_t, 4> consumed;
+      for (unsigned p : reads[op])
+        l = std::max<int64_t>(l, layerOf[p]);
+      for (Value v : op->getOperands())
+        if (Operation *d = defOf(v);
+            d && isFwd(d) && origin.lookup(d) == Origin::Mixed) {
+          l = std::max(l, mixedLayer[d]);
+          consumed.push_back(mixedLayer[d]);
+        }
+      mixedLayer[op] = l;
+      for (unsigned p : reads[op]) {
+        unsigned g = layerOf[p];
+        if (seen[g])
+          continue;
+        seen[g] = true;
+        for (unsigned q : reads[op])
+          if (layerOf[q] != g)
+            dependsOn[g] = std::max<int64_t>(dependsOn[g], layerOf[q]);
+        for (int64_t c : consumed)
+          dependsOn[g] = std::max(dependsOn[g], c);
+      }
+    }
+    SmallVector<unsigned> newIndex(layers.size());
+    SmallVector<Layer> merged;
+    int64_t runStart = 0;
+    for (unsigned g = 0; g < layers.size(); ++g) {
+      bool parallel = g > 0 && !layers[g].block && !layers[g - 1].block &&
+                      dependsOn[g] < runStart;
+      if (!parallel) {
+        runStart = g;
+        merged.push_back(layers[g]);
+      } else {
+        Layer &into = merged.back();
+        into.name += "+" + layers[g].name;
+        into.params.append(layers[g].params);
+      }
+      newIndex[g] = merged.size() - 1;
+    }
+    for (unsigned p = 0; p < params.size(); ++p)
+      if (layerOf[p] != ~0u)
+        layerOf[p] = newIndex[layerOf[p]];
+    for (Layer &l : merged)
+      llvm::sort(l.params);
+    layers = std::move(merged);
   }
   auto layerName = [&](int64_t l) { return layers[l].name; };
 

@@ -141,7 +141,10 @@ def TrainPartitionLayersPass : Pass<"train-partition-layers", "mlir::ModuleOp"> 
     with the other such parameters one op reads (a linear's weight and
     bias); such a group whose first use lies inside a block's span of ops (a
     rotary frequency table) joins that block (the span: from the block's
-    first parameter-reading op to its last). Layers are ordered by the
+    first parameter-reading op to its last). Consecutive groups without
+    block index whose first reading op consumes nothing of the groups before
+    them in the run are parallel branches (the q/k/v projections of a
+    flat-named attention) and one layer, named `a+b+...`. Layers are ordered by the
     first forward op that reads one of their parameters with an activation
     (an op computed from inputs and parameters).
 
