@@ -564,10 +564,10 @@ LogicalResult TrainPartitionLayersPass::partition(func::FuncOp func) {
       continue; // placed just before its first use, below
     // Never later in backward order than the cotangents it reads (asap).
     // Among the candidates, the one layer whose updates it feeds, else the
-    // first in backward order; without forward
-    // operands, the layer whose update it feeds directly (a bias gradient);
-    // any other cotangent op stays with its cotangents (so the cotangent of
-    // layer l's input, summed from its uses, is layer l's backward).
+    // first in backward order. Without forward operands: the layer whose
+    // update it feeds directly (a bias gradient), else with its cotangents
+    // (so the cotangent of layer l's input, summed from its uses, is layer
+    // l's backward).
     int64_t l = kNone;
     if (cand && !cand->empty()) {
       l = cand->front();
