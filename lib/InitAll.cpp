@@ -7,11 +7,12 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Transforms/Passes.h"
 #include "spillway/Conversion/Passes.h"
+#include "spillway/Dialect/Sched/IR/SchedOps.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
 #include "spillway/Dialect/Train/Transforms/Passes.h"
 
 void spillway::registerAllDialects(mlir::DialectRegistry &registry) {
-  registry.insert<train::TrainDialect, mlir::func::FuncDialect,
+  registry.insert<train::TrainDialect, sched::SchedDialect, mlir::func::FuncDialect,
                   mlir::LLVM::LLVMDialect>();
 }
 

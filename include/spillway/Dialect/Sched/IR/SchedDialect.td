@@ -1,0 +1,73 @@
+//===- SchedDialect.td - the sched dialect -----------------*- tablegen -*-===//
+//
+// `sched` says when and where: one training iteration as an explicit,
+// ordered program of tasks (layer x phase x micro-batch) with the residency
+// of tensors, the transfers between tiers and the timepoints that order them.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPILLWAY_DIALECT_SCHED_IR_SCHEDDIALECT_TD
+#define SPILLWAY_DIALECT_SCHED_IR_SCHEDDIALECT_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/EnumAttr.td"
+
+def Sched_Dialect : Dialect {
+  let name = "sched";
+  let cppNamespace = "::spillway::sched";
+  let summary = "When and where one training iteration runs";
+  let description = [{
+    A `sched.iteration` is one training iteration written as a program: its
+    block runs top to bottom, and its ops are `sched.task`s (the train ops of
+    one layer, one phase — fwd, bwd, opt — and, after micro-batching, one
+    micro-batch) and the value-level ops between them (`sched.slice` of a
+    batch input, `sched.accumulate` of micro-batch gradients and losses).
+    Tasks are isolated from above: every value a task reads or produces
+    crosses its boundary as an operand or result, so the order of the tasks
+    in the block is the schedule, and a FileCheck test reads it as text.
+
+    Residency and transfers follow IREE's `stream` dialect: transfers are
+    asynchronous and return a `!sched.timepoint`; `sched.wait` turns a
+    transferred value into one usable after the timepoint. Placement is IR,
+    not an annotation to legalize later.
+  }];
+  let useDefaultTypePrinterParser = 1;
+  let useDefaultAttributePrinterParser = 0;
+}
+
+class Sched_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Sched_Dialect, mnemonic, traits>;
+
+class Sched_Type<string name, string typeMnemonic>
+    : TypeDef<Sched_Dialect, name> {
+  let mnemonic = typeMnemonic;
+}
+
+def Sched_TimepointType : Sched_Type<"Timepoint", "timepoint"> {
+  let summary = "the completion of an asynchronous transfer";
+  let description = [{
+    Produced by `sched.prefetch` and `sched.writeback`, consumed by
+    `sched.wait` (and by transfers that must start after it: `await`).
+  }];
+}
+
+def Sched_Phase : I32EnumAttr<"Phase", "the phase of a task", [
+    I32EnumAttrCase<"fwd", 0>, I32EnumAttrCase<"bwd", 1>,
+    I32EnumAttrCase<"opt", 2>]> {
+  let cppNamespace = "::spillway::sched";
+}
+
+def Sched_Tier : I32EnumAttr<"Tier", "a memory tier", [
+    I32EnumAttrCase<"gpu", 0>, I32EnumAttrCase<"host", 1>,
+    I32EnumAttrCase<"ssd", 2>]> {
+  let cppNamespace = "::spillway::sched";
+}
+
+def Sched_AccumulateKind : I32EnumAttr<"AccumulateKind",
+    "how micro-batch values combine", [
+    I32EnumAttrCase<"sum", 0>, I32EnumAttrCase<"mean", 1>]> {
+  let cppNamespace = "::spillway::sched";
+}
+
+#endif // SPILLWAY_DIALECT_SCHED_IR_SCHEDDIALECT_TD

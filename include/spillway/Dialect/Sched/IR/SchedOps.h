@@ -1,0 +1,21 @@
+//===- SchedOps.h - sched dialect ops and types -----------------*- C++ -*-===//
+#ifndef SPILLWAY_DIALECT_SCHED_IR_SCHEDOPS_H
+#define SPILLWAY_DIALECT_SCHED_IR_SCHEDOPS_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/Interfaces/ControlFlowInterfaces.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "spillway/Dialect/Sched/IR/SchedDialect.h"
+
+#include "spillway/Dialect/Sched/IR/SchedEnums.h.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "spillway/Dialect/Sched/IR/SchedTypes.h.inc"
+
+#define GET_OP_CLASSES
+#include "spillway/Dialect/Sched/IR/SchedOps.h.inc"
+
+#endif

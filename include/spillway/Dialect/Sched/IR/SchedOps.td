@@ -1,0 +1,238 @@
+//===- SchedOps.td - sched dialect ops ---------------------*- tablegen -*-===//
+
+#ifndef SPILLWAY_DIALECT_SCHED_IR_SCHEDOPS_TD
+#define SPILLWAY_DIALECT_SCHED_IR_SCHEDOPS_TD
+
+include "spillway/Dialect/Sched/IR/SchedDialect.td"
+include "mlir/IR/OpAsmInterface.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+//===----------------------------------------------------------------------===//
+// The iteration and its tasks
+//===----------------------------------------------------------------------===//
+
+def Sched_IterationOp : Sched_Op<"iteration", [
+    IsolatedFromAbove, SingleBlockImplicitTerminator<"YieldOp">]> {
+  let summary = "one training iteration as an ordered program of tasks";
+  let description = [{
+    The block's arguments are the iteration's inputs (the step function's
+    arguments: token ids, labels); it yields the iteration's results (the
+    loss). Ops run in block order. `microbatches` is M, the number of
+    micro-batches the batch is split into (1: the whole batch at once);
+    `order` records the order `sched-order` chose (`horizontal`, `snake`),
+    absent before it ran.
+
+    ```mlir
+    %loss = sched.iteration(%ids, %labels) {microbatches = 1 : i64}
+        : (tensor<6xi64>, tensor<6xi64>) -> tensor<f32> {
+    ^bb0(%a: tensor<6xi64>, %b: tensor<6xi64>):
+      %x = sched.task fwd layer(0) (%a) : (tensor<6xi64>) -> tensor<6x4xf32> {...}
+      ...
+      sched.yield %l : tensor<f32>
+    }
+    ```
+  }];
+  let arguments = (ins Variadic<AnyType>:$inputs,
+                       DefaultValuedAttr<I64Attr, "1">:$microbatches,
+                       OptionalAttr<StrAttr>:$order);
+  let results = (outs Variadic<AnyType>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    `(` $inputs `)` attr-dict `:` functional-type($inputs, $results) $body
+  }];
+  let hasVerifier = 1;
+  let skipDefaultBuilders = 1;
+  let builders = [
+    OpBuilder<(ins "::mlir::TypeRange":$results, "::mlir::ValueRange":$inputs)>
+  ];
+  let extraClassDeclaration = [{
+    ::mlir::Block &getBlock() { return getBody().front(); }
+  }];
+}
+
+def Sched_TaskOp : Sched_Op<"task", [
+    IsolatedFromAbove, HasParent<"IterationOp">,
+    SingleBlockImplicitTerminator<"YieldOp">]> {
+  let summary = "the work of one layer, phase and micro-batch";
+  let description = [{
+    A region of train ops: the forward (`fwd`), backward (`bwd`) or
+    optimizer update (`opt`) of layer `layer` (the index into the module's
+    `train.layers`), for micro-batch `mb` when the iteration is split
+    (`fwd` and `bwd` tasks of an iteration with `microbatches` > 1 carry
+    one, `opt` tasks never do: the update runs once on the accumulated
+    gradient). Isolated from above: what the task reads comes in as
+    operands (the block's arguments), what later tasks read goes out as
+    results. Parameters are read and updated through their symbols
+    (`train.param_value`, `train.adamw`).
+
+    ```mlir
+    %y = sched.task fwd layer(1) mb(0) (%x) : (tensor<2x4xf32>) -> tensor<2x4xf32> {
+    ^bb0(%arg0: tensor<2x4xf32>):
+      %w = train.param_value @w : tensor<4x4xf32>
+      %r = train.matmul %arg0, %w : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+      sched.yield %r : tensor<2x4xf32>
+    }
+    ```
+  }];
+  let arguments = (ins Variadic<AnyType>:$inputs, Sched_Phase:$phase,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$layer,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$mb);
+  let results = (outs Variadic<AnyType>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $phase `layer` `(` $layer `)` (`mb` `(` $mb^ `)`)? `(` $inputs `)` attr-dict
+    `:` functional-type($inputs, $results) $body
+  }];
+  let hasVerifier = 1;
+  let skipDefaultBuilders = 1;
+  let builders = [
+    OpBuilder<(ins "::mlir::TypeRange":$results, "::mlir::ValueRange":$inputs,
+                   "Phase":$phase, "int64_t":$layer,
+                   "std::optional<int64_t>":$mb)>
+  ];
+  let extraClassDeclaration = [{
+    ::mlir::Block &getBlock() { return getBody().front(); }
+  }];
+}
+
+def Sched_YieldOp : Sched_Op<"yield", [
+    Pure, ReturnLike, Terminator, ParentOneOf<["IterationOp", "TaskOp"]>]> {
+  let summary = "the results of an iteration or task";
+  let arguments = (ins Variadic<AnyType>:$values);
+  let builders = [OpBuilder<(ins), [{ /* nothing */ }]>];
+  let assemblyFormat = "attr-dict ($values^ `:` type($values))?";
+}
+
+//===----------------------------------------------------------------------===//
+// Micro-batching
+//===----------------------------------------------------------------------===//
+
+def Sched_SliceOp : Sched_Op<"slice", [Pure, HasParent<"IterationOp">]> {
+  let summary = "micro-batch `index` of `count` of a batch input";
+  let description = [{
+    The leading (batch) dimension of `input` split into `count` equal
+    contiguous parts; the result is part `index`. The leading dimension
+    must divide by `count`.
+
+    ```mlir
+    %m1 = sched.slice %ids [1 of 3] : tensor<6x5xi64> -> tensor<2x5xi64>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$index,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$count);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `[` $index `of` $count `]` attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Sched_AccumulateOp : Sched_Op<"accumulate", [
+    Pure, HasParent<"IterationOp">, SameOperandsAndResultType]> {
+  let summary = "the sum or mean of micro-batch values";
+  let description = [{
+    `sum`: v0 + v1 + ... + v(n-1), added left to right in the order the
+    operands are listed; `mean`: that sum divided by n. `sched-microbatch`
+    combines the M micro-batches' gradients and losses with `mean`: a
+    full-batch mean loss is the mean of equally sized micro-batch means,
+    and so is its gradient. `sched-order` lists the operands in the order
+    the micro-batches run, so the runtime can accumulate each one as it
+    arrives.
+
+    ```mlir
+    %g = sched.accumulate mean %g0, %g1, %g2 : tensor<4x4xf32>
+    ```
+  }];
+  let arguments = (ins Sched_AccumulateKind:$kind,
+                       Variadic<AnyRankedTensor>:$values);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$kind $values attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Residency, transfers and timepoints (declared for sched-place and
+// sched-insert-transfers; no pass produces them yet)
+//===----------------------------------------------------------------------===//
+
+def Sched_ResidentOp : Sched_Op<"resident", [
+    Pure, AllTypesMatch<["value", "result"]>]> {
+  let summary = "the tier a value lives on from here";
+  let description = [{
+    The result is `value`, held on `tier` until a transfer moves it. The
+    placement pass (`sched-place`) states every tensor's tier this way;
+    transfers then start from a known tier.
+
+    ```mlir
+    %a = sched.resident %x on host : tensor<2x4xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$value, Sched_Tier:$tier);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$value `on` $tier attr-dict `:` type($value)";
+}
+
+class Sched_TransferOp<string mnemonic>
+    : Sched_Op<mnemonic, [AllTypesMatch<["source", "result"]>]> {
+  let arguments = (ins AnyRankedTensor:$source, Sched_Tier:$from,
+                       Sched_Tier:$to,
+                       Variadic<Sched_TimepointType>:$await);
+  let results = (outs AnyRankedTensor:$result,
+                      Sched_TimepointType:$timepoint);
+  let assemblyFormat = [{
+    $source $from `->` $to (`await` `(` $await^ `)`)? attr-dict `:` type($source)
+  }];
+  let hasVerifier = 1;
+}
+
+def Sched_PrefetchOp : Sched_TransferOp<"prefetch"> {
+  let summary = "start copying a value toward the GPU";
+  let description = [{
+    Starts an asynchronous copy of `source` from tier `from` to the faster
+    tier `to` (ssd -> host, host -> gpu, ssd -> gpu through pinned host
+    memory), after the `await` timepoints. `result` is the copy; it may be
+    read only through `sched.wait` on `timepoint`.
+
+    ```mlir
+    %w, %t = sched.prefetch %x host -> gpu : tensor<4x4xf32>
+    ```
+  }];
+}
+
+def Sched_WritebackOp : Sched_TransferOp<"writeback"> {
+  let summary = "start copying a value away from the GPU";
+  let description = [{
+    Starts an asynchronous copy of `source` from tier `from` to the slower
+    tier `to` (gpu -> host, host -> ssd, gpu -> ssd), after the `await`
+    timepoints; the source's memory may be reused once `timepoint` is
+    reached.
+
+    ```mlir
+    %h, %t = sched.writeback %g gpu -> ssd await(%t0) : tensor<4x4xf32>
+    ```
+  }];
+}
+
+def Sched_WaitOp : Sched_Op<"wait", [AllTypesMatch<["value", "result"]>]> {
+  let summary = "a transferred value, usable once its timepoints are reached";
+  let description = [{
+    Blocks the schedule (not the host) until every timepoint is reached;
+    the result is `value`, now safe to read. As IREE's
+    `stream.timepoint.await`: readiness is a data dependence, so a task that
+    reads a transfer's result before its wait cannot be written.
+
+    ```mlir
+    %x = sched.wait %w after %t : tensor<4x4xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$value,
+                       Variadic<Sched_TimepointType>:$timepoints);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$value `after` $timepoints attr-dict `:` type($value)";
+  let hasVerifier = 1;
+}
+
+#endif // SPILLWAY_DIALECT_SCHED_IR_SCHEDOPS_TD

@@ -1,0 +1,168 @@
+//===- SchedOps.cpp - sched dialect ops -----------------------------------===//
+
+#include "spillway/Dialect/Sched/IR/SchedOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+
+using namespace mlir;
+using namespace spillway::sched;
+
+#include "spillway/Dialect/Sched/IR/SchedEnums.cpp.inc"
+
+#define GET_OP_CLASSES
+#include "spillway/Dialect/Sched/IR/SchedOps.cpp.inc"
+
+/// The block's arguments are the region's inputs and its yield the results.
+static LogicalResult verifyRegionSignature(Operation *op, Block &block,
+                                           TypeRange inputs,
+                                           TypeRange results) {
+  if (block.getArgumentTypes() != inputs)
+    return op->emitOpError("block arguments (")
+           << block.getArgumentTypes() << ") must match the operands ("
+           << inputs << ")";
+  auto yield = cast<YieldOp>(block.getTerminator());
+  if (yield.getValues().getTypes() != results)
+    return yield.emitOpError("yields (")
+           << yield.getValues().getTypes() << ") but its parent "
+           << op->getName() << " returns (" << results << ")";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// IterationOp
+//===----------------------------------------------------------------------===//
+
+void IterationOp::build(OpBuilder &b, OperationState &state,
+                        TypeRange results, ValueRange inputs) {
+  state.addOperands(inputs);
+  state.addTypes(results);
+  Region *region = state.addRegion();
+  Block *block = new Block;
+  region->push_back(block);
+  for (Value v : inputs)
+    block->addArgument(v.getType(), v.getLoc());
+}
+
+LogicalResult IterationOp::verify() {
+  if (getMicrobatches() < 1)
+    return emitOpError("needs at least one micro-batch, got ")
+           << getMicrobatches();
+  if (auto order = getOrder())
+    if (*order != "horizontal" && *order != "snake")
+      return emitOpError("order must be 'horizontal' or 'snake', got '")
+             << *order << "'";
+  return verifyRegionSignature(*this, getBlock(), getInputs().getTypes(),
+                               getResultTypes());
+}
+
+//===----------------------------------------------------------------------===//
+// TaskOp
+//===----------------------------------------------------------------------===//
+
+void TaskOp::build(OpBuilder &b, OperationState &state, TypeRange results,
+                   ValueRange inputs, Phase phase, int64_t layer,
+                   std::optional<int64_t> mb) {
+  state.addOperands(inputs);
+  state.addTypes(results);
+  auto &props = state.getOrAddProperties<Properties>();
+  props.phase = PhaseAttr::get(b.getContext(), phase);
+  props.layer = b.getI64IntegerAttr(layer);
+  if (mb)
+    props.mb = b.getI64IntegerAttr(*mb);
+  Region *region = state.addRegion();
+  Block *block = new Block;
+  region->push_back(block);
+  for (Value v : inputs)
+    block->addArgument(v.getType(), v.getLoc());
+}
+
+LogicalResult TaskOp::verify() {
+  auto iteration = cast<IterationOp>((*this)->getParentOp());
+  int64_t count = iteration.getMicrobatches();
+  if (getPhase() == Phase::opt) {
+    if (getMb())
+      return emitOpError("an opt task runs once per iteration and takes no "
+                         "micro-batch index");
+  } else if (count > 1) {
+    if (!getMb())
+      return emitOpError("a ")
+             << stringifyPhase(getPhase())
+             << " task of an iteration with " << count
+             << " micro-batches needs a micro-batch index";
+    if (static_cast<int64_t>(*getMb()) >= count)
+      return emitOpError("micro-batch ")
+             << *getMb() << " is out of range: the iteration has " << count
+             << " micro-batches";
+  } else if (getMb() && *getMb() != 0) {
+    return emitOpError("micro-batch ")
+           << *getMb() << " is out of range: the iteration has 1 micro-batch";
+  }
+  return verifyRegionSignature(*this, getBlock(), getInputs().getTypes(),
+                               getResultTypes());
+}
+
+//===----------------------------------------------------------------------===//
+// SliceOp, AccumulateOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SliceOp::verify() {
+  auto in = getInput().getType();
+  auto out = getResult().getType();
+  int64_t count = getCount(), index = getIndex();
+  if (index >= count)
+    return emitOpError("micro-batch ")
+           << index << " is out of range: the batch is split into " << count;
+  if (in.getRank() == 0)
+    return emitOpError("input must have a leading (batch) dimension");
+  int64_t batch = in.getDimSize(0);
+  if (ShapedType::isDynamic(batch) || batch % count != 0)
+    return emitOpError("leading dimension ")
+           << batch << " does not divide into " << count << " micro-batches";
+  SmallVector<int64_t> shape(in.getShape());
+  shape[0] = batch / count;
+  auto expected = RankedTensorType::get(shape, in.getElementType());
+  if (out != expected)
+    return emitOpError("result type ")
+           << out << " must be " << expected << " (" << count
+           << " micro-batches of " << in << ")";
+  return success();
+}
+
+LogicalResult AccumulateOp::verify() {
+  if (getValues().empty())
+    return emitOpError("needs at least one value");
+  if (!isa<FloatType>(getResult().getType().getElementType()))
+    return emitOpError("accumulates floating-point tensors only, got ")
+           << getResult().getType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Transfers
+//===----------------------------------------------------------------------===//
+
+/// Tiers from fastest (gpu) to slowest (ssd).
+static int speedRank(Tier t) { return static_cast<int>(t); }
+
+LogicalResult PrefetchOp::verify() {
+  if (speedRank(getTo()) >= speedRank(getFrom()))
+    return emitOpError("moves toward the GPU (ssd -> host -> gpu), not ")
+           << stringifyTier(getFrom()) << " -> " << stringifyTier(getTo())
+           << "; use sched.writeback";
+  return success();
+}
+
+LogicalResult WritebackOp::verify() {
+  if (speedRank(getTo()) <= speedRank(getFrom()))
+    return emitOpError("moves away from the GPU (gpu -> host -> ssd), not ")
+           << stringifyTier(getFrom()) << " -> " << stringifyTier(getTo())
+           << "; use sched.prefetch";
+  return success();
+}
+
+LogicalResult WaitOp::verify() {
+  if (getTimepoints().empty())
+    return emitOpError("needs at least one timepoint");
+  return success();
+}

@@ -1,0 +1,196 @@
+// RUN: spillway-opt %s -split-input-file -verify-diagnostics
+
+func.func @zero_microbatches() {
+  // expected-error @+1 {{'sched.iteration' op needs at least one micro-batch, got 0}}
+  sched.iteration() {microbatches = 0 : i64} : () -> () {
+  }
+  return
+}
+
+// -----
+
+func.func @bad_order() {
+  // expected-error @+1 {{order must be 'horizontal' or 'snake', got 'zigzag'}}
+  sched.iteration() {order = "zigzag"} : () -> () {
+  }
+  return
+}
+
+// -----
+
+func.func @iteration_yield(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %r = sched.iteration(%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    // expected-error @+1 {{'sched.yield' op yields () but its parent sched.iteration returns ('tensor<4xf32>')}}
+    sched.yield
+  }
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+func.func @task_outside_iteration() {
+  // expected-error @+1 {{'sched.task' op expects parent op 'sched.iteration'}}
+  sched.task fwd layer(0) () : () -> () {
+  }
+  return
+}
+
+// -----
+
+func.func @task_args(%x: tensor<4xf32>) {
+  sched.iteration(%x) : (tensor<4xf32>) -> () {
+  ^bb0(%a: tensor<4xf32>):
+    // expected-error @+1 {{'sched.task' op block arguments ('tensor<2xf32>') must match the operands ('tensor<4xf32>')}}
+    sched.task fwd layer(0) (%a) : (tensor<4xf32>) -> () {
+    ^bb0(%b: tensor<2xf32>):
+    }
+  }
+  return
+}
+
+// -----
+
+// Tasks are isolated from above: a value from outside must be an operand.
+func.func @task_isolated(%x: tensor<4xf32>) {
+  sched.iteration(%x) : (tensor<4xf32>) -> () {
+  ^bb0(%a: tensor<4xf32>):
+    // expected-note @+1 {{required by region isolation constraints}}
+    sched.task fwd layer(0) () : () -> () {
+      // expected-error @+1 {{using value defined outside the region}}
+      %n = train.neg %a : tensor<4xf32>
+    }
+  }
+  return
+}
+
+// -----
+
+func.func @negative_layer() {
+  sched.iteration() : () -> () {
+    // expected-error @+1 {{attribute 'layer' failed to satisfy constraint}}
+    sched.task fwd layer(-1) () : () -> () {
+    }
+  }
+  return
+}
+
+// -----
+
+func.func @opt_with_microbatch() {
+  sched.iteration() {microbatches = 2 : i64} : () -> () {
+    // expected-error @+1 {{an opt task runs once per iteration and takes no micro-batch index}}
+    sched.task opt layer(0) mb(1) () : () -> () {
+    }
+  }
+  return
+}
+
+// -----
+
+func.func @missing_microbatch() {
+  sched.iteration() {microbatches = 2 : i64} : () -> () {
+    // expected-error @+1 {{a bwd task of an iteration with 2 micro-batches needs a micro-batch index}}
+    sched.task bwd layer(0) () : () -> () {
+    }
+  }
+  return
+}
+
+// -----
+
+func.func @microbatch_range() {
+  sched.iteration() {microbatches = 2 : i64} : () -> () {
+    // expected-error @+1 {{micro-batch 2 is out of range: the iteration has 2 micro-batches}}
+    sched.task fwd layer(0) mb(2) () : () -> () {
+    }
+  }
+  return
+}
+
+// -----
+
+func.func @slice_divides(%x: tensor<5x3xf32>) {
+  sched.iteration(%x) : (tensor<5x3xf32>) -> () {
+  ^bb0(%a: tensor<5x3xf32>):
+    // expected-error @+1 {{leading dimension 5 does not divide into 2 micro-batches}}
+    %s = sched.slice %a [0 of 2] : tensor<5x3xf32> -> tensor<2x3xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @slice_index(%x: tensor<4x3xf32>) {
+  sched.iteration(%x) : (tensor<4x3xf32>) -> () {
+  ^bb0(%a: tensor<4x3xf32>):
+    // expected-error @+1 {{micro-batch 2 is out of range: the batch is split into 2}}
+    %s = sched.slice %a [2 of 2] : tensor<4x3xf32> -> tensor<2x3xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @slice_type(%x: tensor<4x3xf32>) {
+  sched.iteration(%x) : (tensor<4x3xf32>) -> () {
+  ^bb0(%a: tensor<4x3xf32>):
+    // expected-error @+1 {{result type 'tensor<2x2xf32>' must be 'tensor<2x3xf32>' (2 micro-batches of 'tensor<4x3xf32>')}}
+    %s = sched.slice %a [1 of 2] : tensor<4x3xf32> -> tensor<2x2xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @slice_scalar(%x: tensor<f32>) {
+  sched.iteration(%x) : (tensor<f32>) -> () {
+  ^bb0(%a: tensor<f32>):
+    // expected-error @+1 {{input must have a leading (batch) dimension}}
+    %s = sched.slice %a [0 of 1] : tensor<f32> -> tensor<f32>
+  }
+  return
+}
+
+// -----
+
+func.func @accumulate_ints(%x: tensor<4xi64>) {
+  sched.iteration(%x) : (tensor<4xi64>) -> () {
+  ^bb0(%a: tensor<4xi64>):
+    // expected-error @+1 {{accumulates floating-point tensors only, got 'tensor<4xi64>'}}
+    %s = sched.accumulate sum %a, %a : tensor<4xi64>
+  }
+  return
+}
+
+// -----
+
+func.func @prefetch_direction(%x: tensor<4xf32>) {
+  // expected-error @+1 {{moves toward the GPU (ssd -> host -> gpu), not gpu -> host; use sched.writeback}}
+  %g, %t = sched.prefetch %x gpu -> host : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @writeback_direction(%x: tensor<4xf32>) {
+  // expected-error @+1 {{moves away from the GPU (gpu -> host -> ssd), not ssd -> host; use sched.prefetch}}
+  %g, %t = sched.writeback %x ssd -> host : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @writeback_same_tier(%x: tensor<4xf32>) {
+  // expected-error @+1 {{moves away from the GPU (gpu -> host -> ssd), not host -> host}}
+  %g, %t = sched.writeback %x host -> host : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @wait_nothing(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'sched.wait' op needs at least one timepoint}}
+  %r = sched.wait %x after : tensor<4xf32>
+  return
+}

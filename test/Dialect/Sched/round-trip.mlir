@@ -1,0 +1,97 @@
+// RUN: spillway-opt %s -split-input-file | spillway-opt -split-input-file | FileCheck %s
+
+// A two-layer iteration split into two micro-batches: the batch inputs
+// sliced, each layer's forward and backward once per micro-batch, the
+// gradients and the loss averaged, the update once.
+// CHECK-LABEL: func.func @step
+// CHECK:       %{{.*}} = sched.iteration(%{{.*}}, %{{.*}}) {microbatches = 2 : i64, order = "snake"} : (tensor<4x3xf32>, tensor<4xi64>) -> tensor<f32> {
+// CHECK:         sched.slice %{{.*}}[0 of 2] : tensor<4x3xf32> -> tensor<2x3xf32>
+// CHECK:         sched.task fwd layer(0) mb(0) (%{{.*}}) : (tensor<2x3xf32>) -> tensor<2x3xf32> {
+// CHECK:           train.param_value @w
+// CHECK:           sched.yield %{{.*}} : tensor<2x3xf32>
+// CHECK:         sched.task fwd layer(1) mb(1) (%{{.*}}, %{{.*}}) : (tensor<2x3xf32>, tensor<2xi64>) -> tensor<f32> {
+// CHECK:         sched.task bwd layer(0) mb(0) (%{{.*}}) : (tensor<2x3xf32>) -> tensor<3x3xf32> {
+// CHECK:         %[[G:.*]] = sched.accumulate mean %{{.*}}, %{{.*}} : tensor<3x3xf32>
+// CHECK:         sched.task opt layer(0) (%[[G]]) : (tensor<3x3xf32>) -> () {
+// CHECK:           train.adamw @w, {{.*}} : tensor<3x3xf32>
+// CHECK-NEXT:    {{^ *}}}
+// CHECK:         %[[L:.*]] = sched.accumulate mean %{{.*}}, %{{.*}} : tensor<f32>
+// CHECK:         sched.yield %[[L]] : tensor<f32>
+module {
+  train.param @w : tensor<3x3xf32> at 0
+  func.func @step(%x: tensor<4x3xf32>, %y: tensor<4xi64>) -> tensor<f32> {
+    %loss = sched.iteration(%x, %y) {microbatches = 2 : i64, order = "snake"}
+        : (tensor<4x3xf32>, tensor<4xi64>) -> tensor<f32> {
+    ^bb0(%a: tensor<4x3xf32>, %b: tensor<4xi64>):
+      %a0 = sched.slice %a [0 of 2] : tensor<4x3xf32> -> tensor<2x3xf32>
+      %a1 = sched.slice %a [1 of 2] : tensor<4x3xf32> -> tensor<2x3xf32>
+      %b0 = sched.slice %b [0 of 2] : tensor<4xi64> -> tensor<2xi64>
+      %b1 = sched.slice %b [1 of 2] : tensor<4xi64> -> tensor<2xi64>
+      %h0 = sched.task fwd layer(0) mb(0) (%a0) : (tensor<2x3xf32>) -> tensor<2x3xf32> {
+      ^bb0(%i: tensor<2x3xf32>):
+        %w = train.param_value @w : tensor<3x3xf32>
+        %r = train.matmul %i, %w : tensor<2x3xf32>, tensor<3x3xf32> -> tensor<2x3xf32>
+        sched.yield %r : tensor<2x3xf32>
+      }
+      %h1 = sched.task fwd layer(0) mb(1) (%a1) : (tensor<2x3xf32>) -> tensor<2x3xf32> {
+      ^bb0(%i: tensor<2x3xf32>):
+        %w = train.param_value @w : tensor<3x3xf32>
+        %r = train.matmul %i, %w : tensor<2x3xf32>, tensor<3x3xf32> -> tensor<2x3xf32>
+        sched.yield %r : tensor<2x3xf32>
+      }
+      %l1 = sched.task fwd layer(1) mb(1) (%h1, %b1) : (tensor<2x3xf32>, tensor<2xi64>) -> tensor<f32> {
+      ^bb0(%i: tensor<2x3xf32>, %j: tensor<2xi64>):
+        %l = train.softmax_cross_entropy_loss %i, %j : tensor<2x3xf32>, tensor<2xi64>
+        sched.yield %l : tensor<f32>
+      }
+      %l0 = sched.task fwd layer(1) mb(0) (%h0, %b0) : (tensor<2x3xf32>, tensor<2xi64>) -> tensor<f32> {
+      ^bb0(%i: tensor<2x3xf32>, %j: tensor<2xi64>):
+        %l = train.softmax_cross_entropy_loss %i, %j : tensor<2x3xf32>, tensor<2xi64>
+        sched.yield %l : tensor<f32>
+      }
+      %g0 = sched.task bwd layer(0) mb(0) (%a0) : (tensor<2x3xf32>) -> tensor<3x3xf32> {
+      ^bb0(%i: tensor<2x3xf32>):
+        %t = train.transpose %i, [1, 0] : tensor<2x3xf32> -> tensor<3x2xf32>
+        %g = train.matmul %t, %i : tensor<3x2xf32>, tensor<2x3xf32> -> tensor<3x3xf32>
+        sched.yield %g : tensor<3x3xf32>
+      }
+      %g1 = sched.task bwd layer(0) mb(1) (%a1) : (tensor<2x3xf32>) -> tensor<3x3xf32> {
+      ^bb0(%i: tensor<2x3xf32>):
+        %t = train.transpose %i, [1, 0] : tensor<2x3xf32> -> tensor<3x2xf32>
+        %g = train.matmul %t, %i : tensor<3x2xf32>, tensor<2x3xf32> -> tensor<3x3xf32>
+        sched.yield %g : tensor<3x3xf32>
+      }
+      %g = sched.accumulate mean %g0, %g1 : tensor<3x3xf32>
+      sched.task opt layer(0) (%g) : (tensor<3x3xf32>) -> () {
+      ^bb0(%i: tensor<3x3xf32>):
+        train.adamw @w, %i {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<3x3xf32>
+        sched.yield
+      }
+      %l = sched.accumulate mean %l0, %l1 : tensor<f32>
+      sched.yield %l : tensor<f32>
+    }
+    return %loss : tensor<f32>
+  }
+}
+
+// -----
+
+// Residency, transfers and timepoints.
+// CHECK-LABEL: func.func @transfers
+// CHECK:       %[[H:.*]] = sched.resident %{{.*}} on host : tensor<4xf32>
+// CHECK-NEXT:  %[[G:.*]], %[[T:.*]] = sched.prefetch %[[H]] host -> gpu : tensor<4xf32>
+// CHECK-NEXT:  %[[R:.*]] = sched.wait %[[G]] after %[[T]] : tensor<4xf32>
+// CHECK-NEXT:  %[[S:.*]], %[[T2:.*]] = sched.writeback %[[R]] gpu -> ssd await(%[[T]]) : tensor<4xf32>
+// CHECK-NEXT:  sched.wait %[[S]] after %[[T]], %[[T2]] : tensor<4xf32>
+func.func @transfers(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %r = sched.iteration(%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    %h = sched.resident %a on host : tensor<4xf32>
+    %g, %t = sched.prefetch %h host -> gpu : tensor<4xf32>
+    %ready = sched.wait %g after %t : tensor<4xf32>
+    %s, %t2 = sched.writeback %ready gpu -> ssd await(%t) : tensor<4xf32>
+    %done = sched.wait %s after %t, %t2 : tensor<4xf32>
+    sched.yield %done : tensor<4xf32>
+  }
+  return %r : tensor<4xf32>
+}
