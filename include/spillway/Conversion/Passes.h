@@ -5,6 +5,7 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
+#include "spillway/Dialect/Sched/IR/SchedDialect.h"
 
 namespace spillway {
 #define GEN_PASS_DECL

@@ -23,4 +23,28 @@ def ConvertTrainToRuntimePass : Pass<"convert-train-to-runtime", "mlir::ModuleOp
   let dependentDialects = ["mlir::LLVM::LLVMDialect"];
 }
 
+def ConvertTrainToSchedPass : Pass<"convert-train-to-sched", "mlir::ModuleOp"> {
+  let summary = "Turn a partitioned training step into a sched.iteration of tasks";
+  let description = [{
+    Assumes the step function has been through `train-partition-layers`:
+    every op of it carries `train.layer` and `train.phase` (the pass fails,
+    naming the op, where one does not). Replaces the step's body by one
+    `sched.iteration` whose inputs are the step's arguments and whose
+    results are what it returned, holding one `sched.task` per (phase,
+    layer) that has ops, in the horizontal order of one whole batch:
+    forward of layers 0 .. L-1, backward of layers L-1 .. 0, then the
+    update of layers 0 .. L-1. Each task's body is the step's ops of that
+    layer and phase, in their original order, without the `train.layer` /
+    `train.phase` attributes (the task carries them). A value one task
+    computes and a later one reads leaves the first as a result and enters
+    the second as an operand, so every crossing is explicit; a value read
+    by a task that comes earlier in this order than the one computing it is
+    an error naming both. The module's `train.layers` and the parameters'
+    `train.layer` are kept for the sched passes. The iteration has one
+    micro-batch (`sched-microbatch` splits it) and no order yet
+    (`sched-order` chooses one).
+  }];
+  let dependentDialects = ["spillway::sched::SchedDialect"];
+}
+
 #endif
