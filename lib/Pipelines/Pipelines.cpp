@@ -32,6 +32,10 @@ void spillway::populateTrainingPipeline(OpPassManager &pm,
   pm.addPass(train::createTrainAttachOptimizerPass(opt));
 }
 
+void spillway::populatePlanningPipeline(OpPassManager &pm) {
+  pm.addPass(train::createTrainPartitionLayersPass());
+}
+
 void spillway::populateLowerToRuntimePipeline(OpPassManager &pm) {
   pm.addPass(createConvertTrainToRuntimePass());
 }

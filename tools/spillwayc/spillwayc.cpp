@@ -17,9 +17,13 @@
 #include "spillway/InitAll.h"
 #include "spillway/Pipelines/Executable.h"
 #include "spillway/Pipelines/Pipelines.h"
+#include "spillway/Schedule/CostModel.h"
 #include "spillway/Schedule/HardwareProfile.h"
+#include "spillway/Schedule/IterationSummary.h"
 #include "spillway/Target/ONNX/ImportONNX.h"
+#include "Report.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileUtilities.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
@@ -114,8 +118,10 @@ cl::opt<std::string> probeHw(
     cl::value_desc("PROFILE.json"), cl::cat(category));
 cl::list<std::string> ssdDirs(
     "ssd", cl::CommaSeparated,
-    cl::desc("SSD directories (--probe-hw measures each; default: the "
-             "current directory)"),
+    cl::desc("SSD directories: --probe-hw measures each (default: the "
+             "current directory); with --report, the profile's SSDs the plan "
+             "may use (default: all of them). Compiled executables do not "
+             "offload yet"),
     cl::value_desc("DIR,..."), cl::cat(category));
 cl::opt<std::string> probeSsdSize(
     "probe-ssd-size", cl::init("256M"),
@@ -126,6 +132,60 @@ cl::opt<double> probeSeconds(
     cl::desc("How long --probe-hw repeats each compute and memcpy "
              "measurement"),
     cl::value_desc("SECONDS"), cl::cat(category));
+// Planning (docs/cost-model.md). Today these plan and report only: the
+// executable keeps every tensor resident whatever the plan says.
+cl::opt<std::string> hwProfile(
+    "hw",
+    cl::desc("Hardware profile for the cost model (required by --report and "
+             "--report-json; profiles/cpu-ci.json, profiles/h200.json, or one "
+             "--probe-hw wrote)"),
+    cl::value_desc("PROFILE.json"), cl::cat(category));
+cl::opt<bool> report(
+    "report",
+    cl::desc("Plan the iteration with the cost model and print, for the "
+             "chosen plan and the horizontal baseline, the predicted "
+             "iteration time, its bound, bytes per link per iteration and "
+             "peak memory per tier. PLANNING ONLY: the executable does not "
+             "follow the plan yet (the sched lowering is later work). Without "
+             "-o nothing is compiled"),
+    cl::cat(category));
+cl::opt<std::string> reportJson(
+    "report-json",
+    cl::desc("Write the report as JSON (bytes_per_iteration, peak_bytes per "
+             "tier, for the chosen plan and the baseline)"),
+    cl::value_desc("FILE"), cl::cat(category));
+cl::opt<unsigned> microbatches(
+    "microbatches",
+    cl::desc("Micro-batches per iteration for the plan (must divide the "
+             "batch; default: searched over 1, 2, 4, 8, 16)"),
+    cl::value_desc("M"), cl::cat(category));
+cl::opt<std::string> schedule(
+    "schedule", cl::init("auto"),
+    cl::desc("Layer order for the plan: horizontal (ZeRO-Infinity), snake "
+             "(GreedySnake), or auto (the faster)"),
+    cl::value_desc("horizontal|snake|auto"), cl::cat(category));
+cl::opt<double> overlapOptimizer(
+    "overlap-optimizer",
+    cl::desc("Fraction in [0, 1] of each layer's update moved into the next "
+             "forward (default: searched over 0, 0.25, 0.5, 0.75, 1)"),
+    cl::value_desc("F"), cl::cat(category));
+cl::opt<std::string> gpuMem(
+    "gpu-mem",
+    cl::desc("GPU memory budget for the plan (default: the profile's "
+             "gpu.memory_bytes). A plan that fits no budget is an error "
+             "stating the budgets that would fit"),
+    cl::value_desc("SIZE"), cl::cat(category));
+cl::opt<std::string> hostMem(
+    "host-mem",
+    cl::desc("Host memory budget for the plan (default: the profile's "
+             "host.memory_bytes)"),
+    cl::value_desc("SIZE"), cl::cat(category));
+cl::list<std::string> placeClasses(
+    "place", cl::CommaSeparated,
+    cl::desc("Pin tensor classes to tiers for the plan: classes params, "
+             "master, optimizer, gradients, activations; tiers gpu, host, "
+             "ssd. The planner decides the rest"),
+    cl::value_desc("CLASS=TIER,..."), cl::cat(category));
 cl::opt<bool> verbose("v", cl::desc("Print each stage as it runs"),
                       cl::cat(category));
 
@@ -302,6 +362,227 @@ int probeHardware() {
   llvm::errs() << "spillwayc --probe-hw: wrote " << probeHw << "\n";
   return 0;
 }
+/// What --report plans with: the flags, checked before anything compiles.
+struct PlanningInputs {
+  std::string profilePath;
+  spillway::schedule::HardwareProfile profile;
+  spillway::schedule::SearchSpace space;
+  spillway::schedule::Budgets budgets;
+  bool ssdUnlimited = false;
+};
+
+bool planningRequested() { return report || !reportJson.empty(); }
+
+/// The planning flags given without --report or --report-json.
+std::string strayPlanningFlag() {
+  const std::pair<const char *, cl::Option *> flags[] = {
+      {"--hw", &hwProfile},           {"--microbatches", &microbatches},
+      {"--schedule", &schedule},      {"--overlap-optimizer", &overlapOptimizer},
+      {"--gpu-mem", &gpuMem},         {"--host-mem", &hostMem},
+      {"--place", std::addressof(placeClasses)}};
+  for (auto [name, opt] : flags)
+    if (opt->getNumOccurrences())
+      return name;
+  return {};
+}
+
+/// Reads and checks the planning flags; an error message on failure.
+std::optional<PlanningInputs> readPlanningInputs(std::string &error) {
+  using namespace spillway::schedule;
+  PlanningInputs in;
+  if (hwProfile.empty()) {
+    error = "--report and --report-json need a hardware profile: --hw "
+            "PROFILE.json (profiles/cpu-ci.json for this machine's CPU "
+            "backend, profiles/h200.json, or one --probe-hw wrote)";
+    return std::nullopt;
+  }
+  in.profilePath = hwProfile;
+  auto profile = readHardwareProfile(hwProfile, error);
+  if (!profile)
+    return std::nullopt;
+  in.profile = std::move(*profile);
+
+  // --ssd: the profile's SSDs the plan may use.
+  if (!ssdDirs.empty()) {
+    std::vector<SSDProfile> chosen;
+    for (const std::string &d : ssdDirs) {
+      llvm::SmallString<256> abs(d);
+      llvm::sys::fs::make_absolute(abs);
+      auto it = llvm::find_if(in.profile.ssds, [&](const SSDProfile &p) {
+        return p.path == d || p.path == std::string(abs);
+      });
+      if (it == in.profile.ssds.end()) {
+        std::string known;
+        for (const SSDProfile &p : in.profile.ssds)
+          known += (known.empty() ? "" : ", ") + p.path;
+        error = "--ssd '" + d + "': the profile '" + hwProfile +
+                "' has no measurement of it (its SSDs: " +
+                (known.empty() ? std::string("none") : known) +
+                "); measure it with --probe-hw --ssd";
+        return std::nullopt;
+      }
+      chosen.push_back(*it);
+    }
+    in.profile.ssds = std::move(chosen);
+  }
+
+  if (schedule == "horizontal")
+    in.space.orders = {Order::Horizontal};
+  else if (schedule == "snake")
+    in.space.orders = {Order::Snake};
+  else if (schedule != "auto") {
+    error = "--schedule '" + schedule +
+            "' is not one of horizontal, snake, auto";
+    return std::nullopt;
+  }
+  if (microbatches.getNumOccurrences()) {
+    if (microbatches == 0) {
+      error = "--microbatches must be at least 1";
+      return std::nullopt;
+    }
+    in.space.microBatches = {microbatches};
+  }
+  if (overlapOptimizer.getNumOccurrences()) {
+    double f = overlapOptimizer;
+    if (!(f >= 0 && f <= 1)) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%g", f);
+      error = "--overlap-optimizer " + std::string(text) +
+              " is outside [0, 1]";
+      return std::nullopt;
+    }
+    in.space.overlaps = {f};
+  }
+  for (const std::string &entry : placeClasses) {
+    auto [cls, tier] = StringRef(entry).split('=');
+    if (tier.empty() || cls.empty()) {
+      error = "--place '" + entry + "' is not CLASS=TIER";
+      return std::nullopt;
+    }
+    auto c = parseTensorClass(cls.trim().str());
+    if (!c) {
+      error = "--place: unknown tensor class '" + cls.str() +
+              "' (params, master, optimizer, gradients, activations)";
+      return std::nullopt;
+    }
+    auto t = parseTier(tier.trim().str());
+    if (!t) {
+      error = "--place: unknown tier '" + tier.str() + "' (gpu, host, ssd)";
+      return std::nullopt;
+    }
+    if (*t == Tier::SSD && in.profile.ssds.empty()) {
+      error = "--place " + entry + ": the profile '" + hwProfile +
+              "' lists no SSD";
+      return std::nullopt;
+    }
+    in.space.pinned[int(*c)] = *t;
+  }
+  auto budget = [&](cl::opt<std::string> &flag, const char *name,
+                    uint64_t fallback, uint64_t &out) {
+    if (flag.empty()) {
+      out = fallback;
+      return true;
+    }
+    std::optional<uint64_t> size = parseSize(flag);
+    if (!size) {
+      error = std::string(name) + " '" + flag +
+              "' is not a size (e.g. 512M, 16G, 4096)";
+      return false;
+    }
+    out = *size;
+    return true;
+  };
+  if (!budget(gpuMem, "--gpu-mem", in.profile.gpuMemoryBytes,
+              in.budgets.gpuBytes) ||
+      !budget(hostMem, "--host-mem", in.profile.hostMemoryBytes,
+              in.budgets.hostBytes))
+    return std::nullopt;
+  // No SSD budget flag: the SSDs hold whatever the plan puts there.
+  in.budgets.ssdBytes = UINT64_MAX;
+  in.ssdUnlimited = true;
+  return in;
+}
+
+/// "123456 bytes (120.56 KiB)".
+std::string bytesAndGiB(uint64_t b) {
+  const char *units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = double(b);
+  int u = -1;
+  while (v >= 1024 && u < 3) {
+    v /= 1024;
+    ++u;
+  }
+  if (u < 0)
+    return llvm::formatv("{0} bytes", b);
+  return llvm::formatv("{0} bytes ({1:f2} {2})", b, v, units[u]);
+}
+
+/// Plans the training step in `module` (left unchanged: the partition runs
+/// on a copy) and writes the report. Fails on an over-budget plan.
+int planAndReport(ModuleOp module, const PlanningInputs &in) {
+  using namespace spillway::schedule;
+  OwningOpRef<ModuleOp> copy(module.clone());
+  PassManager pm(module.getContext());
+  spillway::populatePlanningPipeline(pm);
+  note("partitioning the step into layers for the plan");
+  if (failed(pm.run(*copy)))
+    return 1;
+  spillwayc::PlanReport r;
+  std::string error;
+  auto summary = summarizeIteration(*copy, error, &r.totals);
+  if (!summary)
+    return fail("--report: " + error);
+  r.summary = std::move(*summary);
+  if (microbatches.getNumOccurrences() && r.summary.batchSize &&
+      r.summary.batchSize % microbatches)
+    return fail(llvm::formatv("--microbatches {0} does not divide the batch "
+                              "of {1} (the leading dimension of the step's "
+                              "inputs)",
+                              unsigned(microbatches), r.summary.batchSize));
+  r.model = inputPath;
+  r.profilePath = in.profilePath;
+  r.profile = in.profile;
+  r.budgets = in.budgets;
+  r.ssdUnlimited = in.ssdUnlimited;
+  note("searching the plans");
+  r.choice = choose(r.summary, in.space, in.budgets, in.profile);
+  if (!r.choice.best.valid) {
+    // Say why with the first candidate of the space under the pins.
+    Candidate c;
+    c.order = in.space.orders.front();
+    c.microBatches = in.space.microBatches.front();
+    c.overlap = in.space.overlaps.front();
+    for (int k = 0; k < kNumTensorClasses; ++k)
+      if (in.space.pinned[k])
+        c.placement.tier[k] = *in.space.pinned[k];
+    CostEstimate e = estimate(r.summary, c, in.budgets, in.profile);
+    return fail("no valid plan: " +
+                (e.valid ? r.choice.best.invalidReason : e.invalidReason));
+  }
+  if (report)
+    spillwayc::printReport(r, llvm::outs());
+  if (!reportJson.empty()) {
+    std::string err;
+    auto out = openOutputFile(reportJson, &err);
+    if (!out)
+      return fail(err);
+    out->os() << spillwayc::reportToJSON(r);
+    out->keep();
+  }
+  const CostEstimate &best = r.choice.best;
+  if (!best.fits) {
+    const auto &need = best.neededBytes;
+    return fail(
+        "plan over budget: no plan fits gpu " +
+        bytesAndGiB(in.budgets.gpuBytes) + ", host " +
+        bytesAndGiB(in.budgets.hostBytes) + "; the closest (" +
+        best.candidate.str() + ") needs at least gpu " +
+        bytesAndGiB(need[int(Tier::GPU)]) + ", host " +
+        bytesAndGiB(need[int(Tier::Host)]) + ", ssd " +
+        bytesAndGiB(need[int(Tier::SSD)]));
+  }
+  return 0;
+}
 } // namespace
 
 int main(int argc, char **argv) {
@@ -317,7 +598,16 @@ int main(int argc, char **argv) {
       "  spillwayc mlp.onnx -o mlp [--bind batch=64] [--lr 1e-2]\n"
       "  ./mlp --input x=x.npy --input y=y.npy --steps 300\n\n"
       "The executable reads its initial weights from EXE.weights, written "
-      "beside it.\n");
+      "beside it.\n\n"
+      "Planning (docs/cost-model.md): --report / --report-json with --hw "
+      "PROFILE.json and\n--microbatches, --schedule, --overlap-optimizer, "
+      "--gpu-mem, --host-mem, --place, --ssd\nplan one iteration with the "
+      "cost model and report it. They plan and report only:\nthe executable "
+      "does not yet move tensors between tiers (it keeps everything "
+      "resident);\nthe sched lowering that will make it follow the plan is "
+      "later work.\n\n"
+      "  spillwayc model.onnx --hw profiles/cpu-ci.json --report --gpu-mem 1G "
+      "--host-mem 8G\n");
 
   if (!probeHw.empty()) {
     if (!inputPath.empty() || !outputPath.empty())
@@ -327,13 +617,31 @@ int main(int argc, char **argv) {
   }
   if (inputPath.empty())
     return fail("no input model given (spillwayc MODEL -o EXE; see --help)");
-  // Until the sched passes plan offload, only the probe uses --ssd; a flag
+  // Until the sched passes offload, --ssd only measures and plans; a flag
   // that silently did nothing would mislead.
-  if (!ssdDirs.empty())
-    return fail("--ssd is used only with --probe-hw so far: compiled "
-                "executables do not offload yet");
-  if (outputPath.empty())
+  const bool planning = planningRequested();
+  if (!ssdDirs.empty() && !planning)
+    return fail("--ssd is used only with --probe-hw and --report so far: "
+                "compiled executables do not offload yet");
+  if (!planning) {
+    std::string stray = strayPlanningFlag();
+    if (!stray.empty())
+      return fail(stray + " plans an iteration, and planning only reports "
+                  "so far: give --report or --report-json (the executable "
+                  "does not follow a plan yet)");
+  }
+  if (outputPath.empty() && !planning)
     return fail("no output given: -o EXE");
+  std::optional<PlanningInputs> planningInputs;
+  if (planning) {
+    if (forwardOnly)
+      return fail("--report plans a training iteration; it does not apply "
+                  "to --forward");
+    std::string error;
+    planningInputs = readPlanningInputs(error);
+    if (!planningInputs)
+      return fail(error);
+  }
 
   DialectRegistry registry;
   spillway::registerAllDialects(registry);
@@ -347,12 +655,20 @@ int main(int argc, char **argv) {
 
   if (!llvm::sys::fs::exists(inputPath))
     return fail("input '" + inputPath + "' does not exist");
-  if (llvm::sys::fs::exists(outputPath) &&
+  if (!outputPath.empty() && llvm::sys::fs::exists(outputPath) &&
       llvm::sys::fs::equivalent(inputPath, outputPath))
     return fail("-o '" + outputPath + "' would overwrite the input model");
 
   std::string error;
-  std::string weightsOut = weightsPathFor(outputPath);
+  // Report only (no -o): the importer's weights go to a temporary file.
+  llvm::SmallString<128> tempWeights;
+  if (outputPath.empty())
+    if (std::error_code ec = llvm::sys::fs::createTemporaryFile(
+            "spillway-report", "weights", tempWeights))
+      return fail("cannot create a temporary file: " + ec.message());
+  llvm::FileRemover removeTempWeights(tempWeights);
+  std::string weightsOut = outputPath.empty() ? std::string(tempWeights)
+                                              : weightsPathFor(outputPath);
   bool isONNX = hasExtension(inputPath, ".onnx") ||
                 hasExtension(inputPath, ".onnxtext");
   OwningOpRef<ModuleOp> module;
@@ -380,7 +696,8 @@ int main(int argc, char **argv) {
     module = parseSourceFile<ModuleOp>(inputPath, sourceMgr, &context);
     if (!module)
       return 1;
-    if (failed(copyWeightsOfMLIR(*module, inputPath, weightsOut, error)))
+    if (!outputPath.empty() &&
+        failed(copyWeightsOfMLIR(*module, inputPath, weightsOut, error)))
       return fail(error);
     if (forwardOnly)
       for (auto fn : module->getOps<func::FuncOp>())
@@ -414,6 +731,13 @@ int main(int argc, char **argv) {
     }
     if (failed(pm.run(*module)))
       return 1;
+  }
+
+  if (planningInputs) {
+    if (int rc = planAndReport(*module, *planningInputs))
+      return rc;
+    if (outputPath.empty())
+      return 0;
   }
 
   if (emit == EmitKind::MLIR) {

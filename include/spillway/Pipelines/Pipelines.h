@@ -31,6 +31,11 @@ void populateTrainingPipeline(mlir::OpPassManager &pm,
 void populateForwardPipeline(mlir::OpPassManager &pm,
                              const TrainingPipelineOptions &options);
 
+/// Annotates a training step for planning (train-partition-layers: the
+/// layer and phase of every op, the module's train.layers); attributes
+/// only. spillwayc --report runs it on a copy of the step.
+void populatePlanningPipeline(mlir::OpPassManager &pm);
+
 /// A training step -> LLVM dialect calls against the runtime's C ABI.
 void populateLowerToRuntimePipeline(mlir::OpPassManager &pm);
 

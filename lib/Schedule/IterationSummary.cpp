@@ -1,0 +1,256 @@
+//===- IterationSummary.cpp - the cost model's input, read from the IR ---===//
+//
+// docs/cost-model.md ("The iteration summary from the IR") is the
+// specification: per layer of train-partition-layers, the parameter,
+// gradient and optimizer bytes of the parameters it owns, the batch-derived
+// values its forward hands to later layers, and the FLOPs of its forward and
+// backward ops counted op by op.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spillway/Schedule/IterationSummary.h"
+
+#include "spillway/Dialect/Train/IR/TrainOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace spillway::train;
+using namespace spillway::schedule;
+
+namespace {
+double numel(Type t) {
+  auto rt = dyn_cast<RankedTensorType>(t);
+  return rt && rt.hasStaticShape() ? double(rt.getNumElements()) : 0;
+}
+double numel(Value v) { return numel(v.getType()); }
+
+/// Bytes of a static tensor (i1 as one byte).
+uint64_t bytesOf(Type t) {
+  auto rt = dyn_cast<RankedTensorType>(t);
+  if (!rt || !rt.hasStaticShape())
+    return 0;
+  unsigned bits = rt.getElementTypeBitWidth();
+  return uint64_t(rt.getNumElements()) * ((bits + 7) / 8);
+}
+
+/// 4·B·H·S·Skv·D for Q [B, H, S, D], K [B, Hkv, Skv, D]; causal halves it.
+double attentionFlops(Value q, Value k, bool causal) {
+  auto qt = cast<RankedTensorType>(q.getType());
+  auto kt = cast<RankedTensorType>(k.getType());
+  double f = 4 * numel(qt) * double(kt.getDimSize(kt.getRank() - 2));
+  return causal ? f / 2 : f;
+}
+} // namespace
+
+double spillway::schedule::opFlops(Operation *op) {
+  auto perElement = [&](double n) {
+    return op->getNumResults() ? n * numel(op->getResult(0)) : 0.0;
+  };
+  return llvm::TypeSwitch<Operation *, double>(op)
+      // Matrix products: 2 FLOPs per multiply-add, K the contracted size.
+      .Case([&](MatMulOp m) {
+        auto lhs = cast<RankedTensorType>(m.getLhs().getType());
+        return 2 * numel(m.getResult()) * double(lhs.getDimSize(lhs.getRank() - 1));
+      })
+      .Case([&](GemmOp g) {
+        auto a = cast<RankedTensorType>(g.getA().getType());
+        double k = double(a.getDimSize(g.getTransA() ? 0 : 1));
+        return 2 * numel(g.getResult()) * k +
+               (g.getC() ? numel(g.getResult()) : 0);
+      })
+      .Case([&](LinearOp l) {
+        auto in = cast<RankedTensorType>(l.getInput().getType());
+        return 2 * numel(l.getResult()) * double(in.getDimSize(in.getRank() - 1)) +
+               (l.getBias() ? numel(l.getResult()) : 0);
+      })
+      .Case([&](AttentionOp a) {
+        return attentionFlops(a.getQuery(), a.getKey(), a.getCausal());
+      })
+      // Recomputes Q K^T, then dV, dP, dQ, dK: five products to forward's two.
+      .Case([&](AttentionGradOp a) {
+        return 2.5 * attentionFlops(a.getQuery(), a.getKey(), a.getCausal());
+      })
+      // Elementwise arithmetic and comparisons: one per result element.
+      .Case<AddOp, SubOp, MulOp, DivOp, PowOp, EqualOp, LessOp, LessOrEqualOp,
+            GreaterOp, WhereOp, NegOp, ReluOp, ReluGradOp>(
+          [&](Operation *) { return perElement(1); })
+      // Transcendental activations and their gradients.
+      .Case<TanhOp, ExpOp, LogOp, SqrtOp, ReciprocalOp, ErfOp, SigmoidOp, CosOp,
+            SinOp, SiluOp, GeluOp, TanhGradOp, GeluGradOp, SiluGradOp>(
+          [&](Operation *) { return perElement(4); })
+      .Case<SoftmaxOp>([&](Operation *) { return perElement(5); })
+      .Case<SoftmaxGradOp>([&](Operation *) { return perElement(3); })
+      .Case<LayerNormOp>([&](Operation *) { return perElement(8); })
+      .Case([&](LayerNormGradOp g) { return 12 * numel(g->getResult(0)); })
+      .Case<RmsNormOp>([&](Operation *) { return perElement(5); })
+      .Case([&](RmsNormGradOp g) { return 8 * numel(g->getResult(0)); })
+      .Case<RopeOp, RopeGradOp>([&](Operation *) { return perElement(3); })
+      // Reductions: one per input element.
+      .Case<ReduceSumOp, ReduceMeanOp, ReduceMaxOp, SumToShapeOp>(
+          [&](Operation *o) { return numel(o->getOperand(0)); })
+      .Case([&](SoftmaxCrossEntropyLossOp l) { return 5 * numel(l->getOperand(0)); })
+      .Case([&](SoftmaxCrossEntropyLossGradOp g) {
+        return 3 * numel(g->getResult(0));
+      })
+      // Scatter-add: one per element of dy (its last operand).
+      .Case([&](GatherGradOp g) {
+        return numel(g->getOperand(g->getNumOperands() - 1));
+      })
+      // Shape ops, constants, casts, parameter reads, the optimizer: 0.
+      .Default([](Operation *) { return 0.0; });
+}
+
+std::optional<IterationSummary>
+spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
+                                       SummaryTotals *totals) {
+  auto layersAttr = module->getAttrOfType<ArrayAttr>("train.layers");
+  if (!layersAttr) {
+    error = "the module has no train.layers: run train-partition-layers first";
+    return std::nullopt;
+  }
+  IterationSummary s;
+  // The train dialect computes in f32 and keeps f32 parameters: they are
+  // their own master weights.
+  s.compute = Precision::FP32;
+  const size_t L = layersAttr.size();
+  s.layers.resize(L);
+
+  SummaryTotals t;
+  t.numLayers = L;
+  llvm::StringMap<ParamOp> params;
+  llvm::DenseSet<StringRef> owned;
+  for (ParamOp p : module.getOps<ParamOp>()) {
+    params[p.getSymName()] = p;
+    t.paramBytes += uint64_t(p.getNumBytes());
+    t.numParams += uint64_t(p.getTensorType().getNumElements());
+  }
+
+  for (auto [i, entry] : llvm::enumerate(layersAttr)) {
+    auto dict = dyn_cast<DictionaryAttr>(entry);
+    auto name = dict ? dict.getAs<StringAttr>("name") : StringAttr();
+    auto ps = dict ? dict.getAs<ArrayAttr>("params") : ArrayAttr();
+    if (!name || !ps) {
+      error = "train.layers[" + std::to_string(i) +
+              "] is not {name, params, ...}";
+      return std::nullopt;
+    }
+    LayerCost &l = s.layers[i];
+    l.name = name.str();
+    for (Attribute a : ps) {
+      auto ref = dyn_cast<FlatSymbolRefAttr>(a);
+      auto it = ref ? params.find(ref.getValue()) : params.end();
+      if (it == params.end()) {
+        error = "train.layers[" + std::to_string(i) +
+                "] names a parameter the module does not declare";
+        return std::nullopt;
+      }
+      // Owned once: a tied weight is listed by its owner only.
+      if (!owned.insert(it->first()).second) {
+        error = "parameter @" + it->first().str() + " is owned by two layers";
+        return std::nullopt;
+      }
+      ParamOp p = it->second;
+      uint64_t bytes = uint64_t(p.getNumBytes());
+      uint64_t n = uint64_t(p.getTensorType().getNumElements());
+      l.paramBytes += bytes;
+      l.gradBytes += bytes;        // the f32 gradient accumulator
+      l.optimizerBytes += 2 * 4 * n; // AdamW m and v, f32
+      l.numParams += n;
+    }
+  }
+  for (auto &[name, p] : params)
+    if (!owned.count(name))
+      t.unreadParamBytes += uint64_t(p.getNumBytes());
+
+  // The step: the one function the partition annotated.
+  func::FuncOp step;
+  for (auto fn : module.getOps<func::FuncOp>()) {
+    bool annotated = false;
+    fn.walk([&](Operation *op) {
+      annotated |= op->hasAttr("train.layer");
+    });
+    if (annotated) {
+      step = fn;
+      break;
+    }
+  }
+  if (!step) {
+    error = "no function has train.layer annotations: run "
+            "train-partition-layers first";
+    return std::nullopt;
+  }
+  Block &body = step.getBody().front();
+
+  // The batch: the leading dimension every argument shares.
+  for (BlockArgument arg : body.getArguments()) {
+    auto rt = dyn_cast<RankedTensorType>(arg.getType());
+    if (!rt || rt.getRank() == 0 || rt.isDynamicDim(0)) {
+      s.batchSize = 0;
+      break;
+    }
+    if (s.batchSize == 0 && arg.getArgNumber() == 0)
+      s.batchSize = uint64_t(rt.getDimSize(0));
+    else if (s.batchSize != uint64_t(rt.getDimSize(0))) {
+      s.batchSize = 0;
+      break;
+    }
+  }
+
+  // Layer and phase of every op; values computed from the batch.
+  llvm::DenseMap<Operation *, int64_t> layerOf;
+  llvm::DenseSet<Value> fromBatch;
+  for (BlockArgument arg : body.getArguments())
+    fromBatch.insert(arg);
+  for (Operation &op : body.without_terminator()) {
+    auto layer = op.getAttrOfType<IntegerAttr>("train.layer");
+    auto phase = op.getAttrOfType<StringAttr>("train.phase");
+    if (!layer || !phase || layer.getInt() < 0 ||
+        layer.getInt() >= int64_t(L)) {
+      error = "an op of the step ('" + op.getName().getStringRef().str() +
+              "') has no valid train.layer / train.phase";
+      return std::nullopt;
+    }
+    int64_t l = layer.getInt();
+    layerOf[&op] = l;
+    double f = opFlops(&op);
+    if (phase.getValue() == "fwd") {
+      s.layers[l].forwardFlops += f;
+      if (llvm::any_of(op.getOperands(),
+                       [&](Value v) { return fromBatch.count(v); }))
+        for (Value r : op.getResults())
+          fromBatch.insert(r);
+    } else if (phase.getValue() == "bwd") {
+      s.layers[l].backwardFlops += f;
+    }
+  }
+  // Boundary activations: a batch-derived forward value read by a later
+  // layer (forward or backward), counted once at the layer producing it.
+  // Working bytes: every batch-derived forward value of the layer, which
+  // recompute rematerializes for its backward.
+  for (Operation &op : body.without_terminator()) {
+    if (op.getAttrOfType<StringAttr>("train.phase").getValue() != "fwd")
+      continue;
+    int64_t l = layerOf[&op];
+    for (Value r : op.getResults()) {
+      if (!fromBatch.count(r))
+        continue;
+      s.layers[l].workingBytes += bytesOf(r.getType());
+      bool crosses = llvm::any_of(r.getUsers(), [&](Operation *u) {
+        auto it = layerOf.find(u);
+        return it != layerOf.end() && it->second > l;
+      });
+      if (crosses)
+        s.layers[l].activationBytes += bytesOf(r.getType());
+    }
+  }
+  for (LayerCost &l : s.layers)
+    l.recomputeFlops = l.forwardFlops;
+  if (totals)
+    *totals = t;
+  return s;
+}

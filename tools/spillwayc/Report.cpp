@@ -1,0 +1,138 @@
+//===- Report.cpp - spillwayc --report: the planned iteration as text/JSON -===//
+
+#include "Report.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+
+#include <cmath>
+
+using namespace spillway::schedule;
+
+namespace {
+int64_t roundBytes(double b) { return int64_t(std::llround(b)); }
+
+void printEstimate(const char *label, const CostEstimate &e,
+                   llvm::raw_ostream &os) {
+  os << label << e.candidate.str() << "\n";
+  if (!e.valid) {
+    os << "  invalid: " << e.invalidReason << "\n";
+    return;
+  }
+  os << llvm::formatv("  predicted iteration: {0:e3} s, bound: {1}\n",
+                      e.iterationSec, boundName(e.bound));
+  os << llvm::formatv("  time per resource: compute {0:e3} s, pcie {1:e3} s, "
+                      "ssd {2:e3} s, cpu_optimizer {3:e3} s, exposed "
+                      "optimizer {4:e3} s ({5} optimizer)\n",
+                      e.computeSec, e.pcieSec, e.ssdSec, e.cpuOptimizerSec,
+                      e.exposedOptimizerSec, e.optimizerOnGPU ? "gpu" : "cpu");
+  os << "  bytes per iteration: ssd_read " << roundBytes(e.bytes.ssdRead)
+     << ", ssd_write " << roundBytes(e.bytes.ssdWrite) << ", h2d "
+     << roundBytes(e.bytes.h2d) << ", d2h " << roundBytes(e.bytes.d2h) << "\n";
+  os << "  peak bytes: gpu " << e.peakBytes[int(Tier::GPU)] << ", host "
+     << e.peakBytes[int(Tier::Host)] << ", ssd " << e.peakBytes[int(Tier::SSD)]
+     << (e.fits ? " (fits)" : " (over budget)") << "\n";
+}
+
+llvm::json::Value budgetValue(uint64_t b, bool unlimited) {
+  if (unlimited)
+    return nullptr;
+  return int64_t(b);
+}
+} // namespace
+
+void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
+  const IterationSummary &s = r.summary;
+  os << "spillwayc report: " << r.model << ", profile '" << r.profile.name
+     << "' (" << r.profile.backend << " backend, " << r.profilePath << ")\n";
+  os << "  planning only: the executable does not follow this plan yet (it "
+        "keeps every tensor resident)\n";
+  os << "model: " << s.layers.size() << " layers, " << r.totals.numParams
+     << " parameters, " << r.totals.paramBytes << " parameter bytes";
+  if (r.totals.unreadParamBytes)
+    os << " (" << r.totals.unreadParamBytes << " of them never read)";
+  os << ", batch " << s.batchSize << ", "
+     << (s.compute == Precision::FP32 ? "fp32" : "bf16")
+     << " (parameters are their own master weights)\n";
+  os << "layer: name params grads optimizer master activations working "
+        "fwd_flops bwd_flops recompute_flops\n";
+  for (auto [i, l] : llvm::enumerate(s.layers))
+    os << llvm::formatv("  {0}: {1} {2} {3} {4} {5} {6} {7} {8:e4} {9:e4} "
+                        "{10:e4}\n",
+                        i, l.name, l.paramBytes, l.gradBytes, l.optimizerBytes,
+                        l.masterBytes, l.activationBytes, l.workingBytes,
+                        l.forwardFlops, l.backwardFlops, l.recomputeFlops);
+  os << "budgets: gpu " << r.budgets.gpuBytes << ", host "
+     << r.budgets.hostBytes << ", ssd ";
+  if (r.ssdUnlimited)
+    os << "unlimited";
+  else
+    os << r.budgets.ssdBytes;
+  os << " (" << r.profile.ssds.size() << " SSD"
+     << (r.profile.ssds.size() == 1 ? "" : "s") << " in the profile); "
+     << r.choice.candidatesTried << " candidates\n";
+  printEstimate("chosen:   ", r.choice.best, os);
+  if (r.choice.baseline) {
+    printEstimate("baseline: ", *r.choice.baseline, os);
+    if (r.choice.best.valid && r.choice.best.iterationSec > 0)
+      os << llvm::formatv("speedup over the baseline: {0:f2}x\n",
+                          r.choice.baseline->iterationSec /
+                              r.choice.best.iterationSec);
+  }
+}
+
+std::string spillwayc::reportToJSON(const PlanReport &r) {
+  namespace json = llvm::json;
+  auto parsed = [](const CostEstimate &e) -> json::Value {
+    llvm::Expected<json::Value> v = json::parse(estimateToJSON(e));
+    if (!v) {
+      llvm::consumeError(v.takeError());
+      return nullptr;
+    }
+    return std::move(*v);
+  };
+  json::Array layers;
+  for (const LayerCost &l : r.summary.layers)
+    layers.push_back(json::Object{
+        {"name", l.name},
+        {"param_bytes", int64_t(l.paramBytes)},
+        {"grad_bytes", int64_t(l.gradBytes)},
+        {"optimizer_bytes", int64_t(l.optimizerBytes)},
+        {"master_bytes", int64_t(l.masterBytes)},
+        {"num_params", int64_t(l.numParams)},
+        {"activation_bytes", int64_t(l.activationBytes)},
+        {"working_bytes", int64_t(l.workingBytes)},
+        {"forward_flops", l.forwardFlops},
+        {"backward_flops", l.backwardFlops},
+        {"recompute_flops", l.recomputeFlops},
+    });
+  json::Object o{
+      {"schema", "spillway-report-1"},
+      {"model", r.model},
+      {"profile", json::Object{{"name", r.profile.name},
+                               {"path", r.profilePath},
+                               {"backend", r.profile.backend}}},
+      {"planning_only", true},
+      {"summary",
+       json::Object{{"batch", int64_t(r.summary.batchSize)},
+                    {"compute", r.summary.compute == Precision::FP32 ? "fp32"
+                                                                     : "bf16"},
+                    {"param_bytes", int64_t(r.totals.paramBytes)},
+                    {"unread_param_bytes", int64_t(r.totals.unreadParamBytes)},
+                    {"num_params", int64_t(r.totals.numParams)},
+                    {"layers", std::move(layers)}}},
+      {"budgets",
+       json::Object{{"gpu", budgetValue(r.budgets.gpuBytes, false)},
+                    {"host", budgetValue(r.budgets.hostBytes, false)},
+                    {"ssd", budgetValue(r.budgets.ssdBytes, r.ssdUnlimited)}}},
+      {"candidates_tried", int64_t(r.choice.candidatesTried)},
+      {"chosen", parsed(r.choice.best)},
+      {"baseline", r.choice.baseline ? parsed(*r.choice.baseline)
+                                     : json::Value(nullptr)},
+  };
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << llvm::formatv("{0:2}", json::Value(std::move(o))) << "\n";
+  return out;
+}

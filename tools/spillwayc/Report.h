@@ -1,0 +1,33 @@
+//===- Report.h - spillwayc --report: the planned iteration as text/JSON --===//
+#ifndef SPILLWAYC_REPORT_H
+#define SPILLWAYC_REPORT_H
+
+#include "spillway/Schedule/CostModel.h"
+#include "spillway/Schedule/IterationSummary.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+
+namespace spillwayc {
+
+/// Everything the report shows.
+struct PlanReport {
+  std::string model;   ///< the input file
+  std::string profilePath;
+  spillway::schedule::HardwareProfile profile;
+  spillway::schedule::IterationSummary summary;
+  spillway::schedule::SummaryTotals totals;
+  spillway::schedule::Budgets budgets;
+  bool ssdUnlimited = false; ///< no SSD budget: the profile's SSDs hold anything
+  spillway::schedule::Choice choice;
+};
+
+/// The human-readable report (stdout of --report).
+void printReport(const PlanReport &r, llvm::raw_ostream &os);
+/// The same as JSON (--report-json): `chosen` and `baseline` as
+/// estimateToJSON writes them, plus the summary, budgets and profile.
+std::string reportToJSON(const PlanReport &r);
+
+} // namespace spillwayc
+
+#endif
