@@ -1,0 +1,191 @@
+//===- IterationSummaryTest.cpp - the cost model's input read from the IR -===//
+//
+// docs/cost-model.md ("The iteration summary from the IR") states the
+// rules; the expected numbers are worked out by hand beside them. The steps
+// go through autodiff, CSE, AdamW and train-partition-layers as spillwayc
+// --report runs them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spillway/Schedule/IterationSummary.h"
+
+#include "spillway/Dialect/Train/IR/TrainDialect.h"
+#include "spillway/Dialect/Train/IR/TrainOps.h"
+#include "spillway/Dialect/Train/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
+
+#include <gtest/gtest.h>
+
+using namespace mlir;
+using namespace spillway::schedule;
+
+namespace {
+struct SummaryTest : ::testing::Test {
+  MLIRContext context;
+  SummaryTest() {
+    context.loadDialect<spillway::train::TrainDialect, func::FuncDialect>();
+  }
+  OwningOpRef<ModuleOp> parse(const char *text) {
+    return parseSourceString<ModuleOp>(text, &context);
+  }
+  /// The training step, partitioned: spillwayc's pipeline without fusion.
+  OwningOpRef<ModuleOp> step(const char *text) {
+    OwningOpRef<ModuleOp> m = parse(text);
+    if (!m)
+      return nullptr;
+    PassManager pm(&context);
+    pm.addPass(spillway::train::createTrainAutodiffPass());
+    pm.addPass(createCSEPass());
+    pm.addPass(spillway::train::createTrainAttachOptimizerPass());
+    pm.addPass(spillway::train::createTrainPartitionLayersPass());
+    if (failed(pm.run(*m)))
+      return nullptr;
+    return m;
+  }
+};
+
+// test/tools/Inputs/two-layer.mlir, also checked through spillwayc there.
+const char *kTwoLayer = R"mlir(
+module {
+  train.param @"blocks.0.fc.weight" : tensor<8x16xf32> at 0
+  train.param @"blocks.0.fc.bias" : tensor<16xf32> at 512
+  train.param @"blocks.1.fc.weight" : tensor<16x4xf32> at 576
+  train.param @"blocks.1.fc.bias" : tensor<4xf32> at 832
+  func.func @step(%x: tensor<4x8xf32>, %labels: tensor<4xi64>) -> tensor<f32> {
+    %w0 = train.param_value @"blocks.0.fc.weight" : tensor<8x16xf32>
+    %b0 = train.param_value @"blocks.0.fc.bias" : tensor<16xf32>
+    %w1 = train.param_value @"blocks.1.fc.weight" : tensor<16x4xf32>
+    %b1 = train.param_value @"blocks.1.fc.bias" : tensor<4xf32>
+    %y0 = train.linear %x, %w0, %b0 : tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32> -> tensor<4x16xf32>
+    %r0 = train.relu %y0 : tensor<4x16xf32>
+    %y1 = train.linear %r0, %w1, %b1 : tensor<4x16xf32>, tensor<16x4xf32>, tensor<4xf32> -> tensor<4x4xf32>
+    %l = train.softmax_cross_entropy_loss %y1, %labels : tensor<4x4xf32>, tensor<4xi64>
+    return %l : tensor<f32>
+  }
+}
+)mlir";
+
+TEST_F(SummaryTest, TwoLayersByHand) {
+  auto m = step(kTwoLayer);
+  ASSERT_TRUE(m);
+  std::string error;
+  SummaryTotals totals;
+  auto s = summarizeIteration(*m, error, &totals);
+  ASSERT_TRUE(s) << error;
+  EXPECT_EQ(s->compute, Precision::FP32);
+  EXPECT_EQ(s->batchSize, 4u);
+  ASSERT_EQ(s->layers.size(), 2u);
+  const LayerCost &a = s->layers[0], &b = s->layers[1];
+  EXPECT_EQ(a.name, "blocks.0");
+  // 8x16 + 16 = 144 f32 parameters.
+  EXPECT_EQ(a.numParams, 144u);
+  EXPECT_EQ(a.paramBytes, 576u);
+  EXPECT_EQ(a.gradBytes, 576u);
+  EXPECT_EQ(a.optimizerBytes, 1152u); // m and v
+  EXPECT_EQ(a.masterBytes, 0u);       // f32: the parameters are the master
+  // The relu's 4x16 f32 result is read by blocks.1; the linear's only by
+  // the relu and relu_grad of blocks.0.
+  EXPECT_EQ(a.activationBytes, 256u);
+  EXPECT_EQ(a.workingBytes, 512u);
+  // linear 2*4*16*8 + 4*16, relu 64.
+  EXPECT_EQ(a.forwardFlops, 1152);
+  // relu_grad 64, dW = x^T dy 2*8*16*4, db 64 (no dx: x is an input).
+  EXPECT_EQ(a.backwardFlops, 1152);
+  EXPECT_EQ(a.recomputeFlops, a.forwardFlops);
+  EXPECT_EQ(b.name, "blocks.1");
+  EXPECT_EQ(b.paramBytes, 272u);
+  EXPECT_EQ(b.optimizerBytes, 544u);
+  EXPECT_EQ(b.activationBytes, 0u);
+  EXPECT_EQ(b.workingBytes, 64u + 4u); // logits and the loss
+  // linear 2*4*4*16 + 16, loss 5*16.
+  EXPECT_EQ(b.forwardFlops, 608);
+  // loss grad 3*16, dx 2*4*16*4, dW 2*16*4*4, db 16.
+  EXPECT_EQ(b.backwardFlops, 1088);
+  EXPECT_EQ(totals.paramBytes, 848u);
+  EXPECT_EQ(totals.unreadParamBytes, 0u);
+  EXPECT_EQ(totals.numParams, 212u);
+}
+
+// A weight tied to the head: owned by the embedding's layer and counted
+// once; the transpose the head reads is parameter-only, not an activation.
+TEST_F(SummaryTest, TiedWeightCountedOnce) {
+  auto m = step(R"mlir(
+module {
+  train.param @wte : tensor<10x4xf32> at 0
+  train.param @"ln.scale" : tensor<4xf32> at 160
+  train.param @"ln.bias" : tensor<4xf32> at 176
+  train.param @unused : tensor<3xf32> at 192
+  func.func @tied(%ids: tensor<6xi64>, %labels: tensor<6xi64>) -> tensor<f32> {
+    %e = train.param_value @wte : tensor<10x4xf32>
+    %s = train.param_value @"ln.scale" : tensor<4xf32>
+    %b = train.param_value @"ln.bias" : tensor<4xf32>
+    %x = train.gather %e, %ids : tensor<10x4xf32>, tensor<6xi64> -> tensor<6x4xf32>
+    %t = train.tanh %x : tensor<6x4xf32>
+    %n = train.layer_norm %t, %s, %b : tensor<6x4xf32>, tensor<4xf32>, tensor<4xf32>
+    %et = train.transpose %e, [1, 0] : tensor<10x4xf32> -> tensor<4x10xf32>
+    %logits = train.matmul %n, %et : tensor<6x4xf32>, tensor<4x10xf32> -> tensor<6x10xf32>
+    %l = train.softmax_cross_entropy_loss %logits, %labels : tensor<6x10xf32>, tensor<6xi64>
+    return %l : tensor<f32>
+  }
+}
+)mlir");
+  ASSERT_TRUE(m);
+  std::string error;
+  SummaryTotals totals;
+  auto s = summarizeIteration(*m, error, &totals);
+  ASSERT_TRUE(s) << error;
+  ASSERT_EQ(s->layers.size(), 2u);
+  EXPECT_EQ(s->batchSize, 6u);
+  EXPECT_EQ(s->layers[0].paramBytes, 160u); // wte, once
+  EXPECT_EQ(s->layers[1].paramBytes, 32u);  // ln only; it uses wte
+  EXPECT_EQ(totals.paramBytes, 204u);
+  EXPECT_EQ(totals.unreadParamBytes, 12u);
+  // The tanh's 6x4 result crosses to the norm; the transpose of wte does not
+  // count (parameter-only).
+  EXPECT_EQ(s->layers[0].activationBytes, 96u);
+  EXPECT_EQ(s->layers[1].activationBytes, 0u);
+  // gather 0, tanh 4*24.
+  EXPECT_EQ(s->layers[0].forwardFlops, 96);
+  // layer_norm 8*24, matmul 2*60*4, loss 5*60.
+  EXPECT_EQ(s->layers[1].forwardFlops, 192 + 480 + 300);
+}
+
+TEST_F(SummaryTest, AttentionFlops) {
+  auto m = parse(R"mlir(
+module {
+  func.func @f(%q: tensor<2x4x8x16xf32>, %k: tensor<2x2x8x16xf32>, %v: tensor<2x2x8x16xf32>, %dy: tensor<2x4x8x16xf32>) {
+    %a = train.attention %q, %k, %v {scale = 0.25 : f64} : tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>
+    %b = train.attention %q, %k, %v {scale = 0.25 : f64, causal = false} : tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>
+    %dq, %dk, %dv = train.attention_grad %q, %k, %v, %dy {scale = 0.25 : f64} : tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>
+    return
+  }
+}
+)mlir");
+  ASSERT_TRUE(m);
+  std::vector<double> flops;
+  m->walk([&](Operation *op) {
+    if (op->getDialect() &&
+        op->getDialect()->getNamespace() == "train")
+      flops.push_back(opFlops(op));
+  });
+  ASSERT_EQ(flops.size(), 3u);
+  // 4 * B 2 * H 4 * S 8 * S 8 * D 16 = 32768; causal half.
+  EXPECT_EQ(flops[0], 16384);
+  EXPECT_EQ(flops[1], 32768);
+  EXPECT_EQ(flops[2], 2.5 * 16384);
+}
+
+TEST_F(SummaryTest, UnpartitionedIsAnError) {
+  auto m = parse(kTwoLayer);
+  ASSERT_TRUE(m);
+  std::string error;
+  EXPECT_FALSE(summarizeIteration(*m, error));
+  EXPECT_NE(error.find("run train-partition-layers first"), std::string::npos)
+      << error;
+}
+} // namespace
