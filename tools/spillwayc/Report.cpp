@@ -72,10 +72,14 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
   os << " (" << r.profile.ssds.size() << " SSD"
      << (r.profile.ssds.size() == 1 ? "" : "s") << " in the profile); "
      << r.choice.candidatesTried << " candidates\n";
+  if (r.choice.best.valid && !r.choice.best.fits)
+    os << "over budget: no candidate fits; shown are the ones needing the "
+          "least extra memory\n";
   printEstimate("chosen:   ", r.choice.best, os);
   if (r.choice.baseline) {
     printEstimate("baseline: ", *r.choice.baseline, os);
-    if (r.choice.best.valid && r.choice.best.iterationSec > 0)
+    if (r.choice.best.valid && r.choice.best.fits &&
+        r.choice.best.iterationSec > 0)
       os << llvm::formatv("speedup over the baseline: {0:f2}x\n",
                           r.choice.baseline->iterationSec /
                               r.choice.best.iterationSec);
