@@ -69,9 +69,12 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
     os << "unlimited";
   else
     os << r.budgets.ssdBytes;
-  os << " (" << r.profile.ssds.size() << " SSD"
-     << (r.profile.ssds.size() == 1 ? "" : "s") << " in the profile); "
-     << r.choice.candidatesTried << " candidates\n";
+  os << " (SSDs:";
+  for (const SSDProfile &d : r.profile.ssds)
+    os << " " << d.path;
+  if (r.profile.ssds.empty())
+    os << " none";
+  os << "); " << r.choice.candidatesTried << " candidates\n";
   if (r.choice.best.valid && !r.choice.best.fits)
     os << "over budget: no candidate fits; shown are the ones needing the "
           "least extra memory\n";
@@ -128,6 +131,12 @@ std::string spillwayc::reportToJSON(const PlanReport &r) {
                     {"layers", std::move(layers)}}},
       {"budgets",
        json::Object{{"gpu", budgetValue(r.budgets.gpuBytes, false)},
+                    {"ssd_paths", [&] {
+                       json::Array a;
+                       for (const SSDProfile &d : r.profile.ssds)
+                         a.push_back(d.path);
+                       return a;
+                     }()},
                     {"host", budgetValue(r.budgets.hostBytes, false)},
                     {"ssd", budgetValue(r.budgets.ssdBytes, r.ssdUnlimited)}}},
       {"candidates_tried", int64_t(r.choice.candidatesTried)},
