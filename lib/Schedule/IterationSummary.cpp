@@ -109,6 +109,10 @@ std::optional<IterationSummary>
 spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
                                        SummaryTotals *totals) {
   auto layersAttr = module->getAttrOfType<ArrayAttr>("train.layers");
+  if (!layersAttr && module.getOps<ParamOp>().empty()) {
+    error = "the model has no parameters: there is nothing to plan";
+    return std::nullopt;
+  }
   if (!layersAttr) {
     error = "the module has no train.layers: run train-partition-layers first";
     return std::nullopt;
