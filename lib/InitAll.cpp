@@ -8,6 +8,7 @@
 #include "mlir/Transforms/Passes.h"
 #include "spillway/Conversion/Passes.h"
 #include "spillway/Dialect/Sched/IR/SchedOps.h"
+#include "spillway/Dialect/Sched/Transforms/Passes.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
 #include "spillway/Dialect/Train/Transforms/Passes.h"
 
@@ -18,6 +19,7 @@ void spillway::registerAllDialects(mlir::DialectRegistry &registry) {
 
 void spillway::registerAllPasses() {
   train::registerTrainPasses();
+  sched::registerSchedPasses();
   registerConversionPasses();
   // Upstream passes worth running between Spillway's stages by hand (the
   // training pipeline uses CSE).

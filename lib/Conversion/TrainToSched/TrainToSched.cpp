@@ -212,7 +212,7 @@ LogicalResult ConvertTrainToSchedPass::convert(func::FuncOp step) {
       });
     }
   }
-  sched::YieldOp::create(ib, step.getLoc(), ret->getOperands());
+  sched::YieldOp::create(ib, ret->getLoc(), ret->getOperands());
   ret->setOperands(iteration.getResults());
   return success();
 }

@@ -1,0 +1,90 @@
+//===- Passes.td - sched dialect passes --------------------*- tablegen -*-===//
+
+#ifndef SPILLWAY_DIALECT_SCHED_TRANSFORMS_PASSES_TD
+#define SPILLWAY_DIALECT_SCHED_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def SchedMicrobatchPass : Pass<"sched-microbatch", "mlir::ModuleOp"> {
+  let summary = "Split the batch of every sched.iteration into M micro-batches";
+  let description = [{
+    Runs on each `sched.iteration` with one micro-batch (after
+    `convert-train-to-sched`). Every iteration input is a batch input: its
+    leading dimension is the batch and must divide by `microbatches`, else the pass
+    fails naming the input (its `train.name`, else its position) and M.
+    Produces:
+    - `sched.slice %in [m of M]` of every input, m = 0 .. M-1;
+    - each `fwd` and `bwd` task replicated M times, replica m marked
+      `mb(m)`, reading slice m of the inputs and replica m of the tasks it
+      read before; the types inside are re-derived for the smaller batch
+      (ops with inferred types infer them again; the others, such as
+      `reshape`, `broadcast_to`, `slice`, `attention`, keep the batch as
+      their leading dimension: a result shaped like a batched operand, or
+      the result of a shape op on one, gets its leading dimension divided
+      by M). A task whose ops do not verify at the smaller batch (a constant
+      shaped by the batch, a reshape that moves the batch out of the
+      leading dimension) fails the pass;
+    - what the `opt` tasks and the iteration's results read from replicated
+      tasks: `sched.accumulate mean` of the M replicas where the value
+      depends on the batch inputs (the gradients, the loss), replica 0's
+      where it does not (it is the same in every replica);
+    - the `opt` tasks once; the iteration's `microbatches = M`.
+    The tasks come out in task-major order (all micro-batches of a task, in
+    order m = 0 .. M-1, before the next task); `sched-order` chooses the
+    real order.
+
+    Why `mean` is exact: the loss must be a mean over the batch (the
+    returned value computed by `train.softmax_cross_entropy_loss` with
+    `reduction = "mean"` or by `train.reduce_mean`; anything else fails
+    the pass, because averaging would change it). With N loss terms in the
+    batch and n = N/M per micro-batch, the full loss is
+    (1/N) sum_i l_i = (1/M) sum_m [(1/n) sum_{i in m} l_i] = mean_m(loss_m),
+    and by linearity its gradient is mean_m(grad_m), where each replica's
+    backward seeds its own micro-batch mean with 1 as before. In exact
+    arithmetic this is the full-batch gradient; in floating point the sums
+    are grouped differently (per micro-batch, then across), so it agrees
+    within rounding, not bit for bit. With an `ignore_index`, the mean is
+    over the labels not ignored, and the identity needs every micro-batch
+    to hold the same number of them (true when no label is ignored, as in
+    language-model training without padding).
+  }];
+  let options = [
+    Option<"microbatches", "microbatches", "int64_t", /*default=*/"1",
+           "Number of micro-batches M (must divide every input's leading dimension)">
+  ];
+  let dependentDialects = ["spillway::sched::SchedDialect"];
+}
+
+def SchedOrderPass : Pass<"sched-order", "mlir::ModuleOp"> {
+  let summary = "Order the tasks of every sched.iteration: horizontal or snake";
+  let description = [{
+    Reorders the tasks of each `sched.iteration` (L layers, M micro-batches;
+    a task without `mb` counts as micro-batch 0):
+    - `horizontal` (ZeRO-Infinity): for each micro-batch m = 0 .. M-1, its
+      forward through layers 0 .. L-1, then its backward through
+      L-1 .. 0. Layer visits `0 1 .. L-1 L-1 .. 1 0` per micro-batch.
+    - `snake` (GreedySnake): all M micro-batches of a layer before the next
+      layer, forward 0 .. L-1 then backward L-1 .. 0, the micro-batch
+      direction alternating at every layer visit (0 .. M-1, then
+      M-1 .. 0, ...), across the turn from forward to backward too, so the
+      last micro-batch of one visit is the first of the next: each layer is
+      visited once per pass, the last one once in all.
+    The `opt` tasks follow the last backward task, layers 0 .. L-1.
+    `sched.slice` and `sched.accumulate` ops move to just before their
+    first user, and each `sched.accumulate` lists its operands in the order
+    their tasks now run (the order the runtime can add them in as they
+    arrive). The order is checked before anything moves: a task must run
+    after the tasks whose results it reads, and every parameter read
+    (`train.param_value`) before that parameter's update (`train.adamw`);
+    a violation fails the pass naming both tasks. Sets the iteration's
+    `order` attribute. Reordering changes which layer's weights are loaded
+    when (what `docs/cost-model.md` counts), never what is computed.
+  }];
+  let options = [
+    Option<"order", "order", "std::string", /*default=*/"\"horizontal\"",
+           "horizontal | snake">
+  ];
+  let dependentDialects = ["spillway::sched::SchedDialect"];
+}
+
+#endif

@@ -1,0 +1,203 @@
+//===- Order.cpp - order the tasks of an iteration ------------------------===//
+//
+// Horizontal (per micro-batch: forward through every layer, then backward)
+// or snake (per layer: every micro-batch, direction alternating). The new
+// order is checked against the dataflow and the parameter updates before
+// anything moves. The rules are in Passes.td.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spillway/Dialect/Sched/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "spillway/Dialect/Sched/IR/SchedOps.h"
+#include "spillway/Dialect/Train/IR/TrainOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringMap.h"
+
+namespace spillway::sched {
+#define GEN_PASS_DEF_SCHEDORDERPASS
+#include "spillway/Dialect/Sched/Transforms/Passes.h.inc"
+} // namespace spillway::sched
+
+using namespace mlir;
+using namespace spillway;
+using namespace spillway::sched;
+
+namespace {
+
+struct SchedOrderPass : sched::impl::SchedOrderPassBase<SchedOrderPass> {
+  using SchedOrderPassBase::SchedOrderPassBase;
+  void runOnOperation() override;
+  LogicalResult reorder(IterationOp iteration);
+};
+
+int64_t mbOf(TaskOp t) { return t.getMb() ? static_cast<int64_t>(*t.getMb()) : 0; }
+
+std::string describe(TaskOp t) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << stringifyPhase(t.getPhase()) << " layer(" << t.getLayer() << ")";
+  if (t.getMb())
+    os << " mb(" << *t.getMb() << ")";
+  return s;
+}
+
+/// The tasks in the chosen order.
+SmallVector<TaskOp> chooseOrder(ArrayRef<TaskOp> tasks, bool snake,
+                                int64_t count) {
+  SmallVector<int64_t> fwdLayers, bwdLayers, optLayers;
+  std::map<std::tuple<int, int64_t, int64_t>, SmallVector<TaskOp>> byKey;
+  for (TaskOp t : tasks) {
+    int phase = static_cast<int>(t.getPhase());
+    byKey[{phase, t.getLayer(), t.getPhase() == Phase::opt ? 0 : mbOf(t)}]
+        .push_back(t);
+    auto &layers = t.getPhase() == Phase::fwd   ? fwdLayers
+                   : t.getPhase() == Phase::bwd ? bwdLayers
+                                                : optLayers;
+    if (!llvm::is_contained(layers, (int64_t)t.getLayer()))
+      layers.push_back(t.getLayer());
+  }
+  llvm::sort(fwdLayers);
+  llvm::sort(bwdLayers, std::greater<int64_t>());
+  llvm::sort(optLayers);
+
+  SmallVector<TaskOp> order;
+  auto emit = [&](Phase p, int64_t layer, int64_t mb) {
+    auto it = byKey.find({static_cast<int>(p), layer, mb});
+    if (it != byKey.end())
+      order.append(it->second.begin(), it->second.end());
+  };
+  if (snake) {
+    // Visits fwd 0..L-1 then bwd L-1..0; the direction flips at each.
+    int64_t visit = 0;
+    auto pass = [&](Phase p, ArrayRef<int64_t> layers) {
+      for (int64_t layer : layers) {
+        for (int64_t k = 0; k < count; ++k)
+          emit(p, layer, visit % 2 == 0 ? k : count - 1 - k);
+        ++visit;
+      }
+    };
+    pass(Phase::fwd, fwdLayers);
+    pass(Phase::bwd, bwdLayers);
+  } else {
+    for (int64_t k = 0; k < count; ++k) {
+      for (int64_t layer : fwdLayers)
+        emit(Phase::fwd, layer, k);
+      for (int64_t layer : bwdLayers)
+        emit(Phase::bwd, layer, k);
+    }
+  }
+  for (int64_t layer : optLayers)
+    emit(Phase::opt, layer, 0);
+  return order;
+}
+
+} // namespace
+
+void SchedOrderPass::runOnOperation() {
+  if (order != "horizontal" && order != "snake") {
+    getOperation().emitError("sched-order: order must be horizontal or "
+                             "snake, got '")
+        << order << "'";
+    return signalPassFailure();
+  }
+  SmallVector<IterationOp> iterations;
+  getOperation().walk([&](IterationOp it) { iterations.push_back(it); });
+  for (IterationOp it : iterations)
+    if (failed(reorder(it)))
+      return signalPassFailure();
+}
+
+LogicalResult SchedOrderPass::reorder(IterationOp iteration) {
+  Block &block = iteration.getBlock();
+  SmallVector<TaskOp> tasks(block.getOps<TaskOp>());
+  SmallVector<TaskOp> sequence =
+      chooseOrder(tasks, order == "snake", iteration.getMicrobatches());
+  assert(sequence.size() == tasks.size() && "every task placed once");
+
+  // The task whose result (possibly through slices and accumulates) `v` is.
+  llvm::DenseMap<Operation *, size_t> position;
+  for (auto [i, t] : llvm::enumerate(sequence))
+    position[t] = i;
+  std::function<void(Value, SmallVectorImpl<TaskOp> &)> producers =
+      [&](Value v, SmallVectorImpl<TaskOp> &out) {
+        Operation *def = v.getDefiningOp();
+        if (!def)
+          return;
+        if (auto t = dyn_cast<TaskOp>(def))
+          return out.push_back(t);
+        for (Value x : def->getOperands())
+          producers(x, out);
+      };
+
+  // Dataflow: a task after every task it reads.
+  for (TaskOp t : sequence)
+    for (Value v : t.getInputs()) {
+      SmallVector<TaskOp> from;
+      producers(v, from);
+      for (TaskOp p : from)
+        if (position[p] > position[t])
+          return t.emitError("sched-order: the ")
+                 << order << " order would run " << describe(t)
+                 << " before " << describe(p) << ", whose result it reads";
+    }
+  // Parameters: every read before the update.
+  llvm::StringMap<TaskOp> updatedBy;
+  for (TaskOp t : sequence) {
+    WalkResult r = t.walk([&](Operation *op) {
+      if (auto read = dyn_cast<train::ParamValueOp>(op)) {
+        auto it = updatedBy.find(read.getParam());
+        if (it != updatedBy.end()) {
+          t.emitError("sched-order: the ")
+              << order << " order would run " << describe(t)
+              << ", which reads @" << read.getParam() << ", after "
+              << describe(it->second) << ", which updates it";
+          return WalkResult::interrupt();
+        }
+      }
+      return WalkResult::advance();
+    });
+    if (r.wasInterrupted())
+      return failure();
+    t.walk([&](train::AdamWOp update) {
+      updatedBy.try_emplace(update.getParam(), t);
+    });
+  }
+
+  // Move: other ops just before their first user, then the task.
+  Operation *end = block.getTerminator();
+  llvm::DenseSet<Operation *> placed;
+  std::function<void(Operation *)> place = [&](Operation *op) {
+    if (!placed.insert(op).second)
+      return;
+    for (Value v : op->getOperands())
+      if (Operation *def = v.getDefiningOp();
+          def && def->getBlock() == &block && !isa<TaskOp>(def))
+        place(def);
+    op->moveBefore(end);
+  };
+  SmallVector<Operation *> others;
+  for (Operation &op : block.without_terminator())
+    if (!isa<TaskOp>(op))
+      others.push_back(&op);
+  for (TaskOp t : sequence)
+    place(t);
+  for (Operation *op : others)
+    place(op);
+
+  // Accumulate in the order the micro-batches now arrive.
+  for (auto acc : block.getOps<AccumulateOp>()) {
+    SmallVector<Value> values(acc.getValues());
+    llvm::stable_sort(values, [&](Value a, Value b) {
+      Operation *da = a.getDefiningOp(), *db = b.getDefiningOp();
+      return da && db && da->getBlock() == db->getBlock() &&
+             da->isBeforeInBlock(db);
+    });
+    acc.getValuesMutable().assign(values);
+  }
+  iteration.setOrder(StringRef(order));
+  return success();
+}

@@ -1,0 +1,45 @@
+// RUN: spillway-opt %s -split-input-file -verify-diagnostics --sched-order=order=horizontal
+// RUN: not spillway-opt %s --sched-order=order=zigzag 2>&1 | FileCheck %s --check-prefix=BADORDER
+
+// BADORDER: sched-order: order must be horizontal or snake, got 'zigzag'
+
+// Layer 0's forward reads layer 1's: no order puts layer 0 first.
+func.func @dataflow(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %r = sched.iteration(%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    %y = sched.task fwd layer(1) (%a) : (tensor<4xf32>) -> tensor<4xf32> {
+    ^bb0(%i: tensor<4xf32>):
+      %n = train.neg %i : tensor<4xf32>
+      sched.yield %n : tensor<4xf32>
+    }
+    // expected-error @+1 {{sched-order: the horizontal order would run fwd layer(0) before fwd layer(1), whose result it reads}}
+    %z = sched.task fwd layer(0) (%y) : (tensor<4xf32>) -> tensor<4xf32> {
+    ^bb0(%i: tensor<4xf32>):
+      %n = train.neg %i : tensor<4xf32>
+      sched.yield %n : tensor<4xf32>
+    }
+    sched.yield %z : tensor<4xf32>
+  }
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+// Layer 1's update reads @w, which layer 0's update has already changed.
+module {
+  train.param @w : tensor<4xf32> at 0
+  func.func @read_after_update(%g: tensor<4xf32>) {
+    sched.iteration(%g) : (tensor<4xf32>) -> () {
+    ^bb0(%a: tensor<4xf32>):
+      sched.task opt layer(0) (%a) : (tensor<4xf32>) -> () {
+      ^bb0(%i: tensor<4xf32>):
+        train.adamw @w, %i {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<4xf32>
+      }
+      // expected-error @+1 {{sched-order: the horizontal order would run opt layer(1), which reads @w, after opt layer(0), which updates it}}
+      sched.task opt layer(1) () : () -> () {
+        %w = train.param_value @w : tensor<4xf32>
+      }
+    }
+    return
+  }
+}
