@@ -37,7 +37,11 @@ def ConvertTrainToSchedPass : Pass<"convert-train-to-sched", "mlir::ModuleOp"> {
     layer and phase, in their original order, without the `train.layer` /
     `train.phase` attributes (the task carries them). A value one task
     computes and a later one reads leaves the first as a result and enters
-    the second as an operand, so every crossing is explicit; a value read
+    the second as an operand, so every crossing is explicit, except that
+    parameter reads (`train.param_value`), constants and the pure ops
+    computed from them alone (a tied weight's transpose) are copied into
+    every task that uses them: each task loads the weights it needs, and
+    no weight stays alive between tasks as a value. A value read
     by a task that comes earlier in this order than the one computing it is
     an error naming both. The module's `train.layers` and the parameters'
     `train.layer` are kept for the sched passes. The iteration has one

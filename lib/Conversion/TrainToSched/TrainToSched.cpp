@@ -11,6 +11,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "spillway/Dialect/Sched/IR/SchedOps.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
 #include "llvm/ADT/DenseMap.h"
@@ -89,11 +90,23 @@ LogicalResult ConvertTrainToSchedPass::convert(func::FuncOp step) {
   Block &body = step.getBody().front();
   Operation *ret = body.getTerminator();
 
-  // Parameter reads and constants are re-read in every task that uses them
-  // rather than passed along: a weight is loaded by each task that needs it
-  // (what the cost model counts), never kept alive as a crossing value.
-  for (Operation &op : llvm::make_early_inc_range(body.without_terminator())) {
-    if (!isa<train::ParamValueOp, train::ConstantOp>(op))
+  // Parameter reads, constants and what is computed from them alone (a
+  // weight's transpose) are recomputed in every task that uses them rather
+  // than passed along: a weight is loaded by each task that needs it (what
+  // the cost model counts), never kept alive as a crossing value. Walking
+  // backwards, a chain's later ops are copied first, so their operands then
+  // have uses in the new task and are copied too.
+  llvm::SmallPtrSet<Operation *, 32> fromWeights;
+  for (Operation &op : body.without_terminator())
+    if (isa<train::ParamValueOp, train::ConstantOp>(op) ||
+        (isPure(&op) && op.getNumResults() == 1 && op.getNumOperands() > 0 &&
+         llvm::all_of(op.getOperands(), [&](Value v) {
+           return fromWeights.contains(v.getDefiningOp());
+         })))
+      fromWeights.insert(&op);
+  for (Operation &op : llvm::make_early_inc_range(
+           llvm::reverse(body.without_terminator()))) {
+    if (!fromWeights.contains(&op))
       continue;
     auto layer = op.getAttr("train.layer");
     auto phase = op.getAttr("train.phase");
