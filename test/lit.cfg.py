@@ -22,7 +22,11 @@ python = config.python_executable or shutil.which("python3")
 config.substitutions = [s for s in config.substitutions if s[0] != "%python"]
 config.substitutions.append(("%python", python))
 config.substitutions.append(("%spillway_src", config.spillway_src_root))
+# The runtime archive and what it links against: `c++ OBJ %runtime_libs -o EXE`
+# links an executable from spillway-opt's output by hand, as spillwayc does.
+config.substitutions.append(("%runtime_libs", config.spillway_runtime_link))
 
 tool_dirs = [config.spillway_tools_dir, config.llvm_tools_dir]
-tools = ["spillway-opt", "spillway-translate", "spillwayc", "FileCheck", "not", "count"]
+tools = ["spillway-opt", "spillway-translate", "spillwayc", "FileCheck", "not", "count",
+         "mlir-translate", "llc"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

@@ -51,4 +51,19 @@ def ConvertTrainToSchedPass : Pass<"convert-train-to-sched", "mlir::ModuleOp"> {
   let dependentDialects = ["spillway::sched::SchedDialect"];
 }
 
+def ConvertSchedToTrainPass : Pass<"convert-sched-to-train", "mlir::ModuleOp"> {
+  let summary = "Run a schedule as written with every tensor resident: a flat train step";
+  let description = [{
+    The schedule without offloading: each `sched.iteration` is replaced by
+    its ops in their order, every task's body inlined where the task stands
+    (its block arguments replaced by its operands), so the step computes
+    exactly what the schedule computes, in the schedule's order, and
+    `convert-train-to-runtime` can run it. `sched.slice` micro-batch m of
+    M becomes a `train.slice` of the leading dimension (starts m * B/M,
+    steps 1); `sched.accumulate` becomes `train.add`s left to right in the
+    listed order, and for `mean` a `train.div` by the count. Fails on
+    residency, transfer and wait ops: those need the runtime's tiers.
+  }];
+}
+
 #endif

@@ -1,0 +1,49 @@
+// RUN: spillway-opt %s -split-input-file -verify-diagnostics --convert-sched-to-train | FileCheck %s
+
+// The tasks inlined in the schedule's order; a slice is a train.slice of the
+// leading dimension, a mean accumulate adds in the listed order and divides
+// by the count.
+// CHECK-LABEL: func.func @step
+// CHECK-SAME:    (%[[X:.*]]: tensor<4x3xf32>)
+// CHECK-NOT:   sched.
+// CHECK:       %[[X1:.*]] = train.slice %[[X]] {starts = array<i64: 2, 0>, steps = array<i64: 1, 1>} : tensor<4x3xf32> -> tensor<2x3xf32>
+// CHECK-NEXT:  %[[N1:.*]] = train.neg %[[X1]] : tensor<2x3xf32>
+// CHECK-NEXT:  %[[X0:.*]] = train.slice %[[X]] {starts = array<i64: 0, 0>, steps = array<i64: 1, 1>}
+// CHECK-NEXT:  %[[N0:.*]] = train.neg %[[X0]] : tensor<2x3xf32>
+// CHECK-NEXT:  %[[S:.*]] = train.add %[[N1]], %[[N0]] : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x3xf32>
+// CHECK-NEXT:  %[[C:.*]] = train.constant dense<2.000000e+00> : tensor<f32>
+// CHECK-NEXT:  %[[M:.*]] = train.div %[[S]], %[[C]] : tensor<2x3xf32>, tensor<f32> -> tensor<2x3xf32>
+// CHECK-NEXT:  return %[[M]] : tensor<2x3xf32>
+func.func @step(%x: tensor<4x3xf32>) -> tensor<2x3xf32> {
+  %r = sched.iteration(%x) {microbatches = 2 : i64} : (tensor<4x3xf32>) -> tensor<2x3xf32> {
+  ^bb0(%a: tensor<4x3xf32>):
+    %a1 = sched.slice %a [1 of 2] : tensor<4x3xf32> -> tensor<2x3xf32>
+    %n1 = sched.task fwd layer(0) mb(1) (%a1) : (tensor<2x3xf32>) -> tensor<2x3xf32> {
+    ^bb0(%i: tensor<2x3xf32>):
+      %n = train.neg %i : tensor<2x3xf32>
+      sched.yield %n : tensor<2x3xf32>
+    }
+    %a0 = sched.slice %a [0 of 2] : tensor<4x3xf32> -> tensor<2x3xf32>
+    %n0 = sched.task fwd layer(0) mb(0) (%a0) : (tensor<2x3xf32>) -> tensor<2x3xf32> {
+    ^bb0(%i: tensor<2x3xf32>):
+      %n = train.neg %i : tensor<2x3xf32>
+      sched.yield %n : tensor<2x3xf32>
+    }
+    %m = sched.accumulate mean %n1, %n0 : tensor<2x3xf32>
+    sched.yield %m : tensor<2x3xf32>
+  }
+  return %r : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @transfer(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %r = sched.iteration(%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    // expected-error @+1 {{convert-sched-to-train: sched.prefetch needs the runtime's memory tiers; this lowering runs everything resident}}
+    %g, %t = sched.prefetch %a host -> gpu : tensor<4xf32>
+    %w = sched.wait %g after %t : tensor<4xf32>
+    sched.yield %w : tensor<4xf32>
+  }
+  return %r : tensor<4xf32>
+}
