@@ -109,3 +109,4 @@ module {
     return %l : tensor<f32>
   }
 }
+

@@ -166,7 +166,8 @@ LogicalResult retype(TaskOp task, int64_t m) {
 
 void SchedMicrobatchPass::runOnOperation() {
   if (microbatches < 1) {
-    getOperation().emitError("sched-microbatch: microbatches must be at least 1, got ")
+    getOperation().emitError(
+        "sched-microbatch: microbatches must be at least 1, got ")
         << microbatches;
     return signalPassFailure();
   }
@@ -183,8 +184,16 @@ LogicalResult SchedMicrobatchPass::split(IterationOp iteration) {
                                "split into ")
            << iteration.getMicrobatches() << " micro-batches";
   int64_t m = microbatches;
+  if (m == 1)
+    return success();
   Block &block = iteration.getBlock();
   auto terminator = cast<YieldOp>(block.getTerminator());
+  for (Operation &op : block.without_terminator())
+    if (!isa<TaskOp>(op))
+      return op.emitError("sched-microbatch: expected only tasks in the "
+                          "iteration (it runs right after "
+                          "convert-train-to-sched), found ")
+             << op.getName();
 
   for (auto [i, arg] : llvm::enumerate(block.getArguments())) {
     auto t = dyn_cast<RankedTensorType>(arg.getType());
@@ -198,11 +207,10 @@ LogicalResult SchedMicrobatchPass::split(IterationOp iteration) {
   for (Value v : terminator.getValues())
     if (failed(checkMeanLoss(terminator, v)))
       return failure();
-  if (m == 1)
-    return success();
 
   llvm::DenseSet<Value> dep = batchDependent(iteration);
   iteration.setMicrobatches(m);
+  iteration.removeOrderAttr(); // the replicas come out task-major
 
   // replicas[v][k]: replica k of a value computed per micro-batch.
   llvm::DenseMap<Value, SmallVector<Value>> replicas;

@@ -16,6 +16,8 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringMap.h"
+#include <functional>
+#include <map>
 
 namespace spillway::sched {
 #define GEN_PASS_DEF_SCHEDORDERPASS
