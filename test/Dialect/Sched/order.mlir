@@ -3,6 +3,15 @@
 // RUN: spillway-opt %s -split-input-file --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=3 --sched-order=order=horizontal | grep -o 'func.func @[a-z_]*\|sched\.task [a-z]* layer([0-9]*)\( mb([0-9]*)\)\?\|sched\.accumulate mean [^:]*' | FileCheck %s --check-prefix=HORIZ
 // RUN: spillway-opt %s -split-input-file --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=3 --sched-order=order=snake | grep -o 'func.func @[a-z_]*\|sched\.task [a-z]* layer([0-9]*)\( mb([0-9]*)\)\?\|sched\.accumulate mean [^:]*' | FileCheck %s --check-prefix=SNAKE
 // RUN: spillway-opt %s -split-input-file --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=3 --sched-order=order=snake | FileCheck %s --check-prefix=FULL
+// RUN: spillway-opt %s -split-input-file --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=3 "--sched-order=order=horizontal remarks=true" -o /dev/null 2>&1 | FileCheck %s --check-prefix=LOADS-H
+// RUN: spillway-opt %s -split-input-file --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=3 "--sched-order=order=snake remarks=true" -o /dev/null 2>&1 | FileCheck %s --check-prefix=LOADS-S
+
+// The layer loads of each order (runs of consecutive tasks of one layer),
+// as docs/cost-model.md counts them: horizontal 2LM - 2M + 1, snake 2L - 1.
+// LOADS-H: remark: horizontal order of 3 layers x 3 micro-batches: 13 layer loads
+// LOADS-H: remark: horizontal order of 2 layers x 3 micro-batches: 7 layer loads
+// LOADS-S: remark: snake order of 3 layers x 3 micro-batches: 5 layer loads
+// LOADS-S: remark: snake order of 2 layers x 3 micro-batches: 3 layer loads
 
 // Three layers (embedding, block, head), three micro-batches.
 // Horizontal: each micro-batch forward 0..2 then backward 2..0; the updates

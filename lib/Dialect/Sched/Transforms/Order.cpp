@@ -15,6 +15,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/SmallSet.h"
 #include "llvm/ADT/StringMap.h"
 #include <functional>
 #include <map>
@@ -201,5 +202,24 @@ LogicalResult SchedOrderPass::reorder(IterationOp iteration) {
     acc.getValuesMutable().assign(values);
   }
   iteration.setOrder(StringRef(order));
+
+  if (remarks) {
+    // Consecutive fwd/bwd tasks of one layer share its parameters' load.
+    std::optional<int64_t> previous;
+    int64_t loads = 0;
+    llvm::SmallSet<int64_t, 16> layers;
+    for (TaskOp t : sequence) {
+      if (t.getPhase() == Phase::opt)
+        continue;
+      int64_t layer = t.getLayer();
+      layers.insert(layer);
+      if (previous != layer)
+        ++loads;
+      previous = layer;
+    }
+    iteration.emitRemark() << order << " order of " << layers.size()
+                           << " layers x " << iteration.getMicrobatches()
+                           << " micro-batches: " << loads << " layer loads";
+  }
   return success();
 }

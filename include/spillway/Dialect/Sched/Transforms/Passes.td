@@ -29,6 +29,8 @@ def SchedMicrobatchPass : Pass<"sched-microbatch", "mlir::ModuleOp"> {
       depends on the batch inputs (the gradients, the loss), replica 0's
       where it does not (it is the same in every replica);
     - the `opt` tasks once; the iteration's `microbatches = M`.
+    With `microbatches = 1` the pass changes nothing; otherwise the
+    iteration must hold tasks only (it runs before placement).
     The tasks come out in task-major order (all micro-batches of a task, in
     order m = 0 .. M-1, before the next task); `sched-order` chooses the
     real order.
@@ -77,12 +79,18 @@ def SchedOrderPass : Pass<"sched-order", "mlir::ModuleOp"> {
     after the tasks whose results it reads, and every parameter read
     (`train.param_value`) before that parameter's update (`train.adamw`);
     a violation fails the pass naming both tasks. Sets the iteration's
-    `order` attribute. Reordering changes which layer's weights are loaded
+    `order` attribute; with `remarks`, says how many layer loads the order
+    makes (runs of consecutive fwd/bwd tasks of one layer, which share the
+    layer's parameters: what `docs/cost-model.md` counts, 2LM - 2M + 1 for
+    horizontal and 2L - 1 for snake when every layer has both phases).
+    Reordering changes which layer's weights are loaded
     when (what `docs/cost-model.md` counts), never what is computed.
   }];
   let options = [
     Option<"order", "order", "std::string", /*default=*/"\"horizontal\"",
-           "horizontal | snake">
+           "horizontal | snake">,
+    Option<"remarks", "remarks", "bool", /*default=*/"false",
+           "Remark per iteration: the order and its layer loads">
   ];
   let dependentDialects = ["spillway::sched::SchedDialect"];
 }
