@@ -4,6 +4,7 @@
 
 #include "mlir/Transforms/Passes.h"
 #include "spillway/Conversion/Passes.h"
+#include "spillway/Dialect/Sched/Transforms/Passes.h"
 #include "spillway/Dialect/Train/Transforms/Passes.h"
 
 using namespace mlir;
@@ -34,6 +35,20 @@ void spillway::populateTrainingPipeline(OpPassManager &pm,
 
 void spillway::populatePlanningPipeline(OpPassManager &pm) {
   pm.addPass(train::createTrainPartitionLayersPass());
+}
+
+void spillway::populateSchedulePipeline(OpPassManager &pm,
+                                        int64_t microbatches,
+                                        llvm::StringRef order) {
+  pm.addPass(train::createTrainPartitionLayersPass());
+  pm.addPass(createConvertTrainToSchedPass());
+  sched::SchedMicrobatchPassOptions mb;
+  mb.microbatches = microbatches;
+  pm.addPass(sched::createSchedMicrobatchPass(mb));
+  sched::SchedOrderPassOptions ord;
+  ord.order = order.str();
+  pm.addPass(sched::createSchedOrderPass(ord));
+  pm.addPass(createConvertSchedToTrainPass());
 }
 
 void spillway::populateLowerToRuntimePipeline(OpPassManager &pm) {

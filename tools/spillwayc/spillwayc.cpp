@@ -91,7 +91,8 @@ cl::opt<EmitKind> emit(
     "emit", cl::init(EmitKind::Exe), cl::desc("What to write to -o"),
     cl::values(clEnumValN(EmitKind::MLIR, "mlir",
                           "the training step in the train dialect (after "
-                          "autodiff and the optimizer)"),
+                          "autodiff, the optimizer and, with --microbatches "
+                          "or --schedule, the schedule)"),
                clEnumValN(EmitKind::LLVM, "llvm", "LLVM IR (text)"),
                clEnumValN(EmitKind::Obj, "obj", "an object file"),
                clEnumValN(EmitKind::Exe, "exe",
@@ -132,13 +133,16 @@ cl::opt<double> probeSeconds(
     cl::desc("How long --probe-hw repeats each compute and memcpy "
              "measurement"),
     cl::value_desc("SECONDS"), cl::cat(category));
-// Planning (docs/cost-model.md). Today these plan and report only: the
-// executable keeps every tensor resident whatever the plan says.
+// Planning (docs/cost-model.md). --microbatches and --schedule also shape
+// the executable (populateSchedulePipeline); the placement flags plan and
+// report only: the executable keeps every tensor resident.
 cl::opt<std::string> hwProfile(
     "hw",
     cl::desc("Hardware profile for the cost model (required by --report and "
-             "--report-json; profiles/cpu-ci.json, profiles/h200.json, or one "
-             "--probe-hw wrote)"),
+             "--report-json; with --microbatches or --schedule and --schedule "
+             "auto, the cost model picks the executable's order; "
+             "profiles/cpu-ci.json, profiles/h200.json, or one --probe-hw "
+             "wrote)"),
     cl::value_desc("PROFILE.json"), cl::cat(category));
 cl::opt<bool> report(
     "report",
@@ -146,8 +150,9 @@ cl::opt<bool> report(
              "chosen plan and the horizontal baseline, the predicted "
              "iteration time, its bound, bytes per link per iteration and "
              "peak memory per tier. PLANNING ONLY: the executable does not "
-             "follow the plan yet (the sched lowering is later work). Without "
-             "-o nothing is compiled"),
+             "follow the plan's placement (it keeps every tensor resident; "
+             "only --microbatches and --schedule shape it). Without -o "
+             "nothing is compiled"),
     cl::cat(category));
 cl::opt<std::string> reportJson(
     "report-json",
@@ -156,35 +161,41 @@ cl::opt<std::string> reportJson(
     cl::value_desc("FILE"), cl::cat(category));
 cl::opt<unsigned> microbatches(
     "microbatches",
-    cl::desc("Micro-batches per iteration for the plan (must divide the "
-             "batch; default: searched over 1, 2, 4, 8, 16)"),
+    cl::desc("Micro-batches per iteration (must divide the batch). The "
+             "executable trains in M micro-batches with exact gradient "
+             "accumulation (default 1: the whole batch); the plan fixes M "
+             "(default: searched over 1, 2, 4, 8, 16)"),
     cl::value_desc("M"), cl::cat(category));
 cl::opt<std::string> schedule(
     "schedule", cl::init("auto"),
-    cl::desc("Layer order for the plan: horizontal (ZeRO-Infinity), snake "
-             "(GreedySnake), or auto (the faster)"),
+    cl::desc("Layer order of the micro-batches: horizontal (ZeRO-Infinity), "
+             "snake (GreedySnake), or auto (the plan's: the cost model's "
+             "choice with --hw, snake without). The executable runs its "
+             "micro-batches in this order; the plan searches both for auto"),
     cl::value_desc("horizontal|snake|auto"), cl::cat(category));
 cl::opt<double> overlapOptimizer(
     "overlap-optimizer",
     cl::desc("Fraction in [0, 1] of each layer's update moved into the next "
-             "forward (default: searched over 0, 0.25, 0.5, 0.75, 1)"),
+             "forward, plan and report only (default: searched over 0, 0.25, "
+             "0.5, 0.75, 1)"),
     cl::value_desc("F"), cl::cat(category));
 cl::opt<std::string> gpuMem(
     "gpu-mem",
-    cl::desc("GPU memory budget for the plan (default: the profile's "
+    cl::desc("GPU memory budget for the plan, plan and report only "
+             "(default: the profile's "
              "gpu.memory_bytes). A plan that fits no budget is an error "
              "stating the budgets that would fit"),
     cl::value_desc("SIZE"), cl::cat(category));
 cl::opt<std::string> hostMem(
     "host-mem",
-    cl::desc("Host memory budget for the plan (default: the profile's "
-             "host.memory_bytes)"),
+    cl::desc("Host memory budget for the plan, plan and report only "
+             "(default: the profile's host.memory_bytes)"),
     cl::value_desc("SIZE"), cl::cat(category));
 cl::list<std::string> placeClasses(
     "place", cl::CommaSeparated,
     cl::desc("Pin tensor classes to tiers for the plan: classes params, "
              "master, optimizer, gradients, activations; tiers gpu, host, "
-             "ssd. The planner decides the rest"),
+             "ssd. The planner decides the rest. Plan and report only"),
     cl::value_desc("CLASS=TIER,..."), cl::cat(category));
 cl::opt<bool> verbose("v", cl::desc("Print each stage as it runs"),
                       cl::cat(category));
@@ -373,13 +384,25 @@ struct PlanningInputs {
 
 bool planningRequested() { return report || !reportJson.empty(); }
 
-/// The planning flags given without --report or --report-json.
+/// --microbatches M (M > 1) or --schedule: the executable trains in a
+/// schedule (populateSchedulePipeline). --microbatches 1 alone keeps the
+/// plain step.
+bool scheduleRequested() {
+  return (microbatches.getNumOccurrences() && microbatches > 1) ||
+         schedule.getNumOccurrences();
+}
+
+/// The placement flags given without --report or --report-json; --hw too,
+/// unless it picks the order of a requested schedule (--schedule auto).
 std::string strayPlanningFlag() {
   const std::pair<const char *, cl::Option *> flags[] = {
-      {"--hw", &hwProfile},           {"--microbatches", &microbatches},
-      {"--schedule", &schedule},      {"--overlap-optimizer", &overlapOptimizer},
-      {"--gpu-mem", &gpuMem},         {"--host-mem", &hostMem},
+      {"--overlap-optimizer", &overlapOptimizer},
+      {"--gpu-mem", &gpuMem},
+      {"--host-mem", &hostMem},
       {"--place", std::addressof(placeClasses)}};
+  if (hwProfile.getNumOccurrences() &&
+      !(scheduleRequested() && schedule == "auto"))
+    return "--hw";
   for (auto [name, opt] : flags)
     if (opt->getNumOccurrences())
       return name;
@@ -518,8 +541,10 @@ std::string bytesAndGiB(uint64_t b) {
 }
 
 /// Plans the training step in `module` (left unchanged: the partition runs
-/// on a copy) and writes the report. Fails on an over-budget plan.
-int planAndReport(ModuleOp module, const PlanningInputs &in) {
+/// on a copy) and writes the report if one is asked for; `chosenOrder` is
+/// the chosen plan's order. Fails on an over-budget plan.
+int planAndReport(ModuleOp module, const PlanningInputs &in,
+                  std::string &chosenOrder) {
   using namespace spillway::schedule;
   OwningOpRef<ModuleOp> copy(module.clone());
   PassManager pm(module.getContext());
@@ -570,6 +595,7 @@ int planAndReport(ModuleOp module, const PlanningInputs &in) {
     out->keep();
   }
   const CostEstimate &best = r.choice.best;
+  chosenOrder = orderName(best.candidate.order);
   if (!best.fits) {
     const auto &need = best.neededBytes;
     return fail(
@@ -599,13 +625,19 @@ int main(int argc, char **argv) {
       "  ./mlp --input x=x.npy --input y=y.npy --steps 300\n\n"
       "The executable reads its initial weights from EXE.weights, written "
       "beside it.\n\n"
+      "Schedule: --microbatches M and --schedule horizontal|snake|auto make "
+      "the executable\ntrain each step in M micro-batches (M divides the "
+      "batch; default 1) with exact gradient\naccumulation, run in that "
+      "order; auto (the default) is the cost model's choice with\n--hw "
+      "PROFILE.json, snake without. Every tensor stays resident.\n\n"
+      "  spillwayc model.onnx -o model --microbatches 4 --schedule snake\n\n"
       "Planning (docs/cost-model.md): --report / --report-json with --hw "
       "PROFILE.json and\n--microbatches, --schedule, --overlap-optimizer, "
       "--gpu-mem, --host-mem, --place, --ssd\nplan one iteration with the "
-      "cost model and report it. They plan and report only:\nthe executable "
-      "does not yet move tensors between tiers (it keeps everything "
-      "resident);\nthe sched lowering that will make it follow the plan is "
-      "later work.\n\n"
+      "cost model and report it. --overlap-optimizer, --gpu-mem,\n--host-mem, "
+      "--place and --ssd plan and report only: the executable "
+      "does not yet move\ntensors between tiers (it keeps everything "
+      "resident); offload execution is later work.\n\n"
       "  spillwayc model.onnx --hw profiles/cpu-ci.json --report --gpu-mem 1G "
       "--host-mem 8G\n");
 
@@ -628,12 +660,29 @@ int main(int argc, char **argv) {
     if (!stray.empty())
       return fail(stray + " plans an iteration, and planning only reports "
                   "so far: give --report or --report-json (the executable "
-                  "does not follow a plan yet)");
+                  "keeps every tensor resident; only --microbatches and "
+                  "--schedule shape it)");
   }
   if (outputPath.empty() && !planning)
     return fail("no output given: -o EXE");
+  if (forwardOnly && (microbatches.getNumOccurrences() ||
+                      schedule.getNumOccurrences()))
+    return fail("--microbatches and --schedule shape a training iteration; "
+                "they do not apply to --forward");
+  if (microbatches.getNumOccurrences() && microbatches == 0)
+    return fail("--microbatches must be at least 1");
+  if (schedule != "horizontal" && schedule != "snake" && schedule != "auto")
+    return fail("--schedule '" + schedule +
+                "' is not one of horizontal, snake, auto");
+  const bool scheduled = scheduleRequested();
+  // The executable's schedule: M (default 1) and the order; auto is the
+  // cost model's choice with --hw (below), snake without.
+  const int64_t exeMicrobatches =
+      microbatches.getNumOccurrences() ? int64_t(microbatches) : 1;
+  std::string exeOrder =
+      schedule == "auto" ? std::string("snake") : schedule.getValue();
   std::optional<PlanningInputs> planningInputs;
-  if (planning) {
+  if (planning || (scheduled && schedule == "auto" && !hwProfile.empty())) {
     if (forwardOnly)
       return fail("--report plans a training iteration; it does not apply "
                   "to --forward");
@@ -734,10 +783,28 @@ int main(int argc, char **argv) {
   }
 
   if (planningInputs) {
-    if (int rc = planAndReport(*module, *planningInputs))
+    std::string chosenOrder;
+    if (int rc = planAndReport(*module, *planningInputs, chosenOrder))
       return rc;
     if (outputPath.empty())
       return 0;
+    if (schedule == "auto")
+      exeOrder = chosenOrder;
+  }
+
+  if (scheduled) {
+    PassManager pm(&context);
+    spillway::populateSchedulePipeline(pm, exeMicrobatches, exeOrder);
+    note(llvm::formatv("scheduling the step: {0} micro-batch(es), {1} order{2}",
+                       exeMicrobatches, exeOrder,
+                       schedule != "auto"   ? ""
+                       : planningInputs ? " (the cost model's choice)"
+                                        : " (auto without --hw)"));
+    if (failed(pm.run(*module)))
+      return fail(llvm::formatv("cannot train the step in {0} micro-batch(es) "
+                                "in the {1} order (--microbatches, "
+                                "--schedule): see above",
+                                exeMicrobatches, exeOrder));
   }
 
   if (emit == EmitKind::MLIR) {
