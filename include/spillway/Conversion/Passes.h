@@ -6,6 +6,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 #include "spillway/Dialect/Sched/IR/SchedDialect.h"
+#include "spillway/Dialect/Train/IR/TrainDialect.h"
 
 namespace spillway {
 #define GEN_PASS_DECL

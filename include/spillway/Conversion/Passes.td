@@ -64,6 +64,7 @@ def ConvertSchedToTrainPass : Pass<"convert-sched-to-train", "mlir::ModuleOp"> {
     listed order, and for `mean` a `train.div` by the count. Fails on
     residency, transfer and wait ops: those need the runtime's tiers.
   }];
+  let dependentDialects = ["spillway::train::TrainDialect"];
 }
 
 #endif

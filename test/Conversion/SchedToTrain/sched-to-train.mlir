@@ -47,3 +47,57 @@ func.func @transfer(%x: tensor<4xf32>) -> tensor<4xf32> {
   }
   return %r : tensor<4xf32>
 }
+
+// -----
+
+// An accumulate of the iteration's own arguments, with no train op in the
+// input (the pass loads the train dialect itself): a repeated operand and a
+// task that yields its argument are summed like any other value.
+// CHECK-LABEL: func.func @block_args
+// CHECK-SAME:    (%[[X:.*]]: tensor<4xf32>, %[[Z:.*]]: tensor<4xf32>)
+// CHECK-NEXT:  %[[S:.*]] = train.add %[[X]], %[[Z]] : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+// CHECK-NEXT:  return %[[S]] : tensor<4xf32>
+func.func @block_args(%x: tensor<4xf32>, %z: tensor<4xf32>) -> tensor<4xf32> {
+  %r = sched.iteration(%x, %z) {microbatches = 2 : i64} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>, %b: tensor<4xf32>):
+    %s = sched.accumulate sum %a, %b : tensor<4xf32>
+    sched.yield %s : tensor<4xf32>
+  }
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @repeated
+// CHECK-SAME:    (%[[X:.*]]: tensor<4xf32>)
+// CHECK-NEXT:  %[[S:.*]] = train.add %[[X]], %[[X]] : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+// CHECK-NEXT:  return %[[S]] : tensor<4xf32>
+func.func @repeated(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %r = sched.iteration(%x) {microbatches = 2 : i64} : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    %s = sched.accumulate sum %a, %a : tensor<4xf32>
+    sched.yield %s : tensor<4xf32>
+  }
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @identity_task
+// CHECK-SAME:    (%[[X:.*]]: tensor<4xf32>)
+// CHECK-NEXT:  %[[S:.*]] = train.add %[[X]], %[[X]] : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+// CHECK-NEXT:  %[[C:.*]] = train.constant dense<2.000000e+00> : tensor<f32>
+// CHECK-NEXT:  %[[M:.*]] = train.div %[[S]], %[[C]] : tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+// CHECK-NEXT:  return %[[M]] : tensor<4xf32>
+func.func @identity_task(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %r = sched.iteration(%x) {microbatches = 2 : i64} : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    %y1 = sched.task fwd layer(0) mb(1) (%a) : (tensor<4xf32>) -> tensor<4xf32> {
+    ^bb0(%i: tensor<4xf32>):
+      sched.yield %i : tensor<4xf32>
+    }
+    %s = sched.accumulate mean %y1, %y1 : tensor<4xf32>
+    sched.yield %s : tensor<4xf32>
+  }
+  return %r : tensor<4xf32>
+}

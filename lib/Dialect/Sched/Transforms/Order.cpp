@@ -191,13 +191,25 @@ LogicalResult SchedOrderPass::reorder(IterationOp iteration) {
   for (Operation *op : others)
     place(op);
 
-  // Accumulate in the order the micro-batches now arrive.
+  // Accumulate in the order the micro-batches now arrive. The key is the
+  // defining op's position in the block; values not defined by an op of the
+  // block (the iteration's block arguments, values from above) are available
+  // from the start and keep their listed order ahead of the others, so the
+  // comparison is a strict weak ordering whatever the operands are.
+  llvm::DenseMap<Operation *, int64_t> arrivalIndex;
+  int64_t next = 0;
+  for (Operation &op : block)
+    arrivalIndex[&op] = ++next;
+  auto arrival = [&](Value v) -> int64_t {
+    if (Operation *def = v.getDefiningOp())
+      if (auto it = arrivalIndex.find(def); it != arrivalIndex.end())
+        return it->second;
+    return 0;
+  };
   for (auto acc : block.getOps<AccumulateOp>()) {
     SmallVector<Value> values(acc.getValues());
     llvm::stable_sort(values, [&](Value a, Value b) {
-      Operation *da = a.getDefiningOp(), *db = b.getDefiningOp();
-      return da && db && da->getBlock() == db->getBlock() &&
-             da->isBeforeInBlock(db);
+      return arrival(a) < arrival(b);
     });
     acc.getValuesMutable().assign(values);
   }
