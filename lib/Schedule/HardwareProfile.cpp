@@ -11,6 +11,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
 #include <cstdio>
 #include <set>
 
@@ -62,6 +63,9 @@ public:
     std::optional<double> d = v->getAsNumber();
     if (!d)
       return fail(std::string("'") + key + "' must be a number");
+    if (!std::isfinite(*d))
+      return fail(std::string("'") + key + "' must be a finite number, got " +
+                  std::to_string(*d));
     if (!(*d > 0))
       return fail(std::string("'") + key + "' must be positive, got " +
                   std::to_string(*d));
@@ -192,6 +196,15 @@ spillway::schedule::parseHardwareProfile(const std::string &text,
       r.number("write_gbps", d.writeGBps);
       r.number("combined_gbps", d.combinedGBps);
       r.rejectUnknown();
+      if (!error.empty())
+        break;
+      // One device listed twice would count its bandwidth twice.
+      for (const SSDProfile &prev : p.ssds)
+        if (prev.path == d.path) {
+          error = where + ": duplicate path '" + d.path +
+                  "' (each SSD is listed once)";
+          break;
+        }
       p.ssds.push_back(d);
     }
   }

@@ -27,6 +27,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/SourceMgr.h"
@@ -307,9 +308,19 @@ int probeHardware() {
   spw::probe::ProbeOptions options;
   options.ssd_bytes = *ssdBytes;
   options.min_seconds = probeSeconds;
+  std::vector<std::string> normalized;
   for (const std::string &d : ssdDirs) {
     llvm::SmallString<256> abs(d);
     llvm::sys::fs::make_absolute(abs);
+    // One directory measured twice would count its SSD's bandwidth twice.
+    llvm::SmallString<256> norm(abs);
+    llvm::sys::path::remove_dots(norm, /*remove_dot_dot=*/true);
+    while (norm.size() > 1 && llvm::sys::path::is_separator(norm.back()))
+      norm.pop_back();
+    if (llvm::is_contained(normalized, std::string(norm)))
+      return fail("--ssd '" + d + "': the directory '" + std::string(norm) +
+                  "' is already given; name each SSD once");
+    normalized.push_back(std::string(norm));
     options.ssd_dirs.push_back(std::string(abs));
   }
   if (options.ssd_dirs.empty()) {
@@ -444,6 +455,14 @@ std::optional<PlanningInputs> readPlanningInputs(std::string &error) {
                 "); measure it with --probe-hw --ssd";
         return std::nullopt;
       }
+      // One device named twice would count its bandwidth twice.
+      if (llvm::any_of(chosen, [&](const SSDProfile &p) {
+            return p.path == it->path;
+          })) {
+        error = "--ssd '" + d + "': the SSD '" + it->path +
+                "' is already chosen; name each SSD once";
+        return std::nullopt;
+      }
       chosen.push_back(*it);
     }
     in.profile.ssds = std::move(chosen);
@@ -476,6 +495,7 @@ std::optional<PlanningInputs> readPlanningInputs(std::string &error) {
     }
     in.space.overlaps = {f};
   }
+  llvm::StringMap<std::string> placedBy;
   for (const std::string &entry : placeClasses) {
     auto [cls, tier] = StringRef(entry).split('=');
     if (tier.empty() || cls.empty()) {
@@ -496,6 +516,14 @@ std::optional<PlanningInputs> readPlanningInputs(std::string &error) {
     if (*t == Tier::SSD && in.profile.ssds.empty()) {
       error = "--place " + entry + ": the profile '" + hwProfile +
               "' lists no SSD";
+      return std::nullopt;
+    }
+    // The same class twice: which one holds is a guess, so neither does.
+    auto [prev, inserted] = placedBy.try_emplace(cls.trim(), entry);
+    if (!inserted) {
+      error = "--place " + entry + ": '" + cls.trim().str() +
+              "' is already placed (--place " + prev->second +
+              "); place each tensor class once";
       return std::nullopt;
     }
     in.space.pinned[int(*c)] = *t;

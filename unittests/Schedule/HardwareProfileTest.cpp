@@ -89,6 +89,22 @@ TEST(HardwareProfile, RatesMustBePositive) {
             "hardware profile 'hw.json' host: 'memcpy_gbps' must be positive, got -33.000000");
 }
 
+TEST(HardwareProfile, RatesMustBeFinite) {
+  // 1e400 overflows a double: an infinite rate would make every transfer
+  // free.
+  EXPECT_EQ(errorOf(edited("\"read_gbps\": 1", "\"read_gbps\": 1e400")),
+            "hardware profile 'hw.json' ssd[1]: 'read_gbps' must be a finite number, got inf");
+  EXPECT_EQ(errorOf(edited("\"h2d_gbps\": 55", "\"h2d_gbps\": -1e400")),
+            "hardware profile 'hw.json' pcie: 'h2d_gbps' must be a finite number, got -inf");
+}
+
+TEST(HardwareProfile, DuplicateSSDPathIsRejected) {
+  // One device listed twice would double the modelled bandwidth.
+  EXPECT_EQ(errorOf(edited("\"path\": \"/b\"", "\"path\": \"/a\"")),
+            "hardware profile 'hw.json' ssd[1]: duplicate path '/a' (each SSD "
+            "is listed once)");
+}
+
 TEST(HardwareProfile, SchemaAndSyntax) {
   EXPECT_EQ(errorOf(edited("spillway-hw-profile-1", "spillway-hw-profile-9")),
             "hardware profile 'hw.json': 'schema' is 'spillway-hw-profile-9', "
