@@ -31,14 +31,48 @@ def SchedMicrobatchPass : Pass<"sched-microbatch", "mlir::ModuleOp"> {
     - the `opt` tasks once; the iteration's `microbatches = M`.
     With `microbatches = 1` the pass changes nothing; otherwise the
     iteration must hold tasks only (it runs before placement).
+
+    Before rewriting anything the pass checks that the forward keeps batch
+    rows independent, since retyping only divides dim 0. B is the smallest
+    input's leading dimension (every input's must be a multiple of it). A
+    value of a `fwd` task reached from the inputs is row-batched when its
+    dim 0 is B·k and batch element b is rows [b·k, (b+1)·k). Each op reading
+    one must be, with its result row-batched:
+    - elementwise (binary, compare, `where`, unary, `cast`, `broadcast_to`,
+      `gelu`, `silu`), `softmax` off axis 0, `rope`: every row-batched
+      operand has the result's rank and dim 0; every other operand is
+      broadcast along dim 0 (lower rank, or dim 0 of 1);
+    - `layer_norm`/`rms_norm` with axis >= 1 on a row-batched input (scale,
+      bias not); `attention` with Q, K, V all row-batched;
+    - `reduce_sum/mean/max` with explicit axes excluding 0;
+    - `transpose` with perm[0] = 0; `slice` with start 0, step 1 and full
+      extent on dim 0; `concat` off axis 0 of row-batched inputs;
+    - `reshape` whose result's dim 0 is a multiple of B (row-major order is
+      kept, so batch element b stays a contiguous run of rows: a flatten
+      [B, S, ..] -> [B·S, ..] or the unflatten back);
+    - `gather` on axis 0 of an unbatched table with row-batched indices (an
+      embedding lookup), or off axis 0 of a row-batched table keeping dim 0;
+    - `linear` with a row-batched input of rank >= 2 (weight, bias not);
+      `gemm` with a row-batched A without transA (B not; C row-batched or
+      broadcast along dim 0); `matmul` with a row-batched lhs of rank >= 2
+      or a row-batched rhs of rank >= 3 (a batched matmul), each keeping
+      dim 0, the other operand row-batched the same way or broadcast;
+    - `softmax_cross_entropy_loss` with reduction = "mean" of row-batched
+      logits and labels of equal dim 0: the loss, which no other op may read.
+    Anything else fails the pass at the op: "cannot split the batch into M
+    micro-batches: '<op>' moves/slices/contracts/reduces the batch
+    dimension" or "... is not known to keep batch rows independent", with
+    "use --microbatches 1". The `bwd` tasks are the forward's mirror and
+    are not checked separately.
     The tasks come out in task-major order (all micro-batches of a task, in
     order m = 0 .. M-1, before the next task); `sched-order` chooses the
     real order.
 
     Why `mean` is exact: the loss must be a mean over the batch (the
     returned value computed by `train.softmax_cross_entropy_loss` with
-    `reduction = "mean"` or by `train.reduce_mean`; anything else fails
-    the pass, because averaging would change it). With N loss terms in the
+    `reduction = "mean"`; anything else fails the pass, because averaging
+    would change it, and a `train.reduce_mean` loss fails with its own
+    message: it is not supported yet). With N loss terms in the
     batch and n = N/M per micro-batch, the full loss is
     (1/N) sum_i l_i = (1/M) sum_m [(1/n) sum_{i in m} l_i] = mean_m(loss_m),
     and by linearity its gradient is mean_m(grad_m), where each replica's
