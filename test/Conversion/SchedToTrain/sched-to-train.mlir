@@ -96,6 +96,10 @@ func.func @identity_task(%x: tensor<4xf32>) -> tensor<4xf32> {
     ^bb0(%i: tensor<4xf32>):
       sched.yield %i : tensor<4xf32>
     }
+    %y0 = sched.task fwd layer(0) mb(0) (%a) : (tensor<4xf32>) -> tensor<4xf32> {
+    ^bb0(%i: tensor<4xf32>):
+      sched.yield %i : tensor<4xf32>
+    }
     %s = sched.accumulate mean %y1, %y1 : tensor<4xf32>
     sched.yield %s : tensor<4xf32>
   }

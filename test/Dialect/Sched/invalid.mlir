@@ -194,3 +194,62 @@ func.func @wait_nothing(%x: tensor<4xf32>) {
   %r = sched.wait %x after : tensor<4xf32>
   return
 }
+
+// -----
+
+// An iteration is one training step: the body of a function.
+// expected-error @+1 {{'sched.iteration' op expects parent op 'func.func'}}
+sched.iteration() : () -> () {
+}
+
+// -----
+
+func.func @repeated_task(%x: tensor<4xf32>) {
+  sched.iteration(%x) {microbatches = 2 : i64} : (tensor<4xf32>) -> () {
+  ^bb0(%a: tensor<4xf32>):
+    sched.task fwd layer(0) mb(0) () : () -> () {
+    }
+    // expected-note @+1 {{the first is here}}
+    sched.task fwd layer(0) mb(1) () : () -> () {
+    }
+    // expected-error @+1 {{'sched.task' op repeats fwd layer(0) mb(1)}}
+    sched.task fwd layer(0) mb(1) () : () -> () {
+    }
+  }
+  return
+}
+
+// -----
+
+func.func @repeated_opt() {
+  sched.iteration() : () -> () {
+    // expected-note @+1 {{the first is here}}
+    sched.task opt layer(3) () : () -> () {
+    }
+    // expected-error @+1 {{'sched.task' op repeats opt layer(3)}}
+    sched.task opt layer(3) () : () -> () {
+    }
+  }
+  return
+}
+
+// -----
+
+func.func @missing_microbatch() {
+  // expected-error @+1 {{'sched.iteration' op has 2 of the 3 micro-batches of bwd layer(1): each fwd/bwd layer runs every micro-batch}}
+  sched.iteration() {microbatches = 3 : i64} : () -> () {
+    sched.task bwd layer(1) mb(0) () : () -> () {
+    }
+    sched.task bwd layer(1) mb(2) () : () -> () {
+    }
+  }
+  return
+}
+
+// -----
+
+func.func @prefetch_read_early(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'sched.prefetch' op result may be read only through sched.wait, but func.return uses it}}
+  %g, %t = sched.prefetch %x host -> gpu : tensor<4xf32>
+  return %g : tensor<4xf32>
+}

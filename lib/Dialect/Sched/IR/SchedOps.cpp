@@ -4,6 +4,8 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/DenseMap.h"
+#include <tuple>
 
 using namespace mlir;
 using namespace spillway::sched;
@@ -52,8 +54,51 @@ LogicalResult IterationOp::verify() {
     if (*order != "horizontal" && *order != "snake")
       return emitOpError("order must be 'horizontal' or 'snake', got '")
              << *order << "'";
+  // One training step: the body of a function (by name, so the dialect does
+  // not depend on func).
+  Operation *parent = (*this)->getParentOp();
+  if (!parent || parent->getName().getStringRef() != "func.func")
+    return emitOpError("expects parent op 'func.func'");
   return verifyRegionSignature(*this, getBlock(), getInputs().getTypes(),
                                getResultTypes());
+}
+
+LogicalResult IterationOp::verifyRegions() {
+  // Each task runs once: (phase, layer, micro-batch) names one task; with M
+  // micro-batches each fwd/bwd layer has all of them. (The tasks' own
+  // verifiers, which ran first, checked each index is in range.)
+  int64_t count = getMicrobatches();
+  llvm::DenseMap<std::tuple<int, int64_t, int64_t>, TaskOp> seen;
+  llvm::DenseMap<std::pair<int, int64_t>, int64_t> perLayer;
+  SmallVector<std::pair<int, int64_t>> layerOrder;
+  for (TaskOp task : getBlock().getOps<TaskOp>()) {
+    int phase = static_cast<int>(task.getPhase());
+    int64_t mb = task.getMb() ? static_cast<int64_t>(*task.getMb()) : -1;
+    auto [it, inserted] =
+        seen.try_emplace({phase, int64_t(task.getLayer()), mb}, task);
+    if (!inserted) {
+      InFlightDiagnostic diag =
+          task.emitOpError("repeats ")
+          << stringifyPhase(task.getPhase()) << " layer(" << task.getLayer()
+          << ")";
+      if (mb >= 0)
+        diag << " mb(" << mb << ")";
+      diag.attachNote(it->second.getLoc()) << "the first is here";
+      return diag;
+    }
+    if (task.getPhase() != Phase::opt && count > 1) {
+      auto key = std::make_pair(phase, int64_t(task.getLayer()));
+      if (perLayer[key]++ == 0)
+        layerOrder.push_back(key);
+    }
+  }
+  for (auto key : layerOrder)
+    if (perLayer[key] != count)
+      return emitOpError("has ")
+             << perLayer[key] << " of the " << count << " micro-batches of "
+             << stringifyPhase(static_cast<Phase>(key.first)) << " layer("
+             << key.second << "): each fwd/bwd layer runs every micro-batch";
+  return success();
 }
 
 //===----------------------------------------------------------------------===//
@@ -150,6 +195,12 @@ LogicalResult PrefetchOp::verify() {
     return emitOpError("moves toward the GPU (ssd -> host -> gpu), not ")
            << stringifyTier(getFrom()) << " -> " << stringifyTier(getTo())
            << "; use sched.writeback";
+  // The copy is readable only once it has arrived: through sched.wait.
+  for (OpOperand &use : getResult().getUses())
+    if (!isa<WaitOp>(use.getOwner()) ||
+        use.getOperandNumber() != 0)
+      return emitOpError("result may be read only through sched.wait, but ")
+             << use.getOwner()->getName() << " uses it";
   return success();
 }
 

@@ -43,6 +43,7 @@ def Sched_IterationOp : Sched_Op<"iteration", [
     `(` $inputs `)` attr-dict `:` functional-type($inputs, $results) $body
   }];
   let hasVerifier = 1;
+  let hasRegionVerifier = 1;
   let skipDefaultBuilders = 1;
   let builders = [
     OpBuilder<(ins "::mlir::TypeRange":$results, "::mlir::ValueRange":$inputs)>
