@@ -172,6 +172,10 @@ std::string write_npy(const std::string &descr,
                       const std::vector<int64_t> &shape, const void *data,
                       size_t bytes);
 
+// A JSON string literal of `s` (quotes, backslashes and control characters
+// escaped); the safetensors header and checkpoint manifests use it.
+std::string json_string(const std::string &s);
+
 // ---- .safetensors ---------------------------------------------------------
 struct NamedTensor {
   std::string name;

@@ -23,7 +23,7 @@
 
 namespace spw {
 
-static std::string json_string(const std::string &s) {
+std::string json_string(const std::string &s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     if (c == '"' || c == '\\') {

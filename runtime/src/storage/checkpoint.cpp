@@ -194,21 +194,6 @@ struct Staging {
 
 // ---- JSON -------------------------------------------------------------------
 
-std::string json_str(const std::string &s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += char(c);
-    } else if (c < 0x20) {
-      out += format("\\u%04x", c);
-    } else {
-      out += char(c);
-    }
-  }
-  return out + "\"";
-}
-
 struct Json {
   enum Kind { Null, Bool, Int, Str, Arr, Obj } kind = Null;
   bool b = false;
@@ -414,7 +399,7 @@ std::string manifest_text(const Manifest &m) {
   t += format("  \"format\": \"%s\",\n", kFormatName);
   t += format("  \"version\": %d,\n", kCheckpointFormatVersion);
   t += format("  \"step\": %lld,\n", (long long)m.step);
-  t += format("  \"data_file\": %s,\n", json_str(kCheckpointDataFile).c_str());
+  t += format("  \"data_file\": %s,\n", json_string(kCheckpointDataFile).c_str());
   t += format("  \"data_bytes\": %llu,\n", (unsigned long long)m.data_bytes);
   t += format("  \"alignment\": %llu,\n", (unsigned long long)m.alignment);
   t += format("  \"compression\": \"%s\",\n", m.zstd ? "zstd" : "none");
@@ -422,8 +407,8 @@ std::string manifest_text(const Manifest &m) {
   t += format("  \"raw_bytes\": %llu,\n", (unsigned long long)m.raw_bytes);
   t += "  \"metadata\": {";
   for (size_t i = 0; i < m.metadata.size(); ++i)
-    t += (i ? ",\n    " : "\n    ") + json_str(m.metadata[i].first) + ": " +
-         json_str(m.metadata[i].second);
+    t += (i ? ",\n    " : "\n    ") + json_string(m.metadata[i].first) + ": " +
+         json_string(m.metadata[i].second);
   t += m.metadata.empty() ? "},\n" : "\n  },\n";
   t += "  \"tensors\": [";
   for (size_t i = 0; i < m.tensors.size(); ++i) {
@@ -433,7 +418,7 @@ std::string manifest_text(const Manifest &m) {
       shape += (d ? ", " : "") + std::to_string(x.shape[d]);
     t += format("%s\n    {\"name\": %s, \"dtype\": \"%s\", \"shape\": [%s], "
                 "\"offset\": %llu, \"bytes\": %llu}",
-                i ? "," : "", json_str(x.name).c_str(), dtype_name(x.dtype),
+                i ? "," : "", json_string(x.name).c_str(), dtype_name(x.dtype),
                 shape.c_str(), (unsigned long long)x.offset,
                 (unsigned long long)x.bytes);
   }
