@@ -206,6 +206,11 @@ SafetensorsHeader parse_safetensors_header(const std::string &json,
                                            const std::string &what);
 // Writes to `path` through a temporary file and rename.
 void write_file_atomic(const std::string &path, const std::string &bytes);
+// Creates `path` (refusing an existing file when `exclusive`), writes all of
+// `bytes`, fsyncs and closes it; on failure removes it and throws spw::Error
+// naming the file (and the offset of a failed write).
+void write_file_synced(const std::string &path, const std::string &bytes,
+                       bool exclusive);
 
 // ---- files ------------------------------------------------------------------
 std::string read_whole_file(const std::string &path, const char *what);

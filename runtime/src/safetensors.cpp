@@ -458,36 +458,42 @@ SafetensorsHeader parse_safetensors_header(const std::string &json,
 
 // ---- atomic writes ----------------------------------------------------------------
 
-void write_file_atomic(const std::string &path, const std::string &bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+void write_file_synced(const std::string &path, const std::string &bytes,
+                       bool exclusive) {
+  int fd = ::open(path.c_str(),
+                  O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC),
+                  0644);
   if (fd < 0)
-    fail("cannot create '%s': %s", tmp.c_str(), std::strerror(errno));
+    fail("cannot create '%s': %s", path.c_str(), std::strerror(errno));
+  auto give_up = [&](const char *what, size_t at, int e) {
+    ::close(fd);
+    ::unlink(path.c_str());
+    if (at == size_t(-1))
+      fail("cannot %s '%s': %s", what, path.c_str(), std::strerror(e));
+    fail("cannot %s '%s' at offset %zu: %s", what, path.c_str(), at,
+         std::strerror(e));
+  };
   size_t done = 0;
   while (done < bytes.size()) {
     ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR)
       continue;
-    if (n <= 0) {
-      int e = n < 0 ? errno : EIO;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail("cannot write '%s' at offset %zu: %s", tmp.c_str(), done,
-           std::strerror(e));
-    }
+    if (n <= 0)
+      give_up("write", done, n < 0 ? errno : ENOSPC);
     done += size_t(n);
   }
-  if (::fsync(fd) != 0) {
-    int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    fail("cannot fsync '%s': %s", tmp.c_str(), std::strerror(e));
-  }
+  if (::fsync(fd) != 0)
+    give_up("fsync", size_t(-1), errno);
   if (::close(fd) != 0) {
     int e = errno;
-    ::unlink(tmp.c_str());
-    fail("cannot close '%s': %s", tmp.c_str(), std::strerror(e));
+    ::unlink(path.c_str());
+    fail("cannot close '%s': %s", path.c_str(), std::strerror(e));
   }
+}
+
+void write_file_atomic(const std::string &path, const std::string &bytes) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  write_file_synced(tmp, bytes, /*exclusive=*/false);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int e = errno;
     ::unlink(tmp.c_str());

@@ -133,32 +133,6 @@ void fsync_dir(const std::string &dir) {
   ::close(fd);
 }
 
-void write_file_synced(const std::string &path, const std::string &bytes) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0)
-    fail("cannot create '%s': %s", path.c_str(), std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0) {
-      int e = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      fail("cannot write '%s' at offset %zu: %s", path.c_str(), done,
-           std::strerror(e));
-    }
-    done += size_t(n);
-  }
-  if (::fsync(fd) != 0) {
-    int e = errno;
-    ::close(fd);
-    fail("cannot fsync '%s': %s", path.c_str(), std::strerror(e));
-  }
-  if (::close(fd) != 0)
-    fail("cannot close '%s': %s", path.c_str(), std::strerror(errno));
-}
-
 // An aligned staging buffer from the engine's pinned pool when it has room,
 // else from the heap.
 struct Staging {
@@ -964,7 +938,7 @@ CheckpointWriteResult write_checkpoint(IoEngine &engine,
     const std::string manifest = manifest_text(m);
     const std::string manifest_path =
         (fs::path(tmp_dir) / kCheckpointManifest).string();
-    write_file_synced(manifest_path, manifest);
+    write_file_synced(manifest_path, manifest, /*exclusive=*/true);
     maybe_crash("manifest-written", step);
     fsync_dir(tmp_dir);
 
