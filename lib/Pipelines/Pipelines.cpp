@@ -39,7 +39,8 @@ void spillway::populatePlanningPipeline(OpPassManager &pm) {
 
 void spillway::populateSchedulePipeline(OpPassManager &pm,
                                         int64_t microbatches,
-                                        llvm::StringRef order) {
+                                        llvm::StringRef order,
+                                        const OffloadOptions *offload) {
   pm.addPass(train::createTrainPartitionLayersPass());
   pm.addPass(createConvertTrainToSchedPass());
   sched::SchedMicrobatchPassOptions mb;
@@ -48,6 +49,16 @@ void spillway::populateSchedulePipeline(OpPassManager &pm,
   sched::SchedOrderPassOptions ord;
   ord.order = order.str();
   pm.addPass(sched::createSchedOrderPass(ord));
+  if (offload) {
+    sched::SchedPlacePassOptions place;
+    place.placement = offload->placement;
+    pm.addPass(sched::createSchedPlacePass(place));
+    pm.addPass(sched::createSchedInsertTransfersPass());
+    sched::SchedAssignBuffersPassOptions buffers;
+    buffers.gpuMem = offload->gpuBytes;
+    buffers.hostMem = offload->hostBytes;
+    pm.addPass(sched::createSchedAssignBuffersPass(buffers));
+  }
   pm.addPass(createConvertSchedToTrainPass());
 }
 

@@ -10,6 +10,7 @@
 
 #include "runtime_internal.h"
 #include "storage/checkpoint.h"
+#include "tiers.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -64,6 +65,9 @@ struct Options {
   int64_t keep_checkpoints = 2;
   storage::Backend io_backend = storage::Backend::Auto;
   std::vector<std::string> checkpoint_flags; // given flags that need --checkpoint-dir
+  // Offload plans (tiers.h).
+  std::vector<std::string> ssd;
+  std::string stats_json;
 };
 
 const char kUsage[] =
@@ -103,8 +107,16 @@ const char kUsage[] =
     "                          uninterrupted run\n"
     "    --keep-checkpoints K  keep the newest K checkpoints (default 2)\n"
     "    --checkpoint-zstd     compress checkpoints with zstd\n"
-    "  --io-backend B          checkpoint I/O: auto (io_uring, else threads),\n"
-    "                          io_uring or threads (default auto)\n"
+    "  --io-backend B          checkpoint and offload I/O: auto (io_uring,\n"
+    "                          else threads), io_uring or threads (default\n"
+    "                          auto)\n"
+    "  --ssd DIR[,DIR...]      models compiled with an offload plan: the\n"
+    "                          directories of the SSD swap files (default:\n"
+    "                          spillwayc's --ssd, else the current directory)\n"
+    "  --stats-json FILE       models compiled with an offload plan: write\n"
+    "                          the bytes moved per link per iteration next\n"
+    "                          to the plan's prediction, peak bytes per tier,\n"
+    "                          time waiting on I/O and the overlap\n"
     "  --outputs DIR           forward-only models (spillwayc --forward):\n"
     "                          write each output NAME to DIR/NAME.npy, shape\n"
     "                          [steps, *output_shape]; step s at index s-1;\n"
@@ -181,7 +193,8 @@ Options parse_args(int argc, char **argv) {
         "--input", "--steps", "--seed", "--lr", "--beta1", "--beta2", "--eps",
         "--weight-decay", "--log-json", "--save", "--weights", "--print-every",
         "--fd-eps", "--fd-samples", "--fd-tol", "--outputs", "--checkpoint-dir",
-        "--checkpoint-every", "--keep-checkpoints", "--io-backend"};
+        "--checkpoint-every", "--keep-checkpoints", "--io-backend", "--ssd",
+        "--stats-json"};
     if (std::find_if(std::begin(kValued), std::end(kValued),
                      [&](const char *f) { return flag == f; }) ==
         std::end(kValued))
@@ -236,6 +249,22 @@ Options parse_args(int argc, char **argv) {
       o.log_json = value;
     } else if (flag == "--save") {
       o.save = value;
+    } else if (flag == "--ssd") {
+      o.ssd.clear();
+      size_t start = 0;
+      while (start <= value.size()) {
+        size_t comma = value.find(',', start);
+        if (comma == std::string::npos)
+          comma = value.size();
+        if (comma == start)
+          throw UsageError(format("invalid value '%s' for --ssd: expected "
+                                  "DIR[,DIR...] without empty names",
+                                  value.c_str()));
+        o.ssd.push_back(value.substr(start, comma - start));
+        start = comma + 1;
+      }
+    } else if (flag == "--stats-json") {
+      o.stats_json = value;
     } else if (flag == "--weights") {
       o.weights = value;
     } else if (flag == "--outputs") {
@@ -606,7 +635,11 @@ float run_step(spw_ctx *ctx, int64_t step0, const std::string &label) {
   select_batch(ctx, step0);
   clear_step(ctx);
   ctx->error.clear();
+  if (has_tiers(ctx))
+    tiers_step_begin(ctx);
   spw_model_step(ctx);
+  if (has_tiers(ctx) && !ctx->failed())
+    tiers_step_end(ctx);
   if (ctx->failed())
     fail("%s: %s", label.c_str(), ctx->error.c_str());
   if (!ctx->loss)
@@ -841,6 +874,8 @@ public:
 
   void write(int64_t step, bool report) {
     using storage::CheckpointTensorRef;
+    if (has_tiers(ctx_))
+      tiers_gather(ctx_);
     std::vector<CheckpointTensorRef> ts;
     for (const ParamInfo &p : ctx_->params) {
       const std::vector<int64_t> dims(p.value->dims,
@@ -1262,7 +1297,21 @@ int run(const Options &o, const char *argv0) {
     print_banner(ctx, fo, weights, hp);
     return run_forward(ctx, fo, fo.steps);
   }
+  const bool tiered = has_tiers(ctx);
+  if (!tiered && (!o.ssd.empty() || !o.stats_json.empty()))
+    throw UsageError(format("%s is for models compiled with an offload plan "
+                            "(spillwayc --place / --gpu-mem / --host-mem); "
+                            "this one keeps everything resident",
+                            !o.ssd.empty() ? "--ssd" : "--stats-json"));
+  if (tiered && o.check_gradients)
+    throw UsageError("--check-gradients needs the parameters resident; "
+                     "compile the model without an offload plan to check "
+                     "its gradients");
+  if (tiered)
+    tiers_start(ctx, o.ssd, o.io_backend);
   print_banner(ctx, o, weights, hp);
+  if (tiered)
+    std::printf("%s\n", tiers_describe(ctx).c_str());
 
   std::unique_ptr<Checkpointer> ck;
   int64_t start = 0;
@@ -1272,8 +1321,22 @@ int run(const Options &o, const char *argv0) {
     start = ck->start();
     std::fflush(stdout);
   }
+  if (tiered)
+    tiers_scatter(ctx);
+  const auto t0 = std::chrono::steady_clock::now();
   int rc = o.check_gradients ? check_gradients(ctx, o)
                              : train(ctx, o, hp, ck.get(), start);
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  if (tiered) {
+    tiers_gather(ctx);
+    if (!o.stats_json.empty()) {
+      write_file_atomic(o.stats_json,
+                        tiers_stats_json(ctx, secs, o.steps - start));
+      std::printf("wrote offload statistics to %s\n", o.stats_json.c_str());
+    }
+  }
   if (!o.save.empty())
     save_params(ctx, o.save);
   return rc;

@@ -34,7 +34,7 @@ extern "C" void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     AdamWHparams h = effective_adamw(
         ctx, AdamWHparams{lr, beta1, beta2, eps, weight_decay});
     const size_t n = size_t(p.value->numel);
-    if (p.adam_m.size() != n) {
+    if (!p.bound_m && p.adam_m.size() != n) {
       p.adam_m.assign(n, 0.0f);
       p.adam_v.assign(n, 0.0f);
     }
@@ -51,8 +51,9 @@ extern "C" void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     const bool decays = h.weight_decay != 0.0;
     float *w = p.value->as<float>();
     const float *g = reinterpret_cast<const float *>(p.grad.data());
-    float *m = p.adam_m.data();
-    float *v = p.adam_v.data();
+    // An offload plan binds the state of the block the update runs in.
+    float *m = p.bound_m ? p.bound_m : p.adam_m.data();
+    float *v = p.bound_v ? p.bound_v : p.adam_v.data();
     for (size_t i = 0; i < n; ++i) {
       if (decays)
         w[i] = w[i] * decay;

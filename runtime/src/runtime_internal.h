@@ -71,7 +71,12 @@ struct ParamInfo {
   std::unique_ptr<spw_tensor> value;
   std::vector<char> grad;   // last recorded gradient (bytes), empty if none
   std::vector<float> adam_m, adam_v; // lazily allocated
+  // An offload plan's bound AdamW state (spw_bind of an optimizer block);
+  // null: adam_m / adam_v.
+  float *bound_m = nullptr, *bound_v = nullptr;
 };
+
+struct Tiers; // tiers.cpp: an offload plan's blocks and the tensor store
 
 struct InputInfo {
   std::string name;
@@ -105,6 +110,7 @@ struct spw_ctx {
   std::vector<spw::OutputInfo> outputs; // non-empty: a forward-only model
   std::optional<spw::AdamWHparams> declared_adamw;
   spw::AdamWOverrides overrides;
+  std::shared_ptr<spw::Tiers> tiers; // set by spw_declare_tiers
 
   // Per-step state.
   std::vector<std::unique_ptr<spw_tensor>> step_tensors;

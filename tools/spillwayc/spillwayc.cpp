@@ -22,6 +22,7 @@
 #include "spillway/Schedule/IterationSummary.h"
 #include "spillway/Target/ONNX/ImportONNX.h"
 #include "Report.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileUtilities.h"
 #include "llvm/Support/FileSystem.h"
@@ -395,6 +396,14 @@ struct PlanningInputs {
 
 bool planningRequested() { return report || !reportJson.empty(); }
 
+/// --place, --gpu-mem or --host-mem with an executable to build: the step
+/// gets an offload plan (populateSchedulePipeline with OffloadOptions).
+bool offloadRequested() {
+  return !outputPath.empty() && !forwardOnly &&
+         (placeClasses.getNumOccurrences() || gpuMem.getNumOccurrences() ||
+          hostMem.getNumOccurrences());
+}
+
 /// --microbatches M (M > 1) or --schedule: the executable trains in a
 /// schedule (populateSchedulePipeline). --microbatches 1 alone keeps the
 /// plain step.
@@ -412,10 +421,11 @@ std::string strayPlanningFlag() {
       {"--host-mem", &hostMem},
       {"--place", std::addressof(placeClasses)}};
   if (hwProfile.getNumOccurrences() &&
-      !(scheduleRequested() && schedule == "auto"))
+      !(scheduleRequested() && schedule == "auto") && !offloadRequested())
     return "--hw";
   for (auto [name, opt] : flags)
-    if (opt->getNumOccurrences())
+    if (opt->getNumOccurrences() &&
+        !(offloadRequested() && opt != &overlapOptimizer))
       return name;
   return {};
 }
@@ -572,7 +582,8 @@ std::string bytesAndGiB(uint64_t b) {
 /// on a copy) and writes the report if one is asked for; `chosenOrder` is
 /// the chosen plan's order. Fails on an over-budget plan.
 int planAndReport(ModuleOp module, const PlanningInputs &in,
-                  std::string &chosenOrder) {
+                  std::string &chosenOrder,
+                  spillway::schedule::CostEstimate *chosen = nullptr) {
   using namespace spillway::schedule;
   OwningOpRef<ModuleOp> copy(module.clone());
   PassManager pm(module.getContext());
@@ -624,6 +635,8 @@ int planAndReport(ModuleOp module, const PlanningInputs &in,
   }
   const CostEstimate &best = r.choice.best;
   chosenOrder = orderName(best.candidate.order);
+  if (chosen)
+    *chosen = best;
   if (!best.fits) {
     const auto &need = best.neededBytes;
     return fail(
@@ -680,16 +693,18 @@ int main(int argc, char **argv) {
   // Until the sched passes offload, --ssd only measures and plans; a flag
   // that silently did nothing would mislead.
   const bool planning = planningRequested();
-  if (!ssdDirs.empty() && !planning)
-    return fail("--ssd is used only with --probe-hw and --report so far: "
-                "compiled executables do not offload yet");
+  const bool offload = offloadRequested();
+  if (!ssdDirs.empty() && !planning && !offload)
+    return fail("--ssd names SSD directories for --probe-hw, --report or an "
+                "offload plan (--place, --gpu-mem, --host-mem); alone it "
+                "does nothing");
   if (!planning) {
     std::string stray = strayPlanningFlag();
     if (!stray.empty())
-      return fail(stray + " plans an iteration, and planning only reports "
-                  "so far: give --report or --report-json (the executable "
-                  "keeps every tensor resident; only --microbatches and "
-                  "--schedule shape it)");
+      return fail(stray + " plans an iteration: give --report or "
+                  "--report-json, or -o EXE with --place / --gpu-mem / "
+                  "--host-mem for an executable that follows an offload "
+                  "plan (--overlap-optimizer plans and reports only)");
   }
   if (outputPath.empty() && !planning)
     return fail("no output given: -o EXE");
@@ -702,7 +717,7 @@ int main(int argc, char **argv) {
   if (schedule != "horizontal" && schedule != "snake" && schedule != "auto")
     return fail("--schedule '" + schedule +
                 "' is not one of horizontal, snake, auto");
-  const bool scheduled = scheduleRequested();
+  const bool scheduled = scheduleRequested() || offload;
   // The executable's schedule: M (default 1) and the order; auto is the
   // cost model's choice with --hw (below), snake without.
   const int64_t exeMicrobatches =
@@ -710,7 +725,8 @@ int main(int argc, char **argv) {
   std::string exeOrder =
       schedule == "auto" ? std::string("snake") : schedule.getValue();
   std::optional<PlanningInputs> planningInputs;
-  if (planning || (scheduled && schedule == "auto" && !hwProfile.empty())) {
+  if (planning || (scheduled && schedule == "auto" && !hwProfile.empty()) ||
+      (offload && !hwProfile.empty())) {
     if (forwardOnly)
       return fail("--report plans a training iteration; it does not apply "
                   "to --forward");
@@ -718,6 +734,15 @@ int main(int argc, char **argv) {
     planningInputs = readPlanningInputs(error);
     if (!planningInputs)
       return fail(error);
+    if (offload) {
+      // The plan the executable follows: its own M and overlap (none yet),
+      // activations on the GPU unless pinned (then sched-place refuses).
+      using namespace spillway::schedule;
+      planningInputs->space.microBatches = {unsigned(exeMicrobatches)};
+      planningInputs->space.overlaps = {0};
+      if (!planningInputs->space.pinned[int(TensorClass::Activations)])
+        planningInputs->space.pinned[int(TensorClass::Activations)] = Tier::GPU;
+    }
   }
 
   DialectRegistry registry;
@@ -810,9 +835,11 @@ int main(int argc, char **argv) {
       return 1;
   }
 
+  spillway::schedule::CostEstimate chosenPlan;
   if (planningInputs) {
     std::string chosenOrder;
-    if (int rc = planAndReport(*module, *planningInputs, chosenOrder))
+    if (int rc = planAndReport(*module, *planningInputs, chosenOrder,
+                               &chosenPlan))
       return rc;
     if (outputPath.empty())
       return 0;
@@ -820,9 +847,51 @@ int main(int argc, char **argv) {
       exeOrder = chosenOrder;
   }
 
+  std::optional<spillway::OffloadOptions> offloadOptions;
+  if (offload) {
+    using namespace spillway::schedule;
+    offloadOptions.emplace();
+    // Pinned classes as given; the rest from the cost model's plan with
+    // --hw, else the GPU.
+    for (const std::string &entry : placeClasses)
+      offloadOptions->placement += (offloadOptions->placement.empty() ? "" : ",") + entry;
+    if (planningInputs)
+      for (TensorClass c : {TensorClass::Params, TensorClass::Optimizer,
+                            TensorClass::Gradients, TensorClass::Activations})
+        if (!planningInputs->space.pinned[int(c)] ||
+            c == TensorClass::Activations)
+          if (!llvm::any_of(placeClasses, [&](const std::string &e) {
+                return StringRef(e).split('=').first.trim() ==
+                       tensorClassName(c);
+              }))
+            offloadOptions->placement +=
+                std::string(offloadOptions->placement.empty() ? "" : ",") +
+                tensorClassName(c) + "=" +
+                tierName(chosenPlan.candidate.placement[c]);
+    auto size = [&](cl::opt<std::string> &flag) -> std::optional<uint64_t> {
+      if (flag.empty())
+        return uint64_t(0);
+      return parseSize(flag);
+    };
+    auto g = size(gpuMem), h = size(hostMem);
+    if (!g)
+      return fail("--gpu-mem '" + gpuMem + "' is not a size (e.g. 512M, 16G)");
+    if (!h)
+      return fail("--host-mem '" + hostMem +
+                  "' is not a size (e.g. 512M, 16G)");
+    offloadOptions->gpuBytes = *g;
+    offloadOptions->hostBytes = *h;
+  }
+
   if (scheduled) {
     PassManager pm(&context);
-    spillway::populateSchedulePipeline(pm, exeMicrobatches, exeOrder);
+    spillway::populateSchedulePipeline(
+        pm, exeMicrobatches, exeOrder,
+        offloadOptions ? &*offloadOptions : nullptr);
+    if (offloadOptions)
+      note("offload plan: " + (offloadOptions->placement.empty()
+                                   ? std::string("everything on the GPU")
+                                   : offloadOptions->placement));
     note(llvm::formatv("scheduling the step: {0} micro-batch(es), {1} order{2}",
                        exeMicrobatches, exeOrder,
                        schedule != "auto"   ? ""
@@ -833,6 +902,41 @@ int main(int argc, char **argv) {
                                 "in the {1} order (--microbatches, "
                                 "--schedule): see above",
                                 exeMicrobatches, exeOrder));
+  }
+
+  if (offload) {
+    auto buffers = (*module)->getAttrOfType<DictionaryAttr>("sched.buffers");
+    if (!buffers)
+      return fail("internal error: the offload plan has no buffers");
+    if (!ssdDirs.empty())
+      (*module)->setAttr("sched.ssd_dirs",
+                         StringAttr::get(&context, llvm::join(ssdDirs, ",")));
+    auto links = buffers.getAs<DictionaryAttr>("bytes_per_iteration");
+    auto get = [&](DictionaryAttr d, StringRef k) {
+      return d.getAs<IntegerAttr>(k).getInt();
+    };
+    note(llvm::formatv("offload plan: gpu {0} bytes, host {1} bytes, ssd {2} "
+                       "bytes; per iteration ssd_read {3}, ssd_write {4}, "
+                       "h2d {5}, d2h {6}",
+                       get(buffers, "gpu_bytes"), get(buffers, "host_bytes"),
+                       get(buffers, "ssd_bytes"), get(links, "ssd_read"),
+                       get(links, "ssd_write"), get(links, "h2d"),
+                       get(links, "d2h")));
+    // The transfers the passes wrote must move what the cost model
+    // predicted for the same plan, byte for byte.
+    if (planningInputs) {
+      auto model = buffers.getAs<DictionaryAttr>("model_bytes");
+      const auto &e = chosenPlan.bytes;
+      const double want[4] = {e.ssdRead, e.ssdWrite, e.h2d, e.d2h};
+      const char *keys[4] = {"ssd_read", "ssd_write", "h2d", "d2h"};
+      for (int i = 0; i < 4; ++i)
+        if (double(get(model, keys[i])) != want[i])
+          return fail(llvm::formatv(
+              "internal error: the offload plan moves {0} bytes over {1} per "
+              "iteration but the cost model predicts {2:f0} for {3}",
+              get(model, keys[i]), keys[i], want[i],
+              chosenPlan.candidate.str()));
+    }
   }
 
   if (emit == EmitKind::MLIR) {

@@ -45,8 +45,17 @@ void populatePlanningPipeline(mlir::OpPassManager &pm);
 /// spillwayc runs it after populateTrainingPipeline when --microbatches or
 /// --schedule is given. M must divide every input's leading dimension
 /// (sched-microbatch fails otherwise).
+/// With `offload`, the step keeps its parameters, optimizer state and
+/// gradients in per-layer blocks on the tiers `offload->placement` names
+/// (sched-place, sched-insert-transfers, sched-assign-buffers with the
+/// budgets) and the lowering moves them with the runtime's spw_move family.
+struct OffloadOptions {
+  std::string placement; ///< CLASS=TIER,... (sched-place)
+  uint64_t gpuBytes = 0, hostBytes = 0; ///< budgets; 0 = unlimited
+};
 void populateSchedulePipeline(mlir::OpPassManager &pm, int64_t microbatches,
-                              llvm::StringRef order);
+                              llvm::StringRef order,
+                              const OffloadOptions *offload = nullptr);
 
 /// A training step -> LLVM dialect calls against the runtime's C ABI.
 void populateLowerToRuntimePipeline(mlir::OpPassManager &pm);

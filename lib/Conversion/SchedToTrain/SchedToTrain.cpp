@@ -78,6 +78,12 @@ LogicalResult lower(Operation *op, OpBuilder &b) {
     acc.erase();
     return success();
   }
+  // An offload plan's moves and bindings stay, in order, for
+  // convert-train-to-runtime.
+  if (isa<sched::MoveOp, sched::AwaitOp, sched::DropOp, sched::BindOp,
+          sched::StageGradsOp, sched::AccumulateGradsOp, sched::GradientOp>(
+          op))
+    return success();
   return op->emitError("convert-sched-to-train: ")
          << op->getName()
          << " needs the runtime's memory tiers; this lowering runs "

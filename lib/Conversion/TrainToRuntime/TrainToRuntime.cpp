@@ -15,6 +15,7 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "spillway/Dialect/Sched/IR/SchedOps.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
@@ -61,6 +62,10 @@ private:
   FailureOr<KernelCall> describeKernel(Operation *op);
   LogicalResult emitDeclare(func::FuncOp step, ArrayRef<ParamOp> params);
   LogicalResult emitStep(func::FuncOp step);
+  LogicalResult emitTiers();
+  /// An offload plan's op (sched dialect): lowered in place; false if `op`
+  /// is not one.
+  FailureOr<bool> emitSchedOp(Operation *op, DenseMap<Value, Value> &handles);
   void emitMain();
 
   // Constants and declarations.
@@ -413,6 +418,9 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
     paramIndexByName[p.getSymName()] = index;
   }
 
+  if (failed(emitTiers()))
+    return failure();
+
   for (BlockArgument arg : step.getArguments()) {
     loc = arg.getLoc();
     auto type = dyn_cast<RankedTensorType>(arg.getType());
@@ -487,6 +495,11 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
   for (Operation &op : step.getBody().front()) {
     if (isa<func::ReturnOp, ParamValueOp, ConstantOp, ParamGradOp, AdamWOp>(op))
       continue;
+    if (isa<sched::SchedDialect>(op.getDialect())) {
+      // stage_grads passes its gradients through the inputs array.
+      numIns = std::max<int64_t>(numIns, op.getNumOperands());
+      continue;
+    }
     auto kernel = describeKernel(&op);
     if (failed(kernel))
       return failure();
@@ -522,6 +535,13 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
 
   for (Operation &op : step.getBody().front()) {
     loc = op.getLoc();
+    if (isa<sched::SchedDialect>(op.getDialect())) {
+      auto done = emitSchedOp(&op, handles);
+      if (failed(done))
+        return failure();
+      if (*done)
+        continue;
+    }
     if (failed(checkStatic(&op)))
       return failure();
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
@@ -607,6 +627,131 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
   return success();
 }
 
+LogicalResult RuntimeEmitter::emitTiers() {
+  auto plan = module->getAttrOfType<DictionaryAttr>("sched.buffers");
+  if (!plan)
+    return success();
+  auto i64Of = [&](DictionaryAttr d, StringRef key) -> int64_t {
+    auto a = d.getAs<IntegerAttr>(key);
+    return a ? a.getInt() : 0;
+  };
+  auto links = plan.getAs<DictionaryAttr>("bytes_per_iteration");
+  if (!links)
+    return module.emitError("sched.buffers has no bytes_per_iteration");
+  SmallVector<int64_t> predicted = {
+      i64Of(links, "ssd_read"), i64Of(links, "ssd_write"), i64Of(links, "h2d"),
+      i64Of(links, "d2h")};
+  auto dirs = module->getAttrOfType<StringAttr>("sched.ssd_dirs");
+  callRuntime("spw_declare_tiers", voidTy,
+              {ptrTy, i64Ty, i64Ty, i64Ty, ptrTy, ptrTy},
+              {ctxArg, i64(i64Of(plan, "gpu_bytes")),
+               i64(i64Of(plan, "host_bytes")), i64(i64Of(plan, "ssd_bytes")),
+               stringConstant(dirs ? dirs.getValue() : ""),
+               i64Array(predicted)});
+  auto blocks = plan.getAs<ArrayAttr>("blocks");
+  if (!blocks)
+    return module.emitError("sched.buffers has no blocks");
+  for (Attribute a : blocks) {
+    auto b = cast<DictionaryAttr>(a);
+    auto cls = sched::symbolizeBlockClass(
+        b.getAs<StringAttr>("class").getValue());
+    if (!cls)
+      return module.emitError("sched.buffers: unknown block class");
+    int32_t home = -1;
+    if (auto h = b.getAs<StringAttr>("home"))
+      home = static_cast<int32_t>(*sched::symbolizeTier(h.getValue()));
+    SmallVector<int64_t> members;
+    for (Attribute m : b.getAs<ArrayAttr>("members")) {
+      auto it = paramIndexByName.find(cast<FlatSymbolRefAttr>(m).getValue());
+      if (it == paramIndexByName.end())
+        return module.emitError("sched.buffers: unknown parameter ") << m;
+      members.push_back(it->second);
+    }
+    auto offsets = b.getAs<DenseI64ArrayAttr>("offsets");
+    callRuntime("spw_declare_block", voidTy,
+                {ptrTy, i32Ty, i32Ty, i64Ty, i32Ty, i64Ty, i32Ty, ptrTy, ptrTy},
+                {ctxArg, i32(static_cast<int32_t>(*cls)),
+                 i32(i64Of(b, "layer")), i64(i64Of(b, "bytes")), i32(home),
+                 i64(i64Of(b, "offset")), i32(members.size()),
+                 i64Array(members), i64Array(offsets.asArrayRef())});
+  }
+  return success();
+}
+
+FailureOr<bool> RuntimeEmitter::emitSchedOp(Operation *op,
+                                            DenseMap<Value, Value> &handles) {
+  auto atOf = [&](std::optional<uint64_t> at) {
+    return i64(at ? int64_t(*at) : -1);
+  };
+  auto tier = [&](sched::Tier t) { return i32(static_cast<int32_t>(t)); };
+  auto cls = [&](sched::BlockClass c) { return i32(static_cast<int32_t>(c)); };
+  if (!module->hasAttr("sched.buffers"))
+    return op->emitOpError("needs the offload plan's buffers; run "
+                           "sched-assign-buffers before lowering");
+  if (auto mv = dyn_cast<sched::MoveOp>(op)) {
+    handles[mv.getTimepoint()] = callRuntime(
+        "spw_move", i32Ty, {ptrTy, i32Ty, i32Ty, i32Ty, i32Ty, i32Ty, i64Ty},
+        {ctxArg, cls(mv.getBlockClass()), i32(mv.getLayer()),
+         tier(mv.getFrom()), tier(mv.getTo()),
+         i32(static_cast<int32_t>(mv.getPrio())), atOf(mv.getAt())});
+    return true;
+  }
+  if (auto aw = dyn_cast<sched::AwaitOp>(op)) {
+    for (Value t : aw.getTimepoints())
+      callRuntime("spw_await", voidTy, {ptrTy, i32Ty},
+                  {ctxArg, handles.lookup(t)});
+    return true;
+  }
+  if (auto d = dyn_cast<sched::DropOp>(op)) {
+    callRuntime("spw_drop", voidTy, {ptrTy, i32Ty, i32Ty, i32Ty},
+                {ctxArg, cls(d.getBlockClass()), i32(d.getLayer()),
+                 tier(d.getTier())});
+    return true;
+  }
+  if (auto bd = dyn_cast<sched::BindOp>(op)) {
+    callRuntime("spw_bind", voidTy, {ptrTy, i32Ty, i32Ty, i32Ty},
+                {ctxArg, cls(bd.getBlockClass()), i32(bd.getLayer()),
+                 tier(bd.getTier())});
+    return true;
+  }
+  if (auto st = dyn_cast<sched::StageGradsOp>(op)) {
+    SmallVector<Value> grads;
+    for (Value g : st.getGrads())
+      grads.push_back(handles.lookup(g));
+    for (auto [i, v] : llvm::enumerate(grads)) {
+      Value slot = LLVM::GEPOp::create(
+          builder, loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, numIns),
+          insArray, ArrayRef<LLVM::GEPArg>{0, (int32_t)i});
+      LLVM::StoreOp::create(builder, loc, v, slot);
+    }
+    callRuntime("spw_stage_grads", voidTy,
+                {ptrTy, i32Ty, i32Ty, i32Ty, i32Ty, ptrTy, i64Ty},
+                {ctxArg, cls(st.getInto()), i32(st.getLayer()),
+                 i32(static_cast<int32_t>(st.getMode())), i32(grads.size()),
+                 insArray, atOf(st.getAt())});
+    return true;
+  }
+  if (auto acc = dyn_cast<sched::AccumulateGradsOp>(op)) {
+    callRuntime("spw_accumulate_grads", voidTy,
+                {ptrTy, i32Ty, i32Ty, i32Ty, i64Ty},
+                {ctxArg, i32(acc.getLayer()),
+                 i32(static_cast<int32_t>(acc.getMode())), tier(acc.getTier()),
+                 atOf(acc.getAt())});
+    return true;
+  }
+  if (auto g = dyn_cast<sched::GradientOp>(op)) {
+    auto it = paramIndexByName.find(g.getParam());
+    if (it == paramIndexByName.end())
+      return g.emitOpError("refers to unknown parameter @") << g.getParam();
+    handles[g.getResult()] = callRuntime(
+        "spw_gradient", ptrTy, {ptrTy, i32Ty, i32Ty, i32Ty, i64Ty},
+        {ctxArg, i32(it->second), i32(g.getLayer()), tier(g.getTier()),
+         i64(g.getDivisor())});
+    return true;
+  }
+  return false;
+}
+
 void RuntimeEmitter::emitMain() {
   builder.setInsertionPointToEnd(module.getBody());
   auto fn = LLVM::LLVMFuncOp::create(
@@ -636,6 +781,7 @@ LogicalResult RuntimeEmitter::run() {
   step.erase();
   for (ParamOp p : params)
     p.erase();
+  module->removeAttr("sched.buffers");
   return success();
 }
 

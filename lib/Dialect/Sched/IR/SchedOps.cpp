@@ -5,6 +5,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/DenseMap.h"
+#include <cstdlib>
 #include <tuple>
 
 using namespace mlir;
@@ -215,5 +216,55 @@ LogicalResult WritebackOp::verify() {
 LogicalResult WaitOp::verify() {
   if (getTimepoints().empty())
     return emitOpError("needs at least one timepoint");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Blocks
+//===----------------------------------------------------------------------===//
+
+LogicalResult MoveOp::verify() {
+  // One link per move: the store moves between adjacent tiers only (SSD data
+  // always passes through pinned host memory).
+  if (std::abs(speedRank(getTo()) - speedRank(getFrom())) != 1)
+    return emitOpError("moves along one link (ssd <-> host <-> gpu), not ")
+           << stringifyTier(getFrom()) << " -> " << stringifyTier(getTo());
+  if (getBlockClass() == BlockClass::gradstage && getTo() == Tier::ssd)
+    return emitOpError("gradstage blocks are staging and never go to ssd");
+  return success();
+}
+
+LogicalResult AwaitOp::verify() {
+  if (getTimepoints().empty())
+    return emitOpError("needs at least one timepoint");
+  return success();
+}
+
+LogicalResult BindOp::verify() {
+  if (getBlockClass() != BlockClass::params &&
+      getBlockClass() != BlockClass::optimizer)
+    return emitOpError("binds params or optimizer blocks, not ")
+           << stringifyBlockClass(getBlockClass());
+  if (getTier() == Tier::ssd)
+    return emitOpError("compute cannot read a block on ssd; move it to host "
+                       "or gpu first");
+  return success();
+}
+
+LogicalResult StageGradsOp::verify() {
+  if (getInto() != BlockClass::gradients && getInto() != BlockClass::gradstage)
+    return emitOpError("stages into a gradients or gradstage block, not ")
+           << stringifyBlockClass(getInto());
+  size_t n = getParams().size();
+  if (n == 0 || getGrads().size() % n != 0)
+    return emitOpError("has ")
+           << getGrads().size() << " gradients for " << n
+           << " parameters; expected a whole number of micro-batches";
+  for (size_t i = 0; i < getGrads().size(); ++i)
+    if (getGrads()[i].getType() != getGrads()[i % n].getType())
+      return emitOpError("gradient #")
+             << i << " has type " << getGrads()[i].getType()
+             << " but the same parameter's gradient #" << (i % n) << " has "
+             << getGrads()[i % n].getType();
   return success();
 }

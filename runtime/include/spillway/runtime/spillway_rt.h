@@ -76,6 +76,58 @@ void spw_param_grad(spw_ctx *ctx, int32_t param, spw_tensor *grad);
 void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad, double lr,
                double beta1, double beta2, double eps, double weight_decay);
 
+/* ---- offload plans (sched-insert-transfers / sched-assign-buffers) ------- *
+ * A model compiled with a placement keeps each layer's parameters, AdamW
+ * state and gradients in *blocks* (one per layer and class) homed on a tier
+ * at static offsets, and its step moves them with these calls
+ * (docs/runtime.md, "Offload"). Tiers: 0 gpu, 1 host (pinned), 2 ssd.
+ * Classes: 0 params, 1 optimizer (m of every member, then v), 2 gradients
+ * (the accumulator), 3 gradstage (a backward run's sum on its way off the
+ * GPU). Priorities: 0 demand, 1 prefetch, 2 writeback. */
+enum spw_tier { SPW_TIER_GPU = 0, SPW_TIER_HOST = 1, SPW_TIER_SSD = 2 };
+enum spw_block_class {
+  SPW_BLOCK_PARAMS = 0,
+  SPW_BLOCK_OPTIMIZER = 1,
+  SPW_BLOCK_GRADIENTS = 2,
+  SPW_BLOCK_GRADSTAGE = 3
+};
+/* Arena sizes of the plan's peaks, the default SSD directories (comma
+ * separated; the executable's --ssd overrides them) and the plan's bytes per
+ * iteration predicted[4] = {ssd_read, ssd_write, h2d, d2h}. */
+void spw_declare_tiers(spw_ctx *ctx, int64_t gpu_bytes, int64_t host_bytes,
+                       int64_t ssd_bytes, const char *ssd_dirs,
+                       const int64_t *predicted);
+/* Block (cls, layer) of `bytes` bytes: its home tier (-1: none) and offset
+ * there, and its n members: parameter indices and byte offsets (for the
+ * optimizer class, offsets of m; v follows at bytes / 2 + offset). */
+void spw_declare_block(spw_ctx *ctx, int32_t cls, int32_t layer,
+                       int64_t bytes, int32_t home, int64_t home_offset,
+                       int32_t n, const int64_t *params,
+                       const int64_t *offsets);
+/* Starts a move of the block's copy on `from` to `to` (one link), placing
+ * the destination at offset `at` when the block has no copy there yet.
+ * Returns a token for spw_await. */
+int32_t spw_move(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t from,
+                 int32_t to, int32_t prio, int64_t at);
+void spw_await(spw_ctx *ctx, int32_t token);
+/* Frees the block's copy on a tier other than its home. */
+void spw_drop(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier);
+/* From here the step's parameters (cls 0) or AdamW state (cls 1) of the
+ * layer are the block's copy on `tier`. */
+void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier);
+/* Sums a backward run's micro-batch gradients (n = members x micro-batches,
+ * micro-batch by micro-batch) into the GPU copy of block (cls, layer):
+ * mode 0 writes (creating the copy at `at` when absent), 1 adds. */
+void spw_stage_grads(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t mode,
+                     int32_t n, spw_tensor *const *grads, int64_t at);
+/* On `tier`: gradients (layer) = gradstage (mode 0) or += it (mode 1). */
+void spw_accumulate_grads(spw_ctx *ctx, int32_t layer, int32_t mode,
+                          int32_t tier, int64_t at);
+/* A step tensor: the accumulated gradient of `param` in the gradients
+ * block's copy on `tier`, divided by `divisor`. */
+spw_tensor *spw_gradient(spw_ctx *ctx, int32_t param, int32_t layer,
+                         int32_t tier, int64_t divisor);
+
 /* ---- kernels ------------------------------------------------------------ *
  * name                 ins                      outs        iattrs / fattrs */
 #define SPW_KERNEL(name)                                                       \

@@ -64,6 +64,26 @@ def Sched_Tier : I32EnumAttr<"Tier", "a memory tier", [
   let cppNamespace = "::spillway::sched";
 }
 
+def Sched_BlockClass : I32EnumAttr<"BlockClass",
+    "the tensors of one layer that move together", [
+    I32EnumAttrCase<"params", 0>, I32EnumAttrCase<"optimizer", 1>,
+    I32EnumAttrCase<"gradients", 2>, I32EnumAttrCase<"gradstage", 3>]> {
+  let cppNamespace = "::spillway::sched";
+}
+
+def Sched_Priority : I32EnumAttr<"Priority",
+    "the storage engine's priority class of a transfer", [
+    I32EnumAttrCase<"demand", 0>, I32EnumAttrCase<"prefetch", 1>,
+    I32EnumAttrCase<"writeback", 2>]> {
+  let cppNamespace = "::spillway::sched";
+}
+
+def Sched_GradMode : I32EnumAttr<"GradMode",
+    "whether a gradient flush starts or adds to an accumulator", [
+    I32EnumAttrCase<"first", 0>, I32EnumAttrCase<"add", 1>]> {
+  let cppNamespace = "::spillway::sched";
+}
+
 def Sched_AccumulateKind : I32EnumAttr<"AccumulateKind",
     "how micro-batch values combine", [
     I32EnumAttrCase<"sum", 0>, I32EnumAttrCase<"mean", 1>]> {

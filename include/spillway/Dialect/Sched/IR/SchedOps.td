@@ -236,4 +236,143 @@ def Sched_WaitOp : Sched_Op<"wait", [AllTypesMatch<["value", "result"]>]> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Blocks: the tensors of one layer and class, moved between tiers
+// (sched-insert-transfers writes these; sched-assign-buffers gives the moves
+// their offsets; docs/compiler.md "Offload")
+//===----------------------------------------------------------------------===//
+
+// Not tied to sched.iteration: convert-sched-to-train inlines the iteration
+// and leaves these for convert-train-to-runtime to lower.
+class Sched_BlockOp<string mnemonic, list<Trait> traits = []>
+    : Sched_Op<mnemonic, traits>;
+
+def Sched_MoveOp : Sched_BlockOp<"move"> {
+  let summary = "start copying a layer's block along one link";
+  let description = [{
+    Starts an asynchronous copy of block (`class`, `layer`) from its copy
+    on `from` to `to`, over one link: ssd -> host, host -> gpu, gpu -> host
+    or host -> ssd. The source copy stays. `at` is the destination's offset
+    in that tier's arena (from `sched-assign-buffers`; absent before it).
+    `prio` is the storage engine's class for SSD moves. The copy on `to` may
+    be read only after `sched.await` of the timepoint.
+
+    ```mlir
+    %t = sched.move params layer(2) ssd -> host prio(prefetch) at(8192) : !sched.timepoint
+    ```
+  }];
+  let arguments = (ins Sched_BlockClass:$blockClass,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$layer,
+                       Sched_Tier:$from, Sched_Tier:$to,
+                       Sched_Priority:$prio,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$at);
+  let results = (outs Sched_TimepointType:$timepoint);
+  let assemblyFormat = [{
+    $blockClass `layer` `(` $layer `)` $from `->` $to `prio` `(` $prio `)`
+    (`at` `(` $at^ `)`)? attr-dict `:` type($timepoint)
+  }];
+  let hasVerifier = 1;
+}
+
+def Sched_AwaitOp : Sched_BlockOp<"await"> {
+  let summary = "block the schedule until transfers complete";
+  let arguments = (ins Variadic<Sched_TimepointType>:$timepoints);
+  let assemblyFormat = "$timepoints attr-dict `:` type($timepoints)";
+  let hasVerifier = 1;
+}
+
+def Sched_DropOp : Sched_BlockOp<"drop"> {
+  let summary = "free a block's copy on a tier";
+  let description = [{
+    The copy of block (`class`, `layer`) on `tier` is no longer needed; its
+    memory is free for the next move (waits for moves still reading it).
+  }];
+  let arguments = (ins Sched_BlockClass:$blockClass,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$layer,
+                       Sched_Tier:$tier);
+  let assemblyFormat = [{
+    $blockClass `layer` `(` $layer `)` $tier attr-dict
+  }];
+}
+
+def Sched_BindOp : Sched_BlockOp<"bind"> {
+  let summary = "the copy compute reads and updates from here on";
+  let description = [{
+    From here, the tasks read the parameters of block (`params`, `layer`)
+    (or the optimizer updates the state of (`optimizer`, `layer`)) in its
+    copy on `tier`: `gpu` for the forward, backward and a GPU optimizer,
+    `host` for a CPU optimizer.
+  }];
+  let arguments = (ins Sched_BlockClass:$blockClass,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$layer,
+                       Sched_Tier:$tier);
+  let assemblyFormat = [{
+    $blockClass `layer` `(` $layer `)` $tier attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Sched_StageGradsOp : Sched_BlockOp<"stage_grads"> {
+  let summary = "sum a backward run's gradients into a block's GPU copy";
+  let description = [{
+    `grads` are the gradients of the layer's parameters (`params`, in the
+    block's order) of each micro-batch of one backward run, micro-batch by
+    micro-batch in the order they ran. Their sum, added left to right, is
+    written (`first`) or added (`add`) to the GPU copy of block (`into`,
+    `layer`) (a `first` write creates the copy, at offset `at`): `gradients` when the gradients live on the GPU, else
+    `gradstage`, which a flush then carries off the GPU.
+
+    ```mlir
+    sched.stage_grads gradstage layer(1) first (%g0, %b0, %g1, %b1) {params = [@w, @b]} : tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>
+    ```
+  }];
+  let arguments = (ins Sched_BlockClass:$into,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$layer,
+                       Sched_GradMode:$mode,
+                       Variadic<AnyRankedTensor>:$grads,
+                       FlatSymbolRefArrayAttr:$params,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$at);
+  let assemblyFormat = [{
+    $into `layer` `(` $layer `)` $mode `(` $grads `)` (`at` `(` $at^ `)`)?
+    attr-dict `:` type($grads)
+  }];
+  let hasVerifier = 1;
+}
+
+def Sched_AccumulateGradsOp : Sched_BlockOp<"accumulate_grads"> {
+  let summary = "add a flushed gradient into the layer's accumulator";
+  let description = [{
+    On `tier` (host): block (`gradients`, `layer`)'s copy becomes the
+    `gradstage` copy (`first`, creating the copy at offset `at` when the
+    accumulator lives elsewhere) or their sum (`add`). Host arithmetic: no
+    link carries bytes.
+  }];
+  let arguments = (ins ConfinedAttr<I64Attr, [IntNonNegative]>:$layer,
+                       Sched_GradMode:$mode, Sched_Tier:$tier,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$at);
+  let assemblyFormat = [{
+    `layer` `(` $layer `)` $mode `on` $tier (`at` `(` $at^ `)`)? attr-dict
+  }];
+}
+
+def Sched_GradientOp : Sched_BlockOp<"gradient"> {
+  let summary = "a parameter's accumulated gradient, for the optimizer";
+  let description = [{
+    The gradient of `param` in block (`gradients`, `layer`)'s copy on
+    `tier`, divided by `divisor` (M: the mean over micro-batches).
+
+    ```mlir
+    %g = sched.gradient @w layer(1) host mean(4) : tensor<4x4xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$layer,
+                       Sched_Tier:$tier,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$divisor);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $param `layer` `(` $layer `)` $tier `mean` `(` $divisor `)` attr-dict `:` type($result)
+  }];
+}
+
 #endif // SPILLWAY_DIALECT_SCHED_IR_SCHEDOPS_TD

@@ -129,4 +129,108 @@ def SchedOrderPass : Pass<"sched-order", "mlir::ModuleOp"> {
   let dependentDialects = ["spillway::sched::SchedDialect"];
 }
 
+def SchedPlacePass : Pass<"sched-place", "mlir::ModuleOp"> {
+  let summary = "Fix the tier of every tensor class of each iteration";
+  let description = [{
+    Records on each `sched.iteration` where each tensor class lives for the
+    whole run, as the `placement` dictionary attribute: `params` (the
+    parameters the forward and backward read), `optimizer` (AdamW's m and
+    v), `gradients` (the accumulated gradient) and `activations`, each
+    `gpu`, `host` or `ssd`. `placement` is the spec, `CLASS=TIER,...`;
+    classes it omits stay on the GPU. `spillwayc` fills it from the cost
+    model's choice (`CostModel::choose` under the budgets and `--place`
+    pins, docs/cost-model.md) or from `--place` alone; this pass checks it
+    against what the executor can run and makes it IR:
+    - the optimizer runs where its state lives: on the GPU when `optimizer`
+      is `gpu`, else on the CPU (`optimizer_on = "gpu" | "cpu"`);
+    - `master` is refused: the train dialect trains in fp32, whose
+      parameters are their own master weights;
+    - `activations` must be `gpu`: the executor keeps activations in GPU
+      memory (offloading them is later work, and the pass says so);
+    - an unknown class or tier, or a class given twice, is an error naming it.
+    The iteration must have been ordered (`sched-order`) and hold no
+    transfers yet.
+  }];
+  let options = [
+    Option<"placement", "placement", "std::string", /*default=*/"\"\"",
+           "CLASS=TIER,... (classes: params, optimizer, gradients, "
+           "activations; tiers: gpu, host, ssd); the rest stay on the GPU">
+  ];
+  let dependentDialects = ["spillway::sched::SchedDialect"];
+}
+
+def SchedInsertTransfersPass : Pass<"sched-insert-transfers", "mlir::ModuleOp"> {
+  let summary = "Moves, waits and bindings that carry out the placement";
+  let description = [{
+    Runs after `sched-place`. Writes, in the iteration's block, every
+    `sched.move` (one link each), `sched.await`, `sched.drop` and
+    `sched.bind` the placement needs, and routes the gradients through
+    their tier. Blocks are per layer and class, the layer's parameters (its
+    `train.layers` `params`) packed in that order. The rules are
+    docs/cost-model.md's byte rules, move by move, so the plan's bytes are
+    the model's:
+    - Parameters off the GPU: a *load* is a maximal run of consecutive
+      fwd/bwd tasks of one layer. Load k's copy is uploaded (host -> gpu)
+      during load k-1 and, from SSD, read into pinned host memory
+      (ssd -> host, `prefetch`) during load k-2: two loads in flight, so
+      two GPU and two host copies at most. Each load starts with
+      `sched.await` of its upload and `sched.bind params ... gpu`, and its
+      GPU copy is dropped when the run ends.
+    - Gradients: the micro-batch gradients of each backward run of a layer
+      are summed (left to right, in the order they ran) by
+      `sched.stage_grads` into the GPU copy of the layer's `gradients`
+      block (gradients on the GPU: `first` run, then `add`) or of its
+      `gradstage` block, which then goes gpu -> host and is added into the
+      accumulator on host (`sched.accumulate_grads`); on SSD the
+      accumulator is read back first (every flush but the first) and
+      written after. Snake runs all M micro-batches of a layer at once, so
+      it flushes once; horizontal M times.
+    - The update of layer l, where the optimizer runs (GPU or CPU, from
+      `optimizer_on`): the accumulated gradient, the optimizer state and the
+      parameters are moved there, the gradient divided by M
+      (`sched.gradient ... mean(M)`: the mean the resident schedule's
+      `sched.accumulate mean` computes, with the same additions in the
+      same order, so the weights are bit-identical), the state and
+      parameters bound, and after the task the state and parameters are
+      written back along the reverse path.
+    Everything on the GPU (every class `gpu`) moves nothing: the bindings
+    and gradient blocks only. Refused with a clear error: an iteration
+    without `placement`, a tied (`shared`) parameter with the parameters
+    off the GPU, a gradient that is not the result of its layer's backward
+    task.
+  }];
+  let dependentDialects = ["spillway::sched::SchedDialect"];
+}
+
+def SchedAssignBuffersPass : Pass<"sched-assign-buffers", "mlir::ModuleOp"> {
+  let summary = "Static offsets in the GPU arena, pinned host arena and SSD swap";
+  let description = [{
+    Runs after `sched-insert-transfers`. Every block gets its home (the
+    tier of its class) at a fixed offset: homes are packed in layer order,
+    params, optimizer, gradients, each aligned to the tier's granule (GPU
+    256 bytes; host and SSD 4096, the O_DIRECT alignment, so host copies
+    go to the SSD as they are). Copies away from home live in slot pools,
+    one per (tier, class), of as many slots of the class's largest block
+    as are ever live at once (walking the block in order: a `sched.move`
+    takes a free slot, `sched.drop` frees it); each move gets its
+    destination offset (`at`). The module gets `sched.buffers`: each tier's
+    peak bytes (homes plus pools), the blocks with their homes and members,
+    and the predicted bytes per link per iteration (`bytes_per_iteration`:
+    `ssd_read`, `ssd_write`, `h2d`, `d2h`; SSD bytes rounded up to 4096 as
+    O_DIRECT moves them, and `model_bytes`: the same unrounded, what the
+    cost model predicts). A tier over its budget (`gpu-mem`, `host-mem`,
+    `ssd-bytes`; 0 = unlimited) is an error stating the smallest budget
+    that fits.
+  }];
+  let options = [
+    Option<"gpuMem", "gpu-mem", "uint64_t", /*default=*/"0",
+           "GPU arena budget in bytes (0: unlimited)">,
+    Option<"hostMem", "host-mem", "uint64_t", /*default=*/"0",
+           "pinned host budget in bytes (0: unlimited)">,
+    Option<"ssdBytes", "ssd-bytes", "uint64_t", /*default=*/"0",
+           "SSD swap budget in bytes (0: unlimited)">
+  ];
+  let dependentDialects = ["spillway::sched::SchedDialect"];
+}
+
 #endif

@@ -1,0 +1,287 @@
+//===- AssignBuffers.cpp - static offsets on every tier --------------------===//
+//
+// Gives every block a home offset and every move its destination offset,
+// computes each tier's peak and the bytes per link per iteration, and checks
+// the budgets. The rules are in Passes.td.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spillway/Dialect/Sched/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "spillway/Dialect/Sched/IR/SchedOps.h"
+#include "spillway/Dialect/Train/IR/TrainOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include <array>
+#include <map>
+
+namespace spillway::sched {
+#define GEN_PASS_DEF_SCHEDASSIGNBUFFERSPASS
+#include "spillway/Dialect/Sched/Transforms/Passes.h.inc"
+} // namespace spillway::sched
+
+using namespace mlir;
+using namespace spillway;
+using namespace spillway::sched;
+
+namespace {
+
+constexpr int kTiers = 3, kClasses = 4;
+constexpr uint64_t kGranule[kTiers] = {256, 4096, 4096}; // gpu, host, ssd
+constexpr uint64_t kSsdAlign = 4096;
+
+uint64_t alignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+struct BlockInfo {
+  uint64_t bytes = 0;
+  std::optional<Tier> home;
+  uint64_t homeOffset = 0;
+  SmallVector<Attribute> members;
+  SmallVector<int64_t> offsets;
+};
+
+struct SchedAssignBuffersPass
+    : sched::impl::SchedAssignBuffersPassBase<SchedAssignBuffersPass> {
+  using SchedAssignBuffersPassBase::SchedAssignBuffersPassBase;
+  void runOnOperation() override;
+  LogicalResult assign(IterationOp it);
+};
+
+LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
+  ModuleOp module = getOperation();
+  auto placement = it->getAttrOfType<DictionaryAttr>("placement");
+  auto updatedAttr = it->getAttrOfType<ArrayAttr>("updated");
+  auto layers = module->getAttrOfType<ArrayAttr>("train.layers");
+  if (!placement || !updatedAttr || !layers)
+    return it.emitOpError("sched-assign-buffers: run sched-place and "
+                          "sched-insert-transfers first");
+  auto tierOf = [&](StringRef cls) {
+    return *symbolizeTier(placement.getAs<StringAttr>(cls).getValue());
+  };
+  const Tier homes[kClasses] = {tierOf("params"), tierOf("optimizer"),
+                                tierOf("gradients"), Tier::gpu};
+  auto bytesOf = [&](Attribute sym) -> uint64_t {
+    auto p = module.lookupSymbol<train::ParamOp>(
+        cast<FlatSymbolRefAttr>(sym).getAttr());
+    return p ? uint64_t(p.getNumBytes()) : 0;
+  };
+
+  // Blocks: (class, layer) -> size, members and member offsets.
+  size_t numLayers = layers.size();
+  std::vector<std::array<BlockInfo, kClasses>> blocks(numLayers);
+  for (size_t l = 0; l < numLayers; ++l) {
+    auto entry = cast<DictionaryAttr>(layers[l]);
+    BlockInfo &pb = blocks[l][int(BlockClass::params)];
+    for (Attribute s : entry.getAs<ArrayAttr>("params")) {
+      pb.members.push_back(s);
+      pb.offsets.push_back(pb.bytes);
+      pb.bytes += bytesOf(s);
+    }
+    BlockInfo &gb = blocks[l][int(BlockClass::gradients)];
+    for (Attribute s : cast<ArrayAttr>(updatedAttr[l])) {
+      gb.members.push_back(s);
+      gb.offsets.push_back(gb.bytes);
+      gb.bytes += bytesOf(s);
+    }
+    BlockInfo &sb = blocks[l][int(BlockClass::gradstage)];
+    sb = gb;
+    // AdamW's m of every member, then their v.
+    BlockInfo &ob = blocks[l][int(BlockClass::optimizer)];
+    ob.members = gb.members;
+    ob.offsets = gb.offsets;
+    ob.bytes = 2 * gb.bytes;
+  }
+
+  // Homes, packed per tier in layer order: params, optimizer, gradients.
+  std::array<uint64_t, kTiers> cursor{};
+  for (size_t l = 0; l < numLayers; ++l)
+    for (int c = 0; c < 3; ++c) {
+      BlockInfo &bi = blocks[l][c];
+      if (!bi.bytes)
+        continue;
+      int t = int(homes[c]);
+      bi.home = homes[c];
+      bi.homeOffset = alignUp(cursor[t], kGranule[t]);
+      cursor[t] = bi.homeOffset + bi.bytes;
+    }
+  std::array<uint64_t, kTiers> homeBytes;
+  for (int t = 0; t < kTiers; ++t)
+    homeBytes[t] = alignUp(cursor[t], kGranule[t]);
+
+  // Pools: walk the block; copies away from home take a slot.
+  std::array<std::array<uint64_t, kClasses>, kTiers> slotBytes{};
+  for (size_t l = 0; l < numLayers; ++l)
+    for (int c = 0; c < kClasses; ++c)
+      for (int t = 0; t < kTiers; ++t)
+        slotBytes[t][c] = std::max(slotBytes[t][c],
+                                   alignUp(blocks[l][c].bytes, kGranule[t]));
+  std::array<std::array<std::vector<bool>, kClasses>, kTiers> busy;
+  std::map<std::tuple<int, int64_t, int>, int> slotOf; // (class, layer, tier)
+  struct Pending {
+    Operation *op;
+    int tier, cls, slot;
+  };
+  SmallVector<Pending> pending;
+  auto key = [](BlockClass c, int64_t l, Tier t) {
+    return std::make_tuple(int(c), l, int(t));
+  };
+  // Returns the slot (or -1 for the home) of a new copy of (c, l) on t.
+  auto acquire = [&](Operation *op, BlockClass c, int64_t l,
+                     Tier t) -> FailureOr<int> {
+    const BlockInfo &bi = blocks[l][int(c)];
+    if (bi.home == t)
+      return -1;
+    auto k = key(c, l, t);
+    if (auto found = slotOf.find(k); found != slotOf.end())
+      return found->second;
+    auto &slots = busy[int(t)][int(c)];
+    int s = 0;
+    while (s < int(slots.size()) && slots[s])
+      ++s;
+    if (s == int(slots.size()))
+      slots.push_back(false);
+    slots[s] = true;
+    slotOf[k] = s;
+    return s;
+  };
+  std::array<uint64_t, 4> linkRaw{}, linkAligned{}; // ssd_read, ssd_write, h2d, d2h
+  for (Operation &op : it.getBlock()) {
+    if (auto mv = dyn_cast<MoveOp>(op)) {
+      int64_t l = mv.getLayer();
+      if (l >= int64_t(numLayers))
+        return mv.emitOpError("sched-assign-buffers: no layer ") << l;
+      auto s = acquire(mv, mv.getBlockClass(), l, mv.getTo());
+      if (failed(s))
+        return failure();
+      pending.push_back({mv, int(mv.getTo()), int(mv.getBlockClass()), *s});
+      uint64_t n = blocks[l][int(mv.getBlockClass())].bytes;
+      int link = mv.getFrom() == Tier::ssd  ? 0
+                 : mv.getTo() == Tier::ssd  ? 1
+                 : mv.getTo() == Tier::gpu  ? 2
+                                            : 3;
+      linkRaw[link] += n;
+      linkAligned[link] += link < 2 ? alignUp(n, kSsdAlign) : n;
+    } else if (auto st = dyn_cast<StageGradsOp>(op)) {
+      auto s = acquire(st, st.getInto(), st.getLayer(), Tier::gpu);
+      if (failed(s))
+        return failure();
+      pending.push_back({st, int(Tier::gpu), int(st.getInto()), *s});
+    } else if (auto acc = dyn_cast<AccumulateGradsOp>(op)) {
+      auto s = acquire(acc, BlockClass::gradients, acc.getLayer(),
+                       acc.getTier());
+      if (failed(s))
+        return failure();
+      pending.push_back(
+          {acc, int(acc.getTier()), int(BlockClass::gradients), *s});
+    } else if (auto drop = dyn_cast<DropOp>(op)) {
+      auto k = key(drop.getBlockClass(), drop.getLayer(), drop.getTier());
+      auto found = slotOf.find(k);
+      if (found == slotOf.end())
+        continue; // a home copy stays
+      busy[int(drop.getTier())][int(drop.getBlockClass())][found->second] =
+          false;
+      slotOf.erase(found);
+    }
+  }
+  if (!slotOf.empty()) {
+    auto [c, l, t] = slotOf.begin()->first;
+    return it.emitOpError("sched-assign-buffers: the ")
+           << stringifyBlockClass(BlockClass(c)) << " block of layer " << l
+           << " is still on " << stringifyTier(Tier(t))
+           << " at the end of the iteration (a sched.drop is missing)";
+  }
+
+  // Pool bases follow the homes, class by class.
+  std::array<std::array<uint64_t, kClasses>, kTiers> poolBase{};
+  std::array<uint64_t, kTiers> peak = homeBytes;
+  for (int t = 0; t < kTiers; ++t)
+    for (int c = 0; c < kClasses; ++c) {
+      poolBase[t][c] = peak[t];
+      peak[t] += busy[t][c].size() * slotBytes[t][c];
+    }
+  Builder b(&getContext());
+  for (const Pending &p : pending) {
+    uint64_t at;
+    if (p.slot < 0) {
+      // The home copy: find which block from the op.
+      int64_t l = 0;
+      if (auto mv = dyn_cast<MoveOp>(p.op))
+        l = mv.getLayer();
+      else if (auto st = dyn_cast<StageGradsOp>(p.op))
+        l = st.getLayer();
+      else
+        l = cast<AccumulateGradsOp>(p.op).getLayer();
+      at = blocks[l][p.cls].homeOffset;
+    } else {
+      at = poolBase[p.tier][p.cls] + uint64_t(p.slot) * slotBytes[p.tier][p.cls];
+    }
+    p.op->setAttr("at", b.getI64IntegerAttr(int64_t(at)));
+  }
+
+  // Budgets.
+  const uint64_t budgets[kTiers] = {gpuMem, hostMem, ssdBytes};
+  const char *flags[kTiers] = {"--gpu-mem", "--host-mem", "--ssd space"};
+  for (int t = 0; t < kTiers; ++t)
+    if (budgets[t] && peak[t] > budgets[t])
+      return it.emitOpError("plan over budget: the ")
+             << stringifyTier(Tier(t)) << " tier needs " << peak[t]
+             << " bytes for this placement but the budget is " << budgets[t]
+             << "; the smallest " << flags[t] << " that fits is " << peak[t]
+             << " bytes (or place fewer classes on "
+             << stringifyTier(Tier(t)) << ")";
+
+  // The plan, for the lowering and the report.
+  SmallVector<Attribute> blockAttrs;
+  for (size_t l = 0; l < numLayers; ++l)
+    for (int c = 0; c < kClasses; ++c) {
+      const BlockInfo &bi = blocks[l][c];
+      if (!bi.bytes)
+        continue;
+      SmallVector<NamedAttribute> e = {
+          b.getNamedAttr("class", b.getStringAttr(stringifyBlockClass(
+                                      BlockClass(c)))),
+          b.getNamedAttr("layer", b.getI64IntegerAttr(int64_t(l))),
+          b.getNamedAttr("bytes", b.getI64IntegerAttr(int64_t(bi.bytes))),
+          b.getNamedAttr("members", b.getArrayAttr(bi.members)),
+          b.getNamedAttr("offsets", b.getDenseI64ArrayAttr(bi.offsets))};
+      if (bi.home) {
+        e.push_back(b.getNamedAttr("home",
+                                   b.getStringAttr(stringifyTier(*bi.home))));
+        e.push_back(b.getNamedAttr(
+            "offset", b.getI64IntegerAttr(int64_t(bi.homeOffset))));
+      }
+      blockAttrs.push_back(b.getDictionaryAttr(e));
+    }
+  auto links = [&](const std::array<uint64_t, 4> &v) {
+    return b.getDictionaryAttr(
+        {b.getNamedAttr("ssd_read", b.getI64IntegerAttr(int64_t(v[0]))),
+         b.getNamedAttr("ssd_write", b.getI64IntegerAttr(int64_t(v[1]))),
+         b.getNamedAttr("h2d", b.getI64IntegerAttr(int64_t(v[2]))),
+         b.getNamedAttr("d2h", b.getI64IntegerAttr(int64_t(v[3])))});
+  };
+  module->setAttr(
+      "sched.buffers",
+      b.getDictionaryAttr(
+          {b.getNamedAttr("gpu_bytes", b.getI64IntegerAttr(int64_t(peak[0]))),
+           b.getNamedAttr("host_bytes", b.getI64IntegerAttr(int64_t(peak[1]))),
+           b.getNamedAttr("ssd_bytes", b.getI64IntegerAttr(int64_t(peak[2]))),
+           b.getNamedAttr("bytes_per_iteration", links(linkAligned)),
+           b.getNamedAttr("model_bytes", links(linkRaw)),
+           b.getNamedAttr("blocks", b.getArrayAttr(blockAttrs))}));
+  return success();
+}
+
+void SchedAssignBuffersPass::runOnOperation() {
+  SmallVector<IterationOp> its;
+  getOperation().walk([&](IterationOp it) { its.push_back(it); });
+  if (its.size() != 1) {
+    getOperation().emitError("sched-assign-buffers: expected one "
+                             "sched.iteration, found ")
+        << its.size();
+    return signalPassFailure();
+  }
+  if (failed(assign(its.front())))
+    signalPassFailure();
+}
+
+} // namespace

@@ -1,0 +1,390 @@
+//===- InsertTransfers.cpp - moves, waits and bindings of a placement -----===//
+//
+// Writes the transfers that carry out an iteration's `placement`, following
+// docs/cost-model.md's byte rules move by move (parameter loads as runs of
+// one layer's tasks, gradient flushes per backward run, the update where the
+// optimizer runs). The rules are in Passes.td.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spillway/Dialect/Sched/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "spillway/Dialect/Sched/IR/SchedOps.h"
+#include "spillway/Dialect/Train/IR/TrainOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallSet.h"
+
+namespace spillway::sched {
+#define GEN_PASS_DEF_SCHEDINSERTTRANSFERSPASS
+#include "spillway/Dialect/Sched/Transforms/Passes.h.inc"
+} // namespace spillway::sched
+
+using namespace mlir;
+using namespace spillway;
+using namespace spillway::sched;
+
+namespace {
+
+/// A maximal run of consecutive fwd/bwd tasks of one layer.
+struct Run {
+  int64_t layer;
+  SmallVector<TaskOp> tasks;
+};
+
+struct Rewriter {
+  IterationOp it;
+  OpBuilder b;
+  Tier tp, to, tg, side;
+  int64_t microbatches;
+  /// Per layer: its parameters (block order) and which of them the
+  /// optimizer updates (the gradient and optimizer blocks' members).
+  SmallVector<SmallVector<StringAttr>> params, updated;
+
+  Rewriter(IterationOp it) : it(it), b(it.getContext()) {}
+
+  Value move(BlockClass c, int64_t l, Tier from, Tier to, Priority p) {
+    return MoveOp::create(b, it.getLoc(), TimepointType::get(b.getContext()),
+                          c, l, from, to, p, IntegerAttr())
+        .getTimepoint();
+  }
+  void await(ValueRange ts) { AwaitOp::create(b, it.getLoc(), ts); }
+  void drop(BlockClass c, int64_t l, Tier t) {
+    DropOp::create(b, it.getLoc(), c, l, t);
+  }
+  void bind(BlockClass c, int64_t l, Tier t) {
+    BindOp::create(b, it.getLoc(), c, l, t);
+  }
+  /// Brings block (c, l) from `home` to `dst` one link at a time, waiting
+  /// for each, and frees the copies in between.
+  void bring(BlockClass c, int64_t l, Tier home, Tier dst, Priority p) {
+    int from = int(home), step = int(dst) < from ? -1 : 1;
+    for (int t = from; t != int(dst); t += step) {
+      await(move(c, l, Tier(t), Tier(t + step), p));
+      if (t != from)
+        drop(c, l, Tier(t));
+    }
+  }
+  /// Writes block (c, l) back from `src` to `home` and frees every copy on
+  /// the way except the home one.
+  void sendBack(BlockClass c, int64_t l, Tier src, Tier home) {
+    int step = int(home) < int(src) ? -1 : 1;
+    for (int t = int(src); t != int(home); t += step)
+      await(move(c, l, Tier(t), Tier(t + step), Priority::writeback));
+    for (int t = int(src); t != int(home); t += step)
+      drop(c, l, Tier(t));
+  }
+
+  LogicalResult run();
+  LogicalResult loadParams(ArrayRef<Run> runs);
+  LogicalResult routeGradients(ArrayRef<Run> runs);
+};
+
+std::optional<Tier> tierOf(DictionaryAttr placement, StringRef cls) {
+  auto s = placement.getAs<StringAttr>(cls);
+  return s ? symbolizeTier(s.getValue()) : std::nullopt;
+}
+
+LogicalResult Rewriter::run() {
+  auto placement = it->getAttrOfType<DictionaryAttr>("placement");
+  if (!placement)
+    return it.emitOpError("sched-insert-transfers: no placement; run "
+                          "sched-place first");
+  auto p = tierOf(placement, "params"), o = tierOf(placement, "optimizer"),
+       g = tierOf(placement, "gradients");
+  if (!p || !o || !g)
+    return it.emitOpError("sched-insert-transfers: the placement must give "
+                          "params, optimizer and gradients a tier");
+  tp = *p;
+  to = *o;
+  tg = *g;
+  side = to == Tier::gpu ? Tier::gpu : Tier::host;
+  microbatches = it.getMicrobatches();
+
+  auto module = it->getParentOfType<ModuleOp>();
+  auto layers = module->getAttrOfType<ArrayAttr>("train.layers");
+  if (!layers)
+    return it.emitOpError("sched-insert-transfers: the module has no "
+                          "train.layers (run train-partition-layers)");
+  for (Attribute a : layers) {
+    auto entry = cast<DictionaryAttr>(a);
+    params.emplace_back();
+    updated.emplace_back();
+    for (Attribute s : entry.getAs<ArrayAttr>("params"))
+      params.back().push_back(cast<FlatSymbolRefAttr>(s).getAttr());
+    if (tp != Tier::gpu && (entry.get("uses") || entry.get("shared")))
+      return it.emitOpError("sched-insert-transfers: layer '")
+             << entry.getAs<StringAttr>("name").getValue()
+             << "' shares a tied parameter with another layer; parameters "
+                "off the GPU with tied weights are not supported yet (place "
+                "params=gpu)";
+  }
+
+  // The fwd/bwd task runs, in block order.
+  SmallVector<Run> runs;
+  for (Operation &op : it.getBlock()) {
+    auto task = dyn_cast<TaskOp>(op);
+    if (!task || task.getPhase() == Phase::opt)
+      continue;
+    if (task.getLayer() >= int64_t(params.size()))
+      return task.emitOpError("sched-insert-transfers: layer ")
+             << task.getLayer() << " is not in the module's train.layers";
+    if (runs.empty() || runs.back().layer != int64_t(task.getLayer()))
+      runs.push_back({int64_t(task.getLayer()), {}});
+    runs.back().tasks.push_back(task);
+  }
+  if (failed(routeGradients(runs)))
+    return failure();
+  return loadParams(runs);
+}
+
+LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
+  Block &block = it.getBlock();
+  if (tp == Tier::gpu) {
+    b.setInsertionPointToStart(&block);
+    for (size_t l = 0; l < params.size(); ++l)
+      if (!params[l].empty())
+        bind(BlockClass::params, l, Tier::gpu);
+    return success();
+  }
+  // Loads of layers without parameters move nothing.
+  SmallVector<const Run *> loads;
+  for (const Run &r : runs)
+    if (!params[r.layer].empty())
+      loads.push_back(&r);
+  if (loads.empty())
+    return success();
+  const bool ssd = tp == Tier::ssd;
+  SmallVector<Value> fetched(loads.size()), uploaded(loads.size());
+  auto fetch = [&](size_t k, Priority p) {
+    if (k < loads.size())
+      fetched[k] = move(BlockClass::params, loads[k]->layer, Tier::ssd,
+                        Tier::host, p);
+  };
+  auto upload = [&](size_t k) {
+    if (k >= loads.size())
+      return;
+    if (ssd)
+      await(fetched[k]);
+    uploaded[k] = move(BlockClass::params, loads[k]->layer, Tier::host,
+                       Tier::gpu, Priority::prefetch);
+  };
+  // Two loads in flight: the next one uploading, the one after it (from
+  // SSD) being read into pinned host memory.
+  b.setInsertionPointToStart(&block);
+  if (ssd) {
+    fetch(0, Priority::demand);
+    fetch(1, Priority::prefetch);
+  }
+  upload(0);
+  for (size_t k = 0; k < loads.size(); ++k) {
+    int64_t l = loads[k]->layer;
+    b.setInsertionPoint(loads[k]->tasks.front());
+    await(uploaded[k]);
+    if (ssd)
+      drop(BlockClass::params, l, Tier::host);
+    bind(BlockClass::params, l, Tier::gpu);
+    upload(k + 1);
+    if (ssd)
+      fetch(k + 2, Priority::prefetch);
+    b.setInsertionPointAfter(loads[k]->tasks.back());
+    drop(BlockClass::params, l, Tier::gpu);
+  }
+  return success();
+}
+
+LogicalResult Rewriter::routeGradients(ArrayRef<Run> runs) {
+  // Which result of which backward task is a parameter's micro-batch
+  // gradient, read off the opt tasks' operands (through the accumulate).
+  DenseMap<std::pair<Operation *, StringAttr>, Value> gradOf;
+  SmallVector<TaskOp> optTasks;
+  for (Operation &op : it.getBlock())
+    if (auto t = dyn_cast<TaskOp>(op); t && t.getPhase() == Phase::opt)
+      optTasks.push_back(t);
+  for (TaskOp opt : optTasks) {
+    int64_t l = opt.getLayer();
+    if (l >= int64_t(params.size()))
+      return opt.emitOpError("sched-insert-transfers: layer ")
+             << l << " is not in the module's train.layers";
+    llvm::SmallSet<StringRef, 8> members;
+    for (StringAttr s : params[l])
+      members.insert(s.getValue());
+    for (Operation &inner : opt.getBlock()) {
+      auto adam = dyn_cast<train::AdamWOp>(inner);
+      if (!adam)
+        continue;
+      StringAttr sym = adam.getParamAttr().getAttr();
+      if (!members.contains(sym.getValue()))
+        return adam.emitOpError("sched-insert-transfers: updates @")
+               << sym.getValue() << ", which layer " << l << " does not own";
+      auto arg = dyn_cast<BlockArgument>(adam.getGrad());
+      if (!arg || arg.getOwner() != &opt.getBlock())
+        return adam.emitOpError("sched-insert-transfers: the gradient must "
+                                "be an operand of the opt task");
+      Value v = opt.getInputs()[arg.getArgNumber()];
+      SmallVector<Value> parts;
+      if (auto acc = v.getDefiningOp<AccumulateOp>()) {
+        if (acc.getKind() != AccumulateKind::mean ||
+            int64_t(acc.getValues().size()) != microbatches)
+          return acc.emitOpError("sched-insert-transfers: expected the mean "
+                                 "of ")
+                 << microbatches << " micro-batch gradients";
+        parts.append(acc.getValues().begin(), acc.getValues().end());
+      } else {
+        parts.push_back(v);
+      }
+      for (Value part : parts) {
+        auto task = part.getDefiningOp<TaskOp>();
+        if (!task || task.getPhase() != Phase::bwd ||
+            int64_t(task.getLayer()) != l)
+          return adam.emitOpError("sched-insert-transfers: the gradient of @")
+                 << sym.getValue()
+                 << " must come from layer " << l << "'s backward tasks";
+        gradOf[{task.getOperation(), sym}] = part;
+      }
+      updated[l].push_back(sym);
+    }
+    // The block's member order, whatever order the updates came in.
+    llvm::SmallSet<StringRef, 8> upd;
+    for (StringAttr s : updated[l])
+      upd.insert(s.getValue());
+    updated[l].clear();
+    for (StringAttr s : params[l])
+      if (upd.contains(s.getValue()))
+        updated[l].push_back(s);
+  }
+
+  // Backward runs: consecutive backward tasks of one layer.
+  struct BwdRun {
+    int64_t layer;
+    SmallVector<TaskOp> tasks;
+  };
+  SmallVector<BwdRun> bwdRuns;
+  for (const Run &r : runs)
+    for (TaskOp t : r.tasks) {
+      if (t.getPhase() != Phase::bwd) {
+        // A forward task breaks a backward run only between tasks.
+        if (!bwdRuns.empty() && bwdRuns.back().tasks.back() != nullptr)
+          bwdRuns.back().tasks.push_back(nullptr);
+        continue;
+      }
+      if (bwdRuns.empty() || bwdRuns.back().layer != int64_t(t.getLayer()) ||
+          bwdRuns.back().tasks.back() == nullptr)
+        bwdRuns.push_back({int64_t(t.getLayer()), {}});
+      bwdRuns.back().tasks.push_back(t);
+    }
+  SmallVector<bool> flushed(params.size(), false);
+  for (BwdRun &r : bwdRuns) {
+    while (!r.tasks.empty() && r.tasks.back() == nullptr)
+      r.tasks.pop_back();
+    int64_t l = r.layer;
+    if (updated[l].empty())
+      continue;
+    SmallVector<Value> grads;
+    for (TaskOp t : r.tasks)
+      for (StringAttr s : updated[l]) {
+        Value g = gradOf.lookup({t.getOperation(), s});
+        if (!g)
+          return t.emitOpError("sched-insert-transfers: this backward task "
+                               "yields no gradient of @")
+                 << s.getValue();
+        grads.push_back(g);
+      }
+    SmallVector<Attribute> syms;
+    for (StringAttr s : updated[l])
+      syms.push_back(FlatSymbolRefAttr::get(s));
+    GradMode mode = flushed[l] ? GradMode::add : GradMode::first;
+    b.setInsertionPointAfter(r.tasks.back());
+    if (tg == Tier::gpu) {
+      StageGradsOp::create(b, it.getLoc(), BlockClass::gradients, l, mode,
+                           grads, b.getArrayAttr(syms), IntegerAttr());
+    } else {
+      StageGradsOp::create(b, it.getLoc(), BlockClass::gradstage, l,
+                           GradMode::first, grads, b.getArrayAttr(syms),
+                           IntegerAttr());
+      await(move(BlockClass::gradstage, l, Tier::gpu, Tier::host,
+                 Priority::writeback));
+      drop(BlockClass::gradstage, l, Tier::gpu);
+      if (tg == Tier::ssd && flushed[l])
+        await(move(BlockClass::gradients, l, Tier::ssd, Tier::host,
+                   Priority::demand));
+      AccumulateGradsOp::create(b, it.getLoc(), l, mode, Tier::host,
+                                IntegerAttr());
+      drop(BlockClass::gradstage, l, Tier::host);
+      if (tg == Tier::ssd) {
+        await(move(BlockClass::gradients, l, Tier::host, Tier::ssd,
+                   Priority::writeback));
+        drop(BlockClass::gradients, l, Tier::host);
+      }
+    }
+    flushed[l] = true;
+  }
+
+  // The updates, where the optimizer runs.
+  for (TaskOp opt : optTasks) {
+    int64_t l = opt.getLayer();
+    if (updated[l].empty())
+      continue;
+    b.setInsertionPoint(opt);
+    if (!flushed[l])
+      return opt.emitOpError("sched-insert-transfers: layer ")
+             << l << " is updated but has no backward task";
+    bring(BlockClass::gradients, l, tg, side, Priority::demand);
+    for (Operation &inner : opt.getBlock()) {
+      auto adam = dyn_cast<train::AdamWOp>(inner);
+      if (!adam)
+        continue;
+      auto arg = cast<BlockArgument>(adam.getGrad());
+      auto type = cast<RankedTensorType>(adam.getGrad().getType());
+      Value g = GradientOp::create(b, it.getLoc(), type, adam.getParam(),
+                                   uint64_t(l), side, uint64_t(microbatches));
+      opt->setOperand(arg.getArgNumber(), g);
+    }
+    bring(BlockClass::optimizer, l, to, side, Priority::demand);
+    bind(BlockClass::optimizer, l, side);
+    bring(BlockClass::params, l, tp, side, Priority::demand);
+    bind(BlockClass::params, l, side);
+    b.setInsertionPointAfter(opt);
+    sendBack(BlockClass::params, l, side, tp);
+    sendBack(BlockClass::optimizer, l, side, to);
+    // The gradient is not written back: only the next iteration's first
+    // flush touches it again, and that one overwrites it.
+    int step = int(tg) < int(side) ? -1 : 1;
+    for (int t = int(side); t != int(tg); t += step)
+      drop(BlockClass::gradients, l, Tier(t));
+  }
+  // The micro-batch means the opt tasks read before are dead now.
+  SmallVector<AccumulateOp> accs;
+  for (Operation &op : it.getBlock())
+    if (auto acc = dyn_cast<AccumulateOp>(op))
+      accs.push_back(acc);
+  for (AccumulateOp acc : accs)
+    if (acc->use_empty())
+      acc.erase();
+  return success();
+}
+
+struct SchedInsertTransfersPass
+    : sched::impl::SchedInsertTransfersPassBase<SchedInsertTransfersPass> {
+  void runOnOperation() override {
+    SmallVector<IterationOp> its;
+    getOperation().walk([&](IterationOp it) { its.push_back(it); });
+    for (IterationOp it : its) {
+      Rewriter r(it);
+      if (failed(r.run()))
+        return signalPassFailure();
+      // The members of each layer's blocks, for sched-assign-buffers.
+      Builder b(&getContext());
+      SmallVector<Attribute> members;
+      for (auto &u : r.updated) {
+        SmallVector<Attribute> syms;
+        for (StringAttr s : u)
+          syms.push_back(FlatSymbolRefAttr::get(s));
+        members.push_back(b.getArrayAttr(syms));
+      }
+      it->setAttr("updated", b.getArrayAttr(members));
+    }
+  }
+};
+
+} // namespace

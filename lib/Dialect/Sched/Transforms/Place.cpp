@@ -1,0 +1,114 @@
+//===- Place.cpp - the tier of every tensor class --------------------------===//
+//
+// Turns a placement spec (from the cost model's choice or --place) into the
+// iteration's `placement` attribute, refusing what the executor cannot run.
+// The rules are in Passes.td.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spillway/Dialect/Sched/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "spillway/Dialect/Sched/IR/SchedOps.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
+
+namespace spillway::sched {
+#define GEN_PASS_DEF_SCHEDPLACEPASS
+#include "spillway/Dialect/Sched/Transforms/Passes.h.inc"
+} // namespace spillway::sched
+
+using namespace mlir;
+using namespace spillway;
+using namespace spillway::sched;
+
+namespace {
+
+constexpr llvm::StringLiteral kClasses[] = {"params", "optimizer", "gradients",
+                                            "activations"};
+
+struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
+  using SchedPlacePassBase::SchedPlacePassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    llvm::StringMap<std::string> tiers;
+    for (llvm::StringLiteral c : kClasses)
+      tiers[c] = "gpu";
+    llvm::StringMap<bool> given;
+    SmallVector<StringRef> items;
+    StringRef(placement).split(items, ',', -1, /*KeepEmpty=*/false);
+    for (StringRef item : items) {
+      auto [cls, tier] = item.trim().split('=');
+      cls = cls.trim();
+      tier = tier.trim();
+      if (tier.empty()) {
+        module.emitError("sched-place: '")
+            << item << "' is not CLASS=TIER (e.g. params=ssd)";
+        return signalPassFailure();
+      }
+      if (cls == "master") {
+        module.emitError("sched-place: 'master': there are no master "
+                         "weights to place; the train dialect trains in fp32, "
+                         "whose parameters are their own master weights");
+        return signalPassFailure();
+      }
+      if (!tiers.count(cls)) {
+        module.emitError("sched-place: unknown tensor class '")
+            << cls << "' (classes: params, optimizer, gradients, activations)";
+        return signalPassFailure();
+      }
+      if (!symbolizeTier(tier)) {
+        module.emitError("sched-place: unknown tier '")
+            << tier << "' for " << cls << " (tiers: gpu, host, ssd)";
+        return signalPassFailure();
+      }
+      if (given.lookup(cls)) {
+        module.emitError("sched-place: class '") << cls << "' is placed twice";
+        return signalPassFailure();
+      }
+      given[cls] = true;
+      tiers[cls] = tier.str();
+    }
+    if (tiers["activations"] != "gpu") {
+      module.emitError("sched-place: activations=")
+          << tiers["activations"]
+          << " is not supported yet: the executor keeps activations in GPU "
+             "memory; place activations=gpu (the cost model can still plan "
+             "offloaded activations with spillwayc --report)";
+      return signalPassFailure();
+    }
+
+    Builder b(&getContext());
+    SmallVector<NamedAttribute> attrs;
+    for (llvm::StringLiteral c : kClasses)
+      attrs.push_back(b.getNamedAttr(c, b.getStringAttr(tiers[c])));
+    DictionaryAttr dict = b.getDictionaryAttr(attrs);
+    StringRef side = tiers["optimizer"] == "gpu" ? "gpu" : "cpu";
+    bool any = false;
+    WalkResult r = module.walk([&](IterationOp it) {
+      any = true;
+      if (!it.getOrder()) {
+        it.emitOpError("sched-place: order the tasks first (sched-order)");
+        return WalkResult::interrupt();
+      }
+      for (Operation &op : it.getBlock())
+        if (isa<MoveOp, AwaitOp, DropOp, BindOp, StageGradsOp>(op)) {
+          op.emitOpError("sched-place: the iteration already has transfers");
+          return WalkResult::interrupt();
+        }
+      it->setAttr("placement", dict);
+      it->setAttr("optimizer_on", b.getStringAttr(side));
+      return WalkResult::advance();
+    });
+    if (r.wasInterrupted())
+      return signalPassFailure();
+    if (!any) {
+      module.emitError("sched-place: no sched.iteration to place (run "
+                       "convert-train-to-sched first)");
+      return signalPassFailure();
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,545 @@
+//===- tiers.cpp - an offload plan's blocks on GPU, host and SSD -----------===//
+//
+// The runtime side of sched-insert-transfers / sched-assign-buffers: each
+// block (a layer's parameters, AdamW state, gradients) is a TensorStore
+// tensor whose home copy sits at the plan's offset; the generated step moves
+// copies along the links and binds the parameters and state the kernels use.
+// Every byte moved goes through the store, whose counters are what
+// --stats-json reports against the plan's prediction.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tiers.h"
+
+#include "storage/tensor_store.h"
+
+#include <chrono>
+#include <cstring>
+#include <map>
+
+using namespace spw;
+using namespace spw::storage;
+
+namespace spw {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+const char *class_name(int c) {
+  static const char *names[] = {"params", "optimizer", "gradients",
+                                "gradstage"};
+  return c >= 0 && c < 4 ? names[c] : "?";
+}
+} // namespace
+
+struct Tiers {
+  struct Block {
+    int cls = 0, layer = 0;
+    uint64_t bytes = 0;
+    int home = -1;
+    uint64_t home_offset = 0;
+    std::vector<int32_t> params;
+    std::vector<uint64_t> offsets;
+    TensorId id = 0;
+    std::string name;
+  };
+  // Declared.
+  uint64_t gpu_bytes = 0, host_bytes = 0, ssd_bytes = 0;
+  std::string ssd_dirs;
+  LinkBytes predicted;
+  std::vector<Block> blocks;
+  std::map<std::pair<int, int>, size_t> by_key;
+
+  // Started.
+  std::unique_ptr<CpuDeviceMemory> gpu;
+  std::unique_ptr<PinnedPool> pool;
+  std::unique_ptr<IoEngine> engine;
+  std::unique_ptr<SwapSpace> swap;
+  std::unique_ptr<TensorStore> store;
+  std::vector<std::string> dirs_used;
+
+  // The step's moves.
+  struct Move {
+    Token token;
+    Clock::time_point issued;
+  };
+  std::vector<Move> moves;
+  // Statistics.
+  LinkBytes at_step_begin;
+  std::vector<LinkBytes> per_step;
+  double wait_s = 0, busy_s = 0;      // all steps
+  Clock::time_point busy_until{};     // end of the last in-flight interval
+
+  ~Tiers() {
+    moves.clear();
+    store.reset(); // waits for its moves before the engine goes
+    swap.reset();
+    engine.reset();
+  }
+
+  Block &block(int cls, int layer, const char *what) {
+    auto it = by_key.find({cls, layer});
+    if (it == by_key.end())
+      fail("%s: the plan declares no %s block for layer %d", what,
+           class_name(cls), layer);
+    return blocks[it->second];
+  }
+  TensorStore &started(const char *what) {
+    if (!store)
+      fail("%s: the offload plan was not started (the driver calls "
+           "tiers_start before the first step)",
+           what);
+    return *store;
+  }
+  char *address(const Block &b, int tier) {
+    return static_cast<char *>(tier == int(Tier::Gpu)
+                                   ? store->gpu_address(b.id)
+                                   : store->host_address(b.id));
+  }
+};
+
+bool has_tiers(const spw_ctx *ctx) { return ctx->tiers != nullptr; }
+
+static Tier tier_of(int32_t t, const char *what) {
+  if (t < 0 || t > 2)
+    fail("%s: unknown tier %d", what, t);
+  return Tier(t);
+}
+
+static std::vector<std::string> split_dirs(const std::string &s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    if (comma == std::string::npos)
+      comma = s.size();
+    if (comma > start)
+      out.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
+                 Backend backend) {
+  Tiers &t = *ctx->tiers;
+  t.dirs_used = ssd_dirs.empty() ? split_dirs(t.ssd_dirs) : ssd_dirs;
+  if (t.dirs_used.empty())
+    t.dirs_used = {"."};
+  t.gpu = std::make_unique<CpuDeviceMemory>(std::max<uint64_t>(t.gpu_bytes, 256));
+  // The host arena, plus room for the I/O engine's alignment slack.
+  t.pool = std::make_unique<PinnedPool>(size_t(t.host_bytes + (64 << 10)));
+  EngineConfig cfg;
+  cfg.backend = backend;
+  cfg.pool = t.pool.get();
+  t.engine = std::make_unique<IoEngine>(cfg);
+  if (t.ssd_bytes > 0) {
+    try {
+      t.swap = std::make_unique<SwapSpace>(*t.engine, t.dirs_used, t.ssd_bytes);
+    } catch (const Error &e) {
+      fail("cannot create the SSD swap space of the offload plan: %s; pass "
+           "--ssd DIR[,DIR...] naming directories with room",
+           e.what());
+    }
+  }
+  TensorStoreConfig sc;
+  sc.host_bytes = std::max<uint64_t>(t.host_bytes, 4096);
+  t.store = std::make_unique<TensorStore>(*t.gpu, *t.pool, t.swap.get(), sc);
+  for (int tier = 1; tier <= 2; ++tier)
+    if ((tier == 1 || t.swap) && t.store->granule(Tier(tier)) > 4096)
+      fail("the %s tier needs %llu-byte alignment; the plan was laid out "
+           "for 4096 (use --ssd on a file system with 4 KiB O_DIRECT "
+           "alignment)",
+           tier_name(Tier(tier)),
+           (unsigned long long)t.store->granule(Tier(tier)));
+  for (Tiers::Block &b : t.blocks) {
+    b.id = t.store->add(b.name, b.bytes);
+    if (b.home >= 0)
+      t.store->place(b.id, Tier(b.home), b.home_offset);
+  }
+}
+
+// Runs `body` with a host copy of block `b` (its home or a temporary one).
+template <class F> static void with_host_copy(Tiers &t, Tiers::Block &b,
+                                              bool load, bool store_back,
+                                              F &&body) {
+  TensorStore &s = *t.store;
+  if (b.home == int(Tier::Host) || b.home == int(Tier::Gpu)) {
+    body(t.address(b, b.home));
+    return;
+  }
+  s.allocate(b.id, Tier::Host);
+  if (load)
+    s.move(b.id, Tier::Ssd, Tier::Host, Priority::Demand).wait();
+  body(t.address(b, int(Tier::Host)));
+  if (store_back)
+    s.move(b.id, Tier::Host, Tier::Ssd, Priority::Demand).wait();
+  s.release(b.id, Tier::Host);
+}
+
+void tiers_scatter(spw_ctx *ctx) {
+  Tiers &t = *ctx->tiers;
+  for (Tiers::Block &b : t.blocks) {
+    if (b.home < 0 || b.cls == 2)
+      continue; // gradients: every iteration's first flush writes them
+    with_host_copy(t, b, false, true, [&](char *base) {
+      for (size_t i = 0; i < b.params.size(); ++i) {
+        ParamInfo &p = ctx->params[size_t(b.params[i])];
+        const uint64_t n = uint64_t(p.value->bytes());
+        if (b.cls == 0) {
+          std::memcpy(base + b.offsets[i], p.value->owned.get(), n);
+        } else {
+          char *m = base + b.offsets[i], *v = base + b.bytes / 2 + b.offsets[i];
+          if (p.adam_m.empty()) {
+            std::memset(m, 0, n);
+            std::memset(v, 0, n);
+          } else {
+            std::memcpy(m, p.adam_m.data(), n);
+            std::memcpy(v, p.adam_v.data(), n);
+          }
+        }
+      }
+    });
+  }
+}
+
+void tiers_gather(spw_ctx *ctx) {
+  Tiers &t = *ctx->tiers;
+  for (ParamInfo &p : ctx->params) {
+    p.value->data = p.value->owned.get();
+    p.bound_m = p.bound_v = nullptr;
+  }
+  for (Tiers::Block &b : t.blocks) {
+    if (b.home < 0 || b.cls == 2)
+      continue;
+    with_host_copy(t, b, true, false, [&](char *base) {
+      for (size_t i = 0; i < b.params.size(); ++i) {
+        ParamInfo &p = ctx->params[size_t(b.params[i])];
+        const uint64_t n = uint64_t(p.value->bytes());
+        if (b.cls == 0) {
+          std::memcpy(p.value->owned.get(), base + b.offsets[i], n);
+        } else if (ctx->step > 0) {
+          p.adam_m.resize(size_t(p.value->numel));
+          p.adam_v.resize(size_t(p.value->numel));
+          std::memcpy(p.adam_m.data(), base + b.offsets[i], n);
+          std::memcpy(p.adam_v.data(), base + b.bytes / 2 + b.offsets[i], n);
+        }
+      }
+    });
+  }
+}
+
+void tiers_step_begin(spw_ctx *ctx) {
+  Tiers &t = *ctx->tiers;
+  t.store->wait_all();
+  t.moves.clear();
+  t.at_step_begin = t.store->moved();
+}
+
+void tiers_step_end(spw_ctx *ctx) {
+  Tiers &t = *ctx->tiers;
+  t.store->wait_all();
+  LinkBytes now = t.store->moved(), d;
+  d.ssd_read = now.ssd_read - t.at_step_begin.ssd_read;
+  d.ssd_write = now.ssd_write - t.at_step_begin.ssd_write;
+  d.h2d = now.h2d - t.at_step_begin.h2d;
+  d.d2h = now.d2h - t.at_step_begin.d2h;
+  t.per_step.push_back(d);
+  t.moves.clear();
+}
+
+std::string tiers_describe(const spw_ctx *ctx) {
+  const Tiers &t = *ctx->tiers;
+  std::string dirs;
+  for (const std::string &d : t.dirs_used)
+    dirs += (dirs.empty() ? "" : ",") + d;
+  return format("  offload: %zu blocks; gpu arena %s, pinned host %s, ssd %s "
+                "in %s (I/O %s)",
+                t.blocks.size(), human_bytes(t.gpu_bytes).c_str(),
+                human_bytes(t.host_bytes).c_str(),
+                human_bytes(t.ssd_bytes).c_str(),
+                t.ssd_bytes ? dirs.c_str() : "-",
+                backend_name(t.engine->backend()));
+}
+
+static std::string links_json(const LinkBytes &b) {
+  return format("{\"ssd_read\": %llu, \"ssd_write\": %llu, \"h2d\": %llu, "
+                "\"d2h\": %llu}",
+                (unsigned long long)b.ssd_read,
+                (unsigned long long)b.ssd_write, (unsigned long long)b.h2d,
+                (unsigned long long)b.d2h);
+}
+
+std::string tiers_stats_json(const spw_ctx *ctx, double seconds,
+                             int64_t steps) {
+  const Tiers &t = *ctx->tiers;
+  std::string per;
+  for (const LinkBytes &b : t.per_step)
+    per += (per.empty() ? "" : ", ") + links_json(b);
+  const LinkBytes last = t.per_step.empty() ? LinkBytes{} : t.per_step.back();
+  const double overlap = t.busy_s > 0 ? 1.0 - t.wait_s / t.busy_s : 1.0;
+  return format(
+      "{\"schema\": \"spillway-stats-1\", \"steps\": %lld, "
+      "\"seconds\": %.6f, \"seconds_per_iteration\": %.6f,\n"
+      " \"bytes_per_iteration\": %s,\n \"predicted_bytes_per_iteration\": "
+      "%s,\n \"bytes_per_step\": [%s],\n"
+      " \"peak_bytes\": {\"gpu\": %llu, \"host\": %llu, \"ssd\": %llu},\n"
+      " \"planned_bytes\": {\"gpu\": %llu, \"host\": %llu, \"ssd\": %llu},\n"
+      " \"io_wait_s\": %.6f, \"io_busy_s\": %.6f, \"overlap\": %.4f}\n",
+      (long long)steps, seconds, steps ? seconds / double(steps) : 0.0,
+      links_json(last).c_str(), links_json(t.predicted).c_str(), per.c_str(),
+      (unsigned long long)t.store->usage(Tier::Gpu).peak,
+      (unsigned long long)t.store->usage(Tier::Host).peak,
+      (unsigned long long)(t.swap ? t.store->usage(Tier::Ssd).peak : 0),
+      (unsigned long long)t.gpu_bytes, (unsigned long long)t.host_bytes,
+      (unsigned long long)t.ssd_bytes, t.wait_s, t.busy_s, overlap);
+}
+
+} // namespace spw
+
+// ---- the C entry points -------------------------------------------------------
+
+extern "C" {
+
+void spw_declare_tiers(spw_ctx *ctx, int64_t gpu_bytes, int64_t host_bytes,
+                       int64_t ssd_bytes, const char *ssd_dirs,
+                       const int64_t *predicted) {
+  guarded(ctx, "spw_declare_tiers", [&] {
+    if (gpu_bytes < 0 || host_bytes < 0 || ssd_bytes < 0)
+      fail("negative arena size");
+    auto t = std::make_shared<Tiers>();
+    t->gpu_bytes = uint64_t(gpu_bytes);
+    t->host_bytes = uint64_t(host_bytes);
+    t->ssd_bytes = uint64_t(ssd_bytes);
+    t->ssd_dirs = ssd_dirs ? ssd_dirs : "";
+    if (predicted)
+      t->predicted = {uint64_t(predicted[0]), uint64_t(predicted[1]),
+                      uint64_t(predicted[2]), uint64_t(predicted[3])};
+    ctx->tiers = std::move(t);
+  });
+}
+
+void spw_declare_block(spw_ctx *ctx, int32_t cls, int32_t layer,
+                       int64_t bytes, int32_t home, int64_t home_offset,
+                       int32_t n, const int64_t *params,
+                       const int64_t *offsets) {
+  guarded(ctx, "spw_declare_block", [&] {
+    if (!ctx->tiers)
+      fail("spw_declare_tiers must come first");
+    if (cls < 0 || cls > 3 || layer < 0 || bytes <= 0 || home < -1 ||
+        home > 2 || home_offset < 0 || n < 0 || (n > 0 && (!params || !offsets)))
+      fail("invalid block (class %d, layer %d, %lld bytes, home %d)", cls,
+           layer, (long long)bytes, home);
+    Tiers &t = *ctx->tiers;
+    if (t.by_key.count({cls, layer}))
+      fail("block %s of layer %d declared twice", class_name(cls), layer);
+    Tiers::Block b;
+    b.cls = cls;
+    b.layer = layer;
+    b.bytes = uint64_t(bytes);
+    b.home = home;
+    b.home_offset = uint64_t(home_offset);
+    b.name = format("%s/layer%d", class_name(cls), layer);
+    const uint64_t span = cls == 1 ? b.bytes / 2 : b.bytes;
+    for (int32_t i = 0; i < n; ++i) {
+      if (params[i] < 0 || size_t(params[i]) >= ctx->params.size())
+        fail("block %s: parameter index %lld out of range", b.name.c_str(),
+             (long long)params[i]);
+      const ParamInfo &p = ctx->params[size_t(params[i])];
+      if (p.value->dtype != SPW_F32)
+        fail("block %s: parameter '%s' is %s; blocks hold f32 parameters",
+             b.name.c_str(), p.name.c_str(), dtype_name(p.value->dtype));
+      if (offsets[i] < 0 || uint64_t(offsets[i] + p.value->bytes()) > span)
+        fail("block %s: parameter '%s' at offset %lld does not fit in %llu "
+             "bytes",
+             b.name.c_str(), p.name.c_str(), (long long)offsets[i],
+             (unsigned long long)span);
+      b.params.push_back(int32_t(params[i]));
+      b.offsets.push_back(uint64_t(offsets[i]));
+    }
+    t.by_key[{cls, layer}] = t.blocks.size();
+    t.blocks.push_back(std::move(b));
+  });
+}
+
+int32_t spw_move(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t from,
+                 int32_t to, int32_t prio, int64_t at) {
+  int32_t token = -1;
+  guarded(ctx, "spw_move", [&] {
+    Tiers &t = *ctx->tiers;
+    TensorStore &s = t.started("spw_move");
+    Tiers::Block &b = t.block(cls, layer, "spw_move");
+    Tier f = tier_of(from, "spw_move"), d = tier_of(to, "spw_move");
+    if (prio < 0 || prio > 2)
+      fail("unknown priority %d", prio);
+    if (!s.resident(b.id, d)) {
+      if (at < 0)
+        fail("%s: no offset for its copy on %s", b.name.c_str(),
+             tier_name(d));
+      s.place(b.id, d, uint64_t(at));
+    }
+    Tiers::Move m;
+    m.issued = Clock::now();
+    m.token = s.move(b.id, f, d, Priority(prio));
+    t.moves.push_back(std::move(m));
+    token = int32_t(t.moves.size() - 1);
+  });
+  return token;
+}
+
+void spw_await(spw_ctx *ctx, int32_t token) {
+  guarded(ctx, "spw_await", [&] {
+    Tiers &t = *ctx->tiers;
+    if (token < 0 || size_t(token) >= t.moves.size())
+      fail("unknown token %d", token);
+    Tiers::Move &m = t.moves[size_t(token)];
+    const auto t0 = Clock::now();
+    m.token.wait();
+    const auto t1 = Clock::now();
+    t.wait_s += std::chrono::duration<double>(t1 - t0).count();
+    // Time with a move in flight: the union of [issued, awaited] intervals
+    // (they are awaited roughly in issue order).
+    const auto start = std::max(m.issued, t.busy_until);
+    if (t1 > start)
+      t.busy_s += std::chrono::duration<double>(t1 - start).count();
+    t.busy_until = std::max(t.busy_until, t1);
+  });
+}
+
+void spw_drop(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
+  guarded(ctx, "spw_drop", [&] {
+    Tiers &t = *ctx->tiers;
+    TensorStore &s = t.started("spw_drop");
+    Tiers::Block &b = t.block(cls, layer, "spw_drop");
+    Tier d = tier_of(tier, "spw_drop");
+    if (int(d) == b.home)
+      fail("%s: its home copy on %s cannot be dropped", b.name.c_str(),
+           tier_name(d));
+    s.release(b.id, d);
+  });
+}
+
+void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
+  guarded(ctx, "spw_bind", [&] {
+    Tiers &t = *ctx->tiers;
+    TensorStore &s = t.started("spw_bind");
+    Tiers::Block &b = t.block(cls, layer, "spw_bind");
+    Tier d = tier_of(tier, "spw_bind");
+    if (d == Tier::Ssd || !s.resident(b.id, d))
+      fail("%s has no copy on %s to compute with", b.name.c_str(),
+           tier_name(d));
+    char *base = t.address(b, tier);
+    for (size_t i = 0; i < b.params.size(); ++i) {
+      ParamInfo &p = ctx->params[size_t(b.params[i])];
+      if (cls == 0) {
+        p.value->data = base + b.offsets[i];
+      } else if (cls == 1) {
+        p.bound_m = reinterpret_cast<float *>(base + b.offsets[i]);
+        p.bound_v = reinterpret_cast<float *>(base + b.bytes / 2 + b.offsets[i]);
+      } else {
+        fail("%s: only params and optimizer blocks are bound", b.name.c_str());
+      }
+    }
+  });
+}
+
+void spw_stage_grads(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t mode,
+                     int32_t n, spw_tensor *const *grads, int64_t at) {
+  guarded(ctx, "spw_stage_grads", [&] {
+    Tiers &t = *ctx->tiers;
+    TensorStore &s = t.started("spw_stage_grads");
+    Tiers::Block &b = t.block(cls, layer, "spw_stage_grads");
+    const size_t k = b.params.size();
+    if (k == 0 || n <= 0 || size_t(n) % k != 0 || !grads)
+      fail("%s: %d gradients for %zu parameters", b.name.c_str(), n, k);
+    if (!s.resident(b.id, Tier::Gpu)) {
+      if (mode != 0 || at < 0)
+        fail("%s has no GPU copy to add to", b.name.c_str());
+      s.place(b.id, Tier::Gpu, uint64_t(at));
+    }
+    char *base = t.address(b, int(Tier::Gpu));
+    for (size_t i = 0; i < k; ++i) {
+      const ParamInfo &p = ctx->params[size_t(b.params[i])];
+      float *acc = reinterpret_cast<float *>(base + b.offsets[i]);
+      const size_t numel = size_t(p.value->numel);
+      for (size_t j = 0; j < size_t(n) / k; ++j) {
+        const spw_tensor *g = grads[j * k + i];
+        if (!g || g->dtype != SPW_F32 || size_t(g->numel) != numel)
+          fail("%s: gradient %zu of '%s' is not f32 of %zu elements",
+               b.name.c_str(), j, p.name.c_str(), numel);
+        const float *src = g->as<float>();
+        // Left to right, as sched.accumulate adds the micro-batches.
+        if (j == 0 && mode == 0)
+          std::memcpy(acc, src, numel * sizeof(float));
+        else
+          for (size_t e = 0; e < numel; ++e)
+            acc[e] = acc[e] + src[e];
+      }
+    }
+  });
+}
+
+void spw_accumulate_grads(spw_ctx *ctx, int32_t layer, int32_t mode,
+                          int32_t tier, int64_t at) {
+  guarded(ctx, "spw_accumulate_grads", [&] {
+    Tiers &t = *ctx->tiers;
+    TensorStore &s = t.started("spw_accumulate_grads");
+    Tiers::Block &acc = t.block(2, layer, "spw_accumulate_grads");
+    Tiers::Block &stage = t.block(3, layer, "spw_accumulate_grads");
+    Tier d = tier_of(tier, "spw_accumulate_grads");
+    if (d != Tier::Host)
+      fail("gradients are accumulated on host, not %s", tier_name(d));
+    if (!s.resident(stage.id, d))
+      fail("%s has no copy on host", stage.name.c_str());
+    if (!s.resident(acc.id, d)) {
+      if (mode != 0 || at < 0)
+        fail("%s has no copy on host to add to", acc.name.c_str());
+      s.place(acc.id, d, uint64_t(at));
+    }
+    float *a = reinterpret_cast<float *>(t.address(acc, tier));
+    const float *g = reinterpret_cast<const float *>(t.address(stage, tier));
+    const size_t n = acc.bytes / sizeof(float);
+    if (mode == 0)
+      std::memcpy(a, g, acc.bytes);
+    else
+      for (size_t e = 0; e < n; ++e)
+        a[e] = a[e] + g[e];
+  });
+}
+
+spw_tensor *spw_gradient(spw_ctx *ctx, int32_t param, int32_t layer,
+                         int32_t tier, int64_t divisor) {
+  if (!ctx)
+    return nullptr;
+  spw_tensor *out = &ctx->dummy;
+  guarded(ctx, "spw_gradient", [&] {
+    Tiers &t = *ctx->tiers;
+    TensorStore &s = t.started("spw_gradient");
+    Tiers::Block &b = t.block(2, layer, "spw_gradient");
+    Tier d = tier_of(tier, "spw_gradient");
+    if (d == Tier::Ssd || !s.resident(b.id, d))
+      fail("%s has no copy on %s", b.name.c_str(), tier_name(d));
+    if (divisor < 1)
+      fail("divisor %lld", (long long)divisor);
+    size_t i = 0;
+    while (i < b.params.size() && b.params[i] != param)
+      ++i;
+    if (i == b.params.size())
+      fail("%s does not hold the gradient of parameter %d", b.name.c_str(),
+           param);
+    const spw_tensor &v = *ctx->params[size_t(param)].value;
+    ctx->step_tensors.push_back(make_tensor(v.dtype, v.rank, v.dims, "gradient"));
+    spw_tensor *g = ctx->step_tensors.back().get();
+    const float *src =
+        reinterpret_cast<const float *>(t.address(b, tier) + b.offsets[i]);
+    float *dst = g->as<float>();
+    // The mean as the resident schedule's sched.accumulate computes it.
+    const float m = float(divisor);
+    for (int64_t e = 0; e < g->numel; ++e)
+      dst[e] = divisor == 1 ? src[e] : src[e] / m;
+    out = g;
+  });
+  return out;
+}
+
+} // extern "C"
