@@ -348,10 +348,10 @@ LogicalResult Rewriter::routeGradients(ArrayRef<Run> runs) {
     sendBack(BlockClass::params, l, side, tp);
     sendBack(BlockClass::optimizer, l, side, to);
     // The gradient is not written back: only the next iteration's first
-    // flush touches it again, and that one overwrites it.
-    int step = int(tg) < int(side) ? -1 : 1;
-    for (int t = int(side); t != int(tg); t += step)
-      drop(BlockClass::gradients, l, Tier(t));
+    // flush touches it again, and that one overwrites it. (bring already
+    // freed the copies in between.)
+    if (side != tg)
+      drop(BlockClass::gradients, l, side);
   }
   // The micro-batch means the opt tasks read before are dead now.
   SmallVector<AccumulateOp> accs;

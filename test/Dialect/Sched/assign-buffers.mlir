@@ -1,0 +1,60 @@
+// sched-assign-buffers: homes at fixed offsets, copies away from home in
+// slot pools, each move's destination offset, the tiers' peaks and the
+// bytes per link per iteration; a plan over budget is an error stating the
+// smallest budget. Two layers, two micro-batches, snake, parameters on SSD,
+// CPU optimizer (state and gradients on host).
+// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake "--sched-place=placement=params=ssd,optimizer=host,gradients=host" --sched-insert-transfers --sched-assign-buffers | FileCheck %s
+// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake "--sched-place=placement=params=ssd,optimizer=host,gradients=host" --sched-insert-transfers --sched-assign-buffers=gpu-mem=767 2>&1 | FileCheck %s --check-prefix=GPU
+// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake "--sched-place=placement=params=ssd,optimizer=host,gradients=host" --sched-insert-transfers --sched-assign-buffers=host-mem=16384 2>&1 | FileCheck %s --check-prefix=HOST
+// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake "--sched-place=placement=params=ssd,optimizer=host,gradients=host" --sched-insert-transfers --sched-assign-buffers=gpu-mem=768 -o /dev/null
+// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=ORDER
+
+// Homes: parameters on SSD (w1 at 0, w2 at the next 4 KiB), AdamW state and
+// gradients on host, packed per layer. The bytes: three loads from SSD
+// (layers 0 1 0: 128 + 96 + 128 bytes) and the optimizer's reads (128 + 96)
+// are 576 bytes the model counts, five 4 KiB O_DIRECT reads; the updated
+// parameters go back once per layer; one flush per layer crosses d2h.
+// CHECK: sched.buffers = {blocks = [
+// CHECK-SAME: {bytes = 128 : i64, class = "params", home = "ssd", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>}
+// CHECK-SAME: {bytes = 256 : i64, class = "optimizer", home = "host", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>}
+// CHECK-SAME: {bytes = 128 : i64, class = "gradients", home = "host", layer = 0 : i64, members = [@w1], offset = 4096 : i64, offsets = array<i64: 0>}
+// CHECK-SAME: {bytes = 128 : i64, class = "gradstage", layer = 0 : i64, members = [@w1], offsets = array<i64: 0>}
+// CHECK-SAME: {bytes = 96 : i64, class = "params", home = "ssd", layer = 1 : i64, members = [@w2], offset = 4096 : i64, offsets = array<i64: 0>}
+// CHECK-SAME: bytes_per_iteration = {d2h = 224 : i64, h2d = 352 : i64, ssd_read = 20480 : i64, ssd_write = 8192 : i64}
+// CHECK-SAME: gpu_bytes = 768 : i64, host_bytes = 28672 : i64
+// CHECK-SAME: model_bytes = {d2h = 224 : i64, h2d = 352 : i64, ssd_read = 576 : i64, ssd_write = 224 : i64}
+// CHECK-SAME: ssd_bytes = 8192 : i64
+// Two GPU slots for parameters (0 and 256), used in turn; host slots after
+// the 16 KiB of homes; the gradient stage after the parameter slots.
+// CHECK: sched.move params layer(0) ssd -> host prio(demand) at(16384)
+// CHECK: sched.move params layer(1) ssd -> host prio(prefetch) at(20480)
+// CHECK: sched.move params layer(0) host -> gpu prio(prefetch) at(0)
+// CHECK: sched.move params layer(1) host -> gpu prio(prefetch) at(256)
+// CHECK: sched.move params layer(0) ssd -> host prio(prefetch) at(16384)
+// CHECK: sched.move params layer(0) host -> gpu prio(prefetch) at(0)
+// CHECK: sched.stage_grads gradstage layer(1) first({{.*}}) at(512)
+// CHECK: sched.move gradstage layer(1) gpu -> host prio(writeback) at(24576)
+// CHECK: sched.accumulate_grads layer(1) first on host at(12288)
+// CHECK: sched.stage_grads gradstage layer(0) first({{.*}}) at(512)
+// CHECK: sched.accumulate_grads layer(0) first on host at(4096)
+// CHECK: sched.move params layer(0) ssd -> host prio(demand) at(16384)
+// CHECK: sched.move params layer(0) host -> ssd prio(writeback) at(0)
+// CHECK: sched.move params layer(1) ssd -> host prio(demand) at(16384)
+// CHECK: sched.move params layer(1) host -> ssd prio(writeback) at(4096)
+
+// GPU: error: 'sched.iteration' op plan over budget: the gpu tier needs 768 bytes for this placement but the budget is 767; the smallest --gpu-mem that fits is 768 bytes
+// HOST: error: 'sched.iteration' op plan over budget: the host tier needs 28672 bytes for this placement but the budget is 16384; the smallest --host-mem that fits is 28672 bytes
+// ORDER: error: 'sched.iteration' op sched-assign-buffers: run sched-place and sched-insert-transfers first
+module {
+  train.param @w1 : tensor<4x8xf32> at 0
+  train.param @w2 : tensor<8x3xf32> at 128
+  func.func @two_layers(%x: tensor<6x4xf32>, %labels: tensor<6xi64>) -> tensor<f32> {
+    %w1 = train.param_value @w1 : tensor<4x8xf32>
+    %w2 = train.param_value @w2 : tensor<8x3xf32>
+    %h = train.matmul %x, %w1 : tensor<6x4xf32>, tensor<4x8xf32> -> tensor<6x8xf32>
+    %r = train.relu %h : tensor<6x8xf32>
+    %y = train.matmul %r, %w2 : tensor<6x8xf32>, tensor<8x3xf32> -> tensor<6x3xf32>
+    %l = train.softmax_cross_entropy_loss %y, %labels : tensor<6x3xf32>, tensor<6xi64>
+    return %l : tensor<f32>
+  }
+}

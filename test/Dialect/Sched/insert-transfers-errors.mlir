@@ -1,0 +1,25 @@
+// sched-insert-transfers refuses what it cannot plan, naming it.
+// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order --sched-insert-transfers 2>&1 | FileCheck %s --check-prefix=NOPLACE
+// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=params=host" --sched-insert-transfers 2>&1 | FileCheck %s --check-prefix=TIED
+// The tied weight's gradient is complete in its owner's backward, so
+// gradients and optimizer state can leave the GPU.
+// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=gradients=host,optimizer=ssd" --sched-insert-transfers | FileCheck %s --check-prefix=TIEDGRADS
+
+// NOPLACE: error: 'sched.iteration' op sched-insert-transfers: no placement; run sched-place first
+// TIED: error: 'sched.iteration' op sched-insert-transfers: layer 'wte' shares a tied parameter with another layer; parameters off the GPU with tied weights are not supported yet (place params=gpu)
+// TIEDGRADS: sched.stage_grads gradstage layer(0) first
+// TIEDGRADS: sched.gradient @wte layer(0) host mean(1)
+module {
+  train.param @wte : tensor<10x4xf32> at 0
+  train.param @"h.0.w" : tensor<4x4xf32> at 160
+  func.func @tied(%ids: tensor<6xi64>, %labels: tensor<6xi64>) -> tensor<f32> {
+    %e = train.param_value @wte : tensor<10x4xf32>
+    %w = train.param_value @"h.0.w" : tensor<4x4xf32>
+    %x = train.gather %e, %ids : tensor<10x4xf32>, tensor<6xi64> -> tensor<6x4xf32>
+    %y = train.matmul %x, %w : tensor<6x4xf32>, tensor<4x4xf32> -> tensor<6x4xf32>
+    %et = train.transpose %e, [1, 0] : tensor<10x4xf32> -> tensor<4x10xf32>
+    %logits = train.matmul %y, %et : tensor<6x4xf32>, tensor<4x10xf32> -> tensor<6x10xf32>
+    %l = train.softmax_cross_entropy_loss %logits, %labels : tensor<6x10xf32>, tensor<6xi64>
+    return %l : tensor<f32>
+  }
+}

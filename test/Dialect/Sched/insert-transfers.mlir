@@ -1,0 +1,253 @@
+// sched-insert-transfers: the moves, waits and bindings of a placement, as
+// text. Each RUN keeps the sched lines (no slices, yields or task bodies),
+// so CHECK-NEXT reads the plan op by op. Three layers (embedding, block,
+// head), two micro-batches.
+// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake "--sched-place=placement=params=ssd,optimizer=host,gradients=host" --sched-insert-transfers | grep "sched\." | grep -v "sched.yield\|sched.slice\|sched.iteration" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=SSD
+// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=horizontal "--sched-place=placement=params=host,gradients=ssd" --sched-insert-transfers | grep "sched\." | grep -v "sched.yield\|sched.slice\|sched.iteration" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=GPUOPT
+// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-place --sched-insert-transfers | grep "sched\." | grep -v "sched.yield\|sched.slice\|sched.iteration" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=RESIDENT
+
+// Parameters on SSD, snake: 2L - 1 = 5 loads (0 1 2 1 0), each uploaded
+// during the load before it and read from SSD during the load before that;
+// each backward run's gradients (both micro-batches: snake) go to host once;
+// the CPU optimizer reads the parameters from SSD and writes them back.
+// SSD:      sched.move params layer(0) ssd -> host prio(demand)
+// SSD-NEXT: sched.move params layer(1) ssd -> host prio(prefetch)
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.move params layer(0) host -> gpu prio(prefetch)
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.drop params layer(0) host
+// SSD-NEXT: sched.bind params layer(0) gpu
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.move params layer(1) host -> gpu prio(prefetch)
+// SSD-NEXT: sched.move params layer(2) ssd -> host prio(prefetch)
+// SSD-NEXT: sched.task fwd layer(0) mb(0) (%)
+// SSD-NEXT: sched.task fwd layer(0) mb(1) (%)
+// SSD-NEXT: sched.drop params layer(0) gpu
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.drop params layer(1) host
+// SSD-NEXT: sched.bind params layer(1) gpu
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.move params layer(2) host -> gpu prio(prefetch)
+// SSD-NEXT: sched.move params layer(1) ssd -> host prio(prefetch)
+// SSD-NEXT: sched.task fwd layer(1) mb(1) (%)
+// SSD-NEXT: sched.task fwd layer(1) mb(0) (%)
+// SSD-NEXT: sched.drop params layer(1) gpu
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.drop params layer(2) host
+// SSD-NEXT: sched.bind params layer(2) gpu
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.move params layer(1) host -> gpu prio(prefetch)
+// SSD-NEXT: sched.move params layer(0) ssd -> host prio(prefetch)
+// SSD-NEXT: sched.task fwd layer(2) mb(0) (%, %)
+// SSD-NEXT: sched.task fwd layer(2) mb(1) (%, %)
+// SSD-NEXT: sched.task bwd layer(2) mb(1) (%, %, %)
+// SSD-NEXT: sched.task bwd layer(2) mb(0) (%, %, %)
+// SSD-NEXT: sched.drop params layer(2) gpu
+// SSD-NEXT: sched.stage_grads gradstage layer(2) first(%, %)
+// SSD-NEXT: sched.move gradstage layer(2) gpu -> host prio(writeback)
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.drop gradstage layer(2) gpu
+// SSD-NEXT: sched.accumulate_grads layer(2) first on host
+// SSD-NEXT: sched.drop gradstage layer(2) host
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.drop params layer(1) host
+// SSD-NEXT: sched.bind params layer(1) gpu
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.move params layer(0) host -> gpu prio(prefetch)
+// SSD-NEXT: sched.task bwd layer(1) mb(0) (%, %, %)
+// SSD-NEXT: sched.task bwd layer(1) mb(1) (%, %, %)
+// SSD-NEXT: sched.drop params layer(1) gpu
+// SSD-NEXT: sched.stage_grads gradstage layer(1) first(%, %, %, %)
+// SSD-NEXT: sched.move gradstage layer(1) gpu -> host prio(writeback)
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.drop gradstage layer(1) gpu
+// SSD-NEXT: sched.accumulate_grads layer(1) first on host
+// SSD-NEXT: sched.drop gradstage layer(1) host
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.drop params layer(0) host
+// SSD-NEXT: sched.bind params layer(0) gpu
+// SSD-NEXT: sched.task bwd layer(0) mb(1) (%, %)
+// SSD-NEXT: sched.task bwd layer(0) mb(0) (%, %)
+// SSD-NEXT: sched.drop params layer(0) gpu
+// SSD-NEXT: sched.stage_grads gradstage layer(0) first(%, %)
+// SSD-NEXT: sched.move gradstage layer(0) gpu -> host prio(writeback)
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.drop gradstage layer(0) gpu
+// SSD-NEXT: sched.accumulate_grads layer(0) first on host
+// SSD-NEXT: sched.drop gradstage layer(0) host
+// SSD-NEXT: sched.gradient @embed.weight layer(0) host mean(2)
+// SSD-NEXT: sched.bind optimizer layer(0) host
+// SSD-NEXT: sched.move params layer(0) ssd -> host prio(demand)
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.bind params layer(0) host
+// SSD-NEXT: sched.task opt layer(0) (%)
+// SSD-NEXT: sched.move params layer(0) host -> ssd prio(writeback)
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.drop params layer(0) host
+// SSD-NEXT: sched.gradient @blocks.0.fc.weight layer(1) host mean(2)
+// SSD-NEXT: sched.gradient @blocks.0.fc.bias layer(1) host mean(2)
+// SSD-NEXT: sched.bind optimizer layer(1) host
+// SSD-NEXT: sched.move params layer(1) ssd -> host prio(demand)
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.bind params layer(1) host
+// SSD-NEXT: sched.task opt layer(1) (%, %)
+// SSD-NEXT: sched.move params layer(1) host -> ssd prio(writeback)
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.drop params layer(1) host
+// SSD-NEXT: sched.gradient @head.weight layer(2) host mean(2)
+// SSD-NEXT: sched.bind optimizer layer(2) host
+// SSD-NEXT: sched.move params layer(2) ssd -> host prio(demand)
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.bind params layer(2) host
+// SSD-NEXT: sched.task opt layer(2) (%)
+// SSD-NEXT: sched.move params layer(2) host -> ssd prio(writeback)
+// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.drop params layer(2) host
+// SSD-NEXT: sched.accumulate mean %, %
+// GPU optimizer (the state on the GPU), parameters on host, gradients on SSD,
+// horizontal: two flushes per layer, the second reading the accumulator
+// back; the update brings gradient and parameters to the GPU.
+// GPUOPT:      sched.task bwd layer(2) mb(1) (%, %, %)
+// GPUOPT-NEXT: sched.drop params layer(2) gpu
+// GPUOPT-NEXT: sched.stage_grads gradstage layer(2) first(%)
+// GPUOPT-NEXT: sched.move gradstage layer(2) gpu -> host prio(writeback)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.drop gradstage layer(2) gpu
+// GPUOPT-NEXT: sched.move gradients layer(2) ssd -> host prio(demand)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.accumulate_grads layer(2) add on host
+// GPUOPT-NEXT: sched.drop gradstage layer(2) host
+// GPUOPT-NEXT: sched.move gradients layer(2) host -> ssd prio(writeback)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.drop gradients layer(2) host
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.bind params layer(1) gpu
+// GPUOPT-NEXT: sched.move params layer(0) host -> gpu prio(prefetch)
+// GPUOPT-NEXT: sched.task bwd layer(1) mb(1) (%, %, %)
+// GPUOPT-NEXT: sched.drop params layer(1) gpu
+// GPUOPT-NEXT: sched.stage_grads gradstage layer(1) first(%, %)
+// GPUOPT-NEXT: sched.move gradstage layer(1) gpu -> host prio(writeback)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.drop gradstage layer(1) gpu
+// GPUOPT-NEXT: sched.move gradients layer(1) ssd -> host prio(demand)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.accumulate_grads layer(1) add on host
+// GPUOPT-NEXT: sched.drop gradstage layer(1) host
+// GPUOPT-NEXT: sched.move gradients layer(1) host -> ssd prio(writeback)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.drop gradients layer(1) host
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.bind params layer(0) gpu
+// GPUOPT-NEXT: sched.task bwd layer(0) mb(1) (%, %)
+// GPUOPT-NEXT: sched.drop params layer(0) gpu
+// GPUOPT-NEXT: sched.stage_grads gradstage layer(0) first(%)
+// GPUOPT-NEXT: sched.move gradstage layer(0) gpu -> host prio(writeback)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.drop gradstage layer(0) gpu
+// GPUOPT-NEXT: sched.move gradients layer(0) ssd -> host prio(demand)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.accumulate_grads layer(0) add on host
+// GPUOPT-NEXT: sched.drop gradstage layer(0) host
+// GPUOPT-NEXT: sched.move gradients layer(0) host -> ssd prio(writeback)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.drop gradients layer(0) host
+// GPUOPT-NEXT: sched.move gradients layer(0) ssd -> host prio(demand)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.move gradients layer(0) host -> gpu prio(demand)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.drop gradients layer(0) host
+// GPUOPT-NEXT: sched.gradient @embed.weight layer(0) gpu mean(2)
+// GPUOPT-NEXT: sched.bind optimizer layer(0) gpu
+// GPUOPT-NEXT: sched.move params layer(0) host -> gpu prio(demand)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.bind params layer(0) gpu
+// GPUOPT-NEXT: sched.task opt layer(0) (%)
+// GPUOPT-NEXT: sched.move params layer(0) gpu -> host prio(writeback)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.drop params layer(0) gpu
+// GPUOPT-NEXT: sched.drop gradients layer(0) gpu
+// GPUOPT-NEXT: sched.move gradients layer(1) ssd -> host prio(demand)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.move gradients layer(1) host -> gpu prio(demand)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.drop gradients layer(1) host
+// GPUOPT-NEXT: sched.gradient @blocks.0.fc.weight layer(1) gpu mean(2)
+// GPUOPT-NEXT: sched.gradient @blocks.0.fc.bias layer(1) gpu mean(2)
+// GPUOPT-NEXT: sched.bind optimizer layer(1) gpu
+// GPUOPT-NEXT: sched.move params layer(1) host -> gpu prio(demand)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.bind params layer(1) gpu
+// GPUOPT-NEXT: sched.task opt layer(1) (%, %)
+// GPUOPT-NEXT: sched.move params layer(1) gpu -> host prio(writeback)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.drop params layer(1) gpu
+// GPUOPT-NEXT: sched.drop gradients layer(1) gpu
+// GPUOPT-NEXT: sched.move gradients layer(2) ssd -> host prio(demand)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.move gradients layer(2) host -> gpu prio(demand)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.drop gradients layer(2) host
+// GPUOPT-NEXT: sched.gradient @head.weight layer(2) gpu mean(2)
+// GPUOPT-NEXT: sched.bind optimizer layer(2) gpu
+// GPUOPT-NEXT: sched.move params layer(2) host -> gpu prio(demand)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.bind params layer(2) gpu
+// GPUOPT-NEXT: sched.task opt layer(2) (%)
+// GPUOPT-NEXT: sched.move params layer(2) gpu -> host prio(writeback)
+// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.drop params layer(2) gpu
+// GPUOPT-NEXT: sched.drop gradients layer(2) gpu
+// GPUOPT-NEXT: sched.accumulate mean %, %
+// Everything on the GPU: bindings and gradient blocks, no moves.
+// RESIDENT:      sched.bind params layer(0) gpu
+// RESIDENT-NEXT: sched.bind params layer(1) gpu
+// RESIDENT-NEXT: sched.bind params layer(2) gpu
+// RESIDENT-NEXT: sched.task fwd layer(0) mb(0) (%)
+// RESIDENT-NEXT: sched.task fwd layer(0) mb(1) (%)
+// RESIDENT-NEXT: sched.task fwd layer(1) mb(1) (%)
+// RESIDENT-NEXT: sched.task fwd layer(1) mb(0) (%)
+// RESIDENT-NEXT: sched.task fwd layer(2) mb(0) (%, %)
+// RESIDENT-NEXT: sched.task fwd layer(2) mb(1) (%, %)
+// RESIDENT-NEXT: sched.task bwd layer(2) mb(1) (%, %, %)
+// RESIDENT-NEXT: sched.task bwd layer(2) mb(0) (%, %, %)
+// RESIDENT-NEXT: sched.stage_grads gradients layer(2) first(%, %)
+// RESIDENT-NEXT: sched.task bwd layer(1) mb(0) (%, %, %)
+// RESIDENT-NEXT: sched.task bwd layer(1) mb(1) (%, %, %)
+// RESIDENT-NEXT: sched.stage_grads gradients layer(1) first(%, %, %, %)
+// RESIDENT-NEXT: sched.task bwd layer(0) mb(1) (%, %)
+// RESIDENT-NEXT: sched.task bwd layer(0) mb(0) (%, %)
+// RESIDENT-NEXT: sched.stage_grads gradients layer(0) first(%, %)
+// RESIDENT-NEXT: sched.gradient @embed.weight layer(0) gpu mean(2)
+// RESIDENT-NEXT: sched.bind optimizer layer(0) gpu
+// RESIDENT-NEXT: sched.bind params layer(0) gpu
+// RESIDENT-NEXT: sched.task opt layer(0) (%)
+// RESIDENT-NEXT: sched.gradient @blocks.0.fc.weight layer(1) gpu mean(2)
+// RESIDENT-NEXT: sched.gradient @blocks.0.fc.bias layer(1) gpu mean(2)
+// RESIDENT-NEXT: sched.bind optimizer layer(1) gpu
+// RESIDENT-NEXT: sched.bind params layer(1) gpu
+// RESIDENT-NEXT: sched.task opt layer(1) (%, %)
+// RESIDENT-NEXT: sched.gradient @head.weight layer(2) gpu mean(2)
+// RESIDENT-NEXT: sched.bind optimizer layer(2) gpu
+// RESIDENT-NEXT: sched.bind params layer(2) gpu
+// RESIDENT-NEXT: sched.task opt layer(2) (%)
+// RESIDENT-NEXT: sched.accumulate mean %, %
+
+module {
+  train.param @"embed.weight" : tensor<10x4xf32> at 0
+  train.param @"blocks.0.fc.weight" : tensor<4x4xf32> at 160
+  train.param @"blocks.0.fc.bias" : tensor<4xf32> at 224
+  train.param @"head.weight" : tensor<4x10xf32> at 240
+  func.func @three_layers(%ids: tensor<6xi64>, %labels: tensor<6xi64>) -> tensor<f32> {
+    %e = train.param_value @"embed.weight" : tensor<10x4xf32>
+    %w0 = train.param_value @"blocks.0.fc.weight" : tensor<4x4xf32>
+    %b0 = train.param_value @"blocks.0.fc.bias" : tensor<4xf32>
+    %wh = train.param_value @"head.weight" : tensor<4x10xf32>
+    %x0 = train.gather %e, %ids : tensor<10x4xf32>, tensor<6xi64> -> tensor<6x4xf32>
+    %y0 = train.linear %x0, %w0, %b0 : tensor<6x4xf32>, tensor<4x4xf32>, tensor<4xf32> -> tensor<6x4xf32>
+    %r0 = train.relu %y0 : tensor<6x4xf32>
+    %x1 = train.add %x0, %r0 : tensor<6x4xf32>, tensor<6x4xf32> -> tensor<6x4xf32>
+    %logits = train.matmul %x1, %wh : tensor<6x4xf32>, tensor<4x10xf32> -> tensor<6x10xf32>
+    %l = train.softmax_cross_entropy_loss %logits, %labels : tensor<6x10xf32>, tensor<6xi64>
+    return %l : tensor<f32>
+  }
+}
