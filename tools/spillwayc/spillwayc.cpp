@@ -123,8 +123,9 @@ cl::list<std::string> ssdDirs(
     "ssd", cl::CommaSeparated,
     cl::desc("SSD directories: --probe-hw measures each (default: the "
              "current directory); with --report, the profile's SSDs the plan "
-             "may use (default: all of them). Compiled executables do not "
-             "offload yet"),
+             "may use (default: all of them); with an offload plan, the swap "
+             "directories compiled into the executable (its --ssd "
+             "overrides)"),
     cl::value_desc("DIR,..."), cl::cat(category));
 cl::opt<std::string> probeSsdSize(
     "probe-ssd-size", cl::init("256M"),
@@ -151,10 +152,9 @@ cl::opt<bool> report(
     cl::desc("Plan the iteration with the cost model and print, for the "
              "chosen plan and the horizontal baseline, the predicted "
              "iteration time, its bound, bytes per link per iteration and "
-             "peak memory per tier. PLANNING ONLY: the executable does not "
-             "follow the plan's placement (it keeps every tensor resident; "
-             "only --microbatches and --schedule shape it). Without -o "
-             "nothing is compiled"),
+             "peak memory per tier. The executable follows a placement only "
+             "with --place, --gpu-mem or --host-mem (an offload plan). "
+             "Without -o nothing is compiled"),
     cl::cat(category));
 cl::opt<std::string> reportJson(
     "report-json",
@@ -183,21 +183,23 @@ cl::opt<double> overlapOptimizer(
     cl::value_desc("F"), cl::cat(category));
 cl::opt<std::string> gpuMem(
     "gpu-mem",
-    cl::desc("GPU memory budget for the plan, plan and report only "
-             "(default: the profile's "
-             "gpu.memory_bytes). A plan that fits no budget is an error "
+    cl::desc("GPU memory budget for the plan (default: the profile's "
+             "gpu.memory_bytes); with -o, the executable gets an offload "
+             "plan that must fit it. A plan that fits no budget is an error "
              "stating the budgets that would fit"),
     cl::value_desc("SIZE"), cl::cat(category));
 cl::opt<std::string> hostMem(
     "host-mem",
-    cl::desc("Host memory budget for the plan, plan and report only "
-             "(default: the profile's host.memory_bytes)"),
+    cl::desc("Host memory budget for the plan (default: the profile's "
+             "host.memory_bytes); with -o, the executable's offload plan "
+             "must fit it"),
     cl::value_desc("SIZE"), cl::cat(category));
 cl::list<std::string> placeClasses(
     "place", cl::CommaSeparated,
     cl::desc("Pin tensor classes to tiers for the plan: classes params, "
              "master, optimizer, gradients, activations; tiers gpu, host, "
-             "ssd. The planner decides the rest. Plan and report only"),
+             "ssd. The planner decides the rest (with --hw; else the GPU). "
+             "With -o the executable follows this offload plan"),
     cl::value_desc("CLASS=TIER,..."), cl::cat(category));
 cl::opt<bool> verbose("v", cl::desc("Print each stage as it runs"),
                       cl::cat(category));
@@ -670,17 +672,25 @@ int main(int argc, char **argv) {
       "the executable\ntrain each step in M micro-batches (M divides the "
       "batch; default 1) with exact gradient\naccumulation, run in that "
       "order; auto (the default) is the cost model's choice with\n--hw "
-      "PROFILE.json, snake without. Every tensor stays resident.\n\n"
+      "PROFILE.json, snake without.\n\n"
       "  spillwayc model.onnx -o model --microbatches 4 --schedule snake\n\n"
       "Planning (docs/cost-model.md): --report / --report-json with --hw "
       "PROFILE.json and\n--microbatches, --schedule, --overlap-optimizer, "
       "--gpu-mem, --host-mem, --place, --ssd\nplan one iteration with the "
-      "cost model and report it. --overlap-optimizer, --gpu-mem,\n--host-mem, "
-      "--place and --ssd plan and report only: the executable "
-      "does not yet move\ntensors between tiers (it keeps everything "
-      "resident); offload execution is later work.\n\n"
+      "cost model and report it. --overlap-optimizer plans and reports "
+      "only.\n\n"
       "  spillwayc model.onnx --hw profiles/cpu-ci.json --report --gpu-mem 1G "
-      "--host-mem 8G\n");
+      "--host-mem 8G\n\n"
+      "Offload (docs/compiler.md, \"Offload\"): --place CLASS=TIER,..., "
+      "--gpu-mem and --host-mem\nwith -o give the executable a plan that "
+      "keeps parameters, optimizer state and\ngradients on GPU, pinned host "
+      "memory or SSD and moves them per layer; with --hw the\ncost model "
+      "places the classes --place leaves open. The executable's --ssd "
+      "names the\nswap directories and --stats-json reports the bytes moved "
+      "next to the plan's.\n\n"
+      "  spillwayc model.onnx -o model --microbatches 4 --schedule snake "
+      "--place params=ssd,optimizer=ssd\n"
+      "  ./model --input ... --ssd /mnt/nvme0 --stats-json stats.json\n");
 
   if (!probeHw.empty()) {
     if (!inputPath.empty() || !outputPath.empty())
