@@ -39,7 +39,8 @@ void spillway::populatePlanningPipeline(OpPassManager &pm) {
 
 void spillway::populateSchedulePipeline(OpPassManager &pm,
                                         int64_t microbatches,
-                                        llvm::StringRef order) {
+                                        llvm::StringRef order,
+                                        bool recompute) {
   pm.addPass(train::createTrainPartitionLayersPass());
   pm.addPass(createConvertTrainToSchedPass());
   sched::SchedMicrobatchPassOptions mb;
@@ -48,6 +49,10 @@ void spillway::populateSchedulePipeline(OpPassManager &pm,
   sched::SchedOrderPassOptions ord;
   ord.order = order.str();
   pm.addPass(sched::createSchedOrderPass(ord));
+  // After the order: recompute is decided per fwd/bwd pair, whatever the
+  // order, and placement (later) sees only the activations it keeps.
+  if (recompute)
+    pm.addPass(sched::createSchedRecomputePass());
   pm.addPass(createConvertSchedToTrainPass());
 }
 
