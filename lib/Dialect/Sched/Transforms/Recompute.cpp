@@ -13,7 +13,6 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
-#include "mlir/Transforms/RegionUtils.h"
 #include "spillway/Dialect/Sched/IR/SchedOps.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
@@ -256,7 +255,6 @@ void SchedRecomputePass::dropUnusedResults(TaskOp fwd) {
   auto slim = TaskOp::create(b, fwd.getLoc(), types, fwd.getInputs(),
                              fwd.getPhase(), fwd.getLayer(), mb);
   slim->setDiscardableAttrs(fwd->getDiscardableAttrDictionary());
-  slim.getBody().getBlocks().clear();
   slim.getBody().takeBody(fwd.getBody());
   for (auto [newIndex, oldIndex] : llvm::enumerate(kept))
     fwd->getResult(oldIndex).replaceAllUsesWith(slim->getResult(newIndex));
