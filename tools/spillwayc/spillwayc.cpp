@@ -847,9 +847,9 @@ int main(int argc, char **argv) {
                        schedule != "auto"   ? ""
                        : planningInputs ? " (the cost model's choice)"
                                         : " (auto without --hw)",
-                       recompute == "on"
-                           ? "recomputing each layer's forward in its backward"
-                           : "no recompute"));
+                       recompute == "on" ? "recompute on (the backward keeps "
+                                           "only layer-boundary activations)"
+                                         : "recompute off"));
     if (failed(pm.run(*module)))
       return fail(llvm::formatv("cannot train the step in {0} micro-batch(es) "
                                 "in the {1} order (--microbatches, "
