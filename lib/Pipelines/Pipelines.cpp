@@ -40,6 +40,7 @@ void spillway::populatePlanningPipeline(OpPassManager &pm) {
 void spillway::populateSchedulePipeline(OpPassManager &pm,
                                         int64_t microbatches,
                                         llvm::StringRef order,
+                                        bool recompute,
                                         const OffloadOptions *offload) {
   pm.addPass(train::createTrainPartitionLayersPass());
   pm.addPass(createConvertTrainToSchedPass());
@@ -49,6 +50,10 @@ void spillway::populateSchedulePipeline(OpPassManager &pm,
   sched::SchedOrderPassOptions ord;
   ord.order = order.str();
   pm.addPass(sched::createSchedOrderPass(ord));
+  // After the order: recompute is decided per fwd/bwd pair, whatever the
+  // order, and placement sees only the activations it keeps.
+  if (recompute)
+    pm.addPass(sched::createSchedRecomputePass());
   if (offload) {
     sched::SchedPlacePassOptions place;
     place.placement = offload->placement;

@@ -175,6 +175,15 @@ cl::opt<std::string> schedule(
              "choice with --hw, snake without). The executable runs its "
              "micro-batches in this order; the plan searches both for auto"),
     cl::value_desc("horizontal|snake|auto"), cl::cat(category));
+cl::opt<std::string> recompute(
+    "recompute", cl::init("on"),
+    cl::desc("With --microbatches or --schedule: on (the default, what the "
+             "cost model assumes) keeps only layer-boundary activations "
+             "between a layer's forward and backward and recomputes the rest "
+             "inside the backward (sched-recompute); off keeps every "
+             "activation the backward reads. The weights and losses are the "
+             "same bit for bit"),
+    cl::value_desc("on|off"), cl::cat(category));
 cl::opt<double> overlapOptimizer(
     "overlap-optimizer",
     cl::desc("Fraction in [0, 1] of each layer's update moved into the next "
@@ -673,6 +682,9 @@ int main(int argc, char **argv) {
       "batch; default 1) with exact gradient\naccumulation, run in that "
       "order; auto (the default) is the cost model's choice with\n--hw "
       "PROFILE.json, snake without.\n\n"
+      "With a schedule, --recompute on|off (default on): between a layer's "
+      "forward and\nbackward keep only its boundary activations; the backward "
+      "recomputes the rest.\n\n"
       "  spillwayc model.onnx -o model --microbatches 4 --schedule snake\n\n"
       "Planning (docs/cost-model.md): --report / --report-json with --hw "
       "PROFILE.json and\n--microbatches, --schedule, --overlap-optimizer, "
@@ -728,6 +740,11 @@ int main(int argc, char **argv) {
     return fail("--schedule '" + schedule +
                 "' is not one of horizontal, snake, auto");
   const bool scheduled = scheduleRequested() || offload;
+  if (recompute != "on" && recompute != "off")
+    return fail("--recompute '" + recompute + "' is not one of on, off");
+  if (recompute.getNumOccurrences() && !scheduled)
+    return fail("--recompute applies to a scheduled step: give "
+                "--microbatches M (M > 1), --schedule or an offload plan");
   // The executable's schedule: M (default 1) and the order; auto is the
   // cost model's choice with --hw (below), snake without.
   const int64_t exeMicrobatches =
@@ -896,17 +913,21 @@ int main(int argc, char **argv) {
   if (scheduled) {
     PassManager pm(&context);
     spillway::populateSchedulePipeline(
-        pm, exeMicrobatches, exeOrder,
+        pm, exeMicrobatches, exeOrder, recompute == "on",
         offloadOptions ? &*offloadOptions : nullptr);
     if (offloadOptions)
       note("offload plan: " + (offloadOptions->placement.empty()
                                    ? std::string("everything on the GPU")
                                    : offloadOptions->placement));
-    note(llvm::formatv("scheduling the step: {0} micro-batch(es), {1} order{2}",
+    note(llvm::formatv("scheduling the step: {0} micro-batch(es), {1} "
+                       "order{2}, {3}",
                        exeMicrobatches, exeOrder,
                        schedule != "auto"   ? ""
                        : planningInputs ? " (the cost model's choice)"
-                                        : " (auto without --hw)"));
+                                        : " (auto without --hw)",
+                       recompute == "on" ? "recompute on (the backward keeps "
+                                           "only layer-boundary activations)"
+                                         : "recompute off"));
     if (failed(pm.run(*module)))
       return fail(llvm::formatv("cannot train the step in {0} micro-batch(es) "
                                 "in the {1} order (--microbatches, "

@@ -39,7 +39,8 @@ void populatePlanningPipeline(mlir::OpPassManager &pm);
 /// Runs a training step as a schedule of M micro-batches in `order`
 /// ("horizontal" or "snake"), every tensor resident: train-partition-layers,
 /// convert-train-to-sched, sched-microbatch{microbatches=M},
-/// sched-order{order}, convert-sched-to-train. The result is again a flat
+/// sched-order{order}, sched-recompute (unless `recompute` is false: the
+/// cost model assumes it), convert-sched-to-train. The result is again a flat
 /// train step (the tasks inlined in the schedule's order, slices and
 /// gradient accumulation explicit) for populateLowerToRuntimePipeline.
 /// spillwayc runs it after populateTrainingPipeline when --microbatches or
@@ -54,7 +55,7 @@ struct OffloadOptions {
   uint64_t gpuBytes = 0, hostBytes = 0; ///< budgets; 0 = unlimited
 };
 void populateSchedulePipeline(mlir::OpPassManager &pm, int64_t microbatches,
-                              llvm::StringRef order,
+                              llvm::StringRef order, bool recompute = true,
                               const OffloadOptions *offload = nullptr);
 
 /// A training step -> LLVM dialect calls against the runtime's C ABI.

@@ -233,4 +233,61 @@ def SchedAssignBuffersPass : Pass<"sched-assign-buffers", "mlir::ModuleOp"> {
   let dependentDialects = ["spillway::sched::SchedDialect"];
 }
 
+def SchedRecomputePass : Pass<"sched-recompute", "mlir::ModuleOp"> {
+  let summary = "Keep layer-boundary activations; recompute the rest of a "
+                "layer's forward inside its backward";
+  let description = [{
+    Runs on each `sched.iteration` after `sched-order` (any order, any M)
+    and before placement: an iteration holding `sched.resident`,
+    `sched.prefetch`, `sched.writeback` or `sched.wait` fails the pass.
+
+    The rule: what crosses from a `fwd` task (layer l, micro-batch m) to
+    `bwd` tasks is only what the forward keeps anyway. A result of a `fwd`
+    task is *kept* when anything other than a `bwd` task reads it: another
+    layer's `fwd` task (the boundary activation into layer l+1, or a skip
+    connection into a later layer), a `sched.accumulate` or the iteration's
+    `sched.yield` (the loss). Every other result of a `fwd` task, read by
+    `bwd` tasks only, is *internal* (a linear's output, attention
+    probabilities, logits). A `bwd` task that reads internal results of a
+    `fwd` task F instead takes F's inputs (the layer's boundary
+    activations: the previous layers' outputs of the same micro-batch, and
+    batch slices such as the labels) as operands, reusing an operand it
+    already has, and recomputes at its start exactly the ops of F's body
+    those results need (the backward slice from F's yield to F's block
+    arguments, in F's order), cloned with the attribute `sched.recompute`.
+    Each such `bwd` task recomputes on its own; kept results are still read
+    as before. Afterwards a `fwd` result nobody reads is removed from F,
+    then F's ops and inputs left unused, a `fwd` task left with nothing to
+    compute (all it computed only the backward read), and batch slices
+    left unused.
+
+    What is recomputed, and why it is exact:
+    - every op in the slice, parameter reads (`train.param_value`),
+      constants and weight transposes included: they depend on no
+      activation and are cheap, and `convert-train-to-sched` already copies
+      them into each task that uses them. A result that depends on no input
+      of F at all is recomputed from nothing in the same way;
+    - the ops are pure or only read parameters, and every parameter is
+      updated only by the `opt` tasks, after every `bwd` task, so the
+      clone computes bit for bit what F computed (same kernels, same
+      inputs). An op in the slice with any other side effect, or with a
+      region, fails the pass naming it and both tasks;
+    - tied parameters are read through their symbol like any other, in the
+      `bwd` task of the layer that reads them (GPT-2's head recomputes its
+      logits from `wte`), before any update.
+    The last layer follows the same rule, although its `fwd` and `bwd`
+    tasks meet (horizontal: for every micro-batch; snake: at the turn): one
+    consistent rule, and the one `docs/cost-model.md` prices
+    (`recomputeFlops` = `forwardFlops` for every layer). Its logits are
+    recomputed, the loss is kept (the iteration returns it).
+    With `remarks`, says per iteration how many ops were cloned into how
+    many `bwd` tasks and how many `fwd` results were dropped.
+  }];
+  let options = [
+    Option<"remarks", "remarks", "bool", /*default=*/"false",
+           "Remark per iteration: ops recomputed, fwd results dropped">
+  ];
+  let dependentDialects = ["spillway::sched::SchedDialect"];
+}
+
 #endif
