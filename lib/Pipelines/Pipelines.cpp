@@ -39,7 +39,8 @@ void spillway::populatePlanningPipeline(OpPassManager &pm) {
 
 void spillway::populateSchedulePipeline(OpPassManager &pm,
                                         int64_t microbatches,
-                                        llvm::StringRef order) {
+                                        llvm::StringRef order,
+                                        double overlapFraction) {
   pm.addPass(train::createTrainPartitionLayersPass());
   pm.addPass(createConvertTrainToSchedPass());
   sched::SchedMicrobatchPassOptions mb;
@@ -48,6 +49,9 @@ void spillway::populateSchedulePipeline(OpPassManager &pm,
   sched::SchedOrderPassOptions ord;
   ord.order = order.str();
   pm.addPass(sched::createSchedOrderPass(ord));
+  sched::SchedOverlapOptimizerPassOptions overlap;
+  overlap.fraction = overlapFraction;
+  pm.addPass(sched::createSchedOverlapOptimizerPass(overlap));
   pm.addPass(createConvertSchedToTrainPass());
 }
 

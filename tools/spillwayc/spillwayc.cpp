@@ -25,6 +25,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileUtilities.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/ADT/StringMap.h"
@@ -134,9 +135,10 @@ cl::opt<double> probeSeconds(
     cl::desc("How long --probe-hw repeats each compute and memcpy "
              "measurement"),
     cl::value_desc("SECONDS"), cl::cat(category));
-// Planning (docs/cost-model.md). --microbatches and --schedule also shape
-// the executable (populateSchedulePipeline); the placement flags plan and
-// report only: the executable keeps every tensor resident.
+// Planning (docs/cost-model.md). --microbatches, --schedule and
+// --overlap-optimizer also shape the executable (populateSchedulePipeline);
+// the placement flags plan and report only: the executable keeps every
+// tensor resident.
 cl::opt<std::string> hwProfile(
     "hw",
     cl::desc("Hardware profile for the cost model (required by --report and "
@@ -176,9 +178,12 @@ cl::opt<std::string> schedule(
     cl::value_desc("horizontal|snake|auto"), cl::cat(category));
 cl::opt<double> overlapOptimizer(
     "overlap-optimizer",
-    cl::desc("Fraction in [0, 1] of each layer's update moved into the next "
-             "forward, plan and report only (default: searched over 0, 0.25, "
-             "0.5, 0.75, 1)"),
+    cl::desc("Fraction F in [0, 1] of each layer's update moved into the next "
+             "forward. The executable applies the update of the first F of "
+             "each layer's parameter elements just before the layer's next "
+             "forward and the rest as soon as its gradient is complete, with "
+             "the same weights as ordinary training (default 0); the plan "
+             "fixes F (default: searched over 0, 0.25, 0.5, 0.75, 1)"),
     cl::value_desc("F"), cl::cat(category));
 cl::opt<std::string> gpuMem(
     "gpu-mem",
@@ -400,14 +405,13 @@ bool planningRequested() { return report || !reportJson.empty(); }
 /// plain step.
 bool scheduleRequested() {
   return (microbatches.getNumOccurrences() && microbatches > 1) ||
-         schedule.getNumOccurrences();
+         schedule.getNumOccurrences() || overlapOptimizer.getNumOccurrences();
 }
 
 /// The placement flags given without --report or --report-json; --hw too,
 /// unless it picks the order of a requested schedule (--schedule auto).
 std::string strayPlanningFlag() {
   const std::pair<const char *, cl::Option *> flags[] = {
-      {"--overlap-optimizer", &overlapOptimizer},
       {"--gpu-mem", &gpuMem},
       {"--host-mem", &hostMem},
       {"--place", std::addressof(placeClasses)}};
@@ -662,10 +666,12 @@ int main(int argc, char **argv) {
       "Planning (docs/cost-model.md): --report / --report-json with --hw "
       "PROFILE.json and\n--microbatches, --schedule, --overlap-optimizer, "
       "--gpu-mem, --host-mem, --place, --ssd\nplan one iteration with the "
-      "cost model and report it. --overlap-optimizer, --gpu-mem,\n--host-mem, "
-      "--place and --ssd plan and report only: the executable "
-      "does not yet move\ntensors between tiers (it keeps everything "
-      "resident); offload execution is later work.\n\n"
+      "cost model and report it. --gpu-mem, --host-mem, --place and --ssd\n"
+      "plan and report only: the executable does not yet move tensors "
+      "between tiers (it\nkeeps everything resident); offload execution is "
+      "later work. --overlap-optimizer F\nalso shapes the executable: the "
+      "update of the first F of each layer's parameters\nruns just before "
+      "the layer's next forward, the rest right after its gradient.\n\n"
       "  spillwayc model.onnx --hw profiles/cpu-ci.json --report --gpu-mem 1G "
       "--host-mem 8G\n");
 
@@ -688,15 +694,22 @@ int main(int argc, char **argv) {
     if (!stray.empty())
       return fail(stray + " plans an iteration, and planning only reports "
                   "so far: give --report or --report-json (the executable "
-                  "keeps every tensor resident; only --microbatches and "
-                  "--schedule shape it)");
+                  "keeps every tensor resident; only --microbatches, "
+                  "--schedule and --overlap-optimizer shape it)");
   }
   if (outputPath.empty() && !planning)
     return fail("no output given: -o EXE");
   if (forwardOnly && (microbatches.getNumOccurrences() ||
-                      schedule.getNumOccurrences()))
-    return fail("--microbatches and --schedule shape a training iteration; "
-                "they do not apply to --forward");
+                      schedule.getNumOccurrences() ||
+                      overlapOptimizer.getNumOccurrences()))
+    return fail("--microbatches, --schedule and --overlap-optimizer shape a "
+                "training iteration; they do not apply to --forward");
+  if (!(overlapOptimizer >= 0 && overlapOptimizer <= 1)) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", double(overlapOptimizer));
+    return fail("--overlap-optimizer " + std::string(text) +
+                " is outside [0, 1]");
+  }
   if (microbatches.getNumOccurrences() && microbatches == 0)
     return fail("--microbatches must be at least 1");
   if (schedule != "horizontal" && schedule != "snake" && schedule != "auto")
@@ -822,12 +835,15 @@ int main(int argc, char **argv) {
 
   if (scheduled) {
     PassManager pm(&context);
-    spillway::populateSchedulePipeline(pm, exeMicrobatches, exeOrder);
-    note(llvm::formatv("scheduling the step: {0} micro-batch(es), {1} order{2}",
+    spillway::populateSchedulePipeline(pm, exeMicrobatches, exeOrder,
+                                       overlapOptimizer);
+    note(llvm::formatv("scheduling the step: {0} micro-batch(es), {1} "
+                       "order{2}, optimizer overlap {3}",
                        exeMicrobatches, exeOrder,
                        schedule != "auto"   ? ""
                        : planningInputs ? " (the cost model's choice)"
-                                        : " (auto without --hw)"));
+                                        : " (auto without --hw)",
+                       llvm::format("%g", double(overlapOptimizer))));
     if (failed(pm.run(*module)))
       return fail(llvm::formatv("cannot train the step in {0} micro-batch(es) "
                                 "in the {1} order (--microbatches, "
