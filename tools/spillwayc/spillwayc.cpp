@@ -154,7 +154,8 @@ cl::opt<bool> report(
              "iteration time, its bound, bytes per link per iteration and "
              "peak memory per tier. PLANNING ONLY: the executable does not "
              "follow the plan's placement (it keeps every tensor resident; "
-             "only --microbatches and --schedule shape it). Without -o "
+             "only --microbatches, --schedule and --overlap-optimizer shape "
+             "it). Without -o "
              "nothing is compiled"),
     cl::cat(category));
 cl::opt<std::string> reportJson(
@@ -666,12 +667,14 @@ int main(int argc, char **argv) {
       "Planning (docs/cost-model.md): --report / --report-json with --hw "
       "PROFILE.json and\n--microbatches, --schedule, --overlap-optimizer, "
       "--gpu-mem, --host-mem, --place, --ssd\nplan one iteration with the "
-      "cost model and report it. --gpu-mem, --host-mem, --place and --ssd\n"
-      "plan and report only: the executable does not yet move tensors "
-      "between tiers (it\nkeeps everything resident); offload execution is "
-      "later work. --overlap-optimizer F\nalso shapes the executable: the "
-      "update of the first F of each layer's parameters\nruns just before "
-      "the layer's next forward, the rest right after its gradient.\n\n"
+      "cost model and report it. --gpu-mem,\n--host-mem, "
+      "--place and --ssd plan and report only: the executable "
+      "does not yet move\ntensors between tiers (it keeps everything "
+      "resident); offload execution is later work.\n--overlap-optimizer F "
+      "also shapes the executable: the update of the first F of each\n"
+      "layer's parameters runs just before the layer's next forward, the "
+      "rest right after\nits gradient, with the weights of ordinary "
+      "training.\n\n"
       "  spillwayc model.onnx --hw profiles/cpu-ci.json --report --gpu-mem 1G "
       "--host-mem 8G\n");
 
