@@ -20,6 +20,7 @@
 #include "llvm/ADT/StringSet.h"
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 
 namespace spillway::sched {
@@ -107,9 +108,11 @@ void createRangedUpdate(OpBuilder &b, train::AdamWOp update, int64_t begin,
 
 void SchedOverlapOptimizerPass::runOnOperation() {
   if (!(fraction >= 0.0 && fraction <= 1.0)) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", double(fraction));
     getOperation().emitError("sched-overlap-optimizer: fraction must lie in "
                              "[0, 1], got ")
-        << fraction;
+        << text;
     return signalPassFailure();
   }
   SmallVector<IterationOp> iterations;
