@@ -299,8 +299,10 @@ LogicalResult SchedOverlapOptimizerPass::overlap(IterationOp iteration,
     for (auto [p, d] : ranges)
       if (auto it = firstRead.find(p); it != firstRead.end())
         atMost(it->second);
+    // Nothing reads them: the start of the iteration, still before the
+    // opt task defers them again.
     Operation *insertBefore =
-        before ? tasks[*before].getOperation() : block.getTerminator();
+        before ? tasks[*before].getOperation() : &block.front();
     b.setInsertionPoint(insertBefore);
     auto apply = TaskOp::create(b, opt.getLoc(), TypeRange{}, ValueRange{},
                                 Phase::opt, layer, std::nullopt);
