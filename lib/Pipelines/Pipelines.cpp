@@ -40,6 +40,7 @@ void spillway::populatePlanningPipeline(OpPassManager &pm) {
 void spillway::populateSchedulePipeline(OpPassManager &pm,
                                         int64_t microbatches,
                                         llvm::StringRef order,
+                                        double overlapFraction,
                                         bool recompute,
                                         const OffloadOptions *offload) {
   pm.addPass(train::createTrainPartitionLayersPass());
@@ -50,6 +51,9 @@ void spillway::populateSchedulePipeline(OpPassManager &pm,
   sched::SchedOrderPassOptions ord;
   ord.order = order.str();
   pm.addPass(sched::createSchedOrderPass(ord));
+  sched::SchedOverlapOptimizerPassOptions overlap;
+  overlap.fraction = overlapFraction;
+  pm.addPass(sched::createSchedOverlapOptimizerPass(overlap));
   // After the order: recompute is decided per fwd/bwd pair, whatever the
   // order, and placement sees only the activations it keeps.
   if (recompute)

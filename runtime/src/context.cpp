@@ -277,7 +277,17 @@ spw_tensor *spw_param(spw_ctx *ctx, int32_t index) {
     if (index < 0 || size_t(index) >= ctx->params.size())
       fail("parameter index %d out of range (%zu parameters declared)", index,
            ctx->params.size());
-    t = ctx->params[size_t(index)].value.get();
+    const ParamInfo &p = ctx->params[size_t(index)];
+    // Reading a parameter with an update still deferred would train on
+    // stale weights; the schedule applies it before the first read.
+    if (!p.pending.empty())
+      fail("parameter '%s' is read while the update of its elements "
+           "[%lld, %lld) deferred at step %lld is still pending "
+           "(spw_adamw_apply_pending must come before the read)",
+           p.name.c_str(), (long long)p.pending.front().begin,
+           (long long)p.pending.front().end,
+           (long long)p.pending.front().step);
+    t = p.value.get();
   });
   return t;
 }

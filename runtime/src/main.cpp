@@ -998,8 +998,20 @@ void save_params(spw_ctx *ctx, const std::string &path) {
   std::printf("saved %zu parameters to %s\n", ts.size(), path.c_str());
 }
 
+// Applies the optimizer updates the schedule deferred to the next step
+// (sched-overlap-optimizer): after the last step, and before a checkpoint,
+// whatever is pending belongs to the weights of ordinary training. A later
+// step's own apply then finds nothing pending, so a flushed run computes the
+// same bits as one that never flushed.
+void flush_deferred_updates(spw_ctx *ctx) {
+  ctx->error.clear();
+  spw_adamw_flush(ctx);
+  if (ctx->failed())
+    fail("%s", ctx->error.c_str());
+}
+
 // Runs steps start+1 .. o.steps (`start` > 0 after a resume), checkpointing
-// when `ck` is given.
+// when `ck` is given; the weights it leaves have no update pending.
 int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
           Checkpointer *ck, int64_t start) {
   FILE *log = nullptr;
@@ -1049,9 +1061,12 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
       std::fflush(stdout);
     }
     if (ck && (s == o.steps ||
-               (o.checkpoint_every && s % o.checkpoint_every == 0)))
+               (o.checkpoint_every && s % o.checkpoint_every == 0))) {
+      flush_deferred_updates(ctx);
       ck->write(s, progress);
+    }
   }
+  flush_deferred_updates(ctx);
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();

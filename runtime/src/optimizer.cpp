@@ -9,13 +9,100 @@
 //   denom = (exp_avg_sq.sqrt() / sqrt(1 - beta2^t)).add_(eps)
 //   param.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1^t))
 //
+// The optimizer overlap splits one parameter's update into element ranges
+// (now, or deferred to the next step with this step's gradient, t and
+// hyper-parameters): the same loop over fewer elements, so the same bits.
+//
 //===----------------------------------------------------------------------===//
 
 #include "runtime_internal.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace spw;
+
+namespace {
+
+ParamInfo &checked_param(spw_ctx *ctx, int32_t param) {
+  ParamInfo &p = ctx->params[size_t(param)];
+  if (p.value->dtype != SPW_F32)
+    fail("parameter '%s' is %s; AdamW updates only f32 parameters",
+         p.name.c_str(), dtype_name(p.value->dtype));
+  if (ctx->step < 1)
+    fail("parameter '%s': optimizer step %lld (steps count from 1)",
+         p.name.c_str(), (long long)ctx->step);
+  return p;
+}
+
+void check_range(const ParamInfo &p, int64_t begin, int64_t end) {
+  if (begin < 0 || begin >= end || end > p.value->numel)
+    fail("element range [%lld, %lld) of parameter '%s' is empty or outside "
+         "its %lld elements",
+         (long long)begin, (long long)end, p.name.c_str(),
+         (long long)p.value->numel);
+}
+
+// A pending update overlapping [begin, end): updating those elements again
+// before it is applied would lose it, or apply two steps out of order.
+void check_nothing_pending(const ParamInfo &p, int64_t begin, int64_t end,
+                           const char *what) {
+  for (const PendingAdamW &q : p.pending)
+    if (q.begin < end && begin < q.end)
+      fail("%s elements [%lld, %lld) of parameter '%s', but the update of "
+           "[%lld, %lld) deferred at step %lld is still pending: apply it "
+           "first (spw_adamw_apply_pending, or spw_adamw_flush)",
+           what, (long long)begin, (long long)end, p.name.c_str(),
+           (long long)q.begin, (long long)q.end, (long long)q.step);
+}
+
+// One AdamW update of elements [begin, end) at step t; g[i - begin] is the
+// gradient of element i. The loop is spw_adamw's, element by element, so
+// any split of a parameter into ranges gives the same bits.
+void adamw_update(ParamInfo &p, const float *g, int64_t begin, int64_t end,
+                  int64_t step, const AdamWHparams &h) {
+  const size_t n = size_t(p.value->numel);
+  if (!p.bound_m && p.adam_m.size() != n) {
+    p.adam_m.assign(n, 0.0f);
+    p.adam_v.assign(n, 0.0f);
+  }
+  const double t = double(step);
+  const double bc1 = 1.0 - std::pow(h.beta1, t);
+  const double bc2 = 1.0 - std::pow(h.beta2, t);
+  const float decay = float(1.0 - h.lr * h.weight_decay);
+  const float w1 = float(1.0 - h.beta1);
+  const float b2 = float(h.beta2);
+  const float w2 = float(1.0 - h.beta2);
+  const float bc2_sqrt = float(std::sqrt(bc2));
+  const float feps = float(h.eps);
+  const float neg_step = float(-(h.lr / bc1));
+  const bool decays = h.weight_decay != 0.0;
+  float *w = p.value->as<float>() + begin;
+  // An offload plan binds the state of the block the update runs in.
+  float *m = (p.bound_m ? p.bound_m : p.adam_m.data()) + begin;
+  float *v = (p.bound_v ? p.bound_v : p.adam_v.data()) + begin;
+  const size_t count = size_t(end - begin);
+  for (size_t i = 0; i < count; ++i) {
+    if (decays)
+      w[i] = w[i] * decay;
+    // torch's lerp for weight < 0.5; for weight >= 0.5 it uses the other
+    // form, which we follow as well.
+    if (w1 < 0.5f)
+      m[i] = m[i] + w1 * (g[i] - m[i]);
+    else
+      m[i] = g[i] - (g[i] - m[i]) * (1.0f - w1);
+    v[i] = v[i] * b2;
+    v[i] = v[i] + w2 * g[i] * g[i];
+    float denom = std::sqrt(v[i]) / bc2_sqrt + feps;
+    w[i] = w[i] + neg_step * m[i] / denom;
+  }
+}
+
+const float *recorded_grad(const ParamInfo &p) {
+  return reinterpret_cast<const float *>(p.grad.data());
+}
+
+} // namespace
 
 extern "C" void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad,
                           double lr, double beta1, double beta2, double eps,
@@ -24,49 +111,92 @@ extern "C" void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     record_grad(ctx, param, grad);
     if (ctx->evaluate_only)
       return;
-    ParamInfo &p = ctx->params[size_t(param)];
-    if (p.value->dtype != SPW_F32)
-      fail("parameter '%s' is %s; AdamW updates only f32 parameters",
-           p.name.c_str(), dtype_name(p.value->dtype));
-    if (ctx->step < 1)
-      fail("parameter '%s': optimizer step %lld (steps count from 1)",
-           p.name.c_str(), (long long)ctx->step);
+    ParamInfo &p = checked_param(ctx, param);
+    check_nothing_pending(p, 0, p.value->numel, "updating");
     AdamWHparams h = effective_adamw(
         ctx, AdamWHparams{lr, beta1, beta2, eps, weight_decay});
-    const size_t n = size_t(p.value->numel);
-    if (!p.bound_m && p.adam_m.size() != n) {
-      p.adam_m.assign(n, 0.0f);
-      p.adam_v.assign(n, 0.0f);
+    adamw_update(p, recorded_grad(p), 0, p.value->numel, ctx->step, h);
+  });
+}
+
+extern "C" void spw_adamw_range(spw_ctx *ctx, int32_t param, spw_tensor *grad,
+                                int64_t begin, int64_t end, double lr,
+                                double beta1, double beta2, double eps,
+                                double weight_decay) {
+  guarded(ctx, "spw_adamw_range", [&] {
+    record_grad(ctx, param, grad);
+    if (ctx->evaluate_only)
+      return;
+    ParamInfo &p = checked_param(ctx, param);
+    check_range(p, begin, end);
+    check_nothing_pending(p, begin, end, "updating");
+    AdamWHparams h = effective_adamw(
+        ctx, AdamWHparams{lr, beta1, beta2, eps, weight_decay});
+    adamw_update(p, recorded_grad(p) + begin, begin, end, ctx->step, h);
+  });
+}
+
+extern "C" void spw_adamw_defer(spw_ctx *ctx, int32_t param, spw_tensor *grad,
+                                int64_t begin, int64_t end, double lr,
+                                double beta1, double beta2, double eps,
+                                double weight_decay) {
+  guarded(ctx, "spw_adamw_defer", [&] {
+    record_grad(ctx, param, grad);
+    if (ctx->evaluate_only)
+      return;
+    ParamInfo &p = checked_param(ctx, param);
+    check_range(p, begin, end);
+    check_nothing_pending(p, begin, end, "deferring the update of");
+    PendingAdamW q;
+    q.begin = begin;
+    q.end = end;
+    q.step = ctx->step;
+    q.h = effective_adamw(ctx,
+                          AdamWHparams{lr, beta1, beta2, eps, weight_decay});
+    const float *g = recorded_grad(p);
+    q.grad.assign(g + begin, g + end);
+    p.pending.push_back(std::move(q));
+  });
+}
+
+extern "C" void spw_adamw_apply_pending(spw_ctx *ctx, int32_t param,
+                                        int64_t begin, int64_t end) {
+  guarded(ctx, "spw_adamw_apply_pending", [&] {
+    if (param < 0 || size_t(param) >= ctx->params.size())
+      fail("parameter index %d out of range (%zu parameters declared)", param,
+           ctx->params.size());
+    if (ctx->evaluate_only)
+      return;
+    ParamInfo &p = ctx->params[size_t(param)];
+    check_range(p, begin, end);
+    auto it = std::find_if(p.pending.begin(), p.pending.end(),
+                           [&](const PendingAdamW &q) {
+                             return q.begin == begin && q.end == end;
+                           });
+    if (it == p.pending.end()) {
+      // Nothing deferred yet (the first step) or already flushed; but a
+      // pending update of other elements here means the schedule's ranges
+      // disagree.
+      check_nothing_pending(p, begin, end, "applying the update of");
+      return;
     }
-    const double t = double(ctx->step);
-    const double bc1 = 1.0 - std::pow(h.beta1, t);
-    const double bc2 = 1.0 - std::pow(h.beta2, t);
-    const float decay = float(1.0 - h.lr * h.weight_decay);
-    const float w1 = float(1.0 - h.beta1);
-    const float b2 = float(h.beta2);
-    const float w2 = float(1.0 - h.beta2);
-    const float bc2_sqrt = float(std::sqrt(bc2));
-    const float feps = float(h.eps);
-    const float neg_step = float(-(h.lr / bc1));
-    const bool decays = h.weight_decay != 0.0;
-    float *w = p.value->as<float>();
-    const float *g = reinterpret_cast<const float *>(p.grad.data());
-    // An offload plan binds the state of the block the update runs in.
-    float *m = p.bound_m ? p.bound_m : p.adam_m.data();
-    float *v = p.bound_v ? p.bound_v : p.adam_v.data();
-    for (size_t i = 0; i < n; ++i) {
-      if (decays)
-        w[i] = w[i] * decay;
-      // torch's lerp for weight < 0.5; for weight >= 0.5 it uses the other
-      // form, which we follow as well.
-      if (w1 < 0.5f)
-        m[i] = m[i] + w1 * (g[i] - m[i]);
-      else
-        m[i] = g[i] - (g[i] - m[i]) * (1.0f - w1);
-      v[i] = v[i] * b2;
-      v[i] = v[i] + w2 * g[i] * g[i];
-      float denom = std::sqrt(v[i]) / bc2_sqrt + feps;
-      w[i] = w[i] + neg_step * m[i] / denom;
+    if (it->step >= ctx->step)
+      fail("parameter '%s': the update of [%lld, %lld) deferred at step %lld "
+           "is applied at step %lld; a deferred update is applied in a later "
+           "step",
+           p.name.c_str(), (long long)begin, (long long)end,
+           (long long)it->step, (long long)ctx->step);
+    adamw_update(p, it->grad.data(), begin, end, it->step, it->h);
+    p.pending.erase(it);
+  });
+}
+
+extern "C" void spw_adamw_flush(spw_ctx *ctx) {
+  guarded(ctx, "spw_adamw_flush", [&] {
+    for (ParamInfo &p : ctx->params) {
+      for (PendingAdamW &q : p.pending)
+        adamw_update(p, q.grad.data(), q.begin, q.end, q.step, q.h);
+      p.pending.clear();
     }
   });
 }

@@ -65,6 +65,20 @@ struct spw_tensor {
 
 namespace spw {
 
+struct AdamWHparams {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
+};
+
+// An AdamW update of elements [begin, end) of a parameter, deferred by
+// spw_adamw_defer at `step`: applying it later with these very inputs gives
+// the update that step would have made, bit for bit.
+struct PendingAdamW {
+  int64_t begin = 0, end = 0;
+  int64_t step = 0;
+  AdamWHparams h;        // the effective hyper-parameters at `step`
+  std::vector<float> grad; // gradient elements [begin, end)
+};
+
 struct ParamInfo {
   std::string name;
   int64_t offset = 0;
@@ -74,6 +88,7 @@ struct ParamInfo {
   // An offload plan's bound AdamW state (spw_bind of an optimizer block);
   // null: adam_m / adam_v.
   float *bound_m = nullptr, *bound_v = nullptr;
+  std::vector<PendingAdamW> pending; // deferred updates not yet applied
 };
 
 struct Tiers; // tiers.cpp: an offload plan's blocks and the tensor store
@@ -91,10 +106,6 @@ struct OutputInfo {
   std::string name;
   std::unique_ptr<spw_tensor> value;
   bool set = false; // set during the current step
-};
-
-struct AdamWHparams {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
 };
 
 struct AdamWOverrides {

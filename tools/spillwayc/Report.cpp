@@ -47,8 +47,8 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
   os << "spillwayc report: " << r.model << ", profile '" << r.profile.name
      << "' (" << r.profile.backend << " backend, " << r.profilePath << ")\n";
   os << "  planning only: the executable does not follow this plan's "
-        "placement (it keeps every tensor resident; --microbatches and "
-        "--schedule shape it)\n";
+        "placement (it keeps every tensor resident; --microbatches, "
+        "--schedule and --overlap-optimizer shape it)\n";
   os << "model: " << s.layers.size() << " layers, " << r.totals.numParams
      << " parameters, " << r.totals.paramBytes << " parameter bytes";
   if (r.totals.unreadParamBytes)

@@ -26,6 +26,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileUtilities.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/ADT/StringMap.h"
@@ -136,9 +137,10 @@ cl::opt<double> probeSeconds(
     cl::desc("How long --probe-hw repeats each compute and memcpy "
              "measurement"),
     cl::value_desc("SECONDS"), cl::cat(category));
-// Planning (docs/cost-model.md). --microbatches and --schedule also shape
-// the executable (populateSchedulePipeline); the placement flags plan and
-// report only: the executable keeps every tensor resident.
+// Planning (docs/cost-model.md). --microbatches, --schedule and
+// --overlap-optimizer also shape the executable (populateSchedulePipeline);
+// the placement flags plan and report only: the executable keeps every
+// tensor resident.
 cl::opt<std::string> hwProfile(
     "hw",
     cl::desc("Hardware profile for the cost model (required by --report and "
@@ -186,9 +188,12 @@ cl::opt<std::string> recompute(
     cl::value_desc("on|off"), cl::cat(category));
 cl::opt<double> overlapOptimizer(
     "overlap-optimizer",
-    cl::desc("Fraction in [0, 1] of each layer's update moved into the next "
-             "forward, plan and report only (default: searched over 0, 0.25, "
-             "0.5, 0.75, 1)"),
+    cl::desc("Fraction F in [0, 1] of each layer's update moved into the next "
+             "forward. The executable applies the update of the first F of "
+             "each layer's parameter elements just before the layer's next "
+             "forward and the rest as soon as its gradient is complete, with "
+             "the same weights as ordinary training (default 0); the plan "
+             "fixes F (default: searched over 0, 0.25, 0.5, 0.75, 1)"),
     cl::value_desc("F"), cl::cat(category));
 cl::opt<std::string> gpuMem(
     "gpu-mem",
@@ -420,14 +425,13 @@ bool offloadRequested() {
 /// plain step.
 bool scheduleRequested() {
   return (microbatches.getNumOccurrences() && microbatches > 1) ||
-         schedule.getNumOccurrences();
+         schedule.getNumOccurrences() || overlapOptimizer.getNumOccurrences();
 }
 
 /// The placement flags given without --report or --report-json; --hw too,
 /// unless it picks the order of a requested schedule (--schedule auto).
 std::string strayPlanningFlag() {
   const std::pair<const char *, cl::Option *> flags[] = {
-      {"--overlap-optimizer", &overlapOptimizer},
       {"--gpu-mem", &gpuMem},
       {"--host-mem", &hostMem},
       {"--place", std::addressof(placeClasses)}};
@@ -435,8 +439,7 @@ std::string strayPlanningFlag() {
       !(scheduleRequested() && schedule == "auto") && !offloadRequested())
     return "--hw";
   for (auto [name, opt] : flags)
-    if (opt->getNumOccurrences() &&
-        !(offloadRequested() && opt != &overlapOptimizer))
+    if (opt->getNumOccurrences() && !offloadRequested())
       return name;
   return {};
 }
@@ -689,8 +692,10 @@ int main(int argc, char **argv) {
       "Planning (docs/cost-model.md): --report / --report-json with --hw "
       "PROFILE.json and\n--microbatches, --schedule, --overlap-optimizer, "
       "--gpu-mem, --host-mem, --place, --ssd\nplan one iteration with the "
-      "cost model and report it. --overlap-optimizer plans and reports "
-      "only.\n\n"
+      "cost model and report it. --overlap-optimizer F also shapes the "
+      "executable: the\nupdate of the first F of each layer's parameters runs "
+      "just before the layer's next\nforward, the rest right after its "
+      "gradient, with the weights of ordinary training.\n\n"
       "  spillwayc model.onnx --hw profiles/cpu-ci.json --report --gpu-mem 1G "
       "--host-mem 8G\n\n"
       "Offload (docs/compiler.md, \"Offload\"): --place CLASS=TIER,..., "
@@ -726,14 +731,21 @@ int main(int argc, char **argv) {
       return fail(stray + " plans an iteration: give --report or "
                   "--report-json, or -o EXE with --place / --gpu-mem / "
                   "--host-mem for an executable that follows an offload "
-                  "plan (--overlap-optimizer plans and reports only)");
+                  "plan");
   }
   if (outputPath.empty() && !planning)
     return fail("no output given: -o EXE");
   if (forwardOnly && (microbatches.getNumOccurrences() ||
-                      schedule.getNumOccurrences()))
-    return fail("--microbatches and --schedule shape a training iteration; "
-                "they do not apply to --forward");
+                      schedule.getNumOccurrences() ||
+                      overlapOptimizer.getNumOccurrences()))
+    return fail("--microbatches, --schedule and --overlap-optimizer shape a "
+                "training iteration; they do not apply to --forward");
+  if (!(overlapOptimizer >= 0 && overlapOptimizer <= 1)) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", double(overlapOptimizer));
+    return fail("--overlap-optimizer " + std::string(text) +
+                " is outside [0, 1]");
+  }
   if (microbatches.getNumOccurrences() && microbatches == 0)
     return fail("--microbatches must be at least 1");
   if (schedule != "horizontal" && schedule != "snake" && schedule != "auto")
@@ -913,18 +925,19 @@ int main(int argc, char **argv) {
   if (scheduled) {
     PassManager pm(&context);
     spillway::populateSchedulePipeline(
-        pm, exeMicrobatches, exeOrder, recompute == "on",
+        pm, exeMicrobatches, exeOrder, overlapOptimizer, recompute == "on",
         offloadOptions ? &*offloadOptions : nullptr);
     if (offloadOptions)
       note("offload plan: " + (offloadOptions->placement.empty()
                                    ? std::string("everything on the GPU")
                                    : offloadOptions->placement));
     note(llvm::formatv("scheduling the step: {0} micro-batch(es), {1} "
-                       "order{2}, {3}",
+                       "order{2}, optimizer overlap {3}, {4}",
                        exeMicrobatches, exeOrder,
                        schedule != "auto"   ? ""
                        : planningInputs ? " (the cost model's choice)"
                                         : " (auto without --hw)",
+                       llvm::format("%g", double(overlapOptimizer)),
                        recompute == "on" ? "recompute on (the backward keeps "
                                            "only layer-boundary activations)"
                                          : "recompute off"));

@@ -39,8 +39,13 @@ void populatePlanningPipeline(mlir::OpPassManager &pm);
 /// Runs a training step as a schedule of M micro-batches in `order`
 /// ("horizontal" or "snake"), every tensor resident: train-partition-layers,
 /// convert-train-to-sched, sched-microbatch{microbatches=M},
-/// sched-order{order}, sched-recompute (unless `recompute` is false: the
-/// cost model assumes it), convert-sched-to-train. The result is again a flat
+/// sched-order{order}, sched-overlap-optimizer{fraction=overlapFraction}
+/// (each update right after its gradient, the fraction F in [0, 1] of it
+/// just before the layer's next forward), sched-recompute (unless
+/// `recompute` is false: the cost model assumes it), with `offload` the
+/// offload passes, then convert-sched-to-train. The executable applies the
+/// updates still deferred after the last step before it saves or
+/// checkpoints. The result is again a flat
 /// train step (the tasks inlined in the schedule's order, slices and
 /// gradient accumulation explicit) for populateLowerToRuntimePipeline.
 /// spillwayc runs it after populateTrainingPipeline when --microbatches or
@@ -55,7 +60,9 @@ struct OffloadOptions {
   uint64_t gpuBytes = 0, hostBytes = 0; ///< budgets; 0 = unlimited
 };
 void populateSchedulePipeline(mlir::OpPassManager &pm, int64_t microbatches,
-                              llvm::StringRef order, bool recompute = true,
+                              llvm::StringRef order,
+                              double overlapFraction = 0.0,
+                              bool recompute = true,
                               const OffloadOptions *offload = nullptr);
 
 /// A training step -> LLVM dialect calls against the runtime's C ABI.

@@ -460,20 +460,21 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
   }
 
   // The optimizer defaults the executable reports and falls back to.
-  AdamWOp firstAdam;
-  step.walk([&](AdamWOp op) {
-    if (!firstAdam)
+  // (With the whole update deferred there is no train.adamw, only defers.)
+  Operation *firstAdam = nullptr;
+  step.walk([&](Operation *op) {
+    if (!firstAdam && isa<AdamWOp, AdamWDeferOp>(op))
       firstAdam = op;
   });
   if (firstAdam) {
-    loc = firstAdam.getLoc();
+    loc = firstAdam->getLoc();
+    auto hp = [&](StringRef name) {
+      return f64(firstAdam->getAttrOfType<FloatAttr>(name).getValueAsDouble());
+    };
     callRuntime("spw_declare_adamw", voidTy,
                 {ptrTy, f64Ty, f64Ty, f64Ty, f64Ty, f64Ty},
-                {ctxArg, f64(firstAdam.getLr().convertToDouble()),
-                 f64(firstAdam.getBeta1().convertToDouble()),
-                 f64(firstAdam.getBeta2().convertToDouble()),
-                 f64(firstAdam.getEps().convertToDouble()),
-                 f64(firstAdam.getWeightDecay().convertToDouble())});
+                {ctxArg, hp("lr"), hp("beta1"), hp("beta2"), hp("eps"),
+                 hp("weight_decay")});
   }
   loc = step.getLoc();
   LLVM::ReturnOp::create(builder, loc, ValueRange{});
@@ -493,7 +494,8 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
   // longest input list, absent optional operands (null slots) included.
   DenseMap<Operation *, KernelCall> kernels;
   for (Operation &op : step.getBody().front()) {
-    if (isa<func::ReturnOp, ParamValueOp, ConstantOp, ParamGradOp, AdamWOp>(op))
+    if (isa<func::ReturnOp, ParamValueOp, ConstantOp, ParamGradOp, AdamWOp,
+            AdamWDeferOp, AdamWApplyPendingOp>(op))
       continue;
     if (isa<sched::SchedDialect>(op.getDialect())) {
       // stage_grads passes its gradients through the inputs array.
@@ -592,14 +594,52 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
       auto index = lookupParam(&op, adam.getParam());
       if (failed(index))
         return failure();
+      Value hps[] = {f64(adam.getLr().convertToDouble()),
+                     f64(adam.getBeta1().convertToDouble()),
+                     f64(adam.getBeta2().convertToDouble()),
+                     f64(adam.getEps().convertToDouble()),
+                     f64(adam.getWeightDecay().convertToDouble())};
+      if (adam.getBeginAttr()) {
+        callRuntime("spw_adamw_range", voidTy,
+                    {ptrTy, i32Ty, ptrTy, i64Ty, i64Ty, f64Ty, f64Ty, f64Ty,
+                     f64Ty, f64Ty},
+                    {ctxArg, i32(*index), handles.lookup(adam.getGrad()),
+                     i64(adam.getBeginAttr().getInt()),
+                     i64(adam.getEndAttr().getInt()), hps[0], hps[1], hps[2],
+                     hps[3], hps[4]});
+        continue;
+      }
       callRuntime("spw_adamw", voidTy,
                   {ptrTy, i32Ty, ptrTy, f64Ty, f64Ty, f64Ty, f64Ty, f64Ty},
-                  {ctxArg, i32(*index), handles.lookup(adam.getGrad()),
-                   f64(adam.getLr().convertToDouble()),
-                   f64(adam.getBeta1().convertToDouble()),
-                   f64(adam.getBeta2().convertToDouble()),
-                   f64(adam.getEps().convertToDouble()),
-                   f64(adam.getWeightDecay().convertToDouble())});
+                  {ctxArg, i32(*index), handles.lookup(adam.getGrad()), hps[0],
+                   hps[1], hps[2], hps[3], hps[4]});
+      continue;
+    }
+    if (auto defer = dyn_cast<AdamWDeferOp>(op)) {
+      auto index = lookupParam(&op, defer.getParam());
+      if (failed(index))
+        return failure();
+      callRuntime("spw_adamw_defer", voidTy,
+                  {ptrTy, i32Ty, ptrTy, i64Ty, i64Ty, f64Ty, f64Ty, f64Ty,
+                   f64Ty, f64Ty},
+                  {ctxArg, i32(*index), handles.lookup(defer.getGrad()),
+                   i64(defer.getBeginAttr().getInt()),
+                   i64(defer.getEndAttr().getInt()),
+                   f64(defer.getLr().convertToDouble()),
+                   f64(defer.getBeta1().convertToDouble()),
+                   f64(defer.getBeta2().convertToDouble()),
+                   f64(defer.getEps().convertToDouble()),
+                   f64(defer.getWeightDecay().convertToDouble())});
+      continue;
+    }
+    if (auto apply = dyn_cast<AdamWApplyPendingOp>(op)) {
+      auto index = lookupParam(&op, apply.getParam());
+      if (failed(index))
+        return failure();
+      callRuntime("spw_adamw_apply_pending", voidTy,
+                  {ptrTy, i32Ty, i64Ty, i64Ty},
+                  {ctxArg, i32(*index), i64(apply.getBeginAttr().getInt()),
+                   i64(apply.getEndAttr().getInt())});
       continue;
     }
 

@@ -105,3 +105,41 @@ func.func @identity_task(%x: tensor<4xf32>) -> tensor<4xf32> {
   }
   return %r : tensor<4xf32>
 }
+
+// -----
+
+// A deferred opt task (sched-overlap-optimizer) is inlined where it stands,
+// before the forward that reads the parameter; the split update in its
+// opt task's place.
+// CHECK-LABEL: func.func @deferred
+// CHECK-SAME:    (%[[X:.*]]: tensor<4xf32>)
+// CHECK-NEXT:  train.adamw_apply_pending @w [0, 2)
+// CHECK-NEXT:  %[[W:.*]] = train.param_value @w
+// CHECK-NEXT:  %[[Y:.*]] = train.mul %[[X]], %[[W]]
+// CHECK-NEXT:  train.adamw_defer @w [0, 2), %[[X]]
+// CHECK-NEXT:  train.adamw @w [2, 4), %[[X]]
+// CHECK-NEXT:  return %[[Y]] : tensor<4xf32>
+module {
+  train.param @w : tensor<4xf32> at 0
+  func.func @deferred(%x: tensor<4xf32>) -> tensor<4xf32> {
+    %r = sched.iteration(%x) : (tensor<4xf32>) -> tensor<4xf32> {
+    ^bb0(%a: tensor<4xf32>):
+      sched.task opt deferred layer(0) () : () -> () {
+        train.adamw_apply_pending @w [0, 2)
+      }
+      %y = sched.task fwd layer(0) (%a) : (tensor<4xf32>) -> tensor<4xf32> {
+      ^bb0(%i: tensor<4xf32>):
+        %w = train.param_value @w : tensor<4xf32>
+        %m = train.mul %i, %w : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+        sched.yield %m : tensor<4xf32>
+      }
+      sched.task opt layer(0) (%a) : (tensor<4xf32>) -> () {
+      ^bb0(%g: tensor<4xf32>):
+        train.adamw_defer @w [0, 2), %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<4xf32>
+        train.adamw @w [2, 4), %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<4xf32>
+      }
+      sched.yield %y : tensor<4xf32>
+    }
+    return %r : tensor<4xf32>
+  }
+}

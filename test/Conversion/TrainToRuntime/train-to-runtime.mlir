@@ -102,3 +102,35 @@ module {
 // CHECK:         %[[SLOT:.*]] = llvm.getelementptr %{{.*}}[0, 2] : (!llvm.ptr) -> !llvm.ptr, !llvm.array<3 x ptr>
 // CHECK-NEXT:    llvm.store %[[NULL]], %[[SLOT]]
 // CHECK:         llvm.call @spw_op_gemm
+
+// -----
+
+// The optimizer overlap's updates: last step's deferred elements of @w
+// applied before @w is read, then [0, 4) deferred and [4, 6) updated now.
+// With only defers in the step, they still declare the AdamW defaults.
+module {
+  train.param @w : tensor<2x3xf32> at 0
+  func.func @main(%x: tensor<2x3xf32>) -> tensor<f32> {
+    train.adamw_apply_pending @w [0, 4)
+    %w = train.param_value @w : tensor<2x3xf32>
+    %y = train.mul %x, %w : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x3xf32>
+    %l = train.reduce_sum %y, [] {keepdims = false} : tensor<2x3xf32> -> tensor<f32>
+    train.adamw_defer @w [0, 4), %x {lr = 2.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<2x3xf32>
+    train.adamw @w [4, 6), %x {lr = 2.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<2x3xf32>
+    return %l : tensor<f32>
+  }
+}
+// CHECK-LABEL: llvm.func @spw_model_declare
+// CHECK:         %[[LR:.*]] = llvm.mlir.constant(2.000000e-03 : f64) : f64
+// CHECK:         llvm.call @spw_declare_adamw(%{{.*}}, %[[LR]],
+// CHECK-LABEL: llvm.func @spw_model_step
+// CHECK:         %[[B0:.*]] = llvm.mlir.constant(0 : i64) : i64
+// CHECK:         %[[E0:.*]] = llvm.mlir.constant(4 : i64) : i64
+// CHECK:         llvm.call @spw_adamw_apply_pending(%{{.*}}, %{{.*}}, %[[B0]], %[[E0]]) : (!llvm.ptr, i32, i64, i64) -> ()
+// CHECK:         llvm.call @spw_param
+// CHECK:         llvm.call @spw_op_mul
+// CHECK:         llvm.call @spw_adamw_defer(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (!llvm.ptr, i32, !llvm.ptr, i64, i64, f64, f64, f64, f64, f64) -> ()
+// CHECK:         %[[B1:.*]] = llvm.mlir.constant(4 : i64) : i64
+// CHECK:         %[[E1:.*]] = llvm.mlir.constant(6 : i64) : i64
+// CHECK:         llvm.call @spw_adamw_range(%{{.*}}, %{{.*}}, %{{.*}}, %[[B1]], %[[E1]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (!llvm.ptr, i32, !llvm.ptr, i64, i64, f64, f64, f64, f64, f64) -> ()
+// CHECK-NOT:     llvm.call @spw_adamw(

@@ -253,3 +253,45 @@ func.func @prefetch_read_early(%x: tensor<4xf32>) -> tensor<4xf32> {
   %g, %t = sched.prefetch %x host -> gpu : tensor<4xf32>
   return %g : tensor<4xf32>
 }
+
+// -----
+
+func.func @deferred_fwd() {
+  sched.iteration() : () -> () {
+    // expected-error @+1 {{'sched.task' op only an opt task can be deferred, not a fwd task}}
+    sched.task fwd deferred layer(0) () : () -> () {
+    }
+  }
+  return
+}
+
+// -----
+
+func.func @deferred_reads(%x: tensor<4xf32>) {
+  sched.iteration(%x) : (tensor<4xf32>) -> () {
+  ^bb0(%a: tensor<4xf32>):
+    // expected-error @+1 {{'sched.task' op a deferred opt task applies updates kept from the previous iteration: it takes no operands and returns nothing}}
+    sched.task opt deferred layer(0) (%a) : (tensor<4xf32>) -> () {
+    ^bb0(%g: tensor<4xf32>):
+    }
+  }
+  return
+}
+
+// -----
+
+func.func @deferred_twice() {
+  sched.iteration() : () -> () {
+    // The layer's opt task and its deferred one are two tasks...
+    sched.task opt layer(2) () : () -> () {
+    }
+    // expected-note @+1 {{the first is here}}
+    sched.task opt deferred layer(2) () : () -> () {
+    }
+    // ...but not two deferred ones.
+    // expected-error @+1 {{'sched.task' op repeats opt deferred layer(2)}}
+    sched.task opt deferred layer(2) () : () -> () {
+    }
+  }
+  return
+}

@@ -95,3 +95,33 @@ func.func @transfers(%x: tensor<4xf32>) -> tensor<4xf32> {
   }
   return %r : tensor<4xf32>
 }
+
+// -----
+
+// The optimizer overlap's form: a deferred opt task applying last
+// iteration's pending update of @w's elements [0, 4), and the opt task
+// deferring them again and updating the rest.
+// CHECK-LABEL: func.func @overlap
+// CHECK:         sched.task opt deferred layer(0) () : () -> () {
+// CHECK-NEXT:      train.adamw_apply_pending @w [0, 4)
+// CHECK-NEXT:    }
+// CHECK:         sched.task opt layer(0) (%{{.*}}) : (tensor<3x3xf32>) -> () {
+// CHECK:           train.adamw_defer @w [0, 4), %{{.*}} {{{.*}}} : tensor<3x3xf32>
+// CHECK-NEXT:      train.adamw @w [4, 9), %{{.*}} {{{.*}}} : tensor<3x3xf32>
+module {
+  train.param @w : tensor<3x3xf32> at 0
+  func.func @overlap(%x: tensor<3x3xf32>) {
+    sched.iteration(%x) : (tensor<3x3xf32>) -> () {
+    ^bb0(%a: tensor<3x3xf32>):
+      sched.task opt deferred layer(0) () : () -> () {
+        train.adamw_apply_pending @w [0, 4)
+      }
+      sched.task opt layer(0) (%a) : (tensor<3x3xf32>) -> () {
+      ^bb0(%g: tensor<3x3xf32>):
+        train.adamw_defer @w [0, 4), %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<3x3xf32>
+        train.adamw @w [4, 9), %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<3x3xf32>
+      }
+    }
+    return
+  }
+}

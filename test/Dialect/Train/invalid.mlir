@@ -633,3 +633,68 @@ func.func @slice_step_overflow(%x: tensor<4xf32>) -> tensor<3xf32> {
   %s = train.slice %x {starts = array<i64: 0>, steps = array<i64: -9223372036854775808>} : tensor<4xf32> -> tensor<3xf32>
   return %s : tensor<3xf32>
 }
+
+// -----
+
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @f(%g: tensor<3xf32>) {
+    // expected-error @+1 {{'train.adamw' op element range [2, 4) must be non-empty and within the 3 elements of the parameter}}
+    train.adamw @p [2, 4), %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @f(%g: tensor<3xf32>) {
+    // expected-error @+1 {{'train.adamw' op needs both ends of the element range or neither}}
+    "train.adamw"(%g) <{param = @p, begin = 1 : i64, lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64}> : (tensor<3xf32>) -> ()
+    return
+  }
+}
+
+// -----
+
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @f(%g: tensor<3xf32>) {
+    // expected-error @+1 {{'train.adamw_defer' op element range [1, 1) must be non-empty and within the 3 elements of the parameter}}
+    train.adamw_defer @p [1, 1), %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @f(%g: tensor<3xf32>) {
+    // expected-error @+1 {{'train.adamw_defer' op eps must be positive}}
+    train.adamw_defer @p [0, 1), %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 0.0, weight_decay = 0.0} : tensor<3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @f() {
+    // expected-error @+1 {{'train.adamw_apply_pending' op element range [0, 5) must be non-empty and within the 3 elements of the parameter}}
+    train.adamw_apply_pending @p [0, 5)
+    return
+  }
+}
+
+// -----
+
+module {
+  func.func @f() {
+    // expected-error @+1 {{'train.adamw_apply_pending' op refers to unknown parameter @q}}
+    train.adamw_apply_pending @q [0, 1)
+    return
+  }
+}

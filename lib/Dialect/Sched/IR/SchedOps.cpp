@@ -74,14 +74,18 @@ LogicalResult IterationOp::verifyRegions() {
   SmallVector<std::pair<int, int64_t>> layerOrder;
   for (TaskOp task : getBlock().getOps<TaskOp>()) {
     int phase = static_cast<int>(task.getPhase());
-    int64_t mb = task.getMb() ? static_cast<int64_t>(*task.getMb()) : -1;
+    // A deferred opt task is the layer's second opt task: its own key.
+    int64_t mb = task.getMb()        ? static_cast<int64_t>(*task.getMb())
+                 : task.getDeferred() ? -2
+                                      : -1;
     auto [it, inserted] =
         seen.try_emplace({phase, int64_t(task.getLayer()), mb}, task);
     if (!inserted) {
       InFlightDiagnostic diag =
           task.emitOpError("repeats ")
-          << stringifyPhase(task.getPhase()) << " layer(" << task.getLayer()
-          << ")";
+          << stringifyPhase(task.getPhase())
+          << (task.getDeferred() ? " deferred" : "") << " layer("
+          << task.getLayer() << ")";
       if (mb >= 0)
         diag << " mb(" << mb << ")";
       diag.attachNote(it->second.getLoc()) << "the first is here";
@@ -126,6 +130,15 @@ void TaskOp::build(OpBuilder &b, OperationState &state, TypeRange results,
 LogicalResult TaskOp::verify() {
   auto iteration = cast<IterationOp>((*this)->getParentOp());
   int64_t count = iteration.getMicrobatches();
+  if (getDeferred()) {
+    if (getPhase() != Phase::opt)
+      return emitOpError("only an opt task can be deferred, not a ")
+             << stringifyPhase(getPhase()) << " task";
+    if (!getInputs().empty() || getNumResults() != 0)
+      return emitOpError("a deferred opt task applies updates kept from the "
+                         "previous iteration: it takes no operands and "
+                         "returns nothing");
+  }
   if (getPhase() == Phase::opt) {
     if (getMb())
       return emitOpError("an opt task runs once per iteration and takes no "

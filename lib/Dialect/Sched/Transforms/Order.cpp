@@ -117,6 +117,12 @@ void SchedOrderPass::runOnOperation() {
 LogicalResult SchedOrderPass::reorder(IterationOp iteration) {
   Block &block = iteration.getBlock();
   SmallVector<TaskOp> tasks(block.getOps<TaskOp>());
+  // A deferred update belongs before its layer's first read; reordering
+  // would move it among the updates at the end.
+  for (TaskOp t : tasks)
+    if (t.getDeferred())
+      return t.emitError("sched-order: the iteration has deferred updates: "
+                         "run sched-order before sched-overlap-optimizer");
   SmallVector<TaskOp> sequence =
       chooseOrder(tasks, order == "snake", iteration.getMicrobatches());
   assert(sequence.size() == tasks.size() && "every task placed once");

@@ -109,18 +109,77 @@ LogicalResult AdamWOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
                         symbolTable);
 }
 
-LogicalResult AdamWOp::verify() {
-  auto inUnit = [](double b) { return b >= 0.0 && b < 1.0; };
-  if (getLr().convertToDouble() < 0.0)
-    return emitOpError("lr must be non-negative");
-  if (!inUnit(getBeta1().convertToDouble()) ||
-      !inUnit(getBeta2().convertToDouble()))
-    return emitOpError("beta1 and beta2 must lie in [0, 1)");
-  if (getEps().convertToDouble() <= 0.0)
-    return emitOpError("eps must be positive");
-  if (getWeightDecay().convertToDouble() < 0.0)
-    return emitOpError("weight_decay must be non-negative");
+LogicalResult
+AdamWDeferOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifyParamUse(*this, getParamAttr(), getGrad().getType(),
+                        symbolTable);
+}
+
+/// An element range [begin, end) of a parameter of `numel` elements: not
+/// empty (an empty update is a bug in whoever split it) and inside it.
+static LogicalResult verifyElementRange(Operation *op, int64_t begin,
+                                        int64_t end, int64_t numel) {
+  if (begin < 0 || begin >= end || end > numel)
+    return op->emitOpError("element range [")
+           << begin << ", " << end << ") must be non-empty and within the "
+           << numel << " elements of the parameter";
   return success();
+}
+
+LogicalResult
+AdamWApplyPendingOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto param =
+      symbolTable.lookupNearestSymbolFrom<ParamOp>(*this, getParamAttr());
+  if (!param)
+    return emitOpError("refers to unknown parameter ") << getParamAttr();
+  // I64Attr's accessor is unsigned; read the attributes as signed.
+  return verifyElementRange(*this, getBeginAttr().getInt(),
+                            getEndAttr().getInt(),
+                            param.getTensorType().getNumElements());
+}
+
+/// The hyper-parameters of an AdamW update (train.adamw, train.adamw_defer).
+static LogicalResult verifyAdamWHparams(Operation *op, double lr, double beta1,
+                                        double beta2, double eps,
+                                        double weightDecay) {
+  auto inUnit = [](double b) { return b >= 0.0 && b < 1.0; };
+  if (lr < 0.0)
+    return op->emitOpError("lr must be non-negative");
+  if (!inUnit(beta1) || !inUnit(beta2))
+    return op->emitOpError("beta1 and beta2 must lie in [0, 1)");
+  if (eps <= 0.0)
+    return op->emitOpError("eps must be positive");
+  if (weightDecay < 0.0)
+    return op->emitOpError("weight_decay must be non-negative");
+  return success();
+}
+
+LogicalResult AdamWOp::verify() {
+  if (failed(verifyAdamWHparams(*this, getLr().convertToDouble(),
+                                getBeta1().convertToDouble(),
+                                getBeta2().convertToDouble(),
+                                getEps().convertToDouble(),
+                                getWeightDecay().convertToDouble())))
+    return failure();
+  if (bool(getBeginAttr()) != bool(getEndAttr()))
+    return emitOpError("needs both ends of the element range or neither");
+  if (getBeginAttr())
+    return verifyElementRange(*this, getBeginAttr().getInt(),
+                              getEndAttr().getInt(),
+                              getGrad().getType().getNumElements());
+  return success();
+}
+
+LogicalResult AdamWDeferOp::verify() {
+  if (failed(verifyAdamWHparams(*this, getLr().convertToDouble(),
+                                getBeta1().convertToDouble(),
+                                getBeta2().convertToDouble(),
+                                getEps().convertToDouble(),
+                                getWeightDecay().convertToDouble())))
+    return failure();
+  return verifyElementRange(*this, getBeginAttr().getInt(),
+                            getEndAttr().getInt(),
+                            getGrad().getType().getNumElements());
 }
 
 //===----------------------------------------------------------------------===//

@@ -69,7 +69,8 @@ struct TrainAttachOptimizerPass
       b.setInsertionPoint(grad);
       AdamWOp::create(b, grad.getLoc(), grad.getParamAttr(), grad.getGrad(),
                       f64(lr), f64(beta1), f64(beta2), f64(eps),
-                      f64(weightDecay));
+                      f64(weightDecay), /*begin=*/IntegerAttr(),
+                      /*end=*/IntegerAttr());
       grad.erase();
     }
   }

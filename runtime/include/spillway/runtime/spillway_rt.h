@@ -75,6 +75,30 @@ void spw_param_grad(spw_ctx *ctx, int32_t param, spw_tensor *grad);
  * given defaults, each overridden by the executable's flags when set. */
 void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad, double lr,
                double beta1, double beta2, double eps, double weight_decay);
+/* Optimizer overlap (sched-overlap-optimizer). Element ranges [begin, end)
+ * index the parameter in row-major order; `grad` is the whole gradient.
+ * spw_adamw_range: spw_adamw restricted to elements [begin, end) (of the
+ *   parameter and its moments); the other elements are untouched.
+ * spw_adamw_defer: records the gradient like spw_adamw, then keeps the update
+ *   of [begin, end) pending: that gradient slice, the step number and the
+ *   hyper-parameters in effect. Nothing else changes.
+ * spw_adamw_apply_pending: applies the pending update of exactly [begin,
+ *   end) made in an earlier step, as spw_adamw_range would have then, and
+ *   forgets it; nothing pending (the first step, after a flush) is a no-op.
+ * spw_adamw_flush: applies every pending update (parameters in declaration
+ *   order); the driver calls it after the last step and before it saves or
+ *   checkpoints, so the weights are those of ordinary training.
+ * A parameter may not be read (spw_param) or updated over a range with an
+ * update pending: that would use stale weights. */
+void spw_adamw_range(spw_ctx *ctx, int32_t param, spw_tensor *grad,
+                     int64_t begin, int64_t end, double lr, double beta1,
+                     double beta2, double eps, double weight_decay);
+void spw_adamw_defer(spw_ctx *ctx, int32_t param, spw_tensor *grad,
+                     int64_t begin, int64_t end, double lr, double beta1,
+                     double beta2, double eps, double weight_decay);
+void spw_adamw_apply_pending(spw_ctx *ctx, int32_t param, int64_t begin,
+                             int64_t end);
+void spw_adamw_flush(spw_ctx *ctx);
 
 /* ---- offload plans (sched-insert-transfers / sched-assign-buffers) ------- *
  * A model compiled with a placement keeps each layer's parameters, AdamW

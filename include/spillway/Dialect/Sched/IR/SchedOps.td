@@ -68,6 +68,13 @@ def Sched_TaskOp : Sched_Op<"task", [
     results. Parameters are read and updated through their symbols
     (`train.param_value`, `train.adamw`).
 
+    A deferred opt task (`sched.task opt deferred layer(l) ()`, made by
+    `sched-overlap-optimizer`) applies the part of
+    layer `layer`'s update that the previous iteration deferred
+    (`train.adamw_apply_pending`): it reads nothing of this iteration, so it
+    has no operands and no results, and runs before the layer's parameters
+    are read.
+
     ```mlir
     %y = sched.task fwd layer(1) mb(0) (%x) : (tensor<2x4xf32>) -> tensor<2x4xf32> {
     ^bb0(%arg0: tensor<2x4xf32>):
@@ -79,11 +86,13 @@ def Sched_TaskOp : Sched_Op<"task", [
   }];
   let arguments = (ins Variadic<AnyType>:$inputs, Sched_Phase:$phase,
                        ConfinedAttr<I64Attr, [IntNonNegative]>:$layer,
-                       OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$mb);
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$mb,
+                       UnitAttr:$deferred);
   let results = (outs Variadic<AnyType>:$results);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    $phase `layer` `(` $layer `)` (`mb` `(` $mb^ `)`)? `(` $inputs `)` attr-dict
+    $phase (`deferred` $deferred^)? `layer` `(` $layer `)` (`mb` `(` $mb^ `)`)?
+    `(` $inputs `)` attr-dict
     `:` functional-type($inputs, $results) $body
   }];
   let hasVerifier = 1;

@@ -290,4 +290,58 @@ def SchedRecomputePass : Pass<"sched-recompute", "mlir::ModuleOp"> {
   let dependentDialects = ["spillway::sched::SchedDialect"];
 }
 
+def SchedOverlapOptimizerPass : Pass<"sched-overlap-optimizer", "mlir::ModuleOp"> {
+  let summary = "Move each layer's update next to its gradient and a fraction "
+                "of it into the next iteration's forward";
+  let description = [{
+    Runs on each ordered `sched.iteration` (after `sched-order`; the module's
+    `train.layers` from `train-partition-layers`). The iteration becomes the
+    steady-state loop body: its deferred updates belong to the previous
+    iteration. For each `opt` task of layer l:
+
+    - The update moves to just after the last task it must follow: layer
+      l's last `bwd` task (its gradient is complete there), the last `bwd`
+      task of every layer listed in the `grad_from` of l's `shared`
+      parameters (a tied weight's gradient is complete only after all of
+      them), the last task reading one of the parameters it updates, and the
+      producers of its operands. The `sched.accumulate`s it reads move with
+      it (just before it). Opt tasks landing after the same task keep layer
+      order.
+    - With `fraction` F > 0, the update of the first D_l = floor(F * N_l +
+      1/2) elements of layer l is deferred, where N_l is the number of
+      elements of the parameters the task updates, concatenated in the
+      order of `train.layers[l].params` (each parameter row-major). A
+      parameter starting at element o of that concatenation with n elements
+      defers its elements [0, d) with d = clamp(D_l - o, 0, n): the task
+      keeps `train.adamw_defer @p [0, d), %g` (the gradient slice, this
+      iteration's step number and hyper-parameters are kept pending) and
+      updates the rest now with `train.adamw @p [d, n), %g`; d = n leaves
+      only the defer, d = 0 the plain update.
+    - A new task `sched.task opt deferred layer(l) ()` holding
+      `train.adamw_apply_pending @p [0, d)` for each deferred range goes just
+      before the first task that reads one of those parameters: layer l's
+      first `fwd` task (or an earlier reader of a shared parameter). It
+      applies the previous iteration's deferred update exactly as
+      `train.adamw` would have at the end of that iteration (AdamW is
+      elementwise and nothing touches those elements in between), so the
+      weights are those of ordinary training. In the first iteration
+      nothing is pending and it does nothing; after the last iteration the
+      executable applies what is pending (`spw_adamw_flush`) before it
+      saves or checkpoints.
+
+    F outside [0, 1], a module without `train.layers`, an iteration that
+    already has deferred tasks, a deferred update of something other than
+    `train.adamw`, and an `opt` task updating a parameter its layer does
+    not list fail the pass naming what is wrong. F = 0 only moves the
+    updates. Changes when the update runs, never what it computes.
+  }];
+  let options = [
+    Option<"fraction", "fraction", "double", /*default=*/"0.0",
+           "Fraction F in [0, 1] of each layer's parameter elements whose "
+           "update is applied just before the layer's next forward">
+  ];
+  let dependentDialects = ["spillway::sched::SchedDialect",
+                           "spillway::train::TrainDialect"];
+}
+
 #endif

@@ -99,12 +99,75 @@ def Train_AdamWOp : Train_Op<"adamw", [
 
     The attributes are the compile-time defaults; hyper-parameters given to
     the executable override them.
+
+    With `[begin, end)` (written after the parameter) only those elements of
+    the parameter, in row-major order, and of its moments are updated: AdamW
+    is elementwise, so the ranges of one parameter updated separately give
+    the whole update bit for bit (`sched-overlap-optimizer` splits updates
+    this way). `grad` is still the whole gradient.
+
+    ```mlir
+    train.adamw @w [4, 16), %g {lr = 1.0e-03 : f64, ...} : tensor<4x4xf32>
+    ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$param, Train_FloatTensor:$grad,
                        F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2,
-                       F64Attr:$eps, F64Attr:$weight_decay);
-  let assemblyFormat = "$param `,` $grad attr-dict `:` type($grad)";
+                       F64Attr:$eps, F64Attr:$weight_decay,
+                       OptionalAttr<I64Attr>:$begin,
+                       OptionalAttr<I64Attr>:$end);
+  let assemblyFormat = [{
+    $param (` ` `[` $begin^ `,` $end `)`)? `,` $grad attr-dict `:` type($grad)
+  }];
   let hasVerifier = 1;
+}
+
+def Train_AdamWDeferOp : Train_Op<"adamw_defer", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "keep the AdamW update of a parameter's elements pending";
+  let description = [{
+    The update `train.adamw` would make of elements `[begin, end)` of
+    `param` (row-major), deferred: the runtime records the gradient (all of
+    it, as `train.adamw` does), keeps that slice of it, this step's number t
+    and the hyper-parameters in effect, and changes neither the parameter
+    nor its moments. `train.adamw_apply_pending` applies it later (in the
+    next iteration, before the parameter is read again); the executable
+    applies whatever is still pending after the last step, before it saves
+    or checkpoints. The result is exactly the update `train.adamw` would
+    have made now: nothing touches those elements in between.
+
+    ```mlir
+    train.adamw_defer @w [0, 4), %g {lr = 1.0e-03 : f64, ...} : tensor<4x4xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, I64Attr:$begin,
+                       I64Attr:$end, Train_FloatTensor:$grad,
+                       F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2,
+                       F64Attr:$eps, F64Attr:$weight_decay);
+  let assemblyFormat = [{
+    $param ` ` `[` $begin `,` $end `)` `,` $grad attr-dict `:` type($grad)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_AdamWApplyPendingOp : Train_Op<"adamw_apply_pending", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "apply the deferred AdamW update of a parameter's elements";
+  let description = [{
+    Applies the update a `train.adamw_defer` of the same parameter and range
+    left pending in an earlier step, with that step's gradient slice, step
+    number and hyper-parameters, and forgets it. When nothing is pending
+    (the first step, or after the executable flushed pending updates for a
+    checkpoint) it does nothing.
+
+    ```mlir
+    train.adamw_apply_pending @w [0, 4)
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, I64Attr:$begin,
+                       I64Attr:$end);
+  let assemblyFormat = "$param ` ` `[` $begin `,` $end `)` attr-dict";
 }
 
 //===----------------------------------------------------------------------===//

@@ -1,0 +1,197 @@
+//===- optimizer_test.cpp - ranged, deferred and flushed AdamW updates ----===//
+//
+// The optimizer overlap (sched-overlap-optimizer) splits a parameter's AdamW
+// update into an element range updated now and one deferred to the next
+// step. These tests check that the split gives spw_adamw's bits exactly, that
+// the flush matters, and that every misuse that would train on stale or
+// twice-updated weights is an error naming the parameter.
+//
+//===----------------------------------------------------------------------===//
+
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+
+using namespace spwtest;
+
+namespace {
+
+constexpr double kLr = 0.01, kB1 = 0.9, kB2 = 0.999, kEps = 1e-8, kWd = 0.1;
+
+// A context with one f32 parameter "layer.w" of 7 elements.
+std::unique_ptr<spw_ctx> context_with_param() {
+  auto ctx = spw::make_context();
+  const int64_t dims[] = {7};
+  spw_declare_param(ctx.get(), "layer.w", SPW_F32, 1, dims, 0);
+  float *w = ctx->params[0].value->as<float>();
+  for (int i = 0; i < 7; ++i)
+    w[i] = 0.25f * float(i) - 0.6f;
+  return ctx;
+}
+
+Tensor grad_of_step(int t) {
+  std::vector<float> g(7);
+  for (int i = 0; i < 7; ++i)
+    g[size_t(i)] = 0.03f * float((i * 5 + t * 3) % 11) - 0.15f;
+  return f32({7}, g);
+}
+
+bool same_bits(const float *a, const float *b, size_t n) {
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+TEST(OptimizerOverlap, SplitAndDeferredUpdatesMatchWholeUpdatesBitForBit) {
+  auto whole = context_with_param();
+  auto split = context_with_param();
+  for (int t = 1; t <= 4; ++t) {
+    whole->step = split->step = t;
+    auto g = grad_of_step(t);
+    spw_adamw(whole.get(), 0, g.get(), kLr, kB1, kB2, kEps, kWd);
+    // The steady-state iteration: last step's deferred part first, then
+    // [0, 3) deferred and [3, 7) now.
+    spw_adamw_apply_pending(split.get(), 0, 0, 3);
+    spw_adamw_defer(split.get(), 0, g.get(), 0, 3, kLr, kB1, kB2, kEps, kWd);
+    spw_adamw_range(split.get(), 0, g.get(), 3, 7, kLr, kB1, kB2, kEps, kWd);
+    ASSERT_EQ(split->error, "");
+  }
+  const float *ww = whole->params[0].value->as<float>();
+  const float *ws = split->params[0].value->as<float>();
+  // Before the flush the deferred elements hold step 3's weights...
+  EXPECT_TRUE(same_bits(ww + 3, ws + 3, 4));
+  EXPECT_FALSE(same_bits(ww, ws, 3));
+  // ...after it, every weight and moment is the whole update's.
+  spw_adamw_flush(split.get());
+  ASSERT_EQ(split->error, "");
+  EXPECT_TRUE(same_bits(ww, ws, 7));
+  EXPECT_TRUE(same_bits(whole->params[0].adam_m.data(),
+                        split->params[0].adam_m.data(), 7));
+  EXPECT_TRUE(same_bits(whole->params[0].adam_v.data(),
+                        split->params[0].adam_v.data(), 7));
+  EXPECT_TRUE(split->params[0].pending.empty());
+  // Nothing is pending now: the next step's apply does nothing, and a second
+  // flush neither.
+  split->step = 5;
+  spw_adamw_apply_pending(split.get(), 0, 0, 3);
+  spw_adamw_flush(split.get());
+  EXPECT_EQ(split->error, "");
+  EXPECT_TRUE(same_bits(ww, ws, 7));
+}
+
+TEST(OptimizerOverlap, DeferredUpdateKeepsItsStepAndHyperparameters) {
+  // Deferred at step 1 with lr 0.01, applied at step 2 under lr 0.5: the
+  // result is step 1's update with lr 0.01, as spw_adamw made it then.
+  auto whole = context_with_param();
+  auto later = context_with_param();
+  whole->step = later->step = 1;
+  auto g = grad_of_step(1);
+  spw_adamw(whole.get(), 0, g.get(), kLr, kB1, kB2, kEps, kWd);
+  spw_adamw_defer(later.get(), 0, g.get(), 0, 7, kLr, kB1, kB2, kEps, kWd);
+  later->step = 2;
+  later->overrides.lr = 0.5;
+  spw_adamw_apply_pending(later.get(), 0, 0, 7);
+  ASSERT_EQ(later->error, "");
+  EXPECT_TRUE(same_bits(whole->params[0].value->as<float>(),
+                        later->params[0].value->as<float>(), 7));
+}
+
+TEST(OptimizerOverlap, EvaluateOnlyRecordsTheGradientAndDefersNothing) {
+  auto ctx = context_with_param();
+  ctx->step = 1;
+  ctx->evaluate_only = true;
+  auto g = grad_of_step(1);
+  spw_adamw_defer(ctx.get(), 0, g.get(), 0, 3, kLr, kB1, kB2, kEps, kWd);
+  spw_adamw_range(ctx.get(), 0, g.get(), 3, 7, kLr, kB1, kB2, kEps, kWd);
+  EXPECT_EQ(ctx->error, "");
+  EXPECT_TRUE(ctx->params[0].pending.empty());
+  EXPECT_EQ(ctx->params[0].grad.size(), 7u * 4u);
+  EXPECT_TRUE(ctx->params[0].adam_m.empty());
+}
+
+// Runs `f` on a fresh context at step 2 with [0, 3) deferred at step 1, and
+// returns the error it leaves.
+std::string error_with_pending(
+    const std::function<void(spw_ctx *, spw_tensor *)> &f) {
+  auto ctx = context_with_param();
+  ctx->step = 1;
+  auto g = grad_of_step(1);
+  spw_adamw_defer(ctx.get(), 0, g.get(), 0, 3, kLr, kB1, kB2, kEps, kWd);
+  if (!ctx->error.empty())
+    return "setup: " + ctx->error;
+  ctx->step = 2;
+  f(ctx.get(), g.get());
+  return ctx->error;
+}
+
+TEST(OptimizerOverlap, Errors) {
+  auto has = [](const std::string &error, const std::string &want) {
+    return testing::AssertionResult(error.find(want) != std::string::npos)
+           << "error: '" << error << "'\nexpected: '" << want << "'";
+  };
+  // Ranges outside the parameter, or empty.
+  for (auto [b, e] : {std::pair<int64_t, int64_t>{5, 9}, {3, 3}, {-1, 2}}) {
+    auto ctx = context_with_param();
+    ctx->step = 1;
+    auto g = grad_of_step(1);
+    spw_adamw_range(ctx.get(), 0, g.get(), b, e, kLr, kB1, kB2, kEps, kWd);
+    EXPECT_TRUE(has(ctx->error,
+                    "spw_adamw_range: element range [" + std::to_string(b) +
+                        ", " + std::to_string(e) +
+                        ") of parameter 'layer.w' is empty or outside its 7 "
+                        "elements"));
+  }
+  {
+    auto ctx = context_with_param();
+    spw_adamw_apply_pending(ctx.get(), 3, 0, 1);
+    EXPECT_TRUE(has(ctx->error, "spw_adamw_apply_pending: parameter index 3 "
+                                "out of range (1 parameters declared)"));
+  }
+  // Reading, updating or deferring elements with an update pending.
+  EXPECT_TRUE(has(error_with_pending([](spw_ctx *c, spw_tensor *) {
+                    spw_param(c, 0);
+                  }),
+                  "spw_param: parameter 'layer.w' is read while the update of "
+                  "its elements [0, 3) deferred at step 1 is still pending"));
+  EXPECT_TRUE(has(error_with_pending([](spw_ctx *c, spw_tensor *g) {
+                    spw_adamw(c, 0, g, kLr, kB1, kB2, kEps, kWd);
+                  }),
+                  "spw_adamw: updating elements [0, 7) of parameter 'layer.w', "
+                  "but the update of [0, 3) deferred at step 1 is still "
+                  "pending: apply it first"));
+  EXPECT_TRUE(has(error_with_pending([](spw_ctx *c, spw_tensor *g) {
+                    spw_adamw_range(c, 0, g, 2, 5, kLr, kB1, kB2, kEps, kWd);
+                  }),
+                  "spw_adamw_range: updating elements [2, 5) of parameter "
+                  "'layer.w', but the update of [0, 3) deferred at step 1"));
+  EXPECT_TRUE(has(error_with_pending([](spw_ctx *c, spw_tensor *g) {
+                    spw_adamw_defer(c, 0, g, 0, 3, kLr, kB1, kB2, kEps, kWd);
+                  }),
+                  "spw_adamw_defer: deferring the update of elements [0, 3) "
+                  "of parameter 'layer.w', but the update of [0, 3) deferred "
+                  "at step 1 is still pending"));
+  // Applying other elements than were deferred.
+  EXPECT_TRUE(has(error_with_pending([](spw_ctx *c, spw_tensor *) {
+                    spw_adamw_apply_pending(c, 0, 0, 4);
+                  }),
+                  "spw_adamw_apply_pending: applying the update of elements "
+                  "[0, 4) of parameter 'layer.w', but the update of [0, 3)"));
+  // Applying in the step that deferred it.
+  EXPECT_TRUE(has(error_with_pending([](spw_ctx *c, spw_tensor *) {
+                    c->step = 1;
+                    spw_adamw_apply_pending(c, 0, 0, 3);
+                  }),
+                  "parameter 'layer.w': the update of [0, 3) deferred at step "
+                  "1 is applied at step 1; a deferred update is applied in a "
+                  "later step"));
+  // The disjoint rest may be updated, and applying the right range works.
+  EXPECT_EQ(error_with_pending([](spw_ctx *c, spw_tensor *g) {
+              spw_adamw_range(c, 0, g, 3, 7, kLr, kB1, kB2, kEps, kWd);
+              spw_adamw_apply_pending(c, 0, 0, 3);
+              spw_param(c, 0);
+            }),
+            "");
+}
+
+} // namespace
