@@ -887,6 +887,12 @@ int main(int argc, char **argv) {
   }
 
   std::optional<spillway::OffloadOptions> offloadOptions;
+  if (offload && overlapOptimizer > 0)
+    return fail("--overlap-optimizer with an offload plan (--place, "
+                "--gpu-mem, --host-mem) is not supported yet: the deferred "
+                "updates would move each layer's parameters and optimizer "
+                "state a second time; use --overlap-optimizer 0 (the "
+                "default) or no offload plan");
   if (offload) {
     using namespace spillway::schedule;
     offloadOptions.emplace();

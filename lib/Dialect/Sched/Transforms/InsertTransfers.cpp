@@ -120,6 +120,15 @@ LogicalResult Rewriter::run() {
                 "params=gpu)";
   }
 
+  // The optimizer overlap's deferred updates would move each layer's
+  // parameters and state a second time, which the byte rules do not plan
+  // for yet.
+  for (Operation &op : it.getBlock())
+    if (auto t = dyn_cast<TaskOp>(op); t && t.getDeferred())
+      return t.emitOpError("sched-insert-transfers: deferred updates "
+                           "(sched-overlap-optimizer with F > 0) are not "
+                           "supported with an offload plan yet; use F = 0");
+
   // The fwd/bwd task runs, in block order.
   SmallVector<Run> runs;
   for (Operation &op : it.getBlock()) {
