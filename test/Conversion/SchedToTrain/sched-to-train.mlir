@@ -37,13 +37,26 @@ func.func @step(%x: tensor<4x3xf32>) -> tensor<2x3xf32> {
 
 // -----
 
-func.func @transfer(%x: tensor<4xf32>) -> tensor<4xf32> {
+// An offload plan's block ops stay, in order, for convert-train-to-runtime.
+// CHECK-LABEL: func.func @blocks
+// CHECK:       %[[T:.*]] = sched.move params layer(0) host -> gpu prio(demand) at(0) : !sched.timepoint
+// CHECK-NEXT:  sched.await %[[T]] : !sched.timepoint
+// CHECK-NEXT:  sched.bind params layer(0) gpu
+// CHECK-NEXT:  train.add
+// CHECK-NEXT:  sched.drop params layer(0) gpu
+func.func @blocks(%x: tensor<4xf32>) -> tensor<4xf32> {
   %r = sched.iteration(%x) : (tensor<4xf32>) -> tensor<4xf32> {
   ^bb0(%a: tensor<4xf32>):
-    // expected-error @+1 {{convert-sched-to-train: sched.prefetch needs the runtime's memory tiers; this lowering runs everything resident}}
-    %g, %t = sched.prefetch %a host -> gpu : tensor<4xf32>
-    %w = sched.wait %g after %t : tensor<4xf32>
-    sched.yield %w : tensor<4xf32>
+    %t = sched.move params layer(0) host -> gpu prio(demand) at(0) : !sched.timepoint
+    sched.await %t : !sched.timepoint
+    sched.bind params layer(0) gpu
+    %y = sched.task fwd layer(0) (%a) : (tensor<4xf32>) -> tensor<4xf32> {
+    ^bb0(%b: tensor<4xf32>):
+      %s = train.add %b, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+      sched.yield %s : tensor<4xf32>
+    }
+    sched.drop params layer(0) gpu
+    sched.yield %y : tensor<4xf32>
   }
   return %r : tensor<4xf32>
 }

@@ -165,33 +165,65 @@ func.func @accumulate_ints(%x: tensor<4xi64>) {
 
 // -----
 
-func.func @prefetch_direction(%x: tensor<4xf32>) {
-  // expected-error @+1 {{moves toward the GPU (ssd -> host -> gpu), not gpu -> host; use sched.writeback}}
-  %g, %t = sched.prefetch %x gpu -> host : tensor<4xf32>
+func.func @move_two_links() {
+  // expected-error @+1 {{moves along one link (ssd <-> host <-> gpu), not ssd -> gpu}}
+  %t = sched.move params layer(0) ssd -> gpu prio(demand) : !sched.timepoint
   return
 }
 
 // -----
 
-func.func @writeback_direction(%x: tensor<4xf32>) {
-  // expected-error @+1 {{moves away from the GPU (gpu -> host -> ssd), not ssd -> host; use sched.prefetch}}
-  %g, %t = sched.writeback %x ssd -> host : tensor<4xf32>
+func.func @move_same_tier() {
+  // expected-error @+1 {{moves along one link (ssd <-> host <-> gpu), not host -> host}}
+  %t = sched.move params layer(0) host -> host prio(demand) : !sched.timepoint
   return
 }
 
 // -----
 
-func.func @writeback_same_tier(%x: tensor<4xf32>) {
-  // expected-error @+1 {{moves away from the GPU (gpu -> host -> ssd), not host -> host}}
-  %g, %t = sched.writeback %x host -> host : tensor<4xf32>
+func.func @stage_to_ssd() {
+  // expected-error @+1 {{gradstage blocks are staging and never go to ssd}}
+  %t = sched.move gradstage layer(0) host -> ssd prio(writeback) : !sched.timepoint
   return
 }
 
 // -----
 
-func.func @wait_nothing(%x: tensor<4xf32>) {
-  // expected-error @+1 {{'sched.wait' op needs at least one timepoint}}
-  %r = sched.wait %x after : tensor<4xf32>
+func.func @await_nothing() {
+  // expected-error @+1 {{'sched.await' op needs at least one timepoint}}
+  "sched.await"() : () -> ()
+  return
+}
+
+// -----
+
+func.func @bind_gradients() {
+  // expected-error @+1 {{binds params or optimizer blocks, not gradients}}
+  sched.bind gradients layer(0) gpu
+  return
+}
+
+// -----
+
+func.func @bind_ssd() {
+  // expected-error @+1 {{compute cannot read a block on ssd; move it to host or gpu first}}
+  sched.bind params layer(0) ssd
+  return
+}
+
+// -----
+
+func.func @stage_partial(%g: tensor<4xf32>) {
+  // expected-error @+1 {{has 3 gradients for 2 parameters; expected a whole number of micro-batches}}
+  sched.stage_grads gradients layer(0) first(%g, %g, %g) {params = [@a, @b]} : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @stage_params(%g: tensor<4xf32>) {
+  // expected-error @+1 {{stages into a gradients or gradstage block, not params}}
+  sched.stage_grads params layer(0) first(%g) {params = [@a]} : tensor<4xf32>
   return
 }
 
@@ -244,14 +276,6 @@ func.func @missing_microbatch() {
     }
   }
   return
-}
-
-// -----
-
-func.func @prefetch_read_early(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{'sched.prefetch' op result may be read only through sched.wait, but func.return uses it}}
-  %g, %t = sched.prefetch %x host -> gpu : tensor<4xf32>
-  return %g : tensor<4xf32>
 }
 
 // -----

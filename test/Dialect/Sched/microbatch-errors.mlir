@@ -15,8 +15,8 @@ func.func @twice(%x: tensor<6xf32>) {
 func.func @placed(%x: tensor<6xf32>) {
   sched.iteration(%x) : (tensor<6xf32>) -> () {
   ^bb0(%a: tensor<6xf32>):
-    // expected-error @+1 {{sched-microbatch: expected only tasks in the iteration (it runs right after convert-train-to-sched), found sched.resident}}
-    %r = sched.resident %a on host : tensor<6xf32>
+    // expected-error @+1 {{sched-microbatch: expected only tasks in the iteration (it runs right after convert-train-to-sched), found sched.move}}
+    %r = sched.move params layer(0) host -> gpu prio(demand) : !sched.timepoint
   }
   return
 }

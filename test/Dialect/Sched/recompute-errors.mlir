@@ -4,8 +4,8 @@
 func.func @placed(%x: tensor<6xf32>) {
   sched.iteration(%x) : (tensor<6xf32>) -> () {
   ^bb0(%a: tensor<6xf32>):
-    // expected-error @+1 {{sched-recompute: expected no residency or transfer ops (it runs before sched-place), found sched.resident}}
-    %r = sched.resident %a on host : tensor<6xf32>
+    // expected-error @+1 {{sched-recompute: expected no residency or transfer ops (it runs before sched-place), found sched.move}}
+    %r = sched.move params layer(0) host -> gpu prio(demand) : !sched.timepoint
   }
   return
 }

@@ -76,22 +76,28 @@ module {
 
 // -----
 
-// Residency, transfers and timepoints.
-// CHECK-LABEL: func.func @transfers
-// CHECK:       %[[H:.*]] = sched.resident %{{.*}} on host : tensor<4xf32>
-// CHECK-NEXT:  %[[G:.*]], %[[T:.*]] = sched.prefetch %[[H]] host -> gpu : tensor<4xf32>
-// CHECK-NEXT:  %[[R:.*]] = sched.wait %[[G]] after %[[T]] : tensor<4xf32>
-// CHECK-NEXT:  %[[S:.*]], %[[T2:.*]] = sched.writeback %[[R]] gpu -> ssd await(%[[T]]) : tensor<4xf32>
-// CHECK-NEXT:  sched.wait %[[S]] after %[[T]], %[[T2]] : tensor<4xf32>
-func.func @transfers(%x: tensor<4xf32>) -> tensor<4xf32> {
+// An offload plan's block ops.
+// CHECK-LABEL: func.func @blocks
+// CHECK:       %[[T:.*]] = sched.move params layer(1) ssd -> host prio(prefetch) at(8192) : !sched.timepoint
+// CHECK-NEXT:  %[[U:.*]] = sched.move params layer(1) host -> gpu prio(demand) : !sched.timepoint
+// CHECK-NEXT:  sched.await %[[T]], %[[U]] : !sched.timepoint, !sched.timepoint
+// CHECK-NEXT:  sched.drop params layer(1) host
+// CHECK-NEXT:  sched.bind params layer(1) gpu
+// CHECK-NEXT:  sched.stage_grads gradstage layer(1) first(%{{.*}}, %{{.*}}) at(256) {params = [@w, @w]} : tensor<4xf32>, tensor<4xf32>
+// CHECK-NEXT:  sched.accumulate_grads layer(1) add on host
+// CHECK-NEXT:  %{{.*}} = sched.gradient @w layer(1) host mean(2) : tensor<4xf32>
+func.func @blocks(%x: tensor<4xf32>) -> tensor<4xf32> {
   %r = sched.iteration(%x) : (tensor<4xf32>) -> tensor<4xf32> {
   ^bb0(%a: tensor<4xf32>):
-    %h = sched.resident %a on host : tensor<4xf32>
-    %g, %t = sched.prefetch %h host -> gpu : tensor<4xf32>
-    %ready = sched.wait %g after %t : tensor<4xf32>
-    %s, %t2 = sched.writeback %ready gpu -> ssd await(%t) : tensor<4xf32>
-    %done = sched.wait %s after %t, %t2 : tensor<4xf32>
-    sched.yield %done : tensor<4xf32>
+    %t = sched.move params layer(1) ssd -> host prio(prefetch) at(8192) : !sched.timepoint
+    %u = sched.move params layer(1) host -> gpu prio(demand) : !sched.timepoint
+    sched.await %t, %u : !sched.timepoint, !sched.timepoint
+    sched.drop params layer(1) host
+    sched.bind params layer(1) gpu
+    sched.stage_grads gradstage layer(1) first(%a, %a) at(256) {params = [@w, @w]} : tensor<4xf32>, tensor<4xf32>
+    sched.accumulate_grads layer(1) add on host
+    %g = sched.gradient @w layer(1) host mean(2) : tensor<4xf32>
+    sched.yield %g : tensor<4xf32>
   }
   return %r : tensor<4xf32>
 }

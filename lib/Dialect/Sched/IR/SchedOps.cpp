@@ -198,43 +198,11 @@ LogicalResult AccumulateOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
-// Transfers
+// Blocks
 //===----------------------------------------------------------------------===//
 
 /// Tiers from fastest (gpu) to slowest (ssd).
 static int speedRank(Tier t) { return static_cast<int>(t); }
-
-LogicalResult PrefetchOp::verify() {
-  if (speedRank(getTo()) >= speedRank(getFrom()))
-    return emitOpError("moves toward the GPU (ssd -> host -> gpu), not ")
-           << stringifyTier(getFrom()) << " -> " << stringifyTier(getTo())
-           << "; use sched.writeback";
-  // The copy is readable only once it has arrived: through sched.wait.
-  for (OpOperand &use : getResult().getUses())
-    if (!isa<WaitOp>(use.getOwner()) ||
-        use.getOperandNumber() != 0)
-      return emitOpError("result may be read only through sched.wait, but ")
-             << use.getOwner()->getName() << " uses it";
-  return success();
-}
-
-LogicalResult WritebackOp::verify() {
-  if (speedRank(getTo()) <= speedRank(getFrom()))
-    return emitOpError("moves away from the GPU (gpu -> host -> ssd), not ")
-           << stringifyTier(getFrom()) << " -> " << stringifyTier(getTo())
-           << "; use sched.prefetch";
-  return success();
-}
-
-LogicalResult WaitOp::verify() {
-  if (getTimepoints().empty())
-    return emitOpError("needs at least one timepoint");
-  return success();
-}
-
-//===----------------------------------------------------------------------===//
-// Blocks
-//===----------------------------------------------------------------------===//
 
 LogicalResult MoveOp::verify() {
   // One link per move: the store moves between adjacent tiers only (SSD data

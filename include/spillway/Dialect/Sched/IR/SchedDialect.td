@@ -27,10 +27,11 @@ def Sched_Dialect : Dialect {
     crosses its boundary as an operand or result, so the order of the tasks
     in the block is the schedule, and a FileCheck test reads it as text.
 
-    Residency and transfers follow IREE's `stream` dialect: transfers are
-    asynchronous and return a `!sched.timepoint`; `sched.wait` turns a
-    transferred value into one usable after the timepoint. Placement is IR,
-    not an annotation to legalize later.
+    Residency and transfers follow IREE's `stream` dialect: an offload
+    plan's `sched.move` of a layer's block is asynchronous and returns a
+    `!sched.timepoint`, which `sched.await` waits for before the block's
+    copy is bound for compute. Placement is IR, not an annotation to
+    legalize later.
   }];
   let useDefaultTypePrinterParser = 1;
   let useDefaultAttributePrinterParser = 0;
@@ -47,8 +48,7 @@ class Sched_Type<string name, string typeMnemonic>
 def Sched_TimepointType : Sched_Type<"Timepoint", "timepoint"> {
   let summary = "the completion of an asynchronous transfer";
   let description = [{
-    Produced by `sched.prefetch` and `sched.writeback`, consumed by
-    `sched.wait` (and by transfers that must start after it: `await`).
+    Produced by `sched.move`, consumed by `sched.await`.
   }];
 }
 

@@ -238,8 +238,8 @@ def SchedRecomputePass : Pass<"sched-recompute", "mlir::ModuleOp"> {
                 "layer's forward inside its backward";
   let description = [{
     Runs on each `sched.iteration` after `sched-order` (any order, any M)
-    and before placement: an iteration holding `sched.resident`,
-    `sched.prefetch`, `sched.writeback` or `sched.wait` fails the pass.
+    and before placement: an iteration holding an offload plan's ops
+    (`sched.move`, `sched.bind`, ...) fails the pass.
 
     The rule: what crosses from a `fwd` task (layer l, micro-batch m) to
     `bwd` tasks is only what the forward keeps anyway. A result of a `fwd`
