@@ -1346,6 +1346,8 @@ int run(const Options &o, const char *argv0) {
           .count();
   if (tiered) {
     tiers_gather(ctx);
+    if (o.steps > start)
+      std::printf("%s\n", tiers_summary(ctx, secs, o.steps - start).c_str());
     if (!o.stats_json.empty()) {
       write_file_atomic(o.stats_json,
                         tiers_stats_json(ctx, secs, o.steps - start));

@@ -47,6 +47,8 @@ struct Tiers {
   uint64_t gpu_bytes = 0, host_bytes = 0, ssd_bytes = 0;
   std::string ssd_dirs;
   LinkBytes predicted;
+  double predicted_s = -1; // spw_declare_prediction; -1: none
+  std::string predicted_bound;
   std::vector<Block> blocks;
   std::map<std::pair<int, int>, size_t> by_key;
 
@@ -262,6 +264,26 @@ std::string tiers_describe(const spw_ctx *ctx) {
                 backend_name(t.engine->backend()));
 }
 
+std::string tiers_summary(const spw_ctx *ctx, double seconds, int64_t steps) {
+  const Tiers &t = *ctx->tiers;
+  std::string s = format("offload: %.4g s per iteration measured",
+                         steps ? seconds / double(steps) : 0.0);
+  if (t.predicted_s >= 0)
+    s += format(" (predicted %.4g s, %s-bound)", t.predicted_s,
+                t.predicted_bound.c_str());
+  bool match = !t.per_step.empty();
+  for (const LinkBytes &b : t.per_step)
+    match = match && b == t.predicted;
+  const LinkBytes last = t.per_step.empty() ? LinkBytes{} : t.per_step.back();
+  s += format("; bytes per iteration ssd_read %llu, ssd_write %llu, h2d %llu, "
+              "d2h %llu: %s",
+              (unsigned long long)last.ssd_read,
+              (unsigned long long)last.ssd_write, (unsigned long long)last.h2d,
+              (unsigned long long)last.d2h,
+              match ? "as planned" : "NOT as planned");
+  return s;
+}
+
 static std::string links_json(const LinkBytes &b) {
   return format("{\"ssd_read\": %llu, \"ssd_write\": %llu, \"h2d\": %llu, "
                 "\"d2h\": %llu}",
@@ -278,16 +300,22 @@ std::string tiers_stats_json(const spw_ctx *ctx, double seconds,
     per += (per.empty() ? "" : ", ") + links_json(b);
   const LinkBytes last = t.per_step.empty() ? LinkBytes{} : t.per_step.back();
   const double overlap = t.busy_s > 0 ? 1.0 - t.wait_s / t.busy_s : 1.0;
+  const std::string prediction =
+      t.predicted_s < 0
+          ? std::string("null")
+          : format("{\"seconds_per_iteration\": %.6g, \"bound\": %s}",
+                   t.predicted_s, json_string(t.predicted_bound).c_str());
   return format(
       "{\"schema\": \"spillway-stats-1\", \"steps\": %lld, "
       "\"seconds\": %.6f, \"seconds_per_iteration\": %.6f,\n"
+      " \"predicted\": %s,\n"
       " \"bytes_per_iteration\": %s,\n \"predicted_bytes_per_iteration\": "
       "%s,\n \"bytes_per_step\": [%s],\n"
       " \"peak_bytes\": {\"gpu\": %llu, \"host\": %llu, \"ssd\": %llu},\n"
       " \"planned_bytes\": {\"gpu\": %llu, \"host\": %llu, \"ssd\": %llu},\n"
       " \"io_wait_s\": %.6f, \"io_busy_s\": %.6f, \"overlap\": %.4f}\n",
       (long long)steps, seconds, steps ? seconds / double(steps) : 0.0,
-      links_json(last).c_str(), links_json(t.predicted).c_str(), per.c_str(),
+      prediction.c_str(), links_json(last).c_str(), links_json(t.predicted).c_str(), per.c_str(),
       (unsigned long long)t.store->usage(Tier::Gpu).peak,
       (unsigned long long)t.store->usage(Tier::Host).peak,
       (unsigned long long)(t.swap ? t.store->usage(Tier::Ssd).peak : 0),
@@ -316,6 +344,17 @@ void spw_declare_tiers(spw_ctx *ctx, int64_t gpu_bytes, int64_t host_bytes,
       t->predicted = {uint64_t(predicted[0]), uint64_t(predicted[1]),
                       uint64_t(predicted[2]), uint64_t(predicted[3])};
     ctx->tiers = std::move(t);
+  });
+}
+
+void spw_declare_prediction(spw_ctx *ctx, double seconds, const char *bound) {
+  guarded(ctx, "spw_declare_prediction", [&] {
+    if (!ctx->tiers)
+      fail("spw_declare_tiers must come first");
+    if (!(seconds >= 0))
+      fail("predicted seconds %g", seconds);
+    ctx->tiers->predicted_s = seconds;
+    ctx->tiers->predicted_bound = bound ? bound : "";
   });
 }
 

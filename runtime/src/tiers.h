@@ -34,6 +34,8 @@ void tiers_step_begin(spw_ctx *ctx);
 void tiers_step_end(spw_ctx *ctx);
 // One line for the banner.
 std::string tiers_describe(const spw_ctx *ctx);
+// The last line: measured against predicted time, bytes against the plan.
+std::string tiers_summary(const spw_ctx *ctx, double seconds, int64_t steps);
 // --stats-json: predicted and measured bytes per link per iteration, peaks,
 // I/O wait and overlap (docs/runtime.md, "Offload").
 std::string tiers_stats_json(const spw_ctx *ctx, double seconds,

@@ -975,6 +975,15 @@ int main(int argc, char **argv) {
     // The transfers the passes wrote must move what the cost model
     // predicted for the same plan, byte for byte.
     if (planningInputs) {
+      using namespace spillway::schedule;
+      Builder b(&context);
+      (*module)->setAttr(
+          "sched.prediction",
+          b.getDictionaryAttr(
+              {b.getNamedAttr("iteration_s",
+                              b.getF64FloatAttr(chosenPlan.iterationSec)),
+               b.getNamedAttr("bound",
+                              b.getStringAttr(boundName(chosenPlan.bound)))}));
       auto model = buffers.getAs<DictionaryAttr>("model_bytes");
       const auto &e = chosenPlan.bytes;
       const double want[4] = {e.ssdRead, e.ssdWrite, e.h2d, e.d2h};

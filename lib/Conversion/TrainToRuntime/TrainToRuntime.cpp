@@ -688,6 +688,15 @@ LogicalResult RuntimeEmitter::emitTiers() {
                i64(i64Of(plan, "host_bytes")), i64(i64Of(plan, "ssd_bytes")),
                stringConstant(dirs ? dirs.getValue() : ""),
                i64Array(predicted)});
+  if (auto pred = module->getAttrOfType<DictionaryAttr>("sched.prediction")) {
+    auto secs = pred.getAs<FloatAttr>("iteration_s");
+    auto bound = pred.getAs<StringAttr>("bound");
+    if (!secs || !bound)
+      return module.emitError("sched.prediction needs iteration_s and bound");
+    callRuntime("spw_declare_prediction", voidTy, {ptrTy, f64Ty, ptrTy},
+                {ctxArg, f64(secs.getValueAsDouble()),
+                 stringConstant(bound.getValue())});
+  }
   auto blocks = plan.getAs<ArrayAttr>("blocks");
   if (!blocks)
     return module.emitError("sched.buffers has no blocks");
@@ -822,6 +831,7 @@ LogicalResult RuntimeEmitter::run() {
   for (ParamOp p : params)
     p.erase();
   module->removeAttr("sched.buffers");
+  module->removeAttr("sched.prediction");
   return success();
 }
 

@@ -121,6 +121,11 @@ enum spw_block_class {
 void spw_declare_tiers(spw_ctx *ctx, int64_t gpu_bytes, int64_t host_bytes,
                        int64_t ssd_bytes, const char *ssd_dirs,
                        const int64_t *predicted);
+/* The cost model's prediction for the plan (spillwayc --hw): seconds per
+ * iteration and the resource that bounds it ("compute", "pcie", "ssd",
+ * "cpu_optimizer"); --stats-json and the last line report them next to the
+ * measured time. */
+void spw_declare_prediction(spw_ctx *ctx, double seconds, const char *bound);
 /* Block (cls, layer) of `bytes` bytes: its home tier (-1: none) and offset
  * there, and its n members: parameter indices and byte offsets (for the
  * optimizer class, offsets of m; v follows at bytes / 2 + offset). */
