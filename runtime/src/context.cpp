@@ -287,6 +287,12 @@ spw_tensor *spw_param(spw_ctx *ctx, int32_t index) {
            p.name.c_str(), (long long)p.pending.front().begin,
            (long long)p.pending.front().end,
            (long long)p.pending.front().step);
+    // An offload plan frees the plain copy; the step binds a tier's copy
+    // (spw_bind) before the layer's tasks read it.
+    if (!p.value->data && p.value->numel > 0)
+      fail("parameter '%s' is read while no copy of it is bound (the offload "
+           "plan binds its layer's block first)",
+           p.name.c_str());
     t = p.value.get();
   });
   return t;

@@ -898,6 +898,8 @@ public:
     const auto t0 = std::chrono::steady_clock::now();
     storage::CheckpointWriteResult r = storage::write_checkpoint(
         *engine_, o_.checkpoint_dir, step, ts, meta, copts_);
+    if (has_tiers(ctx_))
+      tiers_release_copies(ctx_);
     const double ms = std::chrono::duration<double, std::milli>(
                           std::chrono::steady_clock::now() - t0)
                           .count();

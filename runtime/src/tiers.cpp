@@ -203,11 +203,32 @@ void tiers_scatter(spw_ctx *ctx) {
       }
     });
   }
+  tiers_release_copies(ctx);
+}
+
+// Frees the plain copies of what the blocks hold: the parameters of params
+// blocks and the AdamW state of optimizer blocks live only on their tiers
+// between tiers_scatter and tiers_gather (that is the point of offloading).
+void tiers_release_copies(spw_ctx *ctx) {
+  Tiers &t = *ctx->tiers;
+  for (const Tiers::Block &b : t.blocks)
+    for (int32_t i : b.params) {
+      ParamInfo &p = ctx->params[size_t(i)];
+      if (b.cls == 0) {
+        p.value->owned.reset();
+        p.value->data = nullptr;
+      } else if (b.cls == 1) {
+        std::vector<float>().swap(p.adam_m);
+        std::vector<float>().swap(p.adam_v);
+      }
+    }
 }
 
 void tiers_gather(spw_ctx *ctx) {
   Tiers &t = *ctx->tiers;
   for (ParamInfo &p : ctx->params) {
+    if (!p.value->owned)
+      p.value->owned = alloc_buffer(p.value->bytes());
     p.value->data = p.value->owned.get();
     p.bound_m = p.bound_v = nullptr;
   }

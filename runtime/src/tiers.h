@@ -27,8 +27,11 @@ void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
                  storage::Backend backend);
 // The parameters and AdamW state of the context into the homes / back (and
 // the parameters' tensors pointed at their own storage again).
+// tiers_scatter then frees the plain copies (tiers_release_copies);
+// tiers_gather allocates them again.
 void tiers_scatter(spw_ctx *ctx);
 void tiers_gather(spw_ctx *ctx);
+void tiers_release_copies(spw_ctx *ctx);
 // Bracket one training step: per-step bytes and time blocked on I/O.
 void tiers_step_begin(spw_ctx *ctx);
 void tiers_step_end(spw_ctx *ctx);
