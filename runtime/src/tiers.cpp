@@ -409,7 +409,9 @@ void spw_declare_block(spw_ctx *ctx, int32_t cls, int32_t layer,
       if (p.value->dtype != SPW_F32)
         fail("block %s: parameter '%s' is %s; blocks hold f32 parameters",
              b.name.c_str(), p.name.c_str(), dtype_name(p.value->dtype));
-      if (offsets[i] < 0 || uint64_t(offsets[i] + p.value->bytes()) > span)
+      if (offsets[i] < 0 || offsets[i] % 4 != 0 ||
+          uint64_t(offsets[i]) > span ||
+          uint64_t(p.value->bytes()) > span - uint64_t(offsets[i]))
         fail("block %s: parameter '%s' at offset %lld does not fit in %llu "
              "bytes",
              b.name.c_str(), p.name.c_str(), (long long)offsets[i],
@@ -510,6 +512,8 @@ void spw_stage_grads(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t mode,
     TensorStore &s = t.started("spw_stage_grads");
     Tiers::Block &b = t.block(cls, layer, "spw_stage_grads");
     const size_t k = b.params.size();
+    if (mode != 0 && mode != 1)
+      fail("%s: mode %d (0 first, 1 add)", b.name.c_str(), mode);
     if (k == 0 || n <= 0 || size_t(n) % k != 0 || !grads)
       fail("%s: %d gradients for %zu parameters", b.name.c_str(), n, k);
     if (!s.resident(b.id, Tier::Gpu)) {
@@ -549,6 +553,12 @@ void spw_accumulate_grads(spw_ctx *ctx, int32_t layer, int32_t mode,
     Tier d = tier_of(tier, "spw_accumulate_grads");
     if (d != Tier::Host)
       fail("gradients are accumulated on host, not %s", tier_name(d));
+    if (mode != 0 && mode != 1)
+      fail("%s: mode %d (0 first, 1 add)", acc.name.c_str(), mode);
+    if (acc.bytes != stage.bytes)
+      fail("%s (%llu bytes) and %s (%llu bytes) differ in size",
+           acc.name.c_str(), (unsigned long long)acc.bytes,
+           stage.name.c_str(), (unsigned long long)stage.bytes);
     if (!s.resident(stage.id, d))
       fail("%s has no copy on host", stage.name.c_str());
     if (!s.resident(acc.id, d)) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Trains the one-block GPT example under every offload configuration.
 
-{horizontal, snake} x {resident, host offload, SSD offload} x M in {1, 4}:
+{horizontal, snake} x {resident, host offload, SSD offload, two mixed
+placements} x M in {1, 4}:
 each executable is compiled with an offload plan (spillwayc --place, with
 --hw so spillwayc checks the plan's transfers against the cost model), runs
 K steps with --stats-json, and must
@@ -31,6 +32,10 @@ PLACEMENTS = {
     "resident": ("params=gpu,optimizer=gpu,gradients=gpu", "none"),
     "host": ("params=host,optimizer=host,gradients=host", "pcie"),
     "ssd": ("params=ssd,optimizer=ssd,gradients=ssd", "ssd"),
+    # Mixed: a GPU optimizer with its parameters and gradients away from
+    # the GPU, and a CPU optimizer updating GPU-resident parameters.
+    "gpuopt": ("params=host,optimizer=gpu,gradients=ssd", "ssd"),
+    "cpuopt": ("params=gpu,optimizer=host,gradients=gpu", "pcie"),
 }
 
 

@@ -46,9 +46,14 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
   const IterationSummary &s = r.summary;
   os << "spillwayc report: " << r.model << ", profile '" << r.profile.name
      << "' (" << r.profile.backend << " backend, " << r.profilePath << ")\n";
-  os << "  planning only: the executable does not follow this plan's "
-        "placement (it keeps every tensor resident; --microbatches, "
-        "--schedule and --overlap-optimizer shape it)\n";
+  if (r.offloadPlan)
+    os << "  the executable follows the chosen plan's placement (an offload "
+          "plan), with its order, micro-batches and overlap\n";
+  else
+    os << "  planning only: the executable does not follow this plan's "
+          "placement (it keeps every tensor resident; --microbatches, "
+          "--schedule and --overlap-optimizer shape it; --place, --gpu-mem "
+          "or --host-mem with -o make it an offload plan)\n";
   os << "model: " << s.layers.size() << " layers, " << r.totals.numParams
      << " parameters, " << r.totals.paramBytes << " parameter bytes";
   if (r.totals.unreadParamBytes)
@@ -121,7 +126,7 @@ std::string spillwayc::reportToJSON(const PlanReport &r) {
       {"profile", json::Object{{"name", r.profile.name},
                                {"path", r.profilePath},
                                {"backend", r.profile.backend}}},
-      {"planning_only", true},
+      {"planning_only", !r.offloadPlan},
       {"summary",
        json::Object{{"batch", int64_t(r.summary.batchSize)},
                     {"compute", r.summary.compute == Precision::FP32 ? "fp32"

@@ -20,6 +20,9 @@ struct PlanReport {
   spillway::schedule::Budgets budgets;
   bool ssdUnlimited = false; ///< no SSD budget: the profile's SSDs hold anything
   spillway::schedule::Choice choice;
+  /// The executable follows the chosen plan's placement (an offload plan:
+  /// --place / --gpu-mem / --host-mem with -o).
+  bool offloadPlan = false;
 };
 
 /// The human-readable report (stdout of --report).

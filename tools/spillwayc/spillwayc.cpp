@@ -139,8 +139,7 @@ cl::opt<double> probeSeconds(
     cl::value_desc("SECONDS"), cl::cat(category));
 // Planning (docs/cost-model.md). --microbatches, --schedule and
 // --overlap-optimizer also shape the executable (populateSchedulePipeline);
-// the placement flags plan and report only: the executable keeps every
-// tensor resident.
+// the placement flags, with -o, give it an offload plan.
 cl::opt<std::string> hwProfile(
     "hw",
     cl::desc("Hardware profile for the cost model (required by --report and "
@@ -622,8 +621,24 @@ int planAndReport(ModuleOp module, const PlanningInputs &in,
   r.profile = in.profile;
   r.budgets = in.budgets;
   r.ssdUnlimited = in.ssdUnlimited;
+  r.offloadPlan = offloadRequested();
+  // The executor cannot yet move a layer's parameters when another layer
+  // reads them too (tied weights, shared buffers): an offload plan keeps
+  // the parameters on the GPU then unless --place says otherwise (which
+  // sched-insert-transfers refuses, naming the parameter).
+  SearchSpace space = in.space;
+  if (r.offloadPlan && !space.pinned[int(TensorClass::Params)])
+    if (auto layers = (*copy)->getAttrOfType<ArrayAttr>("train.layers"))
+      if (llvm::any_of(layers, [](Attribute a) {
+            auto d = dyn_cast<DictionaryAttr>(a);
+            return d && (d.get("uses") || d.get("shared"));
+          })) {
+        note("the model shares parameters between layers: the offload plan "
+             "keeps params on the GPU");
+        space.pinned[int(TensorClass::Params)] = Tier::GPU;
+      }
   note("searching the plans");
-  r.choice = choose(r.summary, in.space, in.budgets, in.profile);
+  r.choice = choose(r.summary, space, in.budgets, in.profile);
   if (!r.choice.best.valid) {
     // Say why with the first candidate of the space under the pins.
     Candidate c;
@@ -948,10 +963,20 @@ int main(int argc, char **argv) {
                                            "only layer-boundary activations)"
                                          : "recompute off"));
     if (failed(pm.run(*module)))
-      return fail(llvm::formatv("cannot train the step in {0} micro-batch(es) "
-                                "in the {1} order (--microbatches, "
-                                "--schedule): see above",
-                                exeMicrobatches, exeOrder));
+      return fail(
+          offloadOptions
+              ? llvm::formatv("cannot plan the step in {0} micro-batch(es) "
+                              "in the {1} order with the offload plan "
+                              "'{2}' (--place, --gpu-mem, --host-mem, "
+                              "--microbatches, --schedule): see above",
+                              exeMicrobatches, exeOrder,
+                              offloadOptions->placement)
+                    .str()
+              : llvm::formatv("cannot train the step in {0} micro-batch(es) "
+                              "in the {1} order (--microbatches, "
+                              "--schedule): see above",
+                              exeMicrobatches, exeOrder)
+                    .str());
   }
 
   if (offload) {

@@ -701,22 +701,37 @@ LogicalResult RuntimeEmitter::emitTiers() {
   if (!blocks)
     return module.emitError("sched.buffers has no blocks");
   for (Attribute a : blocks) {
-    auto b = cast<DictionaryAttr>(a);
-    auto cls = sched::symbolizeBlockClass(
-        b.getAs<StringAttr>("class").getValue());
-    if (!cls)
-      return module.emitError("sched.buffers: unknown block class");
+    // The plan comes from sched-assign-buffers; a hand-edited one must still
+    // be an error, never a crash or a runtime reading past an array.
+    auto b = dyn_cast<DictionaryAttr>(a);
+    auto clsName = b ? b.getAs<StringAttr>("class") : StringAttr();
+    auto cls = clsName ? sched::symbolizeBlockClass(clsName.getValue())
+                       : std::nullopt;
+    auto memberList = b ? b.getAs<ArrayAttr>("members") : ArrayAttr();
+    auto offsets = b ? b.getAs<DenseI64ArrayAttr>("offsets")
+                     : DenseI64ArrayAttr();
+    if (!cls || !memberList || !offsets || !b.getAs<IntegerAttr>("layer") ||
+        !b.getAs<IntegerAttr>("bytes") ||
+        int64_t(memberList.size()) != offsets.size())
+      return module.emitError("sched.buffers: malformed block ")
+             << a << " (class, layer, bytes, members and as many offsets)";
     int32_t home = -1;
-    if (auto h = b.getAs<StringAttr>("home"))
-      home = static_cast<int32_t>(*sched::symbolizeTier(h.getValue()));
+    if (auto h = b.getAs<StringAttr>("home")) {
+      auto tier = sched::symbolizeTier(h.getValue());
+      if (!tier || !b.getAs<IntegerAttr>("offset"))
+        return module.emitError("sched.buffers: block ")
+               << a << " has a bad home";
+      home = static_cast<int32_t>(*tier);
+    }
     SmallVector<int64_t> members;
-    for (Attribute m : b.getAs<ArrayAttr>("members")) {
-      auto it = paramIndexByName.find(cast<FlatSymbolRefAttr>(m).getValue());
+    for (Attribute m : memberList) {
+      auto sym = dyn_cast<FlatSymbolRefAttr>(m);
+      auto it = sym ? paramIndexByName.find(sym.getValue())
+                    : paramIndexByName.end();
       if (it == paramIndexByName.end())
         return module.emitError("sched.buffers: unknown parameter ") << m;
       members.push_back(it->second);
     }
-    auto offsets = b.getAs<DenseI64ArrayAttr>("offsets");
     callRuntime("spw_declare_block", voidTy,
                 {ptrTy, i32Ty, i32Ty, i64Ty, i32Ty, i64Ty, i32Ty, ptrTy, ptrTy},
                 {ctxArg, i32(static_cast<int32_t>(*cls)),

@@ -7,7 +7,7 @@
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=gradients=host,optimizer=ssd" --sched-insert-transfers | FileCheck %s --check-prefix=TIEDGRADS
 
 // NOPLACE: error: 'sched.iteration' op sched-insert-transfers: no placement; run sched-place first
-// TIED: error: 'sched.iteration' op sched-insert-transfers: layer 'wte' shares a tied parameter with another layer; parameters off the GPU with tied weights are not supported yet (place params=gpu)
+// TIED: error: 'sched.iteration' op sched-insert-transfers: layer 'wte' owns @wte, which other layers read too; moving parameters that several layers read (tied weights, shared buffers) is not supported yet: place params=gpu
 // DEFERRED: error: 'sched.task' op sched-insert-transfers: deferred updates (sched-overlap-optimizer with F > 0) are not supported with an offload plan yet; use F = 0
 // TIEDGRADS: sched.stage_grads gradstage layer(0) first
 // TIEDGRADS: sched.gradient @wte layer(0) host mean(1)

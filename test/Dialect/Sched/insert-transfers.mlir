@@ -5,6 +5,35 @@
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake "--sched-place=placement=params=ssd,optimizer=host,gradients=host" --sched-insert-transfers | grep "sched\." | grep -v "sched.yield\|sched.slice\|sched.iteration" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=SSD
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=horizontal "--sched-place=placement=params=host,gradients=ssd" --sched-insert-transfers | grep "sched\." | grep -v "sched.yield\|sched.slice\|sched.iteration" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=GPUOPT
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-place --sched-insert-transfers | grep "sched\." | grep -v "sched.yield\|sched.slice\|sched.iteration" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=RESIDENT
+// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-overlap-optimizer "--sched-place=placement=params=ssd,optimizer=host,gradients=host" --sched-insert-transfers | grep "sched\." | grep -v "sched.yield\|sched.slice\|sched.iteration" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=OVERLAP
+
+
+// With sched-overlap-optimizer (F = 0, as spillwayc always runs it) each
+// update follows its layer's last backward: layer 2's update, with its
+// parameters read from SSD and written back, runs before layer 1's backward.
+// OVERLAP:      sched.task bwd layer(2) mb(0) (%, %, %)
+// OVERLAP-NEXT: sched.drop params layer(2) gpu
+// OVERLAP-NEXT: sched.stage_grads gradstage layer(2) first(%, %)
+// OVERLAP-NEXT: sched.move gradstage layer(2) gpu -> host prio(writeback)
+// OVERLAP-NEXT: sched.await %
+// OVERLAP-NEXT: sched.drop gradstage layer(2) gpu
+// OVERLAP-NEXT: sched.accumulate_grads layer(2) first on host
+// OVERLAP-NEXT: sched.drop gradstage layer(2) host
+// OVERLAP-NEXT: sched.gradient @head.weight layer(2) host mean(2)
+// OVERLAP-NEXT: sched.bind optimizer layer(2) host
+// OVERLAP-NEXT: sched.move params layer(2) ssd -> host prio(demand)
+// OVERLAP-NEXT: sched.await %
+// OVERLAP-NEXT: sched.bind params layer(2) host
+// OVERLAP-NEXT: sched.task opt layer(2) (%)
+// OVERLAP-NEXT: sched.move params layer(2) host -> ssd prio(writeback)
+// OVERLAP-NEXT: sched.await %
+// OVERLAP-NEXT: sched.drop params layer(2) host
+// OVERLAP-NEXT: sched.await %
+// OVERLAP-NEXT: sched.drop params layer(1) host
+// OVERLAP-NEXT: sched.bind params layer(1) gpu
+// OVERLAP-NEXT: sched.await %
+// OVERLAP-NEXT: sched.move params layer(0) host -> gpu prio(prefetch)
+// OVERLAP-NEXT: sched.task bwd layer(1) mb(0) (%, %, %)
 
 // Parameters on SSD, snake: 2L - 1 = 5 loads (0 1 2 1 0), each uploaded
 // during the load before it and read from SSD during the load before that;

@@ -55,11 +55,17 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
   if (!placement || !updatedAttr || !layers)
     return it.emitOpError("sched-assign-buffers: run sched-place and "
                           "sched-insert-transfers first");
-  auto tierOf = [&](StringRef cls) {
-    return *symbolizeTier(placement.getAs<StringAttr>(cls).getValue());
-  };
-  const Tier homes[kClasses] = {tierOf("params"), tierOf("optimizer"),
-                                tierOf("gradients"), Tier::gpu};
+  std::optional<Tier> placed[3];
+  const char *names[3] = {"params", "optimizer", "gradients"};
+  for (int c = 0; c < 3; ++c) {
+    auto s = placement.getAs<StringAttr>(names[c]);
+    placed[c] = s ? symbolizeTier(s.getValue()) : std::nullopt;
+    if (!placed[c])
+      return it.emitOpError("sched-assign-buffers: the placement gives ")
+             << names[c] << " no tier (gpu, host or ssd); run sched-place";
+  }
+  const Tier homes[kClasses] = {*placed[0], *placed[1], *placed[2],
+                                Tier::gpu};
   auto bytesOf = [&](Attribute sym) -> uint64_t {
     auto p = module.lookupSymbol<train::ParamOp>(
         cast<FlatSymbolRefAttr>(sym).getAttr());
@@ -220,15 +226,16 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
 
   // Budgets.
   const uint64_t budgets[kTiers] = {gpuMem, hostMem, ssdBytes};
-  const char *flags[kTiers] = {"--gpu-mem", "--host-mem", "--ssd space"};
+  const char *flags[kTiers] = {"--gpu-mem", "--host-mem", "SSD budget"};
   for (int t = 0; t < kTiers; ++t)
     if (budgets[t] && peak[t] > budgets[t])
       return it.emitOpError("plan over budget: the ")
              << stringifyTier(Tier(t)) << " tier needs " << peak[t]
              << " bytes for this placement but the budget is " << budgets[t]
              << "; the smallest " << flags[t] << " that fits is " << peak[t]
-             << " bytes (or place fewer classes on "
-             << stringifyTier(Tier(t)) << ")";
+             << " bytes (homes of the classes placed there plus the "
+                "transfer slots: place fewer classes on "
+             << stringifyTier(Tier(t)) << ", or use fewer parameters per layer)";
 
   // The plan, for the lowering and the report.
   SmallVector<Attribute> blockAttrs;

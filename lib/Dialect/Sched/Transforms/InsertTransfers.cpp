@@ -112,12 +112,26 @@ LogicalResult Rewriter::run() {
     updated.emplace_back();
     for (Attribute s : entry.getAs<ArrayAttr>("params"))
       params.back().push_back(cast<FlatSymbolRefAttr>(s).getAttr());
-    if (tp != Tier::gpu && (entry.get("uses") || entry.get("shared")))
+    if (tp != Tier::gpu && (entry.get("uses") || entry.get("shared"))) {
+      // Name what is shared: a parameter this layer reads from another
+      // (`uses`), or one of its own that others read (`shared`).
+      std::string what;
+      if (auto uses = entry.getAs<ArrayAttr>("uses"); uses && !uses.empty())
+        what = "reads @" +
+               cast<FlatSymbolRefAttr>(uses[0]).getValue().str() +
+               ", owned by another layer";
+      else if (auto shared = entry.getAs<ArrayAttr>("shared");
+               shared && !shared.empty())
+        if (auto d = dyn_cast<DictionaryAttr>(shared[0]))
+          if (auto p = d.getAs<FlatSymbolRefAttr>("param"))
+            what = "owns @" + p.getValue().str() +
+                   ", which other layers read too";
       return it.emitOpError("sched-insert-transfers: layer '")
-             << entry.getAs<StringAttr>("name").getValue()
-             << "' shares a tied parameter with another layer; parameters "
-                "off the GPU with tied weights are not supported yet (place "
-                "params=gpu)";
+             << entry.getAs<StringAttr>("name").getValue() << "' " << what
+             << "; moving parameters that several layers read (tied "
+                "weights, shared buffers) is not supported yet: place "
+                "params=gpu";
+    }
   }
 
   // The optimizer overlap's deferred updates would move each layer's
@@ -156,11 +170,24 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
         bind(BlockClass::params, l, Tier::gpu);
     return success();
   }
-  // Loads of layers without parameters move nothing.
-  SmallVector<const Run *> loads;
-  for (const Run &r : runs)
-    if (!params[r.layer].empty())
-      loads.push_back(&r);
+  // Loads of layers without parameters move nothing; dropping them can put
+  // two runs of one layer next to each other, which share one load.
+  struct Load {
+    int64_t layer;
+    TaskOp first, last;
+  };
+  SmallVector<Load> loadList;
+  for (const Run &r : runs) {
+    if (params[r.layer].empty())
+      continue;
+    if (!loadList.empty() && loadList.back().layer == r.layer)
+      loadList.back().last = r.tasks.back();
+    else
+      loadList.push_back({r.layer, r.tasks.front(), r.tasks.back()});
+  }
+  SmallVector<const Load *> loads;
+  for (const Load &l : loadList)
+    loads.push_back(&l);
   if (loads.empty())
     return success();
   const bool ssd = tp == Tier::ssd;
@@ -188,7 +215,7 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
   upload(0);
   for (size_t k = 0; k < loads.size(); ++k) {
     int64_t l = loads[k]->layer;
-    b.setInsertionPoint(loads[k]->tasks.front());
+    b.setInsertionPoint(loads[k]->first);
     await(uploaded[k]);
     if (ssd)
       drop(BlockClass::params, l, Tier::host);
@@ -196,7 +223,7 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
     upload(k + 1);
     if (ssd)
       fetch(k + 2, Priority::prefetch);
-    b.setInsertionPointAfter(loads[k]->tasks.back());
+    b.setInsertionPointAfter(loads[k]->last);
     drop(BlockClass::params, l, Tier::gpu);
   }
   return success();

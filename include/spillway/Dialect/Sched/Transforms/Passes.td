@@ -195,9 +195,11 @@ def SchedInsertTransfersPass : Pass<"sched-insert-transfers", "mlir::ModuleOp"> 
       written back along the reverse path.
     Everything on the GPU (every class `gpu`) moves nothing: the bindings
     and gradient blocks only. Refused with a clear error: an iteration
-    without `placement`, a tied (`shared`) parameter with the parameters
-    off the GPU, a gradient that is not the result of its layer's backward
-    task.
+    without `placement`; parameters off the GPU when a layer reads another
+    layer's parameter or shares its own (`uses` / `shared` in
+    `train.layers`), naming it; a gradient that is not the result of its
+    layer's backward task; deferred updates (`sched-overlap-optimizer`
+    with F > 0).
   }];
   let dependentDialects = ["spillway::sched::SchedDialect"];
 }
