@@ -740,6 +740,11 @@ int main(int argc, char **argv) {
     return fail("--ssd names SSD directories for --probe-hw, --report or an "
                 "offload plan (--place, --gpu-mem, --host-mem); alone it "
                 "does nothing");
+  if (forwardOnly && (placeClasses.getNumOccurrences() ||
+                      gpuMem.getNumOccurrences() ||
+                      hostMem.getNumOccurrences()))
+    return fail("--place, --gpu-mem and --host-mem plan a training "
+                "iteration's offload; they do not apply to --forward");
   if (!planning) {
     std::string stray = strayPlanningFlag();
     if (!stray.empty())
