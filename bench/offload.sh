@@ -1,0 +1,293 @@
+#!/usr/bin/env bash
+# Offload benchmark (issue 5): a GPT of a few hundred million parameters
+# trained with its parameters, AdamW state and gradients on SSD, under GPU and
+# host budgets far below the model, once per schedule (horizontal =
+# ZeRO-Infinity's order, snake = GreedySnake's) at the same M and budgets.
+# Per config: spillwayc's cost-model prediction (--report-json), a few measured
+# iterations (--stats-json), and a table: schedule x M x F -> seconds per
+# iteration (measured, predicted) and bound, bytes per link (measured vs
+# predicted), overlap ratio; then snake's speedup over horizontal.
+#
+# usage: bench/offload.sh [--small] [--layers L] [--d-model D] [--heads H] [--vocab V]
+#                         [--seq S] [--batch B] [--microbatches M] [--steps N]
+#                         [--schedules horizontal,snake] [--gpu-mem SIZE] [--host-mem SIZE]
+#                         [--ssd DIR] [--hw PROFILE.json] [-o OUT.json]
+#   defaults: L=24 D=1024 H=16 V=8192 S=64 B=4 (319M parameters: 1.2 GiB of f32
+#   weights, 5.1 GB of parameters + AdamW state + gradients on SSD), M=4, N=3,
+#   both schedules, --hw profiles/cpu-ci.json, --ssd $BENCH_DIR/ssd,
+#   OUT = bench/results/offload-<host>-<UTC time>.json.
+#   --small: L=4 D=256 H=4 V=4096 S=32 B=4 (5.3M parameters), a smoke run of seconds.
+#   --gpu-mem/--host-mem: default the smallest budgets that fit every schedule's
+#   plan (a planning pass with spillwayc --report-json finds them); both are the
+#   same for all schedules.
+# env: SPILLWAYC=path/to/spillwayc (default: build/bin/spillwayc of this repo)
+#      BENCH_DIR=dir for the generated model, executables and SSD swap
+#        (default: build/bench, git-ignored); a model of the same size is reused.
+# F (--overlap-optimizer) is 0 for every config: spillwayc refuses an overlapped
+# optimizer with an offload plan for now.
+# Progress goes to stderr; the table to stdout; every number and the exact
+# commands to OUT.json.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ARGV="$*"
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit "${1:-2}"; }
+
+LAYERS=24 DMODEL=1024 HEADS=16 VOCAB=8192 SEQ=64 BATCH=4
+M=4 STEPS=3 SCHEDULES=horizontal,snake GPUMEM="" HOSTMEM="" SSD="" OUTJSON=""
+HW="$ROOT/profiles/cpu-ci.json" SMALL=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --small) SMALL=1; LAYERS=4 DMODEL=256 HEADS=4 VOCAB=4096 SEQ=32 BATCH=4 ;;
+    --layers) LAYERS=$2; shift ;; --d-model) DMODEL=$2; shift ;; --heads) HEADS=$2; shift ;;
+    --vocab) VOCAB=$2; shift ;; --seq) SEQ=$2; shift ;; --batch) BATCH=$2; shift ;;
+    --microbatches) M=$2; shift ;; --steps) STEPS=$2; shift ;; --schedules) SCHEDULES=$2; shift ;;
+    --gpu-mem) GPUMEM=$2; shift ;; --host-mem) HOSTMEM=$2; shift ;; --ssd) SSD=$2; shift ;;
+    --hw) HW=$2; shift ;; -o|--out) OUTJSON=$2; shift ;;
+    -h|--help) usage 0 ;;
+    *) echo "offload.sh: unknown argument '$1'" >&2; usage ;;
+  esac
+  shift
+done
+log() { echo "offload.sh: $*" >&2; }
+die() { echo "offload.sh: error: $*" >&2; exit 1; }
+[ "$STEPS" -ge 1 ] 2>/dev/null || die "--steps must be >= 1"
+[ "$M" -ge 1 ] 2>/dev/null || die "--microbatches must be >= 1"
+[ $((BATCH % M)) = 0 ] || die "--batch $BATCH is not a multiple of --microbatches $M"
+
+SPILLWAYC=${SPILLWAYC:-$ROOT/build/bin/spillwayc}
+[ -x "$SPILLWAYC" ] || die "spillwayc not found at $SPILLWAYC: build it first (scripts/build.sh), or set SPILLWAYC"
+[ -f "$HW" ] || die "hardware profile $HW not found"
+HW=$(cd "$(dirname "$HW")" && pwd)/$(basename "$HW")
+python3 -c "import onnx, numpy" 2>/dev/null || die "python3 with the onnx and numpy packages is needed (scripts/install-deps.sh)"
+BENCH_DIR=${BENCH_DIR:-$ROOT/build/bench}
+mkdir -p "$BENCH_DIR"
+BENCH_DIR=$(cd "$BENCH_DIR" && pwd)
+SSD=${SSD:-$BENCH_DIR/ssd}
+mkdir -p "$SSD" || die "cannot create the SSD directory $SSD"
+SSD=$(cd "$SSD" && pwd)
+PLACE=params=ssd,optimizer=ssd,gradients=ssd,activations=gpu
+IFS=, read -r -a SCHED <<<"$SCHEDULES"
+for s in "${SCHED[@]}"; do
+  case $s in horizontal|snake) ;; *) die "unknown schedule '$s' (horizontal, snake)" ;; esac
+done
+
+# 1. The model (cached by size).
+NAME=gpt-L$LAYERS-D$DMODEL-H$HEADS-V$VOCAB-S$SEQ-B$BATCH
+MDIR=$BENCH_DIR/$NAME
+GEN=(python3 "$ROOT/bench/make_gpt_onnx.py" --out "$MDIR" --layers "$LAYERS" --d-model "$DMODEL"
+     --heads "$HEADS" --vocab "$VOCAB" --seq "$SEQ" --batch "$BATCH")
+if [ -f "$MDIR/config.json" ] && [ -f "$MDIR/gpt.onnx.data" ] && [ -f "$MDIR/tokens.npy" ]; then
+  log "reusing $MDIR"
+else
+  log "generating $NAME into $MDIR"
+  "${GEN[@]}" >&2 || die "model generation failed"
+fi
+PARAMS=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['params'])" "$MDIR/config.json")
+log "model: $PARAMS parameters ($((PARAMS * 4 / 1048576)) MiB f32; parameters + AdamW state + gradients $((PARAMS * 16 / 1048576)) MiB)"
+
+WORK=$BENCH_DIR/offload-$NAME-M$M
+mkdir -p "$WORK"
+rm -f "$WORK"/*.json "$WORK"/*.jsonl "$WORK"/*.log
+COMMON=("$MDIR/gpt.onnx" --hw "$HW" --microbatches "$M" --overlap-optimizer 0 --place "$PLACE")
+
+# 2. Budgets: the smallest that fit every schedule's plan, unless given.
+if [ -z "$GPUMEM" ] || [ -z "$HOSTMEM" ]; then
+  for s in "${SCHED[@]}"; do
+    log "planning $s M=$M with 4 KiB budgets, to read the smallest budgets that fit"
+    "$SPILLWAYC" "${COMMON[@]}" --schedule "$s" --gpu-mem 4K --host-mem 4K \
+      --report-json "$WORK/needed-$s.json" >"$WORK/needed-$s.log" 2>&1 || true
+    [ -f "$WORK/needed-$s.json" ] || { cat "$WORK/needed-$s.log" >&2; die "spillwayc wrote no report for $s"; }
+  done
+  read -r G H < <(python3 - "$WORK" "${SCHED[@]}" <<'PY'
+import json, sys
+work, scheds = sys.argv[1], sys.argv[2:]
+need = [json.load(open(f"{work}/needed-{s}.json"))["chosen"]["needed_bytes"] for s in scheds]
+mib = lambda b: -(-b // (1 << 20))  # round up to whole MiB
+print(f"{mib(max(n['gpu'] for n in need))}M {mib(max(n['host'] for n in need))}M")
+PY
+)
+  [ -n "${G:-}" ] && [ -n "${H:-}" ] || die "could not read the needed budgets from $WORK/needed-*.json"
+  GPUMEM=${GPUMEM:-$G} HOSTMEM=${HOSTMEM:-$H}
+fi
+log "budgets: --gpu-mem $GPUMEM --host-mem $HOSTMEM (model state on SSD: $((PARAMS * 16 / 1048576)) MiB)"
+
+# 3. Compile each config with its cost-model report.
+declare -A COMPILE_CMD RUN_CMD
+for s in "${SCHED[@]}"; do
+  EXE=$WORK/exe-$s
+  CMD=("$SPILLWAYC" "${COMMON[@]}" --schedule "$s" --gpu-mem "$GPUMEM" --host-mem "$HOSTMEM"
+       --report-json "$WORK/plan-$s.json" -o "$EXE")
+  COMPILE_CMD[$s]="${CMD[*]}"
+  log "compiling $s M=$M F=0: ${CMD[*]}"
+  t0=$(date +%s%N)
+  if ! "${CMD[@]}" >"$WORK/compile-$s.log" 2>&1; then
+    cat "$WORK/compile-$s.log" >&2
+    die "spillwayc failed for $s (an over-budget plan names the smallest budgets that fit: pass them as --gpu-mem/--host-mem)"
+  fi
+  t1=$(date +%s%N)
+  echo "$(( (t1 - t0) / 1000000 ))e-3" >"$WORK/compile-$s.seconds"
+  log "compiled $s in $(( (t1 - t0) / 1000000000 )) s"
+done
+
+# 4. Enough room in the SSD directory for the largest plan's swap.
+NEED=$(python3 - "$WORK" "${SCHED[@]}" <<'PY'
+import json, sys
+work, scheds = sys.argv[1], sys.argv[2:]
+print(max(json.load(open(f"{work}/plan-{s}.json"))["chosen"]["peak_bytes"]["ssd"] for s in scheds))
+PY
+)
+AVAIL=$(df -B1 --output=avail "$SSD" | tail -1 | tr -d ' ')
+NEED_MARGIN=$((NEED + NEED / 10 + (64 << 20)))
+[ "$AVAIL" -ge "$NEED_MARGIN" ] || die "SSD directory $SSD has $((AVAIL >> 20)) MiB free; the plan needs $((NEED >> 20)) MiB of swap (+10%): pass --ssd DIR on a larger disk"
+log "SSD directory $SSD: $((AVAIL >> 20)) MiB free, plan needs $((NEED >> 20)) MiB"
+
+# 5. Run each executable, timing every step from its --log-json lines.
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
+for s in "${SCHED[@]}"; do
+  EXE=$WORK/exe-$s
+  CMD=("$EXE" --input "tokens=$MDIR/tokens.npy" --input "targets=$MDIR/targets.npy" --steps "$STEPS"
+       --print-every 1 --ssd "$SSD" --stats-json "$WORK/stats-$s.json" --log-json "$WORK/log-$s.jsonl")
+  RUN_CMD[$s]="${CMD[*]}"
+  log "running $s: ${CMD[*]}"
+  python3 - "$s" "$WORK/log-$s.jsonl" "$WORK/times-$s.json" "$WORK/run-$s.log" "${CMD[@]}" <<'PY' || die "the $s executable failed (see $WORK/run-$s.log)"
+import json, os, subprocess, sys, time
+sched, logpath, out, runlog, cmd = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+t0 = time.monotonic()
+with open(runlog, "w") as rl:
+    p = subprocess.Popen(cmd, stdout=rl, stderr=subprocess.STDOUT)
+    seen, arrivals, losses, buf = 0, [], [], ""
+    while True:
+        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+        done = pid != 0
+        if done:
+            p.returncode = os.waitstatus_to_exitcode(status)
+            cpu = {"user_s": ru.ru_utime, "sys_s": ru.ru_stime}
+        if os.path.exists(logpath):
+            with open(logpath) as f:
+                f.seek(seen)
+                chunk = f.read()
+            seen += len(chunk)
+            buf += chunk
+            while "\n" in buf:
+                line, buf = buf.split("\n", 1)
+                now = time.monotonic() - t0
+                rec = json.loads(line)
+                arrivals.append(now)
+                losses.append(rec["loss"])
+                dt = now - (arrivals[-2] if len(arrivals) > 1 else 0.0)
+                what = "incl. start-up" if len(arrivals) == 1 else ""
+                print(f"offload.sh: {sched} step {rec['step']}  loss {rec['loss']}  {dt:.2f} s {what}",
+                      file=sys.stderr, flush=True)
+        if done:
+            break
+        time.sleep(0.05)
+wall = time.monotonic() - t0
+if p.returncode != 0:
+    sys.exit(p.returncode)
+steps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+json.dump({"wall_s": wall, "cpu": cpu, "first_step_done_s": arrivals[0] if arrivals else None,
+           "step_s_after_first": steps, "losses": losses}, open(out, "w"))
+PY
+done
+
+# 6. Table and JSON.
+mkdir -p "$ROOT/bench/results"
+HOST=$(hostname 2>/dev/null || echo unknown)
+[ -n "$OUTJSON" ] || OUTJSON="$ROOT/bench/results/offload-$HOST-$(date -u +%Y%m%dT%H%M%SZ).json"
+{ for s in "${SCHED[@]}"; do printf '%s\t%s\t%s\n' "$s" "${COMPILE_CMD[$s]}" "${RUN_CMD[$s]}"; done; } >"$WORK/commands.tsv"
+FSINFO=$(findmnt -n -o SOURCE,FSTYPE -T "$SSD" 2>/dev/null | tr -s ' ' || echo "?")
+REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "?")
+SPWC_TIME=$(date -u -r "$SPILLWAYC" +%Y-%m-%dT%H:%M:%SZ 2>/dev/null || echo "?")
+python3 - "$WORK" "$MDIR" "$OUTJSON" "bench/offload.sh $ARGV" "$HOST" "$FSINFO" "$HW" "$GPUMEM" "$HOSTMEM" \
+  "$M" "$STEPS" "$SSD" "$SPILLWAYC ($SPWC_TIME, source tree at $REV)" "$PLACE" "${GEN[*]}" "$LOAD0" "${SCHED[@]}" <<'PY'
+import json, os, platform, statistics, subprocess, sys, math
+(work, mdir, out, command, host, fsinfo, hw, gpumem, hostmem, M, steps, ssd, spillwayc, place, gen,
+ load0, *scheds) = sys.argv[1:]
+M, steps = int(M), int(steps)
+cfg = json.load(open(f"{mdir}/config.json"))
+links = ("ssd_read", "ssd_write", "h2d", "d2h")
+cmds = {}
+for line in open(f"{work}/commands.tsv"):
+    s, c, r = line.rstrip("\n").split("\t")
+    cmds[s] = {"compile": c, "run": r}
+rows = []
+for s in scheds:
+    plan = json.load(open(f"{work}/plan-{s}.json"))
+    ch = plan["chosen"]
+    st = json.load(open(f"{work}/stats-{s}.json"))
+    tm = json.load(open(f"{work}/times-{s}.json"))
+    after = tm["step_s_after_first"]
+    rows.append({
+        "schedule": s, "microbatches": M, "overlap_optimizer": 0,
+        "placement": ch["placement"], "optimizer": ch["optimizer"],
+        "measured_s_per_iteration_mean": st["seconds_per_iteration"],
+        "measured_s_per_iteration_steady": statistics.median(after) if after else None,
+        "step_s_after_first": after, "first_step_incl_startup_s": tm["first_step_done_s"],
+        "run_wall_s": tm["wall_s"], "run_cpu_s": tm["cpu"], "compile_s": float(open(f"{work}/compile-{s}.seconds").read()),
+        "losses": tm["losses"],
+        "predicted_iteration_s": ch["predicted_iteration_s"], "bound": ch["bound"],
+        "predicted_time_s": ch["time_s"],
+        "bytes_per_iteration": st["bytes_per_iteration"],
+        "plan_bytes_per_iteration": st["predicted_bytes_per_iteration"],
+        "model_bytes_per_iteration": ch["bytes_per_iteration"],
+        "bytes_match_plan_every_step": all(b == st["predicted_bytes_per_iteration"] for b in st["bytes_per_step"]),
+        "peak_bytes": st["peak_bytes"], "planned_bytes": st["planned_bytes"],
+        "predicted_peak_bytes": ch["peak_bytes"], "fits": ch["fits"],
+        "io_wait_s": st["io_wait_s"], "io_busy_s": st["io_busy_s"], "overlap": st["overlap"],
+        "commands": cmds[s],
+    })
+
+big = cfg["params"] * 4 > (256 << 20)
+unit, uname = (1e9, "GB") if big else (1e6, "MB")
+def b(x): return f"{x / unit:.3f}" if big else f"{x / unit:.2f}"
+print(f"GPT L={cfg['layers']} D={cfg['d_model']} H={cfg['heads']} V={cfg['vocab']} S={cfg['seq']} B={cfg['batch']}: "
+      f"{cfg['params'] / 1e6:.1f}M parameters; {place}; budgets gpu {gpumem}, host {hostmem}; "
+      f"{steps} steps; profile {os.path.basename(hw)}")
+print(f"bytes per link per iteration in {uname}, measured / cost model (measured = the plan's 4 KiB-rounded bytes "
+      f"when the 'exact' column says yes)")
+hdr = (f"{'schedule':10} {'M':>2} {'F':>2} {'s/iter':>8} {'steady':>8} {'cpu/it':>8} {'pred s':>8} {'bound':>8} "
+       + " ".join(f"{l:>17}" for l in links) + f" {'exact':>5} {'overlap':>7}")
+print(hdr)
+for r in rows:
+    steady = r["measured_s_per_iteration_steady"]
+    cells = [f"{b(r['bytes_per_iteration'][l])}/{b(r['model_bytes_per_iteration'][l])}" for l in links]
+    print(f"{r['schedule']:10} {r['microbatches']:>2} {r['overlap_optimizer']:>2} "
+          f"{r['measured_s_per_iteration_mean']:8.2f} {(f'{steady:8.2f}' if steady is not None else '       -')} "
+          f"{(r['run_cpu_s']['user_s'] + r['run_cpu_s']['sys_s']) / steps:8.2f} "
+          f"{r['predicted_iteration_s']:8.2f} {r['bound']:>8} " + " ".join(f"{c:>17}" for c in cells)
+          + f" {('yes' if r['bytes_match_plan_every_step'] else 'NO'):>5} {r['overlap']:7.3f}")
+print("s/iter: the executable's seconds / steps (stats-json); steady: median of steps 2..N (from --log-json "
+      "arrival times); cpu/it: the executable's user + sys CPU seconds / steps, start-up included (less "
+      "sensitive to other load on the machine than the wall times); pred s: the cost model's iteration time "
+      "and bound (report-json 'chosen').")
+print(f"load average: {load0} before the runs, {' '.join(open('/proc/loadavg').read().split()[:3])} after")
+print("F = 0 for every row: spillwayc refuses --overlap-optimizer with an offload plan for now.")
+summary = {"schema": "spillway-offload-bench-1", "command": command, "generate": gen,
+           "machine": {"host": host, "kernel": platform.release(), "cpus": os.cpu_count(),
+                       "ssd_dir": ssd, "filesystem": fsinfo,
+                       "loadavg_before_runs": load0, "loadavg_after_runs": open("/proc/loadavg").read().split()[:3]},
+           "spillwayc": spillwayc, "hardware_profile": hw, "model": cfg,
+           "budgets": {"gpu_mem": gpumem, "host_mem": hostmem}, "place": place,
+           "steps": steps, "configs": rows,
+           "notes": ["F = 0: spillwayc refuses --overlap-optimizer with an offload plan for now",
+                     "CPU backend: the 'GPU' is a host arena and its compute is the CPU; h2d/d2h are memcpys"]}
+byname = {r["schedule"]: r for r in rows}
+if "horizontal" in byname and "snake" in byname:
+    h, s = byname["horizontal"], byname["snake"]
+    ssd = lambda d: d["ssd_read"] + d["ssd_write"]
+    key = "measured_s_per_iteration_steady" if h["measured_s_per_iteration_steady"] else "measured_s_per_iteration_mean"
+    sp = {"iteration_time_measured": h[key] / s[key],
+          "iteration_time_measured_mean": h["measured_s_per_iteration_mean"] / s["measured_s_per_iteration_mean"],
+          "iteration_time_predicted": h["predicted_iteration_s"] / s["predicted_iteration_s"],
+          "ssd_bytes_measured": ssd(h["bytes_per_iteration"]) / ssd(s["bytes_per_iteration"]),
+          "ssd_bytes_predicted": ssd(h["model_bytes_per_iteration"]) / ssd(s["model_bytes_per_iteration"])}
+    summary["snake_speedup_over_horizontal"] = sp
+    print(f"snake speedup over horizontal (ZeRO-Infinity order), same budgets, M={M}: iteration time "
+          f"{sp['iteration_time_measured']:.3f}x measured ({'steady' if 'steady' in key else 'mean'}; "
+          f"{sp['iteration_time_measured_mean']:.3f}x by mean), {sp['iteration_time_predicted']:.3f}x predicted; "
+          f"SSD bytes (read + write) {sp['ssd_bytes_measured']:.3f}x measured, {sp['ssd_bytes_predicted']:.3f}x predicted")
+with open(out, "w") as f:
+    json.dump(summary, f, indent=1)
+    f.write("\n")
+print(f"summary: {out}")
+PY
