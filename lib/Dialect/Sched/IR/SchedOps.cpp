@@ -197,6 +197,16 @@ LogicalResult AccumulateOp::verify() {
   return success();
 }
 
+void spillway::sched::producerTasks(Value v, SmallVectorImpl<TaskOp> &out) {
+  Operation *def = v.getDefiningOp();
+  if (!def)
+    return;
+  if (auto t = dyn_cast<TaskOp>(def))
+    return out.push_back(t);
+  for (Value x : def->getOperands())
+    producerTasks(x, out);
+}
+
 //===----------------------------------------------------------------------===//
 // Blocks
 //===----------------------------------------------------------------------===//

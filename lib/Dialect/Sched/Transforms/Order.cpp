@@ -131,22 +131,12 @@ LogicalResult SchedOrderPass::reorder(IterationOp iteration) {
   llvm::DenseMap<Operation *, size_t> position;
   for (auto [i, t] : llvm::enumerate(sequence))
     position[t] = i;
-  std::function<void(Value, SmallVectorImpl<TaskOp> &)> producers =
-      [&](Value v, SmallVectorImpl<TaskOp> &out) {
-        Operation *def = v.getDefiningOp();
-        if (!def)
-          return;
-        if (auto t = dyn_cast<TaskOp>(def))
-          return out.push_back(t);
-        for (Value x : def->getOperands())
-          producers(x, out);
-      };
 
   // Dataflow: a task after every task it reads.
   for (TaskOp t : sequence)
     for (Value v : t.getInputs()) {
       SmallVector<TaskOp> from;
-      producers(v, from);
+      producerTasks(v, from);
       for (TaskOp p : from)
         if (position[p] > position[t])
           return t.emitError("sched-order: the ")

@@ -81,16 +81,6 @@ FailureOr<SmallVector<LayerInfo>> readLayers(Operation *where,
   return out;
 }
 
-/// The tasks whose results `v` is, possibly through slices and accumulates.
-void producers(Value v, SmallVectorImpl<TaskOp> &out) {
-  Operation *def = v.getDefiningOp();
-  if (!def)
-    return;
-  if (auto t = dyn_cast<TaskOp>(def))
-    return out.push_back(t);
-  for (Value x : def->getOperands())
-    producers(x, out);
-}
 
 /// Builds the `train.adamw` or `train.adamw_defer` of `update`'s parameter
 /// over elements [begin, end) with its gradient and hyper-parameters.
@@ -227,7 +217,7 @@ LogicalResult SchedOverlapOptimizerPass::overlap(IterationOp iteration,
         atLeast(it->second);
     for (Value v : opt.getInputs()) {
       SmallVector<TaskOp> from;
-      producers(v, from);
+      producerTasks(v, from);
       for (TaskOp p : from)
         atLeast(position[p]);
     }

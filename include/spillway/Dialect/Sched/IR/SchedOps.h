@@ -18,4 +18,11 @@
 #define GET_OP_CLASSES
 #include "spillway/Dialect/Sched/IR/SchedOps.h.inc"
 
+namespace spillway::sched {
+/// Appends the tasks whose results `v` is computed from in the iteration's
+/// block, through the ops between tasks (slices, accumulates): the tasks a
+/// reader of `v` must run after.
+void producerTasks(mlir::Value v, llvm::SmallVectorImpl<TaskOp> &out);
+} // namespace spillway::sched
+
 #endif
