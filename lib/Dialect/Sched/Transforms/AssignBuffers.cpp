@@ -75,16 +75,30 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
   // Blocks: (class, layer) -> size, members and member offsets.
   size_t numLayers = layers.size();
   std::vector<std::array<BlockInfo, kClasses>> blocks(numLayers);
+  if (updatedAttr.size() != numLayers)
+    return it.emitOpError("sched-assign-buffers: 'updated' lists ")
+           << updatedAttr.size() << " layers, train.layers " << numLayers;
   for (size_t l = 0; l < numLayers; ++l) {
-    auto entry = cast<DictionaryAttr>(layers[l]);
+    auto entry = dyn_cast<DictionaryAttr>(layers[l]);
+    auto list = entry ? entry.getAs<ArrayAttr>("params") : ArrayAttr();
+    auto upd = dyn_cast<ArrayAttr>(updatedAttr[l]);
+    if (!list || !upd ||
+        llvm::any_of(list, [](Attribute s) {
+          return !isa<FlatSymbolRefAttr>(s);
+        }) ||
+        llvm::any_of(upd, [](Attribute s) {
+          return !isa<FlatSymbolRefAttr>(s);
+        }))
+      return it.emitOpError("sched-assign-buffers: malformed layer ")
+             << l << " in train.layers or 'updated'";
     BlockInfo &pb = blocks[l][int(BlockClass::params)];
-    for (Attribute s : entry.getAs<ArrayAttr>("params")) {
+    for (Attribute s : list) {
       pb.members.push_back(s);
       pb.offsets.push_back(pb.bytes);
       pb.bytes += bytesOf(s);
     }
     BlockInfo &gb = blocks[l][int(BlockClass::gradients)];
-    for (Attribute s : cast<ArrayAttr>(updatedAttr[l])) {
+    for (Attribute s : upd) {
       gb.members.push_back(s);
       gb.offsets.push_back(gb.bytes);
       gb.bytes += bytesOf(s);

@@ -107,10 +107,18 @@ LogicalResult Rewriter::run() {
     return it.emitOpError("sched-insert-transfers: the module has no "
                           "train.layers (run train-partition-layers)");
   for (Attribute a : layers) {
-    auto entry = cast<DictionaryAttr>(a);
+    auto entry = dyn_cast<DictionaryAttr>(a);
+    auto list = entry ? entry.getAs<ArrayAttr>("params") : ArrayAttr();
+    if (!list || !entry.getAs<StringAttr>("name") ||
+        llvm::any_of(list, [](Attribute s) {
+          return !isa<FlatSymbolRefAttr>(s);
+        }))
+      return it.emitOpError("sched-insert-transfers: malformed train.layers "
+                            "entry ")
+             << a << " (expected a name and params = [@p, ...])";
     params.emplace_back();
     updated.emplace_back();
-    for (Attribute s : entry.getAs<ArrayAttr>("params"))
+    for (Attribute s : list)
       params.back().push_back(cast<FlatSymbolRefAttr>(s).getAttr());
     if (tp != Tier::gpu && (entry.get("uses") || entry.get("shared"))) {
       // Name what is shared: a parameter this layer reads from another
