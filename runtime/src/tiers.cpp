@@ -102,6 +102,14 @@ struct Tiers {
 
 bool has_tiers(const spw_ctx *ctx) { return ctx->tiers != nullptr; }
 
+// The plan of an entry point (whose name `guarded` puts in front of the
+// error); a model that declared none is an error, not a null dereference.
+static Tiers &tiers_of(spw_ctx *ctx) {
+  if (!ctx->tiers)
+    fail("no offload plan declared (spw_declare_tiers must come first)");
+  return *ctx->tiers;
+}
+
 static Tier tier_of(int32_t t, const char *what) {
   if (t < 0 || t > 2)
     fail("%s: unknown tier %d", what, t);
@@ -370,8 +378,7 @@ void spw_declare_tiers(spw_ctx *ctx, int64_t gpu_bytes, int64_t host_bytes,
 
 void spw_declare_prediction(spw_ctx *ctx, double seconds, const char *bound) {
   guarded(ctx, "spw_declare_prediction", [&] {
-    if (!ctx->tiers)
-      fail("spw_declare_tiers must come first");
+    tiers_of(ctx);
     if (!(seconds >= 0))
       fail("predicted seconds %g", seconds);
     ctx->tiers->predicted_s = seconds;
@@ -384,13 +391,11 @@ void spw_declare_block(spw_ctx *ctx, int32_t cls, int32_t layer,
                        int32_t n, const int64_t *params,
                        const int64_t *offsets) {
   guarded(ctx, "spw_declare_block", [&] {
-    if (!ctx->tiers)
-      fail("spw_declare_tiers must come first");
+    Tiers &t = tiers_of(ctx);
     if (cls < 0 || cls > 3 || layer < 0 || bytes <= 0 || home < -1 ||
         home > 2 || home_offset < 0 || n < 0 || (n > 0 && (!params || !offsets)))
       fail("invalid block (class %d, layer %d, %lld bytes, home %d)", cls,
            layer, (long long)bytes, home);
-    Tiers &t = *ctx->tiers;
     if (t.by_key.count({cls, layer}))
       fail("block %s of layer %d declared twice", class_name(cls), layer);
     Tiers::Block b;
@@ -428,7 +433,7 @@ int32_t spw_move(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t from,
                  int32_t to, int32_t prio, int64_t at) {
   int32_t token = -1;
   guarded(ctx, "spw_move", [&] {
-    Tiers &t = *ctx->tiers;
+    Tiers &t = tiers_of(ctx);
     TensorStore &s = t.started("spw_move");
     Tiers::Block &b = t.block(cls, layer, "spw_move");
     Tier f = tier_of(from, "spw_move"), d = tier_of(to, "spw_move");
@@ -451,7 +456,7 @@ int32_t spw_move(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t from,
 
 void spw_await(spw_ctx *ctx, int32_t token) {
   guarded(ctx, "spw_await", [&] {
-    Tiers &t = *ctx->tiers;
+    Tiers &t = tiers_of(ctx);
     if (token < 0 || size_t(token) >= t.moves.size())
       fail("unknown token %d", token);
     Tiers::Move &m = t.moves[size_t(token)];
@@ -470,7 +475,7 @@ void spw_await(spw_ctx *ctx, int32_t token) {
 
 void spw_drop(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
   guarded(ctx, "spw_drop", [&] {
-    Tiers &t = *ctx->tiers;
+    Tiers &t = tiers_of(ctx);
     TensorStore &s = t.started("spw_drop");
     Tiers::Block &b = t.block(cls, layer, "spw_drop");
     Tier d = tier_of(tier, "spw_drop");
@@ -483,7 +488,7 @@ void spw_drop(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
 
 void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
   guarded(ctx, "spw_bind", [&] {
-    Tiers &t = *ctx->tiers;
+    Tiers &t = tiers_of(ctx);
     TensorStore &s = t.started("spw_bind");
     Tiers::Block &b = t.block(cls, layer, "spw_bind");
     Tier d = tier_of(tier, "spw_bind");
@@ -508,7 +513,7 @@ void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
 void spw_stage_grads(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t mode,
                      int32_t n, spw_tensor *const *grads, int64_t at) {
   guarded(ctx, "spw_stage_grads", [&] {
-    Tiers &t = *ctx->tiers;
+    Tiers &t = tiers_of(ctx);
     TensorStore &s = t.started("spw_stage_grads");
     Tiers::Block &b = t.block(cls, layer, "spw_stage_grads");
     const size_t k = b.params.size();
@@ -546,7 +551,7 @@ void spw_stage_grads(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t mode,
 void spw_accumulate_grads(spw_ctx *ctx, int32_t layer, int32_t mode,
                           int32_t tier, int64_t at) {
   guarded(ctx, "spw_accumulate_grads", [&] {
-    Tiers &t = *ctx->tiers;
+    Tiers &t = tiers_of(ctx);
     TensorStore &s = t.started("spw_accumulate_grads");
     Tiers::Block &acc = t.block(2, layer, "spw_accumulate_grads");
     Tiers::Block &stage = t.block(3, layer, "spw_accumulate_grads");
@@ -583,7 +588,7 @@ spw_tensor *spw_gradient(spw_ctx *ctx, int32_t param, int32_t layer,
     return nullptr;
   spw_tensor *out = &ctx->dummy;
   guarded(ctx, "spw_gradient", [&] {
-    Tiers &t = *ctx->tiers;
+    Tiers &t = tiers_of(ctx);
     TensorStore &s = t.started("spw_gradient");
     Tiers::Block &b = t.block(2, layer, "spw_gradient");
     Tier d = tier_of(tier, "spw_gradient");

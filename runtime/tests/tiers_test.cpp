@@ -1,0 +1,121 @@
+//===- tiers_test.cpp - the offload plan's runtime entry points -----------===//
+//
+// What the generated step calls (spw_declare_tiers ... spw_gradient) checks
+// its inputs and says what is wrong, and a plan's blocks hold the
+// parameters between tiers_scatter and tiers_gather. The byte-exact,
+// end-to-end behaviour is test/e2e/offload.test's.
+//
+//===----------------------------------------------------------------------===//
+
+#include "test_util.h"
+#include "tiers.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace {
+
+// A context with one f32 parameter "w" of 6 elements: 0.5, 1.5, ...
+std::unique_ptr<spw_ctx> context_with_param() {
+  auto ctx = spw::make_context();
+  const int64_t dims[] = {2, 3};
+  spw_declare_param(ctx.get(), "w", SPW_F32, 2, dims, 0);
+  float *w = ctx->params[0].value->as<float>();
+  for (int i = 0; i < 6; ++i)
+    w[i] = 0.5f + float(i);
+  return ctx;
+}
+
+TEST(Tiers, StepCallsWithoutAPlanAreErrors) {
+  auto ctx = context_with_param();
+  spw_move(ctx.get(), 0, 0, 1, 0, 0, 0);
+  EXPECT_NE(ctx->error.find("spw_move: no offload plan declared"),
+            std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  spw_await(ctx.get(), 0);
+  EXPECT_NE(ctx->error.find("spw_await: no offload plan declared"),
+            std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  const int64_t members[] = {0}, offsets[] = {0};
+  spw_declare_block(ctx.get(), 0, 0, 24, 0, 0, 1, members, offsets);
+  EXPECT_NE(ctx->error.find("no offload plan declared"), std::string::npos)
+      << ctx->error;
+}
+
+TEST(Tiers, BadBlocksAreRefusedNamingThem) {
+  auto ctx = context_with_param();
+  const int64_t predicted[4] = {0, 0, 0, 0};
+  spw_declare_tiers(ctx.get(), 4096, 0, 0, "", predicted);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  const int64_t members[] = {0};
+  struct Case {
+    int64_t bytes, offset;
+    int64_t member;
+    const char *want;
+  } cases[] = {
+      {24, 2, 0, "at offset 2 does not fit"},           // misaligned
+      {24, 4, 0, "at offset 4 does not fit"},           // past the end
+      {24, INT64_MAX - 3, 0, "does not fit"},           // would overflow
+      {24, 0, 7, "parameter index 7 out of range"},     // unknown parameter
+      {-1, 0, 0, "invalid block"},                      // negative size
+  };
+  for (const Case &c : cases) {
+    ctx->error.clear();
+    const int64_t m[] = {c.member}, o[] = {c.offset};
+    spw_declare_block(ctx.get(), 0, 0, c.bytes, 0, 0, 1, m, o);
+    EXPECT_NE(ctx->error.find(c.want), std::string::npos)
+        << "want '" << c.want << "', got '" << ctx->error << "'";
+  }
+  ctx->error.clear();
+  const int64_t ok[] = {0};
+  spw_declare_block(ctx.get(), 0, 0, 24, 0, 0, 1, members, ok);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  spw_declare_block(ctx.get(), 0, 0, 24, 0, 0, 1, members, ok);
+  EXPECT_NE(ctx->error.find("declared twice"), std::string::npos)
+      << ctx->error;
+}
+
+TEST(Tiers, ParametersLiveInTheirBlockBetweenScatterAndGather) {
+  auto ctx = context_with_param();
+  const int64_t predicted[4] = {0, 0, 0, 0};
+  spw_declare_tiers(ctx.get(), 4096, 0, 0, "", predicted);
+  const int64_t members[] = {0}, offsets[] = {0};
+  // Parameters homed at offset 256 of the GPU arena.
+  spw_declare_block(ctx.get(), 0, 0, 24, 0, 256, 1, members, offsets);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  spw::tiers_start(ctx.get(), {}, spw::storage::Backend::Threads);
+  spw::tiers_scatter(ctx.get());
+  // The plain copy is gone: reading the parameter before a bind is an error.
+  spw_param(ctx.get(), 0);
+  EXPECT_NE(ctx->error.find("no copy of it is bound"), std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  // Bound, it reads the block's GPU copy, which holds the values.
+  spw_bind(ctx.get(), 0, 0, 0);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  spw_tensor *w = spw_param(ctx.get(), 0);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  for (int i = 0; i < 6; ++i)
+    EXPECT_EQ(w->as<float>()[i], 0.5f + float(i));
+  w->as<float>()[3] = -7.0f; // an update in the block
+  // A bind to a tier without a copy, and a drop of the home, are errors.
+  spw_bind(ctx.get(), 0, 0, 1);
+  EXPECT_NE(ctx->error.find("has no copy on host"), std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  spw_drop(ctx.get(), 0, 0, 0);
+  EXPECT_NE(ctx->error.find("home copy on gpu cannot be dropped"),
+            std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  spw::tiers_gather(ctx.get());
+  const spw_tensor &v = *ctx->params[0].value;
+  EXPECT_EQ(v.data, v.owned.get());
+  EXPECT_EQ(v.as<float>()[3], -7.0f);
+  EXPECT_EQ(v.as<float>()[5], 5.5f);
+}
+
+} // namespace
