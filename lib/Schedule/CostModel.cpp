@@ -209,22 +209,31 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   }
   for (size_t i = 0; i < L; ++i) {
     const double P = double(s.layers[i].paramBytes);
-    // The overlapped fraction F of a CPU update runs just before the
-    // layer's first forward load of the next iteration and hands the new
-    // parameters straight to that load: its SSD read is saved, and so is
-    // the write-back when that load is the layer's only one.
-    const bool merged = !e.optimizerOnGPU && paramsTier == Tier::SSD;
-    const double savedRead = merged ? F * P : 0;
+    // The deferred part of the update (the overlap fraction, in whole
+    // granules: deferredElements) runs at the layer's first load of the
+    // next iteration, on the copy that load brings past the optimizer: its
+    // read from the parameter tier is saved (GPU optimizer: h2d, and the
+    // SSD read from SSD; CPU optimizer with parameters on SSD: the SSD
+    // read), and with master weights so is the write-back when that load is
+    // the layer's only one.
+    const uint64_t N = s.layers[i].numParams;
+    const double deferred =
+        N ? P * double(deferredElements(F, int64_t(N))) / double(N) : 0;
+    const Tier side = e.optimizerOnGPU ? Tier::GPU : Tier::Host;
+    const bool merged = paramsTier != Tier::GPU && paramsTier != side;
+    const double savedRead = merged ? deferred : 0;
     const double savedWrite =
-        merged && e.paramLoads[i] == 1 && hasMaster ? F * P : 0;
+        merged && !e.optimizerOnGPU && e.paramLoads[i] == 1 && hasMaster
+            ? deferred
+            : 0;
     if (!hasMaster) {
       // The parameters are their own master: the optimizer reads and
       // writes them where it runs.
       if (e.optimizerOnGPU) {
         if (paramsTier != Tier::GPU)
-          b.h2d += P, b.d2h += P;
+          b.h2d += P - savedRead, b.d2h += P;
         if (paramsTier == Tier::SSD)
-          b.ssdRead += P, b.ssdWrite += P;
+          b.ssdRead += P - savedRead, b.ssdWrite += P;
       } else {
         if (paramsTier == Tier::GPU)
           b.d2h += P, b.h2d += P;

@@ -1006,10 +1006,22 @@ void save_params(spw_ctx *ctx, const std::string &path) {
 // step's own apply then finds nothing pending, so a flushed run computes the
 // same bits as one that never flushed.
 void flush_deferred_updates(spw_ctx *ctx) {
+  const bool pending = std::any_of(
+      ctx->params.begin(), ctx->params.end(),
+      [](const ParamInfo &p) { return !p.pending.empty(); });
+  if (!pending)
+    return;
+  // An offload plan's parameters and state live in its blocks: update
+  // plain copies and put them back (outside the steps, so the per-step
+  // bytes stay the plan's).
+  if (has_tiers(ctx))
+    tiers_gather(ctx);
   ctx->error.clear();
   spw_adamw_flush(ctx);
   if (ctx->failed())
     fail("%s", ctx->error.c_str());
+  if (has_tiers(ctx))
+    tiers_scatter(ctx);
 }
 
 // Runs steps start+1 .. o.steps (`start` > 0 after a resume), checkpointing

@@ -56,13 +56,37 @@ void check_nothing_pending(const ParamInfo &p, int64_t begin, int64_t end,
            (long long)q.begin, (long long)q.end, (long long)q.step);
 }
 
+// Elements [begin, end) of a parameter of a split block (the update's
+// ranges never straddle the split: sched-overlap-optimizer cuts there), or
+// of a whole one bound contiguously.
+float *split_elements(const ParamInfo &p, float *const part[2],
+                      const char *what, int64_t begin, int64_t end) {
+  const int64_t s = p.bound_split;
+  float *at = nullptr;
+  if (end <= s)
+    at = part[0] ? part[0] + begin : nullptr;
+  else if (begin >= s)
+    at = part[1] ? part[1] + (begin - s) : nullptr;
+  else if (part[0] && part[1] && part[1] == part[0] + s)
+    at = part[0] + begin;
+  else
+    fail("parameter '%s': the %s of elements [%lld, %lld) span both parts "
+         "of its split block, which are not both bound back to back here",
+         p.name.c_str(), what, (long long)begin, (long long)end);
+  if (!at)
+    fail("parameter '%s': the %s of elements [%lld, %lld) are not bound "
+         "(that part of the block has no copy where the update runs)",
+         p.name.c_str(), what, (long long)begin, (long long)end);
+  return at;
+}
+
 // One AdamW update of elements [begin, end) at step t; g[i - begin] is the
 // gradient of element i. The loop is spw_adamw's, element by element, so
 // any split of a parameter into ranges gives the same bits.
 void adamw_update(ParamInfo &p, const float *g, int64_t begin, int64_t end,
                   int64_t step, const AdamWHparams &h) {
   const size_t n = size_t(p.value->numel);
-  if (!p.bound_m && p.adam_m.size() != n) {
+  if (!p.bound_m && p.bound_split < 0 && p.adam_m.size() != n) {
     p.adam_m.assign(n, 0.0f);
     p.adam_v.assign(n, 0.0f);
   }
@@ -77,10 +101,18 @@ void adamw_update(ParamInfo &p, const float *g, int64_t begin, int64_t end,
   const float feps = float(h.eps);
   const float neg_step = float(-(h.lr / bc1));
   const bool decays = h.weight_decay != 0.0;
-  float *w = p.value->as<float>() + begin;
-  // An offload plan binds the state of the block the update runs in.
-  float *m = (p.bound_m ? p.bound_m : p.adam_m.data()) + begin;
-  float *v = (p.bound_v ? p.bound_v : p.adam_v.data()) + begin;
+  // An offload plan binds the state of the block the update runs in (one
+  // part of it, when the block is split).
+  float *w, *m, *v;
+  if (p.bound_split >= 0) {
+    w = split_elements(p, p.bound_w_part, "values", begin, end);
+    m = split_elements(p, p.bound_m_part, "AdamW m", begin, end);
+    v = split_elements(p, p.bound_v_part, "AdamW v", begin, end);
+  } else {
+    w = p.value->as<float>() + begin;
+    m = (p.bound_m ? p.bound_m : p.adam_m.data()) + begin;
+    v = (p.bound_v ? p.bound_v : p.adam_v.data()) + begin;
+  }
   const size_t count = size_t(end - begin);
   for (size_t i = 0; i < count; ++i) {
     if (decays)

@@ -88,6 +88,15 @@ struct ParamInfo {
   // An offload plan's bound AdamW state (spw_bind of an optimizer block);
   // null: adam_m / adam_v.
   float *bound_m = nullptr, *bound_v = nullptr;
+  // A parameter of a block split by the optimizer overlap (bound_split >=
+  // 0): its elements below bound_split are in part 0, the rest in part 1.
+  // Element e of the value / m / v is at bound_*[0] + e below the split and
+  // at bound_*[1] + (e - bound_split) from it; null: that part has no copy
+  // where the block was bound. value->data is set only where the whole
+  // parameter is contiguous. bound_split < 0: value->data, bound_m and
+  // bound_v as above.
+  int64_t bound_split = -1;
+  float *bound_w_part[2] = {}, *bound_m_part[2] = {}, *bound_v_part[2] = {};
   std::vector<PendingAdamW> pending; // deferred updates not yet applied
 };
 

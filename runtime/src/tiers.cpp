@@ -40,8 +40,34 @@ struct Tiers {
     uint64_t home_offset = 0;
     std::vector<int32_t> params;
     std::vector<uint64_t> offsets;
-    TensorId id = 0;
+    TensorId id = 0; // part 0, or the whole block
     std::string name;
+    // Split by the optimizer overlap (spw_declare_split): part 0 holds the
+    // first `split` bytes of the members (of m and of v, each at the front
+    // of its half, for the optimizer class), part 1 (`id1`) the rest. Each
+    // part is its own tensor; on every tier part 1 starts at part 0's
+    // bytes rounded up to the plan's granule (back to back on the GPU).
+    uint64_t split = 0;
+    TensorId id1 = 0;
+    // Where the block's copy starts on each tier while it has one.
+    int64_t base[3] = {-1, -1, -1};
+
+    int parts() const { return split ? 2 : 1; }
+    TensorId part_id(int k) const { return k == 0 ? id : id1; }
+    // Bytes of m (the optimizer class) or of the members (the others).
+    uint64_t span() const { return cls == 1 ? bytes / 2 : bytes; }
+    // Bytes of the span in part 0: all of it when the block is whole.
+    uint64_t span0() const { return split ? split : span(); }
+    uint64_t part_bytes(int k) const {
+      const uint64_t p0 = cls == 1 ? 2 * span0() : span0();
+      return k == 0 ? p0 : bytes - p0;
+    }
+    uint64_t part_offset(int k, int tier) const {
+      static const uint64_t granule[3] = {256, 4096, 4096};
+      return k == 0 ? 0
+                    : (part_bytes(0) + granule[tier] - 1) / granule[tier] *
+                          granule[tier];
+    }
   };
   // Declared.
   uint64_t gpu_bytes = 0, host_bytes = 0, ssd_bytes = 0;
@@ -62,7 +88,7 @@ struct Tiers {
 
   // The step's moves.
   struct Move {
-    Token token;
+    std::vector<Token> tokens; // one per part moved
     Clock::time_point issued;
   };
   std::vector<Move> moves;
@@ -163,28 +189,87 @@ void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
            tier_name(Tier(tier)),
            (unsigned long long)t.store->granule(Tier(tier)));
   for (Tiers::Block &b : t.blocks) {
-    b.id = t.store->add(b.name, b.bytes);
-    if (b.home >= 0)
-      t.store->place(b.id, Tier(b.home), b.home_offset);
+    b.id = t.store->add(b.split ? b.name + "#0" : b.name, b.part_bytes(0));
+    if (b.split)
+      b.id1 = t.store->add(b.name + "#1", b.part_bytes(1));
+    if (b.home >= 0) {
+      for (int k = 0; k < b.parts(); ++k)
+        t.store->place(b.part_id(k), Tier(b.home),
+                       b.home_offset + b.part_offset(k, b.home));
+      b.base[b.home] = int64_t(b.home_offset);
+    }
   }
 }
 
-// Runs `body` with a host copy of block `b` (its home or a temporary one).
+// Member i's elements in a copy whose parts start at part[0], part[1]
+// (null: absent): its value (or m; `v` for AdamW's v) below element *split
+// at out[0] + e, the rest at out[1] + (e - *split); null where the part is
+// absent or holds none of them.
+static void member_elements(const Tiers::Block &b, size_t i,
+                            char *const part[2], bool v, int64_t numel,
+                            float *out[2], int64_t *split) {
+  const uint64_t off = b.offsets[i], s0 = b.span0();
+  const int64_t s =
+      s0 > off ? std::min<int64_t>(numel, int64_t((s0 - off) / 4)) : 0;
+  *split = s;
+  out[0] = out[1] = nullptr;
+  if (s > 0 && part[0])
+    out[0] = reinterpret_cast<float *>(part[0] + (v ? s0 : 0) + off);
+  if (s < numel && part[1])
+    out[1] = reinterpret_cast<float *>(part[1] +
+                                       (v ? b.span() - s0 : 0) +
+                                       (off + 4 * uint64_t(s) - s0));
+}
+
+// Runs `body` with a host copy of block `b`'s parts (its home or
+// temporary ones).
 template <class F> static void with_host_copy(Tiers &t, Tiers::Block &b,
                                               bool load, bool store_back,
                                               F &&body) {
   TensorStore &s = *t.store;
+  char *part[2] = {nullptr, nullptr};
+  auto addr = [&](int k, Tier tier) {
+    return static_cast<char *>(tier == Tier::Gpu
+                                   ? s.gpu_address(b.part_id(k))
+                                   : s.host_address(b.part_id(k)));
+  };
   if (b.home == int(Tier::Host) || b.home == int(Tier::Gpu)) {
-    body(t.address(b, b.home));
+    for (int k = 0; k < b.parts(); ++k)
+      part[k] = addr(k, Tier(b.home));
+    body(part);
     return;
   }
-  s.allocate(b.id, Tier::Host);
-  if (load)
-    s.move(b.id, Tier::Ssd, Tier::Host, Priority::Demand).wait();
-  body(t.address(b, int(Tier::Host)));
-  if (store_back)
-    s.move(b.id, Tier::Host, Tier::Ssd, Priority::Demand).wait();
-  s.release(b.id, Tier::Host);
+  for (int k = 0; k < b.parts(); ++k) {
+    s.allocate(b.part_id(k), Tier::Host);
+    if (load)
+      s.move(b.part_id(k), Tier::Ssd, Tier::Host, Priority::Demand).wait();
+    part[k] = addr(k, Tier::Host);
+  }
+  body(part);
+  for (int k = 0; k < b.parts(); ++k) {
+    if (store_back)
+      s.move(b.part_id(k), Tier::Host, Tier::Ssd, Priority::Demand).wait();
+    s.release(b.part_id(k), Tier::Host);
+  }
+}
+
+// Copies member i of block b between its parts and the plain `plain`
+// (value, or m / v with `v`): into the block with `in`, else out of it.
+static void copy_member(const Tiers::Block &b, size_t i, char *const part[2],
+                        bool v, float *plain, int64_t numel, bool in) {
+  float *at[2];
+  int64_t s;
+  member_elements(b, i, part, v, numel, at, &s);
+  const int64_t lo[2] = {0, s}, hi[2] = {s, numel};
+  for (int k = 0; k < 2; ++k) {
+    if (hi[k] <= lo[k])
+      continue;
+    const size_t n = size_t(hi[k] - lo[k]) * sizeof(float);
+    if (in)
+      std::memcpy(at[k], plain + lo[k], n);
+    else
+      std::memcpy(plain + lo[k], at[k], n);
+  }
 }
 
 void tiers_scatter(spw_ctx *ctx) {
@@ -192,21 +277,22 @@ void tiers_scatter(spw_ctx *ctx) {
   for (Tiers::Block &b : t.blocks) {
     if (b.home < 0 || b.cls == 2)
       continue; // gradients: every iteration's first flush writes them
-    with_host_copy(t, b, false, true, [&](char *base) {
+    with_host_copy(t, b, false, true, [&](char *const *part) {
       for (size_t i = 0; i < b.params.size(); ++i) {
         ParamInfo &p = ctx->params[size_t(b.params[i])];
-        const uint64_t n = uint64_t(p.value->bytes());
+        const int64_t n = p.value->numel;
         if (b.cls == 0) {
-          std::memcpy(base + b.offsets[i], p.value->owned.get(), n);
+          copy_member(b, i, part, false,
+                      reinterpret_cast<float *>(p.value->owned.get()), n,
+                      true);
         } else {
-          char *m = base + b.offsets[i], *v = base + b.bytes / 2 + b.offsets[i];
           if (p.adam_m.empty()) {
-            std::memset(m, 0, n);
-            std::memset(v, 0, n);
-          } else {
-            std::memcpy(m, p.adam_m.data(), n);
-            std::memcpy(v, p.adam_v.data(), n);
+            // Fresh state: zeros, written through the same layout.
+            p.adam_m.assign(size_t(n), 0.0f);
+            p.adam_v.assign(size_t(n), 0.0f);
           }
+          copy_member(b, i, part, false, p.adam_m.data(), n, true);
+          copy_member(b, i, part, true, p.adam_v.data(), n, true);
         }
       }
     });
@@ -239,21 +325,26 @@ void tiers_gather(spw_ctx *ctx) {
       p.value->owned = alloc_buffer(p.value->bytes());
     p.value->data = p.value->owned.get();
     p.bound_m = p.bound_v = nullptr;
+    p.bound_split = -1;
+    for (int k = 0; k < 2; ++k)
+      p.bound_w_part[k] = p.bound_m_part[k] = p.bound_v_part[k] = nullptr;
   }
   for (Tiers::Block &b : t.blocks) {
     if (b.home < 0 || b.cls == 2)
       continue;
-    with_host_copy(t, b, true, false, [&](char *base) {
+    with_host_copy(t, b, true, false, [&](char *const *part) {
       for (size_t i = 0; i < b.params.size(); ++i) {
         ParamInfo &p = ctx->params[size_t(b.params[i])];
-        const uint64_t n = uint64_t(p.value->bytes());
+        const int64_t n = p.value->numel;
         if (b.cls == 0) {
-          std::memcpy(p.value->owned.get(), base + b.offsets[i], n);
+          copy_member(b, i, part, false,
+                      reinterpret_cast<float *>(p.value->owned.get()), n,
+                      false);
         } else if (ctx->step > 0) {
-          p.adam_m.resize(size_t(p.value->numel));
-          p.adam_v.resize(size_t(p.value->numel));
-          std::memcpy(p.adam_m.data(), base + b.offsets[i], n);
-          std::memcpy(p.adam_v.data(), base + b.bytes / 2 + b.offsets[i], n);
+          p.adam_m.resize(size_t(n));
+          p.adam_v.resize(size_t(n));
+          copy_member(b, i, part, false, p.adam_m.data(), n, false);
+          copy_member(b, i, part, true, p.adam_v.data(), n, false);
         }
       }
     });
@@ -429,29 +520,80 @@ void spw_declare_block(spw_ctx *ctx, int32_t cls, int32_t layer,
   });
 }
 
-int32_t spw_move(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t from,
-                 int32_t to, int32_t prio, int64_t at) {
-  int32_t token = -1;
-  guarded(ctx, "spw_move", [&] {
+void spw_declare_split(spw_ctx *ctx, int32_t cls, int32_t layer,
+                       int64_t split_bytes) {
+  guarded(ctx, "spw_declare_split", [&] {
     Tiers &t = tiers_of(ctx);
-    TensorStore &s = t.started("spw_move");
-    Tiers::Block &b = t.block(cls, layer, "spw_move");
-    Tier f = tier_of(from, "spw_move"), d = tier_of(to, "spw_move");
+    if (t.store)
+      fail("the offload plan has started; blocks are split before");
+    Tiers::Block &b = t.block(cls, layer, "spw_declare_split");
+    if (cls != 0 && cls != 1)
+      fail("%s: only params and optimizer blocks are split", b.name.c_str());
+    if (split_bytes <= 0 || uint64_t(split_bytes) >= b.span() ||
+        split_bytes % 256 != 0)
+      fail("%s: split at %lld bytes of %llu (a multiple of 256 inside the "
+           "block)",
+           b.name.c_str(), (long long)split_bytes,
+           (unsigned long long)b.span());
+    if (b.split)
+      fail("%s split twice", b.name.c_str());
+    b.split = uint64_t(split_bytes);
+  });
+}
+
+// Moves part `part` (-1: every part) of block (cls, layer).
+static int32_t move_parts(spw_ctx *ctx, const char *what, int32_t cls,
+                          int32_t layer, int32_t part, int32_t from,
+                          int32_t to, int32_t prio, int64_t at) {
+  int32_t token = -1;
+  guarded(ctx, what, [&] {
+    Tiers &t = tiers_of(ctx);
+    TensorStore &s = t.started(what);
+    Tiers::Block &b = t.block(cls, layer, what);
+    Tier f = tier_of(from, what), d = tier_of(to, what);
     if (prio < 0 || prio > 2)
       fail("unknown priority %d", prio);
-    if (!s.resident(b.id, d)) {
-      if (at < 0)
-        fail("%s: no offset for its copy on %s", b.name.c_str(),
-             tier_name(d));
-      s.place(b.id, d, uint64_t(at));
-    }
+    if (part < -1 || part >= b.parts())
+      fail("%s has no part %d (%d part%s)", b.name.c_str(), part, b.parts(),
+           b.parts() == 1 ? "" : "s");
     Tiers::Move m;
     m.issued = Clock::now();
-    m.token = s.move(b.id, f, d, Priority(prio));
+    for (int k = 0; k < b.parts(); ++k) {
+      if (part >= 0 && k != part)
+        continue;
+      const TensorId id = b.part_id(k);
+      if (!s.resident(id, d)) {
+        // The copy's start on `to`: where its other part already is, else
+        // the plan's offset.
+        if (b.base[int(d)] < 0) {
+          if (at < 0)
+            fail("%s: no offset for its copy on %s", b.name.c_str(),
+                 tier_name(d));
+          b.base[int(d)] = at;
+        }
+        s.place(id, d, uint64_t(b.base[int(d)]) + b.part_offset(k, int(d)));
+      }
+      m.tokens.push_back(s.move(id, f, d, Priority(prio)));
+    }
     t.moves.push_back(std::move(m));
     token = int32_t(t.moves.size() - 1);
   });
   return token;
+}
+
+int32_t spw_move(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t from,
+                 int32_t to, int32_t prio, int64_t at) {
+  return move_parts(ctx, "spw_move", cls, layer, -1, from, to, prio, at);
+}
+
+int32_t spw_move_part(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t part,
+                      int32_t from, int32_t to, int32_t prio, int64_t at) {
+  if (part < 0) {
+    guarded(ctx, "spw_move_part", [&] { fail("part %d (0 or 1)", part); });
+    return -1;
+  }
+  return move_parts(ctx, "spw_move_part", cls, layer, part, from, to, prio,
+                    at);
 }
 
 void spw_await(spw_ctx *ctx, int32_t token) {
@@ -461,7 +603,8 @@ void spw_await(spw_ctx *ctx, int32_t token) {
       fail("unknown token %d", token);
     Tiers::Move &m = t.moves[size_t(token)];
     const auto t0 = Clock::now();
-    m.token.wait();
+    for (const Token &k : m.tokens)
+      k.wait();
     const auto t1 = Clock::now();
     t.wait_s += std::chrono::duration<double>(t1 - t0).count();
     // Time with a move in flight: the union of [issued, awaited] intervals
@@ -473,17 +616,44 @@ void spw_await(spw_ctx *ctx, int32_t token) {
   });
 }
 
-void spw_drop(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
-  guarded(ctx, "spw_drop", [&] {
+static void drop_parts(spw_ctx *ctx, const char *what, int32_t cls,
+                       int32_t layer, int32_t part, int32_t tier) {
+  guarded(ctx, what, [&] {
     Tiers &t = tiers_of(ctx);
-    TensorStore &s = t.started("spw_drop");
-    Tiers::Block &b = t.block(cls, layer, "spw_drop");
-    Tier d = tier_of(tier, "spw_drop");
+    TensorStore &s = t.started(what);
+    Tiers::Block &b = t.block(cls, layer, what);
+    Tier d = tier_of(tier, what);
     if (int(d) == b.home)
       fail("%s: its home copy on %s cannot be dropped", b.name.c_str(),
            tier_name(d));
-    s.release(b.id, d);
+    if (part < -1 || part >= b.parts())
+      fail("%s has no part %d (%d part%s)", b.name.c_str(), part, b.parts(),
+           b.parts() == 1 ? "" : "s");
+    bool left = false;
+    for (int k = 0; k < b.parts(); ++k) {
+      if (part < 0 || k == part) {
+        if (part >= 0 || s.resident(b.part_id(k), d) || b.parts() == 1)
+          s.release(b.part_id(k), d);
+      } else {
+        left = left || s.resident(b.part_id(k), d);
+      }
+    }
+    if (!left)
+      b.base[int(d)] = -1;
   });
+}
+
+void spw_drop(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
+  drop_parts(ctx, "spw_drop", cls, layer, -1, tier);
+}
+
+void spw_drop_part(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t part,
+                   int32_t tier) {
+  if (part < 0) {
+    guarded(ctx, "spw_drop_part", [&] { fail("part %d (0 or 1)", part); });
+    return;
+  }
+  drop_parts(ctx, "spw_drop_part", cls, layer, part, tier);
 }
 
 void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
@@ -492,19 +662,58 @@ void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
     TensorStore &s = t.started("spw_bind");
     Tiers::Block &b = t.block(cls, layer, "spw_bind");
     Tier d = tier_of(tier, "spw_bind");
-    if (d == Tier::Ssd || !s.resident(b.id, d))
+    if (cls != 0 && cls != 1)
+      fail("%s: only params and optimizer blocks are bound", b.name.c_str());
+    char *part[2] = {nullptr, nullptr};
+    bool any = false;
+    for (int k = 0; k < b.parts(); ++k)
+      if (d != Tier::Ssd && s.resident(b.part_id(k), d)) {
+        part[k] = static_cast<char *>(d == Tier::Gpu
+                                          ? s.gpu_address(b.part_id(k))
+                                          : s.host_address(b.part_id(k)));
+        any = true;
+      }
+    if (!any)
       fail("%s has no copy on %s to compute with", b.name.c_str(),
            tier_name(d));
-    char *base = t.address(b, tier);
     for (size_t i = 0; i < b.params.size(); ++i) {
       ParamInfo &p = ctx->params[size_t(b.params[i])];
+      const int64_t n = p.value->numel;
+      float *at[2];
+      int64_t split;
+      member_elements(b, i, part, false, n, at, &split);
+      if (!b.split) {
+        // One part: the plain pointers.
+        p.bound_split = -1;
+        if (cls == 0) {
+          p.value->data = at[0];
+        } else {
+          float *v[2];
+          member_elements(b, i, part, true, n, v, &split);
+          p.bound_m = at[0];
+          p.bound_v = v[0];
+        }
+        continue;
+      }
+      p.bound_split = split;
       if (cls == 0) {
-        p.value->data = base + b.offsets[i];
-      } else if (cls == 1) {
-        p.bound_m = reinterpret_cast<float *>(base + b.offsets[i]);
-        p.bound_v = reinterpret_cast<float *>(base + b.bytes / 2 + b.offsets[i]);
+        p.bound_w_part[0] = at[0];
+        p.bound_w_part[1] = at[1];
+        // Forward and backward read the whole parameter: only where it is
+        // in one piece (else reading it is the unbound-parameter error).
+        p.value->data = split == n   ? at[0]
+                        : split == 0 ? at[1]
+                        : at[0] && at[1] && at[1] == at[0] + split
+                            ? at[0]
+                            : nullptr;
       } else {
-        fail("%s: only params and optimizer blocks are bound", b.name.c_str());
+        float *v[2];
+        member_elements(b, i, part, true, n, v, &split);
+        p.bound_m_part[0] = at[0];
+        p.bound_m_part[1] = at[1];
+        p.bound_v_part[0] = v[0];
+        p.bound_v_part[1] = v[1];
+        p.bound_m = p.bound_v = nullptr;
       }
     }
   });

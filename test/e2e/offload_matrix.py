@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Trains the one-block GPT example under every offload configuration.
 
-{horizontal, snake} x {resident, host offload, SSD offload, two mixed
-placements} x M in {1, 4}:
+{horizontal, snake} x optimizer overlap F in {0, 0.5, 1} x {resident, host
+offload, SSD offload, two mixed placements} x M in {1, 4}:
 each executable is compiled with an offload plan (spillwayc --place, with
 --hw so spillwayc checks the plan's transfers against the cost model), runs
 K steps with --stats-json, and must
-- save weights bit-identical to the executable without a plan at the same
-  order and M (the plan changes where tensors live, never the arithmetic:
-  the gradient additions and the mean are the same operations in the same
-  order);
+- save weights bit-identical to the executable without a plan (and without
+  overlap) at the same order and M (the plan changes where tensors live,
+  never the arithmetic: the gradient additions and the mean are the same
+  operations in the same order; the overlap only moves elementwise updates
+  in time, with their own step's inputs, see overlap-optimizer.test);
 - be within 1e-5 of the plain horizontal M = 1 run (micro-batching sums the
   gradient in another grouping; the tolerance is spillwayc-schedule.test's);
 - move, at every step, exactly the bytes per link its plan predicted
@@ -18,6 +19,7 @@ Prints one line per configuration; exits 1 at the first failure.
 """
 
 import argparse
+import itertools
 import os
 import subprocess
 import sys
@@ -76,32 +78,34 @@ def main():
             refs[order, m] = train(exe, f"plain-{order}-{m}")
     base = load(refs["horizontal", 1])
 
-    for order in ("horizontal", "snake"):
-        for m in (1, 4):
-            for name, (place, expect) in PLACEMENTS.items():
-                tag = f"{name}-{order}-{m}"
-                exe = os.path.join(a.out, tag)
-                run([a.spillwayc, model, "-o", exe, "--microbatches", str(m),
-                     "--schedule", order, "--place", place, "--hw", hw])
-                stats = os.path.join(a.out, tag + ".json")
-                saved = train(exe, tag, ["--ssd", swap, "--stats-json", stats])
-                with open(saved, "rb") as f, open(refs[order, m], "rb") as g:
-                    if f.read() != g.read():
-                        sys.exit(f"FAILED: {tag}: weights differ from the "
-                                 f"plain {order} M={m} run")
-                got = load(saved)
-                worst = max(float(np.max(np.abs(got[k] - base[k])))
-                            for k in base)
-                if worst > 1e-5:
-                    sys.exit(f"FAILED: {tag}: {worst:.3g} from the plain "
-                             f"horizontal M=1 weights (tolerance 1e-5)")
-                line = run([sys.executable,
-                            os.path.join(HERE, "check_offload_stats.py"),
-                            stats, "--steps", str(a.steps), "--expect",
-                            expect])
-                print(f"OK {tag}: bit-identical to plain {order} M={m}, "
-                      f"{worst:.1e} from horizontal M=1; "
-                      + line.split(": ", 1)[1].strip())
+    for order, m, overlap, (name, (place, expect)) in itertools.product(
+            ("horizontal", "snake"), (1, 4), ("0", "0.5", "1"),
+            PLACEMENTS.items()):
+        tag = f"{name}-{order}-{m}" + ("" if overlap == "0"
+                                       else f"-F{overlap}")
+        exe = os.path.join(a.out, tag)
+        run([a.spillwayc, model, "-o", exe, "--microbatches", str(m),
+             "--schedule", order, "--overlap-optimizer", overlap,
+             "--place", place, "--hw", hw])
+        stats = os.path.join(a.out, tag + ".json")
+        saved = train(exe, tag, ["--ssd", swap, "--stats-json", stats])
+        with open(saved, "rb") as f, open(refs[order, m], "rb") as g:
+            if f.read() != g.read():
+                sys.exit(f"FAILED: {tag}: weights differ from the "
+                         f"plain {order} M={m} run")
+        got = load(saved)
+        worst = max(float(np.max(np.abs(got[k] - base[k])))
+                    for k in base)
+        if worst > 1e-5:
+            sys.exit(f"FAILED: {tag}: {worst:.3g} from the plain "
+                     f"horizontal M=1 weights (tolerance 1e-5)")
+        line = run([sys.executable,
+                    os.path.join(HERE, "check_offload_stats.py"),
+                    stats, "--steps", str(a.steps), "--expect",
+                    expect])
+        print(f"OK {tag}: F={overlap} bit-identical to plain {order} M={m}, "
+              f"{worst:.1e} from horizontal M=1; "
+              + line.split(": ", 1)[1].strip())
     print("all offload configurations passed")
 
 

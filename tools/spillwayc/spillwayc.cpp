@@ -794,11 +794,11 @@ int main(int argc, char **argv) {
     if (!planningInputs)
       return fail(error);
     if (offload) {
-      // The plan the executable follows: its own M and overlap (none yet),
+      // The plan the executable follows: its own M and overlap,
       // activations on the GPU unless pinned (then sched-place refuses).
       using namespace spillway::schedule;
       planningInputs->space.microBatches = {unsigned(exeMicrobatches)};
-      planningInputs->space.overlaps = {0};
+      planningInputs->space.overlaps = {double(overlapOptimizer)};
       if (!planningInputs->space.pinned[int(TensorClass::Activations)])
         planningInputs->space.pinned[int(TensorClass::Activations)] = Tier::GPU;
     }
@@ -907,12 +907,6 @@ int main(int argc, char **argv) {
   }
 
   std::optional<spillway::OffloadOptions> offloadOptions;
-  if (offload && overlapOptimizer > 0)
-    return fail("--overlap-optimizer with an offload plan (--place, "
-                "--gpu-mem, --host-mem) is not supported yet: the deferred "
-                "updates would move each layer's parameters and optimizer "
-                "state a second time; use --overlap-optimizer 0 (the "
-                "default) or no offload plan");
   if (offload) {
     using namespace spillway::schedule;
     offloadOptions.emplace();

@@ -20,7 +20,7 @@ IterationSummary toy() {
   l.masterBytes = 200;     // W
   l.optimizerBytes = 400;  // O
   l.gradBytes = 100;       // G
-  l.numParams = 50;
+  l.numParams = 128; // two 64-element granules: F = 0.5 defers one
   l.activationBytes = 1000; // A, whole batch
   l.forwardFlops = 1e9;
   l.backwardFlops = 2e9;
@@ -149,6 +149,38 @@ TEST(CostModel, OverlapMergesUpdateWithFirstLoad) {
               f0.bytes.d2h);
 }
 
+TEST(CostModel, DeferredElementsAreWholeGranules) {
+  EXPECT_EQ(deferredElements(0, 1000), 0);
+  EXPECT_EQ(deferredElements(0.5, 128), 64);
+  EXPECT_EQ(deferredElements(0.5, 50), 0);   // 25 rounds to no granule
+  EXPECT_EQ(deferredElements(0.9, 100), 64); // 90 to one
+  EXPECT_EQ(deferredElements(0.7, 100), 64); // 70 to one, not past N
+  EXPECT_EQ(deferredElements(0.9, 120), 120); // 108 to two = 128 >= N: all
+  EXPECT_EQ(deferredElements(1, 50), 50);
+  EXPECT_EQ(deferredElements(0.5, 128, 1), 64);
+  EXPECT_EQ(deferredElements(0.3, 10, 1), 3);
+}
+
+TEST(CostModel, OverlapSavesTheGPUOptimizersParameterRead) {
+  // No master weights (fp32 parameters are their own), a GPU optimizer,
+  // parameters on SSD. Snake M=2 loads layer 0 twice and layer 1 once
+  // (h2d and ssd_read 300); the update reads and writes each layer's
+  // parameters (h2d/ssd_read +200, d2h/ssd_write 200). F = 1 runs all of
+  // it on the first load's copy: no read (-200), the same writes.
+  IterationSummary s = toy();
+  for (LayerCost &l : s.layers)
+    l.masterBytes = 0;
+  Placement pl;
+  pl[TensorClass::Params] = Tier::SSD;
+  expectBytes(run(Order::Snake, 2, 0, pl, s), 500, 200, 500, 200);
+  expectBytes(run(Order::Snake, 2, 1, pl, s), 300, 200, 300, 200);
+  // F = 0.5: one of two granules per layer (-50 each).
+  expectBytes(run(Order::Snake, 2, 0.5, pl, s), 400, 200, 400, 200);
+  // Parameters in host memory: the h2d read is saved, there is no SSD.
+  pl[TensorClass::Params] = Tier::Host;
+  expectBytes(run(Order::Snake, 2, 1, pl, s), 0, 0, 300, 200);
+}
+
 TEST(CostModel, GradientsOnSSD) {
   Placement pl = offloaded();
   pl[TensorClass::Gradients] = Tier::SSD;
@@ -202,7 +234,7 @@ TEST(CostModel, SSDReadsAndWritesShareTheDevice) {
 
 TEST(CostModel, ExposedOptimizerTail) {
   HardwareProfile hw = machine(1000);
-  hw.cpuOptimizerParamsPerSec = 1e4; // 100 params: 10 ms of CPU update
+  hw.cpuOptimizerParamsPerSec = 2.56e4; // 256 params: 10 ms of CPU update
   // Horizontal M=2: updates hide behind the last micro-batch's backward of
   // layer 0, (2 + 1) GFLOP / 2 = 1.5 ms; 8.5 ms stay exposed.
   CostEstimate h = run(Order::Horizontal, 2, 0, offloaded(), toy(), hw);

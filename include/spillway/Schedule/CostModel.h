@@ -72,6 +72,23 @@ struct Placement {
   std::string str() const; ///< "params=ssd,master=host,..."
 };
 
+/// The optimizer overlap's granule: a layer's deferred elements are a whole
+/// number of 64-element (256-byte f32) granules, the GPU arena's alignment,
+/// so the deferred and the rest of a split block sit back to back there.
+constexpr int64_t kDeferGranule = 64;
+
+/// How many of a layer's n updated elements sched-overlap-optimizer defers
+/// at fraction F: F * n rounded to the nearest multiple of `granule`, and
+/// all n when that reaches n (so F = 1 defers everything).
+inline int64_t deferredElements(double F, int64_t n,
+                                int64_t granule = kDeferGranule) {
+  if (!(F > 0) || n <= 0 || granule <= 0)
+    return 0;
+  const double units = F * double(n) / double(granule) + 0.5;
+  const int64_t d = int64_t(units) * granule; // floor: units >= 0.5
+  return F >= 1 || d >= n ? n : d;
+}
+
 struct Candidate {
   Order order = Order::Horizontal;
   unsigned microBatches = 1;

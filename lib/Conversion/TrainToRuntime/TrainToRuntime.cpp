@@ -738,6 +738,14 @@ LogicalResult RuntimeEmitter::emitTiers() {
                  i32(i64Of(b, "layer")), i64(i64Of(b, "bytes")), i32(home),
                  i64(i64Of(b, "offset")), i32(members.size()),
                  i64Array(members), i64Array(offsets.asArrayRef())});
+    if (auto split = b.getAs<IntegerAttr>("split")) {
+      if (split.getInt() <= 0)
+        return module.emitError("sched.buffers: block ")
+               << a << " has a bad split";
+      callRuntime("spw_declare_split", voidTy, {ptrTy, i32Ty, i32Ty, i64Ty},
+                  {ctxArg, i32(static_cast<int32_t>(*cls)),
+                   i32(i64Of(b, "layer")), i64(split.getInt())});
+    }
   }
   return success();
 }
@@ -753,6 +761,17 @@ FailureOr<bool> RuntimeEmitter::emitSchedOp(Operation *op,
     return op->emitOpError("needs the offload plan's buffers; run "
                            "sched-assign-buffers before lowering");
   if (auto mv = dyn_cast<sched::MoveOp>(op)) {
+    // One part of a split block, or the whole block.
+    if (auto part = mv.getPart()) {
+      handles[mv.getTimepoint()] = callRuntime(
+          "spw_move_part", i32Ty,
+          {ptrTy, i32Ty, i32Ty, i32Ty, i32Ty, i32Ty, i32Ty, i64Ty},
+          {ctxArg, cls(mv.getBlockClass()), i32(mv.getLayer()),
+           i32(static_cast<int32_t>(*part)), tier(mv.getFrom()),
+           tier(mv.getTo()), i32(static_cast<int32_t>(mv.getPrio())),
+           atOf(mv.getAt())});
+      return true;
+    }
     handles[mv.getTimepoint()] = callRuntime(
         "spw_move", i32Ty, {ptrTy, i32Ty, i32Ty, i32Ty, i32Ty, i32Ty, i64Ty},
         {ctxArg, cls(mv.getBlockClass()), i32(mv.getLayer()),
@@ -767,9 +786,15 @@ FailureOr<bool> RuntimeEmitter::emitSchedOp(Operation *op,
     return true;
   }
   if (auto d = dyn_cast<sched::DropOp>(op)) {
-    callRuntime("spw_drop", voidTy, {ptrTy, i32Ty, i32Ty, i32Ty},
-                {ctxArg, cls(d.getBlockClass()), i32(d.getLayer()),
-                 tier(d.getTier())});
+    if (auto part = d.getPart())
+      callRuntime("spw_drop_part", voidTy,
+                  {ptrTy, i32Ty, i32Ty, i32Ty, i32Ty},
+                  {ctxArg, cls(d.getBlockClass()), i32(d.getLayer()),
+                   i32(static_cast<int32_t>(*part)), tier(d.getTier())});
+    else
+      callRuntime("spw_drop", voidTy, {ptrTy, i32Ty, i32Ty, i32Ty},
+                  {ctxArg, cls(d.getBlockClass()), i32(d.getLayer()),
+                   tier(d.getTier())});
     return true;
   }
   if (auto bd = dyn_cast<sched::BindOp>(op)) {

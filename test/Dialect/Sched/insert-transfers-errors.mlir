@@ -1,7 +1,8 @@
 // sched-insert-transfers refuses what it cannot plan, naming it.
 // RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order --sched-insert-transfers 2>&1 | FileCheck %s --check-prefix=NOPLACE
 // RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=params=host" --sched-insert-transfers 2>&1 | FileCheck %s --check-prefix=TIED
-// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order --sched-overlap-optimizer=fraction=0.5 "--sched-place=placement=optimizer=host" --sched-insert-transfers 2>&1 | FileCheck %s --check-prefix=DEFERRED
+// A deferred part that is not whole GPU granules cannot be split in place.
+// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order --sched-overlap-optimizer="fraction=0.5 granule=1" "--sched-place=placement=optimizer=host" --sched-insert-transfers --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=DEFERRED
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=optimizer=host" | sed 's/params = \[@h.0.w\]/params = [1 : i64]/' | not spillway-opt --sched-insert-transfers 2>&1 | FileCheck %s --check-prefix=MALFORMED
 // The tied weight's gradient is complete in its owner's backward, so
 // gradients and optimizer state can leave the GPU.
@@ -9,7 +10,7 @@
 
 // NOPLACE: error: 'sched.iteration' op sched-insert-transfers: no placement; run sched-place first
 // TIED: error: 'sched.iteration' op sched-insert-transfers: layer 'wte' owns @wte, which other layers read too; moving parameters that several layers read (tied weights, shared buffers) is not supported yet: place params=gpu
-// DEFERRED: error: 'sched.task' op sched-insert-transfers: deferred updates (sched-overlap-optimizer with F > 0) are not supported with an offload plan yet; use F = 0
+// DEFERRED: error: 'sched.iteration' op sched-assign-buffers: layer 0 defers 80 bytes, not a multiple of 256 (sched-overlap-optimizer's granule must keep the parts aligned in the GPU arena)
 // MALFORMED: error: 'sched.iteration' op sched-insert-transfers: malformed train.layers entry {{.*}} (expected a name and params = [@p, ...])
 // TIEDGRADS: sched.stage_grads gradstage layer(0) first
 // TIEDGRADS: sched.gradient @wte layer(0) host mean(1)

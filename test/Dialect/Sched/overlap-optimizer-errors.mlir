@@ -1,6 +1,8 @@
 // RUN: spillway-opt %s -split-input-file -verify-diagnostics --sched-overlap-optimizer=fraction=0.5
 // RUN: not spillway-opt %s -split-input-file --sched-overlap-optimizer=fraction=1.5 2>&1 | FileCheck %s --check-prefix=RANGE
 // RUN: not spillway-opt %s -split-input-file --sched-overlap-optimizer=fraction=-0.25 2>&1 | FileCheck %s --check-prefix=NEG
+// RUN: not spillway-opt %s -split-input-file --sched-overlap-optimizer="fraction=0.5 granule=0" 2>&1 | FileCheck %s --check-prefix=GRAN
+// GRAN: granule must be at least 1 element, got 0
 // RANGE: error: sched-overlap-optimizer: fraction must lie in [0, 1], got 1.5
 // NEG: error: sched-overlap-optimizer: fraction must lie in [0, 1], got -0.25
 
@@ -131,7 +133,7 @@ module attributes {train.layers = [{name = "a", params = ["a"]}]} {
 // -----
 
 // sched-order comes first: it would move a deferred task among the updates.
-// RUN: not spillway-opt %s -split-input-file --sched-overlap-optimizer=fraction=0.5 --sched-order 2>&1 | FileCheck %s --check-prefix=ORDER
+// RUN: not spillway-opt %s -split-input-file --sched-overlap-optimizer="fraction=0.5 granule=1" --sched-order 2>&1 | FileCheck %s --check-prefix=ORDER
 // ORDER: error: sched-order: the iteration has deferred updates: run sched-order before sched-overlap-optimizer
 module attributes {train.layers = [{name = "a", params = [@a]}]} {
   train.param @a : tensor<4xf32> at 0

@@ -1,4 +1,4 @@
-// RUN: spillway-opt %s --sched-overlap-optimizer=fraction=0.5 | FileCheck %s
+// RUN: spillway-opt %s --sched-overlap-optimizer="fraction=0.5 granule=1" | FileCheck %s
 
 // A shared parameter's update waits for every layer in its grad_from, even
 // one whose backward does not read it and whose result the update does not

@@ -38,6 +38,25 @@ struct BlockInfo {
   uint64_t homeOffset = 0;
   SmallVector<Attribute> members;
   SmallVector<int64_t> offsets;
+  /// A block split by the optimizer overlap: part 0 holds the first `split`
+  /// bytes of the members (of m and of v for the optimizer), part 1 the
+  /// rest; each part is its own extent, part 1 right after part 0's.
+  uint64_t split = 0;
+  uint64_t partBytes(int k) const {
+    if (!split)
+      return bytes;
+    uint64_t p0 = span ? 2 * split : split;
+    return k == 0 ? p0 : bytes - p0;
+  }
+  /// An optimizer block's bytes of m (v follows); 0 for the other classes.
+  uint64_t span = 0;
+  /// All parts, as a mask.
+  unsigned allParts() const { return split ? 3u : 1u; }
+  /// The room a copy takes on a tier of granule g (parts aligned each).
+  uint64_t slotBytes(uint64_t g) const {
+    return split ? alignUp(partBytes(0), g) + alignUp(partBytes(1), g)
+                 : alignUp(bytes, g);
+  }
 };
 
 struct SchedAssignBuffersPass
@@ -110,6 +129,47 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
     ob.members = gb.members;
     ob.offsets = gb.offsets;
     ob.bytes = 2 * gb.bytes;
+    ob.span = gb.bytes;
+  }
+
+  // The optimizer overlap's split: the deferred elements lead the updated
+  // members (sched-insert-transfers checked), which are all of the layer's
+  // parameters, so params and optimizer blocks split at the same bytes.
+  if (auto d = it->getAttrOfType<DenseI64ArrayAttr>("deferred")) {
+    if (d.size() != int64_t(numLayers))
+      return it.emitOpError("sched-assign-buffers: 'deferred' lists ")
+             << d.size() << " layers, train.layers " << numLayers;
+    for (size_t l = 0; l < numLayers; ++l) {
+      BlockInfo &pb = blocks[l][int(BlockClass::params)];
+      BlockInfo &ob = blocks[l][int(BlockClass::optimizer)];
+      int64_t left = d[l];
+      uint64_t split = 0;
+      for (Attribute m : ob.members) {
+        auto p = module.lookupSymbol<train::ParamOp>(
+            cast<FlatSymbolRefAttr>(m).getAttr());
+        if (!p || left <= 0)
+          break;
+        int64_t n = p.getType().getNumElements();
+        int64_t take = std::min(left, n);
+        split += uint64_t(take) * (uint64_t(p.getNumBytes()) / uint64_t(n));
+        left -= take;
+      }
+      if (d[l] < 0 || left > 0)
+        return it.emitOpError("sched-assign-buffers: layer ")
+               << l << " defers " << d[l] << " elements, more than it has";
+      if (split == 0 || split == ob.span)
+        continue; // nothing deferred, or all: one part
+      if (pb.bytes != ob.span)
+        return it.emitOpError("sched-assign-buffers: layer ")
+               << l << " splits its optimizer block but not its parameters "
+               << "(parameters the optimizer does not update)";
+      if (split % kGranule[int(Tier::gpu)])
+        return it.emitOpError("sched-assign-buffers: layer ")
+               << l << " defers " << split << " bytes, not a multiple of "
+               << kGranule[int(Tier::gpu)] << " (sched-overlap-optimizer's "
+               << "granule must keep the parts aligned in the GPU arena)";
+      pb.split = ob.split = split;
+    }
   }
 
   // Homes, packed per tier in layer order: params, optimizer, gradients.
@@ -122,7 +182,7 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
       int t = int(homes[c]);
       bi.home = homes[c];
       bi.homeOffset = alignUp(cursor[t], kGranule[t]);
-      cursor[t] = bi.homeOffset + bi.bytes;
+      cursor[t] = bi.homeOffset + bi.slotBytes(kGranule[t]);
     }
   std::array<uint64_t, kTiers> homeBytes;
   for (int t = 0; t < kTiers; ++t)
@@ -134,9 +194,12 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
     for (int c = 0; c < kClasses; ++c)
       for (int t = 0; t < kTiers; ++t)
         slotBytes[t][c] = std::max(slotBytes[t][c],
-                                   alignUp(blocks[l][c].bytes, kGranule[t]));
+                                   blocks[l][c].slotBytes(kGranule[t]));
   std::array<std::array<std::vector<bool>, kClasses>, kTiers> busy;
   std::map<std::tuple<int, int64_t, int>, int> slotOf; // (class, layer, tier)
+  // The parts of each copy away from home (a mask): the slot is free when
+  // the last one is dropped.
+  std::map<std::tuple<int, int64_t, int>, unsigned> partsOf;
   struct Pending {
     Operation *op;
     int tier, cls, slot;
@@ -170,27 +233,44 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
       int64_t l = mv.getLayer();
       if (l >= int64_t(numLayers))
         return mv.emitOpError("sched-assign-buffers: no layer ") << l;
+      const BlockInfo &bi = blocks[l][int(mv.getBlockClass())];
+      auto part = mv.getPart();
+      if (part && !bi.split)
+        return mv.emitOpError("sched-assign-buffers: part ")
+               << *part << " of a block that is not split";
       auto s = acquire(mv, mv.getBlockClass(), l, mv.getTo());
       if (failed(s))
         return failure();
+      if (*s >= 0)
+        partsOf[key(mv.getBlockClass(), l, mv.getTo())] |=
+            part ? 1u << *part : bi.allParts();
       pending.push_back({mv, int(mv.getTo()), int(mv.getBlockClass()), *s});
-      uint64_t n = blocks[l][int(mv.getBlockClass())].bytes;
       int link = mv.getFrom() == Tier::ssd  ? 0
                  : mv.getTo() == Tier::ssd  ? 1
                  : mv.getTo() == Tier::gpu  ? 2
                                             : 3;
-      linkRaw[link] += n;
-      linkAligned[link] += link < 2 ? alignUp(n, kSsdAlign) : n;
+      // Each part is its own extent, moved (and O_DIRECT-aligned) alone.
+      for (int k = 0; k < (bi.split ? 2 : 1); ++k) {
+        if (part && int(*part) != k)
+          continue;
+        uint64_t n = bi.partBytes(k);
+        linkRaw[link] += n;
+        linkAligned[link] += link < 2 ? alignUp(n, kSsdAlign) : n;
+      }
     } else if (auto st = dyn_cast<StageGradsOp>(op)) {
       auto s = acquire(st, st.getInto(), st.getLayer(), Tier::gpu);
       if (failed(s))
         return failure();
+      if (*s >= 0)
+        partsOf[key(st.getInto(), st.getLayer(), Tier::gpu)] = 1;
       pending.push_back({st, int(Tier::gpu), int(st.getInto()), *s});
     } else if (auto acc = dyn_cast<AccumulateGradsOp>(op)) {
       auto s = acquire(acc, BlockClass::gradients, acc.getLayer(),
                        acc.getTier());
       if (failed(s))
         return failure();
+      if (*s >= 0)
+        partsOf[key(BlockClass::gradients, acc.getLayer(), acc.getTier())] = 1;
       pending.push_back(
           {acc, int(acc.getTier()), int(BlockClass::gradients), *s});
     } else if (auto drop = dyn_cast<DropOp>(op)) {
@@ -198,6 +278,13 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
       auto found = slotOf.find(k);
       if (found == slotOf.end())
         continue; // a home copy stays
+      if (auto part = drop.getPart()) {
+        unsigned &mask = partsOf[k];
+        mask &= ~(1u << *part);
+        if (mask)
+          continue; // the other part is still there
+      }
+      partsOf.erase(k);
       busy[int(drop.getTier())][int(drop.getBlockClass())][found->second] =
           false;
       slotOf.erase(found);
@@ -265,6 +352,9 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
           b.getNamedAttr("bytes", b.getI64IntegerAttr(int64_t(bi.bytes))),
           b.getNamedAttr("members", b.getArrayAttr(bi.members)),
           b.getNamedAttr("offsets", b.getDenseI64ArrayAttr(bi.offsets))};
+      if (bi.split)
+        e.push_back(
+            b.getNamedAttr("split", b.getI64IntegerAttr(int64_t(bi.split))));
       if (bi.home) {
         e.push_back(b.getNamedAttr("home",
                                    b.getStringAttr(stringifyTier(*bi.home))));

@@ -13,6 +13,7 @@
 #include "spillway/Dialect/Sched/IR/SchedOps.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/SmallSet.h"
 
 namespace spillway::sched {
@@ -25,6 +26,16 @@ using namespace spillway;
 using namespace spillway::sched;
 
 namespace {
+
+/// The parameter and gradient of an update in an opt task: `train.adamw`,
+/// or the part `train.adamw_defer` keeps for the next iteration.
+std::optional<std::pair<FlatSymbolRefAttr, Value>> updateOf(Operation &op) {
+  if (auto u = dyn_cast<train::AdamWOp>(op))
+    return std::make_pair(u.getParamAttr(), u.getGrad());
+  if (auto u = dyn_cast<train::AdamWDeferOp>(op))
+    return std::make_pair(u.getParamAttr(), u.getGrad());
+  return std::nullopt;
+}
 
 /// A maximal run of consecutive fwd/bwd tasks of one layer.
 struct Run {
@@ -40,44 +51,70 @@ struct Rewriter {
   /// Per layer: its parameters (block order) and which of them the
   /// optimizer updates (the gradient and optimizer blocks' members).
   SmallVector<SmallVector<StringAttr>> params, updated;
+  /// Per layer: the elements of `updated` (concatenated) and how many of
+  /// them lead the update deferred to the next iteration
+  /// (sched-overlap-optimizer), with the task that applies it.
+  SmallVector<int64_t> total, deferred;
+  DenseMap<int64_t, TaskOp> deferredTask;
+  /// Per layer: whether a backward run has flushed its gradient yet.
+  SmallVector<bool> flushed;
 
   Rewriter(IterationOp it) : it(it), b(it.getContext()) {}
 
-  Value move(BlockClass c, int64_t l, Tier from, Tier to, Priority p) {
+  /// A block some of whose update is deferred and some not has two parts:
+  /// 0, the deferred elements, and 1, the rest. `part(l, k)` is the part
+  /// attribute of a move of part k (none: the block has one part).
+  bool isSplit(int64_t l) const {
+    return deferred[l] > 0 && deferred[l] < total[l];
+  }
+  int part(int64_t l, int k) const { return isSplit(l) ? k : -1; }
+
+  Value move(BlockClass c, int64_t l, Tier from, Tier to, Priority p,
+             int part = -1) {
     return MoveOp::create(b, it.getLoc(), TimepointType::get(b.getContext()),
-                          c, l, from, to, p, IntegerAttr())
+                          c, l,
+                          part < 0 ? IntegerAttr() : b.getI64IntegerAttr(part),
+                          from, to, p, IntegerAttr())
         .getTimepoint();
   }
   void await(ValueRange ts) { AwaitOp::create(b, it.getLoc(), ts); }
-  void drop(BlockClass c, int64_t l, Tier t) {
-    DropOp::create(b, it.getLoc(), c, l, t);
+  void drop(BlockClass c, int64_t l, Tier t, int part = -1) {
+    DropOp::create(b, it.getLoc(), c, l,
+                   part < 0 ? IntegerAttr() : b.getI64IntegerAttr(part), t);
   }
-  void bind(BlockClass c, int64_t l, Tier t) {
-    BindOp::create(b, it.getLoc(), c, l, t);
+  Operation *bind(BlockClass c, int64_t l, Tier t) {
+    return BindOp::create(b, it.getLoc(), c, l, t);
   }
-  /// Brings block (c, l) from `home` to `dst` one link at a time, waiting
-  /// for each, and frees the copies in between.
-  void bring(BlockClass c, int64_t l, Tier home, Tier dst, Priority p) {
+  /// Brings block (c, l) (or one part) from `home` to `dst` one link at a
+  /// time, waiting for each, and frees the copies in between.
+  void bring(BlockClass c, int64_t l, Tier home, Tier dst, Priority p,
+             int part = -1) {
     int from = int(home), step = int(dst) < from ? -1 : 1;
     for (int t = from; t != int(dst); t += step) {
-      await(move(c, l, Tier(t), Tier(t + step), p));
+      await(move(c, l, Tier(t), Tier(t + step), p, part));
       if (t != from)
-        drop(c, l, Tier(t));
+        drop(c, l, Tier(t), part);
     }
   }
-  /// Writes block (c, l) back from `src` to `home` and frees every copy on
-  /// the way except the home one.
-  void sendBack(BlockClass c, int64_t l, Tier src, Tier home) {
+  /// Writes block (c, l) (or one part) back from `src` to `home` and frees
+  /// every copy on the way except the home one (and, with `keepSource`,
+  /// the one on `src`).
+  void sendBack(BlockClass c, int64_t l, Tier src, Tier home, int part = -1,
+                bool keepSource = false) {
     int step = int(home) < int(src) ? -1 : 1;
     for (int t = int(src); t != int(home); t += step)
-      await(move(c, l, Tier(t), Tier(t + step), Priority::writeback));
+      await(move(c, l, Tier(t), Tier(t + step), Priority::writeback, part));
     for (int t = int(src); t != int(home); t += step)
-      drop(c, l, Tier(t));
+      if (!keepSource || t != int(src))
+        drop(c, l, Tier(t), part);
   }
 
   LogicalResult run();
+  LogicalResult readDeferred();
   LogicalResult loadParams(ArrayRef<Run> runs);
   LogicalResult routeGradients(ArrayRef<Run> runs);
+  LogicalResult placeUpdates();
+  void deferredUpdate(int64_t l, TaskOp task);
 };
 
 std::optional<Tier> tierOf(DictionaryAttr placement, StringRef cls) {
@@ -142,14 +179,6 @@ LogicalResult Rewriter::run() {
     }
   }
 
-  // The optimizer overlap's deferred updates would move each layer's
-  // parameters and state a second time, which the byte rules do not plan
-  // for yet.
-  for (Operation &op : it.getBlock())
-    if (auto t = dyn_cast<TaskOp>(op); t && t.getDeferred())
-      return t.emitOpError("sched-insert-transfers: deferred updates "
-                           "(sched-overlap-optimizer with F > 0) are not "
-                           "supported with an offload plan yet; use F = 0");
 
   // The fwd/bwd task runs, in block order.
   SmallVector<Run> runs;
@@ -157,16 +186,114 @@ LogicalResult Rewriter::run() {
     auto task = dyn_cast<TaskOp>(op);
     if (!task || task.getPhase() == Phase::opt)
       continue;
-    if (task.getLayer() >= int64_t(params.size()))
+    if (int64_t(task.getLayer()) >= int64_t(params.size()))
       return task.emitOpError("sched-insert-transfers: layer ")
              << task.getLayer() << " is not in the module's train.layers";
     if (runs.empty() || runs.back().layer != int64_t(task.getLayer()))
       runs.push_back({int64_t(task.getLayer()), {}});
     runs.back().tasks.push_back(task);
   }
-  if (failed(routeGradients(runs)))
+  if (failed(routeGradients(runs)) || failed(readDeferred()) ||
+      failed(placeUpdates()) || failed(loadParams(runs)))
     return failure();
-  return loadParams(runs);
+  // With the parameters resident the deferred updates stay where
+  // sched-overlap-optimizer put them (loadParams places the others).
+  if (tp == Tier::gpu)
+    for (auto &[l, task] : deferredTask)
+      deferredUpdate(l, task);
+  return success();
+}
+
+LogicalResult Rewriter::readDeferred() {
+  auto module = it->getParentOfType<ModuleOp>();
+  total.assign(params.size(), 0);
+  deferred.assign(params.size(), 0);
+  SmallVector<llvm::StringMap<int64_t>> ranges(params.size());
+  for (Operation &op : it.getBlock()) {
+    auto task = dyn_cast<TaskOp>(op);
+    if (!task || !task.getDeferred())
+      continue;
+    int64_t l = task.getLayer();
+    if (l >= int64_t(params.size()))
+      return task.emitOpError("sched-insert-transfers: layer ")
+             << l << " is not in the module's train.layers";
+    if (!deferredTask.try_emplace(l, task).second)
+      return task.emitOpError("sched-insert-transfers: a second deferred "
+                              "update task for layer ")
+             << l;
+    for (Operation &inner : task.getBlock()) {
+      if (isa<YieldOp>(inner))
+        continue;
+      auto apply = dyn_cast<train::AdamWApplyPendingOp>(inner);
+      if (!apply || apply.getBegin() != 0)
+        return inner.emitOpError("sched-insert-transfers: a deferred update "
+                                 "task holds train.adamw_apply_pending "
+                                 "@p [0, d) only");
+      ranges[l][apply.getParam()] = int64_t(apply.getEnd());
+    }
+  }
+  for (size_t l = 0; l < params.size(); ++l) {
+    // The deferred elements must lead the layer's updated elements in block
+    // order (what sched-overlap-optimizer defers): they are part 0.
+    int64_t d = 0;
+    bool ended = false;
+    size_t seen = 0;
+    for (StringAttr s : updated[l]) {
+      auto p = module.lookupSymbol<train::ParamOp>(s);
+      if (!p)
+        return it.emitOpError("sched-insert-transfers: no train.param @")
+               << s.getValue();
+      int64_t n = p.getType().getNumElements();
+      int64_t got = ranges[l].lookup(s.getValue());
+      if (got > 0) {
+        ++seen;
+        if (ended || got > n)
+          return deferredTask[l].emitOpError(
+                     "sched-insert-transfers: the deferred elements of layer ")
+                 << l << " are not the leading elements of its updated "
+                 << "parameters in block order (@" << s.getValue() << ")";
+        d += got;
+      }
+      ended = ended || got < n;
+      total[l] += n;
+    }
+    if (seen != ranges[l].size())
+      return deferredTask[l].emitOpError("sched-insert-transfers: the "
+                                         "deferred update of layer ")
+             << l << " applies a parameter its opt task does not update";
+    deferred[l] = d;
+    if (d > 0 && updated[l].size() != params[l].size())
+      return deferredTask[l].emitOpError("sched-insert-transfers: layer ")
+             << l << " has parameters the optimizer does not update; an "
+             << "offload plan with deferred updates needs all of a layer's "
+             << "parameters updated (use --overlap-optimizer 0)";
+  }
+  return success();
+}
+
+void Rewriter::deferredUpdate(int64_t l, TaskOp task) {
+  // The task is where the update runs. Before it: part 0 of the state (and,
+  // with resident parameters and a CPU optimizer, of the parameters)
+  // brought to the optimizer; the parameters of a load are already there.
+  const int p0 = part(l, 0);
+  b.setInsertionPoint(task);
+  if (tp == Tier::gpu && side != Tier::gpu)
+    bring(BlockClass::params, l, Tier::gpu, side, Priority::demand, p0);
+  bind(BlockClass::params, l, side);
+  bring(BlockClass::optimizer, l, to, side, Priority::demand, p0);
+  bind(BlockClass::optimizer, l, side);
+  // After it: the state back home, and the updated parameters written to
+  // their tier, keeping the copy the load goes on with.
+  b.setInsertionPointAfter(task);
+  sendBack(BlockClass::optimizer, l, side, to, p0);
+  if (tp == Tier::gpu) {
+    if (side != Tier::gpu) {
+      sendBack(BlockClass::params, l, side, Tier::gpu, p0);
+      bind(BlockClass::params, l, Tier::gpu);
+    }
+  } else {
+    sendBack(BlockClass::params, l, side, tp, p0, /*keepSource=*/true);
+  }
 }
 
 LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
@@ -200,6 +327,9 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
     return success();
   const bool ssd = tp == Tier::ssd;
   SmallVector<Value> fetched(loads.size()), uploaded(loads.size());
+  // Per load: its upload and its GPU binding, where a layer's deferred
+  // update goes at its first load.
+  SmallVector<Operation *> uploadOp(loads.size()), bindOp(loads.size());
   auto fetch = [&](size_t k, Priority p) {
     if (k < loads.size())
       fetched[k] = move(BlockClass::params, loads[k]->layer, Tier::ssd,
@@ -212,6 +342,7 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
       await(fetched[k]);
     uploaded[k] = move(BlockClass::params, loads[k]->layer, Tier::host,
                        Tier::gpu, Priority::prefetch);
+    uploadOp[k] = uploaded[k].getDefiningOp();
   };
   // Two loads in flight: the next one uploading, the one after it (from
   // SSD) being read into pinned host memory.
@@ -227,13 +358,36 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
     await(uploaded[k]);
     if (ssd)
       drop(BlockClass::params, l, Tier::host);
-    bind(BlockClass::params, l, Tier::gpu);
+    bindOp[k] = bind(BlockClass::params, l, Tier::gpu);
     upload(k + 1);
     if (ssd)
       fetch(k + 2, Priority::prefetch);
     b.setInsertionPointAfter(loads[k]->last);
     drop(BlockClass::params, l, Tier::gpu);
   }
+  // A deferred update runs at its layer's first load, on the copy passing
+  // the optimizer: a CPU optimizer's just before it is uploaded (after it
+  // came from SSD), a GPU optimizer's once it is bound on the GPU (before
+  // the next loads start, which may read this layer from SSD again).
+  llvm::SmallSet<int64_t, 16> seen;
+  for (size_t k = 0; k < loads.size(); ++k) {
+    int64_t l = loads[k]->layer;
+    if (!seen.insert(l).second)
+      continue;
+    auto found = deferredTask.find(l);
+    if (found == deferredTask.end())
+      continue;
+    TaskOp task = found->second;
+    if (side == Tier::gpu)
+      task->moveAfter(bindOp[k]);
+    else
+      task->moveBefore(uploadOp[k]);
+    deferredUpdate(l, task);
+  }
+  for (auto &[l, task] : deferredTask)
+    if (!seen.contains(l))
+      return task.emitOpError("sched-insert-transfers: layer ")
+             << l << " has a deferred update but no forward or backward task";
   return success();
 }
 
@@ -243,7 +397,8 @@ LogicalResult Rewriter::routeGradients(ArrayRef<Run> runs) {
   DenseMap<std::pair<Operation *, StringAttr>, Value> gradOf;
   SmallVector<TaskOp> optTasks;
   for (Operation &op : it.getBlock())
-    if (auto t = dyn_cast<TaskOp>(op); t && t.getPhase() == Phase::opt)
+    if (auto t = dyn_cast<TaskOp>(op);
+        t && t.getPhase() == Phase::opt && !t.getDeferred())
       optTasks.push_back(t);
   for (TaskOp opt : optTasks) {
     int64_t l = opt.getLayer();
@@ -254,17 +409,18 @@ LogicalResult Rewriter::routeGradients(ArrayRef<Run> runs) {
     for (StringAttr s : params[l])
       members.insert(s.getValue());
     for (Operation &inner : opt.getBlock()) {
-      auto adam = dyn_cast<train::AdamWOp>(inner);
-      if (!adam)
+      auto update = updateOf(inner);
+      if (!update)
         continue;
-      StringAttr sym = adam.getParamAttr().getAttr();
+      Operation *adam = &inner;
+      StringAttr sym = update->first.getAttr();
       if (!members.contains(sym.getValue()))
-        return adam.emitOpError("sched-insert-transfers: updates @")
+        return adam->emitOpError("sched-insert-transfers: updates @")
                << sym.getValue() << ", which layer " << l << " does not own";
-      auto arg = dyn_cast<BlockArgument>(adam.getGrad());
+      auto arg = dyn_cast<BlockArgument>(update->second);
       if (!arg || arg.getOwner() != &opt.getBlock())
-        return adam.emitOpError("sched-insert-transfers: the gradient must "
-                                "be an operand of the opt task");
+        return adam->emitOpError("sched-insert-transfers: the gradient must "
+                                 "be an operand of the opt task");
       Value v = opt.getInputs()[arg.getArgNumber()];
       SmallVector<Value> parts;
       if (auto acc = v.getDefiningOp<AccumulateOp>()) {
@@ -281,7 +437,7 @@ LogicalResult Rewriter::routeGradients(ArrayRef<Run> runs) {
         auto task = part.getDefiningOp<TaskOp>();
         if (!task || task.getPhase() != Phase::bwd ||
             int64_t(task.getLayer()) != l)
-          return adam.emitOpError("sched-insert-transfers: the gradient of @")
+          return adam->emitOpError("sched-insert-transfers: the gradient of @")
                  << sym.getValue()
                  << " must come from layer " << l << "'s backward tasks";
         gradOf[{task.getOperation(), sym}] = part;
@@ -317,7 +473,7 @@ LogicalResult Rewriter::routeGradients(ArrayRef<Run> runs) {
         bwdRuns.push_back({int64_t(t.getLayer()), {}});
       bwdRuns.back().tasks.push_back(t);
     }
-  SmallVector<bool> flushed(params.size(), false);
+  flushed.assign(params.size(), false);
   for (BwdRun &r : bwdRuns) {
     while (!r.tasks.empty() && r.tasks.back() == nullptr)
       r.tasks.pop_back();
@@ -364,6 +520,15 @@ LogicalResult Rewriter::routeGradients(ArrayRef<Run> runs) {
     flushed[l] = true;
   }
 
+  return success();
+}
+
+LogicalResult Rewriter::placeUpdates() {
+  SmallVector<TaskOp> optTasks;
+  for (Operation &op : it.getBlock())
+    if (auto t = dyn_cast<TaskOp>(op);
+        t && t.getPhase() == Phase::opt && !t.getDeferred())
+      optTasks.push_back(t);
   // The updates, where the optimizer runs.
   for (TaskOp opt : optTasks) {
     int64_t l = opt.getLayer();
@@ -374,23 +539,34 @@ LogicalResult Rewriter::routeGradients(ArrayRef<Run> runs) {
       return opt.emitOpError("sched-insert-transfers: layer ")
              << l << " is updated but has no backward task";
     bring(BlockClass::gradients, l, tg, side, Priority::demand);
+    llvm::SmallSet<unsigned, 8> done; // operands already replaced
     for (Operation &inner : opt.getBlock()) {
-      auto adam = dyn_cast<train::AdamWOp>(inner);
-      if (!adam)
+      auto update = updateOf(inner);
+      if (!update)
         continue;
-      auto arg = cast<BlockArgument>(adam.getGrad());
-      auto type = cast<RankedTensorType>(adam.getGrad().getType());
-      Value g = GradientOp::create(b, it.getLoc(), type, adam.getParam(),
-                                   uint64_t(l), side, uint64_t(microbatches));
+      auto arg = cast<BlockArgument>(update->second);
+      if (!done.insert(arg.getArgNumber()).second)
+        continue;
+      auto type = cast<RankedTensorType>(update->second.getType());
+      Value g = GradientOp::create(b, it.getLoc(), type,
+                                   update->first.getValue(), uint64_t(l),
+                                   side, uint64_t(microbatches));
       opt->setOperand(arg.getArgNumber(), g);
     }
-    bring(BlockClass::optimizer, l, to, side, Priority::demand);
-    bind(BlockClass::optimizer, l, side);
-    bring(BlockClass::params, l, tp, side, Priority::demand);
-    bind(BlockClass::params, l, side);
+    // All of it, or part 1 when the rest is deferred; nothing when all is.
+    const bool now = deferred[l] < total[l];
+    const int p1 = part(l, 1);
+    if (now) {
+      bring(BlockClass::optimizer, l, to, side, Priority::demand, p1);
+      bind(BlockClass::optimizer, l, side);
+      bring(BlockClass::params, l, tp, side, Priority::demand, p1);
+      bind(BlockClass::params, l, side);
+    }
     b.setInsertionPointAfter(opt);
-    sendBack(BlockClass::params, l, side, tp);
-    sendBack(BlockClass::optimizer, l, side, to);
+    if (now) {
+      sendBack(BlockClass::params, l, side, tp, p1);
+      sendBack(BlockClass::optimizer, l, side, to, p1);
+    }
     // The gradient is not written back: only the next iteration's first
     // flush touches it again, and that one overwrites it. (bring already
     // freed the copies in between.)
@@ -427,6 +603,10 @@ struct SchedInsertTransfersPass
         members.push_back(b.getArrayAttr(syms));
       }
       it->setAttr("updated", b.getArrayAttr(members));
+      // How many leading elements of each layer's updated parameters are
+      // updated a step late: sched-assign-buffers splits their blocks there.
+      if (llvm::any_of(r.deferred, [](int64_t d) { return d > 0; }))
+        it->setAttr("deferred", b.getDenseI64ArrayAttr(r.deferred));
     }
   }
 };

@@ -15,6 +15,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "spillway/Dialect/Sched/IR/SchedOps.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
+#include "spillway/Schedule/CostModel.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
@@ -97,6 +98,12 @@ void createRangedUpdate(OpBuilder &b, train::AdamWOp update, int64_t begin,
 } // namespace
 
 void SchedOverlapOptimizerPass::runOnOperation() {
+  if (granule < 1) {
+    getOperation().emitError("sched-overlap-optimizer: granule must be at "
+                             "least 1 element, got ")
+        << int64_t(granule);
+    return signalPassFailure();
+  }
   if (!(fraction >= 0.0 && fraction <= 1.0)) {
     char text[32];
     std::snprintf(text, sizeof text, "%g", double(fraction));
@@ -253,8 +260,9 @@ LogicalResult SchedOverlapOptimizerPass::overlap(IterationOp iteration,
     for (StringRef p : info.params)
       if (auto it = byParam.find(p); it != byParam.end())
         total += it->second.getGrad().getType().getNumElements();
+    // The cost model counts the deferred bytes with the same function.
     const int64_t deferred =
-        static_cast<int64_t>(std::floor(fraction * double(total) + 0.5));
+        schedule::deferredElements(fraction, total, granule);
     if (deferred == 0)
       continue;
     SmallVector<std::pair<StringRef, int64_t>> ranges; // param, end

@@ -133,16 +133,31 @@ void spw_declare_block(spw_ctx *ctx, int32_t cls, int32_t layer,
                        int64_t bytes, int32_t home, int64_t home_offset,
                        int32_t n, const int64_t *params,
                        const int64_t *offsets);
+/* Splits block (cls, layer) (params or optimizer) for the optimizer
+ * overlap: part 0 holds the first `split_bytes` (a multiple of 256) of its
+ * members (for the optimizer, of m and of v: part 0 is [m | v] of those
+ * bytes), part 1 the rest; on every tier part 1 starts at part 0's size
+ * rounded up to 256 (GPU) or 4096 (host, SSD) bytes. Before tiers start. */
+void spw_declare_split(spw_ctx *ctx, int32_t cls, int32_t layer,
+                       int64_t split_bytes);
 /* Starts a move of the block's copy on `from` to `to` (one link), placing
  * the destination at offset `at` when the block has no copy there yet.
  * Returns a token for spw_await. */
 int32_t spw_move(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t from,
                  int32_t to, int32_t prio, int64_t at);
+/* The same for part `part` (0 or 1) of a split block; `at` is where the
+ * block's copy starts on `to` (the part goes at its offset from there). */
+int32_t spw_move_part(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t part,
+                      int32_t from, int32_t to, int32_t prio, int64_t at);
 void spw_await(spw_ctx *ctx, int32_t token);
 /* Frees the block's copy on a tier other than its home. */
 void spw_drop(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier);
+/* Frees part `part` of a split block's copy there. */
+void spw_drop_part(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t part,
+                   int32_t tier);
 /* From here the step's parameters (cls 0) or AdamW state (cls 1) of the
- * layer are the block's copy on `tier`. */
+ * layer are the block's copy on `tier` (of a split block, the parts that
+ * are there; a parameter is readable whole only where it is contiguous). */
 void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier);
 /* Sums a backward run's micro-batch gradients (n = members x micro-batches,
  * micro-batch by micro-batch) into the GPU copy of block (cls, layer):

@@ -180,7 +180,10 @@ def Sched_MoveOp : Sched_BlockOp<"move"> {
     Starts an asynchronous copy of block (`class`, `layer`) from its copy
     on `from` to `to`, over one link: ssd -> host, host -> gpu, gpu -> host
     or host -> ssd. The source copy stays. `at` is the destination's offset
-    in that tier's arena (from `sched-assign-buffers`; absent before it).
+    in that tier's arena (from `sched-assign-buffers`; absent before it):
+    where the block's copy starts there. With `part(k)` only part k of a
+    block split by the optimizer overlap moves (0: the elements whose update
+    is deferred, 1: the rest); without it, the whole block.
     `prio` is the storage engine's class for SSD moves. The copy on `to` may
     be read only after `sched.await` of the timepoint.
 
@@ -190,12 +193,13 @@ def Sched_MoveOp : Sched_BlockOp<"move"> {
   }];
   let arguments = (ins Sched_BlockClass:$blockClass,
                        ConfinedAttr<I64Attr, [IntNonNegative]>:$layer,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<0>, IntMaxValue<1>]>>:$part,
                        Sched_Tier:$from, Sched_Tier:$to,
                        Sched_Priority:$prio,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$at);
   let results = (outs Sched_TimepointType:$timepoint);
   let assemblyFormat = [{
-    $blockClass `layer` `(` $layer `)` $from `->` $to `prio` `(` $prio `)`
+    $blockClass `layer` `(` $layer `)` (`part` `(` $part^ `)`)? $from `->` $to `prio` `(` $prio `)`
     (`at` `(` $at^ `)`)? attr-dict `:` type($timepoint)
   }];
   let hasVerifier = 1;
@@ -213,12 +217,14 @@ def Sched_DropOp : Sched_BlockOp<"drop"> {
   let description = [{
     The copy of block (`class`, `layer`) on `tier` is no longer needed; its
     memory is free for the next move (waits for moves still reading it).
+    With `part(k)`, only that part of a split block.
   }];
   let arguments = (ins Sched_BlockClass:$blockClass,
                        ConfinedAttr<I64Attr, [IntNonNegative]>:$layer,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<0>, IntMaxValue<1>]>>:$part,
                        Sched_Tier:$tier);
   let assemblyFormat = [{
-    $blockClass `layer` `(` $layer `)` $tier attr-dict
+    $blockClass `layer` `(` $layer `)` (`part` `(` $part^ `)`)? $tier attr-dict
   }];
 }
 
@@ -229,6 +235,9 @@ def Sched_BindOp : Sched_BlockOp<"bind"> {
     (or the optimizer updates the state of (`optimizer`, `layer`)) in its
     copy on `tier`: `gpu` for the forward, backward and a GPU optimizer,
     `host` for a CPU optimizer.
+    Of a split block, the parts that have a copy there: an update of a
+    part's elements needs that part bound, a read of a whole parameter
+    needs it contiguous (both parts, back to back as on the GPU).
   }];
   let arguments = (ins Sched_BlockClass:$blockClass,
                        ConfinedAttr<I64Attr, [IntNonNegative]>:$layer,

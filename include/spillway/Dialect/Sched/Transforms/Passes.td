@@ -193,13 +193,29 @@ def SchedInsertTransfersPass : Pass<"sched-insert-transfers", "mlir::ModuleOp"> 
       same order, so the weights are bit-identical), the state and
       parameters bound, and after the task the state and parameters are
       written back along the reverse path.
+    - With the optimizer overlap (`sched-overlap-optimizer`, F > 0) a
+      layer's first D_l updated elements are updated a step late. Its
+      params and optimizer blocks then have two parts (`part(0)`, the
+      deferred elements, and `part(1)`, the rest; one part when D_l is 0 or
+      all): the update after the backward moves only part 1 (nothing when
+      all is deferred). The deferred task runs at the layer's first load,
+      on the copy the load brings past the optimizer: a CPU optimizer's
+      just before the upload (after the SSD read), a GPU optimizer's right
+      after the load's GPU binding (before the next loads start); with
+      resident parameters where it is. Part 0 of the state is brought to
+      the optimizer and back, and part 0 of the updated parameters written
+      to their tier (the load's copy stays), so the deferred part never
+      reads the parameters a second time. The gradient moves whole with the
+      update after the backward (the runtime keeps the deferred slice until
+      the next step). The iteration gets `deferred`: D_l per layer.
     Everything on the GPU (every class `gpu`) moves nothing: the bindings
     and gradient blocks only. Refused with a clear error: an iteration
     without `placement`; parameters off the GPU when a layer reads another
     layer's parameter or shares its own (`uses` / `shared` in
     `train.layers`), naming it; a gradient that is not the result of its
-    layer's backward task; deferred updates (`sched-overlap-optimizer`
-    with F > 0).
+    layer's backward task; deferred elements that do not lead the layer's
+    updated parameters in block order; deferred updates in a layer with
+    parameters the optimizer does not update.
   }];
   let dependentDialects = ["spillway::sched::SchedDialect"];
 }
@@ -220,7 +236,13 @@ def SchedAssignBuffersPass : Pass<"sched-assign-buffers", "mlir::ModuleOp"> {
     and the predicted bytes per link per iteration (`bytes_per_iteration`:
     `ssd_read`, `ssd_write`, `h2d`, `d2h`; SSD bytes rounded up to 4096 as
     O_DIRECT moves them, and `model_bytes`: the same unrounded, what the
-    cost model predicts). A tier over its budget (`gpu-mem`, `host-mem`,
+    cost model predicts). A block of a layer with deferred updates
+    (`deferred`) is split where they end (`split`, in bytes of the
+    members): each part is its own extent, part 1 at part 0's size rounded
+    up to the tier's granule, so on the GPU the parts are back to back (the
+    split must be a multiple of 256 bytes: sched-overlap-optimizer's
+    granule); a `part` move moves, and costs, that part only. A tier over
+    its budget (`gpu-mem`, `host-mem`,
     `ssd-bytes`; 0 = unlimited) is an error stating the smallest budget
     that fits.
   }];
@@ -309,8 +331,11 @@ def SchedOverlapOptimizerPass : Pass<"sched-overlap-optimizer", "mlir::ModuleOp"
       producers of its operands. The `sched.accumulate`s it reads move with
       it (just before it). Opt tasks landing after the same task keep layer
       order.
-    - With `fraction` F > 0, the update of the first D_l = floor(F * N_l +
-      1/2) elements of layer l is deferred, where N_l is the number of
+    - With `fraction` F > 0, the update of the first D_l elements of layer
+      l is deferred: F * N_l rounded to the nearest multiple of `granule`
+      (64 elements, 256 bytes of f32: an offload plan splits the layer's
+      blocks there and keeps both parts back to back in the GPU arena), or
+      N_l when that rounding reaches N_l (F = 1 defers everything). N_l is the number of
       elements of the parameters the task updates, concatenated in the
       order of `train.layers[l].params` (each parameter row-major). A
       parameter starting at element o of that concatenation with n elements
@@ -340,7 +365,10 @@ def SchedOverlapOptimizerPass : Pass<"sched-overlap-optimizer", "mlir::ModuleOp"
   let options = [
     Option<"fraction", "fraction", "double", /*default=*/"0.0",
            "Fraction F in [0, 1] of each layer's parameter elements whose "
-           "update is applied just before the layer's next forward">
+           "update is applied just before the layer's next forward">,
+    Option<"granule", "granule", "int64_t", /*default=*/"64",
+           "The deferred elements of a layer are a multiple of this many "
+           "(or all of them)">
   ];
   let dependentDialects = ["spillway::sched::SchedDialect",
                            "spillway::train::TrainDialect"];
