@@ -118,4 +118,119 @@ TEST(Tiers, ParametersLiveInTheirBlockBetweenScatterAndGather) {
   EXPECT_EQ(v.as<float>()[5], 5.5f);
 }
 
+// A parameter "v" of 128 elements (512 bytes): k, k = 0..127.
+std::unique_ptr<spw_ctx> context_with_long_param() {
+  auto ctx = spw::make_context();
+  const int64_t dims[] = {128};
+  spw_declare_param(ctx.get(), "v", SPW_F32, 1, dims, 0);
+  float *v = ctx->params[0].value->as<float>();
+  for (int i = 0; i < 128; ++i)
+    v[i] = float(i);
+  return ctx;
+}
+
+TEST(Tiers, SplitBlocksBindTheirPartsAndUpdateEachOnItsOwn) {
+  auto ctx = context_with_long_param();
+  const int64_t predicted[4] = {0, 0, 0, 0};
+  spw_declare_tiers(ctx.get(), 4096, 16384, 0, "", predicted);
+  const int64_t members[] = {0}, offsets[] = {0};
+  // Parameters and AdamW state homed on host; the first 64 elements (256
+  // bytes) are part 0.
+  spw_declare_block(ctx.get(), 0, 0, 512, 1, 0, 1, members, offsets);
+  spw_declare_block(ctx.get(), 1, 0, 1024, 1, 8192, 1, members, offsets);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  for (auto [split, want] : {std::pair<int64_t, const char *>{100, "a multiple of 256"},
+                             {512, "a multiple of 256 inside the block"},
+                             {0, "split at 0 bytes"}}) {
+    spw_declare_split(ctx.get(), 0, 0, split);
+    EXPECT_NE(ctx->error.find(want), std::string::npos)
+        << split << ": " << ctx->error;
+    ctx->error.clear();
+  }
+  spw_declare_split(ctx.get(), 0, 0, 256);
+  spw_declare_split(ctx.get(), 1, 0, 256);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  spw_declare_split(ctx.get(), 1, 0, 256);
+  EXPECT_NE(ctx->error.find("split twice"), std::string::npos) << ctx->error;
+  ctx->error.clear();
+  spw::tiers_start(ctx.get(), {}, spw::storage::Backend::Threads);
+  spw::tiers_scatter(ctx.get());
+
+  // On host the parts are 4 KiB apart: each element is where its part
+  // says, but the whole parameter is not readable in one piece.
+  spw::ParamInfo &p = ctx->params[0];
+  spw_bind(ctx.get(), 0, 0, 1);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  EXPECT_EQ(p.bound_split, 64);
+  ASSERT_NE(p.bound_w_part[0], nullptr);
+  ASSERT_NE(p.bound_w_part[1], nullptr);
+  EXPECT_EQ(p.bound_w_part[0][5], 5.0f);
+  EXPECT_EQ(p.bound_w_part[1][0], 64.0f);
+  EXPECT_EQ(p.bound_w_part[1][63], 127.0f);
+  EXPECT_EQ(p.value->data, nullptr);
+  spw_param(ctx.get(), 0);
+  EXPECT_NE(ctx->error.find("no copy of it is bound"), std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+
+  // An update within one part runs; one spanning both parts here fails.
+  spw_bind(ctx.get(), 1, 0, 1);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  ctx->step = 1;
+  std::vector<float> g(128, 0.5f);
+  auto grad = spwtest::f32({128}, g);
+  spw_adamw_range(ctx.get(), 0, grad.get(), 64, 128, 0.1, 0.9, 0.999, 1e-8,
+                  0.0);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  const float updated = p.bound_w_part[1][0];
+  EXPECT_LT(updated, 64.0f);                // updated
+  EXPECT_EQ(p.bound_w_part[0][63], 63.0f);  // untouched
+  spw_adamw_range(ctx.get(), 0, grad.get(), 0, 128, 0.1, 0.9, 0.999, 1e-8,
+                  0.0);
+  EXPECT_NE(ctx->error.find("span both parts of its split block"),
+            std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+
+  // Part 1 alone on the GPU: bound there, part 0 is not.
+  int32_t t = spw_move_part(ctx.get(), 0, 0, 1, 1, 0, 0, 0);
+  spw_await(ctx.get(), t);
+  spw_bind(ctx.get(), 0, 0, 0);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  EXPECT_EQ(p.bound_w_part[0], nullptr);
+  EXPECT_EQ(p.bound_w_part[1][0], updated); // the GPU copy of part 1
+  spw_adamw_range(ctx.get(), 0, grad.get(), 0, 64, 0.1, 0.9, 0.999, 1e-8,
+                  0.0);
+  EXPECT_NE(ctx->error.find("are not bound"), std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  // Both parts on the GPU are back to back: the parameter reads whole.
+  t = spw_move_part(ctx.get(), 0, 0, 0, 1, 0, 0, 0);
+  spw_await(ctx.get(), t);
+  spw_bind(ctx.get(), 0, 0, 0);
+  spw_tensor *w = spw_param(ctx.get(), 0);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  EXPECT_EQ(w->as<float>()[63], 63.0f);
+  EXPECT_EQ(w->as<float>()[64], updated);
+  // Parts: 2 only, and the GPU copy goes part by part.
+  spw_move_part(ctx.get(), 0, 0, 2, 1, 0, 0, 0);
+  EXPECT_NE(ctx->error.find("has no part 2 (2 parts)"), std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  spw_drop_part(ctx.get(), 0, 0, 0, 0);
+  spw_drop_part(ctx.get(), 0, 0, 1, 0);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+
+  // Gathered, the plain copies have both parts' values (part 1 updated).
+  spw::tiers_gather(ctx.get());
+  const float *v = ctx->params[0].value->as<float>();
+  EXPECT_EQ(v[0], 0.0f);
+  EXPECT_EQ(v[63], 63.0f);
+  EXPECT_EQ(v[64], updated);
+  EXPECT_EQ(ctx->params[0].adam_m.size(), 128u);
+  EXPECT_EQ(ctx->params[0].adam_m[0], 0.0f);
+  EXPECT_NE(ctx->params[0].adam_m[64], 0.0f);
+  EXPECT_EQ(p.bound_split, -1);
+}
+
 } // namespace

@@ -6,7 +6,67 @@
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=horizontal "--sched-place=placement=params=host,gradients=ssd" --sched-insert-transfers | grep "sched\." | grep -v "sched.yield\|sched.slice\|sched.iteration" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=GPUOPT
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-place --sched-insert-transfers | grep "sched\." | grep -v "sched.yield\|sched.slice\|sched.iteration" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=RESIDENT
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-overlap-optimizer "--sched-place=placement=params=ssd,optimizer=host,gradients=host" --sched-insert-transfers | grep "sched\." | grep -v "sched.yield\|sched.slice\|sched.iteration" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=OVERLAP
+// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-overlap-optimizer="fraction=0.5 granule=1" "--sched-place=placement=params=ssd,optimizer=ssd,gradients=host" --sched-insert-transfers | grep "sched\.\|deferred = " | grep -v "sched.yield\|sched.slice\|sched.iteration" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=DEFCPU
+// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-overlap-optimizer="fraction=1 granule=1" "--sched-place=placement=params=ssd,optimizer=gpu,gradients=gpu" --sched-insert-transfers | grep "sched\." | grep -v "sched.yield\|sched.slice\|sched.iteration" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=DEFGPU
 
+
+// The optimizer overlap (F = 0.5, granule 1 to split these small layers):
+// the first 20, 10 and 20 elements of the layers are updated a step late.
+// A CPU optimizer with everything on SSD: each layer's deferred update runs
+// on the copy its first load read from SSD, just before the upload; part 0
+// of the state comes from SSD and goes back, part 0 of the parameters is
+// written back while the load goes on with the whole block.
+// DEFCPU:      sched.iteration(%, %) {deferred = array<i64: 20, 10, 20>
+// DEFCPU-NEXT: sched.move params layer(0) ssd -> host prio(demand)
+// DEFCPU-NEXT: sched.move params layer(1) ssd -> host prio(prefetch)
+// DEFCPU-NEXT: sched.await %
+// DEFCPU-NEXT: sched.bind params layer(0) host
+// DEFCPU-NEXT: sched.move optimizer layer(0) part(0) ssd -> host prio(demand)
+// DEFCPU-NEXT: sched.await %
+// DEFCPU-NEXT: sched.bind optimizer layer(0) host
+// DEFCPU-NEXT: sched.task opt deferred layer(0) ()
+// DEFCPU-NEXT: sched.move optimizer layer(0) part(0) host -> ssd prio(writeback)
+// DEFCPU-NEXT: sched.await %
+// DEFCPU-NEXT: sched.drop optimizer layer(0) part(0) host
+// DEFCPU-NEXT: sched.move params layer(0) part(0) host -> ssd prio(writeback)
+// DEFCPU-NEXT: sched.await %
+// DEFCPU-NEXT: sched.move params layer(0) host -> gpu prio(prefetch)
+// The update after the backward moves part 1 only.
+// DEFCPU:      sched.gradient @head.weight layer(2) host mean(2)
+// DEFCPU-NEXT: sched.move optimizer layer(2) part(1) ssd -> host prio(demand)
+// DEFCPU-NEXT: sched.await %
+// DEFCPU-NEXT: sched.bind optimizer layer(2) host
+// DEFCPU-NEXT: sched.move params layer(2) part(1) ssd -> host prio(demand)
+// DEFCPU-NEXT: sched.await %
+// DEFCPU-NEXT: sched.bind params layer(2) host
+// DEFCPU-NEXT: sched.task opt layer(2) (%)
+// DEFCPU-NEXT: sched.move params layer(2) part(1) host -> ssd prio(writeback)
+// DEFCPU-NEXT: sched.await %
+// DEFCPU-NEXT: sched.drop params layer(2) part(1) host
+// DEFCPU-NEXT: sched.move optimizer layer(2) part(1) host -> ssd prio(writeback)
+
+// F = 1 with a GPU optimizer and parameters on SSD: nothing is split (all
+// is deferred). The deferred update runs on the GPU copy of the layer's
+// first load, right after it is bound, and writes the parameters back to
+// SSD before the next loads start; the update after the backward only
+// reads the gradient.
+// DEFGPU:      sched.drop params layer(0) host
+// DEFGPU-NEXT: sched.bind params layer(0) gpu
+// DEFGPU-NEXT: sched.bind optimizer layer(0) gpu
+// DEFGPU-NEXT: sched.task opt deferred layer(0) ()
+// DEFGPU-NEXT: sched.move params layer(0) gpu -> host prio(writeback)
+// DEFGPU-NEXT: sched.await %
+// DEFGPU-NEXT: sched.move params layer(0) host -> ssd prio(writeback)
+// DEFGPU-NEXT: sched.await %
+// DEFGPU-NEXT: sched.drop params layer(0) host
+// DEFGPU-NEXT: sched.await %
+// DEFGPU-NEXT: sched.move params layer(1) host -> gpu prio(prefetch)
+// DEFGPU:      sched.task bwd layer(2) mb(0) (%, %, %)
+// DEFGPU-NEXT: sched.drop params layer(2) gpu
+// DEFGPU-NEXT: sched.stage_grads gradients layer(2) first(%, %)
+// DEFGPU-NEXT: sched.gradient @head.weight layer(2) gpu mean(2)
+// DEFGPU-NEXT: sched.task opt layer(2) (%)
+// DEFGPU-NEXT: sched.await %
 
 // With sched-overlap-optimizer (F = 0, as spillwayc always runs it) each
 // update follows its layer's last backward: layer 2's update, with its

@@ -279,7 +279,8 @@ void Rewriter::deferredUpdate(int64_t l, TaskOp task) {
   b.setInsertionPoint(task);
   if (tp == Tier::gpu && side != Tier::gpu)
     bring(BlockClass::params, l, Tier::gpu, side, Priority::demand, p0);
-  bind(BlockClass::params, l, side);
+  if (side != Tier::gpu) // on the GPU the load (or the start) bound them
+    bind(BlockClass::params, l, side);
   bring(BlockClass::optimizer, l, to, side, Priority::demand, p0);
   bind(BlockClass::optimizer, l, side);
   // After it: the state back home, and the updated parameters written to

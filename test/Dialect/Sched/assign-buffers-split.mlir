@@ -1,0 +1,56 @@
+// sched-assign-buffers with the optimizer overlap: a layer whose first D
+// elements are updated a step late has its params and optimizer blocks
+// split there (`split`, bytes of the members); each part is its own extent,
+// part 1 at part 0's size rounded up to the tier's granule (back to back on
+// the GPU), and a part move moves and costs that part only. Layer 0 (w1,
+// 16x16 = 256 elements) at F = 0.5 defers 128 elements, 512 bytes; layer 1
+// (w2, 16x3 = 48 elements) rounds to no 64-element granule and stays whole.
+// Snake, two micro-batches, everything on SSD.
+// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 "--sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd" --sched-insert-transfers --sched-assign-buffers | FileCheck %s
+// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 "--sched-place=placement=params=gpu,optimizer=host,gradients=gpu" --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=GPUHOME
+
+// CHECK: sched.buffers = {blocks = [
+// CHECK-SAME: {bytes = 1024 : i64, class = "params", home = "ssd", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>, split = 512 : i64}
+// CHECK-SAME: {bytes = 2048 : i64, class = "optimizer", home = "ssd", layer = 0 : i64, members = [@w1], offset = 8192 : i64, offsets = array<i64: 0>, split = 512 : i64}
+// The gradient moves whole: no split.
+// CHECK-SAME: {bytes = 1024 : i64, class = "gradients", home = "ssd", layer = 0 : i64, members = [@w1], offset = 16384 : i64, offsets = array<i64: 0>}
+// CHECK-SAME: {bytes = 192 : i64, class = "params", home = "ssd", layer = 1 : i64, members = [@w2], offset = 20480 : i64, offsets = array<i64: 0>}
+// Model bytes read from SSD: loads of layers 0, 1, 0 (1024 + 192 + 1024),
+// the gradients for the updates (1024 + 192), the state (part 0 of layer
+// 0: 1024 deferred + part 1: 1024; layer 1: 384), the parameters for the
+// update after the backward (part 1 of layer 0: 512; layer 1: 192); the
+// deferred part of layer 0's parameters is never read for its update.
+// CHECK-SAME: model_bytes = {d2h = 1216 : i64, h2d = 2240 : i64, ssd_read = 6592 : i64, ssd_write = 4864 : i64}
+
+// The deferred update of layer 0, on the copy of its first load.
+// CHECK: sched.move optimizer layer(0) part(0) ssd -> host prio(demand) at({{[0-9]+}})
+// CHECK: sched.task opt deferred layer(0)
+// CHECK: sched.move params layer(0) part(0) host -> ssd prio(writeback)
+// The update after the backward: part 1 only.
+// CHECK: sched.move params layer(0) part(1) ssd -> host prio(demand) at({{[0-9]+}})
+// CHECK: sched.task opt layer(0)
+// CHECK: sched.move params layer(0) part(1) host -> ssd prio(writeback)
+
+// Resident parameters, CPU optimizer: the GPU home holds both parts back
+// to back (1024 bytes, part 1 at 512), the host slot of a part move is the
+// whole block's (part 1 at its 4 KiB-aligned offset within it).
+// GPUHOME: {bytes = 1024 : i64, class = "params", home = "gpu", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>, split = 512 : i64}
+// GPUHOME: sched.move params layer(0) part(0) gpu -> host prio(demand) at({{[0-9]+}})
+// GPUHOME: sched.task opt deferred layer(0)
+// GPUHOME: sched.move params layer(0) part(0) host -> gpu prio(writeback)
+// GPUHOME: sched.drop params layer(0) part(0) host
+// GPUHOME-NEXT: sched.bind params layer(0) gpu
+
+module {
+  train.param @w1 : tensor<16x16xf32> at 0
+  train.param @w2 : tensor<16x3xf32> at 1024
+  func.func @two_layers(%x: tensor<6x16xf32>, %labels: tensor<6xi64>) -> tensor<f32> {
+    %w1 = train.param_value @w1 : tensor<16x16xf32>
+    %w2 = train.param_value @w2 : tensor<16x3xf32>
+    %h = train.matmul %x, %w1 : tensor<6x16xf32>, tensor<16x16xf32> -> tensor<6x16xf32>
+    %r = train.relu %h : tensor<6x16xf32>
+    %y = train.matmul %r, %w2 : tensor<6x16xf32>, tensor<16x3xf32> -> tensor<6x3xf32>
+    %l = train.softmax_cross_entropy_loss %y, %labels : tensor<6x3xf32>, tensor<6xi64>
+    return %l : tensor<f32>
+  }
+}
