@@ -22,6 +22,8 @@
 // deferred part of layer 0's parameters is never read for its update.
 // CHECK-SAME: model_bytes = {d2h = 1216 : i64, h2d = 2240 : i64, ssd_read = 6592 : i64, ssd_write = 4864 : i64}
 
+// The iteration says how many elements each layer defers.
+// CHECK: sched.iteration{{.*}}deferred = array<i64: 128, 0>
 // The deferred update of layer 0, on the copy of its first load.
 // CHECK: sched.move optimizer layer(0) part(0) ssd -> host prio(demand) at({{[0-9]+}})
 // CHECK: sched.task opt deferred layer(0)

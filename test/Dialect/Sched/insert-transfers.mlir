@@ -11,13 +11,13 @@
 
 
 // The optimizer overlap (F = 0.5, granule 1 to split these small layers):
-// the first 20, 10 and 20 elements of the layers are updated a step late.
-// A CPU optimizer with everything on SSD: each layer's deferred update runs
+// the first 20, 10 and 20 elements of the layers are updated a step late
+// (the iteration's `deferred`, checked in assign-buffers-split.mlir).
+// A CPU optimizer with everything on the SSD tier. Each deferred update runs
 // on the copy its first load read from SSD, just before the upload; part 0
 // of the state comes from SSD and goes back, part 0 of the parameters is
 // written back while the load goes on with the whole block.
-// DEFCPU:      sched.iteration(%, %) {deferred = array<i64: 20, 10, 20>
-// DEFCPU-NEXT: sched.move params layer(0) ssd -> host prio(demand)
+// DEFCPU:      sched.move params layer(0) ssd -> host prio(demand)
 // DEFCPU-NEXT: sched.move params layer(1) ssd -> host prio(prefetch)
 // DEFCPU-NEXT: sched.await %
 // DEFCPU-NEXT: sched.bind params layer(0) host
@@ -45,7 +45,7 @@
 // DEFCPU-NEXT: sched.drop params layer(2) part(1) host
 // DEFCPU-NEXT: sched.move optimizer layer(2) part(1) host -> ssd prio(writeback)
 
-// F = 1 with a GPU optimizer and parameters on SSD: nothing is split (all
+// F = 1 with a GPU optimizer and the parameters on SSD. Nothing is split (all
 // is deferred). The deferred update runs on the GPU copy of the layer's
 // first load, right after it is bound, and writes the parameters back to
 // SSD before the next loads start; the update after the backward only
