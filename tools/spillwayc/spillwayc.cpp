@@ -794,12 +794,15 @@ int main(int argc, char **argv) {
     if (!planningInputs)
       return fail(error);
     if (offload) {
-      // The plan the executable follows: its own M and overlap (none yet),
-      // activations on the GPU unless pinned (then sched-place refuses).
+      // The plan the executable follows: its own M and overlap (none yet).
+      // Without recompute the backward reads forward intermediates the plan
+      // does not move: activations stay on the GPU unless pinned (then
+      // sched-place says what to do).
       using namespace spillway::schedule;
       planningInputs->space.microBatches = {unsigned(exeMicrobatches)};
       planningInputs->space.overlaps = {0};
-      if (!planningInputs->space.pinned[int(TensorClass::Activations)])
+      if (recompute != "on" &&
+          !planningInputs->space.pinned[int(TensorClass::Activations)])
         planningInputs->space.pinned[int(TensorClass::Activations)] = Tier::GPU;
     }
   }
