@@ -212,7 +212,8 @@ cl::list<std::string> placeClasses(
     cl::desc("Pin tensor classes to tiers for the plan: classes params, "
              "master, optimizer, gradients, activations; tiers gpu, host, "
              "ssd. The planner decides the rest (with --hw; else the GPU). "
-             "With -o the executable follows this offload plan"),
+             "With -o the executable follows this offload plan "
+             "(activations off the GPU need --recompute on, the default)"),
     cl::value_desc("CLASS=TIER,..."), cl::cat(category));
 cl::opt<bool> verbose("v", cl::desc("Print each stage as it runs"),
                       cl::cat(category));
