@@ -232,26 +232,73 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
       s.layers[l].backwardFlops += f;
     }
   }
-  // Boundary activations: a batch-derived forward value read by a later
-  // layer (forward or backward), counted once at the layer producing it.
   // Working bytes: every batch-derived forward value of the layer, which
   // recompute rematerializes for its backward.
+  auto isFwd = [&](Operation *op) {
+    auto phase = op ? op->getAttrOfType<StringAttr>("train.phase") : nullptr;
+    return phase && phase.getValue() == "fwd";
+  };
+  for (Operation &op : body.without_terminator())
+    if (isFwd(&op))
+      for (Value r : op.getResults())
+        if (fromBatch.count(r))
+          s.layers[layerOf[&op]].workingBytes += bytesOf(r.getType());
+  // Activations: the batch-derived forward values a backward reads across
+  // the fwd/bwd gap once sched-recompute has run (the values an offload plan
+  // moves off the GPU and back, docs/cost-model.md). A forward value some op
+  // outside its layer's forward reads other than a backward op (the next
+  // layer's input, the loss) is kept: a backward op reading it reads it
+  // directly. Any other forward value a backward op reads is recomputed from
+  // its layer's forward inputs, and the kept values among those are read
+  // instead. Each value counts once, at the layer producing it.
+  auto fwdLayerOf = [&](Value v) -> std::optional<int64_t> {
+    Operation *def = v.getDefiningOp();
+    if (!def || !isFwd(def) || !fromBatch.count(v))
+      return std::nullopt;
+    return layerOf.lookup(def);
+  };
+  auto kept = [&](Value v, int64_t l) {
+    return llvm::any_of(v.getUsers(), [&](Operation *u) {
+      auto it = layerOf.find(u);
+      if (it == layerOf.end())
+        return true; // the step's results
+      auto phase = u->getAttrOfType<StringAttr>("train.phase").getValue();
+      return phase != "bwd" && !(phase == "fwd" && it->second == l);
+    });
+  };
+  llvm::DenseSet<Value> activations;
   for (Operation &op : body.without_terminator()) {
-    if (op.getAttrOfType<StringAttr>("train.phase").getValue() != "fwd")
+    if (op.getAttrOfType<StringAttr>("train.phase").getValue() != "bwd")
       continue;
-    int64_t l = layerOf[&op];
-    for (Value r : op.getResults()) {
-      if (!fromBatch.count(r))
+    for (Value v : op.getOperands()) {
+      auto l = fwdLayerOf(v);
+      if (!l)
         continue;
-      s.layers[l].workingBytes += bytesOf(r.getType());
-      bool crosses = llvm::any_of(r.getUsers(), [&](Operation *u) {
-        auto it = layerOf.find(u);
-        return it != layerOf.end() && it->second > l;
-      });
-      if (crosses)
-        s.layers[l].activationBytes += bytesOf(r.getType());
+      if (kept(v, *l)) {
+        activations.insert(v);
+        continue;
+      }
+      // Recomputed: walk back through layer l's forward to its inputs.
+      SmallVector<Value> work = {v};
+      llvm::DenseSet<Value> seen;
+      while (!work.empty()) {
+        Value w = work.pop_back_val();
+        if (!seen.insert(w).second)
+          continue;
+        for (Value in : w.getDefiningOp()->getOperands()) {
+          auto inLayer = fwdLayerOf(in);
+          if (!inLayer)
+            continue; // a step argument, or computed from parameters alone
+          if (*inLayer == *l)
+            work.push_back(in);
+          else
+            activations.insert(in);
+        }
+      }
     }
   }
+  for (Value v : activations)
+    s.layers[*fwdLayerOf(v)].activationBytes += bytesOf(v.getType());
   for (LayerCost &l : s.layers)
     l.recomputeFlops = l.forwardFlops;
   if (totals)

@@ -27,8 +27,8 @@ using Clock = std::chrono::steady_clock;
 
 const char *class_name(int c) {
   static const char *names[] = {"params", "optimizer", "gradients",
-                                "gradstage"};
-  return c >= 0 && c < 4 ? names[c] : "?";
+                                "gradstage", "activations"};
+  return c >= 0 && c < 5 ? names[c] : "?";
 }
 } // namespace
 
@@ -68,6 +68,9 @@ struct Tiers {
                     : (part_bytes(0) + granule[tier] - 1) / granule[tier] *
                           granule[tier];
     }
+    // An activation block: the type put into it (dims[0..rank)), -1: none.
+    int32_t dtype = -1, rank = 0;
+    int64_t dims[kMaxRank] = {};
   };
   // Declared.
   uint64_t gpu_bytes = 0, host_bytes = 0, ssd_bytes = 0;
@@ -822,6 +825,86 @@ spw_tensor *spw_gradient(spw_ctx *ctx, int32_t param, int32_t layer,
     for (int64_t e = 0; e < g->numel; ++e)
       dst[e] = divisor == 1 ? src[e] : src[e] / m;
     out = g;
+  });
+  return out;
+}
+
+// ---- activations off the GPU ---------------------------------------------------
+
+namespace {
+constexpr int32_t kActivations = SPW_BLOCK_ACTIVATIONS;
+}
+
+void spw_declare_activation(spw_ctx *ctx, int32_t index, int64_t bytes) {
+  guarded(ctx, "spw_declare_activation", [&] {
+    Tiers &t = tiers_of(ctx);
+    if (index < 0 || bytes <= 0)
+      fail("invalid activation block (index %d, %lld bytes)", index,
+           (long long)bytes);
+    if (t.by_key.count({kActivations, index}))
+      fail("activation block %d declared twice", index);
+    Tiers::Block b;
+    b.cls = kActivations;
+    b.layer = index;
+    b.bytes = uint64_t(bytes);
+    b.name = format("activations/%d", index);
+    t.by_key[{kActivations, index}] = t.blocks.size();
+    t.blocks.push_back(std::move(b));
+  });
+}
+
+void spw_put_activation(spw_ctx *ctx, int32_t index, spw_tensor *x,
+                        int64_t at) {
+  guarded(ctx, "spw_put_activation", [&] {
+    Tiers &t = tiers_of(ctx);
+    TensorStore &s = t.started("spw_put_activation");
+    Tiers::Block &b = t.block(kActivations, index, "spw_put_activation");
+    if (!x || !x->data)
+      fail("%s: no tensor to put (null, or already freed)", b.name.c_str());
+    if (uint64_t(x->bytes()) != b.bytes)
+      fail("%s: the tensor %s %s has %lld bytes, the block %llu",
+           b.name.c_str(), dtype_name(x->dtype), x->shape().c_str(),
+           (long long)x->bytes(), (unsigned long long)b.bytes);
+    if (s.resident(b.id, Tier::Gpu))
+      fail("%s already has a GPU copy (put twice without a drop)",
+           b.name.c_str());
+    if (at < 0)
+      fail("%s: no offset for its GPU copy", b.name.c_str());
+    s.place(b.id, Tier::Gpu, uint64_t(at));
+    std::memcpy(t.address(b, int(Tier::Gpu)), x->data, b.bytes);
+    b.dtype = x->dtype;
+    b.rank = x->rank;
+    std::memcpy(b.dims, x->dims, sizeof b.dims);
+    // The point of offloading: the tensor's own memory goes now.
+    x->owned.reset();
+    x->data = nullptr;
+  });
+}
+
+spw_tensor *spw_take_activation(spw_ctx *ctx, int32_t index, int32_t dtype,
+                                int32_t rank, const int64_t *dims) {
+  if (!ctx)
+    return nullptr;
+  spw_tensor *out = &ctx->dummy;
+  guarded(ctx, "spw_take_activation", [&] {
+    Tiers &t = tiers_of(ctx);
+    TensorStore &s = t.started("spw_take_activation");
+    Tiers::Block &b = t.block(kActivations, index, "spw_take_activation");
+    if (b.dtype < 0)
+      fail("%s: nothing was put into it", b.name.c_str());
+    if (dtype != b.dtype || rank != b.rank || (rank > 0 && !dims) ||
+        !std::equal(b.dims, b.dims + b.rank, dims))
+      fail("%s: taken as another type than the %s %s that was put",
+           b.name.c_str(), dtype_name(b.dtype),
+           shape_str(b.dims, b.rank).c_str());
+    if (!s.resident(b.id, Tier::Gpu))
+      fail("%s has no GPU copy (move it back host -> gpu before taking it)",
+           b.name.c_str());
+    ctx->step_tensors.push_back(make_tensor(b.dtype, b.rank, b.dims,
+                                            "activation"));
+    spw_tensor *x = ctx->step_tensors.back().get();
+    std::memcpy(x->data, t.address(b, int(Tier::Gpu)), b.bytes);
+    out = x;
   });
   return out;
 }

@@ -233,4 +233,90 @@ TEST(Tiers, SplitBlocksBindTheirPartsAndUpdateEachOnItsOwn) {
   EXPECT_EQ(p.bound_split, -1);
 }
 
+// An activation block: put copies the tensor into the GPU copy and frees
+// the tensor's memory; the block goes to host and back; take gives a new
+// tensor with the same values. Every misuse is an error naming the block.
+TEST(Tiers, ActivationsPutMoveTake) {
+  auto ctx = context_with_param();
+  const int64_t predicted[4] = {0, 0, 0, 0};
+  spw_declare_tiers(ctx.get(), 4096, 8192, 0, "", predicted);
+  spw_declare_activation(ctx.get(), 3, 24);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  spw_declare_activation(ctx.get(), 3, 24);
+  EXPECT_NE(ctx->error.find("activation block 3 declared twice"),
+            std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  spw_declare_activation(ctx.get(), 4, 0);
+  EXPECT_NE(ctx->error.find("invalid activation block"), std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  spw::tiers_start(ctx.get(), {}, spw::storage::Backend::Threads);
+
+  const int64_t dims[] = {2, 3};
+  auto x = spw::make_tensor(SPW_F32, 2, dims, "x");
+  for (int i = 0; i < 6; ++i)
+    x->as<float>()[i] = float(i) * 1.25f;
+  // Not declared, wrong size, no offset: errors, and x keeps its memory.
+  spw_put_activation(ctx.get(), 9, x.get(), 0);
+  EXPECT_NE(ctx->error.find("declares no activations block for layer 9"),
+            std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  const int64_t small[] = {2, 2};
+  auto y = spw::make_tensor(SPW_F32, 2, small, "y");
+  spw_put_activation(ctx.get(), 3, y.get(), 0);
+  EXPECT_NE(ctx->error.find("activations/3: the tensor f32 [2,2] has 16 "
+                            "bytes, the block 24"),
+            std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  spw_put_activation(ctx.get(), 3, x.get(), -1);
+  EXPECT_NE(ctx->error.find("no offset for its GPU copy"), std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  ASSERT_NE(x->data, nullptr);
+  // Taken before anything was put.
+  spw_take_activation(ctx.get(), 3, SPW_F32, 2, dims);
+  EXPECT_NE(ctx->error.find("activations/3: nothing was put into it"),
+            std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+
+  spw_put_activation(ctx.get(), 3, x.get(), 256);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  EXPECT_EQ(x->data, nullptr); // its memory is gone
+  EXPECT_EQ(x->owned, nullptr);
+  spw_put_activation(ctx.get(), 3, x.get(), 256);
+  EXPECT_NE(ctx->error.find("already freed"), std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  spw_await(ctx.get(), spw_move(ctx.get(), SPW_BLOCK_ACTIVATIONS, 3,
+                                SPW_TIER_GPU, SPW_TIER_HOST, 2, 4096));
+  spw_drop(ctx.get(), SPW_BLOCK_ACTIVATIONS, 3, SPW_TIER_GPU);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  spw_take_activation(ctx.get(), 3, SPW_F32, 2, dims);
+  EXPECT_NE(ctx->error.find("activations/3 has no GPU copy"),
+            std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  spw_await(ctx.get(), spw_move(ctx.get(), SPW_BLOCK_ACTIVATIONS, 3,
+                                SPW_TIER_HOST, SPW_TIER_GPU, 0, 512));
+  spw_drop(ctx.get(), SPW_BLOCK_ACTIVATIONS, 3, SPW_TIER_HOST);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  const int64_t other[] = {3, 2};
+  spw_take_activation(ctx.get(), 3, SPW_F32, 2, other);
+  EXPECT_NE(ctx->error.find("taken as another type than the f32 [2,3]"),
+            std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  spw_tensor *back = spw_take_activation(ctx.get(), 3, SPW_F32, 2, dims);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  ASSERT_EQ(back->numel, 6);
+  for (int i = 0; i < 6; ++i)
+    EXPECT_EQ(back->as<float>()[i], float(i) * 1.25f);
+  spw_drop(ctx.get(), SPW_BLOCK_ACTIVATIONS, 3, SPW_TIER_GPU);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+}
+
 } // namespace

@@ -2,7 +2,8 @@
 """Trains the one-block GPT example under every offload configuration.
 
 {horizontal, snake} x optimizer overlap F in {0, 0.5, 1} x {resident, host
-offload, SSD offload, two mixed placements} x M in {1, 4}:
+offload, SSD offload, two mixed placements, activations on host,
+activations on SSD with the rest off the GPU} x M in {1, 4}:
 each executable is compiled with an offload plan (spillwayc --place, with
 --hw so spillwayc checks the plan's transfers against the cost model), runs
 K steps with --stats-json, and must
@@ -38,6 +39,11 @@ PLACEMENTS = {
     # the GPU, and a CPU optimizer updating GPU-resident parameters.
     "gpuopt": ("params=host,optimizer=gpu,gradients=ssd", "ssd"),
     "cpuopt": ("params=gpu,optimizer=host,gradients=gpu", "pcie"),
+    # Activations off the GPU: alone on host, and on SSD with every other
+    # class away from the GPU too (a CPU optimizer).
+    "acthost": ("activations=host", "pcie"),
+    "actssd": ("params=host,optimizer=host,gradients=ssd,activations=ssd",
+               "ssd"),
 }
 
 

@@ -212,7 +212,8 @@ cl::list<std::string> placeClasses(
     cl::desc("Pin tensor classes to tiers for the plan: classes params, "
              "master, optimizer, gradients, activations; tiers gpu, host, "
              "ssd. The planner decides the rest (with --hw; else the GPU). "
-             "With -o the executable follows this offload plan"),
+             "With -o the executable follows this offload plan "
+             "(activations off the GPU need --recompute on, the default)"),
     cl::value_desc("CLASS=TIER,..."), cl::cat(category));
 cl::opt<bool> verbose("v", cl::desc("Print each stage as it runs"),
                       cl::cat(category));
@@ -794,12 +795,15 @@ int main(int argc, char **argv) {
     if (!planningInputs)
       return fail(error);
     if (offload) {
-      // The plan the executable follows: its own M and overlap,
-      // activations on the GPU unless pinned (then sched-place refuses).
+      // The plan the executable follows: its own M and overlap. Without
+      // recompute the backward reads forward intermediates the plan does
+      // not move: activations stay on the GPU unless pinned (then
+      // sched-place says what to do).
       using namespace spillway::schedule;
       planningInputs->space.microBatches = {unsigned(exeMicrobatches)};
       planningInputs->space.overlaps = {double(overlapOptimizer)};
-      if (!planningInputs->space.pinned[int(TensorClass::Activations)])
+      if (recompute != "on" &&
+          !planningInputs->space.pinned[int(TensorClass::Activations)])
         planningInputs->space.pinned[int(TensorClass::Activations)] = Tier::GPU;
     }
   }

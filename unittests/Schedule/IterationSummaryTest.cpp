@@ -155,6 +155,47 @@ module {
   EXPECT_EQ(s->layers[1].forwardFlops, 192 + 480 + 300);
 }
 
+// Activations are what a backward reads across the fwd/bwd gap once
+// sched-recompute has run (what an offload plan moves): a value the next
+// layer's forward reads but no backward needs is not one; a value a layer's
+// backward reads only through its recomputed forward is.
+TEST_F(SummaryTest, ActivationsAreWhatTheBackwardReads) {
+  auto m = step(R"mlir(
+module {
+  train.param @pa : tensor<4x8xf32> at 0
+  train.param @pb : tensor<4x8xf32> at 128
+  train.param @pc : tensor<4x8xf32> at 256
+  train.param @w : tensor<8x3xf32> at 384
+  func.func @step(%x: tensor<4x8xf32>, %labels: tensor<4xi64>) -> tensor<f32> {
+    %a = train.param_value @pa : tensor<4x8xf32>
+    %b = train.param_value @pb : tensor<4x8xf32>
+    %c = train.param_value @pc : tensor<4x8xf32>
+    %w = train.param_value @w : tensor<8x3xf32>
+    %x0 = train.add %x, %a : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+    %x1 = train.add %x0, %b : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+    %t = train.tanh %x1 : tensor<4x8xf32>
+    %x2 = train.mul %t, %c : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+    %y = train.matmul %x2, %w : tensor<4x8xf32>, tensor<8x3xf32> -> tensor<4x3xf32>
+    %l = train.softmax_cross_entropy_loss %y, %labels : tensor<4x3xf32>, tensor<4xi64>
+    return %l : tensor<f32>
+  }
+}
+)mlir");
+  ASSERT_TRUE(m);
+  std::string error;
+  auto s = summarizeIteration(*m, error);
+  ASSERT_TRUE(s) << error;
+  ASSERT_EQ(s->layers.size(), 4u);
+  // %x0 feeds the next add, whose gradient does not read it.
+  EXPECT_EQ(s->layers[0].activationBytes, 0u);
+  // The mul's gradient for @pc reads tanh(%x1): read directly, or
+  // recomputed from %x1 (wherever the tanh lands), 4x8 f32 either way.
+  EXPECT_EQ(s->layers[1].activationBytes, 128u);
+  // The matmul's gradient for @w reads %x2.
+  EXPECT_EQ(s->layers[2].activationBytes, 128u);
+  EXPECT_EQ(s->layers[3].activationBytes, 0u);
+}
+
 TEST_F(SummaryTest, AttentionFlops) {
   auto m = parse(R"mlir(
 module {

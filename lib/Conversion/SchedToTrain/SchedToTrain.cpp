@@ -81,8 +81,8 @@ LogicalResult lower(Operation *op, OpBuilder &b) {
   // An offload plan's moves and bindings stay, in order, for
   // convert-train-to-runtime.
   if (isa<sched::MoveOp, sched::AwaitOp, sched::DropOp, sched::BindOp,
-          sched::StageGradsOp, sched::AccumulateGradsOp, sched::GradientOp>(
-          op))
+          sched::StageGradsOp, sched::AccumulateGradsOp, sched::GradientOp,
+          sched::PutActivationOp, sched::TakeActivationOp>(op))
     return success();
   return op->emitError("convert-sched-to-train: ")
          << op->getName()

@@ -723,6 +723,15 @@ LogicalResult RuntimeEmitter::emitTiers() {
                << a << " has a bad home";
       home = static_cast<int32_t>(*tier);
     }
+    if (*cls == sched::BlockClass::activations) {
+      // Homeless and memberless: a slot on each tier it visits (`at`).
+      if (home != -1 || !memberList.empty() || i64Of(b, "bytes") <= 0)
+        return module.emitError("sched.buffers: activation block ")
+               << a << " has a home, members or no bytes";
+      callRuntime("spw_declare_activation", voidTy, {ptrTy, i32Ty, i64Ty},
+                  {ctxArg, i32(i64Of(b, "layer")), i64(i64Of(b, "bytes"))});
+      continue;
+    }
     SmallVector<int64_t> members;
     for (Attribute m : memberList) {
       auto sym = dyn_cast<FlatSymbolRefAttr>(m);
@@ -836,6 +845,23 @@ FailureOr<bool> RuntimeEmitter::emitSchedOp(Operation *op,
         "spw_gradient", ptrTy, {ptrTy, i32Ty, i32Ty, i32Ty, i64Ty},
         {ctxArg, i32(it->second), i32(g.getLayer()), tier(g.getTier()),
          i64(g.getDivisor())});
+    return true;
+  }
+  if (auto put = dyn_cast<sched::PutActivationOp>(op)) {
+    callRuntime("spw_put_activation", voidTy, {ptrTy, i32Ty, ptrTy, i64Ty},
+                {ctxArg, i32(put.getIndex()), handles.lookup(put.getValue()),
+                 atOf(put.getAt())});
+    return true;
+  }
+  if (auto take = dyn_cast<sched::TakeActivationOp>(op)) {
+    auto type = cast<RankedTensorType>(take.getType());
+    auto dtype = dtypeOf(op, type.getElementType());
+    if (failed(dtype))
+      return failure();
+    handles[take.getResult()] = callRuntime(
+        "spw_take_activation", ptrTy, {ptrTy, i32Ty, i32Ty, i32Ty, ptrTy},
+        {ctxArg, i32(take.getIndex()), i32(*dtype), i32(type.getRank()),
+         i64Array(type.getShape())});
     return true;
   }
   return false;

@@ -6,6 +6,8 @@
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=params=host" --sched-insert-transfers --sched-assign-buffers --convert-sched-to-train | sed '0,/members = \[@w1\]/s//members = [@nope]/' | not spillway-opt --convert-train-to-runtime 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=params=host" --sched-insert-transfers --sched-assign-buffers --convert-sched-to-train | sed '0,/home = "host"/s//home = "nvme"/' | not spillway-opt --convert-train-to-runtime 2>&1 | FileCheck %s --check-prefix=HOME
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=params=host" --sched-insert-transfers --sched-assign-buffers --convert-sched-to-train | spillway-opt --convert-train-to-runtime | FileCheck %s --check-prefix=GOOD
+// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order --sched-recompute "--sched-place=placement=activations=ssd" --sched-insert-transfers --sched-assign-buffers --convert-sched-to-train | spillway-opt --convert-train-to-runtime | FileCheck %s --check-prefix=ACT
+// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order --sched-recompute "--sched-place=placement=activations=ssd" --sched-insert-transfers --sched-assign-buffers --convert-sched-to-train | sed 's/class = "activations", layer = 0 : i64,/class = "activations", home = "host", layer = 0 : i64, offset = 0 : i64,/' | not spillway-opt --convert-train-to-runtime 2>&1 | FileCheck %s --check-prefix=ACTBAD
 
 // NOOFFSETS: error: sched.buffers: malformed block {{.*}} (class, layer, bytes, members and as many offsets)
 // LENGTHS: error: sched.buffers: malformed block
@@ -16,6 +18,14 @@
 // GOOD: llvm.call @spw_move
 // GOOD: llvm.call @spw_await
 // GOOD: llvm.call @spw_bind
+// The relu's output goes to SSD and back: declared as an activation block
+// of 6x8 f32, put after the forward, taken before the backward.
+// ACT:      llvm.call @spw_declare_activation(%{{.*}}, %{{.*}}, %{{.*}}) : (!llvm.ptr, i32, i64) -> ()
+// ACT:      llvm.call @spw_put_activation(
+// ACT:      llvm.call @spw_move(
+// ACT:      llvm.call @spw_take_activation(
+// ACT:      llvm.call @spw_drop(
+// ACTBAD: error: sched.buffers: activation block {{.*}} has a home, members or no bytes
 module {
   train.param @w1 : tensor<4x8xf32> at 0
   train.param @w2 : tensor<8x3xf32> at 128

@@ -8,6 +8,9 @@
 // RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake "--sched-place=placement=params=ssd,optimizer=host,gradients=host" --sched-insert-transfers --sched-assign-buffers=host-mem=16384 2>&1 | FileCheck %s --check-prefix=HOST
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake "--sched-place=placement=params=ssd,optimizer=host,gradients=host" --sched-insert-transfers --sched-assign-buffers=gpu-mem=768 -o /dev/null
 // RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=ORDER
+// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-recompute "--sched-place=placement=activations=ssd" --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=ACT
+// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-recompute "--sched-place=placement=activations=ssd" --sched-insert-transfers --sched-assign-buffers=ssd-bytes=8191 2>&1 | FileCheck %s --check-prefix=ACTSSD
+// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-recompute "--sched-place=placement=activations=ssd" --sched-insert-transfers --sched-assign-buffers=gpu-mem=1791 2>&1 | FileCheck %s --check-prefix=ACTGPU
 
 // Homes: parameters on SSD (w1 at 0, w2 at the next 4 KiB), AdamW state and
 // gradients on host, packed per layer. The bytes: three loads from SSD
@@ -44,6 +47,30 @@
 
 // GPU: error: 'sched.iteration' op plan over budget: the gpu tier needs 768 bytes for this placement but the budget is 767; the smallest --gpu-mem that fits is 768 bytes
 // HOST: error: 'sched.iteration' op plan over budget: the host tier needs 28672 bytes for this placement but the budget is 16384; the smallest --host-mem that fits is 28672 bytes
+
+// Activations on SSD (after sched-recompute), everything else on the GPU;
+// the relu's output of each micro-batch (3x8 f32, 96 bytes) is the block's
+// input the second layer's backward reads. Activation blocks have no home:
+// each copy takes a slot of its tier's activation pool, after the homes and
+// the other pools. One GPU slot (both puts and takes are one at a time, at
+// 1536 after 1536 bytes of homes), one host staging slot, two SSD slots
+// (both activations are on SSD at the turn). Bytes: 2 x 96 each way, one
+// 4 KiB O_DIRECT transfer per SSD move.
+// ACT: {bytes = 96 : i64, class = "activations", layer = 0 : i64, members = [], offsets = array<i64>}, {bytes = 96 : i64, class = "activations", layer = 1 : i64, members = [], offsets = array<i64>}]
+// ACT-SAME: bytes_per_iteration = {d2h = 192 : i64, h2d = 192 : i64, ssd_read = 8192 : i64, ssd_write = 8192 : i64}
+// ACT-SAME: gpu_bytes = 1792 : i64, host_bytes = 4096 : i64
+// ACT-SAME: model_bytes = {d2h = 192 : i64, h2d = 192 : i64, ssd_read = 192 : i64, ssd_write = 192 : i64}
+// ACT-SAME: ssd_bytes = 8192 : i64
+// ACT:      sched.put_activation %{{.*}} index(1) at(1536) : tensor<3x8xf32>
+// ACT-NEXT: sched.move activations layer(1) gpu -> host prio(writeback) at(0)
+// ACT:      sched.move activations layer(1) host -> ssd prio(writeback) at(0)
+// ACT:      sched.put_activation %{{.*}} index(0) at(1536)
+// ACT:      sched.move activations layer(0) host -> ssd prio(writeback) at(4096)
+// ACT:      sched.move activations layer(0) ssd -> host prio(demand) at(0)
+// ACT-NEXT: sched.await
+// ACT-NEXT: sched.move activations layer(0) host -> gpu prio(demand) at(1536)
+// ACTSSD: error: 'sched.iteration' op plan over budget: the ssd tier needs 8192 bytes for this placement but the budget is 8191; the smallest SSD budget that fits is 8192 bytes
+// ACTGPU: error: 'sched.iteration' op plan over budget: the gpu tier needs 1792 bytes for this placement but the budget is 1791; the smallest --gpu-mem that fits is 1792 bytes
 // ORDER: error: 'sched.iteration' op sched-assign-buffers: run sched-place and sched-insert-transfers first
 module {
   train.param @w1 : tensor<4x8xf32> at 0

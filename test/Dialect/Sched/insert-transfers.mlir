@@ -67,6 +67,63 @@
 // DEFGPU-NEXT: sched.gradient @head.weight layer(2) gpu mean(2)
 // DEFGPU-NEXT: sched.task opt layer(2) (%)
 // DEFGPU-NEXT: sched.await %
+// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order=order=horizontal --sched-recompute "--sched-place=placement=activations=host" --sched-insert-transfers | FileCheck %s --check-prefix=ACTHOST
+// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-recompute "--sched-place=placement=activations=ssd" --sched-insert-transfers | grep "sched\." | grep -v "sched.yield\|sched.slice\|sched.iteration\|sched.recompute" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=ACTSSD
+
+
+// Activations on host (after sched-recompute): each fwd result a bwd task
+// reads goes off the GPU after its last forward reader (here the embedding's
+// output after layer 1, which reads it in its residual add) and comes back
+// just before its first backward reader, which reads the taken copy.
+// ACTHOST:      %[[X0:.*]] = sched.task fwd layer(0)
+// ACTHOST:      %[[X1:.*]] = sched.task fwd layer(1) (%[[X0]])
+// ACTHOST:      sched.put_activation %[[X0]] index(0) : tensor<6x4xf32>
+// ACTHOST-NEXT: %[[T0:.*]] = sched.move activations layer(0) gpu -> host prio(writeback)
+// ACTHOST-NEXT: sched.await %[[T0]]
+// ACTHOST-NEXT: sched.drop activations layer(0) gpu
+// ACTHOST-NEXT: sched.task fwd layer(2) (%[[X1]], %{{.*}})
+// ACTHOST:      sched.put_activation %[[X1]] index(1)
+// ACTHOST:      sched.move activations layer(1) host -> gpu prio(demand)
+// ACTHOST-NEXT: sched.await
+// ACTHOST-NEXT: %[[B1:.*]] = sched.take_activation index(1) : tensor<6x4xf32>
+// ACTHOST-NEXT: sched.drop activations layer(1) gpu
+// ACTHOST-NEXT: sched.drop activations layer(1) host
+// ACTHOST-NEXT: sched.task bwd layer(2) (%{{.*}}, %[[B1]])
+// ACTHOST:      %[[B0:.*]] = sched.take_activation index(0)
+// ACTHOST:      sched.task bwd layer(1) (%{{.*}}, %[[B0]])
+// ACTHOST-NOT:  sched.put_activation
+
+// Activations on SSD, snake, two micro-batches: 4 activations (the
+// embedding's and the block's output per micro-batch), each written
+// gpu -> host -> ssd and read back ssd -> host -> gpu, every copy but the
+// taken tensor dropped.
+// ACTSSD:      sched.task fwd layer(1) mb(1) (%)
+// ACTSSD-NEXT: sched.put_activation % index(1)
+// ACTSSD-NEXT: sched.move activations layer(1) gpu -> host prio(writeback)
+// ACTSSD-NEXT: sched.await %
+// ACTSSD-NEXT: sched.move activations layer(1) host -> ssd prio(writeback)
+// ACTSSD-NEXT: sched.await %
+// ACTSSD-NEXT: sched.drop activations layer(1) gpu
+// ACTSSD-NEXT: sched.drop activations layer(1) host
+// ACTSSD-NEXT: sched.task fwd layer(1) mb(0) (%)
+// ACTSSD:      sched.task fwd layer(2) mb(1) (%, %)
+// ACTSSD-NEXT: sched.put_activation % index(2)
+// ACTSSD:      sched.move activations layer(2) ssd -> host prio(demand)
+// ACTSSD-NEXT: sched.await %
+// ACTSSD-NEXT: sched.move activations layer(2) host -> gpu prio(demand)
+// ACTSSD-NEXT: sched.await %
+// ACTSSD-NEXT: sched.drop activations layer(2) host
+// ACTSSD-NEXT: sched.take_activation index(2)
+// ACTSSD-NEXT: sched.drop activations layer(2) gpu
+// ACTSSD-NEXT: sched.drop activations layer(2) ssd
+// ACTSSD-NEXT: sched.task bwd layer(2) mb(1) (%, %)
+// ACTSSD:      sched.take_activation index(3)
+// ACTSSD:      sched.take_activation index(0)
+// ACTSSD:      sched.take_activation index(1)
+// ACTSSD-NEXT: sched.drop activations layer(1) gpu
+// ACTSSD-NEXT: sched.drop activations layer(1) ssd
+// ACTSSD-NEXT: sched.task bwd layer(1) mb(1) (%, %)
+// ACTSSD-NOT:  sched.take_activation
 
 // With sched-overlap-optimizer (F = 0, as spillwayc always runs it) each
 // update follows its layer's last backward: layer 2's update, with its

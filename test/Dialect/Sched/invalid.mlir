@@ -319,3 +319,16 @@ func.func @deferred_twice() {
   }
   return
 }
+
+// -----
+
+// A put frees its value: reading it afterwards would read freed memory.
+func.func @read_after_put(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  %r = sched.iteration(%x) : (tensor<2x4xf32>) -> tensor<2x4xf32> {
+  ^bb0(%a: tensor<2x4xf32>):
+    // expected-error @+1 {{'sched.put_activation' op frees its value, but sched.yield reads it later; read the sched.take_activation of index 0 instead}}
+    sched.put_activation %a index(0) : tensor<2x4xf32>
+    sched.yield %a : tensor<2x4xf32>
+  }
+  return %r : tensor<2x4xf32>
+}

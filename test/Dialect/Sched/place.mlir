@@ -2,7 +2,8 @@
 // executor cannot run is refused.
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=params=ssd,optimizer=host,gradients=host" | FileCheck %s --check-prefix=PLACED
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=optimizer=gpu" | FileCheck %s --check-prefix=GPUOPT
-// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=activations=host" 2>&1 | FileCheck %s --check-prefix=ACT
+// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order --sched-recompute "--sched-place=placement=activations=ssd" | FileCheck %s --check-prefix=ACT
+// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=activations=host" 2>&1 | FileCheck %s --check-prefix=NORECOMPUTE
 // RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=master=host" 2>&1 | FileCheck %s --check-prefix=MASTER
 // RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=weights=host" 2>&1 | FileCheck %s --check-prefix=CLASS
 // RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=params=nvme" 2>&1 | FileCheck %s --check-prefix=TIER
@@ -18,7 +19,10 @@
 // PLACED-SAME: placement = {activations = "gpu", gradients = "host", optimizer = "host", params = "ssd"}
 // GPUOPT: optimizer_on = "gpu"
 // GPUOPT-SAME: placement = {activations = "gpu", gradients = "gpu", optimizer = "gpu", params = "gpu"}
-// ACT: error: sched-place: activations=host is not supported yet: the executor keeps activations in GPU memory; place activations=gpu
+// Activations off the GPU need sched-recompute: without it the backward
+// reads forward intermediates (here the logits) the plan would not move.
+// ACT: placement = {activations = "ssd", gradients = "gpu", optimizer = "gpu", params = "gpu"}
+// NORECOMPUTE: error: 'sched.task' op sched-place: activations=host needs sched-recompute first: result #{{[0-9]+}} is a forward intermediate only the backward reads; run sched-recompute (spillwayc --recompute on, the default) or place activations=gpu
 // MASTER: error: sched-place: 'master': there are no master weights to place
 // CLASS: error: sched-place: unknown tensor class 'weights' (classes: params, optimizer, gradients, activations)
 // TIER: error: sched-place: unknown tier 'nvme' for params (tiers: gpu, host, ssd)

@@ -104,6 +104,32 @@ func.func @blocks(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
+// Activations off the GPU: put into a block (its `layer` is the activation
+// index), moved like any block, taken back as a new value.
+// CHECK-LABEL: func.func @activations
+// CHECK:       sched.put_activation %{{.*}} index(3) at(512) : tensor<2x4xf32>
+// CHECK-NEXT:  %[[T:.*]] = sched.move activations layer(3) gpu -> host prio(writeback) at(0) : !sched.timepoint
+// CHECK-NEXT:  sched.await %[[T]] : !sched.timepoint
+// CHECK-NEXT:  sched.drop activations layer(3) gpu
+// CHECK:       %[[B:.*]] = sched.take_activation index(3) : tensor<2x4xf32>
+// CHECK-NEXT:  sched.yield %[[B]] : tensor<2x4xf32>
+func.func @activations(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  %r = sched.iteration(%x) : (tensor<2x4xf32>) -> tensor<2x4xf32> {
+  ^bb0(%a: tensor<2x4xf32>):
+    sched.put_activation %a index(3) at(512) : tensor<2x4xf32>
+    %t = sched.move activations layer(3) gpu -> host prio(writeback) at(0) : !sched.timepoint
+    sched.await %t : !sched.timepoint
+    sched.drop activations layer(3) gpu
+    %u = sched.move activations layer(3) host -> gpu prio(demand) : !sched.timepoint
+    sched.await %u : !sched.timepoint
+    %b = sched.take_activation index(3) : tensor<2x4xf32>
+    sched.yield %b : tensor<2x4xf32>
+  }
+  return %r : tensor<2x4xf32>
+}
+
+// -----
+
 // The optimizer overlap's form: a deferred opt task applying last
 // iteration's pending update of @w's elements [0, 4), and the opt task
 // deferring them again and updating the rest.

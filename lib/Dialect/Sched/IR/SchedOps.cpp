@@ -259,3 +259,17 @@ LogicalResult StageGradsOp::verify() {
              << getGrads()[i % n].getType();
   return success();
 }
+
+LogicalResult PutActivationOp::verify() {
+  // The runtime frees the value's memory here: a later reader would read
+  // freed memory, so the value must be dead after the put.
+  Operation *self = getOperation();
+  for (Operation *user : getValue().getUsers())
+    if (user != self && user->getBlock() == self->getBlock() &&
+        self->isBeforeInBlock(user))
+      return emitOpError("frees its value, but ")
+             << user->getName()
+             << " reads it later; read the sched.take_activation of index "
+             << getIndex() << " instead";
+  return success();
+}

@@ -59,6 +59,144 @@ struct BlockInfo {
   }
 };
 
+/// True for the ops of activation blocks, which assignActivations lays out.
+bool isActivationOp(Operation &op) {
+  if (isa<PutActivationOp, TakeActivationOp>(op))
+    return true;
+  if (auto mv = dyn_cast<MoveOp>(op))
+    return mv.getBlockClass() == BlockClass::activations;
+  if (auto d = dyn_cast<DropOp>(op))
+    return d.getBlockClass() == BlockClass::activations;
+  return false;
+}
+
+/// Activation blocks (class `activations`, one per index) have no home:
+/// every copy, on any tier, takes a slot of that tier's activation pool (as
+/// many slots of the largest activation as are ever live at once), laid out
+/// from `end` on, which moves past the pools. Gives the puts and moves their
+/// offsets, adds the moves' bytes and appends the blocks to `blockAttrs`.
+LogicalResult assignActivations(IterationOp it,
+                                std::array<uint64_t, kTiers> &end,
+                                std::array<uint64_t, 4> &linkRaw,
+                                std::array<uint64_t, 4> &linkAligned,
+                                SmallVectorImpl<Attribute> &blockAttrs) {
+  struct Act {
+    RankedTensorType type;
+    uint64_t bytes = 0;
+    bool taken = false;
+  };
+  std::map<int64_t, Act> acts;
+  std::array<std::vector<bool>, kTiers> busy;
+  std::map<std::pair<int64_t, int>, int> slotOf; // (index, tier) -> slot
+  struct Pending {
+    Operation *op;
+    int tier, slot;
+  };
+  SmallVector<Pending> pending;
+  auto acquire = [&](int64_t i, Tier t) {
+    auto &slots = busy[int(t)];
+    int s = 0;
+    while (s < int(slots.size()) && slots[s])
+      ++s;
+    if (s == int(slots.size()))
+      slots.push_back(false);
+    slots[s] = true;
+    slotOf[{i, int(t)}] = s;
+    return s;
+  };
+  auto known = [&](Operation &op, int64_t i) -> LogicalResult {
+    if (!acts.count(i))
+      return op.emitOpError("sched-assign-buffers: activation ")
+             << i << " has no sched.put_activation before this";
+    return success();
+  };
+  for (Operation &op : it.getBlock()) {
+    if (!isActivationOp(op))
+      continue;
+    if (auto put = dyn_cast<PutActivationOp>(op)) {
+      int64_t i = put.getIndex();
+      if (acts.count(i))
+        return put.emitOpError("sched-assign-buffers: activation ")
+               << i << " is put twice";
+      auto type = cast<RankedTensorType>(put.getValue().getType());
+      uint64_t bits = type.getElementTypeBitWidth();
+      acts[i] = {type, uint64_t(type.getNumElements()) * ((bits + 7) / 8)};
+      if (!acts[i].bytes)
+        return put.emitOpError("sched-assign-buffers: an empty activation");
+      pending.push_back({put, int(Tier::gpu), acquire(i, Tier::gpu)});
+    } else if (auto take = dyn_cast<TakeActivationOp>(op)) {
+      int64_t i = take.getIndex();
+      if (failed(known(op, i)))
+        return failure();
+      if (!slotOf.count({i, int(Tier::gpu)}))
+        return take.emitOpError("sched-assign-buffers: activation ")
+               << i << " has no GPU copy here (move it host -> gpu first)";
+      if (take.getType() != acts[i].type)
+        return take.emitOpError("sched-assign-buffers: activation ")
+               << i << " was put as " << acts[i].type << ", not "
+               << take.getType();
+      acts[i].taken = true;
+    } else if (auto mv = dyn_cast<MoveOp>(op)) {
+      int64_t i = mv.getLayer();
+      if (failed(known(op, i)))
+        return failure();
+      if (!slotOf.count({i, int(mv.getFrom())}))
+        return mv.emitOpError("sched-assign-buffers: activation ")
+               << i << " has no copy on " << stringifyTier(mv.getFrom());
+      if (slotOf.count({i, int(mv.getTo())}))
+        return mv.emitOpError("sched-assign-buffers: activation ")
+               << i << " already has a copy on " << stringifyTier(mv.getTo());
+      pending.push_back({mv, int(mv.getTo()), acquire(i, mv.getTo())});
+      uint64_t n = acts[i].bytes;
+      int link = mv.getFrom() == Tier::ssd  ? 0
+                 : mv.getTo() == Tier::ssd  ? 1
+                 : mv.getTo() == Tier::gpu  ? 2
+                                            : 3;
+      linkRaw[link] += n;
+      linkAligned[link] += link < 2 ? alignUp(n, kSsdAlign) : n;
+    } else {
+      auto drop = cast<DropOp>(op);
+      auto found = slotOf.find({int64_t(drop.getLayer()), int(drop.getTier())});
+      if (found == slotOf.end())
+        return drop.emitOpError("sched-assign-buffers: activation ")
+               << drop.getLayer() << " has no copy on "
+               << stringifyTier(drop.getTier()) << " to drop";
+      busy[int(drop.getTier())][found->second] = false;
+      slotOf.erase(found);
+    }
+  }
+  if (!slotOf.empty())
+    return it.emitOpError("sched-assign-buffers: activation ")
+           << slotOf.begin()->first.first << " is still on "
+           << stringifyTier(Tier(slotOf.begin()->first.second))
+           << " at the end of the iteration (a sched.drop is missing)";
+  for (auto &[i, a] : acts)
+    if (!a.taken)
+      return it.emitOpError("sched-assign-buffers: activation ")
+             << i << " is put but never taken back";
+
+  Builder b(it.getContext());
+  std::array<uint64_t, kTiers> base, slotBytes{};
+  for (int t = 0; t < kTiers; ++t) {
+    for (auto &[i, a] : acts)
+      slotBytes[t] = std::max(slotBytes[t], alignUp(a.bytes, kGranule[t]));
+    base[t] = alignUp(end[t], kGranule[t]);
+    if (!busy[t].empty())
+      end[t] = base[t] + busy[t].size() * slotBytes[t];
+  }
+  for (const Pending &p : pending)
+    p.op->setAttr("at", b.getI64IntegerAttr(int64_t(
+                            base[p.tier] + uint64_t(p.slot) * slotBytes[p.tier])));
+  for (auto &[i, a] : acts)
+    blockAttrs.push_back(b.getDictionaryAttr(
+        {b.getNamedAttr("class", b.getStringAttr("activations")),
+         b.getNamedAttr("layer", b.getI64IntegerAttr(i)),
+         b.getNamedAttr("bytes", b.getI64IntegerAttr(int64_t(a.bytes))),
+         b.getNamedAttr("members", b.getArrayAttr({})),
+         b.getNamedAttr("offsets", b.getDenseI64ArrayAttr({}))}));
+  return success();
+}
+
 struct SchedAssignBuffersPass
     : sched::impl::SchedAssignBuffersPassBase<SchedAssignBuffersPass> {
   using SchedAssignBuffersPassBase::SchedAssignBuffersPassBase;
@@ -229,6 +367,8 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
   };
   std::array<uint64_t, 4> linkRaw{}, linkAligned{}; // ssd_read, ssd_write, h2d, d2h
   for (Operation &op : it.getBlock()) {
+    if (isActivationOp(op))
+      continue; // assignActivations
     if (auto mv = dyn_cast<MoveOp>(op)) {
       int64_t l = mv.getLayer();
       if (l >= int64_t(numLayers))
@@ -324,6 +464,10 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
     }
     p.op->setAttr("at", b.getI64IntegerAttr(int64_t(at)));
   }
+  SmallVector<Attribute> activationBlocks;
+  if (failed(assignActivations(it, peak, linkRaw, linkAligned,
+                               activationBlocks)))
+    return failure();
 
   // Budgets.
   const uint64_t budgets[kTiers] = {gpuMem, hostMem, ssdBytes};
@@ -363,6 +507,7 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
       }
       blockAttrs.push_back(b.getDictionaryAttr(e));
     }
+  blockAttrs.append(activationBlocks);
   auto links = [&](const std::array<uint64_t, 4> &v) {
     return b.getDictionaryAttr(
         {b.getNamedAttr("ssd_read", b.getI64IntegerAttr(int64_t(v[0]))),

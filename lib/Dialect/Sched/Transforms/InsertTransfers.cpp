@@ -115,6 +115,7 @@ struct Rewriter {
   LogicalResult routeGradients(ArrayRef<Run> runs);
   LogicalResult placeUpdates();
   void deferredUpdate(int64_t l, TaskOp task);
+  LogicalResult routeActivations(Tier ta);
 };
 
 std::optional<Tier> tierOf(DictionaryAttr placement, StringRef cls) {
@@ -201,6 +202,9 @@ LogicalResult Rewriter::run() {
   if (tp == Tier::gpu)
     for (auto &[l, task] : deferredTask)
       deferredUpdate(l, task);
+  auto a = tierOf(placement, "activations");
+  if (a && *a != Tier::gpu)
+    return routeActivations(*a);
   return success();
 }
 
@@ -582,6 +586,62 @@ LogicalResult Rewriter::placeUpdates() {
   for (AccumulateOp acc : accs)
     if (acc->use_empty())
       acc.erase();
+  return success();
+}
+
+LogicalResult Rewriter::routeActivations(Tier ta) {
+  // The activations: fwd task results a bwd task reads, numbered in block
+  // order (producer, then result number).
+  struct Activation {
+    Value value;
+    Operation *lastForward; // the producer or its last non-bwd reader
+    TaskOp firstBackward;
+  };
+  SmallVector<Activation> acts;
+  for (TaskOp task : it.getBlock().getOps<TaskOp>()) {
+    if (task.getPhase() != Phase::fwd)
+      continue;
+    for (OpResult r : task->getResults()) {
+      Activation a{r, task, nullptr};
+      for (Operation *u : r.getUsers()) {
+        auto t = dyn_cast<TaskOp>(u);
+        if (t && t.getPhase() == Phase::bwd) {
+          if (!a.firstBackward || t->isBeforeInBlock(a.firstBackward))
+            a.firstBackward = t;
+        } else if (a.lastForward->isBeforeInBlock(u)) {
+          a.lastForward = u;
+        }
+      }
+      if (!a.firstBackward)
+        continue;
+      if (a.firstBackward->isBeforeInBlock(a.lastForward))
+        return a.lastForward->emitOpError("sched-insert-transfers: reads "
+                                          "result #")
+               << r.getResultNumber() << " of " << stringifyPhase(Phase::fwd)
+               << " layer(" << task.getLayer()
+               << ") after a bwd task read it; activations off the GPU must "
+                  "be read by the forward before the backward";
+      acts.push_back(a);
+    }
+  }
+  for (auto [i, a] : llvm::enumerate(acts)) {
+    Location loc = a.value.getLoc();
+    auto type = cast<RankedTensorType>(a.value.getType());
+    // Off the GPU after the forward's last read.
+    b.setInsertionPointAfter(a.lastForward);
+    PutActivationOp::create(b, loc, a.value, uint64_t(i), IntegerAttr());
+    sendBack(BlockClass::activations, i, Tier::gpu, ta);
+    // Back before the backward's first read; the bwd tasks read the copy.
+    b.setInsertionPoint(a.firstBackward);
+    bring(BlockClass::activations, i, ta, Tier::gpu, Priority::demand);
+    Value back = TakeActivationOp::create(b, loc, type, uint64_t(i));
+    drop(BlockClass::activations, i, Tier::gpu);
+    drop(BlockClass::activations, i, ta);
+    a.value.replaceUsesWithIf(back, [&](OpOperand &use) {
+      auto t = dyn_cast<TaskOp>(use.getOwner());
+      return t && t.getPhase() == Phase::bwd;
+    });
+  }
   return success();
 }
 

@@ -27,6 +27,30 @@ namespace {
 constexpr llvm::StringLiteral kClasses[] = {"params", "optimizer", "gradients",
                                             "activations"};
 
+/// Activations off the GPU move the fwd task results that bwd tasks read
+/// (sched-insert-transfers). After sched-recompute those are the kept
+/// values, which non-bwd tasks read too; a result only bwd tasks read is a
+/// forward intermediate kept for the backward, which the plan (and the cost
+/// model's activation bytes) does not cover.
+LogicalResult checkActivationsMovable(IterationOp it, StringRef tier) {
+  for (TaskOp task : it.getBlock().getOps<TaskOp>()) {
+    if (task.getPhase() != Phase::fwd)
+      continue;
+    for (OpResult r : task->getResults())
+      if (!r.use_empty() && llvm::all_of(r.getUsers(), [](Operation *u) {
+            auto t = dyn_cast<TaskOp>(u);
+            return t && t.getPhase() == Phase::bwd;
+          }))
+        return task.emitOpError("sched-place: activations=")
+               << tier << " needs sched-recompute first: result #"
+               << r.getResultNumber()
+               << " is a forward intermediate only the backward reads; run "
+                  "sched-recompute (spillwayc --recompute on, the default) "
+                  "or place activations=gpu";
+  }
+  return success();
+}
+
 struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
   using SchedPlacePassBase::SchedPlacePassBase;
 
@@ -70,15 +94,6 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
       given[cls] = true;
       tiers[cls] = tier.str();
     }
-    if (tiers["activations"] != "gpu") {
-      module.emitError("sched-place: activations=")
-          << tiers["activations"]
-          << " is not supported yet: the executor keeps activations in GPU "
-             "memory; place activations=gpu (the cost model can still plan "
-             "offloaded activations with spillwayc --report)";
-      return signalPassFailure();
-    }
-
     Builder b(&getContext());
     SmallVector<NamedAttribute> attrs;
     for (llvm::StringLiteral c : kClasses)
@@ -97,6 +112,9 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
           op.emitOpError("sched-place: the iteration already has transfers");
           return WalkResult::interrupt();
         }
+      if (tiers["activations"] != "gpu" &&
+          failed(checkActivationsMovable(it, tiers["activations"])))
+        return WalkResult::interrupt();
       it->setAttr("placement", dict);
       it->setAttr("optimizer_on", b.getStringAttr(side));
       return WalkResult::advance();

@@ -113,7 +113,8 @@ enum spw_block_class {
   SPW_BLOCK_PARAMS = 0,
   SPW_BLOCK_OPTIMIZER = 1,
   SPW_BLOCK_GRADIENTS = 2,
-  SPW_BLOCK_GRADSTAGE = 3
+  SPW_BLOCK_GRADSTAGE = 3,
+  SPW_BLOCK_ACTIVATIONS = 4 /* keyed by the activation's index, not a layer */
 };
 /* Arena sizes of the plan's peaks, the default SSD directories (comma
  * separated; the executable's --ssd overrides them) and the plan's bytes per
@@ -171,6 +172,18 @@ void spw_accumulate_grads(spw_ctx *ctx, int32_t layer, int32_t mode,
  * block's copy on `tier`, divided by `divisor`. */
 spw_tensor *spw_gradient(spw_ctx *ctx, int32_t param, int32_t layer,
                          int32_t tier, int64_t divisor);
+
+/* Activations off the GPU: block (SPW_BLOCK_ACTIVATIONS, index) of `bytes`
+ * bytes, without a home (every copy is placed by spw_move's `at` and freed
+ * by spw_drop). spw_put_activation copies x into the block's GPU copy
+ * (placed at `at` when absent) and frees x's memory: x must not be read
+ * again. spw_take_activation returns a new step tensor of the given type
+ * (the one that was put) holding the block's GPU copy. */
+void spw_declare_activation(spw_ctx *ctx, int32_t index, int64_t bytes);
+void spw_put_activation(spw_ctx *ctx, int32_t index, spw_tensor *x,
+                        int64_t at);
+spw_tensor *spw_take_activation(spw_ctx *ctx, int32_t index, int32_t dtype,
+                                int32_t rank, const int64_t *dims);
 
 /* ---- kernels ------------------------------------------------------------ *
  * name                 ins                      outs        iattrs / fattrs */

@@ -67,7 +67,8 @@ def Sched_Tier : I32EnumAttr<"Tier", "a memory tier", [
 def Sched_BlockClass : I32EnumAttr<"BlockClass",
     "the tensors of one layer that move together", [
     I32EnumAttrCase<"params", 0>, I32EnumAttrCase<"optimizer", 1>,
-    I32EnumAttrCase<"gradients", 2>, I32EnumAttrCase<"gradstage", 3>]> {
+    I32EnumAttrCase<"gradients", 2>, I32EnumAttrCase<"gradstage", 3>,
+    I32EnumAttrCase<"activations", 4>]> {
   let cppNamespace = "::spillway::sched";
 }
 

@@ -311,4 +311,53 @@ def Sched_GradientOp : Sched_BlockOp<"gradient"> {
   }];
 }
 
+//===----------------------------------------------------------------------===//
+// Activations off the GPU: a kept forward value in an `activations` block
+// (keyed by the activation's index, which the block ops carry in their
+// `layer` operand), moved with sched.move / sched.drop like any block.
+//===----------------------------------------------------------------------===//
+
+def Sched_PutActivationOp : Sched_BlockOp<"put_activation"> {
+  let summary = "copy a tensor into its activation block's GPU copy and free it";
+  let description = [{
+    Writes `value` into the GPU copy of block (`activations`, `index`),
+    creating that copy at offset `at` (from `sched-assign-buffers`), and
+    frees `value`'s own memory: nothing may read `value` afterwards (the
+    verifier checks that no user of it comes later in the block). The block
+    then travels off the GPU with `sched.move` and comes back for
+    `sched.take_activation`.
+
+    ```mlir
+    sched.put_activation %x index(3) at(1024) : tensor<2x8x16xf32>
+    ```
+  }];
+  let arguments = (ins AnyStaticShapeTensor:$value,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$index,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$at);
+  let assemblyFormat = [{
+    $value `index` `(` $index `)` (`at` `(` $at^ `)`)? attr-dict `:` type($value)
+  }];
+  let hasVerifier = 1;
+}
+
+def Sched_TakeActivationOp : Sched_BlockOp<"take_activation"> {
+  let summary = "a new tensor holding an activation block's GPU copy";
+  let description = [{
+    The value `sched.put_activation` stored in block (`activations`,
+    `index`), read from the block's GPU copy (which must be there: moved
+    back with `sched.move ... host -> gpu`) into a tensor of its own, so the
+    GPU copy can be dropped right after. The result type must be the put
+    value's.
+
+    ```mlir
+    %y = sched.take_activation index(3) : tensor<2x8x16xf32>
+    ```
+  }];
+  let arguments = (ins ConfinedAttr<I64Attr, [IntNonNegative]>:$index);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = [{
+    `index` `(` $index `)` attr-dict `:` type($result)
+  }];
+}
+
 #endif // SPILLWAY_DIALECT_SCHED_IR_SCHEDOPS_TD

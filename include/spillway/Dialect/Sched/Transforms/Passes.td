@@ -145,8 +145,9 @@ def SchedPlacePass : Pass<"sched-place", "mlir::ModuleOp"> {
       is `gpu`, else on the CPU (`optimizer_on = "gpu" | "cpu"`);
     - `master` is refused: the train dialect trains in fp32, whose
       parameters are their own master weights;
-    - `activations` must be `gpu`: the executor keeps activations in GPU
-      memory (offloading them is later work, and the pass says so);
+    - `activations` off the GPU needs `sched-recompute` to have run: a fwd
+      task result that only bwd tasks read (a forward intermediate kept for
+      the backward) is refused, naming the task and the fix;
     - an unknown class or tier, or a class given twice, is an error naming it.
     The iteration must have been ordered (`sched-order`) and hold no
     transfers yet.
@@ -208,6 +209,14 @@ def SchedInsertTransfersPass : Pass<"sched-insert-transfers", "mlir::ModuleOp"> 
       reads the parameters a second time. The gradient moves whole with the
       update after the backward (the runtime keeps the deferred slice until
       the next step). The iteration gets `deferred`: D_l per layer.
+    - Activations off the GPU: each fwd task result a bwd task reads
+      becomes an `activations` block (index = its position among them, in
+      block order): `sched.put_activation` right after its last non-bwd
+      reader, gpu -> host (-> ssd) `writeback` and the copies on the way
+      dropped; just before its first bwd reader ssd -> host -> gpu
+      `demand`, `sched.take_activation`, whose value the bwd tasks read,
+      and every copy dropped. A non-bwd reader after a bwd reader is an
+      error.
     Everything on the GPU (every class `gpu`) moves nothing: the bindings
     and gradient blocks only. Refused with a clear error: an iteration
     without `placement`; parameters off the GPU when a layer reads another
@@ -231,7 +240,11 @@ def SchedAssignBuffersPass : Pass<"sched-assign-buffers", "mlir::ModuleOp"> {
     one per (tier, class), of as many slots of the class's largest block
     as are ever live at once (walking the block in order: a `sched.move`
     takes a free slot, `sched.drop` frees it); each move gets its
-    destination offset (`at`). The module gets `sched.buffers`: each tier's
+    destination offset (`at`). Activation blocks have no home: every copy (the
+    `sched.put_activation`'s on the GPU, each move's destination) takes a
+    slot of its tier's activation pool, laid out after the other homes and
+    pools; a put without a take, a take without a GPU copy or of another
+    type, and a copy never dropped are errors. The module gets `sched.buffers`: each tier's
     peak bytes (homes plus pools), the blocks with their homes and members,
     and the predicted bytes per link per iteration (`bytes_per_iteration`:
     `ssd_read`, `ssd_write`, `h2d`, `d2h`; SSD bytes rounded up to 4096 as
