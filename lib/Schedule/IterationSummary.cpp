@@ -134,6 +134,14 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
     t.numParams += uint64_t(p.getTensorType().getNumElements());
   }
 
+  // The parameters the optimizer updates: only they have a gradient block
+  // and AdamW state (a frozen parameter has neither). A module without any
+  // update yet (no optimizer attached) counts every parameter.
+  llvm::DenseSet<StringRef> updated;
+  module.walk([&](AdamWOp u) { updated.insert(u.getParam()); });
+  module.walk([&](AdamWDeferOp u) { updated.insert(u.getParam()); });
+  const bool anyUpdate = !updated.empty();
+
   for (auto [i, entry] : llvm::enumerate(layersAttr)) {
     auto dict = dyn_cast<DictionaryAttr>(entry);
     auto name = dict ? dict.getAs<StringAttr>("name") : StringAttr();
@@ -162,6 +170,8 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
       uint64_t bytes = uint64_t(p.getNumBytes());
       uint64_t n = uint64_t(p.getTensorType().getNumElements());
       l.paramBytes += bytes;
+      if (anyUpdate && !updated.contains(it->first()))
+        continue;
       l.gradBytes += bytes;        // the f32 gradient accumulator
       l.optimizerBytes += 2 * 4 * n; // AdamW m and v, f32
       l.numParams += n;

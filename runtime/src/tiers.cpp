@@ -191,6 +191,16 @@ void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
            "alignment)",
            tier_name(Tier(tier)),
            (unsigned long long)t.store->granule(Tier(tier)));
+  for (const Tiers::Block &b : t.blocks) {
+    if (b.cls != 0 || !t.by_key.count({1, b.layer}))
+      continue;
+    const Tiers::Block &o = t.blocks[t.by_key.at({1, b.layer})];
+    if (b.split != o.split)
+      fail("%s is split at %llu bytes but %s at %llu: a layer's parameters "
+           "and optimizer state split at the same bytes (or neither)",
+           b.name.c_str(), (unsigned long long)b.split, o.name.c_str(),
+           (unsigned long long)o.split);
+  }
   for (Tiers::Block &b : t.blocks) {
     b.id = t.store->add(b.split ? b.name + "#0" : b.name, b.part_bytes(0));
     if (b.split)
@@ -257,7 +267,8 @@ template <class F> static void with_host_copy(Tiers &t, Tiers::Block &b,
 }
 
 // Copies member i of block b between its parts and the plain `plain`
-// (value, or m / v with `v`): into the block with `in`, else out of it.
+// (value, or m / v with `v`): into the block with `in` (zeros when `plain`
+// is null), else out of it.
 static void copy_member(const Tiers::Block &b, size_t i, char *const part[2],
                         bool v, float *plain, int64_t numel, bool in) {
   float *at[2];
@@ -268,8 +279,10 @@ static void copy_member(const Tiers::Block &b, size_t i, char *const part[2],
     if (hi[k] <= lo[k])
       continue;
     const size_t n = size_t(hi[k] - lo[k]) * sizeof(float);
-    if (in)
+    if (in && plain)
       std::memcpy(at[k], plain + lo[k], n);
+    else if (in)
+      std::memset(at[k], 0, n);
     else
       std::memcpy(plain + lo[k], at[k], n);
   }
@@ -289,13 +302,12 @@ void tiers_scatter(spw_ctx *ctx) {
                       reinterpret_cast<float *>(p.value->owned.get()), n,
                       true);
         } else {
-          if (p.adam_m.empty()) {
-            // Fresh state: zeros, written through the same layout.
-            p.adam_m.assign(size_t(n), 0.0f);
-            p.adam_v.assign(size_t(n), 0.0f);
-          }
-          copy_member(b, i, part, false, p.adam_m.data(), n, true);
-          copy_member(b, i, part, true, p.adam_v.data(), n, true);
+          // Fresh state (none yet): zeros, written in place.
+          const bool fresh = p.adam_m.empty();
+          copy_member(b, i, part, false, fresh ? nullptr : p.adam_m.data(), n,
+                      true);
+          copy_member(b, i, part, true, fresh ? nullptr : p.adam_v.data(), n,
+                      true);
         }
       }
     });
@@ -540,6 +552,16 @@ void spw_declare_split(spw_ctx *ctx, int32_t cls, int32_t layer,
            (unsigned long long)b.span());
     if (b.split)
       fail("%s split twice", b.name.c_str());
+    // The parameters and their AdamW state split at the same element: the
+    // binds of both share one split point per parameter.
+    auto other = t.by_key.find({1 - cls, layer});
+    if (other != t.by_key.end() && t.blocks[other->second].split &&
+        t.blocks[other->second].split != uint64_t(split_bytes))
+      fail("%s split at %lld bytes, but %s at %llu: a layer's parameters "
+           "and optimizer state split at the same bytes",
+           b.name.c_str(), (long long)split_bytes,
+           t.blocks[other->second].name.c_str(),
+           (unsigned long long)t.blocks[other->second].split);
     b.split = uint64_t(split_bytes);
   });
 }

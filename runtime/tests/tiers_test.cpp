@@ -319,4 +319,34 @@ TEST(Tiers, ActivationsPutMoveTake) {
   ASSERT_TRUE(ctx->error.empty()) << ctx->error;
 }
 
+// A layer's parameters and AdamW state split at the same element (their
+// binds share the split point), or neither does.
+TEST(Tiers, ParamsAndStateSplitTogether) {
+  auto ctx = spw::make_context();
+  const int64_t dims[] = {256};
+  spw_declare_param(ctx.get(), "v", SPW_F32, 1, dims, 0);
+  const int64_t predicted[4] = {0, 0, 0, 0};
+  spw_declare_tiers(ctx.get(), 8192, 0, 0, "", predicted);
+  const int64_t members[] = {0}, offsets[] = {0};
+  spw_declare_block(ctx.get(), 0, 0, 1024, 0, 0, 1, members, offsets);
+  spw_declare_block(ctx.get(), 1, 0, 2048, 0, 1024, 1, members, offsets);
+  spw_declare_split(ctx.get(), 0, 0, 256);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  spw_declare_split(ctx.get(), 1, 0, 512);
+  EXPECT_NE(ctx->error.find("optimizer/layer0 split at 512 bytes, but "
+                            "params/layer0 at 256"),
+            std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  try {
+    spw::tiers_start(ctx.get(), {}, spw::storage::Backend::Threads);
+    ADD_FAILURE() << "a params split without the state's started";
+  } catch (const spw::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("split at the same bytes (or "
+                                         "neither)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 } // namespace

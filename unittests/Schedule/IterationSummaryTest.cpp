@@ -221,6 +221,43 @@ module {
   EXPECT_EQ(flops[2], 2.5 * 16384);
 }
 
+// A parameter nothing differentiable reads (a threshold behind a compare)
+// gets no AdamW update: it has no gradient or optimizer state to plan, only
+// its own bytes.
+TEST_F(SummaryTest, FrozenParameterHasNoGradientOrState) {
+  auto m = step(R"mlir(
+module {
+  train.param @w : tensor<4x4xf32> at 0
+  train.param @thr : tensor<4xf32> at 64
+  func.func @step(%x: tensor<2x4xf32>, %labels: tensor<2xi64>) -> tensor<f32> {
+    %w = train.param_value @w : tensor<4x4xf32>
+    %t = train.param_value @thr : tensor<4xf32>
+    %y = train.matmul %x, %w : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+    %c = train.greater %y, %t : tensor<2x4xf32>, tensor<4xf32> -> tensor<2x4xi1>
+    %r = train.relu %y : tensor<2x4xf32>
+    %z = train.where %c, %r, %y : tensor<2x4xi1>, tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
+    %l = train.softmax_cross_entropy_loss %z, %labels : tensor<2x4xf32>, tensor<2xi64>
+    return %l : tensor<f32>
+  }
+}
+)mlir");
+  ASSERT_TRUE(m);
+  std::string error;
+  auto s = summarizeIteration(*m, error);
+  ASSERT_TRUE(s) << error;
+  uint64_t param = 0, grad = 0, opt = 0, n = 0;
+  for (const LayerCost &l : s->layers) {
+    param += l.paramBytes;
+    grad += l.gradBytes;
+    opt += l.optimizerBytes;
+    n += l.numParams;
+  }
+  EXPECT_EQ(param, 64u + 16u);
+  EXPECT_EQ(grad, 64u);      // @w only
+  EXPECT_EQ(opt, 2 * 64u);   // m and v of @w
+  EXPECT_EQ(n, 16u);
+}
+
 TEST_F(SummaryTest, UnpartitionedIsAnError) {
   auto m = parse(kTwoLayer);
   ASSERT_TRUE(m);

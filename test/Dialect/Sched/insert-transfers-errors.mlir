@@ -4,6 +4,9 @@
 // A deferred part that is not whole GPU granules cannot be split in place.
 // RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order --sched-overlap-optimizer="fraction=0.5 granule=1" "--sched-place=placement=optimizer=host" --sched-insert-transfers --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=DEFERRED
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=optimizer=host" | sed 's/params = \[@h.0.w\]/params = [1 : i64]/' | not spillway-opt --sched-insert-transfers 2>&1 | FileCheck %s --check-prefix=MALFORMED
+// The deferred task must apply what the opt task deferred, range for range.
+// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order --sched-overlap-optimizer="fraction=0.5 granule=1" "--sched-place=placement=optimizer=host" | sed 's/adamw_apply_pending @wte \[0, 20)/adamw_apply_pending @wte [0, 16)/' | not spillway-opt --sched-insert-transfers 2>&1 | FileCheck %s --check-prefix=APPLY
+// APPLY: error: 'sched.task' op sched-insert-transfers: layer 0 defers @wte [0, 20) but its deferred task applies [0, 16)
 // The tied weight's gradient is complete in its owner's backward, so
 // gradients and optimizer state can leave the GPU.
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=gradients=host,optimizer=ssd" --sched-insert-transfers | FileCheck %s --check-prefix=TIEDGRADS

@@ -292,7 +292,11 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
         split += uint64_t(take) * (uint64_t(p.getNumBytes()) / uint64_t(n));
         left -= take;
       }
-      if (d[l] < 0 || left > 0)
+      if (d[l] < 0)
+        return it.emitOpError("sched-assign-buffers: layer ")
+               << l << " defers a negative number of elements (" << d[l]
+               << ")";
+      if (left > 0)
         return it.emitOpError("sched-assign-buffers: layer ")
                << l << " defers " << d[l] << " elements, more than it has";
       if (split == 0 || split == ob.span)

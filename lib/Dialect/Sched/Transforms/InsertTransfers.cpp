@@ -58,6 +58,9 @@ struct Rewriter {
   DenseMap<int64_t, TaskOp> deferredTask;
   /// Per layer: whether a backward run has flushed its gradient yet.
   SmallVector<bool> flushed;
+  /// Per layer: the end of each `train.adamw_defer @p [0, end)` of its opt
+  /// task, which the deferred task must apply as it is.
+  SmallVector<llvm::StringMap<int64_t>> deferredByUpdate;
 
   Rewriter(IterationOp it) : it(it), b(it.getContext()) {}
 
@@ -265,6 +268,22 @@ LogicalResult Rewriter::readDeferred() {
       return deferredTask[l].emitOpError("sched-insert-transfers: the "
                                          "deferred update of layer ")
              << l << " applies a parameter its opt task does not update";
+    // What is applied is what the opt task deferred, range for range.
+    for (auto &[name, end] : deferredByUpdate[l])
+      if (ranges[l].lookup(name) != end)
+        return (deferredTask.count(l) ? deferredTask[l].getOperation()
+                                      : it.getOperation())
+                   ->emitOpError("sched-insert-transfers: layer ")
+               << l << " defers @" << name << " [0, " << end
+               << ") but its deferred task applies "
+               << (ranges[l].count(name)
+                       ? "[0, " + std::to_string(ranges[l].lookup(name)) + ")"
+                       : std::string("nothing of it"));
+    for (auto &[name, end] : ranges[l])
+      if (!deferredByUpdate[l].count(name))
+        return deferredTask[l].emitOpError("sched-insert-transfers: layer ")
+               << l << " applies a deferred update of @" << name
+               << " that its opt task does not defer";
     deferred[l] = d;
     if (d > 0 && updated[l].size() != params[l].size())
       return deferredTask[l].emitOpError("sched-insert-transfers: layer ")
@@ -405,6 +424,7 @@ LogicalResult Rewriter::routeGradients(ArrayRef<Run> runs) {
     if (auto t = dyn_cast<TaskOp>(op);
         t && t.getPhase() == Phase::opt && !t.getDeferred())
       optTasks.push_back(t);
+  deferredByUpdate.assign(params.size(), {});
   for (TaskOp opt : optTasks) {
     int64_t l = opt.getLayer();
     if (l >= int64_t(params.size()))
@@ -419,6 +439,12 @@ LogicalResult Rewriter::routeGradients(ArrayRef<Run> runs) {
         continue;
       Operation *adam = &inner;
       StringAttr sym = update->first.getAttr();
+      if (auto d = dyn_cast<train::AdamWDeferOp>(inner)) {
+        if (d.getBegin() != 0)
+          return d.emitOpError("sched-insert-transfers: a deferred range "
+                               "starts at element 0 of its parameter");
+        deferredByUpdate[l][sym.getValue()] = int64_t(d.getEnd());
+      }
       if (!members.contains(sym.getValue()))
         return adam->emitOpError("sched-insert-transfers: updates @")
                << sym.getValue() << ", which layer " << l << " does not own";
