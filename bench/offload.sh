@@ -2,29 +2,32 @@
 # Offload benchmark (issue 5): a GPT of a few hundred million parameters
 # trained with its parameters, AdamW state and gradients on SSD, under GPU and
 # host budgets far below the model, once per schedule (horizontal =
-# ZeRO-Infinity's order, snake = GreedySnake's) at the same M and budgets.
+# ZeRO-Infinity's order, snake = GreedySnake's) and optimizer overlap F
+# (--overlap-optimizer: the first F of each layer's parameters are updated at
+# the layer's first load of the next iteration) at the same M and budgets.
 # Per config: spillwayc's cost-model prediction (--report-json), a few measured
 # iterations (--stats-json), and a table: schedule x M x F -> seconds per
 # iteration (measured, predicted) and bound, bytes per link (measured vs
-# predicted), overlap ratio; then snake's speedup over horizontal.
+# predicted), overlap ratio; then snake with the largest F over horizontal
+# with F = 0 (the ZeRO-Infinity order), and snake over horizontal at equal F.
 #
 # usage: bench/offload.sh [--small] [--layers L] [--d-model D] [--heads H] [--vocab V]
 #                         [--seq S] [--batch B] [--microbatches M] [--steps N]
-#                         [--schedules horizontal,snake] [--gpu-mem SIZE] [--host-mem SIZE]
+#                         [--schedules horizontal,snake] [--overlaps F[,F...]]
+#                         [--gpu-mem SIZE] [--host-mem SIZE]
 #                         [--ssd DIR] [--hw PROFILE.json] [-o OUT.json]
 #   defaults: L=24 D=1024 H=16 V=8192 S=64 B=4 (319M parameters: 1.2 GiB of f32
 #   weights, 5.1 GB of parameters + AdamW state + gradients on SSD), M=4, N=3,
-#   both schedules, --hw profiles/cpu-ci.json, --ssd $BENCH_DIR/ssd,
-#   OUT = bench/results/offload-<host>-<UTC time>.json.
+#   both schedules, --overlaps 0,1, --hw profiles/cpu-ci.json,
+#   --ssd $BENCH_DIR/ssd, OUT = bench/results/offload-<host>-<UTC time>.json.
+#   Configs: every schedule x every F of --overlaps (each F in [0, 1]).
 #   --small: L=4 D=256 H=4 V=4096 S=32 B=4 (5.3M parameters), a smoke run of seconds.
-#   --gpu-mem/--host-mem: default the smallest budgets that fit every schedule's
+#   --gpu-mem/--host-mem: default the smallest budgets that fit every config's
 #   plan (a planning pass with spillwayc --report-json finds them); both are the
-#   same for all schedules.
+#   same for all configs.
 # env: SPILLWAYC=path/to/spillwayc (default: build/bin/spillwayc of this repo)
 #      BENCH_DIR=dir for the generated model, executables and SSD swap
 #        (default: build/bench, git-ignored); a model of the same size is reused.
-# F (--overlap-optimizer) is 0 for every config: spillwayc refuses an overlapped
-# optimizer with an offload plan for now.
 # Progress goes to stderr; the table to stdout; every number and the exact
 # commands to OUT.json.
 set -euo pipefail
@@ -33,14 +36,20 @@ ARGV="$*"
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit "${1:-2}"; }
 
 LAYERS=24 DMODEL=1024 HEADS=16 VOCAB=8192 SEQ=64 BATCH=4
-M=4 STEPS=3 SCHEDULES=horizontal,snake GPUMEM="" HOSTMEM="" SSD="" OUTJSON=""
+M=4 STEPS=3 SCHEDULES=horizontal,snake OVERLAPS=0,1 GPUMEM="" HOSTMEM="" SSD="" OUTJSON=""
 HW="$ROOT/profiles/cpu-ci.json" SMALL=0
 while [ $# -gt 0 ]; do
+  case $1 in
+    --layers|--d-model|--heads|--vocab|--seq|--batch|--microbatches|--steps|--schedules|--overlaps|\
+    --gpu-mem|--host-mem|--ssd|--hw|-o|--out)
+      [ $# -ge 2 ] || { echo "offload.sh: $1 needs a value" >&2; usage; } ;;
+  esac
   case $1 in
     --small) SMALL=1; LAYERS=4 DMODEL=256 HEADS=4 VOCAB=4096 SEQ=32 BATCH=4 ;;
     --layers) LAYERS=$2; shift ;; --d-model) DMODEL=$2; shift ;; --heads) HEADS=$2; shift ;;
     --vocab) VOCAB=$2; shift ;; --seq) SEQ=$2; shift ;; --batch) BATCH=$2; shift ;;
     --microbatches) M=$2; shift ;; --steps) STEPS=$2; shift ;; --schedules) SCHEDULES=$2; shift ;;
+    --overlaps) OVERLAPS=$2; shift ;;
     --gpu-mem) GPUMEM=$2; shift ;; --host-mem) HOSTMEM=$2; shift ;; --ssd) SSD=$2; shift ;;
     --hw) HW=$2; shift ;; -o|--out) OUTJSON=$2; shift ;;
     -h|--help) usage 0 ;;
@@ -53,6 +62,36 @@ die() { echo "offload.sh: error: $*" >&2; exit 1; }
 [ "$STEPS" -ge 1 ] 2>/dev/null || die "--steps must be >= 1"
 [ "$M" -ge 1 ] 2>/dev/null || die "--microbatches must be >= 1"
 [ $((BATCH % M)) = 0 ] || die "--batch $BATCH is not a multiple of --microbatches $M"
+IFS=, read -r -a SCHED <<<"$SCHEDULES"
+[ ${#SCHED[@]} -gt 0 ] || die "--schedules is empty (horizontal, snake)"
+[ "$(printf '%s\n' "${SCHED[@]}" | sort | uniq -d)" = "" ] || die "--schedules '$SCHEDULES' names a schedule twice"
+for s in "${SCHED[@]}"; do
+  case $s in horizontal|snake) ;; *) die "unknown schedule '$s' (horizontal, snake)" ;; esac
+done
+# --overlaps: each F a number in [0, 1], written back in its shortest form
+# (1.0 -> 1, .50 -> 0.5), which names the config's files and is what
+# spillwayc gets.
+OVL_OUT=$(python3 - "$OVERLAPS" <<'PY'
+import re, sys
+arg = sys.argv[1]
+def fail(msg):
+    print(f"--overlaps '{arg}': {msg}")
+    sys.exit(1)
+fs = []
+for f in arg.split(","):
+    if not re.fullmatch(r"\s*(\d+(\.\d*)?|\.\d+)\s*", f) or not 0 <= float(f) <= 1:
+        fail(f"'{f}' is not a number in [0, 1] (expected F[,F...], e.g. 0,0.5,1)")
+    r = repr(float(f))
+    r = r[:-2] if r.endswith(".0") else r
+    if r in fs:
+        fail(f"F = {r} is given twice")
+    fs.append(r)
+print(" ".join(fs))
+PY
+) || die "$OVL_OUT"
+read -r -a OVL <<<"$OVL_OUT"
+CONFIGS=()   # schedule-F<F>: names the config's files
+for s in "${SCHED[@]}"; do for f in "${OVL[@]}"; do CONFIGS+=("$s-F$f"); done; done
 
 SPILLWAYC=${SPILLWAYC:-$ROOT/build/bin/spillwayc}
 [ -x "$SPILLWAYC" ] || die "spillwayc not found at $SPILLWAYC: build it first (scripts/build.sh), or set SPILLWAYC"
@@ -66,10 +105,6 @@ SSD=${SSD:-$BENCH_DIR/ssd}
 mkdir -p "$SSD" || die "cannot create the SSD directory $SSD"
 SSD=$(cd "$SSD" && pwd)
 PLACE=params=ssd,optimizer=ssd,gradients=ssd,activations=gpu
-IFS=, read -r -a SCHED <<<"$SCHEDULES"
-for s in "${SCHED[@]}"; do
-  case $s in horizontal|snake) ;; *) die "unknown schedule '$s' (horizontal, snake)" ;; esac
-done
 
 # 1. The model (cached by size).
 NAME=gpt-L$LAYERS-D$DMODEL-H$HEADS-V$VOCAB-S$SEQ-B$BATCH
@@ -87,21 +122,24 @@ log "model: $PARAMS parameters ($((PARAMS * 4 / 1048576)) MiB f32; parameters + 
 
 WORK=$BENCH_DIR/offload-$NAME-M$M
 mkdir -p "$WORK"
-rm -f "$WORK"/*.json "$WORK"/*.jsonl "$WORK"/*.log
-COMMON=("$MDIR/gpt.onnx" --hw "$HW" --microbatches "$M" --overlap-optimizer 0 --place "$PLACE")
+rm -f "$WORK"/*.json "$WORK"/*.jsonl "$WORK"/*.log "$WORK"/*.seconds "$WORK"/*.tsv "$WORK"/exe-*
+COMMON=("$MDIR/gpt.onnx" --hw "$HW" --microbatches "$M" --place "$PLACE")
+sched_of() { echo "${1%-F*}"; }   # horizontal-F0.5 -> horizontal
+f_of() { echo "${1##*-F}"; }      # horizontal-F0.5 -> 0.5
 
-# 2. Budgets: the smallest that fit every schedule's plan, unless given.
+# 2. Budgets: the smallest that fit every config's plan, unless given.
 if [ -z "$GPUMEM" ] || [ -z "$HOSTMEM" ]; then
-  for s in "${SCHED[@]}"; do
-    log "planning $s M=$M with 4 KiB budgets, to read the smallest budgets that fit"
-    "$SPILLWAYC" "${COMMON[@]}" --schedule "$s" --gpu-mem 4K --host-mem 4K \
-      --report-json "$WORK/needed-$s.json" >"$WORK/needed-$s.log" 2>&1 || true
-    [ -f "$WORK/needed-$s.json" ] || { cat "$WORK/needed-$s.log" >&2; die "spillwayc wrote no report for $s"; }
+  for c in "${CONFIGS[@]}"; do
+    s=$(sched_of "$c") f=$(f_of "$c")
+    log "planning $s M=$M F=$f with 4 KiB budgets, to read the smallest budgets that fit"
+    "$SPILLWAYC" "${COMMON[@]}" --schedule "$s" --overlap-optimizer "$f" --gpu-mem 4K --host-mem 4K \
+      --report-json "$WORK/needed-$c.json" >"$WORK/needed-$c.log" 2>&1 || true
+    [ -f "$WORK/needed-$c.json" ] || { cat "$WORK/needed-$c.log" >&2; die "spillwayc wrote no report for $s F=$f"; }
   done
-  read -r G H < <(python3 - "$WORK" "${SCHED[@]}" <<'PY'
+  read -r G H < <(python3 - "$WORK" "${CONFIGS[@]}" <<'PY'
 import json, sys
-work, scheds = sys.argv[1], sys.argv[2:]
-need = [json.load(open(f"{work}/needed-{s}.json"))["chosen"]["needed_bytes"] for s in scheds]
+work, configs = sys.argv[1], sys.argv[2:]
+need = [json.load(open(f"{work}/needed-{c}.json"))["chosen"]["needed_bytes"] for c in configs]
 mib = lambda b: -(-b // (1 << 20))  # round up to whole MiB
 print(f"{mib(max(n['gpu'] for n in need))}M {mib(max(n['host'] for n in need))}M")
 PY
@@ -113,29 +151,40 @@ log "budgets: --gpu-mem $GPUMEM --host-mem $HOSTMEM (model state on SSD: $((PARA
 
 # 3. Compile each config with its cost-model report.
 declare -A COMPILE_CMD RUN_CMD
-for s in "${SCHED[@]}"; do
-  EXE=$WORK/exe-$s
-  CMD=("$SPILLWAYC" "${COMMON[@]}" --schedule "$s" --gpu-mem "$GPUMEM" --host-mem "$HOSTMEM"
-       --report-json "$WORK/plan-$s.json" -o "$EXE")
-  COMPILE_CMD[$s]="${CMD[*]}"
-  log "compiling $s M=$M F=0: ${CMD[*]}"
+for c in "${CONFIGS[@]}"; do
+  s=$(sched_of "$c") f=$(f_of "$c")
+  EXE=$WORK/exe-$c
+  CMD=("$SPILLWAYC" "${COMMON[@]}" --schedule "$s" --overlap-optimizer "$f" --gpu-mem "$GPUMEM" --host-mem "$HOSTMEM"
+       --report-json "$WORK/plan-$c.json" -o "$EXE")
+  COMPILE_CMD[$c]="${CMD[*]}"
+  log "compiling $s M=$M F=$f: ${CMD[*]}"
   t0=$(date +%s%N)
-  if ! "${CMD[@]}" >"$WORK/compile-$s.log" 2>&1; then
-    cat "$WORK/compile-$s.log" >&2
-    die "spillwayc failed for $s (an over-budget plan names the smallest budgets that fit: pass them as --gpu-mem/--host-mem)"
+  if ! "${CMD[@]}" >"$WORK/compile-$c.log" 2>&1; then
+    cat "$WORK/compile-$c.log" >&2
+    die "spillwayc failed for $s F=$f (an over-budget plan names the smallest budgets that fit: pass them as --gpu-mem/--host-mem)"
   fi
   t1=$(date +%s%N)
-  echo "$(( (t1 - t0) / 1000000 ))e-3" >"$WORK/compile-$s.seconds"
-  log "compiled $s in $(( (t1 - t0) / 1000000000 )) s"
+  echo "$(( (t1 - t0) / 1000000 ))e-3" >"$WORK/compile-$c.seconds"
+  log "compiled $s F=$f in $(( (t1 - t0) / 1000000000 )) s"
 done
 
-# 4. Enough room in the SSD directory for the largest plan's swap.
-NEED=$(python3 - "$WORK" "${SCHED[@]}" <<'PY'
+# 4. Each plan is the config asked for; enough room in the SSD directory for
+# the largest plan's swap.
+NEED=$(python3 - "$WORK" "$M" "${CONFIGS[@]}" <<'PY'
 import json, sys
-work, scheds = sys.argv[1], sys.argv[2:]
-print(max(json.load(open(f"{work}/plan-{s}.json"))["chosen"]["peak_bytes"]["ssd"] for s in scheds))
+work, M, configs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+need = 0
+for c in configs:
+    s, f = c.rsplit("-F", 1)
+    ch = json.load(open(f"{work}/plan-{c}.json"))["chosen"]
+    got = (ch["order"], ch["microbatches"], ch["overlap_optimizer"])
+    if got != (s, M, float(f)):
+        sys.exit(f"offload.sh: error: plan-{c}.json is order {got[0]}, M={got[1]}, F={got[2]}, not {s}, M={M}, F={f}")
+    need = max(need, ch["peak_bytes"]["ssd"])
+print(need)
 PY
-)
+) || die "spillwayc's report is not the config it was asked for"
+
 AVAIL=$(df -B1 --output=avail "$SSD" | tail -1 | tr -d ' ')
 NEED_MARGIN=$((NEED + NEED / 10 + (64 << 20)))
 [ "$AVAIL" -ge "$NEED_MARGIN" ] || die "SSD directory $SSD has $((AVAIL >> 20)) MiB free; the plan needs $((NEED >> 20)) MiB of swap (+10%): pass --ssd DIR on a larger disk"
@@ -143,13 +192,13 @@ log "SSD directory $SSD: $((AVAIL >> 20)) MiB free, plan needs $((NEED >> 20)) M
 
 # 5. Run each executable, timing every step from its --log-json lines.
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
-for s in "${SCHED[@]}"; do
-  EXE=$WORK/exe-$s
+for c in "${CONFIGS[@]}"; do
+  EXE=$WORK/exe-$c
   CMD=("$EXE" --input "tokens=$MDIR/tokens.npy" --input "targets=$MDIR/targets.npy" --steps "$STEPS"
-       --print-every 1 --ssd "$SSD" --stats-json "$WORK/stats-$s.json" --log-json "$WORK/log-$s.jsonl")
-  RUN_CMD[$s]="${CMD[*]}"
-  log "running $s: ${CMD[*]}"
-  python3 - "$s" "$WORK/log-$s.jsonl" "$WORK/times-$s.json" "$WORK/run-$s.log" "${CMD[@]}" <<'PY' || die "the $s executable failed (see $WORK/run-$s.log)"
+       --print-every 1 --ssd "$SSD" --stats-json "$WORK/stats-$c.json" --log-json "$WORK/log-$c.jsonl")
+  RUN_CMD[$c]="${CMD[*]}"
+  log "running $(sched_of "$c") F=$(f_of "$c"): ${CMD[*]}"
+  python3 - "$(sched_of "$c") F=$(f_of "$c")" "$WORK/log-$c.jsonl" "$WORK/times-$c.json" "$WORK/run-$c.log" "${CMD[@]}" <<'PY' || die "the $c executable failed (see $WORK/run-$c.log)"
 import json, os, subprocess, sys, time
 sched, logpath, out, runlog, cmd = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 t0 = time.monotonic()
@@ -194,36 +243,37 @@ done
 mkdir -p "$ROOT/bench/results"
 HOST=$(hostname 2>/dev/null || echo unknown)
 [ -n "$OUTJSON" ] || OUTJSON="$ROOT/bench/results/offload-$HOST-$(date -u +%Y%m%dT%H%M%SZ).json"
-{ for s in "${SCHED[@]}"; do printf '%s\t%s\t%s\n' "$s" "${COMPILE_CMD[$s]}" "${RUN_CMD[$s]}"; done; } >"$WORK/commands.tsv"
+{ for c in "${CONFIGS[@]}"; do printf '%s\t%s\t%s\n' "$c" "${COMPILE_CMD[$c]}" "${RUN_CMD[$c]}"; done; } >"$WORK/commands.tsv"
 FSINFO=$(findmnt -n -o SOURCE,FSTYPE -T "$SSD" 2>/dev/null | tr -s ' ' || echo "?")
 REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "?")
 SPWC_TIME=$(date -u -r "$SPILLWAYC" +%Y-%m-%dT%H:%M:%SZ 2>/dev/null || echo "?")
 python3 - "$WORK" "$MDIR" "$OUTJSON" "bench/offload.sh $ARGV" "$HOST" "$FSINFO" "$HW" "$GPUMEM" "$HOSTMEM" \
-  "$M" "$STEPS" "$SSD" "$SPILLWAYC ($SPWC_TIME, source tree at $REV)" "$PLACE" "${GEN[*]}" "$LOAD0" "${SCHED[@]}" <<'PY'
+  "$M" "$STEPS" "$SSD" "$SPILLWAYC ($SPWC_TIME, source tree at $REV)" "$PLACE" "${GEN[*]}" "$LOAD0" "${CONFIGS[@]}" <<'PY'
 import json, os, platform, statistics, subprocess, sys, math
 (work, mdir, out, command, host, fsinfo, hw, gpumem, hostmem, M, steps, ssd, spillwayc, place, gen,
- load0, *scheds) = sys.argv[1:]
+ load0, *configs) = sys.argv[1:]
 M, steps = int(M), int(steps)
 cfg = json.load(open(f"{mdir}/config.json"))
 links = ("ssd_read", "ssd_write", "h2d", "d2h")
 cmds = {}
 for line in open(f"{work}/commands.tsv"):
-    s, c, r = line.rstrip("\n").split("\t")
-    cmds[s] = {"compile": c, "run": r}
+    c, comp, r = line.rstrip("\n").split("\t")
+    cmds[c] = {"compile": comp, "run": r}
 rows = []
-for s in scheds:
-    plan = json.load(open(f"{work}/plan-{s}.json"))
+for c in configs:
+    s, f = c.rsplit("-F", 1)
+    plan = json.load(open(f"{work}/plan-{c}.json"))
     ch = plan["chosen"]
-    st = json.load(open(f"{work}/stats-{s}.json"))
-    tm = json.load(open(f"{work}/times-{s}.json"))
+    st = json.load(open(f"{work}/stats-{c}.json"))
+    tm = json.load(open(f"{work}/times-{c}.json"))
     after = tm["step_s_after_first"]
     rows.append({
-        "schedule": s, "microbatches": M, "overlap_optimizer": 0,
+        "schedule": s, "microbatches": M, "overlap_optimizer": float(f), "F": f,
         "placement": ch["placement"], "optimizer": ch["optimizer"],
         "measured_s_per_iteration_mean": st["seconds_per_iteration"],
         "measured_s_per_iteration_steady": statistics.median(after) if after else None,
         "step_s_after_first": after, "first_step_incl_startup_s": tm["first_step_done_s"],
-        "run_wall_s": tm["wall_s"], "run_cpu_s": tm["cpu"], "compile_s": float(open(f"{work}/compile-{s}.seconds").read()),
+        "run_wall_s": tm["wall_s"], "run_cpu_s": tm["cpu"], "compile_s": float(open(f"{work}/compile-{c}.seconds").read()),
         "losses": tm["losses"],
         "predicted_iteration_s": ch["predicted_iteration_s"], "bound": ch["bound"],
         "predicted_time_s": ch["time_s"],
@@ -234,7 +284,7 @@ for s in scheds:
         "peak_bytes": st["peak_bytes"], "planned_bytes": st["planned_bytes"],
         "predicted_peak_bytes": ch["peak_bytes"], "fits": ch["fits"],
         "io_wait_s": st["io_wait_s"], "io_busy_s": st["io_busy_s"], "overlap": st["overlap"],
-        "commands": cmds[s],
+        "commands": cmds[c],
     })
 
 big = cfg["params"] * 4 > (256 << 20)
@@ -245,13 +295,13 @@ print(f"GPT L={cfg['layers']} D={cfg['d_model']} H={cfg['heads']} V={cfg['vocab'
       f"{steps} steps; profile {os.path.basename(hw)}")
 print(f"bytes per link per iteration in {uname}, measured / cost model (measured = the plan's 4 KiB-rounded bytes "
       f"when the 'exact' column says yes)")
-hdr = (f"{'schedule':10} {'M':>2} {'F':>2} {'s/iter':>8} {'steady':>8} {'cpu/it':>8} {'pred s':>8} {'bound':>8} "
+hdr = (f"{'schedule':10} {'M':>2} {'F':>4} {'s/iter':>8} {'steady':>8} {'cpu/it':>8} {'pred s':>8} {'bound':>8} "
        + " ".join(f"{l:>17}" for l in links) + f" {'exact':>5} {'overlap':>7}")
 print(hdr)
 for r in rows:
     steady = r["measured_s_per_iteration_steady"]
     cells = [f"{b(r['bytes_per_iteration'][l])}/{b(r['model_bytes_per_iteration'][l])}" for l in links]
-    print(f"{r['schedule']:10} {r['microbatches']:>2} {r['overlap_optimizer']:>2} "
+    print(f"{r['schedule']:10} {r['microbatches']:>2} {r['F']:>4} "
           f"{r['measured_s_per_iteration_mean']:8.2f} {(f'{steady:8.2f}' if steady is not None else '       -')} "
           f"{(r['run_cpu_s']['user_s'] + r['run_cpu_s']['sys_s']) / steps:8.2f} "
           f"{r['predicted_iteration_s']:8.2f} {r['bound']:>8} " + " ".join(f"{c:>17}" for c in cells)
@@ -259,33 +309,62 @@ for r in rows:
 print("s/iter: the executable's seconds / steps (stats-json); steady: median of steps 2..N (from --log-json "
       "arrival times); cpu/it: the executable's user + sys CPU seconds / steps, start-up included (less "
       "sensitive to other load on the machine than the wall times); pred s: the cost model's iteration time "
-      "and bound (report-json 'chosen').")
+      "and bound (report-json 'chosen'); F: --overlap-optimizer (the first F of each layer's parameters, "
+      "in 64-element granules, updated at the layer's first load of the next iteration).")
 print(f"load average: {load0} before the runs, {' '.join(open('/proc/loadavg').read().split()[:3])} after")
-print("F = 0 for every row: spillwayc refuses --overlap-optimizer with an offload plan for now.")
-summary = {"schema": "spillway-offload-bench-1", "command": command, "generate": gen,
+summary = {"schema": "spillway-offload-bench-2", "command": command, "generate": gen,
            "machine": {"host": host, "kernel": platform.release(), "cpus": os.cpu_count(),
                        "ssd_dir": ssd, "filesystem": fsinfo,
                        "loadavg_before_runs": load0, "loadavg_after_runs": open("/proc/loadavg").read().split()[:3]},
            "spillwayc": spillwayc, "hardware_profile": hw, "model": cfg,
            "budgets": {"gpu_mem": gpumem, "host_mem": hostmem}, "place": place,
            "steps": steps, "configs": rows,
-           "notes": ["F = 0: spillwayc refuses --overlap-optimizer with an offload plan for now",
+           "notes": ["F (overlap_optimizer): the first F of each layer's parameters (64-element granules) are "
+                     "updated at the layer's first load of the next iteration, on the copy that load brings; "
+                     "with the parameters on SSD and the CPU optimizer that saves reading them from SSD for "
+                     "the update (ssd_read)",
+                     "speedups are baseline / candidate: above 1 the candidate is faster or moves fewer bytes",
                      "CPU backend: the 'GPU' is a host arena and its compute is the CPU; h2d/d2h are memcpys"]}
-byname = {r["schedule"]: r for r in rows}
-if "horizontal" in byname and "snake" in byname:
-    h, s = byname["horizontal"], byname["snake"]
-    ssd = lambda d: d["ssd_read"] + d["ssd_write"]
-    key = "measured_s_per_iteration_steady" if h["measured_s_per_iteration_steady"] else "measured_s_per_iteration_mean"
-    sp = {"iteration_time_measured": h[key] / s[key],
-          "iteration_time_measured_mean": h["measured_s_per_iteration_mean"] / s["measured_s_per_iteration_mean"],
-          "iteration_time_predicted": h["predicted_iteration_s"] / s["predicted_iteration_s"],
-          "ssd_bytes_measured": ssd(h["bytes_per_iteration"]) / ssd(s["bytes_per_iteration"]),
-          "ssd_bytes_predicted": ssd(h["model_bytes_per_iteration"]) / ssd(s["model_bytes_per_iteration"])}
-    summary["snake_speedup_over_horizontal"] = sp
-    print(f"snake speedup over horizontal (ZeRO-Infinity order), same budgets, M={M}: iteration time "
-          f"{sp['iteration_time_measured']:.3f}x measured ({'steady' if 'steady' in key else 'mean'}; "
-          f"{sp['iteration_time_measured_mean']:.3f}x by mean), {sp['iteration_time_predicted']:.3f}x predicted; "
-          f"SSD bytes (read + write) {sp['ssd_bytes_measured']:.3f}x measured, {sp['ssd_bytes_predicted']:.3f}x predicted")
+ssd_rw = lambda d: d["ssd_read"] + d["ssd_write"]
+def speedup(base, cand):
+    steady = bool(base["measured_s_per_iteration_steady"] and cand["measured_s_per_iteration_steady"])
+    key = "measured_s_per_iteration_steady" if steady else "measured_s_per_iteration_mean"
+    return {"baseline": f"{base['schedule']} F={base['F']}", "candidate": f"{cand['schedule']} F={cand['F']}",
+            "iteration_time_measured": base[key] / cand[key],
+            "iteration_time_measured_by": "steady" if steady else "mean",
+            "iteration_time_measured_mean": base["measured_s_per_iteration_mean"] / cand["measured_s_per_iteration_mean"],
+            "iteration_time_predicted": base["predicted_iteration_s"] / cand["predicted_iteration_s"],
+            "ssd_bytes_measured": ssd_rw(base["bytes_per_iteration"]) / ssd_rw(cand["bytes_per_iteration"]),
+            "ssd_bytes_predicted": ssd_rw(base["model_bytes_per_iteration"]) / ssd_rw(cand["model_bytes_per_iteration"]),
+            "ssd_read_measured": base["bytes_per_iteration"]["ssd_read"] / cand["bytes_per_iteration"]["ssd_read"],
+            "ssd_read_predicted": base["model_bytes_per_iteration"]["ssd_read"] / cand["model_bytes_per_iteration"]["ssd_read"]}
+def line(sp):
+    return (f"iteration time {sp['iteration_time_measured']:.3f}x measured ({sp['iteration_time_measured_by']}; "
+            f"{sp['iteration_time_measured_mean']:.3f}x by mean), {sp['iteration_time_predicted']:.3f}x predicted; "
+            f"SSD bytes (read + write) {sp['ssd_bytes_measured']:.3f}x measured, {sp['ssd_bytes_predicted']:.3f}x predicted")
+byname = {(r["schedule"], r["overlap_optimizer"]): r for r in rows}
+fs = sorted({r["overlap_optimizer"] for r in rows})
+fmax = fs[-1]
+# The issue's headline: snake with the largest F against the ZeRO-Infinity
+# baseline (horizontal order, no optimizer overlap), at the same batch and budgets.
+if ("horizontal", 0.0) in byname and ("snake", fmax) in byname and fmax > 0:
+    h, s = byname[("horizontal", 0.0)], byname[("snake", fmax)]
+    sp = speedup(h, s)
+    summary["snake_max_overlap_over_zero_infinity"] = sp
+    print(f"snake F={s['F']} over the baseline horizontal F=0, the ZeRO-Infinity order (no optimizer overlap), "
+          f"same batch and budgets, M={M}: " + line(sp))
+elif fmax > 0:
+    print("(snake with the largest F against horizontal F=0, the ZeRO-Infinity order, needs both schedules in "
+          "--schedules and 0 in --overlaps)")
+eq = {}
+for f in fs:
+    if ("horizontal", f) in byname and ("snake", f) in byname:
+        h, s = byname[("horizontal", f)], byname[("snake", f)]
+        eq[h["F"]] = sp = speedup(h, s)
+        base = ", the ZeRO-Infinity order" if f == 0 else ""
+        print(f"snake F={s['F']} over horizontal F={h['F']}{base} (equal F), same batch and budgets, M={M}: " + line(sp))
+if eq:
+    summary["snake_speedup_over_horizontal_at_equal_F"] = eq
 with open(out, "w") as f:
     json.dump(summary, f, indent=1)
     f.write("\n")
