@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <tuple>
 
 using namespace spillway::schedule;
 
@@ -408,13 +409,36 @@ Choice spillway::schedule::choose(const IterationSummary &s,
       slot = std::move(e);
   };
   std::optional<CostEstimate> best;
+  std::vector<CostEstimate> all;
   for (Order o : space.orders)
     for (unsigned m : space.microBatches)
       for (double f : space.overlaps)
         forEachPlacement(space, hasMaster, [&](const Placement &pl) {
           ++choice.candidatesTried;
-          consider(Candidate{o, m, f, pl}, best);
+          CostEstimate e = estimate(s, Candidate{o, m, f, pl}, budgets, hw);
+          if (!e.valid)
+            return;
+          if (!best || better(e, *best, budgets))
+            best = e;
+          all.push_back(std::move(e));
         });
+  // The ranking: a strict order on exact keys (`better` allows for
+  // rounding, so `best` goes first by itself).
+  auto key = [&](const CostEstimate &e) {
+    return std::make_tuple(!e.fits, e.fits ? e.iterationSec : 0.0,
+                           e.fits ? 0.0 : overshoot(e, budgets),
+                           totalBytes(e));
+  };
+  std::stable_sort(all.begin(), all.end(),
+                   [&](const CostEstimate &a, const CostEstimate &b) {
+                     return key(a) < key(b);
+                   });
+  if (best) {
+    choice.ranked.push_back(*best);
+    for (CostEstimate &e : all)
+      if (e.candidate.str() != best->candidate.str())
+        choice.ranked.push_back(std::move(e));
+  }
   // The baseline: horizontal without overlap at the smallest M that fits
   // (M = 1 when the batch fits; ZeRO-Infinity splits the batch only for
   // memory), M = 1 when none does.

@@ -597,7 +597,9 @@ std::string bytesAndGiB(uint64_t b) {
 /// the chosen plan's order. Fails on an over-budget plan.
 int planAndReport(ModuleOp module, const PlanningInputs &in,
                   std::string &chosenOrder,
-                  spillway::schedule::CostEstimate *chosen = nullptr) {
+                  spillway::schedule::CostEstimate *chosen = nullptr,
+                  std::vector<spillway::schedule::CostEstimate> *ranked =
+                      nullptr) {
   using namespace spillway::schedule;
   OwningOpRef<ModuleOp> copy(module.clone());
   PassManager pm(module.getContext());
@@ -667,6 +669,15 @@ int planAndReport(ModuleOp module, const PlanningInputs &in,
   chosenOrder = orderName(best.candidate.order);
   if (chosen)
     *chosen = best;
+  if (ranked)
+    *ranked = r.choice.ranked;
+  // An offload plan for an executable: the planner's exact arenas decide
+  // what fits (main tries the ranked plans), not these estimates.
+  if (!best.fits && ranked && offloadRequested() && !outputPath.empty()) {
+    note("the cost model's estimates fit no plan in the budgets; the "
+         "planner checks the ranked plans' exact arenas");
+    return 0;
+  }
   if (!best.fits) {
     const auto &need = best.neededBytes;
     return fail(
@@ -899,10 +910,11 @@ int main(int argc, char **argv) {
   }
 
   spillway::schedule::CostEstimate chosenPlan;
+  std::vector<spillway::schedule::CostEstimate> rankedPlans;
   if (planningInputs) {
     std::string chosenOrder;
     if (int rc = planAndReport(*module, *planningInputs, chosenOrder,
-                               &chosenPlan))
+                               &chosenPlan, &rankedPlans))
       return rc;
     if (outputPath.empty())
       return 0;
@@ -910,14 +922,14 @@ int main(int argc, char **argv) {
       exeOrder = chosenOrder;
   }
 
-  std::optional<spillway::OffloadOptions> offloadOptions;
-  if (offload) {
+  // The offload plan of a candidate: pinned classes as given, the rest from
+  // the candidate with --hw, else the GPU.
+  auto offloadFor = [&](const spillway::schedule::CostEstimate &plan)
+      -> std::optional<spillway::OffloadOptions> {
     using namespace spillway::schedule;
-    offloadOptions.emplace();
-    // Pinned classes as given; the rest from the cost model's plan with
-    // --hw, else the GPU.
+    spillway::OffloadOptions o;
     for (const std::string &entry : placeClasses)
-      offloadOptions->placement += (offloadOptions->placement.empty() ? "" : ",") + entry;
+      o.placement += (o.placement.empty() ? "" : ",") + entry;
     if (planningInputs)
       for (TensorClass c : {TensorClass::Params, TensorClass::Optimizer,
                             TensorClass::Gradients, TensorClass::Activations})
@@ -927,23 +939,79 @@ int main(int argc, char **argv) {
                 return StringRef(e).split('=').first.trim() ==
                        tensorClassName(c);
               }))
-            offloadOptions->placement +=
-                std::string(offloadOptions->placement.empty() ? "" : ",") +
-                tensorClassName(c) + "=" +
-                tierName(chosenPlan.candidate.placement[c]);
+            o.placement += std::string(o.placement.empty() ? "" : ",") +
+                           tensorClassName(c) + "=" +
+                           tierName(plan.candidate.placement[c]);
     auto size = [&](cl::opt<std::string> &flag) -> std::optional<uint64_t> {
       if (flag.empty())
         return uint64_t(0);
       return parseSize(flag);
     };
     auto g = size(gpuMem), h = size(hostMem);
-    if (!g)
+    if (!g || !h)
+      return std::nullopt;
+    o.gpuBytes = *g;
+    o.hostBytes = *h;
+    return o;
+  };
+  std::optional<spillway::OffloadOptions> offloadOptions;
+  if (offload) {
+    if (parseSize(gpuMem) == std::nullopt && !gpuMem.empty())
       return fail("--gpu-mem '" + gpuMem + "' is not a size (e.g. 512M, 16G)");
-    if (!h)
+    if (parseSize(hostMem) == std::nullopt && !hostMem.empty())
       return fail("--host-mem '" + hostMem +
                   "' is not a size (e.g. 512M, 16G)");
-    offloadOptions->gpuBytes = *g;
-    offloadOptions->hostBytes = *h;
+    offloadOptions = offloadFor(chosenPlan);
+  }
+
+  // With --hw the cost model ranks the plans and the planner has the last
+  // word on fitting: its arenas (homes, transfer slots, alignment) are
+  // exact where the model's peaks are estimates. Take the first ranked plan
+  // whose schedule the budgets hold; stop at the first that fails for
+  // another reason (its error is the answer).
+  bool planned = false; // the schedule pipeline already ran on `module`
+  if (scheduled && offloadOptions && planningInputs && rankedPlans.size() > 1 &&
+      (gpuMem.getNumOccurrences() || hostMem.getNumOccurrences())) {
+    constexpr size_t kMaxPlans = 32;
+    for (size_t i = 0; i < rankedPlans.size() && i < kMaxPlans; ++i) {
+      const auto &plan = rankedPlans[i];
+      auto o = offloadFor(plan);
+      std::string order = schedule == "auto"
+                              ? spillway::schedule::orderName(
+                                    plan.candidate.order)
+                              : exeOrder;
+      OwningOpRef<ModuleOp> trial(module->clone());
+      PassManager pm(&context);
+      spillway::populateSchedulePipeline(pm, exeMicrobatches, order,
+                                         overlapOptimizer, recompute == "on",
+                                         &*o);
+      bool overBudget = false;
+      LogicalResult ran = failure();
+      {
+        ScopedDiagnosticHandler quiet(&context, [&](Diagnostic &d) {
+          overBudget = overBudget ||
+                       StringRef(d.str()).contains("plan over budget");
+          return success();
+        });
+        ran = pm.run(*trial);
+      }
+      if (succeeded(ran)) {
+        module = std::move(trial);
+        planned = true;
+        if (i > 0) {
+          note(llvm::formatv("the planner's arenas for the cost model's "
+                             "first {0} plan(s) exceed the budgets; taking "
+                             "{1}",
+                             i, plan.candidate.str()));
+          chosenPlan = plan;
+          offloadOptions = o;
+          exeOrder = order;
+        }
+        break;
+      }
+      if (!overBudget)
+        break; // another error: the plain run below reports it
+    }
   }
 
   if (scheduled) {
@@ -965,7 +1033,7 @@ int main(int argc, char **argv) {
                        recompute == "on" ? "recompute on (the backward keeps "
                                            "only layer-boundary activations)"
                                          : "recompute off"));
-    if (failed(pm.run(*module)))
+    if (!planned && failed(pm.run(*module)))
       return fail(
           offloadOptions
               ? llvm::formatv("cannot plan the step in {0} micro-batch(es) "

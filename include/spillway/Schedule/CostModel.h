@@ -160,6 +160,11 @@ struct Choice {
   /// the least overshoot when nothing fits.
   std::optional<CostEstimate> baseline;
   unsigned candidatesTried = 0;
+  /// Every valid candidate, best first: `best`, then those that fit by
+  /// time (then bytes), then those that do not by overshoot. The planner
+  /// (sched-assign-buffers) has the last word on fitting: spillwayc takes
+  /// the first of these whose exact arenas fit the budgets.
+  std::vector<CostEstimate> ranked;
 };
 
 Choice choose(const IterationSummary &summary, const SearchSpace &space,
