@@ -186,6 +186,10 @@ extern "C" void spw_adamw_defer(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     q.h = effective_adamw(ctx,
                           AdamWHparams{lr, beta1, beta2, eps, weight_decay});
     const float *g = recorded_grad(p);
+    if (!p.spare_grads.empty()) {
+      q.grad = std::move(p.spare_grads.back());
+      p.spare_grads.pop_back();
+    }
     q.grad.assign(g + begin, g + end);
     p.pending.push_back(std::move(q));
   });
@@ -219,6 +223,7 @@ extern "C" void spw_adamw_apply_pending(spw_ctx *ctx, int32_t param,
            p.name.c_str(), (long long)begin, (long long)end,
            (long long)it->step, (long long)ctx->step);
     adamw_update(p, it->grad.data(), begin, end, it->step, it->h);
+    p.spare_grads.push_back(std::move(it->grad));
     p.pending.erase(it);
   });
 }

@@ -98,6 +98,9 @@ struct ParamInfo {
   int64_t bound_split = -1;
   float *bound_w_part[2] = {}, *bound_m_part[2] = {}, *bound_v_part[2] = {};
   std::vector<PendingAdamW> pending; // deferred updates not yet applied
+  // Gradient buffers of applied deferred updates, reused by the next defer
+  // (a fresh allocation every step would fault its pages in again).
+  std::vector<std::vector<float>> spare_grads;
 };
 
 struct Tiers; // tiers.cpp: an offload plan's blocks and the tensor store
