@@ -32,6 +32,17 @@ constexpr uint64_t kSsdAlign = 4096;
 
 uint64_t alignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
+/// Takes the first free slot of a pool (a new one when all are busy).
+int takeFreeSlot(std::vector<bool> &slots) {
+  int s = 0;
+  while (s < int(slots.size()) && slots[s])
+    ++s;
+  if (s == int(slots.size()))
+    slots.push_back(false);
+  slots[s] = true;
+  return s;
+}
+
 struct BlockInfo {
   uint64_t bytes = 0;
   std::optional<Tier> home;
@@ -94,13 +105,7 @@ LogicalResult assignActivations(IterationOp it,
   };
   SmallVector<Pending> pending;
   auto acquire = [&](int64_t i, Tier t) {
-    auto &slots = busy[int(t)];
-    int s = 0;
-    while (s < int(slots.size()) && slots[s])
-      ++s;
-    if (s == int(slots.size()))
-      slots.push_back(false);
-    slots[s] = true;
+    int s = takeFreeSlot(busy[int(t)]);
     slotOf[{i, int(t)}] = s;
     return s;
   };
@@ -359,13 +364,7 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
     auto k = key(c, l, t);
     if (auto found = slotOf.find(k); found != slotOf.end())
       return found->second;
-    auto &slots = busy[int(t)][int(c)];
-    int s = 0;
-    while (s < int(slots.size()) && slots[s])
-      ++s;
-    if (s == int(slots.size()))
-      slots.push_back(false);
-    slots[s] = true;
+    int s = takeFreeSlot(busy[int(t)][int(c)]);
     slotOf[k] = s;
     return s;
   };
