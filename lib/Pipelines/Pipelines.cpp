@@ -30,6 +30,8 @@ void spillway::populateTrainingPipeline(OpPassManager &pm,
   opt.beta2 = options.beta2;
   opt.eps = options.eps;
   opt.weightDecay = options.weightDecay;
+  opt.foamLevel = options.foamLevel;
+  opt.foamAlpha = options.foamAlpha;
   pm.addPass(train::createTrainAttachOptimizerPass(opt));
 }
 

@@ -137,9 +137,18 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
   // The parameters the optimizer updates: only they have a gradient block
   // and AdamW state (a frozen parameter has neither). A module without any
   // update yet (no optimizer attached) counts every parameter.
-  llvm::DenseSet<StringRef> updated;
-  module.walk([&](AdamWOp u) { updated.insert(u.getParam()); });
-  module.walk([&](AdamWDeferOp u) { updated.insert(u.getParam()); });
+  // Each keeps two f32 moments of stateElementsPerMoment elements (FOAM's
+  // folded, AdamW's one per parameter element).
+  struct State {
+    int64_t moment;
+    bool foam;
+  };
+  llvm::DenseMap<StringRef, State> updated;
+  module.walk([&](Operation *u) {
+    if (isOptimizerUpdate(u))
+      updated.try_emplace(getUpdatedParam(u),
+                          State{stateElementsPerMoment(u), isa<FoamOp>(u)});
+  });
   const bool anyUpdate = !updated.empty();
 
   for (auto [i, entry] : llvm::enumerate(layersAttr)) {
@@ -172,9 +181,16 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
       l.paramBytes += bytes;
       if (anyUpdate && !updated.contains(it->first()))
         continue;
-      l.gradBytes += bytes;        // the f32 gradient accumulator
-      l.optimizerBytes += 2 * 4 * n; // AdamW m and v, f32
+      l.gradBytes += bytes; // the f32 gradient accumulator
+      auto state = updated.find(it->first());
+      uint64_t moment =
+          state != updated.end() ? uint64_t(state->second.moment) : n;
+      l.optimizerBytes += 2 * 4 * moment; // m and v, f32
       l.numParams += n;
+      if (state != updated.end() && state->second.foam) {
+        l.foldedParams += n;
+        l.foldedOptimizerBytes += 2 * 4 * moment;
+      }
     }
   }
   for (auto &[name, p] : params)

@@ -2,6 +2,7 @@
 
 #include "runtime_internal.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdarg>
@@ -247,6 +248,51 @@ int32_t spw_declare_output(spw_ctx *ctx, const char *name, int32_t dtype,
     index = int32_t(ctx->outputs.size() - 1);
   });
   return index;
+}
+
+int64_t ParamInfo::state_numel() const {
+  if (foam_level < 0)
+    return value->numel;
+  const int64_t cols = value->dims[value->rank - 1];
+  const int64_t block = int64_t(1) << foam_level;
+  return value->numel / std::max<int64_t>(cols, 1) *
+         ((cols + block - 1) / block);
+}
+
+std::vector<int64_t> ParamInfo::state_dims() const {
+  std::vector<int64_t> d(value->dims, value->dims + value->rank);
+  if (foam_level >= 0) {
+    const int64_t block = int64_t(1) << foam_level;
+    d.back() = (d.back() + block - 1) / block;
+  }
+  return d;
+}
+
+void spw_declare_foam(spw_ctx *ctx, int32_t param, int64_t level,
+                      double alpha) {
+  guarded(ctx, "spw_declare_foam", [&] {
+    if (param < 0 || size_t(param) >= ctx->params.size())
+      fail("parameter index %d out of range (%zu parameters declared)", param,
+           ctx->params.size());
+    ParamInfo &p = ctx->params[size_t(param)];
+    if (p.value->rank != 2 || p.value->dtype != SPW_F32)
+      fail("parameter '%s' is %s %s; FOAM folds only 2-D f32 weights",
+           p.name.c_str(), dtype_name(p.value->dtype), p.value->shape().c_str());
+    if (level < 0 || level > 16)
+      fail("parameter '%s': FOAM level %lld is outside [0, 16]",
+           p.name.c_str(), (long long)level);
+    if (!(alpha > 0.0) || !std::isfinite(alpha))
+      fail("parameter '%s': FOAM alpha %g must be positive", p.name.c_str(),
+           alpha);
+    if (ctx->tiers)
+      fail("parameter '%s': FOAM must be declared before the tiers (its "
+           "state size sets the optimizer blocks)",
+           p.name.c_str());
+    if (!p.adam_m.empty())
+      fail("parameter '%s' already has AdamW state", p.name.c_str());
+    p.foam_level = int32_t(level);
+    p.foam_alpha = alpha;
+  });
 }
 
 void spw_declare_adamw(spw_ctx *ctx, double lr, double beta1, double beta2,

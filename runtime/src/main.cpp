@@ -81,7 +81,9 @@ const char kUsage[] =
     "  --steps N               training steps (default 1)\n"
     "  --lr F, --beta1 F, --beta2 F, --eps F, --weight-decay F\n"
     "                          AdamW hyper-parameters (default: the values\n"
-    "                          compiled into the model)\n"
+    "                          compiled into the model); FOAM uses them too\n"
+    "  --foam-alpha F          FOAM's update scale (models compiled with\n"
+    "                          --optimizer foam; default: the compiled one)\n"
     "  --weights FILE          initial parameters: the raw weights spillwayc\n"
     "                          writes, or a .safetensors file (e.g. from\n"
     "                          --save) (default: <executable>.weights)\n"
@@ -126,8 +128,9 @@ const char kUsage[] =
     "\n"
     "A forward-only model runs --steps steps (default: the largest batch\n"
     "count B among its inputs) without a loss; the training flags (--lr,\n"
-    "--beta1, --beta2, --eps, --weight-decay, --save, --log-json,\n"
-    "--check-gradients and the checkpoint flags) are usage errors for it.\n"
+    "--beta1, --beta2, --eps, --weight-decay, --foam-alpha, --save,\n"
+    "--log-json, --check-gradients and the checkpoint flags) are usage\n"
+    "errors for it.\n"
     "\n"
     "Exit status: 0 success, 1 runtime or data error, 2 usage error.\n";
 
@@ -191,7 +194,7 @@ Options parse_args(int argc, char **argv) {
     }
     static const char *const kValued[] = {
         "--input", "--steps", "--seed", "--lr", "--beta1", "--beta2", "--eps",
-        "--weight-decay", "--log-json", "--save", "--weights", "--print-every",
+        "--weight-decay", "--foam-alpha", "--log-json", "--save", "--weights", "--print-every",
         "--fd-eps", "--fd-samples", "--fd-tol", "--outputs", "--checkpoint-dir",
         "--checkpoint-every", "--keep-checkpoints", "--io-backend", "--ssd",
         "--stats-json"};
@@ -205,8 +208,8 @@ Options parse_args(int argc, char **argv) {
       value = argv[++i];
     }
     static const char *const kTraining[] = {
-        "--lr", "--beta1", "--beta2", "--eps", "--weight-decay", "--save",
-        "--log-json", "--checkpoint-dir", "--checkpoint-every",
+        "--lr", "--beta1", "--beta2", "--eps", "--weight-decay",
+        "--foam-alpha", "--save", "--log-json", "--checkpoint-dir", "--checkpoint-every",
         "--keep-checkpoints"};
     if (std::find_if(std::begin(kTraining), std::end(kTraining),
                      [&](const char *f) { return flag == f; }) !=
@@ -245,6 +248,11 @@ Options parse_args(int argc, char **argv) {
       o.adamw.eps = parse_double(flag, value, 0.0, 1.0, true);
     } else if (flag == "--weight-decay") {
       o.adamw.weight_decay = parse_double(flag, value, 0.0, 1e6, true);
+    } else if (flag == "--foam-alpha") {
+      o.adamw.foam_alpha = parse_double(flag, value, 0.0, 1e6, true);
+      if (*o.adamw.foam_alpha == 0.0)
+        throw UsageError("invalid value '" + value +
+                         "' for --foam-alpha: expected a positive number");
     } else if (flag == "--log-json") {
       o.log_json = value;
     } else if (flag == "--save") {
@@ -801,6 +809,16 @@ std::string adamw_string(const AdamWHparams &h) {
                 h.lr, h.beta1, h.beta2, h.eps, h.weight_decay);
 }
 
+// FOAM's settings in effect, for checkpoints' metadata and the banner;
+// empty when no parameter is folded.
+std::string foam_string(const spw_ctx *ctx) {
+  for (const ParamInfo &p : ctx->params)
+    if (p.foam_level >= 0)
+      return format(" foam_level=%d foam_alpha=%.17g", p.foam_level,
+                    ctx->overrides.foam_alpha.value_or(p.foam_alpha));
+  return {};
+}
+
 // Writes and restores everything a training step depends on: the parameters,
 // the AdamW moments (where allocated) and the step counter. (The batch of a
 // step follows from its number; the model itself keeps no state.)
@@ -857,12 +875,12 @@ public:
            c->dir.c_str(), (long long)c->step, (long long)o_.steps);
     std::printf("  resume: from '%s' (step %lld of %lld)\n", c->dir.c_str(),
                 (long long)c->step, (long long)o_.steps);
-    if (const std::string *h = c->meta("adamw"); h && *h != adamw_string(hp_))
+    if (const std::string *h = c->meta("adamw"); h && *h != hparams())
       std::fprintf(stderr,
                    "warning: checkpoint '%s' was written with AdamW %s; this "
                    "run uses %s, so it will not reproduce the interrupted "
                    "run\n",
-                   c->dir.c_str(), h->c_str(), adamw_string(hp_).c_str());
+                   c->dir.c_str(), h->c_str(), hparams().c_str());
     if (const std::string *h = c->meta("inputs");
         h && *h != inputs_)
       std::fprintf(stderr,
@@ -883,16 +901,18 @@ public:
       ts.push_back({"param/" + p.name, p.value->dtype, dims, p.value->data,
                     uint64_t(p.value->bytes())});
       if (!p.adam_m.empty()) {
-        ts.push_back({"adam_m/" + p.name, SPW_F32, dims, p.adam_m.data(),
+        // FOAM's folded moments keep their own [rows, folded] shape.
+        const std::vector<int64_t> sdims = p.state_dims();
+        ts.push_back({"adam_m/" + p.name, SPW_F32, sdims, p.adam_m.data(),
                       p.adam_m.size() * sizeof(float)});
-        ts.push_back({"adam_v/" + p.name, SPW_F32, dims, p.adam_v.data(),
+        ts.push_back({"adam_v/" + p.name, SPW_F32, sdims, p.adam_v.data(),
                       p.adam_v.size() * sizeof(float)});
       }
     }
     const storage::Metadata meta = {
         {"model_fingerprint", model_fingerprint(ctx_)},
         {"parameters", std::to_string(ctx_->params.size())},
-        {"adamw", adamw_string(hp_)},
+        {"adamw", hparams()},
         {"inputs", inputs_},
         {"steps", std::to_string(o_.steps)}};
     const auto t0 = std::chrono::steady_clock::now();
@@ -932,6 +952,7 @@ private:
   spw_ctx *ctx_;
   const Options &o_;
   AdamWHparams hp_;
+  std::string hparams() const { return adamw_string(hp_) + foam_string(ctx_); }
   std::string inputs_; // inputs_digest: the inputs do not change
   storage::CheckpointOptions copts_;
   std::unique_ptr<storage::PinnedPool> pool_; // outlives the engine
@@ -974,14 +995,19 @@ private:
         p.adam_v.clear();
         continue;
       }
-      const uint64_t want = uint64_t(p.value->numel) * sizeof(float);
+      const uint64_t want = uint64_t(p.state_numel()) * sizeof(float);
       if (!m || !v || m->dtype != SPW_F32 || v->dtype != SPW_F32 ||
-          m->bytes != want || v->bytes != want)
-        fail("checkpoint '%s': the AdamW state of '%s' is incomplete or of "
-             "the wrong size%s",
-             c.dir.c_str(), p.name.c_str(), other);
-      p.adam_m.resize(size_t(p.value->numel));
-      p.adam_v.resize(size_t(p.value->numel));
+          m->shape != p.state_dims() || v->shape != p.state_dims())
+        fail("checkpoint '%s': the %s state of '%s' is incomplete or of "
+             "another shape than %s (was it written with another --optimizer "
+             "or --foam-level?)%s",
+             c.dir.c_str(), p.foam_level >= 0 ? "FOAM" : "AdamW",
+             p.name.c_str(),
+             shape_str(p.state_dims().data(), int(p.state_dims().size()))
+                 .c_str(),
+             other);
+      p.adam_m.resize(size_t(p.state_numel()));
+      p.adam_v.resize(size_t(p.state_numel()));
       if (want) {
         std::memcpy(p.adam_m.data(), c.data(*m), size_t(want));
         std::memcpy(p.adam_v.data(), c.data(*v), size_t(want));
@@ -1258,6 +1284,26 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
                 d ? std::optional(d->weight_decay) : std::nullopt);
   if (!d)
     line += " (the model declared no defaults)";
+  // FOAM: which parameters fold, and alpha; the hyper-parameters above are
+  // shared.
+  int64_t folded = 0, folded_numel = 0, level = -1;
+  double alpha = 0;
+  for (const ParamInfo &p : ctx->params)
+    if (p.foam_level >= 0) {
+      ++folded;
+      folded_numel += p.value->numel;
+      level = p.foam_level;
+      alpha = p.foam_alpha;
+    }
+  if (folded) {
+    line += format("\n  FOAM on %lld weight matrices (%lld parameters), "
+                   "level %lld,",
+                   (long long)folded, (long long)folded_numel,
+                   (long long)level);
+    line += field("alpha", f.foam_alpha.value_or(alpha), f.foam_alpha,
+                  std::optional(alpha));
+    line += "; AdamW on the rest";
+  }
   std::printf("%s\n", line.c_str());
   if (!o.check_gradients)
     std::printf("  training %lld steps\n", (long long)o.steps);
@@ -1281,6 +1327,9 @@ int run(const Options &o, const char *argv0) {
     throw UsageError("--outputs is for forward-only models (spillwayc "
                      "--forward); this executable trains a model with a loss");
   ctx->evaluate_only = forward; // never update parameters
+  if (o.adamw.foam_alpha && foam_string(ctx).empty())
+    throw UsageError("--foam-alpha: this executable folds no parameter "
+                     "(compile with spillwayc --optimizer foam)");
 
   // Unknown --input names are usage errors; everything else is data.
   for (auto &[name, file] : o.inputs) {

@@ -1,4 +1,4 @@
-//===- optimizer.cpp - AdamW ------------------------------------------------===//
+//===- optimizer.cpp - AdamW and FOAM ---------------------------------------===//
 //
 // Matches torch.optim.AdamW (foreach=False, _single_tensor_adamw) operation
 // by operation in float32, with the scalars computed in double and cast to
@@ -24,8 +24,12 @@ using namespace spw;
 
 namespace {
 
-ParamInfo &checked_param(spw_ctx *ctx, int32_t param) {
+ParamInfo &checked_param(spw_ctx *ctx, int32_t param, bool foam = false) {
   ParamInfo &p = ctx->params[size_t(param)];
+  if (foam != (p.foam_level >= 0))
+    fail("parameter '%s' is declared for %s but updated by %s",
+         p.name.c_str(), p.foam_level >= 0 ? "FOAM" : "AdamW",
+         foam ? "FOAM" : "AdamW");
   if (p.value->dtype != SPW_F32)
     fail("parameter '%s' is %s; AdamW updates only f32 parameters",
          p.name.c_str(), dtype_name(p.value->dtype));
@@ -134,6 +138,74 @@ const float *recorded_grad(const ParamInfo &p) {
   return reinterpret_cast<const float *>(p.grad.data());
 }
 
+// One FOAM update (docs/runtime.md, "FOAM"): per block of 2^level elements
+// of a row, one pass over its gradient for the two block means, one update
+// of the block's folded m and v, and one pass that updates its weights with
+// the residual recomputed on the fly: no m x n temporaries. Follows the
+// authors' foam_adam.py: the padded last block of a row divides by the full
+// block size, eps outside the sqrt, step size lr * sqrt(1 - beta2^t) /
+// (1 - beta1^t), the decoupled weight decay after the update; the residual
+// scale is 1.
+void foam_update(ParamInfo &p, const float *g, int64_t step,
+                 const AdamWHparams &h, double alpha) {
+  const int64_t cols = p.value->dims[p.value->rank - 1];
+  const int64_t rows = cols ? p.value->numel / cols : 0;
+  const int64_t block = int64_t(1) << p.foam_level;
+  const int64_t nb = (cols + block - 1) / block;
+  const size_t ns = size_t(rows * nb);
+  if (!p.bound_m && p.adam_m.size() != ns) {
+    p.adam_m.assign(ns, 0.0f);
+    p.adam_v.assign(ns, 0.0f);
+  }
+  if (p.bound_split >= 0)
+    fail("parameter '%s': a FOAM update of a split block (the optimizer "
+         "overlap splits AdamW updates only)",
+         p.name.c_str());
+  float *w = p.value->as<float>();
+  float *m = p.bound_m ? p.bound_m : p.adam_m.data();
+  float *v = p.bound_v ? p.bound_v : p.adam_v.data();
+  if (!w)
+    fail("parameter '%s' is updated while no copy of it is bound",
+         p.name.c_str());
+  const double t = double(step);
+  const double bc1 = 1.0 - std::pow(h.beta1, t);
+  const double bc2 = 1.0 - std::pow(h.beta2, t);
+  const float b1 = float(h.beta1), w1 = float(1.0 - h.beta1);
+  const float b2 = float(h.beta2), w2 = float(1.0 - h.beta2);
+  const float inv_block = float(1.0 / double(block));
+  const float neg_step = float(-(h.lr * std::sqrt(bc2) / bc1));
+  const float falpha = float(alpha);
+  const float feps = float(h.eps);
+  const float neg_decay = float(-(h.lr * h.weight_decay));
+  const bool decays = h.weight_decay > 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *gr = g + r * cols;
+    float *wr = w + r * cols;
+    for (int64_t k = 0; k < nb; ++k) {
+      const int64_t lo = k * block, hi = std::min(cols, lo + block);
+      float sum = 0.0f, sumsq = 0.0f;
+      for (int64_t j = lo; j < hi; ++j) {
+        sum += gr[j];
+        sumsq += gr[j] * gr[j];
+      }
+      const float gbar = sum * inv_block, qbar = sumsq * inv_block;
+      float &mk = m[r * nb + k], &vk = v[r * nb + k];
+      mk = mk * b1 + gbar * w1;
+      vk = vk * b2 + qbar * w2;
+      for (int64_t j = lo; j < hi; ++j) {
+        const float res = gr[j] - gbar;
+        const float mj = mk + res;
+        const float vj = vk + res * res;
+        const float upd = falpha * mj / (std::sqrt(vj) + feps);
+        float x = wr[j] + neg_step * upd;
+        if (decays)
+          x = x + x * neg_decay;
+        wr[j] = x;
+      }
+    }
+  }
+}
+
 } // namespace
 
 extern "C" void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad,
@@ -148,6 +220,21 @@ extern "C" void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     AdamWHparams h = effective_adamw(
         ctx, AdamWHparams{lr, beta1, beta2, eps, weight_decay});
     adamw_update(p, recorded_grad(p), 0, p.value->numel, ctx->step, h);
+  });
+}
+
+extern "C" void spw_foam(spw_ctx *ctx, int32_t param, spw_tensor *grad,
+                         double lr, double beta1, double beta2, double eps,
+                         double weight_decay, double alpha) {
+  guarded(ctx, "spw_foam", [&] {
+    record_grad(ctx, param, grad);
+    if (ctx->evaluate_only)
+      return;
+    ParamInfo &p = checked_param(ctx, param, /*foam=*/true);
+    AdamWHparams h = effective_adamw(
+        ctx, AdamWHparams{lr, beta1, beta2, eps, weight_decay});
+    foam_update(p, recorded_grad(p), ctx->step, h,
+                ctx->overrides.foam_alpha.value_or(alpha));
   });
 }
 

@@ -84,7 +84,15 @@ struct ParamInfo {
   int64_t offset = 0;
   std::unique_ptr<spw_tensor> value;
   std::vector<char> grad;   // last recorded gradient (bytes), empty if none
-  std::vector<float> adam_m, adam_v; // lazily allocated
+  std::vector<float> adam_m, adam_v; // lazily allocated; state_numel each
+  // FOAM (spw_declare_foam): the state is folded in blocks of 2^foam_level
+  // elements of each row; -1: AdamW, one state element per element.
+  int32_t foam_level = -1;
+  double foam_alpha = 0.25; // the compile-time default
+  // Elements of each moment (m, v) the parameter's optimizer keeps.
+  int64_t state_numel() const;
+  // The shape of each moment: the parameter's, or [rows, folded columns].
+  std::vector<int64_t> state_dims() const;
   // An offload plan's bound AdamW state (spw_bind of an optimizer block);
   // null: adam_m / adam_v.
   float *bound_m = nullptr, *bound_v = nullptr;
@@ -122,6 +130,7 @@ struct OutputInfo {
 
 struct AdamWOverrides {
   std::optional<double> lr, beta1, beta2, eps, weight_decay;
+  std::optional<double> foam_alpha; // FOAM's alpha (--foam-alpha)
 };
 
 } // namespace spw

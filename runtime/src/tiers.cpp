@@ -296,7 +296,7 @@ void tiers_scatter(spw_ctx *ctx) {
     with_host_copy(t, b, false, true, [&](char *const *part) {
       for (size_t i = 0; i < b.params.size(); ++i) {
         ParamInfo &p = ctx->params[size_t(b.params[i])];
-        const int64_t n = p.value->numel;
+        const int64_t n = b.cls == 0 ? p.value->numel : p.state_numel();
         if (b.cls == 0) {
           copy_member(b, i, part, false,
                       reinterpret_cast<float *>(p.value->owned.get()), n,
@@ -350,7 +350,7 @@ void tiers_gather(spw_ctx *ctx) {
     with_host_copy(t, b, true, false, [&](char *const *part) {
       for (size_t i = 0; i < b.params.size(); ++i) {
         ParamInfo &p = ctx->params[size_t(b.params[i])];
-        const int64_t n = p.value->numel;
+        const int64_t n = b.cls == 0 ? p.value->numel : p.state_numel();
         if (b.cls == 0) {
           copy_member(b, i, part, false,
                       reinterpret_cast<float *>(p.value->owned.get()), n,
@@ -520,9 +520,12 @@ void spw_declare_block(spw_ctx *ctx, int32_t cls, int32_t layer,
       if (p.value->dtype != SPW_F32)
         fail("block %s: parameter '%s' is %s; blocks hold f32 parameters",
              b.name.c_str(), p.name.c_str(), dtype_name(p.value->dtype));
+      // An optimizer block holds m (then v) of the member's state size:
+      // FOAM's folded state is smaller than the parameter.
+      const uint64_t member =
+          cls == 1 ? 4 * uint64_t(p.state_numel()) : uint64_t(p.value->bytes());
       if (offsets[i] < 0 || offsets[i] % 4 != 0 ||
-          uint64_t(offsets[i]) > span ||
-          uint64_t(p.value->bytes()) > span - uint64_t(offsets[i]))
+          uint64_t(offsets[i]) > span || member > span - uint64_t(offsets[i]))
         fail("block %s: parameter '%s' at offset %lld does not fit in %llu "
              "bytes",
              b.name.c_str(), p.name.c_str(), (long long)offsets[i],
@@ -703,7 +706,7 @@ void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
            tier_name(d));
     for (size_t i = 0; i < b.params.size(); ++i) {
       ParamInfo &p = ctx->params[size_t(b.params[i])];
-      const int64_t n = p.value->numel;
+      const int64_t n = cls == 0 ? p.value->numel : p.state_numel();
       float *at[2];
       int64_t split;
       member_elements(b, i, part, false, n, at, &split);

@@ -75,9 +75,22 @@ cl::opt<std::string> fusePatterns(
              "comma-separated subset of attention,rms_norm,gelu,rope,silu,"
              "linear"),
     cl::cat(category));
-cl::opt<std::string> optimizer("optimizer", cl::init("adamw"),
-                               cl::desc("Optimizer (adamw)"),
-                               cl::cat(category));
+cl::opt<std::string> optimizer(
+    "optimizer", cl::init("adamw"),
+    cl::desc("Optimizer: adamw, or foam (AdamW with folded state for the "
+             "2-D weights other than embeddings and the LM head; "
+             "docs/compiler.md, \"FOAM\")"),
+    cl::cat(category));
+cl::opt<int64_t> foamLevel(
+    "foam-level", cl::init(2),
+    cl::desc("FOAM: fold each row's optimizer state in blocks of 2^L "
+             "elements (0..16; default 2: a quarter of AdamW's state)"),
+    cl::value_desc("L"), cl::cat(category));
+cl::opt<double> foamAlpha("foam-alpha", cl::init(0.25),
+                          cl::desc("FOAM: scale of the update (default "
+                                   "0.25; the executable's --foam-alpha "
+                                   "overrides it)"),
+                          cl::value_desc("A"), cl::cat(category));
 cl::opt<double> lr("lr", cl::init(1e-3), cl::desc("Learning rate"),
                    cl::cat(category));
 cl::opt<double> beta1("beta1", cl::init(0.9), cl::desc("AdamW beta1"),
@@ -519,6 +532,10 @@ std::optional<PlanningInputs> readPlanningInputs(std::string &error) {
     }
     in.space.overlaps = {f};
   }
+  // FOAM's updates run whole (its state is per block of a row): no
+  // optimizer overlap to plan.
+  if (optimizer == "foam")
+    in.space.overlaps = {0.0};
   llvm::StringMap<std::string> placedBy;
   for (const std::string &entry : placeClasses) {
     auto [cls, tier] = StringRef(entry).split('=');
@@ -772,6 +789,22 @@ int main(int argc, char **argv) {
                       overlapOptimizer.getNumOccurrences()))
     return fail("--microbatches, --schedule and --overlap-optimizer shape a "
                 "training iteration; they do not apply to --forward");
+  if (optimizer != "adamw" && optimizer != "foam")
+    return fail("--optimizer '" + optimizer +
+                "' is not one of adamw, foam");
+  if (optimizer != "foam" &&
+      (foamLevel.getNumOccurrences() || foamAlpha.getNumOccurrences()))
+    return fail("--foam-level and --foam-alpha need --optimizer foam");
+  if (foamLevel < 0 || foamLevel > 16)
+    return fail("--foam-level " + std::to_string(int64_t(foamLevel)) +
+                " is outside [0, 16]");
+  if (!(foamAlpha > 0) || !std::isfinite(double(foamAlpha)))
+    return fail("--foam-alpha must be a positive number");
+  if (optimizer == "foam" && overlapOptimizer > 0)
+    return fail("--overlap-optimizer with --optimizer foam: FOAM's folded "
+                "state is kept per block of a row, so its updates are not "
+                "split between iterations; use --overlap-optimizer 0 (or "
+                "--optimizer adamw)");
   if (!(overlapOptimizer >= 0 && overlapOptimizer <= 1)) {
     char text[32];
     std::snprintf(text, sizeof text, "%g", double(overlapOptimizer));
@@ -895,6 +928,8 @@ int main(int argc, char **argv) {
   trainOptions.beta2 = beta2;
   trainOptions.eps = eps;
   trainOptions.weightDecay = weightDecay;
+  trainOptions.foamLevel = foamLevel;
+  trainOptions.foamAlpha = foamAlpha;
 
   {
     PassManager pm(&context);

@@ -19,6 +19,9 @@ struct TrainingPipelineOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weightDecay = 0.01;
+  /// FOAM (optimizer "foam"): fold level and update scale.
+  int64_t foamLevel = 2;
+  double foamAlpha = 0.25;
 };
 
 /// Forward + loss in the train dialect -> one training step: fused patterns,

@@ -32,7 +32,9 @@ struct LayerCost {
   std::string name;
   uint64_t paramBytes = 0;     ///< compute-precision parameters (bf16, or f32)
   uint64_t masterBytes = 0;    ///< fp32 master weights; 0: the parameters are their own master
-  uint64_t optimizerBytes = 0; ///< optimizer state (AdamW: m and v)
+  uint64_t optimizerBytes = 0; ///< optimizer state (AdamW: m and v; FOAM: folded)
+  uint64_t foldedParams = 0;   ///< of numParams, those FOAM updates
+  uint64_t foldedOptimizerBytes = 0; ///< of optimizerBytes, FOAM's folded m and v
   uint64_t gradBytes = 0;      ///< the accumulated gradient
   uint64_t numParams = 0;      ///< parameters the optimizer updates
   uint64_t activationBytes = 0; ///< boundary activation kept for backward, whole batch

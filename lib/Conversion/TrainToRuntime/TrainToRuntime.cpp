@@ -418,6 +418,23 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
     paramIndexByName[p.getSymName()] = index;
   }
 
+  // FOAM's folded state has its own size: declared before the tiers lay
+  // out optimizer blocks and before a checkpoint is restored.
+  WalkResult foams = step.walk([&](FoamOp f) {
+    loc = f.getLoc();
+    auto it = paramIndexByName.find(f.getParam());
+    if (it == paramIndexByName.end()) {
+      f.emitOpError("refers to unknown parameter @") << f.getParam();
+      return WalkResult::interrupt();
+    }
+    callRuntime("spw_declare_foam", voidTy, {ptrTy, i32Ty, i64Ty, f64Ty},
+                {ctxArg, i32(int32_t(it->second)), i64(f.getLevelAttr().getInt()),
+                 f64(f.getAlpha().convertToDouble())});
+    return WalkResult::advance();
+  });
+  if (foams.wasInterrupted())
+    return failure();
+
   if (failed(emitTiers()))
     return failure();
 
@@ -460,10 +477,11 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
   }
 
   // The optimizer defaults the executable reports and falls back to.
-  // (With the whole update deferred there is no train.adamw, only defers.)
+  // (With the whole update deferred there is no train.adamw, only defers;
+  // FOAM shares AdamW's hyper-parameters.)
   Operation *firstAdam = nullptr;
   step.walk([&](Operation *op) {
-    if (!firstAdam && isa<AdamWOp, AdamWDeferOp>(op))
+    if (!firstAdam && isa<AdamWOp, AdamWDeferOp, FoamOp>(op))
       firstAdam = op;
   });
   if (firstAdam) {
@@ -495,7 +513,7 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
   DenseMap<Operation *, KernelCall> kernels;
   for (Operation &op : step.getBody().front()) {
     if (isa<func::ReturnOp, ParamValueOp, ConstantOp, ParamGradOp, AdamWOp,
-            AdamWDeferOp, AdamWApplyPendingOp>(op))
+            AdamWDeferOp, AdamWApplyPendingOp, FoamOp>(op))
       continue;
     if (isa<sched::SchedDialect>(op.getDialect())) {
       // stage_grads passes its gradients through the inputs array.
@@ -613,6 +631,22 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
                   {ptrTy, i32Ty, ptrTy, f64Ty, f64Ty, f64Ty, f64Ty, f64Ty},
                   {ctxArg, i32(*index), handles.lookup(adam.getGrad()), hps[0],
                    hps[1], hps[2], hps[3], hps[4]});
+      continue;
+    }
+    if (auto foam = dyn_cast<FoamOp>(op)) {
+      auto index = lookupParam(&op, foam.getParam());
+      if (failed(index))
+        return failure();
+      callRuntime("spw_foam", voidTy,
+                  {ptrTy, i32Ty, ptrTy, f64Ty, f64Ty, f64Ty, f64Ty, f64Ty,
+                   f64Ty},
+                  {ctxArg, i32(*index), handles.lookup(foam.getGrad()),
+                   f64(foam.getLr().convertToDouble()),
+                   f64(foam.getBeta1().convertToDouble()),
+                   f64(foam.getBeta2().convertToDouble()),
+                   f64(foam.getEps().convertToDouble()),
+                   f64(foam.getWeightDecay().convertToDouble()),
+                   f64(foam.getAlpha().convertToDouble())});
       continue;
     }
     if (auto defer = dyn_cast<AdamWDeferOp>(op)) {

@@ -234,6 +234,13 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
     return p ? uint64_t(p.getNumBytes()) : 0;
   };
 
+  llvm::StringMap<uint64_t> momentBytes; // per updated parameter
+  module.walk([&](Operation *u) {
+    if (train::isOptimizerUpdate(u))
+      momentBytes[train::getUpdatedParam(u)] =
+          4 * uint64_t(train::stateElementsPerMoment(u));
+  });
+
   // Blocks: (class, layer) -> size, members and member offsets.
   size_t numLayers = layers.size();
   std::vector<std::array<BlockInfo, kClasses>> blocks(numLayers);
@@ -267,12 +274,15 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
     }
     BlockInfo &sb = blocks[l][int(BlockClass::gradstage)];
     sb = gb;
-    // AdamW's m of every member, then their v.
+    // The optimizer's m of every member, then their v (f32; FOAM's folded).
     BlockInfo &ob = blocks[l][int(BlockClass::optimizer)];
-    ob.members = gb.members;
-    ob.offsets = gb.offsets;
-    ob.bytes = 2 * gb.bytes;
-    ob.span = gb.bytes;
+    for (Attribute s : upd) {
+      auto m = momentBytes.find(cast<FlatSymbolRefAttr>(s).getValue());
+      ob.members.push_back(s);
+      ob.offsets.push_back(ob.span);
+      ob.span += m != momentBytes.end() ? m->second : bytesOf(s);
+    }
+    ob.bytes = 2 * ob.span;
   }
 
   // The optimizer overlap's split: the deferred elements lead the updated

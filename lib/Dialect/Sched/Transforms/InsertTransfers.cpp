@@ -28,13 +28,14 @@ using namespace spillway::sched;
 namespace {
 
 /// The parameter and gradient of an update in an opt task: `train.adamw`,
-/// or the part `train.adamw_defer` keeps for the next iteration.
+/// `train.foam`, or the part `train.adamw_defer` keeps for the next
+/// iteration.
 std::optional<std::pair<FlatSymbolRefAttr, Value>> updateOf(Operation &op) {
-  if (auto u = dyn_cast<train::AdamWOp>(op))
-    return std::make_pair(u.getParamAttr(), u.getGrad());
-  if (auto u = dyn_cast<train::AdamWDeferOp>(op))
-    return std::make_pair(u.getParamAttr(), u.getGrad());
-  return std::nullopt;
+  if (!train::isOptimizerUpdate(&op))
+    return std::nullopt;
+  return std::make_pair(
+      FlatSymbolRefAttr::get(op.getContext(), train::getUpdatedParam(&op)),
+      train::getUpdateGrad(&op));
 }
 
 /// A maximal run of consecutive fwd/bwd tasks of one layer.

@@ -161,8 +161,9 @@ LogicalResult SchedOrderPass::reorder(IterationOp iteration) {
     });
     if (r.wasInterrupted())
       return failure();
-    t.walk([&](train::AdamWOp update) {
-      updatedBy.try_emplace(update.getParam(), t);
+    t.walk([&](Operation *update) {
+      if (train::isOptimizerUpdate(update))
+        updatedBy.try_emplace(train::getUpdatedParam(update), t);
     });
   }
 

@@ -198,6 +198,16 @@ LogicalResult SchedOverlapOptimizerPass::overlap(IterationOp iteration,
         }
         updates.push_back(u);
         updated.insert(u.getParam());
+      } else if (auto f = dyn_cast<train::FoamOp>(op)) {
+        // Moved whole, never split: FOAM's state is per block of a row.
+        if (fraction > 0.0) {
+          f.emitError("sched-overlap-optimizer: cannot defer part of the "
+                      "FOAM update of @")
+              << f.getParam()
+              << ": only AdamW updates split by element (use fraction 0)";
+          return WalkResult::interrupt();
+        }
+        updated.insert(f.getParam());
       } else if (fraction > 0.0 && !isa<YieldOp>(op) && op != opt &&
                  !isMemoryEffectFree(op)) {
         op->emitError("sched-overlap-optimizer: cannot defer part of ")

@@ -9,6 +9,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallSet.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace spillway::train;
 
@@ -180,6 +182,77 @@ LogicalResult AdamWDeferOp::verify() {
   return verifyElementRange(*this, getBeginAttr().getInt(),
                             getEndAttr().getInt(),
                             getGrad().getType().getNumElements());
+}
+
+LogicalResult FoamOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifyParamUse(*this, getParamAttr(), getGrad().getType(),
+                        symbolTable);
+}
+
+LogicalResult FoamOp::verify() {
+  if (failed(verifyAdamWHparams(*this, getLr().convertToDouble(),
+                                getBeta1().convertToDouble(),
+                                getBeta2().convertToDouble(),
+                                getEps().convertToDouble(),
+                                getWeightDecay().convertToDouble())))
+    return failure();
+  if (getGrad().getType().getRank() != 2)
+    return emitOpError("folds only 2-D weight matrices; the gradient is ")
+           << getGrad().getType() << " (use train.adamw for it)";
+  // I64Attr's accessor is unsigned; read the level as signed.
+  int64_t level = getLevelAttr().getInt();
+  if (level < 0 || level > 16)
+    return emitOpError("level ") << level << " must lie in [0, 16]";
+  double alpha = getAlpha().convertToDouble();
+  if (!(alpha > 0.0) || !std::isfinite(alpha))
+    return emitOpError("alpha must be positive and finite");
+  return success();
+}
+
+int64_t FoamOp::getStateElements() {
+  return foamStateElements(getGrad().getType().getShape(),
+                           getLevelAttr().getInt());
+}
+
+int64_t spillway::train::foamStateElements(ArrayRef<int64_t> shape,
+                                           int64_t level) {
+  int64_t n = shape.back(), block = int64_t(1) << level;
+  int64_t rows = 1;
+  for (int64_t d : shape.drop_back())
+    rows *= d;
+  return rows * ((n + block - 1) / block);
+}
+
+bool spillway::train::isOptimizerUpdate(Operation *op) {
+  return isa<AdamWOp, AdamWDeferOp, FoamOp>(op);
+}
+
+StringRef spillway::train::getUpdatedParam(Operation *op) {
+  if (auto u = dyn_cast<AdamWOp>(op))
+    return u.getParam();
+  if (auto u = dyn_cast<AdamWDeferOp>(op))
+    return u.getParam();
+  if (auto u = dyn_cast<FoamOp>(op))
+    return u.getParam();
+  return {};
+}
+
+Value spillway::train::getUpdateGrad(Operation *op) {
+  if (auto u = dyn_cast<AdamWOp>(op))
+    return u.getGrad();
+  if (auto u = dyn_cast<AdamWDeferOp>(op))
+    return u.getGrad();
+  if (auto u = dyn_cast<FoamOp>(op))
+    return u.getGrad();
+  return {};
+}
+
+int64_t spillway::train::stateElementsPerMoment(Operation *op) {
+  if (auto u = dyn_cast<FoamOp>(op))
+    return u.getStateElements();
+  if (Value g = getUpdateGrad(op))
+    return cast<RankedTensorType>(g.getType()).getNumElements();
+  return 0;
 }
 
 //===----------------------------------------------------------------------===//

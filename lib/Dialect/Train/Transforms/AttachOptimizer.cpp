@@ -4,7 +4,10 @@
 #include "spillway/Dialect/Train/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringSet.h"
+
+#include <cmath>
 
 namespace spillway::train {
 #define GEN_PASS_DEF_TRAINATTACHOPTIMIZERPASS
@@ -15,6 +18,77 @@ using namespace mlir;
 using namespace spillway::train;
 
 namespace {
+
+/// Ops a parameter's value passes through unchanged in meaning on its way
+/// to where it is used (a view, a transposed copy, a cast).
+bool isView(Operation *op) { return isa<ReshapeOp, TransposeOp, CastOp>(op); }
+
+/// Ops a logits tensor passes through on its way to the loss.
+bool carriesLogits(Operation *op) {
+  return isView(op) || isa<AddOp, SliceOp>(op);
+}
+
+/// True when `v` reaches the logits of a softmax cross-entropy loss through
+/// views, bias additions and slices.
+bool reachesLogits(Value v) {
+  SmallVector<Value> work{v};
+  llvm::DenseSet<Value> seen;
+  while (!work.empty()) {
+    Value x = work.pop_back_val();
+    if (!seen.insert(x).second)
+      continue;
+    for (OpOperand &use : x.getUses()) {
+      Operation *user = use.getOwner();
+      if (auto loss = dyn_cast<SoftmaxCrossEntropyLossOp>(user);
+          loss && loss.getLogits() == x)
+        return true;
+      if (carriesLogits(user))
+        for (Value r : user->getResults())
+          work.push_back(r);
+    }
+  }
+  return false;
+}
+
+/// The parameters FOAM folds (FOAM.md): weight matrices, i.e. 2-D
+/// parameters a matrix product multiplies (through views of their values),
+/// except embeddings (a gather's table; a positional table that is only
+/// added is no matrix product's operand either) and LM heads (a product
+/// whose result becomes the loss's logits). A tied embedding and head is
+/// both.
+llvm::DenseSet<StringRef> weightMatrices(ModuleOp module) {
+  llvm::DenseSet<StringRef> multiplied, excluded;
+  module.walk([&](ParamValueOp pv) {
+    if (cast<RankedTensorType>(pv.getType()).getRank() != 2)
+      return;
+    SmallVector<Value> work{pv.getResult()};
+    while (!work.empty()) {
+      Value x = work.pop_back_val();
+      for (OpOperand &use : x.getUses()) {
+        Operation *user = use.getOwner();
+        if (isView(user)) {
+          work.push_back(user->getResult(0));
+          continue;
+        }
+        if (isa<GatherOp>(user) && use.getOperandNumber() == 0)
+          excluded.insert(pv.getParam());
+        if (isa<MatMulOp, GemmOp, LinearOp>(user) &&
+            !(isa<GemmOp>(user) && use.getOperandNumber() == 2) &&
+            !(isa<LinearOp>(user) && use.getOperandNumber() == 2)) {
+          multiplied.insert(pv.getParam());
+          if (reachesLogits(user->getResult(0)))
+            excluded.insert(pv.getParam());
+        }
+      }
+    }
+  });
+  llvm::DenseSet<StringRef> folded;
+  for (StringRef p : multiplied)
+    if (!excluded.contains(p))
+      folded.insert(p);
+  return folded;
+}
+
 struct TrainAttachOptimizerPass
     : spillway::train::impl::TrainAttachOptimizerPassBase<
           TrainAttachOptimizerPass> {
@@ -22,9 +96,16 @@ struct TrainAttachOptimizerPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (optimizer != "adamw") {
+    if (optimizer != "adamw" && optimizer != "foam") {
       module.emitError("train-attach-optimizer: unknown optimizer '")
-          << optimizer << "'; supported optimizers: adamw";
+          << optimizer << "'; supported optimizers: adamw, foam";
+      return signalPassFailure();
+    }
+    if (optimizer == "foam" &&
+        (foamLevel < 0 || foamLevel > 16 || !(foamAlpha > 0.0) ||
+         !std::isfinite(double(foamAlpha)))) {
+      module.emitError("train-attach-optimizer: invalid foam options: need "
+                       "foam-level in [0, 16] and foam-alpha > 0");
       return signalPassFailure();
     }
     // Checked here so a bad flag names the option rather than failing the
@@ -53,7 +134,10 @@ struct TrainAttachOptimizerPass
     // One update per parameter per step: a second one means the step was
     // differentiated or optimized twice.
     llvm::StringSet<> updated;
-    module.walk([&](AdamWOp op) { updated.insert(op.getParam()); });
+    module.walk([&](Operation *op) {
+      if (isOptimizerUpdate(op))
+        updated.insert(getUpdatedParam(op));
+    });
     for (ParamGradOp grad : grads)
       if (!updated.insert(grad.getParam()).second) {
         grad.emitOpError("parameter @")
@@ -63,10 +147,21 @@ struct TrainAttachOptimizerPass
         return signalPassFailure();
       }
 
+    llvm::DenseSet<StringRef> folded;
+    if (optimizer == "foam")
+      folded = weightMatrices(module);
     OpBuilder b(&getContext());
     auto f64 = [&](double v) { return b.getF64FloatAttr(v); };
     for (ParamGradOp grad : grads) {
       b.setInsertionPoint(grad);
+      if (folded.contains(grad.getParam())) {
+        FoamOp::create(b, grad.getLoc(), grad.getParamAttr(), grad.getGrad(),
+                       f64(lr), f64(beta1), f64(beta2), f64(eps),
+                       f64(weightDecay), b.getI64IntegerAttr(foamLevel),
+                       f64(foamAlpha));
+        grad.erase();
+        continue;
+      }
       AdamWOp::create(b, grad.getLoc(), grad.getParamAttr(), grad.getGrad(),
                       f64(lr), f64(beta1), f64(beta2), f64(eps),
                       f64(weightDecay), /*begin=*/IntegerAttr(),

@@ -572,7 +572,7 @@ LogicalResult TrainAutodiffPass::differentiate(func::FuncOp func,
   Value loss = ret.getOperand(0);
   // Differentiating a training step again would add a second set of updates.
   for (Operation &op : body)
-    if (isa<ParamGradOp, AdamWOp>(op))
+    if (isa<ParamGradOp>(op) || isOptimizerUpdate(&op))
       return op.emitOpError("the function is already differentiated; "
                             "train-autodiff runs once, on the forward graph "
                             "and its loss");

@@ -28,6 +28,11 @@ namespace spillway::train {
 using namespace mlir;
 using namespace spillway::train;
 
+/// A parameter's gradient or its optimizer update: the `opt` phase.
+static bool isUpdate(Operation *op) {
+  return isOptimizerUpdate(op) || isa<ParamGradOp>(op);
+}
+
 namespace {
 
 enum class Phase { Fwd, Bwd, Opt };
@@ -174,12 +179,12 @@ LogicalResult TrainPartitionLayersPass::partition(func::FuncOp func) {
     }
     DenseSet<Operation *> feedsOpt;
     for (Operation *op : llvm::reverse(ops)) {
-      if (isa<AdamWOp, ParamGradOp>(op)) {
+      if (isUpdate(op)) {
         phase[op] = Phase::Opt;
         continue;
       }
       for (Operation *user : op->getUsers())
-        if (isa<AdamWOp, ParamGradOp>(user) || feedsOpt.count(user))
+        if (isUpdate(user) || feedsOpt.count(user))
           feedsOpt.insert(op);
     }
     for (Operation *op : ops) {
@@ -475,8 +480,8 @@ LogicalResult TrainPartitionLayersPass::partition(func::FuncOp func) {
   // reach: the one layer whose parameter updates an op feeds, or kMany.
   DenseMap<Operation *, int64_t> reach;
   auto ownerOfUpdate = [&](Operation *op) -> int64_t {
-    auto id = idOf(isa<AdamWOp>(op) ? cast<AdamWOp>(op).getParam()
-                                    : cast<ParamGradOp>(op).getParam());
+    auto id = idOf(isOptimizerUpdate(op) ? getUpdatedParam(op)
+                                           : cast<ParamGradOp>(op).getParam());
     return id && layerOf[*id] != ~0u ? int64_t(layerOf[*id]) : kNone;
   };
   auto merge = [](int64_t &r, int64_t x) {
@@ -489,7 +494,7 @@ LogicalResult TrainPartitionLayersPass::partition(func::FuncOp func) {
       continue;
     int64_t r = kNone;
     for (Operation *user : op->getUsers()) {
-      if (isa<AdamWOp, ParamGradOp>(user))
+      if (isUpdate(user))
         merge(r, ownerOfUpdate(user));
       else if (reach.count(user))
         merge(r, reach[user]);
@@ -501,7 +506,7 @@ LogicalResult TrainPartitionLayersPass::partition(func::FuncOp func) {
   auto updatesFed = [&](Operation *op) {
     int64_t r = kNone;
     for (Operation *user : op->getUsers())
-      merge(r, isa<AdamWOp, ParamGradOp>(user) ? ownerOfUpdate(user) : kMany);
+      merge(r, isUpdate(user) ? ownerOfUpdate(user) : kMany);
     return r;
   };
   // A forward value a backward op reads was read or computed by the forward
@@ -628,10 +633,10 @@ LogicalResult TrainPartitionLayersPass::partition(func::FuncOp func) {
   //===--- Shared parameters: which layers' backward feed the update ---===//
   SmallVector<SmallVector<int64_t>> gradFrom(params.size());
   for (Operation *op : ops) {
-    if (!isa<AdamWOp, ParamGradOp>(op))
+    if (!isUpdate(op))
       continue;
-    auto id = idOf(isa<AdamWOp>(op) ? cast<AdamWOp>(op).getParam()
-                                    : cast<ParamGradOp>(op).getParam());
+    auto id = idOf(isOptimizerUpdate(op) ? getUpdatedParam(op)
+                                           : cast<ParamGradOp>(op).getParam());
     if (!id || usedBy[*id].size() < 2)
       continue;
     int64_t owner = layerOf[*id];

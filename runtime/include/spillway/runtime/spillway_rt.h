@@ -54,6 +54,12 @@ int32_t spw_declare_output(spw_ctx *ctx, const char *name, int32_t dtype,
 /* Compile-time optimizer defaults; the executable's flags override them. */
 void spw_declare_adamw(spw_ctx *ctx, double lr, double beta1, double beta2,
                        double eps, double weight_decay);
+/* Parameter `param` (2-D, f32) is updated by FOAM (spw_foam) with state
+ * folded in blocks of 2^level elements of each row: its m and v are rows x
+ * ceil(cols / 2^level) each. `alpha` is the compile-time default (the
+ * executable's --foam-alpha overrides it). Before the tiers are declared. */
+void spw_declare_foam(spw_ctx *ctx, int32_t param, int64_t level,
+                      double alpha);
 
 /* ---- one step (called from spw_model_step) ----------------------------- */
 spw_tensor *spw_input(spw_ctx *ctx, int32_t index);
@@ -75,6 +81,13 @@ void spw_param_grad(spw_ctx *ctx, int32_t param, spw_tensor *grad);
  * given defaults, each overridden by the executable's flags when set. */
 void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad, double lr,
                double beta1, double beta2, double eps, double weight_decay);
+/* Records the gradient like spw_param_grad, then (unless evaluating) applies
+ * one FOAM update (blocked state folding, docs/runtime.md "FOAM") to a
+ * parameter declared with spw_declare_foam; the AdamW hyper-parameter
+ * overrides apply to it too. */
+void spw_foam(spw_ctx *ctx, int32_t param, spw_tensor *grad, double lr,
+              double beta1, double beta2, double eps, double weight_decay,
+              double alpha);
 /* Optimizer overlap (sched-overlap-optimizer). Element ranges [begin, end)
  * index the parameter in row-major order; `grad` is the whole gradient.
  * spw_adamw_range: spw_adamw restricted to elements [begin, end) (of the

@@ -20,6 +20,19 @@ mlir::FailureOr<llvm::SmallVector<int64_t>>
 broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
 /// Normalizes a possibly negative axis against a rank; -1 when out of range.
 int64_t normalizeAxis(int64_t axis, int64_t rank);
+
+/// An update of a parameter by its optimizer: train.adamw, train.adamw_defer
+/// or train.foam (not train.adamw_apply_pending, which names no gradient).
+bool isOptimizerUpdate(mlir::Operation *op);
+/// The parameter and the gradient of such an update; empty for other ops.
+llvm::StringRef getUpdatedParam(mlir::Operation *op);
+mlir::Value getUpdateGrad(mlir::Operation *op);
+/// Elements of each of the two moments the update's optimizer keeps for its
+/// parameter: the parameter's elements for AdamW, the folded count for FOAM.
+int64_t stateElementsPerMoment(mlir::Operation *op);
+/// FOAM's folded elements of a `shape` parameter at `level`: the rows times
+/// ceil(last dimension / 2^level).
+int64_t foamStateElements(llvm::ArrayRef<int64_t> shape, int64_t level);
 } // namespace spillway::train
 
 #endif

@@ -170,6 +170,50 @@ def Train_AdamWApplyPendingOp : Train_Op<"adamw_apply_pending", [
   let assemblyFormat = "$param ` ` `[` $begin `,` $end `)` attr-dict";
 }
 
+def Train_FoamOp : Train_Op<"foam", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "one FOAM update of a weight matrix (blocked state folding)";
+  let description = [{
+    Updates the 2-D parameter `param` (m x n) in place from `grad` G with
+    folded Adam state (FOAM, arXiv 2512.07112; docs/compiler.md, "FOAM").
+    Each row is cut into blocks of B = 2^level elements (the last block of a
+    row zero-padded when B does not divide n; its means still divide by B).
+    The runtime keeps m~ and v~, each m x ceil(n / B), and the step count t:
+
+    ```
+    gb = blockmean(G)      qb = blockmean(G * G)
+    m~ <- beta1 * m~ + (1 - beta1) * gb
+    v~ <- beta2 * v~ + (1 - beta2) * qb
+    R  = G - unfold(gb)                       (recomputed, never stored)
+    m  = unfold(m~) + R    v = unfold(v~) + R * R
+    p <- p - lr * sqrt(1 - beta2^t) / (1 - beta1^t) * alpha * m / (sqrt(v) + eps)
+    p <- p - lr * weight_decay * p            (decoupled, after the update)
+    ```
+
+    This is the authors' reference code (`foam_adam.py`): the second moment
+    folds blockmean(G^2), not blockmean(G)^2, and eps and the weight decay
+    sit as in the transformers AdamW it derives from. With level 0 and
+    alpha 1 it is that AdamW (R = 0). `train-attach-optimizer` emits it for
+    the 2-D weights of a model other than the embedding and the LM head.
+
+    ```mlir
+    train.foam @w, %g {lr = 1.0e-02 : f64, ..., level = 2 : i64,
+                       alpha = 2.5e-01 : f64} : tensor<64x256xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, Train_FloatTensor:$grad,
+                       F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2,
+                       F64Attr:$eps, F64Attr:$weight_decay,
+                       I64Attr:$level, F64Attr:$alpha);
+  let assemblyFormat = "$param `,` $grad attr-dict `:` type($grad)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Elements of each of the two folded moments: rows x ceil(n / 2^level).
+    int64_t getStateElements();
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Constants and shapes
 //===----------------------------------------------------------------------===//

@@ -91,8 +91,17 @@ def TrainAttachOptimizerPass : Pass<"train-attach-optimizer", "mlir::ModuleOp"> 
     Replaces each `train.param_grad @p, %g` (from `train-autodiff`) with the
     update of the chosen optimizer. `adamw` emits `train.adamw` with the
     given hyper-parameters, matching `torch.optim.AdamW` (weight decay on
-    every parameter by default). The executable may override the
-    hyper-parameters at run time.
+    every parameter by default). `foam` emits `train.foam` (folded state,
+    `foam-level`, `foam-alpha`) for the weight matrices: 2-D parameters a
+    `train.matmul`, `train.gemm` or `train.linear` multiplies (through
+    reshapes, transposes and casts), except embeddings (the table of a
+    `train.gather`) and LM heads (a product whose result, through views,
+    bias additions and slices, is the logits of a
+    `train.softmax_cross_entropy_loss`); every other parameter (norms,
+    biases, embeddings, the head, a positional table that is only added)
+    gets `train.adamw`. The
+    executable may override the hyper-parameters (not the level) at run
+    time.
 
     Fails when the optimizer is unknown, when an option is out of range, or
     when the module declares parameters but holds no `train.param_grad`
@@ -101,13 +110,17 @@ def TrainAttachOptimizerPass : Pass<"train-attach-optimizer", "mlir::ModuleOp"> 
   }];
   let options = [
     Option<"optimizer", "optimizer", "std::string", "\"adamw\"",
-           "Optimizer to attach (adamw)">,
+           "Optimizer to attach (adamw, foam)">,
     Option<"lr", "lr", "double", "1e-3", "Learning rate">,
     Option<"beta1", "beta1", "double", "0.9", "First-moment decay">,
     Option<"beta2", "beta2", "double", "0.999", "Second-moment decay">,
     Option<"eps", "eps", "double", "1e-8", "Denominator epsilon (outside the sqrt)">,
     Option<"weightDecay", "weight-decay", "double", "0.01",
-           "Decoupled weight decay, applied to every parameter">
+           "Decoupled weight decay, applied to every parameter">,
+    Option<"foamLevel", "foam-level", "int64_t", "2",
+           "FOAM: fold each row's state in blocks of 2^level elements">,
+    Option<"foamAlpha", "foam-alpha", "double", "0.25",
+           "FOAM: scale of the folded update">
   ];
   let dependentDialects = ["spillway::train::TrainDialect"];
 }
