@@ -98,6 +98,9 @@ struct Tiers {
   // Statistics.
   LinkBytes at_step_begin;
   std::vector<LinkBytes> per_step;
+  // Per block class (spw_block_class): the last step's bytes.
+  static constexpr int kNumClasses = 5;
+  std::array<LinkBytes, kNumClasses> class_at_step_begin{}, class_last_step{};
   double wait_s = 0, busy_s = 0;      // all steps
   Clock::time_point busy_until{};     // end of the last in-flight interval
 
@@ -202,9 +205,10 @@ void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
            (unsigned long long)o.split);
   }
   for (Tiers::Block &b : t.blocks) {
-    b.id = t.store->add(b.split ? b.name + "#0" : b.name, b.part_bytes(0));
+    b.id = t.store->add(b.split ? b.name + "#0" : b.name, b.part_bytes(0),
+                        b.cls);
     if (b.split)
-      b.id1 = t.store->add(b.name + "#1", b.part_bytes(1));
+      b.id1 = t.store->add(b.name + "#1", b.part_bytes(1), b.cls);
     if (b.home >= 0) {
       for (int k = 0; k < b.parts(); ++k)
         t.store->place(b.part_id(k), Tier(b.home),
@@ -371,17 +375,26 @@ void tiers_step_begin(spw_ctx *ctx) {
   t.store->wait_all();
   t.moves.clear();
   t.at_step_begin = t.store->moved();
+  for (int c = 0; c < Tiers::kNumClasses; ++c)
+    t.class_at_step_begin[size_t(c)] = t.store->moved_by_tag(c);
+}
+
+static LinkBytes minus(const LinkBytes &a, const LinkBytes &b) {
+  LinkBytes d;
+  d.ssd_read = a.ssd_read - b.ssd_read;
+  d.ssd_write = a.ssd_write - b.ssd_write;
+  d.h2d = a.h2d - b.h2d;
+  d.d2h = a.d2h - b.d2h;
+  return d;
 }
 
 void tiers_step_end(spw_ctx *ctx) {
   Tiers &t = *ctx->tiers;
   t.store->wait_all();
-  LinkBytes now = t.store->moved(), d;
-  d.ssd_read = now.ssd_read - t.at_step_begin.ssd_read;
-  d.ssd_write = now.ssd_write - t.at_step_begin.ssd_write;
-  d.h2d = now.h2d - t.at_step_begin.h2d;
-  d.d2h = now.d2h - t.at_step_begin.d2h;
-  t.per_step.push_back(d);
+  t.per_step.push_back(minus(t.store->moved(), t.at_step_begin));
+  for (int c = 0; c < Tiers::kNumClasses; ++c)
+    t.class_last_step[size_t(c)] =
+        minus(t.store->moved_by_tag(c), t.class_at_step_begin[size_t(c)]);
   t.moves.clear();
 }
 
@@ -435,6 +448,12 @@ std::string tiers_stats_json(const spw_ctx *ctx, double seconds,
     per += (per.empty() ? "" : ", ") + links_json(b);
   const LinkBytes last = t.per_step.empty() ? LinkBytes{} : t.per_step.back();
   const double overlap = t.busy_s > 0 ? 1.0 - t.wait_s / t.busy_s : 1.0;
+  // The last step's bytes of each block class (the same step as
+  // bytes_per_iteration; they sum to it).
+  std::string by_class;
+  for (int c = 0; c < Tiers::kNumClasses; ++c)
+    by_class += format("%s\"%s\": %s", c ? ", " : "", class_name(c),
+                       links_json(t.class_last_step[size_t(c)]).c_str());
   const std::string prediction =
       t.predicted_s < 0
           ? std::string("null")
@@ -445,12 +464,14 @@ std::string tiers_stats_json(const spw_ctx *ctx, double seconds,
       "\"seconds\": %.6f, \"seconds_per_iteration\": %.6f,\n"
       " \"predicted\": %s,\n"
       " \"bytes_per_iteration\": %s,\n \"predicted_bytes_per_iteration\": "
-      "%s,\n \"bytes_per_step\": [%s],\n"
+      "%s,\n \"bytes_per_iteration_by_class\": {%s},\n"
+      " \"bytes_per_step\": [%s],\n"
       " \"peak_bytes\": {\"gpu\": %llu, \"host\": %llu, \"ssd\": %llu},\n"
       " \"planned_bytes\": {\"gpu\": %llu, \"host\": %llu, \"ssd\": %llu},\n"
       " \"io_wait_s\": %.6f, \"io_busy_s\": %.6f, \"overlap\": %.4f}\n",
       (long long)steps, seconds, steps ? seconds / double(steps) : 0.0,
-      prediction.c_str(), links_json(last).c_str(), links_json(t.predicted).c_str(), per.c_str(),
+      prediction.c_str(), links_json(last).c_str(),
+      links_json(t.predicted).c_str(), by_class.c_str(), per.c_str(),
       (unsigned long long)t.store->usage(Tier::Gpu).peak,
       (unsigned long long)t.store->usage(Tier::Host).peak,
       (unsigned long long)(t.swap ? t.store->usage(Tier::Ssd).peak : 0),

@@ -172,14 +172,16 @@ void TensorStore::check_tier(Tier tier) const {
     fail("the store has no SSD tier (no swap space was given)");
 }
 
-TensorId TensorStore::add(const std::string &name, uint64_t bytes) {
+TensorId TensorStore::add(const std::string &name, uint64_t bytes, int tag) {
   std::lock_guard<std::mutex> lock(mu_);
   if (bytes == 0)
     fail("tensor '%s': size 0", name.c_str());
+  if (tag < 0 || tag >= kNumTags)
+    fail("tensor '%s': tag %d outside [0, %d)", name.c_str(), tag, kNumTags);
   if (by_name_.count(name))
     fail("tensor '%s' is already in the store", name.c_str());
   TensorId id = TensorId(tensors_.size());
-  tensors_.push_back(Tensor{name, bytes, {}});
+  tensors_.push_back(Tensor{name, bytes, {}, tag});
   by_name_.emplace(name, id);
   return id;
 }
@@ -461,12 +463,13 @@ void TensorStore::reap_locked() const {
     Tensor &ten = tensors_[p.tensor];
     std::string err = p.token.error();
     if (err.empty()) {
-      uint64_t *counter = p.to == Tier::Host
-                              ? (p.from == Tier::Ssd ? &moved_.ssd_read
-                                                     : &moved_.d2h)
-                              : (p.to == Tier::Gpu ? &moved_.h2d
-                                                   : &moved_.ssd_write);
-      *counter += p.link_bytes;
+      auto counter = [&](LinkBytes &b) {
+        return p.to == Tier::Host
+                   ? (p.from == Tier::Ssd ? &b.ssd_read : &b.d2h)
+                   : (p.to == Tier::Gpu ? &b.h2d : &b.ssd_write);
+      };
+      *counter(moved_) += p.link_bytes;
+      *counter(moved_by_tag_[size_t(ten.tag)]) += p.link_bytes;
     } else {
       ++failed_;
       ten.copies[int(p.to)].bad = err;
@@ -482,6 +485,14 @@ LinkBytes TensorStore::moved() const {
   std::lock_guard<std::mutex> lock(mu_);
   reap_locked();
   return moved_;
+}
+
+LinkBytes TensorStore::moved_by_tag(int tag) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (tag < 0 || tag >= kNumTags)
+    fail("moved_by_tag: tag %d outside [0, %d)", tag, kNumTags);
+  reap_locked();
+  return moved_by_tag_[size_t(tag)];
 }
 
 uint64_t TensorStore::failed_moves() const {

@@ -156,7 +156,9 @@ public:
   TensorStore &operator=(const TensorStore &) = delete;
 
   // Declares a tensor of `bytes` bytes (> 0); names are unique.
-  TensorId add(const std::string &name, uint64_t bytes);
+  // `tag` (0..kNumTags-1) groups tensors for moved_by_tag (the offload
+  // plan's block classes).
+  TensorId add(const std::string &name, uint64_t bytes, int tag = 0);
   // Throws spw::Error for an unknown name.
   TensorId id(const std::string &name) const;
   std::optional<TensorId> find(const std::string &name) const;
@@ -208,6 +210,9 @@ public:
 
   // Counters of the moves whose tokens have completed successfully.
   LinkBytes moved() const;
+  // The same for the tensors added with `tag`.
+  static constexpr int kNumTags = 8;
+  LinkBytes moved_by_tag(int tag) const;
   // Moves whose tokens completed with an error.
   uint64_t failed_moves() const;
   TierUsage usage(Tier tier) const;
@@ -225,6 +230,7 @@ private:
     std::string name;
     uint64_t bytes = 0;
     std::array<Copy, kNumTiers> copies;
+    int tag = 0;
   };
   struct Pending {
     TensorId tensor;
@@ -261,6 +267,7 @@ private:
   std::array<Arena, kNumTiers> arenas_;
   mutable std::vector<Pending> pending_;
   mutable LinkBytes moved_;
+  mutable std::array<LinkBytes, kNumTags> moved_by_tag_{};
   mutable uint64_t failed_ = 0;
 };
 

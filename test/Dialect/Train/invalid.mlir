@@ -698,3 +698,47 @@ module {
     return
   }
 }
+
+// -----
+
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @f(%g: tensor<3xf32>) {
+    // expected-error @+1 {{'train.foam' op folds only 2-D weight matrices; the gradient is 'tensor<3xf32>' (use train.adamw for it)}}
+    train.foam @p, %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0, level = 2, alpha = 0.25} : tensor<3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  train.param @p : tensor<3x4xf32> at 0
+  func.func @f(%g: tensor<3x4xf32>) {
+    // expected-error @+1 {{'train.foam' op level 17 must lie in [0, 16]}}
+    train.foam @p, %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0, level = 17, alpha = 0.25} : tensor<3x4xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  train.param @p : tensor<3x4xf32> at 0
+  func.func @f(%g: tensor<3x4xf32>) {
+    // expected-error @+1 {{'train.foam' op alpha must be positive and finite}}
+    train.foam @p, %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0, level = 2, alpha = 0.0} : tensor<3x4xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  train.param @p : tensor<3x4xf32> at 0
+  func.func @f(%g: tensor<3x4xf32>) {
+    // expected-error @+1 {{'train.foam' op beta1 and beta2 must lie in [0, 1)}}
+    train.foam @p, %g {lr = 1.0e-3, beta1 = 1.0, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0, level = 2, alpha = 0.25} : tensor<3x4xf32>
+    return
+  }
+}

@@ -10,6 +10,7 @@ module attributes {train.weights = "m.weights.bin"} {
   train.param @"fc bias" : tensor<3xf32> at 48
   train.param @"ln.scale" : tensor<3xf32> at 60
   train.param @emb : tensor<10x3xf32> at 72
+  train.param @"fc.w" : tensor<8x3xf32> at 192
 
   // CHECK-LABEL: func.func @forward
   func.func @forward(%x: tensor<8x4xf32>, %y: tensor<8xi64>, %ids: tensor<2x5xi32>) -> tensor<f32> {
@@ -104,6 +105,8 @@ module attributes {train.weights = "m.weights.bin"} {
     // CHECK-NEXT: train.adamw @ln.scale, %{{.*}} {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 0.000000e+00 : f64} : tensor<3xf32>
     train.param_grad @"fc bias", %0 : tensor<3xf32>
     train.adamw @"ln.scale", %ds {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<3xf32>
+    // CHECK-NEXT: train.foam @fc.w, %{{.*}} {alpha = 2.500000e-01 : f64, beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, level = 2 : i64, lr = 1.000000e-02 : f64, weight_decay = 0.000000e+00 : f64} : tensor<8x3xf32>
+    train.foam @"fc.w", %dx {lr = 1.0e-2, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0, level = 2, alpha = 0.25} : tensor<8x3xf32>
     return
   }
   // CHECK-LABEL: func.func @exported_ops
