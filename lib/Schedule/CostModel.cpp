@@ -203,6 +203,8 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   if (pl[TensorClass::Optimizer] == Tier::SSD) {
     b.ssdRead += O;
     b.ssdWrite += O;
+    e.optimizerStateBytes.ssdRead = O;
+    e.optimizerStateBytes.ssdWrite = O;
   }
   if (hasMaster && pl[TensorClass::Master] == Tier::SSD) {
     b.ssdRead += W;
@@ -497,6 +499,11 @@ std::string spillway::schedule::estimateToJSON(const CostEstimate &e) {
                                            {"ssd_write", bytes(e.bytes.ssdWrite)},
                                            {"h2d", bytes(e.bytes.h2d)},
                                            {"d2h", bytes(e.bytes.d2h)}}},
+      {"optimizer_state_bytes_per_iteration",
+       json::Object{{"ssd_read", bytes(e.optimizerStateBytes.ssdRead)},
+                    {"ssd_write", bytes(e.optimizerStateBytes.ssdWrite)},
+                    {"h2d", bytes(e.optimizerStateBytes.h2d)},
+                    {"d2h", bytes(e.optimizerStateBytes.d2h)}}},
       {"peak_bytes", tiers(e.peakBytes)},
       {"needed_bytes", tiers(e.neededBytes)},
       {"fits", e.fits},

@@ -30,9 +30,31 @@ void printEstimate(const char *label, const CostEstimate &e,
   os << "  bytes per iteration: ssd_read " << roundBytes(e.bytes.ssdRead)
      << ", ssd_write " << roundBytes(e.bytes.ssdWrite) << ", h2d "
      << roundBytes(e.bytes.h2d) << ", d2h " << roundBytes(e.bytes.d2h) << "\n";
+  if (e.optimizerStateBytes.ssdRead || e.optimizerStateBytes.ssdWrite)
+    os << "  of them optimizer state: ssd_read "
+       << roundBytes(e.optimizerStateBytes.ssdRead) << ", ssd_write "
+       << roundBytes(e.optimizerStateBytes.ssdWrite) << "\n";
   os << "  peak bytes: gpu " << e.peakBytes[int(Tier::GPU)] << ", host "
      << e.peakBytes[int(Tier::Host)] << ", ssd " << e.peakBytes[int(Tier::SSD)]
      << (e.fits ? " (fits)" : " (over budget)") << "\n";
+}
+
+/// Optimizer state bytes of the model, by optimizer kind.
+struct StateBytes {
+  uint64_t total = 0, foam = 0, foamParams = 0;
+  uint64_t adamw() const { return total - foam; }
+  /// What AdamW would keep for the parameters FOAM folds (m and v, f32).
+  uint64_t foamAsAdamW() const { return 8 * foamParams; }
+};
+
+StateBytes stateBytes(const IterationSummary &s) {
+  StateBytes b;
+  for (const LayerCost &l : s.layers) {
+    b.total += l.optimizerBytes;
+    b.foam += l.foldedOptimizerBytes;
+    b.foamParams += l.foldedParams;
+  }
+  return b;
 }
 
 llvm::json::Value budgetValue(uint64_t b, bool unlimited) {
@@ -61,6 +83,22 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
   os << ", batch " << s.batchSize << ", "
      << (s.compute == Precision::FP32 ? "fp32" : "bf16")
      << " (parameters are their own master weights)\n";
+  const StateBytes sb = stateBytes(s);
+  os << "optimizer state: " << sb.total << " bytes";
+  if (r.foamParams.empty()) {
+    os << " (AdamW)\n";
+  } else {
+    os << " (AdamW " << sb.adamw() << "; FOAM level " << r.foamLevel << " "
+       << sb.foam << " for " << sb.foamParams << " parameters, where AdamW "
+       << "would keep " << sb.foamAsAdamW()
+       << llvm::formatv(": {0:f2}x less)\n",
+                        sb.foam ? double(sb.foamAsAdamW()) / double(sb.foam)
+                                : 0.0);
+    os << "FOAM folds " << r.foamParams.size() << " weight matrices:";
+    for (const std::string &p : r.foamParams)
+      os << " " << p;
+    os << "\n";
+  }
   os << "layer: name params grads optimizer master activations working "
         "fwd_flops bwd_flops recompute_flops\n";
   for (auto [i, l] : llvm::enumerate(s.layers))
@@ -145,6 +183,22 @@ std::string spillwayc::reportToJSON(const PlanReport &r) {
                      }()},
                     {"host", budgetValue(r.budgets.hostBytes, false)},
                     {"ssd", budgetValue(r.budgets.ssdBytes, r.ssdUnlimited)}}},
+      {"optimizer_state_bytes",
+       [&] {
+         const StateBytes sb = stateBytes(r.summary);
+         json::Array names;
+         for (const std::string &p : r.foamParams)
+           names.push_back(p);
+         return json::Object{
+             {"total", int64_t(sb.total)},
+             {"adamw", int64_t(sb.adamw())},
+             {"foam", int64_t(sb.foam)},
+             {"foam_params", int64_t(sb.foamParams)},
+             {"foam_as_adamw", int64_t(sb.foamAsAdamW())},
+             {"foam_level", r.foamLevel >= 0 ? json::Value(r.foamLevel)
+                                             : json::Value(nullptr)},
+             {"foam_folded", std::move(names)}};
+       }()},
       {"candidates_tried", int64_t(r.choice.candidatesTried)},
       {"chosen", parsed(r.choice.best)},
       {"baseline", r.choice.baseline ? parsed(*r.choice.baseline)

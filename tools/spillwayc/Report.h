@@ -7,6 +7,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <string>
+#include <vector>
 
 namespace spillwayc {
 
@@ -23,6 +24,9 @@ struct PlanReport {
   /// The executable follows the chosen plan's placement (an offload plan:
   /// --place / --gpu-mem / --host-mem with -o).
   bool offloadPlan = false;
+  /// The parameters FOAM folds (train.foam), in module order, and its level.
+  std::vector<std::string> foamParams;
+  int64_t foamLevel = -1;
 };
 
 /// The human-readable report (stdout of --report).

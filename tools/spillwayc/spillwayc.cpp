@@ -642,6 +642,10 @@ int planAndReport(ModuleOp module, const PlanningInputs &in,
   r.budgets = in.budgets;
   r.ssdUnlimited = in.ssdUnlimited;
   r.offloadPlan = offloadRequested();
+  copy->walk([&](spillway::train::FoamOp f) {
+    r.foamParams.push_back(f.getParam().str());
+    r.foamLevel = int64_t(f.getLevelAttr().getInt());
+  });
   // The executor cannot yet move a layer's parameters when another layer
   // reads them too (tied weights, shared buffers): an offload plan keeps
   // the parameters on the GPU then unless --place says otherwise (which

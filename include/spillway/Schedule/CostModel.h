@@ -118,6 +118,9 @@ struct CostEstimate {
   std::string invalidReason;
   bool optimizerOnGPU = false;
   LinkBytes bytes;
+  /// Of `bytes`, the optimizer state's: read and written once per iteration
+  /// where it lives (SSD: ssd_read and ssd_write; elsewhere no link).
+  LinkBytes optimizerStateBytes;
   /// Parameter loads per layer (index = layer), for the report and tests.
   std::vector<unsigned> paramLoads;
   // Seconds per iteration each resource needs on its own.
@@ -140,7 +143,8 @@ CostEstimate estimate(const IterationSummary &summary, const Candidate &c,
                       const Budgets &budgets, const HardwareProfile &hw);
 
 /// The estimate as JSON, for --report-json: the candidate, times, bound,
-/// `bytes_per_iteration` {ssd_read, ssd_write, h2d, d2h}, `peak_bytes` and
+/// `bytes_per_iteration` {ssd_read, ssd_write, h2d, d2h} (and the optimizer
+/// state's part, `optimizer_state_bytes_per_iteration`), `peak_bytes` and
 /// `needed_bytes` {gpu, host, ssd}, fits (docs/cost-model.md).
 std::string estimateToJSON(const CostEstimate &e);
 
