@@ -1,4 +1,4 @@
-//===- optimizer_test.cpp - ranged, deferred and flushed AdamW updates ----===//
+//===- optimizer_test.cpp - AdamW's ranged/deferred updates, and FOAM -----===//
 //
 // The optimizer overlap (sched-overlap-optimizer) splits a parameter's AdamW
 // update into an element range updated now and one deferred to the next
@@ -14,6 +14,7 @@
 
 #include <cstring>
 #include <functional>
+#include <tuple>
 
 using namespace spwtest;
 
@@ -192,6 +193,122 @@ TEST(OptimizerOverlap, Errors) {
               spw_param(c, 0);
             }),
             "");
+}
+
+// ---- FOAM -----------------------------------------------------------------
+
+// A context with one f32 parameter "fc.w" of shape [3, 6] and FOAM at
+// `level` (blocks of 2^level elements of each row; 6 columns leave a padded
+// last block at level 2).
+std::unique_ptr<spw_ctx> context_with_foam(int64_t level) {
+  auto ctx = spw::make_context();
+  const int64_t dims[] = {3, 6};
+  spw_declare_param(ctx.get(), "fc.w", SPW_F32, 2, dims, 0);
+  float *w = ctx->params[0].value->as<float>();
+  for (int i = 0; i < 18; ++i)
+    w[i] = 0.1f * float(i % 7) - 0.3f;
+  spw_declare_foam(ctx.get(), 0, level, 1.0);
+  return ctx;
+}
+
+TEST(Foam, FoldedStateHasRowsTimesBlocksPerMoment) {
+  for (int64_t level : {0, 1, 2, 3}) {
+    auto ctx = context_with_foam(level);
+    ASSERT_EQ(ctx->error, "");
+    const int64_t blocks = (6 + (int64_t(1) << level) - 1) >> level;
+    EXPECT_EQ(ctx->params[0].state_numel(), 3 * blocks);
+    EXPECT_EQ(ctx->params[0].state_dims(), (std::vector<int64_t>{3, blocks}));
+    ctx->step = 1;
+    std::vector<float> g(18);
+    for (int i = 0; i < 18; ++i)
+      g[size_t(i)] = 0.05f * float((i * 7) % 9) - 0.2f;
+    auto grad = f32({3, 6}, g);
+    spw_foam(ctx.get(), 0, grad.get(), kLr, kB1, kB2, kEps, 0.0, 1.0);
+    ASSERT_EQ(ctx->error, "");
+    EXPECT_EQ(ctx->params[0].adam_m.size(), size_t(3 * blocks));
+    EXPECT_EQ(ctx->params[0].adam_v.size(), size_t(3 * blocks));
+  }
+}
+
+// Level 0, alpha 1, no decay, first step from zero state: m = (1 - b1) g,
+// v = (1 - b2) g^2, so the step is lr * g / (|g| + eps / sqrt(1 - b2)):
+// lr * sign(g) to within eps.
+TEST(Foam, FirstStepAtLevelZeroIsSignDescent) {
+  auto ctx = context_with_foam(0);
+  std::vector<float> w0(ctx->params[0].value->as<float>(),
+                        ctx->params[0].value->as<float>() + 18);
+  std::vector<float> g(18);
+  for (int i = 0; i < 18; ++i)
+    g[size_t(i)] = (i % 2 ? 1.0f : -1.0f) * (0.01f + 0.02f * float(i));
+  auto grad = f32({3, 6}, g);
+  ctx->step = 1;
+  spw_foam(ctx.get(), 0, grad.get(), kLr, kB1, kB2, kEps, 0.0, 1.0);
+  ASSERT_EQ(ctx->error, "");
+  const float *w = ctx->params[0].value->as<float>();
+  for (int i = 0; i < 18; ++i)
+    EXPECT_NEAR(w[i], w0[size_t(i)] - kLr * (g[size_t(i)] > 0 ? 1 : -1), 1e-6)
+        << "element " << i;
+}
+
+TEST(Foam, EvaluateOnlyRecordsTheGradient) {
+  auto ctx = context_with_foam(2);
+  std::vector<float> w0(ctx->params[0].value->as<float>(),
+                        ctx->params[0].value->as<float>() + 18);
+  ctx->evaluate_only = true;
+  ctx->step = 1;
+  auto grad = f32({3, 6}, std::vector<float>(18, 0.5f));
+  spw_foam(ctx.get(), 0, grad.get(), kLr, kB1, kB2, kEps, kWd, 0.25);
+  ASSERT_EQ(ctx->error, "");
+  EXPECT_TRUE(same_bits(ctx->params[0].value->as<float>(), w0.data(), 18));
+  EXPECT_EQ(ctx->params[0].grad.size(), 18 * sizeof(float));
+  EXPECT_TRUE(ctx->params[0].adam_m.empty());
+}
+
+TEST(Foam, Errors) {
+  auto has = [](const std::string &error, const std::string &want) {
+    return testing::AssertionResult(error.find(want) != std::string::npos)
+           << "error: '" << error << "'\nexpected: '" << want << "'";
+  };
+  {
+    auto ctx = context_with_param(); // 1-D
+    spw_declare_foam(ctx.get(), 0, 2, 0.25);
+    EXPECT_TRUE(has(ctx->error, "spw_declare_foam: parameter 'layer.w' is "
+                                "f32 [7]; FOAM folds only 2-D f32 weights"));
+  }
+  for (auto [level, alpha, want] :
+       {std::tuple<int64_t, double, const char *>{
+            17, 0.25, "FOAM level 17 is outside [0, 16]"},
+        {-1, 0.25, "FOAM level -1 is outside [0, 16]"},
+        {2, 0.0, "FOAM alpha 0 must be positive"}}) {
+    auto ctx = spw::make_context();
+    const int64_t dims[] = {2, 4};
+    spw_declare_param(ctx.get(), "m", SPW_F32, 2, dims, 0);
+    spw_declare_foam(ctx.get(), 0, level, alpha);
+    EXPECT_TRUE(has(ctx->error, want));
+  }
+  {
+    auto ctx = context_with_foam(2);
+    spw_declare_foam(ctx.get(), 5, 2, 0.25);
+    EXPECT_TRUE(has(ctx->error, "spw_declare_foam: parameter index 5 out of "
+                                "range (1 parameters declared)"));
+  }
+  // The optimizer the parameter was declared for, and no other.
+  {
+    auto ctx = context_with_foam(2);
+    ctx->step = 1;
+    auto grad = f32({3, 6}, std::vector<float>(18, 0.5f));
+    spw_adamw(ctx.get(), 0, grad.get(), kLr, kB1, kB2, kEps, kWd);
+    EXPECT_TRUE(has(ctx->error, "spw_adamw: parameter 'fc.w' is declared for "
+                                "FOAM but updated by AdamW"));
+  }
+  {
+    auto ctx = context_with_param();
+    ctx->step = 1;
+    auto g = grad_of_step(1);
+    spw_foam(ctx.get(), 0, g.get(), kLr, kB1, kB2, kEps, kWd, 0.25);
+    EXPECT_TRUE(has(ctx->error, "spw_foam: parameter 'layer.w' is declared "
+                                "for AdamW but updated by FOAM"));
+  }
 }
 
 } // namespace

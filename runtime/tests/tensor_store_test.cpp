@@ -335,6 +335,32 @@ TEST(TensorStore, OutOfSpaceSaysWhatIsNeededAndFree) {
       << e;
 }
 
+// Per-tag counters (the offload plan's block classes): each tensor's moves
+// count under its tag, and the tags sum to moved().
+TEST(TensorStore, MovedBytesByTag) {
+  Rig rig(1 << 20, 1 << 20, 1 << 20);
+  TensorStore &s = *rig.store;
+  TensorId a = s.add("params/layer0", 8192, 0);
+  TensorId b = s.add("optimizer/layer0", 5000, 1);
+  for (TensorId t : {a, b})
+    s.allocate(t, Tier::Host);
+  s.upload(a).wait();
+  s.write_back(b).wait();
+  s.release(b, Tier::Host);
+  s.fetch(b, Priority::Demand).wait();
+  const LinkBytes pa = s.moved_by_tag(0), ob = s.moved_by_tag(1);
+  EXPECT_EQ(pa, (LinkBytes{0, 0, 8192, 0}));
+  // SSD extents are whole 4 KiB blocks.
+  EXPECT_EQ(ob, (LinkBytes{8192, 8192, 0, 0}));
+  EXPECT_EQ(s.moved_by_tag(2), LinkBytes{});
+  const LinkBytes all = s.moved();
+  EXPECT_EQ(all.h2d, pa.h2d + ob.h2d);
+  EXPECT_EQ(all.ssd_read, pa.ssd_read + ob.ssd_read);
+  EXPECT_EQ(all.ssd_write, pa.ssd_write + ob.ssd_write);
+  std::string e = expect_error([&] { s.add("x", 16, TensorStore::kNumTags); });
+  EXPECT_NE(e.find("tensor 'x': tag 8 outside [0, 8)"), std::string::npos) << e;
+}
+
 TEST(TensorStore, BadRequestsAreClearErrors) {
   Rig rig(1 << 20, 1 << 20, 1 << 20);
   TensorStore &s = *rig.store;

@@ -16,6 +16,8 @@ K steps with --stats-json, and must
   gradient in another grouping; the tolerance is spillwayc-schedule.test's);
 - move, at every step, exactly the bytes per link its plan predicted
   (check_offload_stats.py), over the links the placement implies.
+With --optimizer foam every executable (the plain ones too) is compiled
+with FOAM and only F = 0 runs (FOAM's updates are never split).
 Prints one line per configuration; exits 1 at the first failure.
 """
 
@@ -60,7 +62,10 @@ def main():
     ap.add_argument("--src", required=True, help="the source tree")
     ap.add_argument("--out", required=True, help="a scratch directory")
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--optimizer", choices=["adamw", "foam"], default="adamw")
     a = ap.parse_args()
+    opt = ["--optimizer", a.optimizer]
+    overlaps = ("0", "0.5", "1") if a.optimizer == "adamw" else ("0",)
     os.makedirs(a.out, exist_ok=True)
     swap = os.path.join(a.out, "swap")
     os.makedirs(swap, exist_ok=True)
@@ -80,19 +85,18 @@ def main():
         for m in (1, 4):
             exe = os.path.join(a.out, f"plain-{order}-{m}")
             run([a.spillwayc, model, "-o", exe, "--microbatches", str(m),
-                 "--schedule", order])
+                 "--schedule", order, *opt])
             refs[order, m] = train(exe, f"plain-{order}-{m}")
     base = load(refs["horizontal", 1])
 
     for order, m, overlap, (name, (place, expect)) in itertools.product(
-            ("horizontal", "snake"), (1, 4), ("0", "0.5", "1"),
-            PLACEMENTS.items()):
+            ("horizontal", "snake"), (1, 4), overlaps, PLACEMENTS.items()):
         tag = f"{name}-{order}-{m}" + ("" if overlap == "0"
                                        else f"-F{overlap}")
         exe = os.path.join(a.out, tag)
         run([a.spillwayc, model, "-o", exe, "--microbatches", str(m),
              "--schedule", order, "--overlap-optimizer", overlap,
-             "--place", place, "--hw", hw])
+             "--place", place, "--hw", hw, *opt])
         stats = os.path.join(a.out, tag + ".json")
         saved = train(exe, tag, ["--ssd", swap, "--stats-json", stats])
         with open(saved, "rb") as f, open(refs[order, m], "rb") as g:
@@ -109,7 +113,7 @@ def main():
                     os.path.join(HERE, "check_offload_stats.py"),
                     stats, "--steps", str(a.steps), "--expect",
                     expect])
-        print(f"OK {tag}: F={overlap} bit-identical to plain {order} M={m}, "
+        print(f"OK {tag}: {a.optimizer} F={overlap} bit-identical to plain {order} M={m}, "
               f"{worst:.1e} from horizontal M=1; "
               + line.split(": ", 1)[1].strip())
     print("all offload configurations passed")

@@ -258,6 +258,39 @@ module {
   EXPECT_EQ(n, 16u);
 }
 
+// FOAM: the folded matrix keeps rows x ceil(cols / 2^level) per moment;
+// the LM head (its product is the logits) and the biases keep AdamW's.
+TEST_F(SummaryTest, FoamFoldsTheWeightMatricesState) {
+  for (int64_t level : {2, 3}) {
+    OwningOpRef<ModuleOp> m = parse(kTwoLayer);
+    ASSERT_TRUE(m);
+    PassManager pm(&context);
+    pm.addPass(spillway::train::createTrainAutodiffPass());
+    pm.addPass(createCSEPass());
+    spillway::train::TrainAttachOptimizerPassOptions o;
+    o.optimizer = "foam";
+    o.foamLevel = level;
+    pm.addPass(spillway::train::createTrainAttachOptimizerPass(o));
+    pm.addPass(spillway::train::createTrainPartitionLayersPass());
+    ASSERT_TRUE(succeeded(pm.run(*m)));
+    std::string error;
+    auto s = summarizeIteration(*m, error);
+    ASSERT_TRUE(s) << error;
+    ASSERT_EQ(s->layers.size(), 2u);
+    // blocks.0.fc.weight [8,16]: 8 x 16/2^level per moment, folded; its
+    // bias [16] AdamW.
+    const uint64_t folded = 8 * (16 >> level);
+    EXPECT_EQ(s->layers[0].foldedParams, 128u);
+    EXPECT_EQ(s->layers[0].foldedOptimizerBytes, 2 * 4 * folded);
+    EXPECT_EQ(s->layers[0].optimizerBytes, 2 * 4 * (folded + 16));
+    EXPECT_EQ(s->layers[0].numParams, 128u + 16u);
+    EXPECT_EQ(s->layers[0].gradBytes, 4 * (128u + 16u));
+    // The head [16,4] and its bias: AdamW, nothing folded.
+    EXPECT_EQ(s->layers[1].foldedParams, 0u);
+    EXPECT_EQ(s->layers[1].optimizerBytes, 2 * 4 * (64u + 4u));
+  }
+}
+
 TEST_F(SummaryTest, UnpartitionedIsAnError) {
   auto m = parse(kTwoLayer);
   ASSERT_TRUE(m);
