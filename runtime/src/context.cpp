@@ -277,7 +277,8 @@ void spw_declare_foam(spw_ctx *ctx, int32_t param, int64_t level,
     ParamInfo &p = ctx->params[size_t(param)];
     if (p.value->rank != 2 || p.value->dtype != SPW_F32)
       fail("parameter '%s' is %s %s; FOAM folds only 2-D f32 weights",
-           p.name.c_str(), dtype_name(p.value->dtype), p.value->shape().c_str());
+           p.name.c_str(), dtype_name(p.value->dtype),
+           p.value->shape().c_str());
     if (level < 0 || level > 16)
       fail("parameter '%s': FOAM level %lld is outside [0, 16]",
            p.name.c_str(), (long long)level);

@@ -194,8 +194,8 @@ Options parse_args(int argc, char **argv) {
     }
     static const char *const kValued[] = {
         "--input", "--steps", "--seed", "--lr", "--beta1", "--beta2", "--eps",
-        "--weight-decay", "--foam-alpha", "--log-json", "--save", "--weights", "--print-every",
-        "--fd-eps", "--fd-samples", "--fd-tol", "--outputs", "--checkpoint-dir",
+        "--weight-decay", "--foam-alpha", "--log-json", "--save", "--weights",
+        "--print-every", "--fd-eps", "--fd-samples", "--fd-tol", "--outputs", "--checkpoint-dir",
         "--checkpoint-every", "--keep-checkpoints", "--io-backend", "--ssd",
         "--stats-json"};
     if (std::find_if(std::begin(kValued), std::end(kValued),
@@ -209,8 +209,8 @@ Options parse_args(int argc, char **argv) {
     }
     static const char *const kTraining[] = {
         "--lr", "--beta1", "--beta2", "--eps", "--weight-decay",
-        "--foam-alpha", "--save", "--log-json", "--checkpoint-dir", "--checkpoint-every",
-        "--keep-checkpoints"};
+        "--foam-alpha", "--save", "--log-json", "--checkpoint-dir",
+        "--checkpoint-every", "--keep-checkpoints"};
     if (std::find_if(std::begin(kTraining), std::end(kTraining),
                      [&](const char *f) { return flag == f; }) !=
         std::end(kTraining))

@@ -1,4 +1,4 @@
-//===- optimizer.cpp - AdamW and FOAM ---------------------------------------===//
+//===- optimizer.cpp - AdamW and FOAM --------------------------------------===//
 //
 // Matches torch.optim.AdamW (foreach=False, _single_tensor_adamw) operation
 // by operation in float32, with the scalars computed in double and cast to

@@ -428,7 +428,8 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
       return WalkResult::interrupt();
     }
     callRuntime("spw_declare_foam", voidTy, {ptrTy, i32Ty, i64Ty, f64Ty},
-                {ctxArg, i32(int32_t(it->second)), i64(f.getLevelAttr().getInt()),
+                {ctxArg, i32(int32_t(it->second)),
+                 i64(f.getLevelAttr().getInt()),
                  f64(f.getAlpha().convertToDouble())});
     return WalkResult::advance();
   });

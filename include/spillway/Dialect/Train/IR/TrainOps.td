@@ -194,8 +194,8 @@ def Train_FoamOp : Train_Op<"foam", [
     This is the authors' reference code (`foam_adam.py`): the second moment
     folds blockmean(G^2), not blockmean(G)^2, and eps and the weight decay
     sit as in the transformers AdamW it derives from. With level 0 and
-    alpha 1 it is that AdamW (R = 0). `train-attach-optimizer` emits it for
-    the 2-D weights of a model other than the embedding and the LM head.
+    alpha 1 it is that AdamW (R = 0). `train-attach-optimizer{optimizer=foam}`
+    emits it for the weight matrices (not embeddings or the LM head).
 
     ```mlir
     train.foam @w, %g {lr = 1.0e-02 : f64, ..., level = 2 : i64,
