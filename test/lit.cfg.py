@@ -27,6 +27,6 @@ config.substitutions.append(("%spillway_src", config.spillway_src_root))
 config.substitutions.append(("%runtime_libs", config.spillway_runtime_link))
 
 tool_dirs = [config.spillway_tools_dir, config.llvm_tools_dir]
-tools = ["spillway-opt", "spillway-translate", "spillwayc", "FileCheck", "not", "count",
-         "mlir-translate", "llc"]
+tools = ["spillway-opt", "spillway-translate", "spillwayc", "spillway-foam-step", "FileCheck",
+         "not", "count", "mlir-translate", "llc"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

@@ -10,6 +10,11 @@ it with AdamW under the same contract as a Spillway executable:
   * graph inputs come from .npy files of shape [B, *input_shape]; step s
     (0-based) uses batch s % B;
   * AdamW is torch.optim.AdamW, decay on every parameter;
+  * with `--optimizer foam --foam-params a,b,...` the listed 2-D parameters
+    are updated by FOAM instead (blocked state folding, FOAM.md: the state
+    folded in blocks of 2^--foam-level along the last dimension, the step
+    scaled by --foam-alpha, the same lr, betas, eps and weight decay), as
+    `spillwayc --optimizer foam` does for the weight matrices it selects;
   * the loss logged for step s (1-based) is the forward loss before that
     step's update.
 
@@ -739,15 +744,43 @@ class Graph:
 
 
 # ----------------------------------------------------------------------------
-# AdamW, exactly torch.optim.AdamW (amsgrad=False, maximize=False).
+# AdamW, exactly torch.optim.AdamW (amsgrad=False, maximize=False), and FOAM
+# for the parameters named in `foam`.
 # ----------------------------------------------------------------------------
 
 
+def fold(x, level):
+    """FOAM's blockmean over the last dimension: blocks of 2^level, the last
+    one zero padded, every mean divided by 2^level."""
+    b = 1 << level
+    rows, n = x.shape
+    nb = -(-n // b)
+    padded = np.zeros((rows, nb * b), dtype=x.dtype)
+    padded[:, :n] = x
+    return padded.reshape(rows, nb, b).sum(axis=2) / b
+
+
+def unfold(y, n, level):
+    """Each block value of `y` repeated over its block: [rows, n]."""
+    return np.repeat(y, 1 << level, axis=1)[:, :n]
+
+
 class AdamW:
-    def __init__(self, params, lr, beta1, beta2, eps, weight_decay):
+    def __init__(self, params, lr, beta1, beta2, eps, weight_decay, foam=None):
+        """`foam`: None, or (level, alpha, names): FOAM updates those 2-D
+        parameters, with the same lr, betas, eps and weight decay."""
         self.lr, self.beta1, self.beta2, self.eps, self.weight_decay = lr, beta1, beta2, eps, weight_decay
+        self.foam_level, self.foam_alpha, self.foam_params = (0, 1.0, set()) if foam is None else foam
+        for name in sorted(self.foam_params):
+            if name not in params:
+                raise ModelError(f"--foam-params: the model has no parameter {name!r}")
+            if params[name].ndim != 2:
+                raise ModelError(f"--foam-params: {name} has shape {list(params[name].shape)}; FOAM folds 2-D weights")
         self.m = {name: np.zeros_like(p) for name, p in params.items()}
         self.v = {name: np.zeros_like(p) for name, p in params.items()}
+        for name in self.foam_params:
+            self.m[name] = fold(np.zeros_like(params[name]), self.foam_level)
+            self.v[name] = np.zeros_like(self.m[name])
         self.t = 0
 
     def step(self, params, grads):
@@ -759,10 +792,26 @@ class AdamW:
             if name not in grads:
                 continue
             g = grads[name]
+            if name in self.foam_params:
+                self.foam_step(name, p, g)
+                continue
             p *= 1 - self.lr * self.weight_decay
             self.m[name] = self.beta1 * self.m[name] + (1 - self.beta1) * g
             self.v[name] = self.beta2 * self.v[name] + (1 - self.beta2) * g * g
             p -= step_size * self.m[name] / (np.sqrt(self.v[name]) / bias_correction2_sqrt + self.eps)
+
+    def foam_step(self, name, p, g):
+        """FOAM.md's update, materializing unfold, the residual R, m and v."""
+        level, n = self.foam_level, p.shape[1]
+        gbar = fold(g, level)
+        self.m[name] = self.beta1 * self.m[name] + (1 - self.beta1) * gbar
+        self.v[name] = self.beta2 * self.v[name] + (1 - self.beta2) * fold(g * g, level)
+        r = g - unfold(gbar, n, level)
+        m = unfold(self.m[name], n, level) + r
+        v = unfold(self.v[name], n, level) + r * r
+        step_size = self.lr * math.sqrt(1 - self.beta2**self.t) / (1 - self.beta1**self.t)
+        p -= step_size * self.foam_alpha * m / (np.sqrt(v) + self.eps)
+        p -= self.lr * self.weight_decay * p
 
 
 # ----------------------------------------------------------------------------
@@ -801,7 +850,10 @@ def load_inputs(graph, specs):
 
 def train(graph, batches, args):
     params = {name: p.copy() for name, p in graph.params.items()}
-    opt = AdamW(params, args.lr, args.beta1, args.beta2, args.eps, args.weight_decay)
+    foam = None
+    if args.optimizer == "foam":
+        foam = (args.foam_level, args.foam_alpha, set(args.foam_params))
+    opt = AdamW(params, args.lr, args.beta1, args.beta2, args.eps, args.weight_decay, foam)
     records = []
     for step in range(args.steps):
         loss, grads = graph.loss_and_grads(params, graph.feeds_for_step(batches, step))
@@ -905,6 +957,15 @@ def parse_args(argv):
     parser.add_argument("--eps", type=float, default=1e-8, help="AdamW epsilon (default: %(default)s)")
     parser.add_argument("--weight-decay", type=float, default=0.01,
                         help="AdamW decoupled weight decay, applied to every parameter (default: %(default)s)")
+    parser.add_argument("--optimizer", choices=["adamw", "foam"], default="adamw",
+                        help="adamw for every parameter, or foam for the --foam-params and adamw for the rest "
+                        "(default: %(default)s)")
+    parser.add_argument("--foam-level", type=int, default=2, metavar="L",
+                        help="FOAM: fold the state in blocks of 2^L along the last dimension (default: %(default)s)")
+    parser.add_argument("--foam-alpha", type=float, default=0.25, metavar="A",
+                        help="FOAM: scale of the update (default: %(default)s)")
+    parser.add_argument("--foam-params", default="", metavar="NAME,...",
+                        help="--optimizer foam: the 2-D parameters FOAM updates (the ones spillwayc folds)")
     parser.add_argument("--dtype", choices=["float64", "float32"], default="float64",
                         help="compute precision of training (default: %(default)s)")
     parser.add_argument("--out", metavar="FILE",
@@ -919,6 +980,15 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.steps < 0:
         parser.error("--steps must be >= 0")
+    args.foam_params = [name for name in args.foam_params.split(",") if name]
+    if args.optimizer != "foam" and args.foam_params:
+        parser.error("--foam-params needs --optimizer foam")
+    if args.optimizer == "foam" and not args.foam_params:
+        parser.error("--optimizer foam needs --foam-params (the parameters FOAM updates)")
+    if not 0 <= args.foam_level <= 16:
+        parser.error("--foam-level must be in [0, 16]")
+    if not args.foam_alpha > 0:
+        parser.error("--foam-alpha must be positive")
     return args
 
 

@@ -13,7 +13,7 @@
 // CUSTOM-NEXT:   train.adamw @fc.bias, %[[GB]] {{.*}}lr = 1.000000e-02 : f64, weight_decay = 0.000000e+00 : f64} : tensor<3xf32>
 // CHECK-NOT:     train.param_grad
 // CHECK:         return
-// SGD: error: train-attach-optimizer: unknown optimizer 'sgd'; supported optimizers: adamw
+// SGD: error: train-attach-optimizer: unknown optimizer 'sgd'; supported optimizers: adamw, foam
 // BADOPT: error: train-attach-optimizer: invalid adamw options
 module {
   train.param @"fc.weight" : tensor<4x3xf32> at 0
