@@ -4,23 +4,31 @@
 # host budgets far below the model, once per schedule (horizontal =
 # ZeRO-Infinity's order, snake = GreedySnake's) and optimizer overlap F
 # (--overlap-optimizer: the first F of each layer's parameters are updated at
-# the layer's first load of the next iteration) at the same M and budgets.
+# the layer's first load of the next iteration) and optimizer (AdamW, or
+# FOAM: AdamW with folded state for the weight matrices, /work/shared/FOAM.md)
+# at the same M and budgets.
 # Per config: spillwayc's cost-model prediction (--report-json), a few measured
-# iterations (--stats-json), and a table: schedule x M x F -> seconds per
-# iteration (measured, predicted) and bound, bytes per link (measured vs
-# predicted), overlap ratio; then snake with the largest F over horizontal
-# with F = 0 (the ZeRO-Infinity order), and snake over horizontal at equal F.
+# iterations (--stats-json), and a table: schedule x M x F x optimizer ->
+# seconds per iteration (measured, predicted) and bound, bytes per link
+# (measured vs predicted), overlap ratio; then snake with the largest F over
+# horizontal with F = 0 (the ZeRO-Infinity order), snake over horizontal at
+# equal F, and AdamW against FOAM in each order at F = 0.
 #
 # usage: bench/offload.sh [--small] [--layers L] [--d-model D] [--heads H] [--vocab V]
 #                         [--seq S] [--batch B] [--microbatches M] [--steps N]
 #                         [--schedules horizontal,snake] [--overlaps F[,F...]]
+#                         [--optimizers adamw,foam] [--foam-level L]
 #                         [--gpu-mem SIZE] [--host-mem SIZE]
 #                         [--ssd DIR] [--hw PROFILE.json] [-o OUT.json]
 #   defaults: L=24 D=1024 H=16 V=8192 S=64 B=4 (319M parameters: 1.2 GiB of f32
 #   weights, 5.1 GB of parameters + AdamW state + gradients on SSD), M=4, N=3,
-#   both schedules, --overlaps 0,1, --hw profiles/cpu-ci.json,
-#   --ssd $BENCH_DIR/ssd, OUT = bench/results/offload-<host>-<UTC time>.json.
-#   Configs: every schedule x every F of --overlaps (each F in [0, 1]).
+#   both schedules, --overlaps 0,1, --optimizers adamw, --foam-level 2 (FOAM's
+#   alpha stays spillwayc's default, 0.25: it does not change the bytes),
+#   --hw profiles/cpu-ci.json, --ssd $BENCH_DIR/ssd,
+#   OUT = bench/results/offload-<host>-<UTC time>.json.
+#   Configs: every optimizer x schedule x F of --overlaps (each F in [0, 1]),
+#   except FOAM with F > 0, which spillwayc refuses (--overlap-optimizer
+#   splits AdamW updates only): those are skipped, and said so.
 #   --small: L=4 D=256 H=4 V=4096 S=32 B=4 (5.3M parameters), a smoke run of seconds.
 #   --gpu-mem/--host-mem: default the smallest budgets that fit every config's
 #   plan (a planning pass with spillwayc --report-json finds them); both are the
@@ -36,12 +44,13 @@ ARGV="$*"
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit "${1:-2}"; }
 
 LAYERS=24 DMODEL=1024 HEADS=16 VOCAB=8192 SEQ=64 BATCH=4
-M=4 STEPS=3 SCHEDULES=horizontal,snake OVERLAPS=0,1 GPUMEM="" HOSTMEM="" SSD="" OUTJSON=""
+M=4 STEPS=3 SCHEDULES=horizontal,snake OVERLAPS=0,1 OPTIMIZERS=adamw FOAMLEVEL=2
+GPUMEM="" HOSTMEM="" SSD="" OUTJSON=""
 HW="$ROOT/profiles/cpu-ci.json" SMALL=0
 while [ $# -gt 0 ]; do
   case $1 in
     --layers|--d-model|--heads|--vocab|--seq|--batch|--microbatches|--steps|--schedules|--overlaps|\
-    --gpu-mem|--host-mem|--ssd|--hw|-o|--out)
+    --optimizers|--foam-level|--gpu-mem|--host-mem|--ssd|--hw|-o|--out)
       [ $# -ge 2 ] || { echo "offload.sh: $1 needs a value" >&2; usage; } ;;
   esac
   case $1 in
@@ -50,6 +59,7 @@ while [ $# -gt 0 ]; do
     --vocab) VOCAB=$2; shift ;; --seq) SEQ=$2; shift ;; --batch) BATCH=$2; shift ;;
     --microbatches) M=$2; shift ;; --steps) STEPS=$2; shift ;; --schedules) SCHEDULES=$2; shift ;;
     --overlaps) OVERLAPS=$2; shift ;;
+    --optimizers) OPTIMIZERS=$2; shift ;; --foam-level) FOAMLEVEL=$2; shift ;;
     --gpu-mem) GPUMEM=$2; shift ;; --host-mem) HOSTMEM=$2; shift ;; --ssd) SSD=$2; shift ;;
     --hw) HW=$2; shift ;; -o|--out) OUTJSON=$2; shift ;;
     -h|--help) usage 0 ;;
@@ -90,8 +100,23 @@ print(" ".join(fs))
 PY
 ) || die "$OVL_OUT"
 read -r -a OVL <<<"$OVL_OUT"
-CONFIGS=()   # schedule-F<F>: names the config's files
-for s in "${SCHED[@]}"; do for f in "${OVL[@]}"; do CONFIGS+=("$s-F$f"); done; done
+IFS=, read -r -a OPTS <<<"$OPTIMIZERS"
+[ ${#OPTS[@]} -gt 0 ] || die "--optimizers is empty (adamw, foam)"
+[ "$(printf '%s\n' "${OPTS[@]}" | sort | uniq -d)" = "" ] || die "--optimizers '$OPTIMIZERS' names an optimizer twice"
+for o in "${OPTS[@]}"; do
+  case $o in adamw|foam) ;; *) die "unknown optimizer '$o' (adamw, foam)" ;; esac
+done
+[[ $FOAMLEVEL =~ ^[0-9]+$ ]] && [ "$FOAMLEVEL" -le 16 ] || die "--foam-level must be an integer in [0, 16]"
+CONFIGS=()   # schedule-F<F>-<optimizer>: names the config's files
+SKIPPED=()   # FOAM with F > 0: spillwayc refuses --overlap-optimizer > 0 with FOAM
+for o in "${OPTS[@]}"; do for s in "${SCHED[@]}"; do for f in "${OVL[@]}"; do
+  if [ "$o" = foam ] && [ "$f" != 0 ]; then SKIPPED+=("$s-F$f-$o"); continue; fi
+  CONFIGS+=("$s-F$f-$o")
+done; done; done
+[ ${#CONFIGS[@]} -gt 0 ] || die "no config to run: FOAM runs only with F = 0 (add 0 to --overlaps)"
+for c in ${SKIPPED[@]+"${SKIPPED[@]}"}; do
+  echo "offload.sh: skipping ${c%-*} with FOAM: spillwayc refuses --overlap-optimizer > 0 with --optimizer foam (the overlap splits AdamW updates only)" >&2
+done
 
 SPILLWAYC=${SPILLWAYC:-$ROOT/build/bin/spillwayc}
 [ -x "$SPILLWAYC" ] || die "spillwayc not found at $SPILLWAYC: build it first (scripts/build.sh), or set SPILLWAYC"
@@ -124,17 +149,22 @@ WORK=$BENCH_DIR/offload-$NAME-M$M
 mkdir -p "$WORK"
 rm -f "$WORK"/*.json "$WORK"/*.jsonl "$WORK"/*.log "$WORK"/*.seconds "$WORK"/*.tsv "$WORK"/exe-*
 COMMON=("$MDIR/gpt.onnx" --hw "$HW" --microbatches "$M" --place "$PLACE")
-sched_of() { echo "${1%-F*}"; }   # horizontal-F0.5 -> horizontal
-f_of() { echo "${1##*-F}"; }      # horizontal-F0.5 -> 0.5
+opt_of() { echo "${1##*-}"; }     # horizontal-F0.5-adamw -> adamw
+sched_of() { local r=${1%-*}; echo "${r%-F*}"; }   # horizontal-F0.5-adamw -> horizontal
+f_of() { local r=${1%-*}; echo "${r##*-F}"; }      # horizontal-F0.5-adamw -> 0.5
+opt_flags() {                     # spillwayc's flags for an optimizer
+  if [ "$1" = foam ]; then echo "--optimizer foam --foam-level $FOAMLEVEL"; else echo "--optimizer adamw"; fi
+}
 
 # 2. Budgets: the smallest that fit every config's plan, unless given.
 if [ -z "$GPUMEM" ] || [ -z "$HOSTMEM" ]; then
   for c in "${CONFIGS[@]}"; do
-    s=$(sched_of "$c") f=$(f_of "$c")
-    log "planning $s M=$M F=$f with 4 KiB budgets, to read the smallest budgets that fit"
-    "$SPILLWAYC" "${COMMON[@]}" --schedule "$s" --overlap-optimizer "$f" --gpu-mem 4K --host-mem 4K \
+    s=$(sched_of "$c") f=$(f_of "$c") o=$(opt_of "$c")
+    log "planning $s M=$M F=$f $o with 4 KiB budgets, to read the smallest budgets that fit"
+    # shellcheck disable=SC2046
+    "$SPILLWAYC" "${COMMON[@]}" --schedule "$s" --overlap-optimizer "$f" $(opt_flags "$o") --gpu-mem 4K --host-mem 4K \
       --report-json "$WORK/needed-$c.json" >"$WORK/needed-$c.log" 2>&1 || true
-    [ -f "$WORK/needed-$c.json" ] || { cat "$WORK/needed-$c.log" >&2; die "spillwayc wrote no report for $s F=$f"; }
+    [ -f "$WORK/needed-$c.json" ] || { cat "$WORK/needed-$c.log" >&2; die "spillwayc wrote no report for $s F=$f $o"; }
   done
   read -r G H < <(python3 - "$WORK" "${CONFIGS[@]}" <<'PY'
 import json, sys
@@ -152,20 +182,21 @@ log "budgets: --gpu-mem $GPUMEM --host-mem $HOSTMEM (model state on SSD: $((PARA
 # 3. Compile each config with its cost-model report.
 declare -A COMPILE_CMD RUN_CMD
 for c in "${CONFIGS[@]}"; do
-  s=$(sched_of "$c") f=$(f_of "$c")
+  s=$(sched_of "$c") f=$(f_of "$c") o=$(opt_of "$c")
   EXE=$WORK/exe-$c
-  CMD=("$SPILLWAYC" "${COMMON[@]}" --schedule "$s" --overlap-optimizer "$f" --gpu-mem "$GPUMEM" --host-mem "$HOSTMEM"
-       --report-json "$WORK/plan-$c.json" -o "$EXE")
+  read -r -a OFLAGS <<<"$(opt_flags "$o")"
+  CMD=("$SPILLWAYC" "${COMMON[@]}" --schedule "$s" --overlap-optimizer "$f" "${OFLAGS[@]}"
+       --gpu-mem "$GPUMEM" --host-mem "$HOSTMEM" --report-json "$WORK/plan-$c.json" -o "$EXE")
   COMPILE_CMD[$c]="${CMD[*]}"
-  log "compiling $s M=$M F=$f: ${CMD[*]}"
+  log "compiling $s M=$M F=$f $o: ${CMD[*]}"
   t0=$(date +%s%N)
   if ! "${CMD[@]}" >"$WORK/compile-$c.log" 2>&1; then
     cat "$WORK/compile-$c.log" >&2
-    die "spillwayc failed for $s F=$f (an over-budget plan names the smallest budgets that fit: pass them as --gpu-mem/--host-mem)"
+    die "spillwayc failed for $s F=$f $o (an over-budget plan names the smallest budgets that fit: pass them as --gpu-mem/--host-mem)"
   fi
   t1=$(date +%s%N)
   echo "$(( (t1 - t0) / 1000000 ))e-3" >"$WORK/compile-$c.seconds"
-  log "compiled $s F=$f in $(( (t1 - t0) / 1000000000 )) s"
+  log "compiled $s F=$f $o in $(( (t1 - t0) / 1000000000 )) s"
 done
 
 # 4. Each plan is the config asked for; enough room in the SSD directory for
@@ -175,7 +206,7 @@ import json, sys
 work, M, configs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 need = 0
 for c in configs:
-    s, f = c.rsplit("-F", 1)
+    s, f = c.rsplit("-", 1)[0].rsplit("-F", 1)
     ch = json.load(open(f"{work}/plan-{c}.json"))["chosen"]
     got = (ch["order"], ch["microbatches"], ch["overlap_optimizer"])
     if got != (s, M, float(f)):
@@ -197,8 +228,8 @@ for c in "${CONFIGS[@]}"; do
   CMD=("$EXE" --input "tokens=$MDIR/tokens.npy" --input "targets=$MDIR/targets.npy" --steps "$STEPS"
        --print-every 1 --ssd "$SSD" --stats-json "$WORK/stats-$c.json" --log-json "$WORK/log-$c.jsonl")
   RUN_CMD[$c]="${CMD[*]}"
-  log "running $(sched_of "$c") F=$(f_of "$c"): ${CMD[*]}"
-  python3 - "$(sched_of "$c") F=$(f_of "$c")" "$WORK/log-$c.jsonl" "$WORK/times-$c.json" "$WORK/run-$c.log" "${CMD[@]}" <<'PY' || die "the $c executable failed (see $WORK/run-$c.log)"
+  log "running $(sched_of "$c") F=$(f_of "$c") $(opt_of "$c"): ${CMD[*]}"
+  python3 - "$(sched_of "$c") F=$(f_of "$c") $(opt_of "$c")" "$WORK/log-$c.jsonl" "$WORK/times-$c.json" "$WORK/run-$c.log" "${CMD[@]}" <<'PY' || die "the $c executable failed (see $WORK/run-$c.log)"
 import json, os, subprocess, sys, time
 sched, logpath, out, runlog, cmd = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 t0 = time.monotonic()
@@ -247,6 +278,7 @@ HOST=$(hostname 2>/dev/null || echo unknown)
 FSINFO=$(findmnt -n -o SOURCE,FSTYPE -T "$SSD" 2>/dev/null | tr -s ' ' || echo "?")
 REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "?")
 SPWC_TIME=$(date -u -r "$SPILLWAYC" +%Y-%m-%dT%H:%M:%SZ 2>/dev/null || echo "?")
+SKIPPED_CONFIGS="${SKIPPED[*]+${SKIPPED[*]}}" FOAM_LEVEL=$FOAMLEVEL \
 python3 - "$WORK" "$MDIR" "$OUTJSON" "bench/offload.sh $ARGV" "$HOST" "$FSINFO" "$HW" "$GPUMEM" "$HOSTMEM" \
   "$M" "$STEPS" "$SSD" "$SPILLWAYC ($SPWC_TIME, source tree at $REV)" "$PLACE" "${GEN[*]}" "$LOAD0" "${CONFIGS[@]}" <<'PY'
 import json, os, platform, statistics, subprocess, sys, math
@@ -259,9 +291,15 @@ cmds = {}
 for line in open(f"{work}/commands.tsv"):
     c, comp, r = line.rstrip("\n").split("\t")
     cmds[c] = {"compile": comp, "run": r}
+skipped = os.environ.get("SKIPPED_CONFIGS", "").split()
+foam_level = int(os.environ.get("FOAM_LEVEL", "2"))
+def split(c):  # horizontal-F0.5-adamw -> (horizontal, 0.5, adamw)
+    rest, o = c.rsplit("-", 1)
+    s, f = rest.rsplit("-F", 1)
+    return s, f, o
 rows = []
 for c in configs:
-    s, f = c.rsplit("-F", 1)
+    s, f, o = split(c)
     plan = json.load(open(f"{work}/plan-{c}.json"))
     ch = plan["chosen"]
     st = json.load(open(f"{work}/stats-{c}.json"))
@@ -269,6 +307,10 @@ for c in configs:
     after = tm["step_s_after_first"]
     rows.append({
         "schedule": s, "microbatches": M, "overlap_optimizer": float(f), "F": f,
+        "optimizer_algorithm": o, "foam_level": foam_level if o == "foam" else None,
+        # the plan's optimizer state (AdamW: m and v; FOAM: folded for the weight matrices), all layers
+        "optimizer_state_bytes": sum(l["optimizer_bytes"] for l in plan["summary"]["layers"]),
+        "param_bytes": plan["summary"]["param_bytes"],
         "placement": ch["placement"], "optimizer": ch["optimizer"],
         "measured_s_per_iteration_mean": st["seconds_per_iteration"],
         "measured_s_per_iteration_steady": statistics.median(after) if after else None,
@@ -290,18 +332,20 @@ for c in configs:
 big = cfg["params"] * 4 > (256 << 20)
 unit, uname = (1e9, "GB") if big else (1e6, "MB")
 def b(x): return f"{x / unit:.3f}" if big else f"{x / unit:.2f}"
+opts = list(dict.fromkeys(r["optimizer_algorithm"] for r in rows))
 print(f"GPT L={cfg['layers']} D={cfg['d_model']} H={cfg['heads']} V={cfg['vocab']} S={cfg['seq']} B={cfg['batch']}: "
       f"{cfg['params'] / 1e6:.1f}M parameters; {place}; budgets gpu {gpumem}, host {hostmem}; "
-      f"{steps} steps; profile {os.path.basename(hw)}")
+      f"{steps} steps; profile {os.path.basename(hw)}"
+      + (f"; FOAM level {foam_level}" if "foam" in opts else ""))
 print(f"bytes per link per iteration in {uname}, measured / cost model (measured = the plan's 4 KiB-rounded bytes "
       f"when the 'exact' column says yes)")
-hdr = (f"{'schedule':10} {'M':>2} {'F':>4} {'s/iter':>8} {'steady':>8} {'cpu/it':>8} {'pred s':>8} {'bound':>8} "
+hdr = (f"{'schedule':10} {'opt':>5} {'M':>2} {'F':>4} {'s/iter':>8} {'steady':>8} {'cpu/it':>8} {'pred s':>8} {'bound':>8} "
        + " ".join(f"{l:>17}" for l in links) + f" {'exact':>5} {'overlap':>7}")
 print(hdr)
 for r in rows:
     steady = r["measured_s_per_iteration_steady"]
     cells = [f"{b(r['bytes_per_iteration'][l])}/{b(r['model_bytes_per_iteration'][l])}" for l in links]
-    print(f"{r['schedule']:10} {r['microbatches']:>2} {r['F']:>4} "
+    print(f"{r['schedule']:10} {r['optimizer_algorithm']:>5} {r['microbatches']:>2} {r['F']:>4} "
           f"{r['measured_s_per_iteration_mean']:8.2f} {(f'{steady:8.2f}' if steady is not None else '       -')} "
           f"{(r['run_cpu_s']['user_s'] + r['run_cpu_s']['sys_s']) / steps:8.2f} "
           f"{r['predicted_iteration_s']:8.2f} {r['bound']:>8} " + " ".join(f"{c:>17}" for c in cells)
@@ -310,26 +354,37 @@ print("s/iter: the executable's seconds / steps (stats-json); steady: median of 
       "arrival times); cpu/it: the executable's user + sys CPU seconds / steps, start-up included (less "
       "sensitive to other load on the machine than the wall times); pred s: the cost model's iteration time "
       "and bound (report-json 'chosen'); F: --overlap-optimizer (the first F of each layer's parameters, "
-      "in 64-element granules, updated at the layer's first load of the next iteration).")
+      "in 64-element granules, updated at the layer's first load of the next iteration); opt: the optimizer "
+      "(adamw, or foam: AdamW with folded state for the weight matrices).")
+for c in skipped:
+    s, f, o = split(c)
+    print(f"skipped: {s} F={f} with FOAM (spillwayc refuses --overlap-optimizer > 0 with --optimizer foam: "
+          f"the overlap splits AdamW updates only)")
 print(f"load average: {load0} before the runs, {' '.join(open('/proc/loadavg').read().split()[:3])} after")
-summary = {"schema": "spillway-offload-bench-2", "command": command, "generate": gen,
+summary = {"schema": "spillway-offload-bench-3", "command": command, "generate": gen,
            "machine": {"host": host, "kernel": platform.release(), "cpus": os.cpu_count(),
                        "ssd_dir": ssd, "filesystem": fsinfo,
                        "loadavg_before_runs": load0, "loadavg_after_runs": open("/proc/loadavg").read().split()[:3]},
            "spillwayc": spillwayc, "hardware_profile": hw, "model": cfg,
            "budgets": {"gpu_mem": gpumem, "host_mem": hostmem}, "place": place,
-           "steps": steps, "configs": rows,
+           "steps": steps, "optimizers": opts, "foam_level": foam_level if "foam" in opts else None,
+           "configs": rows, "skipped_configs": [dict(zip(("schedule", "F", "optimizer_algorithm"), split(c)))
+                                                for c in skipped],
            "notes": ["F (overlap_optimizer): the first F of each layer's parameters (64-element granules) are "
                      "updated at the layer's first load of the next iteration, on the copy that load brings; "
                      "with the parameters on SSD and the CPU optimizer that saves reading them from SSD for "
                      "the update (ssd_read)",
                      "speedups are baseline / candidate: above 1 the candidate is faster or moves fewer bytes",
+                     "optimizer_algorithm: adamw, or foam (AdamW with folded state for the weight matrices: "
+                     "2-D parameters a matrix product multiplies, except embeddings and the LM head); FOAM with "
+                     "F > 0 is refused by spillwayc and skipped (skipped_configs)",
                      "CPU backend: the 'GPU' is a host arena and its compute is the CPU; h2d/d2h are memcpys"]}
 ssd_rw = lambda d: d["ssd_read"] + d["ssd_write"]
 def speedup(base, cand):
     steady = bool(base["measured_s_per_iteration_steady"] and cand["measured_s_per_iteration_steady"])
     key = "measured_s_per_iteration_steady" if steady else "measured_s_per_iteration_mean"
-    return {"baseline": f"{base['schedule']} F={base['F']}", "candidate": f"{cand['schedule']} F={cand['F']}",
+    return {"baseline": f"{base['schedule']} F={base['F']} {base['optimizer_algorithm']}",
+            "candidate": f"{cand['schedule']} F={cand['F']} {cand['optimizer_algorithm']}",
             "iteration_time_measured": base[key] / cand[key],
             "iteration_time_measured_by": "steady" if steady else "mean",
             "iteration_time_measured_mean": base["measured_s_per_iteration_mean"] / cand["measured_s_per_iteration_mean"],
@@ -342,29 +397,99 @@ def line(sp):
     return (f"iteration time {sp['iteration_time_measured']:.3f}x measured ({sp['iteration_time_measured_by']}; "
             f"{sp['iteration_time_measured_mean']:.3f}x by mean), {sp['iteration_time_predicted']:.3f}x predicted; "
             f"SSD bytes (read + write) {sp['ssd_bytes_measured']:.3f}x measured, {sp['ssd_bytes_predicted']:.3f}x predicted")
-byname = {(r["schedule"], r["overlap_optimizer"]): r for r in rows}
-fs = sorted({r["overlap_optimizer"] for r in rows})
-fmax = fs[-1]
-# The issue's headline: snake with the largest F against the ZeRO-Infinity
-# baseline (horizontal order, no optimizer overlap), at the same batch and budgets.
-if ("horizontal", 0.0) in byname and ("snake", fmax) in byname and fmax > 0:
-    h, s = byname[("horizontal", 0.0)], byname[("snake", fmax)]
-    sp = speedup(h, s)
-    summary["snake_max_overlap_over_zero_infinity"] = sp
-    print(f"snake F={s['F']} over the baseline horizontal F=0, the ZeRO-Infinity order (no optimizer overlap), "
-          f"same batch and budgets, M={M}: " + line(sp))
-elif fmax > 0:
-    print("(snake with the largest F against horizontal F=0, the ZeRO-Infinity order, needs both schedules in "
-          "--schedules and 0 in --overlaps)")
-eq = {}
-for f in fs:
-    if ("horizontal", f) in byname and ("snake", f) in byname:
-        h, s = byname[("horizontal", f)], byname[("snake", f)]
-        eq[h["F"]] = sp = speedup(h, s)
-        base = ", the ZeRO-Infinity order" if f == 0 else ""
-        print(f"snake F={s['F']} over horizontal F={h['F']}{base} (equal F), same batch and budgets, M={M}: " + line(sp))
-if eq:
-    summary["snake_speedup_over_horizontal_at_equal_F"] = eq
+byname = {(r["schedule"], r["overlap_optimizer"], r["optimizer_algorithm"]): r for r in rows}
+multi = len(opts) > 1
+for o in opts:
+    tag, key = (f", {o}", lambda k: f"{k}_{o}") if multi else ("", lambda k: k)
+    fs = sorted({r["overlap_optimizer"] for r in rows if r["optimizer_algorithm"] == o})
+    fmax = fs[-1]
+    # The issue's headline: snake with the largest F against the ZeRO-Infinity
+    # baseline (horizontal order, no optimizer overlap), at the same batch and budgets.
+    if ("horizontal", 0.0, o) in byname and ("snake", fmax, o) in byname and fmax > 0:
+        h, s = byname[("horizontal", 0.0, o)], byname[("snake", fmax, o)]
+        sp = speedup(h, s)
+        summary[key("snake_max_overlap_over_zero_infinity")] = sp
+        print(f"snake F={s['F']} over the baseline horizontal F=0, the ZeRO-Infinity order (no optimizer overlap){tag}, "
+              f"same batch and budgets, M={M}: " + line(sp))
+    elif fmax > 0:
+        print("(snake with the largest F against horizontal F=0, the ZeRO-Infinity order, needs both schedules in "
+              "--schedules and 0 in --overlaps)")
+    eq = {}
+    for f in fs:
+        if ("horizontal", f, o) in byname and ("snake", f, o) in byname:
+            h, s = byname[("horizontal", f, o)], byname[("snake", f, o)]
+            eq[h["F"]] = sp = speedup(h, s)
+            base = ", the ZeRO-Infinity order" if f == 0 else ""
+            print(f"snake F={s['F']} over horizontal F={h['F']}{base} (equal F){tag}, same batch and budgets, M={M}: "
+                  + line(sp))
+    if eq:
+        summary[key("snake_speedup_over_horizontal_at_equal_F")] = eq
+
+# AdamW against FOAM at F = 0, per order, at the same budgets. The optimizer
+# state is read from SSD and written back once per iteration, so the SSD
+# bytes FOAM saves should be twice the state it folds away (read + write).
+if "adamw" in opts and "foam" in opts:
+    print(f"AdamW vs FOAM (level {foam_level}), F = 0, same batch, M={M} and budgets (gpu {gpumem}, host {hostmem}); "
+          f"per iteration; SSD bytes measured (= the plan's when 'exact' says yes)")
+    print(f"{'schedule':10} {'opt':>5} {'pred s':>8} {'s/iter':>8} {'steady':>8} {'cpu/it':>8} "
+          f"{'ssd_write':>12} {'ssd_read':>12} {'opt state':>12}")
+    cmp = {}
+    for sch in ("horizontal", "snake"):
+        a, fo = byname.get((sch, 0.0, "adamw")), byname.get((sch, 0.0, "foam"))
+        if not (a and fo):
+            continue
+        for r in (a, fo):
+            steady = r["measured_s_per_iteration_steady"]
+            print(f"{sch:10} {r['optimizer_algorithm']:>5} {r['predicted_iteration_s']:8.2f} "
+                  f"{r['measured_s_per_iteration_mean']:8.2f} {(f'{steady:8.2f}' if steady is not None else '       -')} "
+                  f"{(r['run_cpu_s']['user_s'] + r['run_cpu_s']['sys_s']) / steps:8.2f} "
+                  f"{b(r['bytes_per_iteration']['ssd_write']):>9} {uname} {b(r['bytes_per_iteration']['ssd_read']):>9} {uname} "
+                  f"{b(r['optimizer_state_bytes']):>9} {uname}")
+        ba, bf = a["bytes_per_iteration"], fo["bytes_per_iteration"]
+        ma, mf = a["model_bytes_per_iteration"], fo["model_bytes_per_iteration"]
+        state_saved = a["optimizer_state_bytes"] - fo["optimizer_state_bytes"]
+        st = lambda r: r["measured_s_per_iteration_steady"] or r["measured_s_per_iteration_mean"]
+        c = {"adamw": f"{sch} F=0 adamw", "foam": f"{sch} F=0 foam",
+             "predicted_s_adamw_over_foam": a["predicted_iteration_s"] / fo["predicted_iteration_s"],
+             "measured_s_adamw_over_foam": st(a) / st(fo),
+             "measured_s_by": "steady" if a["measured_s_per_iteration_steady"] and fo["measured_s_per_iteration_steady"] else "mean",
+             "ssd_write_adamw_over_foam": ba["ssd_write"] / bf["ssd_write"],
+             "ssd_read_adamw_over_foam": ba["ssd_read"] / bf["ssd_read"],
+             "ssd_bytes_adamw_over_foam": ssd_rw(ba) / ssd_rw(bf),
+             "ssd_bytes_adamw_over_foam_predicted": ssd_rw(ma) / ssd_rw(mf),
+             "ssd_write_saved_bytes": ba["ssd_write"] - bf["ssd_write"],
+             "ssd_read_saved_bytes": ba["ssd_read"] - bf["ssd_read"],
+             "optimizer_state_bytes": {"adamw": a["optimizer_state_bytes"], "foam": fo["optimizer_state_bytes"]},
+             "optimizer_state_adamw_over_foam": a["optimizer_state_bytes"] / fo["optimizer_state_bytes"],
+             "optimizer_state_saved_bytes": state_saved}
+        # The optimizer-state part of the SSD traffic, derived: when each
+        # direction saved exactly the folded-away state (4 KiB rounding
+        # aside), the state is what differs, and its part of the traffic
+        # is the state itself, read once and written once.
+        tol = 4096 * 4 * max(1, cfg["layers"] + 4)
+        derivable = (abs(c["ssd_write_saved_bytes"] - state_saved) <= tol
+                     and abs(c["ssd_read_saved_bytes"] - state_saved) <= tol)
+        c["optimizer_state_part_derivable"] = derivable
+        if derivable:
+            c["ssd_write_optimizer_state_part"] = {"adamw": a["optimizer_state_bytes"], "foam": fo["optimizer_state_bytes"]}
+            c["ssd_write_other_bytes"] = {"adamw": ba["ssd_write"] - a["optimizer_state_bytes"],
+                                          "foam": bf["ssd_write"] - fo["optimizer_state_bytes"]}
+        cmp[sch] = c
+        print(f"  {sch} adamw/foam: time {c['predicted_s_adamw_over_foam']:.3f}x predicted, "
+              f"{c['measured_s_adamw_over_foam']:.3f}x measured ({c['measured_s_by']}); SSD write (wear) "
+              f"{c['ssd_write_adamw_over_foam']:.3f}x, read {c['ssd_read_adamw_over_foam']:.3f}x, read + write "
+              f"{c['ssd_bytes_adamw_over_foam']:.3f}x ({c['ssd_bytes_adamw_over_foam_predicted']:.3f}x predicted); "
+              f"optimizer state {c['optimizer_state_adamw_over_foam']:.3f}x")
+        if derivable:
+            print(f"    each direction saves the {b(state_saved)} {uname} of state FOAM folds away, so the optimizer-state "
+                  f"part of each direction is {b(a['optimizer_state_bytes'])} vs {b(fo['optimizer_state_bytes'])} {uname} "
+                  f"({c['optimizer_state_adamw_over_foam']:.3f}x); the rest ({b(c['ssd_write_other_bytes']['adamw'])} {uname} "
+                  f"written: parameters, gradients) is the same")
+        else:
+            print(f"    the SSD bytes saved ({b(c['ssd_write_saved_bytes'])} written, {b(c['ssd_read_saved_bytes'])} read) "
+                  f"are not the {b(state_saved)} {uname} of state folded away in each direction: no state part derived")
+    if cmp:
+        summary["adamw_vs_foam_at_F0"] = cmp
 with open(out, "w") as f:
     json.dump(summary, f, indent=1)
     f.write("\n")
