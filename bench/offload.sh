@@ -310,6 +310,12 @@ for c in configs:
         "optimizer_algorithm": o, "foam_level": foam_level if o == "foam" else None,
         # the plan's optimizer state (AdamW: m and v; FOAM: folded for the weight matrices), all layers
         "optimizer_state_bytes": sum(l["optimizer_bytes"] for l in plan["summary"]["layers"]),
+        # spillwayc's state by optimizer (total, adamw, foam, foam_params, ...), when it reports it
+        "optimizer_state": plan.get("optimizer_state_bytes"),
+        # the optimizer state's part of each link's bytes: measured (the runtime's per-class
+        # counters, the last step) and predicted (the cost model), when both report it
+        "optimizer_class_bytes_per_iteration": (st.get("bytes_per_iteration_by_class") or {}).get("optimizer"),
+        "model_optimizer_state_bytes_per_iteration": ch.get("optimizer_state_bytes_per_iteration"),
         "param_bytes": plan["summary"]["param_bytes"],
         "placement": ch["placement"], "optimizer": ch["optimizer"],
         "measured_s_per_iteration_mean": st["seconds_per_iteration"],
@@ -427,24 +433,37 @@ for o in opts:
 
 # AdamW against FOAM at F = 0, per order, at the same budgets. The optimizer
 # state is read from SSD and written back once per iteration, so the SSD
-# bytes FOAM saves should be twice the state it folds away (read + write).
+# bytes FOAM saves should be the state it folds away, in each direction.
+# The state's part of the traffic is measured by the runtime's per-class
+# counters (stats-json bytes_per_iteration_by_class) where it has them;
+# otherwise it is derived, when the bytes saved are exactly the state
+# folded away.
 if "adamw" in opts and "foam" in opts:
     print(f"AdamW vs FOAM (level {foam_level}), F = 0, same batch, M={M} and budgets (gpu {gpumem}, host {hostmem}); "
-          f"per iteration; SSD bytes measured (= the plan's when 'exact' says yes)")
+          f"per iteration, in {uname}: SSD bytes measured (= the plan's when 'exact' says yes), and of them the "
+          f"optimizer state's (measured by class / cost model)")
     print(f"{'schedule':10} {'opt':>5} {'pred s':>8} {'s/iter':>8} {'steady':>8} {'cpu/it':>8} "
-          f"{'ssd_write':>12} {'ssd_read':>12} {'opt state':>12}")
+          f"{'ssd_write':>10} {'of it state':>17} {'ssd_read':>10} {'of it state':>17} {'opt state':>10}")
     cmp = {}
     for sch in ("horizontal", "snake"):
         a, fo = byname.get((sch, 0.0, "adamw")), byname.get((sch, 0.0, "foam"))
         if not (a and fo):
             continue
+        measured = all(r["optimizer_class_bytes_per_iteration"] and r["model_optimizer_state_bytes_per_iteration"]
+                       for r in (a, fo))
         for r in (a, fo):
             steady = r["measured_s_per_iteration_steady"]
+            bi = r["bytes_per_iteration"]
+            if measured:
+                oc, om = r["optimizer_class_bytes_per_iteration"], r["model_optimizer_state_bytes_per_iteration"]
+                sw, sr = f"{b(oc['ssd_write'])}/{b(om['ssd_write'])}", f"{b(oc['ssd_read'])}/{b(om['ssd_read'])}"
+            else:
+                sw = sr = "-"
             print(f"{sch:10} {r['optimizer_algorithm']:>5} {r['predicted_iteration_s']:8.2f} "
                   f"{r['measured_s_per_iteration_mean']:8.2f} {(f'{steady:8.2f}' if steady is not None else '       -')} "
                   f"{(r['run_cpu_s']['user_s'] + r['run_cpu_s']['sys_s']) / steps:8.2f} "
-                  f"{b(r['bytes_per_iteration']['ssd_write']):>9} {uname} {b(r['bytes_per_iteration']['ssd_read']):>9} {uname} "
-                  f"{b(r['optimizer_state_bytes']):>9} {uname}")
+                  f"{b(bi['ssd_write']):>10} {sw:>17} {b(bi['ssd_read']):>10} {sr:>17} "
+                  f"{b(r['optimizer_state_bytes']):>10}")
         ba, bf = a["bytes_per_iteration"], fo["bytes_per_iteration"]
         ma, mf = a["model_bytes_per_iteration"], fo["model_bytes_per_iteration"]
         state_saved = a["optimizer_state_bytes"] - fo["optimizer_state_bytes"]
@@ -462,32 +481,50 @@ if "adamw" in opts and "foam" in opts:
              "optimizer_state_bytes": {"adamw": a["optimizer_state_bytes"], "foam": fo["optimizer_state_bytes"]},
              "optimizer_state_adamw_over_foam": a["optimizer_state_bytes"] / fo["optimizer_state_bytes"],
              "optimizer_state_saved_bytes": state_saved}
-        # The optimizer-state part of the SSD traffic, derived: when each
-        # direction saved exactly the folded-away state (4 KiB rounding
-        # aside), the state is what differs, and its part of the traffic
-        # is the state itself, read once and written once.
-        tol = 4096 * 4 * max(1, cfg["layers"] + 4)
-        derivable = (abs(c["ssd_write_saved_bytes"] - state_saved) <= tol
-                     and abs(c["ssd_read_saved_bytes"] - state_saved) <= tol)
-        c["optimizer_state_part_derivable"] = derivable
-        if derivable:
-            c["ssd_write_optimizer_state_part"] = {"adamw": a["optimizer_state_bytes"], "foam": fo["optimizer_state_bytes"]}
-            c["ssd_write_other_bytes"] = {"adamw": ba["ssd_write"] - a["optimizer_state_bytes"],
-                                          "foam": bf["ssd_write"] - fo["optimizer_state_bytes"]}
+        if measured:
+            oa, of = a["optimizer_class_bytes_per_iteration"], fo["optimizer_class_bytes_per_iteration"]
+            c["optimizer_state_part"] = {"how": "measured (stats-json bytes_per_iteration_by_class.optimizer)",
+                                         "adamw": oa, "foam": of,
+                                         "predicted": {"adamw": a["model_optimizer_state_bytes_per_iteration"],
+                                                       "foam": fo["model_optimizer_state_bytes_per_iteration"]}}
+            for d in ("ssd_write", "ssd_read"):
+                c[f"{d}_optimizer_state_adamw_over_foam"] = oa[d] / of[d] if of[d] else None
+                c[f"{d}_other_bytes"] = {"adamw": a["bytes_per_iteration"][d] - oa[d],
+                                         "foam": fo["bytes_per_iteration"][d] - of[d]}
+        else:
+            # Derived: when each direction saved exactly the folded-away
+            # state (4 KiB roundings aside), the state is what differs, and
+            # its part of each direction is the state itself.
+            tol = 4096 * 4 * max(1, cfg["layers"] + 4)
+            if (abs(c["ssd_write_saved_bytes"] - state_saved) <= tol
+                    and abs(c["ssd_read_saved_bytes"] - state_saved) <= tol):
+                part = {"ssd_write": None, "ssd_read": None}
+                c["optimizer_state_part"] = {"how": "derived (the bytes saved are the state folded away)",
+                                             "adamw": {d: a["optimizer_state_bytes"] for d in part},
+                                             "foam": {d: fo["optimizer_state_bytes"] for d in part}}
+                for d in part:
+                    c[f"{d}_optimizer_state_adamw_over_foam"] = c["optimizer_state_adamw_over_foam"]
+                    c[f"{d}_other_bytes"] = {"adamw": a["bytes_per_iteration"][d] - a["optimizer_state_bytes"],
+                                             "foam": fo["bytes_per_iteration"][d] - fo["optimizer_state_bytes"]}
         cmp[sch] = c
         print(f"  {sch} adamw/foam: time {c['predicted_s_adamw_over_foam']:.3f}x predicted, "
               f"{c['measured_s_adamw_over_foam']:.3f}x measured ({c['measured_s_by']}); SSD write (wear) "
               f"{c['ssd_write_adamw_over_foam']:.3f}x, read {c['ssd_read_adamw_over_foam']:.3f}x, read + write "
               f"{c['ssd_bytes_adamw_over_foam']:.3f}x ({c['ssd_bytes_adamw_over_foam_predicted']:.3f}x predicted); "
               f"optimizer state {c['optimizer_state_adamw_over_foam']:.3f}x")
-        if derivable:
-            print(f"    each direction saves the {b(state_saved)} {uname} of state FOAM folds away, so the optimizer-state "
-                  f"part of each direction is {b(a['optimizer_state_bytes'])} vs {b(fo['optimizer_state_bytes'])} {uname} "
-                  f"({c['optimizer_state_adamw_over_foam']:.3f}x); the rest ({b(c['ssd_write_other_bytes']['adamw'])} {uname} "
-                  f"written: parameters, gradients) is the same")
+        if "optimizer_state_part" in c:
+            ow, orr = c["ssd_write_other_bytes"], c["ssd_read_other_bytes"]
+            same = ow["adamw"] == ow["foam"] and orr["adamw"] == orr["foam"]
+            print(f"    optimizer state's part ({c['optimizer_state_part']['how'].split(' ')[0]}): written "
+                  f"{c['ssd_write_optimizer_state_adamw_over_foam']:.3f}x, read "
+                  f"{c['ssd_read_optimizer_state_adamw_over_foam']:.3f}x fewer bytes with FOAM; the rest (parameters, "
+                  f"gradients: {b(ow['adamw'])} {uname} written, {b(orr['adamw'])} {uname} read) "
+                  + ("is the same for both" if same else
+                     f"differs: {b(ow['foam'])} {uname} written, {b(orr['foam'])} {uname} read with FOAM"))
         else:
             print(f"    the SSD bytes saved ({b(c['ssd_write_saved_bytes'])} written, {b(c['ssd_read_saved_bytes'])} read) "
-                  f"are not the {b(state_saved)} {uname} of state folded away in each direction: no state part derived")
+                  f"are not the {b(state_saved)} {uname} of state folded away in each direction, and the runtime gave "
+                  f"no per-class bytes: no state part")
     if cmp:
         summary["adamw_vs_foam_at_F0"] = cmp
 with open(out, "w") as f:
