@@ -87,7 +87,8 @@ cl::opt<int64_t> foamLevel(
              "elements (0..16; default 2: a quarter of AdamW's state)"),
     cl::value_desc("L"), cl::cat(category));
 cl::opt<double> foamAlpha("foam-alpha", cl::init(0.25),
-                          cl::desc("FOAM: scale of the update (default "
+                          cl::desc("FOAM: scale of the folded matrices' "
+                                   "update, whose step is A * lr (default "
                                    "0.25; the executable's --foam-alpha "
                                    "overrides it)"),
                           cl::value_desc("A"), cl::cat(category));
