@@ -8,6 +8,7 @@
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallSet.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 #include <cmath>
 
@@ -223,28 +224,28 @@ int64_t spillway::train::foamStateElements(ArrayRef<int64_t> shape,
   return rows * ((n + block - 1) / block);
 }
 
+/// The parameter and gradient of an optimizer update, or nothing.
+static std::optional<std::pair<StringRef, Value>> updateParts(Operation *op) {
+  return llvm::TypeSwitch<Operation *,
+                          std::optional<std::pair<StringRef, Value>>>(op)
+      .Case<AdamWOp, AdamWDeferOp, FoamOp>([](auto u) {
+        return std::make_pair(u.getParam(), Value(u.getGrad()));
+      })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
 bool spillway::train::isOptimizerUpdate(Operation *op) {
-  return isa<AdamWOp, AdamWDeferOp, FoamOp>(op);
+  return updateParts(op).has_value();
 }
 
 StringRef spillway::train::getUpdatedParam(Operation *op) {
-  if (auto u = dyn_cast<AdamWOp>(op))
-    return u.getParam();
-  if (auto u = dyn_cast<AdamWDeferOp>(op))
-    return u.getParam();
-  if (auto u = dyn_cast<FoamOp>(op))
-    return u.getParam();
-  return {};
+  auto parts = updateParts(op);
+  return parts ? parts->first : StringRef();
 }
 
 Value spillway::train::getUpdateGrad(Operation *op) {
-  if (auto u = dyn_cast<AdamWOp>(op))
-    return u.getGrad();
-  if (auto u = dyn_cast<AdamWDeferOp>(op))
-    return u.getGrad();
-  if (auto u = dyn_cast<FoamOp>(op))
-    return u.getGrad();
-  return {};
+  auto parts = updateParts(op);
+  return parts ? parts->second : Value();
 }
 
 int64_t spillway::train::stateElementsPerMoment(Operation *op) {
