@@ -157,12 +157,18 @@ static LogicalResult verifyAdamWHparams(Operation *op, double lr, double beta1,
   return success();
 }
 
+/// The AdamW hyper-parameters of an update op (train.adamw,
+/// train.adamw_defer, train.foam).
+template <class Op> static LogicalResult verifyHparamsOf(Op op) {
+  return verifyAdamWHparams(op, op.getLr().convertToDouble(),
+                            op.getBeta1().convertToDouble(),
+                            op.getBeta2().convertToDouble(),
+                            op.getEps().convertToDouble(),
+                            op.getWeightDecay().convertToDouble());
+}
+
 LogicalResult AdamWOp::verify() {
-  if (failed(verifyAdamWHparams(*this, getLr().convertToDouble(),
-                                getBeta1().convertToDouble(),
-                                getBeta2().convertToDouble(),
-                                getEps().convertToDouble(),
-                                getWeightDecay().convertToDouble())))
+  if (failed(verifyHparamsOf(*this)))
     return failure();
   if (bool(getBeginAttr()) != bool(getEndAttr()))
     return emitOpError("needs both ends of the element range or neither");
@@ -174,11 +180,7 @@ LogicalResult AdamWOp::verify() {
 }
 
 LogicalResult AdamWDeferOp::verify() {
-  if (failed(verifyAdamWHparams(*this, getLr().convertToDouble(),
-                                getBeta1().convertToDouble(),
-                                getBeta2().convertToDouble(),
-                                getEps().convertToDouble(),
-                                getWeightDecay().convertToDouble())))
+  if (failed(verifyHparamsOf(*this)))
     return failure();
   return verifyElementRange(*this, getBeginAttr().getInt(),
                             getEndAttr().getInt(),
@@ -191,11 +193,7 @@ LogicalResult FoamOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
 }
 
 LogicalResult FoamOp::verify() {
-  if (failed(verifyAdamWHparams(*this, getLr().convertToDouble(),
-                                getBeta1().convertToDouble(),
-                                getBeta2().convertToDouble(),
-                                getEps().convertToDouble(),
-                                getWeightDecay().convertToDouble())))
+  if (failed(verifyHparamsOf(*this)))
     return failure();
   if (getGrad().getType().getRank() != 2)
     return emitOpError("folds only 2-D weight matrices; the gradient is ")
