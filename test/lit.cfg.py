@@ -30,3 +30,11 @@ tool_dirs = [config.spillway_tools_dir, config.llvm_tools_dir]
 tools = ["spillway-opt", "spillway-translate", "spillwayc", "spillway-foam-step", "FileCheck",
          "not", "count", "mlir-translate", "llc"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
+
+# The CUDA backend's check tool is built where nvcc is (runtime/CMakeLists.txt,
+# SPILLWAY_CUDA); a GPU to run it on is another matter.
+if os.path.exists(os.path.join(config.spillway_tools_dir, "spillway-cuda-check")):
+    config.available_features.add("cuda-build")
+    llvm_config.add_tool_substitutions(["spillway-cuda-check"], tool_dirs)
+if shutil.which("nvidia-smi"):
+    config.available_features.add("gpu")

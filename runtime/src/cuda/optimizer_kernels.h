@@ -1,0 +1,63 @@
+//===- optimizer_kernels.h - AdamW and FOAM on the GPU ---------------------===//
+//
+// The CUDA backend's optimizer updates (issue 6: a multi-tensor fused AdamW;
+// issue 7: the fused FOAM kernel). Each does the CPU runtime's float32
+// arithmetic (runtime/src/optimizer.cpp) operation by operation, with every
+// multiply and add rounded on its own (no fused multiply-add), so the GPU
+// and the CPU backend give the same bits; spillway-cuda-check compares
+// them. Plain host API: device pointers in, launches on `stream`.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPILLWAY_RUNTIME_SRC_CUDA_OPTIMIZER_KERNELS_H
+#define SPILLWAY_RUNTIME_SRC_CUDA_OPTIMIZER_KERNELS_H
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace spw::cuda {
+
+/// The step's AdamW scalars, computed on the host exactly as the CPU
+/// kernel computes them (double, then cast to float).
+struct AdamWScalars {
+  float decay, w1, b2, w2, bc2_sqrt, eps, neg_step;
+  bool decays;
+};
+AdamWScalars adamw_scalars(double lr, double beta1, double beta2, double eps,
+                           double weight_decay, int64_t step);
+
+/// One tensor of a multi-tensor AdamW update: n elements of the parameter
+/// w, its moments m and v, and its gradient g (all device pointers).
+struct AdamWTensor {
+  float *w, *m, *v;
+  const float *g;
+  int64_t n;
+};
+
+/// Updates every tensor of `ts` with one launch (blocks are dealt out over
+/// the tensors by their sizes). `scratch` is a device buffer the launch
+/// uses for the tensor table: at least adamw_scratch_bytes(ts.size()).
+size_t adamw_scratch_bytes(size_t count);
+void adamw_multi(const std::vector<AdamWTensor> &ts, const AdamWScalars &s,
+                 void *scratch, cudaStream_t stream);
+
+/// FOAM's step scalars (docs/runtime.md, "FOAM").
+struct FoamScalars {
+  float b1, w1, b2, w2, inv_block, neg_step, alpha, eps, neg_decay;
+  bool decays;
+};
+FoamScalars foam_scalars(double lr, double beta1, double beta2, double eps,
+                         double weight_decay, double alpha, int level,
+                         int64_t step);
+
+/// One FOAM update of a [rows, cols] weight w with gradient g and folded
+/// moments m, v of [rows, ceil(cols / 2^level)]: one thread per block of
+/// 2^level elements of a row, reading its gradient twice (the means, then
+/// the update) and its folded state once; no temporaries.
+void foam(float *w, float *m, float *v, const float *g, int64_t rows,
+          int64_t cols, int level, const FoamScalars &s, cudaStream_t stream);
+
+} // namespace spw::cuda
+
+#endif
