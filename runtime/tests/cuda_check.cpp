@@ -4,8 +4,8 @@
 // inputs (never zeros) and compares it with the CPU backend, the reference.
 // Built only where nvcc is found; it runs on a machine with an NVIDIA GPU
 // (scripts/device/cuda-check.sh). Each case:
-//   - draws parameters, gradients and AdamW/FOAM state from a seeded RNG
-//     (log-uniform magnitudes, random signs, no zeros);
+//   - draws parameters, gradients and the AdamW/FOAM state (m of either
+//     sign, v positive) from a seeded RNG: log-uniform magnitudes, no zeros;
 //   - runs T steps on the CPU runtime (spw_adamw / spw_foam through a
 //     context, as the executable does) and on the GPU kernel;
 //   - surrounds every device tensor with guard elements filled with a NaN
@@ -23,6 +23,7 @@
 #include "cuda/optimizer_kernels.h"
 #include "runtime_internal.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -100,6 +101,12 @@ struct Compare {
 
 Compare compare(const std::vector<float> &cpu, const std::vector<float> &gpu) {
   Compare c;
+  if (cpu.size() != gpu.size() || cpu.empty()) {
+    // Nothing (or not the same thing) to compare is a failure, never a pass.
+    c.differing = int64_t(std::max(cpu.size(), gpu.size())) + 1;
+    c.max_rel = INFINITY;
+    return c;
+  }
   for (size_t i = 0; i < cpu.size(); ++i) {
     if (std::memcmp(&cpu[i], &gpu[i], 4) == 0)
       continue;
@@ -127,20 +134,22 @@ struct Report {
   }
 };
 
+void check_ctx(const spw_ctx *ctx, const char *what) {
+  if (ctx->failed())
+    throw Error(format("CPU reference (%s): %s", what, ctx->error.c_str()));
+}
+
 // A runtime context with one f32 parameter of `dims` holding `w`.
 std::unique_ptr<spw_ctx> cpu_context(const std::vector<int64_t> &dims,
                                      const std::vector<float> &w) {
   auto ctx = make_context();
   spw_declare_param(ctx.get(), "p", SPW_F32, int32_t(dims.size()),
                     dims.data(), 0);
+  check_ctx(ctx.get(), "spw_declare_param");
   std::memcpy(ctx->params[0].value->data, w.data(), w.size() * 4);
   return ctx;
 }
 
-void check_ctx(const spw_ctx *ctx, const char *what) {
-  if (ctx->failed())
-    throw Error(format("CPU reference (%s): %s", what, ctx->error.c_str()));
-}
 
 // AdamW: several tensors of awkward sizes in one multi-tensor launch, T
 // steps, against spw_adamw on each.
@@ -156,10 +165,16 @@ void check_adamw(Report &r, uint64_t seed, double wd, double beta1) {
   for (size_t i = 0; i < sizes.size(); ++i) {
     const int64_t n = sizes[i];
     auto w0 = rng.values(n, 1e-3, 1.0);
+    // A run's later state, not zeros: m of either sign, v positive.
+    auto m0 = rng.values(n, 1e-6, 1.0), v0 = rng.values(n, 1e-10, 1.0);
+    for (float &x : v0)
+      x = std::fabs(x);
     cpu.push_back(cpu_context({n}, w0));
+    cpu.back()->params[0].adam_m = m0;
+    cpu.back()->params[0].adam_v = v0;
     w.push_back(std::make_unique<DeviceArray>(w0));
-    m.push_back(std::make_unique<DeviceArray>(std::vector<float>(size_t(n))));
-    v.push_back(std::make_unique<DeviceArray>(std::vector<float>(size_t(n))));
+    m.push_back(std::make_unique<DeviceArray>(m0));
+    v.push_back(std::make_unique<DeviceArray>(v0));
     for (int t = 0; t < steps; ++t)
       grads[i].push_back(rng.values(n, 1e-6, 10.0));
     g.push_back(std::make_unique<DeviceArray>(grads[i][0]));
@@ -222,8 +237,13 @@ void check_foam(Report &r, uint64_t seed, int64_t rows, int64_t cols,
   spw_declare_foam(cpu.get(), 0, level, alpha);
   check_ctx(cpu.get(), "spw_declare_foam");
   const int64_t folded = cpu->params[0].state_numel();
-  const std::vector<float> zeros(static_cast<size_t>(folded), 0.0f);
-  DeviceArray w(w0), m(zeros), v(zeros),
+  // A run's later folded state, not zeros: m~ of either sign, v~ positive.
+  auto m0 = rng.values(folded, 1e-6, 1.0), v0 = rng.values(folded, 1e-10, 1.0);
+  for (float &x : v0)
+    x = std::fabs(x);
+  cpu->params[0].adam_m = m0;
+  cpu->params[0].adam_v = v0;
+  DeviceArray w(w0), m(m0), v(v0),
       g(std::vector<float>(static_cast<size_t>(n), 1.0f));
   for (int t = 1; t <= steps; ++t) {
     auto gt = rng.values(n, 1e-6, 10.0);

@@ -12,7 +12,8 @@
 # device tool sets it.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-CHECK=${CHECK:-$(ls -1 "$ROOT"/build*/bin/spillway-cuda-check 2>/dev/null | head -1)}
+# build/ first (what scripts/build.sh makes), then any other build*/.
+CHECK=${CHECK:-$(ls -1 "$ROOT"/build/bin/spillway-cuda-check "$ROOT"/build*/bin/spillway-cuda-check 2>/dev/null | head -1)}
 if [ -z "$CHECK" ] || [ ! -x "$CHECK" ]; then
   echo "cuda-check: no build*/bin/spillway-cuda-check in this copy: build it where nvcc is (scripts/build.sh) and carry it" >&2
   exit 2

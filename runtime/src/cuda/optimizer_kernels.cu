@@ -179,6 +179,9 @@ FoamScalars foam_scalars(double lr, double beta1, double beta2, double eps,
 
 void foam(float *w, float *m, float *v, const float *g, int64_t rows,
           int64_t cols, int level, const FoamScalars &s, cudaStream_t stream) {
+  if (level < 0 || level > 16)
+    throw CudaError("foam: level " + std::to_string(level) +
+                    " is outside [0, 16]");
   const int64_t block = int64_t(1) << level;
   const int64_t per_row = (cols + block - 1) / block;
   const int64_t n = rows * per_row;

@@ -37,7 +37,8 @@ struct AdamWTensor {
 
 /// Updates every tensor of `ts` with one launch (blocks are dealt out over
 /// the tensors by their sizes). `scratch` is a device buffer the launch
-/// uses for the tensor table: at least adamw_scratch_bytes(ts.size()).
+/// uses for the tensor table: at least adamw_scratch_bytes(ts.size()), one
+/// per stream (a launch on another stream could still be reading it).
 size_t adamw_scratch_bytes(size_t count);
 void adamw_multi(const std::vector<AdamWTensor> &ts, const AdamWScalars &s,
                  void *scratch, cudaStream_t stream);
