@@ -282,9 +282,9 @@ void spw_declare_foam(spw_ctx *ctx, int32_t param, int64_t level,
     if (level < 0 || level > 16)
       fail("parameter '%s': FOAM level %lld is outside [0, 16]",
            p.name.c_str(), (long long)level);
-    if (!(alpha > 0.0) || !std::isfinite(alpha))
-      fail("parameter '%s': FOAM alpha %g must be positive", p.name.c_str(),
-           alpha);
+    if (!(alpha >= 1e-30) || !(alpha <= 1e6))
+      fail("parameter '%s': FOAM alpha %g is outside [1e-30, 1e6]",
+           p.name.c_str(), alpha);
     if (ctx->tiers)
       fail("parameter '%s': FOAM must be declared before the tiers (its "
            "state size sets the optimizer blocks)",

@@ -249,10 +249,7 @@ Options parse_args(int argc, char **argv) {
     } else if (flag == "--weight-decay") {
       o.adamw.weight_decay = parse_double(flag, value, 0.0, 1e6, true);
     } else if (flag == "--foam-alpha") {
-      o.adamw.foam_alpha = parse_double(flag, value, 0.0, 1e6, true);
-      if (*o.adamw.foam_alpha == 0.0)
-        throw UsageError("invalid value '" + value +
-                         "' for --foam-alpha: expected a positive number");
+      o.adamw.foam_alpha = parse_double(flag, value, 1e-30, 1e6, true);
     } else if (flag == "--log-json") {
       o.log_json = value;
     } else if (flag == "--save") {
@@ -819,6 +816,16 @@ std::string foam_string(const spw_ctx *ctx) {
   return {};
 }
 
+// Which optimizer state a checkpoint holds: "adamw", or "foam level L" when
+// parameters are folded (the folded moments are means over 2^L elements:
+// another level's state has another meaning even where its shape agrees).
+std::string optimizer_kind(const spw_ctx *ctx) {
+  for (const ParamInfo &p : ctx->params)
+    if (p.foam_level >= 0)
+      return format("foam level %d", p.foam_level);
+  return "adamw";
+}
+
 // Writes and restores everything a training step depends on: the parameters,
 // the AdamW moments (where allocated) and the step counter. (The batch of a
 // step follows from its number; the model itself keeps no state.)
@@ -868,6 +875,14 @@ public:
                   dir.c_str());
       return 0;
     }
+    // Older checkpoints have no "optimizer": their shapes are checked.
+    if (const std::string *k = c->meta("optimizer");
+        k && *k != optimizer_kind(ctx_))
+      fail("checkpoint '%s' holds %s optimizer state; this executable "
+           "trains with %s, so the state does not carry over: resume with "
+           "an executable compiled with the same --optimizer and "
+           "--foam-level, or start a new --checkpoint-dir",
+           c->dir.c_str(), k->c_str(), optimizer_kind(ctx_).c_str());
     restore(*c);
     if (c->step > o_.steps)
       fail("checkpoint '%s' is at step %lld, beyond --steps %lld (--steps "
@@ -913,6 +928,7 @@ public:
         {"model_fingerprint", model_fingerprint(ctx_)},
         {"parameters", std::to_string(ctx_->params.size())},
         {"adamw", hparams()},
+        {"optimizer", optimizer_kind(ctx_)},
         {"inputs", inputs_},
         {"steps", std::to_string(o_.steps)}};
     const auto t0 = std::chrono::steady_clock::now();
@@ -1329,7 +1345,8 @@ int run(const Options &o, const char *argv0) {
   ctx->evaluate_only = forward; // never update parameters
   if (o.adamw.foam_alpha && foam_string(ctx).empty())
     throw UsageError("--foam-alpha: this executable folds no parameter "
-                     "(compile with spillwayc --optimizer foam)");
+                     "(compiled with --optimizer adamw, or a model with no "
+                     "weight matrix besides its embeddings and LM head)");
 
   // Unknown --input names are usage errors; everything else is data.
   for (auto &[name, file] : o.inputs) {

@@ -803,8 +803,8 @@ int main(int argc, char **argv) {
   if (foamLevel < 0 || foamLevel > 16)
     return fail("--foam-level " + std::to_string(int64_t(foamLevel)) +
                 " is outside [0, 16]");
-  if (!(foamAlpha > 0) || !std::isfinite(double(foamAlpha)))
-    return fail("--foam-alpha must be a positive number");
+  if (!(foamAlpha >= 1e-30) || !(foamAlpha <= 1e6))
+    return fail("--foam-alpha must be a number in [1e-30, 1e6]");
   if (optimizer == "foam" && overlapOptimizer > 0)
     return fail("--overlap-optimizer with --optimizer foam: FOAM's folded "
                 "state is kept per block of a row, so its updates are not "

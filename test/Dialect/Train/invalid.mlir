@@ -726,7 +726,7 @@ module {
 module {
   train.param @p : tensor<3x4xf32> at 0
   func.func @f(%g: tensor<3x4xf32>) {
-    // expected-error @+1 {{'train.foam' op alpha must be positive and finite}}
+    // expected-error @+1 {{'train.foam' op alpha 0.000000e+00 must lie in [1e-30, 1e6]}}
     train.foam @p, %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0, level = 2, alpha = 0.0} : tensor<3x4xf32>
     return
   }

@@ -202,9 +202,10 @@ LogicalResult FoamOp::verify() {
   int64_t level = getLevelAttr().getInt();
   if (level < 0 || level > 16)
     return emitOpError("level ") << level << " must lie in [0, 16]";
+  // A float32 kernel scales by alpha: below 1e-30 it would round towards 0.
   double alpha = getAlpha().convertToDouble();
-  if (!(alpha > 0.0) || !std::isfinite(alpha))
-    return emitOpError("alpha must be positive and finite");
+  if (!(alpha >= 1e-30) || !(alpha <= 1e6))
+    return emitOpError("alpha ") << alpha << " must lie in [1e-30, 1e6]";
   return success();
 }
 

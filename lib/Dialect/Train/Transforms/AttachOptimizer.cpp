@@ -23,13 +23,16 @@ namespace {
 /// to where it is used (a view, a transposed copy, a cast).
 bool isView(Operation *op) { return isa<ReshapeOp, TransposeOp, CastOp>(op); }
 
-/// Ops a logits tensor passes through on its way to the loss.
+/// Ops a logits tensor passes through on its way to the loss: views, a
+/// bias, slices, and the elementwise scaling and capping models put there
+/// (logits * scale, logits / temperature, cap * tanh(logits / cap)).
 bool carriesLogits(Operation *op) {
-  return isView(op) || isa<AddOp, SliceOp>(op);
+  return isView(op) ||
+         isa<AddOp, SubOp, MulOp, DivOp, NegOp, TanhOp, SliceOp>(op);
 }
 
 /// True when `v` reaches the logits of a softmax cross-entropy loss through
-/// views, bias additions and slices.
+/// ops that carry logits (carriesLogits).
 bool reachesLogits(Value v) {
   SmallVector<Value> work{v};
   llvm::DenseSet<Value> seen;
@@ -54,8 +57,8 @@ bool reachesLogits(Value v) {
 /// parameters a matrix product multiplies (through views of their values),
 /// except embeddings (a gather's table; a positional table that is only
 /// added is no matrix product's operand either) and LM heads (a product
-/// whose result becomes the loss's logits). A tied embedding and head is
-/// both.
+/// whose result, through ops that carry logits, becomes the loss's
+/// logits). A tied embedding and head is both.
 llvm::DenseSet<StringRef> weightMatrices(ModuleOp module) {
   llvm::DenseSet<StringRef> multiplied, excluded;
   module.walk([&](ParamValueOp pv) {
@@ -101,11 +104,18 @@ struct TrainAttachOptimizerPass
           << optimizer << "'; supported optimizers: adamw, foam";
       return signalPassFailure();
     }
+    // (Options copied from a PassOptions struct all count as given, so the
+    // values tell: anything but FOAM's defaults names a FOAM setting.)
+    if (optimizer != "foam" && (foamLevel != 2 || foamAlpha != 0.25)) {
+      module.emitError("train-attach-optimizer: foam-level and foam-alpha "
+                       "apply to optimizer=foam");
+      return signalPassFailure();
+    }
     if (optimizer == "foam" &&
-        (foamLevel < 0 || foamLevel > 16 || !(foamAlpha > 0.0) ||
-         !std::isfinite(double(foamAlpha)))) {
+        (foamLevel < 0 || foamLevel > 16 || !(foamAlpha >= 1e-30) ||
+         !(foamAlpha <= 1e6))) {
       module.emitError("train-attach-optimizer: invalid foam options: need "
-                       "foam-level in [0, 16] and foam-alpha > 0");
+                       "foam-level in [0, 16] and foam-alpha in [1e-30, 1e6]");
       return signalPassFailure();
     }
     // Checked here so a bad flag names the option rather than failing the
@@ -148,8 +158,14 @@ struct TrainAttachOptimizerPass
       }
 
     llvm::DenseSet<StringRef> folded;
-    if (optimizer == "foam")
+    if (optimizer == "foam") {
       folded = weightMatrices(module);
+      if (folded.empty())
+        module.emitWarning("train-attach-optimizer: optimizer=foam folds no "
+                           "parameter: the model has no weight matrix "
+                           "besides its embeddings and LM head, so every "
+                           "parameter gets AdamW");
+    }
     OpBuilder b(&getContext());
     auto f64 = [&](double v) { return b.getF64FloatAttr(v); };
     for (ParamGradOp grad : grads) {

@@ -96,8 +96,8 @@ def TrainAttachOptimizerPass : Pass<"train-attach-optimizer", "mlir::ModuleOp"> 
     `train.matmul`, `train.gemm` or `train.linear` multiplies (through
     reshapes, transposes and casts), except embeddings (the table of a
     `train.gather`) and LM heads (a product whose result, through views,
-    bias additions and slices, is the logits of a
-    `train.softmax_cross_entropy_loss`); every other parameter (norms,
+    bias additions, slices and elementwise scaling or capping, is the
+    logits of a `train.softmax_cross_entropy_loss`); every other parameter (norms,
     biases, embeddings, the head, a positional table that is only added)
     gets `train.adamw`. The
     executable may override the hyper-parameters (not the level) at run
