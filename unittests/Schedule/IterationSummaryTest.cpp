@@ -34,14 +34,16 @@ struct SummaryTest : ::testing::Test {
     return parseSourceString<ModuleOp>(text, &context);
   }
   /// The training step, partitioned: spillwayc's pipeline without fusion.
-  OwningOpRef<ModuleOp> step(const char *text) {
+  OwningOpRef<ModuleOp> step(
+      const char *text,
+      const spillway::train::TrainAttachOptimizerPassOptions &optimizer = {}) {
     OwningOpRef<ModuleOp> m = parse(text);
     if (!m)
       return nullptr;
     PassManager pm(&context);
     pm.addPass(spillway::train::createTrainAutodiffPass());
     pm.addPass(createCSEPass());
-    pm.addPass(spillway::train::createTrainAttachOptimizerPass());
+    pm.addPass(spillway::train::createTrainAttachOptimizerPass(optimizer));
     pm.addPass(spillway::train::createTrainPartitionLayersPass());
     if (failed(pm.run(*m)))
       return nullptr;
@@ -262,17 +264,11 @@ module {
 // the LM head (its product is the logits) and the biases keep AdamW's.
 TEST_F(SummaryTest, FoamFoldsTheWeightMatricesState) {
   for (int64_t level : {2, 3}) {
-    OwningOpRef<ModuleOp> m = parse(kTwoLayer);
-    ASSERT_TRUE(m);
-    PassManager pm(&context);
-    pm.addPass(spillway::train::createTrainAutodiffPass());
-    pm.addPass(createCSEPass());
     spillway::train::TrainAttachOptimizerPassOptions o;
     o.optimizer = "foam";
     o.foamLevel = level;
-    pm.addPass(spillway::train::createTrainAttachOptimizerPass(o));
-    pm.addPass(spillway::train::createTrainPartitionLayersPass());
-    ASSERT_TRUE(succeeded(pm.run(*m)));
+    OwningOpRef<ModuleOp> m = step(kTwoLayer, o);
+    ASSERT_TRUE(m);
     std::string error;
     auto s = summarizeIteration(*m, error);
     ASSERT_TRUE(s) << error;
