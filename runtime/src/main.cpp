@@ -195,9 +195,9 @@ Options parse_args(int argc, char **argv) {
     static const char *const kValued[] = {
         "--input", "--steps", "--seed", "--lr", "--beta1", "--beta2", "--eps",
         "--weight-decay", "--foam-alpha", "--log-json", "--save", "--weights",
-        "--print-every", "--fd-eps", "--fd-samples", "--fd-tol", "--outputs", "--checkpoint-dir",
-        "--checkpoint-every", "--keep-checkpoints", "--io-backend", "--ssd",
-        "--stats-json"};
+        "--print-every", "--fd-eps", "--fd-samples", "--fd-tol", "--outputs",
+        "--checkpoint-dir", "--checkpoint-every", "--keep-checkpoints",
+        "--io-backend", "--ssd", "--stats-json"};
     if (std::find_if(std::begin(kValued), std::end(kValued),
                      [&](const char *f) { return flag == f; }) ==
         std::end(kValued))
@@ -968,7 +968,9 @@ private:
   spw_ctx *ctx_;
   const Options &o_;
   AdamWHparams hp_;
-  std::string hparams() const { return adamw_string(hp_) + foam_string(ctx_); }
+  std::string hparams() const {
+    return adamw_string(hp_) + foam_string(ctx_);
+  }
   std::string inputs_; // inputs_digest: the inputs do not change
   storage::CheckpointOptions copts_;
   std::unique_ptr<storage::PinnedPool> pool_; // outlives the engine
