@@ -90,7 +90,8 @@ LogicalResult spillway::emitObjectFile(llvm::Module &module, StringRef path,
 
 LogicalResult spillway::linkExecutable(StringRef objectPath,
                                        StringRef runtimeLibrary,
-                                       StringRef exePath, std::string &error) {
+                                       StringRef exePath, std::string &error,
+                                       StringRef cudaLibrary) {
   // The runtime is C++: link with a C++ driver so libstdc++ comes along.
   std::string driver;
   for (const char *name : {"c++", "g++", "clang++"})
@@ -108,11 +109,21 @@ LogicalResult spillway::linkExecutable(StringRef objectPath,
             "' not found; pass --runtime-lib PATH (libspillway_runtime.a)";
     return failure();
   }
-  SmallVector<StringRef> args = {driver, objectPath, runtimeLibrary, "-o",
-                                 exePath};
+  if (!cudaLibrary.empty() && !llvm::sys::fs::exists(cudaLibrary)) {
+    error = "CUDA runtime library '" + cudaLibrary.str() + "' not found";
+    return failure();
+  }
+  // The CUDA archive first: it refers to the runtime archive's symbols.
+  SmallVector<StringRef> args = {driver, objectPath};
+  if (!cudaLibrary.empty())
+    args.push_back(cudaLibrary);
+  args.append({runtimeLibrary, "-o", exePath});
   // What the runtime archive itself links against, as its CMake found it.
   StringRef(SPILLWAY_RUNTIME_LINK_LIBS)
       .split(args, ',', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
+  if (!cudaLibrary.empty())
+    StringRef(SPILLWAY_CUDA_LINK_LIBS)
+        .split(args, ',', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
   std::string message;
   int rc = llvm::sys::ExecuteAndWait(driver, args, std::nullopt, {}, 0, 0,
                                      &message);

@@ -73,6 +73,11 @@ void spillway::populateSchedulePipeline(OpPassManager &pm,
   pm.addPass(createConvertSchedToTrainPass());
 }
 
-void spillway::populateLowerToRuntimePipeline(OpPassManager &pm) {
-  pm.addPass(createConvertTrainToRuntimePass());
+void spillway::populateLowerToRuntimePipeline(OpPassManager &pm,
+                                              StringRef target,
+                                              StringRef precision) {
+  ConvertTrainToRuntimePassOptions options;
+  options.target = target.str();
+  options.precision = precision.str();
+  pm.addPass(createConvertTrainToRuntimePass(options));
 }

@@ -86,8 +86,8 @@ Buffer alloc_buffer(int64_t bytes) {
 }
 
 std::unique_ptr<spw_tensor> make_tensor(int32_t dtype, int32_t rank,
-                                        const int64_t *dims,
-                                        const char *what) {
+                                        const int64_t *dims, const char *what,
+                                        bool allocate) {
   if (dtype_size(dtype) == 0)
     fail("%s: unknown dtype %d", what, dtype);
   if (rank < 0 || rank > kMaxRank)
@@ -108,8 +108,10 @@ std::unique_ptr<spw_tensor> make_tensor(int32_t dtype, int32_t rank,
     numel *= dims[i];
   }
   t->numel = numel;
-  t->owned = alloc_buffer(t->bytes());
-  t->data = t->owned.get();
+  if (allocate) {
+    t->owned = alloc_buffer(t->bytes());
+    t->data = t->owned.get();
+  }
   return t;
 }
 
@@ -121,6 +123,8 @@ std::unique_ptr<spw_ctx> make_context() {
 
 void clear_step(spw_ctx *ctx) {
   ctx->step_tensors.clear();
+  if (ctx->device)
+    ctx->device->reset_step();
   ctx->loss = nullptr;
   for (OutputInfo &o : ctx->outputs)
     o.set = false;
@@ -311,7 +315,8 @@ spw_tensor *spw_input(spw_ctx *ctx, int32_t index) {
     if (index < 0 || size_t(index) >= ctx->inputs.size())
       fail("input index %d out of range (%zu inputs declared)", index,
            ctx->inputs.size());
-    t = ctx->inputs[size_t(index)].view.get();
+    const InputInfo &in = ctx->inputs[size_t(index)];
+    t = ctx->device ? in.dev_view.get() : in.view.get();
   });
   return t;
 }
@@ -340,7 +345,7 @@ spw_tensor *spw_param(spw_ctx *ctx, int32_t index) {
       fail("parameter '%s' is read while no copy of it is bound (the offload "
            "plan binds its layer's block first)",
            p.name.c_str());
-    t = p.value.get();
+    t = ctx->device ? p.dev_value.get() : p.value.get();
   });
   return t;
 }
@@ -351,8 +356,7 @@ spw_tensor *spw_alloc(spw_ctx *ctx, int32_t dtype, int32_t rank,
     return nullptr;
   spw_tensor *t = &ctx->dummy;
   guarded(ctx, "spw_alloc", [&] {
-    ctx->step_tensors.push_back(make_tensor(dtype, rank, dims, "tensor"));
-    t = ctx->step_tensors.back().get();
+    t = alloc_step_tensor(ctx, dtype, rank, dims, "tensor");
   });
   return t;
 }
@@ -363,14 +367,16 @@ spw_tensor *spw_constant(spw_ctx *ctx, int32_t dtype, int32_t rank,
     return nullptr;
   spw_tensor *t = &ctx->dummy;
   guarded(ctx, "spw_constant", [&] {
-    auto c = make_tensor(dtype, rank, dims, "constant");
+    spw_tensor *c = alloc_step_tensor(ctx, dtype, rank, dims, "constant");
     if (c->numel > 0) {
       if (!data)
         fail("data is NULL for a constant of shape %s", c->shape().c_str());
-      std::memcpy(c->data, data, size_t(c->bytes()));
+      if (c->on_device)
+        ctx->device->upload(c->data, data, c->bytes());
+      else
+        std::memcpy(c->data, data, size_t(c->bytes()));
     }
-    ctx->step_tensors.push_back(std::move(c));
-    t = ctx->step_tensors.back().get();
+    t = c;
   });
   return t;
 }
@@ -402,8 +408,12 @@ void spw_set_output(spw_ctx *ctx, int32_t index, spw_tensor *value) {
       fail("output '%s' is %s %s, but it was declared %s %s", o.name.c_str(),
            dtype_name(value->dtype), value->shape().c_str(),
            dtype_name(v.dtype), v.shape().c_str());
-    if (v.numel > 0)
-      std::memmove(v.data, value->data, size_t(v.bytes()));
+    if (v.numel > 0) {
+      if (value->on_device)
+        read_tensor(ctx, *value, v.data);
+      else
+        std::memmove(v.data, value->data, size_t(v.bytes()));
+    }
     o.set = true;
   });
 }
@@ -427,9 +437,123 @@ void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad) {
     fail("gradient of '%s' is %s %s, but the parameter is %s %s",
          p.name.c_str(), dtype_name(grad->dtype), grad->shape().c_str(),
          dtype_name(v.dtype), v.shape().c_str());
+  // On a device the host copy is only read by the gradient check (which
+  // evaluates): training skips the download.
+  if (grad->on_device && !ctx->evaluate_only)
+    return;
   p.grad.resize(size_t(grad->bytes()));
   if (!p.grad.empty())
-    std::memcpy(p.grad.data(), grad->data, p.grad.size());
+    read_tensor(ctx, *grad, p.grad.data());
+}
+
+spw_tensor *alloc_step_tensor(spw_ctx *ctx, int32_t dtype, int32_t rank,
+                              const int64_t *dims, const char *what) {
+  if (!ctx->device) {
+    ctx->step_tensors.push_back(make_tensor(dtype, rank, dims, what));
+    return ctx->step_tensors.back().get();
+  }
+  // The shape checks of make_tensor, without its host buffer.
+  auto t = make_tensor(dtype, rank, dims, what, /*allocate=*/false);
+  t->data = ctx->device->step_alloc(t->bytes(), what);
+  t->on_device = true;
+  ctx->step_tensors.push_back(std::move(t));
+  return ctx->step_tensors.back().get();
+}
+
+void read_tensor(spw_ctx *ctx, const spw_tensor &t, void *host) {
+  if (t.bytes() == 0)
+    return;
+  if (!t.on_device) {
+    std::memmove(host, t.data, size_t(t.bytes()));
+    return;
+  }
+  if (!ctx->device)
+    fail("a device tensor %s %s outlived its device", dtype_name(t.dtype),
+         t.shape().c_str());
+  ctx->device->download(host, t.data, t.bytes());
+}
+
+static std::unique_ptr<spw_tensor> device_twin(const spw_tensor &t,
+                                               void *data) {
+  auto d = std::make_unique<spw_tensor>();
+  d->dtype = t.dtype;
+  d->rank = t.rank;
+  std::copy(t.dims, t.dims + t.rank, d->dims);
+  d->numel = t.numel;
+  d->data = data;
+  d->on_device = true;
+  return d;
+}
+
+void device_start(spw_ctx *ctx, std::unique_ptr<Device> device) {
+  if (ctx->tiers)
+    fail("this model was compiled with an offload plan, which the %s "
+         "backend does not run yet: run it with --device cpu, or compile "
+         "it without --place / --gpu-mem / --host-mem",
+         device->name().c_str());
+  ctx->device = std::move(device);
+  Device &d = *ctx->device;
+  for (ParamInfo &p : ctx->params) {
+    const std::string what = "parameter '" + p.name + "'";
+    void *w = d.alloc(p.value->bytes(), what.c_str());
+    p.dev_value = device_twin(*p.value, w);
+    if (p.value->dtype == SPW_F32 && !ctx->outputs.size()) {
+      const int64_t sb = p.state_numel() * int64_t(sizeof(float));
+      const std::string ms = "optimizer state of '" + p.name + "'";
+      p.dev_m = static_cast<float *>(d.alloc(sb, ms.c_str()));
+      p.dev_v = static_cast<float *>(d.alloc(sb, ms.c_str()));
+    }
+  }
+  for (InputInfo &in : ctx->inputs) {
+    const int64_t bytes = in.view->bytes() * in.num_batches;
+    const std::string what = "input '" + in.name + "'";
+    in.dev_batches = d.alloc(bytes, what.c_str());
+    d.upload(in.dev_batches, in.batches.get(), bytes);
+    in.dev_view = device_twin(*in.view, in.dev_batches);
+  }
+  device_push(ctx);
+}
+
+void device_push_param(spw_ctx *ctx, size_t param) {
+  if (!ctx->device)
+    return;
+  ParamInfo &p = ctx->params[param];
+  Device &d = *ctx->device;
+  d.upload(p.dev_value->data, p.value->data, p.value->bytes());
+  if (!p.dev_m)
+    return;
+  const int64_t sb = p.state_numel() * int64_t(sizeof(float));
+  p.state_live = !p.adam_m.empty();
+  if (p.state_live) {
+    d.upload(p.dev_m, p.adam_m.data(), sb);
+    d.upload(p.dev_v, p.adam_v.data(), sb);
+  } else {
+    d.fill(p.dev_m, 0, sb);
+    d.fill(p.dev_v, 0, sb);
+  }
+}
+
+void device_push(spw_ctx *ctx) {
+  for (size_t i = 0; i < ctx->params.size(); ++i)
+    device_push_param(ctx, i);
+  if (ctx->device)
+    ctx->device->synchronize();
+}
+
+void device_pull(spw_ctx *ctx) {
+  if (!ctx->device)
+    return;
+  Device &d = *ctx->device;
+  for (ParamInfo &p : ctx->params) {
+    d.download(p.value->data, p.dev_value->data, p.value->bytes());
+    if (!p.state_live)
+      continue;
+    p.adam_m.resize(size_t(p.state_numel()));
+    p.adam_v.resize(size_t(p.state_numel()));
+    const int64_t sb = p.state_numel() * int64_t(sizeof(float));
+    d.download(p.adam_m.data(), p.dev_m, sb);
+    d.download(p.adam_v.data(), p.dev_v, sb);
+  }
 }
 } // namespace spw
 

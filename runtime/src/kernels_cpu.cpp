@@ -1707,10 +1707,23 @@ void attention_grad(spw_tensor *const *ins, spw_tensor *const *outs,
 
 } // namespace
 
+// Each entry point runs its CPU kernel, or hands a context with a device
+// (device.h) to the device, which may call the CPU kernel back.
 #define SPW_KERNEL_DEF(name)                                                   \
+  static void cpu_op_##name(spw_ctx *, spw_tensor *const *,                    \
+                            spw_tensor *const *, const int64_t *,              \
+                            const double *);                                   \
   extern "C" void spw_op_##name(spw_ctx *ctx, spw_tensor *const *ins,          \
                                 spw_tensor *const *outs,                       \
-                                const int64_t *iattrs, const double *fattrs)
+                                const int64_t *iattrs, const double *fattrs) { \
+    if (ctx && ctx->device)                                                    \
+      return run_on_device(ctx, Op::name, cpu_op_##name, ins, outs, iattrs,    \
+                           fattrs);                                            \
+    cpu_op_##name(ctx, ins, outs, iattrs, fattrs);                             \
+  }                                                                            \
+  static void cpu_op_##name(spw_ctx *ctx, spw_tensor *const *ins,              \
+                            spw_tensor *const *outs, const int64_t *iattrs,    \
+                            const double *fattrs)
 
 SPW_KERNEL_DEF(matmul) {
   (void)iattrs, (void)fattrs;

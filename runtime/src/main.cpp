@@ -68,6 +68,9 @@ struct Options {
   // Offload plans (tiers.h).
   std::vector<std::string> ssd;
   std::string stats_json;
+  // Backend (device.h): "" is the compile target's (spillwayc --target).
+  std::string device;
+  int64_t device_arena = 0; // step arena bytes; 0: the backend's default
 };
 
 const char kUsage[] =
@@ -124,6 +127,14 @@ const char kUsage[] =
     "                          [steps, *output_shape]; step s at index s-1;\n"
     "                          characters outside [A-Za-z0-9._-] in NAME\n"
     "                          become '_' (DIR is created if missing)\n"
+    "  --device D              where the step runs: cpu, cuda (executables\n"
+    "                          compiled with spillwayc --target cuda) or\n"
+    "                          loopback (the CUDA backend's host side on\n"
+    "                          host memory with the CPU kernels, to test it\n"
+    "                          without a GPU) (default: the compile target)\n"
+    "    --device-arena SIZE   bytes reserved once for the step's tensors on\n"
+    "                          the device, e.g. 40G (suffixes K, M, G; default:\n"
+    "                          most of the free GPU memory; loopback: 4G)\n"
     "  --help                  this text\n"
     "\n"
     "A forward-only model runs --steps steps (default: the largest batch\n"
@@ -157,6 +168,26 @@ double parse_double(const std::string &flag, const std::string &v, double min,
                             v.c_str(), flag.c_str(), min, max,
                             max_inclusive ? "]" : ")"));
   return x;
+}
+
+// A byte count: digits with an optional K, M or G (powers of 1024).
+int64_t parse_size(const std::string &flag, const std::string &v) {
+  std::string digits = v;
+  int shift = 0;
+  if (!v.empty() && std::strchr("KkMmGg", v.back())) {
+    const char c = char(std::toupper(static_cast<unsigned char>(v.back())));
+    shift = c == 'K' ? 10 : c == 'M' ? 20 : 30;
+    digits.pop_back();
+  }
+  errno = 0;
+  char *end = nullptr;
+  const long long x = std::strtoll(digits.c_str(), &end, 10);
+  if (digits.empty() || *end != '\0' || errno == ERANGE || x < 1 ||
+      x > (INT64_MAX >> 1 >> shift))
+    throw UsageError(format("invalid value '%s' for %s: expected a byte "
+                            "count such as 1048576, 512M or 40G",
+                            v.c_str(), flag.c_str()));
+  return int64_t(x) << shift;
 }
 
 Options parse_args(int argc, char **argv) {
@@ -197,7 +228,8 @@ Options parse_args(int argc, char **argv) {
         "--weight-decay", "--foam-alpha", "--log-json", "--save", "--weights",
         "--print-every", "--fd-eps", "--fd-samples", "--fd-tol", "--outputs",
         "--checkpoint-dir", "--checkpoint-every", "--keep-checkpoints",
-        "--io-backend", "--ssd", "--stats-json"};
+        "--io-backend", "--ssd", "--stats-json", "--device",
+        "--device-arena"};
     if (std::find_if(std::begin(kValued), std::end(kValued),
                      [&](const char *f) { return flag == f; }) ==
         std::end(kValued))
@@ -298,6 +330,14 @@ Options parse_args(int argc, char **argv) {
                                 "expected auto, io_uring or threads",
                                 value.c_str()));
       }
+    } else if (flag == "--device") {
+      if (value != "cpu" && value != "cuda" && value != "loopback")
+        throw UsageError(format("invalid value '%s' for --device: expected "
+                                "cpu, cuda or loopback",
+                                value.c_str()));
+      o.device = value;
+    } else if (flag == "--device-arena") {
+      o.device_arena = parse_size(flag, value);
     } else if (flag == "--print-every") {
       o.print_every = parse_int(flag, value, 1);
     } else if (flag == "--fd-eps") {
@@ -630,9 +670,12 @@ void load_input(InputInfo &in, const std::string &file) {
 }
 
 void select_batch(spw_ctx *ctx, int64_t step0) {
-  for (InputInfo &in : ctx->inputs)
-    in.view->data = static_cast<char *>(in.batches.get()) +
-                    (step0 % in.num_batches) * in.view->bytes();
+  for (InputInfo &in : ctx->inputs) {
+    const int64_t at = (step0 % in.num_batches) * in.view->bytes();
+    in.view->data = static_cast<char *>(in.batches.get()) + at;
+    if (in.dev_view)
+      in.dev_view->data = static_cast<char *>(in.dev_batches) + at;
+  }
 }
 
 // Runs one step on batch step0 % B; returns the loss.
@@ -649,7 +692,8 @@ float run_step(spw_ctx *ctx, int64_t step0, const std::string &label) {
     fail("%s: %s", label.c_str(), ctx->error.c_str());
   if (!ctx->loss)
     fail("%s: the model did not set a loss (spw_set_loss)", label.c_str());
-  float loss = ctx->loss->as<float>()[0];
+  float loss = 0.0f;
+  read_tensor(ctx, *ctx->loss, &loss);
   clear_step(ctx);
   return loss;
 }
@@ -721,11 +765,14 @@ int check_gradients(spw_ctx *ctx, const Options &o) {
           format("gradient check of %s[%lld]", p.name.c_str(), (long long)i);
       w[i] = float(double(orig) + h);
       const double hp = w[i];
+      device_push_param(ctx, pi);
       const double lp = run_step(ctx, 0, label);
       w[i] = float(double(orig) - h);
       const double hm = w[i];
+      device_push_param(ctx, pi);
       const double lm = run_step(ctx, 0, label);
       w[i] = orig;
+      device_push_param(ctx, pi);
       const double fd = (lp - lm) / (hp - hm);
       const double an = have_grad ? double(an_all[i]) : 0.0;
       const double err = std::fabs(fd - an);
@@ -909,6 +956,7 @@ public:
     using storage::CheckpointTensorRef;
     if (has_tiers(ctx_))
       tiers_gather(ctx_);
+    device_pull(ctx_);
     std::vector<CheckpointTensorRef> ts;
     for (const ParamInfo &p : ctx_->params) {
       const std::vector<int64_t> dims(p.value->dims,
@@ -1037,6 +1085,7 @@ private:
 // ---- training ---------------------------------------------------------------------
 
 void save_params(spw_ctx *ctx, const std::string &path) {
+  device_pull(ctx);
   std::vector<NamedTensor> ts;
   for (const ParamInfo &p : ctx->params)
     ts.push_back({p.name, p.value.get()});
@@ -1091,10 +1140,15 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
   const int64_t every =
       o.print_every > 0 ? o.print_every : std::max<int64_t>(1, o.steps / 20);
   const auto t0 = std::chrono::steady_clock::now();
+  // On a device the first steps also reserve the arena and pick GEMM
+  // algorithms: the steady state is timed from the end of the second.
+  std::chrono::steady_clock::time_point warm;
   float loss = NAN;
   for (int64_t s = start + 1; s <= o.steps; ++s) {
     ctx->step = s;
     loss = run_step(ctx, s - 1, format("step %lld", (long long)s));
+    if (s == start + 2)
+      warm = std::chrono::steady_clock::now();
     if (log) {
       if (std::isfinite(loss))
         std::fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g}\n",
@@ -1140,6 +1194,14 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
     std::printf("done: %lld steps in %.3f s (%.1f steps/s), final loss %.6f\n",
                 (long long)ran, secs, secs > 0 ? double(ran) / secs : 0.0,
                 double(loss));
+  if (ctx->device && ran > 2) {
+    const double steady = std::chrono::duration<double>(
+                              std::chrono::steady_clock::now() - warm)
+                              .count() /
+                          double(ran - 2);
+    std::printf("steady state: %.6f s/step (steps %lld..%lld)\n", steady,
+                (long long)start + 3, (long long)o.steps);
+  }
   else if (start > 0)
     std::printf("done: the checkpoint is at the last step (%lld); nothing "
                 "to train\n",
@@ -1251,6 +1313,18 @@ int run_forward(spw_ctx *ctx, const Options &o, int64_t steps) {
   return 0;
 }
 
+// The device's arena use and the ops it ran on host copies.
+std::string device_summary(spw_ctx *ctx) {
+  const Device &d = *ctx->device;
+  std::string s = format("device: step arena peak %s of %s",
+                         human_bytes(d.step_bytes_peak()).c_str(),
+                         human_bytes(d.step_arena_bytes()).c_str());
+  const std::string fb = d.host_fallbacks();
+  if (!fb.empty())
+    s += "; ops run on host copies (no device kernel): " + fb;
+  return s;
+}
+
 void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
                   const AdamWHparams &hp) {
   int64_t elems = 0, bytes = 0;
@@ -1261,6 +1335,10 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
   std::printf("spillway: %zu parameters (%lld elements, %s), %zu inputs\n",
               ctx->params.size(), (long long)elems, human_bytes(bytes).c_str(),
               ctx->inputs.size());
+  if (ctx->device)
+    std::printf("  device: %s, %s, step arena %s\n",
+                ctx->device->name().c_str(), precision_name(ctx->precision),
+                human_bytes(ctx->device->step_arena_bytes()).c_str());
   if (!ctx->params.empty())
     std::printf("  weights: %s\n", weights.c_str());
   for (size_t i = 0; i < ctx->inputs.size(); ++i) {
@@ -1381,6 +1459,21 @@ int run(const Options &o, const char *argv0) {
     load_input(in, *file);
   }
 
+  const std::string device =
+      !o.device.empty() ? o.device : ctx->cuda_factory ? "cuda" : "cpu";
+  if (device == "cuda" && !ctx->cuda_factory)
+    throw UsageError("--device cuda: this executable was compiled for the "
+                     "CPU; recompile the model with spillwayc --target cuda");
+  if (o.device_arena && device == "cpu")
+    throw UsageError("--device-arena sizes a device's step arena; this run "
+                     "is on the CPU (--device cpu)");
+  if (device == "cuda")
+    device_start(ctx, ctx->cuda_factory(o.device_arena, ctx->precision));
+  else if (device == "loopback")
+    device_start(ctx, make_loopback_device(
+                          o.device_arena ? o.device_arena : int64_t(4) << 30,
+                          ctx->precision));
+
   const AdamWHparams hp =
       effective_adamw(ctx, ctx->declared_adamw.value_or(AdamWHparams{}));
   if (forward) {
@@ -1416,6 +1509,7 @@ int run(const Options &o, const char *argv0) {
     ck = std::make_unique<Checkpointer>(ctx, o, hp);
     std::printf("%s\n", ck->describe().c_str());
     start = ck->start();
+    device_push(ctx); // the restored state
     std::fflush(stdout);
   }
   if (tiered)
@@ -1436,6 +1530,8 @@ int run(const Options &o, const char *argv0) {
       std::printf("wrote offload statistics to %s\n", o.stats_json.c_str());
     }
   }
+  if (ctx->device && rc == 0)
+    std::printf("%s\n", device_summary(ctx).c_str());
   if (!o.save.empty())
     save_params(ctx, o.save);
   return rc;

@@ -84,16 +84,11 @@ float *split_elements(const ParamInfo &p, float *const part[2],
   return at;
 }
 
-// One AdamW update of elements [begin, end) at step t; g[i - begin] is the
-// gradient of element i. The loop is spw_adamw's, element by element, so
-// any split of a parameter into ranges gives the same bits.
-void adamw_update(ParamInfo &p, const float *g, int64_t begin, int64_t end,
+} // namespace
+
+namespace spw {
+void adamw_kernel(float *w, float *m, float *v, const float *g, int64_t n,
                   int64_t step, const AdamWHparams &h) {
-  const size_t n = size_t(p.value->numel);
-  if (!p.bound_m && p.bound_split < 0 && p.adam_m.size() != n) {
-    p.adam_m.assign(n, 0.0f);
-    p.adam_v.assign(n, 0.0f);
-  }
   const double t = double(step);
   const double bc1 = 1.0 - std::pow(h.beta1, t);
   const double bc2 = 1.0 - std::pow(h.beta2, t);
@@ -105,19 +100,7 @@ void adamw_update(ParamInfo &p, const float *g, int64_t begin, int64_t end,
   const float feps = float(h.eps);
   const float neg_step = float(-(h.lr / bc1));
   const bool decays = h.weight_decay != 0.0;
-  // An offload plan binds the state of the block the update runs in (one
-  // part of it, when the block is split).
-  float *w, *m, *v;
-  if (p.bound_split >= 0) {
-    w = split_elements(p, p.bound_w_part, "values", begin, end);
-    m = split_elements(p, p.bound_m_part, "AdamW m", begin, end);
-    v = split_elements(p, p.bound_v_part, "AdamW v", begin, end);
-  } else {
-    w = p.value->as<float>() + begin;
-    m = (p.bound_m ? p.bound_m : p.adam_m.data()) + begin;
-    v = (p.bound_v ? p.bound_v : p.adam_v.data()) + begin;
-  }
-  const size_t count = size_t(end - begin);
+  const size_t count = size_t(n);
   for (size_t i = 0; i < count; ++i) {
     if (decays)
       w[i] = w[i] * decay;
@@ -133,40 +116,47 @@ void adamw_update(ParamInfo &p, const float *g, int64_t begin, int64_t end,
     w[i] = w[i] + neg_step * m[i] / denom;
   }
 }
+} // namespace spw
+
+namespace {
+
+// One AdamW update of elements [begin, end) at step t; g[i - begin] is the
+// gradient of element i. The loop is spw_adamw's, element by element, so
+// any split of a parameter into ranges gives the same bits.
+void adamw_update(ParamInfo &p, const float *g, int64_t begin, int64_t end,
+                  int64_t step, const AdamWHparams &h) {
+  const size_t n = size_t(p.value->numel);
+  if (!p.bound_m && p.bound_split < 0 && p.adam_m.size() != n) {
+    p.adam_m.assign(n, 0.0f);
+    p.adam_v.assign(n, 0.0f);
+  }
+  // An offload plan binds the state of the block the update runs in (one
+  // part of it, when the block is split).
+  float *w, *m, *v;
+  if (p.bound_split >= 0) {
+    w = split_elements(p, p.bound_w_part, "values", begin, end);
+    m = split_elements(p, p.bound_m_part, "AdamW m", begin, end);
+    v = split_elements(p, p.bound_v_part, "AdamW v", begin, end);
+  } else {
+    w = p.value->as<float>() + begin;
+    m = (p.bound_m ? p.bound_m : p.adam_m.data()) + begin;
+    v = (p.bound_v ? p.bound_v : p.adam_v.data()) + begin;
+  }
+  adamw_kernel(w, m, v, g, end - begin, step, h);
+}
 
 const float *recorded_grad(const ParamInfo &p) {
   return reinterpret_cast<const float *>(p.grad.data());
 }
 
-// One FOAM update (docs/runtime.md, "FOAM"): per block of 2^level elements
-// of a row, one pass over its gradient for the two block means, one update
-// of the block's folded m and v, and one pass that updates its weights with
-// the residual recomputed on the fly: no m x n temporaries. Follows the
-// authors' foam_adam.py: the padded last block of a row divides by the full
-// block size, eps outside the sqrt, step size lr * sqrt(1 - beta2^t) /
-// (1 - beta1^t), the decoupled weight decay after the update; the residual
-// scale is 1.
-void foam_update(ParamInfo &p, const float *g, int64_t step,
-                 const AdamWHparams &h, double alpha) {
-  const int64_t cols = p.value->dims[p.value->rank - 1];
-  const int64_t rows = cols ? p.value->numel / cols : 0;
-  const int64_t block = int64_t(1) << p.foam_level;
+} // namespace
+
+namespace spw {
+void foam_kernel(float *w, float *m, float *v, const float *g, int64_t rows,
+                 int64_t cols, int level, int64_t step, const AdamWHparams &h,
+                 double alpha) {
+  const int64_t block = int64_t(1) << level;
   const int64_t nb = (cols + block - 1) / block;
-  const size_t ns = size_t(rows * nb);
-  if (!p.bound_m && p.adam_m.size() != ns) {
-    p.adam_m.assign(ns, 0.0f);
-    p.adam_v.assign(ns, 0.0f);
-  }
-  if (p.bound_split >= 0)
-    fail("parameter '%s': a FOAM update of a split block (the optimizer "
-         "overlap splits AdamW updates only)",
-         p.name.c_str());
-  float *w = p.value->as<float>();
-  float *m = p.bound_m ? p.bound_m : p.adam_m.data();
-  float *v = p.bound_v ? p.bound_v : p.adam_v.data();
-  if (!w)
-    fail("parameter '%s' is updated while no copy of it is bound",
-         p.name.c_str());
   const double t = double(step);
   const double bc1 = 1.0 - std::pow(h.beta1, t);
   const double bc2 = 1.0 - std::pow(h.beta2, t);
@@ -205,6 +195,73 @@ void foam_update(ParamInfo &p, const float *g, int64_t step,
     }
   }
 }
+} // namespace spw
+
+namespace {
+
+// One FOAM update (docs/runtime.md, "FOAM"): per block of 2^level elements
+// of a row, one pass over its gradient for the two block means, one update
+// of the block's folded m and v, and one pass that updates its weights with
+// the residual recomputed on the fly: no m x n temporaries. Follows the
+// authors' foam_adam.py: the padded last block of a row divides by the full
+// block size, eps outside the sqrt, step size lr * sqrt(1 - beta2^t) /
+// (1 - beta1^t), the decoupled weight decay after the update; the residual
+// scale is 1.
+void foam_update(ParamInfo &p, const float *g, int64_t step,
+                 const AdamWHparams &h, double alpha) {
+  const int64_t cols = p.value->dims[p.value->rank - 1];
+  const int64_t rows = cols ? p.value->numel / cols : 0;
+  const int64_t block = int64_t(1) << p.foam_level;
+  const int64_t nb = (cols + block - 1) / block;
+  const size_t ns = size_t(rows * nb);
+  if (!p.bound_m && p.adam_m.size() != ns) {
+    p.adam_m.assign(ns, 0.0f);
+    p.adam_v.assign(ns, 0.0f);
+  }
+  if (p.bound_split >= 0)
+    fail("parameter '%s': a FOAM update of a split block (the optimizer "
+         "overlap splits AdamW updates only)",
+         p.name.c_str());
+  float *w = p.value->as<float>();
+  float *m = p.bound_m ? p.bound_m : p.adam_m.data();
+  float *v = p.bound_v ? p.bound_v : p.adam_v.data();
+  if (!w)
+    fail("parameter '%s' is updated while no copy of it is bound",
+         p.name.c_str());
+  foam_kernel(w, m, v, g, rows, cols, p.foam_level, step, h, alpha);
+}
+
+// The update on the context's device: its copies of the parameter, state
+// and gradient, with the same float32 arithmetic.
+void device_update(spw_ctx *ctx, ParamInfo &p, const spw_tensor *grad,
+                   const AdamWHparams &h, double alpha) {
+  if (!grad->on_device)
+    fail("parameter '%s': the gradient is in host memory, but the model "
+         "runs on %s",
+         p.name.c_str(), ctx->device->name().c_str());
+  if (!p.dev_m)
+    fail("parameter '%s' (%s) has no optimizer state on the device",
+         p.name.c_str(), dtype_name(p.value->dtype));
+  float *w = p.dev_value->as<float>();
+  const float *g = grad->as<float>();
+  if (p.foam_level >= 0) {
+    const int64_t cols = p.value->dims[p.value->rank - 1];
+    const int64_t rows = cols ? p.value->numel / cols : 0;
+    ctx->device->foam(w, p.dev_m, p.dev_v, g, rows, cols, p.foam_level, h,
+                      alpha, ctx->step);
+  } else {
+    ctx->device->adamw(w, p.dev_m, p.dev_v, g, p.value->numel, h,
+                       ctx->step);
+  }
+  p.state_live = true;
+}
+
+void refuse_on_device(spw_ctx *ctx, const char *what) {
+  if (ctx->device)
+    fail("%s (the optimizer overlap of an offload plan) does not run on the "
+         "%s backend yet; run with --device cpu",
+         what, ctx->device->name().c_str());
+}
 
 } // namespace
 
@@ -219,6 +276,8 @@ extern "C" void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     check_nothing_pending(p, 0, p.value->numel, "updating");
     AdamWHparams h = effective_adamw(
         ctx, AdamWHparams{lr, beta1, beta2, eps, weight_decay});
+    if (ctx->device)
+      return device_update(ctx, p, grad, h, 0.0);
     adamw_update(p, recorded_grad(p), 0, p.value->numel, ctx->step, h);
   });
 }
@@ -233,8 +292,10 @@ extern "C" void spw_foam(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     ParamInfo &p = checked_param(ctx, param, /*foam=*/true);
     AdamWHparams h = effective_adamw(
         ctx, AdamWHparams{lr, beta1, beta2, eps, weight_decay});
-    foam_update(p, recorded_grad(p), ctx->step, h,
-                ctx->overrides.foam_alpha.value_or(alpha));
+    const double a = ctx->overrides.foam_alpha.value_or(alpha);
+    if (ctx->device)
+      return device_update(ctx, p, grad, h, a);
+    foam_update(p, recorded_grad(p), ctx->step, h, a);
   });
 }
 
@@ -243,6 +304,7 @@ extern "C" void spw_adamw_range(spw_ctx *ctx, int32_t param, spw_tensor *grad,
                                 double beta1, double beta2, double eps,
                                 double weight_decay) {
   guarded(ctx, "spw_adamw_range", [&] {
+    refuse_on_device(ctx, "spw_adamw_range");
     record_grad(ctx, param, grad);
     if (ctx->evaluate_only)
       return;
@@ -260,6 +322,7 @@ extern "C" void spw_adamw_defer(spw_ctx *ctx, int32_t param, spw_tensor *grad,
                                 double beta1, double beta2, double eps,
                                 double weight_decay) {
   guarded(ctx, "spw_adamw_defer", [&] {
+    refuse_on_device(ctx, "spw_adamw_defer");
     record_grad(ctx, param, grad);
     if (ctx->evaluate_only)
       return;

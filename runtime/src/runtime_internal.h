@@ -14,6 +14,7 @@
 #ifndef SPILLWAY_RUNTIME_SRC_RUNTIME_INTERNAL_H
 #define SPILLWAY_RUNTIME_SRC_RUNTIME_INTERNAL_H
 
+#include "device.h"
 #include "spillway/runtime/spillway_rt.h"
 
 #include <cstddef>
@@ -57,6 +58,8 @@ struct spw_tensor {
   int64_t numel = 1;
   void *data = nullptr;
   spw::Buffer owned; // null when data points into storage owned elsewhere
+  // data is the context's device memory (device.h), not host memory.
+  bool on_device = false;
 
   int64_t bytes() const { return numel * spw::dtype_size(dtype); }
   std::string shape() const { return spw::shape_str(dims, rank); }
@@ -109,6 +112,13 @@ struct ParamInfo {
   // Gradient buffers of applied deferred updates, reused by the next defer
   // (a fresh allocation every step would fault its pages in again).
   std::vector<std::vector<float>> spare_grads;
+  // On a device (device.h): the parameter's device copy, which the step
+  // reads and the optimizer updates (`value` is refreshed from it by
+  // device_pull), and the device's m and v (state_numel each, zero until
+  // the first update: state_live).
+  std::unique_ptr<spw_tensor> dev_value;
+  float *dev_m = nullptr, *dev_v = nullptr;
+  bool state_live = false;
 };
 
 struct Tiers; // tiers.cpp: an offload plan's blocks and the tensor store
@@ -118,6 +128,9 @@ struct InputInfo {
   std::unique_ptr<spw_tensor> view; // data points into `batches`
   Buffer batches;                   // B consecutive batches
   int64_t num_batches = 0;
+  // On a device: all B batches there, and the step's batch in them.
+  std::unique_ptr<spw_tensor> dev_view;
+  void *dev_batches = nullptr;
 };
 
 // A forward-only model's output (spw_declare_output). `value` has the
@@ -143,6 +156,12 @@ struct spw_ctx {
   std::optional<spw::AdamWHparams> declared_adamw;
   spw::AdamWOverrides overrides;
   std::shared_ptr<spw::Tiers> tiers; // set by spw_declare_tiers
+  // Backend: the model's compile target (spw_use_cuda registers the CUDA
+  // factory) and precision; `device` is set once the executable starts one
+  // (--device), null on the CPU backend.
+  spw::DeviceFactory cuda_factory = nullptr;
+  spw::Precision precision = spw::Precision::FP32;
+  std::unique_ptr<spw::Device> device;
 
   // Per-step state.
   std::vector<std::unique_ptr<spw_tensor>> step_tensors;
@@ -167,11 +186,39 @@ std::unique_ptr<spw_ctx> make_context();
 // step set.
 void clear_step(spw_ctx *ctx);
 // Makes a tensor with owned, uninitialized storage; validates dtype and dims.
+// allocate = false: no storage (data null), only the checks and the shape.
 std::unique_ptr<spw_tensor> make_tensor(int32_t dtype, int32_t rank,
-                                        const int64_t *dims,
-                                        const char *what);
+                                        const int64_t *dims, const char *what,
+                                        bool allocate = true);
 // Copies a parameter's gradient (checked against its dtype and shape).
 void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad);
+// A step tensor on the context's device (uninitialized) or host.
+spw_tensor *alloc_step_tensor(spw_ctx *ctx, int32_t dtype, int32_t rank,
+                              const int64_t *dims, const char *what);
+// Copies the bytes of tensor `t` (host or device) into `host`.
+void read_tensor(spw_ctx *ctx, const spw_tensor &t, void *host);
+// With a device: creates the device copies of the parameters, their
+// optimizer state and the input batches (device_start), refreshes the host
+// copies from the device (device_pull: parameters and live optimizer state)
+// and the device from the host (device_push, after the host copies changed:
+// a checkpoint restored, a gradient check's perturbation). No-ops without.
+void device_start(spw_ctx *ctx, std::unique_ptr<Device> device);
+void device_pull(spw_ctx *ctx);
+void device_push(spw_ctx *ctx);
+void device_push_param(spw_ctx *ctx, size_t param);
+// The CPU optimizer arithmetic on raw arrays (optimizer.cpp): one AdamW
+// update of n elements, one FOAM update of a [rows, cols] weight with
+// state folded at `level`; every backend's kernels match them.
+void adamw_kernel(float *w, float *m, float *v, const float *g, int64_t n,
+                  int64_t step, const AdamWHparams &h);
+void foam_kernel(float *w, float *m, float *v, const float *g, int64_t rows,
+                 int64_t cols, int level, int64_t step, const AdamWHparams &h,
+                 double alpha);
+// Runs kernel `op` on the context's device (guarded: errors go to the
+// context); `host` is the op's CPU kernel.
+void run_on_device(spw_ctx *ctx, Op op, KernelEntry host,
+                   spw_tensor *const *ins, spw_tensor *const *outs,
+                   const int64_t *iattrs, const double *fattrs);
 // The AdamW hyper-parameters in effect for a call with these defaults.
 AdamWHparams effective_adamw(const spw_ctx *ctx, const AdamWHparams &call);
 

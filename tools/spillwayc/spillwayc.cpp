@@ -92,6 +92,20 @@ cl::opt<double> foamAlpha("foam-alpha", cl::init(0.25),
                                    "0.25; the executable's --foam-alpha "
                                    "overrides it)"),
                           cl::value_desc("A"), cl::cat(category));
+cl::opt<std::string> target(
+    "target", cl::init("cpu"),
+    cl::desc("Backend the executable runs on: cpu, or cuda (NVIDIA GPUs, "
+             "sm_90 and newer; needs a spillwayc built with the CUDA "
+             "toolkit). A cuda executable still runs on the CPU with "
+             "--device cpu"),
+    cl::cat(category));
+cl::opt<std::string> precision(
+    "precision",
+    cl::desc("Numerics of the products (GEMMs, attention): fp32, or bf16 "
+             "(bf16 inputs, fp32 accumulation, fp32 tensors and master "
+             "weights; --target cuda only). Default: bf16 for cuda, fp32 "
+             "for cpu"),
+    cl::cat(category));
 cl::opt<double> lr("lr", cl::init(1e-3), cl::desc("Learning rate"),
                    cl::cat(category));
 cl::opt<double> beta1("beta1", cl::init(0.9), cl::desc("AdamW beta1"),
@@ -255,6 +269,20 @@ std::string findRuntimeLibrary(const char *argv0) {
   if (llvm::sys::fs::exists(installed))
     return std::string(installed);
   return SPILLWAY_BUILD_RUNTIME_LIB;
+}
+
+/// The CUDA backend's archive: beside the runtime archive (installed, or
+/// --runtime-lib's directory), else the build tree's.
+std::string findCudaLibrary(StringRef runtimeLibrary) {
+  llvm::SmallString<256> beside(llvm::sys::path::parent_path(runtimeLibrary));
+  llvm::sys::path::append(beside, "libspillway_cuda.a");
+  if (llvm::sys::fs::exists(beside))
+    return std::string(beside);
+#ifdef SPILLWAY_BUILD_CUDA_LIB
+  return SPILLWAY_BUILD_CUDA_LIB;
+#else
+  return std::string(beside);
+#endif
 }
 
 bool hasExtension(StringRef path, StringRef ext) {
@@ -797,6 +825,21 @@ int main(int argc, char **argv) {
   if (optimizer != "adamw" && optimizer != "foam")
     return fail("--optimizer '" + optimizer +
                 "' is not one of adamw, foam");
+  if (target != "cpu" && target != "cuda")
+    return fail("--target '" + target + "' is not one of cpu, cuda");
+  if (precision.getNumOccurrences() && precision != "fp32" &&
+      precision != "bf16")
+    return fail("--precision '" + precision + "' is not one of fp32, bf16");
+  if (target == "cpu" && precision == "bf16")
+    return fail("--precision bf16 needs --target cuda (the CPU kernels "
+                "compute in fp32)");
+#ifndef SPILLWAY_BUILD_CUDA_LIB
+  if (target == "cuda" && emit == EmitKind::Exe)
+    return fail("--target cuda: this spillwayc was built without the CUDA "
+                "backend (no nvcc when it was configured); rebuild it where "
+                "the CUDA toolkit is installed, or use --emit obj and link "
+                "with a CUDA runtime library yourself");
+#endif
   if (optimizer != "foam" &&
       (foamLevel.getNumOccurrences() || foamAlpha.getNumOccurrences()))
     return fail("--foam-level and --foam-alpha need --optimizer foam");
@@ -1144,7 +1187,10 @@ int main(int argc, char **argv) {
   }
 
   PassManager lower(&context);
-  spillway::populateLowerToRuntimePipeline(lower);
+  const std::string precisionName =
+      precision.getNumOccurrences() ? std::string(precision)
+                                    : target == "cuda" ? "bf16" : "fp32";
+  spillway::populateLowerToRuntimePipeline(lower, target, precisionName);
   note("lowering to runtime calls");
   if (failed(lower.run(*module)))
     return 1;
@@ -1181,9 +1227,14 @@ int main(int argc, char **argv) {
     return 0;
 
   std::string runtime = findRuntimeLibrary(argv[0]);
-  note("linking " + outputPath + " with " + runtime);
-  LogicalResult linked =
-      spillway::linkExecutable(objectPath, runtime, outputPath, error);
+  std::string cudaRuntime;
+  if (target == "cuda")
+    cudaRuntime = findCudaLibrary(runtime);
+  note("linking " + outputPath + " with " + runtime +
+       (cudaRuntime.empty() ? "" : " and " + cudaRuntime));
+  LogicalResult linked = spillway::linkExecutable(objectPath, runtime,
+                                                  outputPath, error,
+                                                  cudaRuntime);
   llvm::sys::fs::remove(tempObject);
   if (failed(linked))
     return fail(error);

@@ -19,8 +19,20 @@ def ConvertTrainToRuntimePass : Pass<"convert-train-to-runtime", "mlir::ModuleOp
     static shapes, attributes passed as constant arrays); `main` calls
     `spw_main`. The `train.param` declarations and the original function are
     removed.
+
+    With `target=cuda`, `spw_model_declare` first calls `spw_use_cuda` with
+    the precision: the executable then links the CUDA runtime library and
+    runs on the GPU by default. `precision=bf16` (CUDA only) runs the
+    products (GEMMs, attention) with bf16 inputs and fp32 accumulation,
+    keeping fp32 tensors and master weights.
   }];
   let dependentDialects = ["mlir::LLVM::LLVMDialect"];
+  let options = [
+    Option<"target", "target", "std::string", /*default=*/"\"cpu\"",
+           "Backend the executable runs on by default: cpu or cuda">,
+    Option<"precision", "precision", "std::string", /*default=*/"\"fp32\"",
+           "Numerics of the products: fp32, or bf16 (target=cuda only)">,
+  ];
 }
 
 def ConvertTrainToSchedPass : Pass<"convert-train-to-sched", "mlir::ModuleOp"> {

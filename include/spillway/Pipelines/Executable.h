@@ -21,10 +21,13 @@ llvm::LogicalResult emitObjectFile(llvm::Module &module, llvm::StringRef path,
                                    std::string &error);
 
 /// Links an object produced above with the runtime archive into a standalone
-/// executable, using the system C++ compiler driver as the linker.
+/// executable, using the system C++ compiler driver as the linker. A
+/// non-empty `cudaLibrary` (libspillway_cuda.a) links the CUDA backend too,
+/// with the CUDA libraries it needs.
 llvm::LogicalResult linkExecutable(llvm::StringRef objectPath,
                                    llvm::StringRef runtimeLibrary,
-                                   llvm::StringRef exePath, std::string &error);
+                                   llvm::StringRef exePath, std::string &error,
+                                   llvm::StringRef cudaLibrary = "");
 
 } // namespace spillway
 

@@ -68,8 +68,11 @@ void populateSchedulePipeline(mlir::OpPassManager &pm, int64_t microbatches,
                               bool recompute = true,
                               const OffloadOptions *offload = nullptr);
 
-/// A training step -> LLVM dialect calls against the runtime's C ABI.
-void populateLowerToRuntimePipeline(mlir::OpPassManager &pm);
+/// A training step -> LLVM dialect calls against the runtime's C ABI, for
+/// `target` "cpu" or "cuda" with `precision` "fp32" or "bf16" (cuda only).
+void populateLowerToRuntimePipeline(mlir::OpPassManager &pm,
+                                    llvm::StringRef target = "cpu",
+                                    llvm::StringRef precision = "fp32");
 
 } // namespace spillway
 

@@ -48,13 +48,16 @@ struct KernelCall {
 /// by content), runtime function declarations, and the three entry points.
 class RuntimeEmitter {
 public:
-  RuntimeEmitter(ModuleOp module)
-      : module(module), ctx(module.getContext()), builder(ctx),
+  RuntimeEmitter(ModuleOp module, int32_t cudaPrecision)
+      : cudaPrecision(cudaPrecision), module(module),
+        ctx(module.getContext()), builder(ctx),
         ptrTy(LLVM::LLVMPointerType::get(ctx)), i32Ty(builder.getI32Type()),
         i64Ty(builder.getI64Type()), f64Ty(builder.getF64Type()),
         voidTy(LLVM::LLVMVoidType::get(ctx)) {}
 
   LogicalResult run();
+  // >= 0: target=cuda, spw_use_cuda's precision (0 fp32, 1 bf16).
+  int32_t cudaPrecision;
 
 private:
   LogicalResult checkStatic(Operation *op);
@@ -397,6 +400,10 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
   Block *entry = fn.addEntryBlock(builder);
   builder.setInsertionPointToStart(entry);
   ctxArg = entry->getArgument(0);
+
+  if (cudaPrecision >= 0)
+    callRuntime("spw_use_cuda", voidTy, {ptrTy, i32Ty},
+                {ctxArg, i32(cudaPrecision)});
 
   int64_t totalBytes = 0;
   for (ParamOp p : params)
@@ -939,8 +946,28 @@ LogicalResult RuntimeEmitter::run() {
 namespace {
 struct ConvertTrainToRuntimePass
     : spillway::impl::ConvertTrainToRuntimePassBase<ConvertTrainToRuntimePass> {
+  using Base::Base;
   void runOnOperation() override {
-    RuntimeEmitter emitter(getOperation());
+    if (target != "cpu" && target != "cuda") {
+      getOperation().emitError() << "convert-train-to-runtime: unknown target '"
+                                 << target << "' (expected cpu or cuda)";
+      return signalPassFailure();
+    }
+    if (precision != "fp32" && precision != "bf16") {
+      getOperation().emitError()
+          << "convert-train-to-runtime: unknown precision '" << precision
+          << "' (expected fp32 or bf16)";
+      return signalPassFailure();
+    }
+    if (precision == "bf16" && target != "cuda") {
+      getOperation().emitError()
+          << "convert-train-to-runtime: precision=bf16 needs target=cuda "
+             "(the CPU kernels compute in fp32)";
+      return signalPassFailure();
+    }
+    RuntimeEmitter emitter(getOperation(),
+                           target == "cuda" ? (precision == "bf16" ? 1 : 0)
+                                            : -1);
     if (failed(emitter.run()))
       signalPassFailure();
   }

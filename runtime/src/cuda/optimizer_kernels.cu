@@ -12,6 +12,7 @@
 #include "cuda/optimizer_kernels.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace spw::cuda {
 namespace {
@@ -131,7 +132,7 @@ size_t adamw_scratch_bytes(size_t count) {
 }
 
 void adamw_multi(const std::vector<AdamWTensor> &ts, const AdamWScalars &s,
-                 void *scratch, cudaStream_t stream) {
+                 void *scratch, cudaStream_t stream, void *pinned_table) {
   std::vector<TensorEntry> table;
   table.reserve(ts.size());
   int64_t blocks = 0;
@@ -146,12 +147,19 @@ void adamw_multi(const std::vector<AdamWTensor> &ts, const AdamWScalars &s,
   if (blocks > 0x7fffffff)
     throw CudaError("adamw_multi: " + std::to_string(blocks) +
                     " blocks exceed one launch's grid; update in groups");
-  // The host waits for the table's copy (pageable memory), so `table` may
-  // go out of scope; a pinned table would make the launch fully async.
-  SPW_CUDA(cudaMemcpyAsync(scratch, table.data(),
-                           table.size() * sizeof(TensorEntry),
-                           cudaMemcpyHostToDevice, stream));
-  SPW_CUDA(cudaStreamSynchronize(stream));
+  const size_t table_bytes = table.size() * sizeof(TensorEntry);
+  if (pinned_table) {
+    // Asynchronous: the caller keeps the pinned table until the copy ran.
+    std::memcpy(pinned_table, table.data(), table_bytes);
+    SPW_CUDA(cudaMemcpyAsync(scratch, pinned_table, table_bytes,
+                             cudaMemcpyHostToDevice, stream));
+  } else {
+    // The host waits for the copy (pageable memory), so `table` may go out
+    // of scope.
+    SPW_CUDA(cudaMemcpyAsync(scratch, table.data(), table_bytes,
+                             cudaMemcpyHostToDevice, stream));
+    SPW_CUDA(cudaStreamSynchronize(stream));
+  }
   adamw_multi_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(
       static_cast<const TensorEntry *>(scratch), int(table.size()), s);
   SPW_CUDA(cudaGetLastError());

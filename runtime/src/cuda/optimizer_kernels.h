@@ -39,9 +39,13 @@ struct AdamWTensor {
 /// the tensors by their sizes). `scratch` is a device buffer the launch
 /// uses for the tensor table: at least adamw_scratch_bytes(ts.size()), one
 /// per stream (a launch on another stream could still be reading it).
+/// Without `pinned_table` the host waits for the table's copy; with one
+/// (pinned host memory of adamw_scratch_bytes) nothing waits, and the
+/// caller may reuse it only once the copy has run (an event after it).
 size_t adamw_scratch_bytes(size_t count);
 void adamw_multi(const std::vector<AdamWTensor> &ts, const AdamWScalars &s,
-                 void *scratch, cudaStream_t stream);
+                 void *scratch, cudaStream_t stream,
+                 void *pinned_table = nullptr);
 
 /// FOAM's step scalars (docs/runtime.md, "FOAM").
 struct FoamScalars {

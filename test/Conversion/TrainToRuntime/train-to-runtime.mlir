@@ -134,3 +134,39 @@ module {
 // CHECK:         %[[E1:.*]] = llvm.mlir.constant(6 : i64) : i64
 // CHECK:         llvm.call @spw_adamw_range(%{{.*}}, %{{.*}}, %{{.*}}, %[[B1]], %[[E1]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (!llvm.ptr, i32, !llvm.ptr, i64, i64, f64, f64, f64, f64, f64) -> ()
 // CHECK-NOT:     llvm.call @spw_adamw(
+
+// -----
+
+// target=cuda: spw_model_declare first registers the CUDA backend with the
+// precision (0 fp32, 1 bf16); the step itself is the same calls.
+// RUN: spillway-opt --convert-train-to-runtime="target=cuda precision=bf16" %s --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=CUDA
+// RUN: spillway-opt --convert-train-to-runtime="target=cuda" %s --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=CUDA32
+// CUDA-LABEL:   llvm.func @spw_model_declare
+// CUDA:           %[[P:.*]] = llvm.mlir.constant(1 : i32) : i32
+// CUDA-NEXT:      llvm.call @spw_use_cuda(%{{.*}}, %[[P]])
+// CUDA-NEXT:      llvm.mlir.constant
+// CUDA-NEXT:      llvm.call @spw_declare_weights
+// CUDA32-LABEL: llvm.func @spw_model_declare
+// CUDA32:         %[[P:.*]] = llvm.mlir.constant(0 : i32) : i32
+// CUDA32-NEXT:    llvm.call @spw_use_cuda(%{{.*}}, %[[P]])
+// The CPU target calls nothing of the kind.
+// RUN: spillway-opt --convert-train-to-runtime %s --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=CPU
+// CPU-NOT: spw_use_cuda
+// Bad options.
+// RUN: not spillway-opt --convert-train-to-runtime="target=tpu" %s --split-input-file 2>&1 | FileCheck %s --check-prefix=BADTARGET
+// BADTARGET: error: convert-train-to-runtime: unknown target 'tpu' (expected cpu or cuda)
+// RUN: not spillway-opt --convert-train-to-runtime="precision=fp8 target=cuda" %s --split-input-file 2>&1 | FileCheck %s --check-prefix=BADPREC
+// BADPREC: error: convert-train-to-runtime: unknown precision 'fp8' (expected fp32 or bf16)
+// RUN: not spillway-opt --convert-train-to-runtime="precision=bf16" %s --split-input-file 2>&1 | FileCheck %s --check-prefix=BF16CPU
+// BF16CPU: error: convert-train-to-runtime: precision=bf16 needs target=cuda (the CPU kernels compute in fp32)
+
+module {
+  train.param @w : tensor<2xf32> at 0
+  func.func @main(%x: tensor<2xf32> {train.name = "x"}) -> tensor<f32> {
+    %w = train.param_value @w : tensor<2xf32>
+    %p = train.mul %x, %w : tensor<2xf32>, tensor<2xf32> -> tensor<2xf32>
+    %s = train.reduce_sum %p, [0] : tensor<2xf32> -> tensor<1xf32>
+    %l = train.reshape %s : tensor<1xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}

@@ -51,6 +51,12 @@ int32_t spw_declare_input(spw_ctx *ctx, const char *name, int32_t dtype,
  * a loss; the executable writes them with --outputs DIR. Returns the index. */
 int32_t spw_declare_output(spw_ctx *ctx, const char *name, int32_t dtype,
                            int32_t rank, const int64_t *dims);
+/* spillwayc --target cuda: the executable runs on the GPU by default (its
+ * --device flag chooses), with products in `precision` 0 (fp32) or 1 (bf16
+ * inputs, fp32 accumulation). First in spw_model_declare. Defined only in
+ * the CUDA runtime library (libspillway_cuda.a), which such executables
+ * link. */
+void spw_use_cuda(spw_ctx *ctx, int32_t precision);
 /* Compile-time optimizer defaults; the executable's flags override them. */
 void spw_declare_adamw(spw_ctx *ctx, double lr, double beta1, double beta2,
                        double eps, double weight_decay);

@@ -1,0 +1,136 @@
+//===- device.h - the backend interface behind the C ABI -------------------===//
+//
+// The CPU backend runs every kernel on host memory. A *device* backend keeps
+// the step's tensors, the parameters and the optimizer state in its own
+// memory and runs the kernels there: the CUDA backend (runtime/src/cuda,
+// built where nvcc is, chosen by `spillwayc --target cuda`) and the
+// loopback device, which does everything the CUDA backend's host side does
+// (arena, uploads, downloads, the residency of every tensor) on host memory
+// with the CPU kernels, so that side is tested on machines without a GPU
+// (`--device loopback`).
+//
+// A tensor's `on_device` says where its data is. Every spw_op_* entry point
+// hands a context with a device to Device::run; the runtime's host code
+// (the optimizer, the loss, outputs, checkpoints) reads device tensors only
+// through download().
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPILLWAY_RUNTIME_SRC_DEVICE_H
+#define SPILLWAY_RUNTIME_SRC_DEVICE_H
+
+#include "spillway/runtime/spillway_rt.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+// Every kernel of the C ABI, in spillway_rt.h's order.
+#define SPW_OPS(X)                                                             \
+  X(matmul) X(gemm) X(add) X(sub) X(mul) X(div) X(neg) X(relu) X(tanh)         \
+  X(gelu) X(softmax) X(layer_norm) X(gather) X(reshape) X(transpose)           \
+  X(reduce_sum) X(reduce_mean) X(softmax_cross_entropy_loss) X(sum_to_shape)   \
+  X(broadcast_to) X(relu_grad) X(tanh_grad) X(gelu_grad) X(softmax_grad)       \
+  X(layer_norm_grad) X(gather_grad) X(softmax_cross_entropy_loss_grad) X(exp)  \
+  X(log) X(sqrt) X(reciprocal) X(erf) X(sigmoid) X(cos) X(sin) X(silu)         \
+  X(silu_grad) X(pow) X(equal) X(less) X(less_or_equal) X(greater) X(where)    \
+  X(cast) X(reduce_max) X(concat) X(slice) X(slice_grad) X(linear)             \
+  X(rms_norm) X(rms_norm_grad) X(rope) X(rope_grad) X(attention)               \
+  X(attention_grad)
+
+namespace spw {
+
+enum class Op : int {
+#define SPW_OP_ENUM(name) name,
+  SPW_OPS(SPW_OP_ENUM)
+#undef SPW_OP_ENUM
+      Count
+};
+constexpr int kNumOps = int(Op::Count);
+
+const char *op_name(Op op);
+
+// The signature of every spw_op_* entry point (and of the CPU kernels).
+using KernelEntry = void (*)(spw_ctx *ctx, spw_tensor *const *ins,
+                             spw_tensor *const *outs, const int64_t *iattrs,
+                             const double *fattrs);
+// The C ABI entry point of `op` (it dispatches on the context's device).
+KernelEntry entry_point(Op op);
+
+// How many tensors an op's ins and outs hold (spillway_rt.h's layout; some
+// may be NULL, an absent optional one). concat reads n from iattrs[1].
+struct Arity {
+  int ins = 0, outs = 0;
+};
+Arity op_arity(Op op, const int64_t *iattrs);
+
+// Numerics the compiler chose (spillwayc --precision): fp32 everywhere, or
+// bf16 products (GEMMs, attention) with fp32 accumulation, fp32 storage and
+// fp32 master weights.
+enum class Precision : int { FP32 = 0, BF16 = 1 };
+const char *precision_name(Precision p);
+
+struct AdamWHparams;
+
+class Device {
+public:
+  virtual ~Device();
+  // "cuda (NVIDIA H200, 139.8 GiB)", "loopback".
+  virtual std::string name() const = 0;
+
+  // Step tensors: bump allocation from an arena reserved once at start,
+  // all freed together by reset_step() at the end of the step. Aligned to
+  // 256 bytes. Throws spw::Error naming the request when the arena is full.
+  virtual void *step_alloc(int64_t bytes, const char *what) = 0;
+  virtual void reset_step() = 0;
+  // Bytes of the step arena in use now, and its high-water mark and size.
+  virtual int64_t step_bytes_in_use() const = 0;
+  virtual int64_t step_bytes_peak() const = 0;
+  virtual int64_t step_arena_bytes() const = 0;
+
+  // Buffers that live as long as the context (parameters, optimizer state,
+  // the input batches). Throws spw::Error naming `what` when out of memory.
+  virtual void *alloc(int64_t bytes, const char *what) = 0;
+  virtual void release(void *p) = 0;
+
+  // Copies in stream order with the kernels: upload returns once `host`
+  // may be reused; download returns once `host` holds the data.
+  virtual void upload(void *dev, const void *host, int64_t bytes) = 0;
+  virtual void download(void *host, const void *dev, int64_t bytes) = 0;
+  virtual void copy(void *dst, const void *src, int64_t bytes) = 0;
+  virtual void fill(void *dev, uint8_t byte, int64_t bytes) = 0;
+  // Waits for everything issued so far; throws on an asynchronous error.
+  virtual void synchronize() = 0;
+
+  // Runs kernel `op` on device tensors. `host` is the CPU kernel of the
+  // same op: a device without its own kernel for `op` may run it on host
+  // copies of the tensors (counted, see host_fallbacks()).
+  virtual void run(Op op, KernelEntry host, spw_ctx *ctx,
+                   spw_tensor *const *ins, spw_tensor *const *outs,
+                   const int64_t *iattrs, const double *fattrs) = 0;
+
+  // One AdamW / FOAM update of device buffers, with the CPU optimizer's
+  // float32 arithmetic (runtime/src/optimizer.cpp), at step `step`.
+  virtual void adamw(float *w, float *m, float *v, const float *g, int64_t n,
+                     const AdamWHparams &h, int64_t step) = 0;
+  virtual void foam(float *w, float *m, float *v, const float *g,
+                    int64_t rows, int64_t cols, int level,
+                    const AdamWHparams &h, double alpha, int64_t step) = 0;
+
+  // Ops that ran on host copies so far, "name xN, ..." ("" when none).
+  virtual std::string host_fallbacks() const = 0;
+};
+
+// The loopback device: host memory, the CPU kernels, the CPU optimizer
+// arithmetic. `arena_bytes` sizes its step arena.
+std::unique_ptr<Device> make_loopback_device(int64_t arena_bytes,
+                                             Precision precision);
+
+// The factory of the CUDA backend: registered by spw_use_cuda (defined only
+// in the CUDA runtime library, which `spillwayc --target cuda` links).
+// `arena_bytes` 0: most of the free GPU memory after the context's buffers.
+using DeviceFactory = std::unique_ptr<Device> (*)(int64_t arena_bytes,
+                                                  Precision precision);
+
+} // namespace spw
+
+#endif // SPILLWAY_RUNTIME_SRC_DEVICE_H

@@ -1,0 +1,269 @@
+//===- cuda_check_ops.cpp - every kernel case: CPU against a device --------===//
+//
+// The harness of cuda_check_ops.h. Each case runs through a CPU context and
+// a context with a device (CUDA, or the loopback device, which checks the
+// cases themselves on a machine without a GPU: there every result must be
+// bit-identical). On the device every input and output gets a guard of
+// NaN bytes after it, outputs start as NaN bytes, and the guards are
+// checked after the kernel: a write outside a tensor fails the case.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda_check_ops.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+namespace spw::check {
+
+int64_t HostTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    n *= d;
+  return n;
+}
+
+namespace {
+HostTensor empty_like(int32_t dtype, std::vector<int64_t> dims) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.dims = std::move(dims);
+  t.data.resize(size_t(t.numel() * dtype_size(dtype)));
+  return t;
+}
+} // namespace
+
+HostTensor Rng::uniform(std::vector<int64_t> dims, double lo, double hi) {
+  HostTensor t = empty_like(SPW_F32, std::move(dims));
+  std::uniform_real_distribution<double> u(lo, hi);
+  float *p = reinterpret_cast<float *>(t.data.data());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    float x = float(u(gen));
+    while (x == 0.0f)
+      x = float(u(gen));
+    p[i] = x;
+  }
+  return t;
+}
+
+HostTensor Rng::magnitude(std::vector<int64_t> dims, double lo, double hi) {
+  HostTensor t = empty_like(SPW_F32, std::move(dims));
+  std::uniform_real_distribution<double> u(std::log(lo), std::log(hi));
+  float *p = reinterpret_cast<float *>(t.data.data());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const float x = float(std::exp(u(gen)));
+    p[i] = (gen() & 1) ? x : -x;
+  }
+  return t;
+}
+
+HostTensor Rng::index(std::vector<int64_t> dims, int64_t bound,
+                      int32_t dtype) {
+  HostTensor t = empty_like(dtype, std::move(dims));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const int64_t v = below(bound);
+    if (dtype == SPW_I32)
+      reinterpret_cast<int32_t *>(t.data.data())[i] = int32_t(v);
+    else
+      reinterpret_cast<int64_t *>(t.data.data())[i] = v;
+  }
+  return t;
+}
+
+HostTensor Rng::mask(std::vector<int64_t> dims, double p) {
+  HostTensor t = empty_like(SPW_BOOL, std::move(dims));
+  std::bernoulli_distribution b(p);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data[size_t(i)] = b(gen) ? 1 : 0;
+  return t;
+}
+
+int64_t Rng::below(int64_t bound) {
+  return bound <= 0 ? 0 : int64_t(gen() % uint64_t(bound));
+}
+
+namespace {
+
+constexpr int64_t kGuardBytes = 256;
+constexpr uint8_t kPoison = 0xff; // every f32 made of it is a NaN
+
+struct Outcome {
+  bool ok = false;
+  std::string detail;
+};
+
+std::unique_ptr<spw_tensor> host_tensor(const HostTensor &h) {
+  auto t = make_tensor(h.dtype, int(h.dims.size()), h.dims.data(), "input");
+  if (!h.data.empty())
+    std::memcpy(t->data, h.data.data(), h.data.size());
+  return t;
+}
+
+// || a - b || / || b || over float32 arrays. Elements that are not finite
+// must be the same on both sides (a NaN loss where every label is ignored,
+// an infinity from a -inf mask) and count as equal; elsewhere a NaN makes
+// the result NaN, which fails every tolerance.
+double rel_norm(const float *gpu, const float *cpu, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(cpu[i])) {
+      const bool same = std::isnan(cpu[i]) ? std::isnan(gpu[i])
+                                           : gpu[i] == cpu[i];
+      if (!same)
+        return NAN;
+      continue;
+    }
+    const double d = double(gpu[i]) - double(cpu[i]);
+    num += d * d;
+    den += double(cpu[i]) * double(cpu[i]);
+  }
+  if (n == 0)
+    return 0;
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+}
+
+Outcome run_case(const OpCase &c, spw_ctx *dctx, bool exact) {
+  const KernelEntry entry = entry_point(c.op);
+  Device &dev = *dctx->device;
+  // The CPU reference.
+  auto cctx = make_context();
+  std::vector<std::unique_ptr<spw_tensor>> cin, cout;
+  std::vector<spw_tensor *> cin_p, cout_p;
+  for (const auto &h : c.ins) {
+    cin.push_back(h ? host_tensor(*h) : nullptr);
+    cin_p.push_back(cin.back().get());
+  }
+  for (const OutSpec &o : c.outs) {
+    cout.push_back(o.dtype ? make_tensor(o.dtype, int(o.dims.size()),
+                                         o.dims.data(), "output")
+                           : nullptr);
+    cout_p.push_back(cout.back().get());
+  }
+  entry(cctx.get(), cin_p.data(), cout_p.data(), c.iattrs.data(),
+        c.fattrs.data());
+  if (cctx->failed())
+    return {false, "the CPU reference failed (the case is wrong): " +
+                       cctx->error};
+
+  // The device, with guards after every tensor.
+  clear_step(dctx);
+  dctx->error.clear();
+  std::vector<std::pair<char *, int64_t>> guards;
+  auto guard = [&] {
+    char *g = static_cast<char *>(dev.step_alloc(kGuardBytes, "guard"));
+    dev.fill(g, kPoison, kGuardBytes);
+    guards.push_back({g, kGuardBytes});
+  };
+  std::vector<spw_tensor *> din, dout;
+  for (const auto &h : c.ins) {
+    if (!h) {
+      din.push_back(nullptr);
+      continue;
+    }
+    spw_tensor *t = alloc_step_tensor(dctx, h->dtype, int(h->dims.size()),
+                                      h->dims.data(), "input");
+    if (!h->data.empty())
+      dev.upload(t->data, h->data.data(), int64_t(h->data.size()));
+    guard();
+    din.push_back(t);
+  }
+  for (const OutSpec &o : c.outs) {
+    if (!o.dtype) {
+      dout.push_back(nullptr);
+      continue;
+    }
+    spw_tensor *t = alloc_step_tensor(dctx, o.dtype, int(o.dims.size()),
+                                      o.dims.data(), "output");
+    dev.fill(t->data, kPoison, t->bytes());
+    guard();
+    dout.push_back(t);
+  }
+  entry(dctx, din.data(), dout.data(), c.iattrs.data(), c.fattrs.data());
+  if (dctx->failed())
+    return {false, "the device kernel failed: " + dctx->error};
+  dev.synchronize();
+
+  for (const auto &[g, n] : guards) {
+    std::vector<uint8_t> b(static_cast<size_t>(n));
+    dev.download(b.data(), g, n);
+    for (uint8_t x : b)
+      if (x != kPoison)
+        return {false, "wrote outside an input or output (a guard changed)"};
+  }
+  const double tol =
+      dctx->precision == Precision::BF16 ? c.tol_bf16 : c.tol_fp32;
+  double worst = 0;
+  for (size_t i = 0; i < c.outs.size(); ++i) {
+    if (!cout[i])
+      continue;
+    const spw_tensor &ref = *cout[i];
+    std::vector<char> got(static_cast<size_t>(ref.bytes()));
+    dev.download(got.data(), dout[i]->data, ref.bytes());
+    if (exact || ref.dtype != SPW_F32) {
+      if (std::memcmp(got.data(), ref.data, got.size()) != 0) {
+        int64_t diff = 0;
+        const int64_t es = dtype_size(ref.dtype);
+        for (int64_t e = 0; e < ref.numel; ++e)
+          diff += std::memcmp(got.data() + e * es,
+                              static_cast<char *>(ref.data) + e * es,
+                              size_t(es)) != 0;
+        return {false, format("output %zu: %lld of %lld elements differ "
+                              "(%s: exact)",
+                              i, (long long)diff, (long long)ref.numel,
+                              exact ? "loopback" : dtype_name(ref.dtype))};
+      }
+      continue;
+    }
+    const double err = rel_norm(reinterpret_cast<const float *>(got.data()),
+                                ref.as<float>(), ref.numel);
+    if (!(err <= tol))
+      return {false, format("output %zu: relative norm error %.3g > %.1g", i,
+                            err, tol)};
+    worst = std::max(worst, err);
+  }
+  return {true, exact ? "bit-identical" : format("rel err %.2g", worst)};
+}
+
+} // namespace
+
+int run_op_cases(spw_ctx *dctx, bool exact, const std::string &only,
+                 uint64_t seed) {
+  CaseList cases;
+  Rng rng(seed);
+  add_elementwise_cases(cases, rng);
+  add_shape_cases(cases, rng);
+  add_gemm_cases(cases, rng);
+  add_nn_cases(cases, rng);
+  add_attention_cases(cases, rng);
+  int failures = 0, run = 0;
+  const char *prec = dctx->precision == Precision::BF16 ? "bf16" : "fp32";
+  for (const OpCase &c : cases) {
+    if (!only.empty() && c.label.find(only) == std::string::npos)
+      continue;
+    ++run;
+    Outcome o;
+    try {
+      o = run_case(c, dctx, exact);
+    } catch (const std::exception &e) {
+      o = {false, std::string("error: ") + e.what()};
+    }
+    failures += !o.ok;
+    std::printf("%-4s %-4s %-56s %s\n", o.ok ? "ok" : "FAIL", prec,
+                c.label.c_str(), o.detail.c_str());
+    std::fflush(stdout);
+  }
+  clear_step(dctx);
+  // A case the device ran on host copies checked the CPU against itself.
+  const std::string fb = dctx->device->host_fallbacks();
+  if (!fb.empty()) {
+    ++failures;
+    std::printf("FAIL %-4s ops without a device kernel (ran on host copies): "
+                "%s\n",
+                prec, fb.c_str());
+  }
+  std::printf("kernel cases (%s): %d run, %d failed\n", prec, run, failures);
+  return failures;
+}
+
+} // namespace spw::check
