@@ -917,15 +917,18 @@ int main(int argc, char **argv) {
     return fail("-o '" + outputPath + "' would overwrite the input model");
 
   std::string error;
-  // Report only (no -o): the importer's weights go to a temporary file.
+  // Report only (no -o), or text to stdout (-o -): the importer's weights go
+  // to a temporary file (not to "-.weights" in the working directory).
   llvm::SmallString<128> tempWeights;
-  if (outputPath.empty())
+  const bool toStdout = outputPath == "-";
+  if (outputPath.empty() || toStdout)
     if (std::error_code ec = llvm::sys::fs::createTemporaryFile(
             "spillway-report", "weights", tempWeights))
       return fail("cannot create a temporary file: " + ec.message());
   llvm::FileRemover removeTempWeights(tempWeights);
-  std::string weightsOut = outputPath.empty() ? std::string(tempWeights)
-                                              : weightsPathFor(outputPath);
+  std::string weightsOut = outputPath.empty() || toStdout
+                               ? std::string(tempWeights)
+                               : weightsPathFor(outputPath);
   bool isONNX = hasExtension(inputPath, ".onnx") ||
                 hasExtension(inputPath, ".onnxtext");
   OwningOpRef<ModuleOp> module;
