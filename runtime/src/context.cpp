@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 #include <unistd.h>
 
 namespace spw {
@@ -367,18 +368,46 @@ spw_tensor *spw_constant(spw_ctx *ctx, int32_t dtype, int32_t rank,
     return nullptr;
   spw_tensor *t = &ctx->dummy;
   guarded(ctx, "spw_constant", [&] {
+    if (ctx->device) {
+      // A device keeps one copy per distinct constant (see spw_ctx).
+      auto c = make_tensor(dtype, rank, dims, "constant", /*allocate=*/false);
+      if (c->numel > 0 && !data)
+        fail("data is NULL for a constant of shape %s", c->shape().c_str());
+      const int64_t bytes = c->bytes();
+      const auto key = std::make_tuple(
+          data, bytes, bytes ? uint64_t(XXH3_64bits(data, size_t(bytes))) : 0);
+      void *&dev = ctx->device_constants[key];
+      if (!dev) {
+        dev = ctx->device->alloc(bytes, "constant");
+        ctx->device->upload(dev, data, bytes);
+      }
+      c->data = dev;
+      c->on_device = true; // not releasable: the copy is kept
+      ctx->step_tensors.push_back(std::move(c));
+      t = ctx->step_tensors.back().get();
+      return;
+    }
     spw_tensor *c = alloc_step_tensor(ctx, dtype, rank, dims, "constant");
     if (c->numel > 0) {
       if (!data)
         fail("data is NULL for a constant of shape %s", c->shape().c_str());
-      if (c->on_device)
-        ctx->device->upload(c->data, data, c->bytes());
-      else
-        std::memcpy(c->data, data, size_t(c->bytes()));
+      std::memcpy(c->data, data, size_t(c->bytes()));
     }
     t = c;
   });
   return t;
+}
+
+void spw_release(spw_ctx *ctx, spw_tensor *t) {
+  guarded(ctx, "spw_release", [&] {
+    // Only step tensors: parameters, inputs and outputs keep their data.
+    if (!t || !t->data || !t->releasable)
+      return;
+    if (t->on_device)
+      ctx->device->step_free(t->data);
+    t->owned.reset();
+    t->data = nullptr;
+  });
 }
 
 void spw_set_loss(spw_ctx *ctx, spw_tensor *loss) {
@@ -450,12 +479,14 @@ spw_tensor *alloc_step_tensor(spw_ctx *ctx, int32_t dtype, int32_t rank,
                               const int64_t *dims, const char *what) {
   if (!ctx->device) {
     ctx->step_tensors.push_back(make_tensor(dtype, rank, dims, what));
+    ctx->step_tensors.back()->releasable = true;
     return ctx->step_tensors.back().get();
   }
   // The shape checks of make_tensor, without its host buffer.
   auto t = make_tensor(dtype, rank, dims, what, /*allocate=*/false);
   t->data = ctx->device->step_alloc(t->bytes(), what);
   t->on_device = true;
+  t->releasable = true;
   ctx->step_tensors.push_back(std::move(t));
   return ctx->step_tensors.back().get();
 }

@@ -1,12 +1,15 @@
 //===- device.cpp - op tables, dispatch and the loopback device ------------===//
 //
 // The loopback device is the CUDA backend's host side on host memory: a
-// step arena reserved once and bump-allocated, long-lived buffers, copies
-// in and out, the residency of every tensor checked at each kernel. Its
-// step allocations are filled with NaN bytes, so a kernel that reads an
-// output it did not write, or host code that reads a tensor it never
-// downloaded, shows up as a wrong result in the tests that compare it with
-// the CPU backend bit for bit.
+// step arena reserved once (ArenaAllocator), long-lived buffers, copies in
+// and out, the residency of every tensor checked at each kernel. Like a
+// GPU's, its memory is not the host's: every byte is stored XOR-scrambled,
+// kernels run on host copies (downloaded inputs, uploaded outputs), and
+// fresh or released step memory reads back as NaN bytes. Host code that
+// reads a device tensor's data without a download, a kernel that reads an
+// output it did not write, or a read after spw_release therefore all show
+// up as wrong results in the tests that compare it with the CPU backend
+// bit for bit.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,7 +18,7 @@
 
 #include <cstring>
 #include <map>
-#include <unordered_map>
+#include <vector>
 
 namespace spw {
 
@@ -90,6 +93,69 @@ const char *precision_name(Precision p) {
 
 Device::~Device() = default;
 
+void ArenaAllocator::reset(int64_t capacity) {
+  capacity_ = capacity / kAlign * kAlign;
+  in_use_ = 0;
+  free_.clear();
+  allocated_.clear();
+  if (capacity_ > 0)
+    free_[0] = capacity_;
+}
+
+int64_t ArenaAllocator::allocate(int64_t bytes) {
+  const int64_t need =
+      (std::max<int64_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  // Best fit; ties go to the lowest offset, which keeps the top free.
+  auto best = free_.end();
+  for (auto it = free_.begin(); it != free_.end(); ++it)
+    if (it->second >= need &&
+        (best == free_.end() || it->second < best->second))
+      best = it;
+  if (best == free_.end())
+    return -1;
+  const int64_t at = best->first, size = best->second;
+  free_.erase(best);
+  if (size > need)
+    free_[at + need] = size - need;
+  allocated_[at] = need;
+  in_use_ += need;
+  peak_ = std::max(peak_, at + need);
+  return at;
+}
+
+int64_t ArenaAllocator::free(int64_t offset) {
+  auto it = allocated_.find(offset);
+  if (it == allocated_.end())
+    return -1;
+  const int64_t freed = it->second;
+  int64_t at = offset, size = freed;
+  allocated_.erase(it);
+  in_use_ -= freed;
+  // Merge with the free neighbours on either side.
+  auto next = free_.lower_bound(at);
+  if (next != free_.end() && next->first == at + size) {
+    size += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == at) {
+      at = prev->first;
+      size += prev->second;
+      free_.erase(prev);
+    }
+  }
+  free_[at] = size;
+  return freed;
+}
+
+int64_t ArenaAllocator::largest_free() const {
+  int64_t m = 0;
+  for (const auto &[at, size] : free_)
+    m = std::max(m, size);
+  return m;
+}
+
 void run_on_device(spw_ctx *ctx, Op op, KernelEntry host,
                    spw_tensor *const *ins, spw_tensor *const *outs,
                    const int64_t *iattrs, const double *fattrs) {
@@ -101,6 +167,15 @@ void run_on_device(spw_ctx *ctx, Op op, KernelEntry host,
 namespace {
 
 constexpr int64_t kAlign = 256;
+constexpr uint8_t kScramble = 0xa5; // device byte = host byte ^ kScramble
+constexpr uint8_t kPoison = 0xff;   // every f32 made of it is a NaN
+
+void scramble_copy(void *dst, const void *src, int64_t bytes) {
+  auto *d = static_cast<uint8_t *>(dst);
+  const auto *s = static_cast<const uint8_t *>(src);
+  for (int64_t i = 0; i < bytes; ++i)
+    d[i] = uint8_t(s[i] ^ kScramble);
+}
 
 int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -115,6 +190,7 @@ public:
       fail("loopback device: cannot reserve a step arena of %lld bytes "
            "(lower --device-arena)",
            (long long)arena_bytes_);
+    books_.reset(arena_bytes_);
   }
   ~LoopbackDevice() override {
     std::free(arena_);
@@ -125,20 +201,31 @@ public:
   std::string name() const override { return "loopback"; }
 
   void *step_alloc(int64_t bytes, const char *what) override {
-    const int64_t need = align_up(std::max<int64_t>(bytes, 1));
-    if (need > arena_bytes_ - used_)
+    const int64_t at = books_.allocate(bytes);
+    if (at < 0)
       fail("%s: %lld bytes do not fit in the device's step arena (%lld of "
-           "%lld bytes in use): raise --device-arena",
-           what, (long long)bytes, (long long)used_, (long long)arena_bytes_);
-    char *p = arena_ + used_;
-    used_ += need;
-    peak_ = std::max(peak_, used_);
-    std::memset(p, 0xff, size_t(need)); // NaN bytes: see the file comment
+           "%lld bytes in use, the largest free range %lld): raise "
+           "--device-arena",
+           what, (long long)bytes, (long long)books_.in_use(),
+           (long long)arena_bytes_, (long long)books_.largest_free());
+    char *p = arena_ + at;
+    // NaN bytes: see the file comment.
+    std::memset(p, kPoison ^ kScramble,
+                size_t(align_up(std::max<int64_t>(bytes, 1))));
     return p;
   }
-  void reset_step() override { used_ = 0; }
-  int64_t step_bytes_in_use() const override { return used_; }
-  int64_t step_bytes_peak() const override { return peak_; }
+  void step_free(void *p) override {
+    char *c = static_cast<char *>(p);
+    if (c < arena_ || c >= arena_ + arena_bytes_)
+      return;
+    const int64_t size = books_.free(c - arena_);
+    // A read after the release now sees NaN bytes.
+    if (size > 0)
+      std::memset(c, kPoison ^ kScramble, size_t(size));
+  }
+  void reset_step() override { books_.reset(); }
+  int64_t step_bytes_in_use() const override { return books_.in_use(); }
+  int64_t step_bytes_peak() const override { return books_.peak(); }
   int64_t step_arena_bytes() const override { return arena_bytes_; }
 
   void *alloc(int64_t bytes, const char *what) override {
@@ -160,11 +247,11 @@ public:
 
   void upload(void *dev, const void *host, int64_t bytes) override {
     check_device(dev, bytes, "upload");
-    std::memmove(dev, host, size_t(bytes));
+    scramble_copy(dev, host, bytes);
   }
   void download(void *host, const void *dev, int64_t bytes) override {
     check_device(dev, bytes, "download");
-    std::memmove(host, dev, size_t(bytes));
+    scramble_copy(host, dev, bytes);
   }
   void copy(void *dst, const void *src, int64_t bytes) override {
     check_device(dst, bytes, "copy");
@@ -173,7 +260,7 @@ public:
   }
   void fill(void *dev, uint8_t byte, int64_t bytes) override {
     check_device(dev, bytes, "fill");
-    std::memset(dev, byte, size_t(bytes));
+    std::memset(dev, byte ^ kScramble, size_t(bytes));
   }
   void synchronize() override {}
 
@@ -185,26 +272,68 @@ public:
     const Arity a = op_arity(op, iattrs);
     check_tensors(op, ins, a.ins, "input");
     check_tensors(op, outs, a.outs, "output");
-    host(ctx, ins, outs, iattrs, fattrs);
+    // The CPU kernel on host copies, as CudaDevice runs an op it has no
+    // kernel for; outputs start as NaN bytes.
+    std::vector<std::unique_ptr<spw_tensor>> owned;
+    std::vector<spw_tensor *> hin(size_t(a.ins), nullptr);
+    std::vector<spw_tensor *> hout(size_t(a.outs), nullptr);
+    auto twin = [&](const spw_tensor *t) {
+      owned.push_back(make_tensor(t->dtype, t->rank, t->dims, op_name(op)));
+      return owned.back().get();
+    };
+    for (int i = 0; i < a.ins; ++i)
+      if (ins[i]) {
+        hin[size_t(i)] = twin(ins[i]);
+        download(hin[size_t(i)]->data, ins[i]->data, ins[i]->bytes());
+      }
+    for (int i = 0; i < a.outs; ++i)
+      if (outs[i]) {
+        hout[size_t(i)] = twin(outs[i]);
+        std::memset(hout[size_t(i)]->data, kPoison,
+                    size_t(outs[i]->bytes()));
+      }
+    host(ctx, hin.data(), hout.data(), iattrs, fattrs);
+    for (int i = 0; i < a.outs; ++i)
+      if (outs[i])
+        upload(outs[i]->data, hout[size_t(i)]->data, outs[i]->bytes());
   }
 
   void adamw(float *w, float *m, float *v, const float *g, int64_t n,
              const AdamWHparams &h, int64_t step) override {
-    adamw_kernel(w, m, v, g, n, step, h);
+    Host hw(*this, w, n), hm(*this, m, n), hv(*this, v, n), hg(*this, g, n);
+    adamw_kernel(hw.p(), hm.p(), hv.p(), hg.p(), n, step, h);
   }
   void foam(float *w, float *m, float *v, const float *g, int64_t rows,
             int64_t cols, int level, const AdamWHparams &h, double alpha,
             int64_t step) override {
-    foam_kernel(w, m, v, g, rows, cols, level, step, h, alpha);
+    const int64_t nb = (cols + (int64_t(1) << level) - 1) >> level;
+    Host hw(*this, w, rows * cols), hg(*this, g, rows * cols),
+        hm(*this, m, rows * nb), hv(*this, v, rows * nb);
+    foam_kernel(hw.p(), hm.p(), hv.p(), hg.p(), rows, cols, level, step, h,
+                alpha);
   }
 
   std::string host_fallbacks() const override { return ""; }
 
 private:
+  // A host copy of n device floats, written back when it goes out of scope
+  // (the gradient's too: harmless, it is unchanged).
+  struct Host {
+    LoopbackDevice &d;
+    float *dev;
+    std::vector<float> h;
+    Host(LoopbackDevice &d, const float *dev, int64_t n)
+        : d(d), dev(const_cast<float *>(dev)), h(static_cast<size_t>(n)) {
+      d.download(h.data(), dev, n * int64_t(sizeof(float)));
+    }
+    ~Host() { d.upload(dev, h.data(), int64_t(h.size() * sizeof(float))); }
+    float *p() { return h.data(); }
+  };
+
   int64_t arena_bytes_;
   Precision precision_;
   char *arena_ = nullptr;
-  int64_t used_ = 0, peak_ = 0;
+  ArenaAllocator books_;
   std::map<void *, int64_t> buffers_; // address order: lookups by range
 
   bool is_device(const void *p, int64_t bytes) const {

@@ -21,6 +21,7 @@
 #include "spillway/runtime/spillway_rt.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -71,18 +72,51 @@ const char *precision_name(Precision p);
 
 struct AdamWHparams;
 
+// The step arena's allocator: offsets into `capacity` bytes, 256-aligned,
+// best fit among the free ranges, neighbours merged when freed, everything
+// free again after reset(). Devices keep the bytes; this keeps the books.
+// peak() is the highest end offset ever handed out (what the arena had to
+// hold, fragmentation included).
+class ArenaAllocator {
+public:
+  static constexpr int64_t kAlign = 256;
+  explicit ArenaAllocator(int64_t capacity = 0) { reset(capacity); }
+  void reset(int64_t capacity);
+  void reset() { reset(capacity_); }
+  // The offset of `bytes` (at least 1), or -1 when no free range fits.
+  int64_t allocate(int64_t bytes);
+  // Frees the range allocate() returned at `offset`; returns its size
+  // (aligned), or -1 for an offset that is not an allocation.
+  int64_t free(int64_t offset);
+  int64_t capacity() const { return capacity_; }
+  int64_t in_use() const { return in_use_; }
+  int64_t peak() const { return peak_; }
+  int64_t largest_free() const;
+
+private:
+  int64_t capacity_ = 0, in_use_ = 0, peak_ = 0;
+  std::map<int64_t, int64_t> free_;       // offset -> size
+  std::map<int64_t, int64_t> allocated_;  // offset -> size
+};
+
 class Device {
 public:
   virtual ~Device();
   // "cuda (NVIDIA H200, 139.8 GiB)", "loopback".
   virtual std::string name() const = 0;
 
-  // Step tensors: bump allocation from an arena reserved once at start,
-  // all freed together by reset_step() at the end of the step. Aligned to
-  // 256 bytes. Throws spw::Error naming the request when the arena is full.
+  // Step tensors: allocated from an arena reserved once at start
+  // (ArenaAllocator), freed one by one by step_free or all together by
+  // reset_step() at the end of the step. Aligned to 256 bytes. Throws
+  // spw::Error naming the request when the arena is full.
   virtual void *step_alloc(int64_t bytes, const char *what) = 0;
+  // Returns a step allocation early (spw_release): later step_alloc calls
+  // may reuse it. Work already issued that reads it is ordered before any
+  // reuse (one compute stream). Pointers not from step_alloc are ignored.
+  virtual void step_free(void *p) = 0;
   virtual void reset_step() = 0;
-  // Bytes of the step arena in use now, and its high-water mark and size.
+  // Bytes of the step arena in use now, the highest end offset it reached
+  // (ArenaAllocator::peak), and its size.
   virtual int64_t step_bytes_in_use() const = 0;
   virtual int64_t step_bytes_peak() const = 0;
   virtual int64_t step_arena_bytes() const = 0;

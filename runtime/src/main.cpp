@@ -1194,6 +1194,10 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
     std::printf("done: %lld steps in %.3f s (%.1f steps/s), final loss %.6f\n",
                 (long long)ran, secs, secs > 0 ? double(ran) / secs : 0.0,
                 double(loss));
+  else if (start > 0)
+    std::printf("done: the checkpoint is at the last step (%lld); nothing "
+                "to train\n",
+                (long long)start);
   if (ctx->device && ran > 2) {
     const double steady = std::chrono::duration<double>(
                               std::chrono::steady_clock::now() - warm)
@@ -1202,10 +1206,6 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
     std::printf("steady state: %.6f s/step (steps %lld..%lld)\n", steady,
                 (long long)start + 3, (long long)o.steps);
   }
-  else if (start > 0)
-    std::printf("done: the checkpoint is at the last step (%lld); nothing "
-                "to train\n",
-                (long long)start);
   return 0;
 }
 

@@ -19,7 +19,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <tuple>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -60,6 +62,8 @@ struct spw_tensor {
   spw::Buffer owned; // null when data points into storage owned elsewhere
   // data is the context's device memory (device.h), not host memory.
   bool on_device = false;
+  // A step tensor of spw_alloc / spw_constant: spw_release may free it.
+  bool releasable = false;
 
   int64_t bytes() const { return numel * spw::dtype_size(dtype); }
   std::string shape() const { return spw::shape_str(dims, rank); }
@@ -162,6 +166,11 @@ struct spw_ctx {
   spw::DeviceFactory cuda_factory = nullptr;
   spw::Precision precision = spw::Precision::FP32;
   std::unique_ptr<spw::Device> device;
+  // spw_constant's device copies, uploaded once: generated code passes the
+  // same compile-time data every step. Keyed by address, size and a hash
+  // of the bytes, so a caller that reuses a buffer gets a fresh copy.
+  std::map<std::tuple<const void *, int64_t, uint64_t>, void *>
+      device_constants;
 
   // Per-step state.
   std::vector<std::unique_ptr<spw_tensor>> step_tensors;

@@ -31,6 +31,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace spw;
@@ -273,6 +274,66 @@ void check_foam(Report &r, uint64_t seed, int64_t rows, int64_t cols,
   r.line(name, "v~", compare(p.adam_v, v.host()), guards);
 }
 
+// The CUDA device's queued AdamW: several parameters' updates queued and
+// launched together (a change of hyper-parameters flushes the queue midway),
+// through the pinned table, against adamw_kernel bit for bit.
+void check_device_adamw(Report &r) {
+  auto ctx = make_context();
+  spw_use_cuda(ctx.get(), 0);
+  check_ctx(ctx.get(), "spw_use_cuda");
+  std::unique_ptr<Device> dev = ctx->cuda_factory(int64_t(1) << 30,
+                                                  Precision::FP32);
+  Rng rng(77);
+  const std::vector<int64_t> sizes = {5, 4097, 1, 100003, 640};
+  std::vector<std::vector<float>> w, m, v;
+  std::vector<float *> dw, dm, dv, dg;
+  for (int64_t n : sizes) {
+    w.push_back(rng.values(n, 1e-3, 1.0));
+    m.push_back(rng.values(n, 1e-6, 1.0));
+    v.push_back(rng.values(n, 1e-10, 1.0));
+    for (float &x : v.back())
+      x = std::fabs(x);
+    for (auto *vec : {&dw, &dm, &dv, &dg})
+      vec->push_back(static_cast<float *>(dev->alloc(n * 4, "check")));
+    dev->upload(dw.back(), w.back().data(), n * 4);
+    dev->upload(dm.back(), m.back().data(), n * 4);
+    dev->upload(dv.back(), v.back().data(), n * 4);
+  }
+  for (int64_t t = 1; t <= 3; ++t)
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      auto g = rng.values(sizes[i], 1e-6, 10.0);
+      // A gradient buffer per update, as step tensors are: the queue reads
+      // them only when it flushes.
+      float *gd = static_cast<float *>(dev->alloc(sizes[i] * 4, "grad"));
+      dev->upload(gd, g.data(), sizes[i] * 4);
+      AdamWHparams h;
+      h.lr = i < 3 ? 1e-3 : 2e-3; // the last two: other scalars, a flush
+      h.weight_decay = 0.01;
+      dev->adamw(dw[i], dm[i], dv[i], gd, sizes[i], h, t);
+      adamw_kernel(w[i].data(), m[i].data(), v[i].data(), g.data(),
+                   sizes[i], t, h);
+    }
+  dev->synchronize();
+  Compare cw, cm, cv;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<float> hw(w[i].size()), hm(m[i].size()), hv(v[i].size());
+    dev->download(hw.data(), dw[i], sizes[i] * 4);
+    dev->download(hm.data(), dm[i], sizes[i] * 4);
+    dev->download(hv.data(), dv[i], sizes[i] * 4);
+    for (auto [c, a, b] : {std::tuple{&cw, &w[i], &hw},
+                           std::tuple{&cm, &m[i], &hm},
+                           std::tuple{&cv, &v[i], &hv}}) {
+      const Compare d = compare(*a, *b);
+      c->differing += d.differing;
+      c->max_rel = std::max(c->max_rel, d.max_rel);
+    }
+  }
+  const std::string name = "device adamw queue (5 tensors, 3 steps)";
+  r.line(name, "weights", cw, true);
+  r.line(name, "m", cm, true);
+  r.line(name, "v", cv, true);
+}
+
 struct Args {
   std::string device = "cuda", only, precision = "both";
   uint64_t seed = 1;
@@ -332,6 +393,7 @@ int run(const Args &a) {
     check_adamw(r, 1, 0.01, 0.9);
     check_adamw(r, 2, 0.0, 0.9);
     check_adamw(r, 3, 0.1, 0.3); // beta1 < 0.5: lerp's other form
+    check_device_adamw(r);
     int seed = 10;
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 6},
                               {7, 3}, {64, 256}, {33, 1023}, {1, 70001}})

@@ -18,6 +18,8 @@
 #include "spillway/Dialect/Sched/IR/SchedOps.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -535,6 +537,33 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
     numOuts = std::max<int64_t>(numOuts, op.getNumResults());
     kernels[&op] = std::move(*kernel);
   }
+  // Step tensors are released after their last use (spw_release), so the
+  // runtime can reuse their memory within the step: kernel results and
+  // constants, except what the return hands to the runtime (the loss, the
+  // outputs). A result nobody reads goes right after its op.
+  DenseSet<Value> releasable;
+  for (Operation &op : step.getBody().front())
+    if (kernels.count(&op) || isa<ConstantOp>(op))
+      for (Value r : op.getResults())
+        releasable.insert(r);
+  DenseMap<Value, Operation *> lastUse;
+  for (Operation &op : step.getBody().front())
+    for (Value v : op.getOperands())
+      if (releasable.count(v))
+        lastUse[v] = &op;
+  DenseMap<Operation *, SmallVector<Value>> releaseAfter;
+  for (Operation &op : step.getBody().front()) {
+    if (isa<func::ReturnOp>(op))
+      continue;
+    for (Value r : op.getResults())
+      if (releasable.count(r) && !lastUse.count(r))
+        releaseAfter[&op].push_back(r);
+    for (Value v : op.getOperands())
+      if (lastUse.lookup(v) == &op &&
+          !llvm::is_contained(releaseAfter[&op], v))
+        releaseAfter[&op].push_back(v);
+  }
+
   Value one = i64(1);
   insArray = LLVM::AllocaOp::create(
       builder, loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, numIns), one);
@@ -561,7 +590,13 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
     }
   };
 
+  Operation *previous = nullptr;
   for (Operation &op : step.getBody().front()) {
+    if (previous)
+      for (Value v : releaseAfter.lookup(previous))
+        callRuntime("spw_release", voidTy, {ptrTy, ptrTy},
+                    {ctxArg, handles.lookup(v)});
+    previous = &op;
     loc = op.getLoc();
     if (isa<sched::SchedDialect>(op.getDialect())) {
       auto done = emitSchedOp(&op, handles);

@@ -119,23 +119,30 @@ public:
   void *step_alloc(int64_t bytes, const char *what) override {
     if (!arena_)
       reserve_arena();
-    const int64_t need = align_up(std::max<int64_t>(bytes, 1));
-    if (need > arena_bytes_ - used_)
+    const int64_t at = books_.allocate(bytes);
+    if (at < 0)
       fail("%s: %lld bytes do not fit in the GPU step arena (%lld of %lld "
-           "bytes in use): raise --device-arena, or compile the model with "
-           "an offload plan or fewer tokens per micro-batch",
-           what, (long long)bytes, (long long)used_, (long long)arena_bytes_);
-    char *p = arena_ + used_;
-    used_ += need;
-    peak_ = std::max(peak_, used_);
-    return p;
+           "bytes in use, the largest free range %lld): raise "
+           "--device-arena, or compile the model with an offload plan or "
+           "fewer tokens per micro-batch",
+           what, (long long)bytes, (long long)books_.in_use(),
+           (long long)arena_bytes_, (long long)books_.largest_free());
+    return arena_ + at;
+  }
+  void step_free(void *p) override {
+    // Reuse is safe without waiting: every kernel runs on the compute
+    // stream in issue order, a queued AdamW flushes before the next launch
+    // and uploads wait for the compute stream first.
+    char *c = static_cast<char *>(p);
+    if (arena_ && c >= arena_ && c < arena_ + arena_bytes_)
+      books_.free(c - arena_);
   }
   void reset_step() override {
     flush_adamw();
-    used_ = 0;
+    books_.reset();
   }
-  int64_t step_bytes_in_use() const override { return used_; }
-  int64_t step_bytes_peak() const override { return peak_; }
+  int64_t step_bytes_in_use() const override { return books_.in_use(); }
+  int64_t step_bytes_peak() const override { return books_.peak(); }
   int64_t step_arena_bytes() const override {
     return arena_ ? arena_bytes_ : planned_arena_bytes();
   }
@@ -244,7 +251,7 @@ public:
     // the same scalars (a step's AdamW calls, as generated code makes them).
     const AdamWScalars s = adamw_scalars(h.lr, h.beta1, h.beta2, h.eps,
                                          h.weight_decay, step);
-    if (!pending_.empty() && std::memcmp(&s, &pending_scalars_, sizeof s))
+    if (!pending_.empty() && !same_scalars(s, pending_scalars_))
       flush_adamw();
     pending_scalars_ = s;
     pending_.push_back({w, m, v, g, n});
@@ -279,7 +286,8 @@ private:
   cublasLtHandle_t lt_ = nullptr;
   void *lt_workspace_ = nullptr;
   char *arena_ = nullptr;
-  int64_t arena_bytes_ = 0, used_ = 0, peak_ = 0;
+  int64_t arena_bytes_ = 0;
+  ArenaAllocator books_;
   std::map<void *, int64_t> buffers_;
   std::map<Op, int64_t> fallbacks_;
   // Queued AdamW updates, their scalars, and the table they launch with.
@@ -287,6 +295,13 @@ private:
   AdamWScalars pending_scalars_{};
   void *table_dev_ = nullptr, *table_host_ = nullptr;
   size_t table_capacity_ = 0;
+
+  static bool same_scalars(const AdamWScalars &a, const AdamWScalars &b) {
+    // Field by field: the struct has padding memcmp would compare.
+    return a.decay == b.decay && a.w1 == b.w1 && a.b2 == b.b2 &&
+           a.w2 == b.w2 && a.bc2_sqrt == b.bc2_sqrt && a.eps == b.eps &&
+           a.neg_step == b.neg_step && a.decays == b.decays;
+  }
 
   int64_t planned_arena_bytes() const {
     if (requested_arena_ > 0)
@@ -314,6 +329,7 @@ private:
            (long long)bytes, cudaGetErrorString(e));
     }
     arena_bytes_ = bytes;
+    books_.reset(bytes);
   }
 
   void flush_adamw() {
@@ -327,6 +343,7 @@ private:
       if (table_host_)
         SPW_CUDA(cudaFreeHost(table_host_));
       table_dev_ = table_host_ = nullptr;
+      table_capacity_ = 0;
       const size_t cap = std::max(need * 2, size_t(4096));
       SPW_CUDA(cudaMalloc(&table_dev_, cap));
       SPW_CUDA(cudaHostAlloc(&table_host_, cap, cudaHostAllocDefault));

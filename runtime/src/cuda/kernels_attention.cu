@@ -14,8 +14,10 @@
 // tensors are 16-byte aligned, scalar loads otherwise). A larger D, or a
 // device without the shared memory, runs simple kernels: one warp per row.
 //
-// Precision::BF16 also runs the fp32 path: bf16 tensor-core products are
-// allowed there, not required, and fp32 is within bf16's tolerance.
+// Precision::BF16 with D a multiple of 16 up to 128 (the common head dims
+// 64, 80, 96, 128) runs the same passes on the tensor cores instead (tc::
+// below: bf16 operands, fp32 accumulation and softmax); any other D at
+// BF16 runs the fp32 path, which is within bf16's tolerance.
 //
 // The backward recomputes what the forward does not save (its only output
 // is y): pass 1 runs the forward's tiles again and keeps, per query row,
@@ -32,6 +34,9 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
+
+#include <cuda_bf16.h>
+#include <mma.h>
 
 #include <algorithm>
 #include <cmath>
@@ -503,6 +508,451 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---- bf16 tensor-core kernels (Precision::BF16, D % 16 == 0, D <= 128) ---
+//
+// The same three passes as the tiled fp32 kernels, with every product on
+// the tensor cores through nvcuda::wmma 16x16x16 bf16 fragments and fp32
+// accumulators. Blocks of 128 threads (4 warps); a block owns 64 query rows
+// (or 64 keys in dk / dv) and each warp 16 of them, so the softmax and the
+// score tiles are warp-private: warps meet only at the barriers around the
+// shared K / V (or Q / dY) tiles. Inputs stay fp32 in memory and are
+// rounded to bf16 (round to nearest even) as they are staged into shared
+// memory, zero-padded to DH in {64, 80, 96, 128} columns (D 16, 32, 48 run
+// as 64, D 112 as 128) and to 64 rows.
+//
+// Fragments are touched only through load/store/fill/mma, so the element-
+// to-lane mapping never matters: each 16 x 64 score tile goes through the
+// warp's fp32 scratch in shared memory, where lane pairs own a row (lane /
+// 2; columns 2 j + lane % 2) for the per-row work (mask, online softmax,
+// dS), and P or dS goes back as a bf16 operand tile. The forward keeps o in
+// registers in that same row layout, since the online softmax rescales it
+// by row: each key block's P V lands in fresh accumulators, goes through
+// the scratch, and is added as o = o * alpha + PV. dq, dk and dv need no
+// rescaling and stay in accumulator fragments for the whole pass.
+//
+// Scores are kept in base 2 (s * scale * log2 e, exp2f), so this path's
+// statistics pass writes L in base 2; only its own kernels read it.
+namespace tc {
+
+namespace wmma = nvcuda::wmma;
+using bf16 = __nv_bfloat16;
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
+using FragBr = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
+using FragBc = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+constexpr int kThreads = 128; // 4 warps
+constexpr int kWarps = 4;
+constexpr int kB = 64;        // rows of a tile: queries or keys
+constexpr int kPL = kB + 8;   // row stride of a warp's bf16 P / dS tile
+constexpr int kSL = kB + 4;   // row stride of a warp's fp32 16 x 64 scratch
+constexpr float kLog2e = 1.4426950408889634f;
+
+// bf16 tiles [64][DH + 8]: rows 16 B apart in banks, so 8 rows of 16 bytes
+// (one fragment load phase) hit distinct banks; the row stride keeps every
+// 16-row, 16-column fragment 32-byte aligned.
+template <int DH> constexpr int tile_bytes() { return kB * (DH + 8) * 2; }
+template <int DH> constexpr int fwd_smem() {
+  // Q, K, V tiles; per warp a [16][DH + 4] fp32 scratch and a [16][kPL] P.
+  return 3 * tile_bytes<DH>() + kWarps * 16 * (DH + 4) * 4 +
+         kWarps * 16 * kPL * 2;
+}
+template <int DH> constexpr int bwd_smem() {
+  // Four tiles, per warp a [16][kSL] scratch and a [16][kPL] P / dS, and
+  // L and Delta of the 64 query rows (dk / dv; dq leaves them unused).
+  return 4 * tile_bytes<DH>() + kWarps * 16 * kSL * 4 +
+         kWarps * 16 * kPL * 2 + 2 * kB * 4;
+}
+
+// Stages rows [0, valid) x columns [0, D) of the fp32 [*, D] block at g
+// into the bf16 tile sm [64][DH + 8]; the rest of the 64 x DH is zero.
+template <int DH>
+__device__ void stage(bf16 *sm, const float *g, int valid, int64_t D,
+                      int vec) {
+  constexpr int LD = DH + 8;
+  if (vec) {
+    constexpr int C4 = DH / 4;
+    for (int idx = threadIdx.x; idx < kB * C4; idx += kThreads) {
+      const int r = idx / C4, c = (idx - r * C4) * 4;
+      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (r < valid && c < D) // D % 4 == 0: c + 3 < D too
+        x = __ldg(reinterpret_cast<const float4 *>(g + r * D + c));
+      __nv_bfloat162 *d = reinterpret_cast<__nv_bfloat162 *>(sm + r * LD + c);
+      d[0] = __floats2bfloat162_rn(x.x, x.y);
+      d[1] = __floats2bfloat162_rn(x.z, x.w);
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < kB * DH; idx += kThreads) {
+      const int r = idx / DH, c = idx - r * DH;
+      sm[r * LD + c] =
+          __float2bfloat16((r < valid && c < D) ? __ldg(g + r * D + c) : 0.f);
+    }
+  }
+}
+
+// C [16][64] (fp32, row stride ldc) = A [16][DH] B [64][DH]^T: one warp,
+// A and B bf16 row-major with stride DH + 8.
+template <int DH>
+__device__ __forceinline__ void mm_abt(float *C, int ldc, const bf16 *A,
+                                       const bf16 *Bm) {
+  constexpr int LD = DH + 8;
+  FragC c[4];
+#pragma unroll
+  for (int n = 0; n < 4; ++n)
+    wmma::fill_fragment(c[n], 0.f);
+#pragma unroll
+  for (int kk = 0; kk < DH / 16; ++kk) {
+    FragA fa;
+    wmma::load_matrix_sync(fa, A + 16 * kk, LD);
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+      FragBc fb; // B^T: B's rows are the columns
+      wmma::load_matrix_sync(fb, Bm + 16 * n * LD + 16 * kk, LD);
+      wmma::mma_sync(c[n], fa, fb, c[n]);
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < 4; ++n)
+    wmma::store_matrix_sync(C + 16 * n, c[n], ldc, wmma::mem_row_major);
+}
+
+// acc[n] += P [16][64] M [64][DH] columns 16 n ..: one warp, P bf16 with
+// stride kPL, M bf16 row-major with stride DH + 8.
+template <int DH>
+__device__ __forceinline__ void mm_ab(FragC (&acc)[DH / 16], const bf16 *P,
+                                      const bf16 *M) {
+  constexpr int LD = DH + 8;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    FragA fa;
+    wmma::load_matrix_sync(fa, P + 16 * kk, kPL);
+#pragma unroll
+    for (int n = 0; n < DH / 16; ++n) {
+      FragBr fb;
+      wmma::load_matrix_sync(fb, M + 16 * kk * LD + 16 * n, LD);
+      wmma::mma_sync(acc[n], fa, fb, acc[n]);
+    }
+  }
+}
+
+// One warp writes rows [0, valid) x columns [0, D) of its fp32 scratch
+// sw [16][ld] to the row-major [*, D] block at g (coalesced).
+template <int DH>
+__device__ __forceinline__ void write_rows(float *g, const float *sw, int ld,
+                                           int valid, int64_t D, int vec,
+                                           int lane) {
+  if (vec) {
+    constexpr int C4 = DH / 4;
+    for (int idx = lane; idx < 16 * C4; idx += 32) {
+      const int r = idx / C4, c = (idx - r * C4) * 4;
+      if (r < valid && c < D)
+        *reinterpret_cast<float4 *>(g + r * D + c) =
+            *reinterpret_cast<const float4 *>(sw + r * ld + c);
+    }
+  } else {
+    for (int idx = lane; idx < 16 * DH; idx += 32) {
+      const int r = idx / DH, c = idx - r * DH;
+      if (r < valid && c < D)
+        g[r * D + c] = sw[r * ld + c];
+    }
+  }
+}
+
+// ---- forward (and the statistics pass) ----------------------------------
+
+// One block per (batch, head, 64 query rows), late rows first; kStats:
+// L (base 2) and Delta = dy . o instead of y. Delta takes dy rounded to
+// bf16, as dP = dY V^T does: dS = P (dP - Delta) cancels to ~0 where the
+// softmax is nearly constant (a row with one key: exactly 0), and with
+// fp32 dy here the difference of the two roundings (~4e-3 of |dP|) would
+// be all that remains of such a gradient.
+template <int DH, bool kStats>
+__global__ void __launch_bounds__(kThreads)
+    attn_fwd_tc(AttnArgs a, int64_t tiles, int64_t nqb) {
+  constexpr int LD = DH + 8, SW = DH + 4, NT = DH / 16, NH = DH / 2;
+  extern __shared__ float4 smem4[];
+  bf16 *Qs = reinterpret_cast<bf16 *>(smem4);
+  bf16 *Ks = Qs + kB * LD, *Vs = Ks + kB * LD;
+  float *scratch = reinterpret_cast<float *>(Vs + kB * LD);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float *Sw = scratch + warp * 16 * SW; // [16][SW]: S, then P V, then o
+  bf16 *Pw = reinterpret_cast<bf16 *>(scratch + kWarps * 16 * SW) +
+             warp * 16 * kPL;
+  const bf16 *Qw = Qs + warp * 16 * LD;
+  const int r = lane >> 1, h = lane & 1; // this lane's row and column parity
+  const float scale2 = a.scale * kLog2e;
+  const int64_t SD = a.S * a.D;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t bh = t / nqb, qb = nqb - 1 - t % nqb;
+    const int64_t b = bh / a.H, hd = bh % a.H;
+    const int64_t kvh = b * a.Hkv + hd / a.group;
+    const int64_t q0 = qb * kB;
+    const int nq = int(min64(kB, a.S - q0));
+    const float *kg = a.k + kvh * SD, *vg = a.v + kvh * SD;
+    const int64_t row = q0 + warp * 16 + r;
+    __syncthreads(); // the previous tile is done with shared memory
+    stage<DH>(Qs, a.q + bh * SD + q0 * a.D, nq, a.D, a.vec);
+    float o[NH], m = -INFINITY, l = 0.f;
+#pragma unroll
+    for (int j = 0; j < NH; ++j)
+      o[j] = 0.f;
+    const int64_t kend = a.causal ? min64(a.S, q0 + kB) : a.S;
+    for (int64_t k0 = 0; k0 < kend; k0 += kB) {
+      const int nk = int(min64(kB, a.S - k0));
+      __syncthreads(); // done with K and V of the previous block
+      stage<DH>(Ks, kg + k0 * a.D, nk, a.D, a.vec);
+      stage<DH>(Vs, vg + k0 * a.D, nk, a.D, a.vec);
+      __syncthreads();
+      mm_abt<DH>(Sw, SW, Qw, Ks);
+      __syncwarp();
+      float sv[32], mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int col = 2 * j + h;
+        const bool ok = col < nk && (!a.causal || k0 + col <= row);
+        sv[j] = ok ? Sw[r * SW + col] * scale2 : -INFINITY;
+        mx = fmaxf(mx, sv[j]);
+      }
+      const float mn = fmaxf(m, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)));
+      // A row with no key yet keeps everything 0, not exp(-inf - -inf).
+      const float ref = mn == -INFINITY ? 0.f : mn;
+      const float alpha = exp2f(m - ref);
+      float ps = 0.f;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const bf16 p =
+            __float2bfloat16(sv[j] == -INFINITY ? 0.f : exp2f(sv[j] - ref));
+        ps += __bfloat162float(p); // l sums what P V multiplies
+        Pw[r * kPL + 2 * j + h] = p;
+      }
+      l = l * alpha + ps + __shfl_xor_sync(0xffffffffu, ps, 1);
+      m = mn;
+      __syncwarp(); // P written, S read by every lane
+      FragC pv[NT];
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+        wmma::fill_fragment(pv[n], 0.f);
+      mm_ab<DH>(pv, Pw, Vs);
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+        wmma::store_matrix_sync(Sw + 16 * n, pv[n], SW, wmma::mem_row_major);
+      __syncwarp();
+#pragma unroll
+      for (int j = 0; j < NH; ++j)
+        o[j] = o[j] * alpha + Sw[r * SW + 2 * j + h];
+    }
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    __syncwarp(); // every lane has read its P V
+#pragma unroll
+    for (int j = 0; j < NH; ++j)
+      Sw[r * SW + 2 * j + h] = o[j] * inv;
+    __syncwarp();
+    const int wq = nq - warp * 16; // this warp's valid rows (may be <= 0)
+    if constexpr (!kStats) {
+      write_rows<DH>(a.y + bh * SD + (q0 + warp * 16) * a.D, Sw, SW, wq, a.D,
+                     a.vec, lane);
+    } else {
+      if (h == 0 && r < wq)
+        a.lse[bh * a.S + row] = m + log2f(l);
+      for (int i = 0; i < 16 && i < wq; ++i) { // warp-uniform bound
+        const float *dyr = a.dy + bh * SD + (q0 + warp * 16 + i) * a.D;
+        float part = 0.f;
+        for (int c = lane; c < a.D; c += 32)
+          part = fmaf(Sw[i * SW + c],
+                      __bfloat162float(__float2bfloat16(dyr[c])), part);
+        part = sum32(part);
+        if (lane == 0)
+          a.delta[bh * a.S + q0 + warp * 16 + i] = part;
+      }
+    }
+  }
+}
+
+// ---- backward: dq -------------------------------------------------------
+
+// One block per (batch, head, 64 query rows): dq = sum over key blocks of
+// dS K, dS = P (dY V^T - Delta) scale with P = exp2(S scale log2 e - L).
+template <int DH>
+__global__ void __launch_bounds__(kThreads)
+    attn_dq_tc(AttnArgs a, int64_t tiles, int64_t nqb) {
+  constexpr int LD = DH + 8, NT = DH / 16;
+  extern __shared__ float4 smem4[];
+  bf16 *Qs = reinterpret_cast<bf16 *>(smem4);
+  bf16 *Ys = Qs + kB * LD, *Ks = Ys + kB * LD, *Vs = Ks + kB * LD;
+  float *scratch = reinterpret_cast<float *>(Vs + kB * LD);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float *Sw = scratch + warp * 16 * kSL;
+  bf16 *Pw = reinterpret_cast<bf16 *>(scratch + kWarps * 16 * kSL) +
+             warp * 16 * kPL;
+  const int r = lane >> 1, h = lane & 1;
+  const float scale2 = a.scale * kLog2e;
+  const int64_t SD = a.S * a.D;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t bh = t / nqb, qb = nqb - 1 - t % nqb;
+    const int64_t b = bh / a.H, hd = bh % a.H;
+    const int64_t kvh = b * a.Hkv + hd / a.group;
+    const int64_t q0 = qb * kB;
+    const int nq = int(min64(kB, a.S - q0));
+    const float *kg = a.k + kvh * SD, *vg = a.v + kvh * SD;
+    const int64_t row = q0 + warp * 16 + r;
+    const bool rok = warp * 16 + r < nq;
+    const float L = rok ? a.lse[bh * a.S + row] : 0.f;
+    const float Dl = rok ? a.delta[bh * a.S + row] : 0.f;
+    __syncthreads(); // the previous tile is done with shared memory
+    stage<DH>(Qs, a.q + bh * SD + q0 * a.D, nq, a.D, a.vec);
+    stage<DH>(Ys, a.dy + bh * SD + q0 * a.D, nq, a.D, a.vec);
+    FragC acc[NT];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+      wmma::fill_fragment(acc[n], 0.f);
+    const int64_t kend = a.causal ? min64(a.S, q0 + kB) : a.S;
+    for (int64_t k0 = 0; k0 < kend; k0 += kB) {
+      const int nk = int(min64(kB, a.S - k0));
+      __syncthreads();
+      stage<DH>(Ks, kg + k0 * a.D, nk, a.D, a.vec);
+      stage<DH>(Vs, vg + k0 * a.D, nk, a.D, a.vec);
+      __syncthreads();
+      mm_abt<DH>(Sw, kSL, Qs + warp * 16 * LD, Ks); // S = Q K^T
+      __syncwarp();
+      float p[32];
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int col = 2 * j + h;
+        const bool ok = rok && col < nk && (!a.causal || k0 + col <= row);
+        p[j] = ok ? exp2f(Sw[r * kSL + col] * scale2 - L) : 0.f;
+      }
+      __syncwarp(); // S read
+      mm_abt<DH>(Sw, kSL, Ys + warp * 16 * LD, Vs); // dP = dY V^T
+      __syncwarp();
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int col = 2 * j + h;
+        Pw[r * kPL + col] =
+            __float2bfloat16(p[j] * (Sw[r * kSL + col] - Dl) * a.scale);
+      }
+      __syncwarp();
+      mm_ab<DH>(acc, Pw, Ks); // dq += dS K
+    }
+    __syncthreads(); // every warp is done with K and V: reuse them
+    float *Ow = reinterpret_cast<float *>(Ks) + warp * 16 * (DH + 4);
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+      wmma::store_matrix_sync(Ow + 16 * n, acc[n], DH + 4,
+                              wmma::mem_row_major);
+    __syncwarp();
+    write_rows<DH>(a.dq + bh * SD + (q0 + warp * 16) * a.D, Ow, DH + 4,
+                   nq - warp * 16, a.D, a.vec, lane);
+  }
+}
+
+// ---- backward: dk, dv ---------------------------------------------------
+
+// One block per (batch, kv head, 64 keys), each warp 16 keys: dk and dv
+// accumulate over every query head of the group and every query block that
+// sees the keys, in a fixed order. Works on the transposed tiles: S^T =
+// K Q^T, dP^T = V dY^T, dv += P^T dY, dk += dS^T Q.
+template <int DH>
+__global__ void __launch_bounds__(kThreads)
+    attn_dkv_tc(AttnArgs a, int64_t tiles, int64_t nkb) {
+  constexpr int LD = DH + 8, NT = DH / 16;
+  extern __shared__ float4 smem4[];
+  bf16 *Ks = reinterpret_cast<bf16 *>(smem4);
+  bf16 *Vs = Ks + kB * LD, *Qs = Vs + kB * LD, *Ys = Qs + kB * LD;
+  float *scratch = reinterpret_cast<float *>(Ys + kB * LD);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float *Sw = scratch + warp * 16 * kSL;
+  bf16 *Pw = reinterpret_cast<bf16 *>(scratch + kWarps * 16 * kSL) +
+             warp * 16 * kPL;
+  float *Ls = reinterpret_cast<float *>(
+      reinterpret_cast<bf16 *>(scratch + kWarps * 16 * kSL) +
+      kWarps * 16 * kPL);
+  float *Ds = Ls + kB;
+  const int r = lane >> 1, h = lane & 1; // r: this lane's key row
+  const float scale2 = a.scale * kLog2e;
+  const int64_t SD = a.S * a.D;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t kvh = t / nkb, kb = t % nkb;
+    const int64_t b = kvh / a.Hkv, kvi = kvh % a.Hkv;
+    const int64_t k0 = kb * kB;
+    const int nk = int(min64(kB, a.S - k0));
+    const int64_t key = k0 + warp * 16 + r;
+    const bool kok = warp * 16 + r < nk;
+    __syncthreads();
+    stage<DH>(Ks, a.k + kvh * SD + k0 * a.D, nk, a.D, a.vec);
+    stage<DH>(Vs, a.v + kvh * SD + k0 * a.D, nk, a.D, a.vec);
+    FragC dk[NT], dv[NT];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      wmma::fill_fragment(dk[n], 0.f);
+      wmma::fill_fragment(dv[n], 0.f);
+    }
+    // Causal: rows before k0 see none of these keys.
+    const int64_t qstart = a.causal ? k0 : 0;
+    for (int64_t hh = 0; hh < a.group; ++hh) {
+      const int64_t bh = b * a.H + kvi * a.group + hh;
+      for (int64_t q0 = qstart; q0 < a.S; q0 += kB) {
+        const int nq = int(min64(kB, a.S - q0));
+        __syncthreads(); // done with Q, dY, L, Delta of the previous block
+        stage<DH>(Qs, a.q + bh * SD + q0 * a.D, nq, a.D, a.vec);
+        stage<DH>(Ys, a.dy + bh * SD + q0 * a.D, nq, a.D, a.vec);
+        if (threadIdx.x < kB) {
+          const int i = threadIdx.x;
+          Ls[i] = i < nq ? a.lse[bh * a.S + q0 + i] : 0.f;
+          Ds[i] = i < nq ? a.delta[bh * a.S + q0 + i] : 0.f;
+        }
+        __syncthreads();
+        mm_abt<DH>(Sw, kSL, Ks + warp * 16 * LD, Qs); // S^T = K Q^T
+        __syncwarp();
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          const int col = 2 * j + h; // query q0 + col
+          const bool ok = kok && col < nq && (!a.causal || key <= q0 + col);
+          Pw[r * kPL + col] = __float2bfloat16(
+              ok ? exp2f(Sw[r * kSL + col] * scale2 - Ls[col]) : 0.f);
+        }
+        __syncwarp(); // P^T written, S^T read
+        mm_ab<DH>(dv, Pw, Ys);                        // dv += P^T dY
+        mm_abt<DH>(Sw, kSL, Vs + warp * 16 * LD, Ys); // dP^T = V dY^T
+        __syncwarp(); // dP^T stored, P^T read by every lane
+        // dS^T over P^T in place: each lane rewrites only its own elements
+        // (P read back as the bf16 that dv used, which frees 32 registers).
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          const int col = 2 * j + h;
+          const float p = __bfloat162float(Pw[r * kPL + col]);
+          Pw[r * kPL + col] =
+              __float2bfloat16(p * (Sw[r * kSL + col] - Ds[col]) * a.scale);
+        }
+        __syncwarp();
+        mm_ab<DH>(dk, Pw, Qs); // dk += dS^T Q
+      }
+    }
+    __syncthreads(); // every warp is done with Q and dY: reuse them
+    float *Ow = reinterpret_cast<float *>(Qs) + warp * 16 * (DH + 4);
+    if (a.dk) {
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+        wmma::store_matrix_sync(Ow + 16 * n, dk[n], DH + 4,
+                                wmma::mem_row_major);
+      __syncwarp();
+      write_rows<DH>(a.dk + kvh * SD + (k0 + warp * 16) * a.D, Ow, DH + 4,
+                     nk - warp * 16, a.D, a.vec, lane);
+      __syncwarp(); // read before dv overwrites it
+    }
+    if (a.dv) {
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+        wmma::store_matrix_sync(Ow + 16 * n, dv[n], DH + 4,
+                                wmma::mem_row_major);
+      __syncwarp();
+      write_rows<DH>(a.dv + kvh * SD + (k0 + warp * 16) * a.D, Ow, DH + 4,
+                     nk - warp * 16, a.D, a.vec, lane);
+    }
+  }
+}
+
+} // namespace tc
+
 // ---- simple kernels: one warp per row, any D ------------------------------
 
 __device__ __forceinline__ float warp_dot(const float *x, const float *y,
@@ -728,6 +1178,19 @@ int tiled_dmax(int64_t D) {
   return dmax;
 }
 
+// The DH of the bf16 tensor-core path for D (Precision::BF16, D % 16 == 0,
+// D <= 128), or 0: the fp32 paths.
+int tc_dh(const Launch &l, int64_t D) {
+  if (l.precision != Precision::BF16 || D < 16 || D > 128 || D % 16 != 0)
+    return 0;
+  const int dh = D <= 64 ? 64 : D <= 80 ? 80 : D <= 96 ? 96 : 128;
+  const int need = dh == 64   ? tc::bwd_smem<64>()
+                   : dh == 80 ? tc::bwd_smem<80>()
+                   : dh == 96 ? tc::bwd_smem<96>()
+                              : tc::bwd_smem<128>(); // the largest
+  return need <= max_smem_optin() ? dh : 0;
+}
+
 unsigned grid_for(int64_t tiles) {
   return unsigned(std::min<int64_t>(tiles, int64_t(1) << 30));
 }
@@ -773,6 +1236,39 @@ template <int DMAX> void launch_bwd(const Launch &l, const AttnArgs &a) {
   }
 }
 
+template <int DH, bool kStats>
+void launch_fwd_tc(const Launch &l, const AttnArgs &a) {
+  constexpr int smem = tc::fwd_smem<DH>();
+  static const bool ready = allow_smem(tc::attn_fwd_tc<DH, kStats>, smem);
+  (void)ready;
+  const int64_t nqb = (a.S + tc::kB - 1) / tc::kB, tiles = a.B * a.H * nqb;
+  tc::attn_fwd_tc<DH, kStats>
+      <<<grid_for(tiles), tc::kThreads, smem, l.stream>>>(a, tiles, nqb);
+  SPW_CUDA(cudaGetLastError());
+}
+
+template <int DH> void launch_bwd_tc(const Launch &l, const AttnArgs &a) {
+  constexpr int smem = tc::bwd_smem<DH>();
+  launch_fwd_tc<DH, true>(l, a);
+  const int64_t nb = (a.S + tc::kB - 1) / tc::kB;
+  if (a.dq) {
+    static const bool ready = allow_smem(tc::attn_dq_tc<DH>, smem);
+    (void)ready;
+    const int64_t tiles = a.B * a.H * nb;
+    tc::attn_dq_tc<DH>
+        <<<grid_for(tiles), tc::kThreads, smem, l.stream>>>(a, tiles, nb);
+    SPW_CUDA(cudaGetLastError());
+  }
+  if (a.dk || a.dv) {
+    static const bool ready = allow_smem(tc::attn_dkv_tc<DH>, smem);
+    (void)ready;
+    const int64_t tiles = a.B * a.Hkv * nb;
+    tc::attn_dkv_tc<DH>
+        <<<grid_for(tiles), tc::kThreads, smem, l.stream>>>(a, tiles, nb);
+    SPW_CUDA(cudaGetLastError());
+  }
+}
+
 unsigned warp_grid(int64_t rows) {
   return grid_for((rows + kThreads / 32 - 1) / (kThreads / 32));
 }
@@ -792,6 +1288,18 @@ void attention_fwd(const Launch &l, spw_tensor *const *ins,
   a.y = y.as<float>();
   a.vec = a.D % 4 == 0 && aligned16(a.q) && aligned16(a.k) &&
           aligned16(a.v) && aligned16(a.y);
+  switch (tc_dh(l, a.D)) {
+  case 64:
+    return launch_fwd_tc<64, false>(l, a);
+  case 80:
+    return launch_fwd_tc<80, false>(l, a);
+  case 96:
+    return launch_fwd_tc<96, false>(l, a);
+  case 128:
+    return launch_fwd_tc<128, false>(l, a);
+  default:
+    break;
+  }
   switch (tiled_dmax(a.D)) {
   case 64:
     return launch_fwd<64, false>(l, a);
@@ -845,6 +1353,18 @@ void attention_bwd(const Launch &l, spw_tensor *const *ins,
   for (const float *p : {a.dq, a.dk, a.dv})
     vec = vec && aligned16(p); // null is aligned
   a.vec = vec;
+  switch (tc_dh(l, a.D)) {
+  case 64:
+    return launch_bwd_tc<64>(l, a);
+  case 80:
+    return launch_bwd_tc<80>(l, a);
+  case 96:
+    return launch_bwd_tc<96>(l, a);
+  case 128:
+    return launch_bwd_tc<128>(l, a);
+  default:
+    break;
+  }
   switch (tiled_dmax(a.D)) {
   case 64:
     return launch_bwd<64>(l, a);

@@ -152,6 +152,23 @@ module {
 // The CPU target calls nothing of the kind.
 // RUN: spillway-opt --convert-train-to-runtime %s --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=CPU
 // CPU-NOT: spw_use_cuda
+// Each step tensor is released right after its last use: the product after
+// the sum reads it, the sum after the reshape; the loss (returned) and the
+// input and parameter (not step tensors) never.
+// RUN: spillway-opt --convert-train-to-runtime %s --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=REL
+// REL-LABEL: "release_probe
+// REL-LABEL: llvm.func @spw_model_step
+// REL:       %[[P:.*]] = llvm.call @spw_alloc
+// REL:       llvm.call @spw_op_mul
+// REL-NEXT:  llvm.mlir.constant
+// REL:       %[[S:.*]] = llvm.call @spw_alloc
+// REL:       llvm.call @spw_op_reduce_sum
+// REL-NEXT:  llvm.call @spw_release(%arg0, %[[P]])
+// REL:       %[[L:.*]] = llvm.call @spw_alloc
+// REL:       llvm.call @spw_op_reshape
+// REL-NEXT:  llvm.call @spw_release(%arg0, %[[S]])
+// REL-NEXT:  llvm.call @spw_set_loss(%arg0, %[[L]])
+// REL-NEXT:  llvm.return
 // Bad options.
 // RUN: not spillway-opt --convert-train-to-runtime="target=tpu" %s --split-input-file 2>&1 | FileCheck %s --check-prefix=BADTARGET
 // BADTARGET: error: convert-train-to-runtime: unknown target 'tpu' (expected cpu or cuda)
@@ -162,7 +179,7 @@ module {
 
 module {
   train.param @w : tensor<2xf32> at 0
-  func.func @main(%x: tensor<2xf32> {train.name = "x"}) -> tensor<f32> {
+  func.func @main(%x: tensor<2xf32> {train.name = "release_probe"}) -> tensor<f32> {
     %w = train.param_value @w : tensor<2xf32>
     %p = train.mul %x, %w : tensor<2xf32>, tensor<2xf32> -> tensor<2xf32>
     %s = train.reduce_sum %p, [0] : tensor<2xf32> -> tensor<1xf32>

@@ -76,6 +76,12 @@ spw_tensor *spw_alloc(spw_ctx *ctx, int32_t dtype, int32_t rank,
 /* A step-lifetime tensor holding a copy of `data` (numel * dtype size bytes). */
 spw_tensor *spw_constant(spw_ctx *ctx, int32_t dtype, int32_t rank,
                          const int64_t *dims, const void *data);
+/* The step reads `t` (a tensor of spw_alloc or spw_constant) no more: its
+ * memory may be reused by later allocations of the step. The handle stays
+ * valid but holds no data; releasing it again, or releasing a parameter's,
+ * an input's or a freed activation's, does nothing. The compiler calls it
+ * after each step tensor's last use. */
+void spw_release(spw_ctx *ctx, spw_tensor *t);
 /* The step's loss (a float32 scalar). */
 void spw_set_loss(spw_ctx *ctx, spw_tensor *loss);
 /* A forward-only model's output `index` for this step. */

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Builds what the GPU machine runs for issue 6 (here, where spillwayc and nvcc
+# are; that machine has no MLIR and no network) into build/device/, which
+# the device tool carries:
+#   bash scripts/device/prepare-cuda.sh [--bench]
+#   device tool: command "bash scripts/device/cuda-check.sh"  carry ["build/device"]
+# Contents:
+#   spillway-cuda-check              every kernel against the CPU backend
+#   spillway-cuda-bench              GEMMs against cuBLAS's best, attention TFLOP/s
+#   gpt-fp32, gpt-bf16, gpt-foam     a 2-block GPT (0.5M parameters, S = 128)
+#                                    compiled with --target cuda, its
+#                                    weights, tokens and targets: 50 training
+#                                    steps on the GPU against --device cpu
+#   bench-350M, bench-1.3B (--bench) the benchmark GPTs of bench/device/
+#                                    cuda-vs-torch.sh, executables only: their
+#                                    weights are regenerated there with the
+#                                    same seed (bench/make_gpt_onnx.py)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=$ROOT/build/bin
+OUTDIR=$ROOT/build/device
+BENCH=0
+[ "${1:-}" = "--bench" ] && BENCH=1
+for t in spillwayc spillway-cuda-check; do
+  [ -x "$BIN/$t" ] || { echo "prepare-cuda: $BIN/$t missing: run scripts/build.sh where nvcc is" >&2; exit 1; }
+done
+rm -rf "$OUTDIR" && mkdir -p "$OUTDIR"
+cp "$BIN/spillway-cuda-check" "$BIN/spillway-cuda-bench" "$OUTDIR/"
+WORK=$ROOT/build/bench/device-models
+mkdir -p "$WORK"
+echo "== small GPT for the training check"
+python3 "$ROOT/bench/make_gpt_onnx.py" --out "$WORK/small" --layers 2 --d-model 128 --heads 2 \
+  --vocab 512 --seq 128 --batch 4 --seed 1 > /dev/null
+"$BIN/spillwayc" "$WORK/small/gpt.onnx" --target cuda --precision fp32 -o "$OUTDIR/gpt-fp32"
+"$BIN/spillwayc" "$WORK/small/gpt.onnx" --target cuda --precision bf16 -o "$OUTDIR/gpt-bf16"
+"$BIN/spillwayc" "$WORK/small/gpt.onnx" --target cuda --precision fp32 --optimizer foam -o "$OUTDIR/gpt-foam"
+rm -f "$OUTDIR/gpt-bf16.weights" "$OUTDIR/gpt-foam.weights" # the same as gpt-fp32's
+cp "$WORK/small/tokens.npy" "$WORK/small/targets.npy" "$OUTDIR/"
+if [ "$BENCH" = 1 ]; then
+  # The shapes of ../shared/hardware/probe/gpt_torch.py's 350M and 1.3B runs:
+  # V = 50304, S = 1024, B = 8, 24 blocks of 16 heads.
+  for spec in "350M 1024" "1.3B 2048"; do
+    set -- $spec
+    echo "== bench GPT $1 (D = $2): generating and compiling (the weights stay here)"
+    d=$WORK/bench-$1
+    [ -f "$d/gpt.onnx" ] || python3 "$ROOT/bench/make_gpt_onnx.py" --out "$d" --layers 24 \
+      --d-model "$2" --heads 16 --vocab 50304 --seq 1024 --batch 8 --seed 0 > /dev/null
+    "$BIN/spillwayc" "$d/gpt.onnx" --target cuda -o "$d/exe"
+    cp "$d/exe" "$OUTDIR/bench-$1"
+  done
+fi
+strip "$OUTDIR"/gpt-* "$OUTDIR"/bench-* 2>/dev/null || true
+du -sh "$OUTDIR"
+ls -la "$OUTDIR"
