@@ -47,6 +47,7 @@ if [ "$BENCH" = 1 ]; then
       --d-model "$2" --heads 16 --vocab 50304 --seq 1024 --batch 8 --seed 0 > /dev/null
     "$BIN/spillwayc" "$d/gpt.onnx" --target cuda -o "$d/exe"
     cp "$d/exe" "$OUTDIR/bench-$1"
+    rm -f "$d/exe.weights" # regenerated there
   done
 fi
 strip "$OUTDIR"/gpt-* "$OUTDIR"/bench-* 2>/dev/null || true
