@@ -398,6 +398,31 @@ spw_tensor *spw_constant(spw_ctx *ctx, int32_t dtype, int32_t rank,
   return t;
 }
 
+spw_tensor *spw_view(spw_ctx *ctx, spw_tensor *x, int32_t dtype,
+                     int32_t rank, const int64_t *dims) {
+  if (!ctx)
+    return nullptr;
+  spw_tensor *t = &ctx->dummy;
+  guarded(ctx, "spw_view", [&] {
+    auto v = make_tensor(dtype, rank, dims, "view", /*allocate=*/false);
+    if (!x)
+      fail("view of a NULL tensor");
+    if (x->dtype != dtype || x->numel != v->numel)
+      fail("a view %s %s of a %s %s tensor: the dtype and the element count "
+           "must be the same",
+           dtype_name(dtype), v->shape().c_str(), dtype_name(x->dtype),
+           x->shape().c_str());
+    if (!x->data && x->numel > 0)
+      fail("view %s of a released tensor %s", v->shape().c_str(),
+           x->shape().c_str());
+    v->data = x->data;
+    v->on_device = x->on_device; // not releasable: the memory is x's
+    ctx->step_tensors.push_back(std::move(v));
+    t = ctx->step_tensors.back().get();
+  });
+  return t;
+}
+
 void spw_release(spw_ctx *ctx, spw_tensor *t) {
   guarded(ctx, "spw_release", [&] {
     // Only step tensors: parameters, inputs and outputs keep their data.

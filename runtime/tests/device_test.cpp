@@ -86,3 +86,47 @@ TEST(LoopbackDevice, RejectsCopiesOutsideItsMemory) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(StepTensors, ViewSharesDataAndReleaseFreesOnlyTheRoot) {
+  auto ctx = make_context();
+  const int64_t d23[] = {2, 3}, d6[] = {6}, d5[] = {5};
+  spw_tensor *t = spw_alloc(ctx.get(), SPW_F32, 2, d23);
+  spw_tensor *v = spw_view(ctx.get(), t, SPW_F32, 1, d6);
+  ASSERT_FALSE(ctx->failed()) << ctx->error;
+  EXPECT_EQ(v->data, t->data);
+  EXPECT_EQ(v->numel, 6);
+  spw_release(ctx.get(), v); // a view owns nothing
+  EXPECT_EQ(v->data, t->data);
+  spw_release(ctx.get(), t);
+  EXPECT_EQ(t->data, nullptr);
+  spw_release(ctx.get(), t); // twice: nothing
+  EXPECT_FALSE(ctx->failed()) << ctx->error;
+  spw_view(ctx.get(), t, SPW_F32, 1, d6);
+  EXPECT_NE(ctx->error.find("view [6] of a released tensor [2,3]"),
+            std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  spw_tensor *u = spw_alloc(ctx.get(), SPW_F32, 2, d23);
+  spw_view(ctx.get(), u, SPW_F32, 1, d5);
+  EXPECT_NE(ctx->error.find("the dtype and the element count must be the "
+                            "same"),
+            std::string::npos)
+      << ctx->error;
+}
+
+TEST(StepTensors, ParametersAndInputsAreNotReleased) {
+  auto ctx = make_context();
+  const int64_t d[] = {4};
+  spw_declare_param(ctx.get(), "w", SPW_F32, 1, d, 0);
+  spw_declare_input(ctx.get(), "x", SPW_F32, 1, d);
+  ASSERT_FALSE(ctx->failed()) << ctx->error;
+  spw_tensor *w = spw_param(ctx.get(), 0);
+  void *data = w->data;
+  spw_release(ctx.get(), w);
+  EXPECT_EQ(w->data, data);
+  EXPECT_FALSE(ctx->failed()) << ctx->error;
+}
+
+} // namespace

@@ -520,10 +520,18 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
   ctxArg = entry->getArgument(0);
   // Describe every kernel call first: the scratch arrays must hold the
   // longest input list, absent optional operands (null slots) included.
+  // A reshape is a view of its operand (spw_view, no copy) unless the step
+  // has schedule ops: an offload plan frees an activation's memory when it
+  // puts it off the GPU (spw_put_activation), which a view would outlive.
+  const bool views = llvm::none_of(step.getBody().front(), [](Operation &op) {
+    return isa<sched::SchedDialect>(op.getDialect());
+  });
   DenseMap<Operation *, KernelCall> kernels;
   for (Operation &op : step.getBody().front()) {
     if (isa<func::ReturnOp, ParamValueOp, ConstantOp, ParamGradOp, AdamWOp,
             AdamWDeferOp, AdamWApplyPendingOp, FoamOp>(op))
+      continue;
+    if (views && isa<ReshapeOp>(op))
       continue;
     if (isa<sched::SchedDialect>(op.getDialect())) {
       // stage_grads passes its gradients through the inputs array.
@@ -541,16 +549,22 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
   // runtime can reuse their memory within the step: kernel results and
   // constants, except what the return hands to the runtime (the loss, the
   // outputs). A result nobody reads goes right after its op.
+  // A view's uses are uses of the tensor it views (its root).
   DenseSet<Value> releasable;
-  for (Operation &op : step.getBody().front())
+  DenseMap<Value, Value> rootOf;
+  auto root = [&](Value v) { return rootOf.lookup(v) ? rootOf.lookup(v) : v; };
+  for (Operation &op : step.getBody().front()) {
     if (kernels.count(&op) || isa<ConstantOp>(op))
       for (Value r : op.getResults())
         releasable.insert(r);
+    if (views && isa<ReshapeOp>(op))
+      rootOf[op.getResult(0)] = root(op.getOperand(0));
+  }
   DenseMap<Value, Operation *> lastUse;
   for (Operation &op : step.getBody().front())
     for (Value v : op.getOperands())
-      if (releasable.count(v))
-        lastUse[v] = &op;
+      if (releasable.count(root(v)))
+        lastUse[root(v)] = &op;
   DenseMap<Operation *, SmallVector<Value>> releaseAfter;
   for (Operation &op : step.getBody().front()) {
     if (isa<func::ReturnOp>(op))
@@ -559,9 +573,9 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
       if (releasable.count(r) && !lastUse.count(r))
         releaseAfter[&op].push_back(r);
     for (Value v : op.getOperands())
-      if (lastUse.lookup(v) == &op &&
-          !llvm::is_contained(releaseAfter[&op], v))
-        releaseAfter[&op].push_back(v);
+      if (lastUse.lookup(root(v)) == &op &&
+          !llvm::is_contained(releaseAfter[&op], root(v)))
+        releaseAfter[&op].push_back(root(v));
   }
 
   Value one = i64(1);
@@ -641,6 +655,17 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
           "spw_constant", ptrTy, {ptrTy, i32Ty, i32Ty, ptrTy, ptrTy},
           {ctxArg, i32(*dtype), i32(type.getRank()), i64Array(type.getShape()),
            dataConstant(dense)});
+      continue;
+    }
+    if (auto reshape = dyn_cast<ReshapeOp>(op); reshape && views) {
+      auto type = cast<RankedTensorType>(reshape.getType());
+      auto dtype = dtypeOf(&op, type.getElementType());
+      if (failed(dtype))
+        return failure();
+      handles[reshape.getResult()] = callRuntime(
+          "spw_view", ptrTy, {ptrTy, ptrTy, i32Ty, i32Ty, ptrTy},
+          {ctxArg, handles.lookup(reshape.getInput()), i32(*dtype),
+           i32(type.getRank()), i64Array(type.getShape())});
       continue;
     }
     if (auto pg = dyn_cast<ParamGradOp>(op)) {

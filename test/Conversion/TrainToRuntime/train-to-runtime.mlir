@@ -153,8 +153,9 @@ module {
 // RUN: spillway-opt --convert-train-to-runtime %s --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=CPU
 // CPU-NOT: spw_use_cuda
 // Each step tensor is released right after its last use: the product after
-// the sum reads it, the sum after the reshape; the loss (returned) and the
-// input and parameter (not step tensors) never.
+// the sum reads it. The reshape is a view of the sum (spw_view, no copy), so
+// the sum lives as long as its view, here the returned loss: never
+// released; nor are the input and the parameter (not step tensors).
 // RUN: spillway-opt --convert-train-to-runtime %s --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=REL
 // REL-LABEL: "release_probe
 // REL-LABEL: llvm.func @spw_model_step
@@ -164,9 +165,7 @@ module {
 // REL:       %[[S:.*]] = llvm.call @spw_alloc
 // REL:       llvm.call @spw_op_reduce_sum
 // REL-NEXT:  llvm.call @spw_release(%arg0, %[[P]])
-// REL:       %[[L:.*]] = llvm.call @spw_alloc
-// REL:       llvm.call @spw_op_reshape
-// REL-NEXT:  llvm.call @spw_release(%arg0, %[[S]])
+// REL:       %[[L:.*]] = llvm.call @spw_view(%arg0, %[[S]],
 // REL-NEXT:  llvm.call @spw_set_loss(%arg0, %[[L]])
 // REL-NEXT:  llvm.return
 // Bad options.

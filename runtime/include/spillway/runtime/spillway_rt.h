@@ -76,6 +76,12 @@ spw_tensor *spw_alloc(spw_ctx *ctx, int32_t dtype, int32_t rank,
 /* A step-lifetime tensor holding a copy of `data` (numel * dtype size bytes). */
 spw_tensor *spw_constant(spw_ctx *ctx, int32_t dtype, int32_t rank,
                          const int64_t *dims, const void *data);
+/* A step tensor of type (dtype, rank, dims) sharing x's data: a reshape
+ * without a copy (same dtype, same element count). Its memory is x's: the
+ * view is not released itself, and x is released only after the last use
+ * of x and of its views. */
+spw_tensor *spw_view(spw_ctx *ctx, spw_tensor *x, int32_t dtype,
+                     int32_t rank, const int64_t *dims);
 /* The step reads `t` (a tensor of spw_alloc or spw_constant) no more: its
  * memory may be reused by later allocations of the step. The handle stays
  * valid but holds no data; releasing it again, or releasing a parameter's,
