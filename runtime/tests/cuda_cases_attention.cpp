@@ -7,7 +7,9 @@
 // float4 and scalar tile loads (D % 4), the one-warp-per-row kernels
 // (D 300), S below, at and past the 64-row tile (1, 2, 17, 64, 65, 100,
 // 257, 1024), H == Hkv and grouped heads (H = 2, 4 * Hkv), B > 1, and the
-// gradient with dq, dk or dv absent.
+// gradient with dq, dk or dv absent. At bf16, D 16, 64, 80, 96, 112 and 128
+// take the tensor-core kernels (DH 64, 80, 96, 128; 16 and 112 zero-padded
+// to 64 and 128) and the other D the fp32 ones.
 //
 // Tolerances (relative norm). The GPU computes in fp32, the CPU in double.
 // Each score and product is off by a few ulp, and the error of a sum of n
@@ -17,7 +19,8 @@
 // gradients 5e-5, since dS = P (dP - Delta) subtracts a Delta recomputed in
 // fp32 and dk / dv sum over S rows and the group's heads. A real bug (a key
 // masked wrongly, a row or head mixed up) moves the norm by >= ~1/S = 1e-3
-// at S = 1024, far above either. bf16 products: 2e-2.
+// at S = 1024, far above either. bf16 products: 2e-2 (the kernels run on
+// a CPU emulation of CUDA and wmma gave 1e-3 to 4e-3, 7e-3 on S = 2).
 //
 // S = 1 has no gradient case: there dq = dk = 0 exactly on the CPU (one
 // key, softmax is constant) and fp32 leaves a residue of ~1e-7, which has
@@ -101,6 +104,8 @@ void add_attention_cases(CaseList &cases, Rng &rng) {
       {1, 4, 2, 70, 256}, // DMAX 256: key blocks of 32
       {1, 2, 1, 37, 300}, // D > 256: one warp per row
       {2, 8, 2, 257, 128}, // GQA, S one past 4 tiles
+      {1, 4, 2, 129, 96},  // bf16: DH 96, S one past 2 tiles
+      {2, 2, 1, 50, 112},  // bf16: D padded to DH 128
   };
   for (const AttnShape &s : shapes)
     for (int64_t causal : {0, 1}) {

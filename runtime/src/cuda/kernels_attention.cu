@@ -548,6 +548,10 @@ constexpr int kPL = kB + 8;   // row stride of a warp's bf16 P / dS tile
 constexpr int kSL = kB + 4;   // row stride of a warp's fp32 16 x 64 scratch
 constexpr float kLog2e = 1.4426950408889634f;
 
+// Shared memory is declared 128-byte aligned (tc_smem): wmma loads and
+// stores need 32-byte aligned fragment addresses, and every region and
+// fragment offset below is a multiple of 32 bytes.
+//
 // bf16 tiles [64][DH + 8]: rows 16 B apart in banks, so 8 rows of 16 bytes
 // (one fragment load phase) hit distinct banks; the row stride keeps every
 // 16-row, 16-column fragment 32-byte aligned.
@@ -600,7 +604,7 @@ __device__ __forceinline__ void mm_abt(float *C, int ldc, const bf16 *A,
 #pragma unroll
   for (int n = 0; n < 4; ++n)
     wmma::fill_fragment(c[n], 0.f);
-#pragma unroll
+#pragma unroll 2 // fully unrolled, the loads run ahead into dk / dv's spills
   for (int kk = 0; kk < DH / 16; ++kk) {
     FragA fa;
     wmma::load_matrix_sync(fa, A + 16 * kk, LD);
@@ -670,8 +674,8 @@ template <int DH, bool kStats>
 __global__ void __launch_bounds__(kThreads)
     attn_fwd_tc(AttnArgs a, int64_t tiles, int64_t nqb) {
   constexpr int LD = DH + 8, SW = DH + 4, NT = DH / 16, NH = DH / 2;
-  extern __shared__ float4 smem4[];
-  bf16 *Qs = reinterpret_cast<bf16 *>(smem4);
+  extern __shared__ __align__(128) unsigned char tc_smem[];
+  bf16 *Qs = reinterpret_cast<bf16 *>(tc_smem);
   bf16 *Ks = Qs + kB * LD, *Vs = Ks + kB * LD;
   float *scratch = reinterpret_cast<float *>(Vs + kB * LD);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -776,8 +780,8 @@ template <int DH>
 __global__ void __launch_bounds__(kThreads)
     attn_dq_tc(AttnArgs a, int64_t tiles, int64_t nqb) {
   constexpr int LD = DH + 8, NT = DH / 16;
-  extern __shared__ float4 smem4[];
-  bf16 *Qs = reinterpret_cast<bf16 *>(smem4);
+  extern __shared__ __align__(128) unsigned char tc_smem[];
+  bf16 *Qs = reinterpret_cast<bf16 *>(tc_smem);
   bf16 *Ys = Qs + kB * LD, *Ks = Ys + kB * LD, *Vs = Ks + kB * LD;
   float *scratch = reinterpret_cast<float *>(Vs + kB * LD);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -855,8 +859,8 @@ template <int DH>
 __global__ void __launch_bounds__(kThreads)
     attn_dkv_tc(AttnArgs a, int64_t tiles, int64_t nkb) {
   constexpr int LD = DH + 8, NT = DH / 16;
-  extern __shared__ float4 smem4[];
-  bf16 *Ks = reinterpret_cast<bf16 *>(smem4);
+  extern __shared__ __align__(128) unsigned char tc_smem[];
+  bf16 *Ks = reinterpret_cast<bf16 *>(tc_smem);
   bf16 *Vs = Ks + kB * LD, *Qs = Vs + kB * LD, *Ys = Qs + kB * LD;
   float *scratch = reinterpret_cast<float *>(Ys + kB * LD);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
