@@ -32,10 +32,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 mkdir -p "$OUTDIR" "$WORK"
-for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda-13*/lib64 \
-         $(python3 -c 'import nvidia, os; p = nvidia.__path__[0]; print(" ".join(os.path.join(p, s) for s in ("cu13/lib", "cublas/lib")))' 2>/dev/null); do
-  [ -e "$d/libcublasLt.so.13" ] && { export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; }
-done
+. "$ROOT/scripts/device/cuda-env.sh"
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 JSON=$WORK/rows.jsonl
 : > "$JSON"

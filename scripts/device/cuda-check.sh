@@ -28,10 +28,7 @@ if [ ! -x "$DEV/spillway-cuda-check" ]; then
 fi
 # cuBLASLt 13 is linked dynamically (the toolkit ships no static one): the
 # toolkit's, or the one PyTorch's wheels bring.
-for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda-13*/lib64 \
-         $(python3 -c 'import nvidia, os; p = nvidia.__path__[0]; print(" ".join(os.path.join(p, s) for s in ("cu13/lib", "cublas/lib")))' 2>/dev/null); do
-  [ -e "$d/libcublasLt.so.13" ] && { export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; }
-done
+. "$ROOT/scripts/device/cuda-env.sh"
 
 declare -a ROWS
 record() { ROWS+=("$(printf '%-34s %-6s %s' "$1" "$2" "$3")"); }
