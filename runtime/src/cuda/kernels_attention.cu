@@ -34,6 +34,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
+#include "kernel_checks.h"
 
 #include <cuda_bf16.h>
 #include <mma.h>
@@ -44,6 +45,8 @@
 
 namespace spw::cuda {
 namespace {
+
+using namespace spw::checks;
 
 constexpr int kThreads = 256; // 16 x 16: ty = tid / 16, tx = tid % 16
 constexpr int kBQ = 64;       // query rows per tile
@@ -1083,12 +1086,6 @@ __global__ void attn_dkv_simple(AttnArgs a) {
 
 // ---- host ---------------------------------------------------------------
 
-const spw_tensor &input(spw_tensor *const *ins, int i, const char *what) {
-  if (!ins || !ins[i])
-    fail("operand %d (%s) is NULL", i, what);
-  return *ins[i];
-}
-
 void expect_f32(const spw_tensor &t, const char *what) {
   if (t.dtype != SPW_F32)
     fail("%s must be %s, got %s", what, dtype_name(SPW_F32),
@@ -1103,17 +1100,6 @@ void expect_shape4(const spw_tensor &t, const int64_t (&dims)[4],
   if (!same)
     fail("%s has shape %s, expected %s", what, t.shape().c_str(),
          shape_str(dims, 4).c_str());
-}
-
-void expect_like(const spw_tensor &t, const spw_tensor &ref, const char *what,
-                 const char *refname) {
-  bool same = t.dtype == ref.dtype && t.rank == ref.rank;
-  for (int i = 0; same && i < t.rank; ++i)
-    same = t.dims[i] == ref.dims[i];
-  if (!same)
-    fail("%s is %s %s, but %s is %s %s", what, dtype_name(t.dtype),
-         t.shape().c_str(), refname, dtype_name(ref.dtype),
-         ref.shape().c_str());
 }
 
 // kernels_cpu.cpp's attn_check, message for message.

@@ -24,6 +24,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
+#include "kernel_checks.h"
 
 #include <algorithm>
 #include <array>
@@ -36,83 +37,11 @@
 namespace spw::cuda {
 namespace {
 
+using namespace spw::checks;
+
 constexpr int kThreads = 256;
 
 // ---- host-side checks (kernels_cpu.cpp's, message for message) -----------
-
-const spw_tensor &input(spw_tensor *const *ins, int i, const char *what) {
-  if (!ins || !ins[i])
-    fail("operand %d (%s) is NULL", i, what);
-  return *ins[i];
-}
-
-spw_tensor &output(spw_tensor *const *outs, int i, const char *what) {
-  if (!outs || !outs[i])
-    fail("result %d (%s) is NULL", i, what);
-  return *outs[i];
-}
-
-const int64_t *need_iattrs(const int64_t *iattrs) {
-  if (!iattrs)
-    fail("integer attributes are NULL");
-  return iattrs;
-}
-
-void expect_dtype(const spw_tensor &t, int32_t dtype, const char *what) {
-  if (t.dtype != dtype)
-    fail("%s must be %s, got %s", what, dtype_name(dtype), dtype_name(t.dtype));
-}
-
-bool same_shape(const spw_tensor &a, const spw_tensor &b) {
-  if (a.rank != b.rank)
-    return false;
-  for (int i = 0; i < a.rank; ++i)
-    if (a.dims[i] != b.dims[i])
-      return false;
-  return true;
-}
-
-void expect_shape(const spw_tensor &t, const std::vector<int64_t> &dims,
-                  const char *what) {
-  bool ok = size_t(t.rank) == dims.size();
-  for (int i = 0; ok && i < t.rank; ++i)
-    ok = t.dims[i] == dims[size_t(i)];
-  if (!ok)
-    fail("%s has shape %s, expected %s", what, t.shape().c_str(),
-         shape_str(dims.data(), int(dims.size())).c_str());
-}
-
-void expect_like(const spw_tensor &t, const spw_tensor &ref, const char *what,
-                 const char *refname) {
-  if (t.dtype != ref.dtype || !same_shape(t, ref))
-    fail("%s is %s %s, but %s is %s %s", what, dtype_name(t.dtype),
-         t.shape().c_str(), refname, dtype_name(ref.dtype),
-         ref.shape().c_str());
-}
-
-// Row-major strides of `t` aligned to the last dims of `dims`; 0 on
-// broadcast dims (kernels_cpu.cpp's broadcast_strides).
-std::array<int64_t, kMaxRank> broadcast_strides(const spw_tensor &t, int rank,
-                                                const int64_t *dims,
-                                                const char *what) {
-  std::array<int64_t, kMaxRank> s{};
-  if (t.rank > rank)
-    fail("%s of shape %s cannot broadcast to %s", what, t.shape().c_str(),
-         shape_str(dims, rank).c_str());
-  int64_t stride = 1;
-  for (int i = t.rank - 1; i >= 0; --i) {
-    int d = rank - t.rank + i;
-    if (t.dims[i] == dims[d])
-      s[size_t(d)] = stride;
-    else if (t.dims[i] == 1)
-      s[size_t(d)] = 0;
-    else
-      fail("%s of shape %s cannot broadcast to %s", what, t.shape().c_str(),
-           shape_str(dims, rank).c_str());
-    stride *= t.dims[i];
-  }
-  return s;
-}
 
 // The numpy broadcast of all of `ts`' shapes (kernels_cpu.cpp's
 // broadcast_all; for two operands its message is broadcast_shape's).

@@ -21,6 +21,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
+#include "kernel_checks.h"
 
 #include <algorithm>
 #include <array>
@@ -33,6 +34,8 @@
 
 namespace spw::cuda {
 namespace {
+
+using namespace spw::checks;
 
 // File-local, so another file's helper of the same name cannot clash.
 [[noreturn]] void cublas_fail(cublasStatus_t s, const char *call,
@@ -331,63 +334,6 @@ void run_gemm(const Launch &l, const Problem &p, const float *A,
 }
 
 // ---- the ops ----------------------------------------------------------------
-
-const spw_tensor &input(spw_tensor *const *ins, int i, const char *what) {
-  if (!ins || !ins[i])
-    fail("operand %d (%s) is NULL", i, what);
-  return *ins[i];
-}
-
-spw_tensor &output(spw_tensor *const *outs, int i, const char *what) {
-  if (!outs || !outs[i])
-    fail("result %d (%s) is NULL", i, what);
-  return *outs[i];
-}
-
-void expect_dtype(const spw_tensor &t, int32_t dtype, const char *what) {
-  if (t.dtype != dtype)
-    fail("%s must be %s, got %s", what, dtype_name(dtype), dtype_name(t.dtype));
-}
-
-bool shape_is(const spw_tensor &t, const std::vector<int64_t> &dims) {
-  if (size_t(t.rank) != dims.size())
-    return false;
-  for (int i = 0; i < t.rank; ++i)
-    if (t.dims[i] != dims[size_t(i)])
-      return false;
-  return true;
-}
-
-void expect_shape(const spw_tensor &t, const std::vector<int64_t> &dims,
-                  const char *what) {
-  if (!shape_is(t, dims))
-    fail("%s has shape %s, expected %s", what, t.shape().c_str(),
-         shape_str(dims.data(), int(dims.size())).c_str());
-}
-
-// The CPU's broadcast_strides: strides of `t` (rank <= rank) aligned to the
-// last dims of `dims`, 0 where broadcast.
-std::array<int64_t, kMaxRank> broadcast_strides(const spw_tensor &t, int rank,
-                                                const int64_t *dims,
-                                                const char *what) {
-  std::array<int64_t, kMaxRank> s{};
-  if (t.rank > rank)
-    fail("%s of shape %s cannot broadcast to %s", what, t.shape().c_str(),
-         shape_str(dims, rank).c_str());
-  int64_t stride = 1;
-  for (int i = t.rank - 1; i >= 0; --i) {
-    const int d = rank - t.rank + i;
-    if (t.dims[i] == dims[d])
-      s[size_t(d)] = stride;
-    else if (t.dims[i] == 1)
-      s[size_t(d)] = 0;
-    else
-      fail("%s of shape %s cannot broadcast to %s", what, t.shape().c_str(),
-           shape_str(dims, rank).c_str());
-    stride *= t.dims[i];
-  }
-  return s;
-}
 
 void matmul_op(const Launch &l, spw_tensor *const *ins,
                spw_tensor *const *outs, const int64_t *, const double *) {

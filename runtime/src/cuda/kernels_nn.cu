@@ -23,6 +23,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
+#include "kernel_checks.h"
 
 #include <algorithm>
 #include <cmath>
@@ -31,6 +32,8 @@
 
 namespace spw::cuda {
 namespace {
+
+using namespace spw::checks;
 
 constexpr int64_t kWarpRowMax = 1024; // longer rows get a block each
 constexpr int kWarpsPerBlock = 8;     // warp-per-row blocks
@@ -689,81 +692,6 @@ __global__ void xent_grad_rows(const float *__restrict__ logits, XentArgs xa,
 }
 
 // ---- host side --------------------------------------------------------------
-
-const spw_tensor &input(spw_tensor *const *ins, int i, const char *what) {
-  if (!ins || !ins[i])
-    fail("operand %d (%s) is NULL", i, what);
-  return *ins[i];
-}
-
-spw_tensor &output(spw_tensor *const *outs, int i, const char *what) {
-  if (!outs || !outs[i])
-    fail("result %d (%s) is NULL", i, what);
-  return *outs[i];
-}
-
-const int64_t *need_iattrs(const int64_t *iattrs) {
-  if (!iattrs)
-    fail("integer attributes are NULL");
-  return iattrs;
-}
-
-void expect_dtype(const spw_tensor &t, int32_t dtype, const char *what) {
-  if (t.dtype != dtype)
-    fail("%s must be %s, got %s", what, dtype_name(dtype), dtype_name(t.dtype));
-}
-
-void expect_index_dtype(const spw_tensor &t, const char *what) {
-  if (t.dtype != SPW_I64 && t.dtype != SPW_I32)
-    fail("%s must be i64 or i32, got %s", what, dtype_name(t.dtype));
-}
-
-bool same_shape(const spw_tensor &a, const spw_tensor &b) {
-  if (a.rank != b.rank)
-    return false;
-  for (int i = 0; i < a.rank; ++i)
-    if (a.dims[i] != b.dims[i])
-      return false;
-  return true;
-}
-
-bool shape_is(const spw_tensor &t, const std::vector<int64_t> &dims) {
-  if (size_t(t.rank) != dims.size())
-    return false;
-  for (int i = 0; i < t.rank; ++i)
-    if (t.dims[i] != dims[size_t(i)])
-      return false;
-  return true;
-}
-
-void expect_shape(const spw_tensor &t, const std::vector<int64_t> &dims,
-                  const char *what) {
-  if (!shape_is(t, dims))
-    fail("%s has shape %s, expected %s", what, t.shape().c_str(),
-         shape_str(dims.data(), int(dims.size())).c_str());
-}
-
-void expect_like(const spw_tensor &t, const spw_tensor &ref, const char *what,
-                 const char *refname) {
-  if (t.dtype != ref.dtype || !same_shape(t, ref))
-    fail("%s is %s %s, but %s is %s %s", what, dtype_name(t.dtype),
-         t.shape().c_str(), refname, dtype_name(ref.dtype),
-         ref.shape().c_str());
-}
-
-int64_t axis_of(const spw_tensor &t, int64_t axis) {
-  if (axis < 0 || axis >= std::max<int64_t>(t.rank, 1) ||
-      (t.rank == 0 && axis != 0))
-    fail("axis %lld is out of range for rank %d", (long long)axis, t.rank);
-  return axis;
-}
-
-int64_t prod(const int64_t *dims, int64_t from, int64_t to) {
-  int64_t p = 1;
-  for (int64_t i = from; i < to; ++i)
-    p *= dims[i];
-  return p;
-}
 
 // Checks scale/bias against the normalized dims [axis, rank) of x.
 void check_norm_param(const spw_tensor &p, const spw_tensor &x, int64_t axis,

@@ -29,6 +29,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
+#include "kernel_checks.h"
 
 #include <algorithm>
 #include <array>
@@ -42,106 +43,13 @@
 namespace spw::cuda {
 namespace {
 
+using namespace spw::checks;
+
 constexpr int kThreads = 256;
 
 // ---- host-side checks (kernels_cpu.cpp's, message for message) -----------
 
-const spw_tensor &input(spw_tensor *const *ins, int i, const char *what) {
-  if (!ins || !ins[i])
-    fail("operand %d (%s) is NULL", i, what);
-  return *ins[i];
-}
-
-spw_tensor &output(spw_tensor *const *outs, int i, const char *what) {
-  if (!outs || !outs[i])
-    fail("result %d (%s) is NULL", i, what);
-  return *outs[i];
-}
-
-const int64_t *need_iattrs(const int64_t *iattrs) {
-  if (!iattrs)
-    fail("integer attributes are NULL");
-  return iattrs;
-}
-
-void expect_dtype(const spw_tensor &t, int32_t dtype, const char *what) {
-  if (t.dtype != dtype)
-    fail("%s must be %s, got %s", what, dtype_name(dtype), dtype_name(t.dtype));
-}
-
-void expect_index_dtype(const spw_tensor &t, const char *what) {
-  if (t.dtype != SPW_I64 && t.dtype != SPW_I32)
-    fail("%s must be i64 or i32, got %s", what, dtype_name(t.dtype));
-}
-
-bool shape_is(const spw_tensor &t, const std::vector<int64_t> &dims) {
-  if (size_t(t.rank) != dims.size())
-    return false;
-  for (int i = 0; i < t.rank; ++i)
-    if (t.dims[i] != dims[size_t(i)])
-      return false;
-  return true;
-}
-
-std::string vec_str(const std::vector<int64_t> &v) {
-  return shape_str(v.data(), int(v.size()));
-}
-
-void expect_shape(const spw_tensor &t, const std::vector<int64_t> &dims,
-                  const char *what) {
-  if (!shape_is(t, dims))
-    fail("%s has shape %s, expected %s", what, t.shape().c_str(),
-         vec_str(dims).c_str());
-}
-
-void expect_like(const spw_tensor &t, const spw_tensor &ref, const char *what,
-                 const char *refname) {
-  bool same = t.dtype == ref.dtype && t.rank == ref.rank;
-  for (int i = 0; same && i < t.rank; ++i)
-    same = t.dims[i] == ref.dims[i];
-  if (!same)
-    fail("%s is %s %s, but %s is %s %s", what, dtype_name(t.dtype),
-         t.shape().c_str(), refname, dtype_name(ref.dtype),
-         ref.shape().c_str());
-}
-
-int64_t axis_of(const spw_tensor &t, int64_t axis) {
-  if (axis < 0 || axis >= std::max<int64_t>(t.rank, 1) ||
-      (t.rank == 0 && axis != 0))
-    fail("axis %lld is out of range for rank %d", (long long)axis, t.rank);
-  return axis;
-}
-
-int64_t prod(const int64_t *dims, int64_t from, int64_t to) {
-  int64_t p = 1;
-  for (int64_t i = from; i < to; ++i)
-    p *= dims[i];
-  return p;
-}
-
 using Strides = std::array<int64_t, kMaxRank>;
-
-// kernels_cpu.cpp's broadcast_strides.
-Strides broadcast_strides(const spw_tensor &t, int rank, const int64_t *dims,
-                          const char *what) {
-  Strides s{};
-  if (t.rank > rank)
-    fail("%s of shape %s cannot broadcast to %s", what, t.shape().c_str(),
-         shape_str(dims, rank).c_str());
-  int64_t stride = 1;
-  for (int i = t.rank - 1; i >= 0; --i) {
-    int d = rank - t.rank + i;
-    if (t.dims[i] == dims[d])
-      s[size_t(d)] = stride;
-    else if (t.dims[i] == 1)
-      s[size_t(d)] = 0;
-    else
-      fail("%s of shape %s cannot broadcast to %s", what, t.shape().c_str(),
-           shape_str(dims, rank).c_str());
-    stride *= t.dims[i];
-  }
-  return s;
-}
 
 std::vector<int64_t> gather_shape(const spw_tensor &data,
                                   const spw_tensor &idx, int64_t axis) {
