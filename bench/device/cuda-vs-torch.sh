@@ -8,11 +8,16 @@
 # (spillway-cuda-bench: GEMMs against cuBLAS's best, attention TFLOP/s) and
 # PyTorch SDPA on the same attention shapes.
 #   here:        scripts/build.sh && bash scripts/device/prepare-cuda.sh --bench
-#   device tool: command "bash bench/device/cuda-vs-torch.sh"  carry ["build/device"]
+#   device tool: command "bash bench/device/cuda-vs-torch.sh --sizes 350M"  carry ["build/device"]
+#                then "bash bench/device/cuda-vs-torch.sh --sizes 1.3B --no-kernels" if time is left
+# (one command may run 600 s: each stage has a timeout and the script skips
+# what would start after --budget seconds, 540 by default; every log and
+# the JSON rows are written to $OUT as they come).
 # The executables come from here; their weights are regenerated there by
 # bench/make_gpt_onnx.py with the seed they were compiled from and passed as
 # .safetensors (bench/onnx_to_safetensors.py). Options: --sizes 350M,1.3B
-# --steps N (timed steps after 2 warm-up steps; default 8) --no-kernels.
+# --steps N (timed steps after 2 warm-up steps; default 8) --no-kernels
+# --budget SECONDS.
 # Output: a table last; JSON to $OUT/cuda-vs-torch.json and bench/results/.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -22,20 +27,30 @@ WORK=${WORK:-/tmp/spillway-bench}
 SIZES=350M,1.3B
 STEPS=8
 KERNELS=1
+BUDGET=540
 while [ $# -gt 0 ]; do
   case $1 in
     --sizes) SIZES=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --no-kernels) KERNELS=0; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --budget) BUDGET=$2; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "cuda-vs-torch: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$OUTDIR" "$WORK"
 . "$ROOT/scripts/device/cuda-env.sh"
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
-JSON=$WORK/rows.jsonl
+JSON=$OUTDIR/cuda-vs-torch-rows.jsonl
 : > "$JSON"
+# Whether a stage expected to take $1 seconds still fits in the budget.
+fits() {
+  if [ $((SECONDS + $1)) -gt "$BUDGET" ]; then
+    echo "cuda-vs-torch: skipping $2 (would end after the ${BUDGET} s budget; ${SECONDS} s used)"
+    return 1
+  fi
+}
+cat "$DEV/BUILD_INFO" 2>/dev/null || echo "no BUILD_INFO: build/device predates it"
 echo "== machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
 python3 -c 'import torch; print("torch", torch.__version__)' 2>&1
@@ -47,24 +62,37 @@ for size in "${SIZE_LIST[@]}"; do
   EXE=$DEV/bench-$size
   [ -n "$D" ] && [ -x "$EXE" ] || { echo "cuda-vs-torch: no $EXE (run scripts/device/prepare-cuda.sh --bench here and carry build/device)" >&2; continue; }
   m=$WORK/$size
+  fits 240 "$size" || continue
   echo "== $size: weights (bench/make_gpt_onnx.py, seed 0) and PyTorch"
   if [ ! -f "$m/weights.safetensors" ]; then
-    python3 "$ROOT/bench/make_gpt_onnx.py" --out "$m" --layers 24 --d-model "$D" --heads 16 \
-      --vocab 50304 --seq 1024 --batch 8 --seed 0 > /dev/null &&
-    python3 "$ROOT/bench/onnx_to_safetensors.py" "$m/gpt.onnx" "$m/weights.safetensors" &&
+    if ! timeout 240 python3 "$ROOT/bench/make_gpt_onnx.py" --out "$m" --layers 24 --d-model "$D" \
+         --heads 16 --vocab 50304 --seq 1024 --batch 8 --seed 0 > /dev/null ||
+       ! timeout 240 python3 "$ROOT/bench/onnx_to_safetensors.py" "$m/gpt.onnx" "$m/weights.safetensors"; then
+      echo "cuda-vs-torch: could not make the $size weights; skipping it" >&2
+      echo "{\"size\": \"$size\", \"spillway_error\": \"weights not made\"}" >> "$JSON"
+      continue
+    fi
     rm -f "$m/gpt.onnx.data"
   fi
   N=$(python3 -c "import json; print(json.load(open('$m/config.json'))['params'])")
-  timeout 300 python3 "$ROOT/bench/torch_gpt_baseline.py" --d-model "$D" --layers 24 --heads 16 \
-    --vocab 50304 --seq 1024 --batch 8 --steps "$STEPS" --name "gpt-$size" > "$m/torch.json"
-  cat "$m/torch.json"
-  echo "== $size: Spillway (--target cuda, bf16 products)"
-  timeout 400 "$EXE" --input tokens="$m/tokens.npy" --input targets="$m/targets.npy" \
-    --weights "$m/weights.safetensors" --steps $((STEPS + 2)) --print-every 1 | tee "$m/spillway.log" | tail -6
-  python3 - "$size" "$N" "$m/spillway.log" "$m/torch.json" >> "$JSON" <<'PY'
+  log=$OUTDIR/cuda-vs-torch-$size
+  if fits 150 "PyTorch $size"; then
+    timeout 150 python3 "$ROOT/bench/torch_gpt_baseline.py" --d-model "$D" --layers 24 --heads 16 \
+      --vocab 50304 --seq 1024 --batch 8 --steps "$STEPS" --name "gpt-$size" > "$log-torch.json" 2> "$log-torch.err"
+    cat "$log-torch.json" "$log-torch.err"
+  fi
+  if fits 200 "Spillway $size"; then
+    echo "== $size: Spillway (--target cuda, bf16 products)"
+    timeout 200 "$EXE" --input tokens="$m/tokens.npy" --input targets="$m/targets.npy" \
+      --weights "$m/weights.safetensors" --steps $((STEPS + 2)) --print-every 1 2>&1 | tee "$log-spillway.log" | tail -6
+  fi
+  python3 - "$size" "$N" "$log-spillway.log" "$log-torch.json" >> "$JSON" <<'PY'
 import json, re, sys
 size, n, log, tj = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-text = open(log).read()
+try:
+    text = open(log).read()
+except OSError:
+    text = "not run (time budget)"
 m = re.search(r"steady state: ([0-9.]+) s/step", text)
 row = {"size": size, "params": n, "tokens_per_step": 8 * 1024}
 if m:
@@ -85,12 +113,12 @@ print(json.dumps(row))
 PY
 done
 
-if [ "$KERNELS" = 1 ] && [ -x "$DEV/spillway-cuda-bench" ]; then
+if [ "$KERNELS" = 1 ] && [ -x "$DEV/spillway-cuda-bench" ] && fits 150 "the kernel benchmarks"; then
   echo "== kernels: spillway-cuda-bench (GEMMs vs cuBLAS's best, attention)"
-  timeout 300 "$DEV/spillway-cuda-bench" --d-model 1024 | tee "$WORK/kernels.log" | grep -v '^json: '
-  grep '^json: ' "$WORK/kernels.log" | sed 's/^json: //' >> "$JSON"
+  timeout 120 "$DEV/spillway-cuda-bench" --d-model 1024 2>&1 | tee "$OUTDIR/cuda-bench.log" | grep -v '^json: '
+  grep '^json: ' "$OUTDIR/cuda-bench.log" | sed 's/^json: //' >> "$JSON"
   echo "== kernels: PyTorch SDPA on the same attention shapes (bf16)"
-  python3 - >> "$JSON" <<'PY'
+  timeout 60 python3 - >> "$JSON" <<'PY'
 import json, torch, torch.nn.functional as F
 for hd in (64, 128):
     B, H, S = 8, 1024 // hd, 1024

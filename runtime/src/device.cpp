@@ -358,6 +358,10 @@ private:
       const spw_tensor *t = ts ? ts[i] : nullptr;
       if (!t)
         continue;
+      if (!t->data && t->numel > 0)
+        fail("%s %d (%s %s) of %s was released (spw_release) before this "
+             "use",
+             what, i, dtype_name(t->dtype), t->shape().c_str(), op_name(op));
       if (!t->on_device)
         fail("%s %d (%s %s) of %s is in host memory: the runtime did not "
              "place it on the device",

@@ -863,6 +863,7 @@ spw_tensor *spw_gradient(spw_ctx *ctx, int32_t param, int32_t layer,
     const spw_tensor &v = *ctx->params[size_t(param)].value;
     ctx->step_tensors.push_back(make_tensor(v.dtype, v.rank, v.dims, "gradient"));
     spw_tensor *g = ctx->step_tensors.back().get();
+    g->releasable = true; // a copy: spw_release may free it
     const float *src =
         reinterpret_cast<const float *>(t.address(b, tier) + b.offsets[i]);
     float *dst = g->as<float>();
@@ -949,6 +950,7 @@ spw_tensor *spw_take_activation(spw_ctx *ctx, int32_t index, int32_t dtype,
     ctx->step_tensors.push_back(make_tensor(b.dtype, b.rank, b.dims,
                                             "activation"));
     spw_tensor *x = ctx->step_tensors.back().get();
+    x->releasable = true; // a copy: spw_release may free it
     std::memcpy(x->data, t.address(b, int(Tier::Gpu)), b.bytes);
     out = x;
   });

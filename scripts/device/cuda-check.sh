@@ -37,9 +37,9 @@ train_pair() { # name exe tolerance [extra flags]
   local name=$1 exe=$2 tol=$3; shift 3
   local I="--input tokens=$DEV/tokens.npy --input targets=$DEV/targets.npy --weights $DEV/gpt-fp32.weights"
   echo "== $name: 50 steps on the CPU and on the GPU"
-  timeout 120 "$DEV/$exe" $I --steps 50 --device cpu --log-json "$OUTDIR/$name-cpu.jsonl" "$@" | tail -2
+  timeout 60 "$DEV/$exe" $I --steps 50 --device cpu --log-json "$OUTDIR/$name-cpu.jsonl" "$@" | tail -2
   local c=${PIPESTATUS[0]}
-  timeout 120 "$DEV/$exe" $I --steps 50 --device cuda --log-json "$OUTDIR/$name-gpu.jsonl" "$@" | tail -6
+  timeout 60 "$DEV/$exe" $I --steps 50 --device cuda --log-json "$OUTDIR/$name-gpu.jsonl" "$@" 2>&1 | tail -6
   local g=${PIPESTATUS[0]}
   if [ "$c" != 0 ] || [ "$g" != 0 ]; then
     record "$name" FAIL "exit status cpu $c, gpu $g"; return 1
@@ -64,9 +64,10 @@ PY
   echo "== machine"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 || echo "nvidia-smi: not found"
   echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+  cat "$DEV/BUILD_INFO" 2>/dev/null || echo "no BUILD_INFO: build/device predates it"
   failed=0
   echo "== spillway-cuda-check"
-  timeout 300 "$DEV/spillway-cuda-check" > "$OUTDIR/kernels.log" 2>&1
+  timeout 240 "$DEV/spillway-cuda-check" > "$OUTDIR/kernels.log" 2>&1
   rc=$?
   grep -v "^ok " "$OUTDIR/kernels.log"
   record "kernels (spillway-cuda-check)" "$([ $rc = 0 ] && echo ok || echo FAIL)" \

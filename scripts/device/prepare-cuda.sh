@@ -21,7 +21,7 @@ BIN=$ROOT/build/bin
 OUTDIR=$ROOT/build/device
 BENCH=0
 [ "${1:-}" = "--bench" ] && BENCH=1
-for t in spillwayc spillway-cuda-check; do
+for t in spillwayc spillway-cuda-check spillway-cuda-bench; do
   [ -x "$BIN/$t" ] || { echo "prepare-cuda: $BIN/$t missing: run scripts/build.sh where nvcc is" >&2; exit 1; }
 done
 rm -rf "$OUTDIR" && mkdir -p "$OUTDIR"
@@ -50,6 +50,12 @@ if [ "$BENCH" = 1 ]; then
     rm -f "$d/exe.weights" # regenerated there
   done
 fi
-strip "$OUTDIR"/gpt-* "$OUTDIR"/bench-* 2>/dev/null || true
+strip "$OUTDIR"/gpt-fp32 "$OUTDIR"/gpt-bf16 "$OUTDIR"/gpt-foam "$OUTDIR"/bench-* 2>/dev/null || true
+# What the GPU machine's scripts print first: which code they run.
+{
+  echo "commit $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "uncommitted files: $(git -C "$ROOT" status --porcelain 2>/dev/null | wc -l)"
+  echo "prepared $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+} > "$OUTDIR/BUILD_INFO"
 du -sh "$OUTDIR"
 ls -la "$OUTDIR"

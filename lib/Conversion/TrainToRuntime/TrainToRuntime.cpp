@@ -526,12 +526,27 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
   const bool views = llvm::none_of(step.getBody().front(), [](Operation &op) {
     return isa<sched::SchedDialect>(op.getDialect());
   });
+  // Which reshapes are views, and the tensor each view's memory is (its
+  // root). A parameter is not viewed: its optimizer update writes it in
+  // place, and a reshape is a snapshot.
+  DenseMap<Value, Value> rootOf;
+  auto root = [&](Value v) { return rootOf.lookup(v) ? rootOf.lookup(v) : v; };
+  DenseSet<Operation *> viewOps;
+  if (views)
+    for (Operation &op : step.getBody().front())
+      if (auto reshape = dyn_cast<ReshapeOp>(op)) {
+        Value r = root(reshape.getInput());
+        if (r.getDefiningOp<ParamValueOp>())
+          continue;
+        viewOps.insert(&op);
+        rootOf[reshape.getResult()] = r;
+      }
   DenseMap<Operation *, KernelCall> kernels;
   for (Operation &op : step.getBody().front()) {
     if (isa<func::ReturnOp, ParamValueOp, ConstantOp, ParamGradOp, AdamWOp,
             AdamWDeferOp, AdamWApplyPendingOp, FoamOp>(op))
       continue;
-    if (views && isa<ReshapeOp>(op))
+    if (viewOps.count(&op))
       continue;
     if (isa<sched::SchedDialect>(op.getDialect())) {
       // stage_grads passes its gradients through the inputs array.
@@ -549,17 +564,14 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
   // runtime can reuse their memory within the step: kernel results and
   // constants, except what the return hands to the runtime (the loss, the
   // outputs). A result nobody reads goes right after its op.
-  // A view's uses are uses of the tensor it views (its root).
+  // A view's uses are uses of the tensor it views (its root). The offload
+  // plan's gradients and taken activations are copies too.
   DenseSet<Value> releasable;
-  DenseMap<Value, Value> rootOf;
-  auto root = [&](Value v) { return rootOf.lookup(v) ? rootOf.lookup(v) : v; };
-  for (Operation &op : step.getBody().front()) {
-    if (kernels.count(&op) || isa<ConstantOp>(op))
+  for (Operation &op : step.getBody().front())
+    if (kernels.count(&op) ||
+        isa<ConstantOp, sched::GradientOp, sched::TakeActivationOp>(op))
       for (Value r : op.getResults())
         releasable.insert(r);
-    if (views && isa<ReshapeOp>(op))
-      rootOf[op.getResult(0)] = root(op.getOperand(0));
-  }
   DenseMap<Value, Operation *> lastUse;
   for (Operation &op : step.getBody().front())
     for (Value v : op.getOperands())
@@ -657,7 +669,7 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
            dataConstant(dense)});
       continue;
     }
-    if (auto reshape = dyn_cast<ReshapeOp>(op); reshape && views) {
+    if (auto reshape = dyn_cast<ReshapeOp>(op); reshape && viewOps.count(&op)) {
       auto type = cast<RankedTensorType>(reshape.getType());
       auto dtype = dtypeOf(&op, type.getElementType());
       if (failed(dtype))

@@ -117,6 +117,9 @@ public:
   }
 
   void *step_alloc(int64_t bytes, const char *what) override {
+    // Queued AdamW updates read gradients that may just have been released:
+    // launch them before the memory can be handed out again.
+    flush_adamw();
     if (!arena_)
       reserve_arena();
     const int64_t at = books_.allocate(bytes);
@@ -359,12 +362,19 @@ private:
 
   void check_on_device(Op op, spw_tensor *const *ts, int n,
                        const char *what) const {
-    for (int i = 0; i < n; ++i)
-      if (ts && ts[i] && !ts[i]->on_device)
+    for (int i = 0; i < n; ++i) {
+      const spw_tensor *t = ts ? ts[i] : nullptr;
+      if (!t)
+        continue;
+      if (!t->data && t->numel > 0)
+        fail("%s %d (%s %s) of %s was released (spw_release) before this "
+             "use",
+             what, i, dtype_name(t->dtype), t->shape().c_str(), op_name(op));
+      if (!t->on_device)
         fail("%s %d (%s %s) of %s is in host memory: the runtime did not "
              "place it on the GPU",
-             what, i, dtype_name(ts[i]->dtype), ts[i]->shape().c_str(),
-             op_name(op));
+             what, i, dtype_name(t->dtype), t->shape().c_str(), op_name(op));
+    }
   }
 
   // The op on host copies with its CPU kernel: correct, slow, and counted.
