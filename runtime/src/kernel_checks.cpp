@@ -121,4 +121,33 @@ std::vector<int64_t> broadcast_shape(const spw_tensor &a, const spw_tensor &b) {
   return out;
 }
 
+std::vector<int64_t>
+broadcast_all(std::initializer_list<const spw_tensor *> ts) {
+  int r = 0;
+  for (const spw_tensor *t : ts)
+    r = std::max(r, t->rank);
+  std::vector<int64_t> out(size_t(r), 1);
+  for (const spw_tensor *t : ts)
+    for (int i = 0; i < t->rank; ++i) {
+      int64_t &o = out[size_t(r - t->rank + i)];
+      const int64_t d = t->dims[i];
+      if (d == o || d == 1)
+        continue;
+      if (o == 1) {
+        o = d;
+        continue;
+      }
+      std::string shapes;
+      size_t k = 0;
+      for (const spw_tensor *u : ts) {
+        if (k)
+          shapes += k + 1 == ts.size() ? " and " : ", ";
+        shapes += u->shape();
+        ++k;
+      }
+      fail("shapes %s are not broadcast-compatible", shapes.c_str());
+    }
+  return out;
+}
+
 } // namespace spw::checks

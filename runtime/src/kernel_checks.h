@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,10 @@ std::array<int64_t, kMaxRank> broadcast_strides(const spw_tensor &t, int rank,
                                                 const char *what);
 // numpy's broadcast of two shapes.
 std::vector<int64_t> broadcast_shape(const spw_tensor &a, const spw_tensor &b);
+// numpy's broadcast of all of `ts`' shapes (for two, broadcast_shape's
+// message).
+std::vector<int64_t>
+broadcast_all(std::initializer_list<const spw_tensor *> ts);
 
 } // namespace spw::checks
 

@@ -22,20 +22,6 @@ namespace {
 
 using Dims = std::vector<int64_t>;
 
-int64_t count(const Dims &d) {
-  int64_t n = 1;
-  for (int64_t v : d)
-    n *= v;
-  return n;
-}
-
-std::string dims_str(const Dims &d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i)
-    s += (i ? "," : "") + std::to_string(d[i]);
-  return s + "]";
-}
-
 template <class T>
 HostTensor from_values(int32_t dtype, const Dims &dims,
                        const std::vector<T> &v) {

@@ -32,13 +32,6 @@ std::string num_str(double v) {
   return buf;
 }
 
-std::string dims_str(const std::vector<int64_t> &d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i)
-    s += (i ? "," : "") + std::to_string(d[i]);
-  return s + "]";
-}
-
 void add_matmul(CaseList &cases, Rng &rng, const std::vector<int64_t> &a,
                 const std::vector<int64_t> &b, const std::vector<int64_t> &y) {
   OpCase c;

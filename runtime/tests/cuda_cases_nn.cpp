@@ -34,13 +34,6 @@ namespace {
 
 constexpr double kTol = 1e-5;
 
-std::string dims_str(const std::vector<int64_t> &d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i)
-    s += (i ? "," : "") + std::to_string(d[i]);
-  return s + "]";
-}
-
 std::vector<int64_t> tail(const std::vector<int64_t> &d, int64_t axis) {
   return std::vector<int64_t>(d.begin() + axis, d.end());
 }

@@ -24,6 +24,17 @@ int64_t HostTensor::numel() const {
   return n;
 }
 
+int64_t count(const std::vector<int64_t> &dims) {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    n *= d;
+  return n;
+}
+
+std::string dims_str(const std::vector<int64_t> &dims) {
+  return shape_str(dims.data(), int(dims.size()));
+}
+
 namespace {
 HostTensor empty_like(int32_t dtype, std::vector<int64_t> dims) {
   HostTensor t;

@@ -67,6 +67,10 @@ struct OpCase {
 
 using CaseList = std::vector<OpCase>;
 
+// For the case files: a shape's element count, and "[2,3]".
+int64_t count(const std::vector<int64_t> &dims);
+std::string dims_str(const std::vector<int64_t> &dims);
+
 // Runs every case whose label contains `only` through `dctx` (a context
 // with a device) and a CPU context, printing one line per case; `exact`
 // (the loopback device) requires identical bits. Returns the failures.

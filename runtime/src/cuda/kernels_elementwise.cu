@@ -43,37 +43,6 @@ constexpr int kThreads = 256;
 
 // ---- host-side checks (kernels_cpu.cpp's, message for message) -----------
 
-// The numpy broadcast of all of `ts`' shapes (kernels_cpu.cpp's
-// broadcast_all; for two operands its message is broadcast_shape's).
-std::vector<int64_t>
-broadcast_all(std::initializer_list<const spw_tensor *> ts) {
-  int r = 0;
-  for (const spw_tensor *t : ts)
-    r = std::max(r, t->rank);
-  std::vector<int64_t> out(size_t(r), 1);
-  for (const spw_tensor *t : ts)
-    for (int i = 0; i < t->rank; ++i) {
-      int64_t &o = out[size_t(r - t->rank + i)];
-      const int64_t d = t->dims[i];
-      if (d == o || d == 1)
-        continue;
-      if (o == 1) {
-        o = d;
-        continue;
-      }
-      std::string shapes;
-      size_t k = 0;
-      for (const spw_tensor *u : ts) {
-        if (k)
-          shapes += k + 1 == ts.size() ? " and " : ", ";
-        shapes += u->shape();
-        ++k;
-      }
-      fail("shapes %s are not broadcast-compatible", shapes.c_str());
-    }
-  return out;
-}
-
 int64_t gelu_mode(const int64_t *iattrs) {
   int64_t approx = need_iattrs(iattrs)[0];
   if (approx != 0 && approx != 1)
