@@ -156,6 +156,50 @@ int64_t ArenaAllocator::largest_free() const {
   return m;
 }
 
+void check_kernel_tensors(Op op, spw_tensor *const *ts, int n,
+                          const char *what) {
+  for (int i = 0; i < n; ++i) {
+    const spw_tensor *t = ts ? ts[i] : nullptr;
+    if (!t)
+      continue;
+    if (!t->data && t->numel > 0)
+      fail("%s %d (%s %s) of %s was released (spw_release) before this use",
+           what, i, dtype_name(t->dtype), t->shape().c_str(), op_name(op));
+    // A host tensor here means the runtime forgot an upload.
+    if (!t->on_device)
+      fail("%s %d (%s %s) of %s is in host memory: the runtime did not "
+           "place it on the device",
+           what, i, dtype_name(t->dtype), t->shape().c_str(), op_name(op));
+  }
+}
+
+void run_on_host_copies(Device &d, Op op, KernelEntry host, spw_ctx *ctx,
+                        spw_tensor *const *ins, spw_tensor *const *outs,
+                        const Arity &a, const int64_t *iattrs,
+                        const double *fattrs) {
+  std::vector<std::unique_ptr<spw_tensor>> owned;
+  std::vector<spw_tensor *> hin(size_t(a.ins), nullptr);
+  std::vector<spw_tensor *> hout(size_t(a.outs), nullptr);
+  auto twin = [&](const spw_tensor *t) {
+    owned.push_back(make_tensor(t->dtype, t->rank, t->dims, op_name(op)));
+    return owned.back().get();
+  };
+  for (int i = 0; i < a.ins; ++i)
+    if (ins[i]) {
+      hin[size_t(i)] = twin(ins[i]);
+      d.download(hin[size_t(i)]->data, ins[i]->data, ins[i]->bytes());
+    }
+  for (int i = 0; i < a.outs; ++i)
+    if (outs[i]) {
+      hout[size_t(i)] = twin(outs[i]);
+      std::memset(hout[size_t(i)]->data, 0xff, size_t(outs[i]->bytes()));
+    }
+  host(ctx, hin.data(), hout.data(), iattrs, fattrs);
+  for (int i = 0; i < a.outs; ++i)
+    if (outs[i])
+      d.upload(outs[i]->data, hout[size_t(i)]->data, outs[i]->bytes());
+}
+
 void run_on_device(spw_ctx *ctx, Op op, KernelEntry host,
                    spw_tensor *const *ins, spw_tensor *const *outs,
                    const int64_t *iattrs, const double *fattrs) {
@@ -267,35 +311,11 @@ public:
   void run(Op op, KernelEntry host, spw_ctx *ctx, spw_tensor *const *ins,
            spw_tensor *const *outs, const int64_t *iattrs,
            const double *fattrs) override {
-    // A kernel's tensors are all device tensors: a host one here means
-    // the runtime forgot an upload.
     const Arity a = op_arity(op, iattrs);
     check_tensors(op, ins, a.ins, "input");
     check_tensors(op, outs, a.outs, "output");
-    // The CPU kernel on host copies, as CudaDevice runs an op it has no
-    // kernel for; outputs start as NaN bytes.
-    std::vector<std::unique_ptr<spw_tensor>> owned;
-    std::vector<spw_tensor *> hin(size_t(a.ins), nullptr);
-    std::vector<spw_tensor *> hout(size_t(a.outs), nullptr);
-    auto twin = [&](const spw_tensor *t) {
-      owned.push_back(make_tensor(t->dtype, t->rank, t->dims, op_name(op)));
-      return owned.back().get();
-    };
-    for (int i = 0; i < a.ins; ++i)
-      if (ins[i]) {
-        hin[size_t(i)] = twin(ins[i]);
-        download(hin[size_t(i)]->data, ins[i]->data, ins[i]->bytes());
-      }
-    for (int i = 0; i < a.outs; ++i)
-      if (outs[i]) {
-        hout[size_t(i)] = twin(outs[i]);
-        std::memset(hout[size_t(i)]->data, kPoison,
-                    size_t(outs[i]->bytes()));
-      }
-    host(ctx, hin.data(), hout.data(), iattrs, fattrs);
-    for (int i = 0; i < a.outs; ++i)
-      if (outs[i])
-        upload(outs[i]->data, hout[size_t(i)]->data, outs[i]->bytes());
+    // As CudaDevice runs an op it has no kernel for.
+    run_on_host_copies(*this, op, host, ctx, ins, outs, a, iattrs, fattrs);
   }
 
   void adamw(float *w, float *m, float *v, const float *g, int64_t n,
@@ -352,22 +372,13 @@ private:
       fail("loopback device: %s of %lld bytes at %p outside device memory",
            what, (long long)bytes, p);
   }
+  // The shared checks, and that the memory is this device's.
   void check_tensors(Op op, spw_tensor *const *ts, int n,
                      const char *what) const {
-    for (int i = 0; i < n; ++i) {
-      const spw_tensor *t = ts ? ts[i] : nullptr;
-      if (!t)
-        continue;
-      if (!t->data && t->numel > 0)
-        fail("%s %d (%s %s) of %s was released (spw_release) before this "
-             "use",
-             what, i, dtype_name(t->dtype), t->shape().c_str(), op_name(op));
-      if (!t->on_device)
-        fail("%s %d (%s %s) of %s is in host memory: the runtime did not "
-             "place it on the device",
-             what, i, dtype_name(t->dtype), t->shape().c_str(), op_name(op));
-      check_device(t->data, t->bytes(), op_name(op));
-    }
+    check_kernel_tensors(op, ts, n, what);
+    for (int i = 0; i < n; ++i)
+      if (ts && ts[i])
+        check_device(ts[i]->data, ts[i]->bytes(), op_name(op));
   }
 };
 

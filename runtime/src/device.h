@@ -154,6 +154,17 @@ public:
   virtual std::string host_fallbacks() const = 0;
 };
 
+// What every device's run() does first: each of a kernel's n tensors (ins
+// or outs) is a device tensor that has not been released; throws otherwise.
+void check_kernel_tensors(Op op, spw_tensor *const *ts, int n,
+                          const char *what);
+// Runs `host` (the op's CPU kernel) on host copies of the device tensors:
+// inputs downloaded, outputs starting as NaN bytes and uploaded after.
+void run_on_host_copies(Device &d, Op op, KernelEntry host, spw_ctx *ctx,
+                        spw_tensor *const *ins, spw_tensor *const *outs,
+                        const Arity &a, const int64_t *iattrs,
+                        const double *fattrs);
+
 // The loopback device: host memory, the CPU kernels, the CPU optimizer
 // arithmetic. `arena_bytes` sizes its step arena.
 std::unique_ptr<Device> make_loopback_device(int64_t arena_bytes,

@@ -231,8 +231,8 @@ public:
            const double *fattrs) override {
     flush_adamw();
     const Arity a = op_arity(op, iattrs);
-    check_on_device(op, ins, a.ins, "input");
-    check_on_device(op, outs, a.outs, "output");
+    check_kernel_tensors(op, ins, a.ins, "input");
+    check_kernel_tensors(op, outs, a.outs, "output");
     if (Kernel k = kernel_for(op)) {
       Launch l;
       l.stream = compute_;
@@ -245,7 +245,9 @@ public:
       k(l, ins, outs, iattrs, fattrs);
       return;
     }
-    run_on_host(op, host, ctx, ins, outs, a, iattrs, fattrs);
+    // No kernel: the CPU one on host copies; correct, slow, and counted.
+    ++fallbacks_[op];
+    run_on_host_copies(*this, op, host, ctx, ins, outs, a, iattrs, fattrs);
   }
 
   void adamw(float *w, float *m, float *v, const float *g, int64_t n,
@@ -358,50 +360,6 @@ private:
     ts.swap(pending_);
     adamw_multi(ts, pending_scalars_, table_dev_, compute_, table_host_);
     SPW_CUDA(cudaEventRecord(table_done_, compute_));
-  }
-
-  void check_on_device(Op op, spw_tensor *const *ts, int n,
-                       const char *what) const {
-    for (int i = 0; i < n; ++i) {
-      const spw_tensor *t = ts ? ts[i] : nullptr;
-      if (!t)
-        continue;
-      if (!t->data && t->numel > 0)
-        fail("%s %d (%s %s) of %s was released (spw_release) before this "
-             "use",
-             what, i, dtype_name(t->dtype), t->shape().c_str(), op_name(op));
-      if (!t->on_device)
-        fail("%s %d (%s %s) of %s is in host memory: the runtime did not "
-             "place it on the GPU",
-             what, i, dtype_name(t->dtype), t->shape().c_str(), op_name(op));
-    }
-  }
-
-  // The op on host copies with its CPU kernel: correct, slow, and counted.
-  void run_on_host(Op op, KernelEntry host, spw_ctx *ctx,
-                   spw_tensor *const *ins, spw_tensor *const *outs,
-                   const Arity &a, const int64_t *iattrs,
-                   const double *fattrs) {
-    ++fallbacks_[op];
-    std::vector<std::unique_ptr<spw_tensor>> owned;
-    std::vector<spw_tensor *> hin(size_t(a.ins), nullptr);
-    std::vector<spw_tensor *> hout(size_t(a.outs), nullptr);
-    auto twin = [&](const spw_tensor *t) {
-      owned.push_back(make_tensor(t->dtype, t->rank, t->dims, op_name(op)));
-      return owned.back().get();
-    };
-    for (int i = 0; i < a.ins; ++i)
-      if (ins[i]) {
-        hin[size_t(i)] = twin(ins[i]);
-        download(hin[size_t(i)]->data, ins[i]->data, ins[i]->bytes());
-      }
-    for (int i = 0; i < a.outs; ++i)
-      if (outs[i])
-        hout[size_t(i)] = twin(outs[i]);
-    host(ctx, hin.data(), hout.data(), iattrs, fattrs);
-    for (int i = 0; i < a.outs; ++i)
-      if (outs[i])
-        upload(outs[i]->data, hout[size_t(i)]->data, outs[i]->bytes());
   }
 };
 
