@@ -310,8 +310,12 @@ void binary_same_f32(spw_tensor *const *ins, spw_tensor *const *outs,
 template <class T> void neg_typed(const spw_tensor &x, spw_tensor &y) {
   const T *px = x.as<T>();
   T *py = y.as<T>();
-  for (int64_t i = 0; i < x.numel; ++i)
-    py[i] = T(0) - px[i];
+  for (int64_t i = 0; i < x.numel; ++i) {
+    if constexpr (std::is_floating_point_v<T>)
+      py[i] = -px[i]; // flips the sign bit: -(+0) is -0 (0 - x would be +0)
+    else
+      py[i] = T(0) - px[i];
+  }
 }
 
 int64_t gelu_mode(const int64_t *iattrs) {
@@ -649,7 +653,11 @@ template <class T>
 void sum_into(const spw_tensor &x, spw_tensor &y, const int64_t *ys,
               double scale) {
   using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
-  std::vector<Acc> acc(size_t(y.numel), Acc(0));
+  // Floats start at -0, the identity of IEEE addition: a sum of -0s is -0
+  // (as onnxruntime's and numpy's), anything else is what +0 would give.
+  std::vector<Acc> acc(size_t(y.numel), std::is_floating_point_v<T> && x.numel > 0
+                                            ? Acc(-0.0)
+                                            : Acc(0));
   const T *px = x.as<T>();
   for_each_index<1>(x.rank, x.dims, {ys},
                     [&](int64_t i, const std::array<int64_t, 1> &o) {
@@ -1620,7 +1628,9 @@ SPW_KERNEL_DEF(neg) {
 SPW_KERNEL_DEF(relu) {
   (void)iattrs, (void)fattrs;
   guarded(ctx, "relu", [&] {
-    unary_f32(ins, outs, [](float v) { return v > 0.0f ? v : 0.0f; });
+    // max(x, 0) as ONNX and onnxruntime: NaN stays NaN and -0 stays -0
+    // (`v > 0 ? v : 0` made both +0).
+    unary_f32(ins, outs, [](float v) { return v < 0.0f ? 0.0f : v; });
   });
 }
 SPW_KERNEL_DEF(tanh) {
@@ -1679,8 +1689,12 @@ SPW_KERNEL_DEF(broadcast_to) {
 SPW_KERNEL_DEF(relu_grad) {
   (void)iattrs, (void)fattrs;
   guarded(ctx, "relu_grad", [&] {
-    binary_same_f32(ins, outs, "x", "dy",
-                    [](float x, float dy) { return x > 0.0f ? dy : 0.0f; });
+    // A NaN in x or dy gives NaN, not a silent 0 where x <= 0 or x is NaN.
+    binary_same_f32(ins, outs, "x", "dy", [](float x, float dy) {
+      if (std::isnan(x))
+        return x;
+      return x > 0.0f || std::isnan(dy) ? dy : 0.0f;
+    });
   });
 }
 SPW_KERNEL_DEF(tanh_grad) {

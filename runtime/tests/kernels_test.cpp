@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 
@@ -1363,6 +1364,169 @@ TEST(Grad, AttentionGqaCausalAndNot) {
   EXPECT_ERR(call(spw_op_attention_grad, {tq.get(), tk.get(), tv.get(), tq.get()},
                   {dq.get(), dq.get(), dv.get()}, {0}, {scale}),
              "dk is f32 [2,4,4,3], but k is f32 [2,2,4,3]");
+}
+
+// ---- special values (NaN, +-Inf, -0) ------------------------------------------
+//
+// test/e2e/special-values.test checks the forward kernels against
+// onnxruntime through a compiled model; these check what a model cannot
+// reach: the backward kernels, which must pass a NaN on (a NaN input never
+// gives a silently finite gradient), and the sign bits of the forward fixes.
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+bool bits_equal(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+
+TEST(SpecialValues, ReluKeepsNaNAndNegativeZero) {
+  auto x = f32({6}, {kNaN, kInf, -kInf, -0.0f, 0.0f, -3.0f});
+  auto y = make(SPW_F32, {6});
+  ASSERT_EQ(call(spw_op_relu, {x.get()}, {y.get()}), "");
+  const float *p = y->as<float>();
+  EXPECT_TRUE(std::isnan(p[0]));
+  EXPECT_EQ(p[1], kInf);
+  EXPECT_TRUE(bits_equal(p[2], 0.0f));
+  EXPECT_TRUE(bits_equal(p[3], -0.0f)); // max(-0, 0) is x, as onnxruntime
+  EXPECT_TRUE(bits_equal(p[4], 0.0f));
+  EXPECT_TRUE(bits_equal(p[5], 0.0f));
+}
+
+TEST(SpecialValues, NegFlipsTheSignOfZero) {
+  auto x = f32({3}, {0.0f, -0.0f, kNaN}), y = make(SPW_F32, {3});
+  ASSERT_EQ(call(spw_op_neg, {x.get()}, {y.get()}), "");
+  EXPECT_TRUE(bits_equal(y->as<float>()[0], -0.0f));
+  EXPECT_TRUE(bits_equal(y->as<float>()[1], 0.0f));
+  EXPECT_TRUE(std::isnan(y->as<float>()[2]));
+}
+
+TEST(SpecialValues, SumOfNegativeZerosIsNegativeZero) {
+  auto x = f32({3, 2}, {-0.0f, -0.0f, -0.0f, 0.0f, kInf, -kInf});
+  auto y = make(SPW_F32, {3});
+  for (Kernel k : {spw_op_reduce_sum, spw_op_reduce_mean}) {
+    ASSERT_EQ(call(k, {x.get()}, {y.get()}, {1, 1}), "");
+    EXPECT_TRUE(bits_equal(y->as<float>()[0], -0.0f));
+    EXPECT_TRUE(bits_equal(y->as<float>()[1], 0.0f));
+    EXPECT_TRUE(std::isnan(y->as<float>()[2]));
+  }
+  // sum_to_shape (the gradient of a broadcast) sums the same way.
+  auto x2 = f32({2, 2}, {-0.0f, -0.0f, -0.0f, 0.0f}), col = make(SPW_F32, {1, 2});
+  ASSERT_EQ(call(spw_op_sum_to_shape, {x2.get()}, {col.get()}), "");
+  EXPECT_TRUE(bits_equal(col->as<float>()[0], -0.0f));
+  EXPECT_TRUE(bits_equal(col->as<float>()[1], 0.0f));
+}
+
+TEST(SpecialValues, ReduceMaxPropagatesNaNAnywhere) {
+  auto x = f32({3, 3}, {kNaN, 1, 2, 1, 2, kNaN, -kInf, kInf, 1});
+  auto y = make(SPW_F32, {3});
+  ASSERT_EQ(call(spw_op_reduce_max, {x.get()}, {y.get()}, {1, 1}), "");
+  EXPECT_TRUE(std::isnan(y->as<float>()[0]));
+  EXPECT_TRUE(std::isnan(y->as<float>()[1]));
+  EXPECT_EQ(y->as<float>()[2], kInf);
+}
+
+TEST(SpecialValues, ReluGradPropagatesNaN) {
+  // x NaN (dy finite), x < 0 with dy NaN, x > 0 with dy NaN, x = -0, x < 0.
+  auto x = f32({5}, {kNaN, -1.0f, 2.0f, -0.0f, -kInf});
+  auto dy = f32({5}, {0.5f, kNaN, kNaN, 3.0f, kInf});
+  auto dx = make(SPW_F32, {5});
+  ASSERT_EQ(call(spw_op_relu_grad, {x.get(), dy.get()}, {dx.get()}), "");
+  const float *p = dx->as<float>();
+  EXPECT_TRUE(std::isnan(p[0]));
+  EXPECT_TRUE(std::isnan(p[1]));
+  EXPECT_TRUE(std::isnan(p[2]));
+  EXPECT_EQ(p[3], 0.0f);
+  EXPECT_EQ(p[4], 0.0f); // a select, not dy * 0
+}
+
+// Every element of `t` in [begin, end) is NaN.
+void expect_nan(const spw_tensor &t, int64_t begin, int64_t end,
+                const char *what) {
+  for (int64_t i = begin; i < end; ++i)
+    EXPECT_TRUE(std::isnan(t.as<float>()[i]))
+        << what << " element " << i << " is " << t.as<float>()[i];
+}
+
+TEST(SpecialValues, ElementwiseGradsPropagateNaN) {
+  auto x = f32({3}, {kNaN, 0.5f, -1.0f}), dy = f32({3}, {1.0f, kNaN, 2.0f});
+  auto dx = make(SPW_F32, {3});
+  ASSERT_EQ(call(spw_op_tanh_grad, {x.get(), dy.get()}, {dx.get()}), "");
+  expect_nan(*dx, 0, 2, "tanh_grad");
+  ASSERT_EQ(call(spw_op_silu_grad, {x.get(), dy.get()}, {dx.get()}), "");
+  expect_nan(*dx, 0, 2, "silu_grad");
+  for (int64_t approx : {0, 1}) {
+    ASSERT_EQ(call(spw_op_gelu_grad, {x.get(), dy.get()}, {dx.get()}, {approx}),
+              "");
+    expect_nan(*dx, 0, 2, "gelu_grad");
+  }
+  auto r = f32({1, 4}, {kNaN, 1, 2, 3}), dr = make(SPW_F32, {1, 4});
+  auto cc = f32({4}, {1, 1, 1, 1}), ss = f32({4}, {1, 1, 1, 1});
+  ASSERT_EQ(call(spw_op_rope_grad, {r.get(), cc.get(), ss.get()}, {dr.get()}),
+            "");
+  EXPECT_TRUE(std::isnan(dr->as<float>()[0])); // dy[0] cos[0]
+  EXPECT_TRUE(std::isnan(dr->as<float>()[2])); // and its rotated partner
+}
+
+TEST(SpecialValues, RowGradsPropagateNaN) {
+  // Row 0 holds a NaN, row 1 is ordinary: row 0's gradient is NaN, row 1's
+  // finite.
+  auto x = f32({2, 3}, {kNaN, 1, 2, 0.5f, -1, 2});
+  auto dy = f32({2, 3}, {1, -1, 0.5f, 0.25f, 1, -2});
+  auto scale = f32({3}, {1, 2, 3});
+  auto dx = make(SPW_F32, {2, 3}), ds = make(SPW_F32, {3}),
+       db = make(SPW_F32, {3});
+  auto finite_row1 = [&](const spw_tensor &t, const char *what) {
+    for (int64_t i = 3; i < 6; ++i)
+      EXPECT_TRUE(std::isfinite(t.as<float>()[i])) << what << " element " << i;
+  };
+  ASSERT_EQ(call(spw_op_softmax, {x.get()}, {dx.get()}, {1}), "");
+  auto y = f32({2, 3}, values(*dx)), dsm = make(SPW_F32, {2, 3});
+  ASSERT_EQ(call(spw_op_softmax_grad, {y.get(), dy.get()}, {dsm.get()}, {1}), "");
+  expect_nan(*dsm, 0, 3, "softmax_grad");
+  finite_row1(*dsm, "softmax_grad");
+  ASSERT_EQ(call(spw_op_layer_norm_grad, {x.get(), scale.get(), dy.get()},
+                 {dx.get(), ds.get(), db.get()}, {1}, {1e-5}),
+            "");
+  expect_nan(*dx, 0, 3, "layer_norm_grad dx");
+  finite_row1(*dx, "layer_norm_grad dx");
+  expect_nan(*ds, 0, 3, "layer_norm_grad dscale");
+  ASSERT_EQ(call(spw_op_rms_norm_grad, {x.get(), scale.get(), dy.get()},
+                 {dx.get(), ds.get()}, {1}, {1e-5}),
+            "");
+  expect_nan(*dx, 0, 3, "rms_norm_grad dx");
+  finite_row1(*dx, "rms_norm_grad dx");
+  expect_nan(*ds, 0, 3, "rms_norm_grad dscale");
+  auto labels = i64({2}, {1, 2}), dloss = f32({}, {1.0f});
+  ASSERT_EQ(call(spw_op_softmax_cross_entropy_loss_grad,
+                 {x.get(), labels.get(), dloss.get()}, {dx.get()}, {1, 0, 0}),
+            "");
+  expect_nan(*dx, 0, 3, "softmax_cross_entropy_loss_grad");
+  finite_row1(*dx, "softmax_cross_entropy_loss_grad");
+  // gather_grad and slice_grad move dy: a NaN lands where it belongs.
+  auto idx = i64({2}, {1, 1}), dd = make(SPW_F32, {3, 3});
+  ASSERT_EQ(call(spw_op_gather_grad, {idx.get(), x.get()}, {dd.get()}, {0}), "");
+  expect_nan(*dd, 3, 4, "gather_grad");
+  ASSERT_EQ(call(spw_op_slice_grad, {x.get()}, {dd.get()}, {0, 0, 1, 1}), "");
+  expect_nan(*dd, 0, 1, "slice_grad");
+}
+
+TEST(SpecialValues, AttentionGradPropagatesNaN) {
+  // Query row 0 holds a NaN (causal: it sees key 0 only): its output, its dq
+  // and the dk, dv of key 0 are NaN.
+  const std::vector<int64_t> d = {1, 1, 3, 2};
+  auto q = f32(d, {kNaN, 0, 1, 0, 0.5f, 1}), k = f32(d, {1, 0, 0, 1, 1, 1});
+  auto v = f32(d, {1, 2, 3, 4, 5, 6}), dy = f32(d, {1, 1, 1, 1, 1, 1});
+  auto y = make(SPW_F32, d), dq = make(SPW_F32, d), dk = make(SPW_F32, d),
+       dv = make(SPW_F32, d);
+  ASSERT_EQ(call(spw_op_attention, {q.get(), k.get(), v.get()}, {y.get()}, {1},
+                 {1.0}),
+            "");
+  expect_nan(*y, 0, 2, "attention y");
+  ASSERT_EQ(call(spw_op_attention_grad, {q.get(), k.get(), v.get(), dy.get()},
+                 {dq.get(), dk.get(), dv.get()}, {1}, {1.0}),
+            "");
+  expect_nan(*dq, 0, 2, "attention_grad dq");
+  expect_nan(*dk, 0, 2, "attention_grad dk"); // key 0 is seen by row 0
+  expect_nan(*dv, 0, 2, "attention_grad dv");
 }
 
 } // namespace
