@@ -344,7 +344,7 @@ const char kUsage[] =
     "usage: spillway-cuda-check [--device cuda|loopback] [--precision "
     "fp32|bf16|both]\n"
     "                           [--only SUBSTRING] [--seed N] "
-    "[--no-optimizer]\n"
+    "[--no-optimizer] [--self-test-compare]\n"
     "Runs every CUDA kernel against the CPU backend on random inputs.\n"
     "--device loopback checks the kernel cases themselves on a machine\n"
     "without a GPU (the loopback device must match the CPU bit for bit).\n"
@@ -419,6 +419,43 @@ int run(const Args &a) {
 extern "C" void spw_model_declare(spw_ctx *) {}
 extern "C" void spw_model_step(spw_ctx *) {}
 
+// --self-test-compare: the float comparison's verdicts on crafted outputs
+// (no device needed), so a test can pin what counts as equal.
+int self_test_compare() {
+  struct T {
+    const char *what;
+    std::vector<float> gpu, cpu;
+    bool zero_sign, want_ok;
+  };
+  const float nan = NAN, inf = INFINITY;
+  const T tests[] = {
+      {"NaN = NaN at the same position", {1, nan, 3}, {1, nan, 3}, false, true},
+      {"NaN payloads differ", {std::nanf("7"), 2}, {nan, 2}, false, true},
+      {"NaN where the CPU has a number", {1, nan, 3}, {1, 2, 3}, false, false},
+      {"a number where the CPU has NaN", {1, 2, 3}, {1, nan, 3}, false, false},
+      {"the same infinities", {inf, -inf, 1}, {inf, -inf, 1}, false, true},
+      {"+inf where the CPU has -inf", {inf, 1}, {-inf, 1}, false, false},
+      {"a number where the CPU has inf", {1e30f, 1}, {inf, 1}, false, false},
+      {"-0 against +0, sign not checked", {-0.0f, 1}, {0.0f, 1}, false, true},
+      {"-0 against +0, sign checked", {-0.0f, 1}, {0.0f, 1}, true, false},
+      {"-0 against -0, sign checked", {-0.0f, 1}, {-0.0f, 1}, true, true},
+      {"within tolerance", {1.000001f, 2}, {1, 2}, false, true},
+      {"beyond tolerance", {1.1f, 2}, {1, 2}, false, false},
+  };
+  int bad = 0;
+  for (const T &t : tests) {
+    const std::string why = spw::check::compare_f32(
+        t.gpu.data(), t.cpu.data(), int64_t(t.cpu.size()), t.zero_sign, 1e-5,
+        nullptr);
+    const bool ok = why.empty();
+    bad += ok != t.want_ok;
+    std::printf("%-4s %s: %s\n", ok == t.want_ok ? "ok" : "FAIL", t.what,
+                ok ? "equal" : why.c_str());
+  }
+  std::printf("compare self-test: %d failed\n", bad);
+  return bad ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -441,6 +478,8 @@ int main(int argc, char **argv) {
       a.seed = std::strtoull(value().c_str(), nullptr, 10);
     else if (f == "--no-optimizer")
       a.optimizer = false;
+    else if (f == "--self-test-compare")
+      return self_test_compare();
     else if (f == "--help" || f == "-h") {
       std::printf("%s", kUsage);
       return 0;

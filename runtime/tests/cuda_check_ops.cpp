@@ -11,6 +11,7 @@
 
 #include "cuda_check_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -65,6 +66,38 @@ HostTensor Rng::magnitude(std::vector<int64_t> dims, double lo, double hi) {
   for (int64_t i = 0; i < t.numel(); ++i) {
     const float x = float(std::exp(u(gen)));
     p[i] = (gen() & 1) ? x : -x;
+  }
+  return t;
+}
+
+HostTensor Rng::special(std::vector<int64_t> dims, double lo, double hi) {
+  HostTensor t = uniform(std::move(dims), lo, hi);
+  const int64_t n = t.numel();
+  const int64_t row = t.dims.empty() ? 1 : std::max<int64_t>(t.dims.back(), 1);
+  const float kSpecial[] = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f};
+  float *p = reinterpret_cast<float *>(t.data.data());
+  for (int64_t r = 0; r * row < n; ++r) {
+    float *x = p + r * row;
+    const int64_t len = std::min(row, n - r * row);
+    switch (r % 7) {
+    case 1: x[below(len)] = NAN; break;
+    case 2: x[below(len)] = INFINITY; break;
+    case 3: x[below(len)] = -INFINITY; break;
+    case 4:
+      for (int64_t i = 0; i < len; ++i)
+        x[i] = -INFINITY;
+      break;
+    case 5:
+      for (int64_t i = 0; i < len; ++i)
+        if (i % 6 < 5)
+          x[i] = kSpecial[i % 6];
+      break;
+    case 6:
+      for (int64_t i = 0; i < len; i += 2)
+        x[i] = (i / 2) % 2 ? 0.0f : -0.0f;
+      break;
+    default: break;
+    }
   }
   return t;
 }
@@ -134,6 +167,27 @@ double rel_norm(const float *gpu, const float *cpu, int64_t n) {
   return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
 }
 
+// The first element whose class differs: a NaN against a number (either
+// way), a different infinity, or (zero_sign) a zero of the other sign. NaN
+// against NaN is equal, whatever the payload. -1 when every class matches.
+int64_t class_mismatch(const float *gpu, const float *cpu, int64_t n,
+                       bool zero_sign) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gpu[i], c = cpu[i];
+    if (std::isnan(c) || std::isnan(g)) {
+      if (std::isnan(c) != std::isnan(g))
+        return i;
+    } else if (std::isinf(c) || std::isinf(g)) {
+      if (g != c)
+        return i;
+    } else if (zero_sign && c == 0.0f &&
+               (g != 0.0f || std::signbit(g) != std::signbit(c))) {
+      return i;
+    }
+  }
+  return -1;
+}
+
 struct MaxError {
   double err = 0, scale = 0; // max |gpu - cpu| and max |cpu| (finite ones)
   int64_t at = 0;
@@ -152,6 +206,33 @@ MaxError max_error(const float *gpu, const float *cpu, int64_t n) {
   }
   return m;
 }
+
+} // namespace
+
+std::string compare_f32(const float *g, const float *cpu, int64_t n,
+                        bool zero_sign, double tol, double *err_out) {
+  if (const int64_t at = class_mismatch(g, cpu, n, zero_sign); at >= 0)
+    return format("element %lld is %.7g, the CPU's %.7g (NaN, infinities%s "
+                  "must match)",
+                  (long long)at, double(g[at]), double(cpu[at]),
+                  zero_sign ? " and the sign of zero" : "");
+  const double err = rel_norm(g, cpu, n);
+  if (err_out)
+    *err_out = err;
+  if (!(err <= tol))
+    return format("relative norm error %.3g > %.1g", err, tol);
+  // The norm averages one wrong element away in a large output (a bad
+  // last tile): no element may be off by more than 4 tol of the largest.
+  const MaxError me = max_error(g, cpu, n);
+  if (!(me.err <= 4 * tol * me.scale))
+    return format("element %lld is %.7g, the CPU's %.7g (off by %.3g of the "
+                  "largest |value| %.3g)",
+                  (long long)me.at, double(g[me.at]), double(cpu[me.at]),
+                  me.err / std::max(me.scale, 1e-30), me.scale);
+  return "";
+}
+
+namespace {
 
 Outcome run_case(const OpCase &c, spw_ctx *dctx, bool exact) {
   const KernelEntry entry = entry_point(c.op);
@@ -275,22 +356,58 @@ Outcome run_case(const OpCase &c, spw_ctx *dctx, bool exact) {
       continue;
     }
     const float *g = reinterpret_cast<const float *>(got.data());
-    const double err = rel_norm(g, ref.as<float>(), ref.numel);
-    if (!(err <= tol))
-      return {false, format("output %zu: relative norm error %.3g > %.1g", i,
-                            err, tol)};
-    // The norm averages one wrong element away in a large output (a bad
-    // last tile): no element may be off by more than 4 tol of the largest.
-    const MaxError me = max_error(g, ref.as<float>(), ref.numel);
-    if (!(me.err <= 4 * tol * me.scale))
-      return {false, format("output %zu: element %lld is %.7g, the CPU's "
-                            "%.7g (off by %.3g of the largest |value| %.3g)",
-                            i, (long long)me.at, double(g[me.at]),
-                            double(ref.as<float>()[me.at]),
-                            me.err / std::max(me.scale, 1e-30), me.scale)};
+    double err = 0;
+    const std::string why =
+        compare_f32(g, ref.as<float>(), ref.numel, c.zero_sign, tol, &err);
+    if (!why.empty())
+      return {false, format("output %zu: ", i) + why};
     worst = std::max(worst, err);
   }
   return {true, exact ? "bit-identical" : format("rel err %.2g", worst)};
+}
+
+// Special-value copies of the small cases: their f32 inputs replaced by
+// Rng::special rows (NaN, +-Inf, -Inf rows, -0), so the device must give the
+// CPU's NaN, infinities (and, where IEEE fixes it, zero signs) for every op.
+// Exceptions, where the fused kernels differ from the CPU on purpose: the
+// tiled attention multiplies the masked part of a causal tile by P = 0, so a
+// NaN or Inf in V, dy or in a masked key's row would reach rows the CPU never
+// reads it for (0 * NaN); attention gets specials in q and k only, and its
+// gradient only without the causal mask.
+void add_special_cases(CaseList &cases, Rng &rng) {
+  const size_t n = cases.size();
+  for (size_t i = 0; i < n; ++i) {
+    const OpCase &base = cases[i];
+    if (base.ins.empty() || !base.ins[0] || base.ins[0]->numel() > 65536 ||
+        base.ins[0]->numel() == 0)
+      continue;
+    size_t limit = base.ins.size();
+    if (base.op == Op::attention)
+      limit = 2;
+    else if (base.op == Op::attention_grad && base.iattrs.at(0) != 0)
+      continue;
+    OpCase c = base;
+    bool any = false;
+    for (size_t k = 0; k < limit; ++k)
+      if (c.ins[k] && c.ins[k]->dtype == SPW_F32 && c.ins[k]->numel() > 1) {
+        c.ins[k] = rng.special(c.ins[k]->dims);
+        any = true;
+      }
+    if (!any)
+      continue;
+    switch (c.op) {
+    // Exact in IEEE arithmetic (or moving bytes): -0 must stay -0.
+    case Op::add: case Op::sub: case Op::mul: case Op::div: case Op::neg:
+    case Op::relu: case Op::relu_grad: case Op::where: case Op::reshape:
+    case Op::transpose: case Op::broadcast_to: case Op::concat:
+    case Op::slice: case Op::slice_grad: case Op::gather:
+      c.zero_sign = true;
+      break;
+    default: break;
+    }
+    c.label += " special";
+    cases.push_back(std::move(c));
+  }
 }
 
 } // namespace
@@ -304,6 +421,7 @@ int run_op_cases(spw_ctx *dctx, bool exact, const std::string &only,
   add_gemm_cases(cases, rng);
   add_nn_cases(cases, rng);
   add_attention_cases(cases, rng);
+  add_special_cases(cases, rng);
   int failures = 0, run = 0;
   const char *prec = dctx->precision == Precision::BF16 ? "bf16" : "fp32";
   for (const OpCase &c : cases) {

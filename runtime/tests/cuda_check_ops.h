@@ -42,6 +42,12 @@ struct Rng {
   // Integers in [0, bound) as `dtype` (SPW_I64 or SPW_I32).
   HostTensor index(std::vector<int64_t> dims, int64_t bound,
                    int32_t dtype = SPW_I64);
+  // f32 rows (over the last dim) holding special values, by row r % 7: an
+  // ordinary row, one NaN, one +Inf, one -Inf (each at a random column), all
+  // -Inf, every element special (NaN, +Inf, -Inf, -0, +0, a number in
+  // turn), zeros of both signs among numbers. Numbers are uniform in
+  // [lo, hi], never 0.
+  HostTensor special(std::vector<int64_t> dims, double lo = -2, double hi = 2);
   // Bools, true with probability p.
   HostTensor mask(std::vector<int64_t> dims, double p = 0.5);
   int64_t below(int64_t bound); // uniform in [0, bound)
@@ -60,6 +66,9 @@ struct OpCase {
                                               // and dtype 0
   std::vector<int64_t> iattrs;
   std::vector<double> fattrs;
+  // Every float output must put NaN, +Inf and -Inf where the CPU's does (all
+  // cases); with zero_sign also a zero of the CPU's sign.
+  bool zero_sign = false;
   // Relative-norm tolerance of float outputs, per precision.
   double tol_fp32 = 1e-5;
   double tol_bf16 = 1e-2;
@@ -70,6 +79,16 @@ using CaseList = std::vector<OpCase>;
 // For the case files: a shape's element count, and "[2,3]".
 int64_t count(const std::vector<int64_t> &dims);
 std::string dims_str(const std::vector<int64_t> &dims);
+
+// Compares a device's f32 output with the CPU's: "" when it passes, else
+// why (naming the element). Classes first: NaN against NaN at the same
+// position is equal (any payload), NaN against a number is a mismatch either
+// way, infinities must be the same one, and with zero_sign a zero must have
+// the CPU's sign; then the relative norm of the finite elements against
+// `tol` (stored in *err_out) and no element off by more than 4 tol of the
+// largest |value|.
+std::string compare_f32(const float *gpu, const float *cpu, int64_t n,
+                        bool zero_sign, double tol, double *err_out);
 
 // Runs every case whose label contains `only` through `dctx` (a context
 // with a device) and a CPU context, printing one line per case; `exact`

@@ -315,7 +315,9 @@ __global__ void __launch_bounds__(kThreads)
     float inv[RQ];
 #pragma unroll
     for (int i = 0; i < RQ; ++i)
-      inv[i] = l[i] > 0.f ? 1.f / l[i] : 0.f;
+      // l = 0 (every visible score -inf) or NaN: NaN, the CPU's 0/0. Padded
+      // rows past the tile's end are never stored.
+      inv[i] = l[i] > 0.f ? 1.f / l[i] : NAN;
     if constexpr (!kStats) {
       store_rows<RQ, NC>(a.y + bh * SD + q0 * a.D, o, inv, nq, a.D, a.vec, ty,
                          tx);
@@ -748,7 +750,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int j = 0; j < NH; ++j)
         o[j] = o[j] * alpha + Sw[r * SW + 2 * j + h];
     }
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    // l = 0 (every visible score -inf) or NaN: NaN, the CPU's 0/0.
+    const float inv = l > 0.f ? 1.f / l : NAN;
     __syncwarp(); // every lane has read its P V
 #pragma unroll
     for (int j = 0; j < NH; ++j)

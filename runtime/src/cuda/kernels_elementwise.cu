@@ -349,7 +349,7 @@ template <class T> struct NegF {
     if constexpr (std::is_integral_v<T>)
       return T(Unsigned<T>(0) - Unsigned<T>(a));
     else
-      return 0.0f - a; // the CPU's T(0) - x
+      return -a; // flips the sign bit: -(+0) is -0, as on the CPU
   }
 };
 
@@ -372,7 +372,7 @@ enum class Un {
 template <Un U> struct UnF {
   __device__ float operator()(float x) const {
     if constexpr (U == Un::Relu)
-      return x > 0.0f ? x : 0.0f;
+      return x < 0.0f ? 0.0f : x; // NaN stays NaN, -0 stays -0 (fmaxf drops NaN)
     else if constexpr (U == Un::Tanh)
       return tanhf(x);
     else if constexpr (U == Un::GeluErf)
@@ -407,7 +407,9 @@ template <Grad G> struct GradF {
   // (x or y, dy) -> dx
   __device__ float operator()(float x, float dy) const {
     if constexpr (G == Grad::Relu) {
-      return x > 0.0f ? dy : 0.0f;
+      if (isnan(x)) // a NaN in x or dy is passed on, as on the CPU
+        return x;
+      return x > 0.0f || isnan(dy) ? dy : 0.0f;
     } else if constexpr (G == Grad::Tanh) {
       return dy * (1.0f - x * x); // x is y = tanh(input) here
     } else if constexpr (G == Grad::GeluErf) {

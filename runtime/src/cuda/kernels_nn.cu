@@ -53,19 +53,26 @@ struct MaxSum {
   float m, s;
 };
 
+// Special values end as the CPU's two passes end them: a NaN makes s NaN
+// (m never becomes NaN: fmaxf and `v > m` skip it, s carries it), a +inf
+// makes s NaN (the CPU's exp(inf - inf)), and a row of -inf keeps s = 0
+// (the CPU's 0/0 follows when the caller divides).
 __device__ __forceinline__ MaxSum ms_merge(MaxSum a, MaxSum b) {
   const float m = fmaxf(a.m, b.m);
-  // An empty side (m = -inf) adds nothing; exp(-inf - -inf) would be NaN.
-  const float fa = a.m == -INFINITY ? 0.0f : a.s * expf(a.m - m);
-  const float fb = b.m == -INFINITY ? 0.0f : b.s * expf(b.m - m);
+  // An empty side (s = 0, m = -inf) adds nothing; exp(-inf - -inf) would be
+  // NaN. A side whose s is NaN stays NaN, whatever its m.
+  const float fa = a.s == 0.0f ? 0.0f : a.s * expf(a.m - m);
+  const float fb = b.s == 0.0f ? 0.0f : b.s * expf(b.m - m);
   return {m, fa + fb};
 }
 
 __device__ __forceinline__ void ms_add(MaxSum &a, float v) {
   if (v > a.m) {
-    a.s = (a.m == -INFINITY ? 0.0f : a.s * expf(a.m - v)) + 1.0f;
+    // exp(v - v) is 1, or NaN for v = +inf.
+    a.s = (a.s == 0.0f ? 0.0f : a.s * expf(a.m - v)) +
+          (v == INFINITY ? NAN : 1.0f);
     a.m = v;
-  } else if (v != -INFINITY) { // a masked -inf adds nothing
+  } else if (v != -INFINITY) { // a masked -inf adds nothing; a NaN adds NaN
     a.s += expf(v - a.m);
   }
 }

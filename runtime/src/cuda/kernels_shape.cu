@@ -551,7 +551,15 @@ template <class T> struct SumOp {
   // cast back to T.
   using Acc = std::conditional_t<std::is_floating_point_v<T>, float,
                                  unsigned long long>;
-  static __device__ __forceinline__ Acc init() { return Acc(0); }
+  // Floats start at -0, the identity of IEEE addition, so a sum of -0s is
+  // -0 as on the CPU (+0 + -0 would be +0); an empty sum is +0 (`empty`).
+  static __device__ __forceinline__ Acc init() {
+    if constexpr (std::is_floating_point_v<T>)
+      return -0.0f;
+    else
+      return Acc(0);
+  }
+  static __device__ __forceinline__ Acc empty() { return Acc(0); }
   static __device__ __forceinline__ Acc load(T v) {
     if constexpr (std::is_floating_point_v<T>)
       return v;
@@ -595,6 +603,7 @@ template <class T> struct MaxOp {
       return b > a ? b : a;
   }
   static __device__ __forceinline__ T store(Acc a, float) { return T(a); }
+  static __device__ __forceinline__ Acc empty() { return init(); }
 };
 
 __device__ __forceinline__ int64_t imin(int64_t a, int64_t b) {
@@ -733,7 +742,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride)
-    y[i] = Op::store(Op::init(), scale);
+    y[i] = Op::store(Op::empty(), scale);
 }
 
 template <class Op, class T>
