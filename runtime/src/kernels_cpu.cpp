@@ -249,10 +249,13 @@ void gemm(spw_tensor *const *ins, spw_tensor *const *outs,
     auto s = broadcast_strides(*c, 2, md, "c");
     Cv = MatView{c->as<float>(), s[0], s[1]};
   }
+  // beta = 0 does not read c (BLAS, onnxruntime and the CUDA kernel): a NaN
+  // or Inf in c adds nothing, where 0 * NaN would be NaN.
+  const bool use_c = c && beta != 0.0;
   std::vector<float> pack;
   std::vector<double> acc;
-  matmul2d(A, B, y.as<float>(), M, N, K, alpha, c ? &Cv : nullptr, beta, pack,
-           acc);
+  matmul2d(A, B, y.as<float>(), M, N, K, alpha, use_c ? &Cv : nullptr, beta,
+           pack, acc);
 }
 
 // ---- unary -------------------------------------------------------------------

@@ -1424,6 +1424,20 @@ TEST(SpecialValues, ReduceMaxPropagatesNaNAnywhere) {
   EXPECT_EQ(y->as<float>()[2], kInf);
 }
 
+TEST(SpecialValues, GemmWithBetaZeroDoesNotReadC) {
+  auto a = f32({1, 2}, {1, 2}), b = f32({2, 2}, {1, 0, 0, 1});
+  auto c = f32({2}, {kNaN, kInf}), y = make(SPW_F32, {1, 2});
+  ASSERT_EQ(call(spw_op_gemm, {a.get(), b.get(), c.get()}, {y.get()}, {0, 0},
+                 {1.0, 0.0}),
+            "");
+  EXPECT_EQ(values(*y), (std::vector<float>{1, 2})); // not 0 * NaN, 0 * inf
+  ASSERT_EQ(call(spw_op_gemm, {a.get(), b.get(), c.get()}, {y.get()}, {0, 0},
+                 {1.0, 1.0}),
+            "");
+  EXPECT_TRUE(std::isnan(y->as<float>()[0])); // beta = 1 reads them
+  EXPECT_EQ(y->as<float>()[1], kInf);
+}
+
 TEST(SpecialValues, ReluGradPropagatesNaN) {
   // x NaN (dy finite), x < 0 with dy NaN, x > 0 with dy NaN, x = -0, x < 0.
   auto x = f32({5}, {kNaN, -1.0f, 2.0f, -0.0f, -kInf});

@@ -3,8 +3,8 @@
 
 Builds one forward-only ONNX model whose graph inputs hold NaN, +-Inf, +-0 and
 ordinary values and whose outputs are one per op (every op the importer maps
-to a kernel, plus the chains the compiler fuses: SiLU, RMSNorm, linear,
-causal attention), compiles it with `spillwayc --forward`, runs the
+to a kernel, plus the chains the compiler fuses: SiLU, RMSNorm, RoPE,
+linear, causal attention), compiles it with `spillwayc --forward`, runs the
 executable on each `--device` with `--outputs DIR`, and compares every output
 with onnxruntime element by element, by class:
 
@@ -172,6 +172,11 @@ def build():
     gb = m.input("gemm_b", np.array([[INF, 1], [1, -0.0]], F32))
     gc = m.input("gemm_c", np.array([-INF, 1], F32))
     m.op("gemm", "Gemm", [ga, gb, gc], transA=1, alpha=1.0, beta=1.0)  # transA: stays a gemm
+    # beta = 0 does not read C (onnxruntime, BLAS): its NaN adds nothing.
+    gc0 = m.input("gemm_c0", np.array([NAN, INF], F32))
+    m.op("gemm_beta0", "Gemm", [m.input("gemm_a0", np.array([[1, 2], [3, -0.0]], F32)),
+                                m.input("gemm_b0", np.array([[1, 0], [0, 1]], F32)), gc0],
+         transA=1, alpha=1.0, beta=0.0)
     la = m.input("lin_x", np.array([[0, INF], [1, -0.0], [NAN, 2], [-INF, 1]], F32))
     lw = m.input("lin_w", np.array([[INF, 1], [1, -0.0]], F32))
     lb = m.input("lin_b", np.array([1, -INF], F32))
@@ -189,6 +194,17 @@ def build():
                             m.const(np.array(0.5, F32))])
     probs = m.node("Softmax", [m.node("Add", [scores, m.const(mask)])], axis=-1)
     m.op("attention", "MatMul", [probs, v])
+
+    # Rotary embedding: x * cos + concat(-x[..., 2:], x[..., :2]) * sin
+    # fuses into rope.
+    xr = m.input("x_rope", SPECIALS.reshape(2, 4))
+    cos = m.input("rope_cos", np.array([[1, 0.5, -0.0, INF], [1, 1, 1, NAN]], F32))
+    sin = m.input("rope_sin", np.array([[0, 0.5, 1, 1], [-0.0, 1, 0, 1]], F32))
+    def half(start, end):
+        return m.node("Slice", [xr, m.const(np.array([start], np.int64)), m.const(np.array([end], np.int64)),
+                                m.const(np.array([-1], np.int64))])
+    rot = m.node("Concat", [m.node("Neg", [half(2, 4)]), half(0, 2)], axis=-1)
+    m.op("rope", "Add", [m.node("Mul", [xr, cos]), m.node("Mul", [rot, sin])])
 
     # Ops that move bytes keep every bit (NaN payloads included).
     bits = m.input("bits", np.array([[NAN, INF], [-INF, -0.0], [0.0, 1.5]], F32))
