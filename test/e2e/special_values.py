@@ -164,6 +164,11 @@ def build():
                                m.const(np.array([0], np.int64))])
         m.op("xent_%d" % i, "SoftmaxCrossEntropyLoss", [row, lab], reduction="sum")
 
+    # An ignored row's NaN and Inf do not reach the loss.
+    xi = m.input("xent_x", np.array([[1, 2, 3], [NAN, INF, 1], [0, 1, -INF]], F32))
+    li = m.input("xent_labels", np.array([0, -1, -1], np.int64))
+    m.op("xent_ignored", "SoftmaxCrossEntropyLoss", [xi, li], reduction="mean", ignore_index=-1)
+
     # Products: 0 * Inf, Inf - Inf, NaN among numbers, -0 products.
     pa = m.input("mm_a", np.array([[[0, 1], [INF, 2]], [[NAN, 0], [-0.0, -0.0]], [[INF, -INF], [1, -1]]], F32))
     pb = m.input("mm_b", np.array([[[INF, 1], [0, 1]], [[1, 1], [1, -0.0]], [[1, 0], [1, 2]]], F32))
