@@ -247,21 +247,29 @@ struct Staging {
 
 // ---- JSON -------------------------------------------------------------------
 
+// (An object's members are a struct declared after Json, not a std::pair:
+// libstdc++'s pair needs Json complete, which clang enforces.)
+struct JsonMember;
 struct Json {
   enum Kind { Null, Bool, Int, Str, Arr, Obj } kind = Null;
   bool b = false;
   int64_t i = 0;
   std::string s;
   std::vector<Json> arr;
-  std::vector<std::pair<std::string, Json>> obj;
+  std::vector<JsonMember> obj;
 
-  const Json *get(const std::string &key) const {
-    for (auto &[k, v] : obj)
-      if (k == key)
-        return &v;
-    return nullptr;
-  }
+  const Json *get(const std::string &key) const;
 };
+struct JsonMember {
+  std::string first;
+  Json second;
+};
+const Json *Json::get(const std::string &key) const {
+  for (auto &[k, v] : obj)
+    if (k == key)
+      return &v;
+  return nullptr;
+}
 
 // A strict JSON reader for what write_manifest writes: objects, arrays,
 // strings, integers, booleans, null. No floats.
@@ -320,7 +328,7 @@ private:
           if (kv.first == k)
             error("duplicate key");
         expect(':');
-        v.obj.emplace_back(std::move(k), value(depth + 1));
+        v.obj.push_back({std::move(k), value(depth + 1)});
       } while (eat(','));
       expect('}');
     } else if (c == '[') {
