@@ -880,6 +880,8 @@ class Checkpointer {
 public:
   Checkpointer(spw_ctx *ctx, const Options &o, const AdamWHparams &hp)
       : ctx_(ctx), o_(o), hp_(hp), inputs_(inputs_digest(ctx)) {
+    // First: a second run on the same directory is refused before anything.
+    lock_ = std::make_unique<storage::CheckpointDirLock>(o.checkpoint_dir);
     copts_.zstd = o.checkpoint_zstd;
     copts_.keep = int(o.keep_checkpoints);
     // Staging buffers for the chunks in flight, registered with the rings.
@@ -1021,6 +1023,7 @@ private:
   }
   std::string inputs_; // inputs_digest: the inputs do not change
   storage::CheckpointOptions copts_;
+  std::unique_ptr<storage::CheckpointDirLock> lock_; // held for the run
   std::unique_ptr<storage::PinnedPool> pool_; // outlives the engine
   std::unique_ptr<storage::IoEngine> engine_;
 

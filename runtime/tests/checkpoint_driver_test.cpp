@@ -159,10 +159,12 @@ TEST_F(CheckpointDriver, KillAtEveryPhaseThenResume) {
     if (!published)
       EXPECT_CONTAINS(r.err, "an unfinished checkpoint write");
     EXPECT_EQ(read("out.safetensors"), ref);
-    // Nothing of the dead writer is left once the run has checkpointed.
+    // Nothing of the dead writer is left once the run has checkpointed
+    // (LOCK stays: its flock died with the writer).
     for (auto &e : fs::directory_iterator(path(ck)))
-      EXPECT_EQ(e.path().filename().string().rfind("step-", 0), 0u)
-          << e.path();
+      if (e.path().filename() != spw::storage::kCheckpointLockFile)
+        EXPECT_EQ(e.path().filename().string().rfind("step-", 0), 0u)
+            << e.path();
   }
 }
 
@@ -200,6 +202,123 @@ TEST_F(CheckpointDriver, EnospcStopsTheRunWithAClearError) {
   r = train("--steps 6 --checkpoint-dir ck --resume --save out.safetensors");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(read("out.safetensors"), ref);
+}
+
+// Every read failing (injected EIO) is not a torn checkpoint: the resume
+// stops with exit 1 naming the checkpoint, instead of restarting from the
+// weights and pruning the intact ones later; a checksum mismatch still skips.
+TEST_F(CheckpointDriver, ReadErrorsStopTheResumeAndPruneNothing) {
+  const std::string ref = reference(10);
+  ASSERT_EQ(train("--steps 6 --checkpoint-dir ck --checkpoint-every 3").rc, 0);
+  const std::string data6 = read("ck/step-00000006/data");
+  Result r = train("--steps 10 --checkpoint-dir ck --checkpoint-every 3 "
+                   "--resume",
+                   "SPILLWAY_IO_FAULTS=eio@1+/read");
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_CONTAINS(r.err, "error: cannot read checkpoint 'ck/step-00000006': "
+                         "read of ");
+  EXPECT_CONTAINS(r.err, " of 'ck/step-00000006/data' ");
+  EXPECT_CONTAINS(r.err, "Input/output error");
+  EXPECT_CONTAINS(r.err, "it is not skipped and nothing in 'ck' is changed");
+  EXPECT_EQ(r.err.find("skipping"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("step 1/10"), std::string::npos) << r.out;
+  auto list = spw::storage::list_checkpoints(path("ck"));
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].first, 6);
+  EXPECT_EQ(list[1].first, 3);
+  EXPECT_EQ(read("ck/step-00000006/data"), data6);
+
+  // A checksum mismatch is evidence of a torn one: skipped.
+  std::string bytes = data6;
+  bytes[100] ^= 1;
+  write("ck/step-00000006/data", bytes);
+  r = train("--steps 10 --checkpoint-dir ck --checkpoint-every 3 --resume "
+            "--save out.safetensors");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_CONTAINS(r.err, "spillway: skipping checkpoint 'ck/step-00000006': "
+                         "chunk 0 ");
+  EXPECT_CONTAINS(r.out, "  resume: from 'ck/step-00000003' (step 3 of 10)");
+  EXPECT_EQ(read("out.safetensors"), ref);
+}
+
+// Two runs on one --checkpoint-dir: the second is refused at start, naming
+// the holder of ck/LOCK (here a child process holding it as a run does);
+// once the holder is gone (killed: its flock died with it) a run proceeds.
+TEST_F(CheckpointDriver, SecondRunOnTheDirIsRefusedAtStart) {
+  int ready[2], hold[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(hold), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      spw::storage::CheckpointDirLock lock(path("ck"));
+      char c = 'y';
+      if (::write(ready[1], &c, 1) != 1)
+        std::_Exit(2);
+      (void)!::read(hold[0], &c, 1); // until the parent kills it
+    } catch (...) {
+      std::_Exit(3);
+    }
+    std::_Exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  Result r = train("--steps 4 --checkpoint-dir ck --checkpoint-every 2 "
+                   "--resume");
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_CONTAINS(r.err, "error: --checkpoint-dir 'ck' is in use by another "
+                         "run (pid " +
+                             std::to_string(child) + " on host " + host +
+                             " since ");
+  EXPECT_CONTAINS(r.err, "wait for that one to finish, or pass another "
+                         "--checkpoint-dir");
+  EXPECT_EQ(r.out.find("step 1/4"), std::string::npos) << r.out;
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  for (int fd : {ready[0], ready[1], hold[0], hold[1]})
+    ::close(fd);
+  r = train("--steps 4 --checkpoint-dir ck --checkpoint-every 2 --resume");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(spw::storage::list_checkpoints(path("ck")).size(), 2u);
+}
+
+// An out-of-memory right after the rename (or after the pruning) stops the
+// run with a message that says the checkpoint is published, not that the
+// old ones are untouched; the resume continues from it.
+TEST_F(CheckpointDriver, OutOfMemoryAfterPublishingSaysSo) {
+  const std::string ref = reference(10);
+  Result r = train("--steps 10 --checkpoint-dir ck --checkpoint-every 3",
+                   "SPILLWAY_TEST_CRASH_AT=renamed SPILLWAY_TEST_CRASH_STEP=6 "
+                   "SPILLWAY_TEST_CRASH_HOW=bad_alloc");
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_CONTAINS(r.err, "error: the checkpoint of step 6 is published as "
+                         "'ck/step-00000006' but 'ck' was not fsynced, so it "
+                         "may not survive a power loss, and no older "
+                         "checkpoint was pruned; then: out of memory "
+                         "(--resume continues from 'ck/step-00000006')");
+  EXPECT_EQ(r.err.find("untouched"), std::string::npos) << r.err;
+  EXPECT_EQ(spw::storage::list_checkpoints(path("ck")).size(), 2u);
+
+  r = train("--steps 10 --checkpoint-dir ck2 --checkpoint-every 3 "
+            "--keep-checkpoints 1",
+            "SPILLWAY_TEST_CRASH_AT=pruned SPILLWAY_TEST_CRASH_STEP=6 "
+            "SPILLWAY_TEST_CRASH_HOW=bad_alloc");
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_CONTAINS(r.err, "error: the checkpoint of step 6 is published as "
+                         "'ck2/step-00000006' and fsynced, and 1 older one "
+                         "was pruned; then: out of memory");
+  for (const char *ck : {"ck", "ck2"}) {
+    r = train(std::string("--steps 10 --checkpoint-dir ") + ck +
+              " --checkpoint-every 3 --resume --save out.safetensors");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_CONTAINS(r.out, std::string("  resume: from '") + ck +
+                               "/step-00000006' (step 6 of 10)");
+    EXPECT_EQ(read("out.safetensors"), ref);
+  }
 }
 
 TEST_F(CheckpointDriver, AnotherModelsCheckpointIsRefused) {

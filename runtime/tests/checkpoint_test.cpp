@@ -20,6 +20,7 @@
 #include <random>
 #include <regex>
 #include <sstream>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -498,6 +499,228 @@ TEST_F(Checkpoint, AnyExceptionCleansUp) {
   ASSERT_TRUE(c);
   EXPECT_EQ(c->step, 1);
   expect_same(*c, t1);
+}
+
+// A read error is not a torn checkpoint: with every read failing, loading
+// stops with a CheckpointReadError naming the newest dir, skips nothing and
+// changes nothing; a checksum mismatch (the data read fine) still skips.
+TEST_F(Checkpoint, ReadErrorsStopTheLoad) {
+  Tensors t1 = random_tensors(6, 41, 60000), t2 = random_tensors(6, 42, 60000);
+  write(1, t1);
+  write(2, t2);
+  {
+    ScriptedFaults faults("eio@1+/read");
+    EngineConfig cfg;
+    cfg.faults = &faults;
+    IoEngine engine(cfg);
+    try {
+      load_newest_checkpoint(engine, root(), opts);
+      FAIL() << "the load should have failed";
+    } catch (const CheckpointReadError &e) {
+      std::string msg = e.what();
+      EXPECT_CONTAINS(msg, "cannot read checkpoint '" + step_dir(2) +
+                               "': read of ");
+      EXPECT_CONTAINS(msg, " of '" + step_dir(2) + "/data' ");
+      EXPECT_CONTAINS(msg, "Input/output error");
+      EXPECT_CONTAINS(msg, "it is not skipped and nothing in '" + root() +
+                               "' is changed");
+    }
+    EXPECT_GE(faults.injected(), 1);
+  }
+  EXPECT_EQ(all_notices().find("skipping checkpoint"), std::string::npos)
+      << all_notices();
+  ASSERT_EQ(list_checkpoints(root()).size(), 2u);
+  auto c = load_newest();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->step, 2);
+  expect_same(*c, t2);
+
+  std::string data = slurp(fs::path(step_dir(2)) / "data");
+  data[10] ^= 1;
+  spill(fs::path(step_dir(2)) / "data", data);
+  c = load_newest();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->step, 1);
+  EXPECT_CONTAINS(all_notices(), "skipping checkpoint '" + step_dir(2) +
+                                     "': chunk 0 (bytes ");
+}
+
+// A FIFO or device where a checkpoint file should be is refused at once
+// (O_NONBLOCK, fstat), naming it: not a hang, and not skipped as if torn.
+TEST_F(Checkpoint, SpecialFilesStopTheLoad) {
+  Tensors t1 = random_tensors(3, 43, 1000), t2 = random_tensors(3, 44, 1000);
+  write(1, t1);
+  write(2, t2);
+  const fs::path data = fs::path(step_dir(2)) / "data";
+  const fs::path manifest = fs::path(step_dir(2)) / "MANIFEST.json";
+  const std::string good = slurp(data);
+  auto expect_refused = [&](const fs::path &p, const std::string &kind) {
+    SCOPED_TRACE(p.string());
+    try {
+      load_newest();
+      ADD_FAILURE() << "the load should have failed";
+    } catch (const CheckpointReadError &e) {
+      EXPECT_CONTAINS(std::string(e.what()),
+                      "cannot read checkpoint '" + step_dir(2) + "': '" +
+                          p.string() + "' is " + kind +
+                          ", not a regular file");
+    }
+  };
+  fs::remove(data);
+  ASSERT_EQ(::mkfifo(data.c_str(), 0644), 0);
+  expect_refused(data, "a FIFO");
+  fs::remove(data);
+  fs::create_symlink("/dev/zero", data);
+  expect_refused(data, "a character device");
+  fs::remove(data);
+  spill(data, good);
+  const std::string text = slurp(manifest);
+  fs::remove(manifest);
+  ASSERT_EQ(::mkfifo(manifest.c_str(), 0644), 0);
+  expect_refused(manifest, "a FIFO");
+  fs::remove(manifest);
+  fs::create_directory(manifest);
+  expect_refused(manifest, "a directory");
+  fs::remove(manifest);
+  spill(manifest, text);
+  auto c = load_newest();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->step, 2);
+}
+
+// Pruning removes only what it read and found invalid (or valid and old): a
+// dir whose manifest cannot be read is kept, with a notice.
+TEST_F(Checkpoint, UnreadableOnesAreNeverPruned) {
+  Tensors t = random_tensors(3, 45, 1000);
+  opts.keep = 1;
+  write(1, t);
+  const fs::path manifest = fs::path(step_dir(1)) / "MANIFEST.json";
+  fs::remove(manifest);
+  fs::create_directory(manifest);
+  CheckpointWriteResult r = write(2, t);
+  EXPECT_TRUE(r.pruned.empty());
+  EXPECT_TRUE(fs::exists(step_dir(1)));
+  EXPECT_CONTAINS(all_notices(), "keeping '" + step_dir(1) + "': '" +
+                                     manifest.string() +
+                                     "' is a directory, not a regular file");
+  EXPECT_CONTAINS(all_notices(), "so whether it is intact is unknown; not "
+                                 "pruned");
+  // Once it reads (and is found invalid), it goes.
+  fs::remove(manifest);
+  r = write(3, t);
+  ASSERT_EQ(r.pruned.size(), 2u);
+  EXPECT_EQ(list_checkpoints(root()).size(), 1u);
+}
+
+// An out-of-memory after the rename (SPILLWAY_TEST_CRASH_HOW=bad_alloc)
+// must not say that nothing changed: the new checkpoint is in place, and the
+// message says so, and what of the fsync and the pruning was done.
+TEST_F(Checkpoint, OutOfMemoryAfterPublishingSaysWhatWasPublished) {
+  Tensors t1 = random_tensors(4, 46, 60000), t2 = random_tensors(4, 47, 60000);
+  write(1, t1);
+  struct Env {
+    Env(const char *phase) {
+      ::setenv("SPILLWAY_TEST_CRASH_AT", phase, 1);
+      ::setenv("SPILLWAY_TEST_CRASH_HOW", "bad_alloc", 1);
+    }
+    ~Env() {
+      ::unsetenv("SPILLWAY_TEST_CRASH_AT");
+      ::unsetenv("SPILLWAY_TEST_CRASH_HOW");
+    }
+  };
+  auto message = [&](int64_t step, const char *phase, const Tensors &t) {
+    Env env(phase);
+    try {
+      write(step, t);
+    } catch (const spw::Error &e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string msg = message(2, "renamed", t2);
+  EXPECT_CONTAINS(msg, "the checkpoint of step 2 is published as '" +
+                           step_dir(2) + "' but '" + root() +
+                           "' was not fsynced, so it may not survive a power "
+                           "loss, and no older checkpoint was pruned; then: "
+                           "out of memory (--resume continues from '" +
+                           step_dir(2) + "')");
+  EXPECT_EQ(msg.find("untouched"), std::string::npos) << msg;
+  EXPECT_EQ(list_checkpoints(root()).size(), 2u);
+  auto c = load_newest();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->step, 2);
+  expect_same(*c, t2);
+  // The same step again: swapped in, still published.
+  msg = message(2, "renamed", t1);
+  EXPECT_CONTAINS(msg, "the checkpoint of step 2 is published as '" +
+                           step_dir(2) + "' but ");
+  c = load_newest();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->step, 2);
+  expect_same(*c, t1);
+
+  opts.keep = 1;
+  msg = message(3, "pruned", t2);
+  EXPECT_CONTAINS(msg, "the checkpoint of step 3 is published as '" +
+                           step_dir(3) +
+                           "' and fsynced, and 2 older ones were pruned; "
+                           "then: out of memory");
+  c = load_newest();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->step, 3);
+  expect_same(*c, t2);
+}
+
+// One run per directory: a second holder of ROOT/LOCK is refused, naming the
+// first's pid and host; a lock left by a killed process is no holder.
+TEST_F(Checkpoint, SecondLockHolderIsRefusedNamingTheFirst) {
+  int ready[2], hold[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(hold), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      CheckpointDirLock lock(root());
+      char c = 'y';
+      if (::write(ready[1], &c, 1) != 1)
+        std::_Exit(2);
+      (void)!::read(hold[0], &c, 1); // until the parent kills it
+    } catch (...) {
+      std::_Exit(3);
+    }
+    std::_Exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  try {
+    CheckpointDirLock second(root());
+    ADD_FAILURE() << "the second lock should have been refused";
+  } catch (const spw::Error &e) {
+    EXPECT_CONTAINS(std::string(e.what()),
+                    "--checkpoint-dir '" + root() +
+                        "' is in use by another run (pid " +
+                        std::to_string(child) + " on host " + host + " since ");
+    EXPECT_CONTAINS(std::string(e.what()), "says '" + root() + "/LOCK'");
+  }
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  for (int fd : {ready[0], ready[1], hold[0], hold[1]})
+    ::close(fd);
+  {
+    CheckpointDirLock again(root());
+    EXPECT_TRUE(again.held());
+    EXPECT_CONTAINS(slurp(fs::path(root()) / "LOCK"),
+                    "pid " + std::to_string(::getpid()) + " on host ");
+  }
+  // Released with the object: the next one gets it.
+  CheckpointDirLock next(root());
+  EXPECT_TRUE(next.held());
+  // LOCK is neither a checkpoint nor a leftover.
+  EXPECT_TRUE(list_checkpoints(root()).empty());
 }
 
 TEST_F(Checkpoint, KeepPrunesOlderOnes) {

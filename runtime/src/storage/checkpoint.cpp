@@ -37,10 +37,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
+#include <ctime>
 #include <exception>
+#include <fcntl.h>
 #include <filesystem>
 #include <new>
+#include <optional>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -133,6 +136,82 @@ void fsync_dir(const std::string &dir) {
   ::close(fd);
 }
 
+// Opens a checkpoint file for reading. O_NONBLOCK, then fstat: a FIFO or a
+// device where a checkpoint file should be must not hang the run on open or
+// read. Returns -1 when the file does not exist (a missing file is what a
+// torn or removed checkpoint looks like: invalid); throws CheckpointReadError
+// on any other failure, and when it is not a regular file (not something a
+// torn write leaves: someone put it there, and skipping it would resume from
+// an older checkpoint or from the weights without anyone noticing).
+int open_checkpoint_file(const std::string &path, uint64_t &size) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT)
+      return -1;
+    throw CheckpointReadError(
+        format("cannot open '%s': %s", path.c_str(), std::strerror(errno)));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    throw CheckpointReadError(
+        format("cannot stat '%s': %s", path.c_str(), std::strerror(e)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw CheckpointReadError(format(
+        "'%s' is %s, not a regular file; a checkpoint holds only regular "
+        "files: remove it (or the whole checkpoint directory)",
+        path.c_str(),
+        S_ISFIFO(st.st_mode)   ? "a FIFO"
+        : S_ISDIR(st.st_mode)  ? "a directory"
+        : S_ISCHR(st.st_mode)  ? "a character device"
+        : S_ISBLK(st.st_mode)  ? "a block device"
+        : S_ISSOCK(st.st_mode) ? "a socket"
+                               : "a special file"));
+  }
+  size = uint64_t(st.st_size);
+  return fd;
+}
+
+// The most bytes a MANIFEST.json may have: ~100 bytes a chunk, so 256 MiB
+// describes far more than any checkpoint holds; a larger one is not read.
+constexpr uint64_t kMaxManifestBytes = uint64_t(256) << 20;
+
+// MANIFEST.json's text; nullopt when it is missing; throws spw::Error when
+// it is too large (invalid), CheckpointReadError when it cannot be read.
+std::optional<std::string> read_manifest_file(const std::string &path) {
+  uint64_t size = 0;
+  const int fd = open_checkpoint_file(path, size);
+  if (fd < 0)
+    return std::nullopt;
+  if (size > kMaxManifestBytes) {
+    ::close(fd);
+    fail("it is %llu bytes, more than a manifest can be (%llu)",
+         (unsigned long long)size, (unsigned long long)kMaxManifestBytes);
+  }
+  std::string text(size_t(size), '\0');
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      throw CheckpointReadError(format("cannot read '%s' at offset %zu: %s",
+                                       path.c_str(), done, std::strerror(e)));
+    }
+    if (n == 0) // it shrank while read: the checksum says whether it is whole
+      break;
+    done += size_t(n);
+  }
+  ::close(fd);
+  text.resize(done);
+  return text;
+}
+
 // An aligned staging buffer from the engine's pinned pool when it has room,
 // else from the heap.
 struct Staging {
@@ -168,21 +247,29 @@ struct Staging {
 
 // ---- JSON -------------------------------------------------------------------
 
+// (An object's members are a struct declared after Json, not a std::pair:
+// libstdc++'s pair needs Json complete, which clang enforces.)
+struct JsonMember;
 struct Json {
   enum Kind { Null, Bool, Int, Str, Arr, Obj } kind = Null;
   bool b = false;
   int64_t i = 0;
   std::string s;
   std::vector<Json> arr;
-  std::vector<std::pair<std::string, Json>> obj;
+  std::vector<JsonMember> obj;
 
-  const Json *get(const std::string &key) const {
-    for (auto &[k, v] : obj)
-      if (k == key)
-        return &v;
-    return nullptr;
-  }
+  const Json *get(const std::string &key) const;
 };
+struct JsonMember {
+  std::string first;
+  Json second;
+};
+const Json *Json::get(const std::string &key) const {
+  for (auto &[k, v] : obj)
+    if (k == key)
+      return &v;
+  return nullptr;
+}
 
 // A strict JSON reader for what write_manifest writes: objects, arrays,
 // strings, integers, booleans, null. No floats.
@@ -241,7 +328,7 @@ private:
           if (kv.first == k)
             error("duplicate key");
         expect(':');
-        v.obj.emplace_back(std::move(k), value(depth + 1));
+        v.obj.push_back({std::move(k), value(depth + 1)});
       } while (eat(','));
       expect('}');
     } else if (c == '[') {
@@ -664,16 +751,25 @@ long leftover_pid(const std::string &name) {
   return -1;
 }
 
-// Whether `dir`'s MANIFEST.json parses, matches its own checksum and names
-// `step` (the data is not read: that is the loader's job).
-bool manifest_valid(const std::string &dir, int64_t step) {
+// What pruning knows of a dir from its MANIFEST.json (the data is not read:
+// that is the loader's job).
+enum class ManifestState { Valid, Invalid, Unreadable };
+
+// Valid: MANIFEST.json parses, matches its own checksum and names `step`.
+// Invalid: it was read and is missing, torn or wrong. Unreadable: it could not
+// be read (`why` says why), so nothing is known about the dir.
+ManifestState manifest_state(const std::string &dir, int64_t step,
+                             std::string &why) {
   try {
-    return parse_manifest(read_whole_file(
-                              (fs::path(dir) / kCheckpointManifest).string(),
-                              "checkpoint manifest"))
-               .step == step;
-  } catch (...) {
-    return false;
+    std::optional<std::string> text =
+        read_manifest_file((fs::path(dir) / kCheckpointManifest).string());
+    return text && parse_manifest(*text).step == step ? ManifestState::Valid
+                                                      : ManifestState::Invalid;
+  } catch (const CheckpointReadError &e) {
+    why = e.what();
+    return ManifestState::Unreadable;
+  } catch (const Error &) {
+    return ManifestState::Invalid;
   }
 }
 
@@ -683,13 +779,23 @@ bool manifest_valid(const std::string &dir, int64_t step) {
 // can only be a torn one the resume skipped, else the run would have
 // resumed from it). A valid newer one (another run's, in the same ROOT) is
 // left alone with a notice: --resume would load it rather than this one.
+// Only a dir that was read and found invalid, or valid and old, is removed:
+// one whose manifest cannot be read is kept, with a notice, whatever its age.
 void prune(const std::string &root, int64_t step, const CheckpointOptions &o,
            CheckpointWriteResult &result) {
   int kept = 0;
   for (auto &[s, path] : list_checkpoints(root)) {
     if (s == step)
       continue;
-    const bool valid = manifest_valid(path, s);
+    std::string why;
+    const ManifestState state = manifest_state(path, s, why);
+    if (state == ManifestState::Unreadable) {
+      say(o, format("keeping '%s': %s, so whether it is intact is unknown; "
+                    "not pruned",
+                    path.c_str(), why.c_str()));
+      continue;
+    }
+    const bool valid = state == ManifestState::Valid;
     if (s > step && valid) {
       say(o, format("keeping '%s': a valid checkpoint of a later step than "
                     "the one just written (%lld), which --resume would load "
@@ -745,15 +851,117 @@ std::vector<std::pair<int64_t, std::string>>
 list_checkpoints(const std::string &root) {
   std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
-  for (fs::directory_iterator it(root, ec), end; !ec && it != end;
-       it.increment(ec)) {
+  fs::directory_iterator it(root, ec), end;
+  if (ec == std::errc::no_such_file_or_directory)
+    return out;
+  // A listing that fails part-way would hide checkpoints: never "none".
+  for (; !ec && it != end; it.increment(ec)) {
     int64_t s = parse_checkpoint_dir_name(it->path().filename().string());
     if (s >= 0)
       out.emplace_back(s, it->path().string());
   }
+  if (ec)
+    throw CheckpointReadError(format("cannot list checkpoint directory '%s': %s",
+                                     root.c_str(), ec.message().c_str()));
   std::sort(out.begin(), out.end(),
             [](auto &a, auto &b) { return a.first > b.first; });
   return out;
+}
+
+int64_t check_checkpoint_manifest(const std::string &text) {
+  return parse_manifest(text).step;
+}
+
+namespace {
+// "pid N on host H since T" of whoever holds ROOT/LOCK, read from the file.
+std::string lock_holder(int fd) {
+  char buf[512];
+  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  std::string s(buf, n > 0 ? size_t(n) : 0);
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\0'))
+    s.pop_back();
+  for (char &c : s) // the file is anyone's: print it tamely
+    if ((unsigned char)c < 0x20 || (unsigned char)c == 0x7f)
+      c = '?';
+  return s.empty() ? "a process that has not written its pid yet" : s;
+}
+} // namespace
+
+CheckpointDirLock::CheckpointDirLock(
+    const std::string &root,
+    const std::function<void(const std::string &)> &notice) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec || !fs::is_directory(root, ec))
+    fail("cannot create checkpoint directory '%s': %s; pass another "
+         "--checkpoint-dir",
+         root.c_str(), ec ? ec.message().c_str() : "not a directory");
+  const std::string path = (fs::path(root) / kCheckpointLockFile).string();
+  // O_NOFOLLOW | O_NONBLOCK: a symlink or FIFO planted as LOCK is refused,
+  // not followed or waited on.
+  int fd = ::open(path.c_str(),
+                  O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  if (fd < 0)
+    fail("cannot open the lock file '%s' of --checkpoint-dir '%s': %s",
+         path.c_str(), root.c_str(), std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail("the lock file '%s' of --checkpoint-dir '%s' is not a regular file; "
+         "remove it",
+         path.c_str(), root.c_str());
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    if (e == EWOULDBLOCK) {
+      const std::string holder = lock_holder(fd);
+      ::close(fd);
+      fail("--checkpoint-dir '%s' is in use by another run (%s, says '%s'); "
+           "two runs cannot share a checkpoint directory: wait for that one "
+           "to finish, or pass another --checkpoint-dir",
+           root.c_str(), holder.c_str(), path.c_str());
+    }
+    ::close(fd);
+    if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS) {
+      const std::string msg =
+          format("the file system of --checkpoint-dir '%s' cannot lock '%s' "
+                 "(%s): nothing stops a second run from using it at the "
+                 "same time",
+                 root.c_str(), path.c_str(), std::strerror(e));
+      if (notice)
+        notice(msg);
+      else
+        default_notice(msg);
+      return;
+    }
+    fail("cannot lock '%s' of --checkpoint-dir '%s': %s", path.c_str(),
+         root.c_str(), std::strerror(e));
+  }
+  char host[256] = "?";
+  if (::gethostname(host, sizeof host - 1) != 0)
+    std::strcpy(host, "?");
+  host[sizeof host - 1] = '\0';
+  char when[64] = "?";
+  const time_t now = ::time(nullptr);
+  struct tm tm;
+  if (::gmtime_r(&now, &tm))
+    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  const std::string text =
+      format("pid %ld on host %s since %s\n", long(::getpid()), host, when);
+  // Only for the message of a refused run: a failure here changes nothing.
+  if (::ftruncate(fd, 0) == 0) {
+    const ssize_t w = ::pwrite(fd, text.data(), text.size(), 0);
+    (void)w;
+  }
+  fd_ = fd;
+}
+
+CheckpointDirLock::~CheckpointDirLock() {
+  // Closing drops the flock. The file stays: unlinking it would let a run
+  // that opened it before the unlink and one that creates it anew both hold
+  // "the" lock.
+  if (fd_ >= 0)
+    ::close(fd_);
 }
 
 const CheckpointTensor *LoadedCheckpoint::find(const std::string &name) const {
@@ -835,6 +1043,7 @@ CheckpointWriteResult write_checkpoint(IoEngine &engine,
 
   bool file_open = false;
   FileId file = 0;
+  std::string old_dir; // a replaced step-N, to remove once ROOT is synced
   try {
     std::error_code ec;
     fs::remove_all(tmp_dir, ec);
@@ -946,7 +1155,6 @@ CheckpointWriteResult write_checkpoint(IoEngine &engine,
     // same step written again) is swapped with the tmp dir atomically, so
     // that step-N is the old or the new checkpoint at every instant; the old
     // one, now under the tmp name, is removed once ROOT is fsynced.
-    std::string old_dir;
     if (fs::exists(final_dir, ec)) {
       if (exchange_dirs(tmp_dir, final_dir) == 0) {
         old_dir = tmp_dir;
@@ -979,10 +1187,6 @@ CheckpointWriteResult write_checkpoint(IoEngine &engine,
       fail("cannot rename '%s' to '%s': %s", tmp_dir.c_str(),
            final_dir.c_str(), std::strerror(errno));
     }
-    maybe_crash("renamed", step);
-    fsync_dir(root);
-    if (!old_dir.empty())
-      fs::remove_all(old_dir, ec);
   } catch (...) {
     // Anything (spw::Error, std::filesystem_error, std::bad_alloc, ...):
     // clean up, then one spw::Error with the context.
@@ -1000,8 +1204,46 @@ CheckpointWriteResult write_checkpoint(IoEngine &engine,
          "permissions there, or pass another --checkpoint-dir)",
          (long long)step, final_dir.c_str(), why.c_str(), root.c_str());
   }
-  prune(root, step, o, result);
-  maybe_crash("pruned", step);
+  // Published: step-N is the new checkpoint. A failure from here on must
+  // not remove it nor say that nothing changed: it says what is in place.
+  bool synced = false, pruned = false;
+  try {
+    maybe_crash("renamed", step);
+    fsync_dir(root);
+    synced = true;
+    if (!old_dir.empty()) {
+      std::error_code ec;
+      fs::remove_all(old_dir, ec);
+    }
+    try {
+      prune(root, step, o, result);
+    } catch (const Error &e) {
+      say(o, format("cannot prune the checkpoints in '%s': %s; they are left "
+                    "as they are",
+                    root.c_str(), e.what()));
+    }
+    pruned = true;
+    maybe_crash("pruned", step);
+  } catch (...) {
+    const std::string why = exception_text(std::current_exception());
+    std::string done;
+    if (!synced)
+      done = format("but '%s' was not fsynced, so it may not survive a power "
+                    "loss, and no older checkpoint was pruned",
+                    root.c_str());
+    else if (!pruned)
+      done = "and fsynced; older checkpoints may not all have been pruned";
+    else
+      done = result.pruned.empty()
+                 ? std::string("and fsynced; nothing needed pruning")
+                 : format("and fsynced, and %zu older one%s pruned",
+                          result.pruned.size(),
+                          result.pruned.size() == 1 ? " was" : "s were");
+    fail("the checkpoint of step %lld is published as '%s' %s; then: %s "
+         "(--resume continues from '%s')",
+         (long long)step, final_dir.c_str(), done.c_str(), why.c_str(),
+         final_dir.c_str());
+  }
   return result;
 }
 
@@ -1013,21 +1255,31 @@ LoadedCheckpoint load_checkpoint(IoEngine &engine, const std::string &dir) {
     fail("the name is not step-NNNNNNNN");
   const std::string manifest_path =
       (fs::path(dir) / kCheckpointManifest).string();
-  std::error_code ec;
-  if (!fs::exists(manifest_path, ec))
-    fail("%s is missing", kCheckpointManifest);
   Manifest m;
-  try {
-    m = parse_manifest(read_whole_file(manifest_path, "checkpoint manifest"));
-  } catch (const Error &e) {
-    fail("%s: %s", kCheckpointManifest, e.what());
+  {
+    // CheckpointReadError (cannot be read) passes through; anything else
+    // means the manifest was read and is invalid.
+    std::optional<std::string> text = read_manifest_file(manifest_path);
+    if (!text)
+      fail("%s is missing", kCheckpointManifest);
+    try {
+      m = parse_manifest(*text);
+    } catch (const CheckpointReadError &) {
+      throw;
+    } catch (const Error &e) {
+      fail("%s: %s", kCheckpointManifest, e.what());
+    }
   }
   if (m.step != out.step)
     fail("%s says step %lld", kCheckpointManifest, (long long)m.step);
   const std::string data_path = (fs::path(dir) / kCheckpointDataFile).string();
-  const uintmax_t size = fs::file_size(data_path, ec);
-  if (ec)
-    fail("data file '%s': %s", data_path.c_str(), ec.message().c_str());
+  uint64_t size = 0;
+  {
+    const int fd = open_checkpoint_file(data_path, size);
+    if (fd < 0)
+      fail("data file '%s' is missing", data_path.c_str());
+    ::close(fd);
+  }
   if (size < m.data_bytes)
     fail("data file '%s' is %llu bytes, the manifest says %llu (truncated)",
          data_path.c_str(), (unsigned long long)size,
@@ -1043,8 +1295,16 @@ LoadedCheckpoint load_checkpoint(IoEngine &engine, const std::string &dir) {
   // slot while the chunks before it are verified and copied or decompressed
   // into the raw stream, a few reads in flight. Memory: the raw stream plus
   // the slots, not a second image of the file.
-  FileId f = engine.open(data_path, /*create=*/false, /*queue=*/0,
-                         /*read_only=*/true);
+  // From here on a failure of the engine (open, a read) is an I/O error,
+  // not evidence of a torn checkpoint. (Its message names the file.)
+  auto unreadable = [](const Error &e) { return CheckpointReadError(e.what()); };
+  FileId f = 0;
+  try {
+    f = engine.open(data_path, /*create=*/false, /*queue=*/0,
+                    /*read_only=*/true);
+  } catch (const Error &e) {
+    throw unreadable(e);
+  }
   const uint64_t falign = std::max<uint64_t>(engine.file(f).align, 1);
   const uint64_t read_align = std::max(falign, m.alignment);
   struct Slot {
@@ -1086,8 +1346,13 @@ LoadedCheckpoint load_checkpoint(IoEngine &engine, const std::string &dir) {
       Slot &s = slots[k % slots.size()];
       uint64_t hi;
       span(m.chunks[k], s.lo, hi);
-      s.token = engine.read(f, s.lo, s.buf.data(), hi - s.lo, Priority::Demand,
-                            format("chunk %zu of checkpoint %s", k, dir.c_str()));
+      try {
+        s.token =
+            engine.read(f, s.lo, s.buf.data(), hi - s.lo, Priority::Demand,
+                        format("chunk %zu of checkpoint %s", k, dir.c_str()));
+      } catch (const Error &e) {
+        throw unreadable(e);
+      }
     };
     for (size_t k = 0; k < slots.size(); ++k)
       submit(k);
@@ -1095,7 +1360,11 @@ LoadedCheckpoint load_checkpoint(IoEngine &engine, const std::string &dir) {
     char *raw = static_cast<char *>(out.raw.get());
     for (size_t k = 0; k < m.chunks.size(); ++k) {
       Slot &s = slots[k % slots.size()];
-      s.token.wait();
+      try {
+        s.token.wait();
+      } catch (const Error &e) {
+        throw unreadable(e);
+      }
       s.token = Token();
       const ChunkInfo &c = m.chunks[k];
       // parse_manifest checked these; re-checked where they guard memory.
@@ -1142,8 +1411,17 @@ std::optional<LoadedCheckpoint>
 load_newest_checkpoint(IoEngine &engine, const std::string &root,
                        const CheckpointOptions &o) {
   std::error_code ec;
-  if (!fs::is_directory(root, ec))
+  if (!fs::is_directory(root, ec)) {
+    if (ec && ec != std::errc::no_such_file_or_directory)
+      throw CheckpointReadError(format("cannot read checkpoint directory "
+                                       "'%s': %s",
+                                       root.c_str(), ec.message().c_str()));
+    if (fs::exists(fs::symlink_status(root, ec)))
+      fail("checkpoint directory '%s' is not a directory; pass another "
+           "--checkpoint-dir",
+           root.c_str());
     return std::nullopt;
+  }
   std::vector<std::string> leftovers;
   for (fs::directory_iterator it(root, ec), end; !ec && it != end;
        it.increment(ec)) {
@@ -1163,6 +1441,16 @@ load_newest_checkpoint(IoEngine &engine, const std::string &root,
   for (auto &[step, path] : list_checkpoints(root)) {
     try {
       return load_checkpoint(engine, path);
+    } catch (const CheckpointReadError &e) {
+      // Skipping it would resume from an older one, or from the weights,
+      // and the next checkpoint would prune the ones that could not be read.
+      throw CheckpointReadError(format(
+          "cannot read checkpoint '%s': %s; a read error says nothing about "
+          "whether it is intact, so it is not skipped and nothing in '%s' is "
+          "changed: check the storage (dmesg, the device, permissions) and "
+          "rerun, or move '%s' out of '%s' to resume from the next older "
+          "checkpoint",
+          path.c_str(), e.what(), root.c_str(), path.c_str(), root.c_str()));
     } catch (const Error &e) {
       say(o, format("skipping checkpoint '%s': %s; trying the next older one",
                     path.c_str(), e.what()));

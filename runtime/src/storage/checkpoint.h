@@ -39,6 +39,14 @@
 // iff its name parses, MANIFEST.json parses and matches its own checksum, and
 // every chunk matches its checksum when read. Invalid dirs are skipped with a
 // one-line notice naming the dir and the reason, and the next older is tried.
+// A dir that cannot be read (an I/O error, a FIFO or device where a file
+// should be, a listing that fails) is not invalid: nothing is known about it,
+// so loading stops with a CheckpointReadError instead of falling back to an
+// older one (or to the weights), and pruning never removes it.
+//
+// One run per ROOT: CheckpointDirLock holds flock(2) on ROOT/LOCK for the
+// run, so a second run on the same ROOT is refused at start, naming the
+// holder, instead of failing a rename mid-run.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPILLWAY_RUNTIME_STORAGE_CHECKPOINT_H
@@ -127,13 +135,22 @@ struct LoadedCheckpoint {
   const std::string *meta(const std::string &key) const;
 };
 
-// Reads and verifies one checkpoint dir; throws spw::Error saying why it is
-// invalid.
+// A checkpoint (or ROOT) that could not be read: an I/O error, a file that
+// is not a regular file, a failed listing. Unlike a plain spw::Error from
+// load_checkpoint (the checkpoint read fine and is invalid), it says nothing
+// about whether the checkpoint is intact.
+struct CheckpointReadError : Error {
+  using Error::Error;
+};
+
+// Reads and verifies one checkpoint dir; throws CheckpointReadError when it
+// cannot be read, else spw::Error saying why it is invalid.
 LoadedCheckpoint load_checkpoint(IoEngine &engine, const std::string &dir);
 
 // The newest valid checkpoint under `root`, or nullopt when there is none
 // (root missing or empty, or every dir invalid). Invalid dirs and leftover
-// tmp dirs are reported through options.notice and skipped.
+// tmp dirs are reported through options.notice and skipped. A dir that cannot
+// be read stops the search: CheckpointReadError naming it and the cause.
 std::optional<LoadedCheckpoint>
 load_newest_checkpoint(IoEngine &engine, const std::string &root,
                        const CheckpointOptions &options);
@@ -141,9 +158,38 @@ load_newest_checkpoint(IoEngine &engine, const std::string &root,
 // "step-00000042" for 42; the step of such a name, or -1.
 std::string checkpoint_dir_name(int64_t step);
 int64_t parse_checkpoint_dir_name(const std::string &name);
-// The checkpoint dirs (step-*) under `root`, newest first, as (step, path).
+// The checkpoint dirs (step-*) under `root`, newest first, as (step, path);
+// none when `root` does not exist. Throws CheckpointReadError when `root`
+// cannot be listed.
 std::vector<std::pair<int64_t, std::string>>
 list_checkpoints(const std::string &root);
+
+// Holds an exclusive flock(2) on ROOT/LOCK (ROOT is created if missing) until
+// destroyed, with "pid N on host H since T" written in the file for the
+// message another run gets. A lock left by a dead process is no holder: the
+// kernel drops a flock with its last descriptor. Throws spw::Error naming the
+// holder when another process holds it, or why ROOT/LOCK cannot be used.
+// Where the file system has no flock (ENOLCK, EOPNOTSUPP), says so through
+// `notice` and holds nothing.
+class CheckpointDirLock {
+public:
+  explicit CheckpointDirLock(
+      const std::string &root,
+      const std::function<void(const std::string &)> &notice = {});
+  ~CheckpointDirLock();
+  CheckpointDirLock(const CheckpointDirLock &) = delete;
+  CheckpointDirLock &operator=(const CheckpointDirLock &) = delete;
+  bool held() const { return fd_ >= 0; }
+
+private:
+  int fd_ = -1;
+};
+constexpr const char *kCheckpointLockFile = "LOCK";
+
+// Parses and checks MANIFEST.json's text as load_checkpoint does (its own
+// checksum, then the structure) without touching files; returns its step.
+// Throws spw::Error saying what is wrong. (The manifest fuzzer's entry.)
+int64_t check_checkpoint_manifest(const std::string &text);
 
 // ---- test-only crash hook -------------------------------------------------
 // SPILLWAY_TEST_CRASH_AT=<phase> (and optionally SPILLWAY_TEST_CRASH_STEP=N)
