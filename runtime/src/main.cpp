@@ -1679,6 +1679,9 @@ int run_forward(spw_ctx *ctx, const Options &o, int64_t steps) {
           fail("outputs '%s' and '%s' would both be written to '%s'",
                ctx->outputs[j].name.c_str(), ctx->outputs[i].name.c_str(),
                paths[i].c_str());
+      // Each file is replaced at the end: a FIFO or device there is found
+      // now, not after the last step.
+      check_output_file("--outputs", paths[i]);
     }
   }
   std::vector<std::vector<char>> values(ctx->outputs.size());

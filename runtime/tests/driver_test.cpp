@@ -494,6 +494,26 @@ TEST_F(Driver, SpecialFilesAreRefusedWithoutBlocking) {
   EXPECT_TRUE(S_ISCHR(st.st_mode));
 }
 
+// A forward model's --outputs files are replaced at the end; a FIFO there
+// is found before the first step (and neither blocks nor is replaced).
+TEST_F(Driver, ForwardOutputFilesAreCheckedBeforeTheSteps) {
+  auto x = randoms(24, 200, -2, 2);
+  write("fx.npy", spw::write_npy("<f4", {3, 2, 4}, x.data(), 96));
+  auto w = randoms(15, 201);
+  write("fm.weights", std::string(reinterpret_cast<char *>(w.data()), 60));
+  fs::create_directory(path("out"));
+  ASSERT_EQ(::mkfifo(path("out/mask.npy").c_str(), 0644), 0);
+  Result r = run("--input x=fx.npy --weights fm.weights --outputs out",
+                 kNoHang, SPW_FORWARD_MODEL_EXE);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "error: --outputs 'out/mask.npy' is a FIFO (named "
+                         "pipe); the run writes a regular file there");
+  EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
+  struct stat st;
+  ASSERT_EQ(::stat(path("out/mask.npy").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+}
+
 TEST_F(Driver, OutputsAreCheckedBeforeTraining) {
   auto expect_early = [&](const Result &r, const std::string &msg) {
     EXPECT_EQ(r.rc, 1) << r.err;
