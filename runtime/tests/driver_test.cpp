@@ -585,6 +585,34 @@ TEST_F(Driver, FailedSaveRescuesTheWeights) {
         << e.path();
 }
 
+// A checkpoint that cannot be written (here: ENOSPC, injected) ends the
+// run, but the weights of the steps run go to --save, or to a rescue file.
+TEST_F(Driver, FailedCheckpointRescuesTheWeights) {
+  ASSERT_EQ(train("--steps 3 --lr 0.05 --save want.safetensors").rc, 0);
+  fs::create_directory(path("rescue"));
+  const std::string env =
+      "TMPDIR=" + path("rescue") + " SPILLWAY_IO_FAULTS=enospc@1/write";
+  Result r = train("--steps 3 --lr 0.05 --checkpoint-dir ck", env);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "error: cannot write the checkpoint of step 3");
+  EXPECT_CONTAINS(r.err, "; the weights after step 3 were written to '" +
+                             path("rescue") +
+                             "/weights.safetensors.rescued-");
+  std::vector<fs::path> rescued;
+  for (const auto &e : fs::directory_iterator(path("rescue")))
+    rescued.push_back(e.path());
+  ASSERT_EQ(rescued.size(), 1u);
+  EXPECT_EQ(read("rescue/" + rescued[0].filename().string()),
+            read("want.safetensors"));
+
+  r = train("--steps 3 --lr 0.05 --checkpoint-dir ck2 --save out.safetensors",
+            env);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "; the weights after step 3 were written to "
+                         "'out.safetensors'");
+  EXPECT_EQ(read("out.safetensors"), read("want.safetensors"));
+}
+
 TEST_F(Driver, StaleTemporariesAreRemoved) {
   // A pid that is not running: a child that has exited and been reaped.
   const pid_t child = ::fork();
