@@ -88,6 +88,9 @@ Buffer alloc_buffer(int64_t bytes) {
   return Buffer(p);
 }
 
+// The size from which make_tensor checks available_memory() first.
+constexpr int64_t kCheckedAllocation = int64_t(256) << 20;
+
 std::unique_ptr<spw_tensor> make_tensor(int32_t dtype, int32_t rank,
                                         const int64_t *dims, const char *what,
                                         bool allocate) {
@@ -112,6 +115,14 @@ std::unique_ptr<spw_tensor> make_tensor(int32_t dtype, int32_t rank,
   }
   t->numel = numel;
   if (allocate) {
+    // A large buffer is checked against the memory there is: with
+    // overcommit the allocation would succeed and the kernel writing it
+    // take the machine into the OOM killer. (Small ones skip the /proc
+    // reads: they are most of a step's allocations.)
+    if (t->bytes() >= kCheckedAllocation)
+      check_memory(t->bytes(), format("%s %s %s needs", what,
+                                      dtype_name(dtype),
+                                      shape_str(dims, rank).c_str()));
     t->owned = alloc_buffer(t->bytes());
     t->data = t->owned.get();
   }
@@ -283,7 +294,7 @@ MemoryBudget available_memory() {
 void check_memory(int64_t bytes, const std::string &what) {
   const MemoryBudget b = available_memory();
   if (b.bytes >= 0 && bytes > b.bytes)
-    fail("%s need %lld bytes (%.2f GiB), more than the %lld bytes (%.2f "
+    fail("%s %lld bytes (%.2f GiB), more than the %lld bytes (%.2f "
          "GiB) available (%s); use a smaller model or fewer batches, or "
          "free memory",
          what.c_str(), (long long)bytes, double(bytes) / double(1 << 30),

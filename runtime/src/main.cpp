@@ -1693,7 +1693,7 @@ int run_forward(spw_ctx *ctx, const Options &o, int64_t steps) {
              "fit in memory; lower --steps",
              (long long)steps, ctx->outputs[i].name.c_str(),
              (long long)ctx->outputs[i].value->bytes());
-      check_memory(total, format("--outputs: %lld steps of output '%s'",
+      check_memory(total, format("--outputs: %lld steps of output '%s' need",
                                  (long long)steps,
                                  ctx->outputs[i].name.c_str()));
       values[i].resize(size_t(total));
@@ -1941,8 +1941,8 @@ int run(const Options &o, const char *argv0) {
     for (const InputPlan &ip : iplans)
       add(ip.bytes);
     check_memory(total, host_state ? "the parameters, their gradients and "
-                                     "AdamW state, and the inputs"
-                                   : "the parameters and the inputs");
+                                     "AdamW state, and the inputs need"
+                                   : "the parameters and the inputs need");
   }
   allocate_declared(ctx);
   read_weights(ctx, wplan);

@@ -354,8 +354,8 @@ struct MemoryBudget {
   std::string source; // which limit it is, for messages
 };
 MemoryBudget available_memory();
-// Fails, naming `what` ("the parameters and inputs"), when `bytes` exceed
-// available_memory().
+// Fails when `bytes` exceed available_memory(); `what` starts the message
+// and ends in its verb ("the inputs need", "a f32 [8,8] tensor needs").
 void check_memory(int64_t bytes, const std::string &what);
 
 } // namespace spw
