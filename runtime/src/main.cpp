@@ -1582,10 +1582,11 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
         std::fflush(stdout);
         fail("step %lld: parameter '%s' %s holds %s at flat index %lld after "
              "the update (the loss, %g, and the gradients were finite): the "
-             "training diverged; lower --lr (now %g)",
+             "update overflowed; lower --lr (now %g) or --weight-decay (now "
+             "%g)",
              (long long)s, p->name.c_str(), p->value->shape().c_str(),
              non_finite_name(p->value->as<float>()[at]), (long long)at,
-             double(loss), hp.lr);
+             double(loss), hp.lr, hp.weight_decay);
       }
     }
     const bool progress = s % every == 0 || s == o.steps;
