@@ -182,8 +182,8 @@ int open_regular(const std::string &path, const char *what, int64_t *size) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    fail("%s '%s' is %s, not a regular file: pass a file", what,
-         path.c_str(), file_kind(st.st_mode));
+    fail("%s '%s' is %s, not a regular file", what, path.c_str(),
+         file_kind(st.st_mode));
   }
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags >= 0)
