@@ -512,6 +512,16 @@ TEST_F(Driver, ForwardOutputFilesAreCheckedBeforeTheSteps) {
   struct stat st;
   ASSERT_EQ(::stat(path("out/mask.npy").c_str(), &st), 0);
   EXPECT_TRUE(S_ISFIFO(st.st_mode));
+
+  // The outputs of all steps are kept until the end: more steps than
+  // memory for them is an error before the first.
+  r = run("--input x=fx.npy --weights fm.weights --outputs out2 "
+          "--steps 100000000000",
+          kNoHang, SPW_FORWARD_MODEL_EXE);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "error: --outputs: 100000000000 steps of output "
+                         "'logits/out' need 2400000000000 bytes");
+  EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
 }
 
 TEST_F(Driver, OutputsAreCheckedBeforeTraining) {
