@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <optional>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <xxhash.h>
 #include <unistd.h>
@@ -86,6 +88,9 @@ Buffer alloc_buffer(int64_t bytes) {
   return Buffer(p);
 }
 
+// The size from which make_tensor checks available_memory() first.
+constexpr int64_t kCheckedAllocation = int64_t(256) << 20;
+
 std::unique_ptr<spw_tensor> make_tensor(int32_t dtype, int32_t rank,
                                         const int64_t *dims, const char *what,
                                         bool allocate) {
@@ -110,6 +115,14 @@ std::unique_ptr<spw_tensor> make_tensor(int32_t dtype, int32_t rank,
   }
   t->numel = numel;
   if (allocate) {
+    // A large buffer is checked against the memory there is: with
+    // overcommit the allocation would succeed and the kernel writing it
+    // take the machine into the OOM killer. (Small ones skip the /proc
+    // reads: they are most of a step's allocations.)
+    if (t->bytes() >= kCheckedAllocation)
+      check_memory(t->bytes(), format("%s %s %s needs", what,
+                                      dtype_name(dtype),
+                                      shape_str(dims, rank).c_str()));
     t->owned = alloc_buffer(t->bytes());
     t->data = t->owned.get();
   }
@@ -142,8 +155,23 @@ AdamWHparams effective_adamw(const spw_ctx *ctx, const AdamWHparams &call) {
   return h;
 }
 
-std::string read_whole_file(const std::string &path, const char *what) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+const char *file_kind(unsigned mode) {
+  switch (mode & S_IFMT) {
+  case S_IFREG: return "a regular file";
+  case S_IFDIR: return "a directory";
+  case S_IFIFO: return "a FIFO (named pipe)";
+  case S_IFCHR: return "a character device";
+  case S_IFBLK: return "a block device";
+  case S_IFSOCK: return "a socket";
+  case S_IFLNK: return "a symbolic link";
+  default: return "a special file";
+  }
+}
+
+int open_regular(const std::string &path, const char *what, int64_t *size) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+  // writer forever; it has no effect on the reads of a regular file.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0)
     fail("cannot open %s '%s': %s", what, path.c_str(), std::strerror(errno));
   struct stat st;
@@ -154,9 +182,21 @@ std::string read_whole_file(const std::string &path, const char *what) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    fail("%s '%s' is not a regular file", what, path.c_str());
+    fail("%s '%s' is %s, not a regular file", what, path.c_str(),
+         file_kind(st.st_mode));
   }
-  std::string bytes(size_t(st.st_size), '\0');
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0)
+    (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  if (size)
+    *size = int64_t(st.st_size);
+  return fd;
+}
+
+std::string read_whole_file(const std::string &path, const char *what) {
+  int64_t size = 0;
+  int fd = open_regular(path, what, &size);
+  std::string bytes(size_t(size), '\0');
   size_t done = 0;
   while (done < bytes.size()) {
     ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
@@ -175,6 +215,107 @@ std::string read_whole_file(const std::string &path, const char *what) {
   ::close(fd);
   bytes.resize(done);
   return bytes;
+}
+
+namespace {
+
+// The first number of a one-line file such as memory.max ("max": none).
+std::optional<int64_t> read_number_file(const char *path) {
+  FILE *f = std::fopen(path, "re");
+  if (!f)
+    return std::nullopt;
+  char buf[64] = {};
+  const bool got = std::fgets(buf, sizeof buf, f) != nullptr;
+  std::fclose(f);
+  if (!got)
+    return std::nullopt;
+  char *end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(buf, &end, 10);
+  if (end == buf || errno == ERANGE || v < 0)
+    return std::nullopt;
+  return int64_t(v);
+}
+
+// MemAvailable of /proc/meminfo, in bytes.
+std::optional<int64_t> meminfo_available() {
+  FILE *f = std::fopen("/proc/meminfo", "re");
+  if (!f)
+    return std::nullopt;
+  char line[256];
+  std::optional<int64_t> r;
+  while (std::fgets(line, sizeof line, f)) {
+    long long kib = 0;
+    if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1) {
+      r = int64_t(kib) * 1024;
+      break;
+    }
+  }
+  std::fclose(f);
+  return r;
+}
+
+} // namespace
+
+MemoryBudget available_memory() {
+  MemoryBudget b;
+  auto take = [&](std::optional<int64_t> v, const char *source) {
+    if (v && (b.bytes < 0 || *v < b.bytes)) {
+      b.bytes = std::max<int64_t>(*v, 0);
+      b.source = source;
+    }
+  };
+  take(meminfo_available(), "MemAvailable in /proc/meminfo");
+  // cgroup v2, then v1: the limit less what the group already uses.
+  if (auto max = read_number_file("/sys/fs/cgroup/memory.max")) {
+    auto cur = read_number_file("/sys/fs/cgroup/memory.current");
+    take(*max - cur.value_or(0), "the cgroup's memory.max");
+  } else if (auto lim = read_number_file(
+                 "/sys/fs/cgroup/memory/memory.limit_in_bytes");
+             lim && *lim < (int64_t(1) << 60)) {
+    auto cur = read_number_file("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+    take(*lim - cur.value_or(0), "the cgroup's memory.limit_in_bytes");
+  }
+  // The address-space limit (ulimit -v) less what the process maps.
+  struct rlimit rl;
+  if (::getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    long long pages = 0;
+    if (FILE *f = std::fopen("/proc/self/statm", "re")) {
+      if (std::fscanf(f, "%lld", &pages) != 1)
+        pages = 0;
+      std::fclose(f);
+    }
+    take(int64_t(rl.rlim_cur) - int64_t(pages) * ::sysconf(_SC_PAGESIZE),
+         "the address-space limit (ulimit -v)");
+  }
+  return b;
+}
+
+void check_memory(int64_t bytes, const std::string &what) {
+  const MemoryBudget b = available_memory();
+  if (b.bytes >= 0 && bytes > b.bytes)
+    fail("%s %lld bytes (%.2f GiB), more than the %lld bytes (%.2f "
+         "GiB) available (%s); use a smaller model or fewer batches, or "
+         "free memory",
+         what.c_str(), (long long)bytes, double(bytes) / double(1 << 30),
+         (long long)b.bytes, double(b.bytes) / double(1 << 30),
+         b.source.c_str());
+}
+
+void allocate_declared(spw_ctx *ctx) {
+  auto give = [](spw_tensor &t) {
+    if (t.data || t.owned)
+      return;
+    t.owned = alloc_buffer(t.bytes());
+    t.data = t.owned.get();
+  };
+  for (ParamInfo &p : ctx->params)
+    give(*p.value);
+  for (OutputInfo &o : ctx->outputs) {
+    give(*o.value);
+    std::memset(o.value->data, 0, size_t(o.value->bytes()));
+  }
+  ctx->defer_alloc = false;
 }
 
 } // namespace spw
@@ -210,8 +351,12 @@ int32_t spw_declare_param(spw_ctx *ctx, const char *name, int32_t dtype,
     ParamInfo p;
     p.name = name;
     p.offset = offset;
-    p.value = make_tensor(dtype, rank, dims, name);
-    std::memset(p.value->data, 0, size_t(p.value->bytes()));
+    // The driver allocates once the weights file is checked against the
+    // declarations (allocate_declared): a bad file is found without
+    // touching a buffer sized from the model.
+    p.value = make_tensor(dtype, rank, dims, name, !ctx->defer_alloc);
+    if (p.value->data)
+      std::memset(p.value->data, 0, size_t(p.value->bytes()));
     ctx->params.push_back(std::move(p));
     index = int32_t(ctx->params.size() - 1);
   });
@@ -228,9 +373,11 @@ int32_t spw_declare_input(spw_ctx *ctx, const char *name, int32_t dtype,
         fail("input '%s' declared twice", name);
     InputInfo in;
     in.name = name;
-    in.view = make_tensor(dtype, rank, dims, name);
-    // The view points into the loaded batches; until then, into zeros.
-    std::memset(in.view->data, 0, size_t(in.view->bytes()));
+    // The view points into the loaded batches; until then, into zeros (or
+    // nowhere, for the driver, which loads every input before a step).
+    in.view = make_tensor(dtype, rank, dims, name, !ctx->defer_alloc);
+    if (in.view->data)
+      std::memset(in.view->data, 0, size_t(in.view->bytes()));
     ctx->inputs.push_back(std::move(in));
     index = int32_t(ctx->inputs.size() - 1);
   });
@@ -247,8 +394,9 @@ int32_t spw_declare_output(spw_ctx *ctx, const char *name, int32_t dtype,
         fail("output '%s' declared twice", name);
     OutputInfo o;
     o.name = name;
-    o.value = make_tensor(dtype, rank, dims, name);
-    std::memset(o.value->data, 0, size_t(o.value->bytes()));
+    o.value = make_tensor(dtype, rank, dims, name, !ctx->defer_alloc);
+    if (o.value->data)
+      std::memset(o.value->data, 0, size_t(o.value->bytes()));
     ctx->outputs.push_back(std::move(o));
     index = int32_t(ctx->outputs.size() - 1);
   });

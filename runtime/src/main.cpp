@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime_internal.h"
+#include "spillway/runtime/hyperparams.h"
 #include "storage/checkpoint.h"
 #include "tiers.h"
 
@@ -170,6 +171,23 @@ double parse_double(const std::string &flag, const std::string &v, double min,
   return x;
 }
 
+// An optimizer hyper-parameter: the range of hyperparams.h, which spillwayc
+// and the train dialect's verifier check too.
+double parse_hparam(const spillway::hyperparams::Range &r,
+                    const std::string &v) {
+  errno = 0;
+  char *end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || errno == ERANGE)
+    throw UsageError(format("invalid value '%s' for %s: expected %s",
+                            v.c_str(), r.flag,
+                            spillway::hyperparams::expected(r).c_str()));
+  const std::string e = spillway::hyperparams::check_flag(r, x, v);
+  if (!e.empty())
+    throw UsageError(e);
+  return x;
+}
+
 // A byte count: digits with an optional K, M or G (powers of 1024).
 int64_t parse_size(const std::string &flag, const std::string &v) {
   std::string digits = v;
@@ -271,17 +289,19 @@ Options parse_args(int argc, char **argv) {
                                 value.c_str()));
       o.seed = s;
     } else if (flag == "--lr") {
-      o.adamw.lr = parse_double(flag, value, 0.0, 1e6, true);
+      o.adamw.lr = parse_hparam(spillway::hyperparams::kLr, value);
     } else if (flag == "--beta1") {
-      o.adamw.beta1 = parse_double(flag, value, 0.0, 1.0, false);
+      o.adamw.beta1 = parse_hparam(spillway::hyperparams::kBeta1, value);
     } else if (flag == "--beta2") {
-      o.adamw.beta2 = parse_double(flag, value, 0.0, 1.0, false);
+      o.adamw.beta2 = parse_hparam(spillway::hyperparams::kBeta2, value);
     } else if (flag == "--eps") {
-      o.adamw.eps = parse_double(flag, value, 0.0, 1.0, true);
+      o.adamw.eps = parse_hparam(spillway::hyperparams::kEps, value);
     } else if (flag == "--weight-decay") {
-      o.adamw.weight_decay = parse_double(flag, value, 0.0, 1e6, true);
+      o.adamw.weight_decay =
+          parse_hparam(spillway::hyperparams::kWeightDecay, value);
     } else if (flag == "--foam-alpha") {
-      o.adamw.foam_alpha = parse_double(flag, value, 1e-30, 1e6, true);
+      o.adamw.foam_alpha =
+          parse_hparam(spillway::hyperparams::kFoamAlpha, value);
     } else if (flag == "--log-json") {
       o.log_json = value;
     } else if (flag == "--save") {
@@ -390,7 +410,14 @@ std::string human_bytes(int64_t b) {
 // ---- weights ----------------------------------------------------------------
 
 struct FdCloser {
-  int fd;
+  int fd = -1;
+  FdCloser() = default;
+  explicit FdCloser(int f) : fd(f) {}
+  FdCloser(FdCloser &&o) noexcept : fd(o.fd) { o.fd = -1; }
+  FdCloser &operator=(FdCloser &&o) noexcept {
+    std::swap(fd, o.fd);
+    return *this;
+  }
   ~FdCloser() {
     if (fd >= 0)
       ::close(fd);
@@ -424,13 +451,50 @@ bool read_at(int fd, void *dst, size_t bytes, int64_t offset) {
        e ? std::strerror(e) : "unexpected end of file");
 }
 
+// The first non-finite element of n floats, or -1.
+int64_t first_non_finite(const float *x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i]))
+      return i;
+  return -1;
+}
+
+const char *non_finite_name(float v) {
+  return std::isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf";
+}
+
+// The first f32 parameter holding a NaN or infinity (host copies), with
+// the element; nullptr when all are finite.
+const ParamInfo *non_finite_param(const spw_ctx *ctx, int64_t *element) {
+  for (const ParamInfo &p : ctx->params) {
+    if (p.value->dtype != SPW_F32 || !p.value->data)
+      continue;
+    const int64_t i = first_non_finite(p.value->as<float>(), p.value->numel);
+    if (i >= 0) {
+      *element = i;
+      return &p;
+    }
+  }
+  return nullptr;
+}
+
 // safetensors' own limit on the header size.
 constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
 
-// Loads the parameters by name from a .safetensors file whose first 8 bytes
-// gave header length `n` (already checked: 2 <= n <= kMaxSafetensorsHeader).
-void load_safetensors(spw_ctx *ctx, int fd, const std::string &path,
-                      int64_t file_size, int64_t n, std::string header) {
+// Where each parameter's bytes are in a checked weights file; read once the
+// parameters have their buffers (read_weights).
+struct WeightsPlan {
+  std::string path;
+  FdCloser fd;
+  std::vector<int64_t> offsets; // per parameter; empty: nothing to read
+};
+
+// Checks a .safetensors file whose first 8 bytes gave header length `n`
+// (already checked: 2 <= n <= kMaxSafetensorsHeader) against the declared
+// parameters, by name, and fills plan.offsets.
+void check_safetensors(const spw_ctx *ctx, WeightsPlan &plan,
+                       int64_t file_size, int64_t n, std::string header) {
+  const std::string &path = plan.path;
   const std::string what = format("weights file '%s'", path.c_str());
   if (8 + n > file_size)
     fail("%s looks like a .safetensors file, but is truncated: its header "
@@ -491,44 +555,44 @@ void load_safetensors(spw_ctx *ctx, int fd, const std::string &path,
                  "declare (ignored): %s\n",
                  what.c_str(), n_extra, n_extra == 1 ? "" : "s",
                  extra.c_str());
-  for (size_t i = 0; i < ctx->params.size(); ++i) {
-    ParamInfo &p = ctx->params[i];
-    const int64_t at = data_start + found[i]->begin;
-    if (!read_at(fd, p.value->data, size_t(p.value->bytes()), at))
-      read_failed(path, format("tensor '%s'", p.name.c_str()), at);
-  }
+  for (size_t i = 0; i < ctx->params.size(); ++i)
+    plan.offsets.push_back(data_start + found[i]->begin);
 }
 
-// Loads the parameters from `path`: a .safetensors file (by name; detected
-// by content) or the raw layout spillwayc writes (each parameter at its
-// declared offset; the file exactly as large as the declared weights).
-void load_weights(spw_ctx *ctx, const std::string &path, bool explicit_path) {
+// Checks the weights file `path` against the declared parameters, before
+// they have buffers: a .safetensors file (by name; detected by content) or
+// the raw layout spillwayc writes (each parameter at its declared offset;
+// the file exactly as large as the declared weights).
+WeightsPlan check_weights(const spw_ctx *ctx, const std::string &path,
+                          bool explicit_path) {
+  WeightsPlan plan;
+  plan.path = path;
   int64_t needed = 0;
-  for (const ParamInfo &p : ctx->params)
-    needed = std::max(needed, p.offset + p.value->bytes());
+  for (const ParamInfo &p : ctx->params) {
+    int64_t end;
+    if (__builtin_add_overflow(p.offset, p.value->bytes(), &end))
+      fail("the model is inconsistent: parameter '%s' ends beyond 2^63 "
+           "bytes of weights",
+           p.name.c_str());
+    needed = std::max(needed, end);
+  }
   if (ctx->weights_bytes >= 0 && needed > ctx->weights_bytes)
     fail("the model is inconsistent: its parameters need %lld bytes of "
          "weights, but it declares %lld",
          (long long)needed, (long long)ctx->weights_bytes);
   const int64_t expected = std::max(needed, ctx->weights_bytes);
   if (ctx->params.empty() && expected == 0 && !explicit_path)
-    return;
-  FdCloser fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (fd.fd < 0) {
-    if (errno == ENOENT)
+    return plan;
+  int64_t size = 0;
+  {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0 && errno == ENOENT)
       fail("weights file '%s' not found: pass --weights FILE, or recompile "
            "the model with spillwayc to write it",
            path.c_str());
-    fail("cannot open weights file '%s': %s", path.c_str(),
-         std::strerror(errno));
   }
-  struct stat st;
-  if (::fstat(fd.fd, &st) != 0)
-    fail("cannot stat weights file '%s': %s", path.c_str(),
-         std::strerror(errno));
-  if (!S_ISREG(st.st_mode))
-    fail("weights file '%s' is not a regular file", path.c_str());
-  const int64_t size = int64_t(st.st_size);
+  plan.fd = FdCloser(open_regular(path, "weights file", &size));
+  const int fd = plan.fd.fd;
 
   // Format detection by content: a u64 little-endian header length N in
   // [2, 1e8], then '{'. A raw file of exactly the model's size whose first
@@ -537,7 +601,7 @@ void load_weights(spw_ctx *ctx, const std::string &path, bool explicit_path) {
   // bytes below 0x20 other than tab, newline and carriage return.
   if (size >= 10) {
     unsigned char head[9];
-    if (!read_at(fd.fd, head, sizeof head, 0))
+    if (!read_at(fd, head, sizeof head, 0))
       read_failed(path, "the header", 0);
     uint64_t n = 0;
     for (int i = 0; i < 8; ++i)
@@ -545,16 +609,15 @@ void load_weights(spw_ctx *ctx, const std::string &path, bool explicit_path) {
     if (head[8] == '{' && n >= 2 && n <= kMaxSafetensorsHeader) {
       std::string header(size_t(std::min<int64_t>(int64_t(n), size - 8)),
                          '\0');
-      if (!read_at(fd.fd, header.data(), header.size(), 8))
+      if (!read_at(fd, header.data(), header.size(), 8))
         read_failed(path, "the .safetensors header", 8);
       const bool text = std::none_of(header.begin(), header.end(), [](char c) {
         unsigned char u = (unsigned char)c;
         return u < 0x20 && u != '\t' && u != '\n' && u != '\r';
       });
       if (text || size != expected) {
-        load_safetensors(ctx, fd.fd, path, size, int64_t(n),
-                         std::move(header));
-        return;
+        check_safetensors(ctx, plan, size, int64_t(n), std::move(header));
+        return plan;
       }
     }
   }
@@ -563,14 +626,38 @@ void load_weights(spw_ctx *ctx, const std::string &path, bool explicit_path) {
     fail("weights file '%s' is %lld bytes, the model's weights are %lld "
          "bytes; was it written for another model?",
          path.c_str(), (long long)size, (long long)expected);
-  for (ParamInfo &p : ctx->params)
-    if (!read_at(fd.fd, p.value->data, size_t(p.value->bytes()), p.offset))
-      read_failed(path, format("parameter '%s'", p.name.c_str()), p.offset);
+  for (const ParamInfo &p : ctx->params)
+    plan.offsets.push_back(p.offset);
+  return plan;
+}
+
+// Reads the checked weights into the parameters' buffers; a NaN or an
+// infinity in a float parameter is refused (training would spread it).
+void read_weights(spw_ctx *ctx, WeightsPlan &plan) {
+  if (plan.offsets.empty())
+    return;
+  for (size_t i = 0; i < ctx->params.size(); ++i) {
+    ParamInfo &p = ctx->params[i];
+    if (!read_at(plan.fd.fd, p.value->data, size_t(p.value->bytes()),
+                 plan.offsets[i]))
+      read_failed(plan.path, format("parameter '%s'", p.name.c_str()),
+                  plan.offsets[i]);
+    if (p.value->dtype != SPW_F32)
+      continue;
+    const int64_t bad = first_non_finite(p.value->as<float>(), p.value->numel);
+    if (bad >= 0)
+      fail("weights file '%s': parameter '%s' %s holds %s at flat index %lld; "
+           "training cannot start from non-finite weights: pass other "
+           "--weights",
+           plan.path.c_str(), p.name.c_str(), p.value->shape().c_str(),
+           non_finite_name(p.value->as<float>()[bad]), (long long)bad);
+  }
+  plan.fd = FdCloser();
 }
 
 // ---- inputs --------------------------------------------------------------------
 
-std::string numpy_dtype(const NpyArray &a) {
+std::string numpy_dtype(const NpyHeader &a) {
   const char *kind = a.kind == 'f'   ? "float"
                      : a.kind == 'i' ? "int"
                      : a.kind == 'u' ? "uint"
@@ -591,13 +678,43 @@ std::string tuple_str(const std::vector<int64_t> &v) {
   return s + ")";
 }
 
-void load_input(InputInfo &in, const std::string &file) {
+// An --input file whose header was checked against its input; its data is
+// read once the memory for all of them is known to be there (read_input).
+struct InputPlan {
+  InputInfo *in = nullptr;
+  std::string file;
+  FdCloser fd;
+  NpyHeader h;
+  int64_t batches = 0;
+  int64_t bytes = 0; // of the input's buffer: batches * the input's bytes
+};
+
+InputPlan check_input(InputInfo &in, const std::string &file) {
   spw_tensor &view = *in.view;
   const std::string what = format("input '%s' (%s)", in.name.c_str(),
                                   file.c_str());
-  NpyArray a;
+  InputPlan plan;
+  plan.in = &in;
+  plan.file = file;
+  NpyHeader &a = plan.h;
   try {
-    a = read_npy(file);
+    int64_t size = 0;
+    plan.fd = FdCloser(open_regular(file, ".npy file", &size));
+    // The preamble, then the whole header: a bounded read (npy.cpp caps
+    // the header's length), whatever the file's size.
+    std::string head(size_t(std::min<int64_t>(size, 12)), '\0');
+    if (!read_at(plan.fd.fd, head.data(), head.size(), 0))
+      fail("cannot read .npy file '%s': %s", file.c_str(),
+           errno ? std::strerror(errno) : "unexpected end of file");
+    const int64_t want =
+        std::min<int64_t>(npy_header_bytes(head, file), size);
+    if (want > int64_t(head.size())) {
+      head.resize(size_t(want));
+      if (!read_at(plan.fd.fd, head.data(), head.size(), 0))
+        fail("cannot read .npy file '%s': %s", file.c_str(),
+             errno ? std::strerror(errno) : "unexpected end of file");
+    }
+    a = parse_npy_header(head, size, file);
   } catch (const Error &e) {
     fail("input '%s': %s", in.name.c_str(), e.what());
   }
@@ -639,32 +756,78 @@ void load_input(InputInfo &in, const std::string &file) {
   if (batches == 0)
     fail("%s: shape is %s: no batches", what.c_str(),
          tuple_str(a.shape).c_str());
-  const int64_t n = view.numel * batches;
-  Buffer buf = alloc_buffer(n * dtype_size(view.dtype));
+  plan.batches = batches;
+  // The file holds batches * numel elements (checked against its size), so
+  // the buffer is at most twice the file: no overflow, but say so anyway.
+  if (__builtin_mul_overflow(view.bytes(), batches, &plan.bytes))
+    fail("%s: %lld batches of %s do not fit in memory", what.c_str(),
+         (long long)batches, view.shape().c_str());
+  return plan;
+}
+
+// Reads a checked input's data into its new buffer, converting int32 and
+// int64 in chunks; float inputs holding NaN or an infinity are refused.
+void read_input(InputPlan &plan) {
+  InputInfo &in = *plan.in;
+  spw_tensor &view = *in.view;
+  const NpyHeader &a = plan.h;
+  const std::string what = format("input '%s' (%s)", in.name.c_str(),
+                                  plan.file.c_str());
+  const int64_t n = view.numel * plan.batches;
+  Buffer buf = alloc_buffer(plan.bytes);
+  auto read_failed_at = [&](int64_t offset) {
+    fail("%s: cannot read the data at offset %lld: %s", what.c_str(),
+         (long long)offset,
+         errno ? std::strerror(errno) : "unexpected end of file");
+  };
   const int64_t src_size = a.itemsize, dst_size = dtype_size(view.dtype);
   if (src_size == dst_size) {
-    std::memcpy(buf.get(), a.data.data(), size_t(n * dst_size));
-  } else if (view.dtype == SPW_I64) { // int32 file
-    auto *d = static_cast<int64_t *>(buf.get());
-    for (int64_t i = 0; i < n; ++i) {
-      int32_t v;
-      std::memcpy(&v, a.data.data() + i * 4, 4);
-      d[i] = v;
+    if (!read_at(plan.fd.fd, buf.get(), size_t(plan.bytes), a.data_offset))
+      read_failed_at(a.data_offset);
+  } else {
+    constexpr int64_t kChunk = 1 << 16; // elements per read
+    std::vector<char> chunk(size_t(kChunk * src_size));
+    for (int64_t at = 0; at < n; at += kChunk) {
+      const int64_t m = std::min(kChunk, n - at);
+      const int64_t off = a.data_offset + at * src_size;
+      if (!read_at(plan.fd.fd, chunk.data(), size_t(m * src_size), off))
+        read_failed_at(off);
+      if (view.dtype == SPW_I64) { // int32 file
+        auto *d = static_cast<int64_t *>(buf.get()) + at;
+        for (int64_t i = 0; i < m; ++i) {
+          int32_t v;
+          std::memcpy(&v, chunk.data() + i * 4, 4);
+          d[i] = v;
+        }
+      } else { // int64 file into an int32 input
+        auto *d = static_cast<int32_t *>(buf.get()) + at;
+        for (int64_t i = 0; i < m; ++i) {
+          int64_t v;
+          std::memcpy(&v, chunk.data() + i * 8, 8);
+          if (v < INT32_MIN || v > INT32_MAX)
+            fail("%s: value %lld at flat index %lld does not fit the "
+                 "input's int32",
+                 what.c_str(), (long long)v, (long long)(at + i));
+          d[i] = int32_t(v);
+        }
+      }
     }
-  } else { // int64 file into an int32 input
-    auto *d = static_cast<int32_t *>(buf.get());
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t v;
-      std::memcpy(&v, a.data.data() + i * 8, 8);
-      if (v < INT32_MIN || v > INT32_MAX)
-        fail("%s: value %lld at flat index %lld does not fit the input's "
-             "int32",
-             what.c_str(), (long long)v, (long long)i);
-      d[i] = int32_t(v);
+  }
+  plan.fd = FdCloser();
+  if (view.dtype == SPW_F32) {
+    const float *x = static_cast<const float *>(buf.get());
+    const int64_t bad = first_non_finite(x, n);
+    if (bad >= 0) {
+      const int64_t per = std::max<int64_t>(view.numel, 1);
+      fail("%s: batch %lld holds %s at flat index %lld of the batch (flat "
+           "index %lld of the file); the model trains on finite numbers: "
+           "clean the data (e.g. np.nan_to_num, or drop the batch)",
+           what.c_str(), (long long)(bad / per), non_finite_name(x[bad]),
+           (long long)(bad % per), (long long)bad);
     }
   }
   in.batches = std::move(buf);
-  in.num_batches = batches;
+  in.num_batches = plan.batches;
   view.owned.reset();
   view.data = in.batches.get();
 }
@@ -814,6 +977,162 @@ int check_gradients(spw_ctx *ctx, const Options &o) {
   return all_ok ? 0 : 1;
 }
 
+// ---- output destinations ---------------------------------------------------
+
+std::string parent_dir(const std::string &path) {
+  const std::string d = std::filesystem::path(path).parent_path().string();
+  return d.empty() ? "." : d;
+}
+
+// Creates and removes a file in `dir`: the one test that files can be made
+// there (access(2) says yes to root on a read-only mount or an immutable
+// directory). `flag` and `value` name the destination in the error.
+void probe_dir(const std::string &dir, const char *flag,
+               const std::string &value) {
+  std::string tmpl = dir + "/.spillway-probe-XXXXXX";
+  const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ENOENT)
+      fail("%s '%s': directory '%s' does not exist; create it first (this "
+           "is checked before training, so no result is lost)",
+           flag, value.c_str(), dir.c_str());
+    fail("%s '%s': cannot create files in directory '%s': %s; choose a "
+         "writable directory (this is checked before training, so no result "
+         "is lost)",
+         flag, value.c_str(), dir.c_str(), std::strerror(e));
+  }
+  ::close(fd);
+  ::unlink(tmpl.c_str());
+}
+
+// An output file the run writes or replaces: absent or a regular file, in
+// a directory where files can be created.
+void check_output_file(const char *flag, const std::string &path) {
+  if (path.empty())
+    return;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode))
+      fail("%s '%s' is %s; the run writes a regular file there and will not "
+           "replace it: pass the path of a regular file",
+           flag, path.c_str(), file_kind(st.st_mode));
+  } else if (errno != ENOENT) {
+    fail("%s '%s': %s", flag, path.c_str(),
+         errno == ENOTDIR ? "a part of the path is not a directory"
+                          : std::strerror(errno));
+  }
+  probe_dir(parent_dir(path), flag, path);
+}
+
+// An output directory (created by the run if missing): a directory where
+// files can be created, or a missing one under the nearest existing
+// directory, which must take files.
+void check_output_dir(const char *flag, const std::string &dir) {
+  if (dir.empty())
+    return;
+  std::string at = dir;
+  while (true) {
+    struct stat st;
+    if (::stat(at.c_str(), &st) == 0) {
+      if (!S_ISDIR(st.st_mode))
+        fail("cannot create %s directory '%s': '%s' is %s, not a directory",
+             flag, dir.c_str(), at.c_str(), file_kind(st.st_mode));
+      probe_dir(at, flag, dir);
+      return;
+    }
+    if (errno != ENOENT)
+      fail("%s '%s': %s", flag, dir.c_str(),
+           errno == ENOTDIR ? "a part of the path is not a directory"
+                            : std::strerror(errno));
+    const std::string up = parent_dir(at);
+    if (up == at)
+      fail("%s '%s': no part of the path exists", flag, dir.c_str());
+    at = up;
+  }
+}
+
+// Every destination the run writes, before anything else: a --save into a
+// missing directory is an error before step 1, not after the last.
+void check_outputs(const Options &o) {
+  check_output_file("--save", o.save);
+  check_output_file("--log-json", o.log_json);
+  check_output_file("--stats-json", o.stats_json);
+  check_output_dir("--checkpoint-dir", o.checkpoint_dir);
+  check_output_dir("--outputs", o.outputs);
+}
+
+// Opens --log-json for writing (appending after a resume) without blocking
+// on a FIFO, refusing anything but a regular file.
+FILE *open_log(const std::string &path, bool append) {
+  const int fd = ::open(path.c_str(),
+                        O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK |
+                            O_NOCTTY | (append ? O_APPEND : 0),
+                        0644);
+  if (fd < 0) {
+    const int e = errno;
+    fail("cannot create --log-json file '%s': %s", path.c_str(),
+         e == ENXIO ? "it is a FIFO without a reader" : std::strerror(e));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const unsigned mode = st.st_mode;
+    ::close(fd);
+    fail("--log-json '%s' is %s, not a regular file", path.c_str(),
+         file_kind(mode));
+  }
+  if (!append && ::ftruncate(fd, 0) != 0) {
+    const int e = errno;
+    ::close(fd);
+    fail("cannot truncate --log-json file '%s': %s", path.c_str(),
+         std::strerror(e));
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0)
+    (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  FILE *f = ::fdopen(fd, append ? "a" : "w");
+  if (!f) {
+    const int e = errno;
+    ::close(fd);
+    fail("cannot open --log-json file '%s': %s", path.c_str(),
+         std::strerror(e));
+  }
+  return f;
+}
+
+// Writes trained weights that could not go where they were asked to, so the
+// run's result is not lost: to $TMPDIR (else /tmp), else the current
+// directory, under a new name. Returns the path, or "" when nothing took them.
+std::string rescue_weights(const std::string &bytes, const std::string &asked) {
+  std::string base = std::filesystem::path(asked).filename().string();
+  if (base.empty())
+    base = "weights.safetensors";
+  const std::string name = format("%s.rescued-%ld.safetensors", base.c_str(),
+                                  long(::getpid()));
+  const char *tmp = std::getenv("TMPDIR");
+  for (std::string dir : {std::string(tmp && *tmp ? tmp : "/tmp"),
+                          std::string(".")}) {
+    const std::string path = dir + "/" + name;
+    try {
+      write_file_synced(path, bytes, /*exclusive=*/true);
+      return path;
+    } catch (const Error &) {
+    }
+  }
+  return {};
+}
+
+// Stops, before a file is written, when a float parameter is not finite.
+void check_finite_weights(const spw_ctx *ctx, const char *before) {
+  int64_t at = 0;
+  if (const ParamInfo *p = non_finite_param(ctx, &at))
+    fail("step %lld: parameter '%s' %s holds %s at flat index %lld; %s is "
+         "not written (a non-finite gradient or a diverging update made it: "
+         "check the inputs and the model, or lower --lr if the loss grew)",
+         (long long)ctx->step, p->name.c_str(), p->value->shape().c_str(),
+         non_finite_name(p->value->as<float>()[at]), (long long)at, before);
+}
+
 // ---- checkpoints ---------------------------------------------------------------
 
 // Parameter names, dtypes and shapes, hashed: a checkpoint written for
@@ -959,6 +1278,7 @@ public:
     if (has_tiers(ctx_))
       tiers_gather(ctx_);
     device_pull(ctx_);
+    check_finite_weights(ctx_, "the checkpoint");
     std::vector<CheckpointTensorRef> ts;
     for (const ParamInfo &p : ctx_->params) {
       const std::vector<int64_t> dims(p.value->dims,
@@ -1087,13 +1407,58 @@ private:
 
 // ---- training ---------------------------------------------------------------------
 
-void save_params(spw_ctx *ctx, const std::string &path) {
-  device_pull(ctx);
+// The host copies of the parameters as .safetensors (after device_pull).
+std::string params_safetensors(spw_ctx *ctx) {
   std::vector<NamedTensor> ts;
   for (const ParamInfo &p : ctx->params)
     ts.push_back({p.name, p.value.get()});
-  write_file_atomic(path, safetensors_bytes(ts));
-  std::printf("saved %zu parameters to %s\n", ts.size(), path.c_str());
+  return safetensors_bytes(ts);
+}
+
+// Writes the final parameters to --save; when that fails at the end of a
+// run, to a rescue path (rescue_weights), named in the error.
+void save_params(spw_ctx *ctx, const std::string &path) {
+  device_pull(ctx);
+  check_finite_weights(ctx, "--save");
+  const std::string bytes = params_safetensors(ctx);
+  try {
+    write_file_atomic(path, bytes);
+  } catch (const Error &e) {
+    const std::string rescued = rescue_weights(bytes, path);
+    if (rescued.empty())
+      fail("--save: %s; writing the weights to $TMPDIR, /tmp or the current "
+           "directory failed too: they are lost",
+           e.what());
+    fail("--save: %s; the trained weights were written to '%s' instead",
+         e.what(), rescued.c_str());
+  }
+  std::printf("saved %zu parameters to %s\n", ctx->params.size(),
+              path.c_str());
+}
+
+// A checkpoint failed: the weights of the steps run so far go to --save, or
+// to a rescue path, before the error ends the run.
+[[noreturn]] void checkpoint_failed(spw_ctx *ctx, const Options &o,
+                                    const Error &e) {
+  int64_t at = 0;
+  if (non_finite_param(ctx, &at)) // nothing worth keeping
+    throw e;
+  const std::string bytes = params_safetensors(ctx);
+  std::string to;
+  if (!o.save.empty()) {
+    try {
+      write_file_atomic(o.save, bytes);
+      to = o.save;
+    } catch (const Error &) {
+    }
+  }
+  if (to.empty())
+    to = rescue_weights(bytes, o.save.empty() ? "weights.safetensors" : o.save);
+  if (to.empty())
+    throw e;
+  fail("%s; the weights after step %lld were written to '%s' (pass them as "
+       "--weights to go on)",
+       e.what(), (long long)ctx->step, to.c_str());
 }
 
 // Applies the optimizer updates the schedule deferred to the next step
@@ -1128,10 +1493,7 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
   if (!o.log_json.empty()) {
     // A resumed run appends: the interrupted run's lines stay (those of steps
     // after its last checkpoint appear twice; "step" tells them apart).
-    log = std::fopen(o.log_json.c_str(), start > 0 ? "a" : "w");
-    if (!log)
-      fail("cannot create --log-json file '%s': %s", o.log_json.c_str(),
-           std::strerror(errno));
+    log = open_log(o.log_json, start > 0);
   }
   struct Closer {
     FILE *&f;
@@ -1146,12 +1508,35 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
   // On a device the first steps also reserve the arena and pick GEMM
   // algorithms: the steady state is timed from the end of the second.
   std::chrono::steady_clock::time_point warm;
-  float loss = NAN;
+  float loss = NAN, prev_loss = NAN, first_loss = NAN;
+  // The host copies are the weights only on the CPU without an offload
+  // plan; elsewhere they are checked before each checkpoint and --save.
+  const bool scan_weights = !ctx->device && !has_tiers(ctx);
   for (int64_t s = start + 1; s <= o.steps; ++s) {
     ctx->step = s;
-    loss = run_step(ctx, s - 1, format("step %lld", (long long)s));
+    prev_loss = loss;
+    // A loss that grew before it (or a gradient) broke is a divergence,
+    // which the learning rate causes; one that breaks from a steady value
+    // more likely meets data or an operation undefined on it.
+    const bool grew = s > start + 2 && std::isfinite(first_loss) &&
+                      std::fabs(prev_loss) > 4 * std::fabs(first_loss) + 1e-6;
+    const std::string growth =
+        grew ? format("the loss grew from %g (step %lld) to %g (step %lld): "
+                      "the training diverged; lower --lr (now %g)",
+                      double(first_loss), (long long)(start + 1),
+                      double(prev_loss), (long long)(s - 1), hp.lr)
+             : std::string();
+    try {
+      loss = run_step(ctx, s - 1, format("step %lld", (long long)s));
+    } catch (const Error &e) {
+      if (!grew)
+        throw;
+      fail("%s; %s", e.what(), growth.c_str());
+    }
     if (s == start + 2)
       warm = std::chrono::steady_clock::now();
+    if (s == start + 1)
+      first_loss = loss;
     if (log) {
       if (std::isfinite(loss))
         std::fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g}\n",
@@ -1165,9 +1550,47 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
     }
     if (!std::isfinite(loss)) {
       std::fflush(stdout);
-      fail("loss became %s at step %lld; lower --lr (now %g) or check the "
-           "inputs",
-           std::isnan(loss) ? "NaN" : "infinite", (long long)s, hp.lr);
+      std::string batches;
+      for (const InputInfo &in : ctx->inputs)
+        if (in.num_batches > 1)
+          batches += format("%s batch %lld of input '%s'",
+                            batches.empty() ? "" : ",",
+                            (long long)((s - 1) % in.num_batches),
+                            in.name.c_str());
+      if (batches.empty())
+        batches = " the inputs";
+      // Step 1 computes its loss from the loaded weights and inputs, both
+      // checked finite: no learning rate is involved yet.
+      if (s == 1)
+        fail("the loss is %s at step 1, before any update, from finite "
+             "weights and inputs: the model's arithmetic overflows or is "
+             "undefined on this data (e.g. the log of 0); check%s and the "
+             "model",
+             non_finite_name(loss), batches.c_str());
+      if (grew)
+        fail("loss became %s at step %lld; %s", non_finite_name(loss),
+             (long long)s, growth.c_str());
+      fail("loss became %s at step %lld (step %lld's was %g, not growing)%s: "
+           "check%s and the model for operations undefined on that data "
+           "(e.g. the log of 0); if it recurs on other data, lower --lr (now "
+           "%g)",
+           non_finite_name(loss), (long long)s, (long long)(s - 1),
+           double(prev_loss),
+           scan_weights ? ", from finite weights" : "", batches.c_str(),
+           hp.lr);
+    }
+    if (scan_weights) {
+      int64_t at = 0;
+      if (const ParamInfo *p = non_finite_param(ctx, &at)) {
+        std::fflush(stdout);
+        fail("step %lld: parameter '%s' %s holds %s at flat index %lld after "
+             "the update (the loss, %g, and the gradients were finite): the "
+             "update overflowed; lower --lr (now %g) or --weight-decay (now "
+             "%g)",
+             (long long)s, p->name.c_str(), p->value->shape().c_str(),
+             non_finite_name(p->value->as<float>()[at]), (long long)at,
+             double(loss), hp.lr, hp.weight_decay);
+      }
     }
     const bool progress = s % every == 0 || s == o.steps;
     if (progress) {
@@ -1178,7 +1601,11 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
     if (ck && (s == o.steps ||
                (o.checkpoint_every && s % o.checkpoint_every == 0))) {
       flush_deferred_updates(ctx);
-      ck->write(s, progress);
+      try {
+        ck->write(s, progress);
+      } catch (const Error &e) {
+        checkpoint_failed(ctx, o, e);
+      }
     }
   }
   flush_deferred_updates(ctx);
@@ -1256,6 +1683,9 @@ int run_forward(spw_ctx *ctx, const Options &o, int64_t steps) {
           fail("outputs '%s' and '%s' would both be written to '%s'",
                ctx->outputs[j].name.c_str(), ctx->outputs[i].name.c_str(),
                paths[i].c_str());
+      // Each file is replaced at the end: a FIFO or device there is found
+      // now, not after the last step.
+      check_output_file("--outputs", paths[i]);
     }
   }
   std::vector<std::vector<char>> values(ctx->outputs.size());
@@ -1267,6 +1697,9 @@ int run_forward(spw_ctx *ctx, const Options &o, int64_t steps) {
              "fit in memory; lower --steps",
              (long long)steps, ctx->outputs[i].name.c_str(),
              (long long)ctx->outputs[i].value->bytes());
+      check_memory(total, format("--outputs: %lld steps of output '%s' need",
+                                 (long long)steps,
+                                 ctx->outputs[i].name.c_str()));
       values[i].resize(size_t(total));
     }
   const int64_t every =
@@ -1413,6 +1846,7 @@ int run(const Options &o, const char *argv0) {
   auto owned = make_context();
   spw_ctx *ctx = owned.get();
   ctx->overrides = o.adamw;
+  ctx->defer_alloc = true; // allocate_declared, once the files are checked
   spw_model_declare(ctx);
   if (ctx->failed())
     fail("model declaration: %s", ctx->error.c_str());
@@ -1447,21 +1881,6 @@ int run(const Options &o, const char *argv0) {
     }
   }
 
-  const std::string weights =
-      o.weights.empty() ? exe_path(argv0) + ".weights" : o.weights;
-  load_weights(ctx, weights, !o.weights.empty());
-
-  for (InputInfo &in : ctx->inputs) {
-    const std::string *file = nullptr;
-    for (auto &[name, f] : o.inputs)
-      if (name == in.name)
-        file = &f;
-    if (!file)
-      fail("input '%s' has no data: pass --input %s=FILE.npy",
-           in.name.c_str(), in.name.c_str());
-    load_input(in, *file);
-  }
-
   const std::string device =
       !o.device.empty() ? o.device : ctx->cuda_factory ? "cuda" : "cpu";
   if (device == "cuda" && !ctx->cuda_factory)
@@ -1470,6 +1889,70 @@ int run(const Options &o, const char *argv0) {
   if (o.device_arena && device == "cpu")
     throw UsageError("--device-arena sizes a device's step arena; this run "
                      "is on the CPU (--device cpu)");
+  if (!forward) {
+    const bool tiered = has_tiers(ctx);
+    if (!tiered && (!o.ssd.empty() || !o.stats_json.empty()))
+      throw UsageError(format("%s is for models compiled with an offload plan "
+                              "(spillwayc --place / --gpu-mem / --host-mem); "
+                              "this one keeps everything resident",
+                              !o.ssd.empty() ? "--ssd" : "--stats-json"));
+    if (tiered && o.check_gradients)
+      throw UsageError("--check-gradients needs the parameters resident; "
+                       "compile the model without an offload plan to check "
+                       "its gradients");
+  }
+
+  // Every destination first: a result that cannot be written is found
+  // before the run, not after it.
+  check_outputs(o);
+
+  // Every file against the declarations, then the memory for all of them,
+  // and only then any buffer sized from the model or the files.
+  const std::string weights =
+      o.weights.empty() ? exe_path(argv0) + ".weights" : o.weights;
+  WeightsPlan wplan = check_weights(ctx, weights, !o.weights.empty());
+  std::vector<InputPlan> iplans;
+  for (InputInfo &in : ctx->inputs) {
+    const std::string *file = nullptr;
+    for (auto &[name, f] : o.inputs)
+      if (name == in.name)
+        file = &f;
+    if (!file)
+      fail("input '%s' has no data: pass --input %s=FILE.npy",
+           in.name.c_str(), in.name.c_str());
+    iplans.push_back(check_input(in, *file));
+  }
+  {
+    // Host memory: the parameters, outputs and input batches, and for
+    // training on the CPU without an offload plan, the gradients and the
+    // two AdamW moments (made at the first step).
+    const bool host_state = !forward && device == "cpu" && !has_tiers(ctx);
+    int64_t total = 0;
+    auto add = [&](int64_t b) {
+      if (__builtin_add_overflow(total, b, &total))
+        total = INT64_MAX;
+    };
+    for (const ParamInfo &p : ctx->params) {
+      add(p.value->bytes());
+      if (host_state) {
+        add(p.value->bytes());
+        if (p.value->dtype == SPW_F32)
+          add(2 * p.state_numel() * int64_t(sizeof(float)));
+      }
+    }
+    for (const OutputInfo &out : ctx->outputs)
+      add(out.value->bytes());
+    for (const InputPlan &ip : iplans)
+      add(ip.bytes);
+    check_memory(total, host_state ? "the parameters, their gradients and "
+                                     "AdamW state, and the inputs need"
+                                   : "the parameters and the inputs need");
+  }
+  allocate_declared(ctx);
+  read_weights(ctx, wplan);
+  for (InputPlan &ip : iplans)
+    read_input(ip);
+
   if (device == "cuda")
     device_start(ctx, ctx->cuda_factory(o.device_arena, ctx->precision));
   else if (device == "loopback")
@@ -1479,6 +1962,18 @@ int run(const Options &o, const char *argv0) {
 
   const AdamWHparams hp =
       effective_adamw(ctx, ctx->declared_adamw.value_or(AdamWHparams{}));
+  if (!forward) {
+    // The flags are checked already: a bad value here was compiled in.
+    namespace hpr = spillway::hyperparams;
+    const std::pair<const hpr::Range *, double> values[] = {
+        {&hpr::kLr, hp.lr}, {&hpr::kBeta1, hp.beta1}, {&hpr::kBeta2, hp.beta2},
+        {&hpr::kEps, hp.eps}, {&hpr::kWeightDecay, hp.weight_decay}};
+    for (const auto &[r, v] : values)
+      if (!hpr::in_range(*r, v))
+        fail("the model was compiled with AdamW %s = %g, outside %s: pass "
+             "%s to override it, or recompile the model",
+             r->attr, v, hpr::expected(*r).c_str(), r->flag);
+  }
   if (forward) {
     // --steps defaults to the inputs' batch count (the largest B), or 1.
     Options fo = o;
@@ -1491,15 +1986,6 @@ int run(const Options &o, const char *argv0) {
     return run_forward(ctx, fo, fo.steps);
   }
   const bool tiered = has_tiers(ctx);
-  if (!tiered && (!o.ssd.empty() || !o.stats_json.empty()))
-    throw UsageError(format("%s is for models compiled with an offload plan "
-                            "(spillwayc --place / --gpu-mem / --host-mem); "
-                            "this one keeps everything resident",
-                            !o.ssd.empty() ? "--ssd" : "--stats-json"));
-  if (tiered && o.check_gradients)
-    throw UsageError("--check-gradients needs the parameters resident; "
-                     "compile the model without an offload plan to check "
-                     "its gradients");
   if (tiered)
     tiers_start(ctx, o.ssd, o.io_backend);
   print_banner(ctx, o, weights, hp);

@@ -9,6 +9,7 @@
 
 #include "runtime_internal.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <map>
@@ -177,36 +178,51 @@ uint32_t le_u32(const std::string &b, size_t at) {
 
 } // namespace
 
-NpyArray parse_npy(const std::string &bytes, const std::string &what) {
+namespace {
+// numpy writes headers of a few hundred bytes; a longer one is not an array
+// header, and reading it whole would take memory sized from the file.
+constexpr int64_t kMaxNpyHeader = int64_t(1) << 20;
+} // namespace
+
+int64_t npy_header_bytes(const std::string &bytes, const std::string &what) {
   static const char kMagic[] = "\x93NUMPY";
   if (bytes.size() < 10 || std::memcmp(bytes.data(), kMagic, 6) != 0)
     fail("%s is not a .npy file (no \\x93NUMPY magic; %zu bytes); save arrays "
          "with numpy.save",
          what.c_str(), bytes.size());
   const int major = uint8_t(bytes[6]);
-  size_t header_len, header_start;
-  if (major == 1) {
-    header_len = le_u16(bytes, 8);
-    header_start = 10;
-  } else if (major == 2 || major == 3) {
-    if (bytes.size() < 12)
-      fail("%s: truncated .npy header", what.c_str());
-    header_len = le_u32(bytes, 8);
-    header_start = 12;
-  } else {
+  if (major == 1)
+    return 10 + int64_t(le_u16(bytes, 8));
+  if (major != 2 && major != 3)
     fail("%s: unsupported .npy format version %d.%d (expected 1, 2 or 3)",
          what.c_str(), major, int(uint8_t(bytes[7])));
-  }
-  if (bytes.size() < header_start + header_len)
-    fail("%s: truncated .npy header (%zu bytes declared, file has %zu)",
-         what.c_str(), header_len, bytes.size() - header_start);
+  if (bytes.size() < 12)
+    fail("%s: truncated .npy header", what.c_str());
+  const int64_t len = int64_t(le_u32(bytes, 8));
+  if (len > kMaxNpyHeader)
+    fail("%s: the .npy header declares %lld bytes (numpy writes a few "
+         "hundred); the file is corrupt",
+         what.c_str(), (long long)len);
+  return 12 + len;
+}
+
+NpyHeader parse_npy_header(const std::string &bytes, int64_t file_size,
+                           const std::string &what) {
+  const int64_t header_end = npy_header_bytes(bytes, what);
+  const size_t header_start = uint8_t(bytes[6]) == 1 ? 10 : 12;
+  const size_t header_len = size_t(header_end) - header_start;
+  if (file_size < header_end || int64_t(bytes.size()) < header_end)
+    fail("%s: truncated .npy header (%zu bytes declared, file has %lld)",
+         what.c_str(), header_len,
+         (long long)(std::min<int64_t>(file_size, int64_t(bytes.size())) -
+                     int64_t(header_start)));
   std::string header = bytes.substr(header_start, header_len);
   while (!header.empty() && (header.back() == '\n' || header.back() == ' ' ||
                              header.back() == '\0'))
     header.pop_back();
   auto dict = HeaderParser(header, what).parse_dict();
 
-  NpyArray a;
+  NpyHeader a;
   auto descr = dict.find("descr");
   if (descr == dict.end())
     fail("%s: .npy header has no 'descr'", what.c_str());
@@ -236,6 +252,7 @@ NpyArray parse_npy(const std::string &bytes, const std::string &what) {
     fail("%s: unsupported dtype descr '%s'", what.c_str(), d.c_str());
   a.itemsize = int(sz);
 
+  // At most 2^46 elements of at most 64 bytes: the byte count fits.
   int64_t numel = 1;
   for (int64_t dim : a.shape) {
     if (dim < 0)
@@ -244,18 +261,32 @@ NpyArray parse_npy(const std::string &bytes, const std::string &what) {
       fail("%s: shape is too large", what.c_str());
     numel *= dim;
   }
-  const size_t data_start = header_start + header_len;
-  const size_t want = size_t(numel) * size_t(a.itemsize);
-  const size_t have = bytes.size() - data_start;
-  if (have < want)
-    fail("%s: truncated .npy file: data is %zu bytes, shape and dtype '%s' "
-         "need %zu",
-         what.c_str(), have, d.c_str(), want);
-  if (have > want)
-    fail("%s: .npy file has %zu bytes after the data its header describes "
-         "(%zu); the file is corrupt",
-         what.c_str(), have - want, want);
-  a.data.assign(bytes.begin() + long(data_start), bytes.end());
+  a.numel = numel;
+  a.data_offset = header_end;
+  a.data_bytes = numel * a.itemsize;
+  const int64_t have = file_size - header_end;
+  if (have < a.data_bytes)
+    fail("%s: truncated .npy file: data is %lld bytes, shape and dtype '%s' "
+         "need %lld",
+         what.c_str(), (long long)have, d.c_str(), (long long)a.data_bytes);
+  if (have > a.data_bytes)
+    fail("%s: .npy file has %lld bytes after the data its header describes "
+         "(%lld); the file is corrupt",
+         what.c_str(), (long long)(have - a.data_bytes),
+         (long long)a.data_bytes);
+  return a;
+}
+
+NpyArray parse_npy(const std::string &bytes, const std::string &what) {
+  const NpyHeader h = parse_npy_header(bytes, int64_t(bytes.size()), what);
+  NpyArray a;
+  a.kind = h.kind;
+  a.itemsize = h.itemsize;
+  a.big_endian = h.big_endian;
+  a.fortran_order = h.fortran_order;
+  a.descr = h.descr;
+  a.shape = h.shape;
+  a.data.assign(bytes.begin() + long(h.data_offset), bytes.end());
   return a;
 }
 

@@ -149,6 +149,21 @@ const float *recorded_grad(const ParamInfo &p) {
   return reinterpret_cast<const float *>(p.grad.data());
 }
 
+// A NaN or infinite gradient element would make the element's weight and
+// moments NaN for good; refuse it before the update, so the weights stay
+// those of the last good step.
+void check_finite_grad(const ParamInfo &p, const float *g,
+                       int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i)
+    if (!std::isfinite(g[i]))
+      fail("the gradient of parameter '%s' %s holds %s at flat index %lld "
+           "(the loss was finite); the update is not applied: check this "
+           "step's batch and the model for operations undefined on it",
+           p.name.c_str(), p.value->shape().c_str(),
+           std::isnan(g[i]) ? "NaN" : g[i] > 0 ? "+Inf" : "-Inf",
+           (long long)i);
+}
+
 } // namespace
 
 namespace spw {
@@ -278,6 +293,7 @@ extern "C" void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad,
         ctx, AdamWHparams{lr, beta1, beta2, eps, weight_decay});
     if (ctx->device)
       return device_update(ctx, p, grad, h, 0.0);
+    check_finite_grad(p, recorded_grad(p), 0, p.value->numel);
     adamw_update(p, recorded_grad(p), 0, p.value->numel, ctx->step, h);
   });
 }
@@ -295,6 +311,7 @@ extern "C" void spw_foam(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     const double a = ctx->overrides.foam_alpha.value_or(alpha);
     if (ctx->device)
       return device_update(ctx, p, grad, h, a);
+    check_finite_grad(p, recorded_grad(p), 0, p.value->numel);
     foam_update(p, recorded_grad(p), ctx->step, h, a);
   });
 }
@@ -313,6 +330,7 @@ extern "C" void spw_adamw_range(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     check_nothing_pending(p, begin, end, "updating");
     AdamWHparams h = effective_adamw(
         ctx, AdamWHparams{lr, beta1, beta2, eps, weight_decay});
+    check_finite_grad(p, recorded_grad(p), begin, end);
     adamw_update(p, recorded_grad(p) + begin, begin, end, ctx->step, h);
   });
 }
@@ -336,6 +354,7 @@ extern "C" void spw_adamw_defer(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     q.h = effective_adamw(ctx,
                           AdamWHparams{lr, beta1, beta2, eps, weight_decay});
     const float *g = recorded_grad(p);
+    check_finite_grad(p, g, begin, end);
     if (!p.spare_grads.empty()) {
       q.grad = std::move(p.spare_grads.back());
       p.spare_grads.pop_back();

@@ -177,6 +177,10 @@ struct spw_ctx {
   spw_tensor *loss = nullptr;
   int64_t step = 0;            // global step number, counted from 1
   bool evaluate_only = false;  // spw_adamw records gradients but does not update
+  // The declarations make no buffers for parameters, inputs and outputs
+  // (spw_main: it checks the files and the memory first, then calls
+  // allocate_declared).
+  bool defer_alloc = false;
   std::string error;           // first error; sticky until the driver clears it
   spw_tensor dummy;            // returned by entry points after an error
   float dummy_storage = 0.0f;
@@ -191,6 +195,10 @@ struct spw_ctx {
 namespace spw {
 
 std::unique_ptr<spw_ctx> make_context();
+// Gives the parameters and outputs that were declared with defer_alloc their
+// buffers (outputs zeroed; parameters are read from the weights next); the
+// inputs get theirs when loaded.
+void allocate_declared(spw_ctx *ctx);
 // Frees all step-lifetime tensors and forgets the loss and which outputs the
 // step set.
 void clear_step(spw_ctx *ctx);
@@ -261,6 +269,26 @@ struct NpyArray {
 // Parses a whole .npy file image; `what` names it in errors.
 NpyArray parse_npy(const std::string &bytes, const std::string &what);
 NpyArray read_npy(const std::string &path);
+// What the header of a .npy file says, checked against the file's size:
+// the data (numel * itemsize bytes, overflow-checked) starts at data_offset
+// and ends the file. `head` is the file's start (at least the whole header
+// when the file has one: npy_header_bytes tells how much to read).
+struct NpyHeader {
+  char kind = 0;
+  int itemsize = 0;
+  bool big_endian = false;
+  bool fortran_order = false;
+  std::string descr;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  int64_t data_offset = 0;
+  int64_t data_bytes = 0;
+};
+// The header's length, from the first 12 bytes (or fewer, a short file)
+// with the preamble; -1 when `head` is too short to tell. Errors name `what`.
+int64_t npy_header_bytes(const std::string &head, const std::string &what);
+NpyHeader parse_npy_header(const std::string &head, int64_t file_size,
+                           const std::string &what);
 // Serializes a little-endian C-order array (v1.0 header); used by tests.
 std::string write_npy(const std::string &descr,
                       const std::vector<int64_t> &shape, const void *data,
@@ -307,7 +335,28 @@ void write_file_synced(const std::string &path, const std::string &bytes,
                        bool exclusive);
 
 // ---- files ------------------------------------------------------------------
+// Reads a regular file (opened as open_regular does).
 std::string read_whole_file(const std::string &path, const char *what);
+// "a FIFO (named pipe)", "a character device", ... for a stat st_mode.
+const char *file_kind(unsigned mode);
+// Opens `path` for reading without ever blocking (O_NONBLOCK: a FIFO would
+// wait for a writer) and refuses anything but a regular file; errors name
+// `what` and the path. Returns the descriptor (O_CLOEXEC; blocking again)
+// and its size.
+int open_regular(const std::string &path, const char *what, int64_t *size);
+
+// ---- memory -----------------------------------------------------------------
+// The memory a new allocation may take: the least of MemAvailable, the
+// cgroup's limit less its use and the address-space limit less the process's
+// size; bytes < 0 when none is known.
+struct MemoryBudget {
+  int64_t bytes = -1;
+  std::string source; // which limit it is, for messages
+};
+MemoryBudget available_memory();
+// Fails when `bytes` exceed available_memory(); `what` starts the message
+// and ends in its verb ("the inputs need", "a f32 [8,8] tensor needs").
+void check_memory(int64_t bytes, const std::string &what);
 
 } // namespace spw
 

@@ -18,7 +18,10 @@
 #include <cstdint>
 #include <cstring>
 #include <set>
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace spw {
@@ -460,11 +463,20 @@ SafetensorsHeader parse_safetensors_header(const std::string &json,
 
 void write_file_synced(const std::string &path, const std::string &bytes,
                        bool exclusive) {
+  // O_NONBLOCK: a FIFO there fails to open (ENXIO) instead of waiting for
+  // a reader; it changes nothing for a regular file.
   int fd = ::open(path.c_str(),
-                  O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC),
+                  O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY |
+                      (exclusive ? O_EXCL : O_TRUNC),
                   0644);
   if (fd < 0)
     fail("cannot create '%s': %s", path.c_str(), std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+    ::close(fd); // not ours to remove
+    fail("'%s' is %s, not a regular file", path.c_str(),
+         file_kind(st.st_mode));
+  }
   auto give_up = [&](const char *what, size_t at, int e) {
     ::close(fd);
     ::unlink(path.c_str());
@@ -491,9 +503,55 @@ void write_file_synced(const std::string &path, const std::string &bytes,
   }
 }
 
+namespace {
+
+// Removes the temporaries `<name>.tmp.<pid>` beside `path` whose process is
+// gone: what a killed earlier write_file_atomic left (a kill cannot be
+// cleaned up after by the killed process itself).
+void remove_stale_temporaries(const std::string &path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string dir =
+      slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  const std::string prefix =
+      (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
+  DIR *d = ::opendir(dir.c_str());
+  if (!d)
+    return;
+  while (const struct dirent *e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix))
+      continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.size() > 9 ||
+        digits.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    const pid_t pid = pid_t(std::stol(digits));
+    if (pid <= 0 || pid == ::getpid() ||
+        !(::kill(pid, 0) != 0 && errno == ESRCH))
+      continue;
+    const std::string full = (slash == std::string::npos ? "" : dir) + name;
+    struct stat st;
+    if (::lstat(full.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      ::unlink(full.c_str());
+  }
+  ::closedir(d);
+}
+
+} // namespace
+
 void write_file_atomic(const std::string &path, const std::string &bytes) {
+  // Only a regular file is replaced: a rename over /dev/null (or a FIFO, a
+  // directory) would swap the node for a file.
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    fail("'%s' is %s; refusing to replace it with a regular file",
+         path.c_str(), file_kind(st.st_mode));
+  remove_stale_temporaries(path);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  write_file_synced(tmp, bytes, /*exclusive=*/false);
+  // A new file: whatever has this name (a file of an earlier process with
+  // our pid, or a FIFO someone made there) is not opened.
+  ::unlink(tmp.c_str());
+  write_file_synced(tmp, bytes, /*exclusive=*/true);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int e = errno;
     ::unlink(tmp.c_str());

@@ -189,8 +189,10 @@ TEST_F(CheckpointDriver, TornNewestIsSkipped) {
 TEST_F(CheckpointDriver, EnospcStopsTheRunWithAClearError) {
   const std::string ref = reference(6);
   ASSERT_EQ(train("--steps 3 --checkpoint-dir ck").rc, 0);
+  // TMPDIR: the weights the failed checkpoint would lose are rescued there.
   Result r = train("--steps 6 --checkpoint-dir ck --resume",
-                   "SPILLWAY_IO_FAULTS=enospc@1/write");
+                   "TMPDIR=" + dir.string() +
+                       " SPILLWAY_IO_FAULTS=enospc@1/write");
   EXPECT_EQ(r.rc, 1);
   EXPECT_CONTAINS(r.err, "error: cannot write the checkpoint of step 6 to "
                          "'ck/step-00000006': ");

@@ -11,11 +11,16 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 using namespace spwtest;
 namespace fs = std::filesystem;
@@ -151,7 +156,11 @@ TEST_F(Driver, GradientCheck) {
 TEST_F(Driver, NanLossStops) {
   Result r = train("--steps 10 --log-json l.jsonl", "SPW_TEST_NAN_AT=3");
   EXPECT_EQ(r.rc, 1);
-  EXPECT_CONTAINS(r.err, "error: loss became NaN at step 3; lower --lr");
+  // The loss was steady before: the message points at the batch and the
+  // model first, not at --lr.
+  EXPECT_CONTAINS(r.err, "error: loss became NaN at step 3 (step 2's was ");
+  EXPECT_CONTAINS(r.err, "not growing), from finite weights: check batch 2 "
+                         "of input 'x', batch 2 of input 'y' and the model");
   EXPECT_EQ(json_losses(read("l.jsonl")).size(), 3u); // the last is null
   EXPECT_CONTAINS(read("l.jsonl"), "{\"step\": 3, \"loss\": null");
 }
@@ -408,6 +417,267 @@ TEST_F(Driver, SafetensorsErrors) {
            make_st(model_header("," + entry("x", "F32", "2", 152, 160)), w)),
       "weights file 'extra.st': tensor 'x': data_offsets [152, 160] run past "
       "the end of the data section (152 bytes)");
+}
+// ---- bad input -------------------------------------------------------------
+
+// Runs with `timeout` so that a regression that blocks (a FIFO opened for
+// reading waits for a writer) fails instead of hanging the suite.
+const char kNoHang[] = "timeout 120";
+
+bool chattr(const std::string &flag, const std::string &path) {
+  const std::string cmd = "chattr " + flag + " '" + path + "' 2>/dev/null";
+  return std::system(cmd.c_str()) == 0;
+}
+
+TEST_F(Driver, NonFiniteInputsAndWeightsAreRefused) {
+  auto x = randoms(36, 100);
+  x[12 + 5] = NAN; // batch 1, flat index 5 of the batch
+  write("xnan.npy", spw::write_npy("<f4", {3, 4, 3}, x.data(), 144));
+  Result r = run("--input x=xnan.npy --input y=y.npy --weights m.weights "
+                 "--steps 3 --save out.safetensors");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "error: input 'x' (xnan.npy): batch 1 holds NaN at "
+                         "flat index 5 of the batch (flat index 17 of the "
+                         "file)");
+  EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
+  x[12 + 5] = -INFINITY;
+  write("xinf.npy", spw::write_npy("<f4", {3, 4, 3}, x.data(), 144));
+  r = run("--input x=xinf.npy --input y=y.npy --weights m.weights");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "batch 1 holds -Inf at flat index 5");
+
+  std::string w = read("m.weights");
+  const float nan = NAN;
+  w.replace(60 + 2 * 4, 4, reinterpret_cast<const char *>(&nan), 4);
+  write("nan.weights", w);
+  r = run("--input x=x.npy --input y=y.npy --weights nan.weights --steps 2 "
+          "--save out.safetensors");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "error: weights file 'nan.weights': parameter "
+                         "'fc1.bias' [5] holds NaN at flat index 2");
+  EXPECT_FALSE(fs::exists(path("out.safetensors")));
+}
+
+TEST_F(Driver, SpecialFilesAreRefusedWithoutBlocking) {
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0644), 0);
+  auto expect_refused = [&](const Result &r, const std::string &msg) {
+    EXPECT_EQ(r.rc, 1) << r.err;
+    EXPECT_CONTAINS(r.err, msg);
+    EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
+  };
+  expect_refused(run("--input x=fifo --input y=y.npy --weights m.weights",
+                     kNoHang),
+                 "error: input 'x': .npy file 'fifo' is a FIFO (named pipe), "
+                 "not a regular file");
+  expect_refused(run("--input x=x.npy --input y=y.npy --weights fifo",
+                     kNoHang),
+                 "error: weights file 'fifo' is a FIFO (named pipe), not a "
+                 "regular file");
+  expect_refused(train("--save fifo", kNoHang),
+                 "error: --save 'fifo' is a FIFO (named pipe); the run writes "
+                 "a regular file there and will not replace it");
+  expect_refused(train("--log-json fifo", kNoHang),
+                 "error: --log-json 'fifo' is a FIFO (named pipe)");
+  struct stat st;
+  ASSERT_EQ(::stat(path("fifo").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+
+  // A character device (made here: a regression must not replace the
+  // machine's /dev/null) stays one.
+  if (::mknod(path("null").c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0)
+    GTEST_SKIP() << "mknod: " << std::strerror(errno);
+  expect_refused(train("--steps 2 --save null", kNoHang),
+                 "error: --save 'null' is a character device");
+  // The writer itself refuses too (the driver checks before it writes).
+  EXPECT_THROW(spw::write_file_atomic(path("null"), "x"), spw::Error);
+  ASSERT_EQ(::stat(path("null").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+}
+
+// A forward model's --outputs files are replaced at the end; a FIFO there
+// is found before the first step (and neither blocks nor is replaced).
+TEST_F(Driver, ForwardOutputFilesAreCheckedBeforeTheSteps) {
+  auto x = randoms(24, 200, -2, 2);
+  write("fx.npy", spw::write_npy("<f4", {3, 2, 4}, x.data(), 96));
+  auto w = randoms(15, 201);
+  write("fm.weights", std::string(reinterpret_cast<char *>(w.data()), 60));
+  fs::create_directory(path("out"));
+  ASSERT_EQ(::mkfifo(path("out/mask.npy").c_str(), 0644), 0);
+  Result r = run("--input x=fx.npy --weights fm.weights --outputs out",
+                 kNoHang, SPW_FORWARD_MODEL_EXE);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "error: --outputs 'out/mask.npy' is a FIFO (named "
+                         "pipe); the run writes a regular file there");
+  EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
+  struct stat st;
+  ASSERT_EQ(::stat(path("out/mask.npy").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+
+  // The outputs of all steps are kept until the end: more steps than
+  // memory for them is an error before the first.
+  r = run("--input x=fx.npy --weights fm.weights --outputs out2 "
+          "--steps 100000000000",
+          kNoHang, SPW_FORWARD_MODEL_EXE);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "error: --outputs: 100000000000 steps of output "
+                         "'logits/out' need 2400000000000 bytes");
+  EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
+}
+
+TEST_F(Driver, OutputsAreCheckedBeforeTraining) {
+  auto expect_early = [&](const Result &r, const std::string &msg) {
+    EXPECT_EQ(r.rc, 1) << r.err;
+    EXPECT_CONTAINS(r.err, msg);
+    // Found before step 1, not after the last one.
+    EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
+  };
+  expect_early(train("--steps 5 --save nodir/out.safetensors"),
+               "error: --save 'nodir/out.safetensors': directory 'nodir' "
+               "does not exist; create it first");
+  write("file", "x");
+  expect_early(train("--steps 5 --save file/out.safetensors"),
+               "error: --save 'file/out.safetensors': a part of the path is "
+               "not a directory");
+  expect_early(train("--steps 5 --log-json nodir/log.jsonl"),
+               "error: --log-json 'nodir/log.jsonl': directory 'nodir' does "
+               "not exist");
+  expect_early(train("--steps 5 --checkpoint-dir file/ck"),
+               "error: --checkpoint-dir 'file/ck': a part of the path is not "
+               "a directory");
+  expect_early(train("--steps 5 --checkpoint-dir file"),
+               "error: cannot create --checkpoint-dir directory 'file': "
+               "'file' is a regular file, not a directory");
+  // A missing --checkpoint-dir under a directory that takes files is fine.
+  Result ok = train("--steps 2 --checkpoint-dir new/ck --save out.safetensors");
+  EXPECT_EQ(ok.rc, 0) << ok.err;
+  EXPECT_TRUE(fs::exists(path("out.safetensors")));
+
+  // access(2) says yes to root on an immutable directory: only creating a
+  // file there tells.
+  fs::create_directory(path("ro"));
+  if (!chattr("+i", path("ro")))
+    GTEST_SKIP() << "chattr +i is not available here";
+  Result r = train("--steps 5 --checkpoint-dir ro");
+  Result s = train("--steps 5 --save ro/out.safetensors");
+  chattr("-i", path("ro"));
+  expect_early(r, "error: --checkpoint-dir 'ro': cannot create files in "
+                  "directory 'ro': Operation not permitted");
+  expect_early(s, "error: --save 'ro/out.safetensors': cannot create files "
+                  "in directory 'ro'");
+}
+
+TEST_F(Driver, FailedSaveRescuesTheWeights) {
+  ASSERT_EQ(train("--steps 4 --lr 0.05 --save want.safetensors").rc, 0);
+  // The directory takes files, so the up-front check passes; the rename
+  // over the immutable file fails only at the end.
+  write("out.safetensors", "old");
+  fs::create_directory(path("rescue"));
+  if (!chattr("+i", path("out.safetensors")))
+    GTEST_SKIP() << "chattr +i is not available here";
+  Result r = train("--steps 4 --lr 0.05 --save out.safetensors",
+                   "TMPDIR=" + path("rescue"));
+  chattr("-i", path("out.safetensors"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.out, "step 4/4");
+  EXPECT_CONTAINS(r.err, "error: --save: cannot rename 'out.safetensors.tmp.");
+  EXPECT_CONTAINS(r.err, "; the trained weights were written to '" +
+                             path("rescue") + "/out.safetensors.rescued-");
+  EXPECT_EQ(read("out.safetensors"), "old");
+  std::vector<fs::path> rescued;
+  for (const auto &e : fs::directory_iterator(path("rescue")))
+    rescued.push_back(e.path());
+  ASSERT_EQ(rescued.size(), 1u);
+  EXPECT_EQ(read("rescue/" + rescued[0].filename().string()),
+            read("want.safetensors"));
+  // The failed write left no temporary behind.
+  for (const auto &e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos)
+        << e.path();
+}
+
+// A checkpoint that cannot be written (here: ENOSPC, injected) ends the
+// run, but the weights of the steps run go to --save, or to a rescue file.
+TEST_F(Driver, FailedCheckpointRescuesTheWeights) {
+  ASSERT_EQ(train("--steps 3 --lr 0.05 --save want.safetensors").rc, 0);
+  fs::create_directory(path("rescue"));
+  const std::string env =
+      "TMPDIR=" + path("rescue") + " SPILLWAY_IO_FAULTS=enospc@1/write";
+  Result r = train("--steps 3 --lr 0.05 --checkpoint-dir ck", env);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "error: cannot write the checkpoint of step 3");
+  EXPECT_CONTAINS(r.err, "; the weights after step 3 were written to '" +
+                             path("rescue") +
+                             "/weights.safetensors.rescued-");
+  std::vector<fs::path> rescued;
+  for (const auto &e : fs::directory_iterator(path("rescue")))
+    rescued.push_back(e.path());
+  ASSERT_EQ(rescued.size(), 1u);
+  EXPECT_EQ(read("rescue/" + rescued[0].filename().string()),
+            read("want.safetensors"));
+
+  r = train("--steps 3 --lr 0.05 --checkpoint-dir ck2 --save out.safetensors",
+            env);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "; the weights after step 3 were written to "
+                         "'out.safetensors'");
+  EXPECT_EQ(read("out.safetensors"), read("want.safetensors"));
+}
+
+TEST_F(Driver, StaleTemporariesAreRemoved) {
+  // A pid that is not running: a child that has exited and been reaped.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0)
+    ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  const std::string dead = std::to_string(child);
+  const std::string live = std::to_string(::getpid());
+  write("out.safetensors.tmp." + dead, "left by a killed run");
+  write("out.safetensors.tmp." + live, "a running writer's");
+  write("other.safetensors.tmp." + dead, "another file's");
+  Result r = train("--steps 1 --save out.safetensors");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_FALSE(fs::exists(path("out.safetensors.tmp." + dead)));
+  EXPECT_TRUE(fs::exists(path("out.safetensors.tmp." + live)));
+  EXPECT_TRUE(fs::exists(path("other.safetensors.tmp." + dead)));
+}
+
+TEST_F(Driver, HugeInputsAreCheckedAgainstMemoryFirst) {
+  // 2^28 batches of [4,3] floats: a 12 GiB file, sparse here. Under a 2 GB
+  // address-space limit the driver says so before it allocates anything
+  // (a regression fails on the limit instead of taking the machine).
+  const int64_t batches = int64_t(1) << 28;
+  const char none = 0;
+  write("huge.npy", spw::write_npy("<f4", {batches, 4, 3}, &none, 0));
+  fs::resize_file(path("huge.npy"),
+                  fs::file_size(path("huge.npy")) + uint64_t(batches) * 48);
+  Result r = run("--input x=huge.npy --input y=y.npy --weights m.weights",
+                 "ulimit -v 2000000 &&");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "error: the parameters, their gradients and AdamW "
+                         "state, and the inputs need 12884902");
+  EXPECT_CONTAINS(r.err, "available (the address-space limit (ulimit -v))");
+  EXPECT_EQ(r.out, "");
+}
+
+TEST_F(Driver, HyperParameterFlagsNameTheFlag) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--lr nan", "invalid value 'nan' for --lr: expected a number in "
+                   "[0, 1e+06]"},
+      {"--lr inf", "invalid value 'inf' for --lr"},
+      {"--weight-decay nan", "invalid value 'nan' for --weight-decay: "
+                             "expected a number in [0, 1e+06]"},
+      {"--beta1 -nan", "invalid value '-nan' for --beta1: expected a number "
+                       "in [0, 1)"},
+      {"--beta2 1", "invalid value '1' for --beta2"},
+      // eps 0 divides 0 by 0 for an element whose gradient was always 0.
+      {"--eps 0", "invalid value '0' for --eps: expected a number in (0, 1]"},
+  };
+  for (const auto &[flags, msg] : cases) {
+    Result r = train(flags);
+    EXPECT_EQ(r.rc, 2) << flags;
+    EXPECT_CONTAINS(r.err, "error: " + msg);
+  }
 }
 
 } // namespace

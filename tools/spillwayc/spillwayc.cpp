@@ -40,6 +40,7 @@
 // The runtime's probe (plain C++, no MLIR): --probe-hw measures through the
 // runtime's own kernels and storage engine.
 #include "spillway/runtime/hw_probe.h"
+#include "spillway/runtime/hyperparams.h"
 
 #include <ctime>
 #include <unistd.h>
@@ -846,8 +847,18 @@ int main(int argc, char **argv) {
   if (foamLevel < 0 || foamLevel > 16)
     return fail("--foam-level " + std::to_string(int64_t(foamLevel)) +
                 " is outside [0, 16]");
-  if (!(foamAlpha >= 1e-30) || !(foamAlpha <= 1e6))
-    return fail("--foam-alpha must be a number in [1e-30, 1e6]");
+  {
+    // The executable's ranges (hyperparams.h): a value compiled in here is
+    // one the executable's flags accept too; NaN fails every check.
+    namespace hp = spillway::hyperparams;
+    const std::pair<const hp::Range *, double> values[] = {
+        {&hp::kLr, lr},       {&hp::kBeta1, beta1},
+        {&hp::kBeta2, beta2}, {&hp::kEps, eps},
+        {&hp::kWeightDecay, weightDecay}, {&hp::kFoamAlpha, foamAlpha}};
+    for (const auto &[range, value] : values)
+      if (std::string e = hp::check_flag(*range, value); !e.empty())
+        return fail(e);
+  }
   if (optimizer == "foam" && overlapOptimizer > 0)
     return fail("--overlap-optimizer with --optimizer foam: FOAM's folded "
                 "state is kept per block of a row, so its updates are not "

@@ -2,6 +2,7 @@
 // RUN: spillway-opt %s -split-input-file -verify-diagnostics --train-attach-optimizer="lr=0.01 weight-decay=0" | FileCheck %s --check-prefixes=CHECK,CUSTOM
 // RUN: not spillway-opt %s -split-input-file --train-attach-optimizer="optimizer=sgd" 2>&1 | FileCheck %s --check-prefix=SGD
 // RUN: not spillway-opt %s --train-attach-optimizer="beta1=1.5" 2>&1 | FileCheck %s --check-prefix=BADOPT
+// RUN: not spillway-opt %s --train-attach-optimizer="weight-decay=nan" 2>&1 | FileCheck %s --check-prefix=NANOPT
 
 // Every train.param_grad becomes a train.adamw with the options as f64
 // attributes, in place.
@@ -14,7 +15,9 @@
 // CHECK-NOT:     train.param_grad
 // CHECK:         return
 // SGD: error: train-attach-optimizer: unknown optimizer 'sgd'; supported optimizers: adamw, foam
-// BADOPT: error: train-attach-optimizer: invalid adamw options
+// BADOPT: error: train-attach-optimizer: invalid adamw options: beta1 is 1.500000e+00, expected a number in [0, 1)
+// NaN fails every range (it used to pass "weight-decay >= 0" unnoticed).
+// NANOPT: error: train-attach-optimizer: invalid adamw options: weight-decay is nan, expected a number in [0, 1e+06]
 module {
   train.param @"fc.weight" : tensor<4x3xf32> at 0
   train.param @"fc.bias" : tensor<3xf32> at 48

@@ -326,7 +326,7 @@ module {
 module {
   train.param @p : tensor<3xf32> at 0
   func.func @f(%g: tensor<3xf32>) {
-    // expected-error @+1 {{'train.adamw' op beta1 and beta2 must lie in [0, 1)}}
+    // expected-error @+1 {{'train.adamw' op beta1 must be a number in [0, 1), not 1.000000e+00}}
     train.adamw @p, %g {lr = 1.0e-3, beta1 = 1.0, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<3xf32>
     return
   }
@@ -337,7 +337,7 @@ module {
 module {
   train.param @p : tensor<3xf32> at 0
   func.func @f(%g: tensor<3xf32>) {
-    // expected-error @+1 {{'train.adamw' op lr must be non-negative}}
+    // expected-error @+1 {{'train.adamw' op lr must be a number in [0, 1e+06], not -1.000000e+00}}
     train.adamw @p, %g {lr = -1.0, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<3xf32>
     return
   }
@@ -348,7 +348,7 @@ module {
 module {
   train.param @p : tensor<3xf32> at 0
   func.func @f(%g: tensor<3xf32>) {
-    // expected-error @+1 {{'train.adamw' op eps must be positive}}
+    // expected-error @+1 {{'train.adamw' op eps must be a number in (0, 1], not 0.000000e+00}}
     train.adamw @p, %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 0.0, weight_decay = 0.0} : tensor<3xf32>
     return
   }
@@ -359,8 +359,44 @@ module {
 module {
   train.param @p : tensor<3xf32> at 0
   func.func @f(%g: tensor<3xf32>) {
-    // expected-error @+1 {{'train.adamw' op weight_decay must be non-negative}}
+    // expected-error @+1 {{'train.adamw' op weight_decay must be a number in [0, 1e+06], not -1.000000e-01}}
     train.adamw @p, %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = -0.1} : tensor<3xf32>
+    return
+  }
+}
+
+// -----
+
+// NaN and the infinities fail every range (the executable's and spillwayc's,
+// spillway/runtime/hyperparams.h): a NaN weight_decay would make every
+// weight NaN at the first update.
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @f(%g: tensor<3xf32>) {
+    // expected-error @+1 {{'train.adamw' op weight_decay must be a number in [0, 1e+06], not nan}}
+    train.adamw @p, %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0x7FF8000000000000 : f64} : tensor<3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @f(%g: tensor<3xf32>) {
+    // expected-error @+1 {{'train.adamw' op lr must be a number in [0, 1e+06], not INF}}
+    train.adamw @p, %g {lr = 0x7FF0000000000000 : f64, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<3xf32>
+    return
+  }
+}
+
+// -----
+
+module {
+  train.param @p : tensor<3x4xf32> at 0
+  func.func @f(%g: tensor<3x4xf32>) {
+    // expected-error @+1 {{'train.foam' op alpha nan must lie in [1e-30, 1e6]}}
+    train.foam @p, %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0, level = 2, alpha = 0x7FF8000000000000 : f64} : tensor<3x4xf32>
     return
   }
 }
@@ -672,7 +708,7 @@ module {
 module {
   train.param @p : tensor<3xf32> at 0
   func.func @f(%g: tensor<3xf32>) {
-    // expected-error @+1 {{'train.adamw_defer' op eps must be positive}}
+    // expected-error @+1 {{'train.adamw_defer' op eps must be a number in (0, 1]}}
     train.adamw_defer @p [0, 1), %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 0.0, weight_decay = 0.0} : tensor<3xf32>
     return
   }
@@ -737,7 +773,7 @@ module {
 module {
   train.param @p : tensor<3x4xf32> at 0
   func.func @f(%g: tensor<3x4xf32>) {
-    // expected-error @+1 {{'train.foam' op beta1 and beta2 must lie in [0, 1)}}
+    // expected-error @+1 {{'train.foam' op beta1 must be a number in [0, 1)}}
     train.foam @p, %g {lr = 1.0e-3, beta1 = 1.0, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0, level = 2, alpha = 0.25} : tensor<3x4xf32>
     return
   }

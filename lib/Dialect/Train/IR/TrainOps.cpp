@@ -1,6 +1,7 @@
 //===- TrainOps.cpp - train dialect ops: verifiers, shape inference -------===//
 
 #include "spillway/Dialect/Train/IR/TrainOps.h"
+#include "spillway/runtime/hyperparams.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -142,18 +143,21 @@ AdamWApplyPendingOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
 }
 
 /// The hyper-parameters of an AdamW update (train.adamw, train.adamw_defer).
+/// The ranges are the executable's and spillwayc's (hyperparams.h); NaN and
+/// the infinities fail them.
 static LogicalResult verifyAdamWHparams(Operation *op, double lr, double beta1,
                                         double beta2, double eps,
                                         double weightDecay) {
-  auto inUnit = [](double b) { return b >= 0.0 && b < 1.0; };
-  if (lr < 0.0)
-    return op->emitOpError("lr must be non-negative");
-  if (!inUnit(beta1) || !inUnit(beta2))
-    return op->emitOpError("beta1 and beta2 must lie in [0, 1)");
-  if (eps <= 0.0)
-    return op->emitOpError("eps must be positive");
-  if (weightDecay < 0.0)
-    return op->emitOpError("weight_decay must be non-negative");
+  namespace hp = spillway::hyperparams;
+  const std::pair<const hp::Range *, double> values[] = {
+      {&hp::kLr, lr},   {&hp::kBeta1, beta1},
+      {&hp::kBeta2, beta2}, {&hp::kEps, eps},
+      {&hp::kWeightDecay, weightDecay}};
+  for (const auto &[range, value] : values)
+    if (!hp::in_range(*range, value))
+      return op->emitOpError()
+             << range->attr << " must be " << hp::expected(*range) << ", not "
+             << value;
   return success();
 }
 
@@ -204,7 +208,8 @@ LogicalResult FoamOp::verify() {
     return emitOpError("level ") << level << " must lie in [0, 16]";
   // A float32 kernel scales by alpha: below 1e-30 it would round towards 0.
   double alpha = getAlpha().convertToDouble();
-  if (!(alpha >= 1e-30) || !(alpha <= 1e6))
+  if (!spillway::hyperparams::in_range(spillway::hyperparams::kFoamAlpha,
+                                       alpha))
     return emitOpError("alpha ") << alpha << " must lie in [1e-30, 1e6]";
   return success();
 }

@@ -2,6 +2,7 @@
 
 #include "spillway/Dialect/Train/IR/TrainOps.h"
 #include "spillway/Dialect/Train/Transforms/Passes.h"
+#include "spillway/runtime/hyperparams.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
@@ -120,13 +121,21 @@ struct TrainAttachOptimizerPass
     }
     // Checked here so a bad flag names the option rather than failing the
     // verifier of every train.adamw.
-    if (lr < 0.0 || beta1 < 0.0 || beta1 >= 1.0 || beta2 < 0.0 ||
-        beta2 >= 1.0 || eps <= 0.0 || weightDecay < 0.0) {
-      module.emitError("train-attach-optimizer: invalid adamw options: need "
-                       "lr >= 0, beta1 and beta2 in [0, 1), eps > 0, "
-                       "weight-decay >= 0");
-      return signalPassFailure();
-    }
+    // The ranges are the executable's (hyperparams.h); NaN fails them.
+    namespace hp = spillway::hyperparams;
+    const std::pair<const hp::Range *, double> values[] = {
+        {&hp::kLr, lr},
+        {&hp::kBeta1, beta1},
+        {&hp::kBeta2, beta2},
+        {&hp::kEps, eps},
+        {&hp::kWeightDecay, weightDecay}};
+    for (const auto &[range, value] : values)
+      if (!hp::in_range(*range, value)) {
+        module.emitError("train-attach-optimizer: invalid adamw options: ")
+            << (range->flag + 2) << " is " << value << ", expected "
+            << hp::expected(*range);
+        return signalPassFailure();
+      }
 
     SmallVector<ParamGradOp> grads;
     module.walk([&](ParamGradOp op) { grads.push_back(op); });
