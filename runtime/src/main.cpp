@@ -633,7 +633,9 @@ WeightsPlan check_weights(const spw_ctx *ctx, const std::string &path,
 
 // Reads the checked weights into the parameters' buffers; a NaN or an
 // infinity in a float parameter is refused (training would spread it).
-void read_weights(spw_ctx *ctx, WeightsPlan &plan) {
+// Training refuses non-finite weights and inputs (a NaN would silently reach
+// every weight); a forward-only model evaluates what it is given, NaN included.
+void read_weights(spw_ctx *ctx, WeightsPlan &plan, bool require_finite) {
   if (plan.offsets.empty())
     return;
   for (size_t i = 0; i < ctx->params.size(); ++i) {
@@ -642,7 +644,7 @@ void read_weights(spw_ctx *ctx, WeightsPlan &plan) {
                  plan.offsets[i]))
       read_failed(plan.path, format("parameter '%s'", p.name.c_str()),
                   plan.offsets[i]);
-    if (p.value->dtype != SPW_F32)
+    if (p.value->dtype != SPW_F32 || !require_finite)
       continue;
     const int64_t bad = first_non_finite(p.value->as<float>(), p.value->numel);
     if (bad >= 0)
@@ -767,7 +769,7 @@ InputPlan check_input(InputInfo &in, const std::string &file) {
 
 // Reads a checked input's data into its new buffer, converting int32 and
 // int64 in chunks; float inputs holding NaN or an infinity are refused.
-void read_input(InputPlan &plan) {
+void read_input(InputPlan &plan, bool require_finite) {
   InputInfo &in = *plan.in;
   spw_tensor &view = *in.view;
   const NpyHeader &a = plan.h;
@@ -814,7 +816,7 @@ void read_input(InputPlan &plan) {
     }
   }
   plan.fd = FdCloser();
-  if (view.dtype == SPW_F32) {
+  if (view.dtype == SPW_F32 && require_finite) {
     const float *x = static_cast<const float *>(buf.get());
     const int64_t bad = first_non_finite(x, n);
     if (bad >= 0) {
@@ -1949,9 +1951,9 @@ int run(const Options &o, const char *argv0) {
                                    : "the parameters and the inputs need");
   }
   allocate_declared(ctx);
-  read_weights(ctx, wplan);
+  read_weights(ctx, wplan, !forward);
   for (InputPlan &ip : iplans)
-    read_input(ip);
+    read_input(ip, !forward);
 
   if (device == "cuda")
     device_start(ctx, ctx->cuda_factory(o.device_arena, ctx->precision));
