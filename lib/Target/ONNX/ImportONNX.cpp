@@ -3154,8 +3154,15 @@ OwningOpRef<ModuleOp> Importer::import(const onnxpb::ModelProto &model) {
                    << " (onnx 1.23; re-export the model, or convert it with "
                       "onnx.version_converter)",
            nullptr;
-  for (const auto &imp : model.opset_import())
-    opsets[isDefaultDomain(imp.domain()) ? "" : imp.domain()] = imp.version();
+  for (const auto &imp : model.opset_import()) {
+    std::string domain = isDefaultDomain(imp.domain()) ? "" : imp.domain();
+    // Two versions of one domain: which one the nodes mean is a guess.
+    if (!opsets.try_emplace(domain, imp.version()).second)
+      return error() << "'" << modelPath << "' imports domain '"
+                     << (domain.empty() ? std::string("ai.onnx") : domain)
+                     << "' twice (opset_import); import each domain once",
+             nullptr;
+  }
   auto it = opsets.find("");
   bool usesDefault = llvm::any_of(model.graph().node(), [](const auto &n) {
     return isDefaultDomain(n.domain());
