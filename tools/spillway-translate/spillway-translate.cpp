@@ -8,6 +8,7 @@
 
 #include "spillway/Dialect/Train/IR/TrainDialect.h"
 #include "spillway/Target/ONNX/ImportONNX.h"
+#include "spillway/Support/ToolMain.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -99,8 +100,7 @@ static std::string relativeTo(StringRef target, StringRef baseDir) {
   return abs.str().str();
 }
 
-int main(int argc, char **argv) {
-  InitLLVM initLLVM(argc, argv);
+static int translateMain(int argc, char **argv) {
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(
       argc, argv,
@@ -157,10 +157,21 @@ int main(int argc, char **argv) {
 
   std::string errorMessage;
   auto output = mlir::openOutputFile(outputFilename, &errorMessage);
-  if (!output)
+  if (!output) {
+    // The weights belong to the MLIR that could not be written.
+    if (!opts.weightsPath.empty())
+      sys::fs::remove(opts.weightsPath);
     return fail(errorMessage);
+  }
   module->print(output->os());
   output->os() << "\n";
   output->keep();
   return 0;
+}
+
+int main(int argc, char **argv) {
+  InitLLVM initLLVM(argc, argv);
+  // Parsing recurses once per nesting level: room for kMaxNesting levels.
+  return spillway::runWithLargeStack(
+      [&] { return translateMain(argc, argv); });
 }

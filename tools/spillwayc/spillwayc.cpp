@@ -20,6 +20,7 @@
 #include "spillway/Schedule/CostModel.h"
 #include "spillway/Schedule/HardwareProfile.h"
 #include "spillway/Schedule/IterationSummary.h"
+#include "spillway/Support/ToolMain.h"
 #include "spillway/Target/ONNX/ImportONNX.h"
 #include "Report.h"
 #include "llvm/ADT/StringExtras.h"
@@ -29,9 +30,11 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
+#include "llvm/Support/Signals.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
@@ -42,6 +45,8 @@
 #include "spillway/runtime/hw_probe.h"
 #include "spillway/runtime/hyperparams.h"
 
+#include <cerrno>
+#include <csignal>
 #include <ctime>
 #include <unistd.h>
 
@@ -70,6 +75,13 @@ cl::list<std::string> constantInitializers(
     cl::desc("ONNX float initializers that are constants, not trainable "
              "parameters (exported buffers, e.g. a rotary inv_freq)"),
     cl::value_desc("NAME,..."), cl::cat(category));
+cl::opt<int64_t> maxInlineConstantElements(
+    "max-inline-constant-elements", cl::init(int64_t(1) << 20),
+    cl::desc("The largest ONNX constant (in elements) the importer evaluates "
+             "or puts into the executable, e.g. a causal mask (S*S); past it "
+             "a constant is an error naming the node. Splat constants are "
+             "filled at run time whatever their size"),
+    cl::value_desc("N"), cl::cat(category));
 cl::opt<std::string> fusePatterns(
     "fuse-patterns", cl::init("all"),
     cl::desc("Decomposed patterns to replace by fused ops: all, none, or a "
@@ -294,6 +306,72 @@ bool hasExtension(StringRef path, StringRef ext) {
 /// executable finds them as `<EXE>.weights`.
 std::string weightsPathFor(StringRef output) { return (output + ".weights").str(); }
 
+/// The files a compile writes (the executable or what --emit names, and the
+/// weights), each first under a temporary name beside it, `DEST.tmp.<pid>`;
+/// commit() renames them into place at the end. Until then every way out (a
+/// failed stage, an exception, SIGINT or SIGTERM) removes them: a failed
+/// compile leaves nothing behind, and an existing executable is replaced
+/// only by a finished one. A SIGKILL cannot be caught: the next compile to
+/// the same destination removes what that left (`removeStale`).
+class PendingOutputs {
+public:
+  /// Where to write `dest`'s content until commit().
+  std::string add(StringRef dest) {
+    removeStale(dest);
+    std::string temp = tempName(dest, ::getpid());
+    llvm::sys::RemoveFileOnSignal(temp);
+    entries.push_back({temp, dest.str()});
+    return temp;
+  }
+  LogicalResult commit(std::string &error) {
+    for (Entry &e : entries) {
+      if (std::error_code ec = llvm::sys::fs::rename(e.temp, e.dest)) {
+        error = "cannot move '" + e.temp + "' to '" + e.dest +
+                "': " + ec.message();
+        return failure();
+      }
+      llvm::sys::DontRemoveFileOnSignal(e.temp);
+      e.committed = true;
+    }
+    return success();
+  }
+  ~PendingOutputs() {
+    for (Entry &e : entries)
+      if (!e.committed) {
+        llvm::sys::fs::remove(e.temp);
+        llvm::sys::DontRemoveFileOnSignal(e.temp);
+      }
+  }
+
+private:
+  static std::string tempName(StringRef dest, long pid) {
+    return (dest + ".tmp." + Twine(pid)).str();
+  }
+  /// Removes `dest`'s temporaries whose compile no longer runs.
+  static void removeStale(StringRef dest) {
+    llvm::SmallString<256> dir(llvm::sys::path::parent_path(dest));
+    if (dir.empty())
+      dir = ".";
+    std::string prefix = (llvm::sys::path::filename(dest) + ".tmp.").str();
+    std::error_code ec;
+    for (llvm::sys::fs::directory_iterator it(dir, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      StringRef name = llvm::sys::path::filename(it->path());
+      long pid;
+      if (!name.consume_front(prefix) || name.getAsInteger(10, pid) ||
+          pid <= 0 || pid == ::getpid())
+        continue;
+      if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH)
+        llvm::sys::fs::remove(it->path());
+    }
+  }
+  struct Entry {
+    std::string temp, dest;
+    bool committed = false;
+  };
+  std::vector<Entry> entries;
+};
+
 /// Copies the weights file a .mlir input names (relative to the .mlir file)
 /// to `dest`.
 LogicalResult copyWeightsOfMLIR(ModuleOp module, StringRef mlirPath,
@@ -323,6 +401,41 @@ LogicalResult copyWeightsOfMLIR(ModuleOp module, StringRef mlirPath,
     error = "weights file '" + std::string(src) + "' named by '" +
             mlirPath.str() + "' (train.weights) does not exist";
     return failure();
+  }
+  // The file must be the one the parameters describe: the executable reads
+  // exactly their bytes (or, from a .safetensors file, by name), and a file
+  // of another size was written for another model.
+  llvm::sys::fs::file_status status;
+  if (std::error_code ec = llvm::sys::fs::status(src, status)) {
+    error = "cannot read weights file '" + std::string(src) + "': " +
+            ec.message();
+    return failure();
+  }
+  if (status.type() != llvm::sys::fs::file_type::regular_file) {
+    error = "weights file '" + std::string(src) + "' named by '" +
+            mlirPath.str() + "' (train.weights) is not a regular file";
+    return failure();
+  }
+  int64_t expected = 0;
+  for (auto p : module.getOps<spillway::train::ParamOp>())
+    expected = std::max<int64_t>(expected, p.getOffsetAttr().getInt() +
+                                               p.getNumBytes());
+  if (int64_t(status.getSize()) != expected) {
+    // A .safetensors file: an 8-byte header length, then a JSON header.
+    bool safetensors = false;
+    if (auto buf = llvm::MemoryBuffer::getFileSlice(src, 9, 0)) {
+      StringRef head = (*buf)->getBuffer();
+      safetensors = head.size() == 9 && head[8] == '{';
+    }
+    if (!safetensors) {
+      error = llvm::formatv("weights file '{0}' named by '{1}' "
+                            "(train.weights) is {2} bytes, but its "
+                            "parameters' offsets and types need {3}; was it "
+                            "written for another model?",
+                            src, mlirPath, status.getSize(), expected)
+                  .str();
+      return failure();
+    }
   }
   // Copying a file onto itself would truncate it: the weights are already
   // where the executable looks for them.
@@ -744,8 +857,7 @@ int planAndReport(ModuleOp module, const PlanningInputs &in,
 }
 } // namespace
 
-int main(int argc, char **argv) {
-  llvm::InitLLVM initLLVM(argc, argv);
+static int compilerMain(int argc, char **argv) {
   cl::HideUnrelatedOptions(category);
   cl::SetVersionPrinter([](llvm::raw_ostream &os) {
     os << "spillwayc (Spillway) built with LLVM/MLIR " LLVM_VERSION_STRING "\n";
@@ -937,9 +1049,31 @@ int main(int argc, char **argv) {
             "spillway-report", "weights", tempWeights))
       return fail("cannot create a temporary file: " + ec.message());
   llvm::FileRemover removeTempWeights(tempWeights);
-  std::string weightsOut = outputPath.empty() || toStdout
-                               ? std::string(tempWeights)
-                               : weightsPathFor(outputPath);
+  // The outputs are written under temporary names and renamed at the end
+  // (PendingOutputs): checked here, before any work, is that they can be.
+  const bool writesFiles = !outputPath.empty() && !toStdout;
+  if (writesFiles) {
+    if (llvm::sys::fs::is_directory(outputPath))
+      return fail("-o '" + outputPath + "' is a directory; name the file to "
+                  "write, e.g. -o " + outputPath + "/model");
+    llvm::SmallString<256> dir(llvm::sys::path::parent_path(outputPath));
+    if (dir.empty())
+      dir = ".";
+    if (!llvm::sys::fs::is_directory(dir))
+      return fail("-o '" + outputPath + "': the directory '" + dir +
+                  "' does not exist");
+    if (llvm::sys::fs::access(dir, llvm::sys::fs::AccessMode::Write))
+      return fail("-o '" + outputPath + "': the directory '" + dir +
+                  "' is not writable");
+  }
+  PendingOutputs pending;
+  const std::string weightsFinal = writesFiles ? weightsPathFor(outputPath)
+                                               : std::string(tempWeights);
+  const std::string weightsOut =
+      writesFiles ? pending.add(weightsFinal) : weightsFinal;
+  // The executable, or what --emit names.
+  const std::string outputOut =
+      writesFiles ? pending.add(outputPath) : std::string(outputPath);
   bool isONNX = hasExtension(inputPath, ".onnx") ||
                 hasExtension(inputPath, ".onnxtext");
   OwningOpRef<ModuleOp> module;
@@ -949,12 +1083,15 @@ int main(int argc, char **argv) {
       if (failed(spillway::parseDimBindings(b, importOptions.dimBindings,
                                             error)))
         return fail(error);
+    if (maxInlineConstantElements < 1)
+      return fail("--max-inline-constant-elements must be positive");
+    importOptions.maxInlineConstantElements = maxInlineConstantElements;
     importOptions.forwardOnly = forwardOnly;
     importOptions.constantInitializers.assign(constantInitializers.begin(),
                                               constantInitializers.end());
     importOptions.weightsPath = weightsOut;
     importOptions.weightsAttr =
-        llvm::sys::path::filename(weightsOut).str();
+        llvm::sys::path::filename(weightsFinal).str();
     note("importing " + inputPath);
     module = spillway::importONNXFile(inputPath, context, importOptions);
     if (!module)
@@ -964,6 +1101,10 @@ int main(int argc, char **argv) {
       return fail("--bind and --constant-initializers apply to ONNX inputs; "
                   "an MLIR model already has static shapes and parameters");
     note("parsing " + inputPath);
+    if (auto buf = llvm::MemoryBuffer::getFile(inputPath, /*IsText=*/true))
+      if (!spillway::checkNesting((*buf)->getBuffer(), inputPath,
+                                  spillway::CommentStyle::MLIR, error))
+        return fail(error);
     module = parseSourceFile<ModuleOp>(inputPath, sourceMgr, &context);
     if (!module)
       return 1;
@@ -976,7 +1117,7 @@ int main(int argc, char **argv) {
                     UnitAttr::get(&context));
     module->getOperation()->setAttr(
         spillway::train::kWeightsAttrName,
-        StringAttr::get(&context, llvm::sys::path::filename(weightsOut)));
+        StringAttr::get(&context, llvm::sys::path::filename(weightsFinal)));
   } else {
     return fail("cannot tell the format of '" + inputPath +
                 "': expected a .onnx, .onnxtext or .mlir file");
@@ -1192,11 +1333,18 @@ int main(int argc, char **argv) {
   }
 
   if (emit == EmitKind::MLIR) {
-    auto out = openOutputFile(outputPath, &error);
+    auto out = openOutputFile(outputOut, &error);
     if (!out)
       return fail(error);
     module->print(out->os());
+    out->os().flush();
+    if (out->os().has_error())
+      return fail("cannot write '" + outputPath +
+                  "': " + out->os().error().message());
     out->keep();
+    out.reset();
+    if (failed(pending.commit(error)))
+      return fail(error);
     return 0;
   }
 
@@ -1215,30 +1363,40 @@ int main(int argc, char **argv) {
   if (!llvmModule)
     return fail(error);
   if (emit == EmitKind::LLVM) {
-    auto out = openOutputFile(outputPath, &error);
+    auto out = openOutputFile(outputOut, &error);
     if (!out)
       return fail(error);
     llvmModule->print(out->os(), nullptr);
+    out->os().flush();
+    if (out->os().has_error())
+      return fail("cannot write '" + outputPath +
+                  "': " + out->os().error().message());
     out->keep();
+    out.reset();
+    if (failed(pending.commit(error)))
+      return fail(error);
     return 0;
   }
 
-  std::string objectPath = outputPath;
+  std::string objectPath = outputOut;
   llvm::SmallString<128> tempObject;
   if (emit == EmitKind::Exe) {
     if (std::error_code ec = llvm::sys::fs::createTemporaryFile(
             "spillway", "o", tempObject))
       return fail("cannot create a temporary object file: " + ec.message());
     objectPath = std::string(tempObject);
+    llvm::sys::RemoveFileOnSignal(tempObject);
   }
+  // Removed on every way out (the executable has it linked in).
+  llvm::FileRemover removeTempObject(tempObject);
   note("emitting object code");
-  if (failed(spillway::emitObjectFile(*llvmModule, objectPath, error))) {
-    if (!tempObject.empty())
-      llvm::sys::fs::remove(tempObject);
+  if (failed(spillway::emitObjectFile(*llvmModule, objectPath, error)))
     return fail(error);
-  }
-  if (emit == EmitKind::Obj)
+  if (emit == EmitKind::Obj) {
+    if (failed(pending.commit(error)))
+      return fail(error);
     return 0;
+  }
 
   std::string runtime = findRuntimeLibrary(argv[0]);
   std::string cudaRuntime;
@@ -1247,11 +1405,20 @@ int main(int argc, char **argv) {
   note("linking " + outputPath + " with " + runtime +
        (cudaRuntime.empty() ? "" : " and " + cudaRuntime));
   LogicalResult linked = spillway::linkExecutable(objectPath, runtime,
-                                                  outputPath, error,
+                                                  outputOut, error,
                                                   cudaRuntime);
-  llvm::sys::fs::remove(tempObject);
   if (failed(linked))
+    return fail(error);
+  if (failed(pending.commit(error)))
     return fail(error);
   note("wrote " + outputPath + " and its initial weights " + weightsOut);
   return 0;
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM initLLVM(argc, argv);
+  // The parsers, the verifier and the passes recurse once per nesting level
+  // of the model: they run on a thread with room for kMaxNesting levels.
+  return spillway::runWithLargeStack(
+      [&] { return compilerMain(argc, argv); });
 }

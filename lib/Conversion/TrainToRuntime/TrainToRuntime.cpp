@@ -663,6 +663,28 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
       auto dtype = dtypeOf(&op, type.getElementType());
       if (failed(dtype))
         return failure();
+      if (dense.isSplat() && type.getNumElements() > 1) {
+        // A splat is filled at run time from its one value (broadcast_to of
+        // a scalar): as a data global it would put every element into the
+        // executable, gigabytes for a ConstantOfShape of a large shape.
+        auto scalarType = RankedTensorType::get({}, type.getElementType());
+        Value scalar = callRuntime(
+            "spw_constant", ptrTy, {ptrTy, i32Ty, i32Ty, ptrTy, ptrTy},
+            {ctxArg, i32(*dtype), i32(0), nullPtr(),
+             dataConstant(DenseElementsAttr::get(
+                 scalarType, dense.getSplatValue<Attribute>()))});
+        auto h = allocFor(&op, type);
+        if (failed(h))
+          return failure();
+        storeArray(insArray, numIns, {scalar});
+        storeArray(outsArray, numOuts, {*h});
+        callRuntime("spw_op_broadcast_to", voidTy,
+                    {ptrTy, ptrTy, ptrTy, ptrTy, ptrTy},
+                    {ctxArg, insArray, outsArray, nullPtr(), nullPtr()});
+        callRuntime("spw_release", voidTy, {ptrTy, ptrTy}, {ctxArg, scalar});
+        handles[c.getResult()] = *h;
+        continue;
+      }
       handles[c.getResult()] = callRuntime(
           "spw_constant", ptrTy, {ptrTy, i32Ty, i32Ty, ptrTy, ptrTy},
           {ctxArg, i32(*dtype), i32(type.getRank()), i64Array(type.getShape()),

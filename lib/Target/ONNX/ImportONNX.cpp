@@ -25,6 +25,7 @@
 
 #include "spillway/Dialect/Train/IR/TrainDialect.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
+#include "spillway/Support/ToolMain.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -47,6 +48,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <optional>
 
 using namespace mlir;
@@ -77,6 +79,11 @@ const llvm::StringMap<int64_t> kOpMinOpset = {
     {"CastLike", 15},    {"LayerNormalization", 17},
     {"Gelu", 20}};
 constexpr int64_t kWeightsAlignment = 64;
+/// IR versions: from 3 (the first with opset_import) to onnx 1.23's 14, the
+/// newest whose ModelProto fields the importer knows (onnx's checker refuses
+/// newer ones too).
+constexpr int64_t kMinIRVersion = 3;
+constexpr int64_t kMaxIRVersion = 14;
 
 const char *const kSupportedOps =
     "Add, And (constant), Cast, CastLike, Concat, Constant, ConstantOfShape, "
@@ -91,6 +98,96 @@ const char *const kSupportedOps =
 /// The training-op domain, and the ops of it imported (in --forward mode).
 constexpr const char *kTrainingDomain = "ai.onnx.preview.training";
 const char *const kSupportedTrainingOps = "Adam";
+
+/// How many inputs (optional ones included, "" for an absent one) and
+/// outputs a default-domain op takes, as its ONNX schema says at `opset`.
+struct Arity {
+  int minInputs, maxInputs, maxOutputs;
+};
+constexpr int kVariadic = std::numeric_limits<int>::max();
+
+std::optional<Arity> arityOf(StringRef op, int64_t opset) {
+  // Ops whose axes or split moved from an attribute to an input.
+  auto axesInput = [&](int64_t since) { return opset >= since ? 2 : 1; };
+  return llvm::StringSwitch<std::optional<Arity>>(op)
+      .Cases({"Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less",
+              "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or"},
+             Arity{2, 2, 1})
+      .Cases({"Neg", "Relu", "Tanh", "Sqrt", "Reciprocal", "Exp", "Log", "Erf",
+              "Sigmoid", "Cos", "Sin", "Not", "Identity", "Gelu", "Softmax",
+              "Shape", "Flatten", "Transpose", "Cast", "ConstantOfShape"},
+             Arity{1, 1, 1})
+      .Cases({"CastLike", "Expand", "Gather", "MatMul", "Reshape",
+              "SequenceAt"},
+             Arity{2, 2, 1})
+      .Case("Constant", Arity{0, 0, 1})
+      .Case("Concat", Arity{1, kVariadic, 1})
+      .Case("Dropout", Arity{1, opset >= 12 ? 3 : 1, 2})
+      .Case("Gemm", Arity{2, 3, 1})
+      .Case("LayerNormalization", Arity{2, 3, 3})
+      .Cases({"Range", "Where"}, Arity{3, 3, 1})
+      .Case("ReduceSum", Arity{1, axesInput(13), 1})
+      .Cases({"ReduceMean", "ReduceMax"}, Arity{1, axesInput(18), 1})
+      .Case("Squeeze", Arity{1, axesInput(13), 1})
+      .Case("Unsqueeze", opset >= 13 ? Arity{2, 2, 1} : Arity{1, 1, 1})
+      .Case("Slice", Arity{3, 5, 1})
+      .Case("Split", Arity{1, axesInput(13), kVariadic})
+      .Case("SplitToSequence", Arity{1, 2, 1})
+      .Case("SoftmaxCrossEntropyLoss", Arity{2, 3, 2})
+      .Case("Trilu", Arity{1, 2, 1})
+      .Default(std::nullopt);
+}
+
+using AttrType = onnxpb::AttributeProto::AttributeType;
+
+/// The type of attribute `name` of `op` where the importer reads it; nullopt
+/// for an attribute it does not read.
+std::optional<AttrType> attrTypeOf(StringRef op, StringRef name) {
+  using A = onnxpb::AttributeProto;
+  static const llvm::StringMap<llvm::StringMap<AttrType>> kAttrs = {
+      {"Shape", {{"start", A::INT}, {"end", A::INT}}},
+      {"Unsqueeze", {{"axes", A::INTS}}},
+      {"Squeeze", {{"axes", A::INTS}}},
+      {"ReduceSum", {{"axes", A::INTS}, {"keepdims", A::INT},
+                     {"noop_with_empty_axes", A::INT}}},
+      {"ReduceMean", {{"axes", A::INTS}, {"keepdims", A::INT},
+                      {"noop_with_empty_axes", A::INT}}},
+      {"ReduceMax", {{"axes", A::INTS}, {"keepdims", A::INT},
+                     {"noop_with_empty_axes", A::INT}}},
+      {"Reshape", {{"allowzero", A::INT}}},
+      {"Flatten", {{"axis", A::INT}}},
+      {"Transpose", {{"perm", A::INTS}}},
+      {"Split", {{"axis", A::INT}, {"split", A::INTS},
+                 {"num_outputs", A::INT}}},
+      {"SplitToSequence", {{"axis", A::INT}, {"keepdims", A::INT}}},
+      {"Cast", {{"to", A::INT}}},
+      {"Concat", {{"axis", A::INT}}},
+      {"Gather", {{"axis", A::INT}}},
+      {"ConstantOfShape", {{"value", A::TENSOR}}},
+      {"Trilu", {{"upper", A::INT}}},
+      {"Constant", {{"value", A::TENSOR}, {"value_float", A::FLOAT},
+                    {"value_floats", A::FLOATS}, {"value_int", A::INT},
+                    {"value_ints", A::INTS}}},
+      {"Adam", {{"alpha", A::FLOAT}, {"beta", A::FLOAT}, {"epsilon", A::FLOAT},
+                {"norm_coefficient", A::FLOAT},
+                {"norm_coefficient_post", A::FLOAT}}},
+      {"SoftmaxCrossEntropyLoss", {{"reduction", A::STRING},
+                                   {"ignore_index", A::INT}}},
+      {"Gelu", {{"approximate", A::STRING}}},
+      {"Softmax", {{"axis", A::INT}}},
+      {"Gemm", {{"alpha", A::FLOAT}, {"beta", A::FLOAT}, {"transA", A::INT},
+                {"transB", A::INT}}},
+      {"LayerNormalization", {{"axis", A::INT}, {"epsilon", A::FLOAT},
+                              {"stash_type", A::INT}}},
+  };
+  auto op_ = kAttrs.find(op);
+  if (op_ == kAttrs.end())
+    return std::nullopt;
+  auto it = op_->second.find(name);
+  if (it == op_->second.end())
+    return std::nullopt;
+  return it->second;
+}
 
 std::string shapeStr(ArrayRef<int64_t> shape) {
   std::string s = "[";
@@ -246,11 +343,15 @@ private:
   Type elementType(int32_t dtype);
   LogicalResult readTensor(const onnxpb::TensorProto &t, StringRef what,
                            std::string &bytes, SmallVectorImpl<int64_t> &shape);
+  LogicalResult checkExternalLocation(const onnxpb::TensorProto &t,
+                                      StringRef what, StringRef location,
+                                      StringRef file);
   FailureOr<ConstTensor> toConst(const onnxpb::TensorProto &t,
                                  StringRef what);
   LogicalResult declareInitializer(const onnxpb::TensorProto &t);
   LogicalResult declareInput(const onnxpb::ValueInfoProto &info,
                              SmallVectorImpl<Type> &argTypes);
+  LogicalResult checkInputMatchesInitializer(const onnxpb::ValueInfoProto &in);
 
   //===--- values ---===//
   bool isKnown(StringRef name) const {
@@ -321,6 +422,8 @@ private:
                          SmallVectorImpl<ConstTensor> &out, bool &declined);
 
   //===--- nodes ---===//
+  LogicalResult checkNode(const onnxpb::NodeProto &node);
+  LogicalResult defineOutputs(const onnxpb::NodeProto &node);
   LogicalResult importNode(const onnxpb::NodeProto &node);
   LogicalResult importConstant(const onnxpb::NodeProto &node);
   LogicalResult importReduce(const onnxpb::NodeProto &node, Location loc);
@@ -351,6 +454,9 @@ private:
   llvm::StringMap<Value> values;
   llvm::StringMap<Sequence> sequences;
   llvm::StringSet<> usedNames;
+  /// What defines each name so far: "graph input", "initializer" or the
+  /// node; ONNX graphs assign each name once.
+  llvm::StringMap<std::string> definedBy;
   llvm::StringSet<> usedBindings;
   llvm::StringSet<> constantInitializers; // opts.constantInitializers
   /// Outputs of nodes whose inputs were all constant but whose result was
@@ -390,6 +496,51 @@ static int64_t elementBytes(int32_t dtype) {
   }
 }
 
+/// External data stays inside the model's directory, as onnx's checker
+/// requires: no absolute path, no `..`, and nothing (through a symlink) that
+/// resolves outside the directory; and it is a regular file (a FIFO would
+/// block the read forever). Otherwise a model could copy any file the user
+/// can read (/etc/passwd, ~/.ssh) into the executable's weights.
+LogicalResult Importer::checkExternalLocation(const onnxpb::TensorProto &t,
+                                              StringRef what,
+                                              StringRef location,
+                                              StringRef file) {
+  auto refuse = [&]() {
+    return error() << what << " '" << t.name() << "': external data location '"
+                   << location << "' ";
+  };
+  namespace path = llvm::sys::path;
+  if (path::is_absolute(location) ||
+      path::is_absolute(location, path::Style::windows) ||
+      location.starts_with("~"))
+    return refuse() << "is an absolute path; external data must be a "
+                       "relative path inside the model's directory";
+  for (StringRef part : llvm::make_range(path::begin(location),
+                                         path::end(location)))
+    if (part == "..")
+      return refuse() << "contains '..'; external data must be a relative "
+                         "path inside the model's directory";
+  SmallString<256> real, realDir;
+  if (llvm::sys::fs::real_path(file, real))
+    return success(); // missing: the read below names the file
+  if (std::error_code ec = llvm::sys::fs::real_path(
+          modelDir.empty() ? StringRef(".") : StringRef(modelDir), realDir))
+    return refuse() << "cannot be resolved: the model's directory: "
+                    << ec.message();
+  StringRef rel = StringRef(real);
+  if (!rel.consume_front(realDir) || !(rel.empty() || path::is_separator(rel[0])))
+    return refuse() << "resolves to '" << real
+                    << "', outside the model's directory '" << realDir
+                    << "' (through a symbolic link); external data must lie "
+                       "inside it";
+  llvm::sys::fs::file_status status;
+  if (std::error_code ec = llvm::sys::fs::status(real, status))
+    return refuse() << "cannot be read: " << ec.message();
+  if (status.type() != llvm::sys::fs::file_type::regular_file)
+    return refuse() << "is not a regular file";
+  return success();
+}
+
 /// Reads a tensor's elements, whatever the encoding, as raw little-endian
 /// bytes of its element type.
 LogicalResult Importer::readTensor(const onnxpb::TensorProto &t,
@@ -407,6 +558,38 @@ LogicalResult Importer::readTensor(const onnxpb::TensorProto &t,
                      << d;
     shape.push_back(d);
   }
+  // The data lives in one place: raw_data, the typed field of the element
+  // type, or an external file. Two (raw_data and float_data, say) disagree
+  // on which is the tensor; onnx's checker refuses that, and so does this.
+  SmallVector<StringRef> fields;
+  if (t.has_raw_data())
+    fields.push_back("raw_data");
+  for (auto [size, field] : {std::pair<int, StringRef>{t.float_data_size(),
+                                                        "float_data"},
+                             {t.int32_data_size(), "int32_data"},
+                             {t.int64_data_size(), "int64_data"},
+                             {t.double_data_size(), "double_data"},
+                             {t.uint64_data_size(), "uint64_data"},
+                             {t.string_data_size(), "string_data"}})
+    if (size)
+      fields.push_back(field);
+  StringRef typedField = dtype == onnxpb::TensorProto::FLOAT   ? "float_data"
+                         : dtype == onnxpb::TensorProto::INT64 ? "int64_data"
+                                                               : "int32_data";
+  bool external = t.data_location() == onnxpb::TensorProto::EXTERNAL;
+  if (external && !fields.empty())
+    return error() << what << " '" << t.name()
+                   << "' has external data and also " << fields[0]
+                   << "; a tensor keeps its data in one place";
+  if (fields.size() > 1)
+    return error() << what << " '" << t.name() << "' has both " << fields[0]
+                   << " and " << fields[1]
+                   << "; a tensor keeps its data in one place";
+  if (fields.size() == 1 && fields[0] != "raw_data" && fields[0] != typedField)
+    return error() << what << " '" << t.name() << "' of "
+                   << dtypeName(dtype) << " keeps its data in " << fields[0]
+                   << "; " << dtypeName(dtype) << " data goes in "
+                   << typedField << " or raw_data";
   std::optional<int64_t> count = numElementsOf(shape);
   int64_t expected;
   if (!count || llvm::MulOverflow(*count, elementBytes(dtype), expected))
@@ -433,6 +616,8 @@ LogicalResult Importer::readTensor(const onnxpb::TensorProto &t,
                      << "' has external data without a location";
     SmallString<256> file(modelDir);
     llvm::sys::path::append(file, location);
+    if (failed(checkExternalLocation(t, what, location, file)))
+      return failure();
     if (length >= 0 && length != expected)
       return error() << what << " '" << t.name() << "': external data length "
                      << length << " does not match its shape "
@@ -590,6 +775,38 @@ LogicalResult Importer::declareInput(const onnxpb::ValueInfoProto &info,
     return error() << "input '" << name << "' of shape " << shapeStr(shape)
                    << " has more elements than fit in 64 bits";
   argTypes.push_back(RankedTensorType::get(shape, elt));
+  return success();
+}
+
+LogicalResult
+Importer::checkInputMatchesInitializer(const onnxpb::ValueInfoProto &in) {
+  StringRef name = in.name();
+  RankedTensorType init;
+  if (auto it = params.find(name); it != params.end())
+    init = it->second.getTensorType();
+  else if (const ConstTensor *c = getConst(name))
+    init = RankedTensorType::get(c->shape, elementType(c->dtype));
+  auto mismatch = [&](StringRef what) {
+    return error() << "graph input '" << name << "' has the name of an "
+                   << "initializer of type " << init << " but " << what
+                   << "; rename the input or the initializer (an input "
+                      "listed with an initializer's name is that "
+                      "initializer)";
+  };
+  if (!in.type().has_tensor_type())
+    return mismatch("is not a tensor");
+  const auto &tt = in.type().tensor_type();
+  if (tt.elem_type() != onnxpb::TensorProto::UNDEFINED &&
+      elementType(tt.elem_type()) != init.getElementType())
+    return mismatch("is declared " + dtypeName(tt.elem_type()));
+  if (!tt.has_shape())
+    return success();
+  if (tt.shape().dim_size() != init.getRank())
+    return mismatch("has rank " + std::to_string(tt.shape().dim_size()));
+  for (auto [i, dim] : llvm::enumerate(tt.shape().dim()))
+    if (dim.has_dim_value() && dim.dim_value() != init.getDimSize(i))
+      return mismatch("has dimension " + std::to_string(i) + " of size " +
+                      std::to_string(dim.dim_value()));
   return success();
 }
 
@@ -1738,9 +1955,12 @@ LogicalResult Importer::evaluate(const onnxpb::NodeProto &node,
                                << v->numElements();
       value = std::move(*v);
     }
-    if (!numElementsOf(*shape))
+    if (llvm::any_of(*shape, [](int64_t d) { return d < 0; }))
       return nodeError(node) << "shape " << shapeStr(*shape)
                              << " has a negative dimension";
+    if (!numElementsOf(*shape))
+      return nodeError(node) << "shape " << shapeStr(*shape)
+                             << " has more elements than fit in 64 bits";
     if (tooBig(*shape))
       return decline(); // emitted as a splat train.constant
     out.push_back(value.take(*shape, std::vector<int64_t>(
@@ -2271,8 +2491,72 @@ LogicalResult Importer::importSequenceAt(const onnxpb::NodeProto &node,
   return success();
 }
 
+/// What the ONNX schema fixes and the importer would otherwise skip over: the
+/// number of inputs and outputs, and the type of each attribute it reads
+/// (a `transB = 1.0` would read as 0). An input past the schema's count or
+/// an attribute of the wrong type changes what the model computes, so each
+/// is an error, not ignored.
+LogicalResult Importer::checkNode(const onnxpb::NodeProto &node) {
+  StringRef op = node.op_type();
+  llvm::StringSet<> seen;
+  for (const auto &a : node.attribute()) {
+    if (!seen.insert(a.name()).second)
+      return nodeError(node) << "attribute '" << a.name()
+                             << "' is given twice";
+    std::optional<AttrType> want = attrTypeOf(op, a.name());
+    if (want && a.type() != *want)
+      return nodeError(node)
+             << "attribute '" << a.name() << "' must be of type "
+             << onnxpb::AttributeProto_AttributeType_Name(*want) << ", got "
+             << (onnxpb::AttributeProto_AttributeType_IsValid(a.type())
+                     ? onnxpb::AttributeProto_AttributeType_Name(a.type())
+                     : "type #" + std::to_string(a.type()));
+  }
+  if (!isDefaultDomain(node.domain()))
+    return success(); // Adam checks its own (variadic) arity
+  std::optional<Arity> arity = arityOf(op, opset);
+  if (!arity)
+    return success(); // not imported: importNode says so
+  int nin = node.input_size(), nout = node.output_size();
+  auto count = [](int lo, int hi, StringRef noun) {
+    std::string n = lo == hi ? std::to_string(lo)
+                    : hi == kVariadic
+                        ? std::to_string(lo) + " or more"
+                        : std::to_string(lo) + " to " + std::to_string(hi);
+    return n + " " + noun.str() + (lo == 1 && hi == 1 ? "" : "s");
+  };
+  if (nin < arity->minInputs || nin > arity->maxInputs)
+    return nodeError(node) << op << " (opset " << opset << ") takes "
+                           << count(arity->minInputs, arity->maxInputs, "input")
+                           << ", got " << nin;
+  if (nout > arity->maxOutputs)
+    return nodeError(node) << op << " (opset " << opset << ") has "
+                           << count(1, arity->maxOutputs, "output")
+                           << ", got " << nout;
+  return success();
+}
+
+/// Records the node's outputs as defined, refusing a name that a graph
+/// input, an initializer or an earlier node (or this one) already defines.
+LogicalResult Importer::defineOutputs(const onnxpb::NodeProto &node) {
+  std::string self = "node '" + nodeName(node) + "' (" + node.op_type() + ")";
+  for (const std::string &out : node.output()) {
+    if (out.empty())
+      continue;
+    auto [it, inserted] = definedBy.try_emplace(out, self);
+    if (!inserted)
+      return nodeError(node)
+             << "output '" << out << "' is already defined by "
+             << (it->second == self ? std::string("this node") : it->second)
+             << "; an ONNX graph assigns each name once";
+  }
+  return success();
+}
+
 LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
   StringRef op = node.op_type();
+  if (failed(checkNode(node)))
+    return failure();
   if (node.domain() == kTrainingDomain && op == "Adam")
     return importAdam(node,
                       NameLoc::get(builder.getStringAttr(nodeName(node))));
@@ -2739,6 +3023,14 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
       return failure();
     if (t.getShape() == ArrayRef<int64_t>(*shape))
       return define(*x);
+    if (!t.getElementType().isF32() && getConst(node.input(0)))
+      return nodeError(node)
+             << "the result " << shapeStr(*shape) << " of " << t.getElementType()
+             << " is a constant larger than the "
+             << opts.maxInlineConstantElements
+             << " elements Spillway evaluates at compile time; raise "
+                "--max-inline-constant-elements (Spillway expands only "
+                "float32 tensors at run time)";
     if (!t.getElementType().isF32())
       return nodeError(node) << "Spillway expands float32 tensors, or "
                                 "compile-time constants; '"
@@ -2855,8 +3147,22 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
 //===----------------------------------------------------------------------===//
 
 OwningOpRef<ModuleOp> Importer::import(const onnxpb::ModelProto &model) {
-  for (const auto &imp : model.opset_import())
-    opsets[isDefaultDomain(imp.domain()) ? "" : imp.domain()] = imp.version();
+  if (model.ir_version() < kMinIRVersion || model.ir_version() > kMaxIRVersion)
+    return error() << "'" << modelPath << "' has IR version "
+                   << model.ir_version() << "; Spillway reads IR versions "
+                   << kMinIRVersion << " to " << kMaxIRVersion
+                   << " (onnx 1.23; re-export the model, or convert it with "
+                      "onnx.version_converter)",
+           nullptr;
+  for (const auto &imp : model.opset_import()) {
+    std::string domain = isDefaultDomain(imp.domain()) ? "" : imp.domain();
+    // Two versions of one domain: which one the nodes mean is a guess.
+    if (!opsets.try_emplace(domain, imp.version()).second)
+      return error() << "'" << modelPath << "' imports domain '"
+                     << (domain.empty() ? std::string("ai.onnx") : domain)
+                     << "' twice (opset_import); import each domain once",
+             nullptr;
+  }
   auto it = opsets.find("");
   bool usesDefault = llvm::any_of(model.graph().node(), [](const auto &n) {
     return isDefaultDomain(n.domain());
@@ -2932,9 +3238,25 @@ OwningOpRef<ModuleOp> Importer::import(const onnxpb::ModelProto &model) {
 
   SmallVector<Type> argTypes;
   SmallVector<StringRef> argNames;
+  for (const auto &init : graph.initializer())
+    definedBy[init.name()] = "an initializer";
+  llvm::StringSet<> inputNames;
   for (const auto &in : graph.input()) {
-    if (params.count(in.name()) || consts.count(in.name()))
-      continue; // old exporters list initializers as inputs too
+    if (in.name().empty())
+      return error() << "a graph input has no name", nullptr;
+    if (!inputNames.insert(in.name()).second)
+      return error() << "graph input '" << in.name()
+                     << "' is listed twice; each input needs its own name",
+             nullptr;
+    if (params.count(in.name()) || consts.count(in.name())) {
+      // Old exporters list initializers as inputs too; such an input is the
+      // initializer. One declared with another type is a different tensor
+      // under the same name.
+      if (failed(checkInputMatchesInitializer(in)))
+        return nullptr;
+      continue;
+    }
+    definedBy[in.name()] = "a graph input";
     if (failed(declareInput(in, argTypes)))
       return nullptr;
     argNames.push_back(in.name());
@@ -2956,7 +3278,7 @@ OwningOpRef<ModuleOp> Importer::import(const onnxpb::ModelProto &model) {
   builder.setInsertionPointToEnd(entry);
 
   for (const auto &node : graph.node()) {
-    if (failed(importNode(node)))
+    if (failed(defineOutputs(node)) || failed(importNode(node)))
       return nullptr;
     ++nodeIndex;
   }
@@ -3056,6 +3378,14 @@ static bool loadModel(StringRef path, MLIRContext &ctx,
   }
   StringRef data = (*buf)->getBuffer();
   if (path.ends_with(".onnxtext") || path.ends_with(".onnxtxt")) {
+    // libonnx's parser recurses once per nesting level (subgraphs, lists):
+    // deep nesting is refused before it overflows the stack. (The binary
+    // parser stops at protobuf's recursion limit, 100.)
+    std::string error;
+    if (!checkNesting(data, "", CommentStyle::ONNX, error)) {
+      emitError(modelFileLoc(ctx, path)) << error;
+      return false;
+    }
     auto status = onnxpb::OnnxParser::Parse(model, data.str().c_str());
     if (!status.IsOK()) {
       emitError(modelFileLoc(ctx, path))

@@ -186,3 +186,28 @@ module {
     return %l : tensor<f32>
   }
 }
+
+// -----
+
+// A splat constant is filled at run time from its one element (broadcast_to
+// of a scalar), not stored whole in the executable: 2^33 floats would be a
+// 32 GiB global (issue 15, class 1).
+// RUN: spillway-opt --convert-train-to-runtime %s --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=SPLAT
+// SPLAT-NOT: tensor<8589934592xf32>
+// SPLAT:       llvm.mlir.global internal constant @{{spw_const_[0-9]+}}(dense<2.500000e+00> : tensor<1xf32>)
+// SPLAT:       "splat_probe\00"
+// SPLAT-NOT: tensor<8589934592xf32>
+// SPLAT:       llvm.func @spw_model_step
+// SPLAT:       %[[S:.*]] = llvm.call @spw_constant(%arg0,
+// SPLAT:       llvm.call @spw_alloc
+// SPLAT:       llvm.call @spw_op_broadcast_to(%arg0,
+// SPLAT-NEXT:  llvm.call @spw_release(%arg0, %[[S]])
+// SPLAT:       llvm.call @spw_op_reduce_sum
+module {
+  func.func @main(%x: tensor<2xf32> {train.name = "splat_probe"}) -> tensor<f32> {
+    %c = train.constant dense<2.5> : tensor<8589934592xf32>
+    %s = train.reduce_sum %c, [0] : tensor<8589934592xf32> -> tensor<1xf32>
+    %l = train.reshape %s : tensor<1xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}

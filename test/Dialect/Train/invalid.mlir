@@ -778,3 +778,20 @@ module {
     return
   }
 }
+
+// -----
+
+// Two parameters reading the same bytes of the weights file (issue 15).
+module {
+  train.param @a : tensor<4x4xf32> at 0
+  train.param @b : tensor<2xf32> at 128
+  // expected-error @+1 {{'train.param' op parameter 'c' at bytes [32, 48) of the weights file overlaps parameter 'a' at [0, 64); each parameter needs its own bytes}}
+  train.param @c : tensor<4xf32> at 32
+}
+
+// -----
+
+module {
+  // expected-error @+1 {{'train.param' op parameter 'big' at offset 9223372036854775800 ends past the largest file offset}}
+  train.param @big : tensor<4xf32> at 9223372036854775800
+}

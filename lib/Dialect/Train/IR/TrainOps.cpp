@@ -10,6 +10,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallSet.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <cmath>
 
@@ -80,6 +81,48 @@ LogicalResult ParamOp::verify() {
   if (!getTensorType().hasStaticShape())
     return emitOpError("parameter '")
            << getSymName() << "' must have a static shape";
+  int64_t end;
+  if (llvm::AddOverflow(offset, getNumBytes(), end))
+    return emitOpError("parameter '")
+           << getSymName() << "' at offset " << offset
+           << " ends past the largest file offset";
+  // The parameters' byte ranges in the weights file must not overlap: two
+  // parameters reading the same bytes start from one another's values. The
+  // module's first parameter checks them all, sorted, once.
+  Block *block = getOperation()->getBlock();
+  auto params = block->getOps<ParamOp>();
+  if (*params.begin() != *this)
+    return success();
+  SmallVector<std::pair<int64_t, ParamOp>> ranges;
+  for (ParamOp p : params) {
+    // The others' own verifiers refuse these; their sizes are unknown.
+    if (p.getOffsetAttr().getInt() < 0 || !p.getTensorType().hasStaticShape())
+      continue;
+    if (p.getNumBytes() > 0)
+      ranges.push_back({p.getOffsetAttr().getInt(), p});
+  }
+  llvm::stable_sort(ranges, [](const auto &a, const auto &b) {
+    return a.first < b.first;
+  });
+  // Sorted by offset, a range overlaps an earlier one exactly when it
+  // starts before the furthest end so far.
+  ParamOp furthest;
+  int64_t furthestEnd = 0;
+  for (auto [offset, p] : ranges) {
+    if (furthest && offset < furthestEnd) {
+      int64_t fOffset = furthest.getOffsetAttr().getInt();
+      return p.emitOpError("parameter '")
+             << p.getSymName() << "' at bytes [" << offset << ", "
+             << offset + p.getNumBytes() << ") of the weights file overlaps "
+             << "parameter '" << furthest.getSymName() << "' at [" << fOffset
+             << ", " << furthestEnd << "); each parameter needs its own bytes";
+    }
+    int64_t end = offset + p.getNumBytes();
+    if (!furthest || end > furthestEnd) {
+      furthest = p;
+      furthestEnd = end;
+    }
+  }
   return success();
 }
 

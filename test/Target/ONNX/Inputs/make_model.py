@@ -113,6 +113,24 @@ def main(kind, out):
     elif kind == "mlp":
         model = mlp_graph([numpy_helper.from_array(w, "fc1.weight"),
                            numpy_helper.from_array(b, "fc1.bias")])
+    elif kind == "raw-and-typed":
+        # fc1.bias in raw_data and float_data at once (which is the tensor?).
+        t = numpy_helper.from_array(b, "fc1.bias")
+        t.float_data.extend((b * 2).tolist())
+        model = mlp_graph([numpy_helper.from_array(w, "fc1.weight"), t])
+    elif kind == "wrong-typed-field":
+        # float elements in int64_data.
+        t = TensorProto(name="fc1.bias", data_type=TensorProto.FLOAT, dims=[4])
+        t.int64_data.extend([1, 2, 3, 4])
+        model = mlp_graph([numpy_helper.from_array(w, "fc1.weight"), t])
+    elif kind.startswith("external-location="):
+        # fc1.weight's external data at the given location (an escape).
+        t = numpy_helper.from_array(w, "fc1.weight")
+        t.ClearField("raw_data")
+        t.data_location = TensorProto.EXTERNAL
+        e = t.external_data.add()
+        e.key, e.value = "location", kind.split("=", 1)[1]
+        model = mlp_graph([t, numpy_helper.from_array(b, "fc1.bias")])
     else:
         sys.exit("unknown kind " + kind)
     onnx.save(model, out)
