@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <fcntl.h>
 #include <filesystem>
 #include <random>
@@ -42,6 +43,22 @@ protected:
     write("y.npy", spw::write_npy("<i8", {3, 4}, y.data(), 96));
     auto w = randoms(38, 101, -0.7f, 0.7f);
     write("m.weights", std::string(reinterpret_cast<char *>(w.data()), 152));
+  }
+  // Every run gets TMPDIR=dir: a failed checkpoint rescues the weights to
+  // $TMPDIR, which must not be the machine's /tmp (files left behind by
+  // each test run). A rescue the run names must lie inside the test's dir.
+  Result run(const std::string &args, const std::string &env = "",
+             const std::string &program = "") {
+    Result r = ExecutableTest::run(args, "TMPDIR='" + dir.string() + "' " + env,
+                                   program);
+    for (size_t at = 0;
+         (at = r.err.find(" were written to '", at)) != std::string::npos;) {
+      at += std::strlen(" were written to '");
+      const std::string to = r.err.substr(at, r.err.find('\'', at) - at);
+      EXPECT_EQ(to.rfind(dir.string() + "/", 0), 0u)
+          << "a rescue outside the test's dir: " << to;
+    }
+    return r;
   }
   Result train(const std::string &extra, const std::string &env = "") {
     return run("--input x=x.npy --input y=y.npy --weights m.weights --lr "
@@ -191,8 +208,7 @@ TEST_F(CheckpointDriver, EnospcStopsTheRunWithAClearError) {
   ASSERT_EQ(train("--steps 3 --checkpoint-dir ck").rc, 0);
   // TMPDIR: the weights the failed checkpoint would lose are rescued there.
   Result r = train("--steps 6 --checkpoint-dir ck --resume",
-                   "TMPDIR=" + dir.string() +
-                       " SPILLWAY_IO_FAULTS=enospc@1/write");
+                   "SPILLWAY_IO_FAULTS=enospc@1/write");
   EXPECT_EQ(r.rc, 1);
   EXPECT_CONTAINS(r.err, "error: cannot write the checkpoint of step 6 to "
                          "'ck/step-00000006': ");
