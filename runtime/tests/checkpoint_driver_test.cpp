@@ -339,6 +339,48 @@ TEST_F(CheckpointDriver, OutOfMemoryAfterPublishingSaysSo) {
   }
 }
 
+// A checkpoint the resume skipped as invalid (a truncated data file, a
+// chunk failing its checksum) takes no place among those kept: the next
+// checkpoint prunes it, not the one the run resumed from.
+TEST_F(CheckpointDriver, SkippedCheckpointsArePrunedNotTheResumedOne) {
+  for (const char *damage : {"truncate", "flip"}) {
+    SCOPED_TRACE(damage);
+    fs::remove_all(path("ck"));
+    ASSERT_EQ(train("--steps 4 --checkpoint-dir ck --checkpoint-every 2").rc,
+              0);
+    std::string bytes = read("ck/step-00000004/data");
+    if (std::strcmp(damage, "truncate") == 0)
+      bytes.resize(100);
+    else
+      bytes[10] ^= 1;
+    write("ck/step-00000004/data", bytes);
+    Result r = train("--steps 6 --checkpoint-dir ck --resume");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_CONTAINS(r.err, "spillway: skipping checkpoint 'ck/step-00000004'");
+    EXPECT_CONTAINS(r.out, "  resume: from 'ck/step-00000002' (step 2 of 6)");
+    auto list = spw::storage::list_checkpoints(path("ck"));
+    ASSERT_EQ(list.size(), 2u);
+    EXPECT_EQ(list[0].first, 6);
+    EXPECT_EQ(list[1].first, 2);
+  }
+}
+
+// Something other than a directory named like a checkpoint stops the run
+// (exit 1) naming it and saying what to do, not blaming the storage.
+TEST_F(CheckpointDriver, NonDirectoryNamedLikeACheckpointIsNamed) {
+  ASSERT_EQ(train("--steps 2 --checkpoint-dir ck").rc, 0);
+  write("ck/step-00000009", "not a checkpoint");
+  for (const char *resume : {" --resume", ""}) {
+    Result r = train(std::string("--steps 4 --checkpoint-dir ck") + resume);
+    EXPECT_EQ(r.rc, 1) << r.out << r.err;
+    EXPECT_CONTAINS(r.err, "error: 'ck/step-00000009' is a regular file, not "
+                           "a checkpoint directory; move it out of 'ck'");
+    EXPECT_EQ(r.err.find("dmesg"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("step 3/4"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(read("ck/step-00000009"), "not a checkpoint");
+}
+
 TEST_F(CheckpointDriver, AnotherModelsCheckpointIsRefused) {
   // The wide model names its parameters like the test model, with other
   // shapes.

@@ -632,8 +632,11 @@ TEST_F(Checkpoint, OutOfMemoryAfterPublishingSaysWhatWasPublished) {
     Env env(phase);
     try {
       write(step, t);
-    } catch (const spw::Error &e) {
+    } catch (const CheckpointPublishedError &e) {
+      // Its own type: the caller need not rescue the weights it holds.
       return std::string(e.what());
+    } catch (const spw::Error &e) {
+      return "not a CheckpointPublishedError: " + std::string(e.what());
     }
     return std::string("no error");
   };
@@ -801,6 +804,116 @@ TEST_F(Checkpoint, TornOnesDoNotCountTowardKeep) {
   ASSERT_TRUE(c);
   EXPECT_EQ(c->step, 4);
   EXPECT_EQ(all_notices(), "");
+}
+
+// Pruning's "valid" agrees with the loader's: a dir the resume skipped (a
+// torn data file, a chunk failing its checksum: the manifest is fine) never
+// counts toward keep, so the one resumed from is kept, not pruned; a dir not
+// read in this run counts only with a data file as long as its manifest
+// says; a step the resume skipped and that is written again is valid.
+TEST_F(Checkpoint, PruningAgreesWithTheLoader) {
+  Tensors t = random_tensors(3, 33, 30000);
+  opts.keep = 2;
+  auto resume_skipping = [&](int64_t bad, int64_t from) {
+    notices.clear();
+    auto c = load_newest();
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->step, from);
+    EXPECT_CONTAINS(all_notices(),
+                    "skipping checkpoint '" + step_dir(bad) + "'");
+  };
+  auto expect_kept = [&](std::vector<int64_t> want) {
+    std::vector<int64_t> got;
+    for (auto &[s, p] : list_checkpoints(root()))
+      got.push_back(s);
+    EXPECT_EQ(got, want);
+  };
+  const fs::path data4 = fs::path(step_dir(4)) / "data";
+  write(2, t);
+  write(4, t);
+  fs::resize_file(data4, 100); // torn data, intact manifest
+  resume_skipping(4, 2);
+  CheckpointWriteResult w = write(6, t);
+  EXPECT_EQ(w.pruned, std::vector<std::string>{step_dir(4)});
+  expect_kept({6, 2});
+
+  // A flipped byte: only reading the chunk shows it.
+  std::string bytes = slurp(fs::path(step_dir(6)) / "data");
+  bytes[5] ^= 1;
+  spill(fs::path(step_dir(6)) / "data", bytes);
+  resume_skipping(6, 2);
+  w = write(8, t);
+  EXPECT_EQ(w.pruned, std::vector<std::string>{step_dir(6)});
+  expect_kept({8, 2});
+
+  // Not read in this run: a short or missing data file is invalid.
+  fs::resize_file(fs::path(step_dir(8)) / "data", 100);
+  w = write(10, t);
+  EXPECT_EQ(w.pruned, std::vector<std::string>{step_dir(8)});
+  expect_kept({10, 2});
+  fs::remove(fs::path(step_dir(10)) / "data");
+  w = write(12, t);
+  EXPECT_EQ(w.pruned, std::vector<std::string>{step_dir(10)});
+  expect_kept({12, 2});
+
+  // Skipped, then written again: the new one counts, the old verdict not.
+  bytes = slurp(fs::path(step_dir(12)) / "data");
+  bytes[5] ^= 1;
+  spill(fs::path(step_dir(12)) / "data", bytes);
+  resume_skipping(12, 2);
+  write(12, t);
+  w = write(14, t);
+  EXPECT_EQ(w.pruned, std::vector<std::string>{step_dir(2)});
+  expect_kept({14, 12});
+}
+
+// Anything but a directory (or a symlink to one) named step-NNNNNNNN stops
+// the listing, the load and the writer with a message naming it; it is not
+// blamed on the storage, not skipped, and not swapped away by a rewrite.
+TEST_F(Checkpoint, NonDirectoriesNamedLikeCheckpointsAreNamed) {
+  Tensors t = random_tensors(3, 34, 1000);
+  write(1, t);
+  const fs::path p = step_dir(2);
+  auto expect_named = [&](const std::string &kind) {
+    SCOPED_TRACE(kind);
+    const std::string msg = "'" + p.string() + "' is " + kind +
+                            ", not a checkpoint directory; move it out of '" +
+                            root() + "'";
+    try {
+      load_newest();
+      ADD_FAILURE() << "the load should have failed";
+    } catch (const CheckpointReadError &e) {
+      EXPECT_EQ(std::string(e.what()), msg);
+    }
+    try {
+      list_checkpoints(root());
+      ADD_FAILURE() << "the listing should have failed";
+    } catch (const CheckpointReadError &e) {
+      EXPECT_EQ(std::string(e.what()), msg);
+    }
+    try {
+      write(2, t);
+      ADD_FAILURE() << "the write should have failed";
+    } catch (const spw::Error &e) {
+      EXPECT_CONTAINS(std::string(e.what()), msg);
+    }
+  };
+  spill(p, "mine");
+  expect_named("a regular file");
+  EXPECT_EQ(slurp(p), "mine");
+  fs::remove(p);
+  ASSERT_EQ(::mkfifo(p.c_str(), 0644), 0);
+  expect_named("a FIFO");
+  fs::remove(p);
+  fs::create_symlink(dir / "nowhere", p);
+  expect_named("a dangling symbolic link");
+  fs::remove(p);
+  fs::create_symlink("/dev/null", p);
+  expect_named("a symbolic link to a character device");
+  fs::remove(p);
+  auto c = load_newest();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->step, 1);
 }
 
 // Peak resident memory (VmHWM) in bytes, or -1.

@@ -751,30 +751,72 @@ long leftover_pid(const std::string &name) {
   return -1;
 }
 
-// What pruning knows of a dir from its MANIFEST.json (the data is not read:
-// that is the loader's job).
-enum class ManifestState { Valid, Invalid, Unreadable };
+// What pruning knows of a dir.
+enum class DirState { Valid, Invalid, Unreadable };
 
-// Valid: MANIFEST.json parses, matches its own checksum and names `step`.
-// Invalid: it was read and is missing, torn or wrong. Unreadable: it could not
-// be read (`why` says why), so nothing is known about the dir.
-ManifestState manifest_state(const std::string &dir, int64_t step,
-                             std::string &why) {
+std::string dir_key(const std::string &path) {
+  std::error_code ec;
+  fs::path p = fs::absolute(path, ec);
+  return (ec ? fs::path(path) : p).lexically_normal().string();
+}
+
+// Why the loader rejected `dir` in this run, or null.
+const std::string *known_invalid(const CheckpointOptions &o,
+                                 const std::string &dir) {
+  if (!o.verdicts)
+    return nullptr;
+  const std::string key = dir_key(dir);
+  for (const auto &[d, why] : o.verdicts->invalid)
+    if (d == key)
+      return &why;
+  return nullptr;
+}
+
+void forget_verdict(const CheckpointOptions &o, const std::string &dir) {
+  if (!o.verdicts)
+    return;
+  const std::string key = dir_key(dir);
+  auto &v = o.verdicts->invalid;
+  v.erase(std::remove_if(v.begin(), v.end(),
+                         [&](const auto &e) { return e.first == key; }),
+          v.end());
+}
+
+// Valid: not rejected by the loader in this run (`o.verdicts`), and what
+// the loader checks before reading the chunks holds: MANIFEST.json parses,
+// matches its own checksum and names `step`, and the data file is a regular
+// file at least as long as the manifest says. Invalid: one of those was read
+// and is missing, torn or wrong. Unreadable: something could not be read
+// (`why` says why), so nothing is known about the dir.
+DirState dir_state(const std::string &dir, int64_t step,
+                   const CheckpointOptions &o, std::string &why) {
+  if (known_invalid(o, dir))
+    return DirState::Invalid;
   try {
     std::optional<std::string> text =
         read_manifest_file((fs::path(dir) / kCheckpointManifest).string());
-    return text && parse_manifest(*text).step == step ? ManifestState::Valid
-                                                      : ManifestState::Invalid;
+    if (!text)
+      return DirState::Invalid;
+    const Manifest m = parse_manifest(*text);
+    if (m.step != step)
+      return DirState::Invalid;
+    uint64_t size = 0;
+    const int fd = open_checkpoint_file(
+        (fs::path(dir) / kCheckpointDataFile).string(), size);
+    if (fd < 0)
+      return DirState::Invalid;
+    ::close(fd);
+    return size < m.data_bytes ? DirState::Invalid : DirState::Valid;
   } catch (const CheckpointReadError &e) {
     why = e.what();
-    return ManifestState::Unreadable;
+    return DirState::Unreadable;
   } catch (const Error &) {
-    return ManifestState::Invalid;
+    return DirState::Invalid;
   }
 }
 
-// After writing `step`: keeps it and the newest keep-1 older dirs whose
-// manifest validates; removes the other older ones, valid or not (a torn
+// After writing `step`: keeps it and the newest keep-1 older dirs that are
+// valid (dir_state); removes the other older ones, valid or not (a torn
 // one never counts toward `keep`), and every invalid newer one (a newer dir
 // can only be a torn one the resume skipped, else the run would have
 // resumed from it). A valid newer one (another run's, in the same ROOT) is
@@ -788,14 +830,14 @@ void prune(const std::string &root, int64_t step, const CheckpointOptions &o,
     if (s == step)
       continue;
     std::string why;
-    const ManifestState state = manifest_state(path, s, why);
-    if (state == ManifestState::Unreadable) {
+    const DirState state = dir_state(path, s, o, why);
+    if (state == DirState::Unreadable) {
       say(o, format("keeping '%s': %s, so whether it is intact is unknown; "
                     "not pruned",
                     path.c_str(), why.c_str()));
       continue;
     }
-    const bool valid = state == ManifestState::Valid;
+    const bool valid = state == DirState::Valid;
     if (s > step && valid) {
       say(o, format("keeping '%s': a valid checkpoint of a later step than "
                     "the one just written (%lld), which --resume would load "
@@ -813,8 +855,10 @@ void prune(const std::string &root, int64_t step, const CheckpointOptions &o,
       say(o, format("cannot remove %s checkpoint '%s': %s",
                     valid ? "old" : "invalid", path.c_str(),
                     ec.message().c_str()));
-    else
+    else {
       result.pruned.push_back(path);
+      forget_verdict(o, path);
+    }
   }
   std::error_code ec;
   for (fs::directory_iterator it(root, ec), end; !ec && it != end;
@@ -826,6 +870,47 @@ void prune(const std::string &root, int64_t step, const CheckpointOptions &o,
     std::error_code rec;
     fs::remove_all(it->path(), rec);
   }
+}
+
+// What is at `p`, where a checkpoint directory should be, when it is not a
+// directory nor a symlink to one ("a regular file", ...); "" otherwise, and
+// when it cannot be told (the reader then says why it cannot read it).
+std::string non_directory(const fs::path &p) {
+  auto kind = [](const fs::file_status &st) -> std::string {
+    switch (st.type()) {
+    case fs::file_type::regular:
+      return "a regular file";
+    case fs::file_type::fifo:
+      return "a FIFO";
+    case fs::file_type::character:
+      return "a character device";
+    case fs::file_type::block:
+      return "a block device";
+    case fs::file_type::socket:
+      return "a socket";
+    default:
+      return "a special file";
+    }
+  };
+  std::error_code ec;
+  const fs::file_status l = fs::symlink_status(p, ec);
+  if (ec || fs::is_directory(l) || l.type() == fs::file_type::not_found)
+    return {};
+  if (!fs::is_symlink(l))
+    return kind(l);
+  const fs::file_status t = fs::status(p, ec);
+  if (t.type() == fs::file_type::not_found)
+    return "a dangling symbolic link";
+  if (ec || fs::is_directory(t))
+    return {};
+  return "a symbolic link to " + kind(t);
+}
+
+std::string not_a_checkpoint_dir(const std::string &path,
+                                 const std::string &root,
+                                 const std::string &what) {
+  return format("'%s' is %s, not a checkpoint directory; move it out of '%s'",
+                path.c_str(), what.c_str(), root.c_str());
 }
 
 } // namespace
@@ -857,8 +942,14 @@ list_checkpoints(const std::string &root) {
   // A listing that fails part-way would hide checkpoints: never "none".
   for (; !ec && it != end; it.increment(ec)) {
     int64_t s = parse_checkpoint_dir_name(it->path().filename().string());
-    if (s >= 0)
-      out.emplace_back(s, it->path().string());
+    if (s < 0)
+      continue;
+    // Not something a writer leaves: someone put it there. Skipping it
+    // would hide it; reading it would blame the storage (ENOTDIR).
+    if (std::string what = non_directory(it->path()); !what.empty())
+      throw CheckpointReadError(
+          not_a_checkpoint_dir(it->path().string(), root, what));
+    out.emplace_back(s, it->path().string());
   }
   if (ec)
     throw CheckpointReadError(format("cannot list checkpoint directory '%s': %s",
@@ -1155,6 +1246,8 @@ CheckpointWriteResult write_checkpoint(IoEngine &engine,
     // same step written again) is swapped with the tmp dir atomically, so
     // that step-N is the old or the new checkpoint at every instant; the old
     // one, now under the tmp name, is removed once ROOT is fsynced.
+    if (std::string what = non_directory(final_dir); !what.empty())
+      fail("%s", not_a_checkpoint_dir(final_dir, root, what).c_str());
     if (fs::exists(final_dir, ec)) {
       if (exchange_dirs(tmp_dir, final_dir) == 0) {
         old_dir = tmp_dir;
@@ -1208,6 +1301,7 @@ CheckpointWriteResult write_checkpoint(IoEngine &engine,
   // not remove it nor say that nothing changed: it says what is in place.
   bool synced = false, pruned = false;
   try {
+    forget_verdict(o, final_dir); // it is the new one now
     maybe_crash("renamed", step);
     fsync_dir(root);
     synced = true;
@@ -1239,10 +1333,11 @@ CheckpointWriteResult write_checkpoint(IoEngine &engine,
                  : format("and fsynced, and %zu older one%s pruned",
                           result.pruned.size(),
                           result.pruned.size() == 1 ? " was" : "s were");
-    fail("the checkpoint of step %lld is published as '%s' %s; then: %s "
-         "(--resume continues from '%s')",
-         (long long)step, final_dir.c_str(), done.c_str(), why.c_str(),
-         final_dir.c_str());
+    throw CheckpointPublishedError(
+        format("the checkpoint of step %lld is published as '%s' %s; then: "
+               "%s (--resume continues from '%s')",
+               (long long)step, final_dir.c_str(), done.c_str(), why.c_str(),
+               final_dir.c_str()));
   }
   return result;
 }
@@ -1454,6 +1549,8 @@ load_newest_checkpoint(IoEngine &engine, const std::string &root,
     } catch (const Error &e) {
       say(o, format("skipping checkpoint '%s': %s; trying the next older one",
                     path.c_str(), e.what()));
+      if (o.verdicts && !known_invalid(o, path))
+        o.verdicts->invalid.emplace_back(dir_key(path), e.what());
     }
   }
   return std::nullopt;

@@ -22,14 +22,21 @@
 //      under the tmp name. Where RENAME_EXCHANGE is unsupported: move the
 //      old one to .step-00000042.stale-<pid>, rename, and move it back if
 //      that rename fails (a crash between the two leaves no step-00000042);
-//   6. prune: keep the new one and the newest `keep`-1 older dirs whose
-//      MANIFEST.json validates (only those count toward `keep`; the data is
-//      not re-read); remove the other older ones, valid or not, every newer
-//      dir whose manifest does not validate (a newer dir can only be a torn
-//      one the resume skipped: a valid one would have been resumed from),
-//      and the tmp dirs of dead writers. A valid newer dir (another run's in
-//      the same ROOT) is left alone, with a notice that --resume would load
-//      it instead of the new one.
+//   6. prune: keep the new one and the newest `keep`-1 older dirs that
+//      look valid (only those count toward `keep`); remove the other older
+//      ones, valid or not, every newer dir that is invalid (a newer dir can
+//      only be a torn one the resume skipped: a valid one would have been
+//      resumed from), and the tmp dirs of dead writers. A valid newer dir
+//      (another run's in the same ROOT) is left alone, with a notice that
+//      --resume would load it instead of the new one.
+//      "Looks valid" agrees with the loader: a dir the loader skipped as
+//      invalid in this run (options.verdicts: any reason, a chunk checksum
+//      included) is invalid; any other must have a MANIFEST.json that
+//      validates and a regular data file at least as long as the manifest
+//      says. The chunks of a dir not read in this run are not re-hashed: that
+//      would read every kept checkpoint in full at every checkpoint (keep
+//      times the checkpoint's I/O); a flipped bit in one is found when a
+//      resume reads it, which then falls back to the next older one.
 // A crash before 5 leaves only a tmp dir, which loaders skip; the rename is
 // atomic, and everything it publishes was fsynced before it. So the newest
 // step-* dir is always complete, unless the storage itself lost or corrupted
@@ -42,7 +49,9 @@
 // A dir that cannot be read (an I/O error, a FIFO or device where a file
 // should be, a listing that fails) is not invalid: nothing is known about it,
 // so loading stops with a CheckpointReadError instead of falling back to an
-// older one (or to the weights), and pruning never removes it.
+// older one (or to the weights), and pruning never removes it. Nor is
+// anything but a directory (or a symlink to one) named step-NNNNNNNN: it
+// stops the listing (list_checkpoints), the load and the writer, naming it.
 //
 // One run per ROOT: CheckpointDirLock holds flock(2) on ROOT/LOCK for the
 // run, so a second run on the same ROOT is refused at start, naming the
@@ -56,6 +65,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -78,6 +88,14 @@ struct CheckpointTensorRef {
 
 using Metadata = std::vector<std::pair<std::string, std::string>>;
 
+// What load_newest_checkpoint found out about the checkpoint dirs it skipped
+// as invalid (path -> why), for the pruning of the checkpoints written later
+// in the same run, so that pruning never counts one the resume rejected
+// (a damaged data file passes every check short of reading it all).
+struct CheckpointVerdicts {
+  std::vector<std::pair<std::string, std::string>> invalid;
+};
+
 struct CheckpointOptions {
   uint64_t chunk_bytes = uint64_t(4) << 20; // raw bytes per chunk
   unsigned in_flight = 4;                   // chunk writes in flight
@@ -87,6 +105,10 @@ struct CheckpointOptions {
   // Where notices go (pruning, skipped dirs). Default: stderr, prefixed
   // "spillway: ".
   std::function<void(const std::string &)> notice;
+  // Shared by the copies of these options: the loader records into it, the
+  // writer's pruning reads it. Null: nothing is remembered.
+  std::shared_ptr<CheckpointVerdicts> verdicts =
+      std::make_shared<CheckpointVerdicts>();
 };
 
 struct CheckpointWriteResult {
@@ -96,11 +118,18 @@ struct CheckpointWriteResult {
   std::vector<std::string> pruned; // dirs removed afterwards
 };
 
+// A failure after the checkpoint was published (renamed into place): the
+// message says what is in place; the checkpoint holds the weights, so the
+// caller need not save them elsewhere.
+struct CheckpointPublishedError : Error {
+  using Error::Error;
+};
+
 // Writes the checkpoint of `step` (>= 0) under `root` (created if missing)
 // and prunes. On any failure before publishing (any exception, not only
 // spw::Error) removes its own tmp dir and throws spw::Error naming the
 // checkpoint and the cause; the checkpoints already there are left as they
-// were.
+// were. After publishing: CheckpointPublishedError.
 CheckpointWriteResult write_checkpoint(IoEngine &engine,
                                        const std::string &root, int64_t step,
                                        const std::vector<CheckpointTensorRef> &
@@ -149,7 +178,8 @@ LoadedCheckpoint load_checkpoint(IoEngine &engine, const std::string &dir);
 
 // The newest valid checkpoint under `root`, or nullopt when there is none
 // (root missing or empty, or every dir invalid). Invalid dirs and leftover
-// tmp dirs are reported through options.notice and skipped. A dir that cannot
+// tmp dirs are reported through options.notice and skipped; the invalid ones
+// are recorded in options.verdicts. A dir that cannot
 // be read stops the search: CheckpointReadError naming it and the cause.
 std::optional<LoadedCheckpoint>
 load_newest_checkpoint(IoEngine &engine, const std::string &root,
@@ -160,7 +190,9 @@ std::string checkpoint_dir_name(int64_t step);
 int64_t parse_checkpoint_dir_name(const std::string &name);
 // The checkpoint dirs (step-*) under `root`, newest first, as (step, path);
 // none when `root` does not exist. Throws CheckpointReadError when `root`
-// cannot be listed.
+// cannot be listed, or when something other than a directory (or a symlink
+// to one) has a checkpoint's name: "'ROOT/step-N' is a regular file, not a
+// checkpoint directory; move it out of 'ROOT'".
 std::vector<std::pair<int64_t, std::string>>
 list_checkpoints(const std::string &root);
 
