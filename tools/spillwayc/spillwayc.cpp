@@ -48,7 +48,6 @@
 #include <cerrno>
 #include <csignal>
 #include <ctime>
-#include <pthread.h>
 #include <tuple>
 #include <unistd.h>
 
@@ -377,11 +376,16 @@ public:
   LogicalResult commit(std::string &error) {
     // A SIGINT or SIGTERM between the renames would leave the new weights
     // beside the old executable: the signals wait until both are in place.
-    sigset_t block, previous;
-    sigemptyset(&block);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP})
-      sigaddset(&block, sig);
-    pthread_sigmask(SIG_BLOCK, &block, &previous);
+    // A handler that only records the signal (not a thread's signal mask:
+    // any of MLIR's threads may receive it), re-raised afterwards so LLVM's
+    // handler still cleans up and the process still dies of it.
+    const int signals[] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction defer = {}, previous[3];
+    defer.sa_handler = [](int sig) { deferredSignal = sig; };
+    sigemptyset(&defer.sa_mask);
+    deferredSignal = 0;
+    for (int i = 0; i < 3; ++i)
+      sigaction(signals[i], &defer, &previous[i]);
     LogicalResult result = success();
     for (Entry &e : entries) {
       if (e.scratch)
@@ -395,7 +399,10 @@ public:
       llvm::sys::DontRemoveFileOnSignal(e.temp);
       e.committed = true;
     }
-    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    for (int i = 0; i < 3; ++i)
+      sigaction(signals[i], &previous[i], nullptr);
+    if (deferredSignal)
+      ::raise(deferredSignal);
     return result;
   }
   ~PendingOutputs() {
@@ -434,6 +441,7 @@ private:
     bool committed = false;
     bool scratch = false;
   };
+  static inline volatile std::sig_atomic_t deferredSignal = 0;
   std::vector<Entry> entries;
 };
 
