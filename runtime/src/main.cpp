@@ -175,14 +175,8 @@ double parse_double(const std::string &flag, const std::string &v, double min,
 // and the train dialect's verifier check too.
 double parse_hparam(const spillway::hyperparams::Range &r,
                     const std::string &v) {
-  errno = 0;
-  char *end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || errno == ERANGE)
-    throw UsageError(format("invalid value '%s' for %s: expected %s",
-                            v.c_str(), r.flag,
-                            spillway::hyperparams::expected(r).c_str()));
-  const std::string e = spillway::hyperparams::check_flag(r, x, v);
+  double x = 0;
+  const std::string e = spillway::hyperparams::parse_flag(r, v, x);
   if (!e.empty())
     throw UsageError(e);
   return x;

@@ -48,6 +48,7 @@
 #include <cerrno>
 #include <csignal>
 #include <ctime>
+#include <tuple>
 #include <unistd.h>
 
 using namespace mlir;
@@ -99,7 +100,10 @@ cl::opt<int64_t> foamLevel(
     cl::desc("FOAM: fold each row's optimizer state in blocks of 2^L "
              "elements (0..16; default 2: a quarter of AdamW's state)"),
     cl::value_desc("L"), cl::cat(category));
-cl::opt<double> foamAlpha("foam-alpha", cl::init(0.25),
+// The numeric flags are read as text and parsed by hyperparams::parse_flag:
+// LLVM's double parser turns "" into 0 and its messages show the parsed
+// value, not what was typed.
+cl::opt<std::string> foamAlphaText("foam-alpha", cl::init("0.25"),
                           cl::desc("FOAM: scale of the folded matrices' "
                                    "update, whose step is A * lr (default "
                                    "0.25; the executable's --foam-alpha "
@@ -119,18 +123,22 @@ cl::opt<std::string> precision(
              "weights; --target cuda only). Default: bf16 for cuda, fp32 "
              "for cpu"),
     cl::cat(category));
-cl::opt<double> lr("lr", cl::init(1e-3), cl::desc("Learning rate"),
-                   cl::cat(category));
-cl::opt<double> beta1("beta1", cl::init(0.9), cl::desc("AdamW beta1"),
-                      cl::cat(category));
-cl::opt<double> beta2("beta2", cl::init(0.999), cl::desc("AdamW beta2"),
-                      cl::cat(category));
-cl::opt<double> eps("eps", cl::init(1e-8), cl::desc("AdamW epsilon"),
-                    cl::cat(category));
-cl::opt<double> weightDecay("weight-decay", cl::init(0.01),
-                            cl::desc("Decoupled weight decay (every "
-                                     "parameter)"),
-                            cl::cat(category));
+cl::opt<std::string> lrText("lr", cl::init("1e-3"),
+                            cl::desc("Learning rate (default 1e-3)"),
+                            cl::value_desc("number"), cl::cat(category));
+cl::opt<std::string> beta1Text("beta1", cl::init("0.9"),
+                               cl::desc("AdamW beta1 (default 0.9)"),
+                               cl::value_desc("number"), cl::cat(category));
+cl::opt<std::string> beta2Text("beta2", cl::init("0.999"),
+                               cl::desc("AdamW beta2 (default 0.999)"),
+                               cl::value_desc("number"), cl::cat(category));
+cl::opt<std::string> epsText("eps", cl::init("1e-8"),
+                             cl::desc("AdamW epsilon (default 1e-8)"),
+                             cl::value_desc("number"), cl::cat(category));
+cl::opt<std::string> weightDecayText(
+    "weight-decay", cl::init("0.01"),
+    cl::desc("Decoupled weight decay (every parameter; default 0.01)"),
+    cl::value_desc("number"), cl::cat(category));
 cl::opt<EmitKind> emit(
     "emit", cl::init(EmitKind::Exe), cl::desc("What to write to -o"),
     cl::values(clEnumValN(EmitKind::MLIR, "mlir",
@@ -173,10 +181,10 @@ cl::opt<std::string> probeSsdSize(
     "probe-ssd-size", cl::init("256M"),
     cl::desc("Bytes --probe-hw writes and reads per SSD directory and pass"),
     cl::value_desc("SIZE"), cl::cat(category));
-cl::opt<double> probeSeconds(
-    "probe-seconds", cl::init(0.5),
+cl::opt<std::string> probeSecondsText(
+    "probe-seconds", cl::init("0.5"),
     cl::desc("How long --probe-hw repeats each compute and memcpy "
-             "measurement"),
+             "measurement (more than 0, at most 60; default 0.5)"),
     cl::value_desc("SECONDS"), cl::cat(category));
 // Planning (docs/cost-model.md). --microbatches, --schedule and
 // --overlap-optimizer also shape the executable (populateSchedulePipeline);
@@ -226,8 +234,8 @@ cl::opt<std::string> recompute(
              "activation the backward reads. The weights and losses are the "
              "same bit for bit"),
     cl::value_desc("on|off"), cl::cat(category));
-cl::opt<double> overlapOptimizer(
-    "overlap-optimizer",
+cl::opt<std::string> overlapOptimizerText(
+    "overlap-optimizer", cl::init("0"),
     cl::desc("Fraction F in [0, 1] of each layer's update moved into the next "
              "forward. The executable applies the update of the first F of "
              "each layer's parameter elements just before the layer's next "
@@ -258,6 +266,38 @@ cl::list<std::string> placeClasses(
     cl::value_desc("CLASS=TIER,..."), cl::cat(category));
 cl::opt<bool> verbose("v", cl::desc("Print each stage as it runs"),
                       cl::cat(category));
+
+// The numeric flags' values, parsed by parseNumberFlags().
+double lr, beta1, beta2, eps, weightDecay, foamAlpha, probeSeconds,
+    overlapOptimizer;
+
+namespace hp = spillway::hyperparams;
+// Not optimizer hyper-parameters, but checked by the same strict parser.
+constexpr hp::Range kOverlapOptimizer{"", "--overlap-optimizer", 0.0, 1.0,
+                                      false, false, /*float32=*/false};
+// A probe of a minute per measurement is already far past stable numbers;
+// an unbounded one (inf, 1e300) would never end.
+constexpr hp::Range kProbeSeconds{"", "--probe-seconds", 0.0, 60.0, true,
+                                  false, /*float32=*/false};
+
+/// Parses every numeric flag given as text; the first error's message, or
+/// "" when all are valid.
+std::string parseNumberFlags() {
+  const std::tuple<const hp::Range *, cl::opt<std::string> *, double *>
+      flags[] = {{&hp::kLr, &lrText, &lr},
+                 {&hp::kBeta1, &beta1Text, &beta1},
+                 {&hp::kBeta2, &beta2Text, &beta2},
+                 {&hp::kEps, &epsText, &eps},
+                 {&hp::kWeightDecay, &weightDecayText, &weightDecay},
+                 {&hp::kFoamAlpha, &foamAlphaText, &foamAlpha},
+                 {&kProbeSeconds, &probeSecondsText, &probeSeconds},
+                 {&kOverlapOptimizer, &overlapOptimizerText,
+                  &overlapOptimizer}};
+  for (const auto &[range, text, value] : flags)
+    if (std::string e = hp::parse_flag(*range, *text, *value); !e.empty())
+      return e;
+  return {};
+}
 
 void note(const Twine &message) {
   if (verbose)
@@ -323,17 +363,47 @@ public:
     entries.push_back({temp, dest.str()});
     return temp;
   }
+  /// A scratch file for `dest`'s compile (the object file linked into the
+  /// executable), `DEST.tmp.<pid><suffix>`: removed on every way out, never
+  /// committed, and by the next compile to `dest` after a SIGKILL.
+  std::string scratch(StringRef dest, StringRef suffix) {
+    removeStale(dest);
+    std::string temp = tempName(dest, ::getpid()) + suffix.str();
+    llvm::sys::RemoveFileOnSignal(temp);
+    entries.push_back({temp, "", /*committed=*/false, /*scratch=*/true});
+    return temp;
+  }
   LogicalResult commit(std::string &error) {
+    // A SIGINT or SIGTERM between the renames would leave the new weights
+    // beside the old executable: the signals wait until both are in place.
+    // A handler that only records the signal (not a thread's signal mask:
+    // any of MLIR's threads may receive it), re-raised afterwards so LLVM's
+    // handler still cleans up and the process still dies of it.
+    const int signals[] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction defer = {}, previous[3];
+    defer.sa_handler = [](int sig) { deferredSignal = sig; };
+    sigemptyset(&defer.sa_mask);
+    deferredSignal = 0;
+    for (int i = 0; i < 3; ++i)
+      sigaction(signals[i], &defer, &previous[i]);
+    LogicalResult result = success();
     for (Entry &e : entries) {
+      if (e.scratch)
+        continue;
       if (std::error_code ec = llvm::sys::fs::rename(e.temp, e.dest)) {
         error = "cannot move '" + e.temp + "' to '" + e.dest +
                 "': " + ec.message();
-        return failure();
+        result = failure();
+        break;
       }
       llvm::sys::DontRemoveFileOnSignal(e.temp);
       e.committed = true;
     }
-    return success();
+    for (int i = 0; i < 3; ++i)
+      sigaction(signals[i], &previous[i], nullptr);
+    if (deferredSignal)
+      ::raise(deferredSignal);
+    return result;
   }
   ~PendingOutputs() {
     for (Entry &e : entries)
@@ -358,8 +428,9 @@ private:
          it.increment(ec)) {
       StringRef name = llvm::sys::path::filename(it->path());
       long pid;
-      if (!name.consume_front(prefix) || name.getAsInteger(10, pid) ||
-          pid <= 0 || pid == ::getpid())
+      // DEST.tmp.<pid>, or a scratch file DEST.tmp.<pid>.o.
+      if (!name.consume_front(prefix) || name.consumeInteger(10, pid) ||
+          !(name.empty() || name == ".o") || pid <= 0 || pid == ::getpid())
         continue;
       if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH)
         llvm::sys::fs::remove(it->path());
@@ -368,9 +439,80 @@ private:
   struct Entry {
     std::string temp, dest;
     bool committed = false;
+    bool scratch = false;
   };
+  static inline volatile std::sig_atomic_t deferredSignal = 0;
   std::vector<Entry> entries;
 };
+
+/// "a character device" (for messages).
+const char *fileKind(llvm::sys::fs::file_type t) {
+  using llvm::sys::fs::file_type;
+  switch (t) {
+  case file_type::directory_file:
+    return "a directory";
+  case file_type::character_file:
+    return "a character device";
+  case file_type::block_file:
+    return "a block device";
+  case file_type::fifo_file:
+    return "a FIFO";
+  case file_type::socket_file:
+    return "a socket";
+  default:
+    return "not a regular file";
+  }
+}
+
+/// A file spillwayc writes: `what` ("-o 'x'") names it in messages. It
+/// must be absent or a regular file (a rename onto a device node or a FIFO
+/// would replace it, a write would block on a FIFO; the executable's --save
+/// refuses them too), in an existing, writable directory. Checked before
+/// anything compiles or measures; false with the message in `error`.
+bool checkOutputFile(const std::string &what, StringRef path,
+                     std::string &error) {
+  namespace fs = llvm::sys::fs;
+  llvm::SmallString<256> dir(llvm::sys::path::parent_path(path));
+  if (dir.empty())
+    dir = ".";
+  fs::file_status st;
+  if (std::error_code ec = fs::status(dir, st)) {
+    error = what + ": " +
+            (ec == std::errc::no_such_file_or_directory
+                 ? "the directory '" + std::string(dir) + "' does not exist"
+             : ec == std::errc::not_a_directory
+                 ? "a part of the directory '" + std::string(dir) +
+                       "' is not a directory"
+                 : "cannot read the directory '" + std::string(dir) +
+                       "': " + ec.message());
+    return false;
+  }
+  if (st.type() != fs::file_type::directory_file) {
+    error = what + ": '" + std::string(dir) + "' is " + fileKind(st.type()) +
+            ", not a directory";
+    if (st.type() == fs::file_type::regular_file)
+      error = what + ": '" + std::string(dir) +
+              "' is a regular file, not a directory";
+    return false;
+  }
+  if (fs::access(dir, fs::AccessMode::Write)) {
+    error = what + ": the directory '" + std::string(dir) +
+            "' is not writable";
+    return false;
+  }
+  if (std::error_code ec = fs::status(path, st)) {
+    if (ec == std::errc::no_such_file_or_directory)
+      return true;
+    error = what + ": " + ec.message();
+    return false;
+  }
+  if (st.type() == fs::file_type::regular_file)
+    return true;
+  error = what + " is " + fileKind(st.type()) +
+          "; spillwayc writes a regular file there and will not replace "
+          "it: pass the path of a regular file";
+  return false;
+}
 
 /// Copies the weights file a .mlir input names (relative to the .mlir file)
 /// to `dest`.
@@ -449,9 +591,10 @@ LogicalResult copyWeightsOfMLIR(ModuleOp module, StringRef mlirPath,
   return success();
 }
 
-/// "256M", "1G", "64MiB", "4096" (binary units).
+/// "256M", "1G", "64MiB", "4096" (binary units): digits only (no spaces, no
+/// sign), nonzero, and no more than 2^63 bytes (no wrap-around).
 std::optional<uint64_t> parseSize(StringRef text) {
-  StringRef digits = text.trim();
+  StringRef digits = text;
   std::string lower = digits.lower();
   uint64_t unit = 1;
   for (auto [suffix, mult] :
@@ -465,7 +608,8 @@ std::optional<uint64_t> parseSize(StringRef text) {
     }
   }
   uint64_t n;
-  if (digits.getAsInteger(10, n) || n == 0)
+  if (digits.empty() || !llvm::all_of(digits, llvm::isDigit) ||
+      digits.getAsInteger(10, n) || n == 0 || n > (uint64_t(1) << 63) / unit)
     return std::nullopt;
   return n * unit;
 }
@@ -476,8 +620,6 @@ int probeHardware() {
   if (!ssdBytes)
     return fail("--probe-ssd-size '" + probeSsdSize +
                 "' is not a size (e.g. 256M, 1G)");
-  if (!(probeSeconds > 0))
-    return fail("--probe-seconds must be positive");
   spw::probe::ProbeOptions options;
   options.ssd_bytes = *ssdBytes;
   options.min_seconds = probeSeconds;
@@ -581,7 +723,8 @@ bool offloadRequested() {
 /// plain step.
 bool scheduleRequested() {
   return (microbatches.getNumOccurrences() && microbatches > 1) ||
-         schedule.getNumOccurrences() || overlapOptimizer.getNumOccurrences();
+         schedule.getNumOccurrences() ||
+         overlapOptimizerText.getNumOccurrences();
 }
 
 /// The placement flags given without --report or --report-json; --hw too,
@@ -664,17 +807,8 @@ std::optional<PlanningInputs> readPlanningInputs(std::string &error) {
     }
     in.space.microBatches = {microbatches};
   }
-  if (overlapOptimizer.getNumOccurrences()) {
-    double f = overlapOptimizer;
-    if (!(f >= 0 && f <= 1)) {
-      char text[32];
-      std::snprintf(text, sizeof text, "%g", f);
-      error = "--overlap-optimizer " + std::string(text) +
-              " is outside [0, 1]";
-      return std::nullopt;
-    }
-    in.space.overlaps = {f};
-  }
+  if (overlapOptimizerText.getNumOccurrences())
+    in.space.overlaps = {overlapOptimizer}; // checked by parseNumberFlags
   // FOAM's updates run whole (its state is per block of a row): no
   // optimizer overlap to plan.
   if (optimizer == "foam")
@@ -899,10 +1033,23 @@ static int compilerMain(int argc, char **argv) {
       "--place params=ssd,optimizer=ssd\n"
       "  ./model --input ... --ssd /mnt/nvme0 --stats-json stats.json\n");
 
+  // The executable's ranges (hyperparams.h), on the text as typed: a value
+  // compiled in here is one the executable's flags accept too.
+  if (std::string e = parseNumberFlags(); !e.empty())
+    return fail(e);
+  // An empty budget would read as "no budget given".
+  for (auto [name, flag] : {std::pair{"--gpu-mem", &gpuMem},
+                            std::pair{"--host-mem", &hostMem}})
+    if (flag->getNumOccurrences() && flag->empty())
+      return fail(std::string(name) +
+                  " '' is not a size (e.g. 512M, 16G, 4096)");
   if (!probeHw.empty()) {
     if (!inputPath.empty() || !outputPath.empty())
       return fail("--probe-hw measures this machine and compiles nothing: "
                   "give it no model and no -o");
+    std::string error;
+    if (!checkOutputFile("--probe-hw '" + probeHw + "'", probeHw, error))
+      return fail(error);
     return probeHardware();
   }
   if (inputPath.empty())
@@ -932,7 +1079,7 @@ static int compilerMain(int argc, char **argv) {
     return fail("no output given: -o EXE");
   if (forwardOnly && (microbatches.getNumOccurrences() ||
                       schedule.getNumOccurrences() ||
-                      overlapOptimizer.getNumOccurrences()))
+                      overlapOptimizerText.getNumOccurrences()))
     return fail("--microbatches, --schedule and --overlap-optimizer shape a "
                 "training iteration; they do not apply to --forward");
   if (optimizer != "adamw" && optimizer != "foam")
@@ -954,34 +1101,16 @@ static int compilerMain(int argc, char **argv) {
                 "with a CUDA runtime library yourself");
 #endif
   if (optimizer != "foam" &&
-      (foamLevel.getNumOccurrences() || foamAlpha.getNumOccurrences()))
+      (foamLevel.getNumOccurrences() || foamAlphaText.getNumOccurrences()))
     return fail("--foam-level and --foam-alpha need --optimizer foam");
   if (foamLevel < 0 || foamLevel > 16)
     return fail("--foam-level " + std::to_string(int64_t(foamLevel)) +
                 " is outside [0, 16]");
-  {
-    // The executable's ranges (hyperparams.h): a value compiled in here is
-    // one the executable's flags accept too; NaN fails every check.
-    namespace hp = spillway::hyperparams;
-    const std::pair<const hp::Range *, double> values[] = {
-        {&hp::kLr, lr},       {&hp::kBeta1, beta1},
-        {&hp::kBeta2, beta2}, {&hp::kEps, eps},
-        {&hp::kWeightDecay, weightDecay}, {&hp::kFoamAlpha, foamAlpha}};
-    for (const auto &[range, value] : values)
-      if (std::string e = hp::check_flag(*range, value); !e.empty())
-        return fail(e);
-  }
   if (optimizer == "foam" && overlapOptimizer > 0)
     return fail("--overlap-optimizer with --optimizer foam: FOAM's folded "
                 "state is kept per block of a row, so its updates are not "
                 "split between iterations; use --overlap-optimizer 0 (or "
                 "--optimizer adamw)");
-  if (!(overlapOptimizer >= 0 && overlapOptimizer <= 1)) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%g", double(overlapOptimizer));
-    return fail("--overlap-optimizer " + std::string(text) +
-                " is outside [0, 1]");
-  }
   if (microbatches.getNumOccurrences() && microbatches == 0)
     return fail("--microbatches must be at least 1");
   if (schedule != "horizontal" && schedule != "snake" && schedule != "auto")
@@ -1053,19 +1182,21 @@ static int compilerMain(int argc, char **argv) {
   // (PendingOutputs): checked here, before any work, is that they can be.
   const bool writesFiles = !outputPath.empty() && !toStdout;
   if (writesFiles) {
-    if (llvm::sys::fs::is_directory(outputPath))
+    if (llvm::sys::fs::is_directory(outputPath)) {
+      StringRef dir = StringRef(outputPath).rtrim('/');
       return fail("-o '" + outputPath + "' is a directory; name the file to "
-                  "write, e.g. -o " + outputPath + "/model");
-    llvm::SmallString<256> dir(llvm::sys::path::parent_path(outputPath));
-    if (dir.empty())
-      dir = ".";
-    if (!llvm::sys::fs::is_directory(dir))
-      return fail("-o '" + outputPath + "': the directory '" + dir +
-                  "' does not exist");
-    if (llvm::sys::fs::access(dir, llvm::sys::fs::AccessMode::Write))
-      return fail("-o '" + outputPath + "': the directory '" + dir +
-                  "' is not writable");
+                  "write, e.g. -o " + (dir.empty() ? "" : dir) + "/model");
+    }
+    if (!checkOutputFile("-o '" + outputPath + "'", outputPath, error) ||
+        !checkOutputFile("the weights file '" + weightsPathFor(outputPath) +
+                             "' (beside -o)",
+                         weightsPathFor(outputPath), error))
+      return fail(error);
   }
+  if (!reportJson.empty() && reportJson != "-" &&
+      !checkOutputFile("--report-json '" + reportJson + "'", reportJson,
+                       error))
+    return fail(error);
   PendingOutputs pending;
   const std::string weightsFinal = writesFiles ? weightsPathFor(outputPath)
                                                : std::string(tempWeights);
@@ -1378,17 +1509,12 @@ static int compilerMain(int argc, char **argv) {
     return 0;
   }
 
-  std::string objectPath = outputOut;
-  llvm::SmallString<128> tempObject;
-  if (emit == EmitKind::Exe) {
-    if (std::error_code ec = llvm::sys::fs::createTemporaryFile(
-            "spillway", "o", tempObject))
-      return fail("cannot create a temporary object file: " + ec.message());
-    objectPath = std::string(tempObject);
-    llvm::sys::RemoveFileOnSignal(tempObject);
-  }
-  // Removed on every way out (the executable has it linked in).
-  llvm::FileRemover removeTempObject(tempObject);
+  // An executable's object file: a scratch file beside it, removed on every
+  // way out (the executable has it linked in) and, after a SIGKILL, by the
+  // next compile to the same -o.
+  std::string objectPath = emit == EmitKind::Exe
+                               ? pending.scratch(outputPath, ".o")
+                               : outputOut;
   note("emitting object code");
   if (failed(spillway::emitObjectFile(*llvmModule, objectPath, error)))
     return fail(error);

@@ -13,7 +13,12 @@
 #ifndef SPILLWAY_RUNTIME_HYPERPARAMS_H
 #define SPILLWAY_RUNTIME_HYPERPARAMS_H
 
+#include <cerrno>
+#include <cfloat>
+#include <cctype>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace spillway {
@@ -25,6 +30,10 @@ struct Range {
   const char *flag; // the command-line flag, e.g. "--weight-decay"
   double lo, hi;
   bool lo_open, hi_open; // true: the end itself is excluded
+  // The kernels compute with it as a float32: it must still be in the range
+  // after rounding, and a nonzero value must stay a normal float32 (eps
+  // 1e-46 is 0 there, and a denormal is flushed to 0 on the GPU).
+  bool float32 = true;
 };
 
 // docs/runtime.md, "Value ranges". eps > 0: with eps 0 an element whose
@@ -40,7 +49,7 @@ inline constexpr Range kFoamAlpha{"alpha", "--foam-alpha", 1e-30, 1e6, false,
                                   false};
 // FOAM folds blocks of 2^level elements (an integer).
 inline constexpr Range kFoamLevel{"level", "--foam-level", 0.0, 16.0, false,
-                                  false};
+                                  false, /*float32=*/false};
 
 inline bool in_range(const Range &r, double v) {
   const bool above = r.lo_open ? v > r.lo : v >= r.lo;
@@ -64,6 +73,65 @@ inline std::string check_flag(const Range &r, double v,
     return {};
   return "invalid value '" + text + "' for " + r.flag + ": expected " +
          expected(r);
+}
+
+// "" when `v` (in range) is also valid as the float32 the kernels use, else
+// why not (for a message).
+inline std::string float32_problem(const Range &r, double v) {
+  if (!r.float32 || v == 0)
+    return {};
+  if (!(std::fabs(v) <= FLT_MAX))
+    return "it overflows float32, the precision the kernels compute in";
+  const float f = static_cast<float>(v);
+  if (std::fabs(f) < FLT_MIN) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "it is below %g, float32's smallest normal number (the "
+                  "kernels compute in float32, where it is 0 or denormal)",
+                  double(FLT_MIN));
+    return buf;
+  }
+  if (!in_range(r, double(f))) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf,
+                  "it rounds to %.9g in float32, the precision the kernels "
+                  "compute in",
+                  double(f));
+    return buf;
+  }
+  return {};
+}
+
+// Parses `text` strictly: the whole text one finite number (no spaces, not
+// empty; strtod alone would take " 1" and turn "" or junk into 0), neither
+// overflowing nor underflowing a double (1e-400 is not 0). True with the
+// value in `out`.
+inline bool parse_number(const std::string &text, double &out) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])))
+    return false;
+  errno = 0;
+  char *end = nullptr;
+  const double x = std::strtod(text.c_str(), &end);
+  if (*end != '\0' || errno == ERANGE || !std::isfinite(x))
+    return false;
+  out = x;
+  return true;
+}
+
+// The one check of a flag's text, the executable's and spillwayc's: "" with
+// the value in `out`, else the message, which quotes `text` as typed:
+// "invalid value '1e-46' for --eps: it is below 1.17549e-38, ...; expected
+// a number in (0, 1]".
+inline std::string parse_flag(const Range &r, const std::string &text,
+                              double &out) {
+  double v = 0;
+  const std::string head = "invalid value '" + text + "' for " + r.flag + ": ";
+  if (!parse_number(text, v) || !in_range(r, v))
+    return head + "expected " + expected(r);
+  if (std::string why = float32_problem(r, v); !why.empty())
+    return head + why + "; expected " + expected(r);
+  out = v;
+  return {};
 }
 
 // The same for a value without its text (the compiler's parsed options).
