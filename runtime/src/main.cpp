@@ -1964,11 +1964,16 @@ int run(const Options &o, const char *argv0) {
     const std::pair<const hpr::Range *, double> values[] = {
         {&hpr::kLr, hp.lr}, {&hpr::kBeta1, hp.beta1}, {&hpr::kBeta2, hp.beta2},
         {&hpr::kEps, hp.eps}, {&hpr::kWeightDecay, hp.weight_decay}};
-    for (const auto &[r, v] : values)
+    for (const auto &[r, v] : values) {
       if (!hpr::in_range(*r, v))
         fail("the model was compiled with AdamW %s = %g, outside %s: pass "
              "%s to override it, or recompile the model",
              r->attr, v, hpr::expected(*r).c_str(), r->flag);
+      if (std::string why = hpr::float32_problem(*r, v); !why.empty())
+        fail("the model was compiled with AdamW %s = %g: %s; pass %s to "
+             "override it, or recompile the model",
+             r->attr, v, why.c_str(), r->flag);
+    }
   }
   if (forward) {
     // --steps defaults to the inputs' batch count (the largest B), or 1.

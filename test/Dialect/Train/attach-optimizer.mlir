@@ -3,6 +3,7 @@
 // RUN: not spillway-opt %s -split-input-file --train-attach-optimizer="optimizer=sgd" 2>&1 | FileCheck %s --check-prefix=SGD
 // RUN: not spillway-opt %s --train-attach-optimizer="beta1=1.5" 2>&1 | FileCheck %s --check-prefix=BADOPT
 // RUN: not spillway-opt %s --train-attach-optimizer="weight-decay=nan" 2>&1 | FileCheck %s --check-prefix=NANOPT
+// RUN: not spillway-opt %s --train-attach-optimizer="eps=1e-46" 2>&1 | FileCheck %s --check-prefix=EPS32
 
 // Every train.param_grad becomes a train.adamw with the options as f64
 // attributes, in place.
@@ -18,6 +19,7 @@
 // BADOPT: error: train-attach-optimizer: invalid adamw options: beta1 is 1.500000e+00, expected a number in [0, 1)
 // NaN fails every range (it used to pass "weight-decay >= 0" unnoticed).
 // NANOPT: error: train-attach-optimizer: invalid adamw options: weight-decay is nan, expected a number in [0, 1e+06]
+// EPS32: error: train-attach-optimizer: invalid adamw options: eps is 1.000000e-46: it is below 1.17549e-38, float32's smallest normal number
 module {
   train.param @"fc.weight" : tensor<4x3xf32> at 0
   train.param @"fc.bias" : tensor<3xf32> at 48

@@ -356,6 +356,18 @@ module {
 
 // -----
 
+// The kernels compute in float32: an eps that is 0 there is refused too.
+module {
+  train.param @p : tensor<3xf32> at 0
+  func.func @f(%g: tensor<3xf32>) {
+    // expected-error @+1 {{'train.adamw' op eps 1.000000e-46: it is below 1.17549e-38, float32's smallest normal number}}
+    train.adamw @p, %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-46, weight_decay = 0.0} : tensor<3xf32>
+    return
+  }
+}
+
+// -----
+
 module {
   train.param @p : tensor<3xf32> at 0
   func.func @f(%g: tensor<3xf32>) {

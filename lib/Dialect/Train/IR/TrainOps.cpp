@@ -196,11 +196,15 @@ static LogicalResult verifyAdamWHparams(Operation *op, double lr, double beta1,
       {&hp::kLr, lr},   {&hp::kBeta1, beta1},
       {&hp::kBeta2, beta2}, {&hp::kEps, eps},
       {&hp::kWeightDecay, weightDecay}};
-  for (const auto &[range, value] : values)
+  for (const auto &[range, value] : values) {
     if (!hp::in_range(*range, value))
       return op->emitOpError()
              << range->attr << " must be " << hp::expected(*range) << ", not "
              << value;
+    // The kernels compute in float32: the flags' rule, also for .mlir.
+    if (std::string why = hp::float32_problem(*range, value); !why.empty())
+      return op->emitOpError() << range->attr << " " << value << ": " << why;
+  }
   return success();
 }
 
@@ -254,6 +258,10 @@ LogicalResult FoamOp::verify() {
   if (!spillway::hyperparams::in_range(spillway::hyperparams::kFoamAlpha,
                                        alpha))
     return emitOpError("alpha ") << alpha << " must lie in [1e-30, 1e6]";
+  if (std::string why = spillway::hyperparams::float32_problem(
+          spillway::hyperparams::kFoamAlpha, alpha);
+      !why.empty())
+    return emitOpError("alpha ") << alpha << ": " << why;
   return success();
 }
 

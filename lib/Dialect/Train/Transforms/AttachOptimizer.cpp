@@ -129,13 +129,19 @@ struct TrainAttachOptimizerPass
         {&hp::kBeta2, beta2},
         {&hp::kEps, eps},
         {&hp::kWeightDecay, weightDecay}};
-    for (const auto &[range, value] : values)
+    for (const auto &[range, value] : values) {
       if (!hp::in_range(*range, value)) {
         module.emitError("train-attach-optimizer: invalid adamw options: ")
             << (range->flag + 2) << " is " << value << ", expected "
             << hp::expected(*range);
         return signalPassFailure();
       }
+      if (std::string why = hp::float32_problem(*range, value); !why.empty()) {
+        module.emitError("train-attach-optimizer: invalid adamw options: ")
+            << (range->flag + 2) << " is " << value << ": " << why;
+        return signalPassFailure();
+      }
+    }
 
     SmallVector<ParamGradOp> grads;
     module.walk([&](ParamGradOp op) { grads.push_back(op); });
