@@ -2269,31 +2269,31 @@ int run(const Options &o, const char *argv0) {
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();
-  if (tiered)
-    tiers_gather(ctx);
-  // The weights first: no later output (statistics, summaries) that fails
-  // may lose them.
-  if (!o.save.empty())
-    save_params(ctx, o.save);
-  const std::string kept =
-      o.save.empty() ? std::string()
-                     : format("; the weights were saved to '%s'",
-                              o.save.c_str());
   if (tiered) {
+    tiers_gather(ctx);
     if (o.steps > start)
       std::printf("%s\n", tiers_summary(ctx, secs, o.steps - start).c_str());
-    if (!o.stats_json.empty()) {
-      try {
-        write_file_atomic(o.stats_json,
-                          tiers_stats_json(ctx, secs, o.steps - start));
-      } catch (const Error &e) {
-        fail("--stats-json: %s%s", e.what(), kept.c_str());
-      }
-      std::printf("wrote offload statistics to %s\n", o.stats_json.c_str());
-    }
   }
+  // (Printing cannot fail the run: flush_stdout.)
   if (ctx->device && rc == 0)
     std::printf("%s\n", device_summary(ctx).c_str());
+  // The weights before any other file: one that fails (--stats-json on a
+  // full disk) must not lose them.
+  if (!o.save.empty())
+    save_params(ctx, o.save);
+  if (tiered && !o.stats_json.empty()) {
+    try {
+      write_file_atomic(o.stats_json,
+                        tiers_stats_json(ctx, secs, o.steps - start));
+    } catch (const Error &e) {
+      fail("--stats-json: %s%s", e.what(),
+           o.save.empty() ? ""
+                          : format("; the weights were saved to '%s'",
+                                   o.save.c_str())
+                                .c_str());
+    }
+    std::printf("wrote offload statistics to %s\n", o.stats_json.c_str());
+  }
   return rc;
 }
 
