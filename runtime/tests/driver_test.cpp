@@ -526,6 +526,24 @@ TEST_F(Driver, ForwardOutputFilesAreCheckedBeforeTheSteps) {
   EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
 }
 
+// A forward model's --outputs file that is one of its inputs is refused
+// before anything is written (exit 2).
+TEST_F(Driver, ForwardOutputsDoNotOverwriteInputs) {
+  auto x = randoms(24, 200, -2, 2);
+  fs::create_directory(path("out"));
+  write("out/mask.npy", spw::write_npy("<f4", {3, 2, 4}, x.data(), 96));
+  const std::string before = read("out/mask.npy");
+  auto w = randoms(15, 201);
+  write("fm.weights", std::string(reinterpret_cast<char *>(w.data()), 60));
+  Result r = run("--input x=out/mask.npy --weights fm.weights --outputs out",
+                 kNoHang, SPW_FORWARD_MODEL_EXE);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_CONTAINS(r.err, "error: --outputs file 'out/mask.npy' is the same "
+                         "file as --input x=out/mask.npy: the run would "
+                         "overwrite what it reads");
+  EXPECT_EQ(read("out/mask.npy"), before);
+}
+
 TEST_F(Driver, OutputsAreCheckedBeforeTraining) {
   auto expect_early = [&](const Result &r, const std::string &msg) {
     EXPECT_EQ(r.rc, 1) << r.err;
