@@ -20,11 +20,14 @@
 #include <cinttypes>
 #include <climits>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <unordered_map>
@@ -40,6 +43,32 @@ namespace {
 struct UsageError : Error {
   using Error::Error;
 };
+
+// Progress goes to stdout, which may go away (`| head -3`: SIGPIPE is
+// ignored, see spw_main) or fill up (`> /dev/full`): that must not stop the
+// training or lose its result. The first failed write is said once on
+// stderr, and stdout then goes to /dev/null; the exit status does not
+// change.
+bool g_stdout_gone = false;
+void flush_stdout() {
+  if (g_stdout_gone)
+    return;
+  errno = 0;
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout))
+    return;
+  const int e = errno;
+  g_stdout_gone = true;
+  std::fprintf(stderr,
+               "warning: cannot write to standard output (%s); progress is "
+               "no longer printed, the run goes on\n",
+               e ? std::strerror(e) : "write error");
+  const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (null >= 0) {
+    (void)::dup2(null, STDOUT_FILENO);
+    ::close(null);
+  }
+  std::clearerr(stdout);
+}
 
 struct Options {
   std::vector<std::pair<std::string, std::string>> inputs; // name, file
@@ -146,11 +175,17 @@ const char kUsage[] =
     "\n"
     "Exit status: 0 success, 1 runtime or data error, 2 usage error.\n";
 
+// Decimal digits only: strtoll alone would take " 5", "+5" and, for an
+// unsigned flag, " -1" as 2^64 - 1.
+bool all_digits(const std::string &v) {
+  return !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+}
+
 int64_t parse_int(const std::string &flag, const std::string &v, int64_t min) {
   errno = 0;
   char *end = nullptr;
   long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno == ERANGE || x < min)
+  if (!all_digits(v) || *end != '\0' || errno == ERANGE || x < min)
     throw UsageError(format("invalid value '%s' for %s: expected an integer "
                             ">= %lld",
                             v.c_str(), flag.c_str(), (long long)min));
@@ -162,7 +197,8 @@ double parse_double(const std::string &flag, const std::string &v, double min,
   errno = 0;
   char *end = nullptr;
   double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(x) ||
+  if (v.empty() || std::isspace(static_cast<unsigned char>(v[0])) ||
+      *end != '\0' || errno == ERANGE || !std::isfinite(x) ||
       x < min || x > max || (!max_inclusive && x == max))
     throw UsageError(format("invalid value '%s' for %s: expected a number in "
                             "[%g, %g%s",
@@ -194,12 +230,23 @@ int64_t parse_size(const std::string &flag, const std::string &v) {
   errno = 0;
   char *end = nullptr;
   const long long x = std::strtoll(digits.c_str(), &end, 10);
-  if (digits.empty() || *end != '\0' || errno == ERANGE || x < 1 ||
+  if (!all_digits(digits) || *end != '\0' || errno == ERANGE || x < 1 ||
       x > (INT64_MAX >> 1 >> shift))
     throw UsageError(format("invalid value '%s' for %s: expected a byte "
                             "count such as 1048576, 512M or 40G",
                             v.c_str(), flag.c_str()));
   return int64_t(x) << shift;
+}
+
+// A path flag's value; an empty one is a usage error (`--save "$OUT"` with
+// OUT unset must not quietly mean "do not save").
+std::string path_value(const std::string &flag, const std::string &v,
+                       const char *what = "file") {
+  if (v.empty())
+    throw UsageError(format("%s needs a %s path, and the one given is empty "
+                            "(an unset shell variable?)",
+                            flag.c_str(), what));
+  return v;
 }
 
 Options parse_args(int argc, char **argv) {
@@ -276,8 +323,8 @@ Options parse_args(int argc, char **argv) {
     } else if (flag == "--seed") {
       errno = 0;
       char *end = nullptr;
-      unsigned long long s = std::strtoull(value.c_str(), &end, 0);
-      if (value.empty() || *end != '\0' || errno == ERANGE || value[0] == '-')
+      unsigned long long s = std::strtoull(value.c_str(), &end, 10);
+      if (!all_digits(value) || *end != '\0' || errno == ERANGE)
         throw UsageError(format("invalid value '%s' for --seed: expected a "
                                 "non-negative integer",
                                 value.c_str()));
@@ -297,9 +344,9 @@ Options parse_args(int argc, char **argv) {
       o.adamw.foam_alpha =
           parse_hparam(spillway::hyperparams::kFoamAlpha, value);
     } else if (flag == "--log-json") {
-      o.log_json = value;
+      o.log_json = path_value(flag, value);
     } else if (flag == "--save") {
-      o.save = value;
+      o.save = path_value(flag, value);
     } else if (flag == "--ssd") {
       o.ssd.clear();
       size_t start = 0;
@@ -315,17 +362,13 @@ Options parse_args(int argc, char **argv) {
         start = comma + 1;
       }
     } else if (flag == "--stats-json") {
-      o.stats_json = value;
+      o.stats_json = path_value(flag, value);
     } else if (flag == "--weights") {
-      o.weights = value;
+      o.weights = path_value(flag, value);
     } else if (flag == "--outputs") {
-      if (value.empty())
-        throw UsageError("--outputs needs a directory");
-      o.outputs = value;
+      o.outputs = path_value(flag, value, "directory");
     } else if (flag == "--checkpoint-dir") {
-      if (value.empty())
-        throw UsageError("--checkpoint-dir needs a directory");
-      o.checkpoint_dir = value;
+      o.checkpoint_dir = path_value(flag, value, "directory");
     } else if (flag == "--checkpoint-every") {
       o.checkpoint_every = parse_int(flag, value, 1);
       o.checkpoint_flags.push_back(flag);
@@ -842,6 +885,7 @@ float run_step(spw_ctx *ctx, int64_t step0, const std::string &label) {
   select_batch(ctx, step0);
   clear_step(ctx);
   ctx->error.clear();
+  ctx->grad_error.clear();
   if (has_tiers(ctx))
     tiers_step_begin(ctx);
   spw_model_step(ctx);
@@ -854,6 +898,13 @@ float run_step(spw_ctx *ctx, int64_t step0, const std::string &label) {
   float loss = 0.0f;
   read_tensor(ctx, *ctx->loss, &loss);
   clear_step(ctx);
+  // A non-finite gradient (the optimizer skipped the updates from there on)
+  // under a non-finite loss is the loss's doing: the caller reports that.
+  if (!ctx->grad_error.empty() && std::isfinite(loss))
+    fail("%s: %s (the loss, %g, is finite); the update is not applied: "
+         "check this step's batch and the model for operations undefined on "
+         "it",
+         label.c_str(), ctx->grad_error.c_str(), double(loss));
   return loss;
 }
 
@@ -969,7 +1020,7 @@ int check_gradients(spw_ctx *ctx, const Options &o) {
     ctx->params[pi].grad = analytic[pi];
   std::printf("%s\n", all_ok ? "gradient check passed"
                              : "gradient check FAILED");
-  std::fflush(stdout);
+  flush_stdout();
   return all_ok ? 0 : 1;
 }
 
@@ -980,12 +1031,39 @@ std::string parent_dir(const std::string &path) {
   return d.empty() ? "." : d;
 }
 
+// Removes the probe files of dead processes in `dir`: a run killed between
+// creating and removing its probe leaves one (".spillway-probe-<pid>-...").
+void remove_stale_probes(const std::string &dir) {
+  const std::string prefix = ".spillway-probe-";
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) != 0)
+      continue;
+    const size_t dash = name.find('-', prefix.size());
+    const std::string digits = name.substr(
+        prefix.size(), dash == std::string::npos ? 0 : dash - prefix.size());
+    if (!all_digits(digits) || digits.size() > 9)
+      continue;
+    const pid_t pid = pid_t(std::stol(digits));
+    if (pid <= 0 || pid == ::getpid() ||
+        !(::kill(pid, 0) != 0 && errno == ESRCH))
+      continue;
+    struct stat st;
+    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      ::unlink(it->path().c_str());
+  }
+}
+
 // Creates and removes a file in `dir`: the one test that files can be made
 // there (access(2) says yes to root on a read-only mount or an immutable
 // directory). `flag` and `value` name the destination in the error.
 void probe_dir(const std::string &dir, const char *flag,
                const std::string &value) {
-  std::string tmpl = dir + "/.spillway-probe-XXXXXX";
+  remove_stale_probes(dir);
+  std::string tmpl =
+      format("%s/.spillway-probe-%ld-XXXXXX", dir.c_str(), long(::getpid()));
   const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
   if (fd < 0) {
     const int e = errno;
@@ -1002,23 +1080,42 @@ void probe_dir(const std::string &dir, const char *flag,
   ::unlink(tmpl.c_str());
 }
 
-// An output file the run writes or replaces: absent or a regular file, in
-// a directory where files can be created.
-void check_output_file(const char *flag, const std::string &path) {
-  if (path.empty())
+// An output file the run writes or replaces: absent or a regular file that
+// may be replaced (not chattr +i or +a), in a directory where files can be
+// created. A symlink is followed (--save replaces its target, --log-json
+// writes through it): the target and its directory are checked.
+void check_output_file(const char *flag, const std::string &given) {
+  if (given.empty())
     return;
+  const std::string path = resolve_symlinks(given);
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) {
     if (!S_ISREG(st.st_mode))
       fail("%s '%s' is %s; the run writes a regular file there and will not "
            "replace it: pass the path of a regular file",
-           flag, path.c_str(), file_kind(st.st_mode));
+           flag, given.c_str(), file_kind(st.st_mode));
+    const int fd =
+        ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    int attrs = 0;
+    if (fd >= 0 && ::ioctl(fd, FS_IOC_GETFLAGS, &attrs) == 0 &&
+        (attrs & (FS_IMMUTABLE_FL | FS_APPEND_FL))) {
+      ::close(fd);
+      fail("%s '%s' is %s (chattr %s), so the run could not replace it: "
+           "remove the attribute (chattr %s) or choose another path (this is "
+           "checked before training, so no result is lost)",
+           flag, given.c_str(),
+           attrs & FS_IMMUTABLE_FL ? "immutable" : "append-only",
+           attrs & FS_IMMUTABLE_FL ? "+i" : "+a",
+           attrs & FS_IMMUTABLE_FL ? "-i" : "-a");
+    }
+    if (fd >= 0)
+      ::close(fd);
   } else if (errno != ENOENT) {
-    fail("%s '%s': %s", flag, path.c_str(),
+    fail("%s '%s': %s", flag, given.c_str(),
          errno == ENOTDIR ? "a part of the path is not a directory"
                           : std::strerror(errno));
   }
-  probe_dir(parent_dir(path), flag, path);
+  probe_dir(parent_dir(path), flag, given);
 }
 
 // An output directory (created by the run if missing): a directory where
@@ -1048,9 +1145,102 @@ void check_output_dir(const char *flag, const std::string &dir) {
   }
 }
 
+// A file the run reads or writes, for telling whether two are the same:
+// by device and inode where it exists, else by its normalized path.
+struct FileRole {
+  std::string role; // "--input x=x.npy", "--save 's.st'", ...
+  std::string path;
+  bool exists = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::string norm;
+};
+
+FileRole file_role(std::string role, const std::string &path) {
+  FileRole f;
+  f.role = std::move(role);
+  f.path = path;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) {
+    f.exists = true;
+    f.dev = st.st_dev;
+    f.ino = st.st_ino;
+  }
+  std::error_code ec;
+  std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  if (!ec)
+    f.norm = std::filesystem::weakly_canonical(abs, ec).string();
+  if (ec)
+    f.norm = abs.lexically_normal().string();
+  return f;
+}
+
+bool same_file(const FileRole &a, const FileRole &b) {
+  if (a.exists && b.exists)
+    return a.dev == b.dev && a.ino == b.ino;
+  return !a.exists && !b.exists && !a.norm.empty() && a.norm == b.norm;
+}
+
+// What the run reads: its --input files, the weights and the executable.
+std::vector<FileRole> run_inputs(const Options &o, const std::string &weights,
+                                 const std::string &exe) {
+  std::vector<FileRole> in;
+  for (const auto &[name, file] : o.inputs)
+    in.push_back(file_role(format("--input %s=%s", name.c_str(), file.c_str()),
+                           file));
+  in.push_back(file_role(o.weights.empty()
+                             ? format("the weights '%s' (the default of "
+                                      "--weights)",
+                                      weights.c_str())
+                             : format("--weights '%s'", weights.c_str()),
+                         weights));
+  in.push_back(file_role(format("the executable '%s'", exe.c_str()), exe));
+  return in;
+}
+
+// No output may replace an input or another output (`--log-json x.npy` would
+// wipe the data at the start). The one exception: --save onto the --weights
+// it started from, which is safe (read at the start, replaced atomically at
+// the end) and the way to continue a run.
+void refuse_overwrites(const std::vector<FileRole> &outs,
+                       const std::vector<FileRole> &ins, const Options &o) {
+  for (size_t i = 0; i < outs.size(); ++i) {
+    for (const FileRole &in : ins) {
+      if (!same_file(outs[i], in))
+        continue;
+      if (outs[i].role.rfind("--save ", 0) == 0 && !o.weights.empty() &&
+          in.role.rfind("--weights ", 0) == 0)
+        continue;
+      throw UsageError(format(
+          "%s is the same file as %s: the run would overwrite what it reads; "
+          "choose another path%s",
+          outs[i].role.c_str(), in.role.c_str(),
+          outs[i].role.rfind("--save ", 0) == 0 && o.weights.empty() &&
+                  in.role.rfind("the weights ", 0) == 0
+              ? " (or pass --weights with that file to start from it and "
+                "replace it)"
+              : ""));
+    }
+    for (size_t j = 0; j < i; ++j)
+      if (same_file(outs[i], outs[j]))
+        throw UsageError(format("%s and %s are the same file: one would "
+                                "overwrite the other; choose different paths",
+                                outs[j].role.c_str(), outs[i].role.c_str()));
+  }
+}
+
 // Every destination the run writes, before anything else: a --save into a
-// missing directory is an error before step 1, not after the last.
-void check_outputs(const Options &o) {
+// missing directory is an error before step 1, not after the last, and one
+// that is an input of the run is refused.
+void check_outputs(const Options &o, const std::vector<FileRole> &ins) {
+  std::vector<FileRole> outs;
+  for (const auto &[flag, path] :
+       {std::pair<const char *, const std::string *>{"--save", &o.save},
+        {"--log-json", &o.log_json},
+        {"--stats-json", &o.stats_json}})
+    if (!path->empty())
+      outs.push_back(file_role(format("%s '%s'", flag, path->c_str()), *path));
+  refuse_overwrites(outs, ins, o);
   check_output_file("--save", o.save);
   check_output_file("--log-json", o.log_json);
   check_output_file("--stats-json", o.stats_json);
@@ -1248,6 +1438,7 @@ public:
            "--foam-level, or start a new --checkpoint-dir",
            c->dir.c_str(), k->c_str(), optimizer_kind(ctx_).c_str());
     restore(*c);
+    check_restored(c->dir);
     if (c->step > o_.steps)
       fail("checkpoint '%s' is at step %lld, beyond --steps %lld (--steps "
            "is the total step count, not the number of steps to add)",
@@ -1314,7 +1505,7 @@ public:
                             .c_str()
                       : "",
                   ms);
-      std::fflush(stdout);
+      flush_stdout();
     }
   }
 
@@ -1342,6 +1533,49 @@ private:
   std::unique_ptr<storage::CheckpointDirLock> lock_; // held for the run
   std::unique_ptr<storage::PinnedPool> pool_; // outlives the engine
   std::unique_ptr<storage::IoEngine> engine_;
+
+  // A checkpoint's checksums say its bytes are the ones written, not that
+  // they make sense: anyone can recompute them. The writer never writes
+  // non-finite weights, so a NaN here was put there; refused at the resume,
+  // naming the tensor, instead of failing steps later. v may be +Inf (a
+  // finite gradient above 1.8e19 squares to it, and the update is then 0),
+  // never NaN or negative.
+  void check_restored(const std::string &dir) {
+    auto refuse = [&](const std::string &tensor, const char *shape,
+                      const char *what, int64_t i) {
+      fail("checkpoint '%s': %s %s holds %s at flat index %lld, which "
+           "training never writes (its checksums match, so it was written "
+           "so, or crafted): move it out of --checkpoint-dir to resume from "
+           "the one before, or start a new --checkpoint-dir",
+           dir.c_str(), tensor.c_str(), shape, what, (long long)i);
+    };
+    for (const ParamInfo &p : ctx_->params) {
+      if (p.value->dtype != SPW_F32)
+        continue;
+      const float *w = p.value->as<float>();
+      const int64_t bad = first_non_finite(w, p.value->numel);
+      if (bad >= 0)
+        refuse(format("parameter '%s'", p.name.c_str()),
+               p.value->shape().c_str(), non_finite_name(w[bad]), bad);
+      const std::string sshape =
+          shape_str(p.state_dims().data(), int(p.state_dims().size()));
+      const int64_t m_bad =
+          first_non_finite(p.adam_m.data(), int64_t(p.adam_m.size()));
+      if (m_bad >= 0)
+        refuse(format("the first moment (adam_m) of '%s'", p.name.c_str()),
+               sshape.c_str(), non_finite_name(p.adam_m[size_t(m_bad)]),
+               m_bad);
+      for (size_t i = 0; i < p.adam_v.size(); ++i)
+        if (std::isnan(p.adam_v[i]) || p.adam_v[i] < 0)
+          refuse(format("the second moment (adam_v) of '%s'", p.name.c_str()),
+                 sshape.c_str(),
+                 std::isnan(p.adam_v[i])
+                     ? "NaN"
+                     : format("a negative value (%g)", double(p.adam_v[i]))
+                           .c_str(),
+                 int64_t(i));
+    }
+  }
 
   void restore(const storage::LoadedCheckpoint &c) {
     const char *other = "; it was written for another model: pass another "
@@ -1432,31 +1666,6 @@ void save_params(spw_ctx *ctx, const std::string &path) {
               path.c_str());
 }
 
-// A checkpoint failed: the weights of the steps run so far go to --save, or
-// to a rescue path, before the error ends the run.
-[[noreturn]] void checkpoint_failed(spw_ctx *ctx, const Options &o,
-                                    const Error &e) {
-  int64_t at = 0;
-  if (non_finite_param(ctx, &at)) // nothing worth keeping
-    throw e;
-  const std::string bytes = params_safetensors(ctx);
-  std::string to;
-  if (!o.save.empty()) {
-    try {
-      write_file_atomic(o.save, bytes);
-      to = o.save;
-    } catch (const Error &) {
-    }
-  }
-  if (to.empty())
-    to = rescue_weights(bytes, o.save.empty() ? "weights.safetensors" : o.save);
-  if (to.empty())
-    throw e;
-  fail("%s; the weights after step %lld were written to '%s' (pass them as "
-       "--weights to go on)",
-       e.what(), (long long)ctx->step, to.c_str());
-}
-
 // Applies the optimizer updates the schedule deferred to the next step
 // (sched-overlap-optimizer): after the last step, and before a checkpoint,
 // whatever is pending belongs to the weights of ordinary training. A later
@@ -1479,6 +1688,37 @@ void flush_deferred_updates(spw_ctx *ctx) {
     fail("%s", ctx->error.c_str());
   if (has_tiers(ctx))
     tiers_scatter(ctx);
+}
+
+// An output failed during the run (a checkpoint, a --log-json line): the
+// weights of the steps run so far go to --save, or to a rescue path, before
+// the error ends the run. Deferred updates are applied first (they belong to
+// the weights of the steps run).
+[[noreturn]] void output_failed(spw_ctx *ctx, const Options &o,
+                                const Error &e) {
+  flush_deferred_updates(ctx);
+  if (has_tiers(ctx))
+    tiers_gather(ctx);
+  device_pull(ctx);
+  int64_t at = 0;
+  if (non_finite_param(ctx, &at)) // nothing worth keeping
+    throw e;
+  const std::string bytes = params_safetensors(ctx);
+  std::string to;
+  if (!o.save.empty()) {
+    try {
+      write_file_atomic(o.save, bytes);
+      to = o.save;
+    } catch (const Error &) {
+    }
+  }
+  if (to.empty())
+    to = rescue_weights(bytes, o.save.empty() ? "weights.safetensors" : o.save);
+  if (to.empty())
+    throw e;
+  fail("%s; the weights after step %lld were written to '%s' (pass them as "
+       "--weights to go on)",
+       e.what(), (long long)ctx->step, to.c_str());
 }
 
 // Runs steps start+1 .. o.steps (`start` > 0 after a resume), checkpointing
@@ -1533,19 +1773,27 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
       warm = std::chrono::steady_clock::now();
     if (s == start + 1)
       first_loss = loss;
+    // A failed log line is reported after the loss and weight checks (a
+    // broken loss says more), with the weights of this step kept.
+    std::string log_error;
     if (log) {
+      errno = 0;
       if (std::isfinite(loss))
         std::fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g}\n",
                      (long long)s, double(loss), hp.lr);
       else
         std::fprintf(log, "{\"step\": %lld, \"loss\": null, \"lr\": %.9g}\n",
                      (long long)s, hp.lr);
-      if (std::fflush(log) != 0 || std::ferror(log))
-        fail("cannot write --log-json file '%s': %s", o.log_json.c_str(),
-             std::strerror(errno));
+      const bool bad = std::fflush(log) != 0 || std::ferror(log);
+      const int e = bad ? errno : test_write_fault(o.log_json) ? ENOSPC : 0;
+      if (bad || e)
+        log_error = format("--log-json: cannot write '%s' at step %lld: %s%s",
+                           o.log_json.c_str(), (long long)s,
+                           e ? std::strerror(e) : "write error",
+                           bad ? "" : " (SPILLWAY_TEST_ENOSPC)");
     }
     if (!std::isfinite(loss)) {
-      std::fflush(stdout);
+      flush_stdout();
       std::string batches;
       for (const InputInfo &in : ctx->inputs)
         if (in.num_batches > 1)
@@ -1578,7 +1826,7 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
     if (scan_weights) {
       int64_t at = 0;
       if (const ParamInfo *p = non_finite_param(ctx, &at)) {
-        std::fflush(stdout);
+        flush_stdout();
         fail("step %lld: parameter '%s' %s holds %s at flat index %lld after "
              "the update (the loss, %g, and the gradients were finite): the "
              "update overflowed; lower --lr (now %g) or --weight-decay (now "
@@ -1588,11 +1836,13 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
              double(loss), hp.lr, hp.weight_decay);
       }
     }
+    if (!log_error.empty())
+      output_failed(ctx, o, Error(log_error));
     const bool progress = s % every == 0 || s == o.steps;
     if (progress) {
       std::printf("step %lld/%lld  loss %.6f\n", (long long)s,
                   (long long)o.steps, double(loss));
-      std::fflush(stdout);
+      flush_stdout();
     }
     if (ck && (s == o.steps ||
                (o.checkpoint_every && s % o.checkpoint_every == 0))) {
@@ -1600,7 +1850,7 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
       try {
         ck->write(s, progress);
       } catch (const Error &e) {
-        checkpoint_failed(ctx, o, e);
+        output_failed(ctx, o, e);
       }
     }
   }
@@ -1612,8 +1862,9 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
     FILE *f = log;
     log = nullptr;
     if (std::fclose(f) != 0)
-      fail("cannot write --log-json file '%s': %s", o.log_json.c_str(),
-           std::strerror(errno));
+      output_failed(ctx, o,
+                    Error(format("--log-json: cannot write '%s': %s",
+                                 o.log_json.c_str(), std::strerror(errno))));
   }
   const int64_t ran = o.steps - start;
   if (ran > 0)
@@ -1661,7 +1912,8 @@ const char *npy_descr(int32_t dtype) {
 // Runs `steps` steps of a forward-only model (step s on batch (s-1) % B) and
 // writes each output to DIR/<name>.npy, shape [steps, *output_shape], with
 // step s's values at index s-1.
-int run_forward(spw_ctx *ctx, const Options &o, int64_t steps) {
+int run_forward(spw_ctx *ctx, const Options &o, int64_t steps,
+                const std::vector<FileRole> &ins) {
   namespace fs = std::filesystem;
   std::vector<std::string> paths;
   if (!o.outputs.empty()) {
@@ -1679,8 +1931,12 @@ int run_forward(spw_ctx *ctx, const Options &o, int64_t steps) {
           fail("outputs '%s' and '%s' would both be written to '%s'",
                ctx->outputs[j].name.c_str(), ctx->outputs[i].name.c_str(),
                paths[i].c_str());
-      // Each file is replaced at the end: a FIFO or device there is found
-      // now, not after the last step.
+      // Each file is replaced at the end: a FIFO or device there, or an
+      // input of the run, is found now, not after the last step.
+      refuse_overwrites({file_role(format("--outputs file '%s'",
+                                          paths[i].c_str()),
+                                   paths[i])},
+                        ins, o);
       check_output_file("--outputs", paths[i]);
     }
   }
@@ -1721,7 +1977,7 @@ int run_forward(spw_ctx *ctx, const Options &o, int64_t steps) {
     clear_step(ctx);
     if (s % every == 0 || s == steps) {
       std::printf("step %lld/%lld\n", (long long)s, (long long)steps);
-      std::fflush(stdout);
+      flush_stdout();
     }
   }
   const double secs =
@@ -1741,7 +1997,7 @@ int run_forward(spw_ctx *ctx, const Options &o, int64_t steps) {
                 shape_str(shape.data(), int(shape.size())).c_str(),
                 paths[i].c_str());
   }
-  std::fflush(stdout);
+  flush_stdout();
   return 0;
 }
 
@@ -1796,7 +2052,7 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
       std::printf("  output %s: %s %s\n", out.name.c_str(),
                   dtype_name(out.value->dtype), out.value->shape().c_str());
     std::printf("  forward-only: %lld steps\n", (long long)o.steps);
-    std::fflush(stdout);
+    flush_stdout();
     return;
   }
   const auto &d = ctx->declared_adamw;
@@ -1835,7 +2091,7 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
   std::printf("%s\n", line.c_str());
   if (!o.check_gradients)
     std::printf("  training %lld steps\n", (long long)o.steps);
-  std::fflush(stdout);
+  flush_stdout();
 }
 
 int run(const Options &o, const char *argv0) {
@@ -1900,12 +2156,14 @@ int run(const Options &o, const char *argv0) {
 
   // Every destination first: a result that cannot be written is found
   // before the run, not after it.
-  check_outputs(o);
+  const std::string exe = exe_path(argv0);
+  const std::string weights =
+      o.weights.empty() ? exe + ".weights" : o.weights;
+  const std::vector<FileRole> ins = run_inputs(o, weights, exe);
+  check_outputs(o, ins);
 
   // Every file against the declarations, then the memory for all of them,
   // and only then any buffer sized from the model or the files.
-  const std::string weights =
-      o.weights.empty() ? exe_path(argv0) + ".weights" : o.weights;
   WeightsPlan wplan = check_weights(ctx, weights, !o.weights.empty());
   std::vector<InputPlan> iplans;
   for (InputInfo &in : ctx->inputs) {
@@ -1984,7 +2242,7 @@ int run(const Options &o, const char *argv0) {
         fo.steps = std::max(fo.steps, in.num_batches);
     }
     print_banner(ctx, fo, weights, hp);
-    return run_forward(ctx, fo, fo.steps);
+    return run_forward(ctx, fo, fo.steps, ins);
   }
   const bool tiered = has_tiers(ctx);
   if (tiered)
@@ -2000,7 +2258,7 @@ int run(const Options &o, const char *argv0) {
     std::printf("%s\n", ck->describe().c_str());
     start = ck->start();
     device_push(ctx); // the restored state
-    std::fflush(stdout);
+    flush_stdout();
   }
   if (tiered)
     tiers_scatter(ctx);
@@ -2014,16 +2272,27 @@ int run(const Options &o, const char *argv0) {
     tiers_gather(ctx);
     if (o.steps > start)
       std::printf("%s\n", tiers_summary(ctx, secs, o.steps - start).c_str());
-    if (!o.stats_json.empty()) {
-      write_file_atomic(o.stats_json,
-                        tiers_stats_json(ctx, secs, o.steps - start));
-      std::printf("wrote offload statistics to %s\n", o.stats_json.c_str());
-    }
   }
+  // (Printing cannot fail the run: flush_stdout.)
   if (ctx->device && rc == 0)
     std::printf("%s\n", device_summary(ctx).c_str());
+  // The weights before any other file: one that fails (--stats-json on a
+  // full disk) must not lose them.
   if (!o.save.empty())
     save_params(ctx, o.save);
+  if (tiered && !o.stats_json.empty()) {
+    try {
+      write_file_atomic(o.stats_json,
+                        tiers_stats_json(ctx, secs, o.steps - start));
+    } catch (const Error &e) {
+      fail("--stats-json: %s%s", e.what(),
+           o.save.empty() ? ""
+                          : format("; the weights were saved to '%s'",
+                                   o.save.c_str())
+                                .c_str());
+    }
+    std::printf("wrote offload statistics to %s\n", o.stats_json.c_str());
+  }
   return rc;
 }
 
@@ -2032,6 +2301,9 @@ int run(const Options &o, const char *argv0) {
 
 extern "C" int spw_main(int argc, char **argv) {
   using namespace spw;
+  // A closed stdout is an EPIPE for flush_stdout, not a silent death that
+  // loses the run (`EXE ... | head -3`).
+  std::signal(SIGPIPE, SIG_IGN);
   const char *prog = argc > 0 && argv[0] ? argv[0] : "model";
   Options o;
   try {
@@ -2043,25 +2315,28 @@ extern "C" int spw_main(int argc, char **argv) {
   }
   if (o.help) {
     std::printf(kUsage, prog);
+    flush_stdout();
     return 0;
   }
   try {
-    return run(o, prog);
+    const int rc = run(o, prog);
+    flush_stdout();
+    return rc;
   } catch (const UsageError &e) {
-    std::fflush(stdout);
+    flush_stdout();
     std::fprintf(stderr, "error: %s\nrun '%s --help' for usage\n", e.what(),
                  prog);
     return 2;
   } catch (const Error &e) {
-    std::fflush(stdout);
+    flush_stdout();
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   } catch (const std::bad_alloc &) {
-    std::fflush(stdout);
+    flush_stdout();
     std::fprintf(stderr, "error: out of memory\n");
     return 1;
   } catch (const std::exception &e) {
-    std::fflush(stdout);
+    flush_stdout();
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   }

@@ -150,18 +150,23 @@ const float *recorded_grad(const ParamInfo &p) {
 }
 
 // A NaN or infinite gradient element would make the element's weight and
-// moments NaN for good; refuse it before the update, so the weights stay
-// those of the last good step.
-void check_finite_grad(const ParamInfo &p, const float *g,
+// moments NaN for good: it is recorded instead of applied (and the step's
+// later updates are skipped), so the weights stay those of the last good
+// step. The driver reports it after reading the loss: a non-finite loss
+// explains it better than the gradient does. False: skip the update.
+bool check_finite_grad(spw_ctx *ctx, const ParamInfo &p, const float *g,
                        int64_t begin, int64_t end) {
+  if (!ctx->grad_error.empty())
+    return false;
   for (int64_t i = begin; i < end; ++i)
-    if (!std::isfinite(g[i]))
-      fail("the gradient of parameter '%s' %s holds %s at flat index %lld "
-           "(the loss was finite); the update is not applied: check this "
-           "step's batch and the model for operations undefined on it",
-           p.name.c_str(), p.value->shape().c_str(),
-           std::isnan(g[i]) ? "NaN" : g[i] > 0 ? "+Inf" : "-Inf",
-           (long long)i);
+    if (!std::isfinite(g[i])) {
+      ctx->grad_error = spw::format(
+          "the gradient of parameter '%s' %s holds %s at flat index %lld",
+          p.name.c_str(), p.value->shape().c_str(),
+          std::isnan(g[i]) ? "NaN" : g[i] > 0 ? "+Inf" : "-Inf", (long long)i);
+      return false;
+    }
+  return true;
 }
 
 } // namespace
@@ -293,7 +298,8 @@ extern "C" void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad,
         ctx, AdamWHparams{lr, beta1, beta2, eps, weight_decay});
     if (ctx->device)
       return device_update(ctx, p, grad, h, 0.0);
-    check_finite_grad(p, recorded_grad(p), 0, p.value->numel);
+    if (!check_finite_grad(ctx, p, recorded_grad(p), 0, p.value->numel))
+      return;
     adamw_update(p, recorded_grad(p), 0, p.value->numel, ctx->step, h);
   });
 }
@@ -311,7 +317,8 @@ extern "C" void spw_foam(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     const double a = ctx->overrides.foam_alpha.value_or(alpha);
     if (ctx->device)
       return device_update(ctx, p, grad, h, a);
-    check_finite_grad(p, recorded_grad(p), 0, p.value->numel);
+    if (!check_finite_grad(ctx, p, recorded_grad(p), 0, p.value->numel))
+      return;
     foam_update(p, recorded_grad(p), ctx->step, h, a);
   });
 }
@@ -330,7 +337,8 @@ extern "C" void spw_adamw_range(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     check_nothing_pending(p, begin, end, "updating");
     AdamWHparams h = effective_adamw(
         ctx, AdamWHparams{lr, beta1, beta2, eps, weight_decay});
-    check_finite_grad(p, recorded_grad(p), begin, end);
+    if (!check_finite_grad(ctx, p, recorded_grad(p), begin, end))
+      return;
     adamw_update(p, recorded_grad(p) + begin, begin, end, ctx->step, h);
   });
 }
@@ -354,7 +362,8 @@ extern "C" void spw_adamw_defer(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     q.h = effective_adamw(ctx,
                           AdamWHparams{lr, beta1, beta2, eps, weight_decay});
     const float *g = recorded_grad(p);
-    check_finite_grad(p, g, begin, end);
+    if (!check_finite_grad(ctx, p, g, begin, end))
+      return;
     if (!p.spare_grads.empty()) {
       q.grad = std::move(p.spare_grads.back());
       p.spare_grads.pop_back();

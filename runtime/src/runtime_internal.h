@@ -182,6 +182,10 @@ struct spw_ctx {
   // allocate_declared).
   bool defer_alloc = false;
   std::string error;           // first error; sticky until the driver clears it
+  // The first non-finite gradient of the step (spw_adamw & co. record it and
+  // skip the updates from there on): the driver reports it after reading the
+  // loss, which, when it is non-finite too, is the better diagnosis.
+  std::string grad_error;
   spw_tensor dummy;            // returned by entry points after an error
   float dummy_storage = 0.0f;
 
@@ -326,8 +330,18 @@ int64_t safetensors_dtype_size(const std::string &dtype);
 SafetensorsHeader parse_safetensors_header(const std::string &json,
                                            int64_t data_size,
                                            const std::string &what);
-// Writes to `path` through a temporary file and rename.
+// Writes to `path` through a temporary file and rename. A symlink at `path`
+// is followed: its target is replaced (the temporary is made beside it).
 void write_file_atomic(const std::string &path, const std::string &bytes);
+// `path` with its symlinks followed (up to 40), the last one possibly
+// dangling; `path` itself when it is not a symlink.
+std::string resolve_symlinks(const std::string &path);
+// Test only: SPILLWAY_TEST_ENOSPC=FILE[@N][,FILE[@N]...] makes the N-th
+// (default: first) and later writes of FILE (the path as its flag gave it;
+// each write_file_atomic, or each --log-json line) fail as if the disk were
+// full, so the tests reach the end-of-run and mid-run output failures
+// without a full file system.
+bool test_write_fault(const std::string &path);
 // Creates `path` (refusing an existing file when `exclusive`), writes all of
 // `bytes`, fsyncs and closes it; on failure removes it and throws spw::Error
 // naming the file (and the offset of a failed write).

@@ -15,8 +15,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <set>
 #include <dirent.h>
 #include <fcntl.h>
@@ -539,7 +542,55 @@ void remove_stale_temporaries(const std::string &path) {
 
 } // namespace
 
-void write_file_atomic(const std::string &path, const std::string &bytes) {
+std::string resolve_symlinks(const std::string &given) {
+  std::string path = given;
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode))
+      return path;
+    std::string target(size_t(PATH_MAX), '\0');
+    const ssize_t n = ::readlink(path.c_str(), target.data(), target.size());
+    if (n <= 0 || size_t(n) >= target.size())
+      return path;
+    target.resize(size_t(n));
+    // A relative target is relative to the link's directory.
+    const size_t slash = path.find_last_of('/');
+    path = target[0] == '/' || slash == std::string::npos
+               ? target
+               : path.substr(0, slash + 1) + target;
+  }
+  return path; // a loop: the writes fail on it with ELOOP, naming it
+}
+
+bool test_write_fault(const std::string &path) {
+  const char *spec = std::getenv("SPILLWAY_TEST_ENOSPC");
+  if (!spec || !*spec)
+    return false;
+  static std::map<std::string, long> writes; // per FILE of the spec
+  const std::string all = spec;
+  size_t start = 0;
+  while (start <= all.size()) {
+    size_t comma = all.find(',', start);
+    if (comma == std::string::npos)
+      comma = all.size();
+    std::string item = all.substr(start, comma - start), name = item;
+    long from = 1;
+    if (size_t at = item.rfind('@'); at != std::string::npos) {
+      name = item.substr(0, at);
+      from = std::atol(item.c_str() + at + 1);
+    }
+    if (name == path)
+      return ++writes[name] >= from;
+    start = comma + 1;
+  }
+  return false;
+}
+
+void write_file_atomic(const std::string &given, const std::string &bytes) {
+  // A symlink is followed: its target is what the user means to replace (a
+  // rename over the link would replace the link and leave the target as it
+  // was); the temporary is made beside the target.
+  const std::string path = resolve_symlinks(given);
   // Only a regular file is replaced: a rename over /dev/null (or a FIFO, a
   // directory) would swap the node for a file.
   struct stat st;
@@ -551,6 +602,9 @@ void write_file_atomic(const std::string &path, const std::string &bytes) {
   // A new file: whatever has this name (a file of an earlier process with
   // our pid, or a FIFO someone made there) is not opened.
   ::unlink(tmp.c_str());
+  if (test_write_fault(given))
+    fail("cannot write '%s' at offset 0: %s (SPILLWAY_TEST_ENOSPC)",
+         tmp.c_str(), std::strerror(ENOSPC));
   write_file_synced(tmp, bytes, /*exclusive=*/true);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int e = errno;

@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "executable_fixture.h"
+#include "storage/checkpoint.h"
+#include "storage/io_engine.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -524,6 +526,24 @@ TEST_F(Driver, ForwardOutputFilesAreCheckedBeforeTheSteps) {
   EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
 }
 
+// A forward model's --outputs file that is one of its inputs is refused
+// before anything is written (exit 2).
+TEST_F(Driver, ForwardOutputsDoNotOverwriteInputs) {
+  auto x = randoms(24, 200, -2, 2);
+  fs::create_directory(path("out"));
+  write("out/mask.npy", spw::write_npy("<f4", {3, 2, 4}, x.data(), 96));
+  const std::string before = read("out/mask.npy");
+  auto w = randoms(15, 201);
+  write("fm.weights", std::string(reinterpret_cast<char *>(w.data()), 60));
+  Result r = run("--input x=out/mask.npy --weights fm.weights --outputs out",
+                 kNoHang, SPW_FORWARD_MODEL_EXE);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_CONTAINS(r.err, "error: --outputs file 'out/mask.npy' is the same "
+                         "file as --input x=out/mask.npy: the run would "
+                         "overwrite what it reads");
+  EXPECT_EQ(read("out/mask.npy"), before);
+}
+
 TEST_F(Driver, OutputsAreCheckedBeforeTraining) {
   auto expect_early = [&](const Result &r, const std::string &msg) {
     EXPECT_EQ(r.rc, 1) << r.err;
@@ -568,18 +588,16 @@ TEST_F(Driver, OutputsAreCheckedBeforeTraining) {
 
 TEST_F(Driver, FailedSaveRescuesTheWeights) {
   ASSERT_EQ(train("--steps 4 --lr 0.05 --save want.safetensors").rc, 0);
-  // The directory takes files, so the up-front check passes; the rename
-  // over the immutable file fails only at the end.
+  // The directory takes files, so the up-front check passes; the write of
+  // the temporary fails only at the end (a full disk, injected).
   write("out.safetensors", "old");
   fs::create_directory(path("rescue"));
-  if (!chattr("+i", path("out.safetensors")))
-    GTEST_SKIP() << "chattr +i is not available here";
   Result r = train("--steps 4 --lr 0.05 --save out.safetensors",
-                   "TMPDIR=" + path("rescue"));
-  chattr("-i", path("out.safetensors"));
+                   "TMPDIR=" + path("rescue") +
+                       " SPILLWAY_TEST_ENOSPC=out.safetensors");
   EXPECT_EQ(r.rc, 1);
   EXPECT_CONTAINS(r.out, "step 4/4");
-  EXPECT_CONTAINS(r.err, "error: --save: cannot rename 'out.safetensors.tmp.");
+  EXPECT_CONTAINS(r.err, "error: --save: cannot write 'out.safetensors.tmp.");
   EXPECT_CONTAINS(r.err, "; the trained weights were written to '" +
                              path("rescue") + "/out.safetensors.rescued-");
   EXPECT_EQ(read("out.safetensors"), "old");
@@ -593,6 +611,121 @@ TEST_F(Driver, FailedSaveRescuesTheWeights) {
   for (const auto &e : fs::directory_iterator(dir))
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos)
         << e.path();
+}
+
+// A --save file that cannot be replaced (chattr +i or +a) is found before
+// step 1, not when the rename fails at the end.
+TEST_F(Driver, UnreplaceableSaveIsRefusedBeforeTraining) {
+  write("out.safetensors", "old");
+  write("log.jsonl", "old");
+  if (!chattr("+i", path("out.safetensors")))
+    GTEST_SKIP() << "chattr +i is not available here";
+  Result r = train("--steps 4 --save out.safetensors");
+  chattr("-i", path("out.safetensors"));
+  ASSERT_TRUE(chattr("+a", path("log.jsonl")));
+  Result a = train("--steps 4 --log-json log.jsonl");
+  chattr("-a", path("log.jsonl"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "error: --save 'out.safetensors' is immutable "
+                         "(chattr +i), so the run could not replace it: "
+                         "remove the attribute (chattr -i)");
+  EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
+  EXPECT_EQ(a.rc, 1);
+  EXPECT_CONTAINS(a.err, "error: --log-json 'log.jsonl' is append-only "
+                         "(chattr +a)");
+  EXPECT_EQ(read("out.safetensors"), "old");
+}
+
+// --save through a symlink replaces the link's target, as --log-json writes
+// through it; the link stays.
+TEST_F(Driver, SaveFollowsSymlinks) {
+  fs::create_directory(path("d"));
+  fs::create_symlink("d/target.safetensors", path("link.safetensors"));
+  fs::create_symlink("d/log.jsonl", path("link.jsonl"));
+  Result r = train("--steps 2 --save link.safetensors --log-json link.jsonl");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(fs::is_symlink(path("link.safetensors")));
+  ASSERT_TRUE(fs::exists(path("d/target.safetensors")));
+  ASSERT_EQ(train("--steps 2 --save want.safetensors").rc, 0);
+  EXPECT_EQ(read("d/target.safetensors"), read("want.safetensors"));
+  EXPECT_EQ(json_losses(read("d/log.jsonl")).size(), 2u);
+  // A second save replaces the target again, through the link.
+  ASSERT_EQ(train("--steps 3 --save link.safetensors").rc, 0);
+  EXPECT_TRUE(fs::is_symlink(path("link.safetensors")));
+  EXPECT_NE(read("d/target.safetensors"), read("want.safetensors"));
+}
+
+// The writability probe carries its pid; a killed run's probe is removed by
+// the next run that probes the directory.
+TEST_F(Driver, StaleProbesAreRemoved) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0)
+    ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  const std::string dead = ".spillway-probe-" + std::to_string(child) + "-ab12Cd";
+  const std::string live =
+      ".spillway-probe-" + std::to_string(::getpid()) + "-ab12Cd";
+  write(dead, "");
+  write(live, "");
+  Result r = train("--steps 1 --save out.safetensors");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_FALSE(fs::exists(path(dead)));
+  EXPECT_TRUE(fs::exists(path(live)));
+  for (const auto &e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n != live)
+      EXPECT_EQ(n.find(".spillway-probe-"), std::string::npos) << n;
+  }
+}
+
+// A checkpoint whose checksums match but which holds a NaN (crafted: the
+// writer never writes one) is refused at the resume, naming the tensor.
+TEST_F(Driver, ResumedNonFiniteStateIsRefused) {
+  namespace st = spw::storage;
+  ASSERT_EQ(train("--steps 2 --checkpoint-dir ck").rc, 0);
+  auto rewrite = [&](const std::string &tensor, size_t element, float value) {
+    st::IoEngine engine(st::EngineConfig{});
+    st::CheckpointOptions opts;
+    std::optional<st::LoadedCheckpoint> c =
+        st::load_newest_checkpoint(engine, path("ck"), opts);
+    ASSERT_TRUE(c.has_value());
+    std::vector<std::string> bytes;
+    for (const st::CheckpointTensor &t : c->tensors)
+      bytes.emplace_back(static_cast<const char *>(c->data(t)),
+                         size_t(t.bytes));
+    std::vector<st::CheckpointTensorRef> refs;
+    for (size_t i = 0; i < c->tensors.size(); ++i) {
+      const st::CheckpointTensor &t = c->tensors[i];
+      if (t.name == tensor)
+        std::memcpy(bytes[i].data() + element * 4, &value, 4);
+      refs.push_back({t.name, t.dtype, t.shape, bytes[i].data(), t.bytes});
+    }
+    st::write_checkpoint(engine, path("ck"), c->step, refs, c->metadata,
+                         opts);
+  };
+  rewrite("param/fc1.bias", 2, NAN);
+  Result r = train("--steps 4 --checkpoint-dir ck --resume");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "error: checkpoint '" + std::string("ck/step-00000002") +
+                             "': parameter 'fc1.bias' [5] holds NaN at flat "
+                             "index 2, which training never writes");
+  EXPECT_EQ(r.out.find("step 3/"), std::string::npos) << r.out;
+  rewrite("param/fc1.bias", 2, 0.5f);
+  rewrite("adam_v/fc2.weight", 1, -1.0f);
+  r = train("--steps 4 --checkpoint-dir ck --resume");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "the second moment (adam_v) of 'fc2.weight' [5,3] "
+                         "holds a negative value (-1) at flat index 1");
+  rewrite("adam_v/fc2.weight", 1, 0.0f);
+  rewrite("adam_m/fc1.weight", 0, INFINITY);
+  r = train("--steps 4 --checkpoint-dir ck --resume");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_CONTAINS(r.err, "the first moment (adam_m) of 'fc1.weight' [5,3] "
+                         "holds +Inf at flat index 0");
+  rewrite("adam_m/fc1.weight", 0, 0.0f);
+  r = train("--steps 4 --checkpoint-dir ck --resume");
+  EXPECT_EQ(r.rc, 0) << r.err;
 }
 
 // A checkpoint that cannot be written (here: ENOSPC, injected) ends the
