@@ -1849,6 +1849,12 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
       flush_deferred_updates(ctx);
       try {
         ck->write(s, progress);
+      } catch (const storage::CheckpointPublishedError &e) {
+        // The published checkpoint holds these weights (the message says
+        // so): only an asked-for --save is still written, no rescue copy.
+        if (o.save.empty())
+          throw;
+        output_failed(ctx, o, e);
       } catch (const Error &e) {
         output_failed(ctx, o, e);
       }

@@ -320,6 +320,8 @@ TEST_F(CheckpointDriver, OutOfMemoryAfterPublishingSaysSo) {
                          "(--resume continues from 'ck/step-00000006')");
   EXPECT_EQ(r.err.find("untouched"), std::string::npos) << r.err;
   EXPECT_EQ(spw::storage::list_checkpoints(path("ck")).size(), 2u);
+  // The published checkpoint holds the weights: no rescue copy of them.
+  EXPECT_EQ(r.err.find("rescued"), std::string::npos) << r.err;
 
   r = train("--steps 10 --checkpoint-dir ck2 --checkpoint-every 3 "
             "--keep-checkpoints 1",
