@@ -1031,37 +1031,13 @@ std::string parent_dir(const std::string &path) {
   return d.empty() ? "." : d;
 }
 
-// Removes the probe files of dead processes in `dir`: a run killed between
-// creating and removing its probe leaves one (".spillway-probe-<pid>-...").
-void remove_stale_probes(const std::string &dir) {
-  const std::string prefix = ".spillway-probe-";
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end;
-       it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.compare(0, prefix.size(), prefix) != 0)
-      continue;
-    const size_t dash = name.find('-', prefix.size());
-    const std::string digits = name.substr(
-        prefix.size(), dash == std::string::npos ? 0 : dash - prefix.size());
-    if (!all_digits(digits) || digits.size() > 9)
-      continue;
-    const pid_t pid = pid_t(std::stol(digits));
-    if (pid <= 0 || pid == ::getpid() ||
-        !(::kill(pid, 0) != 0 && errno == ESRCH))
-      continue;
-    struct stat st;
-    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode))
-      ::unlink(it->path().c_str());
-  }
-}
-
 // Creates and removes a file in `dir`: the one test that files can be made
 // there (access(2) says yes to root on a read-only mount or an immutable
 // directory). `flag` and `value` name the destination in the error.
 void probe_dir(const std::string &dir, const char *flag,
                const std::string &value) {
-  remove_stale_probes(dir);
+  // A run killed between creating and removing its probe left one.
+  remove_files_of_dead_writers(dir, ".spillway-probe-", '-');
   std::string tmpl =
       format("%s/.spillway-probe-%ld-XXXXXX", dir.c_str(), long(::getpid()));
   const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);

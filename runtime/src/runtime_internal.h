@@ -333,6 +333,11 @@ SafetensorsHeader parse_safetensors_header(const std::string &json,
 // Writes to `path` through a temporary file and rename. A symlink at `path`
 // is followed: its target is replaced (the temporary is made beside it).
 void write_file_atomic(const std::string &path, const std::string &bytes);
+// Removes the regular files in `dir` named `prefix` + `<pid>` (followed by
+// `sep` and anything, when `sep` is not '\0') whose process is gone: what a
+// killed writer left, which it could not clean up itself.
+void remove_files_of_dead_writers(const std::string &dir,
+                                  const std::string &prefix, char sep);
 // `path` with its symlinks followed (up to 40), the last one possibly
 // dangling; `path` itself when it is not a symlink.
 std::string resolve_symlinks(const std::string &path);

@@ -506,17 +506,8 @@ void write_file_synced(const std::string &path, const std::string &bytes,
   }
 }
 
-namespace {
-
-// Removes the temporaries `<name>.tmp.<pid>` beside `path` whose process is
-// gone: what a killed earlier write_file_atomic left (a kill cannot be
-// cleaned up after by the killed process itself).
-void remove_stale_temporaries(const std::string &path) {
-  const size_t slash = path.find_last_of('/');
-  const std::string dir =
-      slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  const std::string prefix =
-      (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
+void remove_files_of_dead_writers(const std::string &dir,
+                                  const std::string &prefix, char sep) {
   DIR *d = ::opendir(dir.c_str());
   if (!d)
     return;
@@ -524,23 +515,24 @@ void remove_stale_temporaries(const std::string &path) {
     const std::string name = e->d_name;
     if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix))
       continue;
-    const std::string digits = name.substr(prefix.size());
-    if (digits.size() > 9 ||
+    const size_t stop = sep ? name.find(sep, prefix.size()) : name.size();
+    if (stop == std::string::npos)
+      continue;
+    const std::string digits = name.substr(prefix.size(), stop - prefix.size());
+    if (digits.empty() || digits.size() > 9 ||
         digits.find_first_not_of("0123456789") != std::string::npos)
       continue;
     const pid_t pid = pid_t(std::stol(digits));
     if (pid <= 0 || pid == ::getpid() ||
         !(::kill(pid, 0) != 0 && errno == ESRCH))
       continue;
-    const std::string full = (slash == std::string::npos ? "" : dir) + name;
+    const std::string full = dir + "/" + name;
     struct stat st;
     if (::lstat(full.c_str(), &st) == 0 && S_ISREG(st.st_mode))
       ::unlink(full.c_str());
   }
   ::closedir(d);
 }
-
-} // namespace
 
 std::string resolve_symlinks(const std::string &given) {
   std::string path = given;
@@ -597,7 +589,16 @@ void write_file_atomic(const std::string &given, const std::string &bytes) {
   if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
     fail("'%s' is %s; refusing to replace it with a regular file",
          path.c_str(), file_kind(st.st_mode));
-  remove_stale_temporaries(path);
+  // What a killed earlier write of this file left (`<name>.tmp.<pid>`).
+  {
+    const size_t slash = path.find_last_of('/');
+    remove_files_of_dead_writers(
+        slash == std::string::npos ? "."
+        : slash == 0               ? "/"
+                                   : path.substr(0, slash),
+        (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.",
+        '\0');
+  }
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   // A new file: whatever has this name (a file of an earlier process with
   // our pid, or a FIFO someone made there) is not opened.
