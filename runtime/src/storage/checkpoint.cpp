@@ -978,15 +978,22 @@ std::string lock_holder(int fd) {
 }
 } // namespace
 
-CheckpointDirLock::CheckpointDirLock(
-    const std::string &root,
-    const std::function<void(const std::string &)> &notice) {
+namespace {
+// DIR, made if missing (the lock and the first checkpoint both need it).
+void create_checkpoint_root(const std::string &root) {
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec || !fs::is_directory(root, ec))
     fail("cannot create checkpoint directory '%s': %s; pass another "
          "--checkpoint-dir",
          root.c_str(), ec ? ec.message().c_str() : "not a directory");
+}
+} // namespace
+
+CheckpointDirLock::CheckpointDirLock(
+    const std::string &root,
+    const std::function<void(const std::string &)> &notice) {
+  create_checkpoint_root(root);
   const std::string path = (fs::path(root) / kCheckpointLockFile).string();
   // O_NOFOLLOW | O_NONBLOCK: a symlink or FIFO planted as LOCK is refused,
   // not followed or waited on.
@@ -1095,14 +1102,7 @@ CheckpointWriteResult write_checkpoint(IoEngine &engine,
     fail("checkpoint chunks of %llu bytes: at most %llu",
          (unsigned long long)o.chunk_bytes,
          (unsigned long long)(kMaxChunkBytes - kMaxAlignment));
-  {
-    std::error_code ec;
-    fs::create_directories(root, ec);
-    if (ec || !fs::is_directory(root, ec))
-      fail("cannot create checkpoint directory '%s': %s; pass another "
-           "--checkpoint-dir",
-           root.c_str(), ec ? ec.message().c_str() : "not a directory");
-  }
+  create_checkpoint_root(root);
   const std::string name = checkpoint_dir_name(step);
   const std::string final_dir = (fs::path(root) / name).string();
   const std::string tmp_dir =
