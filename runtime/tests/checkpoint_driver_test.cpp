@@ -263,25 +263,8 @@ TEST_F(CheckpointDriver, ReadErrorsStopTheResumeAndPruneNothing) {
 // the holder of ck/LOCK (here a child process holding it as a run does);
 // once the holder is gone (killed: its flock died with it) a run proceeds.
 TEST_F(CheckpointDriver, SecondRunOnTheDirIsRefusedAtStart) {
-  int ready[2], hold[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  ASSERT_EQ(::pipe(hold), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    try {
-      spw::storage::CheckpointDirLock lock(path("ck"));
-      char c = 'y';
-      if (::write(ready[1], &c, 1) != 1)
-        std::_Exit(2);
-      (void)!::read(hold[0], &c, 1); // until the parent kills it
-    } catch (...) {
-      std::_Exit(3);
-    }
-    std::_Exit(0);
-  }
-  char c = 0;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  LockHolder holder(path("ck"));
+  const pid_t child = holder.pid();
   char host[256] = {};
   ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
   Result r = train("--steps 4 --checkpoint-dir ck --checkpoint-every 2 "
@@ -294,11 +277,7 @@ TEST_F(CheckpointDriver, SecondRunOnTheDirIsRefusedAtStart) {
   EXPECT_CONTAINS(r.err, "wait for that one to finish, or pass another "
                          "--checkpoint-dir");
   EXPECT_EQ(r.out.find("step 1/4"), std::string::npos) << r.out;
-  ::kill(child, SIGKILL);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  for (int fd : {ready[0], ready[1], hold[0], hold[1]})
-    ::close(fd);
+  holder.release();
   r = train("--steps 4 --checkpoint-dir ck --checkpoint-every 2 --resume");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(spw::storage::list_checkpoints(path("ck")).size(), 2u);

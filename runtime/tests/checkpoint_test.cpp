@@ -677,25 +677,8 @@ TEST_F(Checkpoint, OutOfMemoryAfterPublishingSaysWhatWasPublished) {
 // One run per directory: a second holder of ROOT/LOCK is refused, naming the
 // first's pid and host; a lock left by a killed process is no holder.
 TEST_F(Checkpoint, SecondLockHolderIsRefusedNamingTheFirst) {
-  int ready[2], hold[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  ASSERT_EQ(::pipe(hold), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    try {
-      CheckpointDirLock lock(root());
-      char c = 'y';
-      if (::write(ready[1], &c, 1) != 1)
-        std::_Exit(2);
-      (void)!::read(hold[0], &c, 1); // until the parent kills it
-    } catch (...) {
-      std::_Exit(3);
-    }
-    std::_Exit(0);
-  }
-  char c = 0;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  spwtest::LockHolder holder(root());
+  const pid_t child = holder.pid();
   char host[256] = {};
   ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
   try {
@@ -708,11 +691,7 @@ TEST_F(Checkpoint, SecondLockHolderIsRefusedNamingTheFirst) {
                         std::to_string(child) + " on host " + host + " since ");
     EXPECT_CONTAINS(std::string(e.what()), "says '" + root() + "/LOCK'");
   }
-  ::kill(child, SIGKILL);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  for (int fd : {ready[0], ready[1], hold[0], hold[1]})
-    ::close(fd);
+  holder.release();
   {
     CheckpointDirLock again(root());
     EXPECT_TRUE(again.held());

@@ -658,12 +658,7 @@ TEST_F(Driver, SaveFollowsSymlinks) {
 // The writability probe carries its pid; a killed run's probe is removed by
 // the next run that probes the directory.
 TEST_F(Driver, StaleProbesAreRemoved) {
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0)
-    ::_exit(0);
-  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
-  const std::string dead = ".spillway-probe-" + std::to_string(child) + "-ab12Cd";
+  const std::string dead = ".spillway-probe-" + std::to_string(dead_pid()) + "-ab12Cd";
   const std::string live =
       ".spillway-probe-" + std::to_string(::getpid()) + "-ab12Cd";
   write(dead, "");
@@ -757,13 +752,7 @@ TEST_F(Driver, FailedCheckpointRescuesTheWeights) {
 }
 
 TEST_F(Driver, StaleTemporariesAreRemoved) {
-  // A pid that is not running: a child that has exited and been reaped.
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0)
-    ::_exit(0);
-  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
-  const std::string dead = std::to_string(child);
+  const std::string dead = std::to_string(dead_pid());
   const std::string live = std::to_string(::getpid());
   write("out.safetensors.tmp." + dead, "left by a killed run");
   write("out.safetensors.tmp." + live, "a running writer's");

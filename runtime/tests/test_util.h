@@ -3,6 +3,12 @@
 #define SPILLWAY_RUNTIME_TESTS_TEST_UTIL_H
 
 #include "runtime_internal.h"
+#include "storage/checkpoint.h"
+
+#include <csignal>
+#include <stdexcept>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <initializer_list>
@@ -77,6 +83,66 @@ inline std::vector<float> randoms(size_t n, uint64_t seed, float lo = -1.0f,
   }
   return v;
 }
+
+// A pid that runs no process: a child that has exited and been reaped.
+inline pid_t dead_pid() {
+  const pid_t child = ::fork();
+  if (child < 0)
+    throw std::runtime_error("dead_pid: fork failed");
+  if (child == 0)
+    ::_exit(0);
+  if (::waitpid(child, nullptr, 0) != child)
+    throw std::runtime_error("dead_pid: waitpid failed");
+  return child;
+}
+
+// A child process holding the checkpoint directory lock of `dir`, as a
+// running training run does, until release() (or destruction) kills it;
+// its flock dies with it.
+class LockHolder {
+public:
+  explicit LockHolder(const std::string &dir) {
+    if (::pipe(ready_) != 0 || ::pipe(hold_) != 0)
+      throw std::runtime_error("LockHolder: pipe failed");
+    pid_ = ::fork();
+    if (pid_ < 0)
+      throw std::runtime_error("LockHolder: fork failed");
+    if (pid_ == 0) {
+      try {
+        spw::storage::CheckpointDirLock lock(dir);
+        char c = 'y';
+        if (::write(ready_[1], &c, 1) != 1)
+          std::_Exit(2);
+        (void)!::read(hold_[0], &c, 1); // until the parent kills it
+      } catch (...) {
+        std::_Exit(3);
+      }
+      std::_Exit(0);
+    }
+    char c = 0;
+    if (::read(ready_[0], &c, 1) != 1)
+      throw std::runtime_error("LockHolder: the child did not take the lock");
+  }
+  ~LockHolder() { release(); }
+  LockHolder(const LockHolder &) = delete;
+  LockHolder &operator=(const LockHolder &) = delete;
+
+  pid_t pid() const { return pid_; }
+  void release() {
+    if (pid_ <= 0)
+      return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    for (int fd : {ready_[0], ready_[1], hold_[0], hold_[1]})
+      ::close(fd);
+    pid_ = -1;
+  }
+
+private:
+  int ready_[2] = {-1, -1}, hold_[2] = {-1, -1};
+  pid_t pid_ = -1;
+};
 
 } // namespace spwtest
 
