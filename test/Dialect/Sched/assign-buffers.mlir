@@ -1,16 +1,18 @@
 // sched-assign-buffers: homes at fixed offsets, copies away from home in
 // slot pools, each move's destination offset, the tiers' peaks and the
 // bytes per link per iteration; a plan over budget is an error stating the
-// smallest budget. Two layers, two micro-batches, snake, parameters on SSD,
-// CPU optimizer (state and gradients on host).
-// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake "--sched-place=placement=params=ssd,optimizer=host,gradients=host" --sched-insert-transfers --sched-assign-buffers | FileCheck %s
-// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake "--sched-place=placement=params=ssd,optimizer=host,gradients=host" --sched-insert-transfers --sched-assign-buffers=gpu-mem=767 2>&1 | FileCheck %s --check-prefix=GPU
-// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake "--sched-place=placement=params=ssd,optimizer=host,gradients=host" --sched-insert-transfers --sched-assign-buffers=host-mem=16384 2>&1 | FileCheck %s --check-prefix=HOST
-// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake "--sched-place=placement=params=ssd,optimizer=host,gradients=host" --sched-insert-transfers --sched-assign-buffers=gpu-mem=768 -o /dev/null
-// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=ORDER
-// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-recompute "--sched-place=placement=activations=ssd" --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=ACT
-// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-recompute "--sched-place=placement=activations=ssd" --sched-insert-transfers --sched-assign-buffers=ssd-bytes=8191 2>&1 | FileCheck %s --check-prefix=ACTSSD
-// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-recompute "--sched-place=placement=activations=ssd" --sched-insert-transfers --sched-assign-buffers=gpu-mem=1791 2>&1 | FileCheck %s --check-prefix=ACTGPU
+// smallest budget. Two layers (Inputs/models/two-layers.mlir), two
+// micro-batches, snake, parameters on SSD, CPU optimizer (state and
+// gradients on host); Inputs/regenerate.sh writes the placed iterations with
+// their transfers.
+// RUN: spillway-opt %S/Inputs/assign-buffers-ssd.mlir --sched-assign-buffers | FileCheck %s
+// RUN: spillway-opt %S/Inputs/assign-buffers-ssd.mlir --sched-assign-buffers=gpu-mem=768 -o /dev/null
+// RUN: not spillway-opt %S/Inputs/assign-buffers-ssd.mlir --sched-assign-buffers=gpu-mem=767 2>&1 | FileCheck %s --check-prefix=GPU
+// RUN: not spillway-opt %S/Inputs/assign-buffers-ssd.mlir --sched-assign-buffers=host-mem=16384 2>&1 | FileCheck %s --check-prefix=HOST
+// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=ORDER
+// RUN: spillway-opt %S/Inputs/assign-buffers-act.mlir --sched-assign-buffers | FileCheck %s --check-prefix=ACT
+// RUN: not spillway-opt %S/Inputs/assign-buffers-act.mlir --sched-assign-buffers=ssd-bytes=8191 2>&1 | FileCheck %s --check-prefix=ACTSSD
+// RUN: not spillway-opt %S/Inputs/assign-buffers-act.mlir --sched-assign-buffers=gpu-mem=1791 2>&1 | FileCheck %s --check-prefix=ACTGPU
 
 // Homes: parameters on SSD (w1 at 0, w2 at the next 4 KiB), AdamW state and
 // gradients on host, packed per layer. The bytes: three loads from SSD
@@ -72,16 +74,3 @@
 // ACTSSD: error: 'sched.iteration' op plan over budget: the ssd tier needs 8192 bytes for this placement but the budget is 8191; the smallest SSD budget that fits is 8192 bytes
 // ACTGPU: error: 'sched.iteration' op plan over budget: the gpu tier needs 1792 bytes for this placement but the budget is 1791; the smallest --gpu-mem that fits is 1792 bytes
 // ORDER: error: 'sched.iteration' op sched-assign-buffers: run sched-place and sched-insert-transfers first
-module {
-  train.param @w1 : tensor<4x8xf32> at 0
-  train.param @w2 : tensor<8x3xf32> at 128
-  func.func @two_layers(%x: tensor<6x4xf32>, %labels: tensor<6xi64>) -> tensor<f32> {
-    %w1 = train.param_value @w1 : tensor<4x8xf32>
-    %w2 = train.param_value @w2 : tensor<8x3xf32>
-    %h = train.matmul %x, %w1 : tensor<6x4xf32>, tensor<4x8xf32> -> tensor<6x8xf32>
-    %r = train.relu %h : tensor<6x8xf32>
-    %y = train.matmul %r, %w2 : tensor<6x8xf32>, tensor<8x3xf32> -> tensor<6x3xf32>
-    %l = train.softmax_cross_entropy_loss %y, %labels : tensor<6x3xf32>, tensor<6xi64>
-    return %l : tensor<f32>
-  }
-}

@@ -1,13 +1,15 @@
-// sched-insert-transfers: the moves, waits and bindings of a placement, as
-// text. Each RUN keeps the sched lines (no slices, yields or task bodies),
-// so CHECK-NEXT reads the plan op by op. Three layers (embedding, block,
-// head), two micro-batches.
-// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake "--sched-place=placement=params=ssd,optimizer=host,gradients=host" --sched-insert-transfers | grep "sched\." | grep -v "sched.yield\|sched.slice\|sched.iteration" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=SSD
-// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=horizontal "--sched-place=placement=params=host,gradients=ssd" --sched-insert-transfers | grep "sched\." | grep -v "sched.yield\|sched.slice\|sched.iteration" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=GPUOPT
-// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-place --sched-insert-transfers | grep "sched\." | grep -v "sched.yield\|sched.slice\|sched.iteration" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=RESIDENT
-// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-overlap-optimizer "--sched-place=placement=params=ssd,optimizer=host,gradients=host" --sched-insert-transfers | grep "sched\." | grep -v "sched.yield\|sched.slice\|sched.iteration" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=OVERLAP
-// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-overlap-optimizer="fraction=0.5 granule=1" "--sched-place=placement=params=ssd,optimizer=ssd,gradients=host" --sched-insert-transfers | grep "sched\.\|deferred = " | grep -v "sched.yield\|sched.slice\|sched.iteration" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=DEFCPU
-// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-overlap-optimizer="fraction=1 granule=1" "--sched-place=placement=params=ssd,optimizer=gpu,gradients=gpu" --sched-insert-transfers | grep "sched\." | grep -v "sched.yield\|sched.slice\|sched.iteration" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=DEFGPU
+// sched-insert-transfers: the moves, waits and bindings of a placement.
+// Each input is Inputs/models/three-layers.mlir (embedding, block, head)
+// placed by the passes before this one (Inputs/regenerate.sh writes them;
+// most with two micro-batches). The checks read the plan op by op: -NEXT
+// where two plan ops are adjacent, and a -NOT line (no plan op: move,
+// await, bind, drop, task, ...) where a task's body or a slice lies between.
+// RUN: spillway-opt %S/Inputs/insert-transfers-ssd.mlir --sched-insert-transfers | FileCheck %s --check-prefix=SSD
+// RUN: spillway-opt %S/Inputs/insert-transfers-gpuopt.mlir --sched-insert-transfers | FileCheck %s --check-prefix=GPUOPT
+// RUN: spillway-opt %S/Inputs/insert-transfers-resident.mlir --sched-insert-transfers | FileCheck %s --check-prefix=RESIDENT
+// RUN: spillway-opt %S/Inputs/insert-transfers-overlap.mlir --sched-insert-transfers | FileCheck %s --check-prefix=OVERLAP
+// RUN: spillway-opt %S/Inputs/insert-transfers-defcpu.mlir --sched-insert-transfers | FileCheck %s --check-prefix=DEFCPU
+// RUN: spillway-opt %S/Inputs/insert-transfers-defgpu.mlir --sched-insert-transfers | FileCheck %s --check-prefix=DEFGPU
 
 
 // The optimizer overlap (F = 0.5, granule 1 to split these small layers):
@@ -19,29 +21,31 @@
 // written back while the load goes on with the whole block.
 // DEFCPU:      sched.move params layer(0) ssd -> host prio(demand)
 // DEFCPU-NEXT: sched.move params layer(1) ssd -> host prio(prefetch)
-// DEFCPU-NEXT: sched.await %
+// DEFCPU-NEXT: sched.await %{{[0-9#]+}}
 // DEFCPU-NEXT: sched.bind params layer(0) host
 // DEFCPU-NEXT: sched.move optimizer layer(0) part(0) ssd -> host prio(demand)
-// DEFCPU-NEXT: sched.await %
+// DEFCPU-NEXT: sched.await %{{[0-9#]+}}
 // DEFCPU-NEXT: sched.bind optimizer layer(0) host
 // DEFCPU-NEXT: sched.task opt deferred layer(0) ()
-// DEFCPU-NEXT: sched.move optimizer layer(0) part(0) host -> ssd prio(writeback)
-// DEFCPU-NEXT: sched.await %
+// DEFCPU-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// DEFCPU:      sched.move optimizer layer(0) part(0) host -> ssd prio(writeback)
+// DEFCPU-NEXT: sched.await %{{[0-9#]+}}
 // DEFCPU-NEXT: sched.drop optimizer layer(0) part(0) host
 // DEFCPU-NEXT: sched.move params layer(0) part(0) host -> ssd prio(writeback)
-// DEFCPU-NEXT: sched.await %
+// DEFCPU-NEXT: sched.await %{{[0-9#]+}}
 // DEFCPU-NEXT: sched.move params layer(0) host -> gpu prio(prefetch)
 // The update after the backward moves part 1 only.
 // DEFCPU:      sched.gradient @head.weight layer(2) host mean(2)
 // DEFCPU-NEXT: sched.move optimizer layer(2) part(1) ssd -> host prio(demand)
-// DEFCPU-NEXT: sched.await %
+// DEFCPU-NEXT: sched.await %{{[0-9#]+}}
 // DEFCPU-NEXT: sched.bind optimizer layer(2) host
 // DEFCPU-NEXT: sched.move params layer(2) part(1) ssd -> host prio(demand)
-// DEFCPU-NEXT: sched.await %
+// DEFCPU-NEXT: sched.await %{{[0-9#]+}}
 // DEFCPU-NEXT: sched.bind params layer(2) host
-// DEFCPU-NEXT: sched.task opt layer(2) (%)
-// DEFCPU-NEXT: sched.move params layer(2) part(1) host -> ssd prio(writeback)
-// DEFCPU-NEXT: sched.await %
+// DEFCPU-NEXT: sched.task opt layer(2) (%{{[0-9#]+}})
+// DEFCPU-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// DEFCPU:      sched.move params layer(2) part(1) host -> ssd prio(writeback)
+// DEFCPU-NEXT: sched.await %{{[0-9#]+}}
 // DEFCPU-NEXT: sched.drop params layer(2) part(1) host
 // DEFCPU-NEXT: sched.move optimizer layer(2) part(1) host -> ssd prio(writeback)
 
@@ -54,21 +58,24 @@
 // DEFGPU-NEXT: sched.bind params layer(0) gpu
 // DEFGPU-NEXT: sched.bind optimizer layer(0) gpu
 // DEFGPU-NEXT: sched.task opt deferred layer(0) ()
-// DEFGPU-NEXT: sched.move params layer(0) gpu -> host prio(writeback)
-// DEFGPU-NEXT: sched.await %
+// DEFGPU-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// DEFGPU:      sched.move params layer(0) gpu -> host prio(writeback)
+// DEFGPU-NEXT: sched.await %{{[0-9#]+}}
 // DEFGPU-NEXT: sched.move params layer(0) host -> ssd prio(writeback)
-// DEFGPU-NEXT: sched.await %
+// DEFGPU-NEXT: sched.await %{{[0-9#]+}}
 // DEFGPU-NEXT: sched.drop params layer(0) host
-// DEFGPU-NEXT: sched.await %
+// DEFGPU-NEXT: sched.await %{{[0-9#]+}}
 // DEFGPU-NEXT: sched.move params layer(1) host -> gpu prio(prefetch)
-// DEFGPU:      sched.task bwd layer(2) mb(0) (%, %, %)
-// DEFGPU-NEXT: sched.drop params layer(2) gpu
-// DEFGPU-NEXT: sched.stage_grads gradients layer(2) first(%, %)
+// DEFGPU:      sched.task bwd layer(2) mb(0) (%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
+// DEFGPU-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// DEFGPU:      sched.drop params layer(2) gpu
+// DEFGPU-NEXT: sched.stage_grads gradients layer(2) first(%{{[0-9#]+}}, %{{[0-9#]+}})
 // DEFGPU-NEXT: sched.gradient @head.weight layer(2) gpu mean(2)
-// DEFGPU-NEXT: sched.task opt layer(2) (%)
-// DEFGPU-NEXT: sched.await %
-// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order=order=horizontal --sched-recompute "--sched-place=placement=activations=host" --sched-insert-transfers | FileCheck %s --check-prefix=ACTHOST
-// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-recompute "--sched-place=placement=activations=ssd" --sched-insert-transfers | grep "sched\." | grep -v "sched.yield\|sched.slice\|sched.iteration\|sched.recompute" | sed "s/^ *//; s/ : .*//; s/ {params.*//; s/^%[0-9:]* = //; s/%[0-9#]*/%/g" | FileCheck %s --check-prefix=ACTSSD
+// DEFGPU-NEXT: sched.task opt layer(2) (%{{[0-9#]+}})
+// DEFGPU-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// DEFGPU:      sched.await %{{[0-9#]+}}
+// RUN: spillway-opt %S/Inputs/insert-transfers-acthost.mlir --sched-insert-transfers | FileCheck %s --check-prefix=ACTHOST
+// RUN: spillway-opt %S/Inputs/insert-transfers-actssd.mlir --sched-insert-transfers | FileCheck %s --check-prefix=ACTSSD
 
 
 // Activations on host (after sched-recompute): each fwd result a bwd task
@@ -97,60 +104,64 @@
 // embedding's and the block's output per micro-batch), each written
 // gpu -> host -> ssd and read back ssd -> host -> gpu, every copy but the
 // taken tensor dropped.
-// ACTSSD:      sched.task fwd layer(1) mb(1) (%)
-// ACTSSD-NEXT: sched.put_activation % index(1)
+// ACTSSD:      sched.task fwd layer(1) mb(1) (%{{[0-9#]+}})
+// ACTSSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// ACTSSD:      sched.put_activation %{{[0-9#]+}} index(1)
 // ACTSSD-NEXT: sched.move activations layer(1) gpu -> host prio(writeback)
-// ACTSSD-NEXT: sched.await %
+// ACTSSD-NEXT: sched.await %{{[0-9#]+}}
 // ACTSSD-NEXT: sched.move activations layer(1) host -> ssd prio(writeback)
-// ACTSSD-NEXT: sched.await %
+// ACTSSD-NEXT: sched.await %{{[0-9#]+}}
 // ACTSSD-NEXT: sched.drop activations layer(1) gpu
 // ACTSSD-NEXT: sched.drop activations layer(1) host
-// ACTSSD-NEXT: sched.task fwd layer(1) mb(0) (%)
-// ACTSSD:      sched.task fwd layer(2) mb(1) (%, %)
-// ACTSSD-NEXT: sched.put_activation % index(2)
+// ACTSSD-NEXT: sched.task fwd layer(1) mb(0) (%{{[0-9#]+}})
+// ACTSSD:      sched.task fwd layer(2) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
+// ACTSSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// ACTSSD:      sched.put_activation %{{[0-9#]+}} index(2)
 // ACTSSD:      sched.move activations layer(2) ssd -> host prio(demand)
-// ACTSSD-NEXT: sched.await %
+// ACTSSD-NEXT: sched.await %{{[0-9#]+}}
 // ACTSSD-NEXT: sched.move activations layer(2) host -> gpu prio(demand)
-// ACTSSD-NEXT: sched.await %
+// ACTSSD-NEXT: sched.await %{{[0-9#]+}}
 // ACTSSD-NEXT: sched.drop activations layer(2) host
 // ACTSSD-NEXT: sched.take_activation index(2)
 // ACTSSD-NEXT: sched.drop activations layer(2) gpu
 // ACTSSD-NEXT: sched.drop activations layer(2) ssd
-// ACTSSD-NEXT: sched.task bwd layer(2) mb(1) (%, %)
+// ACTSSD-NEXT: sched.task bwd layer(2) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
 // ACTSSD:      sched.take_activation index(3)
 // ACTSSD:      sched.take_activation index(0)
 // ACTSSD:      sched.take_activation index(1)
 // ACTSSD-NEXT: sched.drop activations layer(1) gpu
 // ACTSSD-NEXT: sched.drop activations layer(1) ssd
-// ACTSSD-NEXT: sched.task bwd layer(1) mb(1) (%, %)
+// ACTSSD-NEXT: sched.task bwd layer(1) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
 // ACTSSD-NOT:  sched.take_activation
 
 // With sched-overlap-optimizer (F = 0, as spillwayc always runs it) each
 // update follows its layer's last backward: layer 2's update, with its
 // parameters read from SSD and written back, runs before layer 1's backward.
-// OVERLAP:      sched.task bwd layer(2) mb(0) (%, %, %)
-// OVERLAP-NEXT: sched.drop params layer(2) gpu
-// OVERLAP-NEXT: sched.stage_grads gradstage layer(2) first(%, %)
+// OVERLAP:      sched.task bwd layer(2) mb(0) (%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
+// OVERLAP-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// OVERLAP:      sched.drop params layer(2) gpu
+// OVERLAP-NEXT: sched.stage_grads gradstage layer(2) first(%{{[0-9#]+}}, %{{[0-9#]+}})
 // OVERLAP-NEXT: sched.move gradstage layer(2) gpu -> host prio(writeback)
-// OVERLAP-NEXT: sched.await %
+// OVERLAP-NEXT: sched.await %{{[0-9#]+}}
 // OVERLAP-NEXT: sched.drop gradstage layer(2) gpu
 // OVERLAP-NEXT: sched.accumulate_grads layer(2) first on host
 // OVERLAP-NEXT: sched.drop gradstage layer(2) host
 // OVERLAP-NEXT: sched.gradient @head.weight layer(2) host mean(2)
 // OVERLAP-NEXT: sched.bind optimizer layer(2) host
 // OVERLAP-NEXT: sched.move params layer(2) ssd -> host prio(demand)
-// OVERLAP-NEXT: sched.await %
+// OVERLAP-NEXT: sched.await %{{[0-9#]+}}
 // OVERLAP-NEXT: sched.bind params layer(2) host
-// OVERLAP-NEXT: sched.task opt layer(2) (%)
-// OVERLAP-NEXT: sched.move params layer(2) host -> ssd prio(writeback)
-// OVERLAP-NEXT: sched.await %
+// OVERLAP-NEXT: sched.task opt layer(2) (%{{[0-9#]+}})
+// OVERLAP-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// OVERLAP:      sched.move params layer(2) host -> ssd prio(writeback)
+// OVERLAP-NEXT: sched.await %{{[0-9#]+}}
 // OVERLAP-NEXT: sched.drop params layer(2) host
-// OVERLAP-NEXT: sched.await %
+// OVERLAP-NEXT: sched.await %{{[0-9#]+}}
 // OVERLAP-NEXT: sched.drop params layer(1) host
 // OVERLAP-NEXT: sched.bind params layer(1) gpu
-// OVERLAP-NEXT: sched.await %
+// OVERLAP-NEXT: sched.await %{{[0-9#]+}}
 // OVERLAP-NEXT: sched.move params layer(0) host -> gpu prio(prefetch)
-// OVERLAP-NEXT: sched.task bwd layer(1) mb(0) (%, %, %)
+// OVERLAP-NEXT: sched.task bwd layer(1) mb(0) (%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
 
 // Parameters on SSD, snake: 2L - 1 = 5 loads (0 1 2 1 0), each uploaded
 // during the load before it and read from SSD during the load before that;
@@ -158,242 +169,261 @@
 // the CPU optimizer reads the parameters from SSD and writes them back.
 // SSD:      sched.move params layer(0) ssd -> host prio(demand)
 // SSD-NEXT: sched.move params layer(1) ssd -> host prio(prefetch)
-// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.move params layer(0) host -> gpu prio(prefetch)
-// SSD-NEXT: sched.await %
+// SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// SSD:      sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.drop params layer(0) host
 // SSD-NEXT: sched.bind params layer(0) gpu
-// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.move params layer(1) host -> gpu prio(prefetch)
 // SSD-NEXT: sched.move params layer(2) ssd -> host prio(prefetch)
-// SSD-NEXT: sched.task fwd layer(0) mb(0) (%)
-// SSD-NEXT: sched.task fwd layer(0) mb(1) (%)
-// SSD-NEXT: sched.drop params layer(0) gpu
-// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.task fwd layer(0) mb(0) (%{{[0-9#]+}})
+// SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// SSD:      sched.task fwd layer(0) mb(1) (%{{[0-9#]+}})
+// SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// SSD:      sched.drop params layer(0) gpu
+// SSD-NEXT: sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.drop params layer(1) host
 // SSD-NEXT: sched.bind params layer(1) gpu
-// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.move params layer(2) host -> gpu prio(prefetch)
 // SSD-NEXT: sched.move params layer(1) ssd -> host prio(prefetch)
-// SSD-NEXT: sched.task fwd layer(1) mb(1) (%)
-// SSD-NEXT: sched.task fwd layer(1) mb(0) (%)
-// SSD-NEXT: sched.drop params layer(1) gpu
-// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.task fwd layer(1) mb(1) (%{{[0-9#]+}})
+// SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// SSD:      sched.task fwd layer(1) mb(0) (%{{[0-9#]+}})
+// SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// SSD:      sched.drop params layer(1) gpu
+// SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// SSD:      sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.drop params layer(2) host
 // SSD-NEXT: sched.bind params layer(2) gpu
-// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.move params layer(1) host -> gpu prio(prefetch)
 // SSD-NEXT: sched.move params layer(0) ssd -> host prio(prefetch)
-// SSD-NEXT: sched.task fwd layer(2) mb(0) (%, %)
-// SSD-NEXT: sched.task fwd layer(2) mb(1) (%, %)
-// SSD-NEXT: sched.task bwd layer(2) mb(1) (%, %, %)
-// SSD-NEXT: sched.task bwd layer(2) mb(0) (%, %, %)
-// SSD-NEXT: sched.drop params layer(2) gpu
-// SSD-NEXT: sched.stage_grads gradstage layer(2) first(%, %)
+// SSD-NEXT: sched.task fwd layer(2) mb(0) (%{{[0-9#]+}}, %{{[0-9#]+}})
+// SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// SSD:      sched.task fwd layer(2) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
+// SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// SSD:      sched.task bwd layer(2) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
+// SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// SSD:      sched.task bwd layer(2) mb(0) (%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
+// SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// SSD:      sched.drop params layer(2) gpu
+// SSD-NEXT: sched.stage_grads gradstage layer(2) first(%{{[0-9#]+}}, %{{[0-9#]+}})
 // SSD-NEXT: sched.move gradstage layer(2) gpu -> host prio(writeback)
-// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.drop gradstage layer(2) gpu
 // SSD-NEXT: sched.accumulate_grads layer(2) first on host
 // SSD-NEXT: sched.drop gradstage layer(2) host
-// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.drop params layer(1) host
 // SSD-NEXT: sched.bind params layer(1) gpu
-// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.move params layer(0) host -> gpu prio(prefetch)
-// SSD-NEXT: sched.task bwd layer(1) mb(0) (%, %, %)
-// SSD-NEXT: sched.task bwd layer(1) mb(1) (%, %, %)
-// SSD-NEXT: sched.drop params layer(1) gpu
-// SSD-NEXT: sched.stage_grads gradstage layer(1) first(%, %, %, %)
+// SSD-NEXT: sched.task bwd layer(1) mb(0) (%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
+// SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// SSD:      sched.task bwd layer(1) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
+// SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// SSD:      sched.drop params layer(1) gpu
+// SSD-NEXT: sched.stage_grads gradstage layer(1) first(%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
 // SSD-NEXT: sched.move gradstage layer(1) gpu -> host prio(writeback)
-// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.drop gradstage layer(1) gpu
 // SSD-NEXT: sched.accumulate_grads layer(1) first on host
 // SSD-NEXT: sched.drop gradstage layer(1) host
-// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.drop params layer(0) host
 // SSD-NEXT: sched.bind params layer(0) gpu
-// SSD-NEXT: sched.task bwd layer(0) mb(1) (%, %)
-// SSD-NEXT: sched.task bwd layer(0) mb(0) (%, %)
-// SSD-NEXT: sched.drop params layer(0) gpu
-// SSD-NEXT: sched.stage_grads gradstage layer(0) first(%, %)
+// SSD-NEXT: sched.task bwd layer(0) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
+// SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// SSD:      sched.task bwd layer(0) mb(0) (%{{[0-9#]+}}, %{{[0-9#]+}})
+// SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// SSD:      sched.drop params layer(0) gpu
+// SSD-NEXT: sched.stage_grads gradstage layer(0) first(%{{[0-9#]+}}, %{{[0-9#]+}})
 // SSD-NEXT: sched.move gradstage layer(0) gpu -> host prio(writeback)
-// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.drop gradstage layer(0) gpu
 // SSD-NEXT: sched.accumulate_grads layer(0) first on host
 // SSD-NEXT: sched.drop gradstage layer(0) host
 // SSD-NEXT: sched.gradient @embed.weight layer(0) host mean(2)
 // SSD-NEXT: sched.bind optimizer layer(0) host
 // SSD-NEXT: sched.move params layer(0) ssd -> host prio(demand)
-// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.bind params layer(0) host
-// SSD-NEXT: sched.task opt layer(0) (%)
-// SSD-NEXT: sched.move params layer(0) host -> ssd prio(writeback)
-// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.task opt layer(0) (%{{[0-9#]+}})
+// SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// SSD:      sched.move params layer(0) host -> ssd prio(writeback)
+// SSD-NEXT: sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.drop params layer(0) host
 // SSD-NEXT: sched.gradient @blocks.0.fc.weight layer(1) host mean(2)
 // SSD-NEXT: sched.gradient @blocks.0.fc.bias layer(1) host mean(2)
 // SSD-NEXT: sched.bind optimizer layer(1) host
 // SSD-NEXT: sched.move params layer(1) ssd -> host prio(demand)
-// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.bind params layer(1) host
-// SSD-NEXT: sched.task opt layer(1) (%, %)
-// SSD-NEXT: sched.move params layer(1) host -> ssd prio(writeback)
-// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.task opt layer(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
+// SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// SSD:      sched.move params layer(1) host -> ssd prio(writeback)
+// SSD-NEXT: sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.drop params layer(1) host
 // SSD-NEXT: sched.gradient @head.weight layer(2) host mean(2)
 // SSD-NEXT: sched.bind optimizer layer(2) host
 // SSD-NEXT: sched.move params layer(2) ssd -> host prio(demand)
-// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.bind params layer(2) host
-// SSD-NEXT: sched.task opt layer(2) (%)
-// SSD-NEXT: sched.move params layer(2) host -> ssd prio(writeback)
-// SSD-NEXT: sched.await %
+// SSD-NEXT: sched.task opt layer(2) (%{{[0-9#]+}})
+// SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// SSD:      sched.move params layer(2) host -> ssd prio(writeback)
+// SSD-NEXT: sched.await %{{[0-9#]+}}
 // SSD-NEXT: sched.drop params layer(2) host
-// SSD-NEXT: sched.accumulate mean %, %
+// SSD-NEXT: sched.accumulate mean %{{[0-9#]+}}, %{{[0-9#]+}}
 // GPU optimizer (the state on the GPU), parameters on host, gradients on SSD,
 // horizontal: two flushes per layer, the second reading the accumulator
 // back; the update brings gradient and parameters to the GPU.
-// GPUOPT:      sched.task bwd layer(2) mb(1) (%, %, %)
-// GPUOPT-NEXT: sched.drop params layer(2) gpu
-// GPUOPT-NEXT: sched.stage_grads gradstage layer(2) first(%)
+// GPUOPT:      sched.task bwd layer(2) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
+// GPUOPT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// GPUOPT:      sched.drop params layer(2) gpu
+// GPUOPT-NEXT: sched.stage_grads gradstage layer(2) first(%{{[0-9#]+}})
 // GPUOPT-NEXT: sched.move gradstage layer(2) gpu -> host prio(writeback)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.drop gradstage layer(2) gpu
 // GPUOPT-NEXT: sched.move gradients layer(2) ssd -> host prio(demand)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.accumulate_grads layer(2) add on host
 // GPUOPT-NEXT: sched.drop gradstage layer(2) host
 // GPUOPT-NEXT: sched.move gradients layer(2) host -> ssd prio(writeback)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.drop gradients layer(2) host
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.bind params layer(1) gpu
 // GPUOPT-NEXT: sched.move params layer(0) host -> gpu prio(prefetch)
-// GPUOPT-NEXT: sched.task bwd layer(1) mb(1) (%, %, %)
-// GPUOPT-NEXT: sched.drop params layer(1) gpu
-// GPUOPT-NEXT: sched.stage_grads gradstage layer(1) first(%, %)
+// GPUOPT-NEXT: sched.task bwd layer(1) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
+// GPUOPT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// GPUOPT:      sched.drop params layer(1) gpu
+// GPUOPT-NEXT: sched.stage_grads gradstage layer(1) first(%{{[0-9#]+}}, %{{[0-9#]+}})
 // GPUOPT-NEXT: sched.move gradstage layer(1) gpu -> host prio(writeback)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.drop gradstage layer(1) gpu
 // GPUOPT-NEXT: sched.move gradients layer(1) ssd -> host prio(demand)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.accumulate_grads layer(1) add on host
 // GPUOPT-NEXT: sched.drop gradstage layer(1) host
 // GPUOPT-NEXT: sched.move gradients layer(1) host -> ssd prio(writeback)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.drop gradients layer(1) host
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.bind params layer(0) gpu
-// GPUOPT-NEXT: sched.task bwd layer(0) mb(1) (%, %)
-// GPUOPT-NEXT: sched.drop params layer(0) gpu
-// GPUOPT-NEXT: sched.stage_grads gradstage layer(0) first(%)
+// GPUOPT-NEXT: sched.task bwd layer(0) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
+// GPUOPT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// GPUOPT:      sched.drop params layer(0) gpu
+// GPUOPT-NEXT: sched.stage_grads gradstage layer(0) first(%{{[0-9#]+}})
 // GPUOPT-NEXT: sched.move gradstage layer(0) gpu -> host prio(writeback)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.drop gradstage layer(0) gpu
 // GPUOPT-NEXT: sched.move gradients layer(0) ssd -> host prio(demand)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.accumulate_grads layer(0) add on host
 // GPUOPT-NEXT: sched.drop gradstage layer(0) host
 // GPUOPT-NEXT: sched.move gradients layer(0) host -> ssd prio(writeback)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.drop gradients layer(0) host
 // GPUOPT-NEXT: sched.move gradients layer(0) ssd -> host prio(demand)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.move gradients layer(0) host -> gpu prio(demand)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.drop gradients layer(0) host
 // GPUOPT-NEXT: sched.gradient @embed.weight layer(0) gpu mean(2)
 // GPUOPT-NEXT: sched.bind optimizer layer(0) gpu
 // GPUOPT-NEXT: sched.move params layer(0) host -> gpu prio(demand)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.bind params layer(0) gpu
-// GPUOPT-NEXT: sched.task opt layer(0) (%)
-// GPUOPT-NEXT: sched.move params layer(0) gpu -> host prio(writeback)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.task opt layer(0) (%{{[0-9#]+}})
+// GPUOPT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// GPUOPT:      sched.move params layer(0) gpu -> host prio(writeback)
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.drop params layer(0) gpu
 // GPUOPT-NEXT: sched.drop gradients layer(0) gpu
 // GPUOPT-NEXT: sched.move gradients layer(1) ssd -> host prio(demand)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.move gradients layer(1) host -> gpu prio(demand)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.drop gradients layer(1) host
 // GPUOPT-NEXT: sched.gradient @blocks.0.fc.weight layer(1) gpu mean(2)
 // GPUOPT-NEXT: sched.gradient @blocks.0.fc.bias layer(1) gpu mean(2)
 // GPUOPT-NEXT: sched.bind optimizer layer(1) gpu
 // GPUOPT-NEXT: sched.move params layer(1) host -> gpu prio(demand)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.bind params layer(1) gpu
-// GPUOPT-NEXT: sched.task opt layer(1) (%, %)
-// GPUOPT-NEXT: sched.move params layer(1) gpu -> host prio(writeback)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.task opt layer(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
+// GPUOPT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// GPUOPT:      sched.move params layer(1) gpu -> host prio(writeback)
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.drop params layer(1) gpu
 // GPUOPT-NEXT: sched.drop gradients layer(1) gpu
 // GPUOPT-NEXT: sched.move gradients layer(2) ssd -> host prio(demand)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.move gradients layer(2) host -> gpu prio(demand)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.drop gradients layer(2) host
 // GPUOPT-NEXT: sched.gradient @head.weight layer(2) gpu mean(2)
 // GPUOPT-NEXT: sched.bind optimizer layer(2) gpu
 // GPUOPT-NEXT: sched.move params layer(2) host -> gpu prio(demand)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.bind params layer(2) gpu
-// GPUOPT-NEXT: sched.task opt layer(2) (%)
-// GPUOPT-NEXT: sched.move params layer(2) gpu -> host prio(writeback)
-// GPUOPT-NEXT: sched.await %
+// GPUOPT-NEXT: sched.task opt layer(2) (%{{[0-9#]+}})
+// GPUOPT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// GPUOPT:      sched.move params layer(2) gpu -> host prio(writeback)
+// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.drop params layer(2) gpu
 // GPUOPT-NEXT: sched.drop gradients layer(2) gpu
-// GPUOPT-NEXT: sched.accumulate mean %, %
+// GPUOPT-NEXT: sched.accumulate mean %{{[0-9#]+}}, %{{[0-9#]+}}
 // Everything on the GPU: bindings and gradient blocks, no moves.
 // RESIDENT:      sched.bind params layer(0) gpu
 // RESIDENT-NEXT: sched.bind params layer(1) gpu
 // RESIDENT-NEXT: sched.bind params layer(2) gpu
-// RESIDENT-NEXT: sched.task fwd layer(0) mb(0) (%)
-// RESIDENT-NEXT: sched.task fwd layer(0) mb(1) (%)
-// RESIDENT-NEXT: sched.task fwd layer(1) mb(1) (%)
-// RESIDENT-NEXT: sched.task fwd layer(1) mb(0) (%)
-// RESIDENT-NEXT: sched.task fwd layer(2) mb(0) (%, %)
-// RESIDENT-NEXT: sched.task fwd layer(2) mb(1) (%, %)
-// RESIDENT-NEXT: sched.task bwd layer(2) mb(1) (%, %, %)
-// RESIDENT-NEXT: sched.task bwd layer(2) mb(0) (%, %, %)
-// RESIDENT-NEXT: sched.stage_grads gradients layer(2) first(%, %)
-// RESIDENT-NEXT: sched.task bwd layer(1) mb(0) (%, %, %)
-// RESIDENT-NEXT: sched.task bwd layer(1) mb(1) (%, %, %)
-// RESIDENT-NEXT: sched.stage_grads gradients layer(1) first(%, %, %, %)
-// RESIDENT-NEXT: sched.task bwd layer(0) mb(1) (%, %)
-// RESIDENT-NEXT: sched.task bwd layer(0) mb(0) (%, %)
-// RESIDENT-NEXT: sched.stage_grads gradients layer(0) first(%, %)
+// RESIDENT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// RESIDENT:      sched.task fwd layer(0) mb(0) (%{{[0-9#]+}})
+// RESIDENT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// RESIDENT:      sched.task fwd layer(0) mb(1) (%{{[0-9#]+}})
+// RESIDENT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// RESIDENT:      sched.task fwd layer(1) mb(1) (%{{[0-9#]+}})
+// RESIDENT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// RESIDENT:      sched.task fwd layer(1) mb(0) (%{{[0-9#]+}})
+// RESIDENT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// RESIDENT:      sched.task fwd layer(2) mb(0) (%{{[0-9#]+}}, %{{[0-9#]+}})
+// RESIDENT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// RESIDENT:      sched.task fwd layer(2) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
+// RESIDENT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// RESIDENT:      sched.task bwd layer(2) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
+// RESIDENT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// RESIDENT:      sched.task bwd layer(2) mb(0) (%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
+// RESIDENT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// RESIDENT:      sched.stage_grads gradients layer(2) first(%{{[0-9#]+}}, %{{[0-9#]+}})
+// RESIDENT-NEXT: sched.task bwd layer(1) mb(0) (%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
+// RESIDENT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// RESIDENT:      sched.task bwd layer(1) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
+// RESIDENT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// RESIDENT:      sched.stage_grads gradients layer(1) first(%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
+// RESIDENT-NEXT: sched.task bwd layer(0) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
+// RESIDENT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// RESIDENT:      sched.task bwd layer(0) mb(0) (%{{[0-9#]+}}, %{{[0-9#]+}})
+// RESIDENT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// RESIDENT:      sched.stage_grads gradients layer(0) first(%{{[0-9#]+}}, %{{[0-9#]+}})
 // RESIDENT-NEXT: sched.gradient @embed.weight layer(0) gpu mean(2)
 // RESIDENT-NEXT: sched.bind optimizer layer(0) gpu
 // RESIDENT-NEXT: sched.bind params layer(0) gpu
-// RESIDENT-NEXT: sched.task opt layer(0) (%)
-// RESIDENT-NEXT: sched.gradient @blocks.0.fc.weight layer(1) gpu mean(2)
+// RESIDENT-NEXT: sched.task opt layer(0) (%{{[0-9#]+}})
+// RESIDENT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// RESIDENT:      sched.gradient @blocks.0.fc.weight layer(1) gpu mean(2)
 // RESIDENT-NEXT: sched.gradient @blocks.0.fc.bias layer(1) gpu mean(2)
 // RESIDENT-NEXT: sched.bind optimizer layer(1) gpu
 // RESIDENT-NEXT: sched.bind params layer(1) gpu
-// RESIDENT-NEXT: sched.task opt layer(1) (%, %)
-// RESIDENT-NEXT: sched.gradient @head.weight layer(2) gpu mean(2)
+// RESIDENT-NEXT: sched.task opt layer(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
+// RESIDENT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// RESIDENT:      sched.gradient @head.weight layer(2) gpu mean(2)
 // RESIDENT-NEXT: sched.bind optimizer layer(2) gpu
 // RESIDENT-NEXT: sched.bind params layer(2) gpu
-// RESIDENT-NEXT: sched.task opt layer(2) (%)
-// RESIDENT-NEXT: sched.accumulate mean %, %
-
-module {
-  train.param @"embed.weight" : tensor<10x4xf32> at 0
-  train.param @"blocks.0.fc.weight" : tensor<4x4xf32> at 160
-  train.param @"blocks.0.fc.bias" : tensor<4xf32> at 224
-  train.param @"head.weight" : tensor<4x10xf32> at 240
-  func.func @three_layers(%ids: tensor<6xi64>, %labels: tensor<6xi64>) -> tensor<f32> {
-    %e = train.param_value @"embed.weight" : tensor<10x4xf32>
-    %w0 = train.param_value @"blocks.0.fc.weight" : tensor<4x4xf32>
-    %b0 = train.param_value @"blocks.0.fc.bias" : tensor<4xf32>
-    %wh = train.param_value @"head.weight" : tensor<4x10xf32>
-    %x0 = train.gather %e, %ids : tensor<10x4xf32>, tensor<6xi64> -> tensor<6x4xf32>
-    %y0 = train.linear %x0, %w0, %b0 : tensor<6x4xf32>, tensor<4x4xf32>, tensor<4xf32> -> tensor<6x4xf32>
-    %r0 = train.relu %y0 : tensor<6x4xf32>
-    %x1 = train.add %x0, %r0 : tensor<6x4xf32>, tensor<6x4xf32> -> tensor<6x4xf32>
-    %logits = train.matmul %x1, %wh : tensor<6x4xf32>, tensor<4x10xf32> -> tensor<6x10xf32>
-    %l = train.softmax_cross_entropy_loss %logits, %labels : tensor<6x10xf32>, tensor<6xi64>
-    return %l : tensor<f32>
-  }
-}
+// RESIDENT-NEXT: sched.task opt layer(2) (%{{[0-9#]+}})
+// RESIDENT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// RESIDENT:      sched.accumulate mean %{{[0-9#]+}}, %{{[0-9#]+}}

@@ -1,10 +1,18 @@
-// RUN: spillway-opt %s -split-input-file -verify-diagnostics --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=3 | FileCheck %s
+// sched-microbatch right after convert-train-to-sched. The first RUN splits
+// Inputs/three-layers-sched.mlir (Inputs/models/three-layers.mlir in sched
+// form, Inputs/regenerate.sh writes it); the second the iterations below,
+// each the sched form of a small step the pass refuses (copied from
+// convert-train-to-sched's output; the steps themselves are
+// Inputs/models/microbatch-errors.mlir, run through the whole chain by
+// test/e2e/offload-pipeline.test).
+// RUN: spillway-opt %S/Inputs/three-layers-sched.mlir --sched-microbatch=microbatches=3 | FileCheck %s
+// RUN: spillway-opt %s -split-input-file -verify-diagnostics --sched-microbatch=microbatches=3
 
 // Batch 6 in 3 micro-batches of 2: the inputs sliced, every fwd and bwd task
 // three times on the smaller batch (types re-derived inside: the gather, the
 // linear, the bias gradient's sum_to_shape keeps the bias's shape), the
 // gradients and the loss averaged, the updates once.
-// CHECK-LABEL: func.func @step
+// CHECK-LABEL: func.func @three_layers
 // CHECK:       sched.iteration(%{{.*}}, %{{.*}}) {microbatches = 3 : i64}
 // CHECK-NEXT:  ^bb0(%[[IDS:.*]]: tensor<6xi64>, %[[LABELS:.*]]: tensor<6xi64>):
 // CHECK-NEXT:    %[[I0:.*]] = sched.slice %[[IDS]][0 of 3] : tensor<6xi64> -> tensor<2xi64>
@@ -45,51 +53,72 @@
 // CHECK:         %[[LOSS:.*]] = sched.accumulate mean %[[H0]]#1, %[[H1]]#1, %[[H2]]#1 : tensor<f32>
 // CHECK-NEXT:    sched.yield %[[LOSS]] : tensor<f32>
 // CHECK-NOT:   sched.task
-module {
-  train.param @"embed.weight" : tensor<10x4xf32> at 0
-  train.param @"blocks.0.fc.weight" : tensor<4x4xf32> at 160
-  train.param @"blocks.0.fc.bias" : tensor<4xf32> at 224
-  train.param @"head.weight" : tensor<4x10xf32> at 240
-  func.func @step(%ids: tensor<6xi64>, %labels: tensor<6xi64>) -> tensor<f32> {
-    %e = train.param_value @"embed.weight" : tensor<10x4xf32>
-    %w0 = train.param_value @"blocks.0.fc.weight" : tensor<4x4xf32>
-    %b0 = train.param_value @"blocks.0.fc.bias" : tensor<4xf32>
-    %wh = train.param_value @"head.weight" : tensor<4x10xf32>
-    %x0 = train.gather %e, %ids : tensor<10x4xf32>, tensor<6xi64> -> tensor<6x4xf32>
-    %y0 = train.linear %x0, %w0, %b0 : tensor<6x4xf32>, tensor<4x4xf32>, tensor<4xf32> -> tensor<6x4xf32>
-    %r0 = train.relu %y0 : tensor<6x4xf32>
-    %x1 = train.add %x0, %r0 : tensor<6x4xf32>, tensor<6x4xf32> -> tensor<6x4xf32>
-    %logits = train.matmul %x1, %wh : tensor<6x4xf32>, tensor<4x10xf32> -> tensor<6x10xf32>
-    %l = train.softmax_cross_entropy_loss %logits, %labels : tensor<6x10xf32>, tensor<6xi64>
-    return %l : tensor<f32>
-  }
-}
 
 // -----
 
 // The batch input named by its ONNX name.
-module {
-  train.param @w : tensor<4x3xf32> at 0
-  // expected-error @+1 {{sched-microbatch: input 'x' of type 'tensor<4x4xf32>' has no leading batch dimension that divides into 3 micro-batches}}
-  func.func @step(%x: tensor<4x4xf32> {train.name = "x"}, %labels: tensor<4xi64> {train.name = "labels"}) -> tensor<f32> {
-    %w = train.param_value @w : tensor<4x3xf32>
-    %y = train.matmul %x, %w : tensor<4x4xf32>, tensor<4x3xf32> -> tensor<4x3xf32>
-    %l = train.softmax_cross_entropy_loss %y, %labels : tensor<4x3xf32>, tensor<4xi64>
-    return %l : tensor<f32>
+module attributes {train.layers = [{name = "w", params = [@w]}]} {
+  train.param @w : tensor<4x3xf32> at 0 {train.layer = 0 : i64}
+  func.func @step(%arg0: tensor<4x4xf32> {train.name = "x"}, %arg1: tensor<4xi64> {train.name = "labels"}) -> tensor<f32> {
+    // expected-error @+1 {{sched-microbatch: input 'x' of type 'tensor<4x4xf32>' has no leading batch dimension that divides into 3 micro-batches}}
+    %0 = sched.iteration(%arg0, %arg1) : (tensor<4x4xf32>, tensor<4xi64>) -> tensor<f32> {
+    ^bb0(%arg2: tensor<4x4xf32>, %arg3: tensor<4xi64>):
+      %1:2 = sched.task fwd layer(0) (%arg2, %arg3) : (tensor<4x4xf32>, tensor<4xi64>) -> (tensor<4x3xf32>, tensor<f32>) {
+      ^bb0(%arg4: tensor<4x4xf32>, %arg5: tensor<4xi64>):
+        %3 = train.param_value @w : tensor<4x3xf32>
+        %4 = train.matmul %arg4, %3 : tensor<4x4xf32>, tensor<4x3xf32> -> tensor<4x3xf32>
+        %5 = train.softmax_cross_entropy_loss %4, %arg5 : tensor<4x3xf32>, tensor<4xi64>
+        sched.yield %4, %5 : tensor<4x3xf32>, tensor<f32>
+      }
+      %2 = sched.task bwd layer(0) (%1#0, %arg3, %arg2) : (tensor<4x3xf32>, tensor<4xi64>, tensor<4x4xf32>) -> tensor<4x3xf32> {
+      ^bb0(%arg4: tensor<4x3xf32>, %arg5: tensor<4xi64>, %arg6: tensor<4x4xf32>):
+        %3 = train.constant dense<1.000000e+00> : tensor<f32>
+        %4 = train.softmax_cross_entropy_loss_grad %arg4, %arg5, %3 : tensor<4x3xf32>, tensor<4xi64>, tensor<f32>
+        %5 = train.transpose %arg6, [1, 0] : tensor<4x4xf32> -> tensor<4x4xf32>
+        %6 = train.matmul %5, %4 : tensor<4x4xf32>, tensor<4x3xf32> -> tensor<4x3xf32>
+        sched.yield %6 : tensor<4x3xf32>
+      }
+      sched.task opt layer(0) (%2) : (tensor<4x3xf32>) -> () {
+      ^bb0(%arg4: tensor<4x3xf32>):
+        train.adamw @w, %arg4 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<4x3xf32>
+      }
+      sched.yield %1#1 : tensor<f32>
+    }
+    return %0 : tensor<f32>
   }
 }
 
 // -----
 
 // A summed loss is not the mean of micro-batch losses.
-module {
-  train.param @w : tensor<4x3xf32> at 0
-  func.func @step(%x: tensor<6x4xf32>, %labels: tensor<6xi64>) -> tensor<f32> {
-    %w = train.param_value @w : tensor<4x3xf32>
-    %y = train.matmul %x, %w : tensor<6x4xf32>, tensor<4x3xf32> -> tensor<6x3xf32>
-    %l = train.softmax_cross_entropy_loss %y, %labels {reduction = "sum"} : tensor<6x3xf32>, tensor<6xi64>
-    // expected-error @+1 {{sched-microbatch: the iteration's result 'tensor<f32>' is not a mean over the batch}}
-    return %l : tensor<f32>
+module attributes {train.layers = [{name = "w", params = [@w]}]} {
+  train.param @w : tensor<4x3xf32> at 0 {train.layer = 0 : i64}
+  func.func @step(%arg0: tensor<6x4xf32>, %arg1: tensor<6xi64>) -> tensor<f32> {
+    %0 = sched.iteration(%arg0, %arg1) : (tensor<6x4xf32>, tensor<6xi64>) -> tensor<f32> {
+    ^bb0(%arg2: tensor<6x4xf32>, %arg3: tensor<6xi64>):
+      %1:2 = sched.task fwd layer(0) (%arg2, %arg3) : (tensor<6x4xf32>, tensor<6xi64>) -> (tensor<6x3xf32>, tensor<f32>) {
+      ^bb0(%arg4: tensor<6x4xf32>, %arg5: tensor<6xi64>):
+        %3 = train.param_value @w : tensor<4x3xf32>
+        %4 = train.matmul %arg4, %3 : tensor<6x4xf32>, tensor<4x3xf32> -> tensor<6x3xf32>
+        %5 = train.softmax_cross_entropy_loss %4, %arg5 {reduction = "sum"} : tensor<6x3xf32>, tensor<6xi64>
+        sched.yield %4, %5 : tensor<6x3xf32>, tensor<f32>
+      }
+      %2 = sched.task bwd layer(0) (%1#0, %arg3, %arg2) : (tensor<6x3xf32>, tensor<6xi64>, tensor<6x4xf32>) -> tensor<4x3xf32> {
+      ^bb0(%arg4: tensor<6x3xf32>, %arg5: tensor<6xi64>, %arg6: tensor<6x4xf32>):
+        %3 = train.constant dense<1.000000e+00> : tensor<f32>
+        %4 = train.softmax_cross_entropy_loss_grad %arg4, %arg5, %3 {reduction = "sum"} : tensor<6x3xf32>, tensor<6xi64>, tensor<f32>
+        %5 = train.transpose %arg6, [1, 0] : tensor<6x4xf32> -> tensor<4x6xf32>
+        %6 = train.matmul %5, %4 : tensor<4x6xf32>, tensor<6x3xf32> -> tensor<4x3xf32>
+        sched.yield %6 : tensor<4x3xf32>
+      }
+      sched.task opt layer(0) (%2) : (tensor<4x3xf32>) -> () {
+      ^bb0(%arg4: tensor<4x3xf32>):
+        train.adamw @w, %arg4 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<4x3xf32>
+      }
+      // expected-error @+1 {{sched-microbatch: the iteration's result 'tensor<f32>' is not a mean over the batch}}
+      sched.yield %1#1 : tensor<f32>
+    }
+    return %0 : tensor<f32>
   }
 }
 
@@ -97,16 +126,37 @@ module {
 
 // A constant shaped by the batch does not split: the batch-row check names
 // the op before anything is rewritten.
-module {
-  train.param @w : tensor<4x3xf32> at 0
-  func.func @step(%x: tensor<6x4xf32>, %labels: tensor<6xi64>) -> tensor<f32> {
-    %w = train.param_value @w : tensor<4x3xf32>
-    %y = train.matmul %x, %w : tensor<6x4xf32>, tensor<4x3xf32> -> tensor<6x3xf32>
-    %c = train.constant dense<2.0> : tensor<6x3xf32>
-    // expected-error @+1 {{sched-microbatch: cannot split the batch into 3 micro-batches: 'train.mul' combines the batch with a tensor not split with it (is not known to keep batch rows independent); use --microbatches 1}}
-    %z = train.mul %y, %c : tensor<6x3xf32>, tensor<6x3xf32> -> tensor<6x3xf32>
-    %l = train.softmax_cross_entropy_loss %z, %labels : tensor<6x3xf32>, tensor<6xi64>
-    return %l : tensor<f32>
+module attributes {train.layers = [{name = "w", params = [@w]}]} {
+  train.param @w : tensor<4x3xf32> at 0 {train.layer = 0 : i64}
+  func.func @step(%arg0: tensor<6x4xf32>, %arg1: tensor<6xi64>) -> tensor<f32> {
+    %0 = sched.iteration(%arg0, %arg1) : (tensor<6x4xf32>, tensor<6xi64>) -> tensor<f32> {
+    ^bb0(%arg2: tensor<6x4xf32>, %arg3: tensor<6xi64>):
+      %1:2 = sched.task fwd layer(0) (%arg2, %arg3) : (tensor<6x4xf32>, tensor<6xi64>) -> (tensor<6x3xf32>, tensor<f32>) {
+      ^bb0(%arg4: tensor<6x4xf32>, %arg5: tensor<6xi64>):
+        %3 = train.param_value @w : tensor<4x3xf32>
+        %4 = train.matmul %arg4, %3 : tensor<6x4xf32>, tensor<4x3xf32> -> tensor<6x3xf32>
+        %5 = train.constant dense<2.000000e+00> : tensor<6x3xf32>
+        // expected-error @+1 {{sched-microbatch: cannot split the batch into 3 micro-batches: 'train.mul' combines the batch with a tensor not split with it (is not known to keep batch rows independent); use --microbatches 1}}
+        %6 = train.mul %4, %5 : tensor<6x3xf32>, tensor<6x3xf32> -> tensor<6x3xf32>
+        %7 = train.softmax_cross_entropy_loss %6, %arg5 : tensor<6x3xf32>, tensor<6xi64>
+        sched.yield %6, %7 : tensor<6x3xf32>, tensor<f32>
+      }
+      %2 = sched.task bwd layer(0) (%1#0, %arg3, %arg2) : (tensor<6x3xf32>, tensor<6xi64>, tensor<6x4xf32>) -> tensor<4x3xf32> {
+      ^bb0(%arg4: tensor<6x3xf32>, %arg5: tensor<6xi64>, %arg6: tensor<6x4xf32>):
+        %3 = train.constant dense<1.000000e+00> : tensor<f32>
+        %4 = train.softmax_cross_entropy_loss_grad %arg4, %arg5, %3 : tensor<6x3xf32>, tensor<6xi64>, tensor<f32>
+        %5 = train.constant dense<2.000000e+00> : tensor<6x3xf32>
+        %6 = train.mul %4, %5 : tensor<6x3xf32>, tensor<6x3xf32> -> tensor<6x3xf32>
+        %7 = train.transpose %arg6, [1, 0] : tensor<6x4xf32> -> tensor<4x6xf32>
+        %8 = train.matmul %7, %6 : tensor<4x6xf32>, tensor<6x3xf32> -> tensor<4x3xf32>
+        sched.yield %8 : tensor<4x3xf32>
+      }
+      sched.task opt layer(0) (%2) : (tensor<4x3xf32>) -> () {
+      ^bb0(%arg4: tensor<4x3xf32>):
+        train.adamw @w, %arg4 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<4x3xf32>
+      }
+      sched.yield %1#1 : tensor<f32>
+    }
+    return %0 : tensor<f32>
   }
 }
-

@@ -43,3 +43,34 @@ module {
     return
   }
 }
+
+// -----
+
+// sched-order comes before sched-overlap-optimizer: it would move a deferred
+// task among the updates. The module is Inputs/models/one-layer-sched.mlir
+// after --sched-overlap-optimizer="fraction=0.5 granule=1".
+module attributes {train.layers = [{name = "a", params = [@a]}]} {
+  train.param @a : tensor<4xf32> at 0
+  func.func @then_order(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = sched.iteration(%arg0) : (tensor<4xf32>) -> tensor<4xf32> {
+    ^bb0(%arg1: tensor<4xf32>):
+      // expected-error @+1 {{sched-order: the iteration has deferred updates: run sched-order before sched-overlap-optimizer}}
+      sched.task opt deferred layer(0) () : () -> () {
+        train.adamw_apply_pending @a [0, 2)
+      }
+      %1 = sched.task fwd layer(0) (%arg1) : (tensor<4xf32>) -> tensor<4xf32> {
+      ^bb0(%arg2: tensor<4xf32>):
+        %2 = train.param_value @a : tensor<4xf32>
+        %3 = train.mul %arg2, %2 : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+        sched.yield %3 : tensor<4xf32>
+      }
+      sched.task opt layer(0) (%arg1) : (tensor<4xf32>) -> () {
+      ^bb0(%arg2: tensor<4xf32>):
+        train.adamw_defer @a [0, 2), %arg2 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 0.000000e+00 : f64} : tensor<4xf32>
+        train.adamw @a [2, 4), %arg2 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 0.000000e+00 : f64} : tensor<4xf32>
+      }
+      sched.yield %1 : tensor<4xf32>
+    }
+    return %0 : tensor<4xf32>
+  }
+}

@@ -1,16 +1,18 @@
 // sched-place: the placement becomes the iteration's attributes; what the
-// executor cannot run is refused.
-// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=params=ssd,optimizer=host,gradients=host" | FileCheck %s --check-prefix=PLACED
-// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=optimizer=gpu" | FileCheck %s --check-prefix=GPUOPT
-// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order --sched-recompute "--sched-place=placement=activations=ssd" | FileCheck %s --check-prefix=ACT
-// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=activations=host" 2>&1 | FileCheck %s --check-prefix=NORECOMPUTE
-// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=master=host" 2>&1 | FileCheck %s --check-prefix=MASTER
-// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=weights=host" 2>&1 | FileCheck %s --check-prefix=CLASS
-// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=params=nvme" 2>&1 | FileCheck %s --check-prefix=TIER
-// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=params=ssd,params=host" 2>&1 | FileCheck %s --check-prefix=TWICE
-// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=params" 2>&1 | FileCheck %s --check-prefix=SYNTAX
-// RUN: not spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-place 2>&1 | FileCheck %s --check-prefix=UNORDERED
-// RUN: not spillway-opt %s --sched-place 2>&1 | FileCheck %s --check-prefix=NOITER
+// executor cannot run is refused. The inputs are Inputs/models/two-layers.mlir
+// in sched form, ordered (and recomputed for ACT); Inputs/regenerate.sh
+// writes them.
+// RUN: spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params=ssd,optimizer=host,gradients=host" | FileCheck %s --check-prefix=PLACED
+// RUN: spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=optimizer=gpu" | FileCheck %s --check-prefix=GPUOPT
+// RUN: spillway-opt %S/Inputs/two-layers-recomputed.mlir "--sched-place=placement=activations=ssd" | FileCheck %s --check-prefix=ACT
+// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=activations=host" 2>&1 | FileCheck %s --check-prefix=NORECOMPUTE
+// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=master=host" 2>&1 | FileCheck %s --check-prefix=MASTER
+// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=weights=host" 2>&1 | FileCheck %s --check-prefix=CLASS
+// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params=nvme" 2>&1 | FileCheck %s --check-prefix=TIER
+// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params=ssd,params=host" 2>&1 | FileCheck %s --check-prefix=TWICE
+// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params" 2>&1 | FileCheck %s --check-prefix=SYNTAX
+// RUN: not spillway-opt %S/Inputs/two-layers-sched.mlir --sched-place 2>&1 | FileCheck %s --check-prefix=UNORDERED
+// RUN: not spillway-opt %S/Inputs/models/two-layers.mlir --sched-place 2>&1 | FileCheck %s --check-prefix=NOITER
 
 // Classes not named stay on the GPU; the optimizer runs on the CPU unless
 // its state is on the GPU.
@@ -30,16 +32,3 @@
 // SYNTAX: error: sched-place: 'params' is not CLASS=TIER (e.g. params=ssd)
 // UNORDERED: error: 'sched.iteration' op sched-place: order the tasks first (sched-order)
 // NOITER: error: sched-place: no sched.iteration to place (run convert-train-to-sched first)
-module {
-  train.param @w1 : tensor<4x8xf32> at 0
-  train.param @w2 : tensor<8x3xf32> at 128
-  func.func @two_layers(%x: tensor<6x4xf32>, %labels: tensor<6xi64>) -> tensor<f32> {
-    %w1 = train.param_value @w1 : tensor<4x8xf32>
-    %w2 = train.param_value @w2 : tensor<8x3xf32>
-    %h = train.matmul %x, %w1 : tensor<6x4xf32>, tensor<4x8xf32> -> tensor<6x8xf32>
-    %r = train.relu %h : tensor<6x8xf32>
-    %y = train.matmul %r, %w2 : tensor<6x8xf32>, tensor<8x3xf32> -> tensor<6x3xf32>
-    %l = train.softmax_cross_entropy_loss %y, %labels : tensor<6x3xf32>, tensor<6xi64>
-    return %l : tensor<f32>
-  }
-}

@@ -1,21 +1,23 @@
 // sched-recompute after sched-order: between a layer's fwd and bwd tasks only
 // the layer's boundary activations (its fwd inputs) and the loss stay; each
 // bwd task takes its fwd task's inputs and recomputes, at its start, the
-// forward ops whose values it reads (marked sched.recompute).
-// RUN: spillway-opt %s -split-input-file --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-recompute | FileCheck %s --check-prefix=SNAKE
-// RUN: spillway-opt %s -split-input-file --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=horizontal --sched-recompute | FileCheck %s --check-prefix=HORIZ
-// RUN: spillway-opt %s -split-input-file --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order=order=snake --sched-recompute | FileCheck %s --check-prefix=M1
+// forward ops whose values it reads (marked sched.recompute). The inputs are
+// Inputs/models/three-layers.mlir and tied-tanh.mlir, ordered, with two
+// micro-batches (snake, horizontal) or one (Inputs/regenerate.sh).
+// RUN: spillway-opt %S/Inputs/recompute-snake.mlir -split-input-file --sched-recompute | FileCheck %s --check-prefix=SNAKE
+// RUN: spillway-opt %S/Inputs/recompute-horizontal.mlir -split-input-file --sched-recompute | FileCheck %s --check-prefix=HORIZ
+// RUN: spillway-opt %S/Inputs/recompute-m1.mlir -split-input-file --sched-recompute | FileCheck %s --check-prefix=M1
 // Without the pass the fwd tasks yield their internal values to the bwd tasks.
-// RUN: spillway-opt %s -split-input-file --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake | FileCheck %s --check-prefix=NORC
+// RUN: spillway-opt %S/Inputs/recompute-snake.mlir -split-input-file | FileCheck %s --check-prefix=NORC
 // Once is enough: a second run finds nothing to recompute.
-// RUN: spillway-opt %s -split-input-file --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-recompute -o %t.once.mlir
+// RUN: spillway-opt %S/Inputs/recompute-snake.mlir -split-input-file --sched-recompute -o %t.once.mlir
 // RUN: spillway-opt %t.once.mlir -split-input-file --sched-recompute -o %t.twice.mlir
 // RUN: spillway-opt %t.once.mlir -split-input-file -o %t.once.printed.mlir
 // RUN: diff %t.once.printed.mlir %t.twice.mlir
 // The counts: three layers x two micro-batches; layer 1's bwd recomputes
 // its linear (3 ops with the parameter reads), layer 2's its logits (2 ops);
 // each drops one fwd result.
-// RUN: spillway-opt %s -split-input-file --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake "--sched-recompute=remarks=true" -o /dev/null 2>&1 | FileCheck %s --check-prefix=COUNT
+// RUN: spillway-opt %S/Inputs/recompute-snake.mlir -split-input-file "--sched-recompute=remarks=true" -o /dev/null 2>&1 | FileCheck %s --check-prefix=COUNT
 // COUNT: remark: recomputed 10 forward ops in 4 bwd tasks; dropped 4 fwd task results
 
 // NORC-LABEL: func.func @three_layers
@@ -115,27 +117,7 @@
 // M1-NEXT:    ^bb0
 // M1-NEXT:      train.param_value @blocks.0.fc.weight {sched.recompute}
 // M1:         sched.yield %[[LOSS]] : tensor<f32>
-module {
-  train.param @"embed.weight" : tensor<10x4xf32> at 0
-  train.param @"blocks.0.fc.weight" : tensor<4x4xf32> at 160
-  train.param @"blocks.0.fc.bias" : tensor<4xf32> at 224
-  train.param @"head.weight" : tensor<4x10xf32> at 240
-  func.func @three_layers(%ids: tensor<6xi64>, %labels: tensor<6xi64>) -> tensor<f32> {
-    %e = train.param_value @"embed.weight" : tensor<10x4xf32>
-    %w0 = train.param_value @"blocks.0.fc.weight" : tensor<4x4xf32>
-    %b0 = train.param_value @"blocks.0.fc.bias" : tensor<4xf32>
-    %wh = train.param_value @"head.weight" : tensor<4x10xf32>
-    %x0 = train.gather %e, %ids : tensor<10x4xf32>, tensor<6xi64> -> tensor<6x4xf32>
-    %y0 = train.linear %x0, %w0, %b0 : tensor<6x4xf32>, tensor<4x4xf32>, tensor<4xf32> -> tensor<6x4xf32>
-    %r0 = train.relu %y0 : tensor<6x4xf32>
-    %x1 = train.add %x0, %r0 : tensor<6x4xf32>, tensor<6x4xf32> -> tensor<6x4xf32>
-    %logits = train.matmul %x1, %wh : tensor<6x4xf32>, tensor<4x10xf32> -> tensor<6x10xf32>
-    %l = train.softmax_cross_entropy_loss %logits, %labels : tensor<6x10xf32>, tensor<6xi64>
-    return %l : tensor<f32>
-  }
-}
 
-// -----
 
 // A tied embedding/head weight (the head reads the embedding's transpose):
 // the head's bwd recomputes the forward from its input, reading the tied
@@ -155,18 +137,3 @@ module {
 // SNAKE:       sched.task opt layer(0)
 // SNAKE-NEXT:  ^bb0
 // SNAKE-NEXT:    train.adamw @embed.weight
-module {
-  train.param @"embed.weight" : tensor<10x4xf32> at 0
-  train.param @"blocks.0.fc.weight" : tensor<4x4xf32> at 160
-  func.func @tied(%ids: tensor<4xi64>, %labels: tensor<4xi64>) -> tensor<f32> {
-    %e = train.param_value @"embed.weight" : tensor<10x4xf32>
-    %w0 = train.param_value @"blocks.0.fc.weight" : tensor<4x4xf32>
-    %x0 = train.gather %e, %ids : tensor<10x4xf32>, tensor<4xi64> -> tensor<4x4xf32>
-    %y0 = train.matmul %x0, %w0 : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
-    %x1 = train.tanh %y0 : tensor<4x4xf32>
-    %et = train.transpose %e, [1, 0] : tensor<10x4xf32> -> tensor<4x10xf32>
-    %logits = train.matmul %x1, %et : tensor<4x4xf32>, tensor<4x10xf32> -> tensor<4x10xf32>
-    %l = train.softmax_cross_entropy_loss %logits, %labels : tensor<4x10xf32>, tensor<4xi64>
-    return %l : tensor<f32>
-  }
-}

@@ -1,0 +1,13 @@
+module {
+  train.param @w1 : tensor<16x16xf32> at 0
+  train.param @w2 : tensor<16x3xf32> at 1024
+  func.func @two_layers(%x: tensor<6x16xf32>, %labels: tensor<6xi64>) -> tensor<f32> {
+    %w1 = train.param_value @w1 : tensor<16x16xf32>
+    %w2 = train.param_value @w2 : tensor<16x3xf32>
+    %h = train.matmul %x, %w1 : tensor<6x16xf32>, tensor<16x16xf32> -> tensor<6x16xf32>
+    %r = train.relu %h : tensor<6x16xf32>
+    %y = train.matmul %r, %w2 : tensor<6x16xf32>, tensor<16x3xf32> -> tensor<6x3xf32>
+    %l = train.softmax_cross_entropy_loss %y, %labels : tensor<6x3xf32>, tensor<6xi64>
+    return %l : tensor<f32>
+  }
+}
