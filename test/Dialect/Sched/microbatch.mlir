@@ -5,7 +5,7 @@
 // convert-train-to-sched's output; the steps themselves are
 // Inputs/models/microbatch-errors.mlir, run through the whole chain by
 // test/e2e/offload-pipeline.test).
-// RUN: spillway-opt %S/Inputs/three-layers-sched.mlir --sched-microbatch=microbatches=3 | FileCheck %s
+// RUN: spillway-opt %S/Inputs/three-layers-sched.mlir -verify-diagnostics --sched-microbatch=microbatches=3 | FileCheck %s
 // RUN: spillway-opt %s -split-input-file -verify-diagnostics --sched-microbatch=microbatches=3
 
 // Batch 6 in 3 micro-batches of 2: the inputs sliced, every fwd and bwd task

@@ -1,4 +1,12 @@
-// RUN: spillway-opt %s -split-input-file -verify-diagnostics --train-autodiff --train-attach-optimizer --train-partition-layers | FileCheck %s
+// train-partition-layers on training steps (after train-autodiff and
+// train-attach-optimizer). The first RUN reads Inputs/partition-layers.mlir,
+// Inputs/models/partition-layers.mlir's steps (Inputs/regenerate.sh in
+// test/Dialect/Sched writes it); the second the steps below, each the output
+// of those passes on a step of Inputs/models/partition-layers-errors.mlir
+// (copied, with the expected diagnostics on the same ops; the chains run in
+// test/e2e/offload-pipeline.test).
+// RUN: spillway-opt %S/Inputs/partition-layers.mlir -split-input-file -verify-diagnostics --train-partition-layers | FileCheck %s
+// RUN: spillway-opt %s -split-input-file -verify-diagnostics --train-partition-layers
 
 // Two blocks named by index, an embedding and a head; the relu and the
 // residual add (no parameters) follow the layer of their latest operand.
@@ -55,33 +63,6 @@
 // CHECK-NEXT:  train.adamw @blocks.1.fc.bias, {{.*}}train.layer = 2 : i64, train.phase = "opt"
 // CHECK-NEXT:  train.adamw @head.weight, {{.*}}train.layer = 3 : i64, train.phase = "opt"
 // CHECK-NEXT:  return
-module {
-  train.param @"embed.weight" : tensor<10x4xf32> at 0
-  train.param @"blocks.0.fc.weight" : tensor<4x4xf32> at 160
-  train.param @"blocks.0.fc.bias" : tensor<4xf32> at 224
-  train.param @"blocks.1.fc.weight" : tensor<4x4xf32> at 240
-  train.param @"blocks.1.fc.bias" : tensor<4xf32> at 304
-  train.param @"head.weight" : tensor<4x10xf32> at 320
-  train.param @"unused.weight" : tensor<4xf32> at 480
-  func.func @step(%ids: tensor<6xi64>, %labels: tensor<6xi64>) -> tensor<f32> {
-    %e = train.param_value @"embed.weight" : tensor<10x4xf32>
-    %w0 = train.param_value @"blocks.0.fc.weight" : tensor<4x4xf32>
-    %b0 = train.param_value @"blocks.0.fc.bias" : tensor<4xf32>
-    %w1 = train.param_value @"blocks.1.fc.weight" : tensor<4x4xf32>
-    %b1 = train.param_value @"blocks.1.fc.bias" : tensor<4xf32>
-    %wh = train.param_value @"head.weight" : tensor<4x10xf32>
-    %x0 = train.gather %e, %ids : tensor<10x4xf32>, tensor<6xi64> -> tensor<6x4xf32>
-    %y0 = train.linear %x0, %w0, %b0 : tensor<6x4xf32>, tensor<4x4xf32>, tensor<4xf32> -> tensor<6x4xf32>
-    %r0 = train.relu %y0 : tensor<6x4xf32>
-    %x1 = train.add %x0, %r0 : tensor<6x4xf32>, tensor<6x4xf32> -> tensor<6x4xf32>
-    %y1 = train.linear %x1, %w1, %b1 : tensor<6x4xf32>, tensor<4x4xf32>, tensor<4xf32> -> tensor<6x4xf32>
-    %r1 = train.relu %y1 : tensor<6x4xf32>
-    %x2 = train.add %x1, %r1 : tensor<6x4xf32>, tensor<6x4xf32> -> tensor<6x4xf32>
-    %logits = train.matmul %x2, %wh : tensor<6x4xf32>, tensor<4x10xf32> -> tensor<6x10xf32>
-    %l = train.softmax_cross_entropy_loss %logits, %labels : tensor<6x10xf32>, tensor<6xi64>
-    return %l : tensor<f32>
-  }
-}
 
 // -----
 
@@ -109,23 +90,6 @@ module {
 // CHECK-NEXT:  %[[DE:.*]] = train.gather_grad {{.*}} {train.layer = 0 : i64, train.phase = "bwd"}
 // CHECK-NEXT:  %[[G:.*]] = train.add %[[DW]], %[[DE]] {train.layer = 0 : i64, train.phase = "bwd"}
 // CHECK-NEXT:  train.adamw @wte, %[[G]] {{.*}}train.layer = 0 : i64, train.phase = "opt"
-module {
-  train.param @wte : tensor<10x4xf32> at 0
-  train.param @"ln.scale" : tensor<4xf32> at 160
-  train.param @"ln.bias" : tensor<4xf32> at 176
-  func.func @tied(%ids: tensor<6xi64>, %labels: tensor<6xi64>) -> tensor<f32> {
-    %e = train.param_value @wte : tensor<10x4xf32>
-    %s = train.param_value @"ln.scale" : tensor<4xf32>
-    %b = train.param_value @"ln.bias" : tensor<4xf32>
-    %x = train.gather %e, %ids : tensor<10x4xf32>, tensor<6xi64> -> tensor<6x4xf32>
-    %t = train.tanh %x : tensor<6x4xf32>
-    %n = train.layer_norm %t, %s, %b : tensor<6x4xf32>, tensor<4xf32>, tensor<4xf32>
-    %et = train.transpose %e, [1, 0] : tensor<10x4xf32> -> tensor<4x10xf32>
-    %logits = train.matmul %n, %et : tensor<6x4xf32>, tensor<4x10xf32> -> tensor<6x10xf32>
-    %l = train.softmax_cross_entropy_loss %logits, %labels : tensor<6x10xf32>, tensor<6xi64>
-    return %l : tensor<f32>
-  }
-}
 
 // -----
 
@@ -143,26 +107,6 @@ module {
 // CHECK:       train.linear {{.*}} {train.layer = 1 : i64, train.phase = "fwd"}
 // CHECK:       train.relu_grad {{.*}} {train.layer = 0 : i64, train.phase = "bwd"}
 // CHECK-NEXT:  train.mul {{.*}}, %[[C]] {train.layer = 0 : i64, train.phase = "bwd"}
-module {
-  train.param @w1 : tensor<4x8xf32> at 0
-  train.param @b1 : tensor<8xf32> at 128
-  train.param @w2 : tensor<8x3xf32> at 160
-  train.param @b2 : tensor<3xf32> at 256
-  func.func @mlp(%x: tensor<2x2x4xf32>, %y: tensor<4xi64>) -> tensor<f32> {
-    %flat = train.reshape %x : tensor<2x2x4xf32> -> tensor<4x4xf32>
-    %w1 = train.param_value @w1 : tensor<4x8xf32>
-    %b1 = train.param_value @b1 : tensor<8xf32>
-    %h = train.linear %flat, %w1, %b1 : tensor<4x4xf32>, tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
-    %c = train.constant dense<0.5> : tensor<f32>
-    %hs = train.mul %h, %c : tensor<4x8xf32>, tensor<f32> -> tensor<4x8xf32>
-    %a = train.relu %hs : tensor<4x8xf32>
-    %w2 = train.param_value @w2 : tensor<8x3xf32>
-    %b2 = train.param_value @b2 : tensor<3xf32>
-    %o = train.linear %a, %w2, %b2 : tensor<4x8xf32>, tensor<8x3xf32>, tensor<3xf32> -> tensor<4x3xf32>
-    %l = train.softmax_cross_entropy_loss %o, %y : tensor<4x3xf32>, tensor<4xi64>
-    return %l : tensor<f32>
-  }
-}
 
 // -----
 
@@ -176,41 +120,40 @@ module {
 // CHECK-NEXT:  train.linear {{.*}} {train.layer = 0 : i64, train.phase = "fwd"}
 // CHECK-NEXT:  train.mul {{.*}} {train.layer = 0 : i64, train.phase = "fwd"}
 // CHECK-NEXT:  train.linear {{.*}} {train.layer = 1 : i64, train.phase = "fwd"}
-module {
-  train.param @"attn.q.weight" : tensor<4x4xf32> at 0
-  train.param @"attn.k.weight" : tensor<4x4xf32> at 64
-  train.param @"proj.weight" : tensor<4x3xf32> at 128
-  func.func @parallel(%x: tensor<2x4xf32>, %y: tensor<2xi64>) -> tensor<f32> {
-    %wq = train.param_value @"attn.q.weight" : tensor<4x4xf32>
-    %wk = train.param_value @"attn.k.weight" : tensor<4x4xf32>
-    %wp = train.param_value @"proj.weight" : tensor<4x3xf32>
-    %q = train.linear %x, %wq : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
-    %k = train.linear %x, %wk : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
-    %qk = train.mul %q, %k : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
-    %o = train.linear %qk, %wp : tensor<2x4xf32>, tensor<4x3xf32> -> tensor<2x3xf32>
-    %l = train.softmax_cross_entropy_loss %o, %y : tensor<2x3xf32>, tensor<2xi64>
-    return %l : tensor<f32>
-  }
-}
 
 // -----
 
 // A block's parameter read after a later block's output: no monotone order.
 module {
-  train.param @"blocks.0.a" : tensor<4x4xf32> at 0
-  train.param @"blocks.1.b" : tensor<4x4xf32> at 64
-  train.param @"blocks.0.c" : tensor<4x3xf32> at 128
-  func.func @out_of_order(%x: tensor<2x4xf32>, %y: tensor<2xi64>) -> tensor<f32> {
-    %a = train.param_value @"blocks.0.a" : tensor<4x4xf32>
-    %b = train.param_value @"blocks.1.b" : tensor<4x4xf32>
-    %c = train.param_value @"blocks.0.c" : tensor<4x3xf32>
-    %h0 = train.linear %x, %a : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+  train.param @blocks.0.a : tensor<4x4xf32> at 0
+  train.param @blocks.1.b : tensor<4x4xf32> at 64
+  train.param @blocks.0.c : tensor<4x3xf32> at 128
+  func.func @out_of_order(%arg0: tensor<2x4xf32>, %arg1: tensor<2xi64>) -> tensor<f32> {
+    %0 = train.param_value @blocks.0.a : tensor<4x4xf32>
+    %1 = train.param_value @blocks.1.b : tensor<4x4xf32>
+    %2 = train.param_value @blocks.0.c : tensor<4x3xf32>
+    %3 = train.linear %arg0, %0 : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
     // expected-note @+1 {{the value of layer 1 is computed here}}
-    %h1 = train.linear %h0, %b : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+    %4 = train.linear %3, %1 : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
     // expected-error @+1 {{train-partition-layers: layers are not monotone in forward order: this op reads @blocks.0.c of layer 0 ('blocks.0') and consumes a value of layer 1 ('blocks.1')}}
-    %h2 = train.linear %h1, %c : tensor<2x4xf32>, tensor<4x3xf32> -> tensor<2x3xf32>
-    %l = train.softmax_cross_entropy_loss %h2, %y : tensor<2x3xf32>, tensor<2xi64>
-    return %l : tensor<f32>
+    %5 = train.linear %4, %2 : tensor<2x4xf32>, tensor<4x3xf32> -> tensor<2x3xf32>
+    %6 = train.softmax_cross_entropy_loss %5, %arg1 : tensor<2x3xf32>, tensor<2xi64>
+    %7 = train.constant dense<1.000000e+00> : tensor<f32>
+    %8 = train.softmax_cross_entropy_loss_grad %5, %arg1, %7 : tensor<2x3xf32>, tensor<2xi64>, tensor<f32>
+    %9 = train.transpose %2, [1, 0] : tensor<4x3xf32> -> tensor<3x4xf32>
+    %10 = train.matmul %8, %9 : tensor<2x3xf32>, tensor<3x4xf32> -> tensor<2x4xf32>
+    %11 = train.transpose %4, [1, 0] : tensor<2x4xf32> -> tensor<4x2xf32>
+    %12 = train.matmul %11, %8 : tensor<4x2xf32>, tensor<2x3xf32> -> tensor<4x3xf32>
+    %13 = train.transpose %1, [1, 0] : tensor<4x4xf32> -> tensor<4x4xf32>
+    %14 = train.matmul %10, %13 : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+    %15 = train.transpose %3, [1, 0] : tensor<2x4xf32> -> tensor<4x2xf32>
+    %16 = train.matmul %15, %10 : tensor<4x2xf32>, tensor<2x4xf32> -> tensor<4x4xf32>
+    %17 = train.transpose %arg0, [1, 0] : tensor<2x4xf32> -> tensor<4x2xf32>
+    %18 = train.matmul %17, %14 : tensor<4x2xf32>, tensor<2x4xf32> -> tensor<4x4xf32>
+    train.adamw @blocks.0.a, %18 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<4x4xf32>
+    train.adamw @blocks.1.b, %16 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<4x4xf32>
+    train.adamw @blocks.0.c, %12 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<4x3xf32>
+    return %6 : tensor<f32>
   }
 }
 
@@ -221,14 +164,22 @@ module {
   train.param @p : tensor<3xf32> at 0
   train.param @q : tensor<3xf32> at 12
   func.func @first() -> tensor<f32> {
-    %p = train.param_value @p : tensor<3xf32>
-    %l = train.reduce_sum %p, [] {keepdims = false} : tensor<3xf32> -> tensor<f32>
-    return %l : tensor<f32>
+    %0 = train.param_value @p : tensor<3xf32>
+    %1 = train.reduce_sum %0, [] {keepdims = false} : tensor<3xf32> -> tensor<f32>
+    %2 = train.constant dense<1.000000e+00> : tensor<f32>
+    %3 = train.reshape %2 : tensor<f32> -> tensor<1xf32>
+    %4 = train.broadcast_to %3 : tensor<1xf32> -> tensor<3xf32>
+    train.adamw @p, %4 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<3xf32>
+    return %1 : tensor<f32>
   }
   // expected-error @+1 {{train-partition-layers: expects one step function reading parameters; found @first and @second}}
   func.func @second() -> tensor<f32> {
-    %p = train.param_value @q : tensor<3xf32>
-    %l = train.reduce_sum %p, [] {keepdims = false} : tensor<3xf32> -> tensor<f32>
-    return %l : tensor<f32>
+    %0 = train.param_value @q : tensor<3xf32>
+    %1 = train.reduce_sum %0, [] {keepdims = false} : tensor<3xf32> -> tensor<f32>
+    %2 = train.constant dense<1.000000e+00> : tensor<f32>
+    %3 = train.reshape %2 : tensor<f32> -> tensor<1xf32>
+    %4 = train.broadcast_to %3 : tensor<1xf32> -> tensor<3xf32>
+    train.adamw @q, %4 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<3xf32>
+    return %1 : tensor<f32>
   }
 }

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Writes the precondition inputs of the one-pass offload tests: each input is
-# a model of Inputs/models/ run through the passes before the tested one, as
-# spillway-opt prints it (nothing stripped), so a test runs one pass on the
-# module exactly as the pipeline hands it over. The damaged inputs of the
-# error tests are such an output with one edit, named in the file's header.
+# Writes the precondition inputs of the one-pass tests of the training and
+# offload passes: each input is a model of an Inputs/models/ directory run
+# through the passes before the tested one, as spillway-opt prints it
+# (nothing stripped), so a test runs one pass on the module exactly as the
+# pipeline hands it over. The damaged inputs of the error tests are such an
+# output with one edit, named in the file's header.
 #
 # Rerun it whenever a pass before a tested one changes what it prints:
 #   test/Dialect/Sched/Inputs/regenerate.sh [SPILLWAY_OPT] [OUT_ROOT]
 # SPILLWAY_OPT defaults to build/bin/spillway-opt, OUT_ROOT to test/ (the
-# inputs land in OUT_ROOT/Dialect/Sched/Inputs and
-# OUT_ROOT/Conversion/TrainToRuntime/Inputs). test/e2e/offload-pipeline.test
+# inputs land in the Inputs/ directories of OUT_ROOT/Dialect/Sched,
+# Dialect/Train, Conversion/TrainToSched and Conversion/TrainToRuntime). test/e2e/offload-pipeline.test
 # runs it into a scratch directory and diffs, so a stale input fails there.
 set -euo pipefail
 
@@ -17,15 +18,16 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../../.." && pwd)
 opt=${1:-$root/build/bin/spillway-opt}
 out=${2:-$root/test}
-models=$here/models
 sched=Dialect/Sched/Inputs
+train=Dialect/Train/Inputs
+tosched=Conversion/TrainToSched/Inputs
 runtime=Conversion/TrainToRuntime/Inputs
 
 # The passes every offload test starts from: a training step in sched form.
 front=(--train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched)
 
-# gen OUT MODELS PASS...: MODELS is one model or several joined by '+'
-# (one split-input-file section each).
+# gen OUT MODELS PASS...: MODELS is one model of $models or several joined
+# by '+' (one split-input-file section each, besides a model's own).
 gen() {
   local file=$1 names=$2
   shift 2
@@ -68,6 +70,15 @@ damage() {
   fi
 }
 
+# train-attach-optimizer (FOAM), train-partition-layers,
+# convert-train-to-sched.
+models=$root/test/Dialect/Train/Inputs/models
+gen $train/attach-optimizer-foam.mlir attach-optimizer-foam --train-autodiff
+gen $train/partition-layers.mlir partition-layers --train-autodiff --train-attach-optimizer
+models=$root/test/Conversion/TrainToSched/Inputs/models
+gen $tosched/train-to-sched.mlir train-to-sched --train-autodiff --train-attach-optimizer --train-partition-layers
+
+models=$here/models
 # sched-microbatch, sched-order, sched-place (before any placement).
 gen $sched/three-layers-sched.mlir three-layers "${front[@]}"
 gen $sched/two-layers-sched.mlir two-layers "${front[@]}"
