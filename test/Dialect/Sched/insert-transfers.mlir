@@ -3,7 +3,8 @@
 // placed by the passes before this one (Inputs/regenerate.sh writes them;
 // most with two micro-batches). The checks read the plan op by op: -NEXT
 // where two plan ops are adjacent, and a -NOT line (no plan op: move,
-// await, bind, drop, task, ...) where a task's body or a slice lies between.
+// await, bind, drop, task, ...) where a task's body or a slice lies between;
+// an await names its move ([[Tn]]) where both are checked.
 // RUN: spillway-opt %S/Inputs/insert-transfers-ssd.mlir --sched-insert-transfers | FileCheck %s --check-prefix=SSD
 // RUN: spillway-opt %S/Inputs/insert-transfers-gpuopt.mlir --sched-insert-transfers | FileCheck %s --check-prefix=GPUOPT
 // RUN: spillway-opt %S/Inputs/insert-transfers-resident.mlir --sched-insert-transfers | FileCheck %s --check-prefix=RESIDENT
@@ -19,33 +20,33 @@
 // on the copy its first load read from SSD, just before the upload; part 0
 // of the state comes from SSD and goes back, part 0 of the parameters is
 // written back while the load goes on with the whole block.
-// DEFCPU:      sched.move params layer(0) ssd -> host prio(demand)
+// DEFCPU:      %[[T0:[0-9]+]] = sched.move params layer(0) ssd -> host prio(demand)
 // DEFCPU-NEXT: sched.move params layer(1) ssd -> host prio(prefetch)
-// DEFCPU-NEXT: sched.await %{{[0-9#]+}}
+// DEFCPU-NEXT: sched.await %[[T0]]
 // DEFCPU-NEXT: sched.bind params layer(0) host
-// DEFCPU-NEXT: sched.move optimizer layer(0) part(0) ssd -> host prio(demand)
-// DEFCPU-NEXT: sched.await %{{[0-9#]+}}
+// DEFCPU-NEXT: %[[T2:[0-9]+]] = sched.move optimizer layer(0) part(0) ssd -> host prio(demand)
+// DEFCPU-NEXT: sched.await %[[T2]]
 // DEFCPU-NEXT: sched.bind optimizer layer(0) host
 // DEFCPU-NEXT: sched.task opt deferred layer(0) ()
 // DEFCPU-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
-// DEFCPU:      sched.move optimizer layer(0) part(0) host -> ssd prio(writeback)
-// DEFCPU-NEXT: sched.await %{{[0-9#]+}}
+// DEFCPU:      %[[T3:[0-9]+]] = sched.move optimizer layer(0) part(0) host -> ssd prio(writeback)
+// DEFCPU-NEXT: sched.await %[[T3]]
 // DEFCPU-NEXT: sched.drop optimizer layer(0) part(0) host
-// DEFCPU-NEXT: sched.move params layer(0) part(0) host -> ssd prio(writeback)
-// DEFCPU-NEXT: sched.await %{{[0-9#]+}}
+// DEFCPU-NEXT: %[[T4:[0-9]+]] = sched.move params layer(0) part(0) host -> ssd prio(writeback)
+// DEFCPU-NEXT: sched.await %[[T4]]
 // DEFCPU-NEXT: sched.move params layer(0) host -> gpu prio(prefetch)
 // The update after the backward moves part 1 only.
 // DEFCPU:      sched.gradient @head.weight layer(2) host mean(2)
-// DEFCPU-NEXT: sched.move optimizer layer(2) part(1) ssd -> host prio(demand)
-// DEFCPU-NEXT: sched.await %{{[0-9#]+}}
+// DEFCPU-NEXT: %[[T6:[0-9]+]] = sched.move optimizer layer(2) part(1) ssd -> host prio(demand)
+// DEFCPU-NEXT: sched.await %[[T6]]
 // DEFCPU-NEXT: sched.bind optimizer layer(2) host
-// DEFCPU-NEXT: sched.move params layer(2) part(1) ssd -> host prio(demand)
-// DEFCPU-NEXT: sched.await %{{[0-9#]+}}
+// DEFCPU-NEXT: %[[T7:[0-9]+]] = sched.move params layer(2) part(1) ssd -> host prio(demand)
+// DEFCPU-NEXT: sched.await %[[T7]]
 // DEFCPU-NEXT: sched.bind params layer(2) host
 // DEFCPU-NEXT: sched.task opt layer(2) (%{{[0-9#]+}})
 // DEFCPU-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
-// DEFCPU:      sched.move params layer(2) part(1) host -> ssd prio(writeback)
-// DEFCPU-NEXT: sched.await %{{[0-9#]+}}
+// DEFCPU:      %[[T8:[0-9]+]] = sched.move params layer(2) part(1) host -> ssd prio(writeback)
+// DEFCPU-NEXT: sched.await %[[T8]]
 // DEFCPU-NEXT: sched.drop params layer(2) part(1) host
 // DEFCPU-NEXT: sched.move optimizer layer(2) part(1) host -> ssd prio(writeback)
 
@@ -59,10 +60,10 @@
 // DEFGPU-NEXT: sched.bind optimizer layer(0) gpu
 // DEFGPU-NEXT: sched.task opt deferred layer(0) ()
 // DEFGPU-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
-// DEFGPU:      sched.move params layer(0) gpu -> host prio(writeback)
-// DEFGPU-NEXT: sched.await %{{[0-9#]+}}
-// DEFGPU-NEXT: sched.move params layer(0) host -> ssd prio(writeback)
-// DEFGPU-NEXT: sched.await %{{[0-9#]+}}
+// DEFGPU:      %[[T0:[0-9]+]] = sched.move params layer(0) gpu -> host prio(writeback)
+// DEFGPU-NEXT: sched.await %[[T0]]
+// DEFGPU-NEXT: %[[T1:[0-9]+]] = sched.move params layer(0) host -> ssd prio(writeback)
+// DEFGPU-NEXT: sched.await %[[T1]]
 // DEFGPU-NEXT: sched.drop params layer(0) host
 // DEFGPU-NEXT: sched.await %{{[0-9#]+}}
 // DEFGPU-NEXT: sched.move params layer(1) host -> gpu prio(prefetch)
@@ -107,20 +108,20 @@
 // ACTSSD:      sched.task fwd layer(1) mb(1) (%{{[0-9#]+}})
 // ACTSSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // ACTSSD:      sched.put_activation %{{[0-9#]+}} index(1)
-// ACTSSD-NEXT: sched.move activations layer(1) gpu -> host prio(writeback)
-// ACTSSD-NEXT: sched.await %{{[0-9#]+}}
-// ACTSSD-NEXT: sched.move activations layer(1) host -> ssd prio(writeback)
-// ACTSSD-NEXT: sched.await %{{[0-9#]+}}
+// ACTSSD-NEXT: %[[T0:[0-9]+]] = sched.move activations layer(1) gpu -> host prio(writeback)
+// ACTSSD-NEXT: sched.await %[[T0]]
+// ACTSSD-NEXT: %[[T1:[0-9]+]] = sched.move activations layer(1) host -> ssd prio(writeback)
+// ACTSSD-NEXT: sched.await %[[T1]]
 // ACTSSD-NEXT: sched.drop activations layer(1) gpu
 // ACTSSD-NEXT: sched.drop activations layer(1) host
 // ACTSSD-NEXT: sched.task fwd layer(1) mb(0) (%{{[0-9#]+}})
 // ACTSSD:      sched.task fwd layer(2) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
 // ACTSSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // ACTSSD:      sched.put_activation %{{[0-9#]+}} index(2)
-// ACTSSD:      sched.move activations layer(2) ssd -> host prio(demand)
-// ACTSSD-NEXT: sched.await %{{[0-9#]+}}
-// ACTSSD-NEXT: sched.move activations layer(2) host -> gpu prio(demand)
-// ACTSSD-NEXT: sched.await %{{[0-9#]+}}
+// ACTSSD:      %[[T2:[0-9]+]] = sched.move activations layer(2) ssd -> host prio(demand)
+// ACTSSD-NEXT: sched.await %[[T2]]
+// ACTSSD-NEXT: %[[T3:[0-9]+]] = sched.move activations layer(2) host -> gpu prio(demand)
+// ACTSSD-NEXT: sched.await %[[T3]]
 // ACTSSD-NEXT: sched.drop activations layer(2) host
 // ACTSSD-NEXT: sched.take_activation index(2)
 // ACTSSD-NEXT: sched.drop activations layer(2) gpu
@@ -141,20 +142,20 @@
 // OVERLAP-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // OVERLAP:      sched.drop params layer(2) gpu
 // OVERLAP-NEXT: sched.stage_grads gradstage layer(2) first(%{{[0-9#]+}}, %{{[0-9#]+}})
-// OVERLAP-NEXT: sched.move gradstage layer(2) gpu -> host prio(writeback)
-// OVERLAP-NEXT: sched.await %{{[0-9#]+}}
+// OVERLAP-NEXT: %[[T0:[0-9]+]] = sched.move gradstage layer(2) gpu -> host prio(writeback)
+// OVERLAP-NEXT: sched.await %[[T0]]
 // OVERLAP-NEXT: sched.drop gradstage layer(2) gpu
 // OVERLAP-NEXT: sched.accumulate_grads layer(2) first on host
 // OVERLAP-NEXT: sched.drop gradstage layer(2) host
 // OVERLAP-NEXT: sched.gradient @head.weight layer(2) host mean(2)
 // OVERLAP-NEXT: sched.bind optimizer layer(2) host
-// OVERLAP-NEXT: sched.move params layer(2) ssd -> host prio(demand)
-// OVERLAP-NEXT: sched.await %{{[0-9#]+}}
+// OVERLAP-NEXT: %[[T1:[0-9]+]] = sched.move params layer(2) ssd -> host prio(demand)
+// OVERLAP-NEXT: sched.await %[[T1]]
 // OVERLAP-NEXT: sched.bind params layer(2) host
 // OVERLAP-NEXT: sched.task opt layer(2) (%{{[0-9#]+}})
 // OVERLAP-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
-// OVERLAP:      sched.move params layer(2) host -> ssd prio(writeback)
-// OVERLAP-NEXT: sched.await %{{[0-9#]+}}
+// OVERLAP:      %[[T2:[0-9]+]] = sched.move params layer(2) host -> ssd prio(writeback)
+// OVERLAP-NEXT: sched.await %[[T2]]
 // OVERLAP-NEXT: sched.drop params layer(2) host
 // OVERLAP-NEXT: sched.await %{{[0-9#]+}}
 // OVERLAP-NEXT: sched.drop params layer(1) host
@@ -167,40 +168,40 @@
 // during the load before it and read from SSD during the load before that;
 // each backward run's gradients (both micro-batches: snake) go to host once;
 // the CPU optimizer reads the parameters from SSD and writes them back.
-// SSD:      sched.move params layer(0) ssd -> host prio(demand)
-// SSD-NEXT: sched.move params layer(1) ssd -> host prio(prefetch)
-// SSD-NEXT: sched.await %{{[0-9#]+}}
-// SSD-NEXT: sched.move params layer(0) host -> gpu prio(prefetch)
+// SSD:      %[[T0:[0-9]+]] = sched.move params layer(0) ssd -> host prio(demand)
+// SSD-NEXT: %[[T1:[0-9]+]] = sched.move params layer(1) ssd -> host prio(prefetch)
+// SSD-NEXT: sched.await %[[T0]]
+// SSD-NEXT: %[[T2:[0-9]+]] = sched.move params layer(0) host -> gpu prio(prefetch)
 // SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
-// SSD:      sched.await %{{[0-9#]+}}
+// SSD:      sched.await %[[T2]]
 // SSD-NEXT: sched.drop params layer(0) host
 // SSD-NEXT: sched.bind params layer(0) gpu
-// SSD-NEXT: sched.await %{{[0-9#]+}}
-// SSD-NEXT: sched.move params layer(1) host -> gpu prio(prefetch)
-// SSD-NEXT: sched.move params layer(2) ssd -> host prio(prefetch)
+// SSD-NEXT: sched.await %[[T1]]
+// SSD-NEXT: %[[T3:[0-9]+]] = sched.move params layer(1) host -> gpu prio(prefetch)
+// SSD-NEXT: %[[T4:[0-9]+]] = sched.move params layer(2) ssd -> host prio(prefetch)
 // SSD-NEXT: sched.task fwd layer(0) mb(0) (%{{[0-9#]+}})
 // SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // SSD:      sched.task fwd layer(0) mb(1) (%{{[0-9#]+}})
 // SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // SSD:      sched.drop params layer(0) gpu
-// SSD-NEXT: sched.await %{{[0-9#]+}}
+// SSD-NEXT: sched.await %[[T3]]
 // SSD-NEXT: sched.drop params layer(1) host
 // SSD-NEXT: sched.bind params layer(1) gpu
-// SSD-NEXT: sched.await %{{[0-9#]+}}
-// SSD-NEXT: sched.move params layer(2) host -> gpu prio(prefetch)
-// SSD-NEXT: sched.move params layer(1) ssd -> host prio(prefetch)
+// SSD-NEXT: sched.await %[[T4]]
+// SSD-NEXT: %[[T5:[0-9]+]] = sched.move params layer(2) host -> gpu prio(prefetch)
+// SSD-NEXT: %[[T6:[0-9]+]] = sched.move params layer(1) ssd -> host prio(prefetch)
 // SSD-NEXT: sched.task fwd layer(1) mb(1) (%{{[0-9#]+}})
 // SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // SSD:      sched.task fwd layer(1) mb(0) (%{{[0-9#]+}})
 // SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // SSD:      sched.drop params layer(1) gpu
 // SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
-// SSD:      sched.await %{{[0-9#]+}}
+// SSD:      sched.await %[[T5]]
 // SSD-NEXT: sched.drop params layer(2) host
 // SSD-NEXT: sched.bind params layer(2) gpu
-// SSD-NEXT: sched.await %{{[0-9#]+}}
-// SSD-NEXT: sched.move params layer(1) host -> gpu prio(prefetch)
-// SSD-NEXT: sched.move params layer(0) ssd -> host prio(prefetch)
+// SSD-NEXT: sched.await %[[T6]]
+// SSD-NEXT: %[[T7:[0-9]+]] = sched.move params layer(1) host -> gpu prio(prefetch)
+// SSD-NEXT: %[[T8:[0-9]+]] = sched.move params layer(0) ssd -> host prio(prefetch)
 // SSD-NEXT: sched.task fwd layer(2) mb(0) (%{{[0-9#]+}}, %{{[0-9#]+}})
 // SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // SSD:      sched.task fwd layer(2) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
@@ -211,28 +212,28 @@
 // SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // SSD:      sched.drop params layer(2) gpu
 // SSD-NEXT: sched.stage_grads gradstage layer(2) first(%{{[0-9#]+}}, %{{[0-9#]+}})
-// SSD-NEXT: sched.move gradstage layer(2) gpu -> host prio(writeback)
-// SSD-NEXT: sched.await %{{[0-9#]+}}
+// SSD-NEXT: %[[T9:[0-9]+]] = sched.move gradstage layer(2) gpu -> host prio(writeback)
+// SSD-NEXT: sched.await %[[T9]]
 // SSD-NEXT: sched.drop gradstage layer(2) gpu
 // SSD-NEXT: sched.accumulate_grads layer(2) first on host
 // SSD-NEXT: sched.drop gradstage layer(2) host
-// SSD-NEXT: sched.await %{{[0-9#]+}}
+// SSD-NEXT: sched.await %[[T7]]
 // SSD-NEXT: sched.drop params layer(1) host
 // SSD-NEXT: sched.bind params layer(1) gpu
-// SSD-NEXT: sched.await %{{[0-9#]+}}
-// SSD-NEXT: sched.move params layer(0) host -> gpu prio(prefetch)
+// SSD-NEXT: sched.await %[[T8]]
+// SSD-NEXT: %[[T10:[0-9]+]] = sched.move params layer(0) host -> gpu prio(prefetch)
 // SSD-NEXT: sched.task bwd layer(1) mb(0) (%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
 // SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // SSD:      sched.task bwd layer(1) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
 // SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // SSD:      sched.drop params layer(1) gpu
 // SSD-NEXT: sched.stage_grads gradstage layer(1) first(%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
-// SSD-NEXT: sched.move gradstage layer(1) gpu -> host prio(writeback)
-// SSD-NEXT: sched.await %{{[0-9#]+}}
+// SSD-NEXT: %[[T11:[0-9]+]] = sched.move gradstage layer(1) gpu -> host prio(writeback)
+// SSD-NEXT: sched.await %[[T11]]
 // SSD-NEXT: sched.drop gradstage layer(1) gpu
 // SSD-NEXT: sched.accumulate_grads layer(1) first on host
 // SSD-NEXT: sched.drop gradstage layer(1) host
-// SSD-NEXT: sched.await %{{[0-9#]+}}
+// SSD-NEXT: sched.await %[[T10]]
 // SSD-NEXT: sched.drop params layer(0) host
 // SSD-NEXT: sched.bind params layer(0) gpu
 // SSD-NEXT: sched.task bwd layer(0) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
@@ -241,41 +242,41 @@
 // SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // SSD:      sched.drop params layer(0) gpu
 // SSD-NEXT: sched.stage_grads gradstage layer(0) first(%{{[0-9#]+}}, %{{[0-9#]+}})
-// SSD-NEXT: sched.move gradstage layer(0) gpu -> host prio(writeback)
-// SSD-NEXT: sched.await %{{[0-9#]+}}
+// SSD-NEXT: %[[T12:[0-9]+]] = sched.move gradstage layer(0) gpu -> host prio(writeback)
+// SSD-NEXT: sched.await %[[T12]]
 // SSD-NEXT: sched.drop gradstage layer(0) gpu
 // SSD-NEXT: sched.accumulate_grads layer(0) first on host
 // SSD-NEXT: sched.drop gradstage layer(0) host
 // SSD-NEXT: sched.gradient @embed.weight layer(0) host mean(2)
 // SSD-NEXT: sched.bind optimizer layer(0) host
-// SSD-NEXT: sched.move params layer(0) ssd -> host prio(demand)
-// SSD-NEXT: sched.await %{{[0-9#]+}}
+// SSD-NEXT: %[[T13:[0-9]+]] = sched.move params layer(0) ssd -> host prio(demand)
+// SSD-NEXT: sched.await %[[T13]]
 // SSD-NEXT: sched.bind params layer(0) host
 // SSD-NEXT: sched.task opt layer(0) (%{{[0-9#]+}})
 // SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
-// SSD:      sched.move params layer(0) host -> ssd prio(writeback)
-// SSD-NEXT: sched.await %{{[0-9#]+}}
+// SSD:      %[[T14:[0-9]+]] = sched.move params layer(0) host -> ssd prio(writeback)
+// SSD-NEXT: sched.await %[[T14]]
 // SSD-NEXT: sched.drop params layer(0) host
 // SSD-NEXT: sched.gradient @blocks.0.fc.weight layer(1) host mean(2)
 // SSD-NEXT: sched.gradient @blocks.0.fc.bias layer(1) host mean(2)
 // SSD-NEXT: sched.bind optimizer layer(1) host
-// SSD-NEXT: sched.move params layer(1) ssd -> host prio(demand)
-// SSD-NEXT: sched.await %{{[0-9#]+}}
+// SSD-NEXT: %[[T15:[0-9]+]] = sched.move params layer(1) ssd -> host prio(demand)
+// SSD-NEXT: sched.await %[[T15]]
 // SSD-NEXT: sched.bind params layer(1) host
 // SSD-NEXT: sched.task opt layer(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
 // SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
-// SSD:      sched.move params layer(1) host -> ssd prio(writeback)
-// SSD-NEXT: sched.await %{{[0-9#]+}}
+// SSD:      %[[T16:[0-9]+]] = sched.move params layer(1) host -> ssd prio(writeback)
+// SSD-NEXT: sched.await %[[T16]]
 // SSD-NEXT: sched.drop params layer(1) host
 // SSD-NEXT: sched.gradient @head.weight layer(2) host mean(2)
 // SSD-NEXT: sched.bind optimizer layer(2) host
-// SSD-NEXT: sched.move params layer(2) ssd -> host prio(demand)
-// SSD-NEXT: sched.await %{{[0-9#]+}}
+// SSD-NEXT: %[[T17:[0-9]+]] = sched.move params layer(2) ssd -> host prio(demand)
+// SSD-NEXT: sched.await %[[T17]]
 // SSD-NEXT: sched.bind params layer(2) host
 // SSD-NEXT: sched.task opt layer(2) (%{{[0-9#]+}})
 // SSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
-// SSD:      sched.move params layer(2) host -> ssd prio(writeback)
-// SSD-NEXT: sched.await %{{[0-9#]+}}
+// SSD:      %[[T18:[0-9]+]] = sched.move params layer(2) host -> ssd prio(writeback)
+// SSD-NEXT: sched.await %[[T18]]
 // SSD-NEXT: sched.drop params layer(2) host
 // SSD-NEXT: sched.accumulate mean %{{[0-9#]+}}, %{{[0-9#]+}}
 // GPU optimizer (the state on the GPU), parameters on host, gradients on SSD,
@@ -285,96 +286,96 @@
 // GPUOPT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // GPUOPT:      sched.drop params layer(2) gpu
 // GPUOPT-NEXT: sched.stage_grads gradstage layer(2) first(%{{[0-9#]+}})
-// GPUOPT-NEXT: sched.move gradstage layer(2) gpu -> host prio(writeback)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT-NEXT: %[[T0:[0-9]+]] = sched.move gradstage layer(2) gpu -> host prio(writeback)
+// GPUOPT-NEXT: sched.await %[[T0]]
 // GPUOPT-NEXT: sched.drop gradstage layer(2) gpu
-// GPUOPT-NEXT: sched.move gradients layer(2) ssd -> host prio(demand)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT-NEXT: %[[T1:[0-9]+]] = sched.move gradients layer(2) ssd -> host prio(demand)
+// GPUOPT-NEXT: sched.await %[[T1]]
 // GPUOPT-NEXT: sched.accumulate_grads layer(2) add on host
 // GPUOPT-NEXT: sched.drop gradstage layer(2) host
-// GPUOPT-NEXT: sched.move gradients layer(2) host -> ssd prio(writeback)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT-NEXT: %[[T2:[0-9]+]] = sched.move gradients layer(2) host -> ssd prio(writeback)
+// GPUOPT-NEXT: sched.await %[[T2]]
 // GPUOPT-NEXT: sched.drop gradients layer(2) host
 // GPUOPT-NEXT: sched.await %{{[0-9#]+}}
 // GPUOPT-NEXT: sched.bind params layer(1) gpu
-// GPUOPT-NEXT: sched.move params layer(0) host -> gpu prio(prefetch)
+// GPUOPT-NEXT: %[[T3:[0-9]+]] = sched.move params layer(0) host -> gpu prio(prefetch)
 // GPUOPT-NEXT: sched.task bwd layer(1) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}}, %{{[0-9#]+}})
 // GPUOPT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // GPUOPT:      sched.drop params layer(1) gpu
 // GPUOPT-NEXT: sched.stage_grads gradstage layer(1) first(%{{[0-9#]+}}, %{{[0-9#]+}})
-// GPUOPT-NEXT: sched.move gradstage layer(1) gpu -> host prio(writeback)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT-NEXT: %[[T4:[0-9]+]] = sched.move gradstage layer(1) gpu -> host prio(writeback)
+// GPUOPT-NEXT: sched.await %[[T4]]
 // GPUOPT-NEXT: sched.drop gradstage layer(1) gpu
-// GPUOPT-NEXT: sched.move gradients layer(1) ssd -> host prio(demand)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT-NEXT: %[[T5:[0-9]+]] = sched.move gradients layer(1) ssd -> host prio(demand)
+// GPUOPT-NEXT: sched.await %[[T5]]
 // GPUOPT-NEXT: sched.accumulate_grads layer(1) add on host
 // GPUOPT-NEXT: sched.drop gradstage layer(1) host
-// GPUOPT-NEXT: sched.move gradients layer(1) host -> ssd prio(writeback)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT-NEXT: %[[T6:[0-9]+]] = sched.move gradients layer(1) host -> ssd prio(writeback)
+// GPUOPT-NEXT: sched.await %[[T6]]
 // GPUOPT-NEXT: sched.drop gradients layer(1) host
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT-NEXT: sched.await %[[T3]]
 // GPUOPT-NEXT: sched.bind params layer(0) gpu
 // GPUOPT-NEXT: sched.task bwd layer(0) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
 // GPUOPT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // GPUOPT:      sched.drop params layer(0) gpu
 // GPUOPT-NEXT: sched.stage_grads gradstage layer(0) first(%{{[0-9#]+}})
-// GPUOPT-NEXT: sched.move gradstage layer(0) gpu -> host prio(writeback)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT-NEXT: %[[T7:[0-9]+]] = sched.move gradstage layer(0) gpu -> host prio(writeback)
+// GPUOPT-NEXT: sched.await %[[T7]]
 // GPUOPT-NEXT: sched.drop gradstage layer(0) gpu
-// GPUOPT-NEXT: sched.move gradients layer(0) ssd -> host prio(demand)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT-NEXT: %[[T8:[0-9]+]] = sched.move gradients layer(0) ssd -> host prio(demand)
+// GPUOPT-NEXT: sched.await %[[T8]]
 // GPUOPT-NEXT: sched.accumulate_grads layer(0) add on host
 // GPUOPT-NEXT: sched.drop gradstage layer(0) host
-// GPUOPT-NEXT: sched.move gradients layer(0) host -> ssd prio(writeback)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT-NEXT: %[[T9:[0-9]+]] = sched.move gradients layer(0) host -> ssd prio(writeback)
+// GPUOPT-NEXT: sched.await %[[T9]]
 // GPUOPT-NEXT: sched.drop gradients layer(0) host
-// GPUOPT-NEXT: sched.move gradients layer(0) ssd -> host prio(demand)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
-// GPUOPT-NEXT: sched.move gradients layer(0) host -> gpu prio(demand)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT-NEXT: %[[T10:[0-9]+]] = sched.move gradients layer(0) ssd -> host prio(demand)
+// GPUOPT-NEXT: sched.await %[[T10]]
+// GPUOPT-NEXT: %[[T11:[0-9]+]] = sched.move gradients layer(0) host -> gpu prio(demand)
+// GPUOPT-NEXT: sched.await %[[T11]]
 // GPUOPT-NEXT: sched.drop gradients layer(0) host
 // GPUOPT-NEXT: sched.gradient @embed.weight layer(0) gpu mean(2)
 // GPUOPT-NEXT: sched.bind optimizer layer(0) gpu
-// GPUOPT-NEXT: sched.move params layer(0) host -> gpu prio(demand)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT-NEXT: %[[T12:[0-9]+]] = sched.move params layer(0) host -> gpu prio(demand)
+// GPUOPT-NEXT: sched.await %[[T12]]
 // GPUOPT-NEXT: sched.bind params layer(0) gpu
 // GPUOPT-NEXT: sched.task opt layer(0) (%{{[0-9#]+}})
 // GPUOPT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
-// GPUOPT:      sched.move params layer(0) gpu -> host prio(writeback)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT:      %[[T13:[0-9]+]] = sched.move params layer(0) gpu -> host prio(writeback)
+// GPUOPT-NEXT: sched.await %[[T13]]
 // GPUOPT-NEXT: sched.drop params layer(0) gpu
 // GPUOPT-NEXT: sched.drop gradients layer(0) gpu
-// GPUOPT-NEXT: sched.move gradients layer(1) ssd -> host prio(demand)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
-// GPUOPT-NEXT: sched.move gradients layer(1) host -> gpu prio(demand)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT-NEXT: %[[T14:[0-9]+]] = sched.move gradients layer(1) ssd -> host prio(demand)
+// GPUOPT-NEXT: sched.await %[[T14]]
+// GPUOPT-NEXT: %[[T15:[0-9]+]] = sched.move gradients layer(1) host -> gpu prio(demand)
+// GPUOPT-NEXT: sched.await %[[T15]]
 // GPUOPT-NEXT: sched.drop gradients layer(1) host
 // GPUOPT-NEXT: sched.gradient @blocks.0.fc.weight layer(1) gpu mean(2)
 // GPUOPT-NEXT: sched.gradient @blocks.0.fc.bias layer(1) gpu mean(2)
 // GPUOPT-NEXT: sched.bind optimizer layer(1) gpu
-// GPUOPT-NEXT: sched.move params layer(1) host -> gpu prio(demand)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT-NEXT: %[[T16:[0-9]+]] = sched.move params layer(1) host -> gpu prio(demand)
+// GPUOPT-NEXT: sched.await %[[T16]]
 // GPUOPT-NEXT: sched.bind params layer(1) gpu
 // GPUOPT-NEXT: sched.task opt layer(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
 // GPUOPT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
-// GPUOPT:      sched.move params layer(1) gpu -> host prio(writeback)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT:      %[[T17:[0-9]+]] = sched.move params layer(1) gpu -> host prio(writeback)
+// GPUOPT-NEXT: sched.await %[[T17]]
 // GPUOPT-NEXT: sched.drop params layer(1) gpu
 // GPUOPT-NEXT: sched.drop gradients layer(1) gpu
-// GPUOPT-NEXT: sched.move gradients layer(2) ssd -> host prio(demand)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
-// GPUOPT-NEXT: sched.move gradients layer(2) host -> gpu prio(demand)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT-NEXT: %[[T18:[0-9]+]] = sched.move gradients layer(2) ssd -> host prio(demand)
+// GPUOPT-NEXT: sched.await %[[T18]]
+// GPUOPT-NEXT: %[[T19:[0-9]+]] = sched.move gradients layer(2) host -> gpu prio(demand)
+// GPUOPT-NEXT: sched.await %[[T19]]
 // GPUOPT-NEXT: sched.drop gradients layer(2) host
 // GPUOPT-NEXT: sched.gradient @head.weight layer(2) gpu mean(2)
 // GPUOPT-NEXT: sched.bind optimizer layer(2) gpu
-// GPUOPT-NEXT: sched.move params layer(2) host -> gpu prio(demand)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT-NEXT: %[[T20:[0-9]+]] = sched.move params layer(2) host -> gpu prio(demand)
+// GPUOPT-NEXT: sched.await %[[T20]]
 // GPUOPT-NEXT: sched.bind params layer(2) gpu
 // GPUOPT-NEXT: sched.task opt layer(2) (%{{[0-9#]+}})
 // GPUOPT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
-// GPUOPT:      sched.move params layer(2) gpu -> host prio(writeback)
-// GPUOPT-NEXT: sched.await %{{[0-9#]+}}
+// GPUOPT:      %[[T21:[0-9]+]] = sched.move params layer(2) gpu -> host prio(writeback)
+// GPUOPT-NEXT: sched.await %[[T21]]
 // GPUOPT-NEXT: sched.drop params layer(2) gpu
 // GPUOPT-NEXT: sched.drop gradients layer(2) gpu
 // GPUOPT-NEXT: sched.accumulate mean %{{[0-9#]+}}, %{{[0-9#]+}}
