@@ -10,8 +10,9 @@
 #   test/Dialect/Sched/Inputs/regenerate.sh [SPILLWAY_OPT] [OUT_ROOT]
 # SPILLWAY_OPT defaults to build/bin/spillway-opt, OUT_ROOT to test/ (the
 # inputs land in the Inputs/ directories of OUT_ROOT/Dialect/Sched,
-# Dialect/Train, Conversion/TrainToSched and Conversion/TrainToRuntime). test/e2e/offload-pipeline.test
-# runs it into a scratch directory and diffs, so a stale input fails there.
+# Dialect/Train, Conversion/TrainToSched and Conversion/TrainToRuntime).
+# test/e2e/offload-pipeline.test runs it into a scratch directory and
+# diffs, so a stale input fails there.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,6 +23,8 @@ sched=Dialect/Sched/Inputs
 train=Dialect/Train/Inputs
 tosched=Conversion/TrainToSched/Inputs
 runtime=Conversion/TrainToRuntime/Inputs
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
 
 # The passes every offload test starts from: a training step in sched form.
 front=(--train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched)
@@ -31,8 +34,8 @@ front=(--train-autodiff --train-attach-optimizer --train-partition-layers --conv
 gen() {
   local file=$1 names=$2
   shift 2
-  local input
-  input=$(mktemp)
+  local input=$scratch/input.mlir
+  : >"$input"
   local first=1
   local m
   for m in ${names//+/ }; do
@@ -48,7 +51,6 @@ gen() {
     echo
     "$opt" "$input" -split-input-file "$@"
   } >"$out/$file"
-  rm -f "$input"
 }
 
 # damage OUT BASE WHAT SED: BASE with one edit (a sed expression), WHAT
