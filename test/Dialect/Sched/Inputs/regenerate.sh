@@ -53,8 +53,8 @@ gen() {
   } >"$out/$file"
 }
 
-# damage OUT BASE WHAT SED: BASE with one edit (a sed expression), WHAT
-# saying what it breaks.
+# damage OUT BASE WHAT SED: the input at path BASE with one edit (a sed
+# expression), WHAT saying what it breaks.
 damage() {
   local file=$1 base=$2 what=$3 edit=$4
   {
@@ -62,10 +62,10 @@ damage() {
     echo "// $(basename "$base") damaged: $what."
     echo "// Edit: sed '$edit'"
     echo
-    grep -v '^// \(Generated\|Models\|Passes\)' "$out/$base" | sed -e '/./,$!d' | sed "$edit"
+    grep -v '^// \(Generated\|Models\|Passes\)' "$base" | sed -e '/./,$!d' | sed "$edit"
   } >"$out/$file"
   # An edit that no longer matches would leave the test a working input.
-  if grep -v '^// \(Generated\|Models\|Passes\)' "$out/$base" | sed -e '/./,$!d' |
+  if grep -v '^// \(Generated\|Models\|Passes\)' "$base" | sed -e '/./,$!d' |
     cmp -s - <(tail -n +5 "$out/$file"); then
     echo "regenerate.sh: the edit of $file changes nothing: $edit" >&2
     exit 1
@@ -110,12 +110,13 @@ gen $sched/insert-transfers-actssd.mlir three-layers "${front[@]}" "${mb2[@]}" -
 # A tied embedding/head weight.
 gen $sched/tied-head-ordered.mlir tied-head "${front[@]}" --sched-order
 gen $sched/tied-head-params-host.mlir tied-head "${front[@]}" --sched-order --sched-place=placement=params=host
-gen $sched/tied-head-optimizer-host.mlir tied-head "${front[@]}" --sched-order --sched-place=placement=optimizer=host
-gen $sched/tied-head-deferred.mlir tied-head "${front[@]}" --sched-order "--sched-overlap-optimizer=fraction=0.5 granule=1" --sched-place=placement=optimizer=host
+# (The bases of the damaged ones go to the scratch directory only.)
+out=$scratch gen base/tied-head-optimizer-host.mlir tied-head "${front[@]}" --sched-order --sched-place=placement=optimizer=host
+out=$scratch gen base/tied-head-deferred.mlir tied-head "${front[@]}" --sched-order "--sched-overlap-optimizer=fraction=0.5 granule=1" --sched-place=placement=optimizer=host
 gen $sched/tied-head-gradients-host.mlir tied-head "${front[@]}" --sched-order --sched-place=placement=gradients=host,optimizer=ssd
-damage $sched/tied-head-malformed-layers.mlir $sched/tied-head-optimizer-host.mlir \
+damage $sched/tied-head-malformed-layers.mlir "$scratch/base/tied-head-optimizer-host.mlir" \
   "a train.layers entry whose params are not symbols" 's/params = \[@h.0.w\]/params = [1 : i64]/'
-damage $sched/tied-head-apply-mismatch.mlir $sched/tied-head-deferred.mlir \
+damage $sched/tied-head-apply-mismatch.mlir "$scratch/base/tied-head-deferred.mlir" \
   "the deferred task applies another range than the opt task defers" \
   's/adamw_apply_pending @wte \[0, 20)/adamw_apply_pending @wte [0, 16)/'
 
@@ -129,14 +130,14 @@ gen $sched/tied-head-deferred-transfers.mlir tied-head "${front[@]}" --sched-ord
 # convert-train-to-runtime: offload plans back in the train dialect.
 gen $runtime/offload-plan-host.mlir two-layers "${front[@]}" --sched-order --sched-place=placement=params=host --sched-insert-transfers --sched-assign-buffers --convert-sched-to-train
 gen $runtime/offload-plan-activations.mlir two-layers "${front[@]}" --sched-order --sched-recompute --sched-place=placement=activations=ssd --sched-insert-transfers --sched-assign-buffers --convert-sched-to-train
-damage $runtime/offload-plan-no-offsets.mlir $runtime/offload-plan-host.mlir \
+damage $runtime/offload-plan-no-offsets.mlir "$out/$runtime/offload-plan-host.mlir" \
   "the first block's offsets misspelt" '0,/offsets = array<i64: 0>/s//offsetz = array<i64: 0>/'
-damage $runtime/offload-plan-members-offsets.mlir $runtime/offload-plan-host.mlir \
+damage $runtime/offload-plan-members-offsets.mlir "$out/$runtime/offload-plan-host.mlir" \
   "the first block has two members and one offset" '0,/members = \[@w1\]/s//members = [@w1, @w2]/'
-damage $runtime/offload-plan-unknown-member.mlir $runtime/offload-plan-host.mlir \
+damage $runtime/offload-plan-unknown-member.mlir "$out/$runtime/offload-plan-host.mlir" \
   "the first block's member is no parameter" '0,/members = \[@w1\]/s//members = [@nope]/'
-damage $runtime/offload-plan-bad-home.mlir $runtime/offload-plan-host.mlir \
+damage $runtime/offload-plan-bad-home.mlir "$out/$runtime/offload-plan-host.mlir" \
   "the first home is no tier" '0,/home = "host"/s//home = "nvme"/'
-damage $runtime/offload-plan-activation-home.mlir $runtime/offload-plan-activations.mlir \
+damage $runtime/offload-plan-activation-home.mlir "$out/$runtime/offload-plan-activations.mlir" \
   "an activation block with a home and an offset" \
   's/class = "activations", layer = 0 : i64,/class = "activations", home = "host", layer = 0 : i64, offset = 0 : i64,/'
