@@ -17,6 +17,7 @@
 #include "spillway/InitAll.h"
 #include "spillway/Pipelines/Executable.h"
 #include "spillway/Pipelines/Pipelines.h"
+#include "spillway/Pipelines/Planning.h"
 #include "spillway/Schedule/CostModel.h"
 #include "spillway/Schedule/HardwareProfile.h"
 #include "spillway/Schedule/IterationSummary.h"
@@ -266,6 +267,15 @@ cl::list<std::string> placeClasses(
     cl::value_desc("CLASS=TIER,..."), cl::cat(category));
 cl::opt<bool> verbose("v", cl::desc("Print each stage as it runs"),
                       cl::cat(category));
+cl::opt<bool> printPipeline(
+    "print-pipeline",
+    cl::desc("Print (to stderr) the spillway-opt command that schedules this "
+             "compile's training step as it does: spillway-opt "
+             "--spillway-schedule=\"...\" STEP.mlir, where STEP.mlir is this "
+             "compile with --emit=mlir and without --microbatches, "
+             "--schedule, --overlap-optimizer, --recompute and the offload "
+             "flags"),
+    cl::cat(category));
 
 // The numeric flags' values, parsed by parseNumberFlags().
 double lr, beta1, beta2, eps, weightDecay, foamAlpha, probeSeconds,
@@ -699,15 +709,6 @@ int probeHardware() {
   llvm::errs() << "spillwayc --probe-hw: wrote " << probeHw << "\n";
   return 0;
 }
-/// What --report plans with: the flags, checked before anything compiles.
-struct PlanningInputs {
-  std::string profilePath;
-  spillway::schedule::HardwareProfile profile;
-  spillway::schedule::SearchSpace space;
-  spillway::schedule::Budgets budgets;
-  bool ssdUnlimited = false;
-};
-
 bool planningRequested() { return report || !reportJson.empty(); }
 
 /// --place, --gpu-mem or --host-mem with an executable to build: the step
@@ -743,216 +744,35 @@ std::string strayPlanningFlag() {
   return {};
 }
 
-/// Reads and checks the planning flags; an error message on failure.
-std::optional<PlanningInputs> readPlanningInputs(std::string &error) {
-  using namespace spillway::schedule;
-  PlanningInputs in;
-  if (hwProfile.empty()) {
-    error = "--report and --report-json need a hardware profile: --hw "
-            "PROFILE.json (profiles/cpu-ci.json for this machine's CPU "
-            "backend, profiles/h200.json, or one --probe-hw wrote)";
-    return std::nullopt;
-  }
-  in.profilePath = hwProfile;
-  auto profile = readHardwareProfile(hwProfile, error);
-  if (!profile)
-    return std::nullopt;
-  in.profile = std::move(*profile);
-
-  // --ssd: the profile's SSDs the plan may use.
-  if (!ssdDirs.empty()) {
-    std::vector<SSDProfile> chosen;
-    for (const std::string &d : ssdDirs) {
-      llvm::SmallString<256> abs(d);
-      llvm::sys::fs::make_absolute(abs);
-      auto it = llvm::find_if(in.profile.ssds, [&](const SSDProfile &p) {
-        return p.path == d || p.path == std::string(abs);
-      });
-      if (it == in.profile.ssds.end()) {
-        std::string known;
-        for (const SSDProfile &p : in.profile.ssds)
-          known += (known.empty() ? "" : ", ") + p.path;
-        error = "--ssd '" + d + "': the profile '" + hwProfile +
-                "' has no measurement of it (its SSDs: " +
-                (known.empty() ? std::string("none") : known) +
-                "); measure it with --probe-hw --ssd";
-        return std::nullopt;
-      }
-      // One device named twice would count its bandwidth twice.
-      if (llvm::any_of(chosen, [&](const SSDProfile &p) {
-            return p.path == it->path;
-          })) {
-        error = "--ssd '" + d + "': the SSD '" + it->path +
-                "' is already chosen; name each SSD once";
-        return std::nullopt;
-      }
-      chosen.push_back(*it);
-    }
-    in.profile.ssds = std::move(chosen);
-  }
-
-  if (schedule == "horizontal")
-    in.space.orders = {Order::Horizontal};
-  else if (schedule == "snake")
-    in.space.orders = {Order::Snake};
-  else if (schedule != "auto") {
-    error = "--schedule '" + schedule +
-            "' is not one of horizontal, snake, auto";
-    return std::nullopt;
-  }
-  if (microbatches.getNumOccurrences()) {
-    if (microbatches == 0) {
-      error = "--microbatches must be at least 1";
-      return std::nullopt;
-    }
-    in.space.microBatches = {microbatches};
-  }
-  if (overlapOptimizerText.getNumOccurrences())
-    in.space.overlaps = {overlapOptimizer}; // checked by parseNumberFlags
-  // FOAM's updates run whole (its state is per block of a row): no
-  // optimizer overlap to plan.
-  if (optimizer == "foam")
-    in.space.overlaps = {0.0};
-  llvm::StringMap<std::string> placedBy;
-  for (const std::string &entry : placeClasses) {
-    auto [cls, tier] = StringRef(entry).split('=');
-    if (tier.empty() || cls.empty()) {
-      error = "--place '" + entry + "' is not CLASS=TIER";
-      return std::nullopt;
-    }
-    auto c = parseTensorClass(cls.trim().str());
-    if (!c) {
-      error = "--place: unknown tensor class '" + cls.str() +
-              "' (params, master, optimizer, gradients, activations)";
-      return std::nullopt;
-    }
-    auto t = parseTier(tier.trim().str());
-    if (!t) {
-      error = "--place: unknown tier '" + tier.str() + "' (gpu, host, ssd)";
-      return std::nullopt;
-    }
-    if (*t == Tier::SSD && in.profile.ssds.empty()) {
-      error = "--place " + entry + ": the profile '" + hwProfile +
-              "' lists no SSD";
-      return std::nullopt;
-    }
-    // The same class twice: which one holds is a guess, so neither does.
-    auto [prev, inserted] = placedBy.try_emplace(cls.trim(), entry);
-    if (!inserted) {
-      error = "--place " + entry + ": '" + cls.trim().str() +
-              "' is already placed (--place " + prev->second +
-              "); place each tensor class once";
-      return std::nullopt;
-    }
-    in.space.pinned[int(*c)] = *t;
-  }
-  auto budget = [&](cl::opt<std::string> &flag, const char *name,
-                    uint64_t fallback, uint64_t &out) {
-    if (flag.empty()) {
-      out = fallback;
-      return true;
-    }
-    std::optional<uint64_t> size = parseSize(flag);
-    if (!size) {
-      error = std::string(name) + " '" + flag +
-              "' is not a size (e.g. 512M, 16G, 4096)";
-      return false;
-    }
-    out = *size;
+/// A budget flag's bytes, when given; false with the message in `error`
+/// when it is not a size (`examples` for the message).
+bool readBudget(cl::opt<std::string> &flag, const char *name,
+                const char *examples, std::optional<uint64_t> &bytes,
+                std::string &error) {
+  if (flag.empty())
     return true;
-  };
-  if (!budget(gpuMem, "--gpu-mem", in.profile.gpuMemoryBytes,
-              in.budgets.gpuBytes) ||
-      !budget(hostMem, "--host-mem", in.profile.hostMemoryBytes,
-              in.budgets.hostBytes))
-    return std::nullopt;
-  // No SSD budget flag: the SSDs hold whatever the plan puts there.
-  in.budgets.ssdBytes = UINT64_MAX;
-  in.ssdUnlimited = true;
-  return in;
+  bytes = parseSize(flag);
+  if (!bytes)
+    error = std::string(name) + " '" + flag + "' is not a size (e.g. " +
+            examples + ")";
+  return bool(bytes);
 }
 
-/// "123456 bytes (120.56 KiB)".
-std::string bytesAndGiB(uint64_t b) {
-  const char *units[] = {"KiB", "MiB", "GiB", "TiB"};
-  double v = double(b);
-  int u = -1;
-  while (v >= 1024 && u < 3) {
-    v /= 1024;
-    ++u;
-  }
-  if (u < 0)
-    return llvm::formatv("{0} bytes", b);
-  return llvm::formatv("{0} bytes ({1:f2} {2})", b, v, units[u]);
-}
-
-/// Plans the training step in `module` (left unchanged: the partition runs
-/// on a copy) and writes the report if one is asked for; `chosenOrder` is
-/// the chosen plan's order. Fails on an over-budget plan.
-int planAndReport(ModuleOp module, const PlanningInputs &in,
-                  std::string &chosenOrder,
-                  spillway::schedule::CostEstimate *chosen = nullptr,
-                  std::vector<spillway::schedule::CostEstimate> *ranked =
-                      nullptr) {
-  using namespace spillway::schedule;
-  OwningOpRef<ModuleOp> copy(module.clone());
-  PassManager pm(module.getContext());
-  spillway::populatePlanningPipeline(pm);
-  note("partitioning the step into layers for the plan");
-  if (failed(pm.run(*copy)))
-    return 1;
+/// --report and --report-json for the plans `search` ranked.
+int writeReport(const spillway::PlanSearch &search,
+                const spillway::PlanSpace &space) {
   spillwayc::PlanReport r;
-  std::string error;
-  auto summary = summarizeIteration(*copy, error, &r.totals);
-  if (!summary)
-    return fail("--report: " + error);
-  r.summary = std::move(*summary);
-  if (microbatches.getNumOccurrences() && r.summary.batchSize &&
-      r.summary.batchSize % microbatches)
-    return fail(llvm::formatv("--microbatches {0} does not divide the batch "
-                              "of {1} (the leading dimension of the step's "
-                              "inputs)",
-                              unsigned(microbatches), r.summary.batchSize));
+  r.summary = search.summary;
+  r.totals = search.totals;
+  r.choice = search.choice;
+  r.foamParams = search.foamParams;
+  r.foamLevel = search.foamLevel;
   r.model = inputPath;
-  r.profilePath = in.profilePath;
-  r.profile = in.profile;
-  r.budgets = in.budgets;
-  r.ssdUnlimited = in.ssdUnlimited;
+  r.profilePath = space.profilePath;
+  r.profile = space.profile;
+  r.budgets = space.budgets;
+  r.ssdUnlimited = space.ssdUnlimited;
   r.offloadPlan = offloadRequested();
-  copy->walk([&](spillway::train::FoamOp f) {
-    r.foamParams.push_back(f.getParam().str());
-    r.foamLevel = int64_t(f.getLevelAttr().getInt());
-  });
-  // The executor cannot yet move a layer's parameters when another layer
-  // reads them too (tied weights, shared buffers): an offload plan keeps
-  // the parameters on the GPU then unless --place says otherwise (which
-  // sched-insert-transfers refuses, naming the parameter).
-  SearchSpace space = in.space;
-  if (r.offloadPlan && !space.pinned[int(TensorClass::Params)])
-    if (auto layers = (*copy)->getAttrOfType<ArrayAttr>("train.layers"))
-      if (llvm::any_of(layers, [](Attribute a) {
-            auto d = dyn_cast<DictionaryAttr>(a);
-            return d && (d.get("uses") || d.get("shared"));
-          })) {
-        note("the model shares parameters between layers: the offload plan "
-             "keeps params on the GPU");
-        space.pinned[int(TensorClass::Params)] = Tier::GPU;
-      }
-  note("searching the plans");
-  r.choice = choose(r.summary, space, in.budgets, in.profile);
-  if (!r.choice.best.valid) {
-    // Say why with the first candidate of the space under the pins.
-    Candidate c;
-    c.order = in.space.orders.front();
-    c.microBatches = in.space.microBatches.front();
-    c.overlap = in.space.overlaps.front();
-    for (int k = 0; k < kNumTensorClasses; ++k)
-      if (in.space.pinned[k])
-        c.placement.tier[k] = *in.space.pinned[k];
-    CostEstimate e = estimate(r.summary, c, in.budgets, in.profile);
-    return fail("no valid plan: " +
-                (e.valid ? r.choice.best.invalidReason : e.invalidReason));
-  }
   if (report)
     spillwayc::printReport(r, llvm::outs());
   if (!reportJson.empty()) {
@@ -962,30 +782,6 @@ int planAndReport(ModuleOp module, const PlanningInputs &in,
       return fail(err);
     out->os() << spillwayc::reportToJSON(r);
     out->keep();
-  }
-  const CostEstimate &best = r.choice.best;
-  chosenOrder = orderName(best.candidate.order);
-  if (chosen)
-    *chosen = best;
-  if (ranked)
-    *ranked = r.choice.ranked;
-  // An offload plan for an executable: the planner's exact arenas decide
-  // what fits (main tries the ranked plans), not these estimates.
-  if (!best.fits && ranked && offloadRequested() && !outputPath.empty()) {
-    note("the cost model's estimates fit no plan in the budgets; the "
-         "planner checks the ranked plans' exact arenas");
-    return 0;
-  }
-  if (!best.fits) {
-    const auto &need = best.neededBytes;
-    return fail(
-        "plan over budget: no plan fits gpu " +
-        bytesAndGiB(in.budgets.gpuBytes) + ", host " +
-        bytesAndGiB(in.budgets.hostBytes) + "; the closest (" +
-        best.candidate.str() + ") needs at least gpu " +
-        bytesAndGiB(need[int(Tier::GPU)]) + ", host " +
-        bytesAndGiB(need[int(Tier::Host)]) + ", ssd " +
-        bytesAndGiB(need[int(Tier::SSD)]));
   }
   return 0;
 }
@@ -1106,50 +902,56 @@ static int compilerMain(int argc, char **argv) {
   if (foamLevel < 0 || foamLevel > 16)
     return fail("--foam-level " + std::to_string(int64_t(foamLevel)) +
                 " is outside [0, 16]");
-  if (optimizer == "foam" && overlapOptimizer > 0)
-    return fail("--overlap-optimizer with --optimizer foam: FOAM's folded "
-                "state is kept per block of a row, so its updates are not "
-                "split between iterations; use --overlap-optimizer 0 (or "
-                "--optimizer adamw)");
-  if (microbatches.getNumOccurrences() && microbatches == 0)
-    return fail("--microbatches must be at least 1");
-  if (schedule != "horizontal" && schedule != "snake" && schedule != "auto")
-    return fail("--schedule '" + schedule +
-                "' is not one of horizontal, snake, auto");
+  // The plan's options, each flag read once.
+  spillway::PlanningOptions planOptions;
+  planOptions.optimizer = optimizer == "foam" ? spillway::OptimizerKind::Foam
+                                              : spillway::OptimizerKind::AdamW;
+  if (microbatches.getNumOccurrences())
+    planOptions.microbatches = microbatches;
+  if (overlapOptimizerText.getNumOccurrences())
+    planOptions.overlap = overlapOptimizer;
+  if (std::string e = spillway::validatePlanningOptions(planOptions);
+      !e.empty())
+    return fail(e);
+  if (schedule != "auto") {
+    planOptions.order = spillway::schedule::parseOrder(schedule);
+    if (!planOptions.order)
+      return fail("--schedule '" + schedule +
+                  "' is not one of horizontal, snake, auto");
+  }
   const bool scheduled = scheduleRequested() || offload;
   if (recompute != "on" && recompute != "off")
     return fail("--recompute '" + recompute + "' is not one of on, off");
   if (recompute.getNumOccurrences() && !scheduled)
     return fail("--recompute applies to a scheduled step: give "
                 "--microbatches M (M > 1), --schedule or an offload plan");
-  // The executable's schedule: M (default 1) and the order; auto is the
-  // cost model's choice with --hw (below), snake without.
-  const int64_t exeMicrobatches =
-      microbatches.getNumOccurrences() ? int64_t(microbatches) : 1;
-  std::string exeOrder =
-      schedule == "auto" ? std::string("snake") : schedule.getValue();
-  std::optional<PlanningInputs> planningInputs;
-  if (planning || (scheduled && schedule == "auto" && !hwProfile.empty()) ||
-      (offload && !hwProfile.empty())) {
-    if (forwardOnly)
-      return fail("--report plans a training iteration; it does not apply "
-                  "to --forward");
+  planOptions.recompute = recompute == "on";
+  planOptions.place.assign(placeClasses.begin(), placeClasses.end());
+  planOptions.offload = offload;
+  planOptions.ssdDirs.assign(ssdDirs.begin(), ssdDirs.end());
+  // With a profile the cost model plans: the report, the order of a
+  // --schedule auto, the tiers an offload plan leaves open.
+  std::optional<spillway::PlanSpace> planSpace;
+  const bool costModel =
+      planning || (scheduled && schedule == "auto" && !hwProfile.empty()) ||
+      (offload && !hwProfile.empty());
+  if (costModel && forwardOnly)
+    return fail("--report plans a training iteration; it does not apply "
+                "to --forward");
+  if (costModel || offload) {
     std::string error;
-    planningInputs = readPlanningInputs(error);
-    if (!planningInputs)
+    const char *examples = costModel ? "512M, 16G, 4096" : "512M, 16G";
+    if (!readBudget(gpuMem, "--gpu-mem", examples, planOptions.gpuMem,
+                    error) ||
+        !readBudget(hostMem, "--host-mem", examples, planOptions.hostMem,
+                    error))
       return fail(error);
-    if (offload) {
-      // The plan the executable follows: its own M and overlap. Without
-      // recompute the backward reads forward intermediates the plan does
-      // not move: activations stay on the GPU unless pinned (then
-      // sched-place says what to do).
-      using namespace spillway::schedule;
-      planningInputs->space.microBatches = {unsigned(exeMicrobatches)};
-      planningInputs->space.overlaps = {double(overlapOptimizer)};
-      if (recompute != "on" &&
-          !planningInputs->space.pinned[int(TensorClass::Activations)])
-        planningInputs->space.pinned[int(TensorClass::Activations)] = Tier::GPU;
-    }
+  }
+  if (costModel) {
+    std::string error;
+    planSpace = spillway::readPlanSpace(planOptions, hwProfile, error);
+    if (!planSpace)
+      return fail(error);
   }
 
   DialectRegistry registry;
@@ -1278,148 +1080,71 @@ static int compilerMain(int argc, char **argv) {
       return 1;
   }
 
-  spillway::schedule::CostEstimate chosenPlan;
-  std::vector<spillway::schedule::CostEstimate> rankedPlans;
-  if (planningInputs) {
-    std::string chosenOrder;
-    if (int rc = planAndReport(*module, *planningInputs, chosenOrder,
-                               &chosenPlan, &rankedPlans))
+  std::optional<spillway::PlanSearch> search;
+  if (planSpace) {
+    note("partitioning the step into layers for the plan");
+    search = spillway::searchPlans(*module, planOptions, *planSpace, error);
+    if (!search)
+      return error.empty() ? 1 : fail(error);
+    if (search->paramsPinnedForSharing)
+      note("the model shares parameters between layers: the offload plan "
+           "keeps params on the GPU");
+    note("searching the plans");
+    if (int rc = writeReport(*search, *planSpace))
       return rc;
+    // An offload plan for an executable: the planner's exact arenas decide
+    // what fits (planOffload tries the ranked plans), not these estimates.
+    std::string over = spillway::costModelOverBudget(*search, *planSpace);
+    if (!over.empty() && offload)
+      note("the cost model's estimates fit no plan in the budgets; the "
+           "planner checks the ranked plans' exact arenas");
+    else if (!over.empty())
+      return fail(over);
     if (outputPath.empty())
       return 0;
-    if (schedule == "auto")
-      exeOrder = chosenOrder;
   }
 
-  // The offload plan of a candidate: pinned classes as given, the rest from
-  // the candidate with --hw, else the GPU.
-  auto offloadFor = [&](const spillway::schedule::CostEstimate &plan)
-      -> std::optional<spillway::OffloadOptions> {
-    using namespace spillway::schedule;
-    spillway::OffloadOptions o;
-    for (const std::string &entry : placeClasses)
-      o.placement += (o.placement.empty() ? "" : ",") + entry;
-    if (planningInputs)
-      for (TensorClass c : {TensorClass::Params, TensorClass::Optimizer,
-                            TensorClass::Gradients, TensorClass::Activations})
-        if (!planningInputs->space.pinned[int(c)] ||
-            c == TensorClass::Activations)
-          if (!llvm::any_of(placeClasses, [&](const std::string &e) {
-                return StringRef(e).split('=').first.trim() ==
-                       tensorClassName(c);
-              }))
-            o.placement += std::string(o.placement.empty() ? "" : ",") +
-                           tensorClassName(c) + "=" +
-                           tierName(plan.candidate.placement[c]);
-    auto size = [&](cl::opt<std::string> &flag) -> std::optional<uint64_t> {
-      if (flag.empty())
-        return uint64_t(0);
-      return parseSize(flag);
-    };
-    auto g = size(gpuMem), h = size(hostMem);
-    if (!g || !h)
-      return std::nullopt;
-    o.gpuBytes = *g;
-    o.hostBytes = *h;
-    return o;
-  };
-  std::optional<spillway::OffloadOptions> offloadOptions;
-  if (offload) {
-    if (parseSize(gpuMem) == std::nullopt && !gpuMem.empty())
-      return fail("--gpu-mem '" + gpuMem + "' is not a size (e.g. 512M, 16G)");
-    if (parseSize(hostMem) == std::nullopt && !hostMem.empty())
-      return fail("--host-mem '" + hostMem +
-                  "' is not a size (e.g. 512M, 16G)");
-    offloadOptions = offloadFor(chosenPlan);
-  }
-
-  // With --hw the cost model ranks the plans and the planner has the last
-  // word on fitting: its arenas (homes, transfer slots, alignment) are
-  // exact where the model's peaks are estimates. Take the first ranked plan
-  // whose schedule the budgets hold; stop at the first that fails for
-  // another reason (its error is the answer).
-  bool planned = false; // the schedule pipeline already ran on `module`
-  if (scheduled && offloadOptions && planningInputs && rankedPlans.size() > 1 &&
-      (gpuMem.getNumOccurrences() || hostMem.getNumOccurrences())) {
-    constexpr size_t kMaxPlans = 32;
-    for (size_t i = 0; i < rankedPlans.size() && i < kMaxPlans; ++i) {
-      const auto &plan = rankedPlans[i];
-      auto o = offloadFor(plan);
-      std::string order = schedule == "auto"
-                              ? spillway::schedule::orderName(
-                                    plan.candidate.order)
-                              : exeOrder;
-      OwningOpRef<ModuleOp> trial(module->clone());
-      PassManager pm(&context);
-      spillway::populateSchedulePipeline(pm, exeMicrobatches, order,
-                                         overlapOptimizer, recompute == "on",
-                                         &*o);
-      bool overBudget = false;
-      LogicalResult ran = failure();
-      {
-        ScopedDiagnosticHandler quiet(&context, [&](Diagnostic &d) {
-          overBudget = overBudget ||
-                       StringRef(d.str()).contains("plan over budget");
-          return success();
-        });
-        ran = pm.run(*trial);
-      }
-      if (succeeded(ran)) {
-        module = std::move(trial);
-        planned = true;
-        if (i > 0) {
-          note(llvm::formatv("the planner's arenas for the cost model's "
-                             "first {0} plan(s) exceed the budgets; taking "
-                             "{1}",
-                             i, plan.candidate.str()));
-          chosenPlan = plan;
-          offloadOptions = o;
-          exeOrder = order;
-        }
-        break;
-      }
-      if (!overBudget)
-        break; // another error: the plain run below reports it
-    }
-  }
-
-  if (scheduled) {
-    PassManager pm(&context);
-    spillway::populateSchedulePipeline(
-        pm, exeMicrobatches, exeOrder, overlapOptimizer, recompute == "on",
-        offloadOptions ? &*offloadOptions : nullptr);
-    if (offloadOptions)
-      note("offload plan: " + (offloadOptions->placement.empty()
+  // The notes of the schedule about to run, and its pipeline.
+  auto announce = [&](const spillway::ScheduleOptions &s) {
+    if (s.offload)
+      note("offload plan: " + (s.offload->placement.empty()
                                    ? std::string("everything on the GPU")
-                                   : offloadOptions->placement));
+                                   : s.offload->placement));
     note(llvm::formatv("scheduling the step: {0} micro-batch(es), {1} "
                        "order{2}, optimizer overlap {3}, {4}",
-                       exeMicrobatches, exeOrder,
-                       schedule != "auto"   ? ""
-                       : planningInputs ? " (the cost model's choice)"
-                                        : " (auto without --hw)",
-                       llvm::format("%g", double(overlapOptimizer)),
-                       recompute == "on" ? "recompute on (the backward keeps "
-                                           "only layer-boundary activations)"
-                                         : "recompute off"));
-    if (!planned && failed(pm.run(*module)))
-      return fail(
-          offloadOptions
-              ? llvm::formatv("cannot plan the step in {0} micro-batch(es) "
-                              "in the {1} order with the offload plan "
-                              "'{2}' (--place, --gpu-mem, --host-mem, "
-                              "--microbatches, --schedule): see above",
-                              exeMicrobatches, exeOrder,
-                              offloadOptions->placement)
-                    .str()
-              : llvm::formatv("cannot train the step in {0} micro-batch(es) "
-                              "in the {1} order (--microbatches, "
-                              "--schedule): see above",
-                              exeMicrobatches, exeOrder)
-                    .str());
-  }
-
+                       s.microbatches, spillway::schedule::orderName(s.order),
+                       schedule != "auto" ? ""
+                       : search           ? " (the cost model's choice)"
+                                          : " (auto without --hw)",
+                       llvm::format("%g", s.overlapFraction),
+                       s.recompute ? "recompute on (the backward keeps "
+                                     "only layer-boundary activations)"
+                                   : "recompute off"));
+    if (printPipeline)
+      llvm::errs() << "spillwayc: the schedule as a pipeline: spillway-opt "
+                      "--spillway-schedule=\""
+                   << s.pipelineOptions() << "\" STEP.mlir\n";
+  };
   if (offload) {
+    spillway::OffloadOutcome planned = spillway::planOffload(
+        module, planOptions, search ? &*search : nullptr,
+        [&](const spillway::OffloadPlan &plan) {
+          if (plan.rank > 0)
+            note(llvm::formatv("the planner's arenas for the cost model's "
+                               "first {0} plan(s) exceed the budgets; taking "
+                               "{1}",
+                               plan.rank, plan.estimate->candidate.str()));
+          announce(plan.schedule);
+        });
+    const spillway::ScheduleOptions &s = planned.plan.schedule;
+    if (!planned.succeeded)
+      return fail(llvm::formatv("cannot plan the step in {0} micro-batch(es) "
+                                "in the {1} order with the offload plan "
+                                "'{2}' (--place, --gpu-mem, --host-mem, "
+                                "--microbatches, --schedule): see above",
+                                s.microbatches, spillway::schedule::orderName(s.order),
+                                s.offload->placement)
+                      .str());
     auto buffers = (*module)->getAttrOfType<DictionaryAttr>("sched.buffers");
     if (!buffers)
       return fail("internal error: the offload plan has no buffers");
@@ -1437,30 +1162,26 @@ static int compilerMain(int argc, char **argv) {
                        get(buffers, "ssd_bytes"), get(links, "ssd_read"),
                        get(links, "ssd_write"), get(links, "h2d"),
                        get(links, "d2h")));
-    // The transfers the passes wrote must move what the cost model
-    // predicted for the same plan, byte for byte.
-    if (planningInputs) {
-      using namespace spillway::schedule;
-      Builder b(&context);
-      (*module)->setAttr(
-          "sched.prediction",
-          b.getDictionaryAttr(
-              {b.getNamedAttr("iteration_s",
-                              b.getF64FloatAttr(chosenPlan.iterationSec)),
-               b.getNamedAttr("bound",
-                              b.getStringAttr(boundName(chosenPlan.bound)))}));
-      auto model = buffers.getAs<DictionaryAttr>("model_bytes");
-      const auto &e = chosenPlan.bytes;
-      const double want[4] = {e.ssdRead, e.ssdWrite, e.h2d, e.d2h};
-      const char *keys[4] = {"ssd_read", "ssd_write", "h2d", "d2h"};
-      for (int i = 0; i < 4; ++i)
-        if (double(get(model, keys[i])) != want[i])
-          return fail(llvm::formatv(
-              "internal error: the offload plan moves {0} bytes over {1} per "
-              "iteration but the cost model predicts {2:f0} for {3}",
-              get(model, keys[i]), keys[i], want[i],
-              chosenPlan.candidate.str()));
-    }
+  } else if (scheduled) {
+    spillway::ScheduleOptions s;
+    s.microbatches = planOptions.exeMicrobatches();
+    s.order = planOptions.order ? *planOptions.order
+              : search          ? search->choice.best.candidate.order
+                                : planOptions.exeOrder();
+    s.overlapFraction = planOptions.exeOverlap();
+    s.recompute = planOptions.recompute;
+    announce(s);
+    PassManager pm(&context);
+    spillway::populateSchedulePipeline(pm, s);
+    if (failed(pm.run(*module)))
+      return fail(llvm::formatv("cannot train the step in {0} micro-batch(es) "
+                                "in the {1} order (--microbatches, "
+                                "--schedule): see above",
+                                s.microbatches, spillway::schedule::orderName(s.order))
+                      .str());
+  } else if (printPipeline) {
+    llvm::errs() << "spillwayc: the schedule as a pipeline: none (the step "
+                    "trains the whole batch at once)\n";
   }
 
   if (emit == EmitKind::MLIR) {
