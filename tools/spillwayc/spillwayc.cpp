@@ -18,11 +18,10 @@
 #include "spillway/Pipelines/Executable.h"
 #include "spillway/Pipelines/Pipelines.h"
 #include "spillway/Pipelines/Planning.h"
-#include "spillway/Schedule/CostModel.h"
-#include "spillway/Schedule/HardwareProfile.h"
-#include "spillway/Schedule/IterationSummary.h"
 #include "spillway/Support/ToolMain.h"
 #include "spillway/Target/ONNX/ImportONNX.h"
+#include "OutputFiles.h"
+#include "ProbeHardware.h"
 #include "Report.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
@@ -32,25 +31,17 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
-#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/Program.h"
-#include "llvm/Support/Signals.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
-// The runtime's probe (plain C++, no MLIR): --probe-hw measures through the
-// runtime's own kernels and storage engine.
-#include "spillway/runtime/hw_probe.h"
+// The runtime's flag ranges (plain C++, no MLIR): a value compiled in is
+// one the executable's flags accept.
 #include "spillway/runtime/hyperparams.h"
 
-#include <cerrno>
-#include <csignal>
-#include <ctime>
 #include <tuple>
-#include <unistd.h>
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -356,251 +347,6 @@ bool hasExtension(StringRef path, StringRef ext) {
 /// executable finds them as `<EXE>.weights`.
 std::string weightsPathFor(StringRef output) { return (output + ".weights").str(); }
 
-/// The files a compile writes (the executable or what --emit names, and the
-/// weights), each first under a temporary name beside it, `DEST.tmp.<pid>`;
-/// commit() renames them into place at the end. Until then every way out (a
-/// failed stage, an exception, SIGINT or SIGTERM) removes them: a failed
-/// compile leaves nothing behind, and an existing executable is replaced
-/// only by a finished one. A SIGKILL cannot be caught: the next compile to
-/// the same destination removes what that left (`removeStale`).
-class PendingOutputs {
-public:
-  /// Where to write `dest`'s content until commit().
-  std::string add(StringRef dest) {
-    removeStale(dest);
-    std::string temp = tempName(dest, ::getpid());
-    llvm::sys::RemoveFileOnSignal(temp);
-    entries.push_back({temp, dest.str()});
-    return temp;
-  }
-  /// A scratch file for `dest`'s compile (the object file linked into the
-  /// executable), `DEST.tmp.<pid><suffix>`: removed on every way out, never
-  /// committed, and by the next compile to `dest` after a SIGKILL.
-  std::string scratch(StringRef dest, StringRef suffix) {
-    removeStale(dest);
-    std::string temp = tempName(dest, ::getpid()) + suffix.str();
-    llvm::sys::RemoveFileOnSignal(temp);
-    entries.push_back({temp, "", /*committed=*/false, /*scratch=*/true});
-    return temp;
-  }
-  LogicalResult commit(std::string &error) {
-    // A SIGINT or SIGTERM between the renames would leave the new weights
-    // beside the old executable: the signals wait until both are in place.
-    // A handler that only records the signal (not a thread's signal mask:
-    // any of MLIR's threads may receive it), re-raised afterwards so LLVM's
-    // handler still cleans up and the process still dies of it.
-    const int signals[] = {SIGINT, SIGTERM, SIGHUP};
-    struct sigaction defer = {}, previous[3];
-    defer.sa_handler = [](int sig) { deferredSignal = sig; };
-    sigemptyset(&defer.sa_mask);
-    deferredSignal = 0;
-    for (int i = 0; i < 3; ++i)
-      sigaction(signals[i], &defer, &previous[i]);
-    LogicalResult result = success();
-    for (Entry &e : entries) {
-      if (e.scratch)
-        continue;
-      if (std::error_code ec = llvm::sys::fs::rename(e.temp, e.dest)) {
-        error = "cannot move '" + e.temp + "' to '" + e.dest +
-                "': " + ec.message();
-        result = failure();
-        break;
-      }
-      llvm::sys::DontRemoveFileOnSignal(e.temp);
-      e.committed = true;
-    }
-    for (int i = 0; i < 3; ++i)
-      sigaction(signals[i], &previous[i], nullptr);
-    if (deferredSignal)
-      ::raise(deferredSignal);
-    return result;
-  }
-  ~PendingOutputs() {
-    for (Entry &e : entries)
-      if (!e.committed) {
-        llvm::sys::fs::remove(e.temp);
-        llvm::sys::DontRemoveFileOnSignal(e.temp);
-      }
-  }
-
-private:
-  static std::string tempName(StringRef dest, long pid) {
-    return (dest + ".tmp." + Twine(pid)).str();
-  }
-  /// Removes `dest`'s temporaries whose compile no longer runs.
-  static void removeStale(StringRef dest) {
-    llvm::SmallString<256> dir(llvm::sys::path::parent_path(dest));
-    if (dir.empty())
-      dir = ".";
-    std::string prefix = (llvm::sys::path::filename(dest) + ".tmp.").str();
-    std::error_code ec;
-    for (llvm::sys::fs::directory_iterator it(dir, ec), end; !ec && it != end;
-         it.increment(ec)) {
-      StringRef name = llvm::sys::path::filename(it->path());
-      long pid;
-      // DEST.tmp.<pid>, or a scratch file DEST.tmp.<pid>.o.
-      if (!name.consume_front(prefix) || name.consumeInteger(10, pid) ||
-          !(name.empty() || name == ".o") || pid <= 0 || pid == ::getpid())
-        continue;
-      if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH)
-        llvm::sys::fs::remove(it->path());
-    }
-  }
-  struct Entry {
-    std::string temp, dest;
-    bool committed = false;
-    bool scratch = false;
-  };
-  static inline volatile std::sig_atomic_t deferredSignal = 0;
-  std::vector<Entry> entries;
-};
-
-/// "a character device" (for messages).
-const char *fileKind(llvm::sys::fs::file_type t) {
-  using llvm::sys::fs::file_type;
-  switch (t) {
-  case file_type::directory_file:
-    return "a directory";
-  case file_type::character_file:
-    return "a character device";
-  case file_type::block_file:
-    return "a block device";
-  case file_type::fifo_file:
-    return "a FIFO";
-  case file_type::socket_file:
-    return "a socket";
-  default:
-    return "not a regular file";
-  }
-}
-
-/// A file spillwayc writes: `what` ("-o 'x'") names it in messages. It
-/// must be absent or a regular file (a rename onto a device node or a FIFO
-/// would replace it, a write would block on a FIFO; the executable's --save
-/// refuses them too), in an existing, writable directory. Checked before
-/// anything compiles or measures; false with the message in `error`.
-bool checkOutputFile(const std::string &what, StringRef path,
-                     std::string &error) {
-  namespace fs = llvm::sys::fs;
-  llvm::SmallString<256> dir(llvm::sys::path::parent_path(path));
-  if (dir.empty())
-    dir = ".";
-  fs::file_status st;
-  if (std::error_code ec = fs::status(dir, st)) {
-    error = what + ": " +
-            (ec == std::errc::no_such_file_or_directory
-                 ? "the directory '" + std::string(dir) + "' does not exist"
-             : ec == std::errc::not_a_directory
-                 ? "a part of the directory '" + std::string(dir) +
-                       "' is not a directory"
-                 : "cannot read the directory '" + std::string(dir) +
-                       "': " + ec.message());
-    return false;
-  }
-  if (st.type() != fs::file_type::directory_file) {
-    error = what + ": '" + std::string(dir) + "' is " + fileKind(st.type()) +
-            ", not a directory";
-    if (st.type() == fs::file_type::regular_file)
-      error = what + ": '" + std::string(dir) +
-              "' is a regular file, not a directory";
-    return false;
-  }
-  if (fs::access(dir, fs::AccessMode::Write)) {
-    error = what + ": the directory '" + std::string(dir) +
-            "' is not writable";
-    return false;
-  }
-  if (std::error_code ec = fs::status(path, st)) {
-    if (ec == std::errc::no_such_file_or_directory)
-      return true;
-    error = what + ": " + ec.message();
-    return false;
-  }
-  if (st.type() == fs::file_type::regular_file)
-    return true;
-  error = what + " is " + fileKind(st.type()) +
-          "; spillwayc writes a regular file there and will not replace "
-          "it: pass the path of a regular file";
-  return false;
-}
-
-/// Copies the weights file a .mlir input names (relative to the .mlir file)
-/// to `dest`.
-LogicalResult copyWeightsOfMLIR(ModuleOp module, StringRef mlirPath,
-                                StringRef dest, std::string &error) {
-  auto attr = module->getAttrOfType<StringAttr>(
-      spillway::train::kWeightsAttrName);
-  bool hasParams = !module.getOps<spillway::train::ParamOp>().empty();
-  if (!attr) {
-    if (!hasParams) {
-      // No parameters: an empty weights file keeps the executable's contract.
-      std::error_code ec;
-      llvm::raw_fd_ostream out(dest, ec);
-      if (ec)
-        error = "cannot write '" + dest.str() + "': " + ec.message();
-      return success(!ec);
-    }
-    error = "'" + mlirPath.str() + "' declares parameters but no weights file: "
-            "add the module attribute train.weights = \"FILE\" (a path "
-            "relative to the .mlir file)";
-    return failure();
-  }
-  llvm::SmallString<256> src(llvm::sys::path::parent_path(mlirPath));
-  llvm::sys::path::append(src, attr.getValue());
-  if (llvm::sys::path::is_absolute(attr.getValue()))
-    src = attr.getValue();
-  if (!llvm::sys::fs::exists(src)) {
-    error = "weights file '" + std::string(src) + "' named by '" +
-            mlirPath.str() + "' (train.weights) does not exist";
-    return failure();
-  }
-  // The file must be the one the parameters describe: the executable reads
-  // exactly their bytes (or, from a .safetensors file, by name), and a file
-  // of another size was written for another model.
-  llvm::sys::fs::file_status status;
-  if (std::error_code ec = llvm::sys::fs::status(src, status)) {
-    error = "cannot read weights file '" + std::string(src) + "': " +
-            ec.message();
-    return failure();
-  }
-  if (status.type() != llvm::sys::fs::file_type::regular_file) {
-    error = "weights file '" + std::string(src) + "' named by '" +
-            mlirPath.str() + "' (train.weights) is not a regular file";
-    return failure();
-  }
-  int64_t expected = 0;
-  for (auto p : module.getOps<spillway::train::ParamOp>())
-    expected = std::max<int64_t>(expected, p.getOffsetAttr().getInt() +
-                                               p.getNumBytes());
-  if (int64_t(status.getSize()) != expected) {
-    // A .safetensors file: an 8-byte header length, then a JSON header.
-    bool safetensors = false;
-    if (auto buf = llvm::MemoryBuffer::getFileSlice(src, 9, 0)) {
-      StringRef head = (*buf)->getBuffer();
-      safetensors = head.size() == 9 && head[8] == '{';
-    }
-    if (!safetensors) {
-      error = llvm::formatv("weights file '{0}' named by '{1}' "
-                            "(train.weights) is {2} bytes, but its "
-                            "parameters' offsets and types need {3}; was it "
-                            "written for another model?",
-                            src, mlirPath, status.getSize(), expected)
-                  .str();
-      return failure();
-    }
-  }
-  // Copying a file onto itself would truncate it: the weights are already
-  // where the executable looks for them.
-  if (llvm::sys::fs::equivalent(src, dest))
-    return success();
-  if (std::error_code ec = llvm::sys::fs::copy_file(src, dest)) {
-    error = "cannot copy weights '" + std::string(src) + "' to '" +
-            dest.str() + "': " + ec.message();
-    return failure();
-  }
-  return success();
-}
-
 /// "256M", "1G", "64MiB", "4096" (binary units): digits only (no spaces, no
 /// sign), nonzero, and no more than 2^63 bytes (no wrap-around).
 std::optional<uint64_t> parseSize(StringRef text) {
@@ -624,91 +370,6 @@ std::optional<uint64_t> parseSize(StringRef text) {
   return n * unit;
 }
 
-/// --probe-hw: measure, convert to a profile for the CPU backend, write it.
-int probeHardware() {
-  std::optional<uint64_t> ssdBytes = parseSize(probeSsdSize);
-  if (!ssdBytes)
-    return fail("--probe-ssd-size '" + probeSsdSize +
-                "' is not a size (e.g. 256M, 1G)");
-  spw::probe::ProbeOptions options;
-  options.ssd_bytes = *ssdBytes;
-  options.min_seconds = probeSeconds;
-  std::vector<std::string> normalized;
-  for (const std::string &d : ssdDirs) {
-    llvm::SmallString<256> abs(d);
-    llvm::sys::fs::make_absolute(abs);
-    // One directory measured twice would count its SSD's bandwidth twice.
-    llvm::SmallString<256> norm(abs);
-    llvm::sys::path::remove_dots(norm, /*remove_dot_dot=*/true);
-    while (norm.size() > 1 && llvm::sys::path::is_separator(norm.back()))
-      norm.pop_back();
-    if (llvm::is_contained(normalized, std::string(norm)))
-      return fail("--ssd '" + d + "': the directory '" + std::string(norm) +
-                  "' is already given; name each SSD once");
-    normalized.push_back(std::string(norm));
-    options.ssd_dirs.push_back(std::string(abs));
-  }
-  if (options.ssd_dirs.empty()) {
-    llvm::SmallString<256> cwd;
-    llvm::sys::fs::current_path(cwd);
-    options.ssd_dirs.push_back(std::string(cwd));
-  }
-  options.progress = [](const std::string &s) {
-    llvm::errs() << "spillwayc --probe-hw: " << s << "\n";
-  };
-  spw::probe::HostMeasurement m;
-  std::string error;
-  if (!spw::probe::probe_host(options, m, error))
-    return fail("--probe-hw: " + error);
-
-  // The CPU backend: the "GPU" is this CPU, running the runtime's kernels
-  // (f32 whatever the model's precision), and host <-> "GPU" copies are
-  // memcpys. Its memory is the arena --gpu-mem sizes; the profile records
-  // the host's.
-  spillway::schedule::HardwareProfile p;
-  char host[256] = "unknown";
-  gethostname(host, sizeof host - 1);
-  char date[32];
-  std::time_t now = std::time(nullptr);
-  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  p.name = host;
-  p.backend = "cpu";
-  p.gpuBf16TFlops = p.gpuFp32TFlops = m.matmul_gflops / 1e3;
-  p.gpuMemoryBytes = m.memory_bytes;
-  p.hostMemoryBytes = m.memory_bytes;
-  p.hostMemcpyGBps = m.memcpy_gbps;
-  p.cpuOptimizerParamsPerSec = m.adamw_params_per_s;
-  p.h2dGBps = p.d2hGBps = p.bidirectionalGBps = m.memcpy_gbps;
-  bool buffered = false;
-  for (const spw::probe::SSDMeasurement &d : m.ssds) {
-    p.ssds.push_back({d.dir, d.read_gbps, d.write_gbps, d.combined_gbps});
-    buffered |= !d.direct;
-  }
-  p.source = llvm::formatv(
-      "spillwayc --probe-hw on {0} ({1} CPUs), {2}: CPU backend. gpu = this "
-      "CPU: the runtime's f32 matmul kernel on {3}x{3} matrices (one thread), "
-      "used for bf16 and fp32 alike; gpu.memory_bytes = host memory (the "
-      "arena's size is the --gpu-mem budget). pcie = one-thread memcpy of "
-      "{4} MiB buffers, all three rates (bidirectional not measured "
-      "separately). cpu_optimizer = the runtime's AdamW kernel. ssd: {5} MiB "
-      "per pass, 1 MiB requests x 32 through the storage engine ({6}); "
-      "combined = half read while the other half is written.",
-      host, m.cores, date, m.matmul_size, options.memcpy_bytes >> 20,
-      *ssdBytes >> 20,
-      buffered ? "BUFFERED on some directory: the page cache inflates it"
-               : "O_DIRECT");
-  std::string out = spillway::schedule::writeHardwareProfile(p);
-  // What we wrote must be what the compiler reads.
-  if (!spillway::schedule::parseHardwareProfile(out, probeHw, error))
-    return fail("internal error: the probe wrote an invalid profile: " + error);
-  std::error_code ec;
-  llvm::raw_fd_ostream os(probeHw, ec);
-  if (ec)
-    return fail("cannot write '" + probeHw + "': " + ec.message());
-  os << out;
-  llvm::errs() << "spillwayc --probe-hw: wrote " << probeHw << "\n";
-  return 0;
-}
 bool planningRequested() { return report || !reportJson.empty(); }
 
 /// --place, --gpu-mem or --host-mem with an executable to build: the step
@@ -844,9 +505,14 @@ static int compilerMain(int argc, char **argv) {
       return fail("--probe-hw measures this machine and compiles nothing: "
                   "give it no model and no -o");
     std::string error;
-    if (!checkOutputFile("--probe-hw '" + probeHw + "'", probeHw, error))
+    if (!spillwayc::checkOutputFile("--probe-hw '" + probeHw + "'", probeHw, error))
       return fail(error);
-    return probeHardware();
+    std::optional<uint64_t> ssdBytes = parseSize(probeSsdSize);
+    if (!ssdBytes)
+      return fail("--probe-ssd-size '" + probeSsdSize +
+                  "' is not a size (e.g. 256M, 1G)");
+    return spillwayc::probeHardware(probeHw, *ssdBytes, probeSeconds,
+                                    ssdDirs);
   }
   if (inputPath.empty())
     return fail("no input model given (spillwayc MODEL -o EXE; see --help)");
@@ -989,17 +655,17 @@ static int compilerMain(int argc, char **argv) {
       return fail("-o '" + outputPath + "' is a directory; name the file to "
                   "write, e.g. -o " + (dir.empty() ? "" : dir) + "/model");
     }
-    if (!checkOutputFile("-o '" + outputPath + "'", outputPath, error) ||
-        !checkOutputFile("the weights file '" + weightsPathFor(outputPath) +
+    if (!spillwayc::checkOutputFile("-o '" + outputPath + "'", outputPath, error) ||
+        !spillwayc::checkOutputFile("the weights file '" + weightsPathFor(outputPath) +
                              "' (beside -o)",
                          weightsPathFor(outputPath), error))
       return fail(error);
   }
   if (!reportJson.empty() && reportJson != "-" &&
-      !checkOutputFile("--report-json '" + reportJson + "'", reportJson,
+      !spillwayc::checkOutputFile("--report-json '" + reportJson + "'", reportJson,
                        error))
     return fail(error);
-  PendingOutputs pending;
+  spillwayc::PendingOutputs pending;
   const std::string weightsFinal = writesFiles ? weightsPathFor(outputPath)
                                                : std::string(tempWeights);
   const std::string weightsOut =
@@ -1042,7 +708,7 @@ static int compilerMain(int argc, char **argv) {
     if (!module)
       return 1;
     if (!outputPath.empty() &&
-        failed(copyWeightsOfMLIR(*module, inputPath, weightsOut, error)))
+        failed(spillwayc::copyWeightsOfMLIR(*module, inputPath, weightsOut, error)))
       return fail(error);
     if (forwardOnly)
       for (auto fn : module->getOps<func::FuncOp>())
