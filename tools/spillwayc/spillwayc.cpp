@@ -373,7 +373,7 @@ std::optional<uint64_t> parseSize(StringRef text) {
 bool planningRequested() { return report || !reportJson.empty(); }
 
 /// --place, --gpu-mem or --host-mem with an executable to build: the step
-/// gets an offload plan (populateSchedulePipeline with OffloadOptions).
+/// gets an offload plan (spillway::planOffload).
 bool offloadRequested() {
   return !outputPath.empty() && !forwardOnly &&
          (placeClasses.getNumOccurrences() || gpuMem.getNumOccurrences() ||
@@ -446,6 +446,178 @@ int writeReport(const spillway::PlanSearch &search,
   }
   return 0;
 }
+/// The planning and schedule flags, each read once, into `planOptions`;
+/// with a profile to plan with, `planSpace`. The exit status (0: go on).
+int readPlanningFlags(bool planning, bool offload,
+                      spillway::PlanningOptions &planOptions,
+                      std::optional<spillway::PlanSpace> &planSpace) {
+  planOptions.optimizer = optimizer == "foam" ? spillway::OptimizerKind::Foam
+                                              : spillway::OptimizerKind::AdamW;
+  if (microbatches.getNumOccurrences())
+    planOptions.microbatches = microbatches;
+  if (overlapOptimizerText.getNumOccurrences())
+    planOptions.overlap = overlapOptimizer;
+  if (std::string e = spillway::validatePlanningOptions(planOptions);
+      !e.empty())
+    return fail(e);
+  if (schedule != "auto") {
+    planOptions.order = spillway::schedule::parseOrder(schedule);
+    if (!planOptions.order)
+      return fail("--schedule '" + schedule +
+                  "' is not one of horizontal, snake, auto");
+  }
+  const bool scheduled = scheduleRequested() || offload;
+  if (recompute != "on" && recompute != "off")
+    return fail("--recompute '" + recompute + "' is not one of on, off");
+  if (recompute.getNumOccurrences() && !scheduled)
+    return fail("--recompute applies to a scheduled step: give "
+                "--microbatches M (M > 1), --schedule or an offload plan");
+  planOptions.recompute = recompute == "on";
+  planOptions.place.assign(placeClasses.begin(), placeClasses.end());
+  planOptions.offload = offload;
+  planOptions.ssdDirs.assign(ssdDirs.begin(), ssdDirs.end());
+  // With a profile the cost model plans: the report, the order of a
+  // --schedule auto, the tiers an offload plan leaves open.
+  const bool costModel =
+      planning || (scheduled && schedule == "auto" && !hwProfile.empty()) ||
+      (offload && !hwProfile.empty());
+  if (costModel && forwardOnly)
+    return fail("--report plans a training iteration; it does not apply "
+                "to --forward");
+  if (costModel || offload) {
+    std::string error;
+    const char *examples = costModel ? "512M, 16G, 4096" : "512M, 16G";
+    if (!readBudget(gpuMem, "--gpu-mem", examples, planOptions.gpuMem,
+                    error) ||
+        !readBudget(hostMem, "--host-mem", examples, planOptions.hostMem,
+                    error))
+      return fail(error);
+  }
+  if (costModel) {
+    std::string error;
+    planSpace = spillway::readPlanSpace(planOptions, hwProfile, error);
+    if (!planSpace)
+      return fail(error);
+  }
+  return 0;
+}
+
+/// Plans the training step (with a profile: the report, the order of a
+/// --schedule auto, an offload plan's tiers) and schedules it as the flags
+/// and the plan say. The exit status (0: go on).
+int planAndSchedule(OwningOpRef<ModuleOp> &module,
+                    const spillway::PlanningOptions &planOptions,
+                    const std::optional<spillway::PlanSpace> &planSpace,
+                    bool scheduled) {
+  MLIRContext &context = *module->getContext();
+  const bool offload = planOptions.offload;
+  std::string error;
+  std::optional<spillway::PlanSearch> search;
+  if (planSpace) {
+    note("partitioning the step into layers for the plan");
+    search = spillway::searchPlans(*module, planOptions, *planSpace, error);
+    if (!search)
+      return error.empty() ? 1 : fail(error);
+    if (search->paramsPinnedForSharing)
+      note("the model shares parameters between layers: the offload plan "
+           "keeps params on the GPU");
+    note("searching the plans");
+    if (int rc = writeReport(*search, *planSpace))
+      return rc;
+    // An offload plan for an executable: the planner's exact arenas decide
+    // what fits (planOffload tries the ranked plans), not these estimates.
+    std::string over = spillway::costModelOverBudget(*search, *planSpace);
+    if (!over.empty() && offload)
+      note("the cost model's estimates fit no plan in the budgets; the "
+           "planner checks the ranked plans' exact arenas");
+    else if (!over.empty())
+      return fail(over);
+    if (outputPath.empty())
+      return 0;
+  }
+
+  // The notes of the schedule about to run, and its pipeline.
+  auto announce = [&](const spillway::ScheduleOptions &s) {
+    if (s.offload)
+      note("offload plan: " + (s.offload->placement.empty()
+                                   ? std::string("everything on the GPU")
+                                   : s.offload->placement));
+    note(llvm::formatv("scheduling the step: {0} micro-batch(es), {1} "
+                       "order{2}, optimizer overlap {3}, {4}",
+                       s.microbatches, spillway::schedule::orderName(s.order),
+                       schedule != "auto" ? ""
+                       : search           ? " (the cost model's choice)"
+                                          : " (auto without --hw)",
+                       llvm::format("%g", s.overlapFraction),
+                       s.recompute ? "recompute on (the backward keeps "
+                                     "only layer-boundary activations)"
+                                   : "recompute off"));
+    if (printPipeline)
+      llvm::errs() << "spillwayc: the schedule as a pipeline: spillway-opt "
+                      "--spillway-schedule=\""
+                   << s.pipelineOptions() << "\" STEP.mlir\n";
+  };
+  if (offload) {
+    spillway::OffloadOutcome planned = spillway::planOffload(
+        module, planOptions, search ? &*search : nullptr,
+        [&](const spillway::OffloadPlan &plan) {
+          if (plan.rank > 0)
+            note(llvm::formatv("the planner's arenas for the cost model's "
+                               "first {0} plan(s) exceed the budgets; taking "
+                               "{1}",
+                               plan.rank, plan.estimate->candidate.str()));
+          announce(plan.schedule);
+        });
+    const spillway::ScheduleOptions &s = planned.plan.schedule;
+    if (!planned.succeeded)
+      return fail(llvm::formatv("cannot plan the step in {0} micro-batch(es) "
+                                "in the {1} order with the offload plan "
+                                "'{2}' (--place, --gpu-mem, --host-mem, "
+                                "--microbatches, --schedule): see above",
+                                s.microbatches, spillway::schedule::orderName(s.order),
+                                s.offload->placement)
+                      .str());
+    auto buffers = (*module)->getAttrOfType<DictionaryAttr>("sched.buffers");
+    if (!buffers)
+      return fail("internal error: the offload plan has no buffers");
+    if (!ssdDirs.empty())
+      (*module)->setAttr("sched.ssd_dirs",
+                         StringAttr::get(&context, llvm::join(ssdDirs, ",")));
+    auto links = buffers.getAs<DictionaryAttr>("bytes_per_iteration");
+    auto get = [&](DictionaryAttr d, StringRef k) {
+      return d.getAs<IntegerAttr>(k).getInt();
+    };
+    note(llvm::formatv("offload plan: gpu {0} bytes, host {1} bytes, ssd {2} "
+                       "bytes; per iteration ssd_read {3}, ssd_write {4}, "
+                       "h2d {5}, d2h {6}",
+                       get(buffers, "gpu_bytes"), get(buffers, "host_bytes"),
+                       get(buffers, "ssd_bytes"), get(links, "ssd_read"),
+                       get(links, "ssd_write"), get(links, "h2d"),
+                       get(links, "d2h")));
+  } else if (scheduled) {
+    spillway::ScheduleOptions s;
+    s.microbatches = planOptions.exeMicrobatches();
+    s.order = planOptions.order ? *planOptions.order
+              : search          ? search->choice.best.candidate.order
+                                : planOptions.exeOrder();
+    s.overlapFraction = planOptions.exeOverlap();
+    s.recompute = planOptions.recompute;
+    announce(s);
+    PassManager pm(&context);
+    spillway::populateSchedulePipeline(pm, s);
+    if (failed(pm.run(*module)))
+      return fail(llvm::formatv("cannot train the step in {0} micro-batch(es) "
+                                "in the {1} order (--microbatches, "
+                                "--schedule): see above",
+                                s.microbatches, spillway::schedule::orderName(s.order))
+                      .str());
+  } else if (printPipeline) {
+    llvm::errs() << "spillwayc: the schedule as a pipeline: none (the step "
+                    "trains the whole batch at once)\n";
+  }
+  return 0;
+}
+
 } // namespace
 
 static int compilerMain(int argc, char **argv) {
@@ -568,57 +740,11 @@ static int compilerMain(int argc, char **argv) {
   if (foamLevel < 0 || foamLevel > 16)
     return fail("--foam-level " + std::to_string(int64_t(foamLevel)) +
                 " is outside [0, 16]");
-  // The plan's options, each flag read once.
   spillway::PlanningOptions planOptions;
-  planOptions.optimizer = optimizer == "foam" ? spillway::OptimizerKind::Foam
-                                              : spillway::OptimizerKind::AdamW;
-  if (microbatches.getNumOccurrences())
-    planOptions.microbatches = microbatches;
-  if (overlapOptimizerText.getNumOccurrences())
-    planOptions.overlap = overlapOptimizer;
-  if (std::string e = spillway::validatePlanningOptions(planOptions);
-      !e.empty())
-    return fail(e);
-  if (schedule != "auto") {
-    planOptions.order = spillway::schedule::parseOrder(schedule);
-    if (!planOptions.order)
-      return fail("--schedule '" + schedule +
-                  "' is not one of horizontal, snake, auto");
-  }
-  const bool scheduled = scheduleRequested() || offload;
-  if (recompute != "on" && recompute != "off")
-    return fail("--recompute '" + recompute + "' is not one of on, off");
-  if (recompute.getNumOccurrences() && !scheduled)
-    return fail("--recompute applies to a scheduled step: give "
-                "--microbatches M (M > 1), --schedule or an offload plan");
-  planOptions.recompute = recompute == "on";
-  planOptions.place.assign(placeClasses.begin(), placeClasses.end());
-  planOptions.offload = offload;
-  planOptions.ssdDirs.assign(ssdDirs.begin(), ssdDirs.end());
-  // With a profile the cost model plans: the report, the order of a
-  // --schedule auto, the tiers an offload plan leaves open.
   std::optional<spillway::PlanSpace> planSpace;
-  const bool costModel =
-      planning || (scheduled && schedule == "auto" && !hwProfile.empty()) ||
-      (offload && !hwProfile.empty());
-  if (costModel && forwardOnly)
-    return fail("--report plans a training iteration; it does not apply "
-                "to --forward");
-  if (costModel || offload) {
-    std::string error;
-    const char *examples = costModel ? "512M, 16G, 4096" : "512M, 16G";
-    if (!readBudget(gpuMem, "--gpu-mem", examples, planOptions.gpuMem,
-                    error) ||
-        !readBudget(hostMem, "--host-mem", examples, planOptions.hostMem,
-                    error))
-      return fail(error);
-  }
-  if (costModel) {
-    std::string error;
-    planSpace = spillway::readPlanSpace(planOptions, hwProfile, error);
-    if (!planSpace)
-      return fail(error);
-  }
+  if (int rc = readPlanningFlags(planning, offload, planOptions, planSpace))
+    return rc;
+  const bool scheduled = scheduleRequested() || offload;
 
   DialectRegistry registry;
   spillway::registerAllDialects(registry);
@@ -746,109 +872,10 @@ static int compilerMain(int argc, char **argv) {
       return 1;
   }
 
-  std::optional<spillway::PlanSearch> search;
-  if (planSpace) {
-    note("partitioning the step into layers for the plan");
-    search = spillway::searchPlans(*module, planOptions, *planSpace, error);
-    if (!search)
-      return error.empty() ? 1 : fail(error);
-    if (search->paramsPinnedForSharing)
-      note("the model shares parameters between layers: the offload plan "
-           "keeps params on the GPU");
-    note("searching the plans");
-    if (int rc = writeReport(*search, *planSpace))
-      return rc;
-    // An offload plan for an executable: the planner's exact arenas decide
-    // what fits (planOffload tries the ranked plans), not these estimates.
-    std::string over = spillway::costModelOverBudget(*search, *planSpace);
-    if (!over.empty() && offload)
-      note("the cost model's estimates fit no plan in the budgets; the "
-           "planner checks the ranked plans' exact arenas");
-    else if (!over.empty())
-      return fail(over);
-    if (outputPath.empty())
-      return 0;
-  }
-
-  // The notes of the schedule about to run, and its pipeline.
-  auto announce = [&](const spillway::ScheduleOptions &s) {
-    if (s.offload)
-      note("offload plan: " + (s.offload->placement.empty()
-                                   ? std::string("everything on the GPU")
-                                   : s.offload->placement));
-    note(llvm::formatv("scheduling the step: {0} micro-batch(es), {1} "
-                       "order{2}, optimizer overlap {3}, {4}",
-                       s.microbatches, spillway::schedule::orderName(s.order),
-                       schedule != "auto" ? ""
-                       : search           ? " (the cost model's choice)"
-                                          : " (auto without --hw)",
-                       llvm::format("%g", s.overlapFraction),
-                       s.recompute ? "recompute on (the backward keeps "
-                                     "only layer-boundary activations)"
-                                   : "recompute off"));
-    if (printPipeline)
-      llvm::errs() << "spillwayc: the schedule as a pipeline: spillway-opt "
-                      "--spillway-schedule=\""
-                   << s.pipelineOptions() << "\" STEP.mlir\n";
-  };
-  if (offload) {
-    spillway::OffloadOutcome planned = spillway::planOffload(
-        module, planOptions, search ? &*search : nullptr,
-        [&](const spillway::OffloadPlan &plan) {
-          if (plan.rank > 0)
-            note(llvm::formatv("the planner's arenas for the cost model's "
-                               "first {0} plan(s) exceed the budgets; taking "
-                               "{1}",
-                               plan.rank, plan.estimate->candidate.str()));
-          announce(plan.schedule);
-        });
-    const spillway::ScheduleOptions &s = planned.plan.schedule;
-    if (!planned.succeeded)
-      return fail(llvm::formatv("cannot plan the step in {0} micro-batch(es) "
-                                "in the {1} order with the offload plan "
-                                "'{2}' (--place, --gpu-mem, --host-mem, "
-                                "--microbatches, --schedule): see above",
-                                s.microbatches, spillway::schedule::orderName(s.order),
-                                s.offload->placement)
-                      .str());
-    auto buffers = (*module)->getAttrOfType<DictionaryAttr>("sched.buffers");
-    if (!buffers)
-      return fail("internal error: the offload plan has no buffers");
-    if (!ssdDirs.empty())
-      (*module)->setAttr("sched.ssd_dirs",
-                         StringAttr::get(&context, llvm::join(ssdDirs, ",")));
-    auto links = buffers.getAs<DictionaryAttr>("bytes_per_iteration");
-    auto get = [&](DictionaryAttr d, StringRef k) {
-      return d.getAs<IntegerAttr>(k).getInt();
-    };
-    note(llvm::formatv("offload plan: gpu {0} bytes, host {1} bytes, ssd {2} "
-                       "bytes; per iteration ssd_read {3}, ssd_write {4}, "
-                       "h2d {5}, d2h {6}",
-                       get(buffers, "gpu_bytes"), get(buffers, "host_bytes"),
-                       get(buffers, "ssd_bytes"), get(links, "ssd_read"),
-                       get(links, "ssd_write"), get(links, "h2d"),
-                       get(links, "d2h")));
-  } else if (scheduled) {
-    spillway::ScheduleOptions s;
-    s.microbatches = planOptions.exeMicrobatches();
-    s.order = planOptions.order ? *planOptions.order
-              : search          ? search->choice.best.candidate.order
-                                : planOptions.exeOrder();
-    s.overlapFraction = planOptions.exeOverlap();
-    s.recompute = planOptions.recompute;
-    announce(s);
-    PassManager pm(&context);
-    spillway::populateSchedulePipeline(pm, s);
-    if (failed(pm.run(*module)))
-      return fail(llvm::formatv("cannot train the step in {0} micro-batch(es) "
-                                "in the {1} order (--microbatches, "
-                                "--schedule): see above",
-                                s.microbatches, spillway::schedule::orderName(s.order))
-                      .str());
-  } else if (printPipeline) {
-    llvm::errs() << "spillwayc: the schedule as a pipeline: none (the step "
-                    "trains the whole batch at once)\n";
-  }
+  if (int rc = planAndSchedule(module, planOptions, planSpace, scheduled))
+    return rc;
+  if (outputPath.empty())
+    return 0; // --report only
 
   if (emit == EmitKind::MLIR) {
     auto out = openOutputFile(outputOut, &error);
