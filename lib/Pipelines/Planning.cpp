@@ -292,9 +292,10 @@ spillway::planOffload(OwningOpRef<ModuleOp> &module,
   OffloadOutcome out;
   auto planFor = [&](size_t rank) {
     OffloadPlan p;
-    const CostEstimate *e = search ? &search->choice.ranked[rank] : nullptr;
-    if (search && rank == 0)
-      e = &search->choice.best;
+    // Rank 0 is the cost model's best plan (ranked starts with it).
+    const CostEstimate *e = !search      ? nullptr
+                            : rank == 0 ? &search->choice.best
+                                        : &search->choice.ranked[rank];
     p.schedule = offloadSchedule(options, search, e);
     if (e)
       p.estimate = *e;
