@@ -2,10 +2,15 @@
 
 #include "spillway/Pipelines/Pipelines.h"
 
+#include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 #include "spillway/Conversion/Passes.h"
 #include "spillway/Dialect/Sched/Transforms/Passes.h"
 #include "spillway/Dialect/Train/Transforms/Passes.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cstdlib>
 
 using namespace mlir;
 
@@ -40,27 +45,23 @@ void spillway::populatePlanningPipeline(OpPassManager &pm) {
 }
 
 void spillway::populateSchedulePipeline(OpPassManager &pm,
-                                        int64_t microbatches,
-                                        llvm::StringRef order,
-                                        double overlapFraction,
-                                        bool recompute,
-                                        const OffloadOptions *offload) {
+                                        const ScheduleOptions &options) {
   pm.addPass(train::createTrainPartitionLayersPass());
   pm.addPass(createConvertTrainToSchedPass());
   sched::SchedMicrobatchPassOptions mb;
-  mb.microbatches = microbatches;
+  mb.microbatches = options.microbatches;
   pm.addPass(sched::createSchedMicrobatchPass(mb));
   sched::SchedOrderPassOptions ord;
-  ord.order = order.str();
+  ord.order = schedule::orderName(options.order);
   pm.addPass(sched::createSchedOrderPass(ord));
   sched::SchedOverlapOptimizerPassOptions overlap;
-  overlap.fraction = overlapFraction;
+  overlap.fraction = options.overlapFraction;
   pm.addPass(sched::createSchedOverlapOptimizerPass(overlap));
   // After the order: recompute is decided per fwd/bwd pair, whatever the
   // order, and placement sees only the activations it keeps.
-  if (recompute)
+  if (options.recompute)
     pm.addPass(sched::createSchedRecomputePass());
-  if (offload) {
+  if (const std::optional<OffloadOptions> &offload = options.offload) {
     sched::SchedPlacePassOptions place;
     place.placement = offload->placement;
     pm.addPass(sched::createSchedPlacePass(place));
@@ -68,9 +69,97 @@ void spillway::populateSchedulePipeline(OpPassManager &pm,
     sched::SchedAssignBuffersPassOptions buffers;
     buffers.gpuMem = offload->gpuBytes;
     buffers.hostMem = offload->hostBytes;
-    pm.addPass(sched::createSchedAssignBuffersPass(buffers));
+    pm.addPass(
+        sched::createSchedAssignBuffersPass(buffers, offload->onOverBudget));
   }
   pm.addPass(createConvertSchedToTrainPass());
+}
+
+namespace {
+/// The shortest text that reads back as `v` (0.5, not 0.50000000000000000).
+std::string exactDouble(double v) {
+  for (int digits = 6; digits < 17; ++digits) {
+    std::string s = llvm::formatv("{0}", llvm::format("%.*g", digits, v));
+    if (std::strtod(s.c_str(), nullptr) == v)
+      return s;
+  }
+  return llvm::formatv("{0}", llvm::format("%.17g", v));
+}
+} // namespace
+
+std::string spillway::ScheduleOptions::pipelineOptions() const {
+  std::string s = llvm::formatv(
+      "microbatches={0} order={1} overlap-optimizer={2} recompute={3}",
+      microbatches, schedule::orderName(order), exactDouble(overlapFraction),
+      recompute ? "true" : "false");
+  if (offload)
+    s += llvm::formatv(" offload=true placement={0} gpu-mem={1} host-mem={2}",
+                       offload->placement, offload->gpuBytes,
+                       offload->hostBytes)
+             .str();
+  return s;
+}
+
+namespace {
+/// `spillway-schedule`'s options: ScheduleOptions, spelled as spillwayc's
+/// flags are (budgets in bytes).
+struct SchedulePipelineOptions
+    : public PassPipelineOptions<SchedulePipelineOptions> {
+  Option<int64_t> microbatches{*this, "microbatches",
+                               llvm::cl::desc("Micro-batches per iteration"),
+                               llvm::cl::init(1)};
+  Option<spillway::schedule::Order> order{
+      *this, "order", llvm::cl::desc("Layer order of the micro-batches"),
+      llvm::cl::init(spillway::schedule::Order::Horizontal),
+      llvm::cl::values(
+          clEnumValN(spillway::schedule::Order::Horizontal, "horizontal",
+                     "per micro-batch, every layer (ZeRO-Infinity)"),
+          clEnumValN(spillway::schedule::Order::Snake, "snake",
+                     "per layer, every micro-batch (GreedySnake)"))};
+  Option<double> overlapOptimizer{
+      *this, "overlap-optimizer",
+      llvm::cl::desc("Fraction of each update moved into the next forward"),
+      llvm::cl::init(0.0)};
+  Option<bool> recompute{
+      *this, "recompute",
+      llvm::cl::desc("Keep only layer-boundary activations (sched-recompute)"),
+      llvm::cl::init(true)};
+  Option<bool> offload{*this, "offload",
+                       llvm::cl::desc("Run the offload passes (sched-place, "
+                                      "sched-insert-transfers, "
+                                      "sched-assign-buffers)"),
+                       llvm::cl::init(false)};
+  Option<std::string> placement{
+      *this, "placement",
+      llvm::cl::desc("With offload: CLASS=TIER,... (sched-place)")};
+  Option<uint64_t> gpuMem{*this, "gpu-mem",
+                          llvm::cl::desc("With offload: the GPU budget in "
+                                         "bytes (0: unlimited)"),
+                          llvm::cl::init(0)};
+  Option<uint64_t> hostMem{*this, "host-mem",
+                           llvm::cl::desc("With offload: the host budget in "
+                                          "bytes (0: unlimited)"),
+                           llvm::cl::init(0)};
+};
+} // namespace
+
+void spillway::registerPipelines() {
+  PassPipelineRegistration<SchedulePipelineOptions>(
+      "spillway-schedule",
+      "A training step as spillwayc schedules it (populateSchedulePipeline): "
+      "micro-batches, order, optimizer overlap, recompute and an offload "
+      "plan; spillwayc --print-pipeline prints the options of a compile",
+      [](OpPassManager &pm, const SchedulePipelineOptions &o) {
+        ScheduleOptions options;
+        options.microbatches = o.microbatches;
+        options.order = o.order;
+        options.overlapFraction = o.overlapOptimizer;
+        options.recompute = o.recompute;
+        if (o.offload)
+          options.offload = OffloadOptions{o.placement, o.gpuMem, o.hostMem,
+                                           nullptr};
+        populateSchedulePipeline(pm, options);
+      });
 }
 
 void spillway::populateLowerToRuntimePipeline(OpPassManager &pm,

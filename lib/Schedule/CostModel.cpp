@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "spillway/Schedule/CostModel.h"
+#include "spillway/Schedule/VisitSequence.h"
 
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
@@ -79,37 +80,6 @@ std::string Candidate::str() const {
 }
 
 namespace {
-/// How many times each layer's parameters are loaded onto the GPU in one
-/// iteration, when the GPU keeps one layer's parameters at a time (plus the
-/// one being prefetched): the number of maximal runs of that layer in the
-/// sequence of layer visits. Consecutive visits of the same layer share one
-/// load (forward of the last layer then its backward; in horizontal order,
-/// the backward of layer 0 and the next micro-batch's forward of layer 0).
-std::vector<unsigned> parameterLoads(size_t numLayers, Order order,
-                                     unsigned m) {
-  std::vector<size_t> visits;
-  auto pass = [&](bool forward) {
-    for (size_t i = 0; i < numLayers; ++i)
-      visits.push_back(forward ? i : numLayers - 1 - i);
-  };
-  if (order == Order::Horizontal) {
-    for (unsigned k = 0; k < m; ++k) {
-      pass(true);
-      pass(false);
-    }
-  } else {
-    // Snake: all M micro-batches of a layer in a row, so a pass visits each
-    // layer once.
-    pass(true);
-    pass(false);
-  }
-  std::vector<unsigned> loads(numLayers, 0);
-  for (size_t i = 0; i < visits.size(); ++i)
-    if (i == 0 || visits[i] != visits[i - 1])
-      ++loads[visits[i]];
-  return loads;
-}
-
 double sumOf(const IterationSummary &s, uint64_t LayerCost::*field) {
   double t = 0;
   for (const LayerCost &l : s.layers)
@@ -162,7 +132,7 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
 
   // Parameters: every load moves them to the GPU (from SSD through host).
   e.paramLoads = paramsTier == Tier::GPU ? std::vector<unsigned>(L, 0)
-                                         : parameterLoads(L, c.order, M);
+                                         : loadsPerLayer(L, c.order, M);
   for (size_t i = 0; i < L; ++i) {
     double P = double(s.layers[i].paramBytes) * e.paramLoads[i];
     b.h2d += P;

@@ -3,6 +3,7 @@
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "spillway/InitAll.h"
+#include "spillway/Pipelines/Pipelines.h"
 #include "spillway/Support/ToolMain.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/WithColor.h"
@@ -11,6 +12,8 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   spillway::registerAllDialects(registry);
   spillway::registerAllPasses();
+  // Pipelines by name: spillwayc --print-pipeline prints the one to run.
+  spillway::registerPipelines();
   auto [input, output] = mlir::registerAndParseCLIOptions(
       argc, argv,
       "Spillway optimizer driver: runs any train-dialect or lowering pass on "

@@ -17,11 +17,11 @@
 #include "spillway/InitAll.h"
 #include "spillway/Pipelines/Executable.h"
 #include "spillway/Pipelines/Pipelines.h"
-#include "spillway/Schedule/CostModel.h"
-#include "spillway/Schedule/HardwareProfile.h"
-#include "spillway/Schedule/IterationSummary.h"
+#include "spillway/Pipelines/Planning.h"
 #include "spillway/Support/ToolMain.h"
 #include "spillway/Target/ONNX/ImportONNX.h"
+#include "OutputFiles.h"
+#include "ProbeHardware.h"
 #include "Report.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
@@ -31,25 +31,17 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
-#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/Program.h"
-#include "llvm/Support/Signals.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
-// The runtime's probe (plain C++, no MLIR): --probe-hw measures through the
-// runtime's own kernels and storage engine.
-#include "spillway/runtime/hw_probe.h"
+// The runtime's flag ranges (plain C++, no MLIR): a value compiled in is
+// one the executable's flags accept.
 #include "spillway/runtime/hyperparams.h"
 
-#include <cerrno>
-#include <csignal>
-#include <ctime>
 #include <tuple>
-#include <unistd.h>
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -266,6 +258,15 @@ cl::list<std::string> placeClasses(
     cl::value_desc("CLASS=TIER,..."), cl::cat(category));
 cl::opt<bool> verbose("v", cl::desc("Print each stage as it runs"),
                       cl::cat(category));
+cl::opt<bool> printPipeline(
+    "print-pipeline",
+    cl::desc("Print (to stderr) the spillway-opt command that schedules this "
+             "compile's training step as it does: spillway-opt "
+             "--spillway-schedule=\"...\" STEP.mlir, where STEP.mlir is this "
+             "compile with --emit=mlir and without --microbatches, "
+             "--schedule, --overlap-optimizer, --recompute and the offload "
+             "flags"),
+    cl::cat(category));
 
 // The numeric flags' values, parsed by parseNumberFlags().
 double lr, beta1, beta2, eps, weightDecay, foamAlpha, probeSeconds,
@@ -346,251 +347,6 @@ bool hasExtension(StringRef path, StringRef ext) {
 /// executable finds them as `<EXE>.weights`.
 std::string weightsPathFor(StringRef output) { return (output + ".weights").str(); }
 
-/// The files a compile writes (the executable or what --emit names, and the
-/// weights), each first under a temporary name beside it, `DEST.tmp.<pid>`;
-/// commit() renames them into place at the end. Until then every way out (a
-/// failed stage, an exception, SIGINT or SIGTERM) removes them: a failed
-/// compile leaves nothing behind, and an existing executable is replaced
-/// only by a finished one. A SIGKILL cannot be caught: the next compile to
-/// the same destination removes what that left (`removeStale`).
-class PendingOutputs {
-public:
-  /// Where to write `dest`'s content until commit().
-  std::string add(StringRef dest) {
-    removeStale(dest);
-    std::string temp = tempName(dest, ::getpid());
-    llvm::sys::RemoveFileOnSignal(temp);
-    entries.push_back({temp, dest.str()});
-    return temp;
-  }
-  /// A scratch file for `dest`'s compile (the object file linked into the
-  /// executable), `DEST.tmp.<pid><suffix>`: removed on every way out, never
-  /// committed, and by the next compile to `dest` after a SIGKILL.
-  std::string scratch(StringRef dest, StringRef suffix) {
-    removeStale(dest);
-    std::string temp = tempName(dest, ::getpid()) + suffix.str();
-    llvm::sys::RemoveFileOnSignal(temp);
-    entries.push_back({temp, "", /*committed=*/false, /*scratch=*/true});
-    return temp;
-  }
-  LogicalResult commit(std::string &error) {
-    // A SIGINT or SIGTERM between the renames would leave the new weights
-    // beside the old executable: the signals wait until both are in place.
-    // A handler that only records the signal (not a thread's signal mask:
-    // any of MLIR's threads may receive it), re-raised afterwards so LLVM's
-    // handler still cleans up and the process still dies of it.
-    const int signals[] = {SIGINT, SIGTERM, SIGHUP};
-    struct sigaction defer = {}, previous[3];
-    defer.sa_handler = [](int sig) { deferredSignal = sig; };
-    sigemptyset(&defer.sa_mask);
-    deferredSignal = 0;
-    for (int i = 0; i < 3; ++i)
-      sigaction(signals[i], &defer, &previous[i]);
-    LogicalResult result = success();
-    for (Entry &e : entries) {
-      if (e.scratch)
-        continue;
-      if (std::error_code ec = llvm::sys::fs::rename(e.temp, e.dest)) {
-        error = "cannot move '" + e.temp + "' to '" + e.dest +
-                "': " + ec.message();
-        result = failure();
-        break;
-      }
-      llvm::sys::DontRemoveFileOnSignal(e.temp);
-      e.committed = true;
-    }
-    for (int i = 0; i < 3; ++i)
-      sigaction(signals[i], &previous[i], nullptr);
-    if (deferredSignal)
-      ::raise(deferredSignal);
-    return result;
-  }
-  ~PendingOutputs() {
-    for (Entry &e : entries)
-      if (!e.committed) {
-        llvm::sys::fs::remove(e.temp);
-        llvm::sys::DontRemoveFileOnSignal(e.temp);
-      }
-  }
-
-private:
-  static std::string tempName(StringRef dest, long pid) {
-    return (dest + ".tmp." + Twine(pid)).str();
-  }
-  /// Removes `dest`'s temporaries whose compile no longer runs.
-  static void removeStale(StringRef dest) {
-    llvm::SmallString<256> dir(llvm::sys::path::parent_path(dest));
-    if (dir.empty())
-      dir = ".";
-    std::string prefix = (llvm::sys::path::filename(dest) + ".tmp.").str();
-    std::error_code ec;
-    for (llvm::sys::fs::directory_iterator it(dir, ec), end; !ec && it != end;
-         it.increment(ec)) {
-      StringRef name = llvm::sys::path::filename(it->path());
-      long pid;
-      // DEST.tmp.<pid>, or a scratch file DEST.tmp.<pid>.o.
-      if (!name.consume_front(prefix) || name.consumeInteger(10, pid) ||
-          !(name.empty() || name == ".o") || pid <= 0 || pid == ::getpid())
-        continue;
-      if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH)
-        llvm::sys::fs::remove(it->path());
-    }
-  }
-  struct Entry {
-    std::string temp, dest;
-    bool committed = false;
-    bool scratch = false;
-  };
-  static inline volatile std::sig_atomic_t deferredSignal = 0;
-  std::vector<Entry> entries;
-};
-
-/// "a character device" (for messages).
-const char *fileKind(llvm::sys::fs::file_type t) {
-  using llvm::sys::fs::file_type;
-  switch (t) {
-  case file_type::directory_file:
-    return "a directory";
-  case file_type::character_file:
-    return "a character device";
-  case file_type::block_file:
-    return "a block device";
-  case file_type::fifo_file:
-    return "a FIFO";
-  case file_type::socket_file:
-    return "a socket";
-  default:
-    return "not a regular file";
-  }
-}
-
-/// A file spillwayc writes: `what` ("-o 'x'") names it in messages. It
-/// must be absent or a regular file (a rename onto a device node or a FIFO
-/// would replace it, a write would block on a FIFO; the executable's --save
-/// refuses them too), in an existing, writable directory. Checked before
-/// anything compiles or measures; false with the message in `error`.
-bool checkOutputFile(const std::string &what, StringRef path,
-                     std::string &error) {
-  namespace fs = llvm::sys::fs;
-  llvm::SmallString<256> dir(llvm::sys::path::parent_path(path));
-  if (dir.empty())
-    dir = ".";
-  fs::file_status st;
-  if (std::error_code ec = fs::status(dir, st)) {
-    error = what + ": " +
-            (ec == std::errc::no_such_file_or_directory
-                 ? "the directory '" + std::string(dir) + "' does not exist"
-             : ec == std::errc::not_a_directory
-                 ? "a part of the directory '" + std::string(dir) +
-                       "' is not a directory"
-                 : "cannot read the directory '" + std::string(dir) +
-                       "': " + ec.message());
-    return false;
-  }
-  if (st.type() != fs::file_type::directory_file) {
-    error = what + ": '" + std::string(dir) + "' is " + fileKind(st.type()) +
-            ", not a directory";
-    if (st.type() == fs::file_type::regular_file)
-      error = what + ": '" + std::string(dir) +
-              "' is a regular file, not a directory";
-    return false;
-  }
-  if (fs::access(dir, fs::AccessMode::Write)) {
-    error = what + ": the directory '" + std::string(dir) +
-            "' is not writable";
-    return false;
-  }
-  if (std::error_code ec = fs::status(path, st)) {
-    if (ec == std::errc::no_such_file_or_directory)
-      return true;
-    error = what + ": " + ec.message();
-    return false;
-  }
-  if (st.type() == fs::file_type::regular_file)
-    return true;
-  error = what + " is " + fileKind(st.type()) +
-          "; spillwayc writes a regular file there and will not replace "
-          "it: pass the path of a regular file";
-  return false;
-}
-
-/// Copies the weights file a .mlir input names (relative to the .mlir file)
-/// to `dest`.
-LogicalResult copyWeightsOfMLIR(ModuleOp module, StringRef mlirPath,
-                                StringRef dest, std::string &error) {
-  auto attr = module->getAttrOfType<StringAttr>(
-      spillway::train::kWeightsAttrName);
-  bool hasParams = !module.getOps<spillway::train::ParamOp>().empty();
-  if (!attr) {
-    if (!hasParams) {
-      // No parameters: an empty weights file keeps the executable's contract.
-      std::error_code ec;
-      llvm::raw_fd_ostream out(dest, ec);
-      if (ec)
-        error = "cannot write '" + dest.str() + "': " + ec.message();
-      return success(!ec);
-    }
-    error = "'" + mlirPath.str() + "' declares parameters but no weights file: "
-            "add the module attribute train.weights = \"FILE\" (a path "
-            "relative to the .mlir file)";
-    return failure();
-  }
-  llvm::SmallString<256> src(llvm::sys::path::parent_path(mlirPath));
-  llvm::sys::path::append(src, attr.getValue());
-  if (llvm::sys::path::is_absolute(attr.getValue()))
-    src = attr.getValue();
-  if (!llvm::sys::fs::exists(src)) {
-    error = "weights file '" + std::string(src) + "' named by '" +
-            mlirPath.str() + "' (train.weights) does not exist";
-    return failure();
-  }
-  // The file must be the one the parameters describe: the executable reads
-  // exactly their bytes (or, from a .safetensors file, by name), and a file
-  // of another size was written for another model.
-  llvm::sys::fs::file_status status;
-  if (std::error_code ec = llvm::sys::fs::status(src, status)) {
-    error = "cannot read weights file '" + std::string(src) + "': " +
-            ec.message();
-    return failure();
-  }
-  if (status.type() != llvm::sys::fs::file_type::regular_file) {
-    error = "weights file '" + std::string(src) + "' named by '" +
-            mlirPath.str() + "' (train.weights) is not a regular file";
-    return failure();
-  }
-  int64_t expected = 0;
-  for (auto p : module.getOps<spillway::train::ParamOp>())
-    expected = std::max<int64_t>(expected, p.getOffsetAttr().getInt() +
-                                               p.getNumBytes());
-  if (int64_t(status.getSize()) != expected) {
-    // A .safetensors file: an 8-byte header length, then a JSON header.
-    bool safetensors = false;
-    if (auto buf = llvm::MemoryBuffer::getFileSlice(src, 9, 0)) {
-      StringRef head = (*buf)->getBuffer();
-      safetensors = head.size() == 9 && head[8] == '{';
-    }
-    if (!safetensors) {
-      error = llvm::formatv("weights file '{0}' named by '{1}' "
-                            "(train.weights) is {2} bytes, but its "
-                            "parameters' offsets and types need {3}; was it "
-                            "written for another model?",
-                            src, mlirPath, status.getSize(), expected)
-                  .str();
-      return failure();
-    }
-  }
-  // Copying a file onto itself would truncate it: the weights are already
-  // where the executable looks for them.
-  if (llvm::sys::fs::equivalent(src, dest))
-    return success();
-  if (std::error_code ec = llvm::sys::fs::copy_file(src, dest)) {
-    error = "cannot copy weights '" + std::string(src) + "' to '" +
-            dest.str() + "': " + ec.message();
-    return failure();
-  }
-  return success();
-}
-
 /// "256M", "1G", "64MiB", "4096" (binary units): digits only (no spaces, no
 /// sign), nonzero, and no more than 2^63 bytes (no wrap-around).
 std::optional<uint64_t> parseSize(StringRef text) {
@@ -614,104 +370,10 @@ std::optional<uint64_t> parseSize(StringRef text) {
   return n * unit;
 }
 
-/// --probe-hw: measure, convert to a profile for the CPU backend, write it.
-int probeHardware() {
-  std::optional<uint64_t> ssdBytes = parseSize(probeSsdSize);
-  if (!ssdBytes)
-    return fail("--probe-ssd-size '" + probeSsdSize +
-                "' is not a size (e.g. 256M, 1G)");
-  spw::probe::ProbeOptions options;
-  options.ssd_bytes = *ssdBytes;
-  options.min_seconds = probeSeconds;
-  std::vector<std::string> normalized;
-  for (const std::string &d : ssdDirs) {
-    llvm::SmallString<256> abs(d);
-    llvm::sys::fs::make_absolute(abs);
-    // One directory measured twice would count its SSD's bandwidth twice.
-    llvm::SmallString<256> norm(abs);
-    llvm::sys::path::remove_dots(norm, /*remove_dot_dot=*/true);
-    while (norm.size() > 1 && llvm::sys::path::is_separator(norm.back()))
-      norm.pop_back();
-    if (llvm::is_contained(normalized, std::string(norm)))
-      return fail("--ssd '" + d + "': the directory '" + std::string(norm) +
-                  "' is already given; name each SSD once");
-    normalized.push_back(std::string(norm));
-    options.ssd_dirs.push_back(std::string(abs));
-  }
-  if (options.ssd_dirs.empty()) {
-    llvm::SmallString<256> cwd;
-    llvm::sys::fs::current_path(cwd);
-    options.ssd_dirs.push_back(std::string(cwd));
-  }
-  options.progress = [](const std::string &s) {
-    llvm::errs() << "spillwayc --probe-hw: " << s << "\n";
-  };
-  spw::probe::HostMeasurement m;
-  std::string error;
-  if (!spw::probe::probe_host(options, m, error))
-    return fail("--probe-hw: " + error);
-
-  // The CPU backend: the "GPU" is this CPU, running the runtime's kernels
-  // (f32 whatever the model's precision), and host <-> "GPU" copies are
-  // memcpys. Its memory is the arena --gpu-mem sizes; the profile records
-  // the host's.
-  spillway::schedule::HardwareProfile p;
-  char host[256] = "unknown";
-  gethostname(host, sizeof host - 1);
-  char date[32];
-  std::time_t now = std::time(nullptr);
-  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  p.name = host;
-  p.backend = "cpu";
-  p.gpuBf16TFlops = p.gpuFp32TFlops = m.matmul_gflops / 1e3;
-  p.gpuMemoryBytes = m.memory_bytes;
-  p.hostMemoryBytes = m.memory_bytes;
-  p.hostMemcpyGBps = m.memcpy_gbps;
-  p.cpuOptimizerParamsPerSec = m.adamw_params_per_s;
-  p.h2dGBps = p.d2hGBps = p.bidirectionalGBps = m.memcpy_gbps;
-  bool buffered = false;
-  for (const spw::probe::SSDMeasurement &d : m.ssds) {
-    p.ssds.push_back({d.dir, d.read_gbps, d.write_gbps, d.combined_gbps});
-    buffered |= !d.direct;
-  }
-  p.source = llvm::formatv(
-      "spillwayc --probe-hw on {0} ({1} CPUs), {2}: CPU backend. gpu = this "
-      "CPU: the runtime's f32 matmul kernel on {3}x{3} matrices (one thread), "
-      "used for bf16 and fp32 alike; gpu.memory_bytes = host memory (the "
-      "arena's size is the --gpu-mem budget). pcie = one-thread memcpy of "
-      "{4} MiB buffers, all three rates (bidirectional not measured "
-      "separately). cpu_optimizer = the runtime's AdamW kernel. ssd: {5} MiB "
-      "per pass, 1 MiB requests x 32 through the storage engine ({6}); "
-      "combined = half read while the other half is written.",
-      host, m.cores, date, m.matmul_size, options.memcpy_bytes >> 20,
-      *ssdBytes >> 20,
-      buffered ? "BUFFERED on some directory: the page cache inflates it"
-               : "O_DIRECT");
-  std::string out = spillway::schedule::writeHardwareProfile(p);
-  // What we wrote must be what the compiler reads.
-  if (!spillway::schedule::parseHardwareProfile(out, probeHw, error))
-    return fail("internal error: the probe wrote an invalid profile: " + error);
-  std::error_code ec;
-  llvm::raw_fd_ostream os(probeHw, ec);
-  if (ec)
-    return fail("cannot write '" + probeHw + "': " + ec.message());
-  os << out;
-  llvm::errs() << "spillwayc --probe-hw: wrote " << probeHw << "\n";
-  return 0;
-}
-/// What --report plans with: the flags, checked before anything compiles.
-struct PlanningInputs {
-  std::string profilePath;
-  spillway::schedule::HardwareProfile profile;
-  spillway::schedule::SearchSpace space;
-  spillway::schedule::Budgets budgets;
-  bool ssdUnlimited = false;
-};
-
 bool planningRequested() { return report || !reportJson.empty(); }
 
 /// --place, --gpu-mem or --host-mem with an executable to build: the step
-/// gets an offload plan (populateSchedulePipeline with OffloadOptions).
+/// gets an offload plan (spillway::planOffload).
 bool offloadRequested() {
   return !outputPath.empty() && !forwardOnly &&
          (placeClasses.getNumOccurrences() || gpuMem.getNumOccurrences() ||
@@ -743,216 +405,35 @@ std::string strayPlanningFlag() {
   return {};
 }
 
-/// Reads and checks the planning flags; an error message on failure.
-std::optional<PlanningInputs> readPlanningInputs(std::string &error) {
-  using namespace spillway::schedule;
-  PlanningInputs in;
-  if (hwProfile.empty()) {
-    error = "--report and --report-json need a hardware profile: --hw "
-            "PROFILE.json (profiles/cpu-ci.json for this machine's CPU "
-            "backend, profiles/h200.json, or one --probe-hw wrote)";
-    return std::nullopt;
-  }
-  in.profilePath = hwProfile;
-  auto profile = readHardwareProfile(hwProfile, error);
-  if (!profile)
-    return std::nullopt;
-  in.profile = std::move(*profile);
-
-  // --ssd: the profile's SSDs the plan may use.
-  if (!ssdDirs.empty()) {
-    std::vector<SSDProfile> chosen;
-    for (const std::string &d : ssdDirs) {
-      llvm::SmallString<256> abs(d);
-      llvm::sys::fs::make_absolute(abs);
-      auto it = llvm::find_if(in.profile.ssds, [&](const SSDProfile &p) {
-        return p.path == d || p.path == std::string(abs);
-      });
-      if (it == in.profile.ssds.end()) {
-        std::string known;
-        for (const SSDProfile &p : in.profile.ssds)
-          known += (known.empty() ? "" : ", ") + p.path;
-        error = "--ssd '" + d + "': the profile '" + hwProfile +
-                "' has no measurement of it (its SSDs: " +
-                (known.empty() ? std::string("none") : known) +
-                "); measure it with --probe-hw --ssd";
-        return std::nullopt;
-      }
-      // One device named twice would count its bandwidth twice.
-      if (llvm::any_of(chosen, [&](const SSDProfile &p) {
-            return p.path == it->path;
-          })) {
-        error = "--ssd '" + d + "': the SSD '" + it->path +
-                "' is already chosen; name each SSD once";
-        return std::nullopt;
-      }
-      chosen.push_back(*it);
-    }
-    in.profile.ssds = std::move(chosen);
-  }
-
-  if (schedule == "horizontal")
-    in.space.orders = {Order::Horizontal};
-  else if (schedule == "snake")
-    in.space.orders = {Order::Snake};
-  else if (schedule != "auto") {
-    error = "--schedule '" + schedule +
-            "' is not one of horizontal, snake, auto";
-    return std::nullopt;
-  }
-  if (microbatches.getNumOccurrences()) {
-    if (microbatches == 0) {
-      error = "--microbatches must be at least 1";
-      return std::nullopt;
-    }
-    in.space.microBatches = {microbatches};
-  }
-  if (overlapOptimizerText.getNumOccurrences())
-    in.space.overlaps = {overlapOptimizer}; // checked by parseNumberFlags
-  // FOAM's updates run whole (its state is per block of a row): no
-  // optimizer overlap to plan.
-  if (optimizer == "foam")
-    in.space.overlaps = {0.0};
-  llvm::StringMap<std::string> placedBy;
-  for (const std::string &entry : placeClasses) {
-    auto [cls, tier] = StringRef(entry).split('=');
-    if (tier.empty() || cls.empty()) {
-      error = "--place '" + entry + "' is not CLASS=TIER";
-      return std::nullopt;
-    }
-    auto c = parseTensorClass(cls.trim().str());
-    if (!c) {
-      error = "--place: unknown tensor class '" + cls.str() +
-              "' (params, master, optimizer, gradients, activations)";
-      return std::nullopt;
-    }
-    auto t = parseTier(tier.trim().str());
-    if (!t) {
-      error = "--place: unknown tier '" + tier.str() + "' (gpu, host, ssd)";
-      return std::nullopt;
-    }
-    if (*t == Tier::SSD && in.profile.ssds.empty()) {
-      error = "--place " + entry + ": the profile '" + hwProfile +
-              "' lists no SSD";
-      return std::nullopt;
-    }
-    // The same class twice: which one holds is a guess, so neither does.
-    auto [prev, inserted] = placedBy.try_emplace(cls.trim(), entry);
-    if (!inserted) {
-      error = "--place " + entry + ": '" + cls.trim().str() +
-              "' is already placed (--place " + prev->second +
-              "); place each tensor class once";
-      return std::nullopt;
-    }
-    in.space.pinned[int(*c)] = *t;
-  }
-  auto budget = [&](cl::opt<std::string> &flag, const char *name,
-                    uint64_t fallback, uint64_t &out) {
-    if (flag.empty()) {
-      out = fallback;
-      return true;
-    }
-    std::optional<uint64_t> size = parseSize(flag);
-    if (!size) {
-      error = std::string(name) + " '" + flag +
-              "' is not a size (e.g. 512M, 16G, 4096)";
-      return false;
-    }
-    out = *size;
+/// A budget flag's bytes, when given; false with the message in `error`
+/// when it is not a size (`examples` for the message).
+bool readBudget(cl::opt<std::string> &flag, const char *name,
+                const char *examples, std::optional<uint64_t> &bytes,
+                std::string &error) {
+  if (flag.empty())
     return true;
-  };
-  if (!budget(gpuMem, "--gpu-mem", in.profile.gpuMemoryBytes,
-              in.budgets.gpuBytes) ||
-      !budget(hostMem, "--host-mem", in.profile.hostMemoryBytes,
-              in.budgets.hostBytes))
-    return std::nullopt;
-  // No SSD budget flag: the SSDs hold whatever the plan puts there.
-  in.budgets.ssdBytes = UINT64_MAX;
-  in.ssdUnlimited = true;
-  return in;
+  bytes = parseSize(flag);
+  if (!bytes)
+    error = std::string(name) + " '" + flag + "' is not a size (e.g. " +
+            examples + ")";
+  return bool(bytes);
 }
 
-/// "123456 bytes (120.56 KiB)".
-std::string bytesAndGiB(uint64_t b) {
-  const char *units[] = {"KiB", "MiB", "GiB", "TiB"};
-  double v = double(b);
-  int u = -1;
-  while (v >= 1024 && u < 3) {
-    v /= 1024;
-    ++u;
-  }
-  if (u < 0)
-    return llvm::formatv("{0} bytes", b);
-  return llvm::formatv("{0} bytes ({1:f2} {2})", b, v, units[u]);
-}
-
-/// Plans the training step in `module` (left unchanged: the partition runs
-/// on a copy) and writes the report if one is asked for; `chosenOrder` is
-/// the chosen plan's order. Fails on an over-budget plan.
-int planAndReport(ModuleOp module, const PlanningInputs &in,
-                  std::string &chosenOrder,
-                  spillway::schedule::CostEstimate *chosen = nullptr,
-                  std::vector<spillway::schedule::CostEstimate> *ranked =
-                      nullptr) {
-  using namespace spillway::schedule;
-  OwningOpRef<ModuleOp> copy(module.clone());
-  PassManager pm(module.getContext());
-  spillway::populatePlanningPipeline(pm);
-  note("partitioning the step into layers for the plan");
-  if (failed(pm.run(*copy)))
-    return 1;
+/// --report and --report-json for the plans `search` ranked.
+int writeReport(const spillway::PlanSearch &search,
+                const spillway::PlanSpace &space) {
   spillwayc::PlanReport r;
-  std::string error;
-  auto summary = summarizeIteration(*copy, error, &r.totals);
-  if (!summary)
-    return fail("--report: " + error);
-  r.summary = std::move(*summary);
-  if (microbatches.getNumOccurrences() && r.summary.batchSize &&
-      r.summary.batchSize % microbatches)
-    return fail(llvm::formatv("--microbatches {0} does not divide the batch "
-                              "of {1} (the leading dimension of the step's "
-                              "inputs)",
-                              unsigned(microbatches), r.summary.batchSize));
+  r.summary = search.summary;
+  r.totals = search.totals;
+  r.choice = search.choice;
+  r.foamParams = search.foamParams;
+  r.foamLevel = search.foamLevel;
   r.model = inputPath;
-  r.profilePath = in.profilePath;
-  r.profile = in.profile;
-  r.budgets = in.budgets;
-  r.ssdUnlimited = in.ssdUnlimited;
+  r.profilePath = space.profilePath;
+  r.profile = space.profile;
+  r.budgets = space.budgets;
+  r.ssdUnlimited = space.ssdUnlimited;
   r.offloadPlan = offloadRequested();
-  copy->walk([&](spillway::train::FoamOp f) {
-    r.foamParams.push_back(f.getParam().str());
-    r.foamLevel = int64_t(f.getLevelAttr().getInt());
-  });
-  // The executor cannot yet move a layer's parameters when another layer
-  // reads them too (tied weights, shared buffers): an offload plan keeps
-  // the parameters on the GPU then unless --place says otherwise (which
-  // sched-insert-transfers refuses, naming the parameter).
-  SearchSpace space = in.space;
-  if (r.offloadPlan && !space.pinned[int(TensorClass::Params)])
-    if (auto layers = (*copy)->getAttrOfType<ArrayAttr>("train.layers"))
-      if (llvm::any_of(layers, [](Attribute a) {
-            auto d = dyn_cast<DictionaryAttr>(a);
-            return d && (d.get("uses") || d.get("shared"));
-          })) {
-        note("the model shares parameters between layers: the offload plan "
-             "keeps params on the GPU");
-        space.pinned[int(TensorClass::Params)] = Tier::GPU;
-      }
-  note("searching the plans");
-  r.choice = choose(r.summary, space, in.budgets, in.profile);
-  if (!r.choice.best.valid) {
-    // Say why with the first candidate of the space under the pins.
-    Candidate c;
-    c.order = in.space.orders.front();
-    c.microBatches = in.space.microBatches.front();
-    c.overlap = in.space.overlaps.front();
-    for (int k = 0; k < kNumTensorClasses; ++k)
-      if (in.space.pinned[k])
-        c.placement.tier[k] = *in.space.pinned[k];
-    CostEstimate e = estimate(r.summary, c, in.budgets, in.profile);
-    return fail("no valid plan: " +
-                (e.valid ? r.choice.best.invalidReason : e.invalidReason));
-  }
   if (report)
     spillwayc::printReport(r, llvm::outs());
   if (!reportJson.empty()) {
@@ -963,32 +444,180 @@ int planAndReport(ModuleOp module, const PlanningInputs &in,
     out->os() << spillwayc::reportToJSON(r);
     out->keep();
   }
-  const CostEstimate &best = r.choice.best;
-  chosenOrder = orderName(best.candidate.order);
-  if (chosen)
-    *chosen = best;
-  if (ranked)
-    *ranked = r.choice.ranked;
-  // An offload plan for an executable: the planner's exact arenas decide
-  // what fits (main tries the ranked plans), not these estimates.
-  if (!best.fits && ranked && offloadRequested() && !outputPath.empty()) {
-    note("the cost model's estimates fit no plan in the budgets; the "
-         "planner checks the ranked plans' exact arenas");
-    return 0;
+  return 0;
+}
+/// The planning and schedule flags, each read once, into `planOptions`;
+/// with a profile to plan with, `planSpace`. The exit status (0: go on).
+int readPlanningFlags(bool planning, bool offload,
+                      spillway::PlanningOptions &planOptions,
+                      std::optional<spillway::PlanSpace> &planSpace) {
+  planOptions.optimizer = optimizer == "foam" ? spillway::OptimizerKind::Foam
+                                              : spillway::OptimizerKind::AdamW;
+  if (microbatches.getNumOccurrences())
+    planOptions.microbatches = microbatches;
+  if (overlapOptimizerText.getNumOccurrences())
+    planOptions.overlap = overlapOptimizer;
+  if (std::string e = spillway::validatePlanningOptions(planOptions);
+      !e.empty())
+    return fail(e);
+  if (schedule != "auto") {
+    planOptions.order = spillway::schedule::parseOrder(schedule);
+    if (!planOptions.order)
+      return fail("--schedule '" + schedule +
+                  "' is not one of horizontal, snake, auto");
   }
-  if (!best.fits) {
-    const auto &need = best.neededBytes;
-    return fail(
-        "plan over budget: no plan fits gpu " +
-        bytesAndGiB(in.budgets.gpuBytes) + ", host " +
-        bytesAndGiB(in.budgets.hostBytes) + "; the closest (" +
-        best.candidate.str() + ") needs at least gpu " +
-        bytesAndGiB(need[int(Tier::GPU)]) + ", host " +
-        bytesAndGiB(need[int(Tier::Host)]) + ", ssd " +
-        bytesAndGiB(need[int(Tier::SSD)]));
+  const bool scheduled = scheduleRequested() || offload;
+  if (recompute != "on" && recompute != "off")
+    return fail("--recompute '" + recompute + "' is not one of on, off");
+  if (recompute.getNumOccurrences() && !scheduled)
+    return fail("--recompute applies to a scheduled step: give "
+                "--microbatches M (M > 1), --schedule or an offload plan");
+  planOptions.recompute = recompute == "on";
+  planOptions.place.assign(placeClasses.begin(), placeClasses.end());
+  planOptions.offload = offload;
+  planOptions.ssdDirs.assign(ssdDirs.begin(), ssdDirs.end());
+  // With a profile the cost model plans: the report, the order of a
+  // --schedule auto, the tiers an offload plan leaves open.
+  const bool costModel =
+      planning || (scheduled && schedule == "auto" && !hwProfile.empty()) ||
+      (offload && !hwProfile.empty());
+  if (costModel && forwardOnly)
+    return fail("--report plans a training iteration; it does not apply "
+                "to --forward");
+  if (costModel || offload) {
+    std::string error;
+    const char *examples = costModel ? "512M, 16G, 4096" : "512M, 16G";
+    if (!readBudget(gpuMem, "--gpu-mem", examples, planOptions.gpuMem,
+                    error) ||
+        !readBudget(hostMem, "--host-mem", examples, planOptions.hostMem,
+                    error))
+      return fail(error);
+  }
+  if (costModel) {
+    std::string error;
+    planSpace = spillway::readPlanSpace(planOptions, hwProfile, error);
+    if (!planSpace)
+      return fail(error);
   }
   return 0;
 }
+
+/// Plans the training step (with a profile: the report, the order of a
+/// --schedule auto, an offload plan's tiers) and schedules it as the flags
+/// and the plan say. The exit status (0: go on).
+int planAndSchedule(OwningOpRef<ModuleOp> &module,
+                    const spillway::PlanningOptions &planOptions,
+                    const std::optional<spillway::PlanSpace> &planSpace,
+                    bool scheduled) {
+  MLIRContext &context = *module->getContext();
+  const bool offload = planOptions.offload;
+  std::string error;
+  std::optional<spillway::PlanSearch> search;
+  if (planSpace) {
+    note("partitioning the step into layers for the plan");
+    search = spillway::searchPlans(*module, planOptions, *planSpace, error);
+    if (!search)
+      return error.empty() ? 1 : fail(error);
+    if (search->paramsPinnedForSharing)
+      note("the model shares parameters between layers: the offload plan "
+           "keeps params on the GPU");
+    note("searching the plans");
+    if (int rc = writeReport(*search, *planSpace))
+      return rc;
+    // An offload plan for an executable: the planner's exact arenas decide
+    // what fits (planOffload tries the ranked plans), not these estimates.
+    std::string over = spillway::costModelOverBudget(*search, *planSpace);
+    if (!over.empty() && offload)
+      note("the cost model's estimates fit no plan in the budgets; the "
+           "planner checks the ranked plans' exact arenas");
+    else if (!over.empty())
+      return fail(over);
+    if (outputPath.empty())
+      return 0;
+  }
+
+  // The notes of the schedule about to run, and its pipeline.
+  auto announce = [&](const spillway::ScheduleOptions &s) {
+    if (s.offload)
+      note("offload plan: " + (s.offload->placement.empty()
+                                   ? std::string("everything on the GPU")
+                                   : s.offload->placement));
+    note(llvm::formatv("scheduling the step: {0} micro-batch(es), {1} "
+                       "order{2}, optimizer overlap {3}, {4}",
+                       s.microbatches, spillway::schedule::orderName(s.order),
+                       schedule != "auto" ? ""
+                       : search           ? " (the cost model's choice)"
+                                          : " (auto without --hw)",
+                       llvm::format("%g", s.overlapFraction),
+                       s.recompute ? "recompute on (the backward keeps "
+                                     "only layer-boundary activations)"
+                                   : "recompute off"));
+    if (printPipeline)
+      llvm::errs() << "spillwayc: the schedule as a pipeline: spillway-opt "
+                      "--spillway-schedule=\""
+                   << s.pipelineOptions() << "\" STEP.mlir\n";
+  };
+  if (offload) {
+    spillway::OffloadOutcome planned = spillway::planOffload(
+        module, planOptions, search ? &*search : nullptr,
+        [&](const spillway::OffloadPlan &plan) {
+          if (plan.rank > 0)
+            note(llvm::formatv("the planner's arenas for the cost model's "
+                               "first {0} plan(s) exceed the budgets; taking "
+                               "{1}",
+                               plan.rank, plan.estimate->candidate.str()));
+          announce(plan.schedule);
+        });
+    const spillway::ScheduleOptions &s = planned.plan.schedule;
+    if (!planned.succeeded)
+      return fail(llvm::formatv("cannot plan the step in {0} micro-batch(es) "
+                                "in the {1} order with the offload plan "
+                                "'{2}' (--place, --gpu-mem, --host-mem, "
+                                "--microbatches, --schedule): see above",
+                                s.microbatches, spillway::schedule::orderName(s.order),
+                                s.offload->placement)
+                      .str());
+    auto buffers = (*module)->getAttrOfType<DictionaryAttr>("sched.buffers");
+    if (!buffers)
+      return fail("internal error: the offload plan has no buffers");
+    if (!ssdDirs.empty())
+      (*module)->setAttr("sched.ssd_dirs",
+                         StringAttr::get(&context, llvm::join(ssdDirs, ",")));
+    auto links = buffers.getAs<DictionaryAttr>("bytes_per_iteration");
+    auto get = [&](DictionaryAttr d, StringRef k) {
+      return d.getAs<IntegerAttr>(k).getInt();
+    };
+    note(llvm::formatv("offload plan: gpu {0} bytes, host {1} bytes, ssd {2} "
+                       "bytes; per iteration ssd_read {3}, ssd_write {4}, "
+                       "h2d {5}, d2h {6}",
+                       get(buffers, "gpu_bytes"), get(buffers, "host_bytes"),
+                       get(buffers, "ssd_bytes"), get(links, "ssd_read"),
+                       get(links, "ssd_write"), get(links, "h2d"),
+                       get(links, "d2h")));
+  } else if (scheduled) {
+    spillway::ScheduleOptions s;
+    s.microbatches = planOptions.exeMicrobatches();
+    s.order = planOptions.order ? *planOptions.order
+              : search          ? search->choice.best.candidate.order
+                                : planOptions.exeOrder();
+    s.overlapFraction = planOptions.exeOverlap();
+    s.recompute = planOptions.recompute;
+    announce(s);
+    PassManager pm(&context);
+    spillway::populateSchedulePipeline(pm, s);
+    if (failed(pm.run(*module)))
+      return fail(llvm::formatv("cannot train the step in {0} micro-batch(es) "
+                                "in the {1} order (--microbatches, "
+                                "--schedule): see above",
+                                s.microbatches, spillway::schedule::orderName(s.order))
+                      .str());
+  } else if (printPipeline) {
+    llvm::errs() << "spillwayc: the schedule as a pipeline: none (the step "
+                    "trains the whole batch at once)\n";
+  }
+  return 0;
+}
+
 } // namespace
 
 static int compilerMain(int argc, char **argv) {
@@ -1048,9 +677,14 @@ static int compilerMain(int argc, char **argv) {
       return fail("--probe-hw measures this machine and compiles nothing: "
                   "give it no model and no -o");
     std::string error;
-    if (!checkOutputFile("--probe-hw '" + probeHw + "'", probeHw, error))
+    if (!spillwayc::checkOutputFile("--probe-hw '" + probeHw + "'", probeHw, error))
       return fail(error);
-    return probeHardware();
+    std::optional<uint64_t> ssdBytes = parseSize(probeSsdSize);
+    if (!ssdBytes)
+      return fail("--probe-ssd-size '" + probeSsdSize +
+                  "' is not a size (e.g. 256M, 1G)");
+    return spillwayc::probeHardware(probeHw, *ssdBytes, probeSeconds,
+                                    ssdDirs);
   }
   if (inputPath.empty())
     return fail("no input model given (spillwayc MODEL -o EXE; see --help)");
@@ -1106,51 +740,11 @@ static int compilerMain(int argc, char **argv) {
   if (foamLevel < 0 || foamLevel > 16)
     return fail("--foam-level " + std::to_string(int64_t(foamLevel)) +
                 " is outside [0, 16]");
-  if (optimizer == "foam" && overlapOptimizer > 0)
-    return fail("--overlap-optimizer with --optimizer foam: FOAM's folded "
-                "state is kept per block of a row, so its updates are not "
-                "split between iterations; use --overlap-optimizer 0 (or "
-                "--optimizer adamw)");
-  if (microbatches.getNumOccurrences() && microbatches == 0)
-    return fail("--microbatches must be at least 1");
-  if (schedule != "horizontal" && schedule != "snake" && schedule != "auto")
-    return fail("--schedule '" + schedule +
-                "' is not one of horizontal, snake, auto");
+  spillway::PlanningOptions planOptions;
+  std::optional<spillway::PlanSpace> planSpace;
+  if (int rc = readPlanningFlags(planning, offload, planOptions, planSpace))
+    return rc;
   const bool scheduled = scheduleRequested() || offload;
-  if (recompute != "on" && recompute != "off")
-    return fail("--recompute '" + recompute + "' is not one of on, off");
-  if (recompute.getNumOccurrences() && !scheduled)
-    return fail("--recompute applies to a scheduled step: give "
-                "--microbatches M (M > 1), --schedule or an offload plan");
-  // The executable's schedule: M (default 1) and the order; auto is the
-  // cost model's choice with --hw (below), snake without.
-  const int64_t exeMicrobatches =
-      microbatches.getNumOccurrences() ? int64_t(microbatches) : 1;
-  std::string exeOrder =
-      schedule == "auto" ? std::string("snake") : schedule.getValue();
-  std::optional<PlanningInputs> planningInputs;
-  if (planning || (scheduled && schedule == "auto" && !hwProfile.empty()) ||
-      (offload && !hwProfile.empty())) {
-    if (forwardOnly)
-      return fail("--report plans a training iteration; it does not apply "
-                  "to --forward");
-    std::string error;
-    planningInputs = readPlanningInputs(error);
-    if (!planningInputs)
-      return fail(error);
-    if (offload) {
-      // The plan the executable follows: its own M and overlap. Without
-      // recompute the backward reads forward intermediates the plan does
-      // not move: activations stay on the GPU unless pinned (then
-      // sched-place says what to do).
-      using namespace spillway::schedule;
-      planningInputs->space.microBatches = {unsigned(exeMicrobatches)};
-      planningInputs->space.overlaps = {double(overlapOptimizer)};
-      if (recompute != "on" &&
-          !planningInputs->space.pinned[int(TensorClass::Activations)])
-        planningInputs->space.pinned[int(TensorClass::Activations)] = Tier::GPU;
-    }
-  }
 
   DialectRegistry registry;
   spillway::registerAllDialects(registry);
@@ -1187,17 +781,17 @@ static int compilerMain(int argc, char **argv) {
       return fail("-o '" + outputPath + "' is a directory; name the file to "
                   "write, e.g. -o " + (dir.empty() ? "" : dir) + "/model");
     }
-    if (!checkOutputFile("-o '" + outputPath + "'", outputPath, error) ||
-        !checkOutputFile("the weights file '" + weightsPathFor(outputPath) +
+    if (!spillwayc::checkOutputFile("-o '" + outputPath + "'", outputPath, error) ||
+        !spillwayc::checkOutputFile("the weights file '" + weightsPathFor(outputPath) +
                              "' (beside -o)",
                          weightsPathFor(outputPath), error))
       return fail(error);
   }
   if (!reportJson.empty() && reportJson != "-" &&
-      !checkOutputFile("--report-json '" + reportJson + "'", reportJson,
+      !spillwayc::checkOutputFile("--report-json '" + reportJson + "'", reportJson,
                        error))
     return fail(error);
-  PendingOutputs pending;
+  spillwayc::PendingOutputs pending;
   const std::string weightsFinal = writesFiles ? weightsPathFor(outputPath)
                                                : std::string(tempWeights);
   const std::string weightsOut =
@@ -1240,7 +834,7 @@ static int compilerMain(int argc, char **argv) {
     if (!module)
       return 1;
     if (!outputPath.empty() &&
-        failed(copyWeightsOfMLIR(*module, inputPath, weightsOut, error)))
+        failed(spillwayc::copyWeightsOfMLIR(*module, inputPath, weightsOut, error)))
       return fail(error);
     if (forwardOnly)
       for (auto fn : module->getOps<func::FuncOp>())
@@ -1278,190 +872,10 @@ static int compilerMain(int argc, char **argv) {
       return 1;
   }
 
-  spillway::schedule::CostEstimate chosenPlan;
-  std::vector<spillway::schedule::CostEstimate> rankedPlans;
-  if (planningInputs) {
-    std::string chosenOrder;
-    if (int rc = planAndReport(*module, *planningInputs, chosenOrder,
-                               &chosenPlan, &rankedPlans))
-      return rc;
-    if (outputPath.empty())
-      return 0;
-    if (schedule == "auto")
-      exeOrder = chosenOrder;
-  }
-
-  // The offload plan of a candidate: pinned classes as given, the rest from
-  // the candidate with --hw, else the GPU.
-  auto offloadFor = [&](const spillway::schedule::CostEstimate &plan)
-      -> std::optional<spillway::OffloadOptions> {
-    using namespace spillway::schedule;
-    spillway::OffloadOptions o;
-    for (const std::string &entry : placeClasses)
-      o.placement += (o.placement.empty() ? "" : ",") + entry;
-    if (planningInputs)
-      for (TensorClass c : {TensorClass::Params, TensorClass::Optimizer,
-                            TensorClass::Gradients, TensorClass::Activations})
-        if (!planningInputs->space.pinned[int(c)] ||
-            c == TensorClass::Activations)
-          if (!llvm::any_of(placeClasses, [&](const std::string &e) {
-                return StringRef(e).split('=').first.trim() ==
-                       tensorClassName(c);
-              }))
-            o.placement += std::string(o.placement.empty() ? "" : ",") +
-                           tensorClassName(c) + "=" +
-                           tierName(plan.candidate.placement[c]);
-    auto size = [&](cl::opt<std::string> &flag) -> std::optional<uint64_t> {
-      if (flag.empty())
-        return uint64_t(0);
-      return parseSize(flag);
-    };
-    auto g = size(gpuMem), h = size(hostMem);
-    if (!g || !h)
-      return std::nullopt;
-    o.gpuBytes = *g;
-    o.hostBytes = *h;
-    return o;
-  };
-  std::optional<spillway::OffloadOptions> offloadOptions;
-  if (offload) {
-    if (parseSize(gpuMem) == std::nullopt && !gpuMem.empty())
-      return fail("--gpu-mem '" + gpuMem + "' is not a size (e.g. 512M, 16G)");
-    if (parseSize(hostMem) == std::nullopt && !hostMem.empty())
-      return fail("--host-mem '" + hostMem +
-                  "' is not a size (e.g. 512M, 16G)");
-    offloadOptions = offloadFor(chosenPlan);
-  }
-
-  // With --hw the cost model ranks the plans and the planner has the last
-  // word on fitting: its arenas (homes, transfer slots, alignment) are
-  // exact where the model's peaks are estimates. Take the first ranked plan
-  // whose schedule the budgets hold; stop at the first that fails for
-  // another reason (its error is the answer).
-  bool planned = false; // the schedule pipeline already ran on `module`
-  if (scheduled && offloadOptions && planningInputs && rankedPlans.size() > 1 &&
-      (gpuMem.getNumOccurrences() || hostMem.getNumOccurrences())) {
-    constexpr size_t kMaxPlans = 32;
-    for (size_t i = 0; i < rankedPlans.size() && i < kMaxPlans; ++i) {
-      const auto &plan = rankedPlans[i];
-      auto o = offloadFor(plan);
-      std::string order = schedule == "auto"
-                              ? spillway::schedule::orderName(
-                                    plan.candidate.order)
-                              : exeOrder;
-      OwningOpRef<ModuleOp> trial(module->clone());
-      PassManager pm(&context);
-      spillway::populateSchedulePipeline(pm, exeMicrobatches, order,
-                                         overlapOptimizer, recompute == "on",
-                                         &*o);
-      bool overBudget = false;
-      LogicalResult ran = failure();
-      {
-        ScopedDiagnosticHandler quiet(&context, [&](Diagnostic &d) {
-          overBudget = overBudget ||
-                       StringRef(d.str()).contains("plan over budget");
-          return success();
-        });
-        ran = pm.run(*trial);
-      }
-      if (succeeded(ran)) {
-        module = std::move(trial);
-        planned = true;
-        if (i > 0) {
-          note(llvm::formatv("the planner's arenas for the cost model's "
-                             "first {0} plan(s) exceed the budgets; taking "
-                             "{1}",
-                             i, plan.candidate.str()));
-          chosenPlan = plan;
-          offloadOptions = o;
-          exeOrder = order;
-        }
-        break;
-      }
-      if (!overBudget)
-        break; // another error: the plain run below reports it
-    }
-  }
-
-  if (scheduled) {
-    PassManager pm(&context);
-    spillway::populateSchedulePipeline(
-        pm, exeMicrobatches, exeOrder, overlapOptimizer, recompute == "on",
-        offloadOptions ? &*offloadOptions : nullptr);
-    if (offloadOptions)
-      note("offload plan: " + (offloadOptions->placement.empty()
-                                   ? std::string("everything on the GPU")
-                                   : offloadOptions->placement));
-    note(llvm::formatv("scheduling the step: {0} micro-batch(es), {1} "
-                       "order{2}, optimizer overlap {3}, {4}",
-                       exeMicrobatches, exeOrder,
-                       schedule != "auto"   ? ""
-                       : planningInputs ? " (the cost model's choice)"
-                                        : " (auto without --hw)",
-                       llvm::format("%g", double(overlapOptimizer)),
-                       recompute == "on" ? "recompute on (the backward keeps "
-                                           "only layer-boundary activations)"
-                                         : "recompute off"));
-    if (!planned && failed(pm.run(*module)))
-      return fail(
-          offloadOptions
-              ? llvm::formatv("cannot plan the step in {0} micro-batch(es) "
-                              "in the {1} order with the offload plan "
-                              "'{2}' (--place, --gpu-mem, --host-mem, "
-                              "--microbatches, --schedule): see above",
-                              exeMicrobatches, exeOrder,
-                              offloadOptions->placement)
-                    .str()
-              : llvm::formatv("cannot train the step in {0} micro-batch(es) "
-                              "in the {1} order (--microbatches, "
-                              "--schedule): see above",
-                              exeMicrobatches, exeOrder)
-                    .str());
-  }
-
-  if (offload) {
-    auto buffers = (*module)->getAttrOfType<DictionaryAttr>("sched.buffers");
-    if (!buffers)
-      return fail("internal error: the offload plan has no buffers");
-    if (!ssdDirs.empty())
-      (*module)->setAttr("sched.ssd_dirs",
-                         StringAttr::get(&context, llvm::join(ssdDirs, ",")));
-    auto links = buffers.getAs<DictionaryAttr>("bytes_per_iteration");
-    auto get = [&](DictionaryAttr d, StringRef k) {
-      return d.getAs<IntegerAttr>(k).getInt();
-    };
-    note(llvm::formatv("offload plan: gpu {0} bytes, host {1} bytes, ssd {2} "
-                       "bytes; per iteration ssd_read {3}, ssd_write {4}, "
-                       "h2d {5}, d2h {6}",
-                       get(buffers, "gpu_bytes"), get(buffers, "host_bytes"),
-                       get(buffers, "ssd_bytes"), get(links, "ssd_read"),
-                       get(links, "ssd_write"), get(links, "h2d"),
-                       get(links, "d2h")));
-    // The transfers the passes wrote must move what the cost model
-    // predicted for the same plan, byte for byte.
-    if (planningInputs) {
-      using namespace spillway::schedule;
-      Builder b(&context);
-      (*module)->setAttr(
-          "sched.prediction",
-          b.getDictionaryAttr(
-              {b.getNamedAttr("iteration_s",
-                              b.getF64FloatAttr(chosenPlan.iterationSec)),
-               b.getNamedAttr("bound",
-                              b.getStringAttr(boundName(chosenPlan.bound)))}));
-      auto model = buffers.getAs<DictionaryAttr>("model_bytes");
-      const auto &e = chosenPlan.bytes;
-      const double want[4] = {e.ssdRead, e.ssdWrite, e.h2d, e.d2h};
-      const char *keys[4] = {"ssd_read", "ssd_write", "h2d", "d2h"};
-      for (int i = 0; i < 4; ++i)
-        if (double(get(model, keys[i])) != want[i])
-          return fail(llvm::formatv(
-              "internal error: the offload plan moves {0} bytes over {1} per "
-              "iteration but the cost model predicts {2:f0} for {3}",
-              get(model, keys[i]), keys[i], want[i],
-              chosenPlan.candidate.str()));
-    }
-  }
+  if (int rc = planAndSchedule(module, planOptions, planSpace, scheduled))
+    return rc;
+  if (outputPath.empty())
+    return 0; // --report only
 
   if (emit == EmitKind::MLIR) {
     auto out = openOutputFile(outputOut, &error);

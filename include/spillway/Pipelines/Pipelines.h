@@ -3,6 +3,10 @@
 #define SPILLWAY_PIPELINES_PIPELINES_H
 
 #include "mlir/Pass/PassManager.h"
+#include "spillway/Dialect/Sched/Transforms/Passes.h"
+#include "spillway/Schedule/CostModel.h"
+
+#include <optional>
 #include <string>
 
 namespace spillway {
@@ -39,8 +43,36 @@ void populateForwardPipeline(mlir::OpPassManager &pm,
 /// only. spillwayc --report runs it on a copy of the step.
 void populatePlanningPipeline(mlir::OpPassManager &pm);
 
+/// With `offload`, the step keeps its parameters, optimizer state and
+/// gradients in per-layer blocks on the tiers `placement` names
+/// (sched-place, sched-insert-transfers, sched-assign-buffers with the
+/// budgets) and the lowering moves them with the runtime's spw_move family.
+struct OffloadOptions {
+  /// sched-place's placement option: CLASS=TIER,... (the classes it leaves
+  /// out stay on the GPU; sched-place checks it).
+  std::string placement;
+  uint64_t gpuBytes = 0, hostBytes = 0; ///< budgets; 0 = unlimited
+  /// Told when sched-assign-buffers finds a budget too small (the pass
+  /// fails too); not part of the textual pipeline.
+  sched::OverBudgetHandler onOverBudget;
+};
+
+/// The schedule of a training step: M micro-batches in `order`, the
+/// optimizer overlap F in [0, 1], recompute, and an optional offload plan.
+/// One field per option of the registered pipeline `spillway-schedule`.
+struct ScheduleOptions {
+  int64_t microbatches = 1;
+  schedule::Order order = schedule::Order::Horizontal;
+  double overlapFraction = 0.0;
+  bool recompute = true;
+  std::optional<OffloadOptions> offload;
+
+  /// The options as `spillway-opt --spillway-schedule="..."` takes them.
+  std::string pipelineOptions() const;
+};
+
 /// Runs a training step as a schedule of M micro-batches in `order`
-/// ("horizontal" or "snake"), every tensor resident: train-partition-layers,
+/// (horizontal or snake), every tensor resident: train-partition-layers,
 /// convert-train-to-sched, sched-microbatch{microbatches=M},
 /// sched-order{order}, sched-overlap-optimizer{fraction=overlapFraction}
 /// (each update right after its gradient, the fraction F in [0, 1] of it
@@ -54,19 +86,12 @@ void populatePlanningPipeline(mlir::OpPassManager &pm);
 /// spillwayc runs it after populateTrainingPipeline when --microbatches or
 /// --schedule is given. M must divide every input's leading dimension
 /// (sched-microbatch fails otherwise).
-/// With `offload`, the step keeps its parameters, optimizer state and
-/// gradients in per-layer blocks on the tiers `offload->placement` names
-/// (sched-place, sched-insert-transfers, sched-assign-buffers with the
-/// budgets) and the lowering moves them with the runtime's spw_move family.
-struct OffloadOptions {
-  std::string placement; ///< CLASS=TIER,... (sched-place)
-  uint64_t gpuBytes = 0, hostBytes = 0; ///< budgets; 0 = unlimited
-};
-void populateSchedulePipeline(mlir::OpPassManager &pm, int64_t microbatches,
-                              llvm::StringRef order,
-                              double overlapFraction = 0.0,
-                              bool recompute = true,
-                              const OffloadOptions *offload = nullptr);
+void populateSchedulePipeline(mlir::OpPassManager &pm,
+                              const ScheduleOptions &options);
+
+/// Registers the pipelines by name for spillway-opt: `spillway-schedule`
+/// (populateSchedulePipeline; its options are ScheduleOptions').
+void registerPipelines();
 
 /// A training step -> LLVM dialect calls against the runtime's C ABI, for
 /// `target` "cpu" or "cuda" with `precision` "fp32" or "bf16" (cuda only).

@@ -205,7 +205,13 @@ LogicalResult assignActivations(IterationOp it,
 struct SchedAssignBuffersPass
     : sched::impl::SchedAssignBuffersPassBase<SchedAssignBuffersPass> {
   using SchedAssignBuffersPassBase::SchedAssignBuffersPassBase;
+  SchedAssignBuffersPass(const SchedAssignBuffersPassOptions &options,
+                         OverBudgetHandler onOverBudget)
+      : SchedAssignBuffersPassBase(options),
+        onOverBudget(std::move(onOverBudget)) {}
   void runOnOperation() override;
+  /// Told the smallest budget that fits when a tier's arena outgrows it.
+  OverBudgetHandler onOverBudget;
   LogicalResult assign(IterationOp it);
 };
 
@@ -486,7 +492,9 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
   const uint64_t budgets[kTiers] = {gpuMem, hostMem, ssdBytes};
   const char *flags[kTiers] = {"--gpu-mem", "--host-mem", "SSD budget"};
   for (int t = 0; t < kTiers; ++t)
-    if (budgets[t] && peak[t] > budgets[t])
+    if (budgets[t] && peak[t] > budgets[t]) {
+      if (onOverBudget)
+        onOverBudget({schedule::Tier(t), peak[t], budgets[t]});
       return it.emitOpError("plan over budget: the ")
              << stringifyTier(Tier(t)) << " tier needs " << peak[t]
              << " bytes for this placement but the budget is " << budgets[t]
@@ -494,6 +502,7 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
              << " bytes (homes of the classes placed there plus the "
                 "transfer slots: place fewer classes on "
              << stringifyTier(Tier(t)) << ", or use fewer parameters per layer)";
+    }
 
   // The plan, for the lowering and the report.
   SmallVector<Attribute> blockAttrs;
@@ -554,3 +563,10 @@ void SchedAssignBuffersPass::runOnOperation() {
 }
 
 } // namespace
+
+std::unique_ptr<Pass> spillway::sched::createSchedAssignBuffersPass(
+    const SchedAssignBuffersPassOptions &options,
+    OverBudgetHandler onOverBudget) {
+  return std::make_unique<SchedAssignBuffersPass>(options,
+                                                  std::move(onOverBudget));
+}

@@ -12,6 +12,7 @@
 #include "mlir/IR/Builders.h"
 #include "spillway/Dialect/Sched/IR/SchedOps.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
+#include "spillway/Schedule/VisitSequence.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/SmallSet.h"
@@ -162,7 +163,7 @@ LogicalResult Rewriter::run() {
     updated.emplace_back();
     for (Attribute s : list)
       params.back().push_back(cast<FlatSymbolRefAttr>(s).getAttr());
-    if (tp != Tier::gpu && (entry.get("uses") || entry.get("shared"))) {
+    if (tp != Tier::gpu && layerSharesParameters(entry)) {
       // Name what is shared: a parameter this layer reads from another
       // (`uses`), or one of its own that others read (`shared`).
       std::string what;
@@ -336,15 +337,14 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
     int64_t layer;
     TaskOp first, last;
   };
+  std::vector<int64_t> visited;
+  for (const Run &r : runs)
+    visited.push_back(r.layer);
   SmallVector<Load> loadList;
-  for (const Run &r : runs) {
-    if (params[r.layer].empty())
-      continue;
-    if (!loadList.empty() && loadList.back().layer == r.layer)
-      loadList.back().last = r.tasks.back();
-    else
-      loadList.push_back({r.layer, r.tasks.front(), r.tasks.back()});
-  }
+  for (const schedule::ParameterLoad &l : schedule::parameterLoads(
+           visited, [&](int64_t layer) { return !params[layer].empty(); }))
+    loadList.push_back(
+        {l.layer, runs[l.first].tasks.front(), runs[l.last].tasks.back()});
   SmallVector<const Load *> loads;
   for (const Load &l : loadList)
     loads.push_back(&l);
@@ -700,3 +700,14 @@ struct SchedInsertTransfersPass
 };
 
 } // namespace
+
+bool spillway::sched::layerSharesParameters(DictionaryAttr layer) {
+  return layer && (layer.get("uses") || layer.get("shared"));
+}
+
+bool spillway::sched::anyLayerSharesParameters(ModuleOp module) {
+  auto layers = module->getAttrOfType<ArrayAttr>("train.layers");
+  return layers && llvm::any_of(layers, [](Attribute a) {
+           return layerSharesParameters(dyn_cast<DictionaryAttr>(a));
+         });
+}

@@ -12,6 +12,7 @@
 #include "mlir/IR/Builders.h"
 #include "spillway/Dialect/Sched/IR/SchedOps.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
+#include "spillway/Schedule/VisitSequence.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
@@ -73,26 +74,12 @@ SmallVector<TaskOp> chooseOrder(ArrayRef<TaskOp> tasks, bool snake,
     if (it != byKey.end())
       order.append(it->second.begin(), it->second.end());
   };
-  if (snake) {
-    // Visits fwd 0..L-1 then bwd L-1..0; the direction flips at each.
-    int64_t visit = 0;
-    auto pass = [&](Phase p, ArrayRef<int64_t> layers) {
-      for (int64_t layer : layers) {
-        for (int64_t k = 0; k < count; ++k)
-          emit(p, layer, visit % 2 == 0 ? k : count - 1 - k);
-        ++visit;
-      }
-    };
-    pass(Phase::fwd, fwdLayers);
-    pass(Phase::bwd, bwdLayers);
-  } else {
-    for (int64_t k = 0; k < count; ++k) {
-      for (int64_t layer : fwdLayers)
-        emit(Phase::fwd, layer, k);
-      for (int64_t layer : bwdLayers)
-        emit(Phase::bwd, layer, k);
-    }
-  }
+  for (const schedule::Visit &v : schedule::visitSequence(
+           std::vector<int64_t>(fwdLayers.begin(), fwdLayers.end()),
+           std::vector<int64_t>(bwdLayers.begin(), bwdLayers.end()),
+           snake ? schedule::Order::Snake : schedule::Order::Horizontal,
+           count))
+    emit(v.backward ? Phase::bwd : Phase::fwd, v.layer, v.microbatch);
   for (int64_t layer : optLayers)
     emit(Phase::opt, layer, 0);
   return order;
@@ -214,18 +201,14 @@ LogicalResult SchedOrderPass::reorder(IterationOp iteration) {
 
   if (remarks) {
     // Consecutive fwd/bwd tasks of one layer share its parameters' load.
-    std::optional<int64_t> previous;
-    int64_t loads = 0;
+    std::vector<int64_t> visited;
     llvm::SmallSet<int64_t, 16> layers;
-    for (TaskOp t : sequence) {
-      if (t.getPhase() == Phase::opt)
-        continue;
-      int64_t layer = t.getLayer();
-      layers.insert(layer);
-      if (previous != layer)
-        ++loads;
-      previous = layer;
-    }
+    for (TaskOp t : sequence)
+      if (t.getPhase() != Phase::opt) {
+        visited.push_back(t.getLayer());
+        layers.insert(t.getLayer());
+      }
+    size_t loads = schedule::parameterLoads(visited).size();
     iteration.emitRemark() << order << " order of " << layers.size()
                            << " layers x " << iteration.getMicrobatches()
                            << " micro-batches: " << loads << " layer loads";

@@ -1,0 +1,345 @@
+//===- Planning.cpp - choosing and building a training step's plan --------===//
+
+#include "spillway/Pipelines/Planning.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Pass/PassManager.h"
+#include "spillway/Dialect/Sched/Transforms/Passes.h"
+#include "spillway/Dialect/Train/IR/TrainOps.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace mlir;
+using namespace spillway;
+using namespace spillway::schedule;
+
+std::string spillway::validatePlanningOptions(const PlanningOptions &o) {
+  if (o.optimizer == OptimizerKind::Foam && o.exeOverlap() > 0)
+    return "--overlap-optimizer with --optimizer foam: FOAM's folded "
+           "state is kept per block of a row, so its updates are not "
+           "split between iterations; use --overlap-optimizer 0 (or "
+           "--optimizer adamw)";
+  if (o.microbatches && *o.microbatches == 0)
+    return "--microbatches must be at least 1";
+  return {};
+}
+
+std::optional<PlanSpace>
+spillway::readPlanSpace(const PlanningOptions &options,
+                        const std::string &profilePath, std::string &error) {
+  PlanSpace in;
+  if (profilePath.empty()) {
+    error = "--report and --report-json need a hardware profile: --hw "
+            "PROFILE.json (profiles/cpu-ci.json for this machine's CPU "
+            "backend, profiles/h200.json, or one --probe-hw wrote)";
+    return std::nullopt;
+  }
+  in.profilePath = profilePath;
+  auto profile = readHardwareProfile(profilePath, error);
+  if (!profile)
+    return std::nullopt;
+  in.profile = std::move(*profile);
+
+  // --ssd: the profile's SSDs the plan may use.
+  if (!options.ssdDirs.empty()) {
+    std::vector<SSDProfile> chosen;
+    for (const std::string &d : options.ssdDirs) {
+      llvm::SmallString<256> abs(d);
+      llvm::sys::fs::make_absolute(abs);
+      auto it = llvm::find_if(in.profile.ssds, [&](const SSDProfile &p) {
+        return p.path == d || p.path == std::string(abs);
+      });
+      if (it == in.profile.ssds.end()) {
+        std::string known;
+        for (const SSDProfile &p : in.profile.ssds)
+          known += (known.empty() ? "" : ", ") + p.path;
+        error = "--ssd '" + d + "': the profile '" + profilePath +
+                "' has no measurement of it (its SSDs: " +
+                (known.empty() ? std::string("none") : known) +
+                "); measure it with --probe-hw --ssd";
+        return std::nullopt;
+      }
+      // One device named twice would count its bandwidth twice.
+      if (llvm::any_of(chosen, [&](const SSDProfile &p) {
+            return p.path == it->path;
+          })) {
+        error = "--ssd '" + d + "': the SSD '" + it->path +
+                "' is already chosen; name each SSD once";
+        return std::nullopt;
+      }
+      chosen.push_back(*it);
+    }
+    in.profile.ssds = std::move(chosen);
+  }
+
+  if (options.order)
+    in.space.orders = {*options.order};
+  if (options.microbatches)
+    in.space.microBatches = {*options.microbatches};
+  if (options.overlap)
+    in.space.overlaps = {*options.overlap};
+  // FOAM's updates run whole (its state is per block of a row): no
+  // optimizer overlap to plan.
+  if (options.optimizer == OptimizerKind::Foam)
+    in.space.overlaps = {0.0};
+  llvm::StringMap<std::string> placedBy;
+  for (const std::string &entry : options.place) {
+    auto [cls, tier] = StringRef(entry).split('=');
+    if (tier.empty() || cls.empty()) {
+      error = "--place '" + entry + "' is not CLASS=TIER";
+      return std::nullopt;
+    }
+    auto c = parseTensorClass(cls.trim().str());
+    if (!c) {
+      error = "--place: unknown tensor class '" + cls.str() +
+              "' (params, master, optimizer, gradients, activations)";
+      return std::nullopt;
+    }
+    auto t = parseTier(tier.trim().str());
+    if (!t) {
+      error = "--place: unknown tier '" + tier.str() + "' (gpu, host, ssd)";
+      return std::nullopt;
+    }
+    if (*t == Tier::SSD && in.profile.ssds.empty()) {
+      error = "--place " + entry + ": the profile '" + profilePath +
+              "' lists no SSD";
+      return std::nullopt;
+    }
+    // The same class twice: which one holds is a guess, so neither does.
+    auto [prev, inserted] = placedBy.try_emplace(cls.trim(), entry);
+    if (!inserted) {
+      error = "--place " + entry + ": '" + cls.trim().str() +
+              "' is already placed (--place " + prev->second +
+              "); place each tensor class once";
+      return std::nullopt;
+    }
+    in.space.pinned[int(*c)] = *t;
+  }
+  in.budgets.gpuBytes = options.gpuMem ? *options.gpuMem
+                                       : in.profile.gpuMemoryBytes;
+  in.budgets.hostBytes = options.hostMem ? *options.hostMem
+                                         : in.profile.hostMemoryBytes;
+  // No SSD budget flag: the SSDs hold whatever the plan puts there.
+  in.budgets.ssdBytes = UINT64_MAX;
+  in.ssdUnlimited = true;
+
+  if (options.offload) {
+    // The plan the executable follows: its own M and overlap. Without
+    // recompute the backward reads forward intermediates the plan does
+    // not move: activations stay on the GPU unless pinned (then
+    // sched-place says what to do).
+    in.space.microBatches = {unsigned(options.exeMicrobatches())};
+    in.space.overlaps = {options.exeOverlap()};
+    if (!options.recompute &&
+        !in.space.pinned[int(TensorClass::Activations)])
+      in.space.pinned[int(TensorClass::Activations)] = Tier::GPU;
+  }
+  return in;
+}
+
+namespace {
+/// "123456 bytes (120.56 KiB)".
+std::string bytesAndGiB(uint64_t b) {
+  const char *units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = double(b);
+  int u = -1;
+  while (v >= 1024 && u < 3) {
+    v /= 1024;
+    ++u;
+  }
+  if (u < 0)
+    return llvm::formatv("{0} bytes", b);
+  return llvm::formatv("{0} bytes ({1:f2} {2})", b, v, units[u]);
+}
+} // namespace
+
+std::optional<PlanSearch> spillway::searchPlans(ModuleOp step,
+                                                const PlanningOptions &options,
+                                                const PlanSpace &in,
+                                                std::string &error) {
+  OwningOpRef<ModuleOp> copy(step.clone());
+  PassManager pm(step.getContext());
+  populatePlanningPipeline(pm);
+  if (failed(pm.run(*copy))) {
+    error.clear();
+    return std::nullopt;
+  }
+  PlanSearch r;
+  auto summary = summarizeIteration(*copy, error, &r.totals);
+  if (!summary) {
+    error = "--report: " + error;
+    return std::nullopt;
+  }
+  r.summary = std::move(*summary);
+  if (options.microbatches && r.summary.batchSize &&
+      r.summary.batchSize % *options.microbatches) {
+    error = llvm::formatv("--microbatches {0} does not divide the batch "
+                          "of {1} (the leading dimension of the step's "
+                          "inputs)",
+                          *options.microbatches, r.summary.batchSize);
+    return std::nullopt;
+  }
+  copy->walk([&](train::FoamOp f) {
+    r.foamParams.push_back(f.getParam().str());
+    r.foamLevel = int64_t(f.getLevelAttr().getInt());
+  });
+  SearchSpace space = in.space;
+  if (options.offload && !space.pinned[int(TensorClass::Params)] &&
+      sched::anyLayerSharesParameters(*copy)) {
+    r.paramsPinnedForSharing = true;
+    space.pinned[int(TensorClass::Params)] = Tier::GPU;
+  }
+  r.choice = choose(r.summary, space, in.budgets, in.profile);
+  if (!r.choice.best.valid) {
+    // Say why with the first candidate of the space under the pins.
+    Candidate c;
+    c.order = in.space.orders.front();
+    c.microBatches = in.space.microBatches.front();
+    c.overlap = in.space.overlaps.front();
+    for (int k = 0; k < kNumTensorClasses; ++k)
+      if (in.space.pinned[k])
+        c.placement.tier[k] = *in.space.pinned[k];
+    CostEstimate e = estimate(r.summary, c, in.budgets, in.profile);
+    error = "no valid plan: " +
+            (e.valid ? r.choice.best.invalidReason : e.invalidReason);
+    return std::nullopt;
+  }
+  return r;
+}
+
+std::string spillway::costModelOverBudget(const PlanSearch &search,
+                                          const PlanSpace &in) {
+  const CostEstimate &best = search.choice.best;
+  if (best.fits)
+    return {};
+  const auto &need = best.neededBytes;
+  return "plan over budget: no plan fits gpu " +
+         bytesAndGiB(in.budgets.gpuBytes) + ", host " +
+         bytesAndGiB(in.budgets.hostBytes) + "; the closest (" +
+         best.candidate.str() + ") needs at least gpu " +
+         bytesAndGiB(need[int(Tier::GPU)]) + ", host " +
+         bytesAndGiB(need[int(Tier::Host)]) + ", ssd " +
+         bytesAndGiB(need[int(Tier::SSD)]);
+}
+
+ScheduleOptions spillway::offloadSchedule(const PlanningOptions &options,
+                                          const PlanSearch *search,
+                                          const CostEstimate *estimate) {
+  ScheduleOptions s;
+  s.microbatches = options.exeMicrobatches();
+  s.order = options.order ? *options.order
+            : estimate    ? estimate->candidate.order
+                          : options.exeOrder();
+  s.overlapFraction = options.exeOverlap();
+  s.recompute = options.recompute;
+  OffloadOptions o;
+  // The classes --place names as given (sched-place checks them), then the
+  // cost model's tier for each class it chose.
+  for (const std::string &entry : options.place)
+    o.placement += (o.placement.empty() ? "" : ",") + entry;
+  if (search && estimate) {
+    auto given = [&](TensorClass c) {
+      return llvm::any_of(options.place, [&](const std::string &e) {
+        return StringRef(e).split('=').first.trim() == tensorClassName(c);
+      });
+    };
+    for (TensorClass c : {TensorClass::Params, TensorClass::Optimizer,
+                          TensorClass::Gradients, TensorClass::Activations})
+      if (!given(c))
+        o.placement += std::string(o.placement.empty() ? "" : ",") +
+                       tensorClassName(c) + "=" +
+                       tierName(estimate->candidate.placement[c]);
+  }
+  o.gpuBytes = options.gpuMem.value_or(0);
+  o.hostBytes = options.hostMem.value_or(0);
+  s.offload = std::move(o);
+  return s;
+}
+
+namespace {
+/// Runs the schedule pipeline of `plan` on `module`; `overBudget` receives
+/// what sched-assign-buffers reports.
+LogicalResult runPlan(ModuleOp module, OffloadPlan &plan,
+                      std::optional<sched::OverBudget> &overBudget) {
+  overBudget.reset();
+  plan.schedule.offload->onOverBudget = [&](const sched::OverBudget &o) {
+    overBudget = o;
+  };
+  PassManager pm(module.getContext());
+  populateSchedulePipeline(pm, plan.schedule);
+  LogicalResult ran = pm.run(module);
+  plan.schedule.offload->onOverBudget = nullptr;
+  return ran;
+}
+
+/// The cost model's prediction for the plan, for the executable's report.
+void recordPrediction(ModuleOp module, const CostEstimate &e) {
+  Builder b(module.getContext());
+  module->setAttr(
+      "sched.prediction",
+      b.getDictionaryAttr(
+          {b.getNamedAttr("iteration_s", b.getF64FloatAttr(e.iterationSec)),
+           b.getNamedAttr("bound", b.getStringAttr(boundName(e.bound)))}));
+}
+} // namespace
+
+OffloadOutcome
+spillway::planOffload(OwningOpRef<ModuleOp> &module,
+                      const PlanningOptions &options, const PlanSearch *search,
+                      const std::function<void(const OffloadPlan &)> &announce) {
+  OffloadOutcome out;
+  auto planFor = [&](size_t rank) {
+    OffloadPlan p;
+    // Rank 0 is the cost model's best plan (ranked starts with it).
+    const CostEstimate *e = !search      ? nullptr
+                            : rank == 0 ? &search->choice.best
+                                        : &search->choice.ranked[rank];
+    p.schedule = offloadSchedule(options, search, e);
+    if (e)
+      p.estimate = *e;
+    p.rank = rank;
+    return p;
+  };
+  // With a cost model the planner has the last word on fitting: its arenas
+  // (homes, transfer slots, alignment) are exact where the model's peaks
+  // are estimates. Take the first ranked plan whose schedule the budgets
+  // hold; stop at the first that fails for another reason (its error is
+  // the answer).
+  const bool budgeted = options.gpuMem || options.hostMem;
+  if (search && budgeted && search->choice.ranked.size() > 1) {
+    constexpr size_t kMaxPlans = 32;
+    for (size_t i = 0; i < search->choice.ranked.size() && i < kMaxPlans;
+         ++i) {
+      OffloadPlan plan = planFor(i);
+      OwningOpRef<ModuleOp> trial(module->clone());
+      std::optional<sched::OverBudget> overBudget;
+      LogicalResult ran = failure();
+      {
+        ScopedDiagnosticHandler quiet(module->getContext(),
+                                      [](Diagnostic &) { return success(); });
+        ran = runPlan(*trial, plan, overBudget);
+      }
+      if (succeeded(ran)) {
+        if (announce)
+          announce(plan);
+        module = std::move(trial);
+        recordPrediction(*module, *plan.estimate);
+        out.succeeded = true;
+        out.plan = std::move(plan);
+        return out;
+      }
+      if (!overBudget)
+        break; // another error: the plain run below reports it
+    }
+  }
+  // The first plan, whose diagnostics are the user's answer if it fails.
+  out.plan = planFor(0);
+  if (announce)
+    announce(out.plan);
+  out.succeeded = succeeded(runPlan(*module, out.plan, out.overBudget));
+  if (out.succeeded && out.plan.estimate)
+    recordPrediction(*module, *out.plan.estimate);
+  return out;
+}
