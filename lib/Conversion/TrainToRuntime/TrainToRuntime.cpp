@@ -849,7 +849,8 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
     }
     storeArray(insArray, numIns, ins);
     storeArray(outsArray, numOuts, outs);
-    callRuntime(kernel->kernel->symbol, voidTy, {ptrTy, ptrTy, ptrTy, ptrTy, ptrTy},
+    callRuntime(kernel->kernel->symbol, voidTy,
+                {ptrTy, ptrTy, ptrTy, ptrTy, ptrTy},
                 {ctxArg, insArray, outsArray, i64Array(kernel->iattrs),
                  f64Array(kernel->fattrs)});
   }
