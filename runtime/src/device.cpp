@@ -24,9 +24,8 @@ namespace spw {
 
 const char *op_name(Op op) {
   static const char *const names[] = {
-#define SPW_OP_NAME(name) #name,
-      SPW_OPS(SPW_OP_NAME)
-#undef SPW_OP_NAME
+#define SPW_KERNEL(name, ins, outs, iattrs, fattrs) #name,
+#include "spillway/runtime/kernels.def"
   };
   const int i = int(op);
   return i >= 0 && i < kNumOps ? names[i] : "?";
@@ -34,56 +33,25 @@ const char *op_name(Op op) {
 
 KernelEntry entry_point(Op op) {
   static const KernelEntry entries[] = {
-#define SPW_OP_ENTRY(name) &spw_op_##name,
-      SPW_OPS(SPW_OP_ENTRY)
-#undef SPW_OP_ENTRY
+#define SPW_KERNEL(name, ins, outs, iattrs, fattrs) &spw_op_##name,
+#include "spillway/runtime/kernels.def"
   };
   const int i = int(op);
   return i >= 0 && i < kNumOps ? entries[i] : nullptr;
 }
 
 Arity op_arity(Op op, const int64_t *iattrs) {
-  switch (op) {
-  case Op::gemm:
-  case Op::layer_norm:
-  case Op::softmax_cross_entropy_loss_grad:
-  case Op::where:
-  case Op::linear:
-  case Op::rope:
-  case Op::rope_grad:
-  case Op::attention:
-    return {3, 1};
-  case Op::layer_norm_grad:
-    return {3, 3};
-  case Op::rms_norm_grad:
-    return {3, 2};
-  case Op::attention_grad:
-    return {4, 3};
-  case Op::concat:
-    return {iattrs ? int(iattrs[1]) : 0, 1};
-  case Op::matmul:
-  case Op::add:
-  case Op::sub:
-  case Op::mul:
-  case Op::div:
-  case Op::gather:
-  case Op::softmax_cross_entropy_loss:
-  case Op::relu_grad:
-  case Op::tanh_grad:
-  case Op::gelu_grad:
-  case Op::softmax_grad:
-  case Op::gather_grad:
-  case Op::silu_grad:
-  case Op::pow:
-  case Op::equal:
-  case Op::less:
-  case Op::less_or_equal:
-  case Op::greater:
-  case Op::rms_norm:
-    return {2, 1};
-  default:
-    return {1, 1};
-  }
+  static constexpr Arity arities[] = {
+#define SPW_KERNEL(name, ins, outs, iattrs, fattrs) {ins, outs},
+#include "spillway/runtime/kernels.def"
+  };
+  const int i = int(op);
+  if (i < 0 || i >= kNumOps)
+    return {};
+  Arity a = arities[i];
+  if (a.ins < 0)
+    a.ins = iattrs ? int(iattrs[SPW_KERNEL_INS_IATTR_INDEX(a.ins)]) : 0;
+  return a;
 }
 
 const char *precision_name(Precision p) {

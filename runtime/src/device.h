@@ -25,26 +25,13 @@
 #include <memory>
 #include <string>
 
-// Every kernel of the C ABI, in spillway_rt.h's order.
-#define SPW_OPS(X)                                                             \
-  X(matmul) X(gemm) X(add) X(sub) X(mul) X(div) X(neg) X(relu) X(tanh)         \
-  X(gelu) X(softmax) X(layer_norm) X(gather) X(reshape) X(transpose)           \
-  X(reduce_sum) X(reduce_mean) X(softmax_cross_entropy_loss) X(sum_to_shape)   \
-  X(broadcast_to) X(relu_grad) X(tanh_grad) X(gelu_grad) X(softmax_grad)       \
-  X(layer_norm_grad) X(gather_grad) X(softmax_cross_entropy_loss_grad) X(exp)  \
-  X(log) X(sqrt) X(reciprocal) X(erf) X(sigmoid) X(cos) X(sin) X(silu)         \
-  X(silu_grad) X(pow) X(equal) X(less) X(less_or_equal) X(greater) X(where)    \
-  X(cast) X(reduce_max) X(concat) X(slice) X(slice_grad) X(linear)             \
-  X(rms_norm) X(rms_norm_grad) X(rope) X(rope_grad) X(attention)               \
-  X(attention_grad)
-
 namespace spw {
 
+// Every kernel of the C ABI, in kernels.def's order.
 enum class Op : int {
-#define SPW_OP_ENUM(name) name,
-  SPW_OPS(SPW_OP_ENUM)
-#undef SPW_OP_ENUM
-      Count
+#define SPW_KERNEL(name, ins, outs, iattrs, fattrs) name,
+#include "spillway/runtime/kernels.def"
+  Count
 };
 constexpr int kNumOps = int(Op::Count);
 
@@ -57,8 +44,9 @@ using KernelEntry = void (*)(spw_ctx *ctx, spw_tensor *const *ins,
 // The C ABI entry point of `op` (it dispatches on the context's device).
 KernelEntry entry_point(Op op);
 
-// How many tensors an op's ins and outs hold (spillway_rt.h's layout; some
-// may be NULL, an absent optional one). concat reads n from iattrs[1].
+// How many tensors an op's ins and outs hold (kernels.def's layout; some
+// may be NULL, an absent optional one). A variadic op's count is read from
+// its iattrs (concat's n), 0 when iattrs is NULL.
 struct Arity {
   int ins = 0, outs = 0;
 };

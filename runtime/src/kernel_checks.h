@@ -1,6 +1,6 @@
 //===- kernel_checks.h - operand checks every backend's kernels share ------===//
 //
-// The CPU kernels (kernels_cpu.cpp) and the CUDA kernels (cuda/kernels_*.cu)
+// The CPU kernels (cpu/kernels_*.cpp) and the CUDA kernels (cuda/kernels_*.cu)
 // check their operands on the host the same way and fail with the same
 // messages (spw::Error via spw::fail): these are those checks. Plain C++17
 // (nvcc compiles the CUDA files' host code with it).

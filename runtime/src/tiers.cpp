@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <iterator>
 #include <map>
 
 using namespace spw;
@@ -25,10 +26,25 @@ namespace spw {
 namespace {
 using Clock = std::chrono::steady_clock;
 
+// Indexed by spw_block_class: the table lists the values 0, 1, ... in order.
+const char *const kClassNames[] = {
+#define SPW_BLOCK_CLASS(ENUM, name, value) #name,
+#include "spillway/runtime/block_classes.def"
+};
+constexpr int kNumClasses = int(std::size(kClassNames));
+constexpr bool classes_in_value_order() {
+  int i = 0;
+#define SPW_BLOCK_CLASS(ENUM, name, value)                                     \
+  if (SPW_BLOCK_##ENUM != i++)                                                 \
+    return false;
+#include "spillway/runtime/block_classes.def"
+  return true;
+}
+static_assert(classes_in_value_order(),
+              "block_classes.def must list the values 0, 1, ... in order");
+
 const char *class_name(int c) {
-  static const char *names[] = {"params", "optimizer", "gradients",
-                                "gradstage", "activations"};
-  return c >= 0 && c < 5 ? names[c] : "?";
+  return c >= 0 && c < kNumClasses ? kClassNames[c] : "?";
 }
 } // namespace
 
@@ -99,7 +115,7 @@ struct Tiers {
   LinkBytes at_step_begin;
   std::vector<LinkBytes> per_step;
   // Per block class (spw_block_class): the last step's bytes.
-  static constexpr int kNumClasses = 5;
+  static constexpr int kNumClasses = spw::kNumClasses;
   std::array<LinkBytes, kNumClasses> class_at_step_begin{}, class_last_step{};
   double wait_s = 0, busy_s = 0;      // all steps
   Clock::time_point busy_until{};     // end of the last in-flight interval

@@ -13,6 +13,24 @@ using namespace spw;
 
 namespace {
 
+// The op tables come from kernels.def: names, entry points and arities in
+// its order, concat's input count read from its iattrs[1].
+TEST(OpTable, NamesEntriesAndAritiesFollowKernelsDef) {
+  EXPECT_STREQ(op_name(Op::matmul), "matmul");
+  EXPECT_STREQ(op_name(Op::attention_grad), "attention_grad");
+  EXPECT_EQ(entry_point(Op::less_or_equal), &spw_op_less_or_equal);
+  const Arity lng = op_arity(Op::layer_norm_grad, nullptr);
+  EXPECT_EQ(lng.ins, 3);
+  EXPECT_EQ(lng.outs, 3);
+  const Arity ag = op_arity(Op::attention_grad, nullptr);
+  EXPECT_EQ(ag.ins, 4);
+  EXPECT_EQ(ag.outs, 3);
+  const int64_t concat_attrs[] = {1, 5};
+  EXPECT_EQ(op_arity(Op::concat, concat_attrs).ins, 5);
+  EXPECT_EQ(op_arity(Op::concat, nullptr).ins, 0);
+  EXPECT_EQ(op_arity(Op::relu, nullptr).ins, 1);
+}
+
 TEST(ArenaAllocator, AlignsAndCountsAndRunsOut) {
   ArenaAllocator a(4096);
   EXPECT_EQ(a.capacity(), 4096);

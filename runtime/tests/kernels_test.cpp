@@ -551,7 +551,7 @@ TEST(Grad, CrossEntropyMeanSumIgnore) {
   }
 }
 
-// ---- Issue 3: the ops real exporters emit, and the fused ops -----------------
+// ---- the ops real exporters emit, and the fused ops ------------------------
 
 Tensor boolean(const std::vector<int64_t> &dims,
                const std::vector<uint8_t> &v) {
@@ -625,7 +625,7 @@ TEST(Shape, EveryDtypeMovesBytes) {
              "reduce_sum: unsupported dtype bool");
 }
 
-TEST(Unary, Issue3ElementwiseF32) {
+TEST(Unary, ExportedElementwiseF32) {
   auto xs = randoms(12, 50, -4, 4);
   xs[0] = -100; // sigmoid/silu tails
   xs[1] = 100;
@@ -1208,7 +1208,7 @@ TEST(Attention, CausalAndGroupedQueryHeads) {
              "result is f32 [2,4,5], but q is f32 [2,4,5,3]");
 }
 
-// ---- Issue 3 gradients against central finite differences ----------------------
+// ---- gradients of those ops against central finite differences ------------
 
 TEST(Grad, Silu) {
   auto x = randoms(10, 120, -4, 4), w = randoms(10, 121);

@@ -5,7 +5,9 @@
 // an opaque `!llvm.ptr` handle; every train op becomes one `spw_op_<name>`
 // call whose outputs are allocated first with the static shapes the dialect
 // inferred, so the runtime never re-derives shapes. Attributes travel as
-// constant i64/f64 arrays, in the per-op layout the header documents.
+// constant i64/f64 arrays, in the per-op layout of the runtime's kernel
+// table (runtime/include/spillway/runtime/kernels.def), which every call is
+// checked against.
 //
 //===----------------------------------------------------------------------===//
 
@@ -37,10 +39,38 @@ namespace {
 // Mirrors enum spw_dtype in spillway_rt.h.
 enum RuntimeDType : int32_t { kF32 = 1, kI64 = 2, kI32 = 3, kBool = 4 };
 
-/// What one kernel call needs besides its outputs: the operand handles (null
-/// for an absent optional operand) and the attribute arrays.
+// Block classes travel as their values: the sched dialect's (ODS) must be
+// the runtime's (spillway/runtime/block_classes.def).
+#define SPW_BLOCK_CLASS(ENUM, name, value)                                     \
+  static_assert(int(sched::BlockClass::name) == value,                         \
+                "sched::BlockClass::" #name " differs from block_classes.def");
+#include "spillway/runtime/block_classes.def"
+
+/// One row of the runtime's kernel table (spillway/runtime/kernels.def): its
+/// entry point and how many values each of its arrays holds.
+struct RuntimeKernel {
+  StringLiteral name, symbol; // symbol: spw_op_<name>
+  int ins, outs, iattrs, fattrs;
+};
+constexpr RuntimeKernel kRuntimeKernels[] = {
+#define SPW_KERNEL(name, ins, outs, iattrs, fattrs)                            \
+  {#name, "spw_op_" #name, ins, outs, iattrs, fattrs},
+#include "spillway/runtime/kernels.def"
+};
+
+/// The table's row of kernel `name`, or null.
+const RuntimeKernel *lookupRuntimeKernel(StringRef name) {
+  for (const RuntimeKernel &k : kRuntimeKernels)
+    if (k.name == name)
+      return &k;
+  return nullptr;
+}
+
+/// What one kernel call needs besides its outputs: the kernel, the operand
+/// handles (null for an absent optional operand) and the attribute arrays.
 struct KernelCall {
-  std::string name;          // spw_op_<name>; defaults to the op's mnemonic
+  const RuntimeKernel *kernel = nullptr;
+  std::string name;          // the kernel; defaults to the op's mnemonic
   SmallVector<Value> inputs; // train values; null = absent optional
   SmallVector<int64_t> iattrs;
   SmallVector<double> fattrs;
@@ -202,7 +232,7 @@ Value RuntimeEmitter::dataConstant(DenseElementsAttr attr) {
 }
 
 //===----------------------------------------------------------------------===//
-// Op descriptions (the per-op layout of spillway_rt.h)
+// Op descriptions (the per-op layout of kernels.def)
 //===----------------------------------------------------------------------===//
 
 LogicalResult RuntimeEmitter::checkStatic(Operation *op) {
@@ -376,6 +406,33 @@ FailureOr<KernelCall> RuntimeEmitter::describeKernel(Operation *op) {
           });
   if (failed(result))
     return failure();
+  // The call must be one the runtime has, with the layout it reads.
+  StringRef name = k.name.empty() ? op->getName().stripDialect() : k.name;
+  k.kernel = lookupRuntimeKernel(name);
+  if (!k.kernel)
+    return op->emitOpError("lowers to spw_op_")
+           << name << ", which the runtime's kernel table (kernels.def) "
+           << "does not list";
+  auto mismatch = [&](StringRef what, int64_t emitted, int64_t listed) {
+    return op->emitOpError("lowers to ")
+           << k.kernel->symbol << " with " << emitted << " " << what
+           << ", but the runtime's kernel table (kernels.def) lists "
+           << listed;
+  };
+  int64_t ins = k.kernel->ins;
+  if (ins < 0) {
+    size_t at = SPW_KERNEL_INS_IATTR_INDEX(ins);
+    ins = at < k.iattrs.size() ? k.iattrs[at] : -1;
+  }
+  if ((int64_t)k.inputs.size() != ins)
+    return mismatch("inputs", k.inputs.size(), ins);
+  if ((int64_t)op->getNumResults() != k.kernel->outs)
+    return mismatch("outputs", op->getNumResults(), k.kernel->outs);
+  if (k.kernel->iattrs != SPW_KERNEL_RANK_DEPENDENT &&
+      (int64_t)k.iattrs.size() != k.kernel->iattrs)
+    return mismatch("integer attributes", k.iattrs.size(), k.kernel->iattrs);
+  if ((int64_t)k.fattrs.size() != k.kernel->fattrs)
+    return mismatch("float attributes", k.fattrs.size(), k.kernel->fattrs);
   return k;
 }
 
@@ -792,10 +849,8 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
     }
     storeArray(insArray, numIns, ins);
     storeArray(outsArray, numOuts, outs);
-    std::string name =
-        "spw_op_" + (kernel->name.empty() ? op.getName().stripDialect().str()
-                                          : kernel->name);
-    callRuntime(name, voidTy, {ptrTy, ptrTy, ptrTy, ptrTy, ptrTy},
+    callRuntime(kernel->kernel->symbol, voidTy,
+                {ptrTy, ptrTy, ptrTy, ptrTy, ptrTy},
                 {ctxArg, insArray, outsArray, i64Array(kernel->iattrs),
                  f64Array(kernel->fattrs)});
   }

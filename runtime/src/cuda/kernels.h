@@ -1,11 +1,12 @@
 //===- kernels.h - the CUDA backend's kernels ------------------------------===//
 //
-// Each op of the C ABI (device.h's SPW_OPS) that has a CUDA kernel is a
-// function of this signature. Tensors are the runtime's spw_tensor structs:
-// dtype, rank and dims on the host, `data` a device pointer. The layout of
-// ins / outs / iattrs / fattrs is the C ABI's (spillway_rt.h), and the
-// results are the CPU kernels' (runtime/src/kernels_cpu.cpp, the reference)
-// within the tolerances spillway-cuda-check states per dtype.
+// Each op of the C ABI (device.h's Op, from kernels.def) that has a CUDA
+// kernel is a function of this signature. Tensors are the runtime's
+// spw_tensor structs: dtype, rank and dims on the host, `data` a device
+// pointer. The layout of ins / outs / iattrs / fattrs is the C ABI's
+// (kernels.def), and the results are the CPU kernels' (runtime/src/cpu/
+// kernels_*.cpp, the reference) within the tolerances spillway-cuda-check
+// states per dtype.
 //
 // A kernel checks dtypes and shapes on the host like its CPU twin and
 // throws spw::Error (spw::fail) with the same kind of message; it launches

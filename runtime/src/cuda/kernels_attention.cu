@@ -2,9 +2,9 @@
 //
 // attention and attention_grad (spillway_rt.h): q [B,H,S,D], k and v
 // [B,Hkv,S,D], query head h reading kv head h / (H / Hkv). The results are
-// kernels_cpu.cpp's: scores q.k * scale, key j masked for row i when causal
-// and j > i (a row always keeps key 0, so no row is fully masked), softmax
-// over the row, any D.
+// cpu/kernels_attention.cpp's: scores q.k * scale, key j masked for row i
+// when causal and j > i (a row always keeps key 0, so no row is fully
+// masked), softmax over the row, any D.
 //
 // The fast path is flash-attention style in fp32 on the CUDA cores: a block
 // of 256 threads owns 64 query rows (or one key block in the backward), K/V
@@ -1105,7 +1105,7 @@ void expect_shape4(const spw_tensor &t, const int64_t (&dims)[4],
          shape_str(dims, 4).c_str());
 }
 
-// kernels_cpu.cpp's attn_check, message for message.
+// cpu/kernels_attention.cpp's attn_check, message for message.
 AttnArgs attn_check(const spw_tensor &q, const spw_tensor &k,
                     const spw_tensor &v, const int64_t *iattrs,
                     const double *fattrs) {

@@ -2,8 +2,8 @@
 //
 // The unary, binary, comparison, where, pow and cast kernels of the C ABI,
 // and the elementwise gradients (relu/tanh/gelu/silu_grad). The host side
-// checks operands exactly like kernels_cpu.cpp (same conditions, same
-// messages); the device side is one of two launches:
+// checks operands exactly like cpu/kernels_elementwise.cpp (same
+// conditions, same messages); the device side is one of two launches:
 //   - contiguous: every operand has the result's shape; a grid-stride loop
 //     over 16-byte vectors (when every pointer is aligned) with a scalar
 //     tail;
@@ -41,7 +41,7 @@ using namespace spw::checks;
 
 constexpr int kThreads = 256;
 
-// ---- host-side checks (kernels_cpu.cpp's, message for message) -----------
+// ---- host-side checks (cpu/kernels_elementwise.cpp's, message for message)
 
 int64_t gelu_mode(const int64_t *iattrs) {
   int64_t approx = need_iattrs(iattrs)[0];
@@ -472,9 +472,9 @@ template <class U> struct WhereF {
   __device__ U operator()(uint8_t c, U a, U b) const { return c ? a : b; }
 };
 
-// kernels_cpu.cpp's cast_value: float -> int truncates toward zero and
-// saturates (NaN -> 0); integer narrowing wraps; -> bool is x != 0; a bool
-// reads any nonzero byte as 1.
+// cpu/kernels_elementwise.cpp's cast_value: float -> int truncates toward
+// zero and saturates (NaN -> 0); integer narrowing wraps; -> bool is
+// x != 0; a bool reads any nonzero byte as 1.
 template <class D, class S> struct CastF {
   __device__ D operator()(S v) const {
     constexpr bool from_bool = std::is_same_v<S, uint8_t>;

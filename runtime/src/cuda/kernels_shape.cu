@@ -2,7 +2,8 @@
 //
 // reshape, transpose, concat, slice(_grad), broadcast_to, the reductions
 // (reduce_sum / reduce_mean / reduce_max / sum_to_shape), gather(_grad) and
-// rope(_grad). The host side checks operands exactly like kernels_cpu.cpp.
+// rope(_grad). The host side checks operands exactly like
+// cpu/kernels_shape.cpp.
 //
 // Copies with strides (transpose, broadcast_to, slice) coalesce the result's
 // dims on the host (size-1 dims dropped, dims merged where the source is
@@ -47,7 +48,7 @@ using namespace spw::checks;
 
 constexpr int kThreads = 256;
 
-// ---- host-side checks (kernels_cpu.cpp's, message for message) -----------
+// ---- host-side checks (cpu/kernels_shape.cpp's, message for message) -----
 
 using Strides = std::array<int64_t, kMaxRank>;
 
@@ -470,7 +471,7 @@ void concat_kernel(const Launch &l, spw_tensor *const *ins,
 
 // ---- slice, slice_grad ------------------------------------------------------
 
-// kernels_cpu.cpp's slice_map: validates i[starts, steps]; fills small's
+// cpu/kernels_shape.cpp's slice_map: validates i[starts, steps]; fills small's
 // element strides into big and returns the offset of small[0].
 int64_t slice_map(const spw_tensor &big, const spw_tensor &small,
                   const int64_t *iattrs, int64_t *strides,
@@ -914,7 +915,7 @@ void reduce_dispatch(const Launch &l, const spw_tensor &x, spw_tensor &y,
   }
 }
 
-// kernels_cpu.cpp's reduce_strides: validates i[n, axes] against x and y
+// cpu/kernels_shape.cpp's reduce_strides: validates i[n, axes] against x and y
 // (keepdims or not), fills ys and returns the count reduced per result.
 int64_t reduce_strides(const spw_tensor &x, const spw_tensor &y,
                        const int64_t *iattrs, int64_t *ys) {

@@ -1,7 +1,7 @@
 //===- optimizer_kernels.h - AdamW and FOAM on the GPU ---------------------===//
 //
-// The CUDA backend's optimizer updates (issue 6: a multi-tensor fused AdamW;
-// issue 7: the fused FOAM kernel). Each does the CPU runtime's float32
+// The CUDA backend's optimizer updates (a multi-tensor fused AdamW and a
+// fused FOAM kernel). Each does the CPU runtime's float32
 // arithmetic (runtime/src/optimizer.cpp) operation by operation, with every
 // multiply and add rounded on its own (no fused multiply-add), so the GPU
 // and the CPU backend give the same bits; spillway-cuda-check compares

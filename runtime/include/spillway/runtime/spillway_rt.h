@@ -16,8 +16,8 @@
  *                    const double *fattrs);
  * Outputs are allocated by the caller (spw_alloc) with the static shapes the
  * compiler inferred; the kernel fills them. An absent optional input is NULL.
- * The per-op layout of ins/outs/iattrs/fattrs is listed below, next to each
- * declaration, and is the contract between lowering and runtime.
+ * The per-op layout of ins/outs/iattrs/fattrs is kernels.def's table, the
+ * contract between lowering and runtime.
  *===----------------------------------------------------------------------===*/
 #ifndef SPILLWAY_RUNTIME_SPILLWAY_RT_H
 #define SPILLWAY_RUNTIME_SPILLWAY_RT_H
@@ -136,16 +136,12 @@ void spw_adamw_flush(spw_ctx *ctx);
  * state and gradients in *blocks* (one per layer and class) homed on a tier
  * at static offsets, and its step moves them with these calls
  * (docs/runtime.md, "Offload"). Tiers: 0 gpu, 1 host (pinned), 2 ssd.
- * Classes: 0 params, 1 optimizer (m of every member, then v), 2 gradients
- * (the accumulator), 3 gradstage (a backward run's sum on its way off the
- * GPU). Priorities: 0 demand, 1 prefetch, 2 writeback. */
+ * Classes: block_classes.def. Priorities: 0 demand, 1 prefetch,
+ * 2 writeback. */
 enum spw_tier { SPW_TIER_GPU = 0, SPW_TIER_HOST = 1, SPW_TIER_SSD = 2 };
 enum spw_block_class {
-  SPW_BLOCK_PARAMS = 0,
-  SPW_BLOCK_OPTIMIZER = 1,
-  SPW_BLOCK_GRADIENTS = 2,
-  SPW_BLOCK_GRADSTAGE = 3,
-  SPW_BLOCK_ACTIVATIONS = 4 /* keyed by the activation's index, not a layer */
+#define SPW_BLOCK_CLASS(ENUM, name, value) SPW_BLOCK_##ENUM = value,
+#include "spillway/runtime/block_classes.def"
 };
 /* Arena sizes of the plan's peaks, the default SSD directories (comma
  * separated; the executable's --ssd overrides them) and the plan's bytes per
@@ -217,77 +213,12 @@ spw_tensor *spw_take_activation(spw_ctx *ctx, int32_t index, int32_t dtype,
                                 int32_t rank, const int64_t *dims);
 
 /* ---- kernels ------------------------------------------------------------ *
- * name                 ins                      outs        iattrs / fattrs */
-#define SPW_KERNEL(name)                                                       \
+ * One entry point per row of kernels.def, which gives each one's layout. */
+#define SPW_KERNEL(name, n_ins, n_outs, n_iattrs, n_fattrs)                    \
   void spw_op_##name(spw_ctx *ctx, spw_tensor *const *ins,                     \
                      spw_tensor *const *outs, const int64_t *iattrs,           \
-                     const double *fattrs)
-SPW_KERNEL(matmul);       /* a, b                  y       -                  */
-SPW_KERNEL(gemm);         /* a, b, c|NULL          y       i[transA, transB] f[alpha, beta] */
-SPW_KERNEL(add);          /* a, b (broadcast)      y       -                  */
-SPW_KERNEL(sub);          /* a, b                  y       -                  */
-SPW_KERNEL(mul);          /* a, b                  y       -                  */
-SPW_KERNEL(div);          /* a, b                  y       -                  */
-SPW_KERNEL(neg);          /* x                     y       -                  */
-SPW_KERNEL(relu);         /* x                     y       -                  */
-SPW_KERNEL(tanh);         /* x                     y       -                  */
-SPW_KERNEL(gelu);         /* x                     y       i[approx: 0 none, 1 tanh] */
-SPW_KERNEL(softmax);      /* x                     y       i[axis >= 0]       */
-SPW_KERNEL(layer_norm);   /* x, scale, bias|NULL   y       i[axis >= 0] f[epsilon] */
-SPW_KERNEL(gather);       /* data, indices         y       i[axis >= 0]       */
-SPW_KERNEL(reshape);      /* x                     y       -                  */
-SPW_KERNEL(transpose);    /* x                     y       i[perm[0..rank)]   */
-SPW_KERNEL(reduce_sum);   /* x                     y       i[n, axes[0..n)] (axes >= 0, n > 0) */
-SPW_KERNEL(reduce_mean);  /* x                     y       i[n, axes[0..n)]   */
-SPW_KERNEL(softmax_cross_entropy_loss);
-                          /* logits[N,C], labels[N] y[]    i[reduction: 0 mean, 1 sum,
-                                                             has_ignore, ignore_index] */
-SPW_KERNEL(sum_to_shape); /* x                     y       -                  */
-SPW_KERNEL(broadcast_to); /* x                     y       -                  */
-SPW_KERNEL(relu_grad);    /* x, dy                 dx      -                  */
-SPW_KERNEL(tanh_grad);    /* y, dy                 dx      -                  */
-SPW_KERNEL(gelu_grad);    /* x, dy                 dx      i[approx]          */
-SPW_KERNEL(softmax_grad); /* y, dy                 dx      i[axis >= 0]       */
-SPW_KERNEL(layer_norm_grad);
-                          /* x, scale, dy          dx, dscale, dbias  i[axis >= 0] f[epsilon] */
-SPW_KERNEL(gather_grad);  /* indices, dy           ddata   i[axis >= 0]       */
-SPW_KERNEL(softmax_cross_entropy_loss_grad);
-                          /* logits, labels, dloss[] dlogits  i[reduction, has_ignore, ignore_index] */
-/* Issue 3: the ops real exporters emit, and the fused ops. Elementwise ops
- * broadcast (numpy rules); every output shape is given by the caller. */
-SPW_KERNEL(exp);          /* x                     y       -                  */
-SPW_KERNEL(log);          /* x                     y       -                  */
-SPW_KERNEL(sqrt);         /* x                     y       -                  */
-SPW_KERNEL(reciprocal);   /* x                     y       -                  */
-SPW_KERNEL(erf);          /* x                     y       -                  */
-SPW_KERNEL(sigmoid);      /* x                     y       -                  */
-SPW_KERNEL(cos);          /* x                     y       -                  */
-SPW_KERNEL(sin);          /* x                     y       -                  */
-SPW_KERNEL(silu);         /* x                     y = x * sigmoid(x)         */
-SPW_KERNEL(silu_grad);    /* x, dy                 dx      -                  */
-SPW_KERNEL(pow);          /* a, b (f32, broadcast) y       -                  */
-SPW_KERNEL(equal);        /* a, b (same dtype)     y bool  -                  */
-SPW_KERNEL(less);         /* a, b                  y bool  -                  */
-SPW_KERNEL(less_or_equal);/* a, b                  y bool  -                  */
-SPW_KERNEL(greater);      /* a, b                  y bool  -                  */
-SPW_KERNEL(where);        /* cond bool, a, b       y       -                  */
-SPW_KERNEL(cast);         /* x (any dtype)         y (any) - float->int truncates toward 0, ->bool is x != 0 */
-SPW_KERNEL(reduce_max);   /* x                     y       i[n, axes[0..n)]   */
-SPW_KERNEL(concat);       /* x0 .. x{n-1} (any dtype) y    i[axis >= 0, n]    */
-SPW_KERNEL(slice);        /* x (any dtype)         y       i[starts[0..rank), steps[0..rank)]:
-                                                   y[i] = x[starts + i * steps] per dim */
-SPW_KERNEL(slice_grad);   /* dy                    dx (zeros elsewhere) i[starts, steps] of dx's rank */
-SPW_KERNEL(linear);       /* x[..., K], w[K, N], b[N]|NULL  y[..., N]         */
-SPW_KERNEL(rms_norm);     /* x, scale              y       i[axis >= 0] f[epsilon] */
-SPW_KERNEL(rms_norm_grad);/* x, scale, dy          dx, dscale  i[axis >= 0] f[epsilon] */
-SPW_KERNEL(rope);         /* x[..., D], cos, sin (broadcast to x)  y: x*cos + rotate_half(x)*sin,
-                                                   rotate_half(x) = concat(-x[D/2:], x[:D/2]) */
-SPW_KERNEL(rope_grad);    /* dy, cos, sin          dx      -                  */
-SPW_KERNEL(attention);    /* q[B,H,S,D], k[B,Hkv,S,D], v[B,Hkv,S,D]  y[B,H,S,D]
-                                                   i[causal] f[scale]; head h uses kv head h/(H/Hkv) */
-SPW_KERNEL(attention_grad);
-                          /* q, k, v, dy           dq, dk, dv  i[causal] f[scale] */
-#undef SPW_KERNEL
+                     const double *fattrs);
+#include "spillway/runtime/kernels.def"
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,497 @@
+//===- kernels_elementwise.cpp - elementwise ops on the CPU ---------------===//
+//
+// The unary, binary, comparison, where, pow and cast kernels of the C ABI,
+// and the elementwise gradients (relu/tanh/gelu/silu_grad). Binary ops
+// broadcast like numpy.
+// The family's shared conventions (determinism, operand checks) are in
+// cpu/kernels.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cpu/kernels.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+using namespace spw;
+
+namespace {
+
+using namespace spw::checks;
+using spw::cpu::for_each_index;
+
+// ---- elementwise binary ----------------------------------------------------
+
+enum class BinOp { Add, Sub, Mul, Div };
+
+template <class T> T apply(BinOp op, T a, T b) {
+  switch (op) {
+  case BinOp::Add: return a + b;
+  case BinOp::Sub: return a - b;
+  case BinOp::Mul: return a * b;
+  case BinOp::Div:
+    if constexpr (std::is_integral_v<T>) {
+      if (b == 0)
+        fail("integer division by zero");
+      if (b == -1) // avoids the overflow of INT_MIN / -1
+        return T(0) - a;
+    }
+    return a / b;
+  }
+  return a;
+}
+
+template <class T>
+void binary_typed(BinOp op, const spw_tensor &a, const spw_tensor &b,
+                  spw_tensor &y) {
+  const T *pa = a.as<T>(), *pb = b.as<T>();
+  T *py = y.as<T>();
+  if (same_shape(a, b)) {
+    for (int64_t i = 0; i < y.numel; ++i)
+      py[i] = apply<T>(op, pa[i], pb[i]);
+    return;
+  }
+  auto sa = broadcast_strides(a, y.rank, y.dims, "a");
+  auto sb = broadcast_strides(b, y.rank, y.dims, "b");
+  for_each_index<2>(y.rank, y.dims, {sa.data(), sb.data()},
+                    [&](int64_t i, const std::array<int64_t, 2> &o) {
+                      py[i] = apply<T>(op, pa[o[0]], pb[o[1]]);
+                    });
+}
+
+void binary(BinOp op, spw_tensor *const *ins, spw_tensor *const *outs) {
+  const spw_tensor &a = input(ins, 0, "a"), &b = input(ins, 1, "b");
+  spw_tensor &y = output(outs, 0, "y");
+  if (a.dtype != b.dtype)
+    fail("operand dtypes differ: %s and %s", dtype_name(a.dtype),
+         dtype_name(b.dtype));
+  expect_dtype(y, a.dtype, "result");
+  expect_shape(y, broadcast_shape(a, b), "result");
+  switch (a.dtype) {
+  case SPW_F32: return binary_typed<float>(op, a, b, y);
+  case SPW_I64: return binary_typed<int64_t>(op, a, b, y);
+  case SPW_I32: return binary_typed<int32_t>(op, a, b, y);
+  default: fail("unsupported dtype %s", dtype_name(a.dtype));
+  }
+}
+
+// ---- unary -------------------------------------------------------------------
+
+constexpr double kSqrt2OverPi = 0.79788456080286535588; // sqrt(2/pi)
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794; // 1/sqrt(2*pi)
+
+double gelu_ref(double x, bool approx) {
+  if (approx)
+    return 0.5 * x *
+           (1.0 + std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x)));
+  return 0.5 * x * (1.0 + std::erf(x * kInvSqrt2));
+}
+
+double gelu_deriv(double x, bool approx) {
+  if (approx) {
+    double u = kSqrt2OverPi * (x + 0.044715 * x * x * x);
+    double t = std::tanh(u);
+    double du = kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * x * x);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+  }
+  double cdf = 0.5 * (1.0 + std::erf(x * kInvSqrt2));
+  double pdf = kInvSqrt2Pi * std::exp(-0.5 * x * x);
+  return cdf + x * pdf;
+}
+
+template <class F>
+void unary_f32(spw_tensor *const *ins, spw_tensor *const *outs, F f) {
+  const spw_tensor &x = input(ins, 0, "x");
+  spw_tensor &y = output(outs, 0, "y");
+  expect_dtype(x, SPW_F32, "x");
+  expect_like(y, x, "result", "x");
+  const float *px = x.as<float>();
+  float *py = y.as<float>();
+  for (int64_t i = 0; i < x.numel; ++i)
+    py[i] = f(px[i]);
+}
+
+// f(a, b) elementwise over two same-shaped f32 inputs.
+template <class F>
+void binary_same_f32(spw_tensor *const *ins, spw_tensor *const *outs,
+                     const char *n0, const char *n1, F f) {
+  const spw_tensor &x = input(ins, 0, n0), &dy = input(ins, 1, n1);
+  spw_tensor &dx = output(outs, 0, "dx");
+  expect_dtype(x, SPW_F32, n0);
+  expect_like(dy, x, n1, n0);
+  expect_like(dx, x, "result", n0);
+  const float *px = x.as<float>(), *pd = dy.as<float>();
+  float *po = dx.as<float>();
+  for (int64_t i = 0; i < x.numel; ++i)
+    po[i] = f(px[i], pd[i]);
+}
+
+template <class T> void neg_typed(const spw_tensor &x, spw_tensor &y) {
+  const T *px = x.as<T>();
+  T *py = y.as<T>();
+  for (int64_t i = 0; i < x.numel; ++i) {
+    if constexpr (std::is_floating_point_v<T>)
+      py[i] = -px[i]; // flips the sign bit: -(+0) is -0 (0 - x would be +0)
+    else
+      py[i] = T(0) - px[i];
+  }
+}
+
+int64_t gelu_mode(const int64_t *iattrs) {
+  int64_t approx = need_iattrs(iattrs)[0];
+  if (approx != 0 && approx != 1)
+    fail("approximate must be 0 (none) or 1 (tanh), got %lld",
+         (long long)approx);
+  return approx;
+}
+
+// ---- pow, comparisons, where (broadcasting) -------------------------------
+
+// Calls f(i, offsets) for every element i of y, offsets[k] being the element
+// of ts[k] (numpy-broadcast to y's shape) that lines up with it.
+template <size_t N, class F>
+void over_broadcast(const spw_tensor &y,
+                    const std::array<const spw_tensor *, N> &ts,
+                    const std::array<const char *, N> &names, F &&f) {
+  std::array<std::array<int64_t, kMaxRank>, N> st;
+  std::array<const int64_t *, N> sp;
+  for (size_t k = 0; k < N; ++k) {
+    st[k] = broadcast_strides(*ts[k], y.rank, y.dims, names[k]);
+    sp[k] = st[k].data();
+  }
+  for_each_index<N>(y.rank, y.dims, sp, f);
+}
+
+double sigmoid_ref(double x) {
+  // Stable on both tails.
+  if (x >= 0)
+    return 1.0 / (1.0 + std::exp(-x));
+  const double e = std::exp(x);
+  return e / (1.0 + e);
+}
+
+// Integer a ** b by squaring, wrapping on overflow as numpy does; a negative
+// exponent is an error, as numpy's "Integers to negative integer powers are
+// not allowed".
+template <class T> void int_pow(const spw_tensor &a, const spw_tensor &b,
+                                spw_tensor &y) {
+  using U = std::make_unsigned_t<T>;
+  const T *pa = a.as<T>(), *pb = b.as<T>();
+  T *py = y.as<T>();
+  over_broadcast<2>(y, {&a, &b}, {"a", "b"},
+                    [&](int64_t i, const std::array<int64_t, 2> &o) {
+                      T e = pb[o[1]];
+                      if (e < 0)
+                        fail("integer base %lld to the negative power %lld "
+                             "(element %lld of the result): integers to "
+                             "negative integer powers are not allowed",
+                             (long long)pa[o[0]], (long long)e, (long long)i);
+                      U base = U(pa[o[0]]), r = 1;
+                      for (U k = U(e); k; k >>= 1) {
+                        if (k & 1)
+                          r = U(r * base);
+                        base = U(base * base);
+                      }
+                      py[i] = T(r);
+                    });
+}
+
+void pow_op(spw_tensor *const *ins, spw_tensor *const *outs) {
+  const spw_tensor &a = input(ins, 0, "a"), &b = input(ins, 1, "b");
+  spw_tensor &y = output(outs, 0, "y");
+  if (a.dtype != SPW_F32 && a.dtype != SPW_I64 && a.dtype != SPW_I32)
+    fail("a has dtype %s; pow takes f32, i64 or i32", dtype_name(a.dtype));
+  expect_dtype(b, a.dtype, "b");
+  expect_dtype(y, a.dtype, "result");
+  expect_shape(y, broadcast_all({&a, &b}), "result");
+  if (a.dtype == SPW_I64)
+    return int_pow<int64_t>(a, b, y);
+  if (a.dtype == SPW_I32)
+    return int_pow<int32_t>(a, b, y);
+  const float *pa = a.as<float>(), *pb = b.as<float>();
+  float *py = y.as<float>();
+  // std::pow's special cases (pow(x, 0) = 1, negative base with an integral
+  // exponent, NaN otherwise); computed in double, rounded once.
+  over_broadcast<2>(y, {&a, &b}, {"a", "b"},
+                    [&](int64_t i, const std::array<int64_t, 2> &o) {
+                      py[i] = float(std::pow(double(pa[o[0]]),
+                                             double(pb[o[1]])));
+                    });
+}
+
+enum class Cmp { Eq, Lt, Le, Gt };
+
+template <class T, bool IsBool>
+void compare_typed(Cmp c, const spw_tensor &a, const spw_tensor &b,
+                   spw_tensor &y) {
+  const T *pa = a.as<T>(), *pb = b.as<T>();
+  uint8_t *py = y.as<uint8_t>();
+  over_broadcast<2>(y, {&a, &b}, {"a", "b"},
+                    [&](int64_t i, const std::array<int64_t, 2> &o) {
+                      T u = pa[o[0]], v = pb[o[1]];
+                      if constexpr (IsBool) {
+                        u = T(u != 0);
+                        v = T(v != 0);
+                      }
+                      bool r = false;
+                      switch (c) {
+                      case Cmp::Eq: r = u == v; break;
+                      case Cmp::Lt: r = u < v; break;
+                      case Cmp::Le: r = u <= v; break;
+                      case Cmp::Gt: r = u > v; break;
+                      }
+                      py[i] = r ? 1 : 0;
+                    });
+}
+
+void compare(Cmp c, spw_tensor *const *ins, spw_tensor *const *outs) {
+  const spw_tensor &a = input(ins, 0, "a"), &b = input(ins, 1, "b");
+  spw_tensor &y = output(outs, 0, "y");
+  if (a.dtype != b.dtype)
+    fail("operand dtypes differ: %s and %s", dtype_name(a.dtype),
+         dtype_name(b.dtype));
+  expect_dtype(y, SPW_BOOL, "result");
+  expect_shape(y, broadcast_all({&a, &b}), "result");
+  switch (a.dtype) {
+  case SPW_F32: return compare_typed<float, false>(c, a, b, y);
+  case SPW_I64: return compare_typed<int64_t, false>(c, a, b, y);
+  case SPW_I32: return compare_typed<int32_t, false>(c, a, b, y);
+  case SPW_BOOL: return compare_typed<uint8_t, true>(c, a, b, y);
+  default: fail("unsupported dtype %s", dtype_name(a.dtype));
+  }
+}
+
+template <class U>
+void where_typed(const spw_tensor &c, const spw_tensor &a, const spw_tensor &b,
+                 spw_tensor &y) {
+  const uint8_t *pc = c.as<uint8_t>();
+  const U *pa = a.as<U>(), *pb = b.as<U>();
+  U *py = y.as<U>();
+  over_broadcast<3>(y, {&c, &a, &b}, {"cond", "a", "b"},
+                    [&](int64_t i, const std::array<int64_t, 3> &o) {
+                      py[i] = pc[o[0]] ? pa[o[1]] : pb[o[2]];
+                    });
+}
+
+void where_op(spw_tensor *const *ins, spw_tensor *const *outs) {
+  const spw_tensor &c = input(ins, 0, "cond"), &a = input(ins, 1, "a"),
+                   &b = input(ins, 2, "b");
+  spw_tensor &y = output(outs, 0, "y");
+  expect_dtype(c, SPW_BOOL, "cond");
+  if (a.dtype != b.dtype)
+    fail("operand dtypes differ: %s and %s", dtype_name(a.dtype),
+         dtype_name(b.dtype));
+  expect_dtype(y, a.dtype, "result");
+  expect_shape(y, broadcast_all({&c, &a, &b}), "result");
+  switch (dtype_size(a.dtype)) {
+  case 8: return where_typed<uint64_t>(c, a, b, y);
+  case 4: return where_typed<uint32_t>(c, a, b, y);
+  case 1: return where_typed<uint8_t>(c, a, b, y);
+  default: fail("unsupported dtype %s", dtype_name(a.dtype));
+  }
+}
+
+// ---- cast ----------------------------------------------------------------------
+
+// One element of cast. S/D are the C types (uint8_t for bool). Float to
+// integer truncates toward zero (numpy astype / ONNX Cast); values outside
+// the integer range, which C++ leaves undefined, saturate, and NaN gives 0.
+// Integer narrowing wraps (two's complement, as numpy astype). ->bool is
+// x != 0 (NaN is true); bool reads any nonzero byte as 1.
+template <class D, class S> D cast_value(S v, bool from_bool, bool to_bool) {
+  if (from_bool)
+    v = S(v != S(0));
+  if (to_bool)
+    return D(v != S(0) ? 1 : 0);
+  if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
+    if (std::isnan(v))
+      return D(0);
+    const double t = std::trunc(double(v));
+    if (t >= double(std::numeric_limits<D>::max()))
+      return std::numeric_limits<D>::max();
+    if (t <= double(std::numeric_limits<D>::min()))
+      return std::numeric_limits<D>::min();
+    return D(t);
+  } else {
+    return static_cast<D>(v);
+  }
+}
+
+template <class D, class S> void cast_typed(const spw_tensor &x, spw_tensor &y) {
+  const S *px = x.as<S>();
+  D *py = y.as<D>();
+  const bool from_bool = x.dtype == SPW_BOOL, to_bool = y.dtype == SPW_BOOL;
+  for (int64_t i = 0; i < x.numel; ++i)
+    py[i] = cast_value<D, S>(px[i], from_bool, to_bool);
+}
+
+template <class S> void cast_from(const spw_tensor &x, spw_tensor &y) {
+  switch (y.dtype) {
+  case SPW_F32: return cast_typed<float, S>(x, y);
+  case SPW_I64: return cast_typed<int64_t, S>(x, y);
+  case SPW_I32: return cast_typed<int32_t, S>(x, y);
+  case SPW_BOOL: return cast_typed<uint8_t, S>(x, y);
+  default: fail("unsupported result dtype %s", dtype_name(y.dtype));
+  }
+}
+
+void cast_op(spw_tensor *const *ins, spw_tensor *const *outs) {
+  const spw_tensor &x = input(ins, 0, "x");
+  spw_tensor &y = output(outs, 0, "y");
+  if (!same_shape(x, y))
+    fail("result has shape %s, expected %s", y.shape().c_str(),
+         x.shape().c_str());
+  switch (x.dtype) {
+  case SPW_F32: return cast_from<float>(x, y);
+  case SPW_I64: return cast_from<int64_t>(x, y);
+  case SPW_I32: return cast_from<int32_t>(x, y);
+  case SPW_BOOL: return cast_from<uint8_t>(x, y);
+  default: fail("unsupported dtype %s", dtype_name(x.dtype));
+  }
+}
+
+} // namespace
+
+SPW_KERNEL_DEF(add) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "add", [&] { binary(BinOp::Add, ins, outs); });
+}
+SPW_KERNEL_DEF(sub) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "sub", [&] { binary(BinOp::Sub, ins, outs); });
+}
+SPW_KERNEL_DEF(mul) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "mul", [&] { binary(BinOp::Mul, ins, outs); });
+}
+SPW_KERNEL_DEF(div) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "div", [&] { binary(BinOp::Div, ins, outs); });
+}
+SPW_KERNEL_DEF(neg) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "neg", [&] {
+    const spw_tensor &x = input(ins, 0, "x");
+    spw_tensor &y = output(outs, 0, "y");
+    expect_like(y, x, "result", "x");
+    switch (x.dtype) {
+    case SPW_F32: return neg_typed<float>(x, y);
+    case SPW_I64: return neg_typed<int64_t>(x, y);
+    case SPW_I32: return neg_typed<int32_t>(x, y);
+    default: fail("unsupported dtype %s", dtype_name(x.dtype));
+    }
+  });
+}
+SPW_KERNEL_DEF(relu) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "relu", [&] {
+    // max(x, 0) as ONNX and onnxruntime: NaN stays NaN and -0 stays -0
+    // (`v > 0 ? v : 0` made both +0).
+    unary_f32(ins, outs, [](float v) { return v < 0.0f ? 0.0f : v; });
+  });
+}
+SPW_KERNEL_DEF(tanh) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "tanh",
+          [&] { unary_f32(ins, outs, [](float v) { return std::tanh(v); }); });
+}
+SPW_KERNEL_DEF(gelu) {
+  (void)fattrs;
+  guarded(ctx, "gelu", [&] {
+    bool approx = gelu_mode(iattrs) == 1;
+    unary_f32(ins, outs,
+              [approx](float v) { return float(gelu_ref(v, approx)); });
+  });
+}
+SPW_KERNEL_DEF(relu_grad) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "relu_grad", [&] {
+    // A NaN in x or dy gives NaN, not a silent 0 where x <= 0 or x is NaN.
+    binary_same_f32(ins, outs, "x", "dy", [](float x, float dy) {
+      if (std::isnan(x))
+        return x;
+      return x > 0.0f || std::isnan(dy) ? dy : 0.0f;
+    });
+  });
+}
+SPW_KERNEL_DEF(tanh_grad) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "tanh_grad", [&] {
+    binary_same_f32(ins, outs, "y", "dy", [](float y, float dy) {
+      return float(double(dy) * (1.0 - double(y) * double(y)));
+    });
+  });
+}
+SPW_KERNEL_DEF(gelu_grad) {
+  (void)fattrs;
+  guarded(ctx, "gelu_grad", [&] {
+    bool approx = gelu_mode(iattrs) == 1;
+    binary_same_f32(ins, outs, "x", "dy", [approx](float x, float dy) {
+      return float(double(dy) * gelu_deriv(x, approx));
+    });
+  });
+}
+#define SPW_UNARY_F32(name, expr)                                              \
+  SPW_KERNEL_DEF(name) {                                                       \
+    (void)iattrs, (void)fattrs;                                                \
+    guarded(ctx, #name, [&] {                                                  \
+      unary_f32(ins, outs, [](float f) {                                       \
+        const double v = double(f);                                            \
+        return float(expr);                                                    \
+      });                                                                      \
+    });                                                                        \
+  }
+SPW_UNARY_F32(exp, std::exp(v))
+SPW_UNARY_F32(log, std::log(v))
+SPW_UNARY_F32(sqrt, std::sqrt(v))
+SPW_UNARY_F32(reciprocal, 1.0 / v)
+SPW_UNARY_F32(erf, std::erf(v))
+SPW_UNARY_F32(sigmoid, sigmoid_ref(v))
+SPW_UNARY_F32(cos, std::cos(v))
+SPW_UNARY_F32(sin, std::sin(v))
+SPW_UNARY_F32(silu, v * sigmoid_ref(v))
+#undef SPW_UNARY_F32
+SPW_KERNEL_DEF(silu_grad) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "silu_grad", [&] {
+    binary_same_f32(ins, outs, "x", "dy", [](float x, float dy) {
+      const double s = sigmoid_ref(x);
+      return float(double(dy) * s * (1.0 + double(x) * (1.0 - s)));
+    });
+  });
+}
+SPW_KERNEL_DEF(pow) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "pow", [&] { pow_op(ins, outs); });
+}
+SPW_KERNEL_DEF(equal) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "equal", [&] { compare(Cmp::Eq, ins, outs); });
+}
+SPW_KERNEL_DEF(less) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "less", [&] { compare(Cmp::Lt, ins, outs); });
+}
+SPW_KERNEL_DEF(less_or_equal) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "less_or_equal", [&] { compare(Cmp::Le, ins, outs); });
+}
+SPW_KERNEL_DEF(greater) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "greater", [&] { compare(Cmp::Gt, ins, outs); });
+}
+SPW_KERNEL_DEF(where) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "where", [&] { where_op(ins, outs); });
+}
+SPW_KERNEL_DEF(cast) {
+  (void)iattrs, (void)fattrs;
+  guarded(ctx, "cast", [&] { cast_op(ins, outs); });
+}

@@ -1,0 +1,431 @@
+//===- kernels_nn.cpp - softmax, norms and cross entropy on the CPU -------===//
+//
+// Row-wise ops: softmax(_grad), layer_norm(_grad), rms_norm(_grad) and
+// softmax_cross_entropy_loss(_grad); row statistics in double, two passes
+// (mean, then the squared deviations) for layer norm.
+// The family's shared conventions (determinism, operand checks) are in
+// cpu/kernels.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cpu/kernels.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+using namespace spw;
+
+namespace {
+
+using namespace spw::checks;
+using spw::cpu::for_each_index;
+
+// ---- softmax -----------------------------------------------------------------
+
+struct AxisSplit {
+  int64_t outer, n, inner;
+};
+
+AxisSplit split_at(const spw_tensor &t, int64_t axis) {
+  if (t.rank == 0)
+    return {1, 1, 1};
+  return {prod(t.dims, 0, axis), t.dims[axis], prod(t.dims, axis + 1, t.rank)};
+}
+
+void softmax(spw_tensor *const *ins, spw_tensor *const *outs,
+             const int64_t *iattrs) {
+  const spw_tensor &x = input(ins, 0, "x");
+  spw_tensor &y = output(outs, 0, "y");
+  expect_dtype(x, SPW_F32, "x");
+  expect_like(y, x, "result", "x");
+  AxisSplit s = split_at(x, axis_of(x, need_iattrs(iattrs)[0]));
+  const float *px = x.as<float>();
+  float *py = y.as<float>();
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t in = 0; in < s.inner; ++in) {
+      const int64_t base = o * s.n * s.inner + in;
+      double mx = -INFINITY;
+      for (int64_t k = 0; k < s.n; ++k)
+        mx = std::max(mx, double(px[base + k * s.inner]));
+      double sum = 0.0;
+      for (int64_t k = 0; k < s.n; ++k)
+        sum += std::exp(double(px[base + k * s.inner]) - mx);
+      for (int64_t k = 0; k < s.n; ++k)
+        py[base + k * s.inner] =
+            float(std::exp(double(px[base + k * s.inner]) - mx) / sum);
+    }
+}
+
+void softmax_grad(spw_tensor *const *ins, spw_tensor *const *outs,
+                  const int64_t *iattrs) {
+  const spw_tensor &y = input(ins, 0, "y"), &dy = input(ins, 1, "dy");
+  spw_tensor &dx = output(outs, 0, "dx");
+  expect_dtype(y, SPW_F32, "y");
+  expect_like(dy, y, "dy", "y");
+  expect_like(dx, y, "result", "y");
+  AxisSplit s = split_at(y, axis_of(y, need_iattrs(iattrs)[0]));
+  const float *py = y.as<float>(), *pd = dy.as<float>();
+  float *po = dx.as<float>();
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t in = 0; in < s.inner; ++in) {
+      const int64_t base = o * s.n * s.inner + in;
+      double dot = 0.0;
+      for (int64_t k = 0; k < s.n; ++k)
+        dot += double(pd[base + k * s.inner]) * double(py[base + k * s.inner]);
+      for (int64_t k = 0; k < s.n; ++k) {
+        int64_t i = base + k * s.inner;
+        po[i] = float(double(py[i]) * (double(pd[i]) - dot));
+      }
+    }
+}
+
+// ---- layer norm -----------------------------------------------------------------
+
+// Checks scale/bias against the normalized dims [axis, rank) of x.
+void check_norm_param(const spw_tensor &p, const spw_tensor &x, int64_t axis,
+                      const char *what) {
+  expect_dtype(p, SPW_F32, what);
+  std::vector<int64_t> want(x.dims + axis, x.dims + x.rank);
+  if (!shape_is(p, want))
+    fail("%s has shape %s, expected the normalized dims %s of x %s", what,
+         p.shape().c_str(), vec_str(want).c_str(), x.shape().c_str());
+}
+
+void layer_norm(spw_tensor *const *ins, spw_tensor *const *outs,
+                const int64_t *iattrs, const double *fattrs) {
+  const spw_tensor &x = input(ins, 0, "x"), &scale = input(ins, 1, "scale");
+  const spw_tensor *bias = ins[2];
+  spw_tensor &y = output(outs, 0, "y");
+  if (!fattrs)
+    fail("float attributes are NULL");
+  expect_dtype(x, SPW_F32, "x");
+  expect_like(y, x, "result", "x");
+  const int64_t axis = axis_of(x, need_iattrs(iattrs)[0]);
+  check_norm_param(scale, x, axis, "scale");
+  if (bias)
+    check_norm_param(*bias, x, axis, "bias");
+  const double eps = fattrs[0];
+  const int64_t outer = prod(x.dims, 0, axis), n = prod(x.dims, axis, x.rank);
+  const float *px = x.as<float>(), *ps = scale.as<float>();
+  const float *pb = bias ? bias->as<float>() : nullptr;
+  float *py = y.as<float>();
+  for (int64_t o = 0; o < outer; ++o) {
+    const float *row = px + o * n;
+    double mean = 0.0;
+    for (int64_t i = 0; i < n; ++i)
+      mean += row[i];
+    mean /= double(n);
+    double var = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      double d = row[i] - mean;
+      var += d * d;
+    }
+    var /= double(n);
+    const double rstd = 1.0 / std::sqrt(var + eps);
+    for (int64_t i = 0; i < n; ++i) {
+      double v = (row[i] - mean) * rstd * ps[i];
+      if (pb)
+        v += pb[i];
+      py[o * n + i] = float(v);
+    }
+  }
+}
+
+void layer_norm_grad(spw_tensor *const *ins, spw_tensor *const *outs,
+                     const int64_t *iattrs, const double *fattrs) {
+  const spw_tensor &x = input(ins, 0, "x"), &scale = input(ins, 1, "scale");
+  const spw_tensor &dy = input(ins, 2, "dy");
+  if (!outs)
+    fail("results are NULL");
+  spw_tensor *dx = outs[0], *dscale = outs[1], *dbias = outs[2];
+  if (!fattrs)
+    fail("float attributes are NULL");
+  expect_dtype(x, SPW_F32, "x");
+  expect_like(dy, x, "dy", "x");
+  const int64_t axis = axis_of(x, need_iattrs(iattrs)[0]);
+  check_norm_param(scale, x, axis, "scale");
+  if (dx)
+    expect_like(*dx, x, "dx", "x");
+  if (dscale)
+    expect_like(*dscale, scale, "dscale", "scale");
+  if (dbias)
+    expect_like(*dbias, scale, "dbias", "scale");
+  const double eps = fattrs[0];
+  const int64_t outer = prod(x.dims, 0, axis), n = prod(x.dims, axis, x.rank);
+  const float *px = x.as<float>(), *ps = scale.as<float>(),
+              *pd = dy.as<float>();
+  std::vector<double> ds(size_t(n), 0.0), db(size_t(n), 0.0), xhat(static_cast<size_t>(n));
+  for (int64_t o = 0; o < outer; ++o) {
+    const float *row = px + o * n, *drow = pd + o * n;
+    double mean = 0.0;
+    for (int64_t i = 0; i < n; ++i)
+      mean += row[i];
+    mean /= double(n);
+    double var = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      double d = row[i] - mean;
+      var += d * d;
+    }
+    var /= double(n);
+    const double rstd = 1.0 / std::sqrt(var + eps);
+    double mean_g = 0.0, mean_gx = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      xhat[size_t(i)] = (row[i] - mean) * rstd;
+      double g = double(drow[i]) * ps[i];
+      mean_g += g;
+      mean_gx += g * xhat[size_t(i)];
+      ds[size_t(i)] += double(drow[i]) * xhat[size_t(i)];
+      db[size_t(i)] += drow[i];
+    }
+    mean_g /= double(n);
+    mean_gx /= double(n);
+    if (dx) {
+      float *out = dx->as<float>() + o * n;
+      for (int64_t i = 0; i < n; ++i) {
+        double g = double(drow[i]) * ps[i];
+        out[i] = float(rstd * (g - mean_g - xhat[size_t(i)] * mean_gx));
+      }
+    }
+  }
+  if (dscale)
+    for (int64_t i = 0; i < n; ++i)
+      dscale->as<float>()[i] = float(ds[size_t(i)]);
+  if (dbias)
+    for (int64_t i = 0; i < n; ++i)
+      dbias->as<float>()[i] = float(db[size_t(i)]);
+}
+
+// ---- cross entropy --------------------------------------------------------------
+
+struct XentAttrs {
+  bool sum;
+  bool has_ignore;
+  int64_t ignore_index;
+};
+
+XentAttrs xent_attrs(const int64_t *iattrs) {
+  need_iattrs(iattrs);
+  if (iattrs[0] != 0 && iattrs[0] != 1)
+    fail("reduction must be 0 (mean) or 1 (sum), got %lld",
+         (long long)iattrs[0]);
+  return {iattrs[0] == 1, iattrs[1] != 0, iattrs[2]};
+}
+
+// Validates logits/labels; returns the label of each row (-1 if ignored).
+std::vector<int64_t> xent_labels(const spw_tensor &logits,
+                                 const spw_tensor &labels,
+                                 const XentAttrs &at) {
+  expect_dtype(logits, SPW_F32, "logits");
+  expect_index_dtype(labels, "labels");
+  if (logits.rank != 2)
+    fail("logits must be [N,C], got %s", logits.shape().c_str());
+  const int64_t N = logits.dims[0], C = logits.dims[1];
+  expect_shape(labels, {N}, "labels");
+  std::vector<int64_t> out(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) {
+    int64_t l = labels.dtype == SPW_I64 ? labels.as<int64_t>()[i]
+                                        : int64_t(labels.as<int32_t>()[i]);
+    if (at.has_ignore && l == at.ignore_index) {
+      out[size_t(i)] = -1;
+      continue;
+    }
+    if (l < 0 || l >= C)
+      fail("label %lld at position %lld is out of range [0, %lld)",
+           (long long)l, (long long)i, (long long)C);
+    out[size_t(i)] = l;
+  }
+  return out;
+}
+
+// log-sum-exp of a row, and its max, in double.
+double row_lse(const float *row, int64_t C, double &mx) {
+  mx = -INFINITY;
+  for (int64_t c = 0; c < C; ++c)
+    mx = std::max(mx, double(row[c]));
+  double s = 0.0;
+  for (int64_t c = 0; c < C; ++c)
+    s += std::exp(double(row[c]) - mx);
+  return mx + std::log(s);
+}
+
+void xent(spw_tensor *const *ins, spw_tensor *const *outs,
+          const int64_t *iattrs) {
+  const spw_tensor &logits = input(ins, 0, "logits"),
+                   &labels = input(ins, 1, "labels");
+  spw_tensor &y = output(outs, 0, "loss");
+  XentAttrs at = xent_attrs(iattrs);
+  std::vector<int64_t> lab = xent_labels(logits, labels, at);
+  expect_dtype(y, SPW_F32, "result");
+  if (y.numel != 1)
+    fail("result must be a scalar, got %s", y.shape().c_str());
+  const int64_t N = logits.dims[0], C = logits.dims[1];
+  double total = 0.0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    if (lab[size_t(i)] < 0)
+      continue;
+    const float *row = logits.as<float>() + i * C;
+    double mx;
+    total += row_lse(row, C, mx) - double(row[lab[size_t(i)]]);
+    ++count;
+  }
+  // Mean over zero non-ignored labels is 0/0 = NaN, as in PyTorch and ONNX.
+  y.as<float>()[0] =
+      float(at.sum ? total : (count > 0 ? total / double(count) : NAN));
+}
+
+void xent_grad(spw_tensor *const *ins, spw_tensor *const *outs,
+               const int64_t *iattrs) {
+  const spw_tensor &logits = input(ins, 0, "logits"),
+                   &labels = input(ins, 1, "labels"),
+                   &dloss = input(ins, 2, "dloss");
+  spw_tensor &dl = output(outs, 0, "dlogits");
+  XentAttrs at = xent_attrs(iattrs);
+  std::vector<int64_t> lab = xent_labels(logits, labels, at);
+  expect_dtype(dloss, SPW_F32, "dloss");
+  if (dloss.numel != 1)
+    fail("dloss must be a scalar, got %s", dloss.shape().c_str());
+  expect_like(dl, logits, "result", "logits");
+  const int64_t N = logits.dims[0], C = logits.dims[1];
+  int64_t count = 0;
+  for (int64_t l : lab)
+    count += l >= 0;
+  double scale = double(dloss.as<float>()[0]);
+  if (!at.sum)
+    scale = count > 0 ? scale / double(count) : 0.0;
+  float *out = dl.as<float>();
+  for (int64_t i = 0; i < N; ++i) {
+    float *orow = out + i * C;
+    if (lab[size_t(i)] < 0) {
+      std::fill(orow, orow + C, 0.0f);
+      continue;
+    }
+    const float *row = logits.as<float>() + i * C;
+    double mx;
+    double lse = row_lse(row, C, mx);
+    for (int64_t c = 0; c < C; ++c) {
+      double p = std::exp(double(row[c]) - lse);
+      if (c == lab[size_t(i)])
+        p -= 1.0;
+      orow[c] = float(scale * p);
+    }
+  }
+}
+
+// ---- rms norm --------------------------------------------------------------------
+
+void rms_norm(spw_tensor *const *ins, spw_tensor *const *outs,
+              const int64_t *iattrs, const double *fattrs) {
+  const spw_tensor &x = input(ins, 0, "x"), &scale = input(ins, 1, "scale");
+  spw_tensor &y = output(outs, 0, "y");
+  if (!fattrs)
+    fail("float attributes are NULL");
+  expect_dtype(x, SPW_F32, "x");
+  expect_like(y, x, "result", "x");
+  const int64_t axis = axis_of(x, need_iattrs(iattrs)[0]);
+  check_norm_param(scale, x, axis, "scale");
+  const double eps = fattrs[0];
+  const int64_t outer = prod(x.dims, 0, axis), n = prod(x.dims, axis, x.rank);
+  if (n == 0)
+    return;
+  const float *px = x.as<float>(), *ps = scale.as<float>();
+  float *py = y.as<float>();
+  for (int64_t o = 0; o < outer; ++o) {
+    const float *row = px + o * n;
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; ++i)
+      ss += double(row[i]) * double(row[i]);
+    const double r = 1.0 / std::sqrt(ss / double(n) + eps);
+    for (int64_t i = 0; i < n; ++i)
+      py[o * n + i] = float(double(row[i]) * r * double(ps[i]));
+  }
+}
+
+void rms_norm_grad(spw_tensor *const *ins, spw_tensor *const *outs,
+                   const int64_t *iattrs, const double *fattrs) {
+  const spw_tensor &x = input(ins, 0, "x"), &scale = input(ins, 1, "scale");
+  const spw_tensor &dy = input(ins, 2, "dy");
+  if (!outs)
+    fail("results are NULL");
+  spw_tensor *dx = outs[0], *dscale = outs[1];
+  if (!fattrs)
+    fail("float attributes are NULL");
+  expect_dtype(x, SPW_F32, "x");
+  expect_like(dy, x, "dy", "x");
+  const int64_t axis = axis_of(x, need_iattrs(iattrs)[0]);
+  check_norm_param(scale, x, axis, "scale");
+  if (dx)
+    expect_like(*dx, x, "dx", "x");
+  if (dscale)
+    expect_like(*dscale, scale, "dscale", "scale");
+  const double eps = fattrs[0];
+  const int64_t outer = prod(x.dims, 0, axis), n = prod(x.dims, axis, x.rank);
+  const float *px = x.as<float>(), *ps = scale.as<float>(),
+              *pd = dy.as<float>();
+  std::vector<double> ds(size_t(n), 0.0);
+  for (int64_t o = 0; o < outer && n > 0; ++o) {
+    const float *row = px + o * n, *drow = pd + o * n;
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; ++i)
+      ss += double(row[i]) * double(row[i]);
+    const double r = 1.0 / std::sqrt(ss / double(n) + eps);
+    // y_i = x_i r s_i, r = (mean(x^2) + eps)^-1/2, dr/dx_j = -r^3 x_j / n:
+    // dx_j = r s_j dy_j - x_j r^3 / n * sum_i dy_i s_i x_i.
+    double dot = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      dot += double(drow[i]) * double(ps[i]) * double(row[i]);
+      ds[size_t(i)] += double(drow[i]) * double(row[i]) * r;
+    }
+    if (dx) {
+      float *out = dx->as<float>() + o * n;
+      const double c = r * r * r * dot / double(n);
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = float(r * double(ps[i]) * double(drow[i]) -
+                       double(row[i]) * c);
+    }
+  }
+  if (dscale)
+    for (int64_t i = 0; i < n; ++i)
+      dscale->as<float>()[i] = float(ds[size_t(i)]);
+}
+
+} // namespace
+
+SPW_KERNEL_DEF(softmax) {
+  (void)fattrs;
+  guarded(ctx, "softmax", [&] { softmax(ins, outs, iattrs); });
+}
+SPW_KERNEL_DEF(layer_norm) {
+  guarded(ctx, "layer_norm", [&] { layer_norm(ins, outs, iattrs, fattrs); });
+}
+SPW_KERNEL_DEF(softmax_cross_entropy_loss) {
+  (void)fattrs;
+  guarded(ctx, "softmax_cross_entropy_loss",
+          [&] { xent(ins, outs, iattrs); });
+}
+SPW_KERNEL_DEF(softmax_grad) {
+  (void)fattrs;
+  guarded(ctx, "softmax_grad", [&] { softmax_grad(ins, outs, iattrs); });
+}
+SPW_KERNEL_DEF(layer_norm_grad) {
+  guarded(ctx, "layer_norm_grad",
+          [&] { layer_norm_grad(ins, outs, iattrs, fattrs); });
+}
+SPW_KERNEL_DEF(softmax_cross_entropy_loss_grad) {
+  (void)fattrs;
+  guarded(ctx, "softmax_cross_entropy_loss_grad",
+          [&] { xent_grad(ins, outs, iattrs); });
+}
+SPW_KERNEL_DEF(rms_norm) {
+  guarded(ctx, "rms_norm", [&] { rms_norm(ins, outs, iattrs, fattrs); });
+}
+SPW_KERNEL_DEF(rms_norm_grad) {
+  guarded(ctx, "rms_norm_grad",
+          [&] { rms_norm_grad(ins, outs, iattrs, fattrs); });
+}
