@@ -17,8 +17,8 @@
 
 namespace spillway::onnx_import {
 
-/// Ops the importer evaluates when all their inputs are constants. Shape
-/// folds whenever its input has a static shape (always, in Spillway).
+/// Ops the importer evaluates when all their inputs are constants. (Shape
+/// needs no constant input: its importer makes it a constant.)
 static const llvm::StringSet<> kFoldableOps = {
     "Identity", "Dropout", "Cast", "CastLike", "Neg", "Sqrt", "Reciprocal",
     "Exp", "Log", "Erf", "Sigmoid", "Cos", "Sin", "Tanh", "Relu", "Not",
@@ -29,22 +29,6 @@ static const llvm::StringSet<> kFoldableOps = {
 
 FailureOr<bool> Importer::fold(const onnxpb::NodeProto &node) {
   StringRef op = node.op_type();
-  if (op == "Shape") {
-    auto type = inputType(node, 0);
-    if (failed(type))
-      return failure();
-    int64_t rank = type->getRank();
-    auto clampToRank = [&](int64_t v) {
-      return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank);
-    };
-    int64_t start = clampToRank(intAttr(node, "start", 0));
-    int64_t end = clampToRank(intAttr(node, "end", rank));
-    ConstTensor c(onnxpb::TensorProto::INT64, {std::max<int64_t>(end - start, 0)});
-    for (int64_t d = start; d < end; ++d)
-      c.ints[d - start] = type->getDimSize(d);
-    consts[node.output(0)] = std::move(c);
-    return true;
-  }
   if (!kFoldableOps.contains(op))
     return false;
   SmallVector<const ConstTensor *> in;

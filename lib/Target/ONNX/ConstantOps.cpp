@@ -99,11 +99,11 @@ ArrayRef<Importer::OpImporterEntry> Importer::constantOps() {
   static const OpImporterEntry kImporters[] = {
       {"Constant", &Importer::importConstant},
       {"ConstantOfShape", &Importer::importConstantOfShape},
-      {"And", &Importer::importConstantOnly},
-      {"Not", &Importer::importConstantOnly},
-      {"Or", &Importer::importConstantOnly},
-      {"Range", &Importer::importConstantOnly},
-      {"Trilu", &Importer::importConstantOnly},
+      {"And", &Importer::importConstantOnly, "constant"},
+      {"Not", &Importer::importConstantOnly, "constant"},
+      {"Or", &Importer::importConstantOnly, "constant"},
+      {"Range", &Importer::importConstantOnly, "constant"},
+      {"Trilu", &Importer::importConstantOnly, "constant"},
   };
   return kImporters;
 }

@@ -158,7 +158,7 @@ LogicalResult Importer::importGelu(const onnxpb::NodeProto &node,
 ArrayRef<Importer::OpImporterEntry> Importer::elementwiseOps() {
   static const OpImporterEntry kImporters[] = {
       {"Identity", &Importer::importIdentity},
-      {"Dropout", &Importer::importDropout},
+      {"Dropout", &Importer::importDropout, "inference"},
       {"Add", &Importer::importBinary<train::AddOp>},
       {"Sub", &Importer::importBinary<train::SubOp>},
       {"Mul", &Importer::importBinary<train::MulOp>},

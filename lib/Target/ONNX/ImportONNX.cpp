@@ -68,16 +68,6 @@ const llvm::StringMap<int64_t> kOpMinOpset = {
 constexpr int64_t kMinIRVersion = 3;
 constexpr int64_t kMaxIRVersion = 14;
 
-const char *const kSupportedOps =
-    "Add, And (constant), Cast, CastLike, Concat, Constant, ConstantOfShape, "
-    "Cos, Div, Dropout (inference), Equal, Erf, Exp, Expand, Flatten, Gather, "
-    "Gelu, Gemm, Greater, GreaterOrEqual, Identity, LayerNormalization, Less, "
-    "LessOrEqual, Log, MatMul, Mul, Neg, Not (constant), Or (constant), Pow, "
-    "Range (constant), Reciprocal, ReduceMax, ReduceMean, ReduceSum, Relu, "
-    "Reshape, SequenceAt, Shape, Sigmoid, Sin, Slice, Softmax, "
-    "SoftmaxCrossEntropyLoss, Split, SplitToSequence, Sqrt, Squeeze, Sub, "
-    "Tanh, Transpose, Trilu (constant), Unsqueeze, Where";
-
 /// The training-op domain, and the ops of it imported (in --forward mode).
 constexpr const char *kTrainingDomain = "ai.onnx.preview.training";
 const char *const kSupportedTrainingOps = "Adam";
@@ -253,20 +243,45 @@ LogicalResult Importer::defineOutputs(const onnxpb::NodeProto &node) {
   return success();
 }
 
+SmallVector<Importer::OpImporterEntry> Importer::allOpImporters() {
+  SmallVector<OpImporterEntry> all;
+  for (ArrayRef<OpImporterEntry> family :
+       {constantOps(), elementwiseOps(), shapeOps(), reductionOps(),
+        linearOps(), lossOps()})
+    llvm::append_range(all, family);
+  return all;
+}
+
 const llvm::StringMap<Importer::OpImporter> &Importer::opImporters() {
   static const llvm::StringMap<OpImporter> importers = [] {
     llvm::StringMap<OpImporter> map;
-    for (ArrayRef<OpImporterEntry> family :
-         {constantOps(), elementwiseOps(), shapeOps(), reductionOps(),
-          linearOps(), lossOps()})
-      for (const OpImporterEntry &entry : family) {
-        [[maybe_unused]] bool added =
-            map.try_emplace(entry.op, entry.import).second;
-        assert(added && "two importers for one op");
-      }
+    for (const OpImporterEntry &entry : allOpImporters()) {
+      [[maybe_unused]] bool added =
+          map.try_emplace(entry.op, entry.import).second;
+      assert(added && "two importers for one op");
+    }
     return map;
   }();
   return importers;
+}
+
+const std::string &Importer::supportedOps() {
+  static const std::string list = [] {
+    SmallVector<OpImporterEntry> entries = allOpImporters();
+    llvm::sort(entries, [](const OpImporterEntry &a, const OpImporterEntry &b) {
+      return a.op < b.op;
+    });
+    std::string s;
+    for (const OpImporterEntry &entry : entries) {
+      if (!s.empty())
+        s += ", ";
+      s += entry.op;
+      if (!entry.note.empty())
+        s += (" (" + entry.note + ")").str();
+    }
+    return s;
+  }();
+  return list;
 }
 
 LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
@@ -284,7 +299,7 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
                                           : std::to_string(it->second))
                    << ") is not supported by Spillway's importer yet; "
                       "supported ops (default domain): "
-                   << kSupportedOps << "; (domain '" << kTrainingDomain
+                   << supportedOps() << "; (domain '" << kTrainingDomain
                    << "', --forward only): " << kSupportedTrainingOps;
   }
   if (node.output_size() < 1 || node.output(0).empty())
@@ -315,7 +330,7 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
                  << ", domain 'ai.onnx', opset " << opset
                  << ") is not supported by Spillway's importer yet; supported "
                     "ops: "
-                 << kSupportedOps;
+                 << supportedOps();
 }
 
 //===----------------------------------------------------------------------===//
@@ -635,7 +650,7 @@ LogicalResult spillway::parseDimBindings(StringRef spec,
 
 void spillway::printSupportedONNXOps(llvm::raw_ostream &os) {
   SmallVector<StringRef> ops;
-  StringRef(kSupportedOps).split(ops, ", ");
+  StringRef(Importer::supportedOps()).split(ops, ", ");
   for (StringRef op : ops) {
     auto [name, note] = op.split(' ');
     os << name << (note == "(constant)" ? " constant-only" : "") << "\n";

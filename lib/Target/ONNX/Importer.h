@@ -11,15 +11,16 @@
 //                           emission alike
 //   ConstantFolder.cpp      evaluates nodes whose inputs are all known
 //   ElementwiseOps.cpp      arithmetic, comparisons, casts, activations
-//   ShapeOps.cpp            reshapes, slices, gathers, sequences
+//   ShapeOps.cpp            Shape, reshapes, slices, gathers, sequences
 //   ReductionOps.cpp        reductions, Softmax, LayerNormalization
 //   LinearOps.cpp           MatMul, Gemm
 //   LossOps.cpp             SoftmaxCrossEntropyLoss
 //   ConstantOps.cpp         Constant, ConstantOfShape, constant-only ops
 //   TrainingOps.cpp         the training domain's Adam
 //
-// Each op file ends in its table of (op name, importer); importing a new op
-// is a line there plus its importer.
+// Each op file ends in its table of (op name, importer, note); importing a
+// new op is a line there plus its importer, and the list of supported ops
+// that errors and --list-supported-ops print is made from the tables.
 //
 //===----------------------------------------------------------------------===//
 
@@ -185,6 +186,10 @@ public:
 
   OwningOpRef<ModuleOp> import(const onnxpb::ModelProto &model);
 
+  /// The default-domain ops imported, sorted, with their notes: "Add,
+  /// And (constant), ..., Dropout (inference), ...".
+  static const std::string &supportedOps();
+
 private:
   //===--- diagnostics ---===//
   InFlightDiagnostic error() { return emitError(fileLoc); }
@@ -301,13 +306,17 @@ private:
 
   //===--- op importers, by family (each file ends in its table) ---===//
   // Each runs after the node's checks and only when folding did not
-  // evaluate it (Shape always folds, so it has no importer).
+  // evaluate the node.
   using OpImporter = LogicalResult (Importer::*)(const onnxpb::NodeProto &,
                                                  Location);
   struct OpImporterEntry {
     StringRef op;
     OpImporter import;
+    /// How far the op is supported, where not fully: "constant" (evaluated
+    /// at import time only) or "inference" (Dropout).
+    StringRef note = {};
   };
+  static SmallVector<OpImporterEntry> allOpImporters();
   static const llvm::StringMap<OpImporter> &opImporters();
 
   // ConstantOps.cpp
@@ -331,6 +340,7 @@ private:
   LogicalResult importGelu(const onnxpb::NodeProto &node, Location loc);
   // ShapeOps.cpp
   static ArrayRef<OpImporterEntry> shapeOps();
+  LogicalResult importShape(const onnxpb::NodeProto &node, Location loc);
   LogicalResult importGather(const onnxpb::NodeProto &node, Location loc);
   LogicalResult importReshape(const onnxpb::NodeProto &node, Location loc);
   LogicalResult importExpand(const onnxpb::NodeProto &node, Location loc);

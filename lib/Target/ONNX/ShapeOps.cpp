@@ -1,15 +1,34 @@
 //===- ShapeOps.cpp - Shape and layout ONNX ops ---------------------------===//
 //
-// Gather, the reshapes (Reshape, Unsqueeze, Squeeze, Flatten), Expand,
-// Transpose, Slice, Split and Concat, with their result shapes from
-// ShapeComputation.cpp. SplitToSequence's sequences exist only at import
-// time: SequenceAt with a constant position picks one part as a slice.
+// Shape (a constant), Gather, the reshapes (Reshape, Unsqueeze, Squeeze,
+// Flatten), Expand, Transpose, Slice, Split and Concat, with their result
+// shapes from ShapeComputation.cpp. SplitToSequence's sequences exist only at
+// import time: SequenceAt with a constant position picks one part as a slice.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Importer.h"
 
 namespace spillway::onnx_import {
+
+/// The input's static shape (every shape is static in Spillway) is known at
+/// import time: Shape is a constant, like a Constant node.
+LogicalResult Importer::importShape(const onnxpb::NodeProto &node, Location) {
+  auto type = inputType(node, 0);
+  if (failed(type))
+    return failure();
+  int64_t rank = type->getRank();
+  auto clampToRank = [&](int64_t v) {
+    return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank);
+  };
+  int64_t start = clampToRank(intAttr(node, "start", 0));
+  int64_t end = clampToRank(intAttr(node, "end", rank));
+  ConstTensor c(onnxpb::TensorProto::INT64, {std::max<int64_t>(end - start, 0)});
+  for (int64_t d = start; d < end; ++d)
+    c.ints[d - start] = type->getDimSize(d);
+  consts[node.output(0)] = std::move(c);
+  return success();
+}
 
 LogicalResult Importer::importGather(const onnxpb::NodeProto &node,
                                      Location loc) {
@@ -196,6 +215,7 @@ LogicalResult Importer::importSequenceAt(const onnxpb::NodeProto &node,
 
 ArrayRef<Importer::OpImporterEntry> Importer::shapeOps() {
   static const OpImporterEntry kImporters[] = {
+      {"Shape", &Importer::importShape},
       {"Gather", &Importer::importGather},
       {"Reshape", &Importer::importReshape},
       {"Unsqueeze", &Importer::importReshape},
