@@ -6,7 +6,7 @@
 // A forward read after a backward read: the activation would have to be on
 // the GPU for both.
 // LATE: error: 'sched.task' op sched-insert-transfers: reads result #0 of fwd layer(0) after a bwd task read it; activations off the GPU must be read by the forward before the backward
-module attributes {train.layers = [{name = "a", params = []}, {name = "b", params = []}]} {
+module attributes {train.layers = [#train.layer<"a", params = []>, #train.layer<"b", params = []>]} {
   func.func @late(%x: tensor<2xf32>) -> tensor<2xf32> {
     %r = sched.iteration(%x) {microbatches = 1 : i64, order = "horizontal", placement = {activations = "host", gradients = "gpu", optimizer = "gpu", params = "gpu"}, optimizer_on = "gpu"} : (tensor<2xf32>) -> tensor<2xf32> {
     ^bb0(%a: tensor<2xf32>):
