@@ -13,6 +13,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
+#include "spillway/Dialect/Train/IR/LayerTable.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
 #include "spillway/InitAll.h"
 #include "spillway/Pipelines/Executable.h"
@@ -929,15 +930,12 @@ int planAndReport(ModuleOp module, const PlanningInputs &in,
   // sched-insert-transfers refuses, naming the parameter).
   SearchSpace space = in.space;
   if (r.offloadPlan && !space.pinned[int(TensorClass::Params)])
-    if (auto layers = (*copy)->getAttrOfType<ArrayAttr>("train.layers"))
-      if (llvm::any_of(layers, [](Attribute a) {
-            auto d = dyn_cast<DictionaryAttr>(a);
-            return d && (d.get("uses") || d.get("shared"));
-          })) {
-        note("the model shares parameters between layers: the offload plan "
-             "keeps params on the GPU");
-        space.pinned[int(TensorClass::Params)] = Tier::GPU;
-      }
+    if (auto layers = spillway::train::LayerTable::read(copy.get());
+        succeeded(layers) && *layers && (*layers)->anySharedParams()) {
+      note("the model shares parameters between layers: the offload plan "
+           "keeps params on the GPU");
+      space.pinned[int(TensorClass::Params)] = Tier::GPU;
+    }
   note("searching the plans");
   r.choice = choose(r.summary, space, in.budgets, in.profile);
   if (!r.choice.best.valid) {

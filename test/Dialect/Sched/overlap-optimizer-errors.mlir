@@ -117,21 +117,6 @@ module attributes {train.layers = [#train.layer<"a", params = [@a]>]} {
 
 // -----
 
-// A malformed train.layers entry.
-module attributes {train.layers = [#train.layer<"a", params = ["a"]>]} {
-  train.param @a : tensor<4xf32> at 0
-  func.func @bad_entry(%x: tensor<4xf32>) -> tensor<4xf32> {
-    // expected-error @+1 {{sched-overlap-optimizer: train.layers[0].params holds "a", not a parameter symbol}}
-    %r = sched.iteration(%x) : (tensor<4xf32>) -> tensor<4xf32> {
-    ^bb0(%in: tensor<4xf32>):
-      sched.yield %in : tensor<4xf32>
-    }
-    return %r : tensor<4xf32>
-  }
-}
-
-// -----
-
 // sched-order comes first: it would move a deferred task among the updates.
 // RUN: not spillway-opt %s -split-input-file --sched-overlap-optimizer="fraction=0.5 granule=1" --sched-order 2>&1 | FileCheck %s --check-prefix=ORDER
 // ORDER: error: sched-order: the iteration has deferred updates: run sched-order before sched-overlap-optimizer

@@ -24,6 +24,8 @@
 
 #include <stdint.h>
 
+#include "spillway/runtime/tier.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -135,11 +137,11 @@ void spw_adamw_flush(spw_ctx *ctx);
  * A model compiled with a placement keeps each layer's parameters, AdamW
  * state and gradients in *blocks* (one per layer and class) homed on a tier
  * at static offsets, and its step moves them with these calls
- * (docs/runtime.md, "Offload"). Tiers: 0 gpu, 1 host (pinned), 2 ssd.
+ * (docs/runtime.md, "Offload"). Tiers: enum spw_tier (tier.h): 0 gpu, 1 host
+ * (pinned), 2 ssd.
  * Classes: 0 params, 1 optimizer (m of every member, then v), 2 gradients
  * (the accumulator), 3 gradstage (a backward run's sum on its way off the
  * GPU). Priorities: 0 demand, 1 prefetch, 2 writeback. */
-enum spw_tier { SPW_TIER_GPU = 0, SPW_TIER_HOST = 1, SPW_TIER_SSD = 2 };
 enum spw_block_class {
   SPW_BLOCK_PARAMS = 0,
   SPW_BLOCK_OPTIMIZER = 1,
