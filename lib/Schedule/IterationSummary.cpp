@@ -10,10 +10,12 @@
 
 #include "spillway/Schedule/IterationSummary.h"
 
+#include "spillway/Dialect/Train/IR/LayerTable.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -108,12 +110,22 @@ double spillway::schedule::opFlops(Operation *op) {
 std::optional<IterationSummary>
 spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
                                        SummaryTotals *totals) {
-  auto layersAttr = module->getAttrOfType<ArrayAttr>("train.layers");
-  if (!layersAttr && module.getOps<ParamOp>().empty()) {
+  // A malformed table's error is the verifier's, taken as this one's text.
+  FailureOr<std::optional<LayerTable>> table;
+  {
+    ScopedDiagnosticHandler capture(module.getContext(), [&](Diagnostic &d) {
+      error = d.str();
+      return success();
+    });
+    table = LayerTable::read(module);
+  }
+  if (failed(table))
+    return std::nullopt;
+  if (!*table && module.getOps<ParamOp>().empty()) {
     error = "the model has no parameters: there is nothing to plan";
     return std::nullopt;
   }
-  if (!layersAttr) {
+  if (!*table) {
     error = "the module has no train.layers: run train-partition-layers first";
     return std::nullopt;
   }
@@ -121,7 +133,8 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
   // The train dialect computes in f32 and keeps f32 parameters: they are
   // their own master weights.
   s.compute = Precision::FP32;
-  const size_t L = layersAttr.size();
+  const LayerTable &layers = **table;
+  const size_t L = layers.size();
   s.layers.resize(L);
 
   SummaryTotals t;
@@ -151,30 +164,19 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
   });
   const bool anyUpdate = !updated.empty();
 
-  for (auto [i, entry] : llvm::enumerate(layersAttr)) {
-    auto dict = dyn_cast<DictionaryAttr>(entry);
-    auto name = dict ? dict.getAs<StringAttr>("name") : StringAttr();
-    auto ps = dict ? dict.getAs<ArrayAttr>("params") : ArrayAttr();
-    if (!name || !ps) {
-      error = "train.layers[" + std::to_string(i) +
-              "] is not {name, params, ...}";
-      return std::nullopt;
-    }
+  for (auto [i, layer] : llvm::enumerate(layers)) {
     LayerCost &l = s.layers[i];
-    l.name = name.str();
-    for (Attribute a : ps) {
-      auto ref = dyn_cast<FlatSymbolRefAttr>(a);
-      auto it = ref ? params.find(ref.getValue()) : params.end();
+    l.name = layer.getName().str();
+    for (FlatSymbolRefAttr ref : layer.getParams()) {
+      auto it = params.find(ref.getValue());
       if (it == params.end()) {
         error = "train.layers[" + std::to_string(i) +
                 "] names a parameter the module does not declare";
         return std::nullopt;
       }
-      // Owned once: a tied weight is listed by its owner only.
-      if (!owned.insert(it->first()).second) {
-        error = "parameter @" + it->first().str() + " is owned by two layers";
-        return std::nullopt;
-      }
+      // Owned once (the verifier checked): a tied weight is listed by its
+      // owner only.
+      owned.insert(it->first());
       ParamOp p = it->second;
       uint64_t bytes = uint64_t(p.getNumBytes());
       uint64_t n = uint64_t(p.getTensorType().getNumElements());

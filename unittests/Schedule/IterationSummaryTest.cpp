@@ -295,4 +295,25 @@ TEST_F(SummaryTest, UnpartitionedIsAnError) {
   EXPECT_NE(error.find("run train-partition-layers first"), std::string::npos)
       << error;
 }
+
+// A table the dialect verifier would reject (set here without verifying) is
+// refused with the verifier's one error, not read.
+TEST_F(SummaryTest, MalformedTableIsTheVerifiersError) {
+  auto m = step(kTwoLayer);
+  ASSERT_TRUE(m);
+  Builder b(&context);
+  auto layers = cast<ArrayAttr>((*m)->getAttr("train.layers"));
+  (*m)->setAttr("train.layers",
+                b.getArrayAttr({layers[0], layers[1], layers[0]}));
+  std::string error;
+  EXPECT_FALSE(summarizeIteration(*m, error));
+  EXPECT_EQ(error, "train.layers: parameter @blocks.0.fc.weight is owned by "
+                   "two layers (0 and 2)");
+  (*m)->setAttr("train.layers",
+                b.getArrayAttr({b.getDictionaryAttr({b.getNamedAttr(
+                    "name", b.getStringAttr("blocks.0"))})}));
+  EXPECT_FALSE(summarizeIteration(*m, error));
+  EXPECT_EQ(error, "train.layers[0] is not a #train.layer: {name = "
+                   "\"blocks.0\"}");
+}
 } // namespace

@@ -16,6 +16,7 @@
 #define SPILLWAY_SCHEDULE_COSTMODEL_H
 
 #include "spillway/Schedule/HardwareProfile.h"
+#include "spillway/runtime/tier.h"
 
 #include <array>
 #include <cstdint>
@@ -54,10 +55,11 @@ struct IterationSummary {
 };
 
 enum class Order { Horizontal, Snake };
-enum class Tier { GPU, Host, SSD };
+/// The runtime ABI's tiers (spillway/runtime/tier.h), by the same numbers.
+enum class Tier { GPU = SPW_TIER_GPU, Host = SPW_TIER_HOST, SSD = SPW_TIER_SSD };
 enum class TensorClass { Params, Master, Optimizer, Gradients, Activations };
 constexpr int kNumTensorClasses = 5;
-constexpr int kNumTiers = 3;
+constexpr int kNumTiers = SPW_NUM_TIERS;
 
 const char *orderName(Order o);        ///< "horizontal", "snake"
 const char *tierName(Tier t);          ///< "gpu", "host", "ssd"

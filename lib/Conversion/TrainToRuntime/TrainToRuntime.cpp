@@ -18,6 +18,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "spillway/Dialect/Sched/IR/SchedOps.h"
+#include "spillway/Dialect/Train/IR/LayerTable.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
@@ -1089,6 +1090,9 @@ LogicalResult RuntimeEmitter::run() {
     p.erase();
   module->removeAttr("sched.buffers");
   module->removeAttr("sched.prediction");
+  // The layer table names the parameters just erased, and its #train.layer
+  // entries would tie the LLVM module to the train dialect.
+  module->removeAttr(kLayersAttrName);
   return success();
 }
 

@@ -28,6 +28,7 @@
 #ifndef SPILLWAY_RUNTIME_STORAGE_TENSOR_STORE_H
 #define SPILLWAY_RUNTIME_STORAGE_TENSOR_STORE_H
 
+#include "spillway/runtime/tier.h"
 #include "storage/io_engine.h"
 
 #include <array>
@@ -44,8 +45,9 @@
 
 namespace spw::storage {
 
-enum class Tier : uint8_t { Gpu = 0, Host = 1, Ssd = 2 };
-constexpr int kNumTiers = 3;
+// The ABI's tiers (spillway/runtime/tier.h), by the same numbers.
+enum class Tier : uint8_t { Gpu = SPW_TIER_GPU, Host = SPW_TIER_HOST, Ssd = SPW_TIER_SSD };
+constexpr int kNumTiers = SPW_NUM_TIERS;
 const char *tier_name(Tier t); // "gpu", "host", "ssd"
 // Parses "gpu" | "host" | "ssd"; throws spw::Error.
 Tier parse_tier(const std::string &s);

@@ -332,3 +332,87 @@ func.func @read_after_put(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
   }
   return %r : tensor<2x4xf32>
 }
+
+// -----
+
+// The offload passes' iteration attributes.
+func.func @placement_unknown_tier() {
+  // expected-error @+2 {{expected ::spillway::sched::Tier to be one of: gpu, host, ssd}}
+  // expected-error @+1 {{failed to parse Sched_PlacementAttr parameter 'params' which is to be a `::spillway::sched::Tier`}}
+  sched.iteration() {placement = #sched.placement<params = nvme, optimizer = gpu, gradients = gpu, activations = gpu>} : () -> () {
+  }
+  return
+}
+
+// -----
+
+// Every class has a home.
+func.func @placement_missing_class() {
+  // expected-error @+1 {{expected ','}}
+  sched.iteration() {placement = #sched.placement<params = ssd, optimizer = gpu, gradients = gpu>} : () -> () {
+  }
+  return
+}
+
+// -----
+
+func.func @optimizer_on_unplaced() {
+  // expected-error @+1 {{'sched.iteration' op optimizer_on needs a placement}}
+  sched.iteration() {optimizer_on = "gpu"} : () -> () {
+  }
+  return
+}
+
+// -----
+
+func.func @optimizer_on_elsewhere() {
+  // expected-error @+1 {{'sched.iteration' op optimizer_on must be 'cpu' for optimizer state homed on host, got 'gpu'}}
+  sched.iteration() {placement = #sched.placement<params = gpu, optimizer = host, gradients = gpu, activations = gpu>, optimizer_on = "gpu"} : () -> () {
+  }
+  return
+}
+
+// -----
+
+func.func @updated_unplaced() {
+  // expected-error @+1 {{'sched.iteration' op updated needs a placement}}
+  sched.iteration() {updated = [[@a]]} : () -> () {
+  }
+  return
+}
+
+// -----
+
+func.func @updated_not_symbols() {
+  // expected-error @+1 {{'sched.iteration' op attribute 'updated' failed to satisfy constraint: per layer, its updated parameters}}
+  sched.iteration() {placement = #sched.placement<params = gpu, optimizer = gpu, gradients = gpu, activations = gpu>, updated = [["a"]]} : () -> () {
+  }
+  return
+}
+
+// -----
+
+func.func @deferred_without_updated() {
+  // expected-error @+1 {{'sched.iteration' op deferred needs updated}}
+  sched.iteration() {placement = #sched.placement<params = gpu, optimizer = gpu, gradients = gpu, activations = gpu>, deferred = array<i64: 4>} : () -> () {
+  }
+  return
+}
+
+// -----
+
+func.func @deferred_per_layer() {
+  // expected-error @+1 {{'sched.iteration' op deferred lists 1 layers, updated 2}}
+  sched.iteration() {placement = #sched.placement<params = gpu, optimizer = gpu, gradients = gpu, activations = gpu>, updated = [[@a], [@b]], deferred = array<i64: 4>} : () -> () {
+  }
+  return
+}
+
+// -----
+
+func.func @deferred_negative() {
+  // expected-error @+1 {{'sched.iteration' op deferred: layer 1 defers a negative number of elements (-4)}}
+  sched.iteration() {placement = #sched.placement<params = gpu, optimizer = gpu, gradients = gpu, activations = gpu>, updated = [[@a], [@b]], deferred = array<i64: 4, -4>} : () -> () {
+  }
+  return
+}

@@ -57,7 +57,7 @@
 // -----
 
 // The batch input named by its ONNX name.
-module attributes {train.layers = [{name = "w", params = [@w]}]} {
+module attributes {train.layers = [#train.layer<"w", params = [@w]>]} {
   train.param @w : tensor<4x3xf32> at 0 {train.layer = 0 : i64}
   func.func @step(%arg0: tensor<4x4xf32> {train.name = "x"}, %arg1: tensor<4xi64> {train.name = "labels"}) -> tensor<f32> {
     // expected-error @+1 {{sched-microbatch: input 'x' of type 'tensor<4x4xf32>' has no leading batch dimension that divides into 3 micro-batches}}
@@ -91,7 +91,7 @@ module attributes {train.layers = [{name = "w", params = [@w]}]} {
 // -----
 
 // A summed loss is not the mean of micro-batch losses.
-module attributes {train.layers = [{name = "w", params = [@w]}]} {
+module attributes {train.layers = [#train.layer<"w", params = [@w]>]} {
   train.param @w : tensor<4x3xf32> at 0 {train.layer = 0 : i64}
   func.func @step(%arg0: tensor<6x4xf32>, %arg1: tensor<6xi64>) -> tensor<f32> {
     %0 = sched.iteration(%arg0, %arg1) : (tensor<6x4xf32>, tensor<6xi64>) -> tensor<f32> {
@@ -126,7 +126,7 @@ module attributes {train.layers = [{name = "w", params = [@w]}]} {
 
 // A constant shaped by the batch does not split: the batch-row check names
 // the op before anything is rewritten.
-module attributes {train.layers = [{name = "w", params = [@w]}]} {
+module attributes {train.layers = [#train.layer<"w", params = [@w]>]} {
   train.param @w : tensor<4x3xf32> at 0 {train.layer = 0 : i64}
   func.func @step(%arg0: tensor<6x4xf32>, %arg1: tensor<6xi64>) -> tensor<f32> {
     %0 = sched.iteration(%arg0, %arg1) : (tensor<6x4xf32>, tensor<6xi64>) -> tensor<f32> {

@@ -49,7 +49,7 @@ module {
 // sched-order comes before sched-overlap-optimizer: it would move a deferred
 // task among the updates. The module is Inputs/models/one-layer-sched.mlir
 // after --sched-overlap-optimizer="fraction=0.5 granule=1".
-module attributes {train.layers = [{name = "a", params = [@a]}]} {
+module attributes {train.layers = [#train.layer<"a", params = [@a]>]} {
   train.param @a : tensor<4xf32> at 0
   func.func @then_order(%arg0: tensor<4xf32>) -> tensor<4xf32> {
     %0 = sched.iteration(%arg0) : (tensor<4xf32>) -> tensor<4xf32> {

@@ -22,7 +22,7 @@ module {
 // -----
 
 // The pass ran before: its deferred tasks are there.
-module attributes {train.layers = [{name = "w", params = [@w]}]} {
+module attributes {train.layers = [#train.layer<"w", params = [@w]>]} {
   train.param @w : tensor<4xf32> at 0
   func.func @twice(%x: tensor<4xf32>) -> tensor<4xf32> {
     %r = sched.iteration(%x) : (tensor<4xf32>) -> tensor<4xf32> {
@@ -40,7 +40,7 @@ module attributes {train.layers = [{name = "w", params = [@w]}]} {
 // -----
 
 // An opt task updating a parameter of another layer.
-module attributes {train.layers = [{name = "a", params = [@a]}, {name = "b", params = [@b]}]} {
+module attributes {train.layers = [#train.layer<"a", params = [@a]>, #train.layer<"b", params = [@b]>]} {
   train.param @a : tensor<4xf32> at 0
   train.param @b : tensor<4xf32> at 16
   func.func @foreign(%x: tensor<4xf32>) -> tensor<4xf32> {
@@ -60,7 +60,7 @@ module attributes {train.layers = [{name = "a", params = [@a]}, {name = "b", par
 // -----
 
 // An update already split into ranges.
-module attributes {train.layers = [{name = "a", params = [@a]}]} {
+module attributes {train.layers = [#train.layer<"a", params = [@a]>]} {
   train.param @a : tensor<4xf32> at 0
   func.func @split(%x: tensor<4xf32>) -> tensor<4xf32> {
     %r = sched.iteration(%x) : (tensor<4xf32>) -> tensor<4xf32> {
@@ -80,7 +80,7 @@ module attributes {train.layers = [{name = "a", params = [@a]}]} {
 
 // With F > 0, only train.adamw splits by element: another update (here a
 // gradient handed to the runtime) cannot be deferred in part.
-module attributes {train.layers = [{name = "a", params = [@a]}]} {
+module attributes {train.layers = [#train.layer<"a", params = [@a]>]} {
   train.param @a : tensor<4xf32> at 0
   func.func @not_adamw(%x: tensor<4xf32>) -> tensor<4xf32> {
     %r = sched.iteration(%x) : (tensor<4xf32>) -> tensor<4xf32> {
@@ -99,7 +99,7 @@ module attributes {train.layers = [{name = "a", params = [@a]}]} {
 // -----
 
 // A task of a layer train.layers does not have.
-module attributes {train.layers = [{name = "a", params = [@a]}]} {
+module attributes {train.layers = [#train.layer<"a", params = [@a]>]} {
   train.param @a : tensor<4xf32> at 0
   func.func @bad_layer(%x: tensor<4xf32>) -> tensor<4xf32> {
     %r = sched.iteration(%x) : (tensor<4xf32>) -> tensor<4xf32> {
@@ -110,21 +110,6 @@ module attributes {train.layers = [{name = "a", params = [@a]}]} {
         sched.yield %a : tensor<4xf32>
       }
       sched.yield %y : tensor<4xf32>
-    }
-    return %r : tensor<4xf32>
-  }
-}
-
-// -----
-
-// A malformed train.layers entry.
-module attributes {train.layers = [{name = "a", params = ["a"]}]} {
-  train.param @a : tensor<4xf32> at 0
-  func.func @bad_entry(%x: tensor<4xf32>) -> tensor<4xf32> {
-    // expected-error @+1 {{sched-overlap-optimizer: train.layers[0].params holds "a", not a parameter symbol}}
-    %r = sched.iteration(%x) : (tensor<4xf32>) -> tensor<4xf32> {
-    ^bb0(%in: tensor<4xf32>):
-      sched.yield %in : tensor<4xf32>
     }
     return %r : tensor<4xf32>
   }

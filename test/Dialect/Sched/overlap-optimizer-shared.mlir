@@ -25,8 +25,8 @@
 // CHECK-NEXT:    train.adamw @b [2, 4), %{{.*}}
 // CHECK:       sched.yield
 module attributes {train.layers = [
-    {name = "a", params = [@a], shared = [{grad_from = [0, 1], param = @a, used_by = [0, 1]}]},
-    {name = "b", params = [@b], uses = [@a]}]} {
+    #train.layer<"a", params = [@a], shared = [#train.shared<@a, used_by = [0, 1], grad_from = [0, 1]>]>,
+    #train.layer<"b", params = [@b], uses = [@a]>]} {
   train.param @a : tensor<4xf32> at 0
   train.param @b : tensor<4xf32> at 16
   func.func @grad_from(%x: tensor<4xf32>) -> tensor<4xf32> {

@@ -18,12 +18,12 @@
 // its state is on the GPU.
 // PLACED: sched.iteration
 // PLACED-SAME: optimizer_on = "cpu"
-// PLACED-SAME: placement = {activations = "gpu", gradients = "host", optimizer = "host", params = "ssd"}
+// PLACED-SAME: placement = #sched.placement<params = ssd, optimizer = host, gradients = host, activations = gpu>
 // GPUOPT: optimizer_on = "gpu"
-// GPUOPT-SAME: placement = {activations = "gpu", gradients = "gpu", optimizer = "gpu", params = "gpu"}
+// GPUOPT-SAME: placement = #sched.placement<params = gpu, optimizer = gpu, gradients = gpu, activations = gpu>
 // Activations off the GPU need sched-recompute: without it the backward
 // reads forward intermediates (here the logits) the plan would not move.
-// ACT: placement = {activations = "ssd", gradients = "gpu", optimizer = "gpu", params = "gpu"}
+// ACT: placement = #sched.placement<params = gpu, optimizer = gpu, gradients = gpu, activations = ssd>
 // NORECOMPUTE: error: 'sched.task' op sched-place: activations=host needs sched-recompute first: result #{{[0-9]+}} is a forward intermediate only the backward reads; run sched-recompute (spillwayc --recompute on, the default) or place activations=gpu
 // MASTER: error: sched-place: 'master': there are no master weights to place
 // CLASS: error: sched-place: unknown tensor class 'weights' (classes: params, optimizer, gradients, activations)

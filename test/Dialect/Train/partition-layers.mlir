@@ -11,10 +11,10 @@
 // Two blocks named by index, an embedding and a head; the relu and the
 // residual add (no parameters) follow the layer of their latest operand.
 // CHECK-LABEL: module attributes {train.layers = [
-// CHECK-SAME:    {name = "embed", params = [@embed.weight]},
-// CHECK-SAME:    {name = "blocks.0", params = [@blocks.0.fc.weight, @blocks.0.fc.bias]},
-// CHECK-SAME:    {name = "blocks.1", params = [@blocks.1.fc.weight, @blocks.1.fc.bias]},
-// CHECK-SAME:    {name = "head", params = [@head.weight]}]}
+// CHECK-SAME:    #train.layer<"embed", params = [@embed.weight]>,
+// CHECK-SAME:    #train.layer<"blocks.0", params = [@blocks.0.fc.weight, @blocks.0.fc.bias]>,
+// CHECK-SAME:    #train.layer<"blocks.1", params = [@blocks.1.fc.weight, @blocks.1.fc.bias]>,
+// CHECK-SAME:    #train.layer<"head", params = [@head.weight]>]}
 // CHECK:       train.param @embed.weight : tensor<10x4xf32> at 0 {train.layer = 0 : i64}
 // CHECK:       train.param @blocks.0.fc.weight {{.*}} {train.layer = 1 : i64}
 // CHECK:       train.param @blocks.0.fc.bias {{.*}} {train.layer = 1 : i64}
@@ -71,8 +71,8 @@
 // transpose is computed where the head needs it; the tanh after the gather
 // (no parameter) stays in the embedding's layer, forward and backward.
 // CHECK-LABEL: module attributes {train.layers = [
-// CHECK-SAME:    {name = "wte", params = [@wte], shared = [{grad_from = [0, 1], param = @wte, used_by = [0, 1]}]},
-// CHECK-SAME:    {name = "ln", params = [@ln.scale, @ln.bias], uses = [@wte]}]}
+// CHECK-SAME:    #train.layer<"wte", params = [@wte], shared = [#train.shared<@wte, used_by = [0, 1], grad_from = [0, 1]>]>,
+// CHECK-SAME:    #train.layer<"ln", params = [@ln.scale, @ln.bias], uses = [@wte]>]}
 // CHECK-LABEL: func.func @tied
 // CHECK:       %[[E:.*]] = train.param_value @wte {train.layer = 0 : i64, train.phase = "fwd"}
 // CHECK:       train.gather %[[E]], {{.*}} {train.layer = 0 : i64, train.phase = "fwd"}
@@ -97,7 +97,7 @@
 // the op that reads them together. An input reshape before any parameter is
 // read and a constant join the earliest layer that uses them.
 // CHECK-LABEL: module attributes {train.layers = [
-// CHECK-SAME:    {name = "w1", params = [@w1, @b1]}, {name = "w2", params = [@w2, @b2]}]}
+// CHECK-SAME:    #train.layer<"w1", params = [@w1, @b1]>, #train.layer<"w2", params = [@w2, @b2]>]}
 // CHECK-LABEL: func.func @mlp
 // CHECK-NEXT:  train.reshape {{.*}} {train.layer = 0 : i64, train.phase = "fwd"}
 // CHECK:       train.linear {{.*}} {train.layer = 0 : i64, train.phase = "fwd"}
@@ -113,8 +113,8 @@
 // Without block indices, groups whose first reading op consumes nothing of
 // the run of layers before them are parallel branches and one layer.
 // CHECK-LABEL: module attributes {train.layers = [
-// CHECK-SAME:    {name = "attn.q+attn.k", params = [@attn.q.weight, @attn.k.weight]},
-// CHECK-SAME:    {name = "proj", params = [@proj.weight]}]}
+// CHECK-SAME:    #train.layer<"attn.q+attn.k", params = [@attn.q.weight, @attn.k.weight]>,
+// CHECK-SAME:    #train.layer<"proj", params = [@proj.weight]>]}
 // CHECK-LABEL: func.func @parallel
 // CHECK:       train.linear {{.*}} {train.layer = 0 : i64, train.phase = "fwd"}
 // CHECK-NEXT:  train.linear {{.*}} {train.layer = 0 : i64, train.phase = "fwd"}

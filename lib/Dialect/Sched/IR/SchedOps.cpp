@@ -55,6 +55,32 @@ LogicalResult IterationOp::verify() {
     if (*order != "horizontal" && *order != "snake")
       return emitOpError("order must be 'horizontal' or 'snake', got '")
              << *order << "'";
+  // The offload passes' attributes: each needs the one before it.
+  auto placement = getPlacementAttr();
+  if (auto on = getOptimizerOn()) {
+    if (!placement)
+      return emitOpError("optimizer_on needs a placement");
+    StringRef expect = placement.getOptimizer() == Tier::gpu ? "gpu" : "cpu";
+    if (*on != expect)
+      return emitOpError("optimizer_on must be '")
+             << expect << "' for optimizer state homed on "
+             << stringifyTier(placement.getOptimizer()) << ", got '" << *on
+             << "'";
+  }
+  if (getUpdatedAttr() && !placement)
+    return emitOpError("updated needs a placement");
+  if (auto deferred = getDeferredAttr()) {
+    auto updated = getUpdatedAttr();
+    if (!updated)
+      return emitOpError("deferred needs updated");
+    if (deferred.size() != int64_t(updated.size()))
+      return emitOpError("deferred lists ")
+             << deferred.size() << " layers, updated " << updated.size();
+    for (auto [l, d] : llvm::enumerate(deferred.asArrayRef()))
+      if (d < 0)
+        return emitOpError("deferred: layer ")
+               << l << " defers a negative number of elements (" << d << ")";
+  }
   // One training step: the body of a function (by name, so the dialect does
   // not depend on func).
   Operation *parent = (*this)->getParentOp();

@@ -10,6 +10,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "spillway/Dialect/Sched/IR/SchedOps.h"
+#include "spillway/Dialect/Train/IR/LayerTable.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include <array>
@@ -217,23 +218,17 @@ struct SchedAssignBuffersPass
 
 LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
   ModuleOp module = getOperation();
-  auto placement = it->getAttrOfType<DictionaryAttr>("placement");
-  auto updatedAttr = it->getAttrOfType<ArrayAttr>("updated");
-  auto layers = module->getAttrOfType<ArrayAttr>("train.layers");
-  if (!placement || !updatedAttr || !layers)
+  PlacementAttr placement = it.getPlacementAttr();
+  ArrayAttr updatedAttr = it.getUpdatedAttr();
+  auto layers = train::LayerTable::read(module);
+  if (failed(layers))
+    return failure();
+  if (!placement || !updatedAttr || !*layers)
     return it.emitOpError("sched-assign-buffers: run sched-place and "
                           "sched-insert-transfers first");
-  std::optional<Tier> placed[3];
-  const char *names[3] = {"params", "optimizer", "gradients"};
-  for (int c = 0; c < 3; ++c) {
-    auto s = placement.getAs<StringAttr>(names[c]);
-    placed[c] = s ? symbolizeTier(s.getValue()) : std::nullopt;
-    if (!placed[c])
-      return it.emitOpError("sched-assign-buffers: the placement gives ")
-             << names[c] << " no tier (gpu, host or ssd); run sched-place";
-  }
-  const Tier homes[kClasses] = {*placed[0], *placed[1], *placed[2],
-                                Tier::gpu};
+  const Tier homes[kClasses] = {placement.getParams(),
+                                placement.getOptimizer(),
+                                placement.getGradients(), Tier::gpu};
   auto bytesOf = [&](Attribute sym) -> uint64_t {
     auto p = module.lookupSymbol<train::ParamOp>(
         cast<FlatSymbolRefAttr>(sym).getAttr());
@@ -248,26 +243,16 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
   });
 
   // Blocks: (class, layer) -> size, members and member offsets.
-  size_t numLayers = layers.size();
+  size_t numLayers = (*layers)->size();
   std::vector<std::array<BlockInfo, kClasses>> blocks(numLayers);
   if (updatedAttr.size() != numLayers)
     return it.emitOpError("sched-assign-buffers: 'updated' lists ")
            << updatedAttr.size() << " layers, train.layers " << numLayers;
   for (size_t l = 0; l < numLayers; ++l) {
-    auto entry = dyn_cast<DictionaryAttr>(layers[l]);
-    auto list = entry ? entry.getAs<ArrayAttr>("params") : ArrayAttr();
-    auto upd = dyn_cast<ArrayAttr>(updatedAttr[l]);
-    if (!list || !upd ||
-        llvm::any_of(list, [](Attribute s) {
-          return !isa<FlatSymbolRefAttr>(s);
-        }) ||
-        llvm::any_of(upd, [](Attribute s) {
-          return !isa<FlatSymbolRefAttr>(s);
-        }))
-      return it.emitOpError("sched-assign-buffers: malformed layer ")
-             << l << " in train.layers or 'updated'";
+    ArrayRef<FlatSymbolRefAttr> list = (**layers)[l].getParams();
+    auto upd = cast<ArrayAttr>(updatedAttr[l]);
     BlockInfo &pb = blocks[l][int(BlockClass::params)];
-    for (Attribute s : list) {
+    for (FlatSymbolRefAttr s : list) {
       pb.members.push_back(s);
       pb.offsets.push_back(pb.bytes);
       pb.bytes += bytesOf(s);
@@ -294,7 +279,7 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
   // The optimizer overlap's split: the deferred elements lead the updated
   // members (sched-insert-transfers checked), which are all of the layer's
   // parameters, so params and optimizer blocks split at the same bytes.
-  if (auto d = it->getAttrOfType<DenseI64ArrayAttr>("deferred")) {
+  if (auto d = it.getDeferredAttr()) {
     if (d.size() != int64_t(numLayers))
       return it.emitOpError("sched-assign-buffers: 'deferred' lists ")
              << d.size() << " layers, train.layers " << numLayers;

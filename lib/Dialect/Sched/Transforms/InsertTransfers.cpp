@@ -11,6 +11,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "spillway/Dialect/Sched/IR/SchedOps.h"
+#include "spillway/Dialect/Train/IR/LayerTable.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
 #include "spillway/Schedule/VisitSequence.h"
 #include "llvm/ADT/DenseMap.h"
@@ -123,68 +124,45 @@ struct Rewriter {
   LogicalResult routeActivations(Tier ta);
 };
 
-std::optional<Tier> tierOf(DictionaryAttr placement, StringRef cls) {
-  auto s = placement.getAs<StringAttr>(cls);
-  return s ? symbolizeTier(s.getValue()) : std::nullopt;
-}
-
 LogicalResult Rewriter::run() {
-  auto placement = it->getAttrOfType<DictionaryAttr>("placement");
+  PlacementAttr placement = it.getPlacementAttr();
   if (!placement)
     return it.emitOpError("sched-insert-transfers: no placement; run "
                           "sched-place first");
-  auto p = tierOf(placement, "params"), o = tierOf(placement, "optimizer"),
-       g = tierOf(placement, "gradients");
-  if (!p || !o || !g)
-    return it.emitOpError("sched-insert-transfers: the placement must give "
-                          "params, optimizer and gradients a tier");
-  tp = *p;
-  to = *o;
-  tg = *g;
+  tp = placement.getParams();
+  to = placement.getOptimizer();
+  tg = placement.getGradients();
   side = to == Tier::gpu ? Tier::gpu : Tier::host;
   microbatches = it.getMicrobatches();
 
   auto module = it->getParentOfType<ModuleOp>();
-  auto layers = module->getAttrOfType<ArrayAttr>("train.layers");
-  if (!layers)
+  auto layers = train::LayerTable::read(module);
+  if (failed(layers))
+    return failure();
+  if (!*layers)
     return it.emitOpError("sched-insert-transfers: the module has no "
                           "train.layers (run train-partition-layers)");
-  for (Attribute a : layers) {
-    auto entry = dyn_cast<DictionaryAttr>(a);
-    auto list = entry ? entry.getAs<ArrayAttr>("params") : ArrayAttr();
-    if (!list || !entry.getAs<StringAttr>("name") ||
-        llvm::any_of(list, [](Attribute s) {
-          return !isa<FlatSymbolRefAttr>(s);
-        }))
-      return it.emitOpError("sched-insert-transfers: malformed train.layers "
-                            "entry ")
-             << a << " (expected a name and params = [@p, ...])";
+  for (train::LayerAttr entry : **layers) {
     params.emplace_back();
     updated.emplace_back();
-    for (Attribute s : list)
-      params.back().push_back(cast<FlatSymbolRefAttr>(s).getAttr());
-    if (tp != Tier::gpu && layerSharesParameters(entry)) {
+    for (FlatSymbolRefAttr s : entry.getParams())
+      params.back().push_back(s.getAttr());
+    if (tp != Tier::gpu && entry.sharesParams()) {
       // Name what is shared: a parameter this layer reads from another
       // (`uses`), or one of its own that others read (`shared`).
-      std::string what;
-      if (auto uses = entry.getAs<ArrayAttr>("uses"); uses && !uses.empty())
-        what = "reads @" +
-               cast<FlatSymbolRefAttr>(uses[0]).getValue().str() +
-               ", owned by another layer";
-      else if (auto shared = entry.getAs<ArrayAttr>("shared");
-               shared && !shared.empty())
-        if (auto d = dyn_cast<DictionaryAttr>(shared[0]))
-          if (auto p = d.getAs<FlatSymbolRefAttr>("param"))
-            what = "owns @" + p.getValue().str() +
-                   ", which other layers read too";
+      std::string what =
+          !entry.getUses().empty()
+              ? "reads @" + entry.getUses()[0].getValue().str() +
+                    ", owned by another layer"
+              : "owns @" + entry.getShared()[0].getParam().getValue().str() +
+                    ", which other layers read too";
       return it.emitOpError("sched-insert-transfers: layer '")
-             << entry.getAs<StringAttr>("name").getValue() << "' " << what
+             << entry.getName() << "' " << what
              << "; moving parameters that several layers read (tied "
                 "weights, shared buffers) is not supported yet: place "
                 "params=gpu";
     }
   }
-
 
   // The fwd/bwd task runs, in block order.
   SmallVector<Run> runs;
@@ -207,9 +185,8 @@ LogicalResult Rewriter::run() {
   if (tp == Tier::gpu)
     for (auto &[l, task] : deferredTask)
       deferredUpdate(l, task);
-  auto a = tierOf(placement, "activations");
-  if (a && *a != Tier::gpu)
-    return routeActivations(*a);
+  if (placement.getActivations() != Tier::gpu)
+    return routeActivations(placement.getActivations());
   return success();
 }
 
@@ -690,24 +667,20 @@ struct SchedInsertTransfersPass
           syms.push_back(FlatSymbolRefAttr::get(s));
         members.push_back(b.getArrayAttr(syms));
       }
-      it->setAttr("updated", b.getArrayAttr(members));
+      it.setUpdatedAttr(b.getArrayAttr(members));
       // How many leading elements of each layer's updated parameters are
       // updated a step late: sched-assign-buffers splits their blocks there.
       if (llvm::any_of(r.deferred, [](int64_t d) { return d > 0; }))
-        it->setAttr("deferred", b.getDenseI64ArrayAttr(r.deferred));
+        it.setDeferredAttr(b.getDenseI64ArrayAttr(r.deferred));
     }
   }
 };
 
 } // namespace
 
-bool spillway::sched::layerSharesParameters(DictionaryAttr layer) {
-  return layer && (layer.get("uses") || layer.get("shared"));
-}
-
 bool spillway::sched::anyLayerSharesParameters(ModuleOp module) {
-  auto layers = module->getAttrOfType<ArrayAttr>("train.layers");
-  return layers && llvm::any_of(layers, [](Attribute a) {
-           return layerSharesParameters(dyn_cast<DictionaryAttr>(a));
-         });
+  // A malformed table is the verifier's error, reported where it is read
+  // (sched-insert-transfers); here it shares nothing.
+  auto layers = train::LayerTable::read(module);
+  return succeeded(layers) && *layers && (*layers)->anySharedParams();
 }

@@ -14,6 +14,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "spillway/Dialect/Sched/IR/SchedOps.h"
+#include "spillway/Dialect/Train/IR/LayerTable.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
 #include "spillway/Schedule/CostModel.h"
 #include "llvm/ADT/DenseMap.h"
@@ -39,49 +40,8 @@ struct SchedOverlapOptimizerPass
     : sched::impl::SchedOverlapOptimizerPassBase<SchedOverlapOptimizerPass> {
   using SchedOverlapOptimizerPassBase::SchedOverlapOptimizerPassBase;
   void runOnOperation() override;
-  LogicalResult overlap(IterationOp iteration, ArrayAttr layers);
+  LogicalResult overlap(IterationOp iteration, const train::LayerTable &layers);
 };
-
-/// What train-partition-layers says of one layer: its parameters in order
-/// and the layers whose backward completes a shared parameter's gradient.
-struct LayerInfo {
-  SmallVector<StringRef> params;
-  SmallVector<int64_t> gradFrom;
-};
-
-FailureOr<SmallVector<LayerInfo>> readLayers(Operation *where,
-                                             ArrayAttr layers) {
-  SmallVector<LayerInfo> out;
-  for (auto [i, entry] : llvm::enumerate(layers)) {
-    auto dict = dyn_cast<DictionaryAttr>(entry);
-    auto params = dict ? dict.getAs<ArrayAttr>("params") : ArrayAttr();
-    if (!params)
-      return where->emitError("sched-overlap-optimizer: train.layers[")
-             << i << "] is not {name, params, ...}";
-    LayerInfo info;
-    for (Attribute p : params) {
-      auto ref = dyn_cast<FlatSymbolRefAttr>(p);
-      if (!ref)
-        return where->emitError("sched-overlap-optimizer: train.layers[")
-               << i << "].params holds " << p << ", not a parameter symbol";
-      info.params.push_back(ref.getValue());
-    }
-    if (auto shared = dict.getAs<ArrayAttr>("shared"))
-      for (Attribute s : shared) {
-        auto sd = dyn_cast<DictionaryAttr>(s);
-        auto from = sd ? sd.getAs<ArrayAttr>("grad_from") : ArrayAttr();
-        if (!from)
-          return where->emitError("sched-overlap-optimizer: train.layers[")
-                 << i << "].shared entry " << s << " has no grad_from";
-        for (Attribute l : from)
-          if (auto li = dyn_cast<IntegerAttr>(l))
-            info.gradFrom.push_back(li.getInt());
-      }
-    out.push_back(std::move(info));
-  }
-  return out;
-}
-
 
 /// Builds the `train.adamw` or `train.adamw_defer` of `update`'s parameter
 /// over elements [begin, end) with its gradient and hyper-parameters.
@@ -116,32 +76,32 @@ void SchedOverlapOptimizerPass::runOnOperation() {
   getOperation().walk([&](IterationOp it) { iterations.push_back(it); });
   for (IterationOp it : iterations) {
     auto module = it->getParentOfType<ModuleOp>();
-    auto layers = module ? module->getAttrOfType<ArrayAttr>("train.layers")
-                         : ArrayAttr();
-    if (!layers) {
+    auto layers = module ? train::LayerTable::read(module)
+                         : FailureOr<std::optional<train::LayerTable>>();
+    if (failed(layers))
+      return signalPassFailure();
+    if (!*layers) {
       it.emitError("sched-overlap-optimizer: the module has no train.layers: "
                    "run train-partition-layers first");
       return signalPassFailure();
     }
-    if (failed(overlap(it, layers)))
+    if (failed(overlap(it, **layers)))
       return signalPassFailure();
   }
 }
 
-LogicalResult SchedOverlapOptimizerPass::overlap(IterationOp iteration,
-                                                 ArrayAttr layersAttr) {
-  auto layers = readLayers(iteration, layersAttr);
-  if (failed(layers))
-    return failure();
+LogicalResult
+SchedOverlapOptimizerPass::overlap(IterationOp iteration,
+                                   const train::LayerTable &layers) {
   Block &block = iteration.getBlock();
   SmallVector<TaskOp> tasks(block.getOps<TaskOp>());
   for (TaskOp t : tasks) {
     if (t.getDeferred())
       return t.emitError("sched-overlap-optimizer: the iteration already has "
                          "deferred updates (the pass ran before)");
-    if (t.getLayer() >= layers->size())
+    if (t.getLayer() >= layers.size())
       return t.emitError("sched-overlap-optimizer: layer ")
-             << t.getLayer() << " is not in train.layers (" << layers->size()
+             << t.getLayer() << " is not in train.layers (" << layers.size()
              << " layers)";
   }
 
@@ -180,12 +140,14 @@ LogicalResult SchedOverlapOptimizerPass::overlap(IterationOp iteration,
 
   for (TaskOp opt : optTasks) {
     int64_t layer = opt.getLayer();
-    const LayerInfo &info = (*layers)[layer];
+    ArrayRef<FlatSymbolRefAttr> owned = layers[layer].getParams();
     SmallVector<train::AdamWOp> updates;
     llvm::StringSet<> updated;
     WalkResult walk = opt.walk([&](Operation *op) {
       if (auto u = dyn_cast<train::AdamWOp>(op)) {
-        if (!llvm::is_contained(info.params, u.getParam())) {
+        if (!llvm::any_of(owned, [&](FlatSymbolRefAttr p) {
+              return p.getValue() == u.getParam();
+            })) {
           u.emitError("sched-overlap-optimizer: the opt task of layer ")
               << layer << " updates @" << u.getParam()
               << ", which train.layers[" << layer << "] does not list";
@@ -226,7 +188,7 @@ LogicalResult SchedOverlapOptimizerPass::overlap(IterationOp iteration,
     auto atLeast = [&](size_t i) { after = after ? std::max(*after, i) : i; };
     if (auto it = lastBwd.find(layer); it != lastBwd.end())
       atLeast(it->second);
-    for (int64_t from : info.gradFrom)
+    for (int64_t from : layers.gradFrom(layer))
       if (auto it = lastBwd.find(from); it != lastBwd.end())
         atLeast(it->second);
     for (auto &name : updated)
@@ -267,8 +229,8 @@ LogicalResult SchedOverlapOptimizerPass::overlap(IterationOp iteration,
     for (train::AdamWOp u : updates)
       byParam[u.getParam()] = u;
     int64_t total = 0;
-    for (StringRef p : info.params)
-      if (auto it = byParam.find(p); it != byParam.end())
+    for (FlatSymbolRefAttr p : owned)
+      if (auto it = byParam.find(p.getValue()); it != byParam.end())
         total += it->second.getGrad().getType().getNumElements();
     // The cost model counts the deferred bytes with the same function.
     const int64_t deferred =
@@ -277,7 +239,8 @@ LogicalResult SchedOverlapOptimizerPass::overlap(IterationOp iteration,
       continue;
     SmallVector<std::pair<StringRef, int64_t>> ranges; // param, end
     int64_t offset = 0;
-    for (StringRef p : info.params) {
+    for (FlatSymbolRefAttr sym : owned) {
+      StringRef p = sym.getValue();
       auto it = byParam.find(p);
       if (it == byParam.end())
         continue;

@@ -95,11 +95,12 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
       tiers[cls] = tier.str();
     }
     Builder b(&getContext());
-    SmallVector<NamedAttribute> attrs;
-    for (llvm::StringLiteral c : kClasses)
-      attrs.push_back(b.getNamedAttr(c, b.getStringAttr(tiers[c])));
-    DictionaryAttr dict = b.getDictionaryAttr(attrs);
-    StringRef side = tiers["optimizer"] == "gpu" ? "gpu" : "cpu";
+    auto tierOf = [&](StringRef c) { return *symbolizeTier(tiers[c]); };
+    auto placed =
+        PlacementAttr::get(&getContext(), tierOf("params"),
+                           tierOf("optimizer"), tierOf("gradients"),
+                           tierOf("activations"));
+    StringRef side = placed.getOptimizer() == Tier::gpu ? "gpu" : "cpu";
     bool any = false;
     WalkResult r = module.walk([&](IterationOp it) {
       any = true;
@@ -115,8 +116,8 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
       if (tiers["activations"] != "gpu" &&
           failed(checkActivationsMovable(it, tiers["activations"])))
         return WalkResult::interrupt();
-      it->setAttr("placement", dict);
-      it->setAttr("optimizer_on", b.getStringAttr(side));
+      it.setPlacementAttr(placed);
+      it.setOptimizerOnAttr(b.getStringAttr(side));
       return WalkResult::advance();
     });
     if (r.wasInterrupted())

@@ -1,6 +1,8 @@
 //===- TrainDialect.cpp - the train dialect -------------------------------===//
 
 #include "spillway/Dialect/Train/IR/TrainDialect.h"
+#include "spillway/Dialect/Train/IR/LayerTable.h"
+#include "spillway/Dialect/Train/IR/TrainAttrs.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
 
 using namespace mlir;
@@ -9,8 +11,18 @@ using namespace spillway::train;
 #include "spillway/Dialect/Train/IR/TrainDialect.cpp.inc"
 
 void TrainDialect::initialize() {
+  registerAttributes();
   addOperations<
 #define GET_OP_LIST
 #include "spillway/Dialect/Train/IR/TrainOps.cpp.inc"
       >();
+}
+
+LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
+                                                     NamedAttribute attr) {
+  if (attr.getName() != kLayersAttrName)
+    return success();
+  if (!isa<ModuleOp>(op))
+    return op->emitError() << kLayersAttrName << " belongs on the module";
+  return verifyLayerTable(attr.getValue(), [&] { return op->emitError(); });
 }

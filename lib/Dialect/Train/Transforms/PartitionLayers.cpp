@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "spillway/Dialect/Train/IR/LayerTable.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
 #include "spillway/Dialect/Train/Transforms/Passes.h"
 
@@ -673,36 +674,27 @@ LogicalResult TrainPartitionLayersPass::partition(func::FuncOp func) {
       if (l != int64_t(layerOf[p]))
         usesForeign[l].push_back(p);
   auto symbols = [&](ArrayRef<unsigned> ps) {
-    SmallVector<Attribute> refs;
+    SmallVector<FlatSymbolRefAttr> refs;
     for (unsigned p : ps)
       refs.push_back(FlatSymbolRefAttr::get(params[p].getSymNameAttr()));
-    return b.getArrayAttr(refs);
+    return refs;
   };
-  SmallVector<Attribute> summary;
+  SmallVector<LayerAttr> summary;
   for (auto [i, l] : llvm::enumerate(layers)) {
-    SmallVector<NamedAttribute> entry;
-    entry.push_back(b.getNamedAttr("name", b.getStringAttr(l.name)));
-    entry.push_back(b.getNamedAttr("params", symbols(l.params)));
-    SmallVector<Attribute> shared;
+    SmallVector<SharedParamAttr> shared;
     for (unsigned p : l.params) {
       if (usedBy[p].size() < 2)
         continue;
       SmallVector<int64_t> users(usedBy[p].begin(), usedBy[p].end());
       llvm::sort(users);
-      SmallVector<NamedAttribute> s;
-      s.push_back(b.getNamedAttr(
-          "param", FlatSymbolRefAttr::get(params[p].getSymNameAttr())));
-      s.push_back(b.getNamedAttr("used_by", b.getI64ArrayAttr(users)));
-      s.push_back(b.getNamedAttr("grad_from", b.getI64ArrayAttr(gradFrom[p])));
-      shared.push_back(b.getDictionaryAttr(s));
+      shared.push_back(SharedParamAttr::get(
+          &getContext(), FlatSymbolRefAttr::get(params[p].getSymNameAttr()),
+          users, gradFrom[p]));
     }
-    if (!shared.empty())
-      entry.push_back(b.getNamedAttr("shared", b.getArrayAttr(shared)));
-    if (!usesForeign[i].empty())
-      entry.push_back(b.getNamedAttr("uses", symbols(usesForeign[i])));
-    summary.push_back(b.getDictionaryAttr(entry));
+    summary.push_back(LayerAttr::get(&getContext(), l.name, symbols(l.params),
+                                     shared, symbols(usesForeign[i])));
   }
-  module->setAttr("train.layers", b.getArrayAttr(summary));
+  LayerTable::write(module, summary);
   numLayers = layers.size();
   return success();
 }

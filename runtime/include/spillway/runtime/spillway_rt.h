@@ -24,6 +24,8 @@
 
 #include <stdint.h>
 
+#include "spillway/runtime/tier.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -135,10 +137,9 @@ void spw_adamw_flush(spw_ctx *ctx);
  * A model compiled with a placement keeps each layer's parameters, AdamW
  * state and gradients in *blocks* (one per layer and class) homed on a tier
  * at static offsets, and its step moves them with these calls
- * (docs/runtime.md, "Offload"). Tiers: 0 gpu, 1 host (pinned), 2 ssd.
- * Classes: block_classes.def. Priorities: 0 demand, 1 prefetch,
- * 2 writeback. */
-enum spw_tier { SPW_TIER_GPU = 0, SPW_TIER_HOST = 1, SPW_TIER_SSD = 2 };
+ * (docs/runtime.md, "Offload"). Tiers: enum spw_tier (tier.h): 0 gpu, 1 host
+ * (pinned), 2 ssd. Classes: block_classes.def. Priorities: 0 demand,
+ * 1 prefetch, 2 writeback. */
 enum spw_block_class {
 #define SPW_BLOCK_CLASS(ENUM, name, value) SPW_BLOCK_##ENUM = value,
 #include "spillway/runtime/block_classes.def"

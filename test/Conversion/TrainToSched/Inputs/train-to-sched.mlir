@@ -2,7 +2,7 @@
 // Models: train-to-sched
 // Passes: --train-autodiff --train-attach-optimizer --train-partition-layers
 
-module attributes {train.layers = [{name = "embed", params = [@embed.weight]}, {name = "blocks.0", params = [@blocks.0.fc.weight, @blocks.0.fc.bias]}, {name = "blocks.1", params = [@blocks.1.fc.weight, @blocks.1.fc.bias]}, {name = "head", params = [@head.weight]}]} {
+module attributes {train.layers = [#train.layer<"embed", params = [@embed.weight]>, #train.layer<"blocks.0", params = [@blocks.0.fc.weight, @blocks.0.fc.bias]>, #train.layer<"blocks.1", params = [@blocks.1.fc.weight, @blocks.1.fc.bias]>, #train.layer<"head", params = [@head.weight]>]} {
   train.param @embed.weight : tensor<10x4xf32> at 0 {train.layer = 0 : i64}
   train.param @blocks.0.fc.weight : tensor<4x4xf32> at 160 {train.layer = 1 : i64}
   train.param @blocks.0.fc.bias : tensor<4xf32> at 224 {train.layer = 1 : i64}

@@ -2,11 +2,11 @@
 // Models: two-layers
 // Passes: --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-recompute --sched-place=placement=activations=ssd --sched-insert-transfers
 
-module attributes {train.layers = [{name = "w1", params = [@w1]}, {name = "w2", params = [@w2]}]} {
+module attributes {train.layers = [#train.layer<"w1", params = [@w1]>, #train.layer<"w2", params = [@w2]>]} {
   train.param @w1 : tensor<4x8xf32> at 0 {train.layer = 0 : i64}
   train.param @w2 : tensor<8x3xf32> at 128 {train.layer = 1 : i64}
   func.func @two_layers(%arg0: tensor<6x4xf32>, %arg1: tensor<6xi64>) -> tensor<f32> {
-    %0 = sched.iteration(%arg0, %arg1) {microbatches = 2 : i64, optimizer_on = "gpu", order = "snake", placement = {activations = "ssd", gradients = "gpu", optimizer = "gpu", params = "gpu"}, updated = [[@w1], [@w2]]} : (tensor<6x4xf32>, tensor<6xi64>) -> tensor<f32> {
+    %0 = sched.iteration(%arg0, %arg1) {microbatches = 2 : i64, optimizer_on = "gpu", order = "snake", placement = #sched.placement<params = gpu, optimizer = gpu, gradients = gpu, activations = ssd>, updated = [[@w1], [@w2]]} : (tensor<6x4xf32>, tensor<6xi64>) -> tensor<f32> {
     ^bb0(%arg2: tensor<6x4xf32>, %arg3: tensor<6xi64>):
       sched.bind params layer(0) gpu
       sched.bind params layer(1) gpu

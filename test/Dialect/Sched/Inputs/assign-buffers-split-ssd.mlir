@@ -2,11 +2,11 @@
 // Models: two-layers-16
 // Passes: --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers
 
-module attributes {train.layers = [{name = "w1", params = [@w1]}, {name = "w2", params = [@w2]}]} {
+module attributes {train.layers = [#train.layer<"w1", params = [@w1]>, #train.layer<"w2", params = [@w2]>]} {
   train.param @w1 : tensor<16x16xf32> at 0 {train.layer = 0 : i64}
   train.param @w2 : tensor<16x3xf32> at 1024 {train.layer = 1 : i64}
   func.func @two_layers(%arg0: tensor<6x16xf32>, %arg1: tensor<6xi64>) -> tensor<f32> {
-    %0 = sched.iteration(%arg0, %arg1) {deferred = array<i64: 128, 0>, microbatches = 2 : i64, optimizer_on = "cpu", order = "snake", placement = {activations = "gpu", gradients = "ssd", optimizer = "ssd", params = "ssd"}, updated = [[@w1], [@w2]]} : (tensor<6x16xf32>, tensor<6xi64>) -> tensor<f32> {
+    %0 = sched.iteration(%arg0, %arg1) {deferred = array<i64: 128, 0>, microbatches = 2 : i64, optimizer_on = "cpu", order = "snake", placement = #sched.placement<params = ssd, optimizer = ssd, gradients = ssd, activations = gpu>, updated = [[@w1], [@w2]]} : (tensor<6x16xf32>, tensor<6xi64>) -> tensor<f32> {
     ^bb0(%arg2: tensor<6x16xf32>, %arg3: tensor<6xi64>):
       %1 = sched.move params layer(0) ssd -> host prio(demand) : !sched.timepoint
       %2 = sched.move params layer(1) ssd -> host prio(prefetch) : !sched.timepoint

@@ -2,13 +2,13 @@
 // Models: three-layers
 // Passes: --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-recompute --sched-place=placement=activations=ssd
 
-module attributes {train.layers = [{name = "embed", params = [@embed.weight]}, {name = "blocks.0", params = [@blocks.0.fc.weight, @blocks.0.fc.bias]}, {name = "head", params = [@head.weight]}]} {
+module attributes {train.layers = [#train.layer<"embed", params = [@embed.weight]>, #train.layer<"blocks.0", params = [@blocks.0.fc.weight, @blocks.0.fc.bias]>, #train.layer<"head", params = [@head.weight]>]} {
   train.param @embed.weight : tensor<10x4xf32> at 0 {train.layer = 0 : i64}
   train.param @blocks.0.fc.weight : tensor<4x4xf32> at 160 {train.layer = 1 : i64}
   train.param @blocks.0.fc.bias : tensor<4xf32> at 224 {train.layer = 1 : i64}
   train.param @head.weight : tensor<4x10xf32> at 240 {train.layer = 2 : i64}
   func.func @three_layers(%arg0: tensor<6xi64>, %arg1: tensor<6xi64>) -> tensor<f32> {
-    %0 = sched.iteration(%arg0, %arg1) {microbatches = 2 : i64, optimizer_on = "gpu", order = "snake", placement = {activations = "ssd", gradients = "gpu", optimizer = "gpu", params = "gpu"}} : (tensor<6xi64>, tensor<6xi64>) -> tensor<f32> {
+    %0 = sched.iteration(%arg0, %arg1) {microbatches = 2 : i64, optimizer_on = "gpu", order = "snake", placement = #sched.placement<params = gpu, optimizer = gpu, gradients = gpu, activations = ssd>} : (tensor<6xi64>, tensor<6xi64>) -> tensor<f32> {
     ^bb0(%arg2: tensor<6xi64>, %arg3: tensor<6xi64>):
       %1 = sched.slice %arg2[0 of 2] : tensor<6xi64> -> tensor<3xi64>
       %2 = sched.task fwd layer(0) mb(0) (%1) : (tensor<3xi64>) -> tensor<3x4xf32> {

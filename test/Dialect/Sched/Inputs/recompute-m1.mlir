@@ -2,7 +2,7 @@
 // Models: three-layers, tied-tanh
 // Passes: --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order=order=snake
 
-module attributes {train.layers = [{name = "embed", params = [@embed.weight]}, {name = "blocks.0", params = [@blocks.0.fc.weight, @blocks.0.fc.bias]}, {name = "head", params = [@head.weight]}]} {
+module attributes {train.layers = [#train.layer<"embed", params = [@embed.weight]>, #train.layer<"blocks.0", params = [@blocks.0.fc.weight, @blocks.0.fc.bias]>, #train.layer<"head", params = [@head.weight]>]} {
   train.param @embed.weight : tensor<10x4xf32> at 0 {train.layer = 0 : i64}
   train.param @blocks.0.fc.weight : tensor<4x4xf32> at 160 {train.layer = 1 : i64}
   train.param @blocks.0.fc.bias : tensor<4xf32> at 224 {train.layer = 1 : i64}
@@ -80,7 +80,7 @@ module attributes {train.layers = [{name = "embed", params = [@embed.weight]}, {
 }
 
 // -----
-module attributes {train.layers = [{name = "embed", params = [@embed.weight], shared = [{grad_from = [0, 1], param = @embed.weight, used_by = [0, 1]}]}, {name = "blocks.0", params = [@blocks.0.fc.weight], uses = [@embed.weight]}]} {
+module attributes {train.layers = [#train.layer<"embed", params = [@embed.weight], shared = [#train.shared<@embed.weight, used_by = [0, 1], grad_from = [0, 1]>]>, #train.layer<"blocks.0", params = [@blocks.0.fc.weight], uses = [@embed.weight]>]} {
   train.param @embed.weight : tensor<10x4xf32> at 0 {train.layer = 0 : i64}
   train.param @blocks.0.fc.weight : tensor<4x4xf32> at 160 {train.layer = 1 : i64}
   func.func @tied(%arg0: tensor<4xi64>, %arg1: tensor<4xi64>) -> tensor<f32> {

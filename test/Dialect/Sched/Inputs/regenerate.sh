@@ -114,8 +114,6 @@ gen $sched/tied-head-params-host.mlir tied-head "${front[@]}" --sched-order --sc
 out=$scratch gen base/tied-head-optimizer-host.mlir tied-head "${front[@]}" --sched-order --sched-place=placement=optimizer=host
 out=$scratch gen base/tied-head-deferred.mlir tied-head "${front[@]}" --sched-order "--sched-overlap-optimizer=fraction=0.5 granule=1" --sched-place=placement=optimizer=host
 gen $sched/tied-head-gradients-host.mlir tied-head "${front[@]}" --sched-order --sched-place=placement=gradients=host,optimizer=ssd
-damage $sched/tied-head-malformed-layers.mlir "$scratch/base/tied-head-optimizer-host.mlir" \
-  "a train.layers entry whose params are not symbols" 's/params = \[@h.0.w\]/params = [1 : i64]/'
 damage $sched/tied-head-apply-mismatch.mlir "$scratch/base/tied-head-deferred.mlir" \
   "the deferred task applies another range than the opt task defers" \
   's/adamw_apply_pending @wte \[0, 20)/adamw_apply_pending @wte [0, 16)/'

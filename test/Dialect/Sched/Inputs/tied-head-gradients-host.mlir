@@ -2,11 +2,11 @@
 // Models: tied-head
 // Passes: --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order --sched-place=placement=gradients=host,optimizer=ssd
 
-module attributes {train.layers = [{name = "wte", params = [@wte], shared = [{grad_from = [0, 1], param = @wte, used_by = [0, 1]}]}, {name = "h.0", params = [@h.0.w], uses = [@wte]}]} {
+module attributes {train.layers = [#train.layer<"wte", params = [@wte], shared = [#train.shared<@wte, used_by = [0, 1], grad_from = [0, 1]>]>, #train.layer<"h.0", params = [@h.0.w], uses = [@wte]>]} {
   train.param @wte : tensor<10x4xf32> at 0 {train.layer = 0 : i64}
   train.param @h.0.w : tensor<4x4xf32> at 160 {train.layer = 1 : i64}
   func.func @tied(%arg0: tensor<6xi64>, %arg1: tensor<6xi64>) -> tensor<f32> {
-    %0 = sched.iteration(%arg0, %arg1) {optimizer_on = "cpu", order = "horizontal", placement = {activations = "gpu", gradients = "host", optimizer = "ssd", params = "gpu"}} : (tensor<6xi64>, tensor<6xi64>) -> tensor<f32> {
+    %0 = sched.iteration(%arg0, %arg1) {optimizer_on = "cpu", order = "horizontal", placement = #sched.placement<params = gpu, optimizer = ssd, gradients = host, activations = gpu>} : (tensor<6xi64>, tensor<6xi64>) -> tensor<f32> {
     ^bb0(%arg2: tensor<6xi64>, %arg3: tensor<6xi64>):
       %1 = sched.task fwd layer(0) (%arg2) : (tensor<6xi64>) -> tensor<6x4xf32> {
       ^bb0(%arg4: tensor<6xi64>):

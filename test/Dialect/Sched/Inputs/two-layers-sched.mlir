@@ -2,7 +2,7 @@
 // Models: two-layers
 // Passes: --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched
 
-module attributes {train.layers = [{name = "w1", params = [@w1]}, {name = "w2", params = [@w2]}]} {
+module attributes {train.layers = [#train.layer<"w1", params = [@w1]>, #train.layer<"w2", params = [@w2]>]} {
   train.param @w1 : tensor<4x8xf32> at 0 {train.layer = 0 : i64}
   train.param @w2 : tensor<8x3xf32> at 128 {train.layer = 1 : i64}
   func.func @two_layers(%arg0: tensor<6x4xf32>, %arg1: tensor<6xi64>) -> tensor<f32> {

@@ -34,7 +34,10 @@ def Sched_Dialect : Dialect {
     legalize later.
   }];
   let useDefaultTypePrinterParser = 1;
-  let useDefaultAttributePrinterParser = 0;
+  let useDefaultAttributePrinterParser = 1;
+  let extraClassDeclaration = [{
+    void registerAttributes();
+  }];
 }
 
 class Sched_Op<string mnemonic, list<Trait> traits = []>
@@ -58,6 +61,9 @@ def Sched_Phase : I32EnumAttr<"Phase", "the phase of a task", [
   let cppNamespace = "::spillway::sched";
 }
 
+// The runtime ABI's tiers (runtime/include/spillway/runtime/tier.h,
+// SPW_TIER_*): the same cases with the same values, which SchedDialect.cpp
+// asserts, so a tier crosses from the plan to the executable as its number.
 def Sched_Tier : I32EnumAttr<"Tier", "a memory tier", [
     I32EnumAttrCase<"gpu", 0>, I32EnumAttrCase<"host", 1>,
     I32EnumAttrCase<"ssd", 2>]> {
@@ -89,6 +95,25 @@ def Sched_AccumulateKind : I32EnumAttr<"AccumulateKind",
     "how micro-batch values combine", [
     I32EnumAttrCase<"sum", 0>, I32EnumAttrCase<"mean", 1>]> {
   let cppNamespace = "::spillway::sched";
+}
+
+def Sched_PlacementAttr : AttrDef<Sched_Dialect, "Placement"> {
+  let mnemonic = "placement";
+  let summary = "the home tier of each tensor class for the whole run";
+  let description = [{
+    Written by `sched-place` on the iteration; `sched-insert-transfers`
+    moves blocks from and to these homes, `sched-assign-buffers` sizes the
+    tiers by them.
+
+    ```mlir
+    #sched.placement<params = ssd, optimizer = host, gradients = host, activations = gpu>
+    ```
+  }];
+  let parameters = (ins EnumParameter<Sched_Tier>:$params,
+                        EnumParameter<Sched_Tier>:$optimizer,
+                        EnumParameter<Sched_Tier>:$gradients,
+                        EnumParameter<Sched_Tier>:$activations);
+  let assemblyFormat = "`<` struct(params) `>`";
 }
 
 #endif // SPILLWAY_DIALECT_SCHED_IR_SCHEDDIALECT_TD

@@ -4,6 +4,7 @@
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/Interfaces/ControlFlowInterfaces.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
@@ -11,6 +12,9 @@
 #include "spillway/Dialect/Sched/IR/SchedDialect.h"
 
 #include "spillway/Dialect/Sched/IR/SchedEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "spillway/Dialect/Sched/IR/SchedAttrs.h.inc"
 
 #define GET_TYPEDEF_CLASSES
 #include "spillway/Dialect/Sched/IR/SchedTypes.h.inc"

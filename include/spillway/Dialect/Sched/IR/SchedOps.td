@@ -22,7 +22,18 @@ def Sched_IterationOp : Sched_Op<"iteration", [
     loss). Ops run in block order. `microbatches` is M, the number of
     micro-batches the batch is split into (1: the whole batch at once);
     `order` records the order `sched-order` chose (`horizontal`, `snake`),
-    absent before it ran.
+    absent before it ran. The offload passes add the rest, each absent
+    before its pass ran:
+    - `placement` (`sched-place`): each tensor class's home tier;
+      `optimizer_on`, where the update runs: `"gpu"` when the optimizer
+      state's home is the GPU, else `"cpu"`;
+    - `updated` (`sched-insert-transfers`): per layer of `train.layers`, the
+      parameters the optimizer updates (the members of the layer's gradient
+      and optimizer blocks), which needs `placement`;
+    - `deferred` (`sched-insert-transfers`, after
+      `sched-overlap-optimizer`): per layer, how many leading elements of
+      its updated parameters are updated a step late (0 or more, one entry
+      per entry of `updated`).
 
     ```mlir
     %loss = sched.iteration(%ids, %labels) {microbatches = 1 : i64}
@@ -36,7 +47,12 @@ def Sched_IterationOp : Sched_Op<"iteration", [
   }];
   let arguments = (ins Variadic<AnyType>:$inputs,
                        DefaultValuedAttr<I64Attr, "1">:$microbatches,
-                       OptionalAttr<StrAttr>:$order);
+                       OptionalAttr<StrAttr>:$order,
+                       OptionalAttr<Sched_PlacementAttr>:$placement,
+                       OptionalAttr<StrAttr>:$optimizer_on,
+                       OptionalAttr<TypedArrayAttrBase<FlatSymbolRefArrayAttr,
+                           "per layer, its updated parameters">>:$updated,
+                       OptionalAttr<DenseI64ArrayAttr>:$deferred);
   let results = (outs Variadic<AnyType>:$results);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{

@@ -133,7 +133,7 @@ def SchedPlacePass : Pass<"sched-place", "mlir::ModuleOp"> {
   let summary = "Fix the tier of every tensor class of each iteration";
   let description = [{
     Records on each `sched.iteration` where each tensor class lives for the
-    whole run, as the `placement` dictionary attribute: `params` (the
+    whole run, as its `placement` (`#sched.placement`): `params` (the
     parameters the forward and backward read), `optimizer` (AdamW's m and
     v), `gradients` (the accumulated gradient) and `activations`, each
     `gpu`, `host` or `ssd`. `placement` is the spec, `CLASS=TIER,...`;

@@ -24,7 +24,12 @@ def Train_Dialect : Dialect {
     attribute), never inline in the IR.
   }];
   let hasConstantMaterializer = 0;
-  let useDefaultAttributePrinterParser = 0;
+  let useDefaultAttributePrinterParser = 1;
+  // `train.layers` on the module: an array of #train.layer checked once.
+  let hasOperationAttrVerify = 1;
+  let extraClassDeclaration = [{
+    void registerAttributes();
+  }];
   let useDefaultTypePrinterParser = 0;
 }
 

@@ -9,6 +9,7 @@
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "spillway/Dialect/Train/IR/TrainAttrs.h"
 #include "spillway/Dialect/Train/IR/TrainDialect.h"
 
 #define GET_OP_CLASSES

@@ -4,6 +4,7 @@
 #define SPILLWAY_DIALECT_TRAIN_IR_TRAINOPS_TD
 
 include "spillway/Dialect/Train/IR/TrainDialect.td"
+include "spillway/Dialect/Train/IR/TrainAttrs.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"

@@ -138,8 +138,9 @@ def TrainPartitionLayersPass : Pass<"train-partition-layers", "mlir::ModuleOp"> 
       it reads a backward value, else `fwd`);
     - every `train.param` the step reads gets `train.layer`, its owner (a
       parameter the step never reads gets none);
-    - the module gets `train.layers`, one dictionary per layer in forward
-      order: `name`, `params` (owned), and where present `shared` (for each
+    - the module gets `train.layers`, one `#train.layer` per layer in
+      forward order (the dialect verifies the table; LayerTable reads it):
+      `name`, `params` (owned), and where present `shared` (for each
       owned parameter other layers read too, e.g. an embedding tied to the
       LM head: `used_by`, the layers whose forward reads it, and
       `grad_from`, the layers whose backward produces a part of its gradient

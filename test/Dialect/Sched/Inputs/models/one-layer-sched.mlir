@@ -1,4 +1,4 @@
-module attributes {train.layers = [{name = "a", params = [@a]}]} {
+module attributes {train.layers = [#train.layer<"a", params = [@a]>]} {
   train.param @a : tensor<4xf32> at 0
   func.func @then_order(%x: tensor<4xf32>) -> tensor<4xf32> {
     %r = sched.iteration(%x) : (tensor<4xf32>) -> tensor<4xf32> {
