@@ -44,7 +44,8 @@ void spillway::populateSchedulePipeline(OpPassManager &pm,
                                         llvm::StringRef order,
                                         double overlapFraction,
                                         bool recompute,
-                                        const OffloadOptions *offload) {
+                                        const OffloadOptions *offload,
+                                        bool outlineTasks) {
   pm.addPass(train::createTrainPartitionLayersPass());
   pm.addPass(createConvertTrainToSchedPass());
   sched::SchedMicrobatchPassOptions mb;
@@ -70,6 +71,8 @@ void spillway::populateSchedulePipeline(OpPassManager &pm,
     buffers.hostMem = offload->hostBytes;
     pm.addPass(sched::createSchedAssignBuffersPass(buffers));
   }
+  if (outlineTasks)
+    pm.addPass(sched::createSchedOutlineTasksPass());
   pm.addPass(createConvertSchedToTrainPass());
 }
 

@@ -1353,7 +1353,7 @@ static int compilerMain(int argc, char **argv) {
       PassManager pm(&context);
       spillway::populateSchedulePipeline(pm, exeMicrobatches, order,
                                          overlapOptimizer, recompute == "on",
-                                         &*o);
+                                         &*o, emit != EmitKind::MLIR);
       bool overBudget = false;
       LogicalResult ran = failure();
       {
@@ -1387,7 +1387,8 @@ static int compilerMain(int argc, char **argv) {
     PassManager pm(&context);
     spillway::populateSchedulePipeline(
         pm, exeMicrobatches, exeOrder, overlapOptimizer, recompute == "on",
-        offloadOptions ? &*offloadOptions : nullptr);
+        offloadOptions ? &*offloadOptions : nullptr,
+        /*outlineTasks=*/emit != EmitKind::MLIR);
     if (offloadOptions)
       note("offload plan: " + (offloadOptions->placement.empty()
                                    ? std::string("everything on the GPU")

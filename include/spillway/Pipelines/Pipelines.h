@@ -62,11 +62,16 @@ struct OffloadOptions {
   std::string placement; ///< CLASS=TIER,... (sched-place)
   uint64_t gpuBytes = 0, hostBytes = 0; ///< budgets; 0 = unlimited
 };
+/// With `outlineTasks`, sched-outline-tasks runs before
+/// convert-sched-to-train: the step calls one function per distinct task
+/// computation (what the executable compiles: its compile time then grows
+/// with the step's length, not its square), instead of holding every op.
 void populateSchedulePipeline(mlir::OpPassManager &pm, int64_t microbatches,
                               llvm::StringRef order,
                               double overlapFraction = 0.0,
                               bool recompute = true,
-                              const OffloadOptions *offload = nullptr);
+                              const OffloadOptions *offload = nullptr,
+                              bool outlineTasks = false);
 
 /// A training step -> LLVM dialect calls against the runtime's C ABI, for
 /// `target` "cpu" or "cuda" with `precision` "fp32" or "bf16" (cuda only).
