@@ -20,9 +20,11 @@
 #include "spillway/Schedule/CostModel.h"
 #include "spillway/Schedule/HardwareProfile.h"
 #include "spillway/Schedule/IterationSummary.h"
+#include "spillway/Support/CompileTiming.h"
 #include "spillway/Support/ToolMain.h"
 #include "spillway/Target/ONNX/ImportONNX.h"
 #include "Report.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileUtilities.h"
@@ -206,6 +208,12 @@ cl::opt<bool> report(
              "with --place, --gpu-mem or --host-mem (an offload plan). "
              "Without -o nothing is compiled"),
     cl::cat(category));
+cl::opt<std::string> passTiming(
+    "pass-timing",
+    cl::desc("Write the wall time and resident memory after each pass and "
+             "phase of the compile as JSON"),
+    cl::value_desc("FILE"), cl::cat(category));
+spillway::CompileTiming timing;
 cl::opt<std::string> reportJson(
     "report-json",
     cl::desc("Write the report as JSON (bytes_per_iteration, peak_bytes per "
@@ -1032,6 +1040,13 @@ static int compilerMain(int argc, char **argv) {
       "  spillwayc model.onnx -o model --microbatches 4 --schedule snake "
       "--place params=ssd,optimizer=ssd\n"
       "  ./model --input ... --ssd /mnt/nvme0 --stats-json stats.json\n");
+  if (!passTiming.empty())
+    timing.enable();
+  llvm::scope_exit writeTiming([] {
+    std::string e;
+    if (timing.isEnabled() && !timing.write(passTiming, e))
+      llvm::WithColor::error(llvm::errs(), "spillwayc") << e << "\n";
+  });
 
   // The executable's ranges (hyperparams.h), on the text as typed: a value
   // compiled in here is one the executable's flags accept too.
@@ -1224,6 +1239,7 @@ static int compilerMain(int argc, char **argv) {
     importOptions.weightsAttr =
         llvm::sys::path::filename(weightsFinal).str();
     note("importing " + inputPath);
+    auto importing = timing.phase("import-onnx");
     module = spillway::importONNXFile(inputPath, context, importOptions);
     if (!module)
       return 1;
@@ -1267,6 +1283,7 @@ static int compilerMain(int argc, char **argv) {
 
   {
     PassManager pm(&context);
+    timing.attach(pm);
     if (forwardOnly) {
       spillway::populateForwardPipeline(pm, trainOptions);
       note("fusing patterns");
@@ -1351,6 +1368,7 @@ static int compilerMain(int argc, char **argv) {
                               : exeOrder;
       OwningOpRef<ModuleOp> trial(module->clone());
       PassManager pm(&context);
+      timing.attach(pm);
       spillway::populateSchedulePipeline(pm, exeMicrobatches, order,
                                          overlapOptimizer, recompute == "on",
                                          &*o, emit != EmitKind::MLIR);
@@ -1385,6 +1403,7 @@ static int compilerMain(int argc, char **argv) {
 
   if (scheduled) {
     PassManager pm(&context);
+    timing.attach(pm);
     spillway::populateSchedulePipeline(
         pm, exeMicrobatches, exeOrder, overlapOptimizer, recompute == "on",
         offloadOptions ? &*offloadOptions : nullptr,
@@ -1481,6 +1500,7 @@ static int compilerMain(int argc, char **argv) {
   }
 
   PassManager lower(&context);
+  timing.attach(lower);
   const std::string precisionName =
       precision.getNumOccurrences() ? std::string(precision)
                                     : target == "cuda" ? "bf16" : "fp32";
@@ -1490,8 +1510,10 @@ static int compilerMain(int argc, char **argv) {
     return 1;
 
   llvm::LLVMContext llvmContext;
+  auto translateStart = std::chrono::steady_clock::now();
   auto llvmModule =
       spillway::translateToHostLLVMIR(*module, llvmContext, error);
+  timing.record("translate-to-llvm-ir", translateStart);
   if (!llvmModule)
     return fail(error);
   if (emit == EmitKind::LLVM) {
@@ -1517,7 +1539,8 @@ static int compilerMain(int argc, char **argv) {
                                ? pending.scratch(outputPath, ".o")
                                : outputOut;
   note("emitting object code");
-  if (failed(spillway::emitObjectFile(*llvmModule, objectPath, error)))
+  if (auto codegen = timing.phase("llvm-codegen");
+      failed(spillway::emitObjectFile(*llvmModule, objectPath, error)))
     return fail(error);
   if (emit == EmitKind::Obj) {
     if (failed(pending.commit(error)))
@@ -1531,9 +1554,11 @@ static int compilerMain(int argc, char **argv) {
     cudaRuntime = findCudaLibrary(runtime);
   note("linking " + outputPath + " with " + runtime +
        (cudaRuntime.empty() ? "" : " and " + cudaRuntime));
-  LogicalResult linked = spillway::linkExecutable(objectPath, runtime,
-                                                  outputOut, error,
-                                                  cudaRuntime);
+  LogicalResult linked = [&] {
+    auto link = timing.phase("link");
+    return spillway::linkExecutable(objectPath, runtime, outputOut, error,
+                                    cudaRuntime);
+  }();
   if (failed(linked))
     return fail(error);
   if (failed(pending.commit(error)))

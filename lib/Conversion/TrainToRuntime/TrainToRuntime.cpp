@@ -141,6 +141,7 @@ private:
   /// index the call lists.
   llvm::StringMap<SmallVector<bool>> paramArgsOf;
   llvm::StringMap<LLVM::LLVMFuncOp> taskFuncs;
+  llvm::StringMap<LLVM::LLVMFuncOp> runtimeFuncs;
 };
 
 } // namespace
@@ -151,12 +152,18 @@ private:
 
 LLVM::LLVMFuncOp RuntimeEmitter::getRuntimeFunc(StringRef name, Type result,
                                                 ArrayRef<Type> args) {
-  if (auto fn = module.lookupSymbol<LLVM::LLVMFuncOp>(name))
+  // Cached: a module lookup scans every op of the module, and a long step
+  // makes thousands of globals and calls.
+  LLVM::LLVMFuncOp &fn = runtimeFuncs[name];
+  if (fn)
+    return fn;
+  if ((fn = module.lookupSymbol<LLVM::LLVMFuncOp>(name)))
     return fn;
   OpBuilder::InsertionGuard guard(builder);
   builder.setInsertionPointToEnd(module.getBody());
-  return LLVM::LLVMFuncOp::create(builder, loc, name,
-                                  LLVM::LLVMFunctionType::get(result, args));
+  fn = LLVM::LLVMFuncOp::create(builder, loc, name,
+                                LLVM::LLVMFunctionType::get(result, args));
+  return fn;
 }
 
 Value RuntimeEmitter::callRuntime(StringRef name, Type result,
@@ -733,11 +740,40 @@ LogicalResult RuntimeEmitter::emitBody(func::FuncOp func, Value slotsArg) {
         releaseAfter[&op].push_back(root(v));
   }
 
-  Value one = i64(1);
-  insArray = LLVM::AllocaOp::create(
-      builder, loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, numIns), one);
-  outsArray = LLVM::AllocaOp::create(
-      builder, loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, numOuts), one);
+  auto allocScratch = [&] {
+    Value one = i64(1);
+    insArray = LLVM::AllocaOp::create(
+        builder, loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, numIns), one);
+    outsArray = LLVM::AllocaOp::create(
+        builder, loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, numOuts), one);
+  };
+  // A framed step runs as parts of at most kPartOps ops, each an internal
+  // function that the step calls in order: with every handle in the frame
+  // nothing else crosses a part, so no function, and no live range (the
+  // context pointer's included), grows with the step.
+  constexpr int64_t kPartOps = 256;
+  Block *stepBlock = builder.getInsertionBlock();
+  Value stepCtx = ctxArg;
+  int64_t partOps = 0, parts = 0;
+  auto startPart = [&] {
+    if (parts)
+      LLVM::ReturnOp::create(builder, loc, ValueRange{});
+    builder.setInsertionPointToEnd(module.getBody());
+    auto part = LLVM::LLVMFuncOp::create(
+        builder, loc, ("spw_model_step.part" + Twine(parts++)).str(),
+        LLVM::LLVMFunctionType::get(voidTy, {ptrTy}), LLVM::Linkage::Internal);
+    Block *entry = part.addEntryBlock(builder);
+    builder.setInsertionPointToEnd(stepBlock);
+    LLVM::CallOp::create(builder, loc, part, ValueRange{stepCtx});
+    builder.setInsertionPointToStart(entry);
+    ctxArg = entry->getArgument(0);
+    allocScratch();
+    partOps = 0;
+  };
+  if (framed)
+    startPart();
+  else
+    allocScratch();
 
   // The step's inputs come from the runtime; a task function's arguments
   // from the frame slots, or for a parameter its index, that `slotsArg`
@@ -781,6 +817,8 @@ LogicalResult RuntimeEmitter::emitBody(func::FuncOp func, Value slotsArg) {
 
   Operation *previous = nullptr;
   for (Operation &op : block) {
+    if (framed && ++partOps > kPartOps)
+      startPart();
     if (previous)
       for (Value v : releaseAfter.lookup(previous))
         callRuntime("spw_release", voidTy, {ptrTy, ptrTy},
@@ -982,6 +1020,10 @@ LogicalResult RuntimeEmitter::emitBody(func::FuncOp func, Value slotsArg) {
                  f64Array(kernel->fattrs)});
   }
   LLVM::ReturnOp::create(builder, loc, ValueRange{});
+  if (framed) {
+    builder.setInsertionPointToEnd(stepBlock);
+    LLVM::ReturnOp::create(builder, loc, ValueRange{});
+  }
   return success();
 }
 

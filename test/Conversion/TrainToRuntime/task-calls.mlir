@@ -1,9 +1,10 @@
 // A step whose tasks call shared task functions (sched-outline-tasks): each
 // function is lowered once, internal, taking (ctx, slots); the step keeps
 // its handles in the frame (@spw_frame, a store after each definition, a
-// load at each use) and calls a function with one constant slot list: a
-// frame slot per tensor argument, the index of each parameter argument
-// (the callee reads it with spw_param), then a slot per result.
+// load at each use), runs as parts (internal functions of a bounded number
+// of ops) and calls a function with one constant slot list: a frame slot
+// per tensor argument, the index of each parameter argument (the callee
+// reads it with spw_param), then a slot per result.
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-outline-tasks --convert-sched-to-train --convert-train-to-runtime | FileCheck %s
 // Without the outlining the step is lowered as it always was: no frame.
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --convert-sched-to-train --convert-train-to-runtime | FileCheck %s --check-prefix=FLAT
@@ -43,9 +44,14 @@
 // CHECK:         llvm.store
 // CHECK-NEXT:    llvm.return
 
-// The step reads no parameter itself (each read feeds a call), and each
-// call is the slot list's address and the call.
+// The step runs its parts in order (here one: a part has up to 256 ops).
 // CHECK-LABEL: llvm.func @spw_model_step(%arg0: !llvm.ptr) {
+// CHECK-NEXT:    llvm.call @spw_model_step.part0(%arg0) : (!llvm.ptr) -> ()
+// CHECK-NEXT:    llvm.return
+
+// The part reads no parameter itself (each read feeds a call), and each
+// call is the slot list's address and the call.
+// CHECK-LABEL: llvm.func internal @spw_model_step.part0(%arg0: !llvm.ptr) {
 // CHECK-NOT:     @spw_param(
 // CHECK:         llvm.call @spw_op_slice
 // CHECK-NEXT:    %[[L0:.*]] = llvm.mlir.addressof @[[$S0]] : !llvm.ptr
