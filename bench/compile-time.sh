@@ -7,10 +7,12 @@
 # update overlapped:
 #   spillwayc gpt.onnx -o exe --microbatches M --schedule snake \
 #     --overlap-optimizer 1 --place params=ssd,optimizer=ssd,gradients=ssd
-# and prints a table of seconds and peak resident memory, in total and per
-# phase: the ONNX import, the MLIR passes (all of them, and the slowest),
-# the translation to LLVM IR, LLVM code generation, the link
-# (spillwayc --pass-timing=FILE, which records each pass and phase).
+# and prints a table of seconds (wall and CPU) and peak resident memory of
+# the whole compile, and the CPU seconds of each phase: the ONNX import, the
+# MLIR passes (all of them, and the slowest), the translation to LLVM IR,
+# LLVM code generation, the link (spillwayc --pass-timing=FILE, which
+# records each pass and phase). CPU seconds are what to compare on a loaded
+# machine: wall time there grows with the load.
 #
 # usage: bench/compile-time.sh [--small] [--layers L[,L...]] [--microbatches M[,M...]]
 #                              [--d-model D] [--heads H] [--vocab V] [--seq S]
@@ -79,7 +81,7 @@ for l in ${LAYERS//,/ }; do
          --schedule snake --overlap-optimizer 1 --place params=ssd,optimizer=ssd,gradients=ssd)
     [ $TIMING = 1 ] && cmd+=(--pass-timing "$run/timing.json")
     echo "compile-time.sh: L=$l M=$m: ${cmd[*]}" >&2
-    if ! /usr/bin/time -f "%e %M" -o "$run/time" "${cmd[@]}" > "$run/log" 2>&1; then
+    if ! /usr/bin/time -f "%e %U %S %M" -o "$run/time" "${cmd[@]}" > "$run/log" 2>&1; then
       echo "compile-time.sh: the compile failed (L=$l M=$m):" >&2; tail -5 "$run/log" >&2; exit 1
     fi
     echo "$l $m ${cmd[*]}" > "$run/cmd"
@@ -95,36 +97,44 @@ results = []
 for name in sorted(os.listdir(runs), key=lambda n: tuple(int(x[1:]) for x in n.split("-"))):
     d = os.path.join(runs, name)
     l, m, cmd = open(os.path.join(d, "cmd")).read().split(" ", 2)
-    wall, rss_kb = open(os.path.join(d, "time")).read().split()[-2:]
+    wall, user, sys_, rss_kb = open(os.path.join(d, "time")).read().split()[-4:]
     r = {"layers": int(l), "microbatches": int(m), "command": cmd.strip(),
-         "seconds": float(wall), "peak_rss_mb": int(rss_kb) / 1024.0}
+         "seconds": float(wall), "cpu_seconds": float(user) + float(sys_),
+         "peak_rss_mb": int(rss_kb) / 1024.0}
     t = os.path.join(d, "timing.json")
     if os.path.exists(t):
         records = json.load(open(t))["records"]
         r["records"] = records
-        per = {p: {"seconds": 0.0, "peak_rss_mb": 0.0} for p in phases + ["mlir-passes"]}
+        per = {p: {"seconds": 0.0, "cpu_seconds": 0.0, "peak_rss_mb": 0.0}
+               for p in phases + ["mlir-passes"]}
         for rec in records:
             p = rec["name"] if rec["name"] in phases else "mlir-passes"
             per[p]["seconds"] += rec["seconds"]
+            per[p]["cpu_seconds"] += rec.get("cpu_seconds", 0.0)
             per[p]["peak_rss_mb"] = max(per[p]["peak_rss_mb"], rec["peak_rss_mb"])
         r["phases"] = per
         passes = [x for x in records if x["name"] not in phases]
         if passes:
-            slow = max(passes, key=lambda x: x["seconds"])
-            r["slowest_pass"] = {"name": slow["name"], "seconds": slow["seconds"]}
+            slow = max(passes, key=lambda x: x.get("cpu_seconds", 0.0))
+            r["slowest_pass"] = {"name": slow["name"], "seconds": slow["seconds"],
+                                 "cpu_seconds": slow.get("cpu_seconds", 0.0)}
     results.append(r)
 
-cols = ["L", "M", "total s", "peak MB", "import", "passes", "slowest pass", "to LLVM IR", "codegen", "link"]
+cols = ["L", "M", "wall s", "cpu s", "peak MB", "import", "passes", "slowest pass",
+        "to LLVM IR", "codegen", "link"]
 rows = []
 for r in results:
     p = r.get("phases")
-    f = lambda k: "%.2f" % p[k]["seconds"] if p else "-"
+    f = lambda k: "%.2f" % p[k]["cpu_seconds"] if p else "-"
     slow = r.get("slowest_pass")
     rows.append([str(r["layers"]), str(r["microbatches"]), "%.2f" % r["seconds"],
-                 "%.0f" % r["peak_rss_mb"], f("import-onnx"), f("mlir-passes"),
-                 "%s %.2f" % (slow["name"], slow["seconds"]) if slow else "-",
-                 f("translate-to-llvm-ir"), f("llvm-codegen"), f("link")])
+                 "%.2f" % r["cpu_seconds"], "%.0f" % r["peak_rss_mb"],
+                 f("import-onnx"), f("mlir-passes"),
+                 "%s %.2f" % (slow["name"], slow["cpu_seconds"]) if slow else "-",
+                 f("translate-to-llvm-ir"), f("llvm-codegen"),
+                 "%.2f" % p["link"]["seconds"] if p else "-"])
 w = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
+print("per phase: CPU seconds (link: wall seconds, the linker is a child process)")
 print("  ".join(c.rjust(w[i]) for i, c in enumerate(cols)))
 for row in rows:
     print("  ".join(x.rjust(w[i]) for i, x in enumerate(row)))

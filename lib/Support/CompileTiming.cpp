@@ -38,7 +38,7 @@ std::pair<double, double> residentMB() {
 struct PassTimer : mlir::PassInstrumentation {
   explicit PassTimer(CompileTiming &timing) : timing(timing) {}
   void runBeforePass(mlir::Pass *, mlir::Operation *) override {
-    starts.push_back(Clock::now());
+    starts.push_back(CompileTiming::now());
   }
   void runAfterPass(mlir::Pass *pass, mlir::Operation *) override {
     timing.record(pass->getArgument(), starts.pop_back_val());
@@ -47,7 +47,7 @@ struct PassTimer : mlir::PassInstrumentation {
     timing.record(pass->getArgument(), starts.pop_back_val());
   }
   CompileTiming &timing;
-  llvm::SmallVector<Clock::time_point> starts; // nested pass managers
+  llvm::SmallVector<CompileTiming::Start> starts; // nested pass managers
 };
 
 } // namespace
@@ -57,13 +57,19 @@ void CompileTiming::attach(mlir::PassManager &pm) {
     pm.addInstrumentation(std::make_unique<PassTimer>(*this));
 }
 
-void CompileTiming::record(llvm::StringRef name, Clock::time_point start) {
+static double secondsSince(CompileTiming::Start start) {
+  return std::chrono::duration<double>(Clock::now() - start.wall).count();
+}
+static double cpuSecondsSince(CompileTiming::Start start) {
+  return double(std::clock() - start.cpu) / CLOCKS_PER_SEC;
+}
+
+void CompileTiming::record(llvm::StringRef name, Start start) {
   if (!enabled)
     return;
   auto [rss, peak] = residentMB();
-  records.push_back(
-      {name.str(), std::chrono::duration<double>(Clock::now() - start).count(),
-       rss, peak});
+  records.push_back({name.str(), secondsSince(start), cpuSecondsSince(start),
+                     rss, peak});
 }
 
 bool CompileTiming::write(llvm::StringRef path, std::string &error) const {
@@ -71,13 +77,14 @@ bool CompileTiming::write(llvm::StringRef path, std::string &error) const {
   for (const Record &r : records)
     list.push_back(llvm::json::Object{{"name", r.name},
                                       {"seconds", r.seconds},
+                                      {"cpu_seconds", r.cpuSeconds},
                                       {"rss_mb", r.rssMB},
                                       {"peak_rss_mb", r.peakRssMB}});
   auto [rss, peak] = residentMB();
   llvm::json::Object root{
       {"records", std::move(list)},
-      {"seconds",
-       std::chrono::duration<double>(Clock::now() - created).count()},
+      {"seconds", secondsSince(created)},
+      {"cpu_seconds", cpuSecondsSince(created)},
       {"peak_rss_mb", peak}};
   std::error_code ec;
   llvm::raw_fd_ostream out(path, ec, llvm::sys::fs::OF_Text);

@@ -1510,7 +1510,7 @@ static int compilerMain(int argc, char **argv) {
     return 1;
 
   llvm::LLVMContext llvmContext;
-  auto translateStart = std::chrono::steady_clock::now();
+  auto translateStart = spillway::CompileTiming::now();
   auto llvmModule =
       spillway::translateToHostLLVMIR(*module, llvmContext, error);
   timing.record("translate-to-llvm-ir", translateStart);
