@@ -864,9 +864,9 @@ LogicalResult RuntimeEmitter::emitBody(func::FuncOp func, Value slotsArg) {
     }
     if (auto pv = dyn_cast<ParamValueOp>(op)) {
       // Read by task functions only: they read it themselves.
-      if (framed && llvm::all_of(pv->getUses(), [&](OpOperand &use) {
-            return isParamOperand(use);
-          }))
+      if (framed && !pv->use_empty() &&
+          llvm::all_of(pv->getUses(),
+                       [&](OpOperand &use) { return isParamOperand(use); }))
         continue;
       auto index = lookupParam(&op, pv.getParam());
       if (failed(index))
