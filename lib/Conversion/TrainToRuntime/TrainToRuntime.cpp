@@ -89,6 +89,11 @@ private:
   Value frameSlot(bool timepoint, Value index);
   /// Whether `use` is a call operand the callee reads as a parameter.
   bool isParamOperand(OpOperand &use);
+  /// spw_release of the handles in the frame slots `slots` lists, in order:
+  /// one call of an internal helper (made on first use) for a framed
+  /// step's releases after an op.
+  void releaseSlots(ArrayRef<int64_t> slotList);
+  LLVM::LLVMFuncOp releaseSlotsFunc;
   void emitMain();
 
   // Constants and declarations.
@@ -623,6 +628,46 @@ bool RuntimeEmitter::isParamOperand(OpOperand &use) {
   return it != paramArgsOf.end() && i < it->second.size() && it->second[i];
 }
 
+void RuntimeEmitter::releaseSlots(ArrayRef<int64_t> slotList) {
+  if (!releaseSlotsFunc) {
+    // void spw_release_slots(ctx, const int64_t *slots, int64_t n):
+    //   for (i = 0; i < n; ++i) spw_release(ctx, frame[slots[i]]);
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToEnd(module.getBody());
+    releaseSlotsFunc = LLVM::LLVMFuncOp::create(
+        builder, loc, "spw_release_slots",
+        LLVM::LLVMFunctionType::get(voidTy, {ptrTy, ptrTy, i64Ty}),
+        LLVM::Linkage::Internal);
+    Block *entry = releaseSlotsFunc.addEntryBlock(builder);
+    Value ctx = entry->getArgument(0), list = entry->getArgument(1),
+          n = entry->getArgument(2);
+    Region &body = releaseSlotsFunc.getBody();
+    Block *head = builder.createBlock(&body, body.end(), {i64Ty}, {loc});
+    Block *step = builder.createBlock(&body, body.end());
+    Block *done = builder.createBlock(&body, body.end());
+    builder.setInsertionPointToEnd(entry);
+    LLVM::BrOp::create(builder, loc, ValueRange{i64(0)}, head);
+    builder.setInsertionPointToEnd(head);
+    Value i = head->getArgument(0);
+    Value more = LLVM::ICmpOp::create(builder, loc, LLVM::ICmpPredicate::slt,
+                                      i, n);
+    LLVM::CondBrOp::create(builder, loc, more, step, done);
+    builder.setInsertionPointToEnd(step);
+    Value at = LLVM::GEPOp::create(builder, loc, ptrTy, i64Ty, list,
+                                   ArrayRef<LLVM::GEPArg>{i});
+    Value slot = LLVM::LoadOp::create(builder, loc, i64Ty, at);
+    Value h = LLVM::LoadOp::create(builder, loc, ptrTy, frameSlot(false, slot));
+    callRuntime("spw_release", voidTy, {ptrTy, ptrTy}, {ctx, h});
+    Value next = LLVM::AddOp::create(builder, loc, i, i64(1));
+    LLVM::BrOp::create(builder, loc, ValueRange{next}, head);
+    builder.setInsertionPointToEnd(done);
+    LLVM::ReturnOp::create(builder, loc, ValueRange{});
+  }
+  LLVM::CallOp::create(builder, loc, releaseSlotsFunc,
+                       ValueRange{ctxArg, i64Array(slotList),
+                                  i64(int64_t(slotList.size()))});
+}
+
 LogicalResult RuntimeEmitter::emitCall(func::CallOp call) {
   // One call: the callee finds its arguments in the frame slots (or, for a
   // parameter, the index) the constant array lists, and puts its results
@@ -819,10 +864,16 @@ LogicalResult RuntimeEmitter::emitBody(func::FuncOp func, Value slotsArg) {
   for (Operation &op : block) {
     if (framed && ++partOps > kPartOps)
       startPart();
-    if (previous)
+    if (previous && framed && releaseAfter.lookup(previous).size() > 1) {
+      SmallVector<int64_t> list;
+      for (Value v : releaseAfter.lookup(previous))
+        list.push_back(slots.lookup(v).first);
+      releaseSlots(list);
+    } else if (previous) {
       for (Value v : releaseAfter.lookup(previous))
         callRuntime("spw_release", voidTy, {ptrTy, ptrTy},
                     {ctxArg, handle(v)});
+    }
     previous = &op;
     loc = op.getLoc();
     if (isa<sched::SchedDialect>(op.getDialect())) {

@@ -2,20 +2,22 @@
 // function is lowered once, internal, taking (ctx, slots); the step keeps
 // its handles in the frame (@spw_frame, a store after each definition, a
 // load at each use), runs as parts (internal functions of a bounded number
-// of ops) and calls a function with one constant slot list: a frame slot
+// of ops), releases what goes after an op in one helper call, and calls a function with one constant slot list: a frame slot
 // per tensor argument, the index of each parameter argument (the callee
 // reads it with spw_param), then a slot per result.
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-outline-tasks --convert-sched-to-train --convert-train-to-runtime | FileCheck %s
 // Without the outlining the step is lowered as it always was: no frame.
 // RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --convert-sched-to-train --convert-train-to-runtime | FileCheck %s --check-prefix=FLAT
 
-// The slot lists of the first three calls: micro-batch 0 and 1 of layer 0
+// The slot lists of the first three calls (and the slots released after
+// the last call): micro-batch 0 and 1 of layer 0
 // (the slice's slot, parameter 0 (@w1), two result slots), then layer 1
 // (two argument slots, parameter 1 (@w2), two result slots).
 // CHECK-DAG: llvm.mlir.global internal @spw_frame() {{.*}} : !llvm.array<29 x ptr>
 // CHECK-DAG: llvm.mlir.global internal constant @[[$S0:spw_i64_[0-9]+]](dense<[2, 0, 3, 4]> : tensor<4xi64>)
 // CHECK-DAG: llvm.mlir.global internal constant @[[$S1:spw_i64_[0-9]+]](dense<[5, 0, 6, 7]> : tensor<4xi64>)
 // CHECK-DAG: llvm.mlir.global internal constant @[[$S2:spw_i64_[0-9]+]](dense<[7, 8, 1, 9, 10]> : tensor<5xi64>)
+// CHECK-DAG: llvm.mlir.global internal constant @[[$REL:spw_i64_[0-9]+]](dense<[3, 15, 2]> : tensor<3xi64>)
 
 // The callee: its tensor argument from the frame, its parameter by index.
 // The relu's reshape is a view (used inside only); the reshape it returns
@@ -67,18 +69,28 @@
 // CHECK:         llvm.call @task.bwd.layer1(
 // CHECK:         llvm.call @task.bwd.layer0(
 // CHECK:         llvm.call @task.bwd.layer0(
-// After the last call that reads it (before any other op), the first
-// slice (slot 2) goes:
-// CHECK-NOT:     llvm.call @spw_op
-// CHECK:         llvm.mlir.constant(2 : i32)
-// CHECK-NEXT:    llvm.mlir.addressof @spw_frame
-// CHECK-NEXT:    llvm.getelementptr
-// CHECK-NEXT:    %[[SL:.*]] = llvm.load
-// CHECK-NEXT:    llvm.call @spw_release(%arg0, %[[SL]])
+// Right after the last call that reads them, its arguments go: the first
+// slice (slot 2) among them, in one call of the release helper (the slots
+// in release order).
+// CHECK-NEXT:    %[[RL:.*]] = llvm.mlir.addressof @[[$REL]] : !llvm.ptr
+// CHECK-NEXT:    %[[RN:.*]] = llvm.mlir.constant(3 : i64) : i64
+// CHECK-NEXT:    llvm.call @spw_release_slots(%arg0, %[[RL]], %[[RN]])
 // CHECK-NOT:     @spw_param(
 // CHECK:         llvm.call @spw_adamw(
 // CHECK:         llvm.call @spw_adamw(
 // CHECK:         llvm.call @spw_set_loss
+
+// The helper: spw_release of frame[slots[i]] for i < n, in order.
+// CHECK-LABEL: llvm.func internal @spw_release_slots(%arg0: !llvm.ptr, %arg1: !llvm.ptr, %arg2: i64) {
+// CHECK:         ^bb1(%[[I:.*]]: i64):
+// CHECK-NEXT:      %[[MORE:.*]] = llvm.icmp "slt" %[[I]], %arg2 : i64
+// CHECK-NEXT:      llvm.cond_br %[[MORE]], ^bb2, ^bb3
+// CHECK:           %[[AT:.*]] = llvm.getelementptr %arg1[%[[I]]] : (!llvm.ptr, i64) -> !llvm.ptr, i64
+// CHECK-NEXT:      %[[SLOT:.*]] = llvm.load %[[AT]] : !llvm.ptr -> i64
+// CHECK-NEXT:      %[[F:.*]] = llvm.mlir.addressof @spw_frame
+// CHECK-NEXT:      %[[H:.*]] = llvm.getelementptr %[[F]][%[[SLOT]]]
+// CHECK-NEXT:      %[[T:.*]] = llvm.load %[[H]] : !llvm.ptr -> !llvm.ptr
+// CHECK-NEXT:      llvm.call @spw_release(%arg0, %[[T]])
 // CHECK-LABEL: llvm.func @main
 
 // FLAT-NOT: spw_frame
