@@ -72,6 +72,8 @@ void spillway::populateSchedulePipeline(OpPassManager &pm,
     pm.addPass(
         sched::createSchedAssignBuffersPass(buffers, offload->onOverBudget));
   }
+  if (options.outlineTasks)
+    pm.addPass(sched::createSchedOutlineTasksPass());
   pm.addPass(createConvertSchedToTrainPass());
 }
 
@@ -97,6 +99,8 @@ std::string spillway::ScheduleOptions::pipelineOptions() const {
                        offload->placement, offload->gpuBytes,
                        offload->hostBytes)
              .str();
+  if (outlineTasks)
+    s += " outline-tasks=true";
   return s;
 }
 
@@ -140,6 +144,12 @@ struct SchedulePipelineOptions
                            llvm::cl::desc("With offload: the host budget in "
                                           "bytes (0: unlimited)"),
                            llvm::cl::init(0)};
+  Option<bool> outlineTasks{
+      *this, "outline-tasks",
+      llvm::cl::desc("Outline each task's computation into a function shared "
+                     "by identical tasks (sched-outline-tasks), as spillwayc "
+                     "does for an executable"),
+      llvm::cl::init(false)};
 };
 } // namespace
 
@@ -158,6 +168,7 @@ void spillway::registerPipelines() {
         if (o.offload)
           options.offload = OffloadOptions{o.placement, o.gpuMem, o.hostMem,
                                            nullptr};
+        options.outlineTasks = o.outlineTasks;
         populateSchedulePipeline(pm, options);
       });
 }

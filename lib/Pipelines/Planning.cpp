@@ -161,6 +161,8 @@ std::optional<PlanSearch> spillway::searchPlans(ModuleOp step,
                                                 std::string &error) {
   OwningOpRef<ModuleOp> copy(step.clone());
   PassManager pm(step.getContext());
+  if (options.instrument)
+    options.instrument(pm);
   populatePlanningPipeline(pm);
   if (failed(pm.run(*copy))) {
     error.clear();
@@ -234,6 +236,7 @@ ScheduleOptions spillway::offloadSchedule(const PlanningOptions &options,
                           : options.exeOrder();
   s.overlapFraction = options.exeOverlap();
   s.recompute = options.recompute;
+  s.outlineTasks = options.outlineTasks;
   OffloadOptions o;
   // The classes --place names as given (sched-place checks them), then the
   // cost model's tier for each class it chose.
@@ -262,12 +265,15 @@ namespace {
 /// Runs the schedule pipeline of `plan` on `module`; `overBudget` receives
 /// what sched-assign-buffers reports.
 LogicalResult runPlan(ModuleOp module, OffloadPlan &plan,
-                      std::optional<sched::OverBudget> &overBudget) {
+                      std::optional<sched::OverBudget> &overBudget,
+                      const PlanningOptions &options) {
   overBudget.reset();
   plan.schedule.offload->onOverBudget = [&](const sched::OverBudget &o) {
     overBudget = o;
   };
   PassManager pm(module.getContext());
+  if (options.instrument)
+    options.instrument(pm);
   populateSchedulePipeline(pm, plan.schedule);
   LogicalResult ran = pm.run(module);
   plan.schedule.offload->onOverBudget = nullptr;
@@ -319,7 +325,7 @@ spillway::planOffload(OwningOpRef<ModuleOp> &module,
       {
         ScopedDiagnosticHandler quiet(module->getContext(),
                                       [](Diagnostic &) { return success(); });
-        ran = runPlan(*trial, plan, overBudget);
+        ran = runPlan(*trial, plan, overBudget, options);
       }
       if (succeeded(ran)) {
         if (announce)
@@ -338,7 +344,7 @@ spillway::planOffload(OwningOpRef<ModuleOp> &module,
   out.plan = planFor(0);
   if (announce)
     announce(out.plan);
-  out.succeeded = succeeded(runPlan(*module, out.plan, out.overBudget));
+  out.succeeded = succeeded(runPlan(*module, out.plan, out.overBudget, options));
   if (out.succeeded && out.plan.estimate)
     recordPrediction(*module, *out.plan.estimate);
   return out;

@@ -18,11 +18,13 @@
 #include "spillway/Pipelines/Executable.h"
 #include "spillway/Pipelines/Pipelines.h"
 #include "spillway/Pipelines/Planning.h"
+#include "spillway/Support/CompileTiming.h"
 #include "spillway/Support/ToolMain.h"
 #include "spillway/Target/ONNX/ImportONNX.h"
 #include "OutputFiles.h"
 #include "ProbeHardware.h"
 #include "Report.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileUtilities.h"
@@ -198,6 +200,12 @@ cl::opt<bool> report(
              "with --place, --gpu-mem or --host-mem (an offload plan). "
              "Without -o nothing is compiled"),
     cl::cat(category));
+cl::opt<std::string> passTiming(
+    "pass-timing",
+    cl::desc("Write the wall time and resident memory after each pass and "
+             "phase of the compile as JSON"),
+    cl::value_desc("FILE"), cl::cat(category));
+spillway::CompileTiming timing;
 cl::opt<std::string> reportJson(
     "report-json",
     cl::desc("Write the report as JSON (bytes_per_iteration, peak_bytes per "
@@ -476,6 +484,10 @@ int readPlanningFlags(bool planning, bool offload,
   planOptions.place.assign(placeClasses.begin(), placeClasses.end());
   planOptions.offload = offload;
   planOptions.ssdDirs.assign(ssdDirs.begin(), ssdDirs.end());
+  // An executable is compiled from the outlined step; --emit mlir prints
+  // every op of it.
+  planOptions.outlineTasks = emit != EmitKind::MLIR;
+  planOptions.instrument = [](PassManager &pm) { timing.attach(pm); };
   // With a profile the cost model plans: the report, the order of a
   // --schedule auto, the tiers an offload plan leaves open.
   const bool costModel =
@@ -602,8 +614,10 @@ int planAndSchedule(OwningOpRef<ModuleOp> &module,
                                 : planOptions.exeOrder();
     s.overlapFraction = planOptions.exeOverlap();
     s.recompute = planOptions.recompute;
+    s.outlineTasks = planOptions.outlineTasks;
     announce(s);
     PassManager pm(&context);
+    timing.attach(pm);
     spillway::populateSchedulePipeline(pm, s);
     if (failed(pm.run(*module)))
       return fail(llvm::formatv("cannot train the step in {0} micro-batch(es) "
@@ -661,6 +675,13 @@ static int compilerMain(int argc, char **argv) {
       "  spillwayc model.onnx -o model --microbatches 4 --schedule snake "
       "--place params=ssd,optimizer=ssd\n"
       "  ./model --input ... --ssd /mnt/nvme0 --stats-json stats.json\n");
+  if (!passTiming.empty())
+    timing.enable();
+  llvm::scope_exit writeTiming([] {
+    std::string e;
+    if (timing.isEnabled() && !timing.write(passTiming, e))
+      llvm::WithColor::error(llvm::errs(), "spillwayc") << e << "\n";
+  });
 
   // The executable's ranges (hyperparams.h), on the text as typed: a value
   // compiled in here is one the executable's flags accept too.
@@ -818,6 +839,7 @@ static int compilerMain(int argc, char **argv) {
     importOptions.weightsAttr =
         llvm::sys::path::filename(weightsFinal).str();
     note("importing " + inputPath);
+    auto importing = timing.phase("import-onnx");
     module = spillway::importONNXFile(inputPath, context, importOptions);
     if (!module)
       return 1;
@@ -861,6 +883,7 @@ static int compilerMain(int argc, char **argv) {
 
   {
     PassManager pm(&context);
+    timing.attach(pm);
     if (forwardOnly) {
       spillway::populateForwardPipeline(pm, trainOptions);
       note("fusing patterns");
@@ -894,6 +917,7 @@ static int compilerMain(int argc, char **argv) {
   }
 
   PassManager lower(&context);
+  timing.attach(lower);
   const std::string precisionName =
       precision.getNumOccurrences() ? std::string(precision)
                                     : target == "cuda" ? "bf16" : "fp32";
@@ -903,8 +927,10 @@ static int compilerMain(int argc, char **argv) {
     return 1;
 
   llvm::LLVMContext llvmContext;
+  auto translateStart = spillway::CompileTiming::now();
   auto llvmModule =
       spillway::translateToHostLLVMIR(*module, llvmContext, error);
+  timing.record("translate-to-llvm-ir", translateStart);
   if (!llvmModule)
     return fail(error);
   if (emit == EmitKind::LLVM) {
@@ -930,7 +956,8 @@ static int compilerMain(int argc, char **argv) {
                                ? pending.scratch(outputPath, ".o")
                                : outputOut;
   note("emitting object code");
-  if (failed(spillway::emitObjectFile(*llvmModule, objectPath, error)))
+  if (auto codegen = timing.phase("llvm-codegen");
+      failed(spillway::emitObjectFile(*llvmModule, objectPath, error)))
     return fail(error);
   if (emit == EmitKind::Obj) {
     if (failed(pending.commit(error)))
@@ -944,9 +971,11 @@ static int compilerMain(int argc, char **argv) {
     cudaRuntime = findCudaLibrary(runtime);
   note("linking " + outputPath + " with " + runtime +
        (cudaRuntime.empty() ? "" : " and " + cudaRuntime));
-  LogicalResult linked = spillway::linkExecutable(objectPath, runtime,
-                                                  outputOut, error,
-                                                  cudaRuntime);
+  LogicalResult linked = [&] {
+    auto link = timing.phase("link");
+    return spillway::linkExecutable(objectPath, runtime, outputOut, error,
+                                    cudaRuntime);
+  }();
   if (failed(linked))
     return fail(error);
   if (failed(pending.commit(error)))

@@ -66,6 +66,11 @@ struct ScheduleOptions {
   double overlapFraction = 0.0;
   bool recompute = true;
   std::optional<OffloadOptions> offload;
+  /// sched-outline-tasks before convert-sched-to-train: the step calls one
+  /// function per distinct task computation instead of holding every op (what
+  /// spillwayc compiles an executable from: compile time then grows with the
+  /// step's length, not its square). --emit mlir prints the step without it.
+  bool outlineTasks = false;
 
   /// The options as `spillway-opt --spillway-schedule="..."` takes them.
   std::string pipelineOptions() const;

@@ -17,6 +17,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
+#include "mlir/Pass/PassManager.h"
 
 #include <array>
 #include <functional>
@@ -46,6 +47,12 @@ struct PlanningOptions {
   bool offload = false;
   /// With a profile: its SSDs the plan may use (--ssd; empty: all).
   std::vector<std::string> ssdDirs;
+  /// The schedule outlines its tasks (ScheduleOptions::outlineTasks): what
+  /// an executable is compiled from.
+  bool outlineTasks = false;
+  /// Called with every pass manager the planner runs (e.g. to time its
+  /// passes); not part of the plan.
+  std::function<void(mlir::PassManager &)> instrument;
 
   /// The executable's schedule before the cost model has its say: M (1
   /// when open), the order (snake when open), F (0 when open).

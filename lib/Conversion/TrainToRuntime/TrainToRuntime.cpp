@@ -98,10 +98,33 @@ private:
   FailureOr<KernelCall> describeKernel(Operation *op);
   LogicalResult emitDeclare(func::FuncOp step, ArrayRef<ParamOp> params);
   LogicalResult emitStep(func::FuncOp step);
+  /// A task function (sched-outline-tasks): an internal LLVM function of
+  /// (ctx, slots) called by the step (emitCall).
+  LogicalResult emitTask(func::FuncOp task);
+  /// The ops of the step or of a task function (`slotsArg` its slot list).
+  LogicalResult emitBody(func::FuncOp func, Value slotsArg);
+  LogicalResult emitCall(func::CallOp call);
   LogicalResult emitTiers();
   /// An offload plan's op (sched dialect): lowered in place; false if `op`
   /// is not one.
-  FailureOr<bool> emitSchedOp(Operation *op, DenseMap<Value, Value> &handles);
+  FailureOr<bool> emitSchedOp(Operation *op);
+
+  // Handles. A value's handle (a tensor's ptr, a transfer's i32 timepoint)
+  // is an SSA value, or in a framed step (one calling task functions) a
+  // slot of a frame global, stored once and loaded at each use: then no
+  // handle lives across the step in a register, and the register allocator
+  // sees short live ranges however long the step is.
+  void setHandle(Value v, Value handle);
+  Value handle(Value v);
+  int64_t slotFor(Value v, bool timepoint);
+  Value frameSlot(bool timepoint, Value index);
+  /// Whether `use` is a call operand the callee reads as a parameter.
+  bool isParamOperand(OpOperand &use);
+  /// spw_release of the handles in the frame slots `slots` lists, in order:
+  /// one call of an internal helper (made on first use) for a framed
+  /// step's releases after an op.
+  void releaseSlots(ArrayRef<int64_t> slotList);
+  LLVM::LLVMFuncOp releaseSlotsFunc;
   void emitMain();
 
   // Constants and declarations.
@@ -143,6 +166,18 @@ private:
   llvm::StringMap<LLVM::GlobalOp> globals;
   llvm::StringMap<int32_t> paramIndexByName;
   unsigned globalCounter = 0;
+  bool viewsAllowed = true; // the step has no schedule ops
+  bool framed = false;
+  DenseMap<Value, Value> handles;
+  DenseMap<Value, std::pair<int64_t, bool>> slots; // slot, is a timepoint
+  int64_t numSlots = 0, numTimepointSlots = 0;
+  bool frameUsed = false, timepointFrameUsed = false;
+  /// Per task function, which arguments are parameters: every call passes
+  /// a train.param_value there, and the callee reads it (spw_param) by the
+  /// index the call lists.
+  llvm::StringMap<SmallVector<bool>> paramArgsOf;
+  llvm::StringMap<LLVM::LLVMFuncOp> taskFuncs;
+  llvm::StringMap<LLVM::LLVMFuncOp> runtimeFuncs;
 };
 
 } // namespace
@@ -153,12 +188,18 @@ private:
 
 LLVM::LLVMFuncOp RuntimeEmitter::getRuntimeFunc(StringRef name, Type result,
                                                 ArrayRef<Type> args) {
-  if (auto fn = module.lookupSymbol<LLVM::LLVMFuncOp>(name))
+  // Cached: a module lookup scans every op of the module, and a long step
+  // makes thousands of globals and calls.
+  LLVM::LLVMFuncOp &fn = runtimeFuncs[name];
+  if (fn)
+    return fn;
+  if ((fn = module.lookupSymbol<LLVM::LLVMFuncOp>(name)))
     return fn;
   OpBuilder::InsertionGuard guard(builder);
   builder.setInsertionPointToEnd(module.getBody());
-  return LLVM::LLVMFuncOp::create(builder, loc, name,
-                                  LLVM::LLVMFunctionType::get(result, args));
+  fn = LLVM::LLVMFuncOp::create(builder, loc, name,
+                                LLVM::LLVMFunctionType::get(result, args));
+  return fn;
 }
 
 Value RuntimeEmitter::callRuntime(StringRef name, Type result,
@@ -576,33 +617,186 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
   Block *entry = fn.addEntryBlock(builder);
   builder.setInsertionPointToStart(entry);
   ctxArg = entry->getArgument(0);
+  // A step that calls task functions keeps its handles in the frame.
+  framed = !step.getBody().front().getOps<func::CallOp>().empty();
+  return emitBody(step, /*slotsArg=*/Value());
+}
+
+LogicalResult RuntimeEmitter::emitTask(func::FuncOp task) {
+  builder.setInsertionPointToEnd(module.getBody());
+  loc = task.getLoc();
+  if (!task.getBody().hasOneBlock())
+    return task.emitOpError("a task function must be a single block");
+  auto fn = LLVM::LLVMFuncOp::create(
+      builder, loc, task.getSymName(),
+      LLVM::LLVMFunctionType::get(voidTy, {ptrTy, ptrTy}),
+      LLVM::Linkage::Internal);
+  taskFuncs[task.getSymName()] = fn; // beside the func.func until run ends
+  Block *entry = fn.addEntryBlock(builder);
+  builder.setInsertionPointToStart(entry);
+  ctxArg = entry->getArgument(0);
+  framed = false; // a task function is short: its handles stay SSA values
+  return emitBody(task, entry->getArgument(1));
+}
+
+Value RuntimeEmitter::frameSlot(bool timepoint, Value index) {
+  StringRef name = timepoint ? "spw_frame_timepoints" : "spw_frame";
+  (timepoint ? timepointFrameUsed : frameUsed) = true;
+  Value base = LLVM::AddressOfOp::create(builder, loc, ptrTy, name);
+  return LLVM::GEPOp::create(builder, loc, ptrTy, timepoint ? i32Ty : ptrTy,
+                             base, ArrayRef<LLVM::GEPArg>{index});
+}
+
+int64_t RuntimeEmitter::slotFor(Value v, bool timepoint) {
+  auto [it, inserted] = slots.try_emplace(v, 0, timepoint);
+  if (inserted)
+    it->second.first = timepoint ? numTimepointSlots++ : numSlots++;
+  return it->second.first;
+}
+
+void RuntimeEmitter::setHandle(Value v, Value h) {
+  if (!framed) {
+    handles.insert_or_assign(v, h);
+    return;
+  }
+  bool timepoint = h.getType() == i32Ty;
+  int64_t slot = slotFor(v, timepoint);
+  LLVM::StoreOp::create(builder, loc, h, frameSlot(timepoint, i32(slot)));
+}
+
+Value RuntimeEmitter::handle(Value v) {
+  if (!framed) {
+    auto it = handles.find(v);
+    return it == handles.end() ? Value() : it->second;
+  }
+  auto it = slots.find(v);
+  if (it == slots.end())
+    return Value();
+  auto [slot, timepoint] = it->second;
+  return LLVM::LoadOp::create(builder, loc, timepoint ? i32Ty : ptrTy,
+                              frameSlot(timepoint, i32(slot)));
+}
+
+bool RuntimeEmitter::isParamOperand(OpOperand &use) {
+  auto call = dyn_cast<func::CallOp>(use.getOwner());
+  if (!call)
+    return false;
+  auto it = paramArgsOf.find(call.getCallee());
+  unsigned i = use.getOperandNumber();
+  return it != paramArgsOf.end() && i < it->second.size() && it->second[i];
+}
+
+void RuntimeEmitter::releaseSlots(ArrayRef<int64_t> slotList) {
+  if (!releaseSlotsFunc) {
+    // void spw_release_slots(ctx, const int64_t *slots, int64_t n):
+    //   for (i = 0; i < n; ++i) spw_release(ctx, frame[slots[i]]);
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToEnd(module.getBody());
+    releaseSlotsFunc = LLVM::LLVMFuncOp::create(
+        builder, loc, "spw_release_slots",
+        LLVM::LLVMFunctionType::get(voidTy, {ptrTy, ptrTy, i64Ty}),
+        LLVM::Linkage::Internal);
+    Block *entry = releaseSlotsFunc.addEntryBlock(builder);
+    Value ctx = entry->getArgument(0), list = entry->getArgument(1),
+          n = entry->getArgument(2);
+    Region &body = releaseSlotsFunc.getBody();
+    Block *head = builder.createBlock(&body, body.end(), {i64Ty}, {loc});
+    Block *step = builder.createBlock(&body, body.end());
+    Block *done = builder.createBlock(&body, body.end());
+    builder.setInsertionPointToEnd(entry);
+    LLVM::BrOp::create(builder, loc, ValueRange{i64(0)}, head);
+    builder.setInsertionPointToEnd(head);
+    Value i = head->getArgument(0);
+    Value more = LLVM::ICmpOp::create(builder, loc, LLVM::ICmpPredicate::slt,
+                                      i, n);
+    LLVM::CondBrOp::create(builder, loc, more, step, done);
+    builder.setInsertionPointToEnd(step);
+    Value at = LLVM::GEPOp::create(builder, loc, ptrTy, i64Ty, list,
+                                   ArrayRef<LLVM::GEPArg>{i});
+    Value slot = LLVM::LoadOp::create(builder, loc, i64Ty, at);
+    Value h = LLVM::LoadOp::create(builder, loc, ptrTy, frameSlot(false, slot));
+    callRuntime("spw_release", voidTy, {ptrTy, ptrTy}, {ctx, h});
+    Value next = LLVM::AddOp::create(builder, loc, i, i64(1));
+    LLVM::BrOp::create(builder, loc, ValueRange{next}, head);
+    builder.setInsertionPointToEnd(done);
+    LLVM::ReturnOp::create(builder, loc, ValueRange{});
+  }
+  LLVM::CallOp::create(builder, loc, releaseSlotsFunc,
+                       ValueRange{ctxArg, i64Array(slotList),
+                                  i64(int64_t(slotList.size()))});
+}
+
+LogicalResult RuntimeEmitter::emitCall(func::CallOp call) {
+  // One call: the callee finds its arguments in the frame slots (or, for a
+  // parameter, the index) the constant array lists, and puts its results
+  // into the slots after them.
+  SmallVector<int64_t> list;
+  for (OpOperand &use : call->getOpOperands()) {
+    if (isParamOperand(use)) {
+      auto pv = use.get().getDefiningOp<ParamValueOp>();
+      auto it = paramIndexByName.find(pv.getParam());
+      if (it == paramIndexByName.end())
+        return pv.emitOpError("refers to unknown parameter @")
+               << pv.getParam();
+      list.push_back(it->second);
+      continue;
+    }
+    auto it = slots.find(use.get());
+    if (it == slots.end())
+      return call.emitOpError("reads a value the step has no handle for");
+    list.push_back(it->second.first);
+  }
+  for (Value r : call.getResults())
+    list.push_back(slotFor(r, /*timepoint=*/false));
+  LLVM::CallOp::create(builder, loc, taskFuncs.lookup(call.getCallee()),
+                       ValueRange{ctxArg, i64Array(list)});
+  return success();
+}
+
+LogicalResult RuntimeEmitter::emitBody(func::FuncOp func, Value slotsArg) {
+  Block &block = func.getBody().front();
+  const bool isTask = static_cast<bool>(slotsArg);
+  ArrayRef<bool> paramArgs;
+  if (auto it = paramArgsOf.find(func.getSymName());
+      isTask && it != paramArgsOf.end())
+    paramArgs = it->second;
+  handles.clear();
+  numIns = numOuts = 1;
   // Describe every kernel call first: the scratch arrays must hold the
   // longest input list, absent optional operands (null slots) included.
   // A reshape is a view of its operand (spw_view, no copy) unless the step
   // has schedule ops: an offload plan frees an activation's memory when it
   // puts it off the GPU (spw_put_activation), which a view would outlive.
-  const bool views = llvm::none_of(step.getBody().front(), [](Operation &op) {
-    return isa<sched::SchedDialect>(op.getDialect());
-  });
   // Which reshapes are views, and the tensor each view's memory is (its
   // root). A parameter is not viewed: its optimizer update writes it in
-  // place, and a reshape is a snapshot.
+  // place, and a reshape is a snapshot. A task function returns no view
+  // (its caller releases what it returns) and views no parameter argument.
   DenseMap<Value, Value> rootOf;
   auto root = [&](Value v) { return rootOf.lookup(v) ? rootOf.lookup(v) : v; };
+  auto isParamArg = [&](Value v) {
+    auto arg = dyn_cast<BlockArgument>(v);
+    return arg && arg.getArgNumber() < paramArgs.size() &&
+           paramArgs[arg.getArgNumber()];
+  };
   DenseSet<Operation *> viewOps;
-  if (views)
-    for (Operation &op : step.getBody().front())
+  if (viewsAllowed)
+    for (Operation &op : block)
       if (auto reshape = dyn_cast<ReshapeOp>(op)) {
         Value r = root(reshape.getInput());
-        if (r.getDefiningOp<ParamValueOp>())
+        if (r.getDefiningOp<ParamValueOp>() || isParamArg(r))
+          continue;
+        if (isTask && llvm::any_of(reshape->getUsers(), [](Operation *user) {
+              return isa<func::ReturnOp>(user);
+            }))
           continue;
         viewOps.insert(&op);
         rootOf[reshape.getResult()] = r;
       }
   DenseMap<Operation *, KernelCall> kernels;
-  for (Operation &op : step.getBody().front()) {
-    if (isa<func::ReturnOp, ParamValueOp, ConstantOp, ParamGradOp, AdamWOp,
-            AdamWDeferOp, AdamWApplyPendingOp, FoamOp>(op))
+  for (Operation &op : block) {
+    if (isa<func::ReturnOp, func::CallOp, ParamValueOp, ConstantOp,
+            ParamGradOp, AdamWOp, AdamWDeferOp, AdamWApplyPendingOp, FoamOp>(
+            op))
       continue;
     if (viewOps.count(&op))
       continue;
@@ -625,18 +819,19 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
   // A view's uses are uses of the tensor it views (its root). The offload
   // plan's gradients and taken activations are copies too.
   DenseSet<Value> releasable;
-  for (Operation &op : step.getBody().front())
+  for (Operation &op : block)
     if (kernels.count(&op) ||
-        isa<ConstantOp, sched::GradientOp, sched::TakeActivationOp>(op))
+        isa<ConstantOp, func::CallOp, sched::GradientOp,
+            sched::TakeActivationOp>(op))
       for (Value r : op.getResults())
         releasable.insert(r);
   DenseMap<Value, Operation *> lastUse;
-  for (Operation &op : step.getBody().front())
+  for (Operation &op : block)
     for (Value v : op.getOperands())
       if (releasable.count(root(v)))
         lastUse[root(v)] = &op;
   DenseMap<Operation *, SmallVector<Value>> releaseAfter;
-  for (Operation &op : step.getBody().front()) {
+  for (Operation &op : block) {
     if (isa<func::ReturnOp>(op))
       continue;
     for (Value r : op.getResults())
@@ -648,16 +843,65 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
         releaseAfter[&op].push_back(root(v));
   }
 
-  Value one = i64(1);
-  insArray = LLVM::AllocaOp::create(
-      builder, loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, numIns), one);
-  outsArray = LLVM::AllocaOp::create(
-      builder, loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, numOuts), one);
+  auto allocScratch = [&] {
+    Value one = i64(1);
+    insArray = LLVM::AllocaOp::create(
+        builder, loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, numIns), one);
+    outsArray = LLVM::AllocaOp::create(
+        builder, loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, numOuts), one);
+  };
+  // A framed step runs as parts of at most kPartOps ops, each an internal
+  // function that the step calls in order: with every handle in the frame
+  // nothing else crosses a part, so no function, and no live range (the
+  // context pointer's included), grows with the step.
+  constexpr int64_t kPartOps = 256;
+  Block *stepBlock = builder.getInsertionBlock();
+  Value stepCtx = ctxArg;
+  int64_t partOps = 0, parts = 0;
+  auto startPart = [&] {
+    if (parts)
+      LLVM::ReturnOp::create(builder, loc, ValueRange{});
+    builder.setInsertionPointToEnd(module.getBody());
+    auto part = LLVM::LLVMFuncOp::create(
+        builder, loc, ("spw_model_step.part" + Twine(parts++)).str(),
+        LLVM::LLVMFunctionType::get(voidTy, {ptrTy}), LLVM::Linkage::Internal);
+    Block *entry = part.addEntryBlock(builder);
+    builder.setInsertionPointToEnd(stepBlock);
+    LLVM::CallOp::create(builder, loc, part, ValueRange{stepCtx});
+    builder.setInsertionPointToStart(entry);
+    ctxArg = entry->getArgument(0);
+    allocScratch();
+    partOps = 0;
+  };
+  if (framed)
+    startPart();
+  else
+    allocScratch();
 
-  DenseMap<Value, Value> handles;
-  for (BlockArgument arg : step.getArguments())
-    handles[arg] = callRuntime("spw_input", ptrTy, {ptrTy, i32Ty},
-                               {ctxArg, i32(arg.getArgNumber())});
+  // The step's inputs come from the runtime; a task function's arguments
+  // from the frame slots, or for a parameter its index, that `slotsArg`
+  // lists (then a slot for each result).
+  auto slotIndex = [&](int64_t i) -> Value {
+    Value at = LLVM::GEPOp::create(builder, loc, ptrTy, i64Ty, slotsArg,
+                                   ArrayRef<LLVM::GEPArg>{(int32_t)i});
+    return LLVM::LoadOp::create(builder, loc, i64Ty, at);
+  };
+  for (BlockArgument arg : block.getArguments()) {
+    if (!isTask) {
+      setHandle(arg, callRuntime("spw_input", ptrTy, {ptrTy, i32Ty},
+                                 {ctxArg, i32(arg.getArgNumber())}));
+      continue;
+    }
+    Value index = slotIndex(arg.getArgNumber());
+    if (isParamArg(arg)) {
+      Value param = LLVM::TruncOp::create(builder, loc, i32Ty, index);
+      setHandle(arg, callRuntime("spw_param", ptrTy, {ptrTy, i32Ty},
+                                 {ctxArg, param}));
+      continue;
+    }
+    setHandle(arg, LLVM::LoadOp::create(builder, loc, ptrTy,
+                                        frameSlot(false, index)));
+  }
 
   auto lookupParam = [&](Operation *op, StringRef name) -> FailureOr<int32_t> {
     auto it = paramIndexByName.find(name);
@@ -675,15 +919,23 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
   };
 
   Operation *previous = nullptr;
-  for (Operation &op : step.getBody().front()) {
-    if (previous)
+  for (Operation &op : block) {
+    if (framed && ++partOps > kPartOps)
+      startPart();
+    if (previous && framed && releaseAfter.lookup(previous).size() > 1) {
+      SmallVector<int64_t> list;
+      for (Value v : releaseAfter.lookup(previous))
+        list.push_back(slots.lookup(v).first);
+      releaseSlots(list);
+    } else if (previous) {
       for (Value v : releaseAfter.lookup(previous))
         callRuntime("spw_release", voidTy, {ptrTy, ptrTy},
-                    {ctxArg, handles.lookup(v)});
+                    {ctxArg, handle(v)});
+    }
     previous = &op;
     loc = op.getLoc();
     if (isa<sched::SchedDialect>(op.getDialect())) {
-      auto done = emitSchedOp(&op, handles);
+      auto done = emitSchedOp(&op);
       if (failed(done))
         return failure();
       if (*done)
@@ -691,26 +943,45 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
     }
     if (failed(checkStatic(&op)))
       return failure();
+    if (auto call = dyn_cast<func::CallOp>(op)) {
+      if (failed(emitCall(call)))
+        return failure();
+      continue;
+    }
+    if (auto ret = dyn_cast<func::ReturnOp>(op); ret && isTask) {
+      for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+        Value h = handle(v);
+        LLVM::StoreOp::create(
+            builder, loc, h,
+            frameSlot(false, slotIndex(func.getNumArguments() + i)));
+      }
+      continue;
+    }
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
-      if (step->hasAttr(kForwardOnlyAttrName)) {
+      if (func->hasAttr(kForwardOnlyAttrName)) {
         for (auto [i, v] : llvm::enumerate(ret.getOperands()))
           callRuntime("spw_set_output", voidTy, {ptrTy, i32Ty, ptrTy},
-                      {ctxArg, i32(i), handles.lookup(v)});
+                      {ctxArg, i32(i), handle(v)});
         continue;
       }
       if (ret.getNumOperands() != 1)
         return ret.emitOpError("the training step must return exactly one "
                                "value, the scalar loss");
       callRuntime("spw_set_loss", voidTy, {ptrTy, ptrTy},
-                  {ctxArg, handles.lookup(ret.getOperand(0))});
+                  {ctxArg, handle(ret.getOperand(0))});
       continue;
     }
     if (auto pv = dyn_cast<ParamValueOp>(op)) {
+      // Read by task functions only: they read it themselves.
+      if (framed && !pv->use_empty() &&
+          llvm::all_of(pv->getUses(),
+                       [&](OpOperand &use) { return isParamOperand(use); }))
+        continue;
       auto index = lookupParam(&op, pv.getParam());
       if (failed(index))
         return failure();
-      handles[pv.getResult()] = callRuntime("spw_param", ptrTy, {ptrTy, i32Ty},
-                                            {ctxArg, i32(*index)});
+      setHandle(pv.getResult(), callRuntime("spw_param", ptrTy, {ptrTy, i32Ty},
+                                            {ctxArg, i32(*index)}));
       continue;
     }
     if (auto c = dyn_cast<ConstantOp>(op)) {
@@ -740,13 +1011,13 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
                     {ptrTy, ptrTy, ptrTy, ptrTy, ptrTy},
                     {ctxArg, insArray, outsArray, nullPtr(), nullPtr()});
         callRuntime("spw_release", voidTy, {ptrTy, ptrTy}, {ctxArg, scalar});
-        handles[c.getResult()] = *h;
+        setHandle(c.getResult(), *h);
         continue;
       }
-      handles[c.getResult()] = callRuntime(
+      setHandle(c.getResult(), callRuntime(
           "spw_constant", ptrTy, {ptrTy, i32Ty, i32Ty, ptrTy, ptrTy},
           {ctxArg, i32(*dtype), i32(type.getRank()), i64Array(type.getShape()),
-           dataConstant(dense)});
+           dataConstant(dense)}));
       continue;
     }
     if (auto reshape = dyn_cast<ReshapeOp>(op); reshape && viewOps.count(&op)) {
@@ -754,10 +1025,10 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
       auto dtype = dtypeOf(&op, type.getElementType());
       if (failed(dtype))
         return failure();
-      handles[reshape.getResult()] = callRuntime(
+      setHandle(reshape.getResult(), callRuntime(
           "spw_view", ptrTy, {ptrTy, ptrTy, i32Ty, i32Ty, ptrTy},
-          {ctxArg, handles.lookup(reshape.getInput()), i32(*dtype),
-           i32(type.getRank()), i64Array(type.getShape())});
+          {ctxArg, handle(reshape.getInput()), i32(*dtype),
+           i32(type.getRank()), i64Array(type.getShape())}));
       continue;
     }
     if (auto pg = dyn_cast<ParamGradOp>(op)) {
@@ -765,7 +1036,7 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
       if (failed(index))
         return failure();
       callRuntime("spw_param_grad", voidTy, {ptrTy, i32Ty, ptrTy},
-                  {ctxArg, i32(*index), handles.lookup(pg.getGrad())});
+                  {ctxArg, i32(*index), handle(pg.getGrad())});
       continue;
     }
     if (auto adam = dyn_cast<AdamWOp>(op)) {
@@ -781,7 +1052,7 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
         callRuntime("spw_adamw_range", voidTy,
                     {ptrTy, i32Ty, ptrTy, i64Ty, i64Ty, f64Ty, f64Ty, f64Ty,
                      f64Ty, f64Ty},
-                    {ctxArg, i32(*index), handles.lookup(adam.getGrad()),
+                    {ctxArg, i32(*index), handle(adam.getGrad()),
                      i64(adam.getBeginAttr().getInt()),
                      i64(adam.getEndAttr().getInt()), hps[0], hps[1], hps[2],
                      hps[3], hps[4]});
@@ -789,7 +1060,7 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
       }
       callRuntime("spw_adamw", voidTy,
                   {ptrTy, i32Ty, ptrTy, f64Ty, f64Ty, f64Ty, f64Ty, f64Ty},
-                  {ctxArg, i32(*index), handles.lookup(adam.getGrad()), hps[0],
+                  {ctxArg, i32(*index), handle(adam.getGrad()), hps[0],
                    hps[1], hps[2], hps[3], hps[4]});
       continue;
     }
@@ -800,7 +1071,7 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
       callRuntime("spw_foam", voidTy,
                   {ptrTy, i32Ty, ptrTy, f64Ty, f64Ty, f64Ty, f64Ty, f64Ty,
                    f64Ty},
-                  {ctxArg, i32(*index), handles.lookup(foam.getGrad()),
+                  {ctxArg, i32(*index), handle(foam.getGrad()),
                    f64(foam.getLr().convertToDouble()),
                    f64(foam.getBeta1().convertToDouble()),
                    f64(foam.getBeta2().convertToDouble()),
@@ -816,7 +1087,7 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
       callRuntime("spw_adamw_defer", voidTy,
                   {ptrTy, i32Ty, ptrTy, i64Ty, i64Ty, f64Ty, f64Ty, f64Ty,
                    f64Ty, f64Ty},
-                  {ctxArg, i32(*index), handles.lookup(defer.getGrad()),
+                  {ctxArg, i32(*index), handle(defer.getGrad()),
                    i64(defer.getBeginAttr().getInt()),
                    i64(defer.getEndAttr().getInt()),
                    f64(defer.getLr().convertToDouble()),
@@ -840,12 +1111,12 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
     KernelCall *kernel = &kernels[&op];
     SmallVector<Value> ins, outs;
     for (Value v : kernel->inputs)
-      ins.push_back(v ? handles.lookup(v) : nullPtr());
+      ins.push_back(v ? handle(v) : nullPtr());
     for (Value r : op.getResults()) {
       auto h = allocFor(&op, cast<RankedTensorType>(r.getType()));
       if (failed(h))
         return failure();
-      handles[r] = *h;
+      setHandle(r, *h);
       outs.push_back(*h);
     }
     storeArray(insArray, numIns, ins);
@@ -856,6 +1127,10 @@ LogicalResult RuntimeEmitter::emitStep(func::FuncOp step) {
                  f64Array(kernel->fattrs)});
   }
   LLVM::ReturnOp::create(builder, loc, ValueRange{});
+  if (framed) {
+    builder.setInsertionPointToEnd(stepBlock);
+    LLVM::ReturnOp::create(builder, loc, ValueRange{});
+  }
   return success();
 }
 
@@ -951,8 +1226,7 @@ LogicalResult RuntimeEmitter::emitTiers() {
   return success();
 }
 
-FailureOr<bool> RuntimeEmitter::emitSchedOp(Operation *op,
-                                            DenseMap<Value, Value> &handles) {
+FailureOr<bool> RuntimeEmitter::emitSchedOp(Operation *op) {
   auto atOf = [&](std::optional<uint64_t> at) {
     return i64(at ? int64_t(*at) : -1);
   };
@@ -964,26 +1238,26 @@ FailureOr<bool> RuntimeEmitter::emitSchedOp(Operation *op,
   if (auto mv = dyn_cast<sched::MoveOp>(op)) {
     // One part of a split block, or the whole block.
     if (auto part = mv.getPart()) {
-      handles[mv.getTimepoint()] = callRuntime(
+      setHandle(mv.getTimepoint(), callRuntime(
           "spw_move_part", i32Ty,
           {ptrTy, i32Ty, i32Ty, i32Ty, i32Ty, i32Ty, i32Ty, i64Ty},
           {ctxArg, cls(mv.getBlockClass()), i32(mv.getLayer()),
            i32(static_cast<int32_t>(*part)), tier(mv.getFrom()),
            tier(mv.getTo()), i32(static_cast<int32_t>(mv.getPrio())),
-           atOf(mv.getAt())});
+           atOf(mv.getAt())}));
       return true;
     }
-    handles[mv.getTimepoint()] = callRuntime(
+    setHandle(mv.getTimepoint(), callRuntime(
         "spw_move", i32Ty, {ptrTy, i32Ty, i32Ty, i32Ty, i32Ty, i32Ty, i64Ty},
         {ctxArg, cls(mv.getBlockClass()), i32(mv.getLayer()),
          tier(mv.getFrom()), tier(mv.getTo()),
-         i32(static_cast<int32_t>(mv.getPrio())), atOf(mv.getAt())});
+         i32(static_cast<int32_t>(mv.getPrio())), atOf(mv.getAt())}));
     return true;
   }
   if (auto aw = dyn_cast<sched::AwaitOp>(op)) {
     for (Value t : aw.getTimepoints())
       callRuntime("spw_await", voidTy, {ptrTy, i32Ty},
-                  {ctxArg, handles.lookup(t)});
+                  {ctxArg, handle(t)});
     return true;
   }
   if (auto d = dyn_cast<sched::DropOp>(op)) {
@@ -1007,7 +1281,7 @@ FailureOr<bool> RuntimeEmitter::emitSchedOp(Operation *op,
   if (auto st = dyn_cast<sched::StageGradsOp>(op)) {
     SmallVector<Value> grads;
     for (Value g : st.getGrads())
-      grads.push_back(handles.lookup(g));
+      grads.push_back(handle(g));
     for (auto [i, v] : llvm::enumerate(grads)) {
       Value slot = LLVM::GEPOp::create(
           builder, loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, numIns),
@@ -1033,15 +1307,15 @@ FailureOr<bool> RuntimeEmitter::emitSchedOp(Operation *op,
     auto it = paramIndexByName.find(g.getParam());
     if (it == paramIndexByName.end())
       return g.emitOpError("refers to unknown parameter @") << g.getParam();
-    handles[g.getResult()] = callRuntime(
+    setHandle(g.getResult(), callRuntime(
         "spw_gradient", ptrTy, {ptrTy, i32Ty, i32Ty, i32Ty, i64Ty},
         {ctxArg, i32(it->second), i32(g.getLayer()), tier(g.getTier()),
-         i64(g.getDivisor())});
+         i64(g.getDivisor())}));
     return true;
   }
   if (auto put = dyn_cast<sched::PutActivationOp>(op)) {
     callRuntime("spw_put_activation", voidTy, {ptrTy, i32Ty, ptrTy, i64Ty},
-                {ctxArg, i32(put.getIndex()), handles.lookup(put.getValue()),
+                {ctxArg, i32(put.getIndex()), handle(put.getValue()),
                  atOf(put.getAt())});
     return true;
   }
@@ -1050,10 +1324,10 @@ FailureOr<bool> RuntimeEmitter::emitSchedOp(Operation *op,
     auto dtype = dtypeOf(op, type.getElementType());
     if (failed(dtype))
       return failure();
-    handles[take.getResult()] = callRuntime(
+    setHandle(take.getResult(), callRuntime(
         "spw_take_activation", ptrTy, {ptrTy, i32Ty, i32Ty, i32Ty, ptrTy},
         {ctxArg, i32(take.getIndex()), i32(*dtype), i32(type.getRank()),
-         i64Array(type.getShape())});
+         i64Array(type.getShape())}));
     return true;
   }
   return false;
@@ -1071,7 +1345,10 @@ void RuntimeEmitter::emitMain() {
 }
 
 LogicalResult RuntimeEmitter::run() {
-  SmallVector<func::FuncOp> funcs(module.getOps<func::FuncOp>());
+  // The step, and the private task functions it calls (sched-outline-tasks).
+  SmallVector<func::FuncOp> funcs, tasks;
+  for (func::FuncOp f : module.getOps<func::FuncOp>())
+    (f.isPrivate() && !f.isExternal() ? tasks : funcs).push_back(f);
   if (funcs.size() != 1)
     return module.emitError("convert-train-to-runtime expects exactly one "
                             "func.func (the training step), found ")
@@ -1081,11 +1358,55 @@ LogicalResult RuntimeEmitter::run() {
     return step.emitOpError("the training step must be a single block");
   SmallVector<ParamOp> params(module.getOps<ParamOp>());
 
-  if (failed(emitDeclare(step, params)) || failed(emitStep(step)))
+  viewsAllowed = llvm::none_of(step.getBody().front(), [](Operation &op) {
+    return isa<sched::SchedDialect>(op.getDialect());
+  });
+  llvm::StringMap<func::FuncOp> taskByName;
+  for (func::FuncOp t : tasks)
+    taskByName[t.getSymName()] = t;
+  for (auto call : step.getBody().front().getOps<func::CallOp>()) {
+    auto it = taskByName.find(call.getCallee());
+    if (it == taskByName.end())
+      return call.emitOpError("calls @")
+             << call.getCallee()
+             << ", which is not a task function of the module";
+    auto [at, first] = paramArgsOf.try_emplace(
+        call.getCallee(), SmallVector<bool>(call.getNumOperands(), true));
+    for (auto [i, v] : llvm::enumerate(call.getOperands()))
+      if (!v.getDefiningOp<ParamValueOp>())
+        at->second[i] = false;
+  }
+
+  if (failed(emitDeclare(step, params)))
+    return failure();
+  // The task functions first: the step's calls refer to them.
+  for (func::FuncOp t : tasks)
+    if (failed(emitTask(t)))
+      return failure();
+  if (failed(emitStep(step)))
     return failure();
   emitMain();
 
+  // The frames: zero-initialized slot arrays of the step.
+  auto frame = [&](StringRef name, Type elt, int64_t n) {
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(module.getBody());
+    auto global = LLVM::GlobalOp::create(
+        builder, loc, LLVM::LLVMArrayType::get(elt, std::max<int64_t>(n, 1)),
+        /*isConstant=*/false, LLVM::Linkage::Internal, name, Attribute());
+    Block *init = builder.createBlock(&global.getInitializerRegion());
+    builder.setInsertionPointToStart(init);
+    Value zero = LLVM::ZeroOp::create(builder, loc, global.getType());
+    LLVM::ReturnOp::create(builder, loc, zero);
+  };
+  if (frameUsed)
+    frame("spw_frame", ptrTy, numSlots);
+  if (timepointFrameUsed)
+    frame("spw_frame_timepoints", i32Ty, numTimepointSlots);
+
   step.erase();
+  for (func::FuncOp t : tasks)
+    t.erase();
   for (ParamOp p : params)
     p.erase();
   module->removeAttr("sched.buffers");

@@ -387,4 +387,64 @@ def SchedOverlapOptimizerPass : Pass<"sched-overlap-optimizer", "mlir::ModuleOp"
                            "spillway::train::TrainDialect"];
 }
 
+def SchedOutlineTasksPass : Pass<"sched-outline-tasks", "mlir::ModuleOp"> {
+  let summary = "Make each task's computation a call to a function shared by "
+                "the tasks that compute the same thing";
+  let description = [{
+    Rewrites the body of every `sched.task` into three parts, in this order:
+    its `train.param_value` reads, one `func.call` of a private `func.func`
+    holding the rest of its ops, and its `train.param_grad` records. The
+    callee takes the task's block arguments, then the values of the
+    parameters read, and returns, each once, the computed values the yield
+    and the gradient records use (a yielded argument or parameter is not
+    returned: the task yields it directly). Callees whose text is the same
+    (the callee printed without names or locations) are one function: every
+    micro-batch of a layer's phase, and layers with the same shapes, which
+    differ only in the parameter symbols that stay in the task. A callee is
+    named `task.<phase>.layer<l>` after the first task that made it (with a
+    numeric suffix if that name is taken).
+
+    A task is left as it is when it has nothing to outline (parameter reads
+    and gradient records only) or when its body holds an op that updates a
+    parameter or refers to another symbol (`train.adamw`, `train.foam`, the
+    deferred updates: a read hoisted above an update would change what it
+    reads), an op with regions, or an op of another dialect than train.
+
+    The ops run in the same order on the same values: a parameter read has
+    no effect, so reading before the computation is reading within it, and
+    a gradient record reads the value the computation returned. The
+    iteration keeps its tasks (their phase, layer and micro-batch), so the
+    sched verifiers and `convert-sched-to-train` see the same schedule;
+    `convert-train-to-runtime` lowers each callee to one LLVM function.
+    Runs last, just before `convert-sched-to-train`.
+
+    ```mlir
+    // before
+    %y = sched.task fwd layer(1) mb(0) (%x) : (tensor<2x4xf32>) -> tensor<2x4xf32> {
+    ^bb0(%a: tensor<2x4xf32>):
+      %w = train.param_value @w1 : tensor<4x4xf32>
+      %r = train.matmul %a, %w : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+      sched.yield %r : tensor<2x4xf32>
+    }
+    // after
+    %y = sched.task fwd layer(1) mb(0) (%x) : (tensor<2x4xf32>) -> tensor<2x4xf32> {
+    ^bb0(%a: tensor<2x4xf32>):
+      %w = train.param_value @w1 : tensor<4x4xf32>
+      %r = func.call @task.fwd.layer1(%a, %w)
+          : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+      sched.yield %r : tensor<2x4xf32>
+    }
+    func.func private @task.fwd.layer1(%arg0: tensor<2x4xf32>,
+        %arg1: tensor<4x4xf32>) -> tensor<2x4xf32> {
+      %0 = train.matmul %arg0, %arg1
+          : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+      return %0 : tensor<2x4xf32>
+    }
+    ```
+  }];
+  let dependentDialects = ["spillway::sched::SchedDialect",
+                           "spillway::train::TrainDialect",
+                           "mlir::func::FuncDialect"];
+}
+
 #endif
