@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compile-time benchmark (issue 16): how spillwayc's wall time and peak
+# Compile-time benchmark: how spillwayc's wall time and peak
 # memory grow with the model's layers L and the micro-batches M. For each
 # L x M of the grid it compiles a GPT (bench/make_gpt_onnx.py) to an
 # executable with the offload plan of bench/offload.sh (parameters, AdamW

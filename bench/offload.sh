@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Offload benchmark (issue 5): a GPT of a few hundred million parameters
+# Offload benchmark: a GPT of a few hundred million parameters
 # trained with its parameters, AdamW state and gradients on SSD, under GPU and
 # host budgets far below the model, once per schedule (horizontal =
 # ZeRO-Infinity's order, snake = GreedySnake's) and optimizer overlap F

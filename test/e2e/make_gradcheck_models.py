@@ -182,7 +182,7 @@ def softmaxcrossentropyloss_weighted_nd(rng):
                 int_inputs={"labels": np.array([[3, -1, 0], [2, 3, -1]], dtype=np.int64)}, is_loss=True)
 
 
-# ---- Ops real exporters emit (issue 3) --------------------------------------
+# ---- Ops real exporters emit ----------------------------------------------
 
 
 def positive(rng, shape, lo=0.5, hi=1.5):

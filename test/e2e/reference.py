@@ -403,7 +403,7 @@ OPS = {
 }
 
 
-# ---- Ops real exporters emit (issue 3). -------------------------------------
+# ---- Ops real exporters emit. ---------------------------------------------
 
 
 def _unary_vjp(dfdx):

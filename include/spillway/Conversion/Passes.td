@@ -20,6 +20,15 @@ def ConvertTrainToRuntimePass : Pass<"convert-train-to-runtime", "mlir::ModuleOp
     `spw_main`. The `train.param` declarations and the original function are
     removed.
 
+    A scheduled step may hold two more kinds of ops, both lowered here
+    because they run interleaved with the train ops in one step function:
+    an offload plan's sched ops, which `convert-sched-to-train` keeps
+    (moves, awaits, binds, drops, gradients, activations: the runtime's
+    `spw_move` family, the plan's arenas and blocks declared from
+    `sched.buffers`; `OffloadOps.cpp`), and the calls `sched-outline-tasks`
+    made, whose private callees each become one internal LLVM function
+    while the step keeps its handles in a frame global.
+
     With `target=cuda`, `spw_model_declare` first calls `spw_use_cuda` with
     the precision: the executable then links the CUDA runtime library and
     runs on the GPU by default. `precision=bf16` (CUDA only) runs the
@@ -64,17 +73,21 @@ def ConvertTrainToSchedPass : Pass<"convert-train-to-sched", "mlir::ModuleOp"> {
 }
 
 def ConvertSchedToTrainPass : Pass<"convert-sched-to-train", "mlir::ModuleOp"> {
-  let summary = "Run a schedule as written with every tensor resident: a flat train step";
+  let summary = "Run a schedule as written: a flat train step, an offload plan's ops kept in place";
   let description = [{
-    The schedule without offloading: each `sched.iteration` is replaced by
-    its ops in their order, every task's body inlined where the task stands
-    (its block arguments replaced by its operands), so the step computes
-    exactly what the schedule computes, in the schedule's order, and
-    `convert-train-to-runtime` can run it. `sched.slice` micro-batch m of
-    M becomes a `train.slice` of the leading dimension (starts m * B/M,
-    steps 1); `sched.accumulate` becomes `train.add`s left to right in the
-    listed order, and for `mean` a `train.div` by the count. Fails on
-    residency, transfer and wait ops: those need the runtime's tiers.
+    Each `sched.iteration` is replaced by its ops in their order, every
+    task's body inlined where the task stands (its block arguments replaced
+    by its operands; a task that `sched-outline-tasks` made a call keeps the
+    call), so the step computes exactly what the schedule computes, in the
+    schedule's order. `sched.slice` micro-batch m of M becomes a
+    `train.slice` of the leading dimension (starts m * B/M, steps 1);
+    `sched.accumulate` becomes `train.add`s left to right in the listed
+    order, and for `mean` a `train.div` by the count. An offload plan's ops
+    (`sched.move`, `await`, `bind`, `drop`, `stage_grads`,
+    `accumulate_grads`, `gradient`, `put_activation`, `take_activation`)
+    stay where they stand, still sched ops: `convert-train-to-runtime`
+    lowers them with the train ops around them to the runtime's `spw_move`
+    family. Any other sched op is an error.
   }];
   let dependentDialects = ["spillway::train::TrainDialect"];
 }

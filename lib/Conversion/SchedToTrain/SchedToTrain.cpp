@@ -1,8 +1,11 @@
-//===- SchedToTrain.cpp - a schedule as a flat, all-resident train step ---===//
+//===- SchedToTrain.cpp - a schedule as a flat train step -----------------===//
 //
 // Inlines every task of a sched.iteration in order and rewrites the
-// micro-batch ops as train ops, so the lowering to the runtime runs the
-// schedule's computation in the schedule's order (no tiers, no transfers).
+// micro-batch ops (slice, accumulate) as train ops, so the lowering to the
+// runtime runs the schedule's computation in the schedule's order. An
+// offload plan's ops (moves, awaits, binds, drops, gradients, activations)
+// stay in the flat step where they stand: convert-train-to-runtime lowers
+// them with the train ops around them (its OffloadOps.cpp).
 //
 //===----------------------------------------------------------------------===//
 
