@@ -153,7 +153,74 @@ struct SchedulePipelineOptions
 };
 } // namespace
 
+namespace {
+/// `spillway-train`'s options: TrainingPipelineOptions, spelled as
+/// spillwayc's flags are.
+struct TrainingPipelineCLOptions
+    : public PassPipelineOptions<TrainingPipelineCLOptions> {
+  Option<std::string> fusePatterns{
+      *this, "fuse-patterns",
+      llvm::cl::desc("Decomposed patterns to fuse: all, none, or a subset"),
+      llvm::cl::init("all")};
+  Option<std::string> optimizer{*this, "optimizer",
+                                llvm::cl::desc("adamw or foam"),
+                                llvm::cl::init("adamw")};
+  Option<double> lr{*this, "lr", llvm::cl::desc("Learning rate"),
+                    llvm::cl::init(1e-3)};
+  Option<double> beta1{*this, "beta1", llvm::cl::desc("AdamW beta1"),
+                       llvm::cl::init(0.9)};
+  Option<double> beta2{*this, "beta2", llvm::cl::desc("AdamW beta2"),
+                       llvm::cl::init(0.999)};
+  Option<double> eps{*this, "eps", llvm::cl::desc("AdamW epsilon"),
+                     llvm::cl::init(1e-8)};
+  Option<double> weightDecay{*this, "weight-decay",
+                             llvm::cl::desc("AdamW weight decay"),
+                             llvm::cl::init(0.01)};
+  Option<int64_t> foamLevel{*this, "foam-level",
+                            llvm::cl::desc("FOAM fold level"),
+                            llvm::cl::init(2)};
+  Option<double> foamAlpha{*this, "foam-alpha",
+                           llvm::cl::desc("FOAM update scale"),
+                           llvm::cl::init(0.25)};
+};
+
+/// `spillway-lower-to-runtime`'s options (spillwayc --target, --precision).
+struct LowerToRuntimeCLOptions
+    : public PassPipelineOptions<LowerToRuntimeCLOptions> {
+  Option<std::string> target{*this, "target", llvm::cl::desc("cpu or cuda"),
+                             llvm::cl::init("cpu")};
+  Option<std::string> precision{
+      *this, "precision", llvm::cl::desc("fp32, or bf16 (cuda only)"),
+      llvm::cl::init("fp32")};
+};
+} // namespace
+
 void spillway::registerPipelines() {
+  PassPipelineRegistration<TrainingPipelineCLOptions>(
+      "spillway-train",
+      "A forward + loss step as spillwayc makes it a training step "
+      "(populateTrainingPipeline): fused patterns, autodiff, cse, the "
+      "optimizer",
+      [](OpPassManager &pm, const TrainingPipelineCLOptions &o) {
+        TrainingPipelineOptions options;
+        options.fusePatterns = o.fusePatterns;
+        options.optimizer = o.optimizer;
+        options.lr = o.lr;
+        options.beta1 = o.beta1;
+        options.beta2 = o.beta2;
+        options.eps = o.eps;
+        options.weightDecay = o.weightDecay;
+        options.foamLevel = o.foamLevel;
+        options.foamAlpha = o.foamAlpha;
+        populateTrainingPipeline(pm, options);
+      });
+  PassPipelineRegistration<LowerToRuntimeCLOptions>(
+      "spillway-lower-to-runtime",
+      "A (scheduled) training step as runtime calls in the LLVM dialect "
+      "(populateLowerToRuntimePipeline)",
+      [](OpPassManager &pm, const LowerToRuntimeCLOptions &o) {
+        populateLowerToRuntimePipeline(pm, o.target, o.precision);
+      });
   PassPipelineRegistration<SchedulePipelineOptions>(
       "spillway-schedule",
       "A training step as spillwayc schedules it (populateSchedulePipeline): "

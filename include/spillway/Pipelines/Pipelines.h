@@ -94,8 +94,12 @@ struct ScheduleOptions {
 void populateSchedulePipeline(mlir::OpPassManager &pm,
                               const ScheduleOptions &options);
 
-/// Registers the pipelines by name for spillway-opt: `spillway-schedule`
-/// (populateSchedulePipeline; its options are ScheduleOptions').
+/// Registers the pipelines by name for spillway-opt: `spillway-train`
+/// (populateTrainingPipeline, TrainingPipelineOptions' fields as options),
+/// `spillway-schedule` (populateSchedulePipeline; its options are
+/// ScheduleOptions') and `spillway-lower-to-runtime`
+/// (populateLowerToRuntimePipeline: target, precision). In that order they
+/// are spillwayc's compile up to the LLVM dialect.
 void registerPipelines();
 
 /// A training step -> LLVM dialect calls against the runtime's C ABI, for
