@@ -226,9 +226,8 @@ std::string spillway::costModelOverBudget(const PlanSearch &search,
          bytesAndGiB(need[int(Tier::SSD)]);
 }
 
-ScheduleOptions spillway::offloadSchedule(const PlanningOptions &options,
-                                          const PlanSearch *search,
-                                          const CostEstimate *estimate) {
+ScheduleOptions spillway::residentSchedule(const PlanningOptions &options,
+                                           const CostEstimate *estimate) {
   ScheduleOptions s;
   s.microbatches = options.exeMicrobatches();
   s.order = options.order ? *options.order
@@ -237,6 +236,13 @@ ScheduleOptions spillway::offloadSchedule(const PlanningOptions &options,
   s.overlapFraction = options.exeOverlap();
   s.recompute = options.recompute;
   s.outlineTasks = options.outlineTasks;
+  return s;
+}
+
+ScheduleOptions spillway::offloadSchedule(const PlanningOptions &options,
+                                          const PlanSearch *search,
+                                          const CostEstimate *estimate) {
+  ScheduleOptions s = residentSchedule(options, estimate);
   OffloadOptions o;
   // The classes --place names as given (sched-place checks them), then the
   // cost model's tier for each class it chose.

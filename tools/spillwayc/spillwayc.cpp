@@ -607,14 +607,8 @@ int planAndSchedule(OwningOpRef<ModuleOp> &module,
                        get(links, "ssd_write"), get(links, "h2d"),
                        get(links, "d2h")));
   } else if (scheduled) {
-    spillway::ScheduleOptions s;
-    s.microbatches = planOptions.exeMicrobatches();
-    s.order = planOptions.order ? *planOptions.order
-              : search          ? search->choice.best.candidate.order
-                                : planOptions.exeOrder();
-    s.overlapFraction = planOptions.exeOverlap();
-    s.recompute = planOptions.recompute;
-    s.outlineTasks = planOptions.outlineTasks;
+    spillway::ScheduleOptions s = spillway::residentSchedule(
+        planOptions, search ? &search->choice.best : nullptr);
     announce(s);
     PassManager pm(&context);
     timing.attach(pm);

@@ -86,10 +86,11 @@ struct ScheduleOptions {
 /// offload passes, then convert-sched-to-train. The executable applies the
 /// updates still deferred after the last step before it saves or
 /// checkpoints. The result is again a flat
-/// train step (the tasks inlined in the schedule's order, slices and
-/// gradient accumulation explicit) for populateLowerToRuntimePipeline.
-/// spillwayc runs it after populateTrainingPipeline when --microbatches or
-/// --schedule is given. M must divide every input's leading dimension
+/// train step (the tasks inlined in the schedule's order, or with
+/// `outlineTasks` each a call to a function identical tasks share; slices
+/// and gradient accumulation explicit) for populateLowerToRuntimePipeline.
+/// spillwayc runs it after populateTrainingPipeline when --microbatches,
+/// --schedule, --overlap-optimizer or an offload plan is given. M must divide every input's leading dimension
 /// (sched-microbatch fails otherwise).
 void populateSchedulePipeline(mlir::OpPassManager &pm,
                               const ScheduleOptions &options);

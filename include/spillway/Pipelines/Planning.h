@@ -139,8 +139,15 @@ planOffload(mlir::OwningOpRef<mlir::ModuleOp> &module,
             const PlanSearch *search,
             const std::function<void(const OffloadPlan &)> &announce = {});
 
-/// The schedule of an offload candidate: the pinned classes as given, the
-/// rest from `estimate` (none: the GPU, sched-place's default).
+/// The schedule without an offload plan: M, F and recompute as given (or
+/// their defaults), the order as given, else `estimate`'s (the cost model's
+/// choice), else snake.
+ScheduleOptions residentSchedule(const PlanningOptions &options,
+                                 const schedule::CostEstimate *estimate);
+
+/// The schedule of an offload candidate: residentSchedule's, with the
+/// pinned classes as given and the rest from `estimate` (none: the GPU,
+/// sched-place's default).
 ScheduleOptions offloadSchedule(const PlanningOptions &options,
                                 const PlanSearch *search,
                                 const schedule::CostEstimate *estimate);

@@ -25,6 +25,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -483,6 +484,30 @@ LogicalResult RuntimeEmitter::emitTask(func::FuncOp task) {
   loc = task.getLoc();
   if (!task.getBody().hasOneBlock())
     return task.emitOpError("a task function must be a single block");
+  // The shape sched-outline-tasks gives a task function, which the calling
+  // step's releases rely on: train ops only (no calls), and each result a
+  // fresh value of its own (an argument or a repeat would be released twice
+  // by the caller, once as the argument and once as the result).
+  Block &body = task.getBody().front();
+  llvm::SmallPtrSet<Value, 8> returned;
+  for (Operation &op : body) {
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      for (auto [i, v] : llvm::enumerate(ret.getOperands()))
+        if (isa<BlockArgument>(v) || !returned.insert(v).second)
+          return task.emitOpError("a task function must return values it "
+                                  "computes, each once (as "
+                                  "sched-outline-tasks writes it); result #")
+                 << i << " is "
+                 << (isa<BlockArgument>(v) ? "an argument"
+                                           : "returned twice");
+      continue;
+    }
+    if (!isa<TrainDialect>(op.getDialect()))
+      return op.emitOpError("in task function @")
+             << task.getSymName()
+             << ": a task function holds train ops only (as "
+                "sched-outline-tasks writes it)";
+  }
   auto fn = LLVM::LLVMFuncOp::create(
       builder, loc, task.getSymName(),
       LLVM::LLVMFunctionType::get(voidTy, {ptrTy, ptrTy}),

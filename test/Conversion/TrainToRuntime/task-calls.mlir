@@ -5,9 +5,12 @@
 // of ops), releases what goes after an op in one helper call, and calls a function with one constant slot list: a frame slot
 // per tensor argument, the index of each parameter argument (the callee
 // reads it with spw_param), then a slot per result.
-// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-outline-tasks --convert-sched-to-train --convert-train-to-runtime | FileCheck %s
+// The inputs are Inputs/models/two-layers-reshapes.mlir (Dialect/Sched's)
+// scheduled in two micro-batches, snake, with and without
+// sched-outline-tasks (Inputs/regenerate.sh writes them).
+// RUN: spillway-opt %S/Inputs/task-calls-outlined.mlir --convert-train-to-runtime | FileCheck %s
 // Without the outlining the step is lowered as it always was: no frame.
-// RUN: spillway-opt %s --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --convert-sched-to-train --convert-train-to-runtime | FileCheck %s --check-prefix=FLAT
+// RUN: spillway-opt %S/Inputs/task-calls-flat.mlir --convert-train-to-runtime | FileCheck %s --check-prefix=FLAT
 
 // The slot lists of the first three calls (and the slots released after
 // the last call): micro-batch 0 and 1 of layer 0
@@ -97,18 +100,3 @@
 // FLAT-NOT: llvm.func internal
 // FLAT:     llvm.call @spw_param(
 // FLAT-NOT: spw_frame
-module {
-  train.param @w1 : tensor<4x8xf32> at 0
-  train.param @w2 : tensor<8x3xf32> at 128
-  func.func @two_layers(%x: tensor<6x4xf32>, %labels: tensor<6xi64>) -> tensor<f32> {
-    %w1 = train.param_value @w1 : tensor<4x8xf32>
-    %w2 = train.param_value @w2 : tensor<8x3xf32>
-    %h = train.matmul %x, %w1 : tensor<6x4xf32>, tensor<4x8xf32> -> tensor<6x8xf32>
-    %r = train.relu %h : tensor<6x8xf32>
-    %f = train.reshape %r : tensor<6x8xf32> -> tensor<6x2x4xf32>
-    %g = train.reshape %f : tensor<6x2x4xf32> -> tensor<6x8xf32>
-    %y = train.matmul %g, %w2 : tensor<6x8xf32>, tensor<8x3xf32> -> tensor<6x3xf32>
-    %l = train.softmax_cross_entropy_loss %y, %labels : tensor<6x3xf32>, tensor<6xi64>
-    return %l : tensor<f32>
-  }
-}

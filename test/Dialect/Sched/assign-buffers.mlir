@@ -8,6 +8,9 @@
 // RUN: spillway-opt %S/Inputs/assign-buffers-ssd.mlir --sched-assign-buffers | FileCheck %s
 // RUN: spillway-opt %S/Inputs/assign-buffers-ssd.mlir --sched-assign-buffers=gpu-mem=768 -o /dev/null
 // RUN: not spillway-opt %S/Inputs/assign-buffers-ssd.mlir --sched-assign-buffers=gpu-mem=767 2>&1 | FileCheck %s --check-prefix=GPU
+// An op naming a layer outside train.layers (a damaged input) is an error.
+// RUN: not spillway-opt %S/Inputs/assign-buffers-bad-layer.mlir --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=BADLAYER
+// BADLAYER: error: 'sched.accumulate_grads' op sched-assign-buffers: no layer 7
 // RUN: not spillway-opt %S/Inputs/assign-buffers-ssd.mlir --sched-assign-buffers=host-mem=16384 2>&1 | FileCheck %s --check-prefix=HOST
 // RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=ORDER
 // RUN: spillway-opt %S/Inputs/assign-buffers-act.mlir --sched-assign-buffers | FileCheck %s --check-prefix=ACT

@@ -134,3 +134,37 @@ module {
     return %loss : tensor<f32>
   }
 }
+
+// -----
+
+// Tasks that differ only in a constant's elements share no function, even
+// when the tool is told to elide large constants in what it prints (the
+// key does not follow the --mlir-* print options).
+// RUN: spillway-opt %s -split-input-file --sched-outline-tasks --mlir-elide-elementsattrs-if-larger=1 | FileCheck %s --check-prefix=ELIDE
+// ELIDE-LABEL: func.func private @task.fwd.layer0(%{{.*}}: tensor<3xf32>)
+// ELIDE:       func.func private @task.fwd.layer1(
+// ELIDE-LABEL: func.func @constants
+// ELIDE:         func.call @task.fwd.layer0(
+// ELIDE:         func.call @task.fwd.layer1(
+module {
+  func.func @constants(%x: tensor<3xf32>) -> tensor<3xf32> {
+    %r = sched.iteration(%x) {microbatches = 1 : i64, order = "horizontal"}
+        : (tensor<3xf32>) -> tensor<3xf32> {
+    ^bb0(%a: tensor<3xf32>):
+      %h = sched.task fwd layer(0) mb(0) (%a) : (tensor<3xf32>) -> tensor<3xf32> {
+      ^bb0(%i: tensor<3xf32>):
+        %c = train.constant dense<[1.0, 2.0, 3.0]> : tensor<3xf32>
+        %s = train.add %i, %c : tensor<3xf32>, tensor<3xf32> -> tensor<3xf32>
+        sched.yield %s : tensor<3xf32>
+      }
+      %k = sched.task fwd layer(1) mb(0) (%h) : (tensor<3xf32>) -> tensor<3xf32> {
+      ^bb0(%i: tensor<3xf32>):
+        %c = train.constant dense<[1.0, 2.0, 4.0]> : tensor<3xf32>
+        %s = train.add %i, %c : tensor<3xf32>, tensor<3xf32> -> tensor<3xf32>
+        sched.yield %s : tensor<3xf32>
+      }
+      sched.yield %k : tensor<3xf32>
+    }
+    return %r : tensor<3xf32>
+  }
+}

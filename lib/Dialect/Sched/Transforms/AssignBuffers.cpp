@@ -359,6 +359,10 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
   // Returns the slot (or -1 for the home) of a new copy of (c, l) on t.
   auto acquire = [&](Operation *op, BlockClass c, int64_t l,
                      Tier t) -> FailureOr<int> {
+    // Every op that claims a copy (move, stage_grads, accumulate_grads)
+    // names its layer: one outside the table is an error, not a read past it.
+    if (l < 0 || l >= int64_t(numLayers))
+      return op->emitOpError("sched-assign-buffers: no layer ") << l;
     const BlockInfo &bi = blocks[l][int(c)];
     if (bi.home == t)
       return -1;

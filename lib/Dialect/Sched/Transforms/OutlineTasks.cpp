@@ -44,6 +44,8 @@
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <limits>
+
 namespace spillway::sched {
 #define GEN_PASS_DEF_SCHEDOUTLINETASKSPASS
 #include "spillway/Dialect/Sched/Transforms/Passes.h.inc"
@@ -93,11 +95,23 @@ TaskParts split(TaskOp task) {
 }
 
 /// The callee's text (every candidate has the same provisional name, no
-/// locations): equal keys, equal computations.
+/// locations): equal keys, equal computations. Every flag is set here: the
+/// defaults follow the tool's --mlir-* print options, and one that elides
+/// constants or skips regions would make different tasks print alike.
 std::string keyOf(func::FuncOp fn) {
   std::string key;
   llvm::raw_string_ostream os(key);
-  fn->print(os, OpPrintingFlags().useLocalScope());
+  OpPrintingFlags flags;
+  flags.useLocalScope()
+      .printGenericOpForm()
+      .elideLargeElementsAttrs(std::numeric_limits<int64_t>::max())
+      .elideLargeResourceString(std::numeric_limits<int64_t>::max())
+      .enableDebugInfo(false)
+      .skipRegions(false)
+      .printValueUsers(false)
+      .printUniqueSSAIDs(false)
+      .printNameLocAsPrefix(false);
+  fn->print(os, flags);
   return key;
 }
 

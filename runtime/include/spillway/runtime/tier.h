@@ -3,8 +3,8 @@
  * The one definition of the tiers a tensor lives on: the runtime ABI
  * (spillway_rt.h's spw_move and friends take them as numbers), the storage
  * engine (storage::Tier), the cost model (schedule::Tier) and the sched
- * dialect (sched::Tier, whose ODS cases assert these values) all use these
- * numbers. C, no dependency: the compiler includes it without the runtime.
+ * dialect (sched::Tier, static_asserted against them in SchedDialect.cpp)
+ * all use these numbers. C, no dependency: the compiler includes it without the runtime.
  *===----------------------------------------------------------------------===*/
 #ifndef SPILLWAY_RUNTIME_TIER_H
 #define SPILLWAY_RUNTIME_TIER_H

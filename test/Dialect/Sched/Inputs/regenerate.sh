@@ -120,6 +120,9 @@ damage $sched/tied-head-apply-mismatch.mlir "$scratch/base/tied-head-deferred.ml
 
 # sched-assign-buffers: iterations with their transfers.
 gen $sched/assign-buffers-ssd.mlir two-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-place=placement=params=ssd,optimizer=host,gradients=host --sched-insert-transfers
+damage $sched/assign-buffers-bad-layer.mlir "$out/$sched/assign-buffers-ssd.mlir" \
+  "a gradient accumulation into a layer the table does not have" \
+  's/sched.accumulate_grads layer(1)/sched.accumulate_grads layer(7)/'
 gen $sched/assign-buffers-act.mlir two-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-recompute --sched-place=placement=activations=ssd --sched-insert-transfers
 gen $sched/assign-buffers-split-ssd.mlir two-layers-16 "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers
 gen $sched/assign-buffers-split-gpuhome.mlir two-layers-16 "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 --sched-place=placement=params=gpu,optimizer=host,gradients=gpu --sched-insert-transfers
@@ -127,6 +130,10 @@ gen $sched/tied-head-deferred-transfers.mlir tied-head "${front[@]}" --sched-ord
 
 # convert-train-to-runtime: offload plans back in the train dialect.
 gen $runtime/offload-plan-host.mlir two-layers "${front[@]}" --sched-order --sched-place=placement=params=host --sched-insert-transfers --sched-assign-buffers --convert-sched-to-train
+# convert-train-to-runtime: a scheduled step with and without its tasks
+# outlined (sched-outline-tasks).
+gen $runtime/task-calls-outlined.mlir two-layers-reshapes "${front[@]}" --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-outline-tasks --convert-sched-to-train
+gen $runtime/task-calls-flat.mlir two-layers-reshapes "${front[@]}" --sched-microbatch=microbatches=2 --sched-order=order=snake --convert-sched-to-train
 gen $runtime/offload-plan-activations.mlir two-layers "${front[@]}" --sched-order --sched-recompute --sched-place=placement=activations=ssd --sched-insert-transfers --sched-assign-buffers --convert-sched-to-train
 damage $runtime/offload-plan-no-offsets.mlir "$out/$runtime/offload-plan-host.mlir" \
   "the first block's offsets misspelt" '0,/offsets = array<i64: 0>/s//offsetz = array<i64: 0>/'
