@@ -105,16 +105,22 @@ std::string spillway::ScheduleOptions::pipelineOptions() const {
 }
 
 namespace {
+/// The registered pipelines' option defaults are the option structs' own.
+const spillway::TrainingPipelineOptions kTrainingDefaults;
+const spillway::ScheduleOptions kScheduleDefaults;
+} // namespace
+
+namespace {
 /// `spillway-schedule`'s options: ScheduleOptions, spelled as spillwayc's
 /// flags are (budgets in bytes).
 struct SchedulePipelineOptions
     : public PassPipelineOptions<SchedulePipelineOptions> {
   Option<int64_t> microbatches{*this, "microbatches",
                                llvm::cl::desc("Micro-batches per iteration"),
-                               llvm::cl::init(1)};
+                               llvm::cl::init(kScheduleDefaults.microbatches)};
   Option<spillway::schedule::Order> order{
       *this, "order", llvm::cl::desc("Layer order of the micro-batches"),
-      llvm::cl::init(spillway::schedule::Order::Horizontal),
+      llvm::cl::init(kScheduleDefaults.order),
       llvm::cl::values(
           clEnumValN(spillway::schedule::Order::Horizontal, "horizontal",
                      "per micro-batch, every layer (ZeRO-Infinity)"),
@@ -123,11 +129,11 @@ struct SchedulePipelineOptions
   Option<double> overlapOptimizer{
       *this, "overlap-optimizer",
       llvm::cl::desc("Fraction of each update moved into the next forward"),
-      llvm::cl::init(0.0)};
+      llvm::cl::init(kScheduleDefaults.overlapFraction)};
   Option<bool> recompute{
       *this, "recompute",
       llvm::cl::desc("Keep only layer-boundary activations (sched-recompute)"),
-      llvm::cl::init(true)};
+      llvm::cl::init(kScheduleDefaults.recompute)};
   Option<bool> offload{*this, "offload",
                        llvm::cl::desc("Run the offload passes (sched-place, "
                                       "sched-insert-transfers, "
@@ -161,27 +167,27 @@ struct TrainingPipelineCLOptions
   Option<std::string> fusePatterns{
       *this, "fuse-patterns",
       llvm::cl::desc("Decomposed patterns to fuse: all, none, or a subset"),
-      llvm::cl::init("all")};
+      llvm::cl::init(kTrainingDefaults.fusePatterns)};
   Option<std::string> optimizer{*this, "optimizer",
                                 llvm::cl::desc("adamw or foam"),
-                                llvm::cl::init("adamw")};
+                                llvm::cl::init(kTrainingDefaults.optimizer)};
   Option<double> lr{*this, "lr", llvm::cl::desc("Learning rate"),
-                    llvm::cl::init(1e-3)};
+                    llvm::cl::init(kTrainingDefaults.lr)};
   Option<double> beta1{*this, "beta1", llvm::cl::desc("AdamW beta1"),
-                       llvm::cl::init(0.9)};
+                       llvm::cl::init(kTrainingDefaults.beta1)};
   Option<double> beta2{*this, "beta2", llvm::cl::desc("AdamW beta2"),
-                       llvm::cl::init(0.999)};
+                       llvm::cl::init(kTrainingDefaults.beta2)};
   Option<double> eps{*this, "eps", llvm::cl::desc("AdamW epsilon"),
-                     llvm::cl::init(1e-8)};
+                     llvm::cl::init(kTrainingDefaults.eps)};
   Option<double> weightDecay{*this, "weight-decay",
                              llvm::cl::desc("AdamW weight decay"),
-                             llvm::cl::init(0.01)};
+                             llvm::cl::init(kTrainingDefaults.weightDecay)};
   Option<int64_t> foamLevel{*this, "foam-level",
                             llvm::cl::desc("FOAM fold level"),
-                            llvm::cl::init(2)};
+                            llvm::cl::init(kTrainingDefaults.foamLevel)};
   Option<double> foamAlpha{*this, "foam-alpha",
                            llvm::cl::desc("FOAM update scale"),
-                           llvm::cl::init(0.25)};
+                           llvm::cl::init(kTrainingDefaults.foamAlpha)};
 };
 
 /// `spillway-lower-to-runtime`'s options (spillwayc --target, --precision).

@@ -888,7 +888,7 @@ LogicalResult RuntimeEmitter::emitBody(func::FuncOp func, Value slotsArg) {
           return failure();
         storeArray(insArray, numIns, {scalar});
         storeArray(outsArray, numOuts, {*h});
-        callRuntime("spw_op_broadcast_to", voidTy,
+        callRuntime(lookupRuntimeKernel("broadcast_to")->symbol, voidTy,
                     {ptrTy, ptrTy, ptrTy, ptrTy, ptrTy},
                     {ctxArg, insArray, outsArray, nullPtr(), nullPtr()});
         callRuntime("spw_release", voidTy, {ptrTy, ptrTy}, {ctxArg, scalar});
