@@ -13,8 +13,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "context.h"
 #include "device.h"
-#include "runtime_internal.h"
 
 #include <cstring>
 #include <map>

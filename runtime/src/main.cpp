@@ -8,7 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime_internal.h"
+#include "context.h"
+#include "formats.h"
 #include "spillway/runtime/hyperparams.h"
 #include "storage/checkpoint.h"
 #include "tiers.h"

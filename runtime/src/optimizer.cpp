@@ -15,7 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime_internal.h"
+#include "context.h"
 
 #include <algorithm>
 #include <cmath>

@@ -11,7 +11,7 @@
 #ifndef SPILLWAY_RUNTIME_SRC_TIERS_H
 #define SPILLWAY_RUNTIME_SRC_TIERS_H
 
-#include "runtime_internal.h"
+#include "context.h"
 #include "storage/io_engine.h"
 
 #include <string>

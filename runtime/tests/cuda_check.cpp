@@ -19,10 +19,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "context.h"
 #include "cuda/cuda_check.h"
 #include "cuda/optimizer_kernels.h"
 #include "cuda_check_ops.h"
-#include "runtime_internal.h"
 
 #include <algorithm>
 #include <cmath>

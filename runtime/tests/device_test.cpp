@@ -1,7 +1,7 @@
 //===- device_test.cpp - the arena allocator and the loopback device -------===//
 
+#include "context.h"
 #include "device.h"
-#include "runtime_internal.h"
 
 #include <gtest/gtest.h>
 

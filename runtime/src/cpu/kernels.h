@@ -17,9 +17,9 @@
 #ifndef SPILLWAY_RUNTIME_SRC_CPU_KERNELS_H
 #define SPILLWAY_RUNTIME_SRC_CPU_KERNELS_H
 
+#include "context.h"
 #include "device.h"
 #include "kernel_checks.h"
-#include "runtime_internal.h"
 
 #include <array>
 #include <cstddef>

@@ -20,10 +20,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "context.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 #include "cuda/optimizer_kernels.h"
-#include "runtime_internal.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>

@@ -1,74 +1,32 @@
-//===- runtime_internal.h - CPU runtime internals --------------------------===//
+//===- context.h - the model's context: parameters, inputs, the step ------===//
 //
-// What the C entry points share, and what the unit tests reach into: the
-// tensor and context structs, the error type, the .npy reader and the
-// .safetensors writer. Plain C++20; nothing here crosses the C ABI.
-//
-// Errors: inside the runtime a failure is a spw::Error exception. Every C
-// entry point catches it and records the message in the context (a sticky
-// error); later entry points of the same step return at once, and spw_main
-// reports the first error after spw_model_step returns. Exceptions therefore
-// never unwind through generated code.
+// spw_ctx, the struct behind the C ABI's opaque context handle, and what it
+// holds: the declared parameters (values, gradients, optimizer state, their
+// offload-plan and device bindings), inputs and outputs, the AdamW
+// hyper-parameters, the step's tensors and the sticky error. Also the
+// functions the entry points and the driver call on it (context.cpp), the
+// device glue (device_start / pull / push, run_on_device), the CPU optimizer
+// arithmetic (optimizer.cpp) and `guarded`, which turns an entry point's
+// spw::Error into the context's error (support.h says why).
 //
 //===----------------------------------------------------------------------===//
-#ifndef SPILLWAY_RUNTIME_SRC_RUNTIME_INTERNAL_H
-#define SPILLWAY_RUNTIME_SRC_RUNTIME_INTERNAL_H
+#ifndef SPILLWAY_RUNTIME_SRC_CONTEXT_H
+#define SPILLWAY_RUNTIME_SRC_CONTEXT_H
 
 #include "device.h"
 #include "spillway/runtime/spillway_rt.h"
+#include "support.h"
+#include "tensor.h"
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <tuple>
+#include <new>
 #include <optional>
-#include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
-
-namespace spw {
-
-constexpr int kMaxRank = 8;
-
-struct Error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// Formats like printf and throws spw::Error.
-[[noreturn]] void fail(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-int64_t dtype_size(int32_t dtype);      // 0 for an unknown dtype
-const char *dtype_name(int32_t dtype);  // "f32", "i64", "i32", "bool", "?"
-std::string shape_str(const int64_t *dims, int rank);  // "[2,3]"
-
-// A 64-byte aligned heap buffer.
-struct AlignedFree {
-  void operator()(void *p) const;
-};
-using Buffer = std::unique_ptr<void, AlignedFree>;
-Buffer alloc_buffer(int64_t bytes);
-
-} // namespace spw
-
-struct spw_tensor {
-  int32_t dtype = SPW_F32;
-  int32_t rank = 0;
-  int64_t dims[spw::kMaxRank] = {};
-  int64_t numel = 1;
-  void *data = nullptr;
-  spw::Buffer owned; // null when data points into storage owned elsewhere
-  // data is the context's device memory (device.h), not host memory.
-  bool on_device = false;
-  // A step tensor of spw_alloc / spw_constant: spw_release may free it.
-  bool releasable = false;
-
-  int64_t bytes() const { return numel * spw::dtype_size(dtype); }
-  std::string shape() const { return spw::shape_str(dims, rank); }
-  template <class T> T *as() const { return static_cast<T *>(data); }
-};
 
 namespace spw {
 
@@ -206,11 +164,6 @@ void allocate_declared(spw_ctx *ctx);
 // Frees all step-lifetime tensors and forgets the loss and which outputs the
 // step set.
 void clear_step(spw_ctx *ctx);
-// Makes a tensor with owned, uninitialized storage; validates dtype and dims.
-// allocate = false: no storage (data null), only the checks and the shape.
-std::unique_ptr<spw_tensor> make_tensor(int32_t dtype, int32_t rank,
-                                        const int64_t *dims, const char *what,
-                                        bool allocate = true);
 // Copies a parameter's gradient (checked against its dtype and shape).
 void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad);
 // A step tensor on the context's device (uninitialized) or host.
@@ -259,124 +212,6 @@ template <class F> void guarded(spw_ctx *ctx, const char *what, F &&body) {
   }
 }
 
-// ---- .npy -----------------------------------------------------------------
-struct NpyArray {
-  char kind = 0;         // 'f', 'i', 'u', 'b', ... from descr
-  int itemsize = 0;      // bytes per element
-  bool big_endian = false;
-  bool fortran_order = false;
-  std::string descr;     // as written in the header, e.g. "<f4"
-  std::vector<int64_t> shape;
-  std::vector<char> data; // raw bytes, numel * itemsize
-  int64_t numel() const;
-};
-// Parses a whole .npy file image; `what` names it in errors.
-NpyArray parse_npy(const std::string &bytes, const std::string &what);
-NpyArray read_npy(const std::string &path);
-// What the header of a .npy file says, checked against the file's size:
-// the data (numel * itemsize bytes, overflow-checked) starts at data_offset
-// and ends the file. `head` is the file's start (at least the whole header
-// when the file has one: npy_header_bytes tells how much to read).
-struct NpyHeader {
-  char kind = 0;
-  int itemsize = 0;
-  bool big_endian = false;
-  bool fortran_order = false;
-  std::string descr;
-  std::vector<int64_t> shape;
-  int64_t numel = 0;
-  int64_t data_offset = 0;
-  int64_t data_bytes = 0;
-};
-// The header's length, from the first 12 bytes (or fewer, a short file)
-// with the preamble; -1 when `head` is too short to tell. Errors name `what`.
-int64_t npy_header_bytes(const std::string &head, const std::string &what);
-NpyHeader parse_npy_header(const std::string &head, int64_t file_size,
-                           const std::string &what);
-// Serializes a little-endian C-order array (v1.0 header); used by tests.
-std::string write_npy(const std::string &descr,
-                      const std::vector<int64_t> &shape, const void *data,
-                      size_t bytes);
-
-// A JSON string literal of `s` (quotes, backslashes and control characters
-// escaped); the safetensors header and checkpoint manifests use it.
-std::string json_string(const std::string &s);
-
-// ---- .safetensors ---------------------------------------------------------
-struct NamedTensor {
-  std::string name;
-  const spw_tensor *tensor;
-};
-std::string safetensors_bytes(const std::vector<NamedTensor> &tensors);
-// A parsed .safetensors header. Tensors keep the header's order.
-struct SafetensorsEntry {
-  std::string name;
-  std::string dtype;          // "F32", "I64", ... (a known safetensors dtype)
-  std::vector<int64_t> shape;
-  int64_t begin = 0, end = 0; // data_offsets, relative to the data section
-};
-struct SafetensorsHeader {
-  std::vector<SafetensorsEntry> tensors;
-  std::vector<std::pair<std::string, std::string>> metadata;
-};
-// The safetensors name of a runtime dtype ("F32", "I64", "I32"; "?").
-const char *safetensors_dtype(int32_t dtype);
-// Bytes per element of a safetensors dtype name; 0 for an unknown one.
-int64_t safetensors_dtype_size(const std::string &dtype);
-// Parses and validates the JSON header of a .safetensors file whose data
-// section (everything after the header) is `data_size` bytes: strict JSON,
-// known dtypes, data_offsets that match dtype and shape and tile the data
-// section. Errors (spw::Error) start with `what` (e.g. "weights file 'F'").
-SafetensorsHeader parse_safetensors_header(const std::string &json,
-                                           int64_t data_size,
-                                           const std::string &what);
-// Writes to `path` through a temporary file and rename. A symlink at `path`
-// is followed: its target is replaced (the temporary is made beside it).
-void write_file_atomic(const std::string &path, const std::string &bytes);
-// Removes the regular files in `dir` named `prefix` + `<pid>` (followed by
-// `sep` and anything, when `sep` is not '\0') whose process is gone: what a
-// killed writer left, which it could not clean up itself.
-void remove_files_of_dead_writers(const std::string &dir,
-                                  const std::string &prefix, char sep);
-// `path` with its symlinks followed (up to 40), the last one possibly
-// dangling; `path` itself when it is not a symlink.
-std::string resolve_symlinks(const std::string &path);
-// Test only: SPILLWAY_TEST_ENOSPC=FILE[@N][,FILE[@N]...] makes the N-th
-// (default: first) and later writes of FILE (the path as its flag gave it;
-// each write_file_atomic, or each --log-json line) fail as if the disk were
-// full, so the tests reach the end-of-run and mid-run output failures
-// without a full file system.
-bool test_write_fault(const std::string &path);
-// Creates `path` (refusing an existing file when `exclusive`), writes all of
-// `bytes`, fsyncs and closes it; on failure removes it and throws spw::Error
-// naming the file (and the offset of a failed write).
-void write_file_synced(const std::string &path, const std::string &bytes,
-                       bool exclusive);
-
-// ---- files ------------------------------------------------------------------
-// Reads a regular file (opened as open_regular does).
-std::string read_whole_file(const std::string &path, const char *what);
-// "a FIFO (named pipe)", "a character device", ... for a stat st_mode.
-const char *file_kind(unsigned mode);
-// Opens `path` for reading without ever blocking (O_NONBLOCK: a FIFO would
-// wait for a writer) and refuses anything but a regular file; errors name
-// `what` and the path. Returns the descriptor (O_CLOEXEC; blocking again)
-// and its size.
-int open_regular(const std::string &path, const char *what, int64_t *size);
-
-// ---- memory -----------------------------------------------------------------
-// The memory a new allocation may take: the least of MemAvailable, the
-// cgroup's limit less its use and the address-space limit less the process's
-// size; bytes < 0 when none is known.
-struct MemoryBudget {
-  int64_t bytes = -1;
-  std::string source; // which limit it is, for messages
-};
-MemoryBudget available_memory();
-// Fails when `bytes` exceed available_memory(); `what` starts the message
-// and ends in its verb ("the inputs need", "a f32 [8,8] tensor needs").
-void check_memory(int64_t bytes, const std::string &what);
-
 } // namespace spw
 
-#endif // SPILLWAY_RUNTIME_SRC_RUNTIME_INTERNAL_H
+#endif // SPILLWAY_RUNTIME_SRC_CONTEXT_H
