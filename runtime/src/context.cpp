@@ -1,6 +1,7 @@
 //===- context.cpp - model description, step tensors, loss, gradients -----===//
 
 #include "context.h"
+#include "tiers.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,13 +15,30 @@ namespace spw {
 std::unique_ptr<spw_ctx> make_context() {
   auto ctx = std::make_unique<spw_ctx>();
   ctx->dummy.data = &ctx->dummy_storage;
+  // A context computes on the CPU device until the driver starts the run's
+  // device (device_start), so it always has one.
+  ctx->device = make_cpu_device();
   return ctx;
+}
+
+// The device tensor of a host tensor declared on the context: on a
+// host-visible device the host copy itself, elsewhere none until
+// device_start makes the device's copy.
+static std::unique_ptr<spw_tensor> declared_twin(const spw_ctx *ctx,
+                                                 const spw_tensor &t) {
+  auto d = std::make_unique<spw_tensor>();
+  d->dtype = t.dtype;
+  d->rank = t.rank;
+  std::copy(t.dims, t.dims + t.rank, d->dims);
+  d->numel = t.numel;
+  d->data = ctx->device->host_visible() ? t.data : nullptr;
+  d->on_device = true;
+  return d;
 }
 
 void clear_step(spw_ctx *ctx) {
   ctx->step_tensors.clear();
-  if (ctx->device)
-    ctx->device->reset_step();
+  ctx->device->reset_step();
   ctx->loss = nullptr;
   for (OutputInfo &o : ctx->outputs)
     o.set = false;
@@ -44,8 +62,10 @@ void allocate_declared(spw_ctx *ctx) {
     t.owned = alloc_buffer(t.bytes());
     t.data = t.owned.get();
   };
-  for (ParamInfo &p : ctx->params)
+  for (ParamInfo &p : ctx->params) {
     give(*p.value);
+    p.dev_value = declared_twin(ctx, *p.value);
+  }
   for (OutputInfo &o : ctx->outputs) {
     give(*o.value);
     std::memset(o.value->data, 0, size_t(o.value->bytes()));
@@ -92,6 +112,7 @@ int32_t spw_declare_param(spw_ctx *ctx, const char *name, int32_t dtype,
     p.value = make_tensor(dtype, rank, dims, name, !ctx->defer_alloc);
     if (p.value->data)
       std::memset(p.value->data, 0, size_t(p.value->bytes()));
+    p.dev_value = declared_twin(ctx, *p.value);
     ctx->params.push_back(std::move(p));
     index = int32_t(ctx->params.size() - 1);
   });
@@ -113,6 +134,7 @@ int32_t spw_declare_input(spw_ctx *ctx, const char *name, int32_t dtype,
     in.view = make_tensor(dtype, rank, dims, name, !ctx->defer_alloc);
     if (in.view->data)
       std::memset(in.view->data, 0, size_t(in.view->bytes()));
+    in.dev_view = declared_twin(ctx, *in.view);
     ctx->inputs.push_back(std::move(in));
     index = int32_t(ctx->inputs.size() - 1);
   });
@@ -200,7 +222,11 @@ spw_tensor *spw_input(spw_ctx *ctx, int32_t index) {
       fail("input index %d out of range (%zu inputs declared)", index,
            ctx->inputs.size());
     const InputInfo &in = ctx->inputs[size_t(index)];
-    t = ctx->device ? in.dev_view.get() : in.view.get();
+    if (!in.dev_view->data && in.dev_view->numel > 0)
+      fail("input '%s' is read before the run started its device "
+           "(device_start)",
+           in.name.c_str());
+    t = in.dev_view.get();
   });
   return t;
 }
@@ -223,13 +249,14 @@ spw_tensor *spw_param(spw_ctx *ctx, int32_t index) {
            p.name.c_str(), (long long)p.pending.front().begin,
            (long long)p.pending.front().end,
            (long long)p.pending.front().step);
-    // An offload plan frees the plain copy; the step binds a tier's copy
-    // (spw_bind) before the layer's tasks read it.
-    if (!p.value->data && p.value->numel > 0)
+    // An offload plan's parameters have no device copy of their own; the
+    // step binds the block's GPU-tier copy (spw_bind) before the layer's
+    // tasks read it.
+    if (!p.dev_value->data && p.dev_value->numel > 0)
       fail("parameter '%s' is read while no copy of it is bound (the offload "
            "plan binds its layer's block first)",
            p.name.c_str());
-    t = ctx->device ? p.dev_value.get() : p.value.get();
+    t = p.dev_value.get();
   });
   return t;
 }
@@ -251,32 +278,22 @@ spw_tensor *spw_constant(spw_ctx *ctx, int32_t dtype, int32_t rank,
     return nullptr;
   spw_tensor *t = &ctx->dummy;
   guarded(ctx, "spw_constant", [&] {
-    if (ctx->device) {
-      // A device keeps one copy per distinct constant (see spw_ctx).
-      auto c = make_tensor(dtype, rank, dims, "constant", /*allocate=*/false);
-      if (c->numel > 0 && !data)
-        fail("data is NULL for a constant of shape %s", c->shape().c_str());
-      const int64_t bytes = c->bytes();
-      const auto key = std::make_tuple(
-          data, bytes, bytes ? uint64_t(XXH3_64bits(data, size_t(bytes))) : 0);
-      void *&dev = ctx->device_constants[key];
-      if (!dev) {
-        dev = ctx->device->alloc(bytes, "constant");
-        ctx->device->upload(dev, data, bytes);
-      }
-      c->data = dev;
-      c->on_device = true; // not releasable: the copy is kept
-      ctx->step_tensors.push_back(std::move(c));
-      t = ctx->step_tensors.back().get();
-      return;
+    // The device keeps one copy per distinct constant (see spw_ctx).
+    auto c = make_tensor(dtype, rank, dims, "constant", /*allocate=*/false);
+    if (c->numel > 0 && !data)
+      fail("data is NULL for a constant of shape %s", c->shape().c_str());
+    const int64_t bytes = c->bytes();
+    const auto key = std::make_tuple(
+        data, bytes, bytes ? uint64_t(XXH3_64bits(data, size_t(bytes))) : 0);
+    void *&dev = ctx->device_constants[key];
+    if (!dev) {
+      dev = ctx->device->alloc(bytes, "constant");
+      ctx->device->upload(dev, data, bytes);
     }
-    spw_tensor *c = alloc_step_tensor(ctx, dtype, rank, dims, "constant");
-    if (c->numel > 0) {
-      if (!data)
-        fail("data is NULL for a constant of shape %s", c->shape().c_str());
-      std::memcpy(c->data, data, size_t(c->bytes()));
-    }
-    t = c;
+    c->data = dev;
+    c->on_device = true; // not releasable: the copy is kept
+    ctx->step_tensors.push_back(std::move(c));
+    t = ctx->step_tensors.back().get();
   });
   return t;
 }
@@ -345,12 +362,8 @@ void spw_set_output(spw_ctx *ctx, int32_t index, spw_tensor *value) {
       fail("output '%s' is %s %s, but it was declared %s %s", o.name.c_str(),
            dtype_name(value->dtype), value->shape().c_str(),
            dtype_name(v.dtype), v.shape().c_str());
-    if (v.numel > 0) {
-      if (value->on_device)
-        read_tensor(ctx, *value, v.data);
-      else
-        std::memmove(v.data, value->data, size_t(v.bytes()));
-    }
+    if (v.numel > 0)
+      read_tensor(ctx, *value, v.data);
     o.set = true;
   });
 }
@@ -359,7 +372,8 @@ void spw_set_output(spw_ctx *ctx, int32_t index, spw_tensor *value) {
 
 namespace spw {
 // Copies `grad` into the parameter's recorded gradient after checking it.
-void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad) {
+void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad,
+                 bool host_update) {
   if (param < 0 || size_t(param) >= ctx->params.size())
     fail("parameter index %d out of range (%zu parameters declared)", param,
          ctx->params.size());
@@ -374,9 +388,9 @@ void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad) {
     fail("gradient of '%s' is %s %s, but the parameter is %s %s",
          p.name.c_str(), dtype_name(grad->dtype), grad->shape().c_str(),
          dtype_name(v.dtype), v.shape().c_str());
-  // On a device the host copy is only read by the gradient check (which
-  // evaluates): training skips the download.
-  if (grad->on_device && !ctx->evaluate_only)
+  // Only host code reads the copy: an update on host state, and the
+  // gradient check (which evaluates). An update on the device skips it.
+  if (grad->on_device && !ctx->evaluate_only && !host_update)
     return;
   p.grad.resize(size_t(grad->bytes()));
   if (!p.grad.empty())
@@ -385,13 +399,15 @@ void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad) {
 
 spw_tensor *alloc_step_tensor(spw_ctx *ctx, int32_t dtype, int32_t rank,
                               const int64_t *dims, const char *what) {
-  if (!ctx->device) {
-    ctx->step_tensors.push_back(make_tensor(dtype, rank, dims, what));
-    ctx->step_tensors.back()->releasable = true;
-    return ctx->step_tensors.back().get();
-  }
   // The shape checks of make_tensor, without its host buffer.
   auto t = make_tensor(dtype, rank, dims, what, /*allocate=*/false);
+  // Host memory is the device's: a large tensor is checked against what
+  // there is, as make_tensor checks host buffers (with overcommit the
+  // allocation would succeed and the kernel writing it meet the OOM killer).
+  if (ctx->device->host_visible() && t->bytes() >= kCheckedAllocation)
+    check_memory(t->bytes(), format("%s %s %s needs", what,
+                                    dtype_name(dtype),
+                                    shape_str(dims, rank).c_str()));
   t->data = ctx->device->step_alloc(t->bytes(), what);
   t->on_device = true;
   t->releasable = true;
@@ -406,9 +422,6 @@ void read_tensor(spw_ctx *ctx, const spw_tensor &t, void *host) {
     std::memmove(host, t.data, size_t(t.bytes()));
     return;
   }
-  if (!ctx->device)
-    fail("a device tensor %s %s outlived its device", dtype_name(t.dtype),
-         t.shape().c_str());
   ctx->device->download(host, t.data, t.bytes());
 }
 
@@ -425,18 +438,27 @@ static std::unique_ptr<spw_tensor> device_twin(const spw_tensor &t,
 }
 
 void device_start(spw_ctx *ctx, std::unique_ptr<Device> device) {
-  if (ctx->tiers)
-    fail("this model was compiled with an offload plan, which the %s "
-         "backend does not run yet: run it with --device cpu, or compile "
-         "it without --place / --gpu-mem / --host-mem",
-         device->name().c_str());
+  // The declarations' device goes (nothing of the step lives on it yet):
+  // the constants it holds with it.
+  ctx->device_constants.clear();
   ctx->device = std::move(device);
   Device &d = *ctx->device;
-  for (ParamInfo &p : ctx->params) {
+  // A host-visible device (the CPU) computes on the host copies in place:
+  // no second copy of the parameters or inputs. An offload plan's members
+  // get no device copy here: their blocks' tier copies are bound instead
+  // (spw_bind), and the optimizer state lives in the optimizer blocks.
+  const bool in_place = d.host_visible();
+  for (size_t i = 0; i < ctx->params.size(); ++i) {
+    ParamInfo &p = ctx->params[i];
     const std::string what = "parameter '" + p.name + "'";
-    void *w = d.alloc(p.value->bytes(), what.c_str());
+    void *w = nullptr;
+    if (!tiers_hold(ctx, i, SPW_BLOCK_PARAMS))
+      w = in_place ? p.value->data : d.alloc(p.value->bytes(), what.c_str());
     p.dev_value = device_twin(*p.value, w);
-    if (p.value->dtype == SPW_F32 && !ctx->outputs.size()) {
+    // On host-visible memory the update runs on the host state (adam_m,
+    // adam_v), as it always has on the CPU.
+    if (p.value->dtype == SPW_F32 && !ctx->outputs.size() && !in_place &&
+        !tiers_hold(ctx, i, SPW_BLOCK_OPTIMIZER)) {
       const int64_t sb = p.state_numel() * int64_t(sizeof(float));
       const std::string ms = "optimizer state of '" + p.name + "'";
       p.dev_m = static_cast<float *>(d.alloc(sb, ms.c_str()));
@@ -446,19 +468,21 @@ void device_start(spw_ctx *ctx, std::unique_ptr<Device> device) {
   for (InputInfo &in : ctx->inputs) {
     const int64_t bytes = in.view->bytes() * in.num_batches;
     const std::string what = "input '" + in.name + "'";
-    in.dev_batches = d.alloc(bytes, what.c_str());
+    in.dev_batches =
+        in_place ? in.batches.get() : d.alloc(bytes, what.c_str());
     d.upload(in.dev_batches, in.batches.get(), bytes);
     in.dev_view = device_twin(*in.view, in.dev_batches);
   }
   device_push(ctx);
 }
 
+// An offload plan's members are copied to and from their blocks by
+// tiers_scatter / tiers_gather, never here.
 void device_push_param(spw_ctx *ctx, size_t param) {
-  if (!ctx->device)
-    return;
   ParamInfo &p = ctx->params[param];
   Device &d = *ctx->device;
-  d.upload(p.dev_value->data, p.value->data, p.value->bytes());
+  if (!tiers_hold(ctx, param, SPW_BLOCK_PARAMS))
+    d.upload(p.dev_value->data, p.value->data, p.value->bytes());
   if (!p.dev_m)
     return;
   const int64_t sb = p.state_numel() * int64_t(sizeof(float));
@@ -475,16 +499,15 @@ void device_push_param(spw_ctx *ctx, size_t param) {
 void device_push(spw_ctx *ctx) {
   for (size_t i = 0; i < ctx->params.size(); ++i)
     device_push_param(ctx, i);
-  if (ctx->device)
-    ctx->device->synchronize();
+  ctx->device->synchronize();
 }
 
 void device_pull(spw_ctx *ctx) {
-  if (!ctx->device)
-    return;
   Device &d = *ctx->device;
-  for (ParamInfo &p : ctx->params) {
-    d.download(p.value->data, p.dev_value->data, p.value->bytes());
+  for (size_t i = 0; i < ctx->params.size(); ++i) {
+    ParamInfo &p = ctx->params[i];
+    if (!tiers_hold(ctx, i, SPW_BLOCK_PARAMS))
+      d.download(p.value->data, p.dev_value->data, p.value->bytes());
     if (!p.state_live)
       continue;
     p.adam_m.resize(size_t(p.state_numel()));
@@ -497,5 +520,6 @@ void device_pull(spw_ctx *ctx) {
 } // namespace spw
 
 extern "C" void spw_param_grad(spw_ctx *ctx, int32_t param, spw_tensor *grad) {
-  guarded(ctx, "spw_param_grad", [&] { record_grad(ctx, param, grad); });
+  guarded(ctx, "spw_param_grad",
+          [&] { record_grad(ctx, param, grad, /*host_update=*/false); });
 }

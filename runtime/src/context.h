@@ -42,6 +42,8 @@ struct PendingAdamW {
   int64_t step = 0;
   AdamWHparams h;        // the effective hyper-parameters at `step`
   std::vector<float> grad; // gradient elements [begin, end)
+  // Instead of `grad` when the state is on the device: a device buffer.
+  float *dev_grad = nullptr;
 };
 
 struct ParamInfo {
@@ -70,10 +72,16 @@ struct ParamInfo {
   // bound_v as above.
   int64_t bound_split = -1;
   float *bound_w_part[2] = {}, *bound_m_part[2] = {}, *bound_v_part[2] = {};
+  // The last bind of the params / optimizer block was of its GPU-tier
+  // copy: bound_w_part (and dev_value's data) / bound_m* and bound_v* are
+  // device addresses, and the update runs on the device. Else host ones
+  // (value's data), and the update is the CPU's.
+  bool w_on_device = false, state_on_device = false;
   std::vector<PendingAdamW> pending; // deferred updates not yet applied
   // Gradient buffers of applied deferred updates, reused by the next defer
   // (a fresh allocation every step would fault its pages in again).
   std::vector<std::vector<float>> spare_grads;
+  std::vector<std::pair<float *, int64_t>> spare_dev_grads; // (buffer, n)
   // On a device (device.h): the parameter's device copy, which the step
   // reads and the optimizer updates (`value` is refreshed from it by
   // device_pull), and the device's m and v (state_numel each, zero until
@@ -119,8 +127,9 @@ struct spw_ctx {
   spw::AdamWOverrides overrides;
   std::shared_ptr<spw::Tiers> tiers; // set by spw_declare_tiers
   // Backend: the model's compile target (spw_use_cuda registers the CUDA
-  // factory) and precision; `device` is set once the executable starts one
-  // (--device), null on the CPU backend.
+  // factory) and precision; `device` is the one the run computes on
+  // (device_start: the CPU, CUDA or loopback device, --device), never null
+  // once the run has started.
   spw::DeviceFactory cuda_factory = nullptr;
   spw::Precision precision = spw::Precision::FP32;
   std::unique_ptr<spw::Device> device;
@@ -147,6 +156,9 @@ struct spw_ctx {
   spw_tensor dummy;            // returned by entry points after an error
   float dummy_storage = 0.0f;
 
+  // The offload plan's GPU tier is the device's memory: it goes first.
+  ~spw_ctx() { tiers.reset(); }
+
   bool failed() const { return !error.empty(); }
   void set_error(const std::string &msg) {
     if (error.empty())
@@ -164,18 +176,23 @@ void allocate_declared(spw_ctx *ctx);
 // Frees all step-lifetime tensors and forgets the loss and which outputs the
 // step set.
 void clear_step(spw_ctx *ctx);
-// Copies a parameter's gradient (checked against its dtype and shape).
-void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad);
+// Checks a parameter's gradient against its dtype and shape, and copies it
+// to host (ParamInfo::grad) when host code reads it: `host_update`, or the
+// gradient check.
+void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad,
+                 bool host_update);
 // A step tensor on the context's device (uninitialized) or host.
 spw_tensor *alloc_step_tensor(spw_ctx *ctx, int32_t dtype, int32_t rank,
                               const int64_t *dims, const char *what);
 // Copies the bytes of tensor `t` (host or device) into `host`.
 void read_tensor(spw_ctx *ctx, const spw_tensor &t, void *host);
-// With a device: creates the device copies of the parameters, their
-// optimizer state and the input batches (device_start), refreshes the host
-// copies from the device (device_pull: parameters and live optimizer state)
-// and the device from the host (device_push, after the host copies changed:
-// a checkpoint restored, a gradient check's perturbation). No-ops without.
+// Starts the run's device: creates the device copies of the parameters,
+// their optimizer state and the input batches (device_start; none on a
+// host-visible device, whose copies are the host's, nor for an offload
+// plan's members), refreshes the host copies from the device (device_pull:
+// parameters and live optimizer state) and the device from the host
+// (device_push, after the host copies changed: a checkpoint restored, a
+// gradient check's perturbation).
 void device_start(spw_ctx *ctx, std::unique_ptr<Device> device);
 void device_pull(spw_ctx *ctx);
 void device_push(spw_ctx *ctx);

@@ -1724,7 +1724,7 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
   float loss = NAN, prev_loss = NAN, first_loss = NAN;
   // The host copies are the weights only on the CPU without an offload
   // plan; elsewhere they are checked before each checkpoint and --save.
-  const bool scan_weights = !ctx->device && !has_tiers(ctx);
+  const bool scan_weights = ctx->device->host_visible() && !has_tiers(ctx);
   for (int64_t s = start + 1; s <= o.steps; ++s) {
     ctx->step = s;
     prev_loss = loss;
@@ -1858,7 +1858,7 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
     std::printf("done: the checkpoint is at the last step (%lld); nothing "
                 "to train\n",
                 (long long)start);
-  if (ctx->device && ran > 2) {
+  if (ctx->device->step_arena_bytes() > 0 && ran > 2) {
     const double steady = std::chrono::duration<double>(
                               std::chrono::steady_clock::now() - warm)
                               .count() /
@@ -2006,7 +2006,7 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
   std::printf("spillway: %zu parameters (%lld elements, %s), %zu inputs\n",
               ctx->params.size(), (long long)elems, human_bytes(bytes).c_str(),
               ctx->inputs.size());
-  if (ctx->device)
+  if (ctx->device->step_arena_bytes() > 0)
     std::printf("  device: %s, %s, step arena %s\n",
                 ctx->device->name().c_str(), precision_name(ctx->precision),
                 human_bytes(ctx->device->step_arena_bytes()).c_str());
@@ -2196,6 +2196,8 @@ int run(const Options &o, const char *argv0) {
     device_start(ctx, make_loopback_device(
                           o.device_arena ? o.device_arena : int64_t(4) << 30,
                           ctx->precision));
+  else
+    device_start(ctx, make_cpu_device());
 
   const AdamWHparams hp =
       effective_adamw(ctx, ctx->declared_adamw.value_or(AdamWHparams{}));
@@ -2257,7 +2259,7 @@ int run(const Options &o, const char *argv0) {
       std::printf("%s\n", tiers_summary(ctx, secs, o.steps - start).c_str());
   }
   // (Printing cannot fail the run: flush_stdout.)
-  if (ctx->device && rc == 0)
+  if (ctx->device->step_arena_bytes() > 0 && rc == 0)
     std::printf("%s\n", device_summary(ctx).c_str());
   // The weights before any other file: one that fails (--stats-json on a
   // full disk) must not lose them.

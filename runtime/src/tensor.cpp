@@ -7,8 +7,6 @@
 
 namespace spw {
 
-// The size from which make_tensor checks available_memory() first.
-constexpr int64_t kCheckedAllocation = int64_t(256) << 20;
 
 std::unique_ptr<spw_tensor> make_tensor(int32_t dtype, int32_t rank,
                                         const int64_t *dims, const char *what,

@@ -35,6 +35,10 @@ struct spw_tensor {
 
 namespace spw {
 
+// The size from which make_tensor (and alloc_step_tensor on host memory)
+// checks available_memory() first.
+constexpr int64_t kCheckedAllocation = int64_t(256) << 20;
+
 // Makes a tensor with owned, uninitialized storage; validates dtype and dims.
 // allocate = false: no storage (data null), only the checks and the shape.
 std::unique_ptr<spw_tensor> make_tensor(int32_t dtype, int32_t rank,

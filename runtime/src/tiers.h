@@ -21,6 +21,10 @@ namespace spw {
 
 // True when the model declared an offload plan.
 bool has_tiers(const spw_ctx *ctx);
+// True when the plan's blocks of class `cls` (SPW_BLOCK_PARAMS: the value,
+// SPW_BLOCK_OPTIMIZER: the AdamW / FOAM state) hold parameter `param`: its
+// copies are the blocks', bound by spw_bind, not the device's own.
+bool tiers_hold(const spw_ctx *ctx, size_t param, int cls);
 // Creates the arenas and the swap space (in `ssd_dirs`, else the compiled
 // directories, else the current one) and places every block's home.
 void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
