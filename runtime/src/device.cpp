@@ -193,8 +193,10 @@ int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 class LoopbackDevice final : public Device {
 public:
-  LoopbackDevice(int64_t arena_bytes, Precision precision)
-      : arena_bytes_(align_up(arena_bytes)), precision_(precision) {
+  LoopbackDevice(int64_t arena_bytes, Precision precision,
+                 const LoopbackCopyOptions &copies)
+      : arena_bytes_(align_up(arena_bytes)), precision_(precision),
+        copies_(copies) {
     // Reserved once, like the GPU arena; pages are touched only as used.
     arena_ = static_cast<char *>(std::aligned_alloc(
         size_t(kAlign), size_t(std::max<int64_t>(arena_bytes_, kAlign))));
@@ -320,6 +322,7 @@ private:
 
   int64_t arena_bytes_;
   Precision precision_;
+  LoopbackCopyOptions copies_; // for make_loopback_tier_memory
   char *arena_ = nullptr;
   ArenaAllocator books_;
   std::map<void *, int64_t> buffers_; // address order: lookups by range
@@ -352,9 +355,10 @@ private:
 
 } // namespace
 
-std::unique_ptr<Device> make_loopback_device(int64_t arena_bytes,
-                                             Precision precision) {
-  return std::make_unique<LoopbackDevice>(arena_bytes, precision);
+std::unique_ptr<Device>
+make_loopback_device(int64_t arena_bytes, Precision precision,
+                     const LoopbackCopyOptions &copies) {
+  return std::make_unique<LoopbackDevice>(arena_bytes, precision, copies);
 }
 
 } // namespace spw

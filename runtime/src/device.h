@@ -18,6 +18,7 @@
 #ifndef SPILLWAY_RUNTIME_SRC_DEVICE_H
 #define SPILLWAY_RUNTIME_SRC_DEVICE_H
 
+#include "loopback_memory.h"
 #include "spillway/runtime/spillway_rt.h"
 
 #include <cstdint>
@@ -154,9 +155,11 @@ void run_on_host_copies(Device &d, Op op, KernelEntry host, spw_ctx *ctx,
                         const double *fattrs);
 
 // The loopback device: host memory, the CPU kernels, the CPU optimizer
-// arithmetic. `arena_bytes` sizes its step arena.
-std::unique_ptr<Device> make_loopback_device(int64_t arena_bytes,
-                                             Precision precision);
+// arithmetic. `arena_bytes` sizes its step arena; `copies` seeds the delays
+// of its GPU tier's copies (make_loopback_tier_memory, --loopback-delays).
+std::unique_ptr<Device>
+make_loopback_device(int64_t arena_bytes, Precision precision,
+                     const LoopbackCopyOptions &copies = {});
 
 // The factory of the CUDA backend: registered by spw_use_cuda (defined only
 // in the CUDA runtime library, which `spillwayc --target cuda` links).

@@ -1,8 +1,8 @@
-//===- loopback_memory.cpp - the loopback device's GPU tier
-//-----------------===//
+//===- loopback_memory.cpp - the loopback device's GPU tier ---------------===//
 
 #include "loopback_memory.h"
 
+#include "device.h"
 #include "storage/tensor_store.h"
 
 #include <chrono>

@@ -1,5 +1,4 @@
-//===- loopback_memory.h - the loopback device's GPU tier
-//-------------------===//
+//===- loopback_memory.h - the loopback device's GPU tier -----------------===//
 //
 // The offload plan's GPU tier on the loopback device: a storage::DeviceMemory
 // over a buffer the LoopbackDevice allocated (so its kernels accept the

@@ -1,5 +1,4 @@
-//===- loopback_memory_test.cpp - the loopback device's GPU tier
-//------------===//
+//===- loopback_memory_test.cpp - the loopback device's GPU tier ----------===//
 //
 // Bytes arrive scrambled on the device side and unscrambled on the host
 // side; a destination reads as NaN until its copy's token completes; each
