@@ -18,6 +18,7 @@
 #ifndef SPILLWAY_RUNTIME_SRC_DEVICE_H
 #define SPILLWAY_RUNTIME_SRC_DEVICE_H
 
+#include "loopback_memory.h"
 #include "spillway/runtime/spillway_rt.h"
 
 #include <cstdint>
@@ -184,12 +185,11 @@ void run_on_host_copies(Device &d, Op op, KernelEntry host, spw_ctx *ctx,
 std::unique_ptr<Device> make_cpu_device();
 
 // The loopback device: scrambled host memory, the CPU kernels on host
-// copies, the CPU optimizer arithmetic. `arena_bytes` sizes its step arena;
-// `copy_seed` seeds its GPU tier's copy delays (--loopback-delays; 0: no
-// delays, the copies still asynchronous).
-std::unique_ptr<Device> make_loopback_device(int64_t arena_bytes,
-                                             Precision precision,
-                                             uint64_t copy_seed = 1);
+// copies, the CPU optimizer arithmetic. `arena_bytes` sizes its step arena; `copies` seeds the delays
+// of its GPU tier's copies (make_loopback_tier_memory, --loopback-delays).
+std::unique_ptr<Device>
+make_loopback_device(int64_t arena_bytes, Precision precision,
+                     const LoopbackCopyOptions &copies = {});
 
 // The factory of the CUDA backend: registered by spw_use_cuda (defined only
 // in the CUDA runtime library, which `spillwayc --target cuda` links).

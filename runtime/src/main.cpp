@@ -102,6 +102,7 @@ struct Options {
   // Backend (device.h): "" is the compile target's (spillwayc --target).
   std::string device;
   int64_t device_arena = 0; // step arena bytes; 0: the backend's default
+  std::optional<uint64_t> loopback_delays; // --loopback-delays SEED
 };
 
 const char kUsage[] =
@@ -166,6 +167,9 @@ const char kUsage[] =
     "    --device-arena SIZE   bytes reserved once for the step's tensors on\n"
     "                          the device, e.g. 40G (suffixes K, M, G; default:\n"
     "                          most of the free GPU memory; loopback: 4G)\n"
+    "    --loopback-delays SEED\n"
+    "                          loopback: seeds the random delays of its GPU\n"
+    "                          tier's copies (default 1; 0: no delays)\n"
     "  --help                  this text\n"
     "\n"
     "A forward-only model runs --steps steps (default: the largest batch\n"
@@ -289,7 +293,7 @@ Options parse_args(int argc, char **argv) {
         "--print-every", "--fd-eps", "--fd-samples", "--fd-tol", "--outputs",
         "--checkpoint-dir", "--checkpoint-every", "--keep-checkpoints",
         "--io-backend", "--ssd", "--stats-json", "--device",
-        "--device-arena"};
+        "--device-arena", "--loopback-delays"};
     if (std::find_if(std::begin(kValued), std::end(kValued),
                      [&](const char *f) { return flag == f; }) ==
         std::end(kValued))
@@ -396,6 +400,8 @@ Options parse_args(int argc, char **argv) {
       o.device = value;
     } else if (flag == "--device-arena") {
       o.device_arena = parse_size(flag, value);
+    } else if (flag == "--loopback-delays") {
+      o.loopback_delays = uint64_t(parse_int(flag, value, 0));
     } else if (flag == "--print-every") {
       o.print_every = parse_int(flag, value, 1);
     } else if (flag == "--fd-eps") {
@@ -2124,6 +2130,10 @@ int run(const Options &o, const char *argv0) {
   if (o.device_arena && device == "cpu")
     throw UsageError("--device-arena sizes a device's step arena; this run "
                      "is on the CPU (--device cpu)");
+  if (o.loopback_delays && device != "loopback")
+    throw UsageError(format("--loopback-delays seeds the loopback device's "
+                            "copies; this run is on --device %s",
+                            device.c_str()));
   if (!forward) {
     const bool tiered = has_tiers(ctx);
     if (!tiered && (!o.ssd.empty() || !o.stats_json.empty()))
@@ -2195,7 +2205,8 @@ int run(const Options &o, const char *argv0) {
   else if (device == "loopback")
     device_start(ctx, make_loopback_device(
                           o.device_arena ? o.device_arena : int64_t(4) << 30,
-                          ctx->precision));
+                          ctx->precision,
+                          {.seed = o.loopback_delays.value_or(1)}));
   else
     device_start(ctx, make_cpu_device());
 
