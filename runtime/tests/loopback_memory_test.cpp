@@ -8,6 +8,7 @@
 // delays of tens of seconds that the destructor cuts short.
 //
 //===----------------------------------------------------------------------===//
+#include "device.h"
 #include "loopback_memory.h"
 
 #include "storage/tensor_store.h"
