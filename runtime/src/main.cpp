@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "host_optimizer.h"
 #include "runtime_internal.h"
 #include "spillway/runtime/hyperparams.h"
 #include "storage/checkpoint.h"
@@ -98,6 +99,7 @@ struct Options {
   // Offload plans (tiers.h).
   std::vector<std::string> ssd;
   std::string stats_json;
+  int64_t optimizer_threads = 0; // 0: default_host_threads()
   // Backend (device.h): "" is the compile target's (spillwayc --target).
   std::string device;
   int64_t device_arena = 0; // step arena bytes; 0: the backend's default
@@ -152,6 +154,9 @@ const char kUsage[] =
     "                          the bytes moved per link per iteration next\n"
     "                          to the plan's prediction, peak bytes per tier,\n"
     "                          time waiting on I/O and the overlap\n"
+    "  --optimizer-threads N   offload plans with the optimizer state on host\n"
+    "                          or SSD: host threads running the updates\n"
+    "                          (default: min(4, hardware threads - 1))\n"
     "  --outputs DIR           forward-only models (spillwayc --forward):\n"
     "                          write each output NAME to DIR/NAME.npy, shape\n"
     "                          [steps, *output_shape]; step s at index s-1;\n"
@@ -288,7 +293,7 @@ Options parse_args(int argc, char **argv) {
         "--print-every", "--fd-eps", "--fd-samples", "--fd-tol", "--outputs",
         "--checkpoint-dir", "--checkpoint-every", "--keep-checkpoints",
         "--io-backend", "--ssd", "--stats-json", "--device",
-        "--device-arena"};
+        "--device-arena", "--optimizer-threads"};
     if (std::find_if(std::begin(kValued), std::end(kValued),
                      [&](const char *f) { return flag == f; }) ==
         std::end(kValued))
@@ -363,6 +368,12 @@ Options parse_args(int argc, char **argv) {
       }
     } else if (flag == "--stats-json") {
       o.stats_json = path_value(flag, value);
+    } else if (flag == "--optimizer-threads") {
+      o.optimizer_threads = parse_int(flag, value, 1);
+      if (o.optimizer_threads > HostTasks::kMaxThreads)
+        throw UsageError(format("invalid value '%s' for --optimizer-threads: "
+                                "expected at most %d",
+                                value.c_str(), HostTasks::kMaxThreads));
     } else if (flag == "--weights") {
       o.weights = path_value(flag, value);
     } else if (flag == "--outputs") {
@@ -2125,11 +2136,14 @@ int run(const Options &o, const char *argv0) {
                      "is on the CPU (--device cpu)");
   if (!forward) {
     const bool tiered = has_tiers(ctx);
-    if (!tiered && (!o.ssd.empty() || !o.stats_json.empty()))
+    if (!tiered && (!o.ssd.empty() || !o.stats_json.empty() ||
+                    o.optimizer_threads > 0))
       throw UsageError(format("%s is for models compiled with an offload plan "
                               "(spillwayc --place / --gpu-mem / --host-mem); "
                               "this one keeps everything resident",
-                              !o.ssd.empty() ? "--ssd" : "--stats-json"));
+                              !o.ssd.empty()            ? "--ssd"
+                              : o.optimizer_threads > 0 ? "--optimizer-threads"
+                                                        : "--stats-json"));
     if (tiered && o.check_gradients)
       throw UsageError("--check-gradients needs the parameters resident; "
                        "compile the model without an offload plan to check "
@@ -2227,8 +2241,10 @@ int run(const Options &o, const char *argv0) {
     return run_forward(ctx, fo, fo.steps, ins);
   }
   const bool tiered = has_tiers(ctx);
-  if (tiered)
+  if (tiered) {
     tiers_start(ctx, o.ssd, o.io_backend);
+    host_optimizer_configure(ctx, int(o.optimizer_threads));
+  }
   print_banner(ctx, o, weights, hp);
   if (tiered)
     std::printf("%s\n", tiers_describe(ctx).c_str());

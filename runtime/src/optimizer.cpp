@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "host_optimizer.h"
 #include "runtime_internal.h"
 
 #include <algorithm>
@@ -122,9 +123,12 @@ namespace {
 
 // One AdamW update of elements [begin, end) at step t; g[i - begin] is the
 // gradient of element i. The loop is spw_adamw's, element by element, so
-// any split of a parameter into ranges gives the same bits.
-void adamw_update(ParamInfo &p, const float *g, int64_t begin, int64_t end,
-                  int64_t step, const AdamWHparams &h) {
+// any split of a parameter into ranges gives the same bits. An offload
+// plan's CPU optimizer runs it on host threads (host_optimizer.h); `deferred`:
+// the deferred update's gradient buffer g points into, which it then keeps.
+void adamw_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
+                  int64_t end, int64_t step, const AdamWHparams &h,
+                  std::vector<float> *deferred = nullptr) {
   const size_t n = size_t(p.value->numel);
   if (!p.bound_m && p.bound_split < 0 && p.adam_m.size() != n) {
     p.adam_m.assign(n, 0.0f);
@@ -142,6 +146,9 @@ void adamw_update(ParamInfo &p, const float *g, int64_t begin, int64_t end,
     m = (p.bound_m ? p.bound_m : p.adam_m.data()) + begin;
     v = (p.bound_v ? p.bound_v : p.adam_v.data()) + begin;
   }
+  if (host_optimizer_runs(ctx, p))
+    return host_optimizer_adamw(ctx, p, w, m, v, g, begin, end, step, h,
+                                deferred);
   adamw_kernel(w, m, v, g, end - begin, step, h);
 }
 
@@ -227,7 +234,7 @@ namespace {
 // block size, eps outside the sqrt, step size lr * sqrt(1 - beta2^t) /
 // (1 - beta1^t), the decoupled weight decay after the update; the residual
 // scale is 1.
-void foam_update(ParamInfo &p, const float *g, int64_t step,
+void foam_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t step,
                  const AdamWHparams &h, double alpha) {
   const int64_t cols = p.value->dims[p.value->rank - 1];
   const int64_t rows = cols ? p.value->numel / cols : 0;
@@ -248,6 +255,9 @@ void foam_update(ParamInfo &p, const float *g, int64_t step,
   if (!w)
     fail("parameter '%s' is updated while no copy of it is bound",
          p.name.c_str());
+  if (host_optimizer_runs(ctx, p))
+    return host_optimizer_foam(ctx, p, w, m, v, g, rows, cols, p.foam_level,
+                               step, h, alpha);
   foam_kernel(w, m, v, g, rows, cols, p.foam_level, step, h, alpha);
 }
 
@@ -296,11 +306,11 @@ extern "C" void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     check_nothing_pending(p, 0, p.value->numel, "updating");
     AdamWHparams h = effective_adamw(
         ctx, AdamWHparams{lr, beta1, beta2, eps, weight_decay});
-    if (ctx->device)
+    if (ctx->device && !host_optimizer_runs(ctx, p))
       return device_update(ctx, p, grad, h, 0.0);
     if (!check_finite_grad(ctx, p, recorded_grad(p), 0, p.value->numel))
       return;
-    adamw_update(p, recorded_grad(p), 0, p.value->numel, ctx->step, h);
+    adamw_update(ctx, p, recorded_grad(p), 0, p.value->numel, ctx->step, h);
   });
 }
 
@@ -315,11 +325,11 @@ extern "C" void spw_foam(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     AdamWHparams h = effective_adamw(
         ctx, AdamWHparams{lr, beta1, beta2, eps, weight_decay});
     const double a = ctx->overrides.foam_alpha.value_or(alpha);
-    if (ctx->device)
+    if (ctx->device && !host_optimizer_runs(ctx, p))
       return device_update(ctx, p, grad, h, a);
     if (!check_finite_grad(ctx, p, recorded_grad(p), 0, p.value->numel))
       return;
-    foam_update(p, recorded_grad(p), ctx->step, h, a);
+    foam_update(ctx, p, recorded_grad(p), ctx->step, h, a);
   });
 }
 
@@ -339,7 +349,7 @@ extern "C" void spw_adamw_range(spw_ctx *ctx, int32_t param, spw_tensor *grad,
         ctx, AdamWHparams{lr, beta1, beta2, eps, weight_decay});
     if (!check_finite_grad(ctx, p, recorded_grad(p), begin, end))
       return;
-    adamw_update(p, recorded_grad(p) + begin, begin, end, ctx->step, h);
+    adamw_update(ctx, p, recorded_grad(p) + begin, begin, end, ctx->step, h);
   });
 }
 
@@ -400,8 +410,10 @@ extern "C" void spw_adamw_apply_pending(spw_ctx *ctx, int32_t param,
            "step",
            p.name.c_str(), (long long)begin, (long long)end,
            (long long)it->step, (long long)ctx->step);
-    adamw_update(p, it->grad.data(), begin, end, it->step, it->h);
-    p.spare_grads.push_back(std::move(it->grad));
+    adamw_update(ctx, p, it->grad.data(), begin, end, it->step, it->h,
+                 &it->grad);
+    if (!it->grad.empty()) // else the CPU optimizer has it until the step end
+      p.spare_grads.push_back(std::move(it->grad));
     p.pending.erase(it);
   });
 }
@@ -410,7 +422,8 @@ extern "C" void spw_adamw_flush(spw_ctx *ctx) {
   guarded(ctx, "spw_adamw_flush", [&] {
     for (ParamInfo &p : ctx->params) {
       for (PendingAdamW &q : p.pending)
-        adamw_update(p, q.grad.data(), q.begin, q.end, q.step, q.h);
+        adamw_update(ctx, p, q.grad.data(), q.begin, q.end, q.step, q.h,
+                     &q.grad);
       p.pending.clear();
     }
   });
