@@ -75,6 +75,16 @@ void keep_recorded(HostOptimizer &o, spw_ctx *ctx, ParamInfo &p,
   p.grad.clear();
 }
 
+// Two updates of the same elements in flight at once could run in either
+// order on two workers: the later one waits for the earlier (a plan updates
+// an element once per step, so this does not wait in practice).
+void after_overlapping(const HostOptimizer &o, const HostOptimizer::Update &u) {
+  for (const HostOptimizer::Update &q : o.in_flight)
+    if (q.param == u.param && q.begin < u.end && u.begin < q.end)
+      for (const storage::Token &t : q.tokens)
+        t.wait();
+}
+
 void record(spw_ctx *ctx, HostOptimizer &o, HostOptimizer::Update &&u,
             int parts) {
   for (const storage::Token &t : u.tokens)
@@ -155,6 +165,9 @@ void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
   const int64_t n = end - begin;
   HostOptimizer::Update u;
   u.param = index_of(ctx, p);
+  u.begin = begin;
+  u.end = end;
+  after_overlapping(o, u);
   if (deferred) {
     check_inside(p, g, n, *deferred, "deferred update");
     u.deferred.swap(*deferred);
@@ -182,6 +195,8 @@ void host_optimizer_foam(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
   HostTasks &tasks = started(o);
   HostOptimizer::Update u;
   u.param = index_of(ctx, p);
+  u.end = rows * cols;
+  after_overlapping(o, u);
   check_inside(p, g, rows * cols, p.grad, "recorded gradient");
   keep_recorded(o, ctx, p, u);
   u.tokens = submit_foam_tasks(tasks, format("foam '%s'", p.name.c_str()), w,

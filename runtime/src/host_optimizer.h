@@ -37,6 +37,7 @@ struct HostOptimizer {
   // buffer they read.
   struct Update {
     int32_t param = -1;
+    int64_t begin = 0, end = 0; // the elements it updates
     std::vector<storage::Token> tokens;
     std::vector<char> recorded;  // ParamInfo::grad's buffer, or
     std::vector<float> deferred; // a deferred update's slice
