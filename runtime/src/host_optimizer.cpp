@@ -1,4 +1,4 @@
-//===- host_optimizer.cpp - an offload plan's CPU optimizer on host threads ===//
+//===- host_optimizer.cpp - the CPU optimizer on host threads -------------===//
 //
 // See host_optimizer.h. The inline update paths of optimizer.cpp resolve the
 // pointers and hand the kernel call here when the plan binds the parameter
@@ -47,8 +47,8 @@ int32_t index_of(const spw_ctx *ctx, const ParamInfo &p) {
 
 HostTasks &started(HostOptimizer &o) {
   if (!o.tasks)
-    o.tasks = std::make_unique<HostTasks>(o.threads > 0 ? o.threads
-                                                        : default_host_threads());
+    o.tasks = std::make_unique<HostTasks>(
+        o.threads > 0 ? o.threads : default_host_threads());
   return *o.tasks;
 }
 
@@ -57,8 +57,8 @@ void check_inside(const ParamInfo &p, const float *g, int64_t n,
                   const std::vector<T> &buf, const char *what) {
   const char *lo = reinterpret_cast<const char *>(g);
   const char *b = reinterpret_cast<const char *>(buf.data());
-  if (!b || lo < b || lo + n * int64_t(sizeof(float)) >
-                          b + int64_t(buf.size() * sizeof(T)))
+  if (!b || lo < b ||
+      lo + n * int64_t(sizeof(float)) > b + int64_t(buf.size() * sizeof(T)))
     fail("parameter '%s': the CPU optimizer's gradient is not in its %s",
          p.name.c_str(), what);
 }
@@ -78,11 +78,11 @@ void keep_recorded(HostOptimizer &o, spw_ctx *ctx, ParamInfo &p,
 // Two updates of the same elements in flight at once could run in either
 // order on two workers: the later one waits for the earlier (a plan updates
 // an element once per step, so this does not wait in practice).
-void after_overlapping(const HostOptimizer &o, const HostOptimizer::Update &u) {
+void after_overlapping(HostOptimizer &o, const HostOptimizer::Update &u) {
   for (const HostOptimizer::Update &q : o.in_flight)
     if (q.param == u.param && q.begin < u.end && u.begin < q.end)
       for (const storage::Token &t : q.tokens)
-        t.wait();
+        o.wait(t);
 }
 
 void record(spw_ctx *ctx, HostOptimizer &o, HostOptimizer::Update &&u,
@@ -98,10 +98,27 @@ HostOptimizer::~HostOptimizer() {
   tasks.reset(); // drains: the queued tasks read in_flight's gradients
 }
 
+void HostOptimizer::wait(const storage::Token &t) {
+  if (t.done())
+    return t.wait(); // its error, if any
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    t.wait();
+  } catch (...) {
+    wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                   std::chrono::steady_clock::now() - t0)
+                   .count();
+    throw;
+  }
+  wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                 std::chrono::steady_clock::now() - t0)
+                 .count();
+}
+
 std::vector<storage::Token>
 submit_adamw_tasks(HostTasks &tasks, const std::string &name, float *w,
-                   float *m, float *v, const float *g, int64_t n,
-                   int64_t step, const AdamWHparams &h, int64_t min_elems,
+                   float *m, float *v, const float *g, int64_t n, int64_t step,
+                   const AdamWHparams &h, int64_t min_elems,
                    std::atomic<int64_t> *busy_ns) {
   const int64_t count = pieces(n, min_elems, tasks.threads());
   std::vector<storage::Token> tokens;
@@ -117,11 +134,10 @@ submit_adamw_tasks(HostTasks &tasks, const std::string &name, float *w,
 }
 
 std::vector<storage::Token>
-submit_foam_tasks(HostTasks &tasks, const std::string &name, float *w,
-                  float *m, float *v, const float *g, int64_t rows,
-                  int64_t cols, int level, int64_t step,
-                  const AdamWHparams &h, double alpha, int64_t min_elems,
-                  std::atomic<int64_t> *busy_ns) {
+submit_foam_tasks(HostTasks &tasks, const std::string &name, float *w, float *m,
+                  float *v, const float *g, int64_t rows, int64_t cols,
+                  int level, int64_t step, const AdamWHparams &h, double alpha,
+                  int64_t min_elems, std::atomic<int64_t> *busy_ns) {
   // Whole rows: FOAM folds each row's state on its own.
   const int64_t nb = (cols + (int64_t(1) << level) - 1) >> level;
   const int64_t count =
@@ -157,8 +173,8 @@ bool host_optimizer_runs(spw_ctx *ctx, const ParamInfo &p) {
 }
 
 void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
-                          float *v, const float *g, int64_t begin,
-                          int64_t end, int64_t step, const AdamWHparams &h,
+                          float *v, const float *g, int64_t begin, int64_t end,
+                          int64_t step, const AdamWHparams &h,
                           std::vector<float> *deferred) {
   HostOptimizer &o = *tiers_host_optimizer(ctx);
   HostTasks &tasks = started(o);
@@ -199,8 +215,8 @@ void host_optimizer_foam(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
   after_overlapping(o, u);
   check_inside(p, g, rows * cols, p.grad, "recorded gradient");
   keep_recorded(o, ctx, p, u);
-  u.tokens = submit_foam_tasks(tasks, format("foam '%s'", p.name.c_str()), w,
-                               m, v, g, rows, cols, level, step, h, alpha,
+  u.tokens = submit_foam_tasks(tasks, format("foam '%s'", p.name.c_str()), w, m,
+                               v, g, rows, cols, level, step, h, alpha,
                                kHostUpdateMinElems, &o.busy_ns);
   record(ctx, o, std::move(u), 3);
 }
@@ -213,7 +229,7 @@ std::string host_optimizer_finish(spw_ctx *ctx, bool step_end) {
   for (const HostOptimizer::Update &u : o->in_flight)
     for (const storage::Token &t : u.tokens) {
       try {
-        t.wait();
+        o->wait(t);
       } catch (const Error &e) {
         if (error.empty())
           error = e.what();
@@ -237,6 +253,8 @@ std::string host_optimizer_finish(spw_ctx *ctx, bool step_end) {
     o->step_seconds = double(busy - o->busy_ns_at_step_end) * 1e-9;
     o->total_seconds = double(busy) * 1e-9;
     o->busy_ns_at_step_end = busy;
+    o->step_wait_seconds = double(o->wait_ns - o->wait_ns_at_step_end) * 1e-9;
+    o->wait_ns_at_step_end = o->wait_ns;
   }
   return error.empty() ? error : "the CPU optimizer's " + error;
 }
@@ -249,6 +267,11 @@ double host_optimizer_seconds(const spw_ctx *ctx) {
 double host_optimizer_total_seconds(const spw_ctx *ctx) {
   const HostOptimizer *o = tiers_host_optimizer(ctx);
   return o ? o->total_seconds : 0.0;
+}
+
+double host_optimizer_wait_seconds(const spw_ctx *ctx) {
+  const HostOptimizer *o = tiers_host_optimizer(ctx);
+  return o ? o->step_wait_seconds : 0.0;
 }
 
 } // namespace spw

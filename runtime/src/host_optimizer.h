@@ -1,4 +1,4 @@
-//===- host_optimizer.h - an offload plan's CPU optimizer on host threads --===//
+//===- host_optimizer.h - the CPU optimizer on host threads ---------------===//
 //
 // When an offload plan binds a parameter and its optimizer state on the host
 // tier (spillwayc --place optimizer=host or =ssd: the CPU optimizer), its
@@ -49,6 +49,12 @@ struct HostOptimizer {
   std::atomic<int64_t> busy_ns{0}; // task time, summed over the workers
   int64_t busy_ns_at_step_end = 0;
   double step_seconds = 0, total_seconds = 0;
+  // Time the step's thread blocked on updates (a move, drop or bind of
+  // their blocks, the step end): all steps, and the last step's.
+  int64_t wait_ns = 0, wait_ns_at_step_end = 0;
+  double step_wait_seconds = 0;
+  // Waits for `t` (rethrowing its error), counting the time blocked.
+  void wait(const storage::Token &t);
 };
 
 // --optimizer-threads (0: the default). Before the first step.
@@ -64,8 +70,8 @@ bool host_optimizer_runs(spw_ctx *ctx, const ParamInfo &p);
 // into p.grad) or the deferred update's slice *deferred (taken over; g
 // points into it). FOAM of the whole parameter (g: p.grad).
 void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
-                          float *v, const float *g, int64_t begin,
-                          int64_t end, int64_t step, const AdamWHparams &h,
+                          float *v, const float *g, int64_t begin, int64_t end,
+                          int64_t step, const AdamWHparams &h,
                           std::vector<float> *deferred);
 void host_optimizer_foam(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
                          float *v, const float *g, int64_t rows, int64_t cols,
@@ -81,6 +87,8 @@ std::string host_optimizer_finish(spw_ctx *ctx, bool step_end);
 // the last step, and in all steps. 0 without an offload plan.
 double host_optimizer_seconds(const spw_ctx *ctx);
 double host_optimizer_total_seconds(const spw_ctx *ctx);
+// Seconds the step's thread blocked waiting for updates in the last step.
+double host_optimizer_wait_seconds(const spw_ctx *ctx);
 
 // The pieces, for the tests: one update split into tasks of at least
 // `min_elems` elements (AdamW: element ranges; FOAM: whole rows), at most
@@ -89,15 +97,14 @@ double host_optimizer_total_seconds(const spw_ctx *ctx);
 // (may be null).
 std::vector<storage::Token>
 submit_adamw_tasks(HostTasks &tasks, const std::string &name, float *w,
-                   float *m, float *v, const float *g, int64_t n,
-                   int64_t step, const AdamWHparams &h, int64_t min_elems,
+                   float *m, float *v, const float *g, int64_t n, int64_t step,
+                   const AdamWHparams &h, int64_t min_elems,
                    std::atomic<int64_t> *busy_ns);
 std::vector<storage::Token>
-submit_foam_tasks(HostTasks &tasks, const std::string &name, float *w,
-                  float *m, float *v, const float *g, int64_t rows,
-                  int64_t cols, int level, int64_t step,
-                  const AdamWHparams &h, double alpha, int64_t min_elems,
-                  std::atomic<int64_t> *busy_ns);
+submit_foam_tasks(HostTasks &tasks, const std::string &name, float *w, float *m,
+                  float *v, const float *g, int64_t rows, int64_t cols,
+                  int level, int64_t step, const AdamWHparams &h, double alpha,
+                  int64_t min_elems, std::atomic<int64_t> *busy_ns);
 // The smallest task the optimizer submits, in elements.
 constexpr int64_t kHostUpdateMinElems = int64_t(1) << 16;
 

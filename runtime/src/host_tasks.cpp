@@ -1,4 +1,4 @@
-//===- host_tasks.cpp - host worker threads --------------------------------===//
+//===- host_tasks.cpp - host worker threads -------------------------------===//
 
 #include "host_tasks.h"
 

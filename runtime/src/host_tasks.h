@@ -1,4 +1,4 @@
-//===- host_tasks.h - host worker threads ----------------------------------===//
+//===- host_tasks.h - host worker threads ---------------------------------===//
 //
 // A fixed pool of host threads fed from one FIFO queue: the CPU optimizer of
 // an offload plan (host_optimizer.cpp) runs its updates here, concurrently

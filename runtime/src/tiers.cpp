@@ -681,11 +681,11 @@ void spw_declare_split(spw_ctx *ctx, int32_t cls, int32_t layer,
 
 // Waits for the CPU optimizer's updates of part `part` (-1: all) of b's host
 // copy: what reads, overwrites, frees or binds that copy comes after them.
-static void wait_host_updates(Tiers::Block &b, int part) {
+static void wait_host_updates(Tiers &t, Tiers::Block &b, int part) {
   for (int k = 0; k < 2; ++k)
     if (part < 0 || k == part) {
       for (const Token &u : b.host_updates[k])
-        u.wait();
+        t.host->wait(u);
       b.host_updates[k].clear();
     }
 }
@@ -712,7 +712,7 @@ static int32_t move_parts(spw_ctx *ctx, const char *what, int32_t cls,
         continue;
       const TensorId id = b.part_id(k);
       if (f == Tier::Host || d == Tier::Host)
-        wait_host_updates(b, k);
+        wait_host_updates(t, b, k);
       if (!s.resident(id, d)) {
         // The copy's start on `to`: where its other part already is, else
         // the plan's offset.
@@ -781,7 +781,7 @@ static void drop_parts(spw_ctx *ctx, const char *what, int32_t cls,
       fail("%s has no part %d (%d part%s)", b.name.c_str(), part, b.parts(),
            b.parts() == 1 ? "" : "s");
     if (d == Tier::Host)
-      wait_host_updates(b, part);
+      wait_host_updates(t, b, part);
     bool left = false;
     for (int k = 0; k < b.parts(); ++k) {
       if (part < 0 || k == part) {
@@ -818,7 +818,7 @@ void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
     if (cls != 0 && cls != 1)
       fail("%s: only params and optimizer blocks are bound", b.name.c_str());
     if (d == Tier::Host)
-      wait_host_updates(b, -1);
+      wait_host_updates(t, b, -1);
     b.bound_tier = int(d);
     char *part[2] = {nullptr, nullptr};
     bool any = false;

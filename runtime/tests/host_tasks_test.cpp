@@ -139,9 +139,8 @@ TEST(HostOptimizer, SplitAdamWGivesTheSingleCallsBits) {
   HostTasks tasks(3);
   std::atomic<int64_t> busy{0};
   std::vector<Token> tokens =
-      spw::submit_adamw_tasks(tasks, "adamw 'w'", w.data(), m.data(),
-                              v.data(), g.data(), int64_t(n), 3, h, 1000,
-                              &busy);
+      spw::submit_adamw_tasks(tasks, "adamw 'w'", w.data(), m.data(), v.data(),
+                              g.data(), int64_t(n), 3, h, 1000, &busy);
   EXPECT_EQ(tokens.size(), 3u); // one per worker
   for (const Token &t : tokens)
     t.wait();
@@ -166,11 +165,10 @@ TEST(HostOptimizer, SplitFoamGivesTheSingleCallsBits) {
   std::vector<float> w = random_values(size_t(rows * cols), 6, -2, 2), w0 = w;
   std::vector<float> m = random_values(size_t(rows * nb), 7, -0.1f, 0.1f),
                      m0 = m;
-  std::vector<float> v = random_values(size_t(rows * nb), 8, 0, 0.01f),
-                     v0 = v;
+  std::vector<float> v = random_values(size_t(rows * nb), 8, 0, 0.01f), v0 = v;
   const spw::AdamWHparams h{1e-2, 0.9, 0.999, 1e-8, 0.01};
-  spw::foam_kernel(w0.data(), m0.data(), v0.data(), g.data(), rows, cols,
-                   level, 2, h, 0.25);
+  spw::foam_kernel(w0.data(), m0.data(), v0.data(), g.data(), rows, cols, level,
+                   2, h, 0.25);
   HostTasks tasks(4);
   std::vector<Token> tokens = spw::submit_foam_tasks(
       tasks, "foam 'w'", w.data(), m.data(), v.data(), g.data(), rows, cols,
@@ -199,8 +197,7 @@ TEST(HostOptimizer, PlanUpdateBoundOnHostRunsAsTasksTheNextMoveWaitsFor) {
   spw_declare_tiers(ctx.get(), int64_t(slot), int64_t(3 * slot), 0, "",
                     predicted);
   const int64_t members[] = {0}, offsets[] = {0};
-  spw_declare_block(ctx.get(), 0, 0, int64_t(bytes), 1, 0, 1, members,
-                    offsets);
+  spw_declare_block(ctx.get(), 0, 0, int64_t(bytes), 1, 0, 1, members, offsets);
   spw_declare_block(ctx.get(), 1, 0, int64_t(2 * bytes), 1, int64_t(slot), 1,
                     members, offsets);
   ASSERT_TRUE(ctx->error.empty()) << ctx->error;
@@ -248,11 +245,59 @@ TEST(HostOptimizer, PlanUpdateBoundOnHostRunsAsTasksTheNextMoveWaitsFor) {
 
   // Gathered, the plain copies hold the update and its state.
   spw::tiers_gather(ctx.get());
-  EXPECT_TRUE(same_bits(std::vector<float>(p.value->as<float>(),
-                                           p.value->as<float>() + n),
-                        want));
+  EXPECT_TRUE(same_bits(
+      std::vector<float>(p.value->as<float>(), p.value->as<float>() + n),
+      want));
   EXPECT_TRUE(same_bits(p.adam_m, m));
   EXPECT_TRUE(same_bits(p.adam_v, v));
+}
+
+// A failed update surfaces wherever its blocks' host copies are used next
+// (so each of these waits for it) and fails the step naming the parameter.
+TEST(HostOptimizer, AFailedUpdateFailsWhatUsesItsBlocksNamingTheParameter) {
+  auto ctx = spw::make_context();
+  const int64_t n = 64;
+  spw_declare_param(ctx.get(), "w", SPW_F32, 1, &n, 0);
+  const int64_t predicted[4] = {0, 0, 0, 0};
+  spw_declare_tiers(ctx.get(), 4096, 8192, 0, "", predicted);
+  const int64_t members[] = {0}, offsets[] = {0};
+  spw_declare_block(ctx.get(), 0, 0, 256, 0, 0, 1, members, offsets);
+  spw_declare_block(ctx.get(), 1, 0, 512, 1, 0, 1, members, offsets);
+  spw::tiers_start(ctx.get(), {}, spw::storage::Backend::Threads);
+  spw::tiers_scatter(ctx.get());
+  ctx->step = 1;
+  spw::tiers_step_begin(ctx.get());
+  const int32_t t = spw_move(ctx.get(), 0, 0, 0, 1, 0, 4096);
+  spw_await(ctx.get(), t);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+
+  spw::HostOptimizer &o = *spw::tiers_host_optimizer(ctx.get());
+  o.tasks = std::make_unique<HostTasks>(1);
+  const Token bad =
+      o.tasks->submit("adamw 'w' [0, 64)", [] { spw::fail("disk on fire"); });
+  spw::tiers_note_host_update(ctx.get(), 0, 3, bad);
+  spw::HostOptimizer::Update u;
+  u.param = 0;
+  u.end = n;
+  u.tokens = {bad};
+  o.in_flight.push_back(std::move(u));
+
+  const std::string why = "adamw 'w' [0, 64): disk on fire";
+  spw_bind(ctx.get(), 0, 0, 1);
+  EXPECT_EQ(ctx->error, "spw_bind: " + why);
+  ctx->error.clear();
+  spw_move(ctx.get(), 1, 0, 1, 0, 0, 0); // the state's host copy is read
+  EXPECT_EQ(ctx->error, "spw_move: " + why);
+  ctx->error.clear();
+  spw_drop(ctx.get(), 0, 0, 1);
+  EXPECT_EQ(ctx->error, "spw_drop: " + why);
+  ctx->error.clear();
+  spw::tiers_step_end(ctx.get());
+  EXPECT_EQ(ctx->error, "the CPU optimizer's " + why);
+  ctx->error.clear();
+  // Reported at the step end, the update is not in flight any more.
+  EXPECT_TRUE(o.in_flight.empty());
+  EXPECT_NO_THROW(spw::tiers_gather(ctx.get()));
 }
 
 TEST(HostOptimizer, ThreadsAreConfiguredBeforeTheFirstUpdateOnly) {
