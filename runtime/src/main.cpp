@@ -12,6 +12,7 @@
 #include "driver/checkpoints.h"
 #include "driver/driver.h"
 #include "driver/options.h"
+#include "host_optimizer.h"
 #include "spillway/runtime/hyperparams.h"
 #include "tiers.h"
 
@@ -225,11 +226,14 @@ int run(const Options &o, const char *argv0) {
                             device.c_str()));
   if (!forward) {
     const bool tiered = has_tiers(ctx);
-    if (!tiered && (!o.ssd.empty() || !o.stats_json.empty()))
+    if (!tiered && (!o.ssd.empty() || !o.stats_json.empty() ||
+                    o.optimizer_threads > 0))
       throw UsageError(format("%s is for models compiled with an offload plan "
                               "(spillwayc --place / --gpu-mem / --host-mem); "
                               "this one keeps everything resident",
-                              !o.ssd.empty() ? "--ssd" : "--stats-json"));
+                              !o.ssd.empty()            ? "--ssd"
+                              : o.optimizer_threads > 0 ? "--optimizer-threads"
+                                                        : "--stats-json"));
     if (tiered && o.check_gradients)
       throw UsageError("--check-gradients needs the parameters resident; "
                        "compile the model without an offload plan to check "
@@ -330,8 +334,10 @@ int run(const Options &o, const char *argv0) {
     return run_forward(ctx, fo, fo.steps, ins);
   }
   const bool tiered = has_tiers(ctx);
-  if (tiered)
+  if (tiered) {
     tiers_start(ctx, o.ssd, o.io_backend);
+    host_optimizer_configure(ctx, int(o.optimizer_threads));
+  }
   print_banner(ctx, o, weights, hp);
   if (tiered)
     std::printf("%s\n", tiers_describe(ctx).c_str());

@@ -22,6 +22,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "context.h"
+#include "host_optimizer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -151,8 +152,12 @@ void check_host_values(const spw_ctx *ctx, const ParamInfo &p) {
          p.name.c_str());
 }
 
+// An offload plan's CPU optimizer runs it on host threads (host_optimizer.h);
+// `deferred`: the deferred update's gradient buffer g points into, which it
+// then keeps.
 void adamw_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
-                  int64_t end, int64_t step, const AdamWHparams &h) {
+                  int64_t end, int64_t step, const AdamWHparams &h,
+                  std::vector<float> *deferred = nullptr) {
   const size_t n = size_t(p.value->numel);
   if (!p.bound_m && p.bound_split < 0 && p.adam_m.size() != n) {
     p.adam_m.assign(n, 0.0f);
@@ -174,6 +179,9 @@ void adamw_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
     v = (p.bound_v ? p.bound_v : p.adam_v.data()) + begin;
   }
   check_host_values(ctx, p);
+  if (host_optimizer_runs(ctx, p))
+    return host_optimizer_adamw(ctx, p, w, m, v, g, begin, end, step, h,
+                                deferred);
   adamw_kernel(w, m, v, g, end - begin, step, h);
 }
 
@@ -281,6 +289,9 @@ void foam_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t step,
     fail("parameter '%s' is updated while no copy of it is bound",
          p.name.c_str());
   check_host_values(ctx, p);
+  if (host_optimizer_runs(ctx, p))
+    return host_optimizer_foam(ctx, p, w, m, v, g, rows, cols, p.foam_level,
+                               step, h, alpha);
   foam_kernel(w, m, v, g, rows, cols, p.foam_level, step, h, alpha);
 }
 
@@ -362,7 +373,8 @@ void apply_pending(spw_ctx *ctx, ParamInfo &p, PendingAdamW &q) {
       q.grad.resize(size_t(n));
       d.download(q.grad.data(), q.dev_grad, bytes);
     }
-    adamw_update(ctx, p, q.grad.data(), q.begin, q.end, q.step, q.h);
+    adamw_update(ctx, p, q.grad.data(), q.begin, q.end, q.step, q.h,
+                 &q.grad);
   }
   if (q.dev_grad)
     p.spare_dev_grads.push_back({q.dev_grad, n});

@@ -18,6 +18,7 @@
 
 #include "tiers.h"
 
+#include "host_optimizer.h"
 #include "storage/tensor_store.h"
 
 #include <chrono>
@@ -94,6 +95,10 @@ struct Tiers {
     // An activation block: the type put into it (dims[0..rank)), -1: none.
     int32_t dtype = -1, rank = 0;
     int64_t dims[kMaxRank] = {};
+    // The CPU optimizer's updates of each part's host copy still in flight
+    // (host_optimizer.h), and the tier of the last spw_bind (-1: none).
+    std::vector<Token> host_updates[2];
+    int bound_tier = -1;
   };
   // Declared.
   uint64_t gpu_bytes = 0, host_bytes = 0, ssd_bytes = 0;
@@ -128,8 +133,13 @@ struct Tiers {
   std::array<LinkBytes, kNumClasses> class_at_step_begin{}, class_last_step{};
   double wait_s = 0, busy_s = 0;      // all steps
   Clock::time_point busy_until{};     // end of the last in-flight interval
+  // The CPU optimizer (host_optimizer.h); per parameter, the index of its
+  // params and optimizer blocks (-1: none), made at its first update.
+  std::unique_ptr<HostOptimizer> host;
+  std::vector<std::array<int, 2>> param_blocks;
 
   ~Tiers() {
+    host.reset(); // its tasks write the host arena
     moves.clear();
     store.reset(); // waits for its moves before the engine goes
     swap.reset();
@@ -352,8 +362,20 @@ static void copy_member(const Tiers::Block &b, size_t i, char *const part[2],
   }
 }
 
+// Waits for all of the CPU optimizer's updates; the blocks forget their
+// tokens. Returns the first update's error, or "".
+static std::string finish_host_updates(spw_ctx *ctx, bool step_end) {
+  std::string error = host_optimizer_finish(ctx, step_end);
+  for (Tiers::Block &b : ctx->tiers->blocks)
+    for (std::vector<Token> &u : b.host_updates)
+      u.clear();
+  return error;
+}
+
 void tiers_scatter(spw_ctx *ctx) {
   Tiers &t = *ctx->tiers;
+  if (std::string e = finish_host_updates(ctx, false); !e.empty())
+    fail("%s", e.c_str());
   for (Tiers::Block &b : t.blocks) {
     if (b.home < 0 || b.cls == 2)
       continue; // gradients: every iteration's first flush writes them
@@ -400,6 +422,10 @@ void tiers_release_copies(spw_ctx *ctx) {
 
 void tiers_gather(spw_ctx *ctx) {
   Tiers &t = *ctx->tiers;
+  if (std::string e = finish_host_updates(ctx, false); !e.empty())
+    fail("%s", e.c_str());
+  for (Tiers::Block &b : t.blocks)
+    b.bound_tier = -1; // the pointers are the plain copies' again
   for (ParamInfo &p : ctx->params) {
     if (!p.value->owned)
       p.value->owned = alloc_buffer(p.value->bytes());
@@ -452,12 +478,59 @@ static LinkBytes minus(const LinkBytes &a, const LinkBytes &b) {
 
 void tiers_step_end(spw_ctx *ctx) {
   Tiers &t = *ctx->tiers;
+  if (std::string e = finish_host_updates(ctx, true); !e.empty())
+    ctx->set_error(e);
   t.store->wait_all();
   t.per_step.push_back(minus(t.store->moved(), t.at_step_begin));
   for (int c = 0; c < Tiers::kNumClasses; ++c)
     t.class_last_step[size_t(c)] =
         minus(t.store->moved_by_tag(c), t.class_at_step_begin[size_t(c)]);
   t.moves.clear();
+}
+
+HostOptimizer *tiers_host_optimizer(const spw_ctx *ctx) {
+  if (!ctx->tiers)
+    return nullptr;
+  if (!ctx->tiers->host)
+    ctx->tiers->host = std::make_unique<HostOptimizer>();
+  return ctx->tiers->host.get();
+}
+
+// Parameter `param`'s params and optimizer blocks (-1: none).
+static const std::array<int, 2> &param_blocks(const spw_ctx *ctx,
+                                              int32_t param) {
+  Tiers &t = *ctx->tiers;
+  if (t.param_blocks.size() != ctx->params.size()) {
+    t.param_blocks.assign(ctx->params.size(), {-1, -1});
+    for (size_t i = 0; i < t.blocks.size(); ++i)
+      if (t.blocks[i].cls == 0 || t.blocks[i].cls == 1)
+        for (int32_t q : t.blocks[i].params)
+          t.param_blocks[size_t(q)][size_t(t.blocks[i].cls)] = int(i);
+  }
+  return t.param_blocks[size_t(param)];
+}
+
+bool tiers_host_bound(const spw_ctx *ctx, int32_t param) {
+  if (!ctx->tiers || param < 0 || size_t(param) >= ctx->params.size())
+    return false;
+  const std::array<int, 2> &pb = param_blocks(ctx, param);
+  for (int c = 0; c < 2; ++c)
+    if (pb[size_t(c)] < 0 ||
+        ctx->tiers->blocks[size_t(pb[size_t(c)])].bound_tier != int(Tier::Host))
+      return false;
+  return true;
+}
+
+void tiers_note_host_update(spw_ctx *ctx, int32_t param, int parts,
+                            const Token &t) {
+  for (int c : param_blocks(ctx, param)) {
+    if (c < 0)
+      continue;
+    Tiers::Block &b = ctx->tiers->blocks[size_t(c)];
+    for (int k = 0; k < b.parts(); ++k)
+      if (parts & (1 << k))
+        b.host_updates[k].push_back(t);
+  }
 }
 
 std::string tiers_describe(const spw_ctx *ctx) {
@@ -678,6 +751,17 @@ static void device_kernel(spw_ctx *ctx, KernelEntry k, spw_tensor *const *ins,
     throw Error(ctx->error);
 }
 
+// Waits for the CPU optimizer's updates of part `part` (-1: all) of b's host
+// copy: what reads, overwrites, frees or binds that copy comes after them.
+static void wait_host_updates(Tiers &t, Tiers::Block &b, int part) {
+  for (int k = 0; k < 2; ++k)
+    if (part < 0 || k == part) {
+      for (const Token &u : b.host_updates[k])
+        t.host->wait(u);
+      b.host_updates[k].clear();
+    }
+}
+
 // Moves part `part` (-1: every part) of block (cls, layer).
 static int32_t move_parts(spw_ctx *ctx, const char *what, int32_t cls,
                           int32_t layer, int32_t part, int32_t from,
@@ -700,6 +784,8 @@ static int32_t move_parts(spw_ctx *ctx, const char *what, int32_t cls,
       if (part >= 0 && k != part)
         continue;
       const TensorId id = b.part_id(k);
+      if (f == Tier::Host || d == Tier::Host)
+        wait_host_updates(t, b, k);
       if (!s.resident(id, d)) {
         // The copy's start on `to`: where its other part already is, else
         // the plan's offset.
@@ -776,6 +862,8 @@ static void drop_parts(spw_ctx *ctx, const char *what, int32_t cls,
     if (part < -1 || part >= b.parts())
       fail("%s has no part %d (%d part%s)", b.name.c_str(), part, b.parts(),
            b.parts() == 1 ? "" : "s");
+    if (d == Tier::Host)
+      wait_host_updates(t, b, part);
     bool left = false;
     for (int k = 0; k < b.parts(); ++k) {
       if (part < 0 || k == part) {
@@ -811,6 +899,9 @@ void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
     Tier d = tier_of(tier, "spw_bind");
     if (cls != 0 && cls != 1)
       fail("%s: only params and optimizer blocks are bound", b.name.c_str());
+    if (d == Tier::Host)
+      wait_host_updates(t, b, -1);
+    b.bound_tier = int(d);
     char *part[2] = {nullptr, nullptr};
     bool any = false;
     for (int k = 0; k < b.parts(); ++k)

@@ -48,6 +48,19 @@ std::string tiers_summary(const spw_ctx *ctx, double seconds, int64_t steps);
 std::string tiers_stats_json(const spw_ctx *ctx, double seconds,
                              int64_t steps);
 
+// The CPU optimizer's hooks (host_optimizer.h). The plan's CPU optimizer
+// state, made at first use; null without a plan.
+struct HostOptimizer;
+HostOptimizer *tiers_host_optimizer(const spw_ctx *ctx);
+// True when parameter `param`'s params and optimizer blocks are both bound
+// on the host tier (spw_bind).
+bool tiers_host_bound(const spw_ctx *ctx, int32_t param);
+// An update of `param` in flight on the host copies of its params and
+// optimizer blocks (`parts`: bit k for part k of a split block): whatever
+// next reads, overwrites, frees or binds those copies waits for `t` first.
+void tiers_note_host_update(spw_ctx *ctx, int32_t param, int parts,
+                            const storage::Token &t);
+
 } // namespace spw
 
 #endif

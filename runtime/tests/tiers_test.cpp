@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "host_optimizer.h"
 #include "test_util.h"
 #include "tiers.h"
 
@@ -182,6 +183,9 @@ TEST(Tiers, SplitBlocksBindTheirPartsAndUpdateEachOnItsOwn) {
   spw_adamw_range(ctx.get(), 0, grad.get(), 64, 128, 0.1, 0.9, 0.999, 1e-8,
                   0.0);
   ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  // Bound on host, the update runs on the CPU optimizer's threads (the
+  // step's next move of the block would wait for it).
+  ASSERT_EQ(spw::host_optimizer_finish(ctx.get(), false), "");
   const float updated = p.bound_w_part[1][0];
   EXPECT_LT(updated, 64.0f);                // updated
   EXPECT_EQ(p.bound_w_part[0][63], 63.0f);  // untouched

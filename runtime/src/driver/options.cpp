@@ -1,6 +1,7 @@
 //===- options.cpp - command-line parsing and --help ----------------------===//
 
 #include "driver/options.h"
+#include "host_tasks.h"
 #include "spillway/runtime/hyperparams.h"
 
 #include <algorithm>
@@ -63,6 +64,9 @@ const char kUsage[] =
     "                          the bytes moved per link per iteration next\n"
     "                          to the plan's prediction, peak bytes per tier,\n"
     "                          time waiting on I/O and the overlap\n"
+    "  --optimizer-threads N   offload plans with the optimizer state on host\n"
+    "                          or SSD: host threads running the updates\n"
+    "                          (default: min(4, hardware threads - 1))\n"
     "  --outputs DIR           forward-only models (spillwayc --forward):\n"
     "                          write each output NAME to DIR/NAME.npy, shape\n"
     "                          [steps, *output_shape]; step s at index s-1;\n"
@@ -206,7 +210,7 @@ Options parse_args(int argc, char **argv) {
         "--print-every", "--fd-eps", "--fd-samples", "--fd-tol", "--outputs",
         "--checkpoint-dir", "--checkpoint-every", "--keep-checkpoints",
         "--io-backend", "--ssd", "--stats-json", "--device",
-        "--device-arena", "--loopback-delays"};
+        "--device-arena", "--loopback-delays", "--optimizer-threads"};
     if (std::find_if(std::begin(kValued), std::end(kValued),
                      [&](const char *f) { return flag == f; }) ==
         std::end(kValued))
@@ -281,6 +285,12 @@ Options parse_args(int argc, char **argv) {
       }
     } else if (flag == "--stats-json") {
       o.stats_json = path_value(flag, value);
+    } else if (flag == "--optimizer-threads") {
+      o.optimizer_threads = parse_int(flag, value, 1);
+      if (o.optimizer_threads > HostTasks::kMaxThreads)
+        throw UsageError(format("invalid value '%s' for --optimizer-threads: "
+                                "expected at most %d",
+                                value.c_str(), HostTasks::kMaxThreads));
     } else if (flag == "--weights") {
       o.weights = path_value(flag, value);
     } else if (flag == "--outputs") {

@@ -13,6 +13,7 @@
 #include "storage/io_engine.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,6 +52,7 @@ struct Options {
   // Offload plans (tiers.h).
   std::vector<std::string> ssd;
   std::string stats_json;
+  int64_t optimizer_threads = 0; // 0: default_host_threads()
   // Backend (device.h): "" is the compile target's (spillwayc --target).
   std::string device;
   int64_t device_arena = 0; // step arena bytes; 0: the backend's default
