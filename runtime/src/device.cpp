@@ -14,7 +14,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "device.h"
+#include "loopback_memory.h"
 #include "runtime_internal.h"
+#include "storage/tensor_store.h"
 
 #include <cstring>
 #include <map>
@@ -179,8 +181,8 @@ void run_on_device(spw_ctx *ctx, Op op, KernelEntry host,
 namespace {
 
 constexpr int64_t kAlign = 256;
-constexpr uint8_t kScramble = 0xa5; // device byte = host byte ^ kScramble
-constexpr uint8_t kPoison = 0xff;   // every f32 made of it is a NaN
+constexpr uint8_t kScramble = kLoopbackScramble; // device = host ^ kScramble
+constexpr uint8_t kPoison = kPoisonByte; // every f32 made of it is a NaN
 
 void scramble_copy(void *dst, const void *src, int64_t bytes) {
   auto *d = static_cast<uint8_t *>(dst);
@@ -194,9 +196,9 @@ int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 class LoopbackDevice final : public Device {
 public:
   LoopbackDevice(int64_t arena_bytes, Precision precision,
-                 const LoopbackCopyOptions &copies)
+                 uint64_t copy_seed)
       : arena_bytes_(align_up(arena_bytes)), precision_(precision),
-        copies_(copies) {
+        copy_seed_(copy_seed) {
     // Reserved once, like the GPU arena; pages are touched only as used.
     arena_ = static_cast<char *>(std::aligned_alloc(
         size_t(kAlign), size_t(std::max<int64_t>(arena_bytes_, kAlign))));
@@ -305,6 +307,22 @@ public:
 
   std::string host_fallbacks() const override { return ""; }
 
+  // The GPU tier in a buffer of this device (so kernels accept its
+  // addresses), NaN bytes until a copy fills them; its copies run on their
+  // own threads after seeded delays (loopback_memory.h).
+  std::unique_ptr<storage::DeviceMemory>
+  make_tier_memory(uint64_t bytes) override {
+    char *base = static_cast<char *>(
+        alloc(int64_t(bytes), "the offload plan's GPU tier"));
+    std::memset(base, kPoison ^ kScramble, size_t(bytes));
+    LoopbackCopyOptions o;
+    o.seed = copy_seed_;
+    return make_loopback_tier_memory(base, bytes, o);
+  }
+  // Host memory needs no registration to be copied from.
+  void register_host_memory(void *, uint64_t) override {}
+  void unregister_host_memory(void *) override {}
+
 private:
   // A host copy of n device floats, written back when it goes out of scope
   // (the gradient's too: harmless, it is unchanged).
@@ -322,7 +340,7 @@ private:
 
   int64_t arena_bytes_;
   Precision precision_;
-  LoopbackCopyOptions copies_; // for make_loopback_tier_memory
+  uint64_t copy_seed_;
   char *arena_ = nullptr;
   ArenaAllocator books_;
   std::map<void *, int64_t> buffers_; // address order: lookups by range
@@ -355,10 +373,10 @@ private:
 
 } // namespace
 
-std::unique_ptr<Device>
-make_loopback_device(int64_t arena_bytes, Precision precision,
-                     const LoopbackCopyOptions &copies) {
-  return std::make_unique<LoopbackDevice>(arena_bytes, precision, copies);
+std::unique_ptr<Device> make_loopback_device(int64_t arena_bytes,
+                                             Precision precision,
+                                             uint64_t copy_seed) {
+  return std::make_unique<LoopbackDevice>(arena_bytes, precision, copy_seed);
 }
 
 } // namespace spw

@@ -18,7 +18,6 @@
 #ifndef SPILLWAY_RUNTIME_SRC_DEVICE_H
 #define SPILLWAY_RUNTIME_SRC_DEVICE_H
 
-#include "loopback_memory.h"
 #include "spillway/runtime/spillway_rt.h"
 
 #include <cstdint>
@@ -27,6 +26,14 @@
 #include <string>
 
 namespace spw {
+namespace storage {
+class DeviceMemory;
+}
+
+// The loopback device stores every device byte XOR kLoopbackScramble, and
+// fresh or released memory as kPoisonByte (every f32 made of it is a NaN),
+// so host code reading device memory directly gets garbage.
+constexpr uint8_t kLoopbackScramble = 0xa5, kPoisonByte = 0xff;
 
 // Every kernel of the C ABI, in kernels.def's order.
 enum class Op : int {
@@ -141,6 +148,23 @@ public:
 
   // Ops that ran on host copies so far, "name xN, ..." ("" when none).
   virtual std::string host_fallbacks() const = 0;
+
+  // True when this device's memory is the host's (the CPU device; IREE's
+  // host-visible device-local memory): a host buffer is already a device
+  // buffer, so the parameters and inputs need no second copy, and host
+  // code may read device tensors in place.
+  virtual bool host_visible() const { return false; }
+
+  // The offload plan's GPU tier: `bytes` of this device's memory (its
+  // addresses are device tensors' data) with the copy engines that fill and
+  // drain it.
+  virtual std::unique_ptr<storage::DeviceMemory>
+  make_tier_memory(uint64_t bytes) = 0;
+  // Host memory tier copies read and write (the pinned staging pool): CUDA
+  // page-locks it (cudaHostRegister) so copies are asynchronous DMA; the CPU
+  // and loopback devices do nothing.
+  virtual void register_host_memory(void *p, uint64_t bytes) = 0;
+  virtual void unregister_host_memory(void *p) = 0;
 };
 
 // What every device's run() does first: each of a kernel's n tensors (ins
@@ -154,12 +178,13 @@ void run_on_host_copies(Device &d, Op op, KernelEntry host, spw_ctx *ctx,
                         const Arity &a, const int64_t *iattrs,
                         const double *fattrs);
 
-// The loopback device: host memory, the CPU kernels, the CPU optimizer
-// arithmetic. `arena_bytes` sizes its step arena; `copies` seeds the delays
-// of its GPU tier's copies (make_loopback_tier_memory, --loopback-delays).
-std::unique_ptr<Device>
-make_loopback_device(int64_t arena_bytes, Precision precision,
-                     const LoopbackCopyOptions &copies = {});
+// The loopback device: scrambled host memory, the CPU kernels on host
+// copies, the CPU optimizer arithmetic. `arena_bytes` sizes its step arena;
+// `copy_seed` seeds its GPU tier's copy delays (--loopback-delays; 0: no
+// delays, the copies still asynchronous).
+std::unique_ptr<Device> make_loopback_device(int64_t arena_bytes,
+                                             Precision precision,
+                                             uint64_t copy_seed = 1);
 
 // The factory of the CUDA backend: registered by spw_use_cuda (defined only
 // in the CUDA runtime library, which `spillwayc --target cuda` links).

@@ -20,6 +20,8 @@
 #ifndef SPILLWAY_RUNTIME_SRC_LOOPBACK_MEMORY_H
 #define SPILLWAY_RUNTIME_SRC_LOOPBACK_MEMORY_H
 
+#include "device.h"
+
 #include <cstdint>
 #include <memory>
 
@@ -28,11 +30,6 @@ namespace spw {
 namespace storage {
 class DeviceMemory;
 }
-
-// device byte = host byte ^ kLoopbackScramble; every f32 made of
-// kPoisonByte is a NaN. (Shared with the LoopbackDevice; belongs in
-// device.h once the device side moves there.)
-constexpr uint8_t kLoopbackScramble = 0xa5, kPoisonByte = 0xff;
 
 // Seeded delays of the loopback tier's copies: copy n of a direction waits
 // loopback_copy_delay_us(o, d2h, n) microseconds before it runs.

@@ -2204,8 +2204,7 @@ int run(const Options &o, const char *argv0) {
   else if (device == "loopback")
     device_start(ctx, make_loopback_device(
                           o.device_arena ? o.device_arena : int64_t(4) << 30,
-                          ctx->precision,
-                          {.seed = o.loopback_delays.value_or(1)}));
+                          ctx->precision, o.loopback_delays.value_or(1)));
 
   const AdamWHparams hp =
       effective_adamw(ctx, ctx->declared_adamw.value_or(AdamWHparams{}));
