@@ -1,4 +1,4 @@
-//===- cuda_tier_memory.cpp - the CUDA backend's GPU tier -------------------===//
+//===- cuda_tier_memory.cpp - the CUDA backend's GPU tier -----------------===//
 
 #include "cuda/cuda_tier_memory.h"
 
@@ -43,11 +43,10 @@ void CUDART_CB copy_done(cudaStream_t, cudaError_t status, void *p) {
   }
   const auto &names = error_names();
   const int code = int(status);
-  d->completion->piece_done(
-      d->what + " failed on the GPU: " +
-      (code >= 0 && code < int(names.size()) ? names[size_t(code)]
-                                             : "cudaError " +
-                                                   std::to_string(code)));
+  d->completion->piece_done(d->what + " failed on the GPU: " +
+                            (code >= 0 && code < int(names.size())
+                                 ? names[size_t(code)]
+                                 : "cudaError " + std::to_string(code)));
 }
 
 class CudaTierMemory final : public storage::DeviceMemory {
@@ -55,8 +54,8 @@ public:
   CudaTierMemory(uint64_t bytes, cudaStream_t compute)
       : compute_(compute), size_(bytes) {
     error_names();
-    const cudaError_t e = cudaMalloc(reinterpret_cast<void **>(&base_),
-                                     size_t(bytes));
+    const cudaError_t e =
+        cudaMalloc(reinterpret_cast<void **>(&base_), size_t(bytes));
     if (e != cudaSuccess) {
       cudaGetLastError(); // not sticky: clear it
       base_ = nullptr;
@@ -120,8 +119,8 @@ private:
     cudaEvent_t event; // recorded on the copy stream after the copy
   };
 
-  void check(uint64_t offset, const void *host, uint64_t bytes,
-             const char *dir, const std::string &what) const {
+  void check(uint64_t offset, const void *host, uint64_t bytes, const char *dir,
+             const std::string &what) const {
     if (offset > size_ || bytes > size_ - offset)
       fail("%s copy of '%s': bytes [%llu, %llu) lie outside the %s GPU "
            "arena",

@@ -1,4 +1,4 @@
-//===- cuda_tier_memory.h - the CUDA backend's GPU tier ---------------------===//
+//===- cuda_tier_memory.h - the CUDA backend's GPU tier -------------------===//
 //
 // The offload plan's GPU tier on a GPU (CudaDevice::make_tier_memory): one
 // cudaMalloc arena, an H2D and a D2H copy stream, and the ordering the
