@@ -54,6 +54,8 @@ struct Rewriter {
   /// Per layer: its parameters (block order) and which of them the
   /// optimizer updates (the gradient and optimizer blocks' members).
   SmallVector<SmallVector<StringAttr>> params, updated;
+  /// Per layer: the parameters it reads that other layers own (`uses`).
+  SmallVector<SmallVector<StringAttr>> reads;
   /// Per layer: the elements of `updated` (concatenated) and how many of
   /// them lead the update deferred to the next iteration
   /// (sched-overlap-optimizer), with the task that applies it.
@@ -147,21 +149,11 @@ LogicalResult Rewriter::run() {
     updated.emplace_back();
     for (FlatSymbolRefAttr s : entry.getParams())
       params.back().push_back(s.getAttr());
-    if (tp != Tier::gpu && entry.sharesParams()) {
-      // Name what is shared: a parameter this layer reads from another
-      // (`uses`), or one of its own that others read (`shared`).
-      std::string what =
-          !entry.getUses().empty()
-              ? "reads @" + entry.getUses()[0].getValue().str() +
-                    ", owned by another layer"
-              : "owns @" + entry.getShared()[0].getParam().getValue().str() +
-                    ", which other layers read too";
-      return it.emitOpError("sched-insert-transfers: layer '")
-             << entry.getName() << "' " << what
-             << "; moving parameters that several layers read (tied "
-                "weights, shared buffers) is not supported yet: place "
-                "params=gpu";
-    }
+    // A tied weight has one home, its owner's params block: a load of a
+    // layer that reads it brings (and binds) that block too.
+    reads.emplace_back();
+    for (FlatSymbolRefAttr s : entry.getUses())
+      reads.back().push_back(s.getAttr());
   }
 
   // The fwd/bwd task runs, in block order.
@@ -308,8 +300,32 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
         bind(BlockClass::params, l, Tier::gpu);
     return success();
   }
-  // Loads of layers without parameters move nothing; dropping them can put
-  // two runs of one layer next to each other, which share one load.
+  // The owner of each parameter: a layer reading a tied weight needs its
+  // owner's block on the GPU.
+  llvm::StringMap<int64_t> ownerOf;
+  for (size_t l = 0; l < params.size(); ++l)
+    for (StringAttr s : params[l])
+      ownerOf[s.getValue()] = int64_t(l);
+  auto blocksOf = [&](int64_t layer) {
+    std::vector<int64_t> blocks;
+    if (!params[layer].empty())
+      blocks.push_back(layer);
+    for (StringAttr s : reads[layer]) {
+      auto found = ownerOf.find(s.getValue());
+      if (found != ownerOf.end() && found->second != layer &&
+          !llvm::is_contained(blocks, found->second))
+        blocks.push_back(found->second);
+    }
+    return blocks;
+  };
+  for (size_t l = 0; l < params.size(); ++l)
+    for (StringAttr s : reads[l])
+      if (!ownerOf.count(s.getValue()))
+        return it.emitOpError("sched-insert-transfers: layer ")
+               << l << " reads @" << s.getValue()
+               << ", which no layer of train.layers owns";
+  // Loads of layers reading no parameters move nothing; dropping them can
+  // put two runs of one layer next to each other, which share one load.
   struct Load {
     int64_t layer;
     TaskOp first, last;
@@ -317,34 +333,44 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
   std::vector<int64_t> visited;
   for (const Run &r : runs)
     visited.push_back(r.layer);
-  SmallVector<Load> loadList;
-  for (const schedule::ParameterLoad &l : schedule::parameterLoads(
-           visited, [&](int64_t layer) { return !params[layer].empty(); }))
-    loadList.push_back(
+  std::vector<schedule::ParameterLoad> layerLoads = schedule::parameterLoads(
+      visited, [&](int64_t layer) { return !blocksOf(layer).empty(); });
+  SmallVector<Load> loads;
+  for (const schedule::ParameterLoad &l : layerLoads)
+    loads.push_back(
         {l.layer, runs[l.first].tasks.front(), runs[l.last].tasks.back()});
-  SmallVector<const Load *> loads;
-  for (const Load &l : loadList)
-    loads.push_back(&l);
   if (loads.empty())
     return success();
+  // Each block's stays on the GPU: uploaded at the first load of a stay,
+  // dropped after its last (one per load without tied weights).
+  std::vector<schedule::BlockLoad> stays =
+      schedule::blockLoads(layerLoads, blocksOf);
+  SmallVector<SmallVector<size_t>> startAt(loads.size()), endAt(loads.size());
+  for (auto [i, st] : llvm::enumerate(stays)) {
+    startAt[st.first].push_back(i);
+    endAt[st.last].push_back(i);
+  }
   const bool ssd = tp == Tier::ssd;
-  SmallVector<Value> fetched(loads.size()), uploaded(loads.size());
-  // Per load: its upload and its GPU binding, where a layer's deferred
-  // update goes at its first load.
-  SmallVector<Operation *> uploadOp(loads.size()), bindOp(loads.size());
+  SmallVector<Value> fetched(stays.size()), uploaded(stays.size());
+  // Per stay: its upload and its GPU binding, where a layer's deferred
+  // update goes at its block's first stay.
+  SmallVector<Operation *> uploadOp(stays.size()), bindOp(stays.size());
   auto fetch = [&](size_t k, Priority p) {
     if (k < loads.size())
-      fetched[k] = move(BlockClass::params, loads[k]->layer, Tier::ssd,
-                        Tier::host, p);
+      for (size_t i : startAt[k])
+        fetched[i] = move(BlockClass::params, stays[i].block, Tier::ssd,
+                          Tier::host, p);
   };
   auto upload = [&](size_t k) {
     if (k >= loads.size())
       return;
-    if (ssd)
-      await(fetched[k]);
-    uploaded[k] = move(BlockClass::params, loads[k]->layer, Tier::host,
-                       Tier::gpu, Priority::prefetch);
-    uploadOp[k] = uploaded[k].getDefiningOp();
+    for (size_t i : startAt[k]) {
+      if (ssd)
+        await(fetched[i]);
+      uploaded[i] = move(BlockClass::params, stays[i].block, Tier::host,
+                         Tier::gpu, Priority::prefetch);
+      uploadOp[i] = uploaded[i].getDefiningOp();
+    }
   };
   // Two loads in flight: the next one uploading, the one after it (from
   // SSD) being read into pinned host memory.
@@ -355,25 +381,28 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
   }
   upload(0);
   for (size_t k = 0; k < loads.size(); ++k) {
-    int64_t l = loads[k]->layer;
-    b.setInsertionPoint(loads[k]->first);
-    await(uploaded[k]);
-    if (ssd)
-      drop(BlockClass::params, l, Tier::host);
-    bindOp[k] = bind(BlockClass::params, l, Tier::gpu);
+    b.setInsertionPoint(loads[k].first);
+    for (size_t i : startAt[k]) {
+      await(uploaded[i]);
+      if (ssd)
+        drop(BlockClass::params, stays[i].block, Tier::host);
+    }
+    for (size_t i : startAt[k])
+      bindOp[i] = bind(BlockClass::params, stays[i].block, Tier::gpu);
     upload(k + 1);
     if (ssd)
       fetch(k + 2, Priority::prefetch);
-    b.setInsertionPointAfter(loads[k]->last);
-    drop(BlockClass::params, l, Tier::gpu);
+    b.setInsertionPointAfter(loads[k].last);
+    for (size_t i : endAt[k])
+      drop(BlockClass::params, stays[i].block, Tier::gpu);
   }
-  // A deferred update runs at its layer's first load, on the copy passing
+  // A deferred update runs at its layer's first stay, on the copy passing
   // the optimizer: a CPU optimizer's just before it is uploaded (after it
   // came from SSD), a GPU optimizer's once it is bound on the GPU (before
-  // the next loads start, which may read this layer from SSD again).
+  // the next loads start, which may read this block from SSD again).
   llvm::SmallSet<int64_t, 16> seen;
-  for (size_t k = 0; k < loads.size(); ++k) {
-    int64_t l = loads[k]->layer;
+  for (auto [i, st] : llvm::enumerate(stays)) {
+    int64_t l = st.block;
     if (!seen.insert(l).second)
       continue;
     auto found = deferredTask.find(l);
@@ -381,9 +410,9 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
       continue;
     TaskOp task = found->second;
     if (side == Tier::gpu)
-      task->moveAfter(bindOp[k]);
+      task->moveAfter(bindOp[i]);
     else
-      task->moveBefore(uploadOp[k]);
+      task->moveBefore(uploadOp[i]);
     deferredUpdate(l, task);
   }
   for (auto &[l, task] : deferredTask)
@@ -677,10 +706,3 @@ struct SchedInsertTransfersPass
 };
 
 } // namespace
-
-bool spillway::sched::anyLayerSharesParameters(ModuleOp module) {
-  // A malformed table is the verifier's error, reported where it is read
-  // (sched-insert-transfers); here it shares nothing.
-  auto layers = train::LayerTable::read(module);
-  return succeeded(layers) && *layers && (*layers)->anySharedParams();
-}
