@@ -18,6 +18,8 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/SmallSet.h"
 
+#include <deque>
+
 namespace spillway::sched {
 #define GEN_PASS_DEF_SCHEDINSERTTRANSFERSPASS
 #include "spillway/Dialect/Sched/Transforms/Passes.h.inc"
@@ -657,16 +659,126 @@ LogicalResult Rewriter::routeActivations(Tier ta) {
       acts.push_back(a);
     }
   }
+  if (acts.empty())
+    return success();
+
+  // The timeline: each activation's put (after its last forward reader)
+  // and its need (before its first backward reader), in block order.
+  DenseMap<Operation *, size_t> position;
+  for (auto [k, op] : llvm::enumerate(it.getBlock()))
+    position[&op] = k;
+  struct Action {
+    bool put;
+    size_t act;
+    size_t key; // 2 x position, + 1 after the op
+  };
+  SmallVector<Action> actions;
   for (auto [i, a] : llvm::enumerate(acts)) {
+    actions.push_back({true, i, 2 * position.lookup(a.lastForward) + 1});
+    actions.push_back({false, i, 2 * position.lookup(a.firstBackward)});
+  }
+  llvm::stable_sort(actions, [](const Action &x, const Action &y) {
+    return x.key < y.key;
+  });
+
+  // Look-ahead within the plan's slots: one activation copy on the GPU at a
+  // time (a write-back's source, or a reload's destination), and with the
+  // activations on SSD two host copies (the cost model's double-buffered
+  // staging). A write-back is awaited, and its copy dropped, only when its
+  // slot is needed again or the activation itself is; a reload is issued
+  // at the previous need (from SSD, the read two needs ahead) when no put
+  // comes in between, so it overlaps the backward tasks before its reader.
+  const bool ssd = ta == Tier::ssd;
+  struct Pending {
+    size_t act;
+    Value token;
+  };
+  std::deque<Pending> gpuLeg, hostLeg; // write-backs gpu -> host, host -> ssd
+  SmallVector<Value> readIn(acts.size()), upload(acts.size());
+  unsigned reloadHostCopies = 0; // SSD reads not yet uploaded and dropped
+  auto finishGpuLeg = [&] {
+    Pending p = gpuLeg.front();
+    gpuLeg.pop_front();
+    await(p.token);
+    drop(BlockClass::activations, p.act, Tier::gpu);
+    if (ssd)
+      hostLeg.push_back({p.act, move(BlockClass::activations, p.act,
+                                     Tier::host, Tier::ssd,
+                                     Priority::writeback)});
+  };
+  auto finishHostLeg = [&] {
+    Pending p = hostLeg.front();
+    hostLeg.pop_front();
+    await(p.token);
+    drop(BlockClass::activations, p.act, Tier::host);
+  };
+  auto roomOnGpu = [&] {
+    while (!gpuLeg.empty())
+      finishGpuLeg();
+  };
+  auto roomOnHost = [&] {
+    while (ssd && !hostLeg.empty() &&
+           hostLeg.size() + reloadHostCopies + 1 > 2)
+      finishHostLeg();
+  };
+  // The write-back of `i` complete: it is about to be read back.
+  auto written = [&](size_t i) {
+    auto has = [&](const std::deque<Pending> &q) {
+      return llvm::any_of(q, [&](const Pending &p) { return p.act == i; });
+    };
+    while (has(gpuLeg))
+      finishGpuLeg();
+    while (has(hostLeg))
+      finishHostLeg();
+  };
+  auto startRead = [&](size_t i, Priority p) {
+    written(i);
+    roomOnHost();
+    readIn[i] = move(BlockClass::activations, i, Tier::ssd, Tier::host, p);
+    ++reloadHostCopies;
+  };
+  auto startUpload = [&](size_t i, Priority p) {
+    written(i);
+    if (ssd && !readIn[i])
+      startRead(i, p);
+    if (ssd)
+      await(readIn[i]);
+    roomOnGpu();
+    upload[i] = move(BlockClass::activations, i, Tier::host, Tier::gpu, p);
+  };
+  auto needAt = [&](size_t k) -> std::optional<size_t> {
+    if (k < actions.size() && !actions[k].put)
+      return actions[k].act;
+    return std::nullopt;
+  };
+  Operation *lastPutAnchor = nullptr;
+  for (auto [k, action] : llvm::enumerate(actions)) {
+    const size_t i = action.act;
+    Activation &a = acts[i];
     Location loc = a.value.getLoc();
-    auto type = cast<RankedTensorType>(a.value.getType());
-    // Off the GPU after the forward's last read.
-    b.setInsertionPointAfter(a.lastForward);
-    PutActivationOp::create(b, loc, a.value, uint64_t(i), IntegerAttr());
-    sendBack(BlockClass::activations, i, Tier::gpu, ta);
+    if (action.put) {
+      // Off the GPU after the forward's last read.
+      if (a.lastForward != lastPutAnchor)
+        b.setInsertionPointAfter(a.lastForward);
+      lastPutAnchor = a.lastForward;
+      roomOnGpu();
+      PutActivationOp::create(b, loc, a.value, uint64_t(i), IntegerAttr());
+      roomOnHost();
+      gpuLeg.push_back({i, move(BlockClass::activations, i, Tier::gpu,
+                                Tier::host, Priority::writeback)});
+      continue;
+    }
+    lastPutAnchor = nullptr;
     // Back before the backward's first read; the bwd tasks read the copy.
     b.setInsertionPoint(a.firstBackward);
-    bring(BlockClass::activations, i, ta, Tier::gpu, Priority::demand);
+    if (!upload[i])
+      startUpload(i, Priority::demand);
+    await(upload[i]);
+    if (ssd) {
+      drop(BlockClass::activations, i, Tier::host);
+      --reloadHostCopies;
+    }
+    auto type = cast<RankedTensorType>(a.value.getType());
     Value back = TakeActivationOp::create(b, loc, type, uint64_t(i));
     drop(BlockClass::activations, i, Tier::gpu);
     drop(BlockClass::activations, i, ta);
@@ -674,6 +786,13 @@ LogicalResult Rewriter::routeActivations(Tier ta) {
       auto t = dyn_cast<TaskOp>(use.getOwner());
       return t && t.getPhase() == Phase::bwd;
     });
+    // The next needs, when no put comes first: upload the next one, and
+    // from SSD read the one after it.
+    if (auto next = needAt(k + 1)) {
+      startUpload(*next, Priority::prefetch);
+      if (auto after = needAt(k + 2); ssd && after && !readIn[*after])
+        startRead(*after, Priority::prefetch);
+    }
   }
   return success();
 }

@@ -222,10 +222,14 @@ def SchedInsertTransfersPass : Pass<"sched-insert-transfers", "mlir::ModuleOp"> 
       becomes an `activations` block (index = its position among them, in
       block order): `sched.put_activation` right after its last non-bwd
       reader, gpu -> host (-> ssd) `writeback` and the copies on the way
-      dropped; just before its first bwd reader ssd -> host -> gpu
-      `demand`, `sched.take_activation`, whose value the bwd tasks read,
-      and every copy dropped. A non-bwd reader after a bwd reader is an
-      error.
+      dropped; before its first bwd reader ssd -> host -> gpu,
+      `sched.take_activation`, whose value the bwd tasks read, and every
+      copy dropped. With look-ahead inside one GPU slot and two host slots
+      (SSD): a write-back leg is awaited only when its slot is needed
+      again or the activation is read back, and the next reload is issued
+      (`prefetch`) right after the previous take when no put comes between
+      (from SSD the read one need further ahead); otherwise at its reader
+      (`demand`). A non-bwd reader after a bwd reader is an error.
     Everything on the GPU (every class `gpu`) moves nothing: the bindings
     and gradient blocks only. Refused with a clear error: an iteration
     without `placement`; a `uses` entry that no layer owns; a gradient that is not the result of its
