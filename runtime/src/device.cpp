@@ -15,6 +15,7 @@
 
 #include "device.h"
 #include "runtime_internal.h"
+#include "trace.h"
 
 #include <cstring>
 #include <map>
@@ -172,6 +173,7 @@ void run_on_device(spw_ctx *ctx, Op op, KernelEntry host,
                    spw_tensor *const *ins, spw_tensor *const *outs,
                    const int64_t *iattrs, const double *fattrs) {
   guarded(ctx, op_name(op), [&] {
+    trace::Scope kernel(op_name(op)); // --trace: the kernel's span
     ctx->device->run(op, host, ctx, ins, outs, iattrs, fattrs);
   });
 }

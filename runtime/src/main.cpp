@@ -12,6 +12,7 @@
 #include "spillway/runtime/hyperparams.h"
 #include "storage/checkpoint.h"
 #include "tiers.h"
+#include "trace.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -98,6 +99,7 @@ struct Options {
   // Offload plans (tiers.h).
   std::vector<std::string> ssd;
   std::string stats_json;
+  std::string trace; // --trace FILE (trace.h)
   // Backend (device.h): "" is the compile target's (spillwayc --target).
   std::string device;
   int64_t device_arena = 0; // step arena bytes; 0: the backend's default
@@ -152,6 +154,8 @@ const char kUsage[] =
     "                          the bytes moved per link per iteration next\n"
     "                          to the plan's prediction, peak bytes per tier,\n"
     "                          time waiting on I/O and the overlap\n"
+    "  --trace FILE            write the run's timeline (tasks, kernels,\n"
+    "                          copies, waits) as a Chrome trace (Perfetto)\n"
     "  --outputs DIR           forward-only models (spillwayc --forward):\n"
     "                          write each output NAME to DIR/NAME.npy, shape\n"
     "                          [steps, *output_shape]; step s at index s-1;\n"
@@ -288,7 +292,7 @@ Options parse_args(int argc, char **argv) {
         "--print-every", "--fd-eps", "--fd-samples", "--fd-tol", "--outputs",
         "--checkpoint-dir", "--checkpoint-every", "--keep-checkpoints",
         "--io-backend", "--ssd", "--stats-json", "--device",
-        "--device-arena"};
+        "--device-arena", "--trace"};
     if (std::find_if(std::begin(kValued), std::end(kValued),
                      [&](const char *f) { return flag == f; }) ==
         std::end(kValued))
@@ -363,6 +367,8 @@ Options parse_args(int argc, char **argv) {
       }
     } else if (flag == "--stats-json") {
       o.stats_json = path_value(flag, value);
+    } else if (flag == "--trace") {
+      o.trace = path_value(flag, value);
     } else if (flag == "--weights") {
       o.weights = path_value(flag, value);
     } else if (flag == "--outputs") {
@@ -1213,13 +1219,14 @@ void check_outputs(const Options &o, const std::vector<FileRole> &ins) {
   for (const auto &[flag, path] :
        {std::pair<const char *, const std::string *>{"--save", &o.save},
         {"--log-json", &o.log_json},
-        {"--stats-json", &o.stats_json}})
+        {"--stats-json", &o.stats_json}, {"--trace", &o.trace}})
     if (!path->empty())
       outs.push_back(file_role(format("%s '%s'", flag, path->c_str()), *path));
   refuse_overwrites(outs, ins, o);
   check_output_file("--save", o.save);
   check_output_file("--log-json", o.log_json);
   check_output_file("--stats-json", o.stats_json);
+  check_output_file("--trace", o.trace);
   check_output_dir("--checkpoint-dir", o.checkpoint_dir);
   check_output_dir("--outputs", o.outputs);
 }
@@ -1816,8 +1823,9 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
       output_failed(ctx, o, Error(log_error));
     const bool progress = s % every == 0 || s == o.steps;
     if (progress) {
-      std::printf("step %lld/%lld  loss %.6f\n", (long long)s,
-                  (long long)o.steps, double(loss));
+      std::printf("step %lld/%lld  loss %.6f%s\n", (long long)s,
+                  (long long)o.steps, double(loss),
+                  has_tiers(ctx) ? ("  " + tiers_progress(ctx)).c_str() : "");
       flush_stdout();
     }
     if (ck && (s == o.steps ||
@@ -2143,6 +2151,9 @@ int run(const Options &o, const char *argv0) {
       o.weights.empty() ? exe + ".weights" : o.weights;
   const std::vector<FileRole> ins = run_inputs(o, weights, exe);
   check_outputs(o, ins);
+  // From here on the trace records; it is written at the end, or when the
+  // run fails, with what happened until then.
+  trace::Session tracing(o.trace);
 
   // Every file against the declarations, then the memory for all of them,
   // and only then any buffer sized from the model or the files.
@@ -2224,7 +2235,9 @@ int run(const Options &o, const char *argv0) {
         fo.steps = std::max(fo.steps, in.num_batches);
     }
     print_banner(ctx, fo, weights, hp);
-    return run_forward(ctx, fo, fo.steps, ins);
+    const int frc = run_forward(ctx, fo, fo.steps, ins);
+    tracing.write();
+    return frc;
   }
   const bool tiered = has_tiers(ctx);
   if (tiered)
@@ -2275,6 +2288,7 @@ int run(const Options &o, const char *argv0) {
     }
     std::printf("wrote offload statistics to %s\n", o.stats_json.c_str());
   }
+  tracing.write();
   return rc;
 }
 
