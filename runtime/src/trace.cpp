@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <thread>
 #include <vector>
 
 namespace spw::trace {
@@ -41,6 +43,10 @@ Recorder &recorder() {
 }
 
 std::atomic<int64_t> task_total_us{0};
+
+// The Session's thread; unset: any thread counts as the compute thread.
+std::mutex compute_mu;
+std::optional<std::thread::id> compute_thread;
 
 // The task the calling thread is in (the generated step's thread).
 struct CurrentTask {
@@ -112,6 +118,11 @@ void link_span(Lane lane, const std::string &name, int64_t issued_us,
   const int64_t end = std::max(done_us, begin);
   last = end;
   r.events.push_back({lane, 0, name, begin, end, args});
+}
+
+bool on_compute_thread() {
+  std::lock_guard<std::mutex> lk(compute_mu);
+  return !compute_thread || *compute_thread == std::this_thread::get_id();
 }
 
 int64_t task_us() { return task_total_us.load(std::memory_order_relaxed); }
@@ -188,6 +199,10 @@ Session::Session(const std::string &path) : path_(path) {
   if (path_.empty())
     return;
   reset();
+  {
+    std::lock_guard<std::mutex> lk(compute_mu);
+    compute_thread = std::this_thread::get_id();
+  }
   set_enabled(true);
 }
 
@@ -211,6 +226,8 @@ Session::~Session() {
     std::fprintf(stderr, "error: %s\n", e.what());
   }
   set_enabled(false);
+  std::lock_guard<std::mutex> lk(compute_mu);
+  compute_thread.reset();
 }
 
 } // namespace spw::trace

@@ -41,12 +41,19 @@ void span(Lane lane, int sub, const std::string &name, int64_t begin_us,
 void link_span(Lane lane, const std::string &name, int64_t issued_us,
                int64_t done_us, const std::string &args = "");
 
-// A span on the compute lane around a scope, when tracing (a kernel).
+// Whether the calling thread is the run's compute thread (the one that
+// started the Session; any thread when none did).
+bool on_compute_thread();
+
+// A span on the compute lane around a scope, when tracing (a kernel) on
+// the compute thread: a kernel a worker thread runs (the host optimizer's)
+// is on its own lane, not drawn across the compute lane's tasks.
 // `name` must outlive the scope (a string literal, an op's name).
 class Scope {
 public:
   explicit Scope(const char *name)
-      : name_(name), begin_(enabled() ? now_us() : -1) {}
+      : name_(name),
+        begin_(enabled() && on_compute_thread() ? now_us() : -1) {}
   ~Scope() {
     if (begin_ >= 0)
       span(Lane::Compute, 0, name_, begin_, now_us());

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <thread>
 
 using namespace spw;
@@ -83,6 +84,29 @@ TEST(Trace, OffRecordsNothing) {
   trace::link_span(trace::Lane::H2D, "h2d params/layer0", 0, 10);
   { trace::Scope k("matmul"); }
   EXPECT_EQ(count(trace::json(), "\"ph\": \"X\""), 0u);
+}
+
+TEST(Trace, KernelsAreDrawnOnTheSessionsThreadOnly) {
+  const std::string path =
+      ::testing::TempDir() + "/spillway_trace_test_kernels.json";
+  {
+    trace::Session session(path);
+    { trace::Scope k("matmul"); }
+    std::thread worker([] { trace::Scope k("add"); });
+    worker.join();
+    const std::string j = trace::json();
+    EXPECT_NE(j.find("\"name\": \"matmul\""), std::string::npos) << j;
+    EXPECT_EQ(j.find("\"name\": \"add\""), std::string::npos) << j;
+    session.write();
+  }
+  EXPECT_FALSE(trace::enabled());
+  std::FILE *f = std::fopen(path.c_str(), "r");
+  ASSERT_NE(f, nullptr) << path;
+  char head[32] = {};
+  EXPECT_EQ(std::fread(head, 1, 16, f), 16u);
+  std::fclose(f);
+  std::remove(path.c_str());
+  EXPECT_EQ(std::string(head), "{\"traceEvents\": ");
 }
 
 TEST(Trace, LanesAreNamedAndLinksServeInOrder) {
