@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Checks the ordering of an offload plan's Chrome trace (EXE --trace FILE).
 
-  check_trace.py TRACE.json    the checks below; exit 1 naming each violation
+  check_trace.py TRACE.json [--reads L:K ...]
+                               the checks below; exit 1 naming each violation
+                               (--reads L:K: layer L's tasks also read layer
+                               K's parameters, a tied weight's owner block)
   check_trace.py --self-test   feeds the checks hand-made good and bad traces
 
 The trace (docs/runtime.md, "Trace") has "X" events in microseconds, one tid
@@ -21,6 +24,7 @@ write (copies "<link> <block>" with args bytes/block/from/to). Checked:
     has ended.
 """
 
+import argparse
 import json
 import sys
 
@@ -33,8 +37,9 @@ def block_base(name):
     return name.split("#", 1)[0]
 
 
-def check(trace):
-    """The violations of `trace` (a parsed trace), as messages."""
+def check(trace, reads=()):
+    """The violations of `trace` (a parsed trace), as messages. `reads`:
+    (L, K) pairs, layer L's tasks also reading params/layerK."""
     errors = []
     events = trace.get("traceEvents")
     if not isinstance(events, list):
@@ -104,16 +109,18 @@ def check(trace):
     for t in tasks:
         if t["args"]["phase"] not in ("fwd", "bwd"):
             continue
-        ups = h2d.get(t["args"]["layer"], [])
-        if not ups:
-            continue  # this layer's parameters do not come over h2d
-        for c in ups:
-            if c["ts"] < end(t) and end(c) > t["ts"]:
-                errors.append("task %s runs while %s brings its parameters "
-                              "to the GPU" % (show(t), show(c)))
-        if not any(end(c) <= t["ts"] for c in ups):
-            errors.append("task %s starts before any h2d of its parameters "
-                          "ended" % show(t))
+        layer = t["args"]["layer"]
+        for owner in [layer] + [k for l, k in reads if l == layer]:
+            ups = h2d.get(owner, [])
+            if not ups:
+                continue  # these parameters do not come over h2d
+            for c in ups:
+                if c["ts"] < end(t) and end(c) > t["ts"]:
+                    errors.append("task %s runs while %s brings its "
+                                  "parameters to the GPU" % (show(t), show(c)))
+            if not any(end(c) <= t["ts"] for c in ups):
+                errors.append("task %s starts before any h2d of "
+                              "params/layer%d ended" % (show(t), owner))
 
     d2h = copies("d2h", ("gradients", "gradstage"))
     for layer, downs in sorted(d2h.items()):
@@ -203,7 +210,7 @@ def self_test():
         "the task starts before its parameters came":
             ([s for s in GOOD if not s[1].startswith("h2d")] +
              [copy("h2d", "params/layer0", 40, 2)],
-             "starts before any h2d of its parameters ended"),
+             "starts before any h2d of params/layer0 ended"),
         "the d2h starts inside the backward task":
             ([s for s in GOOD if s[0] != "d2h"] +
              [copy("d2h", "gradstage/layer0", 30, 4)],
@@ -221,6 +228,16 @@ def self_test():
         if not any(expect in e for e in errors):
             print("self-test: '%s' is not caught (got %s)" % (what, errors))
             failed += 1
+    # A tied weight: layer 1's task reads layer 0's block, still coming.
+    tied = GOOD + [task("fwd", 1, 11, 1), copy("h2d", "params/layer1", 0, 1)]
+    if check(make(tied)) != []:
+        print("self-test: the tied trace fails without --reads:",
+              check(make(tied)))
+        failed += 1
+    if not any("'fwd L1 mb0' [11, 12) runs while 'h2d params/layer0#1'" in e
+               for e in check(make(tied), reads=[(1, 0)])):
+        print("self-test: a tied owner block still coming is not caught")
+        failed += 1
     unnamed = make(GOOD)
     unnamed["traceEvents"] = [e for e in unnamed["traceEvents"]
                               if e.get("args", {}).get("name") != "d2h"]
@@ -230,24 +247,33 @@ def self_test():
     if failed:
         return 1
     print("self-test: the good trace passes, %d bad ones are caught"
-          % (len(bad) + 1))
+          % (len(bad) + 2))
     return 0
 
 
 def main(argv):
     if argv[1:] == ["--self-test"]:
         return self_test()
-    if len(argv) != 2:
-        print(__doc__)
-        return 2
-    path = argv[1]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("trace")
+    ap.add_argument("--reads", action="append", default=[],
+                    metavar="LAYER:OWNER",
+                    help="layer LAYER's tasks also read params/layerOWNER")
+    a = ap.parse_args(argv[1:])
+    reads = []
+    for r in a.reads:
+        l, _, k = r.partition(":")
+        if not (l.isdigit() and k.isdigit()):
+            ap.error("--reads %s: expected LAYER:OWNER" % r)
+        reads.append((int(l), int(k)))
+    path = a.trace
     try:
         with open(path) as f:
             trace = json.load(f)
     except (OSError, ValueError) as e:
         print("%s: not a trace: %s" % (path, e))
         return 1
-    errors = check(trace)
+    errors = check(trace, reads)
     if not errors:
         errors = need(trace)
     for e in errors:
