@@ -30,11 +30,22 @@ struct Event {
 };
 
 constexpr int kLanes = int(Lane::HostOptimizer) + 1;
+// At most this many events are kept (about 200 MB); later ones are counted
+// as dropped, which the trace says, so a long run cannot exhaust memory.
+constexpr size_t kMaxEvents = size_t(1) << 20;
 
 struct Recorder {
   std::mutex mu;
   std::vector<Event> events;
   int64_t link_end[kLanes] = {};
+  uint64_t dropped = 0;
+  size_t limit = kMaxEvents;
+  bool keep() {
+    if (events.size() < limit)
+      return true;
+    ++dropped;
+    return false;
+  }
 };
 
 Recorder &recorder() {
@@ -100,6 +111,8 @@ void span(Lane lane, int sub, const std::string &name, int64_t begin_us,
     return;
   Recorder &r = recorder();
   std::lock_guard<std::mutex> lk(r.mu);
+  if (!r.keep())
+    return;
   r.events.push_back(
       {lane, lane == Lane::HostOptimizer ? std::max(sub, 0) : 0, name,
        begin_us, std::max(end_us, begin_us), args});
@@ -117,7 +130,8 @@ void link_span(Lane lane, const std::string &name, int64_t issued_us,
   // microsecond apart: the later-reported one ends where the other did.
   const int64_t end = std::max(done_us, begin);
   last = end;
-  r.events.push_back({lane, 0, name, begin, end, args});
+  if (r.keep())
+    r.events.push_back({lane, 0, name, begin, end, args});
 }
 
 bool on_compute_thread() {
@@ -182,7 +196,9 @@ std::string json() {
   }
   if (order.empty()) // no trailing comma after the metadata
     out.erase(out.size() - 2, 1);
-  out += "], \"displayTimeUnit\": \"ms\"}\n";
+  out += format("], \"displayTimeUnit\": \"ms\", \"otherData\": "
+                "{\"dropped_events\": %llu}}\n",
+                (unsigned long long)r.dropped);
   return out;
 }
 
@@ -190,7 +206,14 @@ void reset() {
   Recorder &r = recorder();
   std::lock_guard<std::mutex> lk(r.mu);
   r.events.clear();
+  r.dropped = 0;
   std::fill(std::begin(r.link_end), std::end(r.link_end), 0);
+}
+
+void set_event_limit(size_t n) {
+  Recorder &r = recorder();
+  std::lock_guard<std::mutex> lk(r.mu);
+  r.limit = n ? n : kMaxEvents;
 }
 
 void set_enabled(bool v) { detail::on.store(v, std::memory_order_relaxed); }

@@ -15,6 +15,7 @@
 #define SPILLWAY_RUNTIME_SRC_TRACE_H
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -92,8 +93,10 @@ private:
 // forgetting them (tests).
 std::string json();
 void reset();
-// Recording on or off without a file (tests).
+// Recording on or off without a file, and the most events kept (0: the
+// default, 2^20) (tests).
 void set_enabled(bool on);
+void set_event_limit(size_t n);
 
 } // namespace spw::trace
 

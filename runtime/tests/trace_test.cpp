@@ -132,6 +132,19 @@ TEST(Trace, LanesAreNamedAndLinksServeInOrder) {
       << j;
 }
 
+TEST(Trace, EventsPastTheLimitAreCountedAsDropped) {
+  Tracing on;
+  trace::set_event_limit(2);
+  for (int i = 0; i < 5; ++i)
+    trace::span(trace::Lane::Compute, 0, "k", i, i + 1);
+  const std::string j = trace::json();
+  trace::set_event_limit(0);
+  EXPECT_EQ(count(j, "\"ph\": \"X\""), 2u) << j;
+  EXPECT_NE(j.find("\"otherData\": {\"dropped_events\": 3}"),
+            std::string::npos)
+      << j;
+}
+
 TEST(Trace, TaskMarkersMakeSpansAndCountTime) {
   Tracing on;
   auto ctx = make_context();
