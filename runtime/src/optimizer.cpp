@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime_internal.h"
+#include "tiers.h"
 
 #include <algorithm>
 #include <cmath>
@@ -364,11 +365,16 @@ extern "C" void spw_adamw_defer(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     const float *g = recorded_grad(p);
     if (!check_finite_grad(ctx, p, g, begin, end))
       return;
-    if (!p.spare_grads.empty()) {
-      q.grad = std::move(p.spare_grads.back());
-      p.spare_grads.pop_back();
+    // An offload plan keeps the slice in its arena (a `pending` block).
+    if ((q.planned = tiers_pending_grad(ctx, param, begin, end))) {
+      std::copy(g + begin, g + end, q.planned);
+    } else {
+      if (!p.spare_grads.empty()) {
+        q.grad = std::move(p.spare_grads.back());
+        p.spare_grads.pop_back();
+      }
+      q.grad.assign(g + begin, g + end);
     }
-    q.grad.assign(g + begin, g + end);
     p.pending.push_back(std::move(q));
   });
 }
@@ -400,8 +406,9 @@ extern "C" void spw_adamw_apply_pending(spw_ctx *ctx, int32_t param,
            "step",
            p.name.c_str(), (long long)begin, (long long)end,
            (long long)it->step, (long long)ctx->step);
-    adamw_update(p, it->grad.data(), begin, end, it->step, it->h);
-    p.spare_grads.push_back(std::move(it->grad));
+    adamw_update(p, it->grad_data(), begin, end, it->step, it->h);
+    if (!it->planned)
+      p.spare_grads.push_back(std::move(it->grad));
     p.pending.erase(it);
   });
 }
@@ -410,7 +417,7 @@ extern "C" void spw_adamw_flush(spw_ctx *ctx) {
   guarded(ctx, "spw_adamw_flush", [&] {
     for (ParamInfo &p : ctx->params) {
       for (PendingAdamW &q : p.pending)
-        adamw_update(p, q.grad.data(), q.begin, q.end, q.step, q.h);
+        adamw_update(p, q.grad_data(), q.begin, q.end, q.step, q.h);
       p.pending.clear();
     }
   });

@@ -84,6 +84,10 @@ struct PendingAdamW {
   int64_t step = 0;
   AdamWHparams h;        // the effective hyper-parameters at `step`
   std::vector<float> grad; // gradient elements [begin, end)
+  // The offload plan's copy of them instead (tiers_pending_grad): null when
+  // `grad` holds them.
+  float *planned = nullptr;
+  const float *grad_data() const { return planned ? planned : grad.data(); }
 };
 
 struct ParamInfo {
@@ -160,6 +164,9 @@ struct spw_ctx {
   std::optional<spw::AdamWHparams> declared_adamw;
   spw::AdamWOverrides overrides;
   std::shared_ptr<spw::Tiers> tiers; // set by spw_declare_tiers
+  // Bytes the step's tensors may take on the device beside the plan's GPU
+  // arena (spw_declare_step_arena); -1: no bound declared.
+  int64_t step_arena_budget = -1;
   // Backend: the model's compile target (spw_use_cuda registers the CUDA
   // factory) and precision; `device` is set once the executable starts one
   // (--device), null on the CPU backend.
