@@ -69,6 +69,7 @@ void spillway::populateSchedulePipeline(OpPassManager &pm,
     sched::SchedAssignBuffersPassOptions buffers;
     buffers.gpuMem = offload->gpuBytes;
     buffers.hostMem = offload->hostBytes;
+    buffers.deviceMem = offload->deviceBytes;
     pm.addPass(
         sched::createSchedAssignBuffersPass(buffers, offload->onOverBudget));
   }
@@ -99,6 +100,8 @@ std::string spillway::ScheduleOptions::pipelineOptions() const {
                        offload->placement, offload->gpuBytes,
                        offload->hostBytes)
              .str();
+  if (offload && offload->deviceBytes)
+    s += llvm::formatv(" device-mem={0}", offload->deviceBytes).str();
   if (outlineTasks)
     s += " outline-tasks=true";
   return s;
@@ -150,6 +153,11 @@ struct SchedulePipelineOptions
                            llvm::cl::desc("With offload: the host budget in "
                                           "bytes (0: unlimited)"),
                            llvm::cl::init(0)};
+  Option<uint64_t> deviceMem{
+      *this, "device-mem",
+      llvm::cl::desc("With offload: the device's memory in bytes, the GPU "
+                     "budget without gpu-mem (0: unknown)"),
+      llvm::cl::init(0)};
   Option<bool> outlineTasks{
       *this, "outline-tasks",
       llvm::cl::desc("Outline each task's computation into a function shared "
@@ -240,7 +248,7 @@ void spillway::registerPipelines() {
         options.recompute = o.recompute;
         if (o.offload)
           options.offload = OffloadOptions{o.placement, o.gpuMem, o.hostMem,
-                                           nullptr};
+                                           o.deviceMem, nullptr};
         options.outlineTasks = o.outlineTasks;
         populateSchedulePipeline(pm, options);
       });

@@ -188,6 +188,7 @@ std::optional<PlanSearch> spillway::searchPlans(ModuleOp step,
     r.foamLevel = int64_t(f.getLevelAttr().getInt());
   });
   r.choice = choose(r.summary, in.space, in.budgets, in.profile);
+  r.deviceMemoryBytes = in.profile.gpuMemoryBytes;
   if (!r.choice.best.valid) {
     // Say why with the first candidate of the space under the pins.
     Candidate c;
@@ -257,6 +258,7 @@ ScheduleOptions spillway::offloadSchedule(const PlanningOptions &options,
   }
   o.gpuBytes = options.gpuMem.value_or(0);
   o.hostBytes = options.hostMem.value_or(0);
+  o.deviceBytes = search ? search->deviceMemoryBytes : 0;
   s.offload = std::move(o);
   return s;
 }

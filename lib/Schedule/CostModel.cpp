@@ -325,6 +325,14 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   if (!e.optimizerOnGPU && gradTier == Tier::GPU)
     p[host] += 2 * maxOf(s, &LayerCost::gradBytes);
   p[gpu] += maxOf(s, &LayerCost::workingBytes) / M;
+  // The optimizer overlap's deferred gradient slices wait for the next
+  // step where the optimizer runs (sched-assign-buffers' pending blocks).
+  for (const LayerCost &l : s.layers)
+    if (l.numParams)
+      p[e.optimizerOnGPU ? gpu : host] +=
+          double(l.gradBytes) *
+          double(deferredElements(F, int64_t(l.numParams))) /
+          double(l.numParams);
   for (int t = 0; t < kNumTiers; ++t)
     peak[t] = uint64_t(std::ceil(p[t]));
   e.neededBytes = peak;

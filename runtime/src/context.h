@@ -42,6 +42,11 @@ struct PendingAdamW {
   int64_t step = 0;
   AdamWHparams h;        // the effective hyper-parameters at `step`
   std::vector<float> grad; // gradient elements [begin, end)
+  // The offload plan's copy of them instead (tiers_pending_grad): null when
+  // `grad` holds them.
+  float *planned = nullptr;
+  bool planned_on_device = false; // `planned` is in the device's memory
+  const float *grad_data() const { return planned ? planned : grad.data(); }
   // Instead of `grad` when the state is on the device: a device buffer.
   float *dev_grad = nullptr;
 };
@@ -126,6 +131,9 @@ struct spw_ctx {
   std::optional<spw::AdamWHparams> declared_adamw;
   spw::AdamWOverrides overrides;
   std::shared_ptr<spw::Tiers> tiers; // set by spw_declare_tiers
+  // Bytes the step's tensors may take on the device beside the plan's GPU
+  // arena (spw_declare_step_arena); -1: no bound declared.
+  int64_t step_arena_budget = -1;
   // Backend: the model's compile target (spw_use_cuda registers the CUDA
   // factory) and precision; `device` is the one the run computes on
   // (device_start: the CPU, CUDA or loopback device, --device), never null

@@ -23,6 +23,7 @@
 
 #include "context.h"
 #include "host_optimizer.h"
+#include "tiers.h"
 
 #include <algorithm>
 #include <cmath>
@@ -362,7 +363,21 @@ bool device_grad(spw_ctx *ctx, const ParamInfo &p, const spw_tensor *grad,
 void apply_pending(spw_ctx *ctx, ParamInfo &p, PendingAdamW &q) {
   Device &d = *ctx->device;
   const int64_t n = q.end - q.begin, bytes = n * int64_t(sizeof(float));
-  if (state_on_device(p)) {
+  if (q.planned) {
+    // In the plan's pending block, on the side where the state is.
+    if (state_on_device(p)) {
+      device_update(ctx, p, q.planned, q.begin, q.end, q.step, q.h, 0.0);
+    } else if (q.planned_on_device && !d.host_visible()) {
+      // Flushed on gathered host copies (a checkpoint, the run's end): the
+      // slice comes back from the device first.
+      q.grad.resize(size_t(n));
+      d.download(q.grad.data(), q.planned, bytes);
+      adamw_update(ctx, p, q.grad.data(), q.begin, q.end, q.step, q.h,
+                   &q.grad);
+    } else {
+      adamw_update(ctx, p, q.planned, q.begin, q.end, q.step, q.h);
+    }
+  } else if (state_on_device(p)) {
     if (!q.dev_grad) {
       q.dev_grad = static_cast<float *>(d.alloc(bytes, "a deferred gradient"));
       d.upload(q.dev_grad, q.grad.data(), bytes);
@@ -483,6 +498,13 @@ extern "C" void spw_adamw_defer(spw_ctx *ctx, int32_t param, spw_tensor *grad,
       if (!device_grad(ctx, p, grad, begin, end, &g))
         return;
       const int64_t n = end - begin;
+      // An offload plan keeps the slice in its GPU arena (a `pending` block).
+      if ((q.planned = tiers_pending_grad(ctx, param, begin, end))) {
+        q.planned_on_device = true;
+        ctx->device->copy(q.planned, g + begin, n * int64_t(sizeof(float)));
+        p.pending.push_back(std::move(q));
+        return;
+      }
       auto spare = std::find_if(p.spare_dev_grads.begin(),
                                 p.spare_dev_grads.end(),
                                 [&](const auto &s) { return s.second == n; });
@@ -500,11 +522,16 @@ extern "C" void spw_adamw_defer(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     const float *g = recorded_grad(p);
     if (!check_finite_grad(ctx, p, g, begin, end))
       return;
-    if (!p.spare_grads.empty()) {
-      q.grad = std::move(p.spare_grads.back());
-      p.spare_grads.pop_back();
+    // An offload plan keeps the slice in its arena (a `pending` block).
+    if ((q.planned = tiers_pending_grad(ctx, param, begin, end))) {
+      std::copy(g + begin, g + end, q.planned);
+    } else {
+      if (!p.spare_grads.empty()) {
+        q.grad = std::move(p.spare_grads.back());
+        p.spare_grads.pop_back();
+      }
+      q.grad.assign(g + begin, g + end);
     }
-    q.grad.assign(g + begin, g + end);
     p.pending.push_back(std::move(q));
   });
 }

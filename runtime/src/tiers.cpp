@@ -392,8 +392,9 @@ void tiers_scatter(spw_ctx *ctx) {
   if (std::string e = finish_host_updates(ctx, false); !e.empty())
     fail("%s", e.c_str());
   for (Tiers::Block &b : t.blocks) {
-    if (b.home < 0 || b.cls == 2)
-      continue; // gradients: every iteration's first flush writes them
+    if (b.home < 0 || b.cls == 2 || b.cls == SPW_BLOCK_PENDING)
+      continue; // gradients: every iteration's first flush writes them (and
+                // the deferred slices every deferring update)
     with_host_copy(t, b, false, true, [&](char *const *part) {
       for (size_t i = 0; i < b.params.size(); ++i) {
         ParamInfo &p = ctx->params[size_t(b.params[i])];
@@ -452,7 +453,7 @@ void tiers_gather(spw_ctx *ctx) {
       p.bound_w_part[k] = p.bound_m_part[k] = p.bound_v_part[k] = nullptr;
   }
   for (Tiers::Block &b : t.blocks) {
-    if (b.home < 0 || b.cls == 2)
+    if (b.home < 0 || b.cls == 2 || b.cls == SPW_BLOCK_PENDING)
       continue;
     with_host_copy(t, b, true, false, [&](char *const *part) {
       for (size_t i = 0; i < b.params.size(); ++i) {
@@ -520,6 +521,38 @@ static void telemetry_step_end(Tiers &t) {
   total += std::max<int64_t>(0, to - from);
   st.transfer_s = double(total) * 1e-6;
   t.telemetry.push_back(st);
+static const std::array<int, 2> &param_blocks(const spw_ctx *ctx,
+                                              int32_t param);
+static void wait_host_updates(Tiers &t, Tiers::Block &b, int part);
+
+float *tiers_pending_grad(spw_ctx *ctx, int32_t param, int64_t begin,
+                          int64_t end) {
+  if (!ctx->tiers || !ctx->tiers->store)
+    return nullptr;
+  Tiers &t = *ctx->tiers;
+  for (Tiers::Block &b : t.blocks) {
+    if (b.cls != SPW_BLOCK_PENDING)
+      continue;
+    for (size_t i = 0; i < b.params.size(); ++i) {
+      if (b.params[i] != param)
+        continue;
+      const uint64_t room =
+          (i + 1 < b.params.size() ? b.offsets[i + 1] : b.bytes) -
+          b.offsets[i];
+      if (begin != 0 || end < begin || uint64_t(end - begin) * 4 > room)
+        fail("%s holds %llu deferred elements of '%s', not [%lld, %lld)",
+             b.name.c_str(), (unsigned long long)(room / 4),
+             ctx->params[size_t(param)].name.c_str(), (long long)begin,
+             (long long)end);
+      // The CPU optimizer's task applying the previous deferral may still
+      // read the slice: the new one waits for it.
+      for (int c : param_blocks(ctx, param))
+        if (c >= 0)
+          wait_host_updates(t, t.blocks[size_t(c)], -1);
+      return reinterpret_cast<float *>(t.address(b, b.home) + b.offsets[i]);
+    }
+  }
+  return nullptr;
 }
 
 void tiers_step_begin(spw_ctx *ctx) {
@@ -761,13 +794,22 @@ void spw_declare_prediction(spw_ctx *ctx, double seconds, const char *bound) {
   });
 }
 
+void spw_declare_step_arena(spw_ctx *ctx, int64_t bytes) {
+  guarded(ctx, "spw_declare_step_arena", [&] {
+    if (bytes < 0)
+      fail("negative step arena (%lld bytes)", (long long)bytes);
+    ctx->step_arena_budget = bytes;
+  });
+}
+
 void spw_declare_block(spw_ctx *ctx, int32_t cls, int32_t layer,
                        int64_t bytes, int32_t home, int64_t home_offset,
                        int32_t n, const int64_t *params,
                        const int64_t *offsets) {
   guarded(ctx, "spw_declare_block", [&] {
     Tiers &t = tiers_of(ctx);
-    if (cls < 0 || cls > 3 || layer < 0 || bytes <= 0 || home < -1 ||
+    if (cls < 0 || (cls > 3 && cls != SPW_BLOCK_PENDING) || layer < 0 ||
+        bytes <= 0 || home < -1 ||
         home > 2 || home_offset < 0 || n < 0 || (n > 0 && (!params || !offsets)))
       fail("invalid block (class %d, layer %d, %lld bytes, home %d)", cls,
            layer, (long long)bytes, home);
@@ -791,8 +833,11 @@ void spw_declare_block(spw_ctx *ctx, int32_t cls, int32_t layer,
              b.name.c_str(), p.name.c_str(), dtype_name(p.value->dtype));
       // An optimizer block holds m (then v) of the member's state size:
       // FOAM's folded state is smaller than the parameter.
+      // A pending block holds each member's leading deferred elements only.
       const uint64_t member =
-          cls == 1 ? 4 * uint64_t(p.state_numel()) : uint64_t(p.value->bytes());
+          cls == 1                   ? 4 * uint64_t(p.state_numel())
+          : cls == SPW_BLOCK_PENDING ? 4
+                                     : uint64_t(p.value->bytes());
       if (offsets[i] < 0 || offsets[i] % 4 != 0 ||
           uint64_t(offsets[i]) > span || member > span - uint64_t(offsets[i]))
         fail("block %s: parameter '%s' at offset %lld does not fit in %llu "

@@ -36,6 +36,11 @@ void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
 void tiers_scatter(spw_ctx *ctx);
 void tiers_gather(spw_ctx *ctx);
 void tiers_release_copies(spw_ctx *ctx);
+// Where the plan keeps the gradient slice [begin, end) of parameter `param`
+// that spw_adamw_defer holds until the next step (its `pending` block's
+// home); null when the plan has no such block (no plan, or no deferral).
+float *tiers_pending_grad(spw_ctx *ctx, int32_t param, int64_t begin,
+                          int64_t end);
 // Bracket one training step: per-step bytes and time blocked on I/O.
 void tiers_step_begin(spw_ctx *ctx);
 void tiers_step_end(spw_ctx *ctx);

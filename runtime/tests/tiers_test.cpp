@@ -436,3 +436,45 @@ TEST(Tiers, OnTheLoopbackDeviceTheGpuTierIsTheDevicesMemory) {
 }
 
 } // namespace
+// The optimizer overlap's deferred gradient slice is kept in the plan's
+// `pending` block (its home in the host arena), not beside it, and the
+// deferred update applied from there is the one made from a plain copy.
+TEST(Tiers, DeferredGradientSliceLivesInItsPendingBlock) {
+  auto run = [](bool planned) {
+    auto ctx = context_with_param();
+    if (planned) {
+      const int64_t predicted[4] = {0, 0, 0, 0};
+      spw_declare_tiers(ctx.get(), 0, 8192, 0, "", predicted);
+      const int64_t members[] = {0}, offsets[] = {0};
+      // The leading 4 of w's 6 elements, at offset 4096 of the host arena.
+      spw_declare_block(ctx.get(), SPW_BLOCK_PENDING, 0, 16, 1, 4096, 1,
+                        members, offsets);
+      EXPECT_TRUE(ctx->error.empty()) << ctx->error;
+      spw::tiers_start(ctx.get(), {}, spw::storage::Backend::Threads);
+    }
+    spwtest::Tensor g = spwtest::f32({2, 3}, {1, -2, 3, -4, 5, -6});
+    ctx->step = 1;
+    spw_adamw_defer(ctx.get(), 0, g.get(), 0, 4, 0.1, 0.9, 0.999, 1e-8, 0.01);
+    EXPECT_TRUE(ctx->error.empty()) << ctx->error;
+    const spw::PendingAdamW &q = ctx->params[0].pending.at(0);
+    if (planned) {
+      float *slot = spw::tiers_pending_grad(ctx.get(), 0, 0, 4);
+      EXPECT_NE(slot, nullptr);
+      EXPECT_EQ(q.planned, slot);
+      EXPECT_TRUE(q.grad.empty());
+      for (int i = 0; i < 4; ++i)
+        EXPECT_EQ(slot[i], g->as<float>()[i]);
+      // More elements than the block holds: an error naming it.
+      EXPECT_THROW(spw::tiers_pending_grad(ctx.get(), 0, 0, 5), spw::Error);
+    } else {
+      EXPECT_EQ(q.planned, nullptr);
+    }
+    ctx->step = 2;
+    spw_adamw_apply_pending(ctx.get(), 0, 0, 4);
+    EXPECT_TRUE(ctx->error.empty()) << ctx->error;
+    std::vector<float> w(6);
+    std::memcpy(w.data(), ctx->params[0].value->data, 6 * sizeof(float));
+    return w;
+  };
+  EXPECT_EQ(run(true), run(false));
+}

@@ -219,6 +219,19 @@ TEST(CostModel, ATiedWeightIsChargedToEveryLoadThatReadsIt) {
             2 * 100u);
 }
 
+TEST(CostModel, DeferredGradientSlicesCountOnTheOptimizersSide) {
+  // F = 0.5 defers one of each layer's two 64-element granules: half of
+  // its 100 gradient bytes wait for the next step where the optimizer runs.
+  Placement cpu = offloaded();
+  EXPECT_EQ(run(Order::Snake, 2, 0.5, cpu).peakBytes[int(Tier::Host)] -
+                run(Order::Snake, 2, 0, cpu).peakBytes[int(Tier::Host)],
+            2 * 50u);
+  Placement gpuOpt; // everything resident: a GPU optimizer
+  EXPECT_EQ(run(Order::Snake, 2, 0.5, gpuOpt).peakBytes[int(Tier::GPU)] -
+                run(Order::Snake, 2, 0, gpuOpt).peakBytes[int(Tier::GPU)],
+            2 * 50u);
+}
+
 TEST(CostModel, SnakeReducesParameterTraffic) {
   Placement pl; // only the parameters move
   pl[TensorClass::Params] = Tier::Host;

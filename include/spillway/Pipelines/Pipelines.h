@@ -52,6 +52,9 @@ struct OffloadOptions {
   /// out stay on the GPU; sched-place checks it).
   std::string placement;
   uint64_t gpuBytes = 0, hostBytes = 0; ///< budgets; 0 = unlimited
+  /// The device's memory (the hardware profile's): without gpuBytes, the
+  /// budget the step arena is what the plan's GPU arena leaves of; 0: unknown.
+  uint64_t deviceBytes = 0;
   /// Told when sched-assign-buffers finds a budget too small (the pass
   /// fails too); not part of the textual pipeline.
   sched::OverBudgetHandler onOverBudget;

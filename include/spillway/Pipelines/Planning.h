@@ -91,6 +91,9 @@ struct PlanSearch {
   /// The parameters FOAM folds (train.foam), in module order, and its level.
   std::vector<std::string> foamParams;
   int64_t foamLevel = -1;
+  /// The profile's GPU memory: the offload plan's GPU budget without
+  /// --gpu-mem (OffloadOptions::deviceBytes).
+  uint64_t deviceMemoryBytes = 0;
 };
 
 /// Partitions a copy of the training step `step` (left unchanged), summarizes

@@ -44,6 +44,14 @@ LogicalResult RuntimeEmitter::emitTiers() {
                 {ctxArg, f64(secs.getValueAsDouble()),
                  stringConstant(bound.getValue())});
   }
+  if (auto step = plan.getAs<IntegerAttr>("step_arena_bytes")) {
+    // What the step's tensors may take on the device beside the arena.
+    if (step.getInt() < 0)
+      return module.emitError("sched.buffers: negative step_arena_bytes ")
+             << step.getInt();
+    callRuntime("spw_declare_step_arena", voidTy, {ptrTy, i64Ty},
+                {ctxArg, i64(step.getInt())});
+  }
   auto blocks = plan.getAs<ArrayAttr>("blocks");
   if (!blocks)
     return module.emitError("sched.buffers has no blocks");

@@ -10,6 +10,7 @@
 // RUN: not spillway-opt %S/Inputs/offload-plan-bad-home.mlir --convert-train-to-runtime 2>&1 | FileCheck %s --check-prefix=HOME
 // RUN: spillway-opt %S/Inputs/offload-plan-host.mlir --convert-train-to-runtime | FileCheck %s --check-prefix=GOOD
 // RUN: spillway-opt %S/Inputs/offload-plan-activations.mlir --convert-train-to-runtime | FileCheck %s --check-prefix=ACT
+// RUN: spillway-opt %S/Inputs/offload-plan-deferred.mlir --convert-train-to-runtime | FileCheck %s --check-prefix=DEFERRED
 // RUN: not spillway-opt %S/Inputs/offload-plan-activation-home.mlir --convert-train-to-runtime 2>&1 | FileCheck %s --check-prefix=ACTBAD
 
 // NOOFFSETS: error: sched.buffers: malformed block {{.*}} (class, layer, bytes, members and as many offsets)
@@ -29,3 +30,15 @@
 // ACT:      llvm.call @spw_take_activation(
 // ACT:      llvm.call @spw_drop(
 // ACTBAD: error: sched.buffers: activation block {{.*}} has a home, members or no bytes
+// With the optimizer overlap and a GPU budget (1 MiB): the step arena is
+// what the 3072-byte GPU arena leaves, declared after the tiers; the
+// deferred gradient slice of layer 0 is a block of class 5 (pending) at home
+// on host (tier 1), 512 bytes.
+// DEFERRED:      llvm.call @spw_declare_tiers
+// DEFERRED:      %[[STEP:.*]] = llvm.mlir.constant(1045504 : i64) : i64
+// DEFERRED-NEXT: llvm.call @spw_declare_step_arena(%{{.*}}, %[[STEP]]) : (!llvm.ptr, i64) -> ()
+// DEFERRED:      %[[CLS:.*]] = llvm.mlir.constant(5 : i32) : i32
+// DEFERRED-NEXT: %[[LAYER:.*]] = llvm.mlir.constant(0 : i32) : i32
+// DEFERRED-NEXT: %[[BYTES:.*]] = llvm.mlir.constant(512 : i64) : i64
+// DEFERRED-NEXT: %[[PTIER:.*]] = llvm.mlir.constant(1 : i32) : i32
+// DEFERRED:      llvm.call @spw_declare_block(%{{.*}}, %[[CLS]], %[[LAYER]], %[[BYTES]], %[[PTIER]],

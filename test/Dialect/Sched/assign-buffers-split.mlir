@@ -9,6 +9,23 @@
 // Inputs/regenerate.sh writes the iterations with their transfers).
 // RUN: spillway-opt %S/Inputs/assign-buffers-split-ssd.mlir --sched-assign-buffers | FileCheck %s
 // RUN: spillway-opt %S/Inputs/assign-buffers-split-gpuhome.mlir --sched-assign-buffers | FileCheck %s --check-prefix=GPUHOME
+// A GPU optimizer keeps the deferred slices in the GPU arena (F = 1, granule
+// 1: every layer defers all of its elements).
+// RUN: spillway-opt %S/Inputs/insert-transfers-defgpu.mlir --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=PENDGPU
+// PENDGPU: {bytes = 160 : i64, class = "pending", home = "gpu", layer = 0 : i64, members = [@embed.weight], offset = 2560 : i64, offsets = array<i64: 0>}
+// PENDGPU-SAME: {bytes = 80 : i64, class = "pending", home = "gpu", layer = 1 : i64, members = [@blocks.0.fc.weight, @blocks.0.fc.bias], offset = 2816 : i64, offsets = array<i64: 0, 64>}
+// PENDGPU-SAME: {bytes = 160 : i64, class = "pending", home = "gpu", layer = 2 : i64, members = [@head.weight], offset = 3072 : i64, offsets = array<i64: 0>}]
+// PENDGPU-SAME: gpu_bytes = 3328 : i64
+// The step arena: the GPU budget (gpu-mem, else the device's memory) less
+// the GPU arena (3072 bytes); an arena larger than the device is an error.
+// RUN: spillway-opt %S/Inputs/assign-buffers-split-ssd.mlir --sched-assign-buffers=gpu-mem=1048576 | FileCheck %s --check-prefix=STEP
+// RUN: spillway-opt %S/Inputs/assign-buffers-split-ssd.mlir "--sched-assign-buffers=gpu-mem=1048576 device-mem=4096" | FileCheck %s --check-prefix=STEP
+// RUN: spillway-opt %S/Inputs/assign-buffers-split-ssd.mlir --sched-assign-buffers=device-mem=4096 | FileCheck %s --check-prefix=STEPDEV
+// RUN: not spillway-opt %S/Inputs/assign-buffers-split-ssd.mlir --sched-assign-buffers=device-mem=3071 2>&1 | FileCheck %s --check-prefix=STEPOVER
+// STEP: gpu_bytes = 3072 : i64
+// STEP-SAME: step_arena_bytes = 1045504 : i64
+// STEPDEV: step_arena_bytes = 1024 : i64
+// STEPOVER: error: 'sched.iteration' op plan over budget: the gpu tier needs 3072 bytes for this placement but the device has 3071 (the hardware profile's gpu.memory_bytes): place fewer classes on the GPU
 // A deferred part that is not whole GPU granules cannot be split in place
 // (the tied embedding/head of Inputs/models/tied-head.mlir, granule 1).
 // RUN: not spillway-opt %S/Inputs/tied-head-deferred-transfers.mlir --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=DEFERRED
@@ -25,7 +42,13 @@
 // 0: 1024 deferred + part 1: 1024; layer 1: 384), the parameters for the
 // update after the backward (part 1 of layer 0: 512; layer 1: 192); the
 // deferred part of layer 0's parameters is never read for its update.
+// The deferred gradient slice of layer 0 (128 elements) has its home on
+// the CPU optimizer's side, after the pools, counted in the host peak.
+// CHECK-SAME: {bytes = 512 : i64, class = "pending", home = "host", layer = 0 : i64, members = [@w1], offset = 32768 : i64, offsets = array<i64: 0>}]
+// CHECK-SAME: host_bytes = 36864 : i64
 // CHECK-SAME: model_bytes = {d2h = 1216 : i64, h2d = 2240 : i64, ssd_read = 6592 : i64, ssd_write = 4864 : i64}
+// Without a GPU budget the step arena is not bounded.
+// CHECK-NOT: step_arena_bytes
 
 // The iteration says how many elements each layer defers.
 // CHECK: sched.iteration{{.*}}deferred = array<i64: 128, 0>

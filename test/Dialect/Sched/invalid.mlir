@@ -189,6 +189,14 @@ func.func @stage_to_ssd() {
 
 // -----
 
+func.func @pending_moves() {
+  // expected-error @+1 {{pending blocks (deferred gradient slices) stay at home; they never move}}
+  %t = sched.move pending layer(0) host -> gpu prio(demand) : !sched.timepoint
+  return
+}
+
+// -----
+
 func.func @await_nothing() {
   // expected-error @+1 {{'sched.await' op needs at least one timepoint}}
   "sched.await"() : () -> ()

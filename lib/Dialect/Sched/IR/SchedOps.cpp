@@ -248,6 +248,9 @@ LogicalResult MoveOp::verify() {
            << stringifyTier(getFrom()) << " -> " << stringifyTier(getTo());
   if (getBlockClass() == BlockClass::gradstage && getTo() == Tier::ssd)
     return emitOpError("gradstage blocks are staging and never go to ssd");
+  if (getBlockClass() == BlockClass::pending)
+    return emitOpError("pending blocks (deferred gradient slices) stay at "
+                       "home; they never move");
   return success();
 }
 

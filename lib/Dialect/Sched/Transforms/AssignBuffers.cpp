@@ -477,6 +477,47 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
                                activationBlocks)))
     return failure();
 
+  // The gradient slices of the deferred updates: the runtime keeps each
+  // from the update after the backward to the deferred task of the next
+  // step, where the optimizer runs (GPU optimizer: the GPU arena, CPU: the
+  // host arena). One home per layer with deferred elements, after the
+  // pools, members packed in block order (each its leading deferred
+  // elements, 4 bytes each); it never moves.
+  SmallVector<Attribute> pendingBlocks;
+  if (auto d = it.getDeferredAttr()) {
+    auto side = it.getOptimizerOnAttr();
+    const Tier t = side && side.getValue() == "gpu" ? Tier::gpu : Tier::host;
+    for (size_t l = 0; l < numLayers; ++l) {
+      int64_t left = d[l];
+      SmallVector<Attribute> members;
+      SmallVector<int64_t> offsets;
+      uint64_t bytes = 0;
+      for (Attribute m : cast<ArrayAttr>(updatedAttr[l])) {
+        auto p = module.lookupSymbol<train::ParamOp>(
+            cast<FlatSymbolRefAttr>(m).getAttr());
+        if (!p || left <= 0)
+          break;
+        const int64_t take = std::min(left, p.getType().getNumElements());
+        members.push_back(m);
+        offsets.push_back(int64_t(bytes));
+        bytes += 4 * uint64_t(take);
+        left -= take;
+      }
+      if (!bytes)
+        continue;
+      const uint64_t at = alignUp(peak[int(t)], kGranule[int(t)]);
+      peak[int(t)] = at + alignUp(bytes, kGranule[int(t)]);
+      pendingBlocks.push_back(b.getDictionaryAttr(
+          {b.getNamedAttr("class", b.getStringAttr("pending")),
+           b.getNamedAttr("layer", b.getI64IntegerAttr(int64_t(l))),
+           b.getNamedAttr("bytes", b.getI64IntegerAttr(int64_t(bytes))),
+           b.getNamedAttr("members", b.getArrayAttr(members)),
+           b.getNamedAttr("offsets", b.getDenseI64ArrayAttr(offsets)),
+           b.getNamedAttr("home", b.getStringAttr(stringifyTier(t))),
+           b.getNamedAttr("offset", b.getI64IntegerAttr(int64_t(at)))}));
+    }
+  }
+
   // Budgets.
   const uint64_t budgets[kTiers] = {gpuMem, hostMem, ssdBytes};
   const char *flags[kTiers] = {"--gpu-mem", "--host-mem", "SSD budget"};
@@ -492,6 +533,14 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
                 "transfer slots: place fewer classes on "
              << stringifyTier(Tier(t)) << ", or use fewer parameters per layer)";
     }
+
+  // The device memory left to the executor's step tensors.
+  const uint64_t gpuBudget = gpuMem ? uint64_t(gpuMem) : uint64_t(deviceMem);
+  if (!gpuMem && deviceMem && peak[0] > deviceMem)
+    return it.emitOpError("plan over budget: the gpu tier needs ")
+           << peak[0] << " bytes for this placement but the device has "
+           << uint64_t(deviceMem) << " (the hardware profile's "
+           << "gpu.memory_bytes): place fewer classes on the GPU";
 
   // The plan, for the lowering and the report.
   SmallVector<Attribute> blockAttrs;
@@ -519,6 +568,7 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
       blockAttrs.push_back(b.getDictionaryAttr(e));
     }
   blockAttrs.append(activationBlocks);
+  blockAttrs.append(pendingBlocks);
   auto links = [&](const std::array<uint64_t, 4> &v) {
     return b.getDictionaryAttr(
         {b.getNamedAttr("ssd_read", b.getI64IntegerAttr(int64_t(v[0]))),
@@ -535,6 +585,13 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
            b.getNamedAttr("bytes_per_iteration", links(linkAligned)),
            b.getNamedAttr("model_bytes", links(linkRaw)),
            b.getNamedAttr("blocks", b.getArrayAttr(blockAttrs))}));
+  if (gpuBudget) {
+    auto buffers = module->getAttrOfType<DictionaryAttr>("sched.buffers");
+    NamedAttrList entries(buffers);
+    entries.set("step_arena_bytes",
+                b.getI64IntegerAttr(int64_t(gpuBudget - peak[0])));
+    module->setAttr("sched.buffers", entries.getDictionary(&getContext()));
+  }
   return success();
 }
 

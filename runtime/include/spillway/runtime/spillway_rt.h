@@ -165,6 +165,12 @@ void spw_declare_tiers(spw_ctx *ctx, int64_t gpu_bytes, int64_t host_bytes,
  * "cpu_optimizer"); --stats-json and the last line report them next to the
  * measured time. */
 void spw_declare_prediction(spw_ctx *ctx, double seconds, const char *bound);
+/* The device memory the executor's step tensors (activations kept on the
+ * GPU, gradients, scratch) may take: the plan's GPU budget (spillwayc
+ * --gpu-mem, else the --hw profile's GPU memory) less the plan's GPU arena.
+ * Recorded in the context (step_arena_budget) for the device's step arena;
+ * not declared: unbounded. */
+void spw_declare_step_arena(spw_ctx *ctx, int64_t bytes);
 /* Block (cls, layer) of `bytes` bytes: its home tier (-1: none) and offset
  * there, and its n members: parameter indices and byte offsets (for the
  * optimizer class, offsets of m; v follows at bytes / 2 + offset). */

@@ -137,6 +137,7 @@ gen $runtime/offload-plan-host.mlir two-layers "${front[@]}" --sched-order --sch
 # outlined (sched-outline-tasks).
 gen $runtime/task-calls-outlined.mlir two-layers-reshapes "${front[@]}" --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-outline-tasks --convert-sched-to-train
 gen $runtime/task-calls-flat.mlir two-layers-reshapes "${front[@]}" --sched-microbatch=microbatches=2 --sched-order=order=snake --convert-sched-to-train
+gen $runtime/offload-plan-deferred.mlir two-layers-16 "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers --sched-assign-buffers=gpu-mem=1048576 --convert-sched-to-train
 gen $runtime/offload-plan-activations.mlir two-layers "${front[@]}" --sched-order --sched-recompute --sched-place=placement=activations=ssd --sched-insert-transfers --sched-assign-buffers --convert-sched-to-train
 damage $runtime/offload-plan-no-offsets.mlir "$out/$runtime/offload-plan-host.mlir" \
   "the first block's offsets misspelt" '0,/offsets = array<i64: 0>/s//offsetz = array<i64: 0>/'

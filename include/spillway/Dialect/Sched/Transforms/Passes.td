@@ -265,7 +265,14 @@ def SchedAssignBuffersPass : Pass<"sched-assign-buffers", "mlir::ModuleOp"> {
     members): each part is its own extent, part 1 at part 0's size rounded
     up to the tier's granule, so on the GPU the parts are back to back (the
     split must be a multiple of 256 bytes: sched-overlap-optimizer's
-    granule); a `part` move moves, and costs, that part only. A tier over
+    granule); a `part` move moves, and costs, that part only. Each layer
+    with deferred elements gets a `pending` block: the gradient slices the
+    runtime keeps from the update to the next step's deferred task, at
+    home on the optimizer's side (GPU optimizer: gpu, else host), after the
+    pools; it never moves. With a GPU budget (`gpu-mem`, else `device-mem`)
+    `sched.buffers` gets `step_arena_bytes`: the budget less the GPU arena,
+    what the executor's step tensors may take (a GPU arena over
+    `device-mem` is an error). A tier over
     its budget (`gpu-mem`, `host-mem`,
     `ssd-bytes`; 0 = unlimited) is an error stating the smallest budget
     that fits.
@@ -276,7 +283,10 @@ def SchedAssignBuffersPass : Pass<"sched-assign-buffers", "mlir::ModuleOp"> {
     Option<"hostMem", "host-mem", "uint64_t", /*default=*/"0",
            "pinned host budget in bytes (0: unlimited)">,
     Option<"ssdBytes", "ssd-bytes", "uint64_t", /*default=*/"0",
-           "SSD swap budget in bytes (0: unlimited)">
+           "SSD swap budget in bytes (0: unlimited)">,
+    Option<"deviceMem", "device-mem", "uint64_t", /*default=*/"0",
+           "the device's memory in bytes (the hardware profile's), the "
+           "GPU budget without gpu-mem (0: unknown)">
   ];
   let dependentDialects = ["spillway::sched::SchedDialect"];
 }
