@@ -175,7 +175,7 @@ bool host_optimizer_runs(spw_ctx *ctx, const ParamInfo &p) {
 void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
                           float *v, const float *g, int64_t begin, int64_t end,
                           int64_t step, const AdamWHparams &h,
-                          std::vector<float> *deferred) {
+                          std::vector<float> *deferred, bool planned) {
   HostOptimizer &o = *tiers_host_optimizer(ctx);
   HostTasks &tasks = started(o);
   const int64_t n = end - begin;
@@ -184,7 +184,9 @@ void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
   u.begin = begin;
   u.end = end;
   after_overlapping(o, u);
-  if (deferred) {
+  if (planned) {
+    // In the plan's pending block: nothing to keep alive.
+  } else if (deferred) {
     check_inside(p, g, n, *deferred, "deferred update");
     u.deferred.swap(*deferred);
   } else {
@@ -194,7 +196,7 @@ void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
   u.tokens = submit_adamw_tasks(
       tasks,
       format("adamw '%s' [%lld, %lld)%s", p.name.c_str(), (long long)begin,
-             (long long)end, deferred ? " deferred" : ""),
+             (long long)end, deferred || planned ? " deferred" : ""),
       w, m, v, g, n, step, h, kHostUpdateMinElems, &o.busy_ns);
   // The parts of a split block the elements lie in (the updates' ranges
   // never straddle the split, except on a contiguous whole).

@@ -67,12 +67,14 @@ bool host_optimizer_runs(spw_ctx *ctx, const ParamInfo &p);
 // Submits an update whose pointers the caller resolved exactly as for the
 // inline kernel: AdamW of elements [begin, end) (g: element begin's
 // gradient), reading either the recorded gradient (deferred null; g points
-// into p.grad) or the deferred update's slice *deferred (taken over; g
-// points into it). FOAM of the whole parameter (g: p.grad).
+// into p.grad), the deferred update's slice *deferred (taken over; g
+// points into it) or, `planned`, the slice in the plan's pending block (which
+// the next deferral's write waits for this update to leave). FOAM of the
+// whole parameter (g: p.grad).
 void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
                           float *v, const float *g, int64_t begin, int64_t end,
                           int64_t step, const AdamWHparams &h,
-                          std::vector<float> *deferred);
+                          std::vector<float> *deferred, bool planned = false);
 void host_optimizer_foam(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
                          float *v, const float *g, int64_t rows, int64_t cols,
                          int level, int64_t step, const AdamWHparams &h,

@@ -155,10 +155,11 @@ void check_host_values(const spw_ctx *ctx, const ParamInfo &p) {
 
 // An offload plan's CPU optimizer runs it on host threads (host_optimizer.h);
 // `deferred`: the deferred update's gradient buffer g points into, which it
-// then keeps.
+// then keeps; `planned`: g is in the plan's pending block.
 void adamw_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
                   int64_t end, int64_t step, const AdamWHparams &h,
-                  std::vector<float> *deferred = nullptr) {
+                  std::vector<float> *deferred = nullptr,
+                  bool planned = false) {
   const size_t n = size_t(p.value->numel);
   if (!p.bound_m && p.bound_split < 0 && p.adam_m.size() != n) {
     p.adam_m.assign(n, 0.0f);
@@ -182,7 +183,7 @@ void adamw_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
   check_host_values(ctx, p);
   if (host_optimizer_runs(ctx, p))
     return host_optimizer_adamw(ctx, p, w, m, v, g, begin, end, step, h,
-                                deferred);
+                                deferred, planned);
   adamw_kernel(w, m, v, g, end - begin, step, h);
 }
 
@@ -375,7 +376,8 @@ void apply_pending(spw_ctx *ctx, ParamInfo &p, PendingAdamW &q) {
       adamw_update(ctx, p, q.grad.data(), q.begin, q.end, q.step, q.h,
                    &q.grad);
     } else {
-      adamw_update(ctx, p, q.planned, q.begin, q.end, q.step, q.h);
+      adamw_update(ctx, p, q.planned, q.begin, q.end, q.step, q.h, nullptr,
+                   /*planned=*/true);
     }
   } else if (state_on_device(p)) {
     if (!q.dev_grad) {
