@@ -2,7 +2,8 @@
 """Checks that an offload plan's executable holds no more memory than its
 budgets allow.
 
-Compiles MODEL with an offload plan (--place, --schedule, --microbatches)
+Compiles MODEL with an offload plan (--place, --schedule, --microbatches,
+--overlap-optimizer)
 under the smallest --gpu-mem and --host-mem that fit it (spillwayc names
 them when a plan is over budget: the script asks with 4 KiB budgets), trains
 --steps steps on --device D under peak_rss (peak_rss.c) with --stats-json,
@@ -68,6 +69,8 @@ def main():
     ap.add_argument("--place", required=True)
     ap.add_argument("--schedule", default="snake")
     ap.add_argument("--microbatches", type=int, default=2)
+    ap.add_argument("--overlap-optimizer", default="0",
+                    help="spillwayc --overlap-optimizer F")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--device", choices=["cpu", "loopback"], required=True)
     ap.add_argument("--constant-mib", type=float, required=True)
@@ -76,11 +79,13 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     exe = os.path.join(a.out, "exe")
     compile_cmd = [a.spillwayc, a.model, "-o", exe, "--microbatches",
-                   str(a.microbatches), "--schedule", a.schedule, "--place",
+                   str(a.microbatches), "--schedule", a.schedule,
+                   "--overlap-optimizer", a.overlap_optimizer, "--place",
                    a.place]
     b = smallest_budgets(compile_cmd)
     print(f"budgets: --gpu-mem {b['gpu']} --host-mem {b['host']} (the smallest "
-          f"that fit {a.place}, {a.schedule} M={a.microbatches})")
+          f"that fit {a.place}, {a.schedule} M={a.microbatches} "
+          f"F={a.overlap_optimizer})")
 
     stats = os.path.join(a.out, "stats.json")
     cmd = [a.peak_rss, exe, "--steps", str(a.steps), "--ssd", a.out,
