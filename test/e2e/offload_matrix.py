@@ -18,7 +18,14 @@ K steps with --stats-json, and must
   (check_offload_stats.py), over the links the placement implies.
 With --optimizer foam every executable (the plain ones too) is compiled
 with FOAM and only F = 0 runs (FOAM's updates are never split).
-Prints one line per configuration; exits 1 at the first failure.
+With --device D every offload executable runs on device D (EXE --device D)
+while the references stay the plain executables on the CPU backend, so D
+must reproduce the CPU's bits and the plan's bytes exactly. With
+--delay-seeds S,... (loopback only) the configurations of DELAY_SUBSET run
+again once per seed with --loopback-delays S: other copy timings, same
+bits and bytes.
+Prints one line per configuration (and per delayed run); exits 1 at the
+first failure, naming the configuration, the device and the files.
 """
 
 import argparse
@@ -49,11 +56,42 @@ PLACEMENTS = {
 }
 
 
+# The configurations that run again under other loopback copy delays:
+# every placement and overlap of snake M = 4 (the most moves in flight at
+# once) and of horizontal M = 1 at F = 0.
+DELAY_SUBSET = (("snake", 4, ("0", "0.5", "1")), ("horizontal", 1, ("0",)))
+
+# A run that does not finish within this many seconds is a hang (a token
+# that never completes); a healthy one takes well under a second.
+RUN_TIMEOUT_S = 300
+
+
 def run(cmd, **kw):
-    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True,
+                           timeout=RUN_TIMEOUT_S, **kw)
+    except subprocess.TimeoutExpired:
+        sys.exit(f"FAILED: {' '.join(cmd)}\nno exit after {RUN_TIMEOUT_S} s")
     if r.returncode != 0:
         sys.exit(f"FAILED: {' '.join(cmd)}\n{r.stdout}{r.stderr}")
     return r.stdout
+
+
+def first_difference(a_path, b_path):
+    """Names the first tensor in which two --save files differ."""
+    a, b = load(a_path), load(b_path)
+    for k in sorted(set(a) | set(b)):
+        if k not in a or k not in b:
+            return f"tensor {k} is in only one of them"
+        if a[k].shape != b[k].shape:
+            return f"tensor {k}: shape {a[k].shape} vs {b[k].shape}"
+        bad = a[k].view(np.uint32) != b[k].view(np.uint32)
+        if bad.any():
+            i = np.unravel_index(np.argmax(bad), bad.shape)
+            return (f"tensor {k}: {int(bad.sum())} of {bad.size} elements "
+                    f"differ, first {[int(x) for x in i]}: "
+                    f"{float(a[k][i])!r} vs {float(b[k][i])!r}")
+    return "the tensors agree; the files differ in their header"
 
 
 def main():
@@ -63,7 +101,21 @@ def main():
     ap.add_argument("--out", required=True, help="a scratch directory")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--optimizer", choices=["adamw", "foam"], default="adamw")
+    ap.add_argument("--device", choices=["cpu", "loopback"],
+                    help="run every offload executable with --device D "
+                         "(default: no --device flag, the compile target)")
+    ap.add_argument("--delay-seeds", default="",
+                    help="comma-separated --loopback-delays seeds for the "
+                         "DELAY_SUBSET runs (--device loopback only)")
     a = ap.parse_args()
+    seeds = [x for x in a.delay_seeds.split(",") if x]
+    if seeds and a.device != "loopback":
+        ap.error("--delay-seeds needs --device loopback")
+    for x in seeds:
+        if not x.isdigit():
+            ap.error(f"--delay-seeds: {x!r} is not a decimal seed")
+    device = ["--device", a.device] if a.device else []
+    on = f" on --device {a.device}" if a.device else ""
     opt = ["--optimizer", a.optimizer]
     overlaps = ("0", "0.5", "1") if a.optimizer == "adamw" else ("0",)
     os.makedirs(a.out, exist_ok=True)
@@ -97,25 +149,42 @@ def main():
         run([a.spillwayc, model, "-o", exe, "--microbatches", str(m),
              "--schedule", order, "--overlap-optimizer", overlap,
              "--place", place, "--hw", hw, *opt])
-        stats = os.path.join(a.out, tag + ".json")
-        saved = train(exe, tag, ["--ssd", swap, "--stats-json", stats])
-        with open(saved, "rb") as f, open(refs[order, m], "rb") as g:
-            if f.read() != g.read():
-                sys.exit(f"FAILED: {tag}: weights differ from the "
-                         f"plain {order} M={m} run")
-        got = load(saved)
-        worst = max(float(np.max(np.abs(got[k] - base[k])))
-                    for k in base)
-        if worst > 1e-5:
-            sys.exit(f"FAILED: {tag}: {worst:.3g} from the plain "
-                     f"horizontal M=1 weights (tolerance 1e-5)")
-        line = run([sys.executable,
-                    os.path.join(HERE, "check_offload_stats.py"),
-                    stats, "--steps", str(a.steps), "--expect",
-                    expect])
-        print(f"OK {tag}: {a.optimizer} F={overlap} bit-identical to plain {order} M={m}, "
-              f"{worst:.1e} from horizontal M=1; "
-              + line.split(": ", 1)[1].strip())
+
+        def check(run_tag, extra):
+            """Trains `exe` once; returns (worst, stats line) or exits."""
+            stats = os.path.join(a.out, run_tag + ".json")
+            saved = train(exe, run_tag, ["--ssd", swap, "--stats-json",
+                                         stats, *device, *extra])
+            with open(saved, "rb") as f, open(refs[order, m], "rb") as g:
+                if f.read() != g.read():
+                    sys.exit(f"FAILED: {run_tag}{on}: weights {saved} differ "
+                             f"from the plain {order} M={m} run "
+                             f"{refs[order, m]}: "
+                             + first_difference(saved, refs[order, m]))
+            got = load(saved)
+            worst = max(float(np.max(np.abs(got[k] - base[k])))
+                        for k in base)
+            if worst > 1e-5:
+                sys.exit(f"FAILED: {run_tag}{on}: {worst:.3g} from the plain "
+                         f"horizontal M=1 weights (tolerance 1e-5)")
+            r = subprocess.run([sys.executable,
+                                os.path.join(HERE, "check_offload_stats.py"),
+                                stats, "--steps", str(a.steps), "--expect",
+                                expect], capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.exit(f"FAILED: {run_tag}{on}: {r.stdout}{r.stderr}")
+            return worst, r.stdout.split(": ", 1)[1].strip()
+
+        worst, line = check(tag, [])
+        print(f"OK {tag}: {a.optimizer} F={overlap} bit-identical to plain {order} M={m}"
+              f"{on}, {worst:.1e} from horizontal M=1; " + line)
+        if any(order == o and m == mm and overlap in fs
+               for o, mm, fs in DELAY_SUBSET):
+            for seed in seeds:
+                worst, line = check(f"{tag}-delays{seed}",
+                                    ["--loopback-delays", seed])
+                print(f"OK {tag} --loopback-delays {seed}: bit-identical to "
+                      f"plain {order} M={m}{on}; " + line)
     print("all offload configurations passed")
 
 
