@@ -135,6 +135,11 @@ fi
 for d in "$OFF/matrix" "$OFF/bench"; do
   [ -d "$d" ] || die "$d is missing: run scripts/device/prepare-offload.sh here and carry build/device-offload"
 done
+# prepare-offload.sh packs the executables (33 MB) into 3 MiB of xz.
+if [ "$DRY" = 0 ] && [ -f "$OFF/executables.tar.xz" ]; then
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' \
+    "$OFF/executables.tar.xz" "$OFF" || die "cannot unpack $OFF/executables.tar.xz"
+fi
 [ "$DRY" = 1 ] || { echo "== machine"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -2
   nproc; free -g | head -2; cat "$OFF/BUILD_INFO" 2>/dev/null; }
 [ "$DRY" = 1 ] || [ "$DEVICE" != cuda ] || . "$ROOT/scripts/device/cuda-env.sh"

@@ -282,6 +282,8 @@ def cmd_bench(a):
             steps = a.resident_steps if c == "resident" else a.steps
             print(f"[bench {c}: {what}; expected ~{expected_s(c, steps):.0f} s "
                   f"(cost model {plan[c]['predicted_iteration_s']:.1f} s/iter)] {' '.join(cmds[c](steps))}")
+        total = gen_s + sum(expected_s(c, a.resident_steps if c == "resident" else a.steps) for c, _ in BENCH)
+        print(f"part 2: expected {total:.0f} s of the {left(a.deadline):.0f} s budget")
         return
     results = {}
     if not os.path.exists(weights):

@@ -10,6 +10,7 @@
 #               bench-snake       snake, optimizer overlap F=1, state on SSD
 #               bench-horizontal  horizontal F=0 (ZeRO-Infinity's order)
 #               bench-resident    the same schedule, no offload plan
+#             (every executable packed into executables.tar.xz: 3 MiB, not 33)
 #             the offload plans under --gpu-mem 16GiB --host-mem 24GiB with
 #             params, optimizer state and gradients pinned to SSD (the
 #             planner places the activations), cost model profiles/h200.json;
@@ -24,19 +25,19 @@
 # forward graph widened (bench/device/widen_gpt_step.py).
 #
 # usage: scripts/device/prepare-offload.sh [--tiny] [--no-cuda-check]
-#          [--target cuda|cpu] [--layers L] [--d-model D] [--heads H]
+#          [--target cuda|cpu|auto] [--layers L] [--d-model D] [--heads H]
 #          [--vocab V] [--seq S] [--batch B] [--microbatches M]
 #          [--gpu-mem SIZE] [--host-mem SIZE]
 #   --tiny: L=2 D=64 H=4 V=512 S=40 B=8 M=4, budgets 64M/256M, no
 #           build/device: for checking the plumbing here (offload-check.sh
-#           --local); --target cpu where spillwayc has no CUDA.
+#           --local); --target cpu (or auto) where spillwayc has no CUDA.
 # Then on the device machine: see offload-check.sh (carry build/device and
 # build/device-offload).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${BIN:-$ROOT/build/bin}
 OUTDIR=${OFFLOAD_DIR:-$ROOT/build/device-offload}
-WORK=$ROOT/build/bench/device-offload
+WORK=${PREP_WORK:-$ROOT/build/bench/device-offload}
 LAYERS=32 DMODEL=2560 HEADS=32 VOCAB=50304 SEQ=1024 BATCH=8 M=4
 GPUMEM=16GiB HOSTMEM=24GiB TARGET=cuda CUDACHECK=1 TINY=0
 die() { echo "prepare-offload: $*" >&2; exit 1; }
@@ -57,8 +58,10 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-case $TARGET in cuda|cpu) ;; *) die "--target must be cuda or cpu" ;; esac
 [ -x "$BIN/spillwayc" ] || die "$BIN/spillwayc missing: run scripts/build.sh"
+# auto: cuda where the CUDA backend was built (nvcc found), else cpu.
+[ "$TARGET" = auto ] && { [ -x "$BIN/spillway-cuda-check" ] && TARGET=cuda || TARGET=cpu; }
+case $TARGET in cuda|cpu) ;; *) die "--target must be cuda, cpu or auto" ;; esac
 PRECISION=()
 [ "$TARGET" = cuda ] && PRECISION=(--precision bf16)
 if [ "$CUDACHECK" = 1 ]; then
@@ -131,9 +134,24 @@ for c in ("snake", "horizontal", "resident"):
           f"{cfg['params'] / 1e9:.2f}B parameters")
 PY
 echo "$INFO" > "$OUTDIR/BUILD_INFO"
-strip "$OUTDIR"/matrix/*-F* "$B"/bench-* 2>/dev/null || true
+for f in "$OUTDIR"/matrix/* "$B"/bench-*; do
+  case $f in *.weights) ;; *) strip "$f" ;; esac
+done
+# The 7 executables share their runtime: xz packs their 33 MB into about
+# 3 MiB (offload-check.sh unpacks them where they run).
+echo "== packing the executables into $OUTDIR/executables.tar.xz"
+(cd "$OUTDIR" && python3 - matrix/* bench/bench-* <<'PY'
+import os, sys, tarfile
+with tarfile.open("executables.tar.xz", "w:xz", preset=6) as t:
+    for f in sys.argv[1:]:
+        t.add(f)
+for f in sys.argv[1:]:
+    os.remove(f)
+PY
+)
 # The device tool carries at most 64 MiB, the working tree included.
-TREE=$(git -C "$ROOT" ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+TREE=$(cd "$ROOT" && { git ls-files -z | xargs -0 du -cb 2>/dev/null || true; } | tail -1 | cut -f1)
+TREE=${TREE:-0}
 DIRS=("$OUTDIR")
 [ -d "$ROOT/build/device" ] && [ "$TINY" = 0 ] && DIRS+=("$ROOT/build/device")
 CARRY=$(du -scb "${DIRS[@]}" | tail -1 | cut -f1)
