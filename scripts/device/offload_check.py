@@ -6,9 +6,10 @@ result to --rows as it comes, so what ran is in $OUT even if the command is
 killed):
   row      a row from the shell (cuda-check's verdict)
   matrix   the offload matrix subset: each executable trained on --device
-           (cuda) and on --ref-device (cpu); weights within --tol by
-           per-tensor max relative error (max |dev - ref| / max |ref| over
-           each tensor), every step's bytes per link the plan's
+           (cuda) and on --ref-device (cpu); weights within --tol by max
+           relative error (max |dev - ref| over every element, over the
+           model's largest |ref|: see weights_error), every step's bytes per
+           link the plan's
   bench    the 2.7B benchmark: resident, snake with the optimizer overlap and
            horizontal F = 0 (ZeRO-Infinity's order) at the same batch and
            budgets; iteration times, their ratio, measured / cost-model
@@ -27,6 +28,7 @@ import json
 import math
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -114,29 +116,34 @@ def load_safetensors(path):
 
 
 def weights_error(dev_path, ref_path):
-    """(worst per-tensor max |dev - ref| / max |ref|, its tensor, the largest
-    element-wise |dev - ref| / |ref|, tensors differing in bits)."""
+    """(max over tensors of max |dev - ref|, over the model's max |ref|;
+    the tensor where it is largest; elements off by more than 1e-5 of that
+    scale; tensors not bit-identical).
+
+    Relative to the model's largest weight, not each tensor's own: a tensor
+    whose gradient is zero in exact arithmetic (the attention key's bias:
+    softmax ignores a constant added to every score of a row) is trained on
+    rounding noise (3.6e-7 after 4 steps on the CPU), which the GPU's
+    other summation order draws otherwise."""
     import numpy as np
     d, r = load_safetensors(dev_path), load_safetensors(ref_path)
     if sorted(d) != sorted(r):
         raise ValueError(f"different tensors: {sorted(set(d) ^ set(r))}")
-    worst, worst_name, elem, differ = 0.0, "", 0.0, 0
+    scale = max(float(np.max(np.abs(t))) for t in r.values()) or 1.0
+    worst, worst_name, off, differ = 0.0, "", 0, 0
     for k in sorted(r):
         a, b = d[k].astype(np.float64), r[k].astype(np.float64)
         if a.shape != b.shape:
             raise ValueError(f"{k}: shape {a.shape} vs {b.shape}")
         if not np.all(np.isfinite(a)):
-            return math.inf, k, math.inf, len(r)
-        diff = np.abs(a - b)
-        scale = float(np.max(np.abs(b))) or 1.0
-        e = float(np.max(diff)) / scale
+            return math.inf, k, a.size, len(r)
+        diff = np.abs(a - b) / scale
+        e = float(np.max(diff))
         if e > worst or not worst_name:
             worst, worst_name = e, k
-        nz = np.abs(b) > 0
-        if np.any(nz):
-            elem = max(elem, float(np.max(diff[nz] / np.abs(b[nz]))))
+        off += int(np.sum(diff > 1e-5))
         differ += int(not np.array_equal(d[k].view(np.uint32), r[k].view(np.uint32)))
-    return worst, worst_name, elem, differ
+    return worst, worst_name, off, differ
 
 
 def check_stats(stats_path, steps, expect):
@@ -206,8 +213,8 @@ def cmd_matrix(a):
             append_row(a.rows, {"stage": "matrix", "name": tag, "status": "FAIL", "detail": failed})
             continue
         try:
-            worst, wname, elem, differ = weights_error(runs["dev"] + ".safetensors",
-                                                       runs["ref"] + ".safetensors")
+            worst, wname, off, differ = weights_error(runs["dev"] + ".safetensors",
+                                                      runs["ref"] + ".safetensors")
         except (OSError, ValueError) as e:
             append_row(a.rows, {"stage": "matrix", "name": tag, "status": "FAIL", "detail": str(e)})
             continue
@@ -216,13 +223,13 @@ def cmd_matrix(a):
         ok = worst <= a.tol and not bytes_dev and not bytes_ref
         with open(runs["dev"] + ".stats.json") as f:
             ov, _ = overlap_of(json.load(f))
-        detail = (f"weights max rel err {worst:.2e} ({wname}; tol {a.tol:g} per tensor), "
-                  f"elementwise {elem:.2e}, {differ} tensors not bit-identical; "
+        detail = (f"weights max rel err {worst:.2e} ({wname}; tol {a.tol:g} of the largest weight), "
+                  f"{off} elements beyond, {differ} tensors not bit-identical; "
                   + ("bytes as planned" if not (bytes_dev or bytes_ref) else f"bytes: {bytes_dev or bytes_ref}")
                   + f"; overlap {ov:.2f}")
         append_row(a.rows, {"stage": "matrix", "name": tag, "status": "ok" if ok else "FAIL",
-                            "detail": detail, "max_rel_err_per_tensor": worst, "worst_tensor": wname,
-                            "max_rel_err_elementwise": elem, "tensors_not_bit_identical": differ,
+                            "detail": detail, "max_rel_err": worst, "worst_tensor": wname,
+                            "elements_beyond_tol": off, "tensors_not_bit_identical": differ,
                             "placement": place, "microbatches": m, "schedule": MATRIX_SCHEDULE,
                             "overlap_optimizer": float(MATRIX_F), "device": a.device,
                             "ref_device": a.ref_device, "steps": a.steps})
@@ -307,6 +314,13 @@ def cmd_bench(a):
             append_row(a.rows, {"stage": "bench", "name": c, "status": "SKIP",
                                 "detail": f"time budget: expected {expected_s(c, 1):.0f} s, "
                                           f"{left(a.deadline):.0f} s left"})
+            continue
+        need = int(plan[c]["peak_bytes"].get("ssd", 0) * 1.1) if c != "resident" else 0
+        free = shutil.disk_usage(a.ssd).free
+        if need > free:
+            append_row(a.rows, {"stage": "bench", "name": c, "status": "FAIL",
+                                "detail": f"{a.ssd} has {free / 2**30:.1f} GiB free; the plan's swap "
+                                          f"needs {need / 2**30:.1f} GiB (+10%)"})
             continue
         for suffix in (".stats.json", ".jsonl"):
             if os.path.exists(base + suffix):
