@@ -80,7 +80,11 @@ ROWS=$OUTDIR/offload-check-rows.jsonl
 PY=(python3 "$ROOT/scripts/device/offload_check.py")
 DRYFLAG=()
 [ "$DRY" = 1 ] && DRYFLAG=(--dry-run)
-[ "$DRY" = 1 ] || exec > >(tee -a "$OUTDIR/offload-check.log") 2>&1
+TEE=""
+if [ "$DRY" = 0 ]; then
+  exec > >(tee -a "$OUTDIR/offload-check.log") 2>&1
+  TEE=$!
+fi
 [ "$DRY" = 1 ] || : > "$ROWS"
 
 budget_of() { # the part's budget in seconds
@@ -157,3 +161,8 @@ case $PART in
 esac
 [ "$DRY" = 1 ] && exit 0
 "${PY[@]}" table --rows "$ROWS"
+rc=$?
+# The log's tee finishes before the command returns (the tool then copies $OUT).
+exec >&- 2>&-
+[ -n "$TEE" ] && wait "$TEE" 2>/dev/null
+exit "$rc"
