@@ -1,144 +1,44 @@
 //===- context.cpp - model description, step tensors, loss, gradients -----===//
 
-#include "runtime_internal.h"
+#include "context.h"
+#include "tiers.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
-#include <optional>
-#include <sys/resource.h>
-#include <sys/stat.h>
 #include <xxhash.h>
-#include <unistd.h>
 
 namespace spw {
-
-static std::string vformat(const char *fmt, va_list ap) {
-  va_list ap2;
-  va_copy(ap2, ap);
-  int n = std::vsnprintf(nullptr, 0, fmt, ap2);
-  va_end(ap2);
-  std::string s(n > 0 ? size_t(n) : 0, '\0');
-  if (n > 0)
-    std::vsnprintf(s.data(), s.size() + 1, fmt, ap);
-  return s;
-}
-
-std::string format(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  std::string s = vformat(fmt, ap);
-  va_end(ap);
-  return s;
-}
-
-void fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  std::string s = vformat(fmt, ap);
-  va_end(ap);
-  throw Error(s);
-}
-
-int64_t dtype_size(int32_t dtype) {
-  switch (dtype) {
-  case SPW_F32: return 4;
-  case SPW_I64: return 8;
-  case SPW_I32: return 4;
-  case SPW_BOOL: return 1;
-  default: return 0;
-  }
-}
-
-const char *dtype_name(int32_t dtype) {
-  switch (dtype) {
-  case SPW_F32: return "f32";
-  case SPW_I64: return "i64";
-  case SPW_I32: return "i32";
-  case SPW_BOOL: return "bool";
-  default: return "?";
-  }
-}
-
-std::string shape_str(const int64_t *dims, int rank) {
-  std::string s = "[";
-  for (int i = 0; i < rank; ++i) {
-    if (i)
-      s += ",";
-    s += std::to_string(dims[i]);
-  }
-  return s + "]";
-}
-
-void AlignedFree::operator()(void *p) const { std::free(p); }
-
-Buffer alloc_buffer(int64_t bytes) {
-  // aligned_alloc needs a size that is a multiple of the alignment.
-  size_t n = size_t((bytes + 63) / 64 * 64);
-  if (n == 0)
-    n = 64;
-  void *p = std::aligned_alloc(64, n);
-  if (!p)
-    fail("cannot allocate %lld bytes", (long long)bytes);
-  return Buffer(p);
-}
-
-// The size from which make_tensor checks available_memory() first.
-constexpr int64_t kCheckedAllocation = int64_t(256) << 20;
-
-std::unique_ptr<spw_tensor> make_tensor(int32_t dtype, int32_t rank,
-                                        const int64_t *dims, const char *what,
-                                        bool allocate) {
-  if (dtype_size(dtype) == 0)
-    fail("%s: unknown dtype %d", what, dtype);
-  if (rank < 0 || rank > kMaxRank)
-    fail("%s: rank %d is outside 0..%d", what, rank, kMaxRank);
-  if (rank > 0 && !dims)
-    fail("%s: dims is NULL for rank %d", what, rank);
-  auto t = std::make_unique<spw_tensor>();
-  t->dtype = dtype;
-  t->rank = rank;
-  int64_t numel = 1;
-  for (int i = 0; i < rank; ++i) {
-    if (dims[i] < 0)
-      fail("%s: negative dimension in shape %s", what,
-           shape_str(dims, rank).c_str());
-    t->dims[i] = dims[i];
-    if (dims[i] != 0 && numel > (int64_t(1) << 46) / dims[i])
-      fail("%s: shape %s is too large", what, shape_str(dims, rank).c_str());
-    numel *= dims[i];
-  }
-  t->numel = numel;
-  if (allocate) {
-    // A large buffer is checked against the memory there is: with
-    // overcommit the allocation would succeed and the kernel writing it
-    // take the machine into the OOM killer. (Small ones skip the /proc
-    // reads: they are most of a step's allocations.)
-    if (t->bytes() >= kCheckedAllocation)
-      check_memory(t->bytes(), format("%s %s %s needs", what,
-                                      dtype_name(dtype),
-                                      shape_str(dims, rank).c_str()));
-    t->owned = alloc_buffer(t->bytes());
-    t->data = t->owned.get();
-  }
-  return t;
-}
 
 std::unique_ptr<spw_ctx> make_context() {
   auto ctx = std::make_unique<spw_ctx>();
   ctx->dummy.data = &ctx->dummy_storage;
+  // A context computes on the CPU device until the driver starts the run's
+  // device (device_start), so it always has one.
+  ctx->device = make_cpu_device();
   return ctx;
+}
+
+// The device tensor of a host tensor declared on the context: on a
+// host-visible device the host copy itself, elsewhere none until
+// device_start makes the device's copy.
+static std::unique_ptr<spw_tensor> declared_twin(const spw_ctx *ctx,
+                                                 const spw_tensor &t) {
+  auto d = std::make_unique<spw_tensor>();
+  d->dtype = t.dtype;
+  d->rank = t.rank;
+  std::copy(t.dims, t.dims + t.rank, d->dims);
+  d->numel = t.numel;
+  d->data = ctx->device->host_visible() ? t.data : nullptr;
+  d->on_device = true;
+  return d;
 }
 
 void clear_step(spw_ctx *ctx) {
   ctx->step_tensors.clear();
-  if (ctx->device)
-    ctx->device->reset_step();
+  ctx->device->reset_step();
   ctx->loss = nullptr;
   for (OutputInfo &o : ctx->outputs)
     o.set = false;
@@ -155,153 +55,6 @@ AdamWHparams effective_adamw(const spw_ctx *ctx, const AdamWHparams &call) {
   return h;
 }
 
-const char *file_kind(unsigned mode) {
-  switch (mode & S_IFMT) {
-  case S_IFREG: return "a regular file";
-  case S_IFDIR: return "a directory";
-  case S_IFIFO: return "a FIFO (named pipe)";
-  case S_IFCHR: return "a character device";
-  case S_IFBLK: return "a block device";
-  case S_IFSOCK: return "a socket";
-  case S_IFLNK: return "a symbolic link";
-  default: return "a special file";
-  }
-}
-
-int open_regular(const std::string &path, const char *what, int64_t *size) {
-  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
-  // writer forever; it has no effect on the reads of a regular file.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0)
-    fail("cannot open %s '%s': %s", what, path.c_str(), std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    fail("cannot stat %s '%s': %s", what, path.c_str(), std::strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("%s '%s' is %s, not a regular file", what, path.c_str(),
-         file_kind(st.st_mode));
-  }
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags >= 0)
-    (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-  if (size)
-    *size = int64_t(st.st_size);
-  return fd;
-}
-
-std::string read_whole_file(const std::string &path, const char *what) {
-  int64_t size = 0;
-  int fd = open_regular(path, what, &size);
-  std::string bytes(size_t(size), '\0');
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      int e = errno;
-      ::close(fd);
-      fail("cannot read %s '%s' at offset %zu: %s", what, path.c_str(), done,
-           std::strerror(e));
-    }
-    if (n == 0) // the file shrank while we read it
-      break;
-    done += size_t(n);
-  }
-  ::close(fd);
-  bytes.resize(done);
-  return bytes;
-}
-
-namespace {
-
-// The first number of a one-line file such as memory.max ("max": none).
-std::optional<int64_t> read_number_file(const char *path) {
-  FILE *f = std::fopen(path, "re");
-  if (!f)
-    return std::nullopt;
-  char buf[64] = {};
-  const bool got = std::fgets(buf, sizeof buf, f) != nullptr;
-  std::fclose(f);
-  if (!got)
-    return std::nullopt;
-  char *end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(buf, &end, 10);
-  if (end == buf || errno == ERANGE || v < 0)
-    return std::nullopt;
-  return int64_t(v);
-}
-
-// MemAvailable of /proc/meminfo, in bytes.
-std::optional<int64_t> meminfo_available() {
-  FILE *f = std::fopen("/proc/meminfo", "re");
-  if (!f)
-    return std::nullopt;
-  char line[256];
-  std::optional<int64_t> r;
-  while (std::fgets(line, sizeof line, f)) {
-    long long kib = 0;
-    if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1) {
-      r = int64_t(kib) * 1024;
-      break;
-    }
-  }
-  std::fclose(f);
-  return r;
-}
-
-} // namespace
-
-MemoryBudget available_memory() {
-  MemoryBudget b;
-  auto take = [&](std::optional<int64_t> v, const char *source) {
-    if (v && (b.bytes < 0 || *v < b.bytes)) {
-      b.bytes = std::max<int64_t>(*v, 0);
-      b.source = source;
-    }
-  };
-  take(meminfo_available(), "MemAvailable in /proc/meminfo");
-  // cgroup v2, then v1: the limit less what the group already uses.
-  if (auto max = read_number_file("/sys/fs/cgroup/memory.max")) {
-    auto cur = read_number_file("/sys/fs/cgroup/memory.current");
-    take(*max - cur.value_or(0), "the cgroup's memory.max");
-  } else if (auto lim = read_number_file(
-                 "/sys/fs/cgroup/memory/memory.limit_in_bytes");
-             lim && *lim < (int64_t(1) << 60)) {
-    auto cur = read_number_file("/sys/fs/cgroup/memory/memory.usage_in_bytes");
-    take(*lim - cur.value_or(0), "the cgroup's memory.limit_in_bytes");
-  }
-  // The address-space limit (ulimit -v) less what the process maps.
-  struct rlimit rl;
-  if (::getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-    long long pages = 0;
-    if (FILE *f = std::fopen("/proc/self/statm", "re")) {
-      if (std::fscanf(f, "%lld", &pages) != 1)
-        pages = 0;
-      std::fclose(f);
-    }
-    take(int64_t(rl.rlim_cur) - int64_t(pages) * ::sysconf(_SC_PAGESIZE),
-         "the address-space limit (ulimit -v)");
-  }
-  return b;
-}
-
-void check_memory(int64_t bytes, const std::string &what) {
-  const MemoryBudget b = available_memory();
-  if (b.bytes >= 0 && bytes > b.bytes)
-    fail("%s %lld bytes (%.2f GiB), more than the %lld bytes (%.2f "
-         "GiB) available (%s); use a smaller model or fewer batches, or "
-         "free memory",
-         what.c_str(), (long long)bytes, double(bytes) / double(1 << 30),
-         (long long)b.bytes, double(b.bytes) / double(1 << 30),
-         b.source.c_str());
-}
-
 void allocate_declared(spw_ctx *ctx) {
   auto give = [](spw_tensor &t) {
     if (t.data || t.owned)
@@ -309,8 +62,10 @@ void allocate_declared(spw_ctx *ctx) {
     t.owned = alloc_buffer(t.bytes());
     t.data = t.owned.get();
   };
-  for (ParamInfo &p : ctx->params)
+  for (ParamInfo &p : ctx->params) {
     give(*p.value);
+    p.dev_value = declared_twin(ctx, *p.value);
+  }
   for (OutputInfo &o : ctx->outputs) {
     give(*o.value);
     std::memset(o.value->data, 0, size_t(o.value->bytes()));
@@ -357,6 +112,7 @@ int32_t spw_declare_param(spw_ctx *ctx, const char *name, int32_t dtype,
     p.value = make_tensor(dtype, rank, dims, name, !ctx->defer_alloc);
     if (p.value->data)
       std::memset(p.value->data, 0, size_t(p.value->bytes()));
+    p.dev_value = declared_twin(ctx, *p.value);
     ctx->params.push_back(std::move(p));
     index = int32_t(ctx->params.size() - 1);
   });
@@ -378,6 +134,7 @@ int32_t spw_declare_input(spw_ctx *ctx, const char *name, int32_t dtype,
     in.view = make_tensor(dtype, rank, dims, name, !ctx->defer_alloc);
     if (in.view->data)
       std::memset(in.view->data, 0, size_t(in.view->bytes()));
+    in.dev_view = declared_twin(ctx, *in.view);
     ctx->inputs.push_back(std::move(in));
     index = int32_t(ctx->inputs.size() - 1);
   });
@@ -465,7 +222,11 @@ spw_tensor *spw_input(spw_ctx *ctx, int32_t index) {
       fail("input index %d out of range (%zu inputs declared)", index,
            ctx->inputs.size());
     const InputInfo &in = ctx->inputs[size_t(index)];
-    t = ctx->device ? in.dev_view.get() : in.view.get();
+    if (!in.dev_view->data && in.dev_view->numel > 0)
+      fail("input '%s' is read before the run started its device "
+           "(device_start)",
+           in.name.c_str());
+    t = in.dev_view.get();
   });
   return t;
 }
@@ -488,13 +249,14 @@ spw_tensor *spw_param(spw_ctx *ctx, int32_t index) {
            p.name.c_str(), (long long)p.pending.front().begin,
            (long long)p.pending.front().end,
            (long long)p.pending.front().step);
-    // An offload plan frees the plain copy; the step binds a tier's copy
-    // (spw_bind) before the layer's tasks read it.
-    if (!p.value->data && p.value->numel > 0)
+    // An offload plan's parameters have no device copy of their own; the
+    // step binds the block's GPU-tier copy (spw_bind) before the layer's
+    // tasks read it.
+    if (!p.dev_value->data && p.dev_value->numel > 0)
       fail("parameter '%s' is read while no copy of it is bound (the offload "
            "plan binds its layer's block first)",
            p.name.c_str());
-    t = ctx->device ? p.dev_value.get() : p.value.get();
+    t = p.dev_value.get();
   });
   return t;
 }
@@ -516,32 +278,22 @@ spw_tensor *spw_constant(spw_ctx *ctx, int32_t dtype, int32_t rank,
     return nullptr;
   spw_tensor *t = &ctx->dummy;
   guarded(ctx, "spw_constant", [&] {
-    if (ctx->device) {
-      // A device keeps one copy per distinct constant (see spw_ctx).
-      auto c = make_tensor(dtype, rank, dims, "constant", /*allocate=*/false);
-      if (c->numel > 0 && !data)
-        fail("data is NULL for a constant of shape %s", c->shape().c_str());
-      const int64_t bytes = c->bytes();
-      const auto key = std::make_tuple(
-          data, bytes, bytes ? uint64_t(XXH3_64bits(data, size_t(bytes))) : 0);
-      void *&dev = ctx->device_constants[key];
-      if (!dev) {
-        dev = ctx->device->alloc(bytes, "constant");
-        ctx->device->upload(dev, data, bytes);
-      }
-      c->data = dev;
-      c->on_device = true; // not releasable: the copy is kept
-      ctx->step_tensors.push_back(std::move(c));
-      t = ctx->step_tensors.back().get();
-      return;
+    // The device keeps one copy per distinct constant (see spw_ctx).
+    auto c = make_tensor(dtype, rank, dims, "constant", /*allocate=*/false);
+    if (c->numel > 0 && !data)
+      fail("data is NULL for a constant of shape %s", c->shape().c_str());
+    const int64_t bytes = c->bytes();
+    const auto key = std::make_tuple(
+        data, bytes, bytes ? uint64_t(XXH3_64bits(data, size_t(bytes))) : 0);
+    void *&dev = ctx->device_constants[key];
+    if (!dev) {
+      dev = ctx->device->alloc(bytes, "constant");
+      ctx->device->upload(dev, data, bytes);
     }
-    spw_tensor *c = alloc_step_tensor(ctx, dtype, rank, dims, "constant");
-    if (c->numel > 0) {
-      if (!data)
-        fail("data is NULL for a constant of shape %s", c->shape().c_str());
-      std::memcpy(c->data, data, size_t(c->bytes()));
-    }
-    t = c;
+    c->data = dev;
+    c->on_device = true; // not releasable: the copy is kept
+    ctx->step_tensors.push_back(std::move(c));
+    t = ctx->step_tensors.back().get();
   });
   return t;
 }
@@ -610,12 +362,8 @@ void spw_set_output(spw_ctx *ctx, int32_t index, spw_tensor *value) {
       fail("output '%s' is %s %s, but it was declared %s %s", o.name.c_str(),
            dtype_name(value->dtype), value->shape().c_str(),
            dtype_name(v.dtype), v.shape().c_str());
-    if (v.numel > 0) {
-      if (value->on_device)
-        read_tensor(ctx, *value, v.data);
-      else
-        std::memmove(v.data, value->data, size_t(v.bytes()));
-    }
+    if (v.numel > 0)
+      read_tensor(ctx, *value, v.data);
     o.set = true;
   });
 }
@@ -624,7 +372,8 @@ void spw_set_output(spw_ctx *ctx, int32_t index, spw_tensor *value) {
 
 namespace spw {
 // Copies `grad` into the parameter's recorded gradient after checking it.
-void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad) {
+void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad,
+                 bool host_update) {
   if (param < 0 || size_t(param) >= ctx->params.size())
     fail("parameter index %d out of range (%zu parameters declared)", param,
          ctx->params.size());
@@ -639,9 +388,9 @@ void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad) {
     fail("gradient of '%s' is %s %s, but the parameter is %s %s",
          p.name.c_str(), dtype_name(grad->dtype), grad->shape().c_str(),
          dtype_name(v.dtype), v.shape().c_str());
-  // On a device the host copy is only read by the gradient check (which
-  // evaluates): training skips the download.
-  if (grad->on_device && !ctx->evaluate_only)
+  // Only host code reads the copy: an update on host state, and the
+  // gradient check (which evaluates). An update on the device skips it.
+  if (grad->on_device && !ctx->evaluate_only && !host_update)
     return;
   p.grad.resize(size_t(grad->bytes()));
   if (!p.grad.empty())
@@ -650,13 +399,15 @@ void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad) {
 
 spw_tensor *alloc_step_tensor(spw_ctx *ctx, int32_t dtype, int32_t rank,
                               const int64_t *dims, const char *what) {
-  if (!ctx->device) {
-    ctx->step_tensors.push_back(make_tensor(dtype, rank, dims, what));
-    ctx->step_tensors.back()->releasable = true;
-    return ctx->step_tensors.back().get();
-  }
   // The shape checks of make_tensor, without its host buffer.
   auto t = make_tensor(dtype, rank, dims, what, /*allocate=*/false);
+  // Host memory is the device's: a large tensor is checked against what
+  // there is, as make_tensor checks host buffers (with overcommit the
+  // allocation would succeed and the kernel writing it meet the OOM killer).
+  if (ctx->device->host_visible() && t->bytes() >= kCheckedAllocation)
+    check_memory(t->bytes(), format("%s %s %s needs", what,
+                                    dtype_name(dtype),
+                                    shape_str(dims, rank).c_str()));
   t->data = ctx->device->step_alloc(t->bytes(), what);
   t->on_device = true;
   t->releasable = true;
@@ -671,9 +422,6 @@ void read_tensor(spw_ctx *ctx, const spw_tensor &t, void *host) {
     std::memmove(host, t.data, size_t(t.bytes()));
     return;
   }
-  if (!ctx->device)
-    fail("a device tensor %s %s outlived its device", dtype_name(t.dtype),
-         t.shape().c_str());
   ctx->device->download(host, t.data, t.bytes());
 }
 
@@ -690,18 +438,27 @@ static std::unique_ptr<spw_tensor> device_twin(const spw_tensor &t,
 }
 
 void device_start(spw_ctx *ctx, std::unique_ptr<Device> device) {
-  if (ctx->tiers)
-    fail("this model was compiled with an offload plan, which the %s "
-         "backend does not run yet: run it with --device cpu, or compile "
-         "it without --place / --gpu-mem / --host-mem",
-         device->name().c_str());
+  // The declarations' device goes (nothing of the step lives on it yet):
+  // the constants it holds with it.
+  ctx->device_constants.clear();
   ctx->device = std::move(device);
   Device &d = *ctx->device;
-  for (ParamInfo &p : ctx->params) {
+  // A host-visible device (the CPU) computes on the host copies in place:
+  // no second copy of the parameters or inputs. An offload plan's members
+  // get no device copy here: their blocks' tier copies are bound instead
+  // (spw_bind), and the optimizer state lives in the optimizer blocks.
+  const bool in_place = d.host_visible();
+  for (size_t i = 0; i < ctx->params.size(); ++i) {
+    ParamInfo &p = ctx->params[i];
     const std::string what = "parameter '" + p.name + "'";
-    void *w = d.alloc(p.value->bytes(), what.c_str());
+    void *w = nullptr;
+    if (!tiers_hold(ctx, i, SPW_BLOCK_PARAMS))
+      w = in_place ? p.value->data : d.alloc(p.value->bytes(), what.c_str());
     p.dev_value = device_twin(*p.value, w);
-    if (p.value->dtype == SPW_F32 && !ctx->outputs.size()) {
+    // On host-visible memory the update runs on the host state (adam_m,
+    // adam_v), as it always has on the CPU.
+    if (p.value->dtype == SPW_F32 && !ctx->outputs.size() && !in_place &&
+        !tiers_hold(ctx, i, SPW_BLOCK_OPTIMIZER)) {
       const int64_t sb = p.state_numel() * int64_t(sizeof(float));
       const std::string ms = "optimizer state of '" + p.name + "'";
       p.dev_m = static_cast<float *>(d.alloc(sb, ms.c_str()));
@@ -711,19 +468,21 @@ void device_start(spw_ctx *ctx, std::unique_ptr<Device> device) {
   for (InputInfo &in : ctx->inputs) {
     const int64_t bytes = in.view->bytes() * in.num_batches;
     const std::string what = "input '" + in.name + "'";
-    in.dev_batches = d.alloc(bytes, what.c_str());
+    in.dev_batches =
+        in_place ? in.batches.get() : d.alloc(bytes, what.c_str());
     d.upload(in.dev_batches, in.batches.get(), bytes);
     in.dev_view = device_twin(*in.view, in.dev_batches);
   }
   device_push(ctx);
 }
 
+// An offload plan's members are copied to and from their blocks by
+// tiers_scatter / tiers_gather, never here.
 void device_push_param(spw_ctx *ctx, size_t param) {
-  if (!ctx->device)
-    return;
   ParamInfo &p = ctx->params[param];
   Device &d = *ctx->device;
-  d.upload(p.dev_value->data, p.value->data, p.value->bytes());
+  if (!tiers_hold(ctx, param, SPW_BLOCK_PARAMS))
+    d.upload(p.dev_value->data, p.value->data, p.value->bytes());
   if (!p.dev_m)
     return;
   const int64_t sb = p.state_numel() * int64_t(sizeof(float));
@@ -740,16 +499,15 @@ void device_push_param(spw_ctx *ctx, size_t param) {
 void device_push(spw_ctx *ctx) {
   for (size_t i = 0; i < ctx->params.size(); ++i)
     device_push_param(ctx, i);
-  if (ctx->device)
-    ctx->device->synchronize();
+  ctx->device->synchronize();
 }
 
 void device_pull(spw_ctx *ctx) {
-  if (!ctx->device)
-    return;
   Device &d = *ctx->device;
-  for (ParamInfo &p : ctx->params) {
-    d.download(p.value->data, p.dev_value->data, p.value->bytes());
+  for (size_t i = 0; i < ctx->params.size(); ++i) {
+    ParamInfo &p = ctx->params[i];
+    if (!tiers_hold(ctx, i, SPW_BLOCK_PARAMS))
+      d.download(p.value->data, p.dev_value->data, p.value->bytes());
     if (!p.state_live)
       continue;
     p.adam_m.resize(size_t(p.state_numel()));
@@ -762,5 +520,6 @@ void device_pull(spw_ctx *ctx) {
 } // namespace spw
 
 extern "C" void spw_param_grad(spw_ctx *ctx, int32_t param, spw_tensor *grad) {
-  guarded(ctx, "spw_param_grad", [&] { record_grad(ctx, param, grad); });
+  guarded(ctx, "spw_param_grad",
+          [&] { record_grad(ctx, param, grad, /*host_update=*/false); });
 }

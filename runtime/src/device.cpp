@@ -13,8 +13,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "context.h"
 #include "device.h"
-#include "runtime_internal.h"
+#include "loopback_memory.h"
+#include "storage/tensor_store.h"
 
 #include <cstring>
 #include <map>
@@ -179,8 +181,8 @@ void run_on_device(spw_ctx *ctx, Op op, KernelEntry host,
 namespace {
 
 constexpr int64_t kAlign = 256;
-constexpr uint8_t kScramble = 0xa5; // device byte = host byte ^ kScramble
-constexpr uint8_t kPoison = 0xff;   // every f32 made of it is a NaN
+constexpr uint8_t kScramble = kLoopbackScramble; // device = host ^ kScramble
+constexpr uint8_t kPoison = kPoisonByte; // every f32 made of it is a NaN
 
 void scramble_copy(void *dst, const void *src, int64_t bytes) {
   auto *d = static_cast<uint8_t *>(dst);
@@ -193,8 +195,10 @@ int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 class LoopbackDevice final : public Device {
 public:
-  LoopbackDevice(int64_t arena_bytes, Precision precision)
-      : arena_bytes_(align_up(arena_bytes)), precision_(precision) {
+  LoopbackDevice(int64_t arena_bytes, Precision precision,
+                 uint64_t copy_seed)
+      : arena_bytes_(align_up(arena_bytes)), precision_(precision),
+        copy_seed_(copy_seed) {
     // Reserved once, like the GPU arena; pages are touched only as used.
     arena_ = static_cast<char *>(std::aligned_alloc(
         size_t(kAlign), size_t(std::max<int64_t>(arena_bytes_, kAlign))));
@@ -303,6 +307,20 @@ public:
 
   std::string host_fallbacks() const override { return ""; }
 
+  // The GPU tier in a buffer of this device (so kernels accept its
+  // addresses), NaN bytes until a copy fills them; its copies run on their
+  // own threads after seeded delays (loopback_memory.h).
+  std::unique_ptr<storage::DeviceMemory>
+  make_tier_memory(uint64_t bytes) override {
+    char *base = static_cast<char *>(
+        alloc(int64_t(bytes), "the offload plan's GPU tier"));
+    std::memset(base, kPoison ^ kScramble, size_t(bytes));
+    return make_loopback_tier_memory(base, bytes, copies_);
+  }
+  // Host memory needs no registration to be copied from.
+  void register_host_memory(void *, uint64_t) override {}
+  void unregister_host_memory(void *) override {}
+
 private:
   // A host copy of n device floats, written back when it goes out of scope
   // (the gradient's too: harmless, it is unchanged).
@@ -320,6 +338,7 @@ private:
 
   int64_t arena_bytes_;
   Precision precision_;
+  uint64_t copy_seed_;
   char *arena_ = nullptr;
   ArenaAllocator books_;
   std::map<void *, int64_t> buffers_; // address order: lookups by range
@@ -353,8 +372,9 @@ private:
 } // namespace
 
 std::unique_ptr<Device> make_loopback_device(int64_t arena_bytes,
-                                             Precision precision) {
-  return std::make_unique<LoopbackDevice>(arena_bytes, precision);
+                                             Precision precision,
+                                             uint64_t copy_seed) {
+  return std::make_unique<LoopbackDevice>(arena_bytes, precision, copy_seed);
 }
 
 } // namespace spw

@@ -1,18 +1,18 @@
 //===- device.h - the backend interface behind the C ABI -------------------===//
 //
-// The CPU backend runs every kernel on host memory. A *device* backend keeps
-// the step's tensors, the parameters and the optimizer state in its own
-// memory and runs the kernels there: the CUDA backend (runtime/src/cuda,
-// built where nvcc is, chosen by `spillwayc --target cuda`) and the
-// loopback device, which does everything the CUDA backend's host side does
-// (arena, uploads, downloads, the residency of every tensor) on host memory
-// with the CPU kernels, so that side is tested on machines without a GPU
+// Every run computes on a Device, and the devices are peers behind this one
+// interface: the CPU device (cpu_device.cpp: host memory, the CPU kernels
+// called directly), the CUDA backend (runtime/src/cuda, built where nvcc
+// is, chosen by `spillwayc --target cuda`) and the loopback device, which
+// does everything the CUDA backend's host side does (arena, uploads,
+// downloads, the residency of every tensor) on scrambled host memory with
+// the CPU kernels, so that side is tested on machines without a GPU
 // (`--device loopback`).
 //
-// A tensor's `on_device` says where its data is. Every spw_op_* entry point
-// hands a context with a device to Device::run; the runtime's host code
-// (the optimizer, the loss, outputs, checkpoints) reads device tensors only
-// through download().
+// Every spw_op_* entry point hands its context to Device::run; the
+// runtime's host code (the optimizer on host state, the loss, outputs,
+// checkpoints) reads device tensors only through download(), which on the
+// CPU device (host_visible) is a copy within host memory or nothing.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPILLWAY_RUNTIME_SRC_DEVICE_H
@@ -26,6 +26,14 @@
 #include <string>
 
 namespace spw {
+namespace storage {
+class DeviceMemory;
+}
+
+// The loopback device stores every device byte XOR kLoopbackScramble, and
+// fresh or released memory as kPoisonByte (every f32 made of it is a NaN),
+// so host code reading device memory directly gets garbage.
+constexpr uint8_t kLoopbackScramble = 0xa5, kPoisonByte = 0xff;
 
 // Every kernel of the C ABI, in kernels.def's order.
 enum class Op : int {
@@ -140,6 +148,23 @@ public:
 
   // Ops that ran on host copies so far, "name xN, ..." ("" when none).
   virtual std::string host_fallbacks() const = 0;
+
+  // True when this device's memory is the host's (the CPU device; IREE's
+  // host-visible device-local memory): a host buffer is already a device
+  // buffer, so the parameters and inputs need no second copy, and host
+  // code may read device tensors in place.
+  virtual bool host_visible() const { return false; }
+
+  // The offload plan's GPU tier: `bytes` of this device's memory (its
+  // addresses are device tensors' data) with the copy engines that fill and
+  // drain it.
+  virtual std::unique_ptr<storage::DeviceMemory>
+  make_tier_memory(uint64_t bytes) = 0;
+  // Host memory tier copies read and write (the pinned staging pool): CUDA
+  // page-locks it (cudaHostRegister) so copies are asynchronous DMA; the CPU
+  // and loopback devices do nothing.
+  virtual void register_host_memory(void *p, uint64_t bytes) = 0;
+  virtual void unregister_host_memory(void *p) = 0;
 };
 
 // What every device's run() does first: each of a kernel's n tensors (ins
@@ -153,10 +178,17 @@ void run_on_host_copies(Device &d, Op op, KernelEntry host, spw_ctx *ctx,
                         const Arity &a, const int64_t *iattrs,
                         const double *fattrs);
 
-// The loopback device: host memory, the CPU kernels, the CPU optimizer
-// arithmetic. `arena_bytes` sizes its step arena.
-std::unique_ptr<Device> make_loopback_device(int64_t arena_bytes,
-                                             Precision precision);
+// The CPU device: host memory, the CPU kernels run in place, the CPU
+// optimizer arithmetic; no step arena (step tensors are heap buffers, freed
+// one by one as on the CPU backend always).
+std::unique_ptr<Device> make_cpu_device();
+
+// The loopback device: scrambled host memory, the CPU kernels on host
+// copies, the CPU optimizer arithmetic. `arena_bytes` sizes its step arena; `copies` seeds the delays
+// of its GPU tier's copies (make_loopback_tier_memory, --loopback-delays).
+std::unique_ptr<Device>
+make_loopback_device(int64_t arena_bytes, Precision precision,
+                     const LoopbackCopyOptions &copies = {});
 
 // The factory of the CUDA backend: registered by spw_use_cuda (defined only
 // in the CUDA runtime library, which `spillwayc --target cuda` links).

@@ -14,7 +14,7 @@
 
 #include "spillway/runtime/hw_probe.h"
 
-#include "runtime_internal.h"
+#include "context.h"
 #include "storage/io_engine.h"
 
 #include <chrono>

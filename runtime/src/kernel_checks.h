@@ -9,7 +9,7 @@
 #ifndef SPILLWAY_RUNTIME_SRC_KERNEL_CHECKS_H
 #define SPILLWAY_RUNTIME_SRC_KERNEL_CHECKS_H
 
-#include "runtime_internal.h"
+#include "tensor.h"
 
 #include <array>
 #include <cstdint>

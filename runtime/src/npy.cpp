@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime_internal.h"
+#include "formats.h"
 
 #include <algorithm>
 #include <cctype>

@@ -13,9 +13,16 @@
 // (now, or deferred to the next step with this step's gradient, t and
 // hyper-parameters): the same loop over fewer elements, so the same bits.
 //
+// An update runs where the parameter's optimizer state is: on the device
+// (Device::adamw / foam, the same float32 arithmetic) when the device holds
+// it (its own copy, or an optimizer block bound on the GPU tier), else on
+// host with the CPU arithmetic (the CPU device's resident state, an
+// offload plan's CPU optimizer).
+//
 //===----------------------------------------------------------------------===//
 
-#include "runtime_internal.h"
+#include "context.h"
+#include "host_optimizer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -23,6 +30,19 @@
 using namespace spw;
 
 namespace {
+
+ParamInfo &param_at(spw_ctx *ctx, int32_t param) {
+  if (param < 0 || size_t(param) >= ctx->params.size())
+    fail("parameter index %d out of range (%zu parameters declared)", param,
+         ctx->params.size());
+  return ctx->params[size_t(param)];
+}
+
+// True when the parameter's update runs on the device (see the file
+// comment).
+bool state_on_device(const ParamInfo &p) {
+  return p.dev_m || p.state_on_device;
+}
 
 ParamInfo &checked_param(spw_ctx *ctx, int32_t param, bool foam = false) {
   ParamInfo &p = ctx->params[size_t(param)];
@@ -123,8 +143,21 @@ namespace {
 // One AdamW update of elements [begin, end) at step t; g[i - begin] is the
 // gradient of element i. The loop is spw_adamw's, element by element, so
 // any split of a parameter into ranges gives the same bits.
-void adamw_update(ParamInfo &p, const float *g, int64_t begin, int64_t end,
-                  int64_t step, const AdamWHparams &h) {
+void check_host_values(const spw_ctx *ctx, const ParamInfo &p) {
+  // On a device whose memory the host cannot read, the values must be the
+  // host-tier copy the CPU optimizer updates.
+  if (p.w_on_device && !ctx->device->host_visible())
+    fail("parameter '%s': its optimizer state is bound on host but its "
+         "values on the GPU (the plan binds both where the update runs)",
+         p.name.c_str());
+}
+
+// An offload plan's CPU optimizer runs it on host threads (host_optimizer.h);
+// `deferred`: the deferred update's gradient buffer g points into, which it
+// then keeps.
+void adamw_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
+                  int64_t end, int64_t step, const AdamWHparams &h,
+                  std::vector<float> *deferred = nullptr) {
   const size_t n = size_t(p.value->numel);
   if (!p.bound_m && p.bound_split < 0 && p.adam_m.size() != n) {
     p.adam_m.assign(n, 0.0f);
@@ -138,10 +171,17 @@ void adamw_update(ParamInfo &p, const float *g, int64_t begin, int64_t end,
     m = split_elements(p, p.bound_m_part, "AdamW m", begin, end);
     v = split_elements(p, p.bound_v_part, "AdamW v", begin, end);
   } else {
+    if (!p.value->data)
+      fail("parameter '%s' is updated while no copy of it is bound",
+           p.name.c_str());
     w = p.value->as<float>() + begin;
     m = (p.bound_m ? p.bound_m : p.adam_m.data()) + begin;
     v = (p.bound_v ? p.bound_v : p.adam_v.data()) + begin;
   }
+  check_host_values(ctx, p);
+  if (host_optimizer_runs(ctx, p))
+    return host_optimizer_adamw(ctx, p, w, m, v, g, begin, end, step, h,
+                                deferred);
   adamw_kernel(w, m, v, g, end - begin, step, h);
 }
 
@@ -227,7 +267,7 @@ namespace {
 // block size, eps outside the sqrt, step size lr * sqrt(1 - beta2^t) /
 // (1 - beta1^t), the decoupled weight decay after the update; the residual
 // scale is 1.
-void foam_update(ParamInfo &p, const float *g, int64_t step,
+void foam_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t step,
                  const AdamWHparams &h, double alpha) {
   const int64_t cols = p.value->dims[p.value->rank - 1];
   const int64_t rows = cols ? p.value->numel / cols : 0;
@@ -248,39 +288,98 @@ void foam_update(ParamInfo &p, const float *g, int64_t step,
   if (!w)
     fail("parameter '%s' is updated while no copy of it is bound",
          p.name.c_str());
+  check_host_values(ctx, p);
+  if (host_optimizer_runs(ctx, p))
+    return host_optimizer_foam(ctx, p, w, m, v, g, rows, cols, p.foam_level,
+                               step, h, alpha);
   foam_kernel(w, m, v, g, rows, cols, p.foam_level, step, h, alpha);
 }
 
-// The update on the context's device: its copies of the parameter, state
-// and gradient, with the same float32 arithmetic.
-void device_update(spw_ctx *ctx, ParamInfo &p, const spw_tensor *grad,
-                   const AdamWHparams &h, double alpha) {
-  if (!grad->on_device)
-    fail("parameter '%s': the gradient is in host memory, but the model "
-         "runs on %s",
-         p.name.c_str(), ctx->device->name().c_str());
-  if (!p.dev_m)
-    fail("parameter '%s' (%s) has no optimizer state on the device",
-         p.name.c_str(), dtype_name(p.value->dtype));
-  float *w = p.dev_value->as<float>();
-  const float *g = grad->as<float>();
+// The update of elements [begin, end) on the context's device: its own
+// copies of the parameter and state, or the GPU-tier copies bound by the
+// offload plan (of one part, when the block is split), with the same
+// float32 arithmetic. `g` is the device gradient of element `begin`.
+void device_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
+                   int64_t end, int64_t step, const AdamWHparams &h,
+                   double alpha) {
+  Device &d = *ctx->device;
+  float *w, *m, *v;
+  if (p.dev_m) {
+    w = p.dev_value->as<float>() + begin;
+    m = p.dev_m + begin;
+    v = p.dev_v + begin;
+  } else {
+    if (!p.w_on_device)
+      fail("parameter '%s': its optimizer state is bound on the GPU but its "
+           "values on host (the plan binds both where the update runs)",
+           p.name.c_str());
+    if (p.bound_split >= 0) {
+      w = split_elements(p, p.bound_w_part, "values", begin, end);
+      m = split_elements(p, p.bound_m_part, "AdamW m", begin, end);
+      v = split_elements(p, p.bound_v_part, "AdamW v", begin, end);
+    } else {
+      if (!p.dev_value->data || !p.bound_m)
+        fail("parameter '%s' is updated while no copy of it is bound",
+             p.name.c_str());
+      w = p.dev_value->as<float>() + begin;
+      m = p.bound_m + begin;
+      v = p.bound_v + begin;
+    }
+  }
   if (p.foam_level >= 0) {
+    if (p.bound_split >= 0)
+      fail("parameter '%s': a FOAM update of a split block (the optimizer "
+           "overlap splits AdamW updates only)",
+           p.name.c_str());
     const int64_t cols = p.value->dims[p.value->rank - 1];
     const int64_t rows = cols ? p.value->numel / cols : 0;
-    ctx->device->foam(w, p.dev_m, p.dev_v, g, rows, cols, p.foam_level, h,
-                      alpha, ctx->step);
+    d.foam(w, m, v, g, rows, cols, p.foam_level, h, alpha, step);
   } else {
-    ctx->device->adamw(w, p.dev_m, p.dev_v, g, p.value->numel, h,
-                       ctx->step);
+    d.adamw(w, m, v, g, end - begin, h, step);
   }
-  p.state_live = true;
+  // The device's own state is live now (device_pull reads it back); an
+  // offload plan's is gathered from its blocks instead.
+  if (p.dev_m)
+    p.state_live = true;
 }
 
-void refuse_on_device(spw_ctx *ctx, const char *what) {
-  if (ctx->device)
-    fail("%s (the optimizer overlap of an offload plan) does not run on the "
-         "%s backend yet; run with --device cpu",
-         what, ctx->device->name().c_str());
+// The device gradient of an update on the device; on host-visible memory
+// also checked for non-finite elements [begin, end), as the CPU optimizer
+// checks them (false: skip the update).
+bool device_grad(spw_ctx *ctx, const ParamInfo &p, const spw_tensor *grad,
+                 int64_t begin, int64_t end, const float **g) {
+  if (!grad->on_device && !ctx->device->host_visible())
+    fail("parameter '%s': the gradient is in host memory, but the update "
+         "runs on the %s device",
+         p.name.c_str(), ctx->device->name().c_str());
+  *g = grad->as<float>();
+  return !ctx->device->host_visible() ||
+         check_finite_grad(ctx, p, *g, begin, end);
+}
+
+// Applies a deferred update where the state is now, moving its gradient
+// slice across when it was deferred on the other side.
+void apply_pending(spw_ctx *ctx, ParamInfo &p, PendingAdamW &q) {
+  Device &d = *ctx->device;
+  const int64_t n = q.end - q.begin, bytes = n * int64_t(sizeof(float));
+  if (state_on_device(p)) {
+    if (!q.dev_grad) {
+      q.dev_grad = static_cast<float *>(d.alloc(bytes, "a deferred gradient"));
+      d.upload(q.dev_grad, q.grad.data(), bytes);
+    }
+    device_update(ctx, p, q.dev_grad, q.begin, q.end, q.step, q.h, 0.0);
+  } else {
+    if (q.dev_grad) {
+      q.grad.resize(size_t(n));
+      d.download(q.grad.data(), q.dev_grad, bytes);
+    }
+    adamw_update(ctx, p, q.grad.data(), q.begin, q.end, q.step, q.h,
+                 &q.grad);
+  }
+  if (q.dev_grad)
+    p.spare_dev_grads.push_back({q.dev_grad, n});
+  if (!q.grad.empty())
+    p.spare_grads.push_back(std::move(q.grad));
 }
 
 } // namespace
@@ -289,18 +388,23 @@ extern "C" void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad,
                           double lr, double beta1, double beta2, double eps,
                           double weight_decay) {
   guarded(ctx, "spw_adamw", [&] {
-    record_grad(ctx, param, grad);
+    const bool on_device = state_on_device(param_at(ctx, param));
+    record_grad(ctx, param, grad, /*host_update=*/!on_device);
     if (ctx->evaluate_only)
       return;
     ParamInfo &p = checked_param(ctx, param);
     check_nothing_pending(p, 0, p.value->numel, "updating");
     AdamWHparams h = effective_adamw(
         ctx, AdamWHparams{lr, beta1, beta2, eps, weight_decay});
-    if (ctx->device)
-      return device_update(ctx, p, grad, h, 0.0);
+    if (on_device) {
+      const float *g;
+      if (device_grad(ctx, p, grad, 0, p.value->numel, &g))
+        device_update(ctx, p, g, 0, p.value->numel, ctx->step, h, 0.0);
+      return;
+    }
     if (!check_finite_grad(ctx, p, recorded_grad(p), 0, p.value->numel))
       return;
-    adamw_update(p, recorded_grad(p), 0, p.value->numel, ctx->step, h);
+    adamw_update(ctx, p, recorded_grad(p), 0, p.value->numel, ctx->step, h);
   });
 }
 
@@ -308,18 +412,23 @@ extern "C" void spw_foam(spw_ctx *ctx, int32_t param, spw_tensor *grad,
                          double lr, double beta1, double beta2, double eps,
                          double weight_decay, double alpha) {
   guarded(ctx, "spw_foam", [&] {
-    record_grad(ctx, param, grad);
+    const bool on_device = state_on_device(param_at(ctx, param));
+    record_grad(ctx, param, grad, /*host_update=*/!on_device);
     if (ctx->evaluate_only)
       return;
     ParamInfo &p = checked_param(ctx, param, /*foam=*/true);
     AdamWHparams h = effective_adamw(
         ctx, AdamWHparams{lr, beta1, beta2, eps, weight_decay});
     const double a = ctx->overrides.foam_alpha.value_or(alpha);
-    if (ctx->device)
-      return device_update(ctx, p, grad, h, a);
+    if (on_device) {
+      const float *g;
+      if (device_grad(ctx, p, grad, 0, p.value->numel, &g))
+        device_update(ctx, p, g, 0, p.value->numel, ctx->step, h, a);
+      return;
+    }
     if (!check_finite_grad(ctx, p, recorded_grad(p), 0, p.value->numel))
       return;
-    foam_update(p, recorded_grad(p), ctx->step, h, a);
+    foam_update(ctx, p, recorded_grad(p), ctx->step, h, a);
   });
 }
 
@@ -328,8 +437,8 @@ extern "C" void spw_adamw_range(spw_ctx *ctx, int32_t param, spw_tensor *grad,
                                 double beta1, double beta2, double eps,
                                 double weight_decay) {
   guarded(ctx, "spw_adamw_range", [&] {
-    refuse_on_device(ctx, "spw_adamw_range");
-    record_grad(ctx, param, grad);
+    const bool on_device = state_on_device(param_at(ctx, param));
+    record_grad(ctx, param, grad, /*host_update=*/!on_device);
     if (ctx->evaluate_only)
       return;
     ParamInfo &p = checked_param(ctx, param);
@@ -337,9 +446,15 @@ extern "C" void spw_adamw_range(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     check_nothing_pending(p, begin, end, "updating");
     AdamWHparams h = effective_adamw(
         ctx, AdamWHparams{lr, beta1, beta2, eps, weight_decay});
+    if (on_device) {
+      const float *g;
+      if (device_grad(ctx, p, grad, begin, end, &g))
+        device_update(ctx, p, g + begin, begin, end, ctx->step, h, 0.0);
+      return;
+    }
     if (!check_finite_grad(ctx, p, recorded_grad(p), begin, end))
       return;
-    adamw_update(p, recorded_grad(p) + begin, begin, end, ctx->step, h);
+    adamw_update(ctx, p, recorded_grad(p) + begin, begin, end, ctx->step, h);
   });
 }
 
@@ -348,8 +463,8 @@ extern "C" void spw_adamw_defer(spw_ctx *ctx, int32_t param, spw_tensor *grad,
                                 double beta1, double beta2, double eps,
                                 double weight_decay) {
   guarded(ctx, "spw_adamw_defer", [&] {
-    refuse_on_device(ctx, "spw_adamw_defer");
-    record_grad(ctx, param, grad);
+    const bool on_device = state_on_device(param_at(ctx, param));
+    record_grad(ctx, param, grad, /*host_update=*/!on_device);
     if (ctx->evaluate_only)
       return;
     ParamInfo &p = checked_param(ctx, param);
@@ -361,6 +476,27 @@ extern "C" void spw_adamw_defer(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     q.step = ctx->step;
     q.h = effective_adamw(ctx,
                           AdamWHparams{lr, beta1, beta2, eps, weight_decay});
+    if (on_device) {
+      // The slice stays on the device, in a buffer of an earlier deferral
+      // of the same size when there is one.
+      const float *g;
+      if (!device_grad(ctx, p, grad, begin, end, &g))
+        return;
+      const int64_t n = end - begin;
+      auto spare = std::find_if(p.spare_dev_grads.begin(),
+                                p.spare_dev_grads.end(),
+                                [&](const auto &s) { return s.second == n; });
+      if (spare != p.spare_dev_grads.end()) {
+        q.dev_grad = spare->first;
+        p.spare_dev_grads.erase(spare);
+      } else {
+        q.dev_grad = static_cast<float *>(ctx->device->alloc(
+            n * int64_t(sizeof(float)), "a deferred gradient"));
+      }
+      ctx->device->copy(q.dev_grad, g + begin, n * int64_t(sizeof(float)));
+      p.pending.push_back(std::move(q));
+      return;
+    }
     const float *g = recorded_grad(p);
     if (!check_finite_grad(ctx, p, g, begin, end))
       return;
@@ -400,8 +536,7 @@ extern "C" void spw_adamw_apply_pending(spw_ctx *ctx, int32_t param,
            "step",
            p.name.c_str(), (long long)begin, (long long)end,
            (long long)it->step, (long long)ctx->step);
-    adamw_update(p, it->grad.data(), begin, end, it->step, it->h);
-    p.spare_grads.push_back(std::move(it->grad));
+    apply_pending(ctx, p, *it);
     p.pending.erase(it);
   });
 }
@@ -410,7 +545,7 @@ extern "C" void spw_adamw_flush(spw_ctx *ctx) {
   guarded(ctx, "spw_adamw_flush", [&] {
     for (ParamInfo &p : ctx->params) {
       for (PendingAdamW &q : p.pending)
-        adamw_update(p, q.grad.data(), q.begin, q.end, q.step, q.h);
+        apply_pending(ctx, p, q);
       p.pending.clear();
     }
   });

@@ -1,4 +1,4 @@
-//===- safetensors.cpp - .safetensors reader/writer, atomic file writes ----===//
+//===- safetensors.cpp - .safetensors reader and writer -------------------===//
 //
 // Layout: u64 little-endian header size, the JSON header (padded with spaces
 // to a multiple of 8 bytes), then the tensors' bytes back to back;
@@ -11,38 +11,16 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime_internal.h"
+#include "formats.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <climits>
-#include <cstdlib>
 #include <cstdint>
-#include <cstring>
-#include <map>
 #include <set>
-#include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace spw {
-
-std::string json_string(const std::string &s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += char(c);
-    } else if (c < 0x20) {
-      out += format("\\u%04x", c);
-    } else {
-      out += char(c);
-    }
-  }
-  return out + "\"";
-}
 
 const char *safetensors_dtype(int32_t dtype) {
   switch (dtype) {
@@ -460,168 +438,6 @@ SafetensorsHeader parse_safetensors_header(const std::string &json,
          "end at %lld",
          what.c_str(), (long long)data_size, (long long)at);
   return h;
-}
-
-// ---- atomic writes ----------------------------------------------------------------
-
-void write_file_synced(const std::string &path, const std::string &bytes,
-                       bool exclusive) {
-  // O_NONBLOCK: a FIFO there fails to open (ENXIO) instead of waiting for
-  // a reader; it changes nothing for a regular file.
-  int fd = ::open(path.c_str(),
-                  O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY |
-                      (exclusive ? O_EXCL : O_TRUNC),
-                  0644);
-  if (fd < 0)
-    fail("cannot create '%s': %s", path.c_str(), std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
-    ::close(fd); // not ours to remove
-    fail("'%s' is %s, not a regular file", path.c_str(),
-         file_kind(st.st_mode));
-  }
-  auto give_up = [&](const char *what, size_t at, int e) {
-    ::close(fd);
-    ::unlink(path.c_str());
-    if (at == size_t(-1))
-      fail("cannot %s '%s': %s", what, path.c_str(), std::strerror(e));
-    fail("cannot %s '%s' at offset %zu: %s", what, path.c_str(), at,
-         std::strerror(e));
-  };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      give_up("write", done, n < 0 ? errno : ENOSPC);
-    done += size_t(n);
-  }
-  if (::fsync(fd) != 0)
-    give_up("fsync", size_t(-1), errno);
-  if (::close(fd) != 0) {
-    int e = errno;
-    ::unlink(path.c_str());
-    fail("cannot close '%s': %s", path.c_str(), std::strerror(e));
-  }
-}
-
-void remove_files_of_dead_writers(const std::string &dir,
-                                  const std::string &prefix, char sep) {
-  DIR *d = ::opendir(dir.c_str());
-  if (!d)
-    return;
-  while (const struct dirent *e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix))
-      continue;
-    const size_t stop = sep ? name.find(sep, prefix.size()) : name.size();
-    if (stop == std::string::npos)
-      continue;
-    const std::string digits = name.substr(prefix.size(), stop - prefix.size());
-    if (digits.empty() || digits.size() > 9 ||
-        digits.find_first_not_of("0123456789") != std::string::npos)
-      continue;
-    const pid_t pid = pid_t(std::stol(digits));
-    if (pid <= 0 || pid == ::getpid() ||
-        !(::kill(pid, 0) != 0 && errno == ESRCH))
-      continue;
-    const std::string full = dir + "/" + name;
-    struct stat st;
-    if (::lstat(full.c_str(), &st) == 0 && S_ISREG(st.st_mode))
-      ::unlink(full.c_str());
-  }
-  ::closedir(d);
-}
-
-std::string resolve_symlinks(const std::string &given) {
-  std::string path = given;
-  for (int hops = 0; hops < 40; ++hops) {
-    struct stat st;
-    if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode))
-      return path;
-    std::string target(size_t(PATH_MAX), '\0');
-    const ssize_t n = ::readlink(path.c_str(), target.data(), target.size());
-    if (n <= 0 || size_t(n) >= target.size())
-      return path;
-    target.resize(size_t(n));
-    // A relative target is relative to the link's directory.
-    const size_t slash = path.find_last_of('/');
-    path = target[0] == '/' || slash == std::string::npos
-               ? target
-               : path.substr(0, slash + 1) + target;
-  }
-  return path; // a loop: the writes fail on it with ELOOP, naming it
-}
-
-bool test_write_fault(const std::string &path) {
-  const char *spec = std::getenv("SPILLWAY_TEST_ENOSPC");
-  if (!spec || !*spec)
-    return false;
-  static std::map<std::string, long> writes; // per FILE of the spec
-  const std::string all = spec;
-  size_t start = 0;
-  while (start <= all.size()) {
-    size_t comma = all.find(',', start);
-    if (comma == std::string::npos)
-      comma = all.size();
-    std::string item = all.substr(start, comma - start), name = item;
-    long from = 1;
-    if (size_t at = item.rfind('@'); at != std::string::npos) {
-      name = item.substr(0, at);
-      from = std::atol(item.c_str() + at + 1);
-    }
-    if (name == path)
-      return ++writes[name] >= from;
-    start = comma + 1;
-  }
-  return false;
-}
-
-void write_file_atomic(const std::string &given, const std::string &bytes) {
-  // A symlink is followed: its target is what the user means to replace (a
-  // rename over the link would replace the link and leave the target as it
-  // was); the temporary is made beside the target.
-  const std::string path = resolve_symlinks(given);
-  // Only a regular file is replaced: a rename over /dev/null (or a FIFO, a
-  // directory) would swap the node for a file.
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-    fail("'%s' is %s; refusing to replace it with a regular file",
-         path.c_str(), file_kind(st.st_mode));
-  // What a killed earlier write of this file left (`<name>.tmp.<pid>`).
-  {
-    const size_t slash = path.find_last_of('/');
-    remove_files_of_dead_writers(
-        slash == std::string::npos ? "."
-        : slash == 0               ? "/"
-                                   : path.substr(0, slash),
-        (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.",
-        '\0');
-  }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  // A new file: whatever has this name (a file of an earlier process with
-  // our pid, or a FIFO someone made there) is not opened.
-  ::unlink(tmp.c_str());
-  if (test_write_fault(given))
-    fail("cannot write '%s' at offset 0: %s (SPILLWAY_TEST_ENOSPC)",
-         tmp.c_str(), std::strerror(ENOSPC));
-  write_file_synced(tmp, bytes, /*exclusive=*/true);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    fail("cannot rename '%s' to '%s': %s", tmp.c_str(), path.c_str(),
-         std::strerror(e));
-  }
-  // Make the rename durable; failure here is not worth failing the run for
-  // (some file systems refuse fsync on directories).
-  std::string dir = path.substr(0, path.find_last_of('/') + 1);
-  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY |
-                                                       O_CLOEXEC);
-  if (dfd >= 0) {
-    (void)::fsync(dfd);
-    ::close(dfd);
-  }
 }
 
 } // namespace spw

@@ -7,10 +7,18 @@
 // Every byte moved goes through the store, whose counters are what
 // --stats-json reports against the plan's prediction.
 //
+// The GPU tier is the run's device's memory (Device::make_tier_memory):
+// device tensors point into it, and everything that reads or writes it
+// (gradients staged, activations put and taken, the mean for the update,
+// scatter and gather) goes through the device, never a host memcpy, so a
+// device whose memory the host cannot read (CUDA, loopback) runs the plan
+// as the CPU device does, with the same float arithmetic.
+//
 //===----------------------------------------------------------------------===//
 
 #include "tiers.h"
 
+#include "host_optimizer.h"
 #include "storage/tensor_store.h"
 
 #include <chrono>
@@ -87,6 +95,10 @@ struct Tiers {
     // An activation block: the type put into it (dims[0..rank)), -1: none.
     int32_t dtype = -1, rank = 0;
     int64_t dims[kMaxRank] = {};
+    // The CPU optimizer's updates of each part's host copy still in flight
+    // (host_optimizer.h), and the tier of the last spw_bind (-1: none).
+    std::vector<Token> host_updates[2];
+    int bound_tier = -1;
   };
   // Declared.
   uint64_t gpu_bytes = 0, host_bytes = 0, ssd_bytes = 0;
@@ -98,7 +110,8 @@ struct Tiers {
   std::map<std::pair<int, int>, size_t> by_key;
 
   // Started.
-  std::unique_ptr<CpuDeviceMemory> gpu;
+  Device *device = nullptr; // the context's; outlives the tiers (~spw_ctx)
+  std::unique_ptr<DeviceMemory> gpu;
   std::unique_ptr<PinnedPool> pool;
   std::unique_ptr<IoEngine> engine;
   std::unique_ptr<SwapSpace> swap;
@@ -109,6 +122,7 @@ struct Tiers {
   struct Move {
     std::vector<Token> tokens; // one per part moved
     Clock::time_point issued;
+    Tier to = Tier::Gpu;
   };
   std::vector<Move> moves;
   // Statistics.
@@ -119,12 +133,19 @@ struct Tiers {
   std::array<LinkBytes, kNumClasses> class_at_step_begin{}, class_last_step{};
   double wait_s = 0, busy_s = 0;      // all steps
   Clock::time_point busy_until{};     // end of the last in-flight interval
+  // The CPU optimizer (host_optimizer.h); per parameter, the index of its
+  // params and optimizer blocks (-1: none), made at its first update.
+  std::unique_ptr<HostOptimizer> host;
+  std::vector<std::array<int, 2>> param_blocks;
 
   ~Tiers() {
+    host.reset(); // its tasks write the host arena
     moves.clear();
     store.reset(); // waits for its moves before the engine goes
     swap.reset();
     engine.reset();
+    if (device && pool)
+      device->unregister_host_memory(pool->base());
   }
 
   Block &block(int cls, int layer, const char *what) {
@@ -149,6 +170,17 @@ struct Tiers {
 };
 
 bool has_tiers(const spw_ctx *ctx) { return ctx->tiers != nullptr; }
+
+bool tiers_hold(const spw_ctx *ctx, size_t param, int cls) {
+  if (!ctx->tiers)
+    return false;
+  for (const Tiers::Block &b : ctx->tiers->blocks)
+    if (b.cls == cls &&
+        std::find(b.params.begin(), b.params.end(), int32_t(param)) !=
+            b.params.end())
+      return true;
+  return false;
+}
 
 // The plan of an entry point (whose name `guarded` puts in front of the
 // error); a model that declared none is an error, not a null dereference.
@@ -184,9 +216,11 @@ void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
   t.dirs_used = ssd_dirs.empty() ? split_dirs(t.ssd_dirs) : ssd_dirs;
   if (t.dirs_used.empty())
     t.dirs_used = {"."};
-  t.gpu = std::make_unique<CpuDeviceMemory>(std::max<uint64_t>(t.gpu_bytes, 256));
+  t.device = ctx->device.get();
+  t.gpu = t.device->make_tier_memory(std::max<uint64_t>(t.gpu_bytes, 256));
   // The host arena, plus room for the I/O engine's alignment slack.
   t.pool = std::make_unique<PinnedPool>(size_t(t.host_bytes + (64 << 10)));
+  t.device->register_host_memory(t.pool->base(), t.pool->size());
   EngineConfig cfg;
   cfg.backend = backend;
   cfg.pool = t.pool.get();
@@ -266,10 +300,30 @@ template <class F> static void with_host_copy(Tiers &t, Tiers::Block &b,
                                    ? s.gpu_address(b.part_id(k))
                                    : s.host_address(b.part_id(k)));
   };
-  if (b.home == int(Tier::Host) || b.home == int(Tier::Gpu)) {
+  if (b.home == int(Tier::Host)) {
     for (int k = 0; k < b.parts(); ++k)
-      part[k] = addr(k, Tier(b.home));
+      part[k] = addr(k, Tier::Host);
     body(part);
+    return;
+  }
+  if (b.home == int(Tier::Gpu)) {
+    // The device's memory: a host copy through its copy engines.
+    std::vector<char> copy[2];
+    for (int k = 0; k < b.parts(); ++k) {
+      copy[k].assign(size_t(b.part_bytes(k)), 0);
+      part[k] = copy[k].data();
+      if (load)
+        t.gpu
+            ->copy_d2h(part[k], s.extent(b.part_id(k), Tier::Gpu)->offset,
+                       b.part_bytes(k), s.name(b.part_id(k)))
+            .wait();
+    }
+    body(part);
+    for (int k = 0; k < b.parts() && store_back; ++k)
+      t.gpu
+          ->copy_h2d(s.extent(b.part_id(k), Tier::Gpu)->offset, part[k],
+                     b.part_bytes(k), s.name(b.part_id(k)))
+          .wait();
     return;
   }
   for (int k = 0; k < b.parts(); ++k) {
@@ -308,8 +362,20 @@ static void copy_member(const Tiers::Block &b, size_t i, char *const part[2],
   }
 }
 
+// Waits for all of the CPU optimizer's updates; the blocks forget their
+// tokens. Returns the first update's error, or "".
+static std::string finish_host_updates(spw_ctx *ctx, bool step_end) {
+  std::string error = host_optimizer_finish(ctx, step_end);
+  for (Tiers::Block &b : ctx->tiers->blocks)
+    for (std::vector<Token> &u : b.host_updates)
+      u.clear();
+  return error;
+}
+
 void tiers_scatter(spw_ctx *ctx) {
   Tiers &t = *ctx->tiers;
+  if (std::string e = finish_host_updates(ctx, false); !e.empty())
+    fail("%s", e.c_str());
   for (Tiers::Block &b : t.blocks) {
     if (b.home < 0 || b.cls == 2)
       continue; // gradients: every iteration's first flush writes them
@@ -346,6 +412,7 @@ void tiers_release_copies(spw_ctx *ctx) {
       if (b.cls == 0) {
         p.value->owned.reset();
         p.value->data = nullptr;
+        p.dev_value->data = nullptr;
       } else if (b.cls == 1) {
         std::vector<float>().swap(p.adam_m);
         std::vector<float>().swap(p.adam_v);
@@ -355,12 +422,17 @@ void tiers_release_copies(spw_ctx *ctx) {
 
 void tiers_gather(spw_ctx *ctx) {
   Tiers &t = *ctx->tiers;
+  if (std::string e = finish_host_updates(ctx, false); !e.empty())
+    fail("%s", e.c_str());
+  for (Tiers::Block &b : t.blocks)
+    b.bound_tier = -1; // the pointers are the plain copies' again
   for (ParamInfo &p : ctx->params) {
     if (!p.value->owned)
       p.value->owned = alloc_buffer(p.value->bytes());
     p.value->data = p.value->owned.get();
     p.bound_m = p.bound_v = nullptr;
     p.bound_split = -1;
+    p.w_on_device = p.state_on_device = false;
     for (int k = 0; k < 2; ++k)
       p.bound_w_part[k] = p.bound_m_part[k] = p.bound_v_part[k] = nullptr;
   }
@@ -406,12 +478,59 @@ static LinkBytes minus(const LinkBytes &a, const LinkBytes &b) {
 
 void tiers_step_end(spw_ctx *ctx) {
   Tiers &t = *ctx->tiers;
+  if (std::string e = finish_host_updates(ctx, true); !e.empty())
+    ctx->set_error(e);
   t.store->wait_all();
   t.per_step.push_back(minus(t.store->moved(), t.at_step_begin));
   for (int c = 0; c < Tiers::kNumClasses; ++c)
     t.class_last_step[size_t(c)] =
         minus(t.store->moved_by_tag(c), t.class_at_step_begin[size_t(c)]);
   t.moves.clear();
+}
+
+HostOptimizer *tiers_host_optimizer(const spw_ctx *ctx) {
+  if (!ctx->tiers)
+    return nullptr;
+  if (!ctx->tiers->host)
+    ctx->tiers->host = std::make_unique<HostOptimizer>();
+  return ctx->tiers->host.get();
+}
+
+// Parameter `param`'s params and optimizer blocks (-1: none).
+static const std::array<int, 2> &param_blocks(const spw_ctx *ctx,
+                                              int32_t param) {
+  Tiers &t = *ctx->tiers;
+  if (t.param_blocks.size() != ctx->params.size()) {
+    t.param_blocks.assign(ctx->params.size(), {-1, -1});
+    for (size_t i = 0; i < t.blocks.size(); ++i)
+      if (t.blocks[i].cls == 0 || t.blocks[i].cls == 1)
+        for (int32_t q : t.blocks[i].params)
+          t.param_blocks[size_t(q)][size_t(t.blocks[i].cls)] = int(i);
+  }
+  return t.param_blocks[size_t(param)];
+}
+
+bool tiers_host_bound(const spw_ctx *ctx, int32_t param) {
+  if (!ctx->tiers || param < 0 || size_t(param) >= ctx->params.size())
+    return false;
+  const std::array<int, 2> &pb = param_blocks(ctx, param);
+  for (int c = 0; c < 2; ++c)
+    if (pb[size_t(c)] < 0 ||
+        ctx->tiers->blocks[size_t(pb[size_t(c)])].bound_tier != int(Tier::Host))
+      return false;
+  return true;
+}
+
+void tiers_note_host_update(spw_ctx *ctx, int32_t param, int parts,
+                            const Token &t) {
+  for (int c : param_blocks(ctx, param)) {
+    if (c < 0)
+      continue;
+    Tiers::Block &b = ctx->tiers->blocks[size_t(c)];
+    for (int k = 0; k < b.parts(); ++k)
+      if (parts & (1 << k))
+        b.host_updates[k].push_back(t);
+  }
 }
 
 std::string tiers_describe(const spw_ctx *ctx) {
@@ -606,6 +725,43 @@ void spw_declare_split(spw_ctx *ctx, int32_t cls, int32_t layer,
   });
 }
 
+// True when the device's kernels and copies may take `t`'s data: a device
+// tensor, or any tensor on a device whose memory is the host's.
+static bool in_device_memory(const spw_ctx *ctx, const spw_tensor &t) {
+  return t.on_device || ctx->device->host_visible();
+}
+
+// A device tensor of `like`'s type over `data` (GPU-tier memory), for the
+// kernels that work on tier copies.
+static std::unique_ptr<spw_tensor> device_view(const spw_tensor &like,
+                                               void *data) {
+  auto v = make_tensor(like.dtype, like.rank, like.dims, "tier copy",
+                       /*allocate=*/false);
+  v->data = data;
+  v->on_device = true;
+  return v;
+}
+
+// Runs a kernel of the C ABI on the context's device; its error (the
+// context's) ends the calling entry point.
+static void device_kernel(spw_ctx *ctx, KernelEntry k, spw_tensor *const *ins,
+                          spw_tensor *const *outs) {
+  k(ctx, ins, outs, nullptr, nullptr);
+  if (ctx->failed())
+    throw Error(ctx->error);
+}
+
+// Waits for the CPU optimizer's updates of part `part` (-1: all) of b's host
+// copy: what reads, overwrites, frees or binds that copy comes after them.
+static void wait_host_updates(Tiers &t, Tiers::Block &b, int part) {
+  for (int k = 0; k < 2; ++k)
+    if (part < 0 || k == part) {
+      for (const Token &u : b.host_updates[k])
+        t.host->wait(u);
+      b.host_updates[k].clear();
+    }
+}
+
 // Moves part `part` (-1: every part) of block (cls, layer).
 static int32_t move_parts(spw_ctx *ctx, const char *what, int32_t cls,
                           int32_t layer, int32_t part, int32_t from,
@@ -623,10 +779,13 @@ static int32_t move_parts(spw_ctx *ctx, const char *what, int32_t cls,
            b.parts() == 1 ? "" : "s");
     Tiers::Move m;
     m.issued = Clock::now();
+    m.to = d;
     for (int k = 0; k < b.parts(); ++k) {
       if (part >= 0 && k != part)
         continue;
       const TensorId id = b.part_id(k);
+      if (f == Tier::Host || d == Tier::Host)
+        wait_host_updates(t, b, k);
       if (!s.resident(id, d)) {
         // The copy's start on `to`: where its other part already is, else
         // the plan's offset.
@@ -668,8 +827,17 @@ void spw_await(spw_ctx *ctx, int32_t token) {
       fail("unknown token %d", token);
     Tiers::Move &m = t.moves[size_t(token)];
     const auto t0 = Clock::now();
-    for (const Token &k : m.tokens)
-      k.wait();
+    // The consumer of a copy into the GPU tier is the device's compute: it
+    // waits there (CUDA: the compute stream waits on the copy's event; the
+    // host blocks only where compute is the calling thread). Copies into
+    // host or SSD are read by host code (the CPU optimizer, the next link,
+    // the gradient accumulator): the host waits.
+    for (const Token &k : m.tokens) {
+      if (m.to == Tier::Gpu)
+        t.gpu->compute_waits(k);
+      else
+        k.wait();
+    }
     const auto t1 = Clock::now();
     t.wait_s += std::chrono::duration<double>(t1 - t0).count();
     // Time with a move in flight: the union of [issued, awaited] intervals
@@ -694,6 +862,8 @@ static void drop_parts(spw_ctx *ctx, const char *what, int32_t cls,
     if (part < -1 || part >= b.parts())
       fail("%s has no part %d (%d part%s)", b.name.c_str(), part, b.parts(),
            b.parts() == 1 ? "" : "s");
+    if (d == Tier::Host)
+      wait_host_updates(t, b, part);
     bool left = false;
     for (int k = 0; k < b.parts(); ++k) {
       if (part < 0 || k == part) {
@@ -729,6 +899,9 @@ void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
     Tier d = tier_of(tier, "spw_bind");
     if (cls != 0 && cls != 1)
       fail("%s: only params and optimizer blocks are bound", b.name.c_str());
+    if (d == Tier::Host)
+      wait_host_updates(t, b, -1);
+    b.bound_tier = int(d);
     char *part[2] = {nullptr, nullptr};
     bool any = false;
     for (int k = 0; k < b.parts(); ++k)
@@ -741,17 +914,23 @@ void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
     if (!any)
       fail("%s has no copy on %s to compute with", b.name.c_str(),
            tier_name(d));
+    // A GPU-tier copy is what the device's kernels and optimizer read
+    // (the parameter's device tensor points at it); a host-tier copy is for
+    // host code only (the CPU optimizer: the value's host tensor).
+    const bool gpu = d == Tier::Gpu;
     for (size_t i = 0; i < b.params.size(); ++i) {
       ParamInfo &p = ctx->params[size_t(b.params[i])];
       const int64_t n = cls == 0 ? p.value->numel : p.state_numel();
       float *at[2];
       int64_t split;
       member_elements(b, i, part, false, n, at, &split);
+      spw_tensor &value = cls == 0 && gpu ? *p.dev_value : *p.value;
+      (cls == 0 ? p.w_on_device : p.state_on_device) = gpu;
       if (!b.split) {
         // One part: the plain pointers.
         p.bound_split = -1;
         if (cls == 0) {
-          p.value->data = at[0];
+          value.data = at[0];
         } else {
           float *v[2];
           member_elements(b, i, part, true, n, v, &split);
@@ -766,11 +945,11 @@ void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
         p.bound_w_part[1] = at[1];
         // Forward and backward read the whole parameter: only where it is
         // in one piece (else reading it is the unbound-parameter error).
-        p.value->data = split == n   ? at[0]
-                        : split == 0 ? at[1]
-                        : at[0] && at[1] && at[1] == at[0] + split
-                            ? at[0]
-                            : nullptr;
+        value.data = split == n   ? at[0]
+                     : split == 0 ? at[1]
+                     : at[0] && at[1] && at[1] == at[0] + split
+                         ? at[0]
+                         : nullptr;
       } else {
         float *v[2];
         member_elements(b, i, part, true, n, v, &split);
@@ -803,20 +982,24 @@ void spw_stage_grads(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t mode,
     char *base = t.address(b, int(Tier::Gpu));
     for (size_t i = 0; i < k; ++i) {
       const ParamInfo &p = ctx->params[size_t(b.params[i])];
-      float *acc = reinterpret_cast<float *>(base + b.offsets[i]);
+      auto acc = device_view(*p.value, base + b.offsets[i]);
       const size_t numel = size_t(p.value->numel);
       for (size_t j = 0; j < size_t(n) / k; ++j) {
-        const spw_tensor *g = grads[j * k + i];
+        spw_tensor *g = grads[j * k + i];
         if (!g || g->dtype != SPW_F32 || size_t(g->numel) != numel)
           fail("%s: gradient %zu of '%s' is not f32 of %zu elements",
                b.name.c_str(), j, p.name.c_str(), numel);
-        const float *src = g->as<float>();
-        // Left to right, as sched.accumulate adds the micro-batches.
-        if (j == 0 && mode == 0)
-          std::memcpy(acc, src, numel * sizeof(float));
-        else
-          for (size_t e = 0; e < numel; ++e)
-            acc[e] = acc[e] + src[e];
+        if (!in_device_memory(ctx, *g) || !g->data)
+          fail("%s: gradient %zu of '%s' is not a device tensor",
+               b.name.c_str(), j, p.name.c_str());
+        // Left to right, as sched.accumulate adds the micro-batches: acc =
+        // acc + g element by element (the add kernel, in place).
+        if (j == 0 && mode == 0) {
+          ctx->device->copy(acc->data, g->data, g->bytes());
+        } else {
+          spw_tensor *ins[] = {acc.get(), g}, *outs[] = {acc.get()};
+          device_kernel(ctx, spw_op_add, ins, outs);
+        }
       }
     }
   });
@@ -877,14 +1060,32 @@ spw_tensor *spw_gradient(spw_ctx *ctx, int32_t param, int32_t layer,
       fail("%s does not hold the gradient of parameter %d", b.name.c_str(),
            param);
     const spw_tensor &v = *ctx->params[size_t(param)].value;
+    // The mean as the resident schedule's sched.accumulate computes it:
+    // x / float(M) element by element.
+    const float m = float(divisor);
+    char *at = t.address(b, tier) + b.offsets[i];
+    if (d == Tier::Gpu) {
+      // On the device, for the device's optimizer: a step tensor.
+      spw_tensor *g =
+          alloc_step_tensor(ctx, v.dtype, v.rank, v.dims, "gradient");
+      if (divisor == 1) {
+        ctx->device->copy(g->data, at, g->bytes());
+      } else {
+        auto src = device_view(v, at);
+        spw_tensor *ins[] = {src.get(), spw_constant(ctx, SPW_F32, 0,
+                                                     nullptr, &m)};
+        spw_tensor *outs[] = {g};
+        device_kernel(ctx, spw_op_div, ins, outs);
+      }
+      out = g;
+      return;
+    }
+    // On host, for the CPU optimizer: a host tensor.
     ctx->step_tensors.push_back(make_tensor(v.dtype, v.rank, v.dims, "gradient"));
     spw_tensor *g = ctx->step_tensors.back().get();
     g->releasable = true; // a copy: spw_release may free it
-    const float *src =
-        reinterpret_cast<const float *>(t.address(b, tier) + b.offsets[i]);
+    const float *src = reinterpret_cast<const float *>(at);
     float *dst = g->as<float>();
-    // The mean as the resident schedule's sched.accumulate computes it.
-    const float m = float(divisor);
     for (int64_t e = 0; e < g->numel; ++e)
       dst[e] = divisor == 1 ? src[e] : src[e] / m;
     out = g;
@@ -933,12 +1134,18 @@ void spw_put_activation(spw_ctx *ctx, int32_t index, spw_tensor *x,
            b.name.c_str());
     if (at < 0)
       fail("%s: no offset for its GPU copy", b.name.c_str());
+    if (!in_device_memory(ctx, *x))
+      fail("%s: the tensor is not a device tensor", b.name.c_str());
     s.place(b.id, Tier::Gpu, uint64_t(at));
-    std::memcpy(t.address(b, int(Tier::Gpu)), x->data, b.bytes);
+    ctx->device->copy(t.address(b, int(Tier::Gpu)), x->data,
+                      int64_t(b.bytes));
     b.dtype = x->dtype;
     b.rank = x->rank;
     std::memcpy(b.dims, x->dims, sizeof b.dims);
-    // The point of offloading: the tensor's own memory goes now.
+    // The point of offloading: the tensor's own memory goes now (reused
+    // only after the copy, which is in stream order before it).
+    if (x->releasable)
+      ctx->device->step_free(x->data);
     x->owned.reset();
     x->data = nullptr;
   });
@@ -963,11 +1170,10 @@ spw_tensor *spw_take_activation(spw_ctx *ctx, int32_t index, int32_t dtype,
     if (!s.resident(b.id, Tier::Gpu))
       fail("%s has no GPU copy (move it back host -> gpu before taking it)",
            b.name.c_str());
-    ctx->step_tensors.push_back(make_tensor(b.dtype, b.rank, b.dims,
-                                            "activation"));
-    spw_tensor *x = ctx->step_tensors.back().get();
-    x->releasable = true; // a copy: spw_release may free it
-    std::memcpy(x->data, t.address(b, int(Tier::Gpu)), b.bytes);
+    spw_tensor *x =
+        alloc_step_tensor(ctx, b.dtype, b.rank, b.dims, "activation");
+    ctx->device->copy(x->data, t.address(b, int(Tier::Gpu)),
+                      int64_t(b.bytes));
     out = x;
   });
   return out;

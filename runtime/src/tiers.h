@@ -11,7 +11,7 @@
 #ifndef SPILLWAY_RUNTIME_SRC_TIERS_H
 #define SPILLWAY_RUNTIME_SRC_TIERS_H
 
-#include "runtime_internal.h"
+#include "context.h"
 #include "storage/io_engine.h"
 
 #include <string>
@@ -21,6 +21,10 @@ namespace spw {
 
 // True when the model declared an offload plan.
 bool has_tiers(const spw_ctx *ctx);
+// True when the plan's blocks of class `cls` (SPW_BLOCK_PARAMS: the value,
+// SPW_BLOCK_OPTIMIZER: the AdamW / FOAM state) hold parameter `param`: its
+// copies are the blocks', bound by spw_bind, not the device's own.
+bool tiers_hold(const spw_ctx *ctx, size_t param, int cls);
 // Creates the arenas and the swap space (in `ssd_dirs`, else the compiled
 // directories, else the current one) and places every block's home.
 void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
@@ -43,6 +47,19 @@ std::string tiers_summary(const spw_ctx *ctx, double seconds, int64_t steps);
 // I/O wait and overlap (docs/runtime.md, "Offload").
 std::string tiers_stats_json(const spw_ctx *ctx, double seconds,
                              int64_t steps);
+
+// The CPU optimizer's hooks (host_optimizer.h). The plan's CPU optimizer
+// state, made at first use; null without a plan.
+struct HostOptimizer;
+HostOptimizer *tiers_host_optimizer(const spw_ctx *ctx);
+// True when parameter `param`'s params and optimizer blocks are both bound
+// on the host tier (spw_bind).
+bool tiers_host_bound(const spw_ctx *ctx, int32_t param);
+// An update of `param` in flight on the host copies of its params and
+// optimizer blocks (`parts`: bit k for part k of a split block): whatever
+// next reads, overwrites, frees or binds those copies waits for `t` first.
+void tiers_note_host_update(spw_ctx *ctx, int32_t param, int parts,
+                            const storage::Token &t);
 
 } // namespace spw
 

@@ -14,10 +14,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "context.h"
 #include "cuda/cuda_check.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
-#include "runtime_internal.h"
 
 #include <cublasLt.h>
 

@@ -19,12 +19,12 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "context.h"
 #include "cuda/cuda_check.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
 #include "cuda/optimizer_kernels.h"
 #include "cuda_check_ops.h"
-#include "runtime_internal.h"
 
 #include <algorithm>
 #include <cmath>

@@ -14,8 +14,8 @@
 #ifndef SPILLWAY_RUNTIME_TESTS_CUDA_CHECK_OPS_H
 #define SPILLWAY_RUNTIME_TESTS_CUDA_CHECK_OPS_H
 
+#include "context.h"
 #include "device.h"
-#include "runtime_internal.h"
 
 #include <cstdint>
 #include <optional>

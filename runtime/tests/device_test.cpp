@@ -1,7 +1,9 @@
-//===- device_test.cpp - the arena allocator and the loopback device -------===//
+//===- device_test.cpp - the arena allocator, the CPU and loopback devices -===//
 
+#include "context.h"
 #include "device.h"
-#include "runtime_internal.h"
+
+#include "storage/tensor_store.h"
 
 #include <gtest/gtest.h>
 
@@ -145,6 +147,112 @@ TEST(StepTensors, ParametersAndInputsAreNotReleased) {
   spw_release(ctx.get(), w);
   EXPECT_EQ(w->data, data);
   EXPECT_FALSE(ctx->failed()) << ctx->error;
+}
+
+} // namespace
+
+namespace {
+
+// The CPU device is host memory: kernels run on the tensors in place, copies
+// within one buffer are nothing, and the offload plan's GPU tier is a
+// CpuDeviceMemory.
+TEST(CpuDevice, HostMemoryKernelsInPlaceAndItsTierMemory) {
+  auto d = make_cpu_device();
+  EXPECT_EQ(d->name(), "cpu");
+  EXPECT_TRUE(d->host_visible());
+  EXPECT_EQ(d->step_arena_bytes(), 0);
+  void *a = d->step_alloc(100, "a");
+  void *b = d->step_alloc(28, "b");
+  EXPECT_EQ(d->step_bytes_in_use(), 128);
+  d->step_free(a);
+  EXPECT_EQ(d->step_bytes_in_use(), 28);
+  EXPECT_EQ(d->step_bytes_peak(), 128);
+  d->step_free(&a); // not a step allocation: ignored
+  d->reset_step();
+  EXPECT_EQ(d->step_bytes_in_use(), 0);
+  (void)b;
+
+  float host[4] = {1, 2, 3, 4}, back[4] = {};
+  auto *buf = static_cast<float *>(d->alloc(16, "buf"));
+  d->upload(buf, host, 16);
+  d->upload(buf, buf, 16); // one buffer: nothing to copy
+  d->download(back, buf, 16);
+  EXPECT_EQ(std::memcmp(back, host, 16), 0);
+  d->fill(buf, 0, 16);
+  EXPECT_EQ(buf[3], 0.0f); // the host reads device memory in place
+  d->release(buf);
+
+  // A kernel through the device: the CPU kernel on the tensors' own data.
+  auto ctx = make_context();
+  const int64_t dims[] = {3};
+  auto x = make_tensor(SPW_F32, 1, dims, "x"),
+       y = make_tensor(SPW_F32, 1, dims, "y");
+  for (int i = 0; i < 3; ++i)
+    x->as<float>()[i] = float(i) + 0.5f;
+  spw_tensor *ins[] = {x.get(), x.get()}, *outs[] = {y.get()};
+  spw_op_add(ctx.get(), ins, outs, nullptr, nullptr);
+  ASSERT_FALSE(ctx->failed()) << ctx->error;
+  EXPECT_EQ(y->as<float>()[2], 5.0f);
+
+  // The optimizer is the CPU arithmetic, bit for bit.
+  float w1[3] = {1, -2, 3}, m1[3] = {}, v1[3] = {}, g[3] = {0.5f, -1, 2};
+  float w2[3] = {1, -2, 3}, m2[3] = {}, v2[3] = {};
+  AdamWHparams h;
+  d->adamw(w1, m1, v1, g, 3, h, 1);
+  adamw_kernel(w2, m2, v2, g, 3, 1, h);
+  EXPECT_EQ(std::memcmp(w1, w2, sizeof w1), 0);
+  EXPECT_EQ(std::memcmp(v1, v2, sizeof v1), 0);
+
+  auto tier = d->make_tier_memory(4096);
+  EXPECT_STREQ(tier->kind(), "cpu");
+  EXPECT_EQ(tier->size(), 4096u);
+}
+
+// Every context computes on a device: the CPU device until the run starts
+// another, with the parameters' and inputs' host copies as its own (no
+// second copy on a host-visible device).
+TEST(CpuDevice, ContextsStartOnItWithoutASecondCopy) {
+  auto ctx = make_context();
+  ASSERT_NE(ctx->device, nullptr);
+  EXPECT_TRUE(ctx->device->host_visible());
+  const int64_t d[] = {4};
+  spw_declare_param(ctx.get(), "w", SPW_F32, 1, d, 0);
+  spw_declare_input(ctx.get(), "x", SPW_F32, 1, d);
+  ASSERT_FALSE(ctx->failed()) << ctx->error;
+  EXPECT_EQ(spw_param(ctx.get(), 0)->data, ctx->params[0].value->data);
+  EXPECT_EQ(spw_input(ctx.get(), 0)->data, ctx->inputs[0].view->data);
+
+  // Started as the driver starts it (the inputs loaded first).
+  InputInfo &in = ctx->inputs[0];
+  in.batches = alloc_buffer(2 * in.view->bytes());
+  in.num_batches = 2;
+  in.view->owned.reset();
+  in.view->data = in.batches.get();
+  device_start(ctx.get(), make_cpu_device());
+  EXPECT_EQ(spw_param(ctx.get(), 0)->data, ctx->params[0].value->data);
+  EXPECT_EQ(in.dev_batches, in.batches.get());
+  EXPECT_EQ(ctx->params[0].dev_m, nullptr); // the state stays the host's
+}
+
+// The loopback device's GPU tier is memory of the device: kernels accept
+// its addresses, it reads as NaN until a copy fills it, its bytes are not
+// the host's, and a copy into it reads back through the device.
+TEST(LoopbackDevice, TierMemoryIsDeviceMemory) {
+  auto d = make_loopback_device(1 << 20, Precision::FP32);
+  EXPECT_FALSE(d->host_visible());
+  auto tier = d->make_tier_memory(4096);
+  EXPECT_STREQ(tier->kind(), "loopback");
+  float back[4] = {};
+  d->download(back, tier->address(256), 16); // a device address
+  EXPECT_TRUE(std::isnan(back[0]));
+  const float host[4] = {1.5f, -2, 3, 4};
+  const storage::Token t = tier->copy_h2d(256, host, 16, "x");
+  tier->compute_waits(t);
+  EXPECT_NE(std::memcmp(tier->address(256), host, 16), 0); // scrambled
+  d->download(back, tier->address(256), 16);
+  EXPECT_EQ(std::memcmp(back, host, 16), 0);
+  d->register_host_memory(back, sizeof back); // nothing to pin
+  d->unregister_host_memory(back);
 }
 
 } // namespace

@@ -802,4 +802,23 @@ TEST_F(Driver, HyperParameterFlagsNameTheFlag) {
   }
 }
 
+TEST_F(Driver, LoopbackDelaysIsTheLoopbackDevicesFlag) {
+  Result r = train("--loopback-delays 3");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_CONTAINS(r.err, "error: --loopback-delays seeds the loopback "
+                         "device's copies; this run is on --device cpu");
+  r = train("--device loopback --loopback-delays -1");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_CONTAINS(r.err, "invalid value '-1' for --loopback-delays");
+  Result cpu = train("--steps 3 --save cpu.safetensors");
+  ASSERT_EQ(cpu.rc, 0) << cpu.err;
+  for (const char *seed : {"0", "7"}) {
+    r = train(std::string("--steps 3 --device loopback --save l.safetensors "
+                          "--loopback-delays ") +
+              seed);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(read("l.safetensors"), read("cpu.safetensors")) << seed;
+  }
+}
+
 } // namespace

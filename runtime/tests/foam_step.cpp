@@ -17,7 +17,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime_internal.h"
+#include "context.h"
+#include "formats.h"
 
 #include <cstdio>
 #include <cstdlib>

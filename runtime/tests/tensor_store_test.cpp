@@ -412,6 +412,7 @@ struct HeldDevice : DeviceMemory {
                  const std::string &) override {
     return hold([=, this] { std::memcpy(h, mem.data() + o, n); });
   }
+  void compute_waits(const Token &t) override { t.wait(); }
   void complete_all() {
     std::lock_guard<std::mutex> lock(mu);
     for (auto &[c, f] : held) {

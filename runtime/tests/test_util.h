@@ -2,7 +2,8 @@
 #ifndef SPILLWAY_RUNTIME_TESTS_TEST_UTIL_H
 #define SPILLWAY_RUNTIME_TESTS_TEST_UTIL_H
 
-#include "runtime_internal.h"
+#include "context.h"
+#include "formats.h"
 #include "storage/checkpoint.h"
 
 #include <csignal>

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "host_optimizer.h"
 #include "test_util.h"
 #include "tiers.h"
 
@@ -182,6 +183,9 @@ TEST(Tiers, SplitBlocksBindTheirPartsAndUpdateEachOnItsOwn) {
   spw_adamw_range(ctx.get(), 0, grad.get(), 64, 128, 0.1, 0.9, 0.999, 1e-8,
                   0.0);
   ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  // Bound on host, the update runs on the CPU optimizer's threads (the
+  // step's next move of the block would wait for it).
+  ASSERT_EQ(spw::host_optimizer_finish(ctx.get(), false), "");
   const float updated = p.bound_w_part[1][0];
   EXPECT_LT(updated, 64.0f);                // updated
   EXPECT_EQ(p.bound_w_part[0][63], 63.0f);  // untouched
@@ -347,6 +351,88 @@ TEST(Tiers, ParamsAndStateSplitTogether) {
               std::string::npos)
         << e.what();
   }
+}
+
+} // namespace
+
+namespace {
+
+// On a device whose memory the host cannot read (the loopback device: its
+// bytes scrambled, fresh memory NaN), the GPU tier is the device's memory:
+// a bound parameter is a device tensor there, staged gradients and their
+// mean are computed by the device, an update of GPU-bound state runs on the
+// device with the CPU's bits, activations go in and out through it, and
+// gather reads it all back.
+TEST(Tiers, OnTheLoopbackDeviceTheGpuTierIsTheDevicesMemory) {
+  auto ctx = context_with_param();
+  const int64_t predicted[4] = {0, 0, 0, 0};
+  spw_declare_tiers(ctx.get(), 4096, 8192, 0, "", predicted);
+  const int64_t members[] = {0}, offsets[] = {0};
+  spw_declare_block(ctx.get(), 0, 0, 24, SPW_TIER_GPU, 256, 1, members,
+                    offsets);
+  spw_declare_block(ctx.get(), 1, 0, 48, SPW_TIER_GPU, 512, 1, members,
+                    offsets);
+  spw_declare_block(ctx.get(), 2, 0, 24, -1, 0, 1, members, offsets);
+  spw_declare_activation(ctx.get(), 0, 24);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  spw::device_start(ctx.get(),
+                    spw::make_loopback_device(1 << 20, spw::Precision::FP32));
+  spw::Device &d = *ctx->device;
+  spw::tiers_start(ctx.get(), {}, spw::storage::Backend::Threads);
+  spw::tiers_scatter(ctx.get());
+  spw_bind(ctx.get(), 0, 0, SPW_TIER_GPU);
+  spw_bind(ctx.get(), 1, 0, SPW_TIER_GPU);
+  spw_tensor *w = spw_param(ctx.get(), 0);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  EXPECT_TRUE(w->on_device);
+  float host[6];
+  d.download(host, w->data, 24);
+  for (int i = 0; i < 6; ++i)
+    EXPECT_EQ(host[i], 0.5f + float(i));
+  EXPECT_NE(w->as<float>()[0], 0.5f); // device bytes are not the host's
+
+  // Two micro-batches' gradients (device tensors) staged, then the mean.
+  const int64_t dims[] = {2, 3};
+  const float g1[6] = {0.1f, 0.2f, 0.3f, -0.4f, 0.5f, 0.6f};
+  const float g2[6] = {0.7f, -0.8f, 0.9f, 1.0f, 1.1f, -1.2f};
+  spw_tensor *grads[] = {spw_alloc(ctx.get(), SPW_F32, 2, dims),
+                         spw_alloc(ctx.get(), SPW_F32, 2, dims)};
+  d.upload(grads[0]->data, g1, 24);
+  d.upload(grads[1]->data, g2, 24);
+  spw_stage_grads(ctx.get(), 2, 0, 0, 2, grads, 1024);
+  spw_tensor *mean = spw_gradient(ctx.get(), 0, 0, SPW_TIER_GPU, 2);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  ASSERT_TRUE(mean->on_device);
+  float want_g[6], got_g[6];
+  for (int i = 0; i < 6; ++i)
+    want_g[i] = (g1[i] + g2[i]) / 2.0f;
+  d.download(got_g, mean->data, 24);
+  EXPECT_EQ(std::memcmp(got_g, want_g, 24), 0);
+
+  // The update of GPU-bound state runs on the device, with the CPU's bits.
+  ctx->step = 1;
+  spw_adamw(ctx.get(), 0, mean, 0.1, 0.9, 0.999, 1e-8, 0.01);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  float want_w[6], m[6] = {}, v[6] = {};
+  for (int i = 0; i < 6; ++i)
+    want_w[i] = 0.5f + float(i);
+  spw::adamw_kernel(want_w, m, v, want_g, 6, 1,
+                    spw::AdamWHparams{0.1, 0.9, 0.999, 1e-8, 0.01});
+
+  // An activation put into the GPU tier and taken back, by the device.
+  spw_tensor *x = spw_alloc(ctx.get(), SPW_F32, 2, dims);
+  d.upload(x->data, g2, 24);
+  spw_put_activation(ctx.get(), 0, x, 2048);
+  spw_tensor *back = spw_take_activation(ctx.get(), 0, SPW_F32, 2, dims);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  EXPECT_EQ(x->data, nullptr);
+  d.download(host, back->data, 24);
+  EXPECT_EQ(std::memcmp(host, g2, 24), 0);
+  spw::tiers_gather(ctx.get());
+  const float *got_w = ctx->params[0].value->as<float>();
+  EXPECT_EQ(std::memcmp(got_w, want_w, 24), 0);
+  EXPECT_EQ(std::memcmp(ctx->params[0].adam_m.data(), m, 24), 0);
+  EXPECT_EQ(std::memcmp(ctx->params[0].adam_v.data(), v, 24), 0);
 }
 
 } // namespace

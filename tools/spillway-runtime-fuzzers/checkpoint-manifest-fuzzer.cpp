@@ -15,8 +15,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime_internal.h"
 #include "storage/checkpoint.h"
+#include "support.h"
 
 #include <cstdint>
 #include <cstdio>

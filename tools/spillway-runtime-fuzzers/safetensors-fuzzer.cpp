@@ -10,7 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime_internal.h"
+#include "formats.h"
 
 #include <cstdint>
 #include <cstdio>

@@ -17,9 +17,9 @@
 #ifndef SPILLWAY_RUNTIME_SRC_CPU_KERNELS_H
 #define SPILLWAY_RUNTIME_SRC_CPU_KERNELS_H
 
+#include "context.h"
 #include "device.h"
 #include "kernel_checks.h"
-#include "runtime_internal.h"
 
 #include <array>
 #include <cstddef>
@@ -71,8 +71,9 @@ void for_each_index(int rank, const int64_t *dims,
 
 } // namespace spw::cpu
 
-// Each entry point runs its CPU kernel, or hands a context with a device
-// (device.h) to the device, which may call the CPU kernel back.
+// Each entry point hands the op to the context's device (device.h), which
+// runs the CPU kernel in place (the CPU device), on host copies (loopback)
+// or its own kernel.
 #define SPW_KERNEL_DEF(name)                                                   \
   static void cpu_op_##name(spw_ctx *, spw_tensor *const *,                    \
                             spw_tensor *const *, const int64_t *,              \
@@ -80,10 +81,7 @@ void for_each_index(int rank, const int64_t *dims,
   extern "C" void spw_op_##name(spw_ctx *ctx, spw_tensor *const *ins,          \
                                 spw_tensor *const *outs,                       \
                                 const int64_t *iattrs, const double *fattrs) { \
-    if (ctx && ctx->device)                                                    \
-      return run_on_device(ctx, Op::name, cpu_op_##name, ins, outs, iattrs,    \
-                           fattrs);                                            \
-    cpu_op_##name(ctx, ins, outs, iattrs, fattrs);                             \
+    run_on_device(ctx, Op::name, cpu_op_##name, ins, outs, iattrs, fattrs);   \
   }                                                                            \
   static void cpu_op_##name(spw_ctx *ctx, spw_tensor *const *ins,              \
                             spw_tensor *const *outs, const int64_t *iattrs,    \

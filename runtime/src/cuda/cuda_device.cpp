@@ -9,21 +9,31 @@
 //   - long-lived buffers: one cudaMalloc each, at start;
 //   - a pinned host staging area (cudaHostAlloc, once) that uploads and
 //     downloads go through in chunks, so copies run at pinned speed and
-//     the caller's memory is free as soon as upload() returns.
+//     the caller's memory is free as soon as upload() returns;
+//   - an offload plan's GPU tier (make_tier_memory, cuda_tier_memory.cpp):
+//     one more cudaMalloc, made before the step arena is reserved so the
+//     arena's default size leaves room for it, with its own copy streams;
+//     the plan's pinned staging pool is page-locked in place
+//     (register_host_memory), so SSD reads land where its copies read.
 // Kernels come from kernel_for (kernels.cu); an op without one runs on host
 // copies of its tensors with the CPU kernel (counted, and reported after
 // training). AdamW updates are queued and launched together (one
-// multi-tensor launch) before anything else touches the device.
+// multi-tensor launch) before anything else touches the device; the
+// launches' tensor tables cycle through a ring of pinned buffers, so a
+// flush waits only for the launch kAdamWTables flushes back.
 //
 // spw_use_cuda, the C ABI entry generated code calls for --target cuda,
 // lives here: linking this file is what makes an executable a CUDA one.
 //
 //===----------------------------------------------------------------------===//
 
+#include "context.h"
 #include "cuda/cuda_check.h"
+#include "cuda/cuda_tier_memory.h"
 #include "cuda/kernels.h"
 #include "cuda/optimizer_kernels.h"
-#include "runtime_internal.h"
+#include "context.h"
+#include "storage/tensor_store.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -31,6 +41,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 #include <vector>
 
 namespace spw::cuda {
@@ -42,6 +53,9 @@ constexpr int64_t kLtWorkspace = int64_t(64) << 20;
 // Left free when the arena takes "most of the free memory": cuBLASLt,
 // the CUDA context's own allocations and the allocator's granularity.
 constexpr int64_t kArenaHeadroom = int64_t(2) << 30;
+// Pinned AdamW tensor tables in flight at once: a flush reuses the table of
+// the launch this many flushes back, waiting only for that one's copy.
+constexpr int kAdamWTables = 3;
 
 int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -77,8 +91,10 @@ public:
       // Recorded once so the first wait on it returns at once.
       SPW_CUDA(cudaEventRecord(stage_done_[i], h2d_));
     }
-    SPW_CUDA(cudaEventCreateWithFlags(&table_done_, cudaEventDisableTiming));
-    SPW_CUDA(cudaEventRecord(table_done_, compute_));
+    for (AdamWTable &t : tables_) {
+      SPW_CUDA(cudaEventCreateWithFlags(&t.done, cudaEventDisableTiming));
+      SPW_CUDA(cudaEventRecord(t.done, compute_));
+    }
     SPW_CUDA(cudaHostAlloc(reinterpret_cast<void **>(&stage_),
                            size_t(2 * kStageChunk), cudaHostAllocDefault));
     if (cublasLtCreate(&lt_) != CUBLAS_STATUS_SUCCESS)
@@ -89,20 +105,24 @@ public:
   ~CudaDevice() override {
     // Errors here have nowhere to go; the process is ending anyway.
     cudaDeviceSynchronize();
+    for (void *p : registered_)
+      cudaHostUnregister(p);
     if (arena_)
       cudaFree(arena_);
     for (auto &[p, bytes] : buffers_)
       cudaFree(p);
     if (table_dev_)
       cudaFree(table_dev_);
-    if (table_host_)
-      cudaFreeHost(table_host_);
+    for (AdamWTable &t : tables_) {
+      if (t.host)
+        cudaFreeHost(t.host);
+      cudaEventDestroy(t.done);
+    }
     if (stage_)
       cudaFreeHost(stage_);
     if (lt_)
       cublasLtDestroy(lt_);
     cudaEventDestroy(compute_mark_);
-    cudaEventDestroy(table_done_);
     for (cudaEvent_t ev : stage_done_)
       cudaEventDestroy(ev);
     cudaStreamDestroy(compute_);
@@ -279,12 +299,52 @@ public:
     return s;
   }
 
+  std::unique_ptr<storage::DeviceMemory>
+  make_tier_memory(uint64_t bytes) override {
+    // Once reserved at its default size the step arena holds most of the
+    // free memory; made first, the tier is left out of that default.
+    if (arena_ && requested_arena_ <= 0)
+      fail("the offload plan's GPU tier (%s) is made after the step arena "
+           "took the free GPU memory; make it before the first step "
+           "tensor, or pass --device-arena",
+           storage::human_bytes(bytes).c_str());
+    return make_cuda_tier_memory(bytes, compute_);
+  }
+
+  void register_host_memory(void *p, uint64_t bytes) override {
+    if (!p || bytes == 0)
+      return;
+    if (registered_.count(p))
+      fail("register_host_memory: %p is registered already", p);
+    // Portable: pinned for every CUDA context, not just this device's.
+    const cudaError_t e =
+        cudaHostRegister(p, size_t(bytes), cudaHostRegisterPortable);
+    if (e != cudaSuccess) {
+      cudaGetLastError(); // not sticky: clear it
+      fail("cannot page-lock the pinned staging pool (%s at %p) for the "
+           "GPU's copies: cudaHostRegister: %s",
+           storage::human_bytes(bytes).c_str(), p, cudaGetErrorString(e));
+    }
+    registered_.insert(p);
+  }
+  void unregister_host_memory(void *p) override {
+    auto it = registered_.find(p);
+    if (it == registered_.end())
+      return;
+    registered_.erase(it);
+    // Copies from or to it (any stream, the GPU tier's too) are over
+    // before its pages are unlocked. Called while a plan is torn down, so
+    // errors are not thrown: the next synchronize() reports them.
+    cudaDeviceSynchronize();
+    cudaHostUnregister(p);
+  }
+
 private:
   int64_t requested_arena_;
   Precision precision_;
   cudaDeviceProp prop_{};
   cudaStream_t compute_ = nullptr, h2d_ = nullptr, d2h_ = nullptr;
-  cudaEvent_t compute_mark_ = nullptr, table_done_ = nullptr;
+  cudaEvent_t compute_mark_ = nullptr;
   cudaEvent_t stage_done_[2] = {};
   char *stage_ = nullptr; // pinned, 2 x kStageChunk
   int next_slot_ = 0;
@@ -295,10 +355,21 @@ private:
   ArenaAllocator books_;
   std::map<void *, int64_t> buffers_;
   std::map<Op, int64_t> fallbacks_;
-  // Queued AdamW updates, their scalars, and the table they launch with.
+  // Host memory page-locked by register_host_memory.
+  std::set<void *> registered_;
+  // Queued AdamW updates, their scalars, and the tables they launch with:
+  // one device table (every launch and its table copy run on the compute
+  // stream, in order) and a ring of pinned host tables, each free again
+  // once its `done` event (recorded after the launch) has passed.
   std::vector<AdamWTensor> pending_;
   AdamWScalars pending_scalars_{};
-  void *table_dev_ = nullptr, *table_host_ = nullptr;
+  struct AdamWTable {
+    void *host = nullptr;
+    cudaEvent_t done = nullptr;
+  };
+  AdamWTable tables_[kAdamWTables];
+  int next_table_ = 0;
+  void *table_dev_ = nullptr;
   size_t table_capacity_ = 0;
 
   static bool same_scalars(const AdamWScalars &a, const AdamWScalars &b) {
@@ -342,24 +413,32 @@ private:
       return;
     const size_t need = adamw_scratch_bytes(pending_.size());
     if (need > table_capacity_) {
+      // Every table grows together; launches in flight read the old ones.
       SPW_CUDA(cudaStreamSynchronize(compute_));
       if (table_dev_)
         SPW_CUDA(cudaFree(table_dev_));
-      if (table_host_)
-        SPW_CUDA(cudaFreeHost(table_host_));
-      table_dev_ = table_host_ = nullptr;
+      table_dev_ = nullptr;
+      for (AdamWTable &t : tables_) {
+        if (t.host)
+          SPW_CUDA(cudaFreeHost(t.host));
+        t.host = nullptr;
+      }
       table_capacity_ = 0;
       const size_t cap = std::max(need * 2, size_t(4096));
       SPW_CUDA(cudaMalloc(&table_dev_, cap));
-      SPW_CUDA(cudaHostAlloc(&table_host_, cap, cudaHostAllocDefault));
+      for (AdamWTable &t : tables_)
+        SPW_CUDA(cudaHostAlloc(&t.host, cap, cudaHostAllocDefault));
       table_capacity_ = cap;
     }
-    // The pinned table is free once the previous launch's copy ran.
-    SPW_CUDA(cudaEventSynchronize(table_done_));
+    // This pinned table is free once the launch that last used it, and
+    // with it that launch's table copy, has run.
+    AdamWTable &t = tables_[next_table_];
+    next_table_ = (next_table_ + 1) % kAdamWTables;
+    SPW_CUDA(cudaEventSynchronize(t.done));
     std::vector<AdamWTensor> ts;
     ts.swap(pending_);
-    adamw_multi(ts, pending_scalars_, table_dev_, compute_, table_host_);
-    SPW_CUDA(cudaEventRecord(table_done_, compute_));
+    adamw_multi(ts, pending_scalars_, table_dev_, compute_, t.host);
+    SPW_CUDA(cudaEventRecord(t.done, compute_));
   }
 };
 

@@ -19,7 +19,7 @@
 #define SPILLWAY_RUNTIME_SRC_CUDA_KERNELS_H
 
 #include "device.h"
-#include "runtime_internal.h"
+#include "tensor.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>

@@ -11,7 +11,7 @@
 #ifndef SPILLWAY_RUNTIME_STORAGE_COMPLETION_H
 #define SPILLWAY_RUNTIME_STORAGE_COMPLETION_H
 
-#include "runtime_internal.h"
+#include "support.h"
 
 #include <atomic>
 #include <condition_variable>

@@ -3,6 +3,10 @@
 // One anonymous mapping, populated up front and mlocked where the limit
 // allows, carved first-fit into aligned blocks. Freed blocks are coalesced
 // with their free neighbours so the pool does not fragment over a long run.
+// It stays one mapping because two registrations cover it whole: the
+// rings' fixed buffers and the device's page-locked memory
+// (Device::register_host_memory(base(), size()), cudaHostRegister on the
+// CUDA backend), so an SSD read lands where a DMA copy reads it.
 //
 //===----------------------------------------------------------------------===//
 

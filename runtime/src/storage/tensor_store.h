@@ -73,6 +73,10 @@ public:
                          const std::string &what) = 0;
   virtual Token copy_d2h(void *host, uint64_t offset, uint64_t bytes,
                          const std::string &what) = 0;
+  // Compute work the device issues after this call waits for `t` (a token of this memory's
+  // copy_h2d). CUDA: cudaStreamWaitEvent on the compute stream; the host does not block. The CPU
+  // and loopback devices compute on the calling thread: t.wait().
+  virtual void compute_waits(const Token &t) = 0;
 };
 
 // "GPU memory" on the CPU backend: a host arena of the budgeted size. Each
@@ -89,6 +93,7 @@ public:
                  const std::string &what) override;
   Token copy_d2h(void *host, uint64_t offset, uint64_t bytes,
                  const std::string &what) override;
+  void compute_waits(const Token &t) override { t.wait(); }
 
 private:
   struct Copy {

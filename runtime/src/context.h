@@ -1,0 +1,234 @@
+//===- context.h - the model's context: parameters, inputs, the step ------===//
+//
+// spw_ctx, the struct behind the C ABI's opaque context handle, and what it
+// holds: the declared parameters (values, gradients, optimizer state, their
+// offload-plan and device bindings), inputs and outputs, the AdamW
+// hyper-parameters, the step's tensors and the sticky error. Also the
+// functions the entry points and the driver call on it (context.cpp), the
+// device glue (device_start / pull / push, run_on_device), the CPU optimizer
+// arithmetic (optimizer.cpp) and `guarded`, which turns an entry point's
+// spw::Error into the context's error (support.h says why).
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPILLWAY_RUNTIME_SRC_CONTEXT_H
+#define SPILLWAY_RUNTIME_SRC_CONTEXT_H
+
+#include "device.h"
+#include "spillway/runtime/spillway_rt.h"
+#include "support.h"
+#include "tensor.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace spw {
+
+struct AdamWHparams {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
+};
+
+// An AdamW update of elements [begin, end) of a parameter, deferred by
+// spw_adamw_defer at `step`: applying it later with these very inputs gives
+// the update that step would have made, bit for bit.
+struct PendingAdamW {
+  int64_t begin = 0, end = 0;
+  int64_t step = 0;
+  AdamWHparams h;        // the effective hyper-parameters at `step`
+  std::vector<float> grad; // gradient elements [begin, end)
+  // Instead of `grad` when the state is on the device: a device buffer.
+  float *dev_grad = nullptr;
+};
+
+struct ParamInfo {
+  std::string name;
+  int64_t offset = 0;
+  std::unique_ptr<spw_tensor> value;
+  std::vector<char> grad;   // last recorded gradient (bytes), empty if none
+  std::vector<float> adam_m, adam_v; // lazily allocated; state_numel each
+  // FOAM (spw_declare_foam): the state is folded in blocks of 2^foam_level
+  // elements of each row; -1: AdamW, one state element per element.
+  int32_t foam_level = -1;
+  double foam_alpha = 0.25; // the compile-time default
+  // Elements of each moment (m, v) the parameter's optimizer keeps.
+  int64_t state_numel() const;
+  // The shape of each moment: the parameter's, or [rows, folded columns].
+  std::vector<int64_t> state_dims() const;
+  // An offload plan's bound AdamW state (spw_bind of an optimizer block);
+  // null: adam_m / adam_v.
+  float *bound_m = nullptr, *bound_v = nullptr;
+  // A parameter of a block split by the optimizer overlap (bound_split >=
+  // 0): its elements below bound_split are in part 0, the rest in part 1.
+  // Element e of the value / m / v is at bound_*[0] + e below the split and
+  // at bound_*[1] + (e - bound_split) from it; null: that part has no copy
+  // where the block was bound. value->data is set only where the whole
+  // parameter is contiguous. bound_split < 0: value->data, bound_m and
+  // bound_v as above.
+  int64_t bound_split = -1;
+  float *bound_w_part[2] = {}, *bound_m_part[2] = {}, *bound_v_part[2] = {};
+  // The last bind of the params / optimizer block was of its GPU-tier
+  // copy: bound_w_part (and dev_value's data) / bound_m* and bound_v* are
+  // device addresses, and the update runs on the device. Else host ones
+  // (value's data), and the update is the CPU's.
+  bool w_on_device = false, state_on_device = false;
+  std::vector<PendingAdamW> pending; // deferred updates not yet applied
+  // Gradient buffers of applied deferred updates, reused by the next defer
+  // (a fresh allocation every step would fault its pages in again).
+  std::vector<std::vector<float>> spare_grads;
+  std::vector<std::pair<float *, int64_t>> spare_dev_grads; // (buffer, n)
+  // On a device (device.h): the parameter's device copy, which the step
+  // reads and the optimizer updates (`value` is refreshed from it by
+  // device_pull), and the device's m and v (state_numel each, zero until
+  // the first update: state_live).
+  std::unique_ptr<spw_tensor> dev_value;
+  float *dev_m = nullptr, *dev_v = nullptr;
+  bool state_live = false;
+};
+
+struct Tiers; // tiers.cpp: an offload plan's blocks and the tensor store
+
+struct InputInfo {
+  std::string name;
+  std::unique_ptr<spw_tensor> view; // data points into `batches`
+  Buffer batches;                   // B consecutive batches
+  int64_t num_batches = 0;
+  // On a device: all B batches there, and the step's batch in them.
+  std::unique_ptr<spw_tensor> dev_view;
+  void *dev_batches = nullptr;
+};
+
+// A forward-only model's output (spw_declare_output). `value` has the
+// declared dtype and shape; spw_set_output copies the step's tensor into it.
+struct OutputInfo {
+  std::string name;
+  std::unique_ptr<spw_tensor> value;
+  bool set = false; // set during the current step
+};
+
+struct AdamWOverrides {
+  std::optional<double> lr, beta1, beta2, eps, weight_decay;
+  std::optional<double> foam_alpha; // FOAM's alpha (--foam-alpha)
+};
+
+} // namespace spw
+
+struct spw_ctx {
+  int64_t weights_bytes = -1; // from spw_declare_weights; -1 = not declared
+  std::vector<spw::ParamInfo> params;
+  std::vector<spw::InputInfo> inputs;
+  std::vector<spw::OutputInfo> outputs; // non-empty: a forward-only model
+  std::optional<spw::AdamWHparams> declared_adamw;
+  spw::AdamWOverrides overrides;
+  std::shared_ptr<spw::Tiers> tiers; // set by spw_declare_tiers
+  // Backend: the model's compile target (spw_use_cuda registers the CUDA
+  // factory) and precision; `device` is the one the run computes on
+  // (device_start: the CPU, CUDA or loopback device, --device), never null
+  // once the run has started.
+  spw::DeviceFactory cuda_factory = nullptr;
+  spw::Precision precision = spw::Precision::FP32;
+  std::unique_ptr<spw::Device> device;
+  // spw_constant's device copies, uploaded once: generated code passes the
+  // same compile-time data every step. Keyed by address, size and a hash
+  // of the bytes, so a caller that reuses a buffer gets a fresh copy.
+  std::map<std::tuple<const void *, int64_t, uint64_t>, void *>
+      device_constants;
+
+  // Per-step state.
+  std::vector<std::unique_ptr<spw_tensor>> step_tensors;
+  spw_tensor *loss = nullptr;
+  int64_t step = 0;            // global step number, counted from 1
+  bool evaluate_only = false;  // spw_adamw records gradients but does not update
+  // The declarations make no buffers for parameters, inputs and outputs
+  // (spw_main: it checks the files and the memory first, then calls
+  // allocate_declared).
+  bool defer_alloc = false;
+  std::string error;           // first error; sticky until the driver clears it
+  // The first non-finite gradient of the step (spw_adamw & co. record it and
+  // skip the updates from there on): the driver reports it after reading the
+  // loss, which, when it is non-finite too, is the better diagnosis.
+  std::string grad_error;
+  spw_tensor dummy;            // returned by entry points after an error
+  float dummy_storage = 0.0f;
+
+  // The offload plan's GPU tier is the device's memory: it goes first.
+  ~spw_ctx() { tiers.reset(); }
+
+  bool failed() const { return !error.empty(); }
+  void set_error(const std::string &msg) {
+    if (error.empty())
+      error = msg;
+  }
+};
+
+namespace spw {
+
+std::unique_ptr<spw_ctx> make_context();
+// Gives the parameters and outputs that were declared with defer_alloc their
+// buffers (outputs zeroed; parameters are read from the weights next); the
+// inputs get theirs when loaded.
+void allocate_declared(spw_ctx *ctx);
+// Frees all step-lifetime tensors and forgets the loss and which outputs the
+// step set.
+void clear_step(spw_ctx *ctx);
+// Checks a parameter's gradient against its dtype and shape, and copies it
+// to host (ParamInfo::grad) when host code reads it: `host_update`, or the
+// gradient check.
+void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad,
+                 bool host_update);
+// A step tensor on the context's device (uninitialized) or host.
+spw_tensor *alloc_step_tensor(spw_ctx *ctx, int32_t dtype, int32_t rank,
+                              const int64_t *dims, const char *what);
+// Copies the bytes of tensor `t` (host or device) into `host`.
+void read_tensor(spw_ctx *ctx, const spw_tensor &t, void *host);
+// Starts the run's device: creates the device copies of the parameters,
+// their optimizer state and the input batches (device_start; none on a
+// host-visible device, whose copies are the host's, nor for an offload
+// plan's members), refreshes the host copies from the device (device_pull:
+// parameters and live optimizer state) and the device from the host
+// (device_push, after the host copies changed: a checkpoint restored, a
+// gradient check's perturbation).
+void device_start(spw_ctx *ctx, std::unique_ptr<Device> device);
+void device_pull(spw_ctx *ctx);
+void device_push(spw_ctx *ctx);
+void device_push_param(spw_ctx *ctx, size_t param);
+// The CPU optimizer arithmetic on raw arrays (optimizer.cpp): one AdamW
+// update of n elements, one FOAM update of a [rows, cols] weight with
+// state folded at `level`; every backend's kernels match them.
+void adamw_kernel(float *w, float *m, float *v, const float *g, int64_t n,
+                  int64_t step, const AdamWHparams &h);
+void foam_kernel(float *w, float *m, float *v, const float *g, int64_t rows,
+                 int64_t cols, int level, int64_t step, const AdamWHparams &h,
+                 double alpha);
+// Runs kernel `op` on the context's device (guarded: errors go to the
+// context); `host` is the op's CPU kernel.
+void run_on_device(spw_ctx *ctx, Op op, KernelEntry host,
+                   spw_tensor *const *ins, spw_tensor *const *outs,
+                   const int64_t *iattrs, const double *fattrs);
+// The AdamW hyper-parameters in effect for a call with these defaults.
+AdamWHparams effective_adamw(const spw_ctx *ctx, const AdamWHparams &call);
+
+// Runs an entry point's body unless the context already failed; turns a
+// thrown spw::Error into the context's error, prefixed with `what`.
+template <class F> void guarded(spw_ctx *ctx, const char *what, F &&body) {
+  if (!ctx || ctx->failed())
+    return;
+  try {
+    body();
+  } catch (const Error &e) {
+    ctx->set_error(std::string(what) + ": " + e.what());
+  } catch (const std::bad_alloc &) {
+    ctx->set_error(std::string(what) + ": out of memory");
+  } catch (const std::exception &e) {
+    ctx->set_error(std::string(what) + ": " + e.what());
+  }
+}
+
+} // namespace spw
+
+#endif // SPILLWAY_RUNTIME_SRC_CONTEXT_H

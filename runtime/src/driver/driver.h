@@ -1,0 +1,159 @@
+//===- driver.h - what the driver files share -----------------------------===//
+//
+// spw_main (main.cpp) parses the flags (options.cpp), checks every file the
+// run reads and writes (weights.cpp, inputs.cpp, output_files.cpp), then runs
+// the gradient check (gradcheck.cpp), the training loop with its checkpoints
+// (train.cpp, checkpoints.cpp) or a forward-only model (forward.cpp). These
+// are the functions one of them calls in another; each file keeps the rest to
+// itself.
+//
+// Only these files refer to spw_model_declare / spw_model_step, which
+// generated code defines, and nothing but spw_main refers to them from outside:
+// a program that does not call spw_main pulls none of them in, so it links
+// without a model.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPILLWAY_RUNTIME_SRC_DRIVER_DRIVER_H
+#define SPILLWAY_RUNTIME_SRC_DRIVER_DRIVER_H
+
+#include "context.h"
+#include "driver/options.h"
+#include "formats.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <sys/types.h>
+#include <unistd.h>
+#include <utility>
+#include <vector>
+
+extern "C" void spw_model_declare(spw_ctx *ctx);
+extern "C" void spw_model_step(spw_ctx *ctx);
+
+namespace spw::driver {
+
+class Checkpointer; // checkpoints.h
+
+// ---- main.cpp
+// Progress goes to stdout, which may go away (`| head -3`: SIGPIPE is
+// ignored, see spw_main) or fill up (`> /dev/full`): that must not stop the
+// training or lose its result. The first failed write is said once on
+// stderr, and stdout then goes to /dev/null; the exit status does not
+// change.
+void flush_stdout();
+// "512 B", "1.5 KiB", "2.25 GiB".
+std::string human_bytes(int64_t b);
+
+// ---- weights.cpp
+struct FdCloser {
+  int fd = -1;
+  FdCloser() = default;
+  explicit FdCloser(int f) : fd(f) {}
+  FdCloser(FdCloser &&o) noexcept : fd(o.fd) { o.fd = -1; }
+  FdCloser &operator=(FdCloser &&o) noexcept {
+    std::swap(fd, o.fd);
+    return *this;
+  }
+  ~FdCloser() {
+    if (fd >= 0)
+      ::close(fd);
+  }
+};
+
+// Reads exactly `bytes` bytes at `offset`; false at end of file (errno 0) or
+// on an error (errno set).
+bool read_at(int fd, void *dst, size_t bytes, int64_t offset);
+// The first non-finite element of n floats, or -1.
+int64_t first_non_finite(const float *x, int64_t n);
+// "NaN", "+Inf" or "-Inf".
+const char *non_finite_name(float v);
+// The first f32 parameter holding a NaN or infinity (host copies), with
+// the element; nullptr when all are finite.
+const ParamInfo *non_finite_param(const spw_ctx *ctx, int64_t *element);
+
+// Where each parameter's bytes are in a checked weights file; read once the
+// parameters have their buffers (read_weights).
+struct WeightsPlan {
+  std::string path;
+  FdCloser fd;
+  std::vector<int64_t> offsets; // per parameter; empty: nothing to read
+};
+// Checks the weights file against the declared parameters (before they have
+// buffers); read_weights then reads them (require_finite: training).
+WeightsPlan check_weights(const spw_ctx *ctx, const std::string &path,
+                          bool explicit_path);
+void read_weights(spw_ctx *ctx, WeightsPlan &plan, bool require_finite);
+
+// ---- inputs.cpp
+// An --input file whose header was checked against its input; its data is
+// read once the memory for all of them is known to be there (read_input).
+struct InputPlan {
+  InputInfo *in = nullptr;
+  std::string file;
+  FdCloser fd;
+  NpyHeader h;
+  int64_t batches = 0;
+  int64_t bytes = 0; // of the input's buffer: batches * the input's bytes
+};
+// Checks an --input file's header against input `in`; read_input then reads
+// its data into a new buffer (require_finite: training).
+InputPlan check_input(InputInfo &in, const std::string &file);
+void read_input(InputPlan &plan, bool require_finite);
+// Points every input's view (and device view) at batch step0 % B.
+void select_batch(spw_ctx *ctx, int64_t step0);
+
+// ---- output_files.cpp
+// A file the run reads or writes, for telling whether two are the same:
+// by device and inode where it exists, else by its normalized path.
+struct FileRole {
+  std::string role; // "--input x=x.npy", "--save 's.st'", ...
+  std::string path;
+  bool exists = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::string norm;
+};
+FileRole file_role(std::string role, const std::string &path);
+// What the run reads: its --input files, the weights and the executable.
+std::vector<FileRole> run_inputs(const Options &o, const std::string &weights,
+                                 const std::string &exe);
+// Refuses an output that is an input or another output (UsageError).
+void refuse_overwrites(const std::vector<FileRole> &outs,
+                       const std::vector<FileRole> &ins, const Options &o);
+// An output file the run writes or replaces, checked before the run.
+void check_output_file(const char *flag, const std::string &given);
+// Every destination the run writes, before anything else.
+void check_outputs(const Options &o, const std::vector<FileRole> &ins);
+// Opens --log-json (appending after a resume).
+FILE *open_log(const std::string &path, bool append);
+// Writes weights that could not go where they were asked to; the path, or
+// "" when nothing took them.
+std::string rescue_weights(const std::string &bytes, const std::string &asked);
+// Stops, before a file is written, when a float parameter is not finite.
+void check_finite_weights(const spw_ctx *ctx, const char *before);
+
+// ---- gradcheck.cpp
+// --check-gradients: the gradients against central finite differences on
+// batch 0; 0 when all elements checked agree, else 1.
+int check_gradients(spw_ctx *ctx, const Options &o);
+
+// ---- train.cpp
+// Runs one step on batch step0 % B; returns the loss.
+float run_step(spw_ctx *ctx, int64_t step0, const std::string &label);
+// Writes the final parameters to --save (or a rescue path, named in the error).
+void save_params(spw_ctx *ctx, const std::string &path);
+// Runs steps start+1 .. o.steps (`start` > 0 after a resume), checkpointing
+// when `ck` is given; the weights it leaves have no update pending.
+int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
+          Checkpointer *ck, int64_t start);
+
+// ---- forward.cpp
+// Runs a forward-only model's steps and writes --outputs.
+int run_forward(spw_ctx *ctx, const Options &o, int64_t steps,
+                const std::vector<FileRole> &ins);
+
+} // namespace spw::driver
+
+#endif // SPILLWAY_RUNTIME_SRC_DRIVER_DRIVER_H

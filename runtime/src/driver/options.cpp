@@ -1,0 +1,357 @@
+//===- options.cpp - command-line parsing and --help ----------------------===//
+
+#include "driver/options.h"
+#include "host_tasks.h"
+#include "spillway/runtime/hyperparams.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+
+namespace spw::driver {
+
+const char kUsage[] =
+    "usage: %s [options]\n"
+    "Trains the model compiled into this executable.\n"
+    "\n"
+    "  --input NAME=FILE.npy   data for model input NAME: an array of shape\n"
+    "                          [B, *input_shape] (step s uses batch s %% B) or\n"
+    "                          exactly input_shape (one batch); float32 for\n"
+    "                          float inputs, int64 or int32 for integer ones\n"
+    "  --steps N               training steps (default 1)\n"
+    "  --lr F, --beta1 F, --beta2 F, --eps F, --weight-decay F\n"
+    "                          AdamW hyper-parameters (default: the values\n"
+    "                          compiled into the model); FOAM uses them too\n"
+    "  --foam-alpha F          FOAM's update scale (models compiled with\n"
+    "                          --optimizer foam; default: the compiled one)\n"
+    "  --weights FILE          initial parameters: the raw weights spillwayc\n"
+    "                          writes, or a .safetensors file (e.g. from\n"
+    "                          --save) (default: <executable>.weights)\n"
+    "  --save FILE             write the final parameters as .safetensors\n"
+    "  --log-json FILE         one JSON object per step: step, loss, lr\n"
+    "  --print-every N         progress line every N steps (default steps/20)\n"
+    "  --seed S                seed of the element choice of --check-gradients\n"
+    "  --check-gradients       compare the gradients with central finite\n"
+    "                          differences on batch 0 instead of training\n"
+    "    --fd-eps H            step: H * max(1, |p|) (default 1e-2)\n"
+    "    --fd-samples K        elements checked per parameter (default 16)\n"
+    "    --fd-tol T            relative tolerance (default 1e-2)\n"
+    "  --checkpoint-dir DIR    write crash-safe checkpoints of all training\n"
+    "                          state (parameters, AdamW moments, step) to\n"
+    "                          DIR/step-NNNNNNNN/, after the last step and\n"
+    "                          every --checkpoint-every steps\n"
+    "    --checkpoint-every N  also checkpoint every N steps (default: only\n"
+    "                          after the last step)\n"
+    "    --resume              continue from the newest valid checkpoint in\n"
+    "                          DIR (torn ones are skipped); --steps stays the\n"
+    "                          total; starts from --weights if there is none.\n"
+    "                          The result is bit for bit that of an\n"
+    "                          uninterrupted run\n"
+    "    --keep-checkpoints K  keep the newest K checkpoints (default 2)\n"
+    "    --checkpoint-zstd     compress checkpoints with zstd\n"
+    "  --io-backend B          checkpoint and offload I/O: auto (io_uring,\n"
+    "                          else threads), io_uring or threads (default\n"
+    "                          auto)\n"
+    "  --ssd DIR[,DIR...]      models compiled with an offload plan: the\n"
+    "                          directories of the SSD swap files (default:\n"
+    "                          spillwayc's --ssd, else the current directory)\n"
+    "  --stats-json FILE       models compiled with an offload plan: write\n"
+    "                          the bytes moved per link per iteration next\n"
+    "                          to the plan's prediction, peak bytes per tier,\n"
+    "                          time waiting on I/O and the overlap\n"
+    "  --optimizer-threads N   offload plans with the optimizer state on host\n"
+    "                          or SSD: host threads running the updates\n"
+    "                          (default: min(4, hardware threads - 1))\n"
+    "  --outputs DIR           forward-only models (spillwayc --forward):\n"
+    "                          write each output NAME to DIR/NAME.npy, shape\n"
+    "                          [steps, *output_shape]; step s at index s-1;\n"
+    "                          characters outside [A-Za-z0-9._-] in NAME\n"
+    "                          become '_' (DIR is created if missing)\n"
+    "  --device D              where the step runs: cpu, cuda (executables\n"
+    "                          compiled with spillwayc --target cuda) or\n"
+    "                          loopback (the CUDA backend's host side on\n"
+    "                          host memory with the CPU kernels, to test it\n"
+    "                          without a GPU) (default: the compile target)\n"
+    "    --device-arena SIZE   bytes reserved once for the step's tensors on\n"
+    "                          the device, e.g. 40G (suffixes K, M, G; default:\n"
+    "                          most of the free GPU memory; loopback: 4G)\n"
+    "    --loopback-delays SEED\n"
+    "                          loopback: seeds the random delays of its GPU\n"
+    "                          tier's copies (default 1; 0: no delays)\n"
+    "  --help                  this text\n"
+    "\n"
+    "A forward-only model runs --steps steps (default: the largest batch\n"
+    "count B among its inputs) without a loss; the training flags (--lr,\n"
+    "--beta1, --beta2, --eps, --weight-decay, --foam-alpha, --save,\n"
+    "--log-json, --check-gradients and the checkpoint flags) are usage\n"
+    "errors for it.\n"
+    "\n"
+    "Exit status: 0 success, 1 runtime or data error, 2 usage error.\n";
+
+namespace {
+
+// Decimal digits only: strtoll alone would take " 5", "+5" and, for an
+// unsigned flag, " -1" as 2^64 - 1.
+bool all_digits(const std::string &v) {
+  return !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+}
+
+int64_t parse_int(const std::string &flag, const std::string &v, int64_t min) {
+  errno = 0;
+  char *end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (!all_digits(v) || *end != '\0' || errno == ERANGE || x < min)
+    throw UsageError(format("invalid value '%s' for %s: expected an integer "
+                            ">= %lld",
+                            v.c_str(), flag.c_str(), (long long)min));
+  return x;
+}
+
+double parse_double(const std::string &flag, const std::string &v, double min,
+                    double max, bool max_inclusive) {
+  errno = 0;
+  char *end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || std::isspace(static_cast<unsigned char>(v[0])) ||
+      *end != '\0' || errno == ERANGE || !std::isfinite(x) ||
+      x < min || x > max || (!max_inclusive && x == max))
+    throw UsageError(format("invalid value '%s' for %s: expected a number in "
+                            "[%g, %g%s",
+                            v.c_str(), flag.c_str(), min, max,
+                            max_inclusive ? "]" : ")"));
+  return x;
+}
+
+// An optimizer hyper-parameter: the range of hyperparams.h, which spillwayc
+// and the train dialect's verifier check too.
+double parse_hparam(const spillway::hyperparams::Range &r,
+                    const std::string &v) {
+  double x = 0;
+  const std::string e = spillway::hyperparams::parse_flag(r, v, x);
+  if (!e.empty())
+    throw UsageError(e);
+  return x;
+}
+
+// A byte count: digits with an optional K, M or G (powers of 1024).
+int64_t parse_size(const std::string &flag, const std::string &v) {
+  std::string digits = v;
+  int shift = 0;
+  if (!v.empty() && std::strchr("KkMmGg", v.back())) {
+    const char c = char(std::toupper(static_cast<unsigned char>(v.back())));
+    shift = c == 'K' ? 10 : c == 'M' ? 20 : 30;
+    digits.pop_back();
+  }
+  errno = 0;
+  char *end = nullptr;
+  const long long x = std::strtoll(digits.c_str(), &end, 10);
+  if (!all_digits(digits) || *end != '\0' || errno == ERANGE || x < 1 ||
+      x > (INT64_MAX >> 1 >> shift))
+    throw UsageError(format("invalid value '%s' for %s: expected a byte "
+                            "count such as 1048576, 512M or 40G",
+                            v.c_str(), flag.c_str()));
+  return int64_t(x) << shift;
+}
+
+// A path flag's value; an empty one is a usage error (`--save "$OUT"` with
+// OUT unset must not quietly mean "do not save").
+std::string path_value(const std::string &flag, const std::string &v,
+                       const char *what = "file") {
+  if (v.empty())
+    throw UsageError(format("%s needs a %s path, and the one given is empty "
+                            "(an unset shell variable?)",
+                            flag.c_str(), what));
+  return v;
+}
+
+} // namespace
+
+Options parse_args(int argc, char **argv) {
+  Options o;
+  bool fd_flag = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      o.help = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0)
+      throw UsageError(format("unexpected argument '%s'", arg.c_str()));
+    std::string flag = arg, value;
+    bool has_value = false;
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      flag = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_value = true;
+    }
+    if (flag == "--check-gradients" || flag == "--resume" ||
+        flag == "--checkpoint-zstd") {
+      if (has_value)
+        throw UsageError(format("%s takes no value", flag.c_str()));
+      if (flag == "--check-gradients")
+        o.check_gradients = true;
+      else if (flag == "--resume")
+        o.resume = true;
+      else
+        o.checkpoint_zstd = true;
+      if (flag != "--check-gradients")
+        o.checkpoint_flags.push_back(flag);
+      o.training_flags.push_back(flag);
+      continue;
+    }
+    static const char *const kValued[] = {
+        "--input", "--steps", "--seed", "--lr", "--beta1", "--beta2", "--eps",
+        "--weight-decay", "--foam-alpha", "--log-json", "--save", "--weights",
+        "--print-every", "--fd-eps", "--fd-samples", "--fd-tol", "--outputs",
+        "--checkpoint-dir", "--checkpoint-every", "--keep-checkpoints",
+        "--io-backend", "--ssd", "--stats-json", "--device",
+        "--device-arena", "--loopback-delays", "--optimizer-threads"};
+    if (std::find_if(std::begin(kValued), std::end(kValued),
+                     [&](const char *f) { return flag == f; }) ==
+        std::end(kValued))
+      throw UsageError(format("unknown flag '%s'", flag.c_str()));
+    if (!has_value) {
+      if (i + 1 >= argc)
+        throw UsageError(format("%s needs a value", flag.c_str()));
+      value = argv[++i];
+    }
+    static const char *const kTraining[] = {
+        "--lr", "--beta1", "--beta2", "--eps", "--weight-decay",
+        "--foam-alpha", "--save", "--log-json", "--checkpoint-dir",
+        "--checkpoint-every", "--keep-checkpoints"};
+    if (std::find_if(std::begin(kTraining), std::end(kTraining),
+                     [&](const char *f) { return flag == f; }) !=
+        std::end(kTraining))
+      o.training_flags.push_back(flag);
+    if (flag == "--input") {
+      size_t eq = value.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == value.size())
+        throw UsageError(format("invalid value '%s' for --input: expected "
+                                "NAME=FILE.npy",
+                                value.c_str()));
+      std::string name = value.substr(0, eq);
+      for (auto &in : o.inputs)
+        if (in.first == name)
+          throw UsageError(format("--input %s given twice", name.c_str()));
+      o.inputs.emplace_back(name, value.substr(eq + 1));
+    } else if (flag == "--steps") {
+      o.steps = parse_int(flag, value, 0);
+      o.steps_given = true;
+    } else if (flag == "--seed") {
+      errno = 0;
+      char *end = nullptr;
+      unsigned long long s = std::strtoull(value.c_str(), &end, 10);
+      if (!all_digits(value) || *end != '\0' || errno == ERANGE)
+        throw UsageError(format("invalid value '%s' for --seed: expected a "
+                                "non-negative integer",
+                                value.c_str()));
+      o.seed = s;
+    } else if (flag == "--lr") {
+      o.adamw.lr = parse_hparam(spillway::hyperparams::kLr, value);
+    } else if (flag == "--beta1") {
+      o.adamw.beta1 = parse_hparam(spillway::hyperparams::kBeta1, value);
+    } else if (flag == "--beta2") {
+      o.adamw.beta2 = parse_hparam(spillway::hyperparams::kBeta2, value);
+    } else if (flag == "--eps") {
+      o.adamw.eps = parse_hparam(spillway::hyperparams::kEps, value);
+    } else if (flag == "--weight-decay") {
+      o.adamw.weight_decay =
+          parse_hparam(spillway::hyperparams::kWeightDecay, value);
+    } else if (flag == "--foam-alpha") {
+      o.adamw.foam_alpha =
+          parse_hparam(spillway::hyperparams::kFoamAlpha, value);
+    } else if (flag == "--log-json") {
+      o.log_json = path_value(flag, value);
+    } else if (flag == "--save") {
+      o.save = path_value(flag, value);
+    } else if (flag == "--ssd") {
+      o.ssd.clear();
+      size_t start = 0;
+      while (start <= value.size()) {
+        size_t comma = value.find(',', start);
+        if (comma == std::string::npos)
+          comma = value.size();
+        if (comma == start)
+          throw UsageError(format("invalid value '%s' for --ssd: expected "
+                                  "DIR[,DIR...] without empty names",
+                                  value.c_str()));
+        o.ssd.push_back(value.substr(start, comma - start));
+        start = comma + 1;
+      }
+    } else if (flag == "--stats-json") {
+      o.stats_json = path_value(flag, value);
+    } else if (flag == "--optimizer-threads") {
+      o.optimizer_threads = parse_int(flag, value, 1);
+      if (o.optimizer_threads > HostTasks::kMaxThreads)
+        throw UsageError(format("invalid value '%s' for --optimizer-threads: "
+                                "expected at most %d",
+                                value.c_str(), HostTasks::kMaxThreads));
+    } else if (flag == "--weights") {
+      o.weights = path_value(flag, value);
+    } else if (flag == "--outputs") {
+      o.outputs = path_value(flag, value, "directory");
+    } else if (flag == "--checkpoint-dir") {
+      o.checkpoint_dir = path_value(flag, value, "directory");
+    } else if (flag == "--checkpoint-every") {
+      o.checkpoint_every = parse_int(flag, value, 1);
+      o.checkpoint_flags.push_back(flag);
+    } else if (flag == "--keep-checkpoints") {
+      o.keep_checkpoints = parse_int(flag, value, 1);
+      if (o.keep_checkpoints > 1000000)
+        throw UsageError(format("invalid value '%s' for --keep-checkpoints: "
+                                "expected at most 1000000",
+                                value.c_str()));
+      o.checkpoint_flags.push_back(flag);
+    } else if (flag == "--io-backend") {
+      try {
+        o.io_backend = storage::parse_backend(value);
+      } catch (const Error &) {
+        throw UsageError(format("invalid value '%s' for --io-backend: "
+                                "expected auto, io_uring or threads",
+                                value.c_str()));
+      }
+    } else if (flag == "--device") {
+      if (value != "cpu" && value != "cuda" && value != "loopback")
+        throw UsageError(format("invalid value '%s' for --device: expected "
+                                "cpu, cuda or loopback",
+                                value.c_str()));
+      o.device = value;
+    } else if (flag == "--device-arena") {
+      o.device_arena = parse_size(flag, value);
+    } else if (flag == "--loopback-delays") {
+      o.loopback_delays = uint64_t(parse_int(flag, value, 0));
+    } else if (flag == "--print-every") {
+      o.print_every = parse_int(flag, value, 1);
+    } else if (flag == "--fd-eps") {
+      o.fd_eps = parse_double(flag, value, 0.0, 1.0, true);
+      if (o.fd_eps == 0.0)
+        throw UsageError("invalid value '0' for --fd-eps: must be > 0");
+      fd_flag = true;
+    } else if (flag == "--fd-samples") {
+      o.fd_samples = parse_int(flag, value, 1);
+      fd_flag = true;
+    } else if (flag == "--fd-tol") {
+      o.fd_tol = parse_double(flag, value, 0.0, 1e6, true);
+      if (o.fd_tol == 0.0)
+        throw UsageError("invalid value '0' for --fd-tol: must be > 0");
+      fd_flag = true;
+    }
+  }
+  if (fd_flag && !o.check_gradients)
+    throw UsageError("--fd-eps, --fd-samples and --fd-tol need "
+                     "--check-gradients");
+  if (!o.checkpoint_flags.empty() && o.checkpoint_dir.empty())
+    throw UsageError(format("%s needs --checkpoint-dir DIR",
+                            o.checkpoint_flags.front().c_str()));
+  if (o.check_gradients && !o.checkpoint_dir.empty())
+    throw UsageError("--check-gradients does not train: it takes no "
+                     "--checkpoint-dir or --resume");
+  return o;
+}
+
+} // namespace spw::driver
