@@ -187,13 +187,7 @@ std::optional<PlanSearch> spillway::searchPlans(ModuleOp step,
     r.foamParams.push_back(f.getParam().str());
     r.foamLevel = int64_t(f.getLevelAttr().getInt());
   });
-  SearchSpace space = in.space;
-  if (options.offload && !space.pinned[int(TensorClass::Params)] &&
-      sched::anyLayerSharesParameters(*copy)) {
-    r.paramsPinnedForSharing = true;
-    space.pinned[int(TensorClass::Params)] = Tier::GPU;
-  }
-  r.choice = choose(r.summary, space, in.budgets, in.profile);
+  r.choice = choose(r.summary, in.space, in.budgets, in.profile);
   if (!r.choice.best.valid) {
     // Say why with the first candidate of the space under the pins.
     Candidate c;

@@ -131,8 +131,17 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   LinkBytes &b = e.bytes;
 
   // Parameters: every load moves them to the GPU (from SSD through host).
-  e.paramLoads = paramsTier == Tier::GPU ? std::vector<unsigned>(L, 0)
-                                         : loadsPerLayer(L, c.order, M);
+  // A layer reading a tied weight brings its owner's block too; a block
+  // read by consecutive loads stays (blockLoadsPerLayer).
+  std::vector<std::vector<size_t>> reads(L);
+  std::vector<bool> owns(L);
+  for (size_t i = 0; i < L; ++i) {
+    reads[i] = s.layers[i].readsParamsOf;
+    owns[i] = s.layers[i].paramBytes > 0;
+  }
+  e.paramLoads = paramsTier == Tier::GPU
+                     ? std::vector<unsigned>(L, 0)
+                     : blockLoadsPerLayer(L, c.order, M, reads, owns);
   for (size_t i = 0; i < L; ++i) {
     double P = double(s.layers[i].paramBytes) * e.paramLoads[i];
     b.h2d += P;
@@ -282,9 +291,17 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
     TensorClass k;
     double total, largest;
   };
+  // The largest load: a layer's parameters and those it shares.
+  double largestLoad = 0;
+  for (const LayerCost &l : s.layers) {
+    double bytes = double(l.paramBytes);
+    for (size_t o : l.readsParamsOf)
+      if (o < L && &s.layers[o] != &l)
+        bytes += double(s.layers[o].paramBytes);
+    largestLoad = std::max(largestLoad, bytes);
+  }
   const ClassBytes classes[] = {
-      {TensorClass::Params, sumOf(s, &LayerCost::paramBytes),
-       maxOf(s, &LayerCost::paramBytes)},
+      {TensorClass::Params, sumOf(s, &LayerCost::paramBytes), largestLoad},
       {TensorClass::Master, W, maxOf(s, &LayerCost::masterBytes)},
       {TensorClass::Optimizer, O, maxOf(s, &LayerCost::optimizerBytes)},
       {TensorClass::Gradients, G, maxOf(s, &LayerCost::gradBytes)},

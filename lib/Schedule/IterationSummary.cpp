@@ -195,6 +195,19 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
       }
     }
   }
+  // The owners of the tied weights each layer reads: its loads bring them.
+  llvm::StringMap<size_t> ownerOf;
+  for (auto [i, layer] : llvm::enumerate(layers))
+    for (FlatSymbolRefAttr ref : layer.getParams())
+      ownerOf[ref.getValue()] = i;
+  for (auto [i, layer] : llvm::enumerate(layers))
+    for (FlatSymbolRefAttr ref : layer.getUses()) {
+      auto it = ownerOf.find(ref.getValue());
+      std::vector<size_t> &reads = s.layers[i].readsParamsOf;
+      if (it != ownerOf.end() && it->second != i &&
+          llvm::find(reads, it->second) == reads.end())
+        reads.push_back(it->second);
+    }
   for (auto &[name, p] : params)
     if (!owned.count(name))
       t.unreadParamBytes += uint64_t(p.getNumBytes());

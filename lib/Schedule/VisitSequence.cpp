@@ -2,6 +2,8 @@
 
 #include "spillway/Schedule/VisitSequence.h"
 
+#include <map>
+
 using namespace spillway::schedule;
 
 std::vector<Visit>
@@ -69,5 +71,54 @@ std::vector<unsigned> spillway::schedule::loadsPerLayer(size_t numLayers,
   std::vector<unsigned> count(numLayers, 0);
   for (const ParameterLoad &l : parameterLoads(layers))
     ++count[size_t(l.layer)];
+  return count;
+}
+
+std::vector<BlockLoad> spillway::schedule::blockLoads(
+    const std::vector<ParameterLoad> &loads,
+    const std::function<std::vector<int64_t>(int64_t)> &reads) {
+  std::vector<BlockLoad> stays;
+  std::map<int64_t, size_t> open; // block -> its latest stay
+  size_t previous = 0;            // the latest load that read anything
+  bool any = false;
+  for (size_t k = 0; k < loads.size(); ++k) {
+    std::vector<int64_t> blocks = reads(loads[k].layer);
+    if (blocks.empty())
+      continue;
+    for (int64_t b : blocks) {
+      auto it = open.find(b);
+      if (any && it != open.end() && stays[it->second].last == previous) {
+        stays[it->second].last = k;
+        continue;
+      }
+      open[b] = stays.size();
+      stays.push_back({b, k, k});
+    }
+    previous = k;
+    any = true;
+  }
+  return stays;
+}
+
+std::vector<unsigned> spillway::schedule::blockLoadsPerLayer(
+    size_t numLayers, Order order, int64_t microbatches,
+    const std::vector<std::vector<size_t>> &reads,
+    const std::vector<bool> &owns) {
+  std::vector<int64_t> layers;
+  for (const Visit &v : visitSequence(numLayers, order, microbatches))
+    layers.push_back(v.layer);
+  std::vector<unsigned> count(numLayers, 0);
+  auto blocksOf = [&](int64_t l) {
+    std::vector<int64_t> blocks;
+    if (owns.empty() || owns[size_t(l)])
+      blocks.push_back(l);
+    if (size_t(l) < reads.size())
+      for (size_t o : reads[size_t(l)])
+        if (o != size_t(l) && o < numLayers)
+          blocks.push_back(int64_t(o));
+    return blocks;
+  };
+  for (const BlockLoad &s : blockLoads(parameterLoads(layers), blocksOf))
+    ++count[size_t(s.block)];
   return count;
 }

@@ -196,9 +196,9 @@ int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 class LoopbackDevice final : public Device {
 public:
   LoopbackDevice(int64_t arena_bytes, Precision precision,
-                 uint64_t copy_seed)
+                 const LoopbackCopyOptions &copies)
       : arena_bytes_(align_up(arena_bytes)), precision_(precision),
-        copy_seed_(copy_seed) {
+        copies_(copies) {
     // Reserved once, like the GPU arena; pages are touched only as used.
     arena_ = static_cast<char *>(std::aligned_alloc(
         size_t(kAlign), size_t(std::max<int64_t>(arena_bytes_, kAlign))));
@@ -338,7 +338,7 @@ private:
 
   int64_t arena_bytes_;
   Precision precision_;
-  uint64_t copy_seed_;
+  LoopbackCopyOptions copies_; // for make_loopback_tier_memory
   char *arena_ = nullptr;
   ArenaAllocator books_;
   std::map<void *, int64_t> buffers_; // address order: lookups by range
@@ -371,10 +371,10 @@ private:
 
 } // namespace
 
-std::unique_ptr<Device> make_loopback_device(int64_t arena_bytes,
-                                             Precision precision,
-                                             uint64_t copy_seed) {
-  return std::make_unique<LoopbackDevice>(arena_bytes, precision, copy_seed);
+std::unique_ptr<Device>
+make_loopback_device(int64_t arena_bytes, Precision precision,
+                     const LoopbackCopyOptions &copies) {
+  return std::make_unique<LoopbackDevice>(arena_bytes, precision, copies);
 }
 
 } // namespace spw

@@ -18,6 +18,7 @@
 #ifndef SPILLWAY_RUNTIME_SRC_DEVICE_H
 #define SPILLWAY_RUNTIME_SRC_DEVICE_H
 
+#include "loopback_memory.h"
 #include "spillway/runtime/spillway_rt.h"
 
 #include <cstdint>

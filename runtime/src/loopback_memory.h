@@ -20,8 +20,6 @@
 #ifndef SPILLWAY_RUNTIME_SRC_LOOPBACK_MEMORY_H
 #define SPILLWAY_RUNTIME_SRC_LOOPBACK_MEMORY_H
 
-#include "device.h"
-
 #include <cstdint>
 #include <memory>
 

@@ -530,9 +530,6 @@ int planAndSchedule(OwningOpRef<ModuleOp> &module,
     search = spillway::searchPlans(*module, planOptions, *planSpace, error);
     if (!search)
       return error.empty() ? 1 : fail(error);
-    if (search->paramsPinnedForSharing)
-      note("the model shares parameters between layers: the offload plan "
-           "keeps params on the GPU");
     note("searching the plans");
     if (int rc = writeReport(*search, *planSpace))
       return rc;

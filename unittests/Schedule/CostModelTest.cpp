@@ -194,6 +194,31 @@ TEST(CostModel, GradientsOnSSD) {
   expectBytes(s, 1500 + 200, 1400 + 200, 2300, 2200);
 }
 
+TEST(CostModel, ATiedWeightIsChargedToEveryLoadThatReadsIt) {
+  // Three layers, the last reading layer 0's parameters (a tied head):
+  // horizontal M = 1 loads block 0 three times (0 | 1 | 2 + 0 | 1 | 0),
+  // layer 1 twice, layer 2 once; the GPU holds the head's load: its own
+  // parameters and the embedding's, double-buffered.
+  IterationSummary s = toy();
+  s.layers.push_back(s.layers[1]);
+  s.layers[2].name = "head";
+  s.layers[2].readsParamsOf = {0};
+  Placement pl = offloaded();
+  CostEstimate e = run(Order::Horizontal, 1, 0, pl, s);
+  EXPECT_EQ(e.paramLoads, (std::vector<unsigned>{3, 2, 1}));
+  CostEstimate plain = run(Order::Horizontal, 1, 0, pl, [] {
+    IterationSummary t = toy();
+    t.layers.push_back(t.layers[1]);
+    return t;
+  }());
+  EXPECT_EQ(plain.paramLoads, (std::vector<unsigned>{2, 2, 1}));
+  // One more load of block 0 (100 bytes over SSD and PCIe).
+  EXPECT_DOUBLE_EQ(e.bytes.h2d - plain.bytes.h2d, 100);
+  EXPECT_DOUBLE_EQ(e.bytes.ssdRead - plain.bytes.ssdRead, 100);
+  EXPECT_EQ(e.peakBytes[int(Tier::GPU)] - plain.peakBytes[int(Tier::GPU)],
+            2 * 100u);
+}
+
 TEST(CostModel, SnakeReducesParameterTraffic) {
   Placement pl; // only the parameters move
   pl[TensorClass::Params] = Tier::Host;

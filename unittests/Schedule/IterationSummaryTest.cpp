@@ -145,6 +145,9 @@ module {
   EXPECT_EQ(s->batchSize, 6u);
   EXPECT_EQ(s->layers[0].paramBytes, 160u); // wte, once
   EXPECT_EQ(s->layers[1].paramBytes, 32u);  // ln only; it uses wte
+  // ... so its loads bring wte's block too.
+  EXPECT_EQ(s->layers[1].readsParamsOf, (std::vector<size_t>{0}));
+  EXPECT_TRUE(s->layers[0].readsParamsOf.empty());
   EXPECT_EQ(totals.paramBytes, 204u);
   EXPECT_EQ(totals.unreadParamBytes, 12u);
   // The tanh's 6x4 result crosses to the norm; the transpose of wte does not

@@ -57,4 +57,32 @@ TEST(ParameterLoads, PerLayerCountsOfBothOrders) {
   EXPECT_EQ(loadsPerLayer(3, Order::Snake, 1),
             loadsPerLayer(3, Order::Horizontal, 1));
 }
+TEST(BlockLoads, ATiedWeightStaysWhileConsecutiveLoadsReadIt) {
+  // Horizontal, M = 1, layer 2 reads layer 0's tied weight: the loads
+  // 0 | 1 | 2 2 | 1 | 0 bring block 0 three times and block 2 once.
+  std::vector<ParameterLoad> loads = parameterLoads({0, 1, 2, 2, 1, 0});
+  auto reads = [](int64_t l) {
+    return l == 2 ? std::vector<int64_t>{2, 0} : std::vector<int64_t>{l};
+  };
+  std::vector<BlockLoad> want = {
+      {0, 0, 0}, {1, 1, 1}, {2, 2, 2}, {0, 2, 2}, {1, 3, 3}, {0, 4, 4}};
+  EXPECT_EQ(blockLoads(loads, reads), want);
+  EXPECT_EQ(blockLoadsPerLayer(3, Order::Horizontal, 1, {{}, {}, {0}}),
+            (std::vector<unsigned>{3, 2, 1}));
+  // Two layers, the head right after the embedding: 0 | 1 1 | 0 keep
+  // block 0 on the GPU throughout (one upload), whatever the order.
+  EXPECT_EQ(blockLoadsPerLayer(2, Order::Horizontal, 1, {{}, {0}}),
+            (std::vector<unsigned>{1, 1}));
+  EXPECT_EQ(blockLoadsPerLayer(2, Order::Snake, 4, {{}, {0}}),
+            (std::vector<unsigned>{1, 1}));
+  // Without tied weights it is loadsPerLayer.
+  EXPECT_EQ(blockLoadsPerLayer(3, Order::Horizontal, 2, {}),
+            loadsPerLayer(3, Order::Horizontal, 2));
+}
+
+TEST(BlockLoads, LoadsReadingNothingBreakNoStay) {
+  // Layer 1 owns nothing and reads nothing: 0 | 1 | 0 is one stay of 0.
+  EXPECT_EQ(blockLoadsPerLayer(2, Order::Horizontal, 1, {}, {true, false}),
+            (std::vector<unsigned>{1, 0}));
+}
 } // namespace

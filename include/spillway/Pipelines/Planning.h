@@ -91,9 +91,6 @@ struct PlanSearch {
   /// The parameters FOAM folds (train.foam), in module order, and its level.
   std::vector<std::string> foamParams;
   int64_t foamLevel = -1;
-  /// Params were pinned to the GPU because layers share parameters
-  /// (sched::anyLayerSharesParameters).
-  bool paramsPinnedForSharing = false;
 };
 
 /// Partitions a copy of the training step `step` (left unchanged), summarizes

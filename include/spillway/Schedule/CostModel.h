@@ -43,6 +43,9 @@ struct LayerCost {
   double forwardFlops = 0;     ///< whole batch
   double backwardFlops = 0;    ///< whole batch
   double recomputeFlops = 0;   ///< forward recomputed inside backward, whole batch
+  /// The layers owning parameters this one reads too (a tied weight's
+  /// owner): a load of this layer brings their parameter blocks as well.
+  std::vector<size_t> readsParamsOf;
 };
 
 enum class Precision { BF16, FP32 };

@@ -61,9 +61,37 @@ std::vector<ParameterLoad>
 parameterLoads(const std::vector<int64_t> &layers,
                const std::function<bool(int64_t)> &hasParameters = nullptr);
 
+/// One stay of a parameter block on the GPU: the consecutive loads
+/// first..last (indices into the loads) all read block `block` (the block
+/// of the layer that owns the parameters).
+struct BlockLoad {
+  int64_t block = 0;
+  size_t first = 0, last = 0;
+  bool operator==(const BlockLoad &) const = default;
+};
+
+/// The stays of the parameter blocks over `loads`: `reads(layer)` lists the
+/// blocks a load of `layer` needs on the GPU (its own when it owns
+/// parameters, and the owners' of the parameters it shares, a tied weight).
+/// A block read by consecutive loads stays on the GPU and is uploaded
+/// once; loads that read nothing are skipped (they break no stay). Ordered
+/// by first load, then by `reads` order.
+std::vector<BlockLoad>
+blockLoads(const std::vector<ParameterLoad> &loads,
+           const std::function<std::vector<int64_t>(int64_t)> &reads);
+
 /// Per layer (index = layer), how many loads one iteration makes.
 std::vector<unsigned> loadsPerLayer(size_t numLayers, Order order,
                                     int64_t microbatches);
+
+/// Per layer, how many times one iteration uploads its parameter block
+/// (blockLoads over the loads of every layer): `reads[l]` are the other
+/// layers whose parameters layer l reads (empty for all: loadsPerLayer);
+/// `owns[l]` whether layer l owns parameters (empty: every layer does).
+std::vector<unsigned>
+blockLoadsPerLayer(size_t numLayers, Order order, int64_t microbatches,
+                   const std::vector<std::vector<size_t>> &reads,
+                   const std::vector<bool> &owns = {});
 
 } // namespace spillway::schedule
 

@@ -63,13 +63,17 @@
 // 4 KiB O_DIRECT transfer per SSD move.
 // ACT: {bytes = 96 : i64, class = "activations", layer = 0 : i64, members = [], offsets = array<i64>}, {bytes = 96 : i64, class = "activations", layer = 1 : i64, members = [], offsets = array<i64>}]
 // ACT-SAME: bytes_per_iteration = {d2h = 192 : i64, h2d = 192 : i64, ssd_read = 8192 : i64, ssd_write = 8192 : i64}
-// ACT-SAME: gpu_bytes = 1792 : i64, host_bytes = 4096 : i64
+// Two host slots: activation 1's SSD write is still in flight when
+// activation 0 comes off the GPU (one GPU slot: the write-back to host is
+// done by the next put).
+// ACT-SAME: gpu_bytes = 1792 : i64, host_bytes = 8192 : i64
 // ACT-SAME: model_bytes = {d2h = 192 : i64, h2d = 192 : i64, ssd_read = 192 : i64, ssd_write = 192 : i64}
 // ACT-SAME: ssd_bytes = 8192 : i64
 // ACT:      sched.put_activation %{{.*}} index(1) at(1536) : tensor<3x8xf32>
 // ACT-NEXT: sched.move activations layer(1) gpu -> host prio(writeback) at(0)
 // ACT:      sched.move activations layer(1) host -> ssd prio(writeback) at(0)
 // ACT:      sched.put_activation %{{.*}} index(0) at(1536)
+// ACT-NEXT: sched.move activations layer(0) gpu -> host prio(writeback) at(4096)
 // ACT:      sched.move activations layer(0) host -> ssd prio(writeback) at(4096)
 // ACT:      sched.move activations layer(0) ssd -> host prio(demand) at(0)
 // ACT-NEXT: sched.await

@@ -82,41 +82,63 @@
 // Activations on host (after sched-recompute): each fwd result a bwd task
 // reads goes off the GPU after its last forward reader (here the embedding's
 // output after layer 1, which reads it in its residual add) and comes back
-// just before its first backward reader, which reads the taken copy.
+// before its first backward reader, which reads the taken copy. Look-ahead
+// within one GPU slot: a write-back is awaited only when the slot is needed
+// again (the next put), so it overlaps the forward between; the next reload
+// is issued as soon as the previous activation is taken, so it overlaps
+// the backward task before its reader.
 // ACTHOST:      %[[X0:.*]] = sched.task fwd layer(0)
 // ACTHOST:      %[[X1:.*]] = sched.task fwd layer(1) (%[[X0]])
 // ACTHOST:      sched.put_activation %[[X0]] index(0) : tensor<6x4xf32>
 // ACTHOST-NEXT: %[[T0:.*]] = sched.move activations layer(0) gpu -> host prio(writeback)
-// ACTHOST-NEXT: sched.await %[[T0]]
-// ACTHOST-NEXT: sched.drop activations layer(0) gpu
 // ACTHOST-NEXT: sched.task fwd layer(2) (%[[X1]], %{{.*}})
-// ACTHOST:      sched.put_activation %[[X1]] index(1)
-// ACTHOST:      sched.move activations layer(1) host -> gpu prio(demand)
-// ACTHOST-NEXT: sched.await
+// ACTHOST:      sched.await %[[T0]]
+// ACTHOST-NEXT: sched.drop activations layer(0) gpu
+// ACTHOST-NEXT: sched.put_activation %[[X1]] index(1)
+// ACTHOST-NEXT: %[[T1:.*]] = sched.move activations layer(1) gpu -> host prio(writeback)
+// The last forward's activation is read back at once: it is needed next.
+// ACTHOST-NEXT: sched.await %[[T1]]
+// ACTHOST-NEXT: sched.drop activations layer(1) gpu
+// ACTHOST-NEXT: %[[R1:.*]] = sched.move activations layer(1) host -> gpu prio(demand)
+// ACTHOST-NEXT: sched.await %[[R1]]
 // ACTHOST-NEXT: %[[B1:.*]] = sched.take_activation index(1) : tensor<6x4xf32>
 // ACTHOST-NEXT: sched.drop activations layer(1) gpu
 // ACTHOST-NEXT: sched.drop activations layer(1) host
+// ACTHOST-NEXT: %[[R0:.*]] = sched.move activations layer(0) host -> gpu prio(prefetch)
 // ACTHOST-NEXT: sched.task bwd layer(2) (%{{.*}}, %[[B1]])
-// ACTHOST:      %[[B0:.*]] = sched.take_activation index(0)
+// ACTHOST:      sched.await %[[R0]]
+// ACTHOST-NEXT: %[[B0:.*]] = sched.take_activation index(0)
 // ACTHOST:      sched.task bwd layer(1) (%{{.*}}, %[[B0]])
 // ACTHOST-NOT:  sched.put_activation
 
 // Activations on SSD, snake, two micro-batches: 4 activations (the
 // embedding's and the block's output per micro-batch), each written
 // gpu -> host -> ssd and read back ssd -> host -> gpu, every copy but the
-// taken tensor dropped.
+// taken tensor dropped. One GPU slot and two host slots (the staging the
+// cost model double-buffers): the gpu -> host leg is awaited at the next
+// put, the host -> ssd leg when its host slot is needed again; backward
+// reloads are uploaded one need ahead and read from SSD two ahead.
 // ACTSSD:      sched.task fwd layer(1) mb(1) (%{{[0-9#]+}})
 // ACTSSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // ACTSSD:      sched.put_activation %{{[0-9#]+}} index(1)
-// ACTSSD-NEXT: %[[T0:[0-9]+]] = sched.move activations layer(1) gpu -> host prio(writeback)
-// ACTSSD-NEXT: sched.await %[[T0]]
-// ACTSSD-NEXT: %[[T1:[0-9]+]] = sched.move activations layer(1) host -> ssd prio(writeback)
-// ACTSSD-NEXT: sched.await %[[T1]]
-// ACTSSD-NEXT: sched.drop activations layer(1) gpu
-// ACTSSD-NEXT: sched.drop activations layer(1) host
+// ACTSSD-NEXT: %[[W1:[0-9]+]] = sched.move activations layer(1) gpu -> host prio(writeback)
 // ACTSSD-NEXT: sched.task fwd layer(1) mb(0) (%{{[0-9#]+}})
+// ACTSSD:      sched.await %[[W1]]
+// ACTSSD-NEXT: sched.drop activations layer(1) gpu
+// ACTSSD-NEXT: %[[S1:[0-9]+]] = sched.move activations layer(1) host -> ssd prio(writeback)
+// ACTSSD-NEXT: sched.put_activation %{{[0-9#]+}} index(0)
+// ACTSSD-NEXT: %[[W0:[0-9]+]] = sched.move activations layer(0) gpu -> host prio(writeback)
+// ACTSSD:      sched.task fwd layer(2) mb(0)
+// ACTSSD:      sched.await %[[W0]]
+// ACTSSD-NEXT: sched.drop activations layer(0) gpu
+// ACTSSD-NEXT: %[[S0:[0-9]+]] = sched.move activations layer(0) host -> ssd prio(writeback)
+// ACTSSD-NEXT: sched.put_activation %{{[0-9#]+}} index(3)
+// A third host copy would exceed the two slots: activation 1's SSD write
+// is awaited first.
+// ACTSSD-NEXT: sched.await %[[S1]]
+// ACTSSD-NEXT: sched.drop activations layer(1) host
+// ACTSSD-NEXT: sched.move activations layer(3) gpu -> host prio(writeback)
 // ACTSSD:      sched.task fwd layer(2) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
-// ACTSSD-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // ACTSSD:      sched.put_activation %{{[0-9#]+}} index(2)
 // ACTSSD:      %[[T2:[0-9]+]] = sched.move activations layer(2) ssd -> host prio(demand)
 // ACTSSD-NEXT: sched.await %[[T2]]
@@ -126,8 +148,20 @@
 // ACTSSD-NEXT: sched.take_activation index(2)
 // ACTSSD-NEXT: sched.drop activations layer(2) gpu
 // ACTSSD-NEXT: sched.drop activations layer(2) ssd
+// ACTSSD-NEXT: %[[R3:[0-9]+]] = sched.move activations layer(3) ssd -> host prio(prefetch)
+// ACTSSD-NEXT: sched.await %[[R3]]
+// ACTSSD-NEXT: %[[U3:[0-9]+]] = sched.move activations layer(3) host -> gpu prio(prefetch)
+// ACTSSD-NEXT: %[[R0:[0-9]+]] = sched.move activations layer(0) ssd -> host prio(prefetch)
 // ACTSSD-NEXT: sched.task bwd layer(2) mb(1) (%{{[0-9#]+}}, %{{[0-9#]+}})
-// ACTSSD:      sched.take_activation index(3)
+// ACTSSD:      sched.await %[[U3]]
+// ACTSSD-NEXT: sched.drop activations layer(3) host
+// ACTSSD-NEXT: sched.take_activation index(3)
+// ACTSSD-NEXT: sched.drop activations layer(3) gpu
+// ACTSSD-NEXT: sched.drop activations layer(3) ssd
+// ACTSSD-NEXT: sched.await %[[R0]]
+// ACTSSD-NEXT: sched.move activations layer(0) host -> gpu prio(prefetch)
+// ACTSSD-NEXT: sched.move activations layer(1) ssd -> host prio(prefetch)
+// ACTSSD-NEXT: sched.task bwd layer(2) mb(0)
 // ACTSSD:      sched.take_activation index(0)
 // ACTSSD:      sched.take_activation index(1)
 // ACTSSD-NEXT: sched.drop activations layer(1) gpu

@@ -18,6 +18,8 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/SmallSet.h"
 
+#include <deque>
+
 namespace spillway::sched {
 #define GEN_PASS_DEF_SCHEDINSERTTRANSFERSPASS
 #include "spillway/Dialect/Sched/Transforms/Passes.h.inc"
@@ -54,6 +56,8 @@ struct Rewriter {
   /// Per layer: its parameters (block order) and which of them the
   /// optimizer updates (the gradient and optimizer blocks' members).
   SmallVector<SmallVector<StringAttr>> params, updated;
+  /// Per layer: the parameters it reads that other layers own (`uses`).
+  SmallVector<SmallVector<StringAttr>> reads;
   /// Per layer: the elements of `updated` (concatenated) and how many of
   /// them lead the update deferred to the next iteration
   /// (sched-overlap-optimizer), with the task that applies it.
@@ -147,21 +151,11 @@ LogicalResult Rewriter::run() {
     updated.emplace_back();
     for (FlatSymbolRefAttr s : entry.getParams())
       params.back().push_back(s.getAttr());
-    if (tp != Tier::gpu && entry.sharesParams()) {
-      // Name what is shared: a parameter this layer reads from another
-      // (`uses`), or one of its own that others read (`shared`).
-      std::string what =
-          !entry.getUses().empty()
-              ? "reads @" + entry.getUses()[0].getValue().str() +
-                    ", owned by another layer"
-              : "owns @" + entry.getShared()[0].getParam().getValue().str() +
-                    ", which other layers read too";
-      return it.emitOpError("sched-insert-transfers: layer '")
-             << entry.getName() << "' " << what
-             << "; moving parameters that several layers read (tied "
-                "weights, shared buffers) is not supported yet: place "
-                "params=gpu";
-    }
+    // A tied weight has one home, its owner's params block: a load of a
+    // layer that reads it brings (and binds) that block too.
+    reads.emplace_back();
+    for (FlatSymbolRefAttr s : entry.getUses())
+      reads.back().push_back(s.getAttr());
   }
 
   // The fwd/bwd task runs, in block order.
@@ -308,8 +302,32 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
         bind(BlockClass::params, l, Tier::gpu);
     return success();
   }
-  // Loads of layers without parameters move nothing; dropping them can put
-  // two runs of one layer next to each other, which share one load.
+  // The owner of each parameter: a layer reading a tied weight needs its
+  // owner's block on the GPU.
+  llvm::StringMap<int64_t> ownerOf;
+  for (size_t l = 0; l < params.size(); ++l)
+    for (StringAttr s : params[l])
+      ownerOf[s.getValue()] = int64_t(l);
+  auto blocksOf = [&](int64_t layer) {
+    std::vector<int64_t> blocks;
+    if (!params[layer].empty())
+      blocks.push_back(layer);
+    for (StringAttr s : reads[layer]) {
+      auto found = ownerOf.find(s.getValue());
+      if (found != ownerOf.end() && found->second != layer &&
+          !llvm::is_contained(blocks, found->second))
+        blocks.push_back(found->second);
+    }
+    return blocks;
+  };
+  for (size_t l = 0; l < params.size(); ++l)
+    for (StringAttr s : reads[l])
+      if (!ownerOf.count(s.getValue()))
+        return it.emitOpError("sched-insert-transfers: layer ")
+               << l << " reads @" << s.getValue()
+               << ", which no layer of train.layers owns";
+  // Loads of layers reading no parameters move nothing; dropping them can
+  // put two runs of one layer next to each other, which share one load.
   struct Load {
     int64_t layer;
     TaskOp first, last;
@@ -317,34 +335,44 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
   std::vector<int64_t> visited;
   for (const Run &r : runs)
     visited.push_back(r.layer);
-  SmallVector<Load> loadList;
-  for (const schedule::ParameterLoad &l : schedule::parameterLoads(
-           visited, [&](int64_t layer) { return !params[layer].empty(); }))
-    loadList.push_back(
+  std::vector<schedule::ParameterLoad> layerLoads = schedule::parameterLoads(
+      visited, [&](int64_t layer) { return !blocksOf(layer).empty(); });
+  SmallVector<Load> loads;
+  for (const schedule::ParameterLoad &l : layerLoads)
+    loads.push_back(
         {l.layer, runs[l.first].tasks.front(), runs[l.last].tasks.back()});
-  SmallVector<const Load *> loads;
-  for (const Load &l : loadList)
-    loads.push_back(&l);
   if (loads.empty())
     return success();
+  // Each block's stays on the GPU: uploaded at the first load of a stay,
+  // dropped after its last (one per load without tied weights).
+  std::vector<schedule::BlockLoad> stays =
+      schedule::blockLoads(layerLoads, blocksOf);
+  SmallVector<SmallVector<size_t>> startAt(loads.size()), endAt(loads.size());
+  for (auto [i, st] : llvm::enumerate(stays)) {
+    startAt[st.first].push_back(i);
+    endAt[st.last].push_back(i);
+  }
   const bool ssd = tp == Tier::ssd;
-  SmallVector<Value> fetched(loads.size()), uploaded(loads.size());
-  // Per load: its upload and its GPU binding, where a layer's deferred
-  // update goes at its first load.
-  SmallVector<Operation *> uploadOp(loads.size()), bindOp(loads.size());
+  SmallVector<Value> fetched(stays.size()), uploaded(stays.size());
+  // Per stay: its upload and its GPU binding, where a layer's deferred
+  // update goes at its block's first stay.
+  SmallVector<Operation *> uploadOp(stays.size()), bindOp(stays.size());
   auto fetch = [&](size_t k, Priority p) {
     if (k < loads.size())
-      fetched[k] = move(BlockClass::params, loads[k]->layer, Tier::ssd,
-                        Tier::host, p);
+      for (size_t i : startAt[k])
+        fetched[i] = move(BlockClass::params, stays[i].block, Tier::ssd,
+                          Tier::host, p);
   };
   auto upload = [&](size_t k) {
     if (k >= loads.size())
       return;
-    if (ssd)
-      await(fetched[k]);
-    uploaded[k] = move(BlockClass::params, loads[k]->layer, Tier::host,
-                       Tier::gpu, Priority::prefetch);
-    uploadOp[k] = uploaded[k].getDefiningOp();
+    for (size_t i : startAt[k]) {
+      if (ssd)
+        await(fetched[i]);
+      uploaded[i] = move(BlockClass::params, stays[i].block, Tier::host,
+                         Tier::gpu, Priority::prefetch);
+      uploadOp[i] = uploaded[i].getDefiningOp();
+    }
   };
   // Two loads in flight: the next one uploading, the one after it (from
   // SSD) being read into pinned host memory.
@@ -355,25 +383,28 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
   }
   upload(0);
   for (size_t k = 0; k < loads.size(); ++k) {
-    int64_t l = loads[k]->layer;
-    b.setInsertionPoint(loads[k]->first);
-    await(uploaded[k]);
-    if (ssd)
-      drop(BlockClass::params, l, Tier::host);
-    bindOp[k] = bind(BlockClass::params, l, Tier::gpu);
+    b.setInsertionPoint(loads[k].first);
+    for (size_t i : startAt[k]) {
+      await(uploaded[i]);
+      if (ssd)
+        drop(BlockClass::params, stays[i].block, Tier::host);
+    }
+    for (size_t i : startAt[k])
+      bindOp[i] = bind(BlockClass::params, stays[i].block, Tier::gpu);
     upload(k + 1);
     if (ssd)
       fetch(k + 2, Priority::prefetch);
-    b.setInsertionPointAfter(loads[k]->last);
-    drop(BlockClass::params, l, Tier::gpu);
+    b.setInsertionPointAfter(loads[k].last);
+    for (size_t i : endAt[k])
+      drop(BlockClass::params, stays[i].block, Tier::gpu);
   }
-  // A deferred update runs at its layer's first load, on the copy passing
+  // A deferred update runs at its layer's first stay, on the copy passing
   // the optimizer: a CPU optimizer's just before it is uploaded (after it
   // came from SSD), a GPU optimizer's once it is bound on the GPU (before
-  // the next loads start, which may read this layer from SSD again).
+  // the next loads start, which may read this block from SSD again).
   llvm::SmallSet<int64_t, 16> seen;
-  for (size_t k = 0; k < loads.size(); ++k) {
-    int64_t l = loads[k]->layer;
+  for (auto [i, st] : llvm::enumerate(stays)) {
+    int64_t l = st.block;
     if (!seen.insert(l).second)
       continue;
     auto found = deferredTask.find(l);
@@ -381,9 +412,9 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
       continue;
     TaskOp task = found->second;
     if (side == Tier::gpu)
-      task->moveAfter(bindOp[k]);
+      task->moveAfter(bindOp[i]);
     else
-      task->moveBefore(uploadOp[k]);
+      task->moveBefore(uploadOp[i]);
     deferredUpdate(l, task);
   }
   for (auto &[l, task] : deferredTask)
@@ -628,16 +659,126 @@ LogicalResult Rewriter::routeActivations(Tier ta) {
       acts.push_back(a);
     }
   }
+  if (acts.empty())
+    return success();
+
+  // The timeline: each activation's put (after its last forward reader)
+  // and its need (before its first backward reader), in block order.
+  DenseMap<Operation *, size_t> position;
+  for (auto [k, op] : llvm::enumerate(it.getBlock()))
+    position[&op] = k;
+  struct Action {
+    bool put;
+    size_t act;
+    size_t key; // 2 x position, + 1 after the op
+  };
+  SmallVector<Action> actions;
   for (auto [i, a] : llvm::enumerate(acts)) {
+    actions.push_back({true, i, 2 * position.lookup(a.lastForward) + 1});
+    actions.push_back({false, i, 2 * position.lookup(a.firstBackward)});
+  }
+  llvm::stable_sort(actions, [](const Action &x, const Action &y) {
+    return x.key < y.key;
+  });
+
+  // Look-ahead within the plan's slots: one activation copy on the GPU at a
+  // time (a write-back's source, or a reload's destination), and with the
+  // activations on SSD two host copies (the cost model's double-buffered
+  // staging). A write-back is awaited, and its copy dropped, only when its
+  // slot is needed again or the activation itself is; a reload is issued
+  // at the previous need (from SSD, the read two needs ahead) when no put
+  // comes in between, so it overlaps the backward tasks before its reader.
+  const bool ssd = ta == Tier::ssd;
+  struct Pending {
+    size_t act;
+    Value token;
+  };
+  std::deque<Pending> gpuLeg, hostLeg; // write-backs gpu -> host, host -> ssd
+  SmallVector<Value> readIn(acts.size()), upload(acts.size());
+  unsigned reloadHostCopies = 0; // SSD reads not yet uploaded and dropped
+  auto finishGpuLeg = [&] {
+    Pending p = gpuLeg.front();
+    gpuLeg.pop_front();
+    await(p.token);
+    drop(BlockClass::activations, p.act, Tier::gpu);
+    if (ssd)
+      hostLeg.push_back({p.act, move(BlockClass::activations, p.act,
+                                     Tier::host, Tier::ssd,
+                                     Priority::writeback)});
+  };
+  auto finishHostLeg = [&] {
+    Pending p = hostLeg.front();
+    hostLeg.pop_front();
+    await(p.token);
+    drop(BlockClass::activations, p.act, Tier::host);
+  };
+  auto roomOnGpu = [&] {
+    while (!gpuLeg.empty())
+      finishGpuLeg();
+  };
+  auto roomOnHost = [&] {
+    while (ssd && !hostLeg.empty() &&
+           hostLeg.size() + reloadHostCopies + 1 > 2)
+      finishHostLeg();
+  };
+  // The write-back of `i` complete: it is about to be read back.
+  auto written = [&](size_t i) {
+    auto has = [&](const std::deque<Pending> &q) {
+      return llvm::any_of(q, [&](const Pending &p) { return p.act == i; });
+    };
+    while (has(gpuLeg))
+      finishGpuLeg();
+    while (has(hostLeg))
+      finishHostLeg();
+  };
+  auto startRead = [&](size_t i, Priority p) {
+    written(i);
+    roomOnHost();
+    readIn[i] = move(BlockClass::activations, i, Tier::ssd, Tier::host, p);
+    ++reloadHostCopies;
+  };
+  auto startUpload = [&](size_t i, Priority p) {
+    written(i);
+    if (ssd && !readIn[i])
+      startRead(i, p);
+    if (ssd)
+      await(readIn[i]);
+    roomOnGpu();
+    upload[i] = move(BlockClass::activations, i, Tier::host, Tier::gpu, p);
+  };
+  auto needAt = [&](size_t k) -> std::optional<size_t> {
+    if (k < actions.size() && !actions[k].put)
+      return actions[k].act;
+    return std::nullopt;
+  };
+  Operation *lastPutAnchor = nullptr;
+  for (auto [k, action] : llvm::enumerate(actions)) {
+    const size_t i = action.act;
+    Activation &a = acts[i];
     Location loc = a.value.getLoc();
-    auto type = cast<RankedTensorType>(a.value.getType());
-    // Off the GPU after the forward's last read.
-    b.setInsertionPointAfter(a.lastForward);
-    PutActivationOp::create(b, loc, a.value, uint64_t(i), IntegerAttr());
-    sendBack(BlockClass::activations, i, Tier::gpu, ta);
+    if (action.put) {
+      // Off the GPU after the forward's last read.
+      if (a.lastForward != lastPutAnchor)
+        b.setInsertionPointAfter(a.lastForward);
+      lastPutAnchor = a.lastForward;
+      roomOnGpu();
+      PutActivationOp::create(b, loc, a.value, uint64_t(i), IntegerAttr());
+      roomOnHost();
+      gpuLeg.push_back({i, move(BlockClass::activations, i, Tier::gpu,
+                                Tier::host, Priority::writeback)});
+      continue;
+    }
+    lastPutAnchor = nullptr;
     // Back before the backward's first read; the bwd tasks read the copy.
     b.setInsertionPoint(a.firstBackward);
-    bring(BlockClass::activations, i, ta, Tier::gpu, Priority::demand);
+    if (!upload[i])
+      startUpload(i, Priority::demand);
+    await(upload[i]);
+    if (ssd) {
+      drop(BlockClass::activations, i, Tier::host);
+      --reloadHostCopies;
+    }
+    auto type = cast<RankedTensorType>(a.value.getType());
     Value back = TakeActivationOp::create(b, loc, type, uint64_t(i));
     drop(BlockClass::activations, i, Tier::gpu);
     drop(BlockClass::activations, i, ta);
@@ -645,6 +786,13 @@ LogicalResult Rewriter::routeActivations(Tier ta) {
       auto t = dyn_cast<TaskOp>(use.getOwner());
       return t && t.getPhase() == Phase::bwd;
     });
+    // The next needs, when no put comes first: upload the next one, and
+    // from SSD read the one after it.
+    if (auto next = needAt(k + 1)) {
+      startUpload(*next, Priority::prefetch);
+      if (auto after = needAt(k + 2); ssd && after && !readIn[*after])
+        startRead(*after, Priority::prefetch);
+    }
   }
   return success();
 }
@@ -677,10 +825,3 @@ struct SchedInsertTransfersPass
 };
 
 } // namespace
-
-bool spillway::sched::anyLayerSharesParameters(ModuleOp module) {
-  // A malformed table is the verifier's error, reported where it is read
-  // (sched-insert-transfers); here it shares nothing.
-  auto layers = train::LayerTable::read(module);
-  return succeeded(layers) && *layers && (*layers)->anySharedParams();
-}

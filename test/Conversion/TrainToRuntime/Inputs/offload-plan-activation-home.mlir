@@ -17,9 +17,9 @@ module attributes {sched.buffers = {blocks = [{bytes = 128 : i64, class = "param
     sched.put_activation %2 index(0) at(1536) : tensor<6x8xf32>
     %6 = sched.move activations layer(0) gpu -> host prio(writeback) at(0) : !sched.timepoint
     sched.await %6 : !sched.timepoint
+    sched.drop activations layer(0) gpu
     %7 = sched.move activations layer(0) host -> ssd prio(writeback) at(0) : !sched.timepoint
     sched.await %7 : !sched.timepoint
-    sched.drop activations layer(0) gpu
     sched.drop activations layer(0) host
     %8 = sched.move activations layer(0) ssd -> host prio(demand) at(0) : !sched.timepoint
     sched.await %8 : !sched.timepoint

@@ -36,25 +36,25 @@ module attributes {train.layers = [#train.layer<"w1", params = [@w1]>, #train.la
       }
       sched.put_activation %4 index(1) : tensor<3x8xf32>
       %7 = sched.move activations layer(1) gpu -> host prio(writeback) : !sched.timepoint
-      sched.await %7 : !sched.timepoint
-      %8 = sched.move activations layer(1) host -> ssd prio(writeback) : !sched.timepoint
-      sched.await %8 : !sched.timepoint
-      sched.drop activations layer(1) gpu
-      sched.drop activations layer(1) host
-      %9 = sched.slice %arg3[0 of 2] : tensor<6xi64> -> tensor<3xi64>
-      %10 = sched.task fwd layer(1) mb(0) (%2, %9) : (tensor<3x8xf32>, tensor<3xi64>) -> tensor<f32> {
+      %8 = sched.slice %arg3[0 of 2] : tensor<6xi64> -> tensor<3xi64>
+      %9 = sched.task fwd layer(1) mb(0) (%2, %8) : (tensor<3x8xf32>, tensor<3xi64>) -> tensor<f32> {
       ^bb0(%arg4: tensor<3x8xf32>, %arg5: tensor<3xi64>):
         %26 = train.param_value @w2 : tensor<8x3xf32>
         %27 = train.matmul %arg4, %26 : tensor<3x8xf32>, tensor<8x3xf32> -> tensor<3x3xf32>
         %28 = train.softmax_cross_entropy_loss %27, %arg5 : tensor<3x3xf32>, tensor<3xi64>
         sched.yield %28 : tensor<f32>
       }
+      sched.await %7 : !sched.timepoint
+      sched.drop activations layer(1) gpu
+      %10 = sched.move activations layer(1) host -> ssd prio(writeback) : !sched.timepoint
       sched.put_activation %2 index(0) : tensor<3x8xf32>
       %11 = sched.move activations layer(0) gpu -> host prio(writeback) : !sched.timepoint
       sched.await %11 : !sched.timepoint
-      %12 = sched.move activations layer(0) host -> ssd prio(writeback) : !sched.timepoint
-      sched.await %12 : !sched.timepoint
       sched.drop activations layer(0) gpu
+      %12 = sched.move activations layer(0) host -> ssd prio(writeback) : !sched.timepoint
+      sched.await %10 : !sched.timepoint
+      sched.drop activations layer(1) host
+      sched.await %12 : !sched.timepoint
       sched.drop activations layer(0) host
       %13 = sched.move activations layer(0) ssd -> host prio(demand) : !sched.timepoint
       sched.await %13 : !sched.timepoint
@@ -64,7 +64,10 @@ module attributes {train.layers = [#train.layer<"w1", params = [@w1]>, #train.la
       %15 = sched.take_activation index(0) : tensor<3x8xf32>
       sched.drop activations layer(0) gpu
       sched.drop activations layer(0) ssd
-      %16:2 = sched.task bwd layer(1) mb(0) (%9, %15) : (tensor<3xi64>, tensor<3x8xf32>) -> (tensor<3x8xf32>, tensor<8x3xf32>) {
+      %16 = sched.move activations layer(1) ssd -> host prio(prefetch) : !sched.timepoint
+      sched.await %16 : !sched.timepoint
+      %17 = sched.move activations layer(1) host -> gpu prio(prefetch) : !sched.timepoint
+      %18:2 = sched.task bwd layer(1) mb(0) (%8, %15) : (tensor<3xi64>, tensor<3x8xf32>) -> (tensor<3x8xf32>, tensor<8x3xf32>) {
       ^bb0(%arg4: tensor<3xi64>, %arg5: tensor<3x8xf32>):
         %26 = train.param_value @w2 {sched.recompute} : tensor<8x3xf32>
         %27 = train.matmul %arg5, %26 {sched.recompute} : tensor<3x8xf32>, tensor<8x3xf32> -> tensor<3x3xf32>
@@ -77,10 +80,7 @@ module attributes {train.layers = [#train.layer<"w1", params = [@w1]>, #train.la
         %34 = train.matmul %33, %29 : tensor<8x3xf32>, tensor<3x3xf32> -> tensor<8x3xf32>
         sched.yield %32, %34 : tensor<3x8xf32>, tensor<8x3xf32>
       }
-      %17 = sched.move activations layer(1) ssd -> host prio(demand) : !sched.timepoint
       sched.await %17 : !sched.timepoint
-      %18 = sched.move activations layer(1) host -> gpu prio(demand) : !sched.timepoint
-      sched.await %18 : !sched.timepoint
       sched.drop activations layer(1) host
       %19 = sched.take_activation index(1) : tensor<3x8xf32>
       sched.drop activations layer(1) gpu
@@ -98,7 +98,7 @@ module attributes {train.layers = [#train.layer<"w1", params = [@w1]>, #train.la
         %34 = train.matmul %33, %29 : tensor<8x3xf32>, tensor<3x3xf32> -> tensor<8x3xf32>
         sched.yield %32, %34 : tensor<3x8xf32>, tensor<8x3xf32>
       }
-      sched.stage_grads gradients layer(1) first(%16#1, %20#1) {params = [@w2]} : tensor<8x3xf32>, tensor<8x3xf32>
+      sched.stage_grads gradients layer(1) first(%18#1, %20#1) {params = [@w2]} : tensor<8x3xf32>, tensor<8x3xf32>
       %21 = sched.task bwd layer(0) mb(1) (%20#0, %3) : (tensor<3x8xf32>, tensor<3x4xf32>) -> tensor<4x8xf32> {
       ^bb0(%arg4: tensor<3x8xf32>, %arg5: tensor<3x4xf32>):
         %26 = train.param_value @w1 {sched.recompute} : tensor<4x8xf32>
@@ -108,7 +108,7 @@ module attributes {train.layers = [#train.layer<"w1", params = [@w1]>, #train.la
         %30 = train.matmul %29, %28 : tensor<4x3xf32>, tensor<3x8xf32> -> tensor<4x8xf32>
         sched.yield %30 : tensor<4x8xf32>
       }
-      %22 = sched.task bwd layer(0) mb(0) (%16#0, %1) : (tensor<3x8xf32>, tensor<3x4xf32>) -> tensor<4x8xf32> {
+      %22 = sched.task bwd layer(0) mb(0) (%18#0, %1) : (tensor<3x8xf32>, tensor<3x4xf32>) -> tensor<4x8xf32> {
       ^bb0(%arg4: tensor<3x8xf32>, %arg5: tensor<3x4xf32>):
         %26 = train.param_value @w1 {sched.recompute} : tensor<4x8xf32>
         %27 = train.matmul %arg5, %26 {sched.recompute} : tensor<3x4xf32>, tensor<4x8xf32> -> tensor<3x8xf32>
@@ -132,7 +132,7 @@ module attributes {train.layers = [#train.layer<"w1", params = [@w1]>, #train.la
       ^bb0(%arg4: tensor<8x3xf32>):
         train.adamw @w2, %arg4 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<8x3xf32>
       }
-      %25 = sched.accumulate mean %6, %10 : tensor<f32>
+      %25 = sched.accumulate mean %6, %9 : tensor<f32>
       sched.yield %25 : tensor<f32>
     }
     return %0 : tensor<f32>

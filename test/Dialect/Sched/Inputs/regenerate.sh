@@ -113,6 +113,9 @@ gen $sched/tied-head-params-host.mlir tied-head "${front[@]}" --sched-order --sc
 # (The bases of the damaged ones go to the scratch directory only.)
 out=$scratch gen base/tied-head-optimizer-host.mlir tied-head "${front[@]}" --sched-order --sched-place=placement=optimizer=host
 out=$scratch gen base/tied-head-deferred.mlir tied-head "${front[@]}" --sched-order "--sched-overlap-optimizer=fraction=0.5 granule=1" --sched-place=placement=optimizer=host
+# Tied weights off the GPU: a head that reads the embedding two layers on.
+gen $sched/tied-deep-ssd.mlir tied-deep "${front[@]}" --sched-order=order=horizontal --sched-place=placement=params=ssd
+gen $sched/tied-deep-defcpu.mlir tied-deep "${front[@]}" "${mb2[@]}" --sched-order=order=snake "--sched-overlap-optimizer=fraction=0.5 granule=1" --sched-place=placement=params=ssd,optimizer=ssd,gradients=host
 gen $sched/tied-head-gradients-host.mlir tied-head "${front[@]}" --sched-order --sched-place=placement=gradients=host,optimizer=ssd
 damage $sched/tied-head-apply-mismatch.mlir "$scratch/base/tied-head-deferred.mlir" \
   "the deferred task applies another range than the opt task defers" \

@@ -13,14 +13,6 @@ namespace spillway::sched {
 #define GEN_PASS_DECL
 #include "spillway/Dialect/Sched/Transforms/Passes.h.inc"
 
-/// A layer that shares parameters with another (reads one another layer
-/// owns: `uses`; owns one other layers read: `shared`;
-/// train::LayerAttr::sharesParams) keeps its parameters on the GPU: the
-/// executor moves parameters per layer. sched-insert-transfers refuses to
-/// move such a layer's parameters, and the planner pins params to the GPU
-/// when any layer of the module's train.layers shares them.
-bool anyLayerSharesParameters(mlir::ModuleOp module);
-
 /// A tier whose arena outgrows its budget in sched-assign-buffers: the
 /// smallest budget that fits this placement is `neededBytes`. The pass
 /// still fails with its error; a planner trying several plans reads this

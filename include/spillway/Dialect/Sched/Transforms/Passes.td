@@ -177,6 +177,14 @@ def SchedInsertTransfersPass : Pass<"sched-insert-transfers", "mlir::ModuleOp"> 
       two GPU and two host copies at most. Each load starts with
       `sched.await` of its upload and `sched.bind params ... gpu`, and its
       GPU copy is dropped when the run ends.
+      A tied weight (a parameter in one layer's `params` that other layers
+      list under `uses`) has one home, its owner's params block: a load of
+      a layer that reads it brings and binds the owner's block too (whole,
+      every part), and a block that consecutive loads read stays on the
+      GPU across them (one *stay*, `schedule::blockLoads`, the cost
+      model's count). The gradients of all its uses reach the owner's
+      backward (autodiff sums them there), so they are accumulated and
+      updated once, as any of the owner's.
     - Gradients: the micro-batch gradients of each backward run of a layer
       are summed (left to right, in the order they ran) by
       `sched.stage_grads` into the GPU copy of the layer's `gradients`
@@ -199,7 +207,8 @@ def SchedInsertTransfersPass : Pass<"sched-insert-transfers", "mlir::ModuleOp"> 
       params and optimizer blocks then have two parts (`part(0)`, the
       deferred elements, and `part(1)`, the rest; one part when D_l is 0 or
       all): the update after the backward moves only part 1 (nothing when
-      all is deferred). The deferred task runs at the layer's first load,
+      all is deferred). The deferred task runs at the first stay of the
+      layer's block (its first load, or an earlier reader's of a tied weight),
       on the copy the load brings past the optimizer: a CPU optimizer's
       just before the upload (after the SSD read), a GPU optimizer's right
       after the load's GPU binding (before the next loads start); with
@@ -213,15 +222,17 @@ def SchedInsertTransfersPass : Pass<"sched-insert-transfers", "mlir::ModuleOp"> 
       becomes an `activations` block (index = its position among them, in
       block order): `sched.put_activation` right after its last non-bwd
       reader, gpu -> host (-> ssd) `writeback` and the copies on the way
-      dropped; just before its first bwd reader ssd -> host -> gpu
-      `demand`, `sched.take_activation`, whose value the bwd tasks read,
-      and every copy dropped. A non-bwd reader after a bwd reader is an
-      error.
+      dropped; before its first bwd reader ssd -> host -> gpu,
+      `sched.take_activation`, whose value the bwd tasks read, and every
+      copy dropped. With look-ahead inside one GPU slot and two host slots
+      (SSD): a write-back leg is awaited only when its slot is needed
+      again or the activation is read back, and the next reload is issued
+      (`prefetch`) right after the previous take when no put comes between
+      (from SSD the read one need further ahead); otherwise at its reader
+      (`demand`). A non-bwd reader after a bwd reader is an error.
     Everything on the GPU (every class `gpu`) moves nothing: the bindings
     and gradient blocks only. Refused with a clear error: an iteration
-    without `placement`; parameters off the GPU when a layer reads another
-    layer's parameter or shares its own (`uses` / `shared` in
-    `train.layers`), naming it; a gradient that is not the result of its
+    without `placement`; a `uses` entry that no layer owns; a gradient that is not the result of its
     layer's backward task; deferred elements that do not lead the layer's
     updated parameters in block order; deferred updates in a layer with
     parameters the optimizer does not update.
