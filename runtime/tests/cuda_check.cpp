@@ -282,9 +282,10 @@ void check_foam(Report &r, uint64_t seed, int64_t rows, int64_t cols,
 // several queued updates: per step the first 3 tensors with one learning
 // rate and the other 122 with another (a change of scalars flushes midway),
 // except at step 2, where one rate makes a single launch of all 125. The
-// 122- and 125-entry tables outgrow the first launch's (4 KiB, 85 entries)
-// while it may still be in flight, and the 7 launches of the 4 steps reuse
-// the pinned table with no synchronisation in between.
+// 122-entry table outgrows the first launch's (4 KiB, 85 entries) while
+// that launch may still be in flight, and the 7 launches of the 4 steps go
+// round the ring of pinned tables (3) twice with no synchronisation between
+// them.
 void check_device_adamw(Report &r) {
   auto ctx = make_context();
   spw_use_cuda(ctx.get(), 0);
