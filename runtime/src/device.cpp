@@ -17,6 +17,7 @@
 #include "device.h"
 #include "loopback_memory.h"
 #include "storage/tensor_store.h"
+#include "trace.h"
 
 #include <cstring>
 #include <map>
@@ -174,6 +175,7 @@ void run_on_device(spw_ctx *ctx, Op op, KernelEntry host,
                    spw_tensor *const *ins, spw_tensor *const *outs,
                    const int64_t *iattrs, const double *fattrs) {
   guarded(ctx, op_name(op), [&] {
+    trace::Scope kernel(op_name(op)); // --trace: the kernel's span
     ctx->device->run(op, host, ctx, ins, outs, iattrs, fattrs);
   });
 }

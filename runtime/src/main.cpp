@@ -15,6 +15,7 @@
 #include "host_optimizer.h"
 #include "spillway/runtime/hyperparams.h"
 #include "tiers.h"
+#include "trace.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -247,6 +248,9 @@ int run(const Options &o, const char *argv0) {
       o.weights.empty() ? exe + ".weights" : o.weights;
   const std::vector<FileRole> ins = run_inputs(o, weights, exe);
   check_outputs(o, ins);
+  // From here on the trace records; it is written at the end, or when the
+  // run fails, with what happened until then.
+  trace::Session tracing(o.trace);
 
   // Every file against the declarations, then the memory for all of them,
   // and only then any buffer sized from the model or the files.
@@ -331,7 +335,9 @@ int run(const Options &o, const char *argv0) {
         fo.steps = std::max(fo.steps, in.num_batches);
     }
     print_banner(ctx, fo, weights, hp);
-    return run_forward(ctx, fo, fo.steps, ins);
+    const int frc = run_forward(ctx, fo, fo.steps, ins);
+    tracing.write();
+    return frc;
   }
   const bool tiered = has_tiers(ctx);
   if (tiered) {
@@ -384,6 +390,7 @@ int run(const Options &o, const char *argv0) {
     }
     std::printf("wrote offload statistics to %s\n", o.stats_json.c_str());
   }
+  tracing.write();
   return rc;
 }
 

@@ -20,7 +20,10 @@
 
 #include "host_optimizer.h"
 #include "storage/tensor_store.h"
+#include "trace.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <iterator>
@@ -123,6 +126,7 @@ struct Tiers {
     std::vector<Token> tokens; // one per part moved
     Clock::time_point issued;
     Tier to = Tier::Gpu;
+    std::string block; // its name, for the trace's waits
   };
   std::vector<Move> moves;
   // Statistics.
@@ -137,6 +141,17 @@ struct Tiers {
   // params and optimizer blocks (-1: none), made at its first update.
   std::unique_ptr<HostOptimizer> host;
   std::vector<std::array<int, 2>> param_blocks;
+  // Telemetry of each step (tiers_step_begin/end; the progress line and
+  // --stats-json): seconds, time in tasks (the device busy), time compute
+  // waited in spw_await, time at least one move was in flight (from issue to
+  // completion), time the host optimizer ran.
+  struct StepTelemetry {
+    double seconds = 0, busy_s = 0, wait_s = 0, transfer_s = 0,
+           host_optimizer_s = 0;
+  };
+  std::vector<StepTelemetry> telemetry;
+  int64_t step_begin_us = 0, step_task_us = 0;
+  double step_wait_s = 0, step_host_optimizer_s = 0;
 
   ~Tiers() {
     host.reset(); // its tasks write the host arena
@@ -458,10 +473,60 @@ void tiers_gather(spw_ctx *ctx) {
   }
 }
 
+static int64_t us(Clock::time_point p) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             p.time_since_epoch())
+      .count();
+}
+
+// The CPU optimizer's task time (host_optimizer.h, summed over its workers).
+static double host_optimizer_s(const Tiers &t) {
+  return t.host ? double(t.host->busy_ns.load()) * 1e-9 : 0.0;
+}
+
+static void telemetry_step_begin(Tiers &t) {
+  t.step_begin_us = trace::now_us();
+  t.step_task_us = trace::task_us();
+  t.step_wait_s = t.wait_s;
+  t.step_host_optimizer_s = host_optimizer_s(t);
+}
+
+// After the step's moves completed: its telemetry.
+static void telemetry_step_end(Tiers &t) {
+  Tiers::StepTelemetry st;
+  st.seconds = double(trace::now_us() - t.step_begin_us) * 1e-6;
+  st.busy_s = double(trace::task_us() - t.step_task_us) * 1e-6;
+  st.wait_s = t.wait_s - t.step_wait_s;
+  st.host_optimizer_s = host_optimizer_s(t) - t.step_host_optimizer_s;
+  // The union of the moves' [issue, completion] intervals.
+  std::vector<std::pair<int64_t, int64_t>> in_flight;
+  for (const Tiers::Move &m : t.moves) {
+    int64_t end = -1;
+    for (const Token &k : m.tokens)
+      if (k.completion())
+        end = std::max(end, k.completion()->done_us());
+    if (end >= 0)
+      in_flight.push_back({us(m.issued), end});
+  }
+  std::sort(in_flight.begin(), in_flight.end());
+  int64_t total = 0, from = 0, to = -1;
+  for (const auto &[b, e] : in_flight) {
+    if (b > to) {
+      total += std::max<int64_t>(0, to - from);
+      from = b;
+    }
+    to = std::max(to, e);
+  }
+  total += std::max<int64_t>(0, to - from);
+  st.transfer_s = double(total) * 1e-6;
+  t.telemetry.push_back(st);
+}
+
 void tiers_step_begin(spw_ctx *ctx) {
   Tiers &t = *ctx->tiers;
   t.store->wait_all();
   t.moves.clear();
+  telemetry_step_begin(t);
   t.at_step_begin = t.store->moved();
   for (int c = 0; c < Tiers::kNumClasses; ++c)
     t.class_at_step_begin[size_t(c)] = t.store->moved_by_tag(c);
@@ -485,6 +550,7 @@ void tiers_step_end(spw_ctx *ctx) {
   for (int c = 0; c < Tiers::kNumClasses; ++c)
     t.class_last_step[size_t(c)] =
         minus(t.store->moved_by_tag(c), t.class_at_step_begin[size_t(c)]);
+  telemetry_step_end(t);
   t.moves.clear();
 }
 
@@ -567,6 +633,40 @@ std::string tiers_summary(const spw_ctx *ctx, double seconds, int64_t steps) {
   return s;
 }
 
+// Of a step's telemetry: time in tasks over the step, and the transfer
+// time compute did not wait for over the transfer time (1: nothing moved).
+static double busy_fraction(double busy_s, double seconds) {
+  return seconds > 0 ? std::min(1.0, busy_s / seconds) : 0.0;
+}
+static double transfer_overlap(double wait_s, double transfer_s) {
+  return transfer_s > 0 ? std::clamp(1.0 - wait_s / transfer_s, 0.0, 1.0)
+                        : 1.0;
+}
+
+std::string tiers_progress(const spw_ctx *ctx) {
+  const Tiers &t = *ctx->tiers;
+  if (t.telemetry.empty())
+    return "";
+  const Tiers::StepTelemetry &st = t.telemetry.back();
+  std::string s = format("busy %.0f%%  wait %.2fs  overlap %.0f%%",
+                         100 * busy_fraction(st.busy_s, st.seconds),
+                         st.wait_s,
+                         100 * transfer_overlap(st.wait_s, st.transfer_s));
+  if (st.host_optimizer_s > 0)
+    s += format("  cpu optimizer %.2fs", st.host_optimizer_s);
+  return s;
+}
+
+static std::string telemetry_json(const Tiers::StepTelemetry &st) {
+  return format("{\"seconds\": %.6f, \"busy_s\": %.6f, \"busy_fraction\": "
+                "%.4f, \"wait_s\": %.6f, \"transfer_s\": %.6f, "
+                "\"transfer_overlap\": %.4f, \"host_optimizer_s\": %.6f}",
+                st.seconds, st.busy_s, busy_fraction(st.busy_s, st.seconds),
+                st.wait_s, st.transfer_s,
+                transfer_overlap(st.wait_s, st.transfer_s),
+                st.host_optimizer_s);
+}
+
 static std::string links_json(const LinkBytes &b) {
   return format("{\"ssd_read\": %llu, \"ssd_write\": %llu, \"h2d\": %llu, "
                 "\"d2h\": %llu}",
@@ -589,6 +689,17 @@ std::string tiers_stats_json(const spw_ctx *ctx, double seconds,
   for (int c = 0; c < Tiers::kNumClasses; ++c)
     by_class += format("%s\"%s\": %s", c ? ", " : "", class_name(c),
                        links_json(t.class_last_step[size_t(c)]).c_str());
+  // The telemetry of every step, and of all of them together.
+  Tiers::StepTelemetry all;
+  std::string tel;
+  for (const Tiers::StepTelemetry &st : t.telemetry) {
+    all.seconds += st.seconds;
+    all.busy_s += st.busy_s;
+    all.wait_s += st.wait_s;
+    all.transfer_s += st.transfer_s;
+    all.host_optimizer_s += st.host_optimizer_s;
+    tel += (tel.empty() ? "" : ", ") + telemetry_json(st);
+  }
   const std::string prediction =
       t.predicted_s < 0
           ? std::string("null")
@@ -603,7 +714,8 @@ std::string tiers_stats_json(const spw_ctx *ctx, double seconds,
       " \"bytes_per_step\": [%s],\n"
       " \"peak_bytes\": {\"gpu\": %llu, \"host\": %llu, \"ssd\": %llu},\n"
       " \"planned_bytes\": {\"gpu\": %llu, \"host\": %llu, \"ssd\": %llu},\n"
-      " \"io_wait_s\": %.6f, \"io_busy_s\": %.6f, \"overlap\": %.4f}\n",
+      " \"io_wait_s\": %.6f, \"io_busy_s\": %.6f, \"overlap\": %.4f,\n"
+      " \"telemetry\": %s,\n \"telemetry_per_step\": [%s]}\n",
       (long long)steps, seconds, steps ? seconds / double(steps) : 0.0,
       prediction.c_str(), links_json(last).c_str(),
       links_json(t.predicted).c_str(), by_class.c_str(), per.c_str(),
@@ -611,7 +723,8 @@ std::string tiers_stats_json(const spw_ctx *ctx, double seconds,
       (unsigned long long)t.store->usage(Tier::Host).peak,
       (unsigned long long)(t.swap ? t.store->usage(Tier::Ssd).peak : 0),
       (unsigned long long)t.gpu_bytes, (unsigned long long)t.host_bytes,
-      (unsigned long long)t.ssd_bytes, t.wait_s, t.busy_s, overlap);
+      (unsigned long long)t.ssd_bytes, t.wait_s, t.busy_s, overlap,
+      telemetry_json(all).c_str(), tel.c_str());
 }
 
 } // namespace spw
@@ -780,6 +893,7 @@ static int32_t move_parts(spw_ctx *ctx, const char *what, int32_t cls,
     Tiers::Move m;
     m.issued = Clock::now();
     m.to = d;
+    m.block = b.name;
     for (int k = 0; k < b.parts(); ++k) {
       if (part >= 0 && k != part)
         continue;
@@ -840,6 +954,8 @@ void spw_await(spw_ctx *ctx, int32_t token) {
     }
     const auto t1 = Clock::now();
     t.wait_s += std::chrono::duration<double>(t1 - t0).count();
+    if (trace::enabled())
+      trace::span(trace::Lane::Compute, 0, "wait " + m.block, us(t0), us(t1));
     // Time with a move in flight: the union of [issued, awaited] intervals
     // (they are awaited roughly in issue order).
     const auto start = std::max(m.issued, t.busy_until);

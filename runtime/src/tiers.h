@@ -39,6 +39,9 @@ void tiers_release_copies(spw_ctx *ctx);
 // Bracket one training step: per-step bytes and time blocked on I/O.
 void tiers_step_begin(spw_ctx *ctx);
 void tiers_step_end(spw_ctx *ctx);
+// The last step's telemetry for the progress line: "busy 93%  wait 0.01s
+// overlap 88%" (docs/runtime.md, "Offload"); empty before the first step.
+std::string tiers_progress(const spw_ctx *ctx);
 // One line for the banner.
 std::string tiers_describe(const spw_ctx *ctx);
 // The last line: measured against predicted time, bytes against the plan.

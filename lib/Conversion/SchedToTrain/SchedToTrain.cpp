@@ -11,6 +11,7 @@
 
 #include "spillway/Conversion/Passes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "spillway/Dialect/Sched/IR/SchedOps.h"
@@ -47,6 +48,16 @@ SmallVector<Value> inlineBlock(Block &block, ValueRange args,
 LogicalResult lower(Operation *op, OpBuilder &b) {
   b.setInsertionPoint(op);
   if (auto task = dyn_cast<sched::TaskOp>(op)) {
+    // The task's call (sched-outline-tasks) or optimizer updates say which
+    // task they are, for the runtime's task markers
+    // (convert-train-to-runtime): the computation the runtime times.
+    auto which = b.getDenseI64ArrayAttr(
+        {int64_t(task.getPhase()), int64_t(task.getLayer()),
+         task.getMb() ? int64_t(*task.getMb()) : -1});
+    for (Operation &inner : task.getBlock().without_terminator())
+      if (isa<func::CallOp, train::AdamWOp, train::AdamWDeferOp,
+              train::AdamWApplyPendingOp, train::FoamOp>(inner))
+        inner.setAttr(train::kTaskAttrName, which);
     SmallVector<Value> results =
         inlineBlock(task.getBlock(), task.getInputs(), task);
     task->replaceAllUsesWith(results);

@@ -800,6 +800,10 @@ LogicalResult RuntimeEmitter::emitBody(func::FuncOp func, Value slotsArg) {
   };
 
   Operation *previous = nullptr;
+  // The task running: the train.task of the ops since its begin (a run of
+  // ops with one value is one task; convert-sched-to-train tags a task's
+  // call, or its optimizer updates). The runtime times and traces it.
+  DenseI64ArrayAttr openTask;
   for (Operation &op : block) {
     if (framed && ++partOps > kPartOps)
       startPart();
@@ -815,6 +819,17 @@ LogicalResult RuntimeEmitter::emitBody(func::FuncOp func, Value slotsArg) {
     }
     previous = &op;
     loc = op.getLoc();
+    auto task = op.getAttrOfType<DenseI64ArrayAttr>(kTaskAttrName);
+    if (op.hasAttr(kTaskAttrName) && (!task || task.size() != 3))
+      return op.emitOpError("has a malformed ")
+             << kTaskAttrName << " (expected array<i64: phase, layer, "
+             << "micro-batch>)";
+    if (openTask && task != openTask)
+      callRuntime("spw_task_end", voidTy, {ptrTy}, {ctxArg});
+    if (task && task != openTask)
+      callRuntime("spw_task_begin", voidTy, {ptrTy, i32Ty, i32Ty, i32Ty},
+                  {ctxArg, i32(task[0]), i32(task[1]), i32(task[2])});
+    openTask = task;
     if (isa<sched::SchedDialect>(op.getDialect())) {
       auto done = emitSchedOp(&op);
       if (failed(done))

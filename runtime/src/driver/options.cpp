@@ -64,6 +64,8 @@ const char kUsage[] =
     "                          the bytes moved per link per iteration next\n"
     "                          to the plan's prediction, peak bytes per tier,\n"
     "                          time waiting on I/O and the overlap\n"
+    "  --trace FILE            write the run's timeline (tasks, kernels,\n"
+    "                          copies, waits) as a Chrome trace (Perfetto)\n"
     "  --optimizer-threads N   offload plans with the optimizer state on host\n"
     "                          or SSD: host threads running the updates\n"
     "                          (default: min(4, hardware threads - 1))\n"
@@ -210,7 +212,7 @@ Options parse_args(int argc, char **argv) {
         "--print-every", "--fd-eps", "--fd-samples", "--fd-tol", "--outputs",
         "--checkpoint-dir", "--checkpoint-every", "--keep-checkpoints",
         "--io-backend", "--ssd", "--stats-json", "--device",
-        "--device-arena", "--loopback-delays", "--optimizer-threads"};
+        "--device-arena", "--loopback-delays", "--optimizer-threads", "--trace"};
     if (std::find_if(std::begin(kValued), std::end(kValued),
                      [&](const char *f) { return flag == f; }) ==
         std::end(kValued))
@@ -285,6 +287,8 @@ Options parse_args(int argc, char **argv) {
       }
     } else if (flag == "--stats-json") {
       o.stats_json = path_value(flag, value);
+    } else if (flag == "--trace") {
+      o.trace = path_value(flag, value);
     } else if (flag == "--optimizer-threads") {
       o.optimizer_threads = parse_int(flag, value, 1);
       if (o.optimizer_threads > HostTasks::kMaxThreads)

@@ -52,6 +52,7 @@ struct Options {
   // Offload plans (tiers.h).
   std::vector<std::string> ssd;
   std::string stats_json;
+  std::string trace; // --trace FILE (trace.h)
   int64_t optimizer_threads = 0; // 0: default_host_threads()
   // Backend (device.h): "" is the compile target's (spillwayc --target).
   std::string device;

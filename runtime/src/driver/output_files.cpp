@@ -201,13 +201,14 @@ void check_outputs(const Options &o, const std::vector<FileRole> &ins) {
   for (const auto &[flag, path] :
        {std::pair<const char *, const std::string *>{"--save", &o.save},
         {"--log-json", &o.log_json},
-        {"--stats-json", &o.stats_json}})
+        {"--stats-json", &o.stats_json}, {"--trace", &o.trace}})
     if (!path->empty())
       outs.push_back(file_role(format("%s '%s'", flag, path->c_str()), *path));
   refuse_overwrites(outs, ins, o);
   check_output_file("--save", o.save);
   check_output_file("--log-json", o.log_json);
   check_output_file("--stats-json", o.stats_json);
+  check_output_file("--trace", o.trace);
   check_output_dir("--checkpoint-dir", o.checkpoint_dir);
   check_output_dir("--outputs", o.outputs);
 }

@@ -251,8 +251,9 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
       output_failed(ctx, o, Error(log_error));
     const bool progress = s % every == 0 || s == o.steps;
     if (progress) {
-      std::printf("step %lld/%lld  loss %.6f\n", (long long)s,
-                  (long long)o.steps, double(loss));
+      std::printf("step %lld/%lld  loss %.6f%s\n", (long long)s,
+                  (long long)o.steps, double(loss),
+                  has_tiers(ctx) ? ("  " + tiers_progress(ctx)).c_str() : "");
       flush_stdout();
     }
     if (ck && (s == o.steps ||

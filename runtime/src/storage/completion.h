@@ -16,9 +16,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace spw::storage {
 
@@ -40,12 +42,22 @@ public:
   void wait();
   // The first error, or empty (only meaningful once done()).
   std::string error() const;
+  // When the last piece completed (trace::now_us, steady microseconds);
+  // -1 while pieces are pending. What the telemetry and the trace take as
+  // the end of the operation: when it ended, not when someone waited.
+  int64_t done_us() const;
+  // Calls fn(done_us) once the last piece has completed: at once (on the
+  // calling thread) when it has, else on the thread that completes it.
+  // fn must not block or wait on other completions.
+  void on_done(std::function<void(int64_t)> fn);
 
 private:
   std::atomic<int64_t> pending_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::string error_;
+  int64_t done_us_ = -1; // under mu_
+  std::vector<std::function<void(int64_t)>> on_done_;
 };
 
 // A handle on a Completion; cheap to copy. A default-constructed Token is
@@ -65,6 +77,13 @@ public:
 private:
   std::shared_ptr<Completion> c_;
 };
+
+// With tracing on (trace.h), draws the move a token stands for as a span on
+// its link's lane, "<link> <block>" (h2d, d2h, ssd_read, ssd_write), from
+// now (its issue) to its completion. Tiers are SPW_TIER_* (0 gpu, 1 host,
+// 2 ssd); `bytes` is what the link moves.
+void trace_move(const Token &t, const std::string &block, int from, int to,
+                uint64_t bytes);
 
 } // namespace spw::storage
 

@@ -450,6 +450,7 @@ Token TensorStore::move(TensorId t, Tier from, Tier to, Priority prio) {
   dst.filling = true;
   dst.bad.clear();
   pending_.push_back(Pending{t, from, to, link_bytes, tok});
+  trace_move(tok, what, int(from), int(to), link_bytes); // --trace: its span
   return tok;
 }
 

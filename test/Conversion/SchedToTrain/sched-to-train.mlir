@@ -156,3 +156,38 @@ module {
     return %r : tensor<4xf32>
   }
 }
+
+// -----
+
+// Which task a call (sched-outline-tasks) or an optimizer update is:
+// train.task = [phase (0 fwd, 1 bwd, 2 opt), layer, micro-batch or -1], for
+// the runtime's task markers. Other ops carry nothing.
+// CHECK-LABEL: func.func @markers
+// CHECK:       %[[W:.*]] = train.param_value @w
+// CHECK-NOT:   train.task
+// CHECK-NEXT:  %[[Y:.*]] = call @task.fwd.layer0(%{{.*}}, %[[W]]) {train.task = array<i64: 0, 0, 0>}
+// CHECK-NEXT:  train.adamw @w, %[[Y]] {{{.*}}train.task = array<i64: 2, 0, -1>
+module {
+  train.param @w : tensor<4xf32> at 0
+  func.func private @task.fwd.layer0(%i: tensor<4xf32>, %w: tensor<4xf32>) -> tensor<4xf32> {
+    %m = train.mul %i, %w : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+    return %m : tensor<4xf32>
+  }
+  func.func @markers(%x: tensor<4xf32>) -> tensor<4xf32> {
+    %r = sched.iteration(%x) : (tensor<4xf32>) -> tensor<4xf32> {
+    ^bb0(%a: tensor<4xf32>):
+      %y = sched.task fwd layer(0) mb(0) (%a) : (tensor<4xf32>) -> tensor<4xf32> {
+      ^bb0(%i: tensor<4xf32>):
+        %w = train.param_value @w : tensor<4xf32>
+        %m = func.call @task.fwd.layer0(%i, %w) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+        sched.yield %m : tensor<4xf32>
+      }
+      sched.task opt layer(0) (%y) : (tensor<4xf32>) -> () {
+      ^bb0(%g: tensor<4xf32>):
+        train.adamw @w, %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<4xf32>
+      }
+      sched.yield %y : tensor<4xf32>
+    }
+    return %r : tensor<4xf32>
+  }
+}

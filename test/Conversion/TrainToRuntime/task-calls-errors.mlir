@@ -52,3 +52,19 @@ module {
     return %l : tensor<f32>
   }
 }
+
+// -----
+
+// A task marker that is not [phase, layer, micro-batch].
+module {
+  func.func private @t(%a: tensor<2xf32>) -> tensor<2xf32> {
+    %n = train.neg %a : tensor<2xf32>
+    return %n : tensor<2xf32>
+  }
+  func.func @step(%x: tensor<2xf32>) -> tensor<f32> {
+    // expected-error @+1 {{has a malformed train.task (expected array<i64: phase, layer, micro-batch>)}}
+    %y = func.call @t(%x) {train.task = array<i64: 0, 1>} : (tensor<2xf32>) -> tensor<2xf32>
+    %l = train.reduce_sum %y, [] {keepdims = false} : tensor<2xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}

@@ -9,6 +9,11 @@
 // scheduled in two micro-batches, snake, with and without
 // sched-outline-tasks (Inputs/regenerate.sh writes them).
 // RUN: spillway-opt %S/Inputs/task-calls-outlined.mlir --convert-train-to-runtime | FileCheck %s
+// Each task's call (and each layer's optimizer updates) between
+// spw_task_begin(ctx, phase, layer, micro-batch) and spw_task_end: the
+// train.task convert-sched-to-train put on them. Phase 0 fwd, 1 bwd, 2 opt;
+// micro-batch -1: none. The order is the snake's.
+// RUN: spillway-opt %S/Inputs/task-calls-outlined.mlir --convert-train-to-runtime | grep -B3 'llvm.call @spw_task_begin' | FileCheck %s --check-prefix=MARKS
 // Without the outlining the step is lowered as it always was: no frame.
 // RUN: spillway-opt %S/Inputs/task-calls-flat.mlir --convert-train-to-runtime | FileCheck %s --check-prefix=FLAT
 
@@ -21,6 +26,58 @@
 // CHECK-DAG: llvm.mlir.global internal constant @[[$S1:spw_i64_[0-9]+]](dense<[5, 0, 6, 7]> : tensor<4xi64>)
 // CHECK-DAG: llvm.mlir.global internal constant @[[$S2:spw_i64_[0-9]+]](dense<[7, 8, 1, 9, 10]> : tensor<5xi64>)
 // CHECK-DAG: llvm.mlir.global internal constant @[[$REL:spw_i64_[0-9]+]](dense<[3, 15, 2]> : tensor<3xi64>)
+
+// fwd L0 mb0
+// MARKS:      llvm.mlir.constant(0 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(0 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(0 : i32) : i32
+// MARKS-NEXT: llvm.call @spw_task_begin(%arg0,
+// fwd L0 mb1
+// MARKS:      llvm.mlir.constant(0 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(0 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(1 : i32) : i32
+// MARKS-NEXT: llvm.call @spw_task_begin(%arg0,
+// fwd L1 mb1
+// MARKS:      llvm.mlir.constant(0 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(1 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(1 : i32) : i32
+// MARKS-NEXT: llvm.call @spw_task_begin(%arg0,
+// fwd L1 mb0
+// MARKS:      llvm.mlir.constant(0 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(1 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(0 : i32) : i32
+// MARKS-NEXT: llvm.call @spw_task_begin(%arg0,
+// bwd L1 mb0
+// MARKS:      llvm.mlir.constant(1 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(1 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(0 : i32) : i32
+// MARKS-NEXT: llvm.call @spw_task_begin(%arg0,
+// bwd L1 mb1
+// MARKS:      llvm.mlir.constant(1 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(1 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(1 : i32) : i32
+// MARKS-NEXT: llvm.call @spw_task_begin(%arg0,
+// bwd L0 mb1
+// MARKS:      llvm.mlir.constant(1 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(0 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(1 : i32) : i32
+// MARKS-NEXT: llvm.call @spw_task_begin(%arg0,
+// bwd L0 mb0
+// MARKS:      llvm.mlir.constant(1 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(0 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(0 : i32) : i32
+// MARKS-NEXT: llvm.call @spw_task_begin(%arg0,
+// opt L0
+// MARKS:      llvm.mlir.constant(2 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(0 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(-1 : i32) : i32
+// MARKS-NEXT: llvm.call @spw_task_begin(%arg0,
+// opt L1
+// MARKS:      llvm.mlir.constant(2 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(1 : i32) : i32
+// MARKS-NEXT: llvm.mlir.constant(-1 : i32) : i32
+// MARKS-NEXT: llvm.call @spw_task_begin(%arg0,
+// MARKS-NOT:  spw_task_begin
 
 // The callee: its tensor argument from the frame, its parameter by index.
 // The relu's reshape is a view (used inside only); the reshape it returns
@@ -59,8 +116,10 @@
 // CHECK-LABEL: llvm.func internal @spw_model_step.part0(%arg0: !llvm.ptr) {
 // CHECK-NOT:     @spw_param(
 // CHECK:         llvm.call @spw_op_slice
+// CHECK:         llvm.call @spw_task_begin(%arg0,
 // CHECK-NEXT:    %[[L0:.*]] = llvm.mlir.addressof @[[$S0]] : !llvm.ptr
 // CHECK-NEXT:    llvm.call @task.fwd.layer0(%arg0, %[[L0]]) : (!llvm.ptr, !llvm.ptr) -> ()
+// CHECK-NEXT:    llvm.call @spw_task_end(%arg0)
 // CHECK-NOT:     @spw_param(
 // CHECK:         %[[L1:.*]] = llvm.mlir.addressof @[[$S1]] : !llvm.ptr
 // CHECK-NEXT:    llvm.call @task.fwd.layer0(%arg0, %[[L1]])
@@ -78,9 +137,14 @@
 // CHECK-NEXT:    %[[RL:.*]] = llvm.mlir.addressof @[[$REL]] : !llvm.ptr
 // CHECK-NEXT:    %[[RN:.*]] = llvm.mlir.constant(3 : i64) : i64
 // CHECK-NEXT:    llvm.call @spw_release_slots(%arg0, %[[RL]], %[[RN]])
+// CHECK-NEXT:    llvm.call @spw_task_end(%arg0)
 // CHECK-NOT:     @spw_param(
+// CHECK:         llvm.call @spw_task_begin(
 // CHECK:         llvm.call @spw_adamw(
+// CHECK:         llvm.call @spw_task_end(%arg0)
+// CHECK:         llvm.call @spw_task_begin(
 // CHECK:         llvm.call @spw_adamw(
+// CHECK:         llvm.call @spw_task_end(%arg0)
 // CHECK:         llvm.call @spw_set_loss
 
 // The helper: spw_release of frame[slots[i]] for i < n, in order.

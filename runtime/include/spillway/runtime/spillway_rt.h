@@ -133,6 +133,16 @@ void spw_adamw_apply_pending(spw_ctx *ctx, int32_t param, int64_t begin,
                              int64_t end);
 void spw_adamw_flush(spw_ctx *ctx);
 
+/* ---- tasks (sched-outline-tasks) ------------------------------------------ *
+ * The step says which task runs: around each task's call, begin (phase
+ * SPW_PHASE_*, its layer, its micro-batch or -1) and end. The runtime counts
+ * the time in tasks (the offload telemetry's device busy fraction) and, with
+ * --trace, draws each task as a span "fwd L3 mb1" on the compute lane. */
+enum spw_phase { SPW_PHASE_FWD = 0, SPW_PHASE_BWD = 1, SPW_PHASE_OPT = 2 };
+void spw_task_begin(spw_ctx *ctx, int32_t phase, int32_t layer,
+                    int32_t microbatch);
+void spw_task_end(spw_ctx *ctx);
+
 /* ---- offload plans (sched-insert-transfers / sched-assign-buffers) ------- *
  * A model compiled with a placement keeps each layer's parameters, AdamW
  * state and gradients in *blocks* (one per layer and class) homed on a tier

@@ -48,11 +48,11 @@ module attributes {sched.buffers = {blocks = [{bytes = 128 : i64, class = "param
     %25 = sched.gradient @w1 layer(0) gpu mean(1) : tensor<4x8xf32>
     sched.bind optimizer layer(0) gpu
     sched.bind params layer(0) gpu
-    train.adamw @w1, %25 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<4x8xf32>
+    train.adamw @w1, %25 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, train.task = array<i64: 2, 0, -1>, weight_decay = 1.000000e-02 : f64} : tensor<4x8xf32>
     %26 = sched.gradient @w2 layer(1) gpu mean(1) : tensor<8x3xf32>
     sched.bind optimizer layer(1) gpu
     sched.bind params layer(1) gpu
-    train.adamw @w2, %26 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<8x3xf32>
+    train.adamw @w2, %26 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, train.task = array<i64: 2, 1, -1>, weight_decay = 1.000000e-02 : f64} : tensor<8x3xf32>
     return %5 : tensor<f32>
   }
 }

@@ -41,7 +41,7 @@ module attributes {sched.buffers = {blocks = [{bytes = 128 : i64, class = "param
     %20 = sched.move params layer(0) host -> gpu prio(demand) at(1024) : !sched.timepoint
     sched.await %20 : !sched.timepoint
     sched.bind params layer(0) gpu
-    train.adamw @w1, %19 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<4x8xf32>
+    train.adamw @w1, %19 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, train.task = array<i64: 2, 0, -1>, weight_decay = 1.000000e-02 : f64} : tensor<4x8xf32>
     %21 = sched.move params layer(0) gpu -> host prio(writeback) at(0) : !sched.timepoint
     sched.await %21 : !sched.timepoint
     sched.drop params layer(0) gpu
@@ -50,7 +50,7 @@ module attributes {sched.buffers = {blocks = [{bytes = 128 : i64, class = "param
     %23 = sched.move params layer(1) host -> gpu prio(demand) at(1024) : !sched.timepoint
     sched.await %23 : !sched.timepoint
     sched.bind params layer(1) gpu
-    train.adamw @w2, %22 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<8x3xf32>
+    train.adamw @w2, %22 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, train.task = array<i64: 2, 1, -1>, weight_decay = 1.000000e-02 : f64} : tensor<8x3xf32>
     %24 = sched.move params layer(1) gpu -> host prio(writeback) at(4096) : !sched.timepoint
     sched.await %24 : !sched.timepoint
     sched.drop params layer(1) gpu

@@ -53,11 +53,11 @@ module attributes {train.layers = [#train.layer<"w1", params = [@w1]>, #train.la
     %44 = train.add %40, %43 : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
     %45 = train.constant dense<2.000000e+00> : tensor<f32>
     %46 = train.div %44, %45 : tensor<4x8xf32>, tensor<f32> -> tensor<4x8xf32>
-    train.adamw @w1, %46 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<4x8xf32>
+    train.adamw @w1, %46 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, train.task = array<i64: 2, 0, -1>, weight_decay = 1.000000e-02 : f64} : tensor<4x8xf32>
     %47 = train.add %26, %35 : tensor<8x3xf32>, tensor<8x3xf32> -> tensor<8x3xf32>
     %48 = train.constant dense<2.000000e+00> : tensor<f32>
     %49 = train.div %47, %48 : tensor<8x3xf32>, tensor<f32> -> tensor<8x3xf32>
-    train.adamw @w2, %49 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<8x3xf32>
+    train.adamw @w2, %49 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, train.task = array<i64: 2, 1, -1>, weight_decay = 1.000000e-02 : f64} : tensor<8x3xf32>
     %50 = train.add %15, %19 : tensor<f32>, tensor<f32> -> tensor<f32>
     %51 = train.constant dense<2.000000e+00> : tensor<f32>
     %52 = train.div %50, %51 : tensor<f32>, tensor<f32> -> tensor<f32>

@@ -37,30 +37,30 @@ module attributes {train.layers = [#train.layer<"w1", params = [@w1]>, #train.la
   func.func @two_layers(%arg0: tensor<6x4xf32>, %arg1: tensor<6xi64>) -> tensor<f32> {
     %0 = train.slice %arg0 {starts = array<i64: 0, 0>, steps = array<i64: 1, 1>} : tensor<6x4xf32> -> tensor<3x4xf32>
     %1 = train.param_value @w1 : tensor<4x8xf32>
-    %2:2 = call @task.fwd.layer0(%0, %1) : (tensor<3x4xf32>, tensor<4x8xf32>) -> (tensor<3x8xf32>, tensor<3x8xf32>)
+    %2:2 = call @task.fwd.layer0(%0, %1) {train.task = array<i64: 0, 0, 0>} : (tensor<3x4xf32>, tensor<4x8xf32>) -> (tensor<3x8xf32>, tensor<3x8xf32>)
     %3 = train.slice %arg0 {starts = array<i64: 3, 0>, steps = array<i64: 1, 1>} : tensor<6x4xf32> -> tensor<3x4xf32>
     %4 = train.param_value @w1 : tensor<4x8xf32>
-    %5:2 = call @task.fwd.layer0(%3, %4) : (tensor<3x4xf32>, tensor<4x8xf32>) -> (tensor<3x8xf32>, tensor<3x8xf32>)
+    %5:2 = call @task.fwd.layer0(%3, %4) {train.task = array<i64: 0, 0, 1>} : (tensor<3x4xf32>, tensor<4x8xf32>) -> (tensor<3x8xf32>, tensor<3x8xf32>)
     %6 = train.slice %arg1 {starts = array<i64: 3>, steps = array<i64: 1>} : tensor<6xi64> -> tensor<3xi64>
     %7 = train.param_value @w2 : tensor<8x3xf32>
-    %8:2 = call @task.fwd.layer1(%5#1, %6, %7) : (tensor<3x8xf32>, tensor<3xi64>, tensor<8x3xf32>) -> (tensor<3x3xf32>, tensor<f32>)
+    %8:2 = call @task.fwd.layer1(%5#1, %6, %7) {train.task = array<i64: 0, 1, 1>} : (tensor<3x8xf32>, tensor<3xi64>, tensor<8x3xf32>) -> (tensor<3x3xf32>, tensor<f32>)
     %9 = train.slice %arg1 {starts = array<i64: 0>, steps = array<i64: 1>} : tensor<6xi64> -> tensor<3xi64>
     %10 = train.param_value @w2 : tensor<8x3xf32>
-    %11:2 = call @task.fwd.layer1(%2#1, %9, %10) : (tensor<3x8xf32>, tensor<3xi64>, tensor<8x3xf32>) -> (tensor<3x3xf32>, tensor<f32>)
+    %11:2 = call @task.fwd.layer1(%2#1, %9, %10) {train.task = array<i64: 0, 1, 0>} : (tensor<3x8xf32>, tensor<3xi64>, tensor<8x3xf32>) -> (tensor<3x3xf32>, tensor<f32>)
     %12 = train.param_value @w2 : tensor<8x3xf32>
-    %13:2 = call @task.bwd.layer1(%11#0, %9, %2#1, %12) : (tensor<3x3xf32>, tensor<3xi64>, tensor<3x8xf32>, tensor<8x3xf32>) -> (tensor<8x3xf32>, tensor<3x8xf32>)
+    %13:2 = call @task.bwd.layer1(%11#0, %9, %2#1, %12) {train.task = array<i64: 1, 1, 0>} : (tensor<3x3xf32>, tensor<3xi64>, tensor<3x8xf32>, tensor<8x3xf32>) -> (tensor<8x3xf32>, tensor<3x8xf32>)
     %14 = train.param_value @w2 : tensor<8x3xf32>
-    %15:2 = call @task.bwd.layer1(%8#0, %6, %5#1, %14) : (tensor<3x3xf32>, tensor<3xi64>, tensor<3x8xf32>, tensor<8x3xf32>) -> (tensor<8x3xf32>, tensor<3x8xf32>)
-    %16 = call @task.bwd.layer0(%5#0, %15#1, %3) : (tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x4xf32>) -> tensor<4x8xf32>
-    %17 = call @task.bwd.layer0(%2#0, %13#1, %0) : (tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x4xf32>) -> tensor<4x8xf32>
+    %15:2 = call @task.bwd.layer1(%8#0, %6, %5#1, %14) {train.task = array<i64: 1, 1, 1>} : (tensor<3x3xf32>, tensor<3xi64>, tensor<3x8xf32>, tensor<8x3xf32>) -> (tensor<8x3xf32>, tensor<3x8xf32>)
+    %16 = call @task.bwd.layer0(%5#0, %15#1, %3) {train.task = array<i64: 1, 0, 1>} : (tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x4xf32>) -> tensor<4x8xf32>
+    %17 = call @task.bwd.layer0(%2#0, %13#1, %0) {train.task = array<i64: 1, 0, 0>} : (tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x4xf32>) -> tensor<4x8xf32>
     %18 = train.add %16, %17 : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
     %19 = train.constant dense<2.000000e+00> : tensor<f32>
     %20 = train.div %18, %19 : tensor<4x8xf32>, tensor<f32> -> tensor<4x8xf32>
-    train.adamw @w1, %20 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<4x8xf32>
+    train.adamw @w1, %20 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, train.task = array<i64: 2, 0, -1>, weight_decay = 1.000000e-02 : f64} : tensor<4x8xf32>
     %21 = train.add %13#0, %15#0 : tensor<8x3xf32>, tensor<8x3xf32> -> tensor<8x3xf32>
     %22 = train.constant dense<2.000000e+00> : tensor<f32>
     %23 = train.div %21, %22 : tensor<8x3xf32>, tensor<f32> -> tensor<8x3xf32>
-    train.adamw @w2, %23 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<8x3xf32>
+    train.adamw @w2, %23 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, train.task = array<i64: 2, 1, -1>, weight_decay = 1.000000e-02 : f64} : tensor<8x3xf32>
     %24 = train.add %8#1, %11#1 : tensor<f32>, tensor<f32> -> tensor<f32>
     %25 = train.constant dense<2.000000e+00> : tensor<f32>
     %26 = train.div %24, %25 : tensor<f32>, tensor<f32> -> tensor<f32>

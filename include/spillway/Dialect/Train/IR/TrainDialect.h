@@ -15,6 +15,10 @@ inline constexpr llvm::StringLiteral kInputNameAttrName = "train.name";
 /// Unit attribute on a func.func that computes named outputs (inference,
 /// conformance) instead of a training step's scalar loss.
 inline constexpr llvm::StringLiteral kForwardOnlyAttrName = "train.forward_only";
+/// On a call of a task function in the flat step (convert-sched-to-train):
+/// the task it is, array<i64: phase (sched.task's), layer, micro-batch or
+/// -1>, which convert-train-to-runtime passes to spw_task_begin.
+inline constexpr llvm::StringLiteral kTaskAttrName = "train.task";
 } // namespace spillway::train
 
 #endif
