@@ -22,6 +22,12 @@ Writes, into --out:
                   sequence, so the loss starts near ln(vocab) and stays there)
   config.json     the arguments and the parameter count
 
+With --graph-only the weights are not drawn: gpt.onnx.data is a sparse file of
+zeros of the right size (no disk space, no memory), for compiling a large
+model on a machine that cannot hold its weights; bench/device/gpt_weights.py
+writes the weights of the same seed as .safetensors where the executable runs.
+The tokens and targets are the same either way.
+
 Only the onnx and numpy packages are needed. Deterministic: the same arguments
 give the same files.
 """
@@ -43,12 +49,27 @@ def param_count(layers, dim, vocab, seq):
     return vocab * dim + seq * dim + layers * per_block + 2 * dim + dim * vocab
 
 
-def make_model(rng, layers, vocab, seq, dim, heads, batch, std):
+def make_model(rng, layers, vocab, seq, dim, heads, batch, std, graph_only=None):
+    """graph_only: the external data file's name; every initializer then
+    refers to its next bytes there instead of holding values."""
     head_dim = dim // heads
     hidden = 4 * dim
     inits = []
+    data_end = [0]
+
+    def external(name, shape):
+        t = onnx.TensorProto(name=name, data_type=TensorProto.FLOAT, dims=shape,
+                             data_location=TensorProto.EXTERNAL)
+        nbytes = 4 * int(np.prod(shape))
+        for k, v in (("location", graph_only), ("offset", data_end[0]), ("length", nbytes)):
+            t.external_data.add(key=k, value=str(v))
+        data_end[0] += nbytes
+        inits.append(t)
 
     def weight(name, *shape):
+        if graph_only:
+            external(name, list(shape))
+            return name
         # float32 draws (half the memory of float64 ones for a large model)
         a = rng.standard_normal(shape, dtype=np.float32)
         a *= np.float32(std)
@@ -56,6 +77,9 @@ def make_model(rng, layers, vocab, seq, dim, heads, batch, std):
         return name
 
     def const(name, shape):
+        if graph_only:
+            external(name, list(shape))
+            return name
         inits.append(numpy_helper.from_array(np.full(shape, 1.0 if name.endswith(".scale") else 0.0,
                                                      dtype=np.float32), name))
         return name
@@ -151,6 +175,8 @@ def main():
     parser.add_argument("--batch", type=int, default=4, help="sequences per batch B (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of data and weights (default: %(default)s)")
     parser.add_argument("--std", type=float, default=0.02, help="std of the weights (default: %(default)s)")
+    parser.add_argument("--graph-only", action="store_true",
+                        help="write no weight values: gpt.onnx.data is a sparse file of zeros")
     args = parser.parse_args()
     for name in ("layers", "d_model", "heads", "seq", "batch"):
         if getattr(args, name) < 1:
@@ -164,24 +190,32 @@ def main():
     rng = np.random.default_rng(args.seed)
     walk = rng.integers(0, args.vocab, size=(args.batch, args.seq + 1), dtype=np.int64)
     tokens, targets = np.ascontiguousarray(walk[:, :-1]), np.ascontiguousarray(walk[:, 1:])
-    model = make_model(rng, args.layers, args.vocab, args.seq, args.d_model, args.heads, args.batch, args.std)
+    data = "gpt.onnx.data"
+    model = make_model(rng, args.layers, args.vocab, args.seq, args.d_model, args.heads, args.batch, args.std,
+                       graph_only=data if args.graph_only else None)
     got = sum(int(np.prod(t.dims)) for t in model.graph.initializer)
     assert got == n, (got, n)
-    if 4 * n < (1 << 31) - (64 << 20):
+    if 4 * n < (1 << 31) - (64 << 20) and not args.graph_only:
         onnx.checker.check_model(model)  # in memory: only below protobuf's 2 GiB limit
 
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "gpt.onnx")
-    data = "gpt.onnx.data"
     if os.path.exists(os.path.join(args.out, data)):
         os.remove(os.path.join(args.out, data))  # onnx appends to an existing data file
-    onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=data, size_threshold=0)
+    if args.graph_only:
+        with open(os.path.join(args.out, data), "wb") as f:
+            f.truncate(4 * n)  # a hole: reads as zeros
+        onnx.save_model(model, path)
+    else:
+        onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=data, size_threshold=0)
     onnx.checker.check_model(path)  # by path: checks the external data's references
     np.save(os.path.join(args.out, "tokens.npy"), tokens)
     np.save(os.path.join(args.out, "targets.npy"), targets)
     config = {k: v for k, v in vars(args).items() if k != "out"}
     config.update(params=n, param_bytes=4 * n, ln_vocab=math.log(args.vocab))
+    if not args.graph_only:
+        del config["graph_only"]  # the config of a full model stays as it was
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
         f.write("\n")

@@ -11,8 +11,11 @@
 #   device tool: command "bash bench/device/cuda-vs-torch.sh --sizes 350M"  carry ["build/device"]
 #                then "bash bench/device/cuda-vs-torch.sh --sizes 1.3B --no-kernels" if time is left
 # (one command may run 600 s: each stage has a timeout and the script skips
-# what would start after --budget seconds, 540 by default; every log and
-# the JSON rows are written to $OUT as they come).
+# a stage whose timeout would end after --budget seconds, 540 by default;
+# Spillway's run comes before PyTorch's, the point of the run; the log and
+# the JSON rows are written to $OUT as they come: three files in all,
+# cuda-vs-torch.log, cuda-vs-torch-rows.jsonl and the result JSON, within
+# the device tool's 8).
 # The executables come from here; their weights are regenerated there by
 # bench/make_gpt_onnx.py with the seed they were compiled from and passed as
 # .safetensors (bench/onnx_to_safetensors.py). Options: --sizes 350M,1.3B
@@ -43,7 +46,9 @@ mkdir -p "$OUTDIR" "$WORK"
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 JSON=$OUTDIR/cuda-vs-torch-rows.jsonl
 : > "$JSON"
-# Whether a stage expected to take $1 seconds still fits in the budget.
+# Every output goes to one log in $OUT (the device tool returns 8 files).
+exec > >(tee "$OUTDIR/cuda-vs-torch.log") 2>&1
+# Whether a stage whose timeouts add up to $1 seconds ends within the budget.
 fits() {
   if [ $((SECONDS + $1)) -gt "$BUDGET" ]; then
     echo "cuda-vs-torch: skipping $2 (would end after the ${BUDGET} s budget; ${SECONDS} s used)"
@@ -62,9 +67,9 @@ for size in "${SIZE_LIST[@]}"; do
   EXE=$DEV/bench-$size
   [ -n "$D" ] && [ -x "$EXE" ] || { echo "cuda-vs-torch: no $EXE (run scripts/device/prepare-cuda.sh --bench here and carry build/device)" >&2; continue; }
   m=$WORK/$size
-  fits 240 "$size" || continue
-  echo "== $size: weights (bench/make_gpt_onnx.py, seed 0) and PyTorch"
+  echo "== $size: weights (bench/make_gpt_onnx.py, seed 0)"
   if [ ! -f "$m/weights.safetensors" ]; then
+    fits 480 "$size" || continue
     if ! timeout 240 python3 "$ROOT/bench/make_gpt_onnx.py" --out "$m" --layers 24 --d-model "$D" \
          --heads 16 --vocab 50304 --seq 1024 --batch 8 --seed 0 > /dev/null ||
        ! timeout 240 python3 "$ROOT/bench/onnx_to_safetensors.py" "$m/gpt.onnx" "$m/weights.safetensors"; then
@@ -75,16 +80,19 @@ for size in "${SIZE_LIST[@]}"; do
     rm -f "$m/gpt.onnx.data"
   fi
   N=$(python3 -c "import json; print(json.load(open('$m/config.json'))['params'])")
-  log=$OUTDIR/cuda-vs-torch-$size
-  if fits 150 "PyTorch $size"; then
-    timeout 150 python3 "$ROOT/bench/torch_gpt_baseline.py" --d-model "$D" --layers 24 --heads 16 \
-      --vocab 50304 --seq 1024 --batch 8 --steps "$STEPS" --name "gpt-$size" > "$log-torch.json" 2> "$log-torch.err"
-    cat "$log-torch.json" "$log-torch.err"
-  fi
+  log=$WORK/cuda-vs-torch-$size
+  rm -f "$log-spillway.log" "$log-torch.json"
   if fits 200 "Spillway $size"; then
     echo "== $size: Spillway (--target cuda, bf16 products)"
     timeout 200 "$EXE" --input tokens="$m/tokens.npy" --input targets="$m/targets.npy" \
-      --weights "$m/weights.safetensors" --steps $((STEPS + 2)) --print-every 1 2>&1 | tee "$log-spillway.log" | tail -6
+      --weights "$m/weights.safetensors" --steps $((STEPS + 2)) --print-every 1 > "$log-spillway.log" 2>&1
+    tail -6 "$log-spillway.log"
+  fi
+  if fits 150 "PyTorch $size"; then
+    echo "== $size: PyTorch eager"
+    timeout 150 python3 "$ROOT/bench/torch_gpt_baseline.py" --d-model "$D" --layers 24 --heads 16 \
+      --vocab 50304 --seq 1024 --batch 8 --steps "$STEPS" --name "gpt-$size" > "$log-torch.json"
+    cat "$log-torch.json"
   fi
   python3 - "$size" "$N" "$log-spillway.log" "$log-torch.json" >> "$JSON" <<'PY'
 import json, re, sys
@@ -113,10 +121,11 @@ print(json.dumps(row))
 PY
 done
 
-if [ "$KERNELS" = 1 ] && [ -x "$DEV/spillway-cuda-bench" ] && fits 150 "the kernel benchmarks"; then
+if [ "$KERNELS" = 1 ] && [ -x "$DEV/spillway-cuda-bench" ] && fits 180 "the kernel benchmarks"; then
   echo "== kernels: spillway-cuda-bench (GEMMs vs cuBLAS's best, attention)"
-  timeout 120 "$DEV/spillway-cuda-bench" --d-model 1024 2>&1 | tee "$OUTDIR/cuda-bench.log" | grep -v '^json: '
-  grep '^json: ' "$OUTDIR/cuda-bench.log" | sed 's/^json: //' >> "$JSON"
+  timeout 120 "$DEV/spillway-cuda-bench" --d-model 1024 > "$WORK/cuda-bench.log" 2>&1
+  grep -v '^json: ' "$WORK/cuda-bench.log"
+  grep '^json: ' "$WORK/cuda-bench.log" | sed 's/^json: //' >> "$JSON"
   echo "== kernels: PyTorch SDPA on the same attention shapes (bf16)"
   timeout 60 python3 - >> "$JSON" <<'PY'
 import json, torch, torch.nn.functional as F

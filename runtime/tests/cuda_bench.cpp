@@ -65,14 +65,25 @@ struct Timer {
   }
 };
 
-void fill_random(float *d, int64_t n) {
+// Random values in [-1, 1], never 0 (zeros time faster than real data),
+// drawn afresh from `seed` so no two operands hold the same data.
+std::vector<float> random_values(int64_t n, uint64_t seed) {
   std::vector<float> h(static_cast<size_t>(n));
-  uint64_t x = 0x9e3779b97f4a7c15ull;
+  uint64_t x = 0x9e3779b97f4a7c15ull ^ (seed * 0xbf58476d1ce4e5b9ull);
   for (float &v : h) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    v = float(int64_t(x % 2001) - 1000) / 1000.0f + 1e-3f; // never 0
+    v = float(int64_t(x % 2001) - 1000) / 1000.0f + 1e-3f;
   }
-  SPW_CUDA(cudaMemcpy(d, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+  return h;
+}
+
+// Fills d on the timed stream `s` and waits for it: a plain cudaMemcpy runs
+// on the legacy stream, which a non-blocking stream's GEMMs do not wait for.
+void fill_random(float *d, int64_t n, uint64_t seed, cudaStream_t s) {
+  const std::vector<float> h = random_values(n, seed);
+  SPW_CUDA(cudaMemcpyAsync(d, h.data(), h.size() * 4, cudaMemcpyHostToDevice,
+                           s));
+  SPW_CUDA(cudaStreamSynchronize(s)); // h is freed on return
 }
 
 // cuBLAS's best for row-major C[M,N] = op(A) op(B) (the transpose trick the
@@ -194,6 +205,7 @@ int run(int argc, char **argv) {
   std::printf("\n%-30s %-5s %9s %9s %8s %7s\n", "GEMM", "prec", "ours ms",
               "best ms", "ours TF", "best/us");
   bool all_ok = true;
+  uint64_t seed = 1;
   for (Precision p : {Precision::BF16, Precision::FP32}) {
     l.precision = p;
     for (const Gemm &g : gemms) {
@@ -201,8 +213,8 @@ int run(int argc, char **argv) {
       float *A = static_cast<float *>(dev.alloc(a_n * 4, "A"));
       float *B = static_cast<float *>(dev.alloc(b_n * 4, "B"));
       float *C = static_cast<float *>(dev.alloc(c_n * 4, "C"));
-      fill_random(A, a_n);
-      fill_random(B, b_n);
+      fill_random(A, a_n, seed++, s);
+      fill_random(B, b_n, seed++, s);
       Timer t;
       const double ours = t.ms(s, 3, 10, [&] {
         cuda::matmul_f32(l, A, B, C, g.M, g.N, g.K, g.ta, g.tb, 1.0f, 0.0f);
@@ -241,7 +253,9 @@ int run(int argc, char **argv) {
       const int64_t dims[] = {B, H, S, hd};
       auto make = [&](const char *w) {
         spw_tensor *t = alloc_step_tensor(ctx.get(), SPW_F32, 4, dims, w);
-        fill_random(t->as<float>(), t->numel);
+        // Through the device, so its compute stream (the kernels') waits.
+        const std::vector<float> h = random_values(t->numel, seed++);
+        dv.upload(t->data, h.data(), t->numel * 4);
         return t;
       };
       spw_tensor *q = make("q"), *k = make("k"), *v = make("v"),

@@ -21,6 +21,8 @@
 
 #include "context.h"
 #include "cuda/cuda_check.h"
+#include "cuda/gemm.h"
+#include "cuda/kernels.h"
 #include "cuda/optimizer_kernels.h"
 #include "cuda_check_ops.h"
 
@@ -274,9 +276,16 @@ void check_foam(Report &r, uint64_t seed, int64_t rows, int64_t cols,
   r.line(name, "v~", compare(p.adam_v, v.host()), guards);
 }
 
-// The CUDA device's queued AdamW: several parameters' updates queued and
-// launched together (a change of hyper-parameters flushes the queue midway),
-// through the pinned table, against adamw_kernel bit for bit.
+// The CUDA device's queued AdamW against adamw_kernel bit for bit. Every
+// gradient is uploaded first (an upload flushes the queue), then all updates
+// are queued and the device is synchronised once, so each launch takes
+// several queued updates: per step the first 3 tensors with one learning
+// rate and the other 122 with another (a change of scalars flushes midway),
+// except at step 2, where one rate makes a single launch of all 125. The
+// 122-entry table outgrows the first launch's (4 KiB, 85 entries) while
+// that launch may still be in flight, and the 7 launches of the 4 steps go
+// round the ring of pinned tables (3) twice with no synchronisation between
+// them.
 void check_device_adamw(Report &r) {
   auto ctx = make_context();
   spw_use_cuda(ctx.get(), 0);
@@ -284,38 +293,47 @@ void check_device_adamw(Report &r) {
   std::unique_ptr<Device> dev = ctx->cuda_factory(int64_t(1) << 30,
                                                   Precision::FP32);
   Rng rng(77);
-  const std::vector<int64_t> sizes = {5, 4097, 1, 100003, 640};
+  std::vector<int64_t> sizes = {5, 4097, 1, 100003, 640};
+  for (int64_t k = 0; k < 120; ++k)
+    sizes.push_back(1 + (k * 37) % 300);
+  constexpr int64_t kSteps = 4;
+  const size_t count = sizes.size();
   std::vector<std::vector<float>> w, m, v;
-  std::vector<float *> dw, dm, dv, dg;
+  std::vector<float *> dw, dm, dv;
   for (int64_t n : sizes) {
     w.push_back(rng.values(n, 1e-3, 1.0));
     m.push_back(rng.values(n, 1e-6, 1.0));
     v.push_back(rng.values(n, 1e-10, 1.0));
     for (float &x : v.back())
       x = std::fabs(x);
-    for (auto *vec : {&dw, &dm, &dv, &dg})
+    for (auto *vec : {&dw, &dm, &dv})
       vec->push_back(static_cast<float *>(dev->alloc(n * 4, "check")));
     dev->upload(dw.back(), w.back().data(), n * 4);
     dev->upload(dm.back(), m.back().data(), n * 4);
     dev->upload(dv.back(), v.back().data(), n * 4);
   }
-  for (int64_t t = 1; t <= 3; ++t)
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      auto g = rng.values(sizes[i], 1e-6, 10.0);
-      // A gradient buffer per update, as step tensors are: the queue reads
-      // them only when it flushes.
-      float *gd = static_cast<float *>(dev->alloc(sizes[i] * 4, "grad"));
-      dev->upload(gd, g.data(), sizes[i] * 4);
+  // A gradient buffer per update, as step tensors are: the queue reads
+  // them only when it flushes.
+  std::vector<std::vector<std::vector<float>>> g(kSteps);
+  std::vector<std::vector<float *>> dg(kSteps);
+  for (int64_t t = 0; t < kSteps; ++t)
+    for (size_t i = 0; i < count; ++i) {
+      g[t].push_back(rng.values(sizes[i], 1e-6, 10.0));
+      dg[t].push_back(static_cast<float *>(dev->alloc(sizes[i] * 4, "grad")));
+      dev->upload(dg[t][i], g[t][i].data(), sizes[i] * 4);
+    }
+  for (int64_t t = 1; t <= kSteps; ++t)
+    for (size_t i = 0; i < count; ++i) {
       AdamWHparams h;
-      h.lr = i < 3 ? 1e-3 : 2e-3; // the last two: other scalars, a flush
+      h.lr = (t == 2 || i < 3) ? 1e-3 : 2e-3;
       h.weight_decay = 0.01;
-      dev->adamw(dw[i], dm[i], dv[i], gd, sizes[i], h, t);
-      adamw_kernel(w[i].data(), m[i].data(), v[i].data(), g.data(),
+      dev->adamw(dw[i], dm[i], dv[i], dg[t - 1][i], sizes[i], h, t);
+      adamw_kernel(w[i].data(), m[i].data(), v[i].data(), g[t - 1][i].data(),
                    sizes[i], t, h);
     }
   dev->synchronize();
   Compare cw, cm, cv;
-  for (size_t i = 0; i < sizes.size(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     std::vector<float> hw(w[i].size()), hm(m[i].size()), hv(v[i].size());
     dev->download(hw.data(), dw[i], sizes[i] * 4);
     dev->download(hm.data(), dm[i], sizes[i] * 4);
@@ -328,10 +346,104 @@ void check_device_adamw(Report &r) {
       c->max_rel = std::max(c->max_rel, d.max_rel);
     }
   }
-  const std::string name = "device adamw queue (5 tensors, 3 steps)";
+  const std::string name = "device adamw queue (125 tensors, 4 steps)";
   r.line(name, "weights", cw, true);
   r.line(name, "m", cm, true);
   r.line(name, "v", cv, true);
+}
+
+// cuBLASLt's fp32 fallback for BF16 GEMMs (kernels_gemm.cu). A BF16
+// product first as planned (bf16 products: within 1e-2 of a double-precision
+// reference); then with the test hook on, as if the heuristic had no bf16
+// algorithm: exactly one plan must fall back to fp32 products, and match the
+// reference to fp32's tolerance (1e-5; bf16 products give about 2e-3 here);
+// then a strided batch with odd strides (4-byte-aligned operands, where the
+// heuristic may have no bf16 algorithm) within 1e-2, whichever it gets.
+void check_gemm_fallback(Report &r) {
+  cudaStream_t stream;
+  SPW_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasLtHandle_t lt;
+  if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS)
+    throw Error("cublasLtCreate failed");
+  const size_t ws_bytes = size_t(32) << 20;
+  void *ws = nullptr;
+  SPW_CUDA(cudaMalloc(&ws, ws_bytes));
+  cuda::Launch l;
+  l.stream = stream;
+  l.lt = lt;
+  l.lt_workspace = ws;
+  l.lt_workspace_bytes = ws_bytes;
+  l.precision = Precision::BF16;
+  const int64_t M = 256, N = 192, K = 512, batch = 3;
+  const int64_t sA = M * K + 1, sB = K * N + 3, sC = M * N + 1; // odd
+  Rng rng(91);
+  const std::vector<float> a = rng.values(batch * sA, 1e-2, 1.0);
+  const std::vector<float> b = rng.values(batch * sB, 1e-2, 1.0);
+  std::vector<float> ref(size_t(batch * sC), 0.0f);
+  for (int64_t q = 0; q < batch; ++q)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k)
+          acc += double(a[size_t(q * sA + i * K + k)]) *
+                 double(b[size_t(q * sB + k * N + j)]);
+        ref[size_t(q * sC + i * N + j)] = float(acc);
+      }
+  DeviceArray da(a), db(b), dc(std::vector<float>(ref.size(), NAN));
+  // One product (batch 1) or the strided batch; the relative-norm error of
+  // the result against `ref` (the batch: each matrix's rows, not the gaps).
+  auto product = [&](bool strided) {
+    if (strided)
+      cuda::matmul_f32(l, da.data(), db.data(), dc.data(), M, N, K, false,
+                       false, 1.0f, 0.0f, batch, sA, sB, sC);
+    else
+      cuda::matmul_f32(l, da.data(), db.data(), dc.data(), M, N, K, false,
+                       false, 1.0f, 0.0f);
+    SPW_CUDA(cudaStreamSynchronize(stream));
+    const std::vector<float> got = dc.host();
+    double err = 0;
+    std::string why;
+    for (int64_t q = 0; q < (strided ? batch : 1) && why.empty(); ++q) {
+      double e = 0;
+      why = check::compare_f32(got.data() + q * sC, ref.data() + q * sC, M * N,
+                               false, 1.0, &e);
+      err = std::max(err, e);
+    }
+    return why.empty() ? err : double(INFINITY);
+  };
+  auto verdict = [&](const std::string &what, bool ok, const std::string &d) {
+    r.failures += !ok;
+    std::printf("%-4s %-34s %-10s %s\n", ok ? "ok" : "FAIL",
+                "gemm bf16 fp32 fallback", what.c_str(), d.c_str());
+  };
+  const double fast = product(false);
+  verdict("bf16", fast <= 1e-2,
+          format("rel err %.3g (<= 1e-2; %s)", fast,
+                 fast > 1e-4 ? "bf16 rounding seen"
+                             : "fp32-accurate: the heuristic's pick"));
+  const int64_t before = cuda::gemm_fp32_fallbacks();
+  cuda::skip_fast_bf16_for_testing(true);
+  double fb = INFINITY;
+  try {
+    fb = product(false);
+  } catch (...) {
+    cuda::skip_fast_bf16_for_testing(false);
+    throw;
+  }
+  cuda::skip_fast_bf16_for_testing(false);
+  const int64_t plans = cuda::gemm_fp32_fallbacks() - before;
+  verdict("fallback", fb <= 1e-5 && plans == 1,
+          format("rel err %.3g (fp32 products: <= 1e-5), %lld fallback "
+                 "plan(s) (1 expected)",
+                 fb, (long long)plans));
+  const double odd = product(true);
+  verdict("odd strides", odd <= 1e-2,
+          format("batch %lld, strides %lld/%lld/%lld: rel err %.3g (<= 1e-2)",
+                 (long long)batch, (long long)sA, (long long)sB, (long long)sC,
+                 odd));
+  SPW_CUDA(cudaFree(ws));
+  cublasLtDestroy(lt);
+  SPW_CUDA(cudaStreamDestroy(stream));
 }
 
 struct Args {
@@ -401,6 +513,9 @@ int run(const Args &a) {
         check_foam(r, uint64_t(seed++), rows, cols, level,
                    level % 2 ? 0.0 : 0.01);
   }
+  if (a.precision != "fp32" &&
+      std::string("gemm bf16 fp32 fallback").find(a.only) != std::string::npos)
+    check_gemm_fallback(r);
   if (a.precision != "bf16")
     r.failures += check_ops(a, "cuda", Precision::FP32);
   if (a.precision != "fp32")

@@ -28,6 +28,16 @@ void matmul_f32(const Launch &l, const float *A, const float *B, float *C,
                 int64_t strideA = 0, int64_t strideB = 0,
                 int64_t strideC = 0);
 
+// GEMM plans made so far (in this process) that run with fp32 products
+// although l.precision is BF16: the heuristic had no bf16 algorithm for the
+// problem (the first one is reported on stderr).
+int64_t gemm_fp32_fallbacks();
+
+// spillway-cuda-check's hook: while `skip` is true, BF16 plans are made as
+// if the heuristic had no bf16 algorithm, so the fp32 fallback runs.
+// Clears the plan cache.
+void skip_fast_bf16_for_testing(bool skip);
+
 } // namespace spw::cuda
 
 #endif // SPILLWAY_RUNTIME_SRC_CUDA_GEMM_H

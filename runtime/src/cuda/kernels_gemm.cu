@@ -14,7 +14,11 @@
 //
 // FP32 uses CUBLAS_COMPUTE_32F, which never rounds inputs to TF32; BF16
 // uses CUBLAS_COMPUTE_32F_FAST_16BF (fp32 storage, bf16 products, fp32
-// accumulation).
+// accumulation). When the heuristic has no bf16 algorithm for a problem
+// (plausible with 4-byte-aligned operands and odd strides), BF16 retries
+// with CUBLAS_COMPUTE_32F: slower, never less accurate. A problem with no
+// algorithm at all is an error and is not cached, so a later call asks
+// again.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,7 +29,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -115,7 +121,10 @@ struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  bool ok = false; // the heuristic found an algorithm
+  bool ok = false;            // the heuristic found an algorithm
+  bool bias_as_c = false;     // no algorithm with the bias epilogue: the bias
+                              // is filled into D and added as C instead
+  bool fp32_fallback = false; // BF16 precision, run at CUBLAS_COMPUTE_32F
   Plan() = default;
   Plan(const Plan &) = delete;
   Plan &operator=(const Plan &) = delete;
@@ -144,6 +153,8 @@ using PlanKey = std::array<int64_t, 20>;
 
 std::mutex plan_mutex;
 constexpr size_t kMaxPlans = 4096; // a step has far fewer distinct GEMMs
+std::atomic<bool> skip_fast_bf16{false}; // skip_fast_bf16_for_testing
+std::atomic<int64_t> fp32_fallbacks{0};  // plans made with the fallback
 
 // Guarded by plan_mutex. Never destroyed: freeing cuBLASLt objects during
 // static destruction would race the library's own teardown.
@@ -172,14 +183,13 @@ void set_layout_batch(cublasLtMatrixLayout_t lay, int64_t batch,
       sizeof(stride)));
 }
 
-// Builds the column-major view of `p` (see the file comment) and asks the
-// heuristic for the best algorithm within the workspace.
-std::unique_ptr<Plan> make_plan(const Launch &l, const Problem &p,
-                                const float *bias, const uint32_t align[4]) {
+// Builds the column-major view of `p` (see the file comment) at `compute`
+// and asks the heuristic for the best algorithm within the workspace; ok
+// stays false when it has none.
+std::unique_ptr<Plan> try_plan(const Launch &l, const Problem &p,
+                               const float *bias, const uint32_t align[4],
+                               cublasComputeType_t compute) {
   auto plan = std::make_unique<Plan>();
-  const cublasComputeType_t compute = l.precision == Precision::BF16
-                                          ? CUBLAS_COMPUTE_32F_FAST_16BF
-                                          : CUBLAS_COMPUTE_32F;
   SPW_CUBLAS(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F));
   // cuBLASLt's A is our B: stored column-major N x K (ld N), or K x N
   // (ld K) transposed. Its B is our A: K x M (ld K), or M x K (ld M)
@@ -238,11 +248,38 @@ std::unique_ptr<Plan> make_plan(const Launch &l, const Problem &p,
       &found);
   if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS &&
                                            found == 0))
-    return plan; // ok stays false: the caller falls back or fails
+    return plan; // ok stays false: the caller tries another compute type
   SPW_CUBLAS(s);
   plan->algo = result.algo;
   plan->ok = true;
   return plan;
+}
+
+// The precision's compute type first; for BF16 then plain fp32 products.
+// With a bias that has no algorithm for its epilogue, a plan that runs the
+// bias as C (the caller then plans the product without the bias, so BF16
+// keeps its bf16 products where they exist).
+std::unique_ptr<Plan> make_plan(const Launch &l, const Problem &p,
+                                const float *bias, const uint32_t align[4]) {
+  const bool bf16 = l.precision == Precision::BF16;
+  const bool fast = bf16 && !skip_fast_bf16.load();
+  if (fast) {
+    auto plan = try_plan(l, p, bias, align, CUBLAS_COMPUTE_32F_FAST_16BF);
+    if (plan->ok)
+      return plan;
+  }
+  if (!bias || !fast) {
+    auto plan = try_plan(l, p, bias, align, CUBLAS_COMPUTE_32F);
+    if (plan->ok) {
+      plan->fp32_fallback = bf16;
+      return plan;
+    }
+    if (!bias)
+      return plan; // ok false: no algorithm at all
+  }
+  auto memo = std::make_unique<Plan>();
+  memo->bias_as_c = true;
+  return memo;
 }
 
 std::string problem_str(const Problem &p) {
@@ -306,21 +343,28 @@ void run_gemm(const Launch &l, const Problem &p, const float *A,
   auto &plans = plan_cache();
   auto it = plans.find(key);
   if (it == plans.end()) {
+    std::unique_ptr<Plan> made = make_plan(l, p, bias, align);
+    if (!made->ok && !made->bias_as_c)
+      fail("cuBLASLt has no algorithm for %s (%s, also none with fp32 "
+           "products)",
+           problem_str(p).c_str(), precision_name(l.precision));
+    if (made->fp32_fallback && fp32_fallbacks.fetch_add(1) == 0)
+      std::fprintf(stderr,
+                   "spillway: cuBLASLt has no bf16 algorithm for %s; it "
+                   "runs with fp32 products (slower; further such GEMMs "
+                   "are not reported)\n",
+                   problem_str(p).c_str());
     if (plans.size() >= kMaxPlans)
       plans.clear();
-    it = plans.emplace(key, make_plan(l, p, bias, align)).first;
+    it = plans.emplace(key, std::move(made)).first;
   }
   const Plan &plan = *it->second;
-  if (!plan.ok) {
-    if (bias) {
-      // No algorithm with the bias epilogue: the bias as C instead.
-      lock.unlock();
-      fill(l, D, 0, nullptr, 0, 0, 0, 0.0f, bias, 1, p.M, p.N);
-      run_gemm(l, p, A, B, D, D, nullptr, alpha, 1.0f);
-      return;
-    }
-    fail("cuBLASLt has no algorithm for %s (%s)", problem_str(p).c_str(),
-         precision_name(l.precision));
+  if (plan.bias_as_c) {
+    // No algorithm with the bias epilogue: the bias as C instead.
+    lock.unlock();
+    fill(l, D, 0, nullptr, 0, 0, 0, 0.0f, bias, 1, p.M, p.N);
+    run_gemm(l, p, A, B, D, D, nullptr, alpha, 1.0f);
+    return;
   }
   if (bias)
     SPW_CUBLAS(cublasLtMatmulDescSetAttribute(
@@ -536,6 +580,14 @@ void matmul_f32(const Launch &l, const float *A, const float *B, float *C,
   }
   run_gemm(l, p, A, B, beta != 0.0f ? C : nullptr, C, nullptr, alpha, beta);
 }
+
+void skip_fast_bf16_for_testing(bool skip) {
+  std::lock_guard<std::mutex> lock(plan_mutex);
+  skip_fast_bf16.store(skip);
+  plan_cache().clear(); // plans made under the other setting
+}
+
+int64_t gemm_fp32_fallbacks() { return fp32_fallbacks.load(); }
 
 Kernel gemm_kernel_for(Op op) {
   switch (op) {

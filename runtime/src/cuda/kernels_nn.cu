@@ -39,6 +39,12 @@ constexpr int64_t kWarpRowMax = 1024; // longer rows get a block each
 constexpr int kWarpsPerBlock = 8;     // warp-per-row blocks
 constexpr int kThreads = 256;         // element-wise and column kernels
 constexpr int kFinalThreads = 1024;   // single-block reductions
+constexpr int kRowBlockMax = 1024;    // block-per-row kernels' largest block
+// Kernels launched with more than 256 threads carry __launch_bounds__ of
+// their largest block, so the compiler keeps their registers within what it
+// may use (64 per thread at 1024 threads; past it the launch fails with
+// cudaErrorLaunchOutOfResources). A row kernel's warp-per-row form runs 256.
+#define SPW_ROW_BOUNDS __launch_bounds__(W ? 32 * kWarpsPerBlock : kRowBlockMax)
 
 // ---- reductions -------------------------------------------------------------
 
@@ -196,8 +202,9 @@ __device__ __forceinline__ void st(float *__restrict__ p, int64_t i,
 
 // Rows along the last axis (inner == 1).
 template <bool W, int V>
-__global__ void softmax_rows(const float *__restrict__ x,
-                             float *__restrict__ y, int64_t rows, int64_t n) {
+__global__ void SPW_ROW_BOUNDS softmax_rows(const float *__restrict__ x,
+                                            float *__restrict__ y, int64_t rows,
+                                            int64_t n) {
   const Group g = row_group<W>();
   const int64_t nv = n / V;
   for (int64_t r = g.first; r < rows; r += g.step) {
@@ -224,10 +231,10 @@ __global__ void softmax_rows(const float *__restrict__ x,
 
 // dx = y (dy - sum(dy y)) along the last axis.
 template <bool W, int V>
-__global__ void softmax_grad_rows(const float *__restrict__ y,
-                                  const float *__restrict__ dy,
-                                  float *__restrict__ dx, int64_t rows,
-                                  int64_t n) {
+__global__ void SPW_ROW_BOUNDS softmax_grad_rows(const float *__restrict__ y,
+                                                 const float *__restrict__ dy,
+                                                 float *__restrict__ dx,
+                                                 int64_t rows, int64_t n) {
   const Group g = row_group<W>();
   const int64_t nv = n / V;
   for (int64_t r = g.first; r < rows; r += g.step) {
@@ -294,11 +301,12 @@ __global__ void softmax_grad_cols(const float *__restrict__ y,
 // ---- layer norm / rms norm --------------------------------------------------
 
 template <bool W, int V>
-__global__ void layer_norm_rows(const float *__restrict__ x,
-                                const float *__restrict__ scale,
-                                const float *__restrict__ bias,
-                                float *__restrict__ y, int64_t rows,
-                                int64_t n, float eps) {
+__global__ void SPW_ROW_BOUNDS layer_norm_rows(const float *__restrict__ x,
+                                               const float *__restrict__ scale,
+                                               const float *__restrict__ bias,
+                                               float *__restrict__ y,
+                                               int64_t rows, int64_t n,
+                                               float eps) {
   const Group g = row_group<W>();
   const int64_t nv = n / V;
   for (int64_t r = g.first; r < rows; r += g.step) {
@@ -344,12 +352,10 @@ __global__ void layer_norm_rows(const float *__restrict__ x,
 // dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy scale; stores each
 // row's (mean, rstd) for the parameter gradients when `stats` is set.
 template <bool W, int V>
-__global__ void layer_norm_grad_rows(const float *__restrict__ x,
-                                     const float *__restrict__ scale,
-                                     const float *__restrict__ dy,
-                                     float *__restrict__ dx,
-                                     float2 *__restrict__ stats,
-                                     int64_t rows, int64_t n, float eps) {
+__global__ void SPW_ROW_BOUNDS layer_norm_grad_rows(
+    const float *__restrict__ x, const float *__restrict__ scale,
+    const float *__restrict__ dy, float *__restrict__ dx,
+    float2 *__restrict__ stats, int64_t rows, int64_t n, float eps) {
   const Group g = row_group<W>();
   const int64_t nv = n / V;
   for (int64_t r = g.first; r < rows; r += g.step) {
@@ -404,10 +410,11 @@ __global__ void layer_norm_grad_rows(const float *__restrict__ x,
 }
 
 template <bool W, int V>
-__global__ void rms_norm_rows(const float *__restrict__ x,
-                              const float *__restrict__ scale,
-                              float *__restrict__ y, int64_t rows, int64_t n,
-                              float eps) {
+__global__ void SPW_ROW_BOUNDS rms_norm_rows(const float *__restrict__ x,
+                                             const float *__restrict__ scale,
+                                             float *__restrict__ y,
+                                             int64_t rows, int64_t n,
+                                             float eps) {
   const Group g = row_group<W>();
   const int64_t nv = n / V;
   for (int64_t r = g.first; r < rows; r += g.step) {
@@ -435,12 +442,10 @@ __global__ void rms_norm_rows(const float *__restrict__ x,
 // dx_j = r s_j dy_j - x_j r^3 / n * sum_i dy_i s_i x_i (the CPU's formula);
 // stores each row's r for dscale when `stats` is set.
 template <bool W, int V>
-__global__ void rms_norm_grad_rows(const float *__restrict__ x,
-                                   const float *__restrict__ scale,
-                                   const float *__restrict__ dy,
-                                   float *__restrict__ dx,
-                                   float *__restrict__ stats, int64_t rows,
-                                   int64_t n, float eps) {
+__global__ void SPW_ROW_BOUNDS rms_norm_grad_rows(
+    const float *__restrict__ x, const float *__restrict__ scale,
+    const float *__restrict__ dy, float *__restrict__ dx,
+    float *__restrict__ stats, int64_t rows, int64_t n, float eps) {
   const Group g = row_group<W>();
   const int64_t nv = n / V;
   for (int64_t r = g.first; r < rows; r += g.step) {
@@ -563,10 +568,10 @@ struct XentArgs {
 // Each row's loss lse(row) - row[label] (0 when ignored, NaN for a label out
 // of range) and whether it counts toward the mean.
 template <bool W, int V>
-__global__ void xent_rows(const float *__restrict__ logits, XentArgs xa,
-                          int64_t rows, int64_t C,
-                          float *__restrict__ row_loss,
-                          int *__restrict__ row_counted) {
+__global__ void SPW_ROW_BOUNDS xent_rows(const float *__restrict__ logits,
+                                         XentArgs xa, int64_t rows, int64_t C,
+                                         float *__restrict__ row_loss,
+                                         int *__restrict__ row_counted) {
   const Group g = row_group<W>();
   const int64_t nv = C / V;
   for (int64_t r = g.first; r < rows; r += g.step) {
@@ -603,9 +608,10 @@ __global__ void xent_rows(const float *__restrict__ logits, XentArgs xa,
 }
 
 // One block: the loss, summed in a fixed order (in double, like the CPU).
-__global__ void xent_final(const float *__restrict__ row_loss,
-                           const int *__restrict__ row_counted, int64_t rows,
-                           bool sum, float *__restrict__ y) {
+__global__ void __launch_bounds__(kFinalThreads)
+    xent_final(const float *__restrict__ row_loss,
+               const int *__restrict__ row_counted, int64_t rows, bool sum,
+               float *__restrict__ y) {
   __shared__ double sh_t[kFinalThreads], sh_c[kFinalThreads];
   double t = 0.0, c = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
@@ -631,9 +637,10 @@ __global__ void xent_final(const float *__restrict__ row_loss,
 
 // One block: the gradient's scale, dloss (sum) or dloss / counted labels
 // (mean; 0 when none counts, as on the CPU).
-__global__ void xent_grad_scale(XentArgs xa, int64_t rows, bool sum,
-                                const float *__restrict__ dloss,
-                                float *__restrict__ scale) {
+__global__ void __launch_bounds__(kFinalThreads)
+    xent_grad_scale(XentArgs xa, int64_t rows, bool sum,
+                    const float *__restrict__ dloss,
+                    float *__restrict__ scale) {
   __shared__ double sh_c[kFinalThreads];
   double c = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
@@ -656,10 +663,11 @@ __global__ void xent_grad_scale(XentArgs xa, int64_t rows, bool sum,
 // dlogits = scale (softmax(row) - onehot(label)); ignored rows 0, rows with
 // an out-of-range label NaN.
 template <bool W, int V>
-__global__ void xent_grad_rows(const float *__restrict__ logits, XentArgs xa,
-                               int64_t rows, int64_t C,
-                               const float *__restrict__ scale,
-                               float *__restrict__ dl) {
+__global__ void SPW_ROW_BOUNDS xent_grad_rows(const float *__restrict__ logits,
+                                              XentArgs xa, int64_t rows,
+                                              int64_t C,
+                                              const float *__restrict__ scale,
+                                              float *__restrict__ dl) {
   const Group g = row_group<W>();
   const int64_t nv = C / V;
   const float sc = scale[0];
@@ -748,7 +756,7 @@ RowPlan row_plan(int64_t rows, int64_t n,
   } else {
     // About 8 elements per thread, 128 to 1024 threads.
     const int64_t want = ((n + 7) / 8 + 31) / 32 * 32;
-    p.block = unsigned(std::clamp<int64_t>(want, 128, 1024));
+    p.block = unsigned(std::clamp<int64_t>(want, 128, kRowBlockMax));
     p.grid = unsigned(std::min<int64_t>(rows, kMaxGrid));
   }
   return p;
