@@ -521,9 +521,10 @@ static void telemetry_step_end(Tiers &t) {
   total += std::max<int64_t>(0, to - from);
   st.transfer_s = double(total) * 1e-6;
   t.telemetry.push_back(st);
+}
+
 static const std::array<int, 2> &param_blocks(const spw_ctx *ctx,
                                               int32_t param);
-static void wait_host_updates(Tiers &t, Tiers::Block &b, int part);
 
 float *tiers_pending_grad(spw_ctx *ctx, int32_t param, int64_t begin,
                           int64_t end) {
@@ -546,9 +547,15 @@ float *tiers_pending_grad(spw_ctx *ctx, int32_t param, int64_t begin,
              (long long)end);
       // The CPU optimizer's task applying the previous deferral may still
       // read the slice: the new one waits for it.
-      for (int c : param_blocks(ctx, param))
-        if (c >= 0)
-          wait_host_updates(t, t.blocks[size_t(c)], -1);
+      for (int c : param_blocks(ctx, param)) {
+        if (c < 0 || !t.host)
+          continue;
+        for (std::vector<Token> &updates : t.blocks[size_t(c)].host_updates) {
+          for (const Token &u : updates)
+            t.host->wait(u);
+          updates.clear();
+        }
+      }
       return reinterpret_cast<float *>(t.address(b, b.home) + b.offsets[i]);
     }
   }
