@@ -13,7 +13,7 @@ module attributes {sched.buffers = {blocks = [{bytes = 1024 : i64, class = "para
     %2 = sched.move optimizer layer(0) part(0) ssd -> host prio(demand) at(16384) : !sched.timepoint
     sched.await %2 : !sched.timepoint
     sched.bind optimizer layer(0) host
-    train.adamw_apply_pending @w1 [0, 128)
+    train.adamw_apply_pending @w1 [0, 128) {train.task = array<i64: 2, 0, -1>}
     %3 = sched.move optimizer layer(0) part(0) host -> ssd prio(writeback) at(8192) : !sched.timepoint
     sched.await %3 : !sched.timepoint
     sched.drop optimizer layer(0) part(0) host
@@ -81,7 +81,7 @@ module attributes {sched.buffers = {blocks = [{bytes = 1024 : i64, class = "para
     %44 = sched.move params layer(1) ssd -> host prio(demand) at(8192) : !sched.timepoint
     sched.await %44 : !sched.timepoint
     sched.bind params layer(1) host
-    train.adamw @w2, %42 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<16x3xf32>
+    train.adamw @w2, %42 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, train.task = array<i64: 2, 1, -1>, weight_decay = 1.000000e-02 : f64} : tensor<16x3xf32>
     %45 = sched.move params layer(1) host -> ssd prio(writeback) at(20480) : !sched.timepoint
     sched.await %45 : !sched.timepoint
     sched.drop params layer(1) host
@@ -117,8 +117,8 @@ module attributes {sched.buffers = {blocks = [{bytes = 1024 : i64, class = "para
     %58 = sched.move params layer(0) part(1) ssd -> host prio(demand) at(0) : !sched.timepoint
     sched.await %58 : !sched.timepoint
     sched.bind params layer(0) host
-    train.adamw_defer @w1 [0, 128), %56 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<16x16xf32>
-    train.adamw @w1 [128, 256), %56 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<16x16xf32>
+    train.adamw_defer @w1 [0, 128), %56 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, train.task = array<i64: 2, 0, -1>, weight_decay = 1.000000e-02 : f64} : tensor<16x16xf32>
+    train.adamw @w1 [128, 256), %56 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, train.task = array<i64: 2, 0, -1>, weight_decay = 1.000000e-02 : f64} : tensor<16x16xf32>
     %59 = sched.move params layer(0) part(1) host -> ssd prio(writeback) at(0) : !sched.timepoint
     sched.await %59 : !sched.timepoint
     sched.drop params layer(0) part(1) host
