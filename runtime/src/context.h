@@ -46,7 +46,6 @@ struct PendingAdamW {
   // `grad` holds them.
   float *planned = nullptr;
   bool planned_on_device = false; // `planned` is in the device's memory
-  const float *grad_data() const { return planned ? planned : grad.data(); }
   // Instead of `grad` when the state is on the device: a device buffer.
   float *dev_grad = nullptr;
 };

@@ -3,6 +3,7 @@
 #include "host_tasks.h"
 
 #include <algorithm>
+#include <system_error>
 
 // The trace recorder (trace.h, --trace) gets one span per task on the CPU
 // optimizer's lane of the worker that ran it, where the runtime has one.
@@ -17,8 +18,22 @@ HostTasks::HostTasks(int threads) {
   if (threads < 1 || threads > kMaxThreads)
     fail("host worker threads: %d (expected 1 to %d)", threads, kMaxThreads);
   workers_.reserve(size_t(threads));
-  for (int i = 0; i < threads; ++i)
-    workers_.emplace_back([this, i] { run(i); });
+  try {
+    for (int i = 0; i < threads; ++i)
+      workers_.emplace_back([this, i] { run(i); });
+  } catch (const std::system_error &e) {
+    // Joinable threads must not be destroyed: stop those that started.
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    for (std::thread &t : workers_)
+      t.join();
+    fail("cannot start %d host worker threads (%s); pass a smaller "
+         "--optimizer-threads",
+         threads, e.what());
+  }
 }
 
 HostTasks::~HostTasks() {

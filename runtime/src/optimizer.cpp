@@ -501,8 +501,8 @@ extern "C" void spw_adamw_defer(spw_ctx *ctx, int32_t param, spw_tensor *grad,
         return;
       const int64_t n = end - begin;
       // An offload plan keeps the slice in its GPU arena (a `pending` block).
-      if ((q.planned = tiers_pending_grad(ctx, param, begin, end))) {
-        q.planned_on_device = true;
+      if ((q.planned = tiers_pending_grad(ctx, param, begin, end, true))) {
+        q.planned_on_device = !ctx->device->host_visible();
         ctx->device->copy(q.planned, g + begin, n * int64_t(sizeof(float)));
         p.pending.push_back(std::move(q));
         return;
@@ -525,7 +525,7 @@ extern "C" void spw_adamw_defer(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     if (!check_finite_grad(ctx, p, g, begin, end))
       return;
     // An offload plan keeps the slice in its arena (a `pending` block).
-    if ((q.planned = tiers_pending_grad(ctx, param, begin, end))) {
+    if ((q.planned = tiers_pending_grad(ctx, param, begin, end, false))) {
       std::copy(g + begin, g + end, q.planned);
     } else {
       if (!p.spare_grads.empty()) {
@@ -572,10 +572,12 @@ extern "C" void spw_adamw_apply_pending(spw_ctx *ctx, int32_t param,
 
 extern "C" void spw_adamw_flush(spw_ctx *ctx) {
   guarded(ctx, "spw_adamw_flush", [&] {
-    for (ParamInfo &p : ctx->params) {
-      for (PendingAdamW &q : p.pending)
-        apply_pending(ctx, p, q);
-      p.pending.clear();
-    }
+    // Each entry leaves the list as it is applied: after a failure part-way
+    // a later flush applies only what is still pending, never one twice.
+    for (ParamInfo &p : ctx->params)
+      while (!p.pending.empty()) {
+        apply_pending(ctx, p, p.pending.front());
+        p.pending.erase(p.pending.begin());
+      }
   });
 }

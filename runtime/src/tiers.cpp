@@ -127,6 +127,9 @@ struct Tiers {
     Clock::time_point issued;
     Tier to = Tier::Gpu;
     std::string block; // its name, for the trace's waits
+    // Awaited by the compute stream only (spw_await into the GPU tier): the
+    // host has not seen it complete.
+    bool device_awaited = false;
   };
   std::vector<Move> moves;
   // Statistics.
@@ -527,7 +530,7 @@ static const std::array<int, 2> &param_blocks(const spw_ctx *ctx,
                                               int32_t param);
 
 float *tiers_pending_grad(spw_ctx *ctx, int32_t param, int64_t begin,
-                          int64_t end) {
+                          int64_t end, bool on_gpu) {
   if (!ctx->tiers || !ctx->tiers->store)
     return nullptr;
   Tiers &t = *ctx->tiers;
@@ -545,6 +548,11 @@ float *tiers_pending_grad(spw_ctx *ctx, int32_t param, int64_t begin,
              b.name.c_str(), (unsigned long long)(room / 4),
              ctx->params[size_t(param)].name.c_str(), (long long)begin,
              (long long)end);
+      if (b.home != int(on_gpu ? Tier::Gpu : Tier::Host))
+        fail("%s is homed on %s, but the update of '%s' runs on the %s",
+             b.name.c_str(), b.home < 0 ? "no tier" : tier_name(Tier(b.home)),
+             ctx->params[size_t(param)].name.c_str(),
+             on_gpu ? "device" : "host");
       // The CPU optimizer's task applying the previous deferral may still
       // read the slice: the new one waits for it.
       for (int c : param_blocks(ctx, param)) {
@@ -586,6 +594,12 @@ void tiers_step_end(spw_ctx *ctx) {
   if (std::string e = finish_host_updates(ctx, true); !e.empty())
     ctx->set_error(e);
   t.store->wait_all();
+  // A copy awaited by the compute stream only (CUDA) has not reported to
+  // the host: its error fails the step here, naming the block.
+  for (const Tiers::Move &m : t.moves)
+    for (const Token &k : m.tokens)
+      if (std::string e = k.error(); !e.empty())
+        ctx->set_error("the step's copy of " + m.block + " failed: " + e);
   t.per_step.push_back(minus(t.store->moved(), t.at_step_begin));
   for (int c = 0; c < Tiers::kNumClasses; ++c)
     t.class_last_step[size_t(c)] =
@@ -942,6 +956,17 @@ static int32_t move_parts(spw_ctx *ctx, const char *what, int32_t cls,
     if (part < -1 || part >= b.parts())
       fail("%s has no part %d (%d part%s)", b.name.c_str(), part, b.parts(),
            b.parts() == 1 ? "" : "s");
+    // A copy of this block the compute stream waited for may still be in
+    // flight from the host's view (CUDA), and the store refuses a move that
+    // reads or overwrites a copy a move still uses: the next move of the
+    // block waits for it on the host. It is ordered before the kernels
+    // issued since, so by now it has usually long completed.
+    for (Tiers::Move &o : t.moves)
+      if (o.device_awaited && o.block == b.name) {
+        for (const Token &k : o.tokens)
+          k.wait();
+        o.device_awaited = false;
+      }
     Tiers::Move m;
     m.issued = Clock::now();
     m.to = d;
@@ -1004,6 +1029,7 @@ void spw_await(spw_ctx *ctx, int32_t token) {
       else
         k.wait();
     }
+    m.device_awaited = m.to == Tier::Gpu;
     const auto t1 = Clock::now();
     t.wait_s += std::chrono::duration<double>(t1 - t0).count();
     if (trace::enabled())

@@ -1,6 +1,6 @@
 //===- tiers.h - running an offload plan -----------------------------------===//
 //
-// What the driver (main.cpp) calls around an offload plan's steps: the
+// What the driver (main.cpp, driver/) calls around an offload plan's steps: the
 // plan's blocks live in a TensorStore (GPU arena, pinned host arena, SSD
 // swap) from tiers_start on; the generated step moves them with the spw_move
 // family (spillway_rt.h). Parameters and AdamW state keep a plain copy in
@@ -39,8 +39,10 @@ void tiers_release_copies(spw_ctx *ctx);
 // Where the plan keeps the gradient slice [begin, end) of parameter `param`
 // that spw_adamw_defer holds until the next step (its `pending` block's
 // home); null when the plan has no such block (no plan, or no deferral).
+// `on_gpu`: the update runs on the device (the block must be homed on the
+// GPU tier), else on host (homed on host); anything else is an error.
 float *tiers_pending_grad(spw_ctx *ctx, int32_t param, int64_t begin,
-                          int64_t end);
+                          int64_t end, bool on_gpu);
 // Bracket one training step: per-step bytes and time blocked on I/O.
 void tiers_step_begin(spw_ctx *ctx);
 void tiers_step_end(spw_ctx *ctx);

@@ -458,14 +458,14 @@ TEST(Tiers, DeferredGradientSliceLivesInItsPendingBlock) {
     EXPECT_TRUE(ctx->error.empty()) << ctx->error;
     const spw::PendingAdamW &q = ctx->params[0].pending.at(0);
     if (planned) {
-      float *slot = spw::tiers_pending_grad(ctx.get(), 0, 0, 4);
+      float *slot = spw::tiers_pending_grad(ctx.get(), 0, 0, 4, false);
       EXPECT_NE(slot, nullptr);
       EXPECT_EQ(q.planned, slot);
       EXPECT_TRUE(q.grad.empty());
       for (int i = 0; i < 4; ++i)
         EXPECT_EQ(slot[i], g->as<float>()[i]);
       // More elements than the block holds: an error naming it.
-      EXPECT_THROW(spw::tiers_pending_grad(ctx.get(), 0, 0, 5), spw::Error);
+      EXPECT_THROW(spw::tiers_pending_grad(ctx.get(), 0, 0, 5, false), spw::Error);
     } else {
       EXPECT_EQ(q.planned, nullptr);
     }

@@ -32,7 +32,6 @@
 #include "cuda/cuda_tier_memory.h"
 #include "cuda/kernels.h"
 #include "cuda/optimizer_kernels.h"
-#include "context.h"
 #include "storage/tensor_store.h"
 
 #include <cublasLt.h>
@@ -308,7 +307,7 @@ public:
            "took the free GPU memory; make it before the first step "
            "tensor, or pass --device-arena",
            storage::human_bytes(bytes).c_str());
-    return make_cuda_tier_memory(bytes, compute_);
+    return make_cuda_tier_memory(bytes, compute_, [this] { flush_adamw(); });
   }
 
   void register_host_memory(void *p, uint64_t bytes) override {

@@ -51,8 +51,10 @@ void CUDART_CB copy_done(cudaStream_t, cudaError_t status, void *p) {
 
 class CudaTierMemory final : public storage::DeviceMemory {
 public:
-  CudaTierMemory(uint64_t bytes, cudaStream_t compute)
-      : compute_(compute), size_(bytes) {
+  CudaTierMemory(uint64_t bytes, cudaStream_t compute,
+                 std::function<void()> launch_queued)
+      : compute_(compute), launch_queued_(std::move(launch_queued)),
+        size_(bytes) {
     error_names();
     const cudaError_t e =
         cudaMalloc(reinterpret_cast<void **>(&base_), size_t(bytes));
@@ -137,6 +139,10 @@ private:
     if (bytes == 0)
       return storage::Token();
     auto completion = std::make_shared<storage::Completion>(1);
+    // Queued compute work (the device's AdamW updates) first: the copy is
+    // ordered after everything issued before it.
+    if (launch_queued_)
+      launch_queued_();
     std::lock_guard<std::mutex> lock(mu_);
     reap_locked();
     cudaEvent_t event = nullptr;
@@ -212,6 +218,7 @@ private:
   cudaStream_t compute_;
   cudaStream_t h2d_ = nullptr, d2h_ = nullptr;
   cudaEvent_t issued_ = nullptr; // the compute stream's mark at an issue
+  std::function<void()> launch_queued_;
   char *base_ = nullptr;
   uint64_t size_;
   std::mutex mu_;
@@ -222,10 +229,12 @@ private:
 } // namespace
 
 std::unique_ptr<storage::DeviceMemory>
-make_cuda_tier_memory(uint64_t bytes, cudaStream_t compute) {
+make_cuda_tier_memory(uint64_t bytes, cudaStream_t compute,
+                      std::function<void()> launch_queued) {
   if (bytes == 0)
     fail("GPU arena: size 0");
-  return std::make_unique<CudaTierMemory>(bytes, compute);
+  return std::make_unique<CudaTierMemory>(bytes, compute,
+                                          std::move(launch_queued));
 }
 
 } // namespace spw::cuda

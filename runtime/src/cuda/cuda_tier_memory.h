@@ -19,6 +19,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 namespace spw::storage {
@@ -28,10 +29,14 @@ class DeviceMemory;
 namespace spw::cuda {
 
 // `bytes` of GPU memory ordered against `compute` (the device's compute
-// stream, which must outlive the memory). Throws spw::Error when the arena
-// cannot be allocated.
+// stream, which must outlive the memory). `launch_queued` launches the
+// compute work the device has queued but not yet launched (CudaDevice's
+// AdamW queue): every copy calls it first, so the copy is ordered after
+// that work too (a D2H of updated weights reads the update). Throws
+// spw::Error when the arena cannot be allocated.
 std::unique_ptr<storage::DeviceMemory>
-make_cuda_tier_memory(uint64_t bytes, cudaStream_t compute);
+make_cuda_tier_memory(uint64_t bytes, cudaStream_t compute,
+                      std::function<void()> launch_queued);
 
 } // namespace spw::cuda
 

@@ -31,7 +31,10 @@ void Completion::piece_done(const std::string &error) {
 }
 
 int64_t Completion::done_us() const {
-  std::lock_guard<std::mutex> lk(mu_);
+  std::unique_lock<std::mutex> lk(mu_);
+  // The last piece stamps the time just after its decrement: a caller that
+  // saw done() waits for the stamp.
+  cv_.wait(lk, [&] { return pending_.load() != 0 || done_us_ >= 0; });
   return done_us_;
 }
 

@@ -54,7 +54,7 @@ public:
 private:
   std::atomic<int64_t> pending_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable std::condition_variable cv_;
   std::string error_;
   int64_t done_us_ = -1; // under mu_
   std::vector<std::function<void(int64_t)>> on_done_;
