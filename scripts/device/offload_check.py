@@ -42,6 +42,9 @@ LINKS = ("ssd_read", "ssd_write", "h2d", "d2h")
 MATRIX = [
     ("ssd", "params=ssd,optimizer=ssd,gradients=ssd", "ssd"),
     ("acthost", "params=host,optimizer=host,gradients=host,activations=host", "pcie"),
+    # The optimizer on the GPU: its updates are queued on the device and the
+    # updated parameters go back over D2H (the copy must follow the update).
+    ("gpuopt", "params=host,optimizer=gpu,gradients=gpu", "pcie"),
 ]
 MATRIX_SCHEDULE, MATRIX_F, MATRIX_M = "snake", "0.5", (1, 4)
 
