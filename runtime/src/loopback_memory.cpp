@@ -59,13 +59,13 @@ public:
 
   storage::Token copy_h2d(uint64_t offset, const void *host, uint64_t bytes,
                           const std::string &what) override {
-    check(offset, host, bytes, "host-to-device", what);
+    check_copy(offset, host, bytes, "host-to-device", what, "loopback GPU");
     return issue(h2d_, base_ + offset, host, bytes,
                  uint8_t(kPoisonByte ^ kLoopbackScramble));
   }
   storage::Token copy_d2h(void *host, uint64_t offset, uint64_t bytes,
                           const std::string &what) override {
-    check(offset, host, bytes, "device-to-host", what);
+    check_copy(offset, host, bytes, "device-to-host", what, "loopback GPU");
     return issue(d2h_, host, base_ + offset, bytes, kPoisonByte);
   }
   // Kernels run on the thread that issues them.
@@ -90,17 +90,6 @@ private:
     std::thread thread;
   };
 
-  void check(uint64_t offset, const void *host, uint64_t bytes, const char *dir,
-             const std::string &what) const {
-    if (offset > size_ || bytes > size_ - offset)
-      fail("%s copy of '%s': bytes [%llu, %llu) lie outside the %s loopback "
-           "GPU arena",
-           dir, what.c_str(), (unsigned long long)offset,
-           (unsigned long long)offset + bytes,
-           storage::human_bytes(size_).c_str());
-    if (bytes > 0 && !host)
-      fail("%s copy of '%s': the host buffer is null", dir, what.c_str());
-  }
 
   storage::Token issue(Engine &e, void *dst, const void *src, uint64_t bytes,
                        uint8_t poison) {

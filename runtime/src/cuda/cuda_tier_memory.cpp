@@ -82,13 +82,13 @@ public:
 
   storage::Token copy_h2d(uint64_t offset, const void *host, uint64_t bytes,
                           const std::string &what) override {
-    check(offset, host, bytes, "host-to-device", what);
+    check_copy(offset, host, bytes, "host-to-device", what);
     return issue(h2d_, base_ + offset, host, bytes, cudaMemcpyHostToDevice,
                  "host-to-device", what);
   }
   storage::Token copy_d2h(void *host, uint64_t offset, uint64_t bytes,
                           const std::string &what) override {
-    check(offset, host, bytes, "device-to-host", what);
+    check_copy(offset, host, bytes, "device-to-host", what);
     return issue(d2h_, host, base_ + offset, bytes, cudaMemcpyDeviceToHost,
                  "device-to-host", what);
   }
@@ -121,17 +121,6 @@ private:
     cudaEvent_t event; // recorded on the copy stream after the copy
   };
 
-  void check(uint64_t offset, const void *host, uint64_t bytes, const char *dir,
-             const std::string &what) const {
-    if (offset > size_ || bytes > size_ - offset)
-      fail("%s copy of '%s': bytes [%llu, %llu) lie outside the %s GPU "
-           "arena",
-           dir, what.c_str(), (unsigned long long)offset,
-           (unsigned long long)offset + bytes,
-           storage::human_bytes(size_).c_str());
-    if (bytes > 0 && !host)
-      fail("%s copy of '%s': the host buffer is null", dir, what.c_str());
-  }
 
   storage::Token issue(cudaStream_t stream, void *dst, const void *src,
                        uint64_t bytes, cudaMemcpyKind kind, const char *dir,

@@ -78,13 +78,17 @@ void CpuDeviceMemory::run(Worker *w) {
   }
 }
 
-void CpuDeviceMemory::check_range(uint64_t offset, uint64_t bytes,
-                                  const char *dir,
-                                  const std::string &what) const {
-  if (offset > size_ || bytes > size_ - offset)
-    fail("%s copy of '%s': bytes [%llu, %llu) lie outside the %s GPU arena",
+void DeviceMemory::check_copy(uint64_t offset, const void *host,
+                              uint64_t bytes, const char *dir,
+                              const std::string &what,
+                              const char *arena) const {
+  if (offset > size() || bytes > size() - offset)
+    fail("%s copy of '%s': bytes [%llu, %llu) lie outside the %s %s arena",
          dir, what.c_str(), (unsigned long long)offset,
-         (unsigned long long)(offset + bytes), human_bytes(size_).c_str());
+         (unsigned long long)offset + bytes, human_bytes(size()).c_str(),
+         arena);
+  if (bytes > 0 && !host)
+    fail("%s copy of '%s': the host buffer is null", dir, what.c_str());
 }
 
 Token CpuDeviceMemory::enqueue(Worker &w, void *dst, const void *src,
@@ -102,13 +106,13 @@ Token CpuDeviceMemory::enqueue(Worker &w, void *dst, const void *src,
 
 Token CpuDeviceMemory::copy_h2d(uint64_t offset, const void *host,
                                 uint64_t bytes, const std::string &what) {
-  check_range(offset, bytes, "host-to-device", what);
+  check_copy(offset, host, bytes, "host-to-device", what);
   return enqueue(h2d_, base_ + offset, host, bytes);
 }
 
 Token CpuDeviceMemory::copy_d2h(void *host, uint64_t offset, uint64_t bytes,
                                 const std::string &what) {
-  check_range(offset, bytes, "device-to-host", what);
+  check_copy(offset, host, bytes, "device-to-host", what);
   return enqueue(d2h_, host, base_ + offset, bytes);
 }
 

@@ -77,6 +77,14 @@ public:
   // copy_h2d). CUDA: cudaStreamWaitEvent on the compute stream; the host does not block. The CPU
   // and loopback devices compute on the calling thread: t.wait().
   virtual void compute_waits(const Token &t) = 0;
+
+protected:
+  // What every copy checks before anything is queued (spw::Error naming
+  // `what` otherwise): the range lies in the arena, called `arena` in the
+  // message ("GPU", "loopback GPU"), and a host buffer is given.
+  void check_copy(uint64_t offset, const void *host, uint64_t bytes,
+                  const char *dir, const std::string &what,
+                  const char *arena = "GPU") const;
 };
 
 // "GPU memory" on the CPU backend: a host arena of the budgeted size. Each
@@ -110,8 +118,6 @@ private:
     std::thread thread;
   };
   Token enqueue(Worker &w, void *dst, const void *src, uint64_t bytes);
-  void check_range(uint64_t offset, uint64_t bytes, const char *dir,
-                   const std::string &what) const;
   static void run(Worker *w);
 
   char *base_ = nullptr;
