@@ -102,10 +102,11 @@ public:
   // "cuda (NVIDIA H200, 139.8 GiB)", "loopback".
   virtual std::string name() const = 0;
 
-  // Step tensors: allocated from an arena reserved once at start
-  // (ArenaAllocator), freed one by one by step_free or all together by
-  // reset_step() at the end of the step. Aligned to 256 bytes. Throws
-  // spw::Error naming the request when the arena is full.
+  // Step tensors: on the GPU and loopback devices allocated from an arena
+  // reserved once at start (ArenaAllocator, 256-byte aligned), on the CPU
+  // device heap buffers (64-byte aligned, no arena); freed one by one by
+  // step_free or all together by reset_step() at the end of the step.
+  // Throws spw::Error naming the request when the arena is full.
   virtual void *step_alloc(int64_t bytes, const char *what) = 0;
   // Returns a step allocation early (spw_release): later step_alloc calls
   // may reuse it. Work already issued that reads it is ordered before any
