@@ -286,97 +286,62 @@ void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
   }
 }
 
-// Member i's elements in a copy whose parts start at part[0], part[1]
-// (null: absent): its value (or m; `v` for AdamW's v) below element *split
-// at out[0] + e, the rest at out[1] + (e - *split); null where the part is
-// absent or holds none of them.
-static void member_elements(const Tiers::Block &b, size_t i,
-                            char *const part[2], bool v, int64_t numel,
-                            float *out[2], int64_t *split) {
+// Member i's elements in a block's parts: its value (or m; `v` for AdamW's
+// v) below element *split at byte at[0] of part 0, the rest at byte at[1]
+// of part 1.
+static void member_offsets(const Tiers::Block &b, size_t i, bool v,
+                           int64_t numel, uint64_t at[2], int64_t *split) {
   const uint64_t off = b.offsets[i], s0 = b.span0();
   const int64_t s =
       s0 > off ? std::min<int64_t>(numel, int64_t((s0 - off) / 4)) : 0;
   *split = s;
-  out[0] = out[1] = nullptr;
-  if (s > 0 && part[0])
-    out[0] = reinterpret_cast<float *>(part[0] + (v ? s0 : 0) + off);
-  if (s < numel && part[1])
-    out[1] = reinterpret_cast<float *>(part[1] +
-                                       (v ? b.span() - s0 : 0) +
-                                       (off + 4 * uint64_t(s) - s0));
+  at[0] = (v ? s0 : 0) + off;
+  at[1] = s < numel ? (v ? b.span() - s0 : 0) + (off + 4 * uint64_t(s) - s0)
+                    : 0;
 }
 
-// Runs `body` with a host copy of block `b`'s parts (its home or
-// temporary ones).
+// The same in a copy whose parts start at part[0], part[1] (null: absent):
+// out[k] null where the part is absent or holds none of them.
+static void member_elements(const Tiers::Block &b, size_t i,
+                            char *const part[2], bool v, int64_t numel,
+                            float *out[2], int64_t *split) {
+  uint64_t at[2];
+  member_offsets(b, i, v, numel, at, split);
+  const int64_t s = *split;
+  out[0] = s > 0 && part[0] ? reinterpret_cast<float *>(part[0] + at[0])
+                            : nullptr;
+  out[1] = s < numel && part[1] ? reinterpret_cast<float *>(part[1] + at[1])
+                                : nullptr;
+}
+
+// Runs `body` with a host copy of block `b`'s parts: its home on the host
+// tier, or copies in the host arena of one homed on SSD (the GPU's go
+// through stream's staging buffer).
 template <class F> static void with_host_copy(Tiers &t, Tiers::Block &b,
                                               bool load, bool store_back,
                                               F &&body) {
   TensorStore &s = *t.store;
   char *part[2] = {nullptr, nullptr};
-  auto addr = [&](int k, Tier tier) {
-    return static_cast<char *>(tier == Tier::Gpu
-                                   ? s.gpu_address(b.part_id(k))
-                                   : s.host_address(b.part_id(k)));
+  auto addr = [&](int k) {
+    return static_cast<char *>(s.host_address(b.part_id(k)));
   };
   if (b.home == int(Tier::Host)) {
     for (int k = 0; k < b.parts(); ++k)
-      part[k] = addr(k, Tier::Host);
+      part[k] = addr(k);
     body(part);
-    return;
-  }
-  if (b.home == int(Tier::Gpu)) {
-    // The device's memory: a host copy through its copy engines.
-    std::vector<char> copy[2];
-    for (int k = 0; k < b.parts(); ++k) {
-      copy[k].assign(size_t(b.part_bytes(k)), 0);
-      part[k] = copy[k].data();
-      if (load)
-        t.gpu
-            ->copy_d2h(part[k], s.extent(b.part_id(k), Tier::Gpu)->offset,
-                       b.part_bytes(k), s.name(b.part_id(k)))
-            .wait();
-    }
-    body(part);
-    for (int k = 0; k < b.parts() && store_back; ++k)
-      t.gpu
-          ->copy_h2d(s.extent(b.part_id(k), Tier::Gpu)->offset, part[k],
-                     b.part_bytes(k), s.name(b.part_id(k)))
-          .wait();
     return;
   }
   for (int k = 0; k < b.parts(); ++k) {
     s.allocate(b.part_id(k), Tier::Host);
     if (load)
       s.move(b.part_id(k), Tier::Ssd, Tier::Host, Priority::Demand).wait();
-    part[k] = addr(k, Tier::Host);
+    part[k] = addr(k);
   }
   body(part);
   for (int k = 0; k < b.parts(); ++k) {
     if (store_back)
       s.move(b.part_id(k), Tier::Host, Tier::Ssd, Priority::Demand).wait();
     s.release(b.part_id(k), Tier::Host);
-  }
-}
-
-// Copies member i of block b between its parts and the plain `plain`
-// (value, or m / v with `v`): into the block with `in` (zeros when `plain`
-// is null), else out of it.
-static void copy_member(const Tiers::Block &b, size_t i, char *const part[2],
-                        bool v, float *plain, int64_t numel, bool in) {
-  float *at[2];
-  int64_t s;
-  member_elements(b, i, part, v, numel, at, &s);
-  const int64_t lo[2] = {0, s}, hi[2] = {s, numel};
-  for (int k = 0; k < 2; ++k) {
-    if (hi[k] <= lo[k])
-      continue;
-    const size_t n = size_t(hi[k] - lo[k]) * sizeof(float);
-    if (in && plain)
-      std::memcpy(at[k], plain + lo[k], n);
-    else if (in)
-      std::memset(at[k], 0, n);
-    else
-      std::memcpy(plain + lo[k], at[k], n);
   }
 }
 
@@ -390,33 +355,29 @@ static std::string finish_host_updates(spw_ctx *ctx, bool step_end) {
   return error;
 }
 
+// The plain copy of range r's tensor (value, m or v) at r.begin; null for
+// state not made yet (fresh: zeros).
+static float *plain_at(spw_ctx *ctx, const BlockRange &r) {
+  ParamInfo &p = ctx->params[size_t(r.param)];
+  if (r.kind == kTensorValue)
+    return p.value->owned ? reinterpret_cast<float *>(p.value->owned.get()) +
+                                r.begin
+                          : nullptr;
+  std::vector<float> &state = r.kind == kTensorAdamM ? p.adam_m : p.adam_v;
+  return state.empty() ? nullptr : state.data() + r.begin;
+}
+
+// Gradients are not scattered or gathered: every iteration's first flush
+// writes them (and the deferred slices every deferring update).
 void tiers_scatter(spw_ctx *ctx) {
-  Tiers &t = *ctx->tiers;
-  if (std::string e = finish_host_updates(ctx, false); !e.empty())
-    fail("%s", e.c_str());
-  for (Tiers::Block &b : t.blocks) {
-    if (b.home < 0 || b.cls == 2 || b.cls == SPW_BLOCK_PENDING)
-      continue; // gradients: every iteration's first flush writes them (and
-                // the deferred slices every deferring update)
-    with_host_copy(t, b, false, true, [&](char *const *part) {
-      for (size_t i = 0; i < b.params.size(); ++i) {
-        ParamInfo &p = ctx->params[size_t(b.params[i])];
-        const int64_t n = b.cls == 0 ? p.value->numel : p.state_numel();
-        if (b.cls == 0) {
-          copy_member(b, i, part, false,
-                      reinterpret_cast<float *>(p.value->owned.get()), n,
-                      true);
-        } else {
-          // Fresh state (none yet): zeros, written in place.
-          const bool fresh = p.adam_m.empty();
-          copy_member(b, i, part, false, fresh ? nullptr : p.adam_m.data(), n,
-                      true);
-          copy_member(b, i, part, true, fresh ? nullptr : p.adam_v.data(), n,
-                      true);
-        }
-      }
+  for (int cls : {SPW_BLOCK_PARAMS, SPW_BLOCK_OPTIMIZER})
+    tiers_stream_in(ctx, cls, [&](const BlockRange &r) {
+      const size_t n = size_t(r.count) * sizeof(float);
+      if (const float *from = plain_at(ctx, r))
+        std::memcpy(r.data, from, n);
+      else
+        std::memset(r.data, 0, n); // fresh state
     });
-  }
   tiers_release_copies(ctx);
 }
 
@@ -455,26 +416,104 @@ void tiers_gather(spw_ctx *ctx) {
     for (int k = 0; k < 2; ++k)
       p.bound_w_part[k] = p.bound_m_part[k] = p.bound_v_part[k] = nullptr;
   }
+  // The state exists once a step has run (else it stays empty: fresh).
+  for (const Tiers::Block &b : t.blocks)
+    if (b.home >= 0 && b.cls == SPW_BLOCK_OPTIMIZER && ctx->step > 0)
+      for (int32_t i : b.params) {
+        ParamInfo &p = ctx->params[size_t(i)];
+        p.adam_m.resize(size_t(p.state_numel()));
+        p.adam_v.resize(size_t(p.state_numel()));
+      }
+  for (int cls : {SPW_BLOCK_PARAMS, SPW_BLOCK_OPTIMIZER})
+    tiers_stream_out(ctx, cls, [&](const BlockRange &r) {
+      if (float *to = plain_at(ctx, r))
+        std::memcpy(to, r.data, size_t(r.count) * sizeof(float));
+    });
+}
+
+// The ranges of block b's members, as (part, byte offset in the part,
+// BlockRange without data), in member order.
+struct PartRange {
+  int part;
+  uint64_t at;
+  BlockRange r;
+};
+static std::vector<PartRange> block_ranges(const spw_ctx *ctx,
+                                           const Tiers::Block &b) {
+  std::vector<PartRange> out;
+  for (size_t i = 0; i < b.params.size(); ++i) {
+    const ParamInfo &p = ctx->params[size_t(b.params[i])];
+    const int64_t n = b.cls == 0 ? p.value->numel : p.state_numel();
+    for (int kind : b.cls == 0 ? std::vector<int>{kTensorValue}
+                               : std::vector<int>{kTensorAdamM, kTensorAdamV}) {
+      uint64_t at[2];
+      int64_t s;
+      member_offsets(b, i, kind == kTensorAdamV, n, at, &s);
+      const int64_t lo[2] = {0, s}, hi[2] = {s, n};
+      for (int k = 0; k < 2; ++k)
+        if (hi[k] > lo[k])
+          out.push_back({k, at[k],
+                         {b.params[i], kind, lo[k], hi[k] - lo[k], nullptr}});
+    }
+  }
+  return out;
+}
+
+static void stream(spw_ctx *ctx, int cls, bool in, const BlockRangeFn &fn) {
+  Tiers &t = *ctx->tiers;
+  if (cls != SPW_BLOCK_PARAMS && cls != SPW_BLOCK_OPTIMIZER)
+    fail("tiers_stream: block class %d holds no parameter or state", cls);
+  if (std::string e = finish_host_updates(ctx, false); !e.empty())
+    fail("%s", e.c_str());
+  TensorStore &s = t.started("tiers_stream");
+  std::vector<char> staging;
   for (Tiers::Block &b : t.blocks) {
-    if (b.home < 0 || b.cls == 2 || b.cls == SPW_BLOCK_PENDING)
+    if (b.home < 0 || b.cls != cls)
       continue;
-    with_host_copy(t, b, true, false, [&](char *const *part) {
-      for (size_t i = 0; i < b.params.size(); ++i) {
-        ParamInfo &p = ctx->params[size_t(b.params[i])];
-        const int64_t n = b.cls == 0 ? p.value->numel : p.state_numel();
-        if (b.cls == 0) {
-          copy_member(b, i, part, false,
-                      reinterpret_cast<float *>(p.value->owned.get()), n,
-                      false);
-        } else if (ctx->step > 0) {
-          p.adam_m.resize(size_t(n));
-          p.adam_v.resize(size_t(n));
-          copy_member(b, i, part, false, p.adam_m.data(), n, false);
-          copy_member(b, i, part, true, p.adam_v.data(), n, false);
+    const std::vector<PartRange> ranges = block_ranges(ctx, b);
+    if (b.home != int(Tier::Gpu)) {
+      with_host_copy(t, b, !in, in, [&](char *const *part) {
+        for (PartRange pr : ranges) {
+          pr.r.data = part[pr.part] + pr.at;
+          fn(pr.r);
+        }
+      });
+      continue;
+    }
+    // The device's memory, through its copy engines, a staging buffer's
+    // worth at a time.
+    const uint64_t per = kStreamStagingBytes / 4;
+    for (const PartRange &pr : ranges) {
+      const uint64_t base = s.extent(b.part_id(pr.part), Tier::Gpu)->offset;
+      const std::string name = s.name(b.part_id(pr.part));
+      for (int64_t e = 0; e < pr.r.count; e += int64_t(per)) {
+        BlockRange r = pr.r;
+        r.begin = pr.r.begin + e;
+        r.count = std::min<int64_t>(int64_t(per), pr.r.count - e);
+        const uint64_t bytes = uint64_t(r.count) * 4;
+        const uint64_t off = base + pr.at + uint64_t(e) * 4;
+        if (staging.size() < bytes)
+          staging.resize(size_t(std::min<uint64_t>(kStreamStagingBytes,
+                                                    b.part_bytes(pr.part))));
+        r.data = staging.data();
+        if (in) {
+          fn(r);
+          t.gpu->copy_h2d(off, staging.data(), bytes, name).wait();
+        } else {
+          t.gpu->copy_d2h(staging.data(), off, bytes, name).wait();
+          fn(r);
         }
       }
-    });
+    }
   }
+}
+
+void tiers_stream_in(spw_ctx *ctx, int cls, const BlockRangeFn &fn) {
+  stream(ctx, cls, true, fn);
+}
+
+void tiers_stream_out(spw_ctx *ctx, int cls, const BlockRangeFn &fn) {
+  stream(ctx, cls, false, fn);
 }
 
 static int64_t us(Clock::time_point p) {

@@ -14,6 +14,7 @@
 #include "context.h"
 #include "storage/io_engine.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,30 @@ void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
 void tiers_scatter(spw_ctx *ctx);
 void tiers_gather(spw_ctx *ctx);
 void tiers_release_copies(spw_ctx *ctx);
+// Streaming a plan's blocks between their homes and files, block by block in
+// bounded memory (the initial load, checkpoints, --save, --resume): no
+// phase holds more than one block's host copy beyond the plan's arenas.
+// One piece of a block's host copy: parameter `param`'s tensor `kind`,
+// elements [begin, begin + count) at `data` (float32).
+enum BlockTensor { kTensorValue = 0, kTensorAdamM = 1, kTensorAdamV = 2 };
+struct BlockRange {
+  int32_t param = 0;
+  int kind = kTensorValue;
+  int64_t begin = 0, count = 0;
+  void *data = nullptr;
+};
+using BlockRangeFn = std::function<void(const BlockRange &)>;
+// For every homed block of class `cls` (SPW_BLOCK_PARAMS, SPW_BLOCK_OPTIMIZER),
+// one at a time in declaration order: a host copy of the block (its home on
+// the host tier, the host arena for a block homed on SSD, a bounded staging
+// buffer for one homed on the GPU, whose ranges are then cut into pieces of
+// at most kStreamStagingBytes) and `fn` on each range. tiers_stream_in: the
+// copy starts undefined, `fn` fills every range and the copy goes to the
+// home; tiers_stream_out: the copy holds the home's bytes for `fn` to read.
+// Every element of every member of the class's blocks is visited once.
+constexpr uint64_t kStreamStagingBytes = uint64_t(8) << 20;
+void tiers_stream_in(spw_ctx *ctx, int cls, const BlockRangeFn &fn);
+void tiers_stream_out(spw_ctx *ctx, int cls, const BlockRangeFn &fn);
 // Where the plan keeps the gradient slice [begin, end) of parameter `param`
 // that spw_adamw_defer holds until the next step (its `pending` block's
 // home); null when the plan has no such block (no plan, or no deferral).
