@@ -63,16 +63,45 @@ void check_inside(const ParamInfo &p, const float *g, int64_t n,
          p.name.c_str(), what);
 }
 
+// Frees the recorded gradients of the updates that finished; then, while
+// the ones still running hold more than kRecordedBytesInFlight besides
+// `adding`, waits for the oldest of them. (An error stays with its token:
+// host_optimizer_finish reports it.)
+void release_recorded(HostOptimizer &o, size_t adding) {
+  size_t held = 0;
+  for (HostOptimizer::Update &q : o.in_flight) {
+    if (q.recorded.empty())
+      continue;
+    if (std::all_of(q.tokens.begin(), q.tokens.end(),
+                    [](const storage::Token &t) { return t.done(); }))
+      std::vector<char>().swap(q.recorded);
+    else
+      held += q.recorded.size();
+  }
+  for (HostOptimizer::Update &q : o.in_flight) {
+    if (held + adding <= kRecordedBytesInFlight)
+      break;
+    if (q.recorded.empty())
+      continue;
+    for (const storage::Token &t : q.tokens) {
+      try {
+        o.wait(t);
+      } catch (const Error &) {
+      }
+    }
+    held -= q.recorded.size();
+    std::vector<char>().swap(q.recorded);
+  }
+}
+
 // The update's gradient buffer moves into `u` (its data stays where it is,
-// so g stays valid): the recorded gradient, p.grad then records into the
-// parameter's spare buffer.
-void keep_recorded(HostOptimizer &o, spw_ctx *ctx, ParamInfo &p,
-                   HostOptimizer::Update &u) {
-  if (o.spare.size() < ctx->params.size())
-    o.spare.resize(ctx->params.size());
+// so g stays valid); ParamInfo::grad records into a new buffer next time.
+// The copies in flight are bounded (release_recorded), not one per
+// parameter: a plan's host memory is its budget.
+void keep_recorded(HostOptimizer &o, ParamInfo &p, HostOptimizer::Update &u) {
+  release_recorded(o, p.grad.size());
   u.recorded.swap(p.grad);
-  p.grad.swap(o.spare[size_t(u.param)]);
-  p.grad.clear();
+  std::vector<char>().swap(p.grad);
 }
 
 // Two updates of the same elements in flight at once could run in either
@@ -191,7 +220,7 @@ void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
     u.deferred.swap(*deferred);
   } else {
     check_inside(p, g, n, p.grad, "recorded gradient");
-    keep_recorded(o, ctx, p, u);
+    keep_recorded(o, p, u);
   }
   u.tokens = submit_adamw_tasks(
       tasks,
@@ -216,7 +245,7 @@ void host_optimizer_foam(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
   u.end = rows * cols;
   after_overlapping(o, u);
   check_inside(p, g, rows * cols, p.grad, "recorded gradient");
-  keep_recorded(o, ctx, p, u);
+  keep_recorded(o, p, u);
   u.tokens = submit_foam_tasks(tasks, format("foam '%s'", p.name.c_str()), w, m,
                                v, g, rows, cols, level, step, h, alpha,
                                kHostUpdateMinElems, &o.busy_ns);
@@ -237,18 +266,10 @@ std::string host_optimizer_finish(spw_ctx *ctx, bool step_end) {
           error = e.what();
       }
     }
-  // Latest first: the last update that took ParamInfo::grad holds the
-  // gradient recorded last, unless the parameter recorded again since.
-  for (auto it = o->in_flight.rbegin(); it != o->in_flight.rend(); ++it) {
-    ParamInfo &p = ctx->params[size_t(it->param)];
-    if (it->deferred.capacity())
-      p.spare_grads.push_back(std::move(it->deferred));
-    if (it->recorded.capacity()) {
-      if (p.grad.empty())
-        p.grad.swap(it->recorded);
-      o->spare[size_t(it->param)].swap(it->recorded);
-    }
-  }
+  for (HostOptimizer::Update &u : o->in_flight)
+    if (u.deferred.capacity())
+      ctx->params[size_t(u.param)].spare_grads.push_back(
+          std::move(u.deferred));
   o->in_flight.clear();
   if (step_end) {
     const int64_t busy = o->busy_ns.load();

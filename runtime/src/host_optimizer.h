@@ -9,9 +9,11 @@
 // overwrites that host copy, a drop of it, a bind on the host tier, a
 // gather and the step's end wait for those updates only.
 //
-// The gradient an update reads stays with the task until the step's end:
-// the recorded copy (ParamInfo::grad, handed back to it then) or the
-// deferred update's own slice (back to ParamInfo::spare_grads).
+// The gradient an update reads stays with the task until it finishes: the
+// recorded copy (ParamInfo::grad's buffer, freed then; at most
+// kRecordedBytesInFlight of them besides the newest are held, else the
+// step waits for the oldest update) or the deferred update's own slice
+// (back to ParamInfo::spare_grads at the step's end).
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPILLWAY_RUNTIME_SRC_HOST_OPTIMIZER_H
@@ -43,9 +45,6 @@ struct HostOptimizer {
     std::vector<float> deferred; // a deferred update's slice
   };
   std::vector<Update> in_flight;
-  // Per parameter: the buffer ParamInfo::grad records into while its own
-  // is in flight (so neither is reallocated every step).
-  std::vector<std::vector<char>> spare;
   std::atomic<int64_t> busy_ns{0}; // task time, summed over the workers
   int64_t busy_ns_at_step_end = 0;
   double step_seconds = 0, total_seconds = 0;
@@ -56,6 +55,10 @@ struct HostOptimizer {
   // Waits for `t` (rethrowing its error), counting the time blocked.
   void wait(const storage::Token &t);
 };
+
+// The recorded gradients the CPU optimizer's running updates may hold
+// (docs/runtime.md, "Memory"): part of the constant above the budgets.
+constexpr size_t kRecordedBytesInFlight = size_t(32) << 20;
 
 // --optimizer-threads (0: the default). Before the first step.
 void host_optimizer_configure(spw_ctx *ctx, int threads);
