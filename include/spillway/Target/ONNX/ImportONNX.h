@@ -34,10 +34,17 @@ struct ONNXImportOptions {
   /// `--bind`. Every symbolic input dimension must be bound; a binding that
   /// names no dimension gets a warning.
   llvm::StringMap<int64_t> dimBindings;
-  /// Where to write the weights file (the float initializers, raw
-  /// little-endian, each at a 64-byte-aligned offset). Empty: write nothing
-  /// (the module still names `weightsAttr`).
+  /// Where to write the weights file: the logical blob of the parameters
+  /// (float initializers, raw little-endian, each at a 64-byte-aligned
+  /// offset) when all their data is inline in the model (or with
+  /// `copyWeights`), else a weights map (WeightsMap.h) naming the external
+  /// data files, whose bytes are then not read. Empty: write nothing (the
+  /// module still names `weightsAttr`); initializers declared without data
+  /// (a shapes-only model) are accepted only then.
   std::string weightsPath;
+  /// Write the raw blob even when parameters' data is external: their bytes
+  /// are copied, streamed in bounded chunks.
+  bool copyWeights = false;
   /// What the module attribute `train.weights` says: the weights file's path
   /// relative to the directory of the MLIR file the module will be written to.
   std::string weightsAttr;
