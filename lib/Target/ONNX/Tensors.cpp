@@ -1,9 +1,11 @@
 //===- Tensors.cpp - ONNX tensors, inputs and values ----------------------===//
 //
-// Reading TensorProtos (every encoding, external data inside the model's
-// directory), declaring float initializers as train.param and graph inputs as
-// function arguments, and turning names into SSA values: parameter reads and
-// constants, created once in the function's prologue.
+// Locating TensorProtos' data (every encoding, external data inside the
+// model's directory) and reading it for the constants, declaring float
+// initializers as train.param (their bytes are located, never read: the
+// weights file says where they lie) and graph inputs as function arguments,
+// and turning names into SSA values: parameter reads and constants, created
+// once in the function's prologue.
 //
 //===----------------------------------------------------------------------===//
 

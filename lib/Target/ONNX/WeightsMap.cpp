@@ -31,7 +31,9 @@ constexpr uint64_t kChunkBytes = 4 << 20;
 constexpr uint64_t kInlineAlignment = 64;
 
 std::string hex16(uint64_t v) {
-  return llvm::formatv("{0:x-16}", v).str();
+  std::string s;
+  llvm::raw_string_ostream(s) << llvm::format_hex_no_prefix(v, 16);
+  return s;
 }
 
 /// Reads exactly `buf.size()` bytes at `offset`; false at a short read.
@@ -186,9 +188,9 @@ bool spillway::weights::writeMap(StringRef path, uint64_t size,
   if (!checkLayout(size, segments, error))
     return false;
   // The header holds each inline segment's place in the file, which follows
-  // the header: its length is fixed first with placeholder offsets of the
-  // widest form, then the text is padded with spaces to that length.
-  auto header = [&](uint64_t dataStart, bool placeholder) {
+  // the header: its length grows with those offsets, which grow with it, so
+  // it is laid out again until the length holds (a step or two).
+  auto header = [&](uint64_t dataStart) {
     std::string text;
     llvm::raw_string_ostream os(text);
     llvm::json::OStream j(os);
@@ -217,18 +219,19 @@ bool spillway::weights::writeMap(StringRef path, uint64_t size,
               return;
             }
             at = llvm::alignTo(at, kInlineAlignment);
-            j.value(placeholder ? std::numeric_limits<int64_t>::max()
-                                : int64_t(at));
+            j.value(int64_t(at));
             at += s.length;
           });
       });
     });
     return text;
   };
-  uint64_t n = header(0, true).size();
-  uint64_t dataStart = 16 + n;
-  std::string text = header(dataStart, false);
-  text.resize(n, ' '); // JSON allows trailing whitespace
+  std::string text = header(16);
+  for (uint64_t n = 0; n != text.size();) {
+    n = text.size();
+    text = header(16 + n);
+  }
+  uint64_t n = text.size(), dataStart = 16 + n;
   std::error_code ec;
   llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_None);
   if (ec) {

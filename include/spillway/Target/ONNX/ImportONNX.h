@@ -3,8 +3,9 @@
 // Imports an ONNX model whose first graph output is its scalar loss into a
 // module of `train.param` declarations and one `func.func @main` that
 // computes the loss (or, forward-only, every graph output). Parameter values
-// (float initializers, less those named constant) go to a separate weights
-// file, never into the IR.
+// (float initializers, less those named constant) never go into the IR: a
+// separate weights file holds them, or, for ONNX external data, is a weights
+// map naming where they lie (WeightsMap.h), and they are not read.
 // Shape arithmetic on compile-time constants (Shape, Gather, Concat, Range,
 // Trilu, ...) is evaluated by the importer and never reaches the IR.
 //
