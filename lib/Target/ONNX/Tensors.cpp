@@ -12,6 +12,7 @@
 #include "Importer.h"
 
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -457,6 +458,14 @@ FailureOr<int64_t> Importer::weightSource(const onnxpb::TensorProto &t,
     return error() << "initializer '" << t.name()
                    << "': cannot read external data file '" << file
                    << "': " << ec.message(),
+           failure();
+  // The weights map names it in JSON text, which holds only UTF-8.
+  if (!opts.copyWeights && !llvm::json::isUTF8(real))
+    return error() << "initializer '" << t.name() << "': the path of its "
+                   << "external data file '" << file
+                   << "' is not valid UTF-8, and the weights map names the "
+                      "file in UTF-8 text: rename the model's directory or "
+                      "file, or pass spillwayc --copy-weights",
            failure();
   auto [it, inserted] =
       weightSourceIndex.try_emplace(real, (int64_t)weightSources.size());
