@@ -18,6 +18,7 @@
 
 #include "spillway/Dialect/Train/IR/TrainDialect.h"
 #include "spillway/Target/ONNX/ImportONNX.h"
+#include "spillway/Target/ONNX/WeightsMap.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -120,6 +121,16 @@ bool importOnce(llvm::StringRef path, bool forwardOnly) {
     std::fprintf(stderr, "spillway-onnx-fuzzer: imported module does not "
                          "verify\n");
     std::abort();
+  }
+  // A weights map the importer writes is one spillwayc reads back.
+  if (spillway::weights::hasMapMagic(scratch().weights)) {
+    std::string error;
+    if (!spillway::weights::readMap(scratch().weights, error)) {
+      std::fprintf(stderr, "spillway-onnx-fuzzer: the weights map written "
+                           "does not read back: %s\n",
+                   error.c_str());
+      std::abort();
+    }
   }
   // What spillway-translate prints, spillway-opt and spillwayc must read.
   std::string text;

@@ -81,7 +81,9 @@ static cl::list<std::string> bindings(
 static cl::opt<std::string> weightsOut(
     "weights-out",
     cl::desc("Where to write the weights file (float initializers, raw "
-             "little-endian, 64-byte-aligned). Default: next to the output, "
+             "little-endian, 64-byte-aligned; a weights map naming the "
+             "files instead when the model's parameters are ONNX external "
+             "data, which is not read). Default: next to the output, "
              "-o dir/model.mlir -> dir/model.weights.bin; with stdout, "
              "<model basename>.weights.bin in the current directory. The "
              "module attribute train.weights names it relative to the MLIR "
@@ -107,7 +109,10 @@ static int translateMain(int argc, char **argv) {
       "Spillway translator: ONNX training graph -> train-dialect MLIR\n\n"
       "  spillway-translate --import-onnx model.onnx -o out/model.mlir "
       "[--bind batch=64]\n\n"
-      "writes out/model.mlir and out/model.weights.bin.\n");
+      "writes out/model.mlir and out/model.weights.bin (the weights, or a "
+      "weights map naming the\nmodel's external data files). A shapes-only "
+      "model (initializers declared without data)\nhas no weights to write "
+      "and is refused.\n");
 
   auto fail = [](const Twine &msg) {
     WithColor::error(errs(), "spillway-translate") << msg << "\n";

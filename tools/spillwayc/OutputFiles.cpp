@@ -3,6 +3,7 @@
 #include "OutputFiles.h"
 
 #include "spillway/Dialect/Train/IR/TrainOps.h"
+#include "spillway/Target/ONNX/WeightsMap.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
@@ -83,9 +84,12 @@ bool spillwayc::checkOutputFile(const std::string &what, StringRef path,
 }
 
 /// Copies the weights file a .mlir input names (relative to the .mlir file)
-/// to `dest`.
+/// to `dest`. A weights map is copied as it is (its sources are absolute
+/// paths), after checking they are unchanged; with `materialize`, `dest`
+/// gets the bytes it describes instead (streamed).
 LogicalResult spillwayc::copyWeightsOfMLIR(ModuleOp module, StringRef mlirPath,
-                                StringRef dest, std::string &error) {
+                                           StringRef dest, bool materialize,
+                                           std::string &error) {
   auto attr = module->getAttrOfType<StringAttr>(
       spillway::train::kWeightsAttrName);
   bool hasParams = !module.getOps<spillway::train::ParamOp>().empty();
@@ -130,6 +134,48 @@ LogicalResult spillwayc::copyWeightsOfMLIR(ModuleOp module, StringRef mlirPath,
   for (auto p : module.getOps<spillway::train::ParamOp>())
     expected = std::max<int64_t>(expected, p.getOffsetAttr().getInt() +
                                                p.getNumBytes());
+  // A weights map (WeightsMap.h): checked, then copied as it is or
+  // materialized. A raw file that only starts with the magic is raw.
+  std::optional<spillway::weights::Map> map;
+  if (spillway::weights::hasMapMagic(src)) {
+    map = spillway::weights::readMap(src, error);
+    if (!map && int64_t(status.getSize()) != expected) {
+      error += " (named by '" + mlirPath.str() + "', train.weights)";
+      return failure();
+    }
+  }
+  if (map) {
+    if (int64_t(map->size) != expected) {
+      error = llvm::formatv("weights map '{0}' named by '{1}' "
+                            "(train.weights) describes {2} bytes, but its "
+                            "parameters' offsets and types need {3}; was it "
+                            "written for another model?",
+                            src, mlirPath, map->size, expected)
+                  .str();
+      return failure();
+    }
+    for (const spillway::weights::Source &s : map->sources)
+      if (std::string change = spillway::weights::sourceChange(s);
+          !change.empty()) {
+        error = "weights map '" + std::string(src) + "' named by '" +
+                mlirPath.str() + "': " + change +
+                "; recompile the model with spillwayc";
+        return failure();
+      }
+    if (materialize)
+      return success(spillway::weights::writeRaw(dest, map->size,
+                                                 map->sources, map->segments,
+                                                 error, src));
+    if (llvm::sys::fs::equivalent(src, dest))
+      return success();
+    if (std::error_code ec = llvm::sys::fs::copy_file(src, dest)) {
+      error = "cannot copy weights '" + std::string(src) + "' to '" +
+              dest.str() + "': " + ec.message();
+      return failure();
+    }
+    return success();
+  }
+  error.clear();
   if (int64_t(status.getSize()) != expected) {
     // A .safetensors file: an 8-byte header length, then a JSON header.
     bool safetensors = false;

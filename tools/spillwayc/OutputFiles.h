@@ -131,9 +131,12 @@ bool checkOutputFile(const std::string &what, StringRef path,
                      std::string &error);
 
 /// Copies the weights file a .mlir input names (relative to the .mlir file)
-/// to `dest`.
+/// to `dest`. A weights map is copied as it is (its sources are absolute
+/// paths), after checking they are unchanged; with `materialize`, `dest`
+/// gets the bytes it describes instead (streamed).
 LogicalResult copyWeightsOfMLIR(ModuleOp module, StringRef mlirPath,
-                                StringRef dest, std::string &error);
+                                StringRef dest, bool materialize,
+                                std::string &error);
 
 } // namespace spillwayc
 

@@ -150,6 +150,15 @@ cl::opt<std::string> runtimeLib("runtime-lib",
                                          "installed with spillwayc)"),
                                 cl::value_desc("libspillway_runtime.a"),
                                 cl::cat(category));
+cl::opt<bool> copyWeights(
+    "copy-weights",
+    cl::desc("Write EXE.weights as the weights' bytes themselves, copied "
+             "(streamed) from the model's external data files. Without it, "
+             "a model whose parameters are ONNX external data gets a weights "
+             "map: EXE.weights names those files (absolute paths, with their "
+             "size, mtime and a checksum) and the executable reads them in "
+             "place; they must stay where and as they are"),
+    cl::cat(category));
 cl::opt<bool> forwardOnly(
     "forward",
     cl::desc("Compile the forward computation only: the executable computes "
@@ -637,7 +646,12 @@ static int compilerMain(int argc, char **argv) {
       "  spillwayc mlp.onnx -o mlp [--bind batch=64] [--lr 1e-2]\n"
       "  ./mlp --input x=x.npy --input y=y.npy --steps 300\n\n"
       "The executable reads its initial weights from EXE.weights, written "
-      "beside it.\n\n"
+      "beside it: the\nweights themselves when the model holds them, a "
+      "weights map naming the ONNX external\ndata files (read in place by "
+      "the executable, never at compile time) when it does\nnot; "
+      "--copy-weights copies them into EXE.weights instead. A shapes-only "
+      "model\n(initializers without data) can be planned with --report "
+      "(no -o), not compiled.\n\n"
       "Schedule: --microbatches M and --schedule horizontal|snake|auto make "
       "the executable\ntrain each step in M micro-batches (M divides the "
       "batch; default 1) with exact gradient\naccumulation, run in that "
@@ -723,6 +737,8 @@ static int compilerMain(int argc, char **argv) {
   }
   if (outputPath.empty() && !planning)
     return fail("no output given: -o EXE");
+  if (copyWeights && (outputPath.empty() || outputPath == "-"))
+    return fail("--copy-weights writes EXE.weights beside -o: give -o FILE");
   if (forwardOnly && (microbatches.getNumOccurrences() ||
                       schedule.getNumOccurrences() ||
                       overlapOptimizerText.getNumOccurrences()))
@@ -826,7 +842,10 @@ static int compilerMain(int argc, char **argv) {
     importOptions.forwardOnly = forwardOnly;
     importOptions.constantInitializers.assign(constantInitializers.begin(),
                                               constantInitializers.end());
-    importOptions.weightsPath = weightsOut;
+    // Report only: nothing reads the parameters' bytes, and a shapes-only
+    // model (initializers declared without data) is accepted.
+    importOptions.weightsPath = outputPath.empty() ? "" : weightsOut;
+    importOptions.copyWeights = copyWeights;
     importOptions.weightsAttr =
         llvm::sys::path::filename(weightsFinal).str();
     note("importing " + inputPath);
@@ -847,7 +866,8 @@ static int compilerMain(int argc, char **argv) {
     if (!module)
       return 1;
     if (!outputPath.empty() &&
-        failed(spillwayc::copyWeightsOfMLIR(*module, inputPath, weightsOut, error)))
+        failed(spillwayc::copyWeightsOfMLIR(*module, inputPath, weightsOut,
+                                            copyWeights, error)))
       return fail(error);
     if (forwardOnly)
       for (auto fn : module->getOps<func::FuncOp>())

@@ -1,8 +1,10 @@
 //===- ImportONNX.cpp - ONNX training graph -> train dialect --------------===//
 //
 // Reads a ModelProto (binary or ONNX textual syntax), propagates static shapes
-// while it builds train ops, writes float initializers to the weights file and
-// declares them as train.param.
+// while it builds train ops, declares float initializers as train.param and
+// writes the weights file: the parameters' bytes when they all came inline in
+// the model, else a weights map that says where they lie (WeightsMap.h), so
+// that external data is never read at compile time.
 //
 // Integer and bool initializers and Constant nodes are compile-time constants,
 // and so is everything the importer can compute from them: exporters leave
@@ -539,17 +541,18 @@ OwningOpRef<ModuleOp> Importer::import(const onnxpb::ModelProto &model) {
            nullptr;
 
   if (!opts.weightsPath.empty()) {
-    std::error_code ec;
-    llvm::raw_fd_ostream os(opts.weightsPath, ec, llvm::sys::fs::OF_None);
-    if (!ec) {
-      os << weights;
-      os.close();
-      ec = os.error();
-    }
-    if (ec)
-      return error() << "cannot write weights file '" << opts.weightsPath
-                     << "': " << ec.message(),
-             nullptr;
+    // Raw when every parameter's bytes came with the model (byte for byte
+    // what earlier versions wrote) or when asked to copy; otherwise a map,
+    // and the external data is never read here.
+    std::string message;
+    bool raw = weightSources.empty() || opts.copyWeights;
+    bool written =
+        raw ? weights::writeRaw(opts.weightsPath, weightsSize, weightSources,
+                                weightSegments, message)
+            : weights::writeMap(opts.weightsPath, weightsSize, weightSources,
+                                weightSegments, message);
+    if (!written)
+      return error() << message, nullptr;
   }
   return owner;
 }

@@ -28,6 +28,7 @@
 #define SPILLWAY_LIB_TARGET_ONNX_IMPORTER_H
 
 #include "spillway/Target/ONNX/ImportONNX.h"
+#include "spillway/Target/ONNX/WeightsMap.h"
 
 #include "spillway/Dialect/Train/IR/TrainDialect.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
@@ -44,6 +45,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <deque>
 #include <limits>
 #include <optional>
 #include <string>
@@ -198,8 +200,26 @@ private:
 
   //===--- tensors and types ---===//
   Type elementType(int32_t dtype);
+  /// Where a tensor's elements are (locateTensor): in the model (raw_data
+  /// or the typed field), in an external file, or nowhere (declared without
+  /// data, as in a shapes-only model).
+  struct TensorData {
+    SmallVector<int64_t> shape;
+    int64_t bytes = 0; // what the shape needs
+    enum Where { Inline, External, Absent } where = Absent;
+    std::string file; // External: the file (model directory + location)
+    int64_t fileOffset = 0;
+  };
+  LogicalResult locateTensor(const onnxpb::TensorProto &t, StringRef what,
+                             TensorData &d);
+  InFlightDiagnostic dataSizeMismatch(const onnxpb::TensorProto &t,
+                                      StringRef what, const TensorData &d,
+                                      int64_t got);
+  StringRef inlineBytes(const onnxpb::TensorProto &t, std::string &owned);
   LogicalResult readTensor(const onnxpb::TensorProto &t, StringRef what,
                            std::string &bytes, SmallVectorImpl<int64_t> &shape);
+  FailureOr<int64_t> weightSource(const onnxpb::TensorProto &t,
+                                  StringRef file);
   LogicalResult checkExternalLocation(const onnxpb::TensorProto &t,
                                       StringRef what, StringRef location,
                                       StringRef file);
@@ -379,7 +399,15 @@ private:
 
   ModuleOp module;
   Block *paramBlock = nullptr; // module body: train.param go here
-  std::string weights;         // the weights file's bytes
+  /// The logical weights blob: its size so far (each parameter at a
+  /// 64-byte-aligned offset), where its parameters' bytes are (in offset
+  /// order; inline ones point into the model or `convertedWeights`), and
+  /// the external data files they come from.
+  int64_t weightsSize = 0;
+  std::vector<weights::Segment> weightSegments;
+  std::vector<weights::Source> weightSources;
+  llvm::StringMap<int64_t> weightSourceIndex; // by real path
+  std::deque<std::string> convertedWeights;   // typed fields as raw bytes
   llvm::StringMap<train::ParamOp> params;
   llvm::StringMap<ConstTensor> consts;
   llvm::StringMap<Value> values;

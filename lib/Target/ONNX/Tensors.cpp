@@ -1,15 +1,18 @@
 //===- Tensors.cpp - ONNX tensors, inputs and values ----------------------===//
 //
-// Reading TensorProtos (every encoding, external data inside the model's
-// directory), declaring float initializers as train.param and graph inputs as
-// function arguments, and turning names into SSA values: parameter reads and
-// constants, created once in the function's prologue.
+// Locating TensorProtos' data (every encoding, external data inside the
+// model's directory) and reading it for the constants, declaring float
+// initializers as train.param (their bytes are located, never read: the
+// weights file says where they lie) and graph inputs as function arguments,
+// and turning names into SSA values: parameter reads and constants, created
+// once in the function's prologue.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Importer.h"
 
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -164,22 +167,23 @@ LogicalResult Importer::checkExternalLocation(const onnxpb::TensorProto &t,
   return success();
 }
 
-/// Reads a tensor's elements, whatever the encoding, as raw little-endian
-/// bytes of its element type.
-LogicalResult Importer::readTensor(const onnxpb::TensorProto &t,
-                                   StringRef what, std::string &bytes,
-                                   SmallVectorImpl<int64_t> &shape) {
+/// Where a tensor's elements are, whatever the encoding, after checking what
+/// the ONNX rules fix: its element type, shape and one place for its data of
+/// the size the shape needs; external data inside the model's directory and
+/// long enough (its bytes are not read).
+LogicalResult Importer::locateTensor(const onnxpb::TensorProto &t,
+                                     StringRef what, TensorData &d) {
   int32_t dtype = t.data_type();
   if (!elementType(dtype))
     return error() << what << " '" << t.name() << "' has element type "
                    << dtypeName(dtype)
                    << "; Spillway supports FLOAT (float32), INT64, INT32 and "
                       "BOOL tensors";
-  for (int64_t d : t.dims()) {
-    if (d < 0)
+  for (int64_t dim : t.dims()) {
+    if (dim < 0)
       return error() << what << " '" << t.name() << "' has negative dimension "
-                     << d;
-    shape.push_back(d);
+                     << dim;
+    d.shape.push_back(dim);
   }
   // The data lives in one place: raw_data, the typed field of the element
   // type, or an external file. Two (raw_data and float_data, say) disagree
@@ -213,13 +217,12 @@ LogicalResult Importer::readTensor(const onnxpb::TensorProto &t,
                    << dtypeName(dtype) << " keeps its data in " << fields[0]
                    << "; " << dtypeName(dtype) << " data goes in "
                    << typedField << " or raw_data";
-  std::optional<int64_t> count = numElementsOf(shape);
-  int64_t expected;
-  if (!count || llvm::MulOverflow(*count, elementBytes(dtype), expected))
+  std::optional<int64_t> count = numElementsOf(d.shape);
+  if (!count || llvm::MulOverflow(*count, elementBytes(dtype), d.bytes))
     return error() << what << " '" << t.name() << "' of shape "
-                   << shapeStr(shape) << " is too large to address";
+                   << shapeStr(d.shape) << " is too large to address";
 
-  if (t.data_location() == onnxpb::TensorProto::EXTERNAL) {
+  if (external) {
     std::string location;
     int64_t offset = 0, length = -1;
     for (const auto &kv : t.external_data()) {
@@ -241,59 +244,115 @@ LogicalResult Importer::readTensor(const onnxpb::TensorProto &t,
     llvm::sys::path::append(file, location);
     if (failed(checkExternalLocation(t, what, location, file)))
       return failure();
-    if (length >= 0 && length != expected)
+    if (length >= 0 && length != d.bytes)
       return error() << what << " '" << t.name() << "': external data length "
                      << length << " does not match its shape "
-                     << shapeStr(shape) << " of " << dtypeName(dtype) << " ("
-                     << expected << " bytes)";
-    auto buf = llvm::MemoryBuffer::getFile(file, /*IsText=*/false,
-                                           /*RequiresNullTerminator=*/false);
-    if (!buf)
+                     << shapeStr(d.shape) << " of " << dtypeName(dtype) << " ("
+                     << d.bytes << " bytes)";
+    uint64_t size;
+    if (std::error_code ec = llvm::sys::fs::file_size(file, size))
       return error() << what << " '" << t.name()
                      << "': cannot read external data file '" << file
-                     << "': " << buf.getError().message();
-    uint64_t size = (*buf)->getBufferSize();
-    if ((uint64_t)offset > size || size - offset < (uint64_t)expected)
+                     << "': " << ec.message();
+    if ((uint64_t)offset > size || size - offset < (uint64_t)d.bytes)
       return error() << what << " '" << t.name() << "': external data file '"
                      << file << "' has " << size << " bytes; the tensor needs "
-                     << expected << " bytes at offset " << offset;
-    bytes.assign((*buf)->getBufferStart() + offset, expected);
+                     << d.bytes << " bytes at offset " << offset;
+    d.where = TensorData::External;
+    d.file = std::string(file);
+    d.fileOffset = offset;
     return success();
   }
+  if (fields.empty()) {
+    d.where = TensorData::Absent;
+    return success();
+  }
+  int64_t got = t.has_raw_data() ? (int64_t)t.raw_data().size()
+                : dtype == onnxpb::TensorProto::FLOAT
+                    ? (int64_t)t.float_data_size() * 4
+                : dtype == onnxpb::TensorProto::INT64
+                    ? (int64_t)t.int64_data_size() * 8
+                    : (int64_t)t.int32_data_size() * elementBytes(dtype);
+  if (got != d.bytes)
+    return dataSizeMismatch(t, what, d, got);
+  d.where = TensorData::Inline;
+  return success();
+}
 
-  auto sizeMismatch = [&](int64_t got) {
-    return error() << what << " '" << t.name() << "' holds " << got
-                   << " bytes of data but its shape " << shapeStr(shape)
-                   << " of " << dtypeName(dtype) << " needs " << expected;
-  };
-  if (t.has_raw_data()) {
-    if ((int64_t)t.raw_data().size() != expected)
-      return sizeMismatch(t.raw_data().size());
-    bytes = t.raw_data();
-    return success();
-  }
-  // Typed fields; the host is little-endian (x86-64, aarch64), as the file.
-  auto copy = [&](const auto &field, auto tag) -> LogicalResult {
+InFlightDiagnostic Importer::dataSizeMismatch(const onnxpb::TensorProto &t,
+                                              StringRef what,
+                                              const TensorData &d,
+                                              int64_t got) {
+  return error() << what << " '" << t.name() << "' holds " << got
+                 << " bytes of data but its shape " << shapeStr(d.shape)
+                 << " of " << dtypeName(t.data_type()) << " needs " << d.bytes;
+}
+
+/// An inline tensor's bytes: its raw_data itself, or its typed field
+/// converted into `owned`. The host is little-endian (x86-64, aarch64), as
+/// the file.
+StringRef Importer::inlineBytes(const onnxpb::TensorProto &t,
+                                std::string &owned) {
+  if (t.has_raw_data())
+    return t.raw_data();
+  auto copy = [&](const auto &field, auto tag) {
     using T = decltype(tag);
-    if ((int64_t)(field.size() * sizeof(T)) != expected)
-      return sizeMismatch(field.size() * sizeof(T));
-    bytes.resize(expected);
+    owned.resize(field.size() * sizeof(T));
     for (int i = 0; i < field.size(); ++i) {
       T v = static_cast<T>(field.Get(i));
-      std::memcpy(&bytes[i * sizeof(T)], &v, sizeof(T));
+      std::memcpy(&owned[i * sizeof(T)], &v, sizeof(T));
     }
-    return success();
   };
-  switch (dtype) {
+  switch (t.data_type()) {
   case onnxpb::TensorProto::FLOAT:
-    return copy(t.float_data(), float());
+    copy(t.float_data(), float());
+    break;
   case onnxpb::TensorProto::INT64:
-    return copy(t.int64_data(), int64_t());
+    copy(t.int64_data(), int64_t());
+    break;
   case onnxpb::TensorProto::BOOL:
-    return copy(t.int32_data(), uint8_t());
+    copy(t.int32_data(), uint8_t());
+    break;
   default:
-    return copy(t.int32_data(), int32_t());
+    copy(t.int32_data(), int32_t());
   }
+  return owned;
+}
+
+/// Reads a tensor's elements, whatever the encoding, as raw little-endian
+/// bytes of its element type: for the compile-time constants, whose values
+/// the importer folds (external data included: only the tensor's bytes).
+LogicalResult Importer::readTensor(const onnxpb::TensorProto &t,
+                                   StringRef what, std::string &bytes,
+                                   SmallVectorImpl<int64_t> &shape) {
+  TensorData d;
+  if (failed(locateTensor(t, what, d)))
+    return failure();
+  shape.assign(d.shape.begin(), d.shape.end());
+  switch (d.where) {
+  case TensorData::Inline: {
+    std::string owned;
+    StringRef b = inlineBytes(t, owned);
+    bytes = owned.empty() ? b.str() : std::move(owned);
+    return success();
+  }
+  case TensorData::External: {
+    auto buf = llvm::MemoryBuffer::getFileSlice(d.file, d.bytes, d.fileOffset,
+                                                /*IsVolatile=*/false);
+    if (!buf)
+      return error() << what << " '" << t.name()
+                     << "': cannot read external data file '" << d.file
+                     << "': " << buf.getError().message();
+    bytes = (*buf)->getBuffer().str();
+    return success();
+  }
+  case TensorData::Absent:
+    if (d.bytes != 0)
+      return dataSizeMismatch(t, what, d, 0);
+    bytes.clear();
+    return success();
+  }
+  llvm_unreachable("TensorData::where");
 }
 
 FailureOr<ConstTensor> Importer::toConst(const onnxpb::TensorProto &t,
@@ -340,13 +399,47 @@ LogicalResult Importer::declareInitializer(const onnxpb::TensorProto &t) {
     consts[t.name()] = std::move(*c);
     return success();
   }
-  std::string bytes;
-  SmallVector<int64_t> shape;
-  if (failed(readTensor(t, "initializer", bytes, shape)))
+  // A parameter's bytes are not read: the weights file says where they are
+  // (an external file, the model's own raw_data), written at the end.
+  TensorData d;
+  if (failed(locateTensor(t, "initializer", d)))
     return failure();
-  weights.resize(llvm::alignTo(weights.size(), kWeightsAlignment), '\0');
-  int64_t offset = weights.size();
-  weights += bytes;
+  int64_t offset = llvm::alignTo(weightsSize, kWeightsAlignment);
+  if (offset < weightsSize || llvm::AddOverflow(offset, d.bytes, weightsSize))
+    return error() << "initializer '" << t.name()
+                   << "': the model's parameters exceed 2^63 bytes";
+  if (d.bytes > 0) {
+    switch (d.where) {
+    case TensorData::Inline: {
+      convertedWeights.emplace_back();
+      StringRef bytes = inlineBytes(t, convertedWeights.back());
+      if (convertedWeights.back().empty())
+        convertedWeights.pop_back();
+      weightSegments.push_back({offset, d.bytes, -1, 0, bytes});
+      break;
+    }
+    case TensorData::External: {
+      auto source = weightSource(t, d.file);
+      if (failed(source))
+        return failure();
+      weightSegments.push_back({offset, d.bytes, *source, d.fileOffset, {}});
+      break;
+    }
+    case TensorData::Absent:
+      // Planning reads shapes only; a weights file would need the values.
+      if (!opts.weightsPath.empty())
+        return error()
+               << "initializer '" << t.name() << "' (" << shapeStr(d.shape)
+               << " of FLOAT) is declared without data: it has no raw_data, "
+                  "float_data or external data. A shapes-only model (e.g. "
+                  "from bench/make_gpt_onnx.py --shapes-only) can be planned "
+                  "and reported (spillwayc --report without -o) but not "
+                  "compiled: give it weights (its values inline or as ONNX "
+                  "external data)";
+      break;
+    }
+  }
+  SmallVector<int64_t> shape = d.shape;
   auto type = RankedTensorType::get(shape, builder.getF32Type());
   OpBuilder::InsertionGuard guard(builder);
   builder.setInsertionPoint(paramBlock, paramBlock->end());
@@ -354,6 +447,37 @@ LogicalResult Importer::declareInitializer(const onnxpb::TensorProto &t) {
       builder, NameLoc::get(builder.getStringAttr(t.name())), t.name(), type,
       offset);
   return success();
+}
+
+/// The index of the weights source `file` (an external data file),
+/// described (size, mtime, sample) the first time it is named.
+FailureOr<int64_t> Importer::weightSource(const onnxpb::TensorProto &t,
+                                          StringRef file) {
+  SmallString<256> real;
+  if (std::error_code ec = llvm::sys::fs::real_path(file, real))
+    return error() << "initializer '" << t.name()
+                   << "': cannot read external data file '" << file
+                   << "': " << ec.message(),
+           failure();
+  // The weights map names it in JSON text, which holds only UTF-8.
+  if (!opts.copyWeights && !llvm::json::isUTF8(real))
+    return error() << "initializer '" << t.name() << "': the path of its "
+                   << "external data file '" << file
+                   << "' is not valid UTF-8, and the weights map names the "
+                      "file in UTF-8 text: rename the model's directory or "
+                      "file, or pass spillwayc --copy-weights",
+           failure();
+  auto [it, inserted] =
+      weightSourceIndex.try_emplace(real, (int64_t)weightSources.size());
+  if (!inserted)
+    return it->second;
+  weights::Source source;
+  std::string message;
+  if (!weights::describeSource(real, source, message))
+    return error() << "initializer '" << t.name() << "': " << message,
+           failure();
+  weightSources.push_back(std::move(source));
+  return it->second;
 }
 
 LogicalResult Importer::declareInput(const onnxpb::ValueInfoProto &info,

@@ -3,8 +3,9 @@
 // Imports an ONNX model whose first graph output is its scalar loss into a
 // module of `train.param` declarations and one `func.func @main` that
 // computes the loss (or, forward-only, every graph output). Parameter values
-// (float initializers, less those named constant) go to a separate weights
-// file, never into the IR.
+// (float initializers, less those named constant) never go into the IR: a
+// separate weights file holds them, or, for ONNX external data, is a weights
+// map naming where they lie (WeightsMap.h), and they are not read.
 // Shape arithmetic on compile-time constants (Shape, Gather, Concat, Range,
 // Trilu, ...) is evaluated by the importer and never reaches the IR.
 //
@@ -34,10 +35,17 @@ struct ONNXImportOptions {
   /// `--bind`. Every symbolic input dimension must be bound; a binding that
   /// names no dimension gets a warning.
   llvm::StringMap<int64_t> dimBindings;
-  /// Where to write the weights file (the float initializers, raw
-  /// little-endian, each at a 64-byte-aligned offset). Empty: write nothing
-  /// (the module still names `weightsAttr`).
+  /// Where to write the weights file: the logical blob of the parameters
+  /// (float initializers, raw little-endian, each at a 64-byte-aligned
+  /// offset) when all their data is inline in the model (or with
+  /// `copyWeights`), else a weights map (WeightsMap.h) naming the external
+  /// data files, whose bytes are then not read. Empty: write nothing (the
+  /// module still names `weightsAttr`); initializers declared without data
+  /// (a shapes-only model) are accepted only then.
   std::string weightsPath;
+  /// Write the raw blob even when parameters' data is external: their bytes
+  /// are copied, streamed in bounded chunks.
+  bool copyWeights = false;
   /// What the module attribute `train.weights` says: the weights file's path
   /// relative to the directory of the MLIR file the module will be written to.
   std::string weightsAttr;

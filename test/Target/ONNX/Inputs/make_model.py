@@ -49,6 +49,66 @@ def main(kind, out):
                              ("length", str(arr.nbytes))):
                     e = t.external_data.add()
                     e.key, e.value = k, v
+    elif kind == "mixed-external":
+        # fc1.weight external (at offset 8 of its file), fc1.bias inline
+        # (float_data), and a second external file for fc2.weight: the
+        # weights map's inline region and two sources.
+        w2 = (np.arange(16, dtype=np.float32).reshape(4, 4) - 8) / 8
+        inits = [numpy_helper.from_array(w, "fc1.weight"),
+                 helper.make_tensor("fc1.bias", TensorProto.FLOAT, [4], b.tolist()),
+                 numpy_helper.from_array(w2, "fc2.weight")]
+        nodes = [
+            helper.make_node("Gemm", ["x", "fc1.weight", "fc1.bias"], ["h"], name="fc1"),
+            helper.make_node("MatMul", ["h", "fc2.weight"], ["o"], name="fc2"),
+            helper.make_node("SoftmaxCrossEntropyLoss", ["o", "y"], ["loss"], name="loss"),
+        ]
+        model = mlp_graph(inits, nodes=nodes)
+        base = os.path.basename(out)
+        for t, arr, data, pad in ((model.graph.initializer[0], w, base + ".data", 8),
+                                  (model.graph.initializer[2], w2, base + ".data2", 0)):
+            with open(os.path.join(os.path.dirname(out), data), "wb") as f:
+                f.write(b"\x7f" * pad)
+                f.write(arr.tobytes())
+            t.ClearField("raw_data")
+            t.data_location = TensorProto.EXTERNAL
+            for k, v in (("location", data), ("offset", str(pad)), ("length", str(arr.nbytes))):
+                e = t.external_data.add()
+                e.key, e.value = k, v
+    elif kind == "mixed-inline":
+        # mixed-external with every tensor inline: the same logical blob.
+        w2 = (np.arange(16, dtype=np.float32).reshape(4, 4) - 8) / 8
+        nodes = [
+            helper.make_node("Gemm", ["x", "fc1.weight", "fc1.bias"], ["h"], name="fc1"),
+            helper.make_node("MatMul", ["h", "fc2.weight"], ["o"], name="fc2"),
+            helper.make_node("SoftmaxCrossEntropyLoss", ["o", "y"], ["loss"], name="loss"),
+        ]
+        model = mlp_graph([numpy_helper.from_array(w, "fc1.weight"),
+                           helper.make_tensor("fc1.bias", TensorProto.FLOAT, [4], b.tolist()),
+                           numpy_helper.from_array(w2, "fc2.weight")], nodes=nodes)
+    elif kind == "shapes-only":
+        # Initializers declared with their shapes and no data (fc1.bias is
+        # inline: a model may mix them).
+        t = TensorProto(name="fc1.weight", data_type=TensorProto.FLOAT, dims=[2, 4])
+        model = mlp_graph([t, numpy_helper.from_array(b, "fc1.bias")])
+    elif kind.startswith("big-external="):
+        # fc1: [2, N] external, N = the argument in MiB / 8 * 2^20 (a sparse
+        # file: a hole that reads as zeros), so the weights are that many
+        # MiB; nothing is written to disk.
+        n = int(kind.split("=", 1)[1]) << 20 >> 3
+        nodes = [helper.make_node("MatMul", ["x", "fc1.weight"], ["h"], name="fc1"),
+                 helper.make_node("ReduceSum", ["h"], ["s"], name="sum", keepdims=0),
+                 helper.make_node("Mul", ["s", "s"], ["loss"], name="loss")]
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])
+        loss = helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])
+        t = TensorProto(name="fc1.weight", data_type=TensorProto.FLOAT, dims=[2, n],
+                        data_location=TensorProto.EXTERNAL)
+        data = os.path.basename(out) + ".data"
+        for k, v in (("location", data), ("offset", "0"), ("length", str(8 * n))):
+            t.external_data.add(key=k, value=v)
+        with open(os.path.join(os.path.dirname(out), data), "wb") as f:
+            f.truncate(8 * n)
+        graph = helper.make_graph(nodes, "big", [x], [loss], [t])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     elif kind == "missing-external":
         t = numpy_helper.from_array(w, "fc1.weight")
         t.ClearField("raw_data")
