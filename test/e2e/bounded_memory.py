@@ -57,7 +57,8 @@ UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 # A healthy phase takes seconds to a minute; this only stops a hang.
 TIMEOUT_S = 900
 # What sampling /proc every this many seconds can miss is short-lived: the
-# checks use peak_rss's exact high-water mark, the samples only say where.
+# checks use peak_rss's exact high-water mark, the samples only say where
+# (roughly: under load the reader lags the executable's lines).
 SAMPLE_S = 0.02
 
 log = print
