@@ -8,7 +8,8 @@ The model: bench/make_gpt_onnx.py's GPT (random weights as ONNX external
 data) of --layers x --d-model, compiled with an offload plan (--place)
 under the smallest --gpu-mem and --host-mem that fit it, unless given. Its
 parameters and AdamW state (12 bytes per parameter) must be at least
---min-state-ratio x --host-mem, or the test proves nothing. The phases, each
+--min-state-ratio x --host-mem and more than the start's bound, or the test
+proves nothing. The phases, each
 under peak_rss (peak_rss.c: the process's and its children's ru_maxrss):
 
   1 compile   spillwayc MODEL -o EXE --place ... --gpu-mem G --host-mem H
@@ -22,7 +23,8 @@ under peak_rss (peak_rss.c: the process's and its children's ru_maxrss):
 Bounds:
 - phases 2-5: peak RSS <= G + H + W + C, where W is the step's working
   tensors (the device's step arena peak, "device: step arena peak"; 0 for
-  --steps 0; the killed phase 3 prints none and takes phase 5's) and C is
+  --steps 0; the killed phase 3 prints none and takes the larger of phases
+  4's and 5's; --device must print one: loopback or cuda) and C is
   --constant-mib. On the CPU and loopback devices the "GPU" tier is host
   memory, so both budgets count.
 - phase 1: peak RSS <= the compiler's peak on a calibration model + C. The
@@ -35,8 +37,7 @@ Bounds:
 Prints the commands, then one line per phase, "phase X NAME: peak N MiB;
 bound M MiB (...): within" or "EXCEEDS by D MiB", with the RSS sampled from
 /proc during the phase's parts (start with the first step, further steps,
-checkpoints, the gather and --save) beside it,
-and exits 1 naming every bound exceeded and every mismatch. All phases run
+checkpoints, the gather and --save) beside it, and exits 1 naming every bound exceeded and every mismatch. All phases run
 even when an early one fails, so one run gives every number.
 """
 
