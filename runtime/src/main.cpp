@@ -369,12 +369,16 @@ int run(const Options &o, const char *argv0) {
     flush_stdout();
   }
   // Contract with Checkpointer::start: it returns > 0 exactly when it
-  // restored a checkpoint (into the homes, for a streamed start); else the
-  // weights and fresh optimizer state go there now.
-  if (stream_start && start == 0)
-    stream_weights(ctx, wplan);
-  else if (tiered)
+  // restored a checkpoint (into the homes, for a streamed start: nothing
+  // is left to do); else the weights and fresh optimizer state go there
+  // now. Without streaming, the plain copies (weights or the restored
+  // checkpoint) are scattered.
+  if (stream_start) {
+    if (start == 0)
+      stream_weights(ctx, wplan);
+  } else if (tiered) {
     tiers_scatter(ctx);
+  }
   wplan = WeightsPlan(); // closes the weights files
   const auto t0 = std::chrono::steady_clock::now();
   int rc = o.check_gradients ? check_gradients(ctx, o)
