@@ -55,15 +55,17 @@ AdamWHparams effective_adamw(const spw_ctx *ctx, const AdamWHparams &call) {
   return h;
 }
 
-void allocate_declared(spw_ctx *ctx) {
+void allocate_declared(spw_ctx *ctx, bool skip_plan_params) {
   auto give = [](spw_tensor &t) {
     if (t.data || t.owned)
       return;
     t.owned = alloc_buffer(t.bytes());
     t.data = t.owned.get();
   };
-  for (ParamInfo &p : ctx->params) {
-    give(*p.value);
+  for (size_t i = 0; i < ctx->params.size(); ++i) {
+    ParamInfo &p = ctx->params[i];
+    if (!skip_plan_params || !tiers_hold(ctx, i, SPW_BLOCK_PARAMS))
+      give(*p.value);
     p.dev_value = declared_twin(ctx, *p.value);
   }
   for (OutputInfo &o : ctx->outputs) {

@@ -178,8 +178,10 @@ namespace spw {
 std::unique_ptr<spw_ctx> make_context();
 // Gives the parameters and outputs that were declared with defer_alloc their
 // buffers (outputs zeroed; parameters are read from the weights next); the
-// inputs get theirs when loaded.
-void allocate_declared(spw_ctx *ctx);
+// inputs get theirs when loaded. `skip_plan_params`: the parameters an
+// offload plan's params blocks hold get none (the driver streams them into
+// their homes, as tiers_scatter leaves them: no plain copy).
+void allocate_declared(spw_ctx *ctx, bool skip_plan_params = false);
 // Frees all step-lifetime tensors and forgets the loss and which outputs the
 // step set.
 void clear_step(spw_ctx *ctx);

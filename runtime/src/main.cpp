@@ -266,17 +266,28 @@ int run(const Options &o, const char *argv0) {
            in.name.c_str(), in.name.c_str());
     iplans.push_back(check_input(in, *file));
   }
+  // An offload plan's params blocks get their parameters straight from the
+  // weights into their homes, after tiers_start (stream_weights): those
+  // parameters get no host copy, so a model larger than host memory starts.
+  // Until the checkpoint branch streams a restore into the homes, --resume
+  // restores into plain copies: such a run loads them as before.
+  // (i22 merge: `stream_start = !forward && has_tiers(ctx)`.)
+  const bool stream_start = !forward && has_tiers(ctx) && !o.resume;
   {
-    // Host memory: the parameters, outputs and input batches, and for
-    // training on the CPU without an offload plan, the gradients and the
-    // two AdamW moments (made at the first step).
+    // Host memory: the parameters (but those streamed into an offload
+    // plan's homes, which its --host-mem budget holds), outputs and input
+    // batches, and for training on the CPU without an offload plan, the
+    // gradients and the two AdamW moments (made at the first step).
     const bool host_state = !forward && device == "cpu" && !has_tiers(ctx);
     int64_t total = 0;
     auto add = [&](int64_t b) {
       if (__builtin_add_overflow(total, b, &total))
         total = INT64_MAX;
     };
-    for (const ParamInfo &p : ctx->params) {
+    for (size_t i = 0; i < ctx->params.size(); ++i) {
+      const ParamInfo &p = ctx->params[i];
+      if (stream_start && tiers_hold(ctx, i, SPW_BLOCK_PARAMS))
+        continue;
       add(p.value->bytes());
       if (host_state) {
         add(p.value->bytes());
@@ -292,7 +303,7 @@ int run(const Options &o, const char *argv0) {
                                      "AdamW state, and the inputs need"
                                    : "the parameters and the inputs need");
   }
-  allocate_declared(ctx);
+  allocate_declared(ctx, stream_start);
   read_weights(ctx, wplan, !forward);
   for (InputPlan &ip : iplans)
     read_input(ip, !forward);
@@ -357,8 +368,18 @@ int run(const Options &o, const char *argv0) {
     device_push(ctx); // the restored state
     flush_stdout();
   }
-  if (tiered)
+  // Contract with Checkpointer::start: it returns > 0 exactly when it
+  // restored a checkpoint (into the homes, for a streamed start: nothing
+  // is left to do); else the weights and fresh optimizer state go there
+  // now. Without streaming, the plain copies (weights or the restored
+  // checkpoint) are scattered.
+  if (stream_start) {
+    if (start == 0)
+      stream_weights(ctx, wplan);
+  } else if (tiered) {
     tiers_scatter(ctx);
+  }
+  wplan = WeightsPlan(); // closes the weights files
   const auto t0 = std::chrono::steady_clock::now();
   int rc = o.check_gradients ? check_gradients(ctx, o)
                              : train(ctx, o, hp, ck.get(), start);
@@ -366,7 +387,11 @@ int run(const Options &o, const char *argv0) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();
   if (tiered) {
-    tiers_gather(ctx);
+    // --save reads the plain copies until the checkpoint branch streams it
+    // from the homes (i22 merge: no gather here; tiers_summary and
+    // tiers_stats_json read only counters).
+    if (!o.save.empty())
+      tiers_gather(ctx);
     if (o.steps > start)
       std::printf("%s\n", tiers_summary(ctx, secs, o.steps - start).c_str());
   }

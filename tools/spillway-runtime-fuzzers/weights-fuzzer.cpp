@@ -4,8 +4,10 @@
 // (runtime/tests/test_model.cpp: 152 bytes of f32 weights, four parameters)
 // through spw_main with `--weights` that file, so the executable's whole
 // weights path runs as it does for a user: format detection by content, the
-// raw layout (the file exactly the model's size), and .safetensors (header,
-// names, dtypes, shapes, data ranges). Exit 1 or 2 with a message is the
+// raw layout (the file exactly the model's size), .safetensors (header,
+// names, dtypes, shapes, data ranges) and weights maps ("SPWWMAP1": header
+// length, JSON header, segments into the map itself or into source files,
+// which are then stat'ed and sampled). Exit 1 or 2 with a message is the
 // expected answer to bad input; a crash or sanitizer report is a bug. Exit 0
 // is fine too (a file that holds valid weights). A reproducer replays with
 //   build/runtime/spillway_runtime_test_model --weights crash --input ...

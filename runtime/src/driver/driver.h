@@ -73,18 +73,44 @@ const char *non_finite_name(float v);
 // the element; nullptr when all are finite.
 const ParamInfo *non_finite_param(const spw_ctx *ctx, int64_t *element);
 
-// Where each parameter's bytes are in a checked weights file; read once the
-// parameters have their buffers (read_weights).
+// A run of the logical weights blob that a weights map (docs/runtime.md,
+// "Weights") gives: bytes [logical, logical + length) are at `offset` of
+// source `source` (-1: the map file itself).
+struct WeightsSegment {
+  int64_t logical = 0, length = 0;
+  int32_t source = -1;
+  int64_t offset = 0;
+};
+// Where each parameter's bytes are, in a checked weights file: the raw
+// layout spillwayc writes, a .safetensors file, or a weights map into other
+// files (the ONNX model's external data). read() reads any byte range of a
+// parameter in place, whenever the run needs it: into the parameter's buffer
+// (read_weights) or straight into an offload plan's block (stream_weights).
 struct WeightsPlan {
   std::string path;
   FdCloser fd;
-  std::vector<int64_t> offsets; // per parameter; empty: nothing to read
+  // Per parameter: its first byte in the file (raw, .safetensors) or in the
+  // logical blob (a map); empty: nothing to read.
+  std::vector<int64_t> offsets;
+  bool map = false;
+  std::vector<std::string> source_paths; // a map's sources, opened:
+  std::vector<FdCloser> source_fds;
+  std::vector<WeightsSegment> segments; // sorted, disjoint
+  // Reads bytes [begin, begin + bytes) of parameter `param` into dst;
+  // errors name the file and the parameter.
+  void read(const spw_ctx *ctx, size_t param, int64_t begin, size_t bytes,
+            void *dst) const;
 };
 // Checks the weights file against the declared parameters (before they have
-// buffers); read_weights then reads them (require_finite: training).
+// buffers), and a map's sources against what spillwayc recorded;
+// read_weights then reads the parameters that have a buffer
+// (require_finite: training), and stream_weights the rest (those the offload
+// plan's params blocks hold, which get no host copy) into their homes, with
+// the optimizer blocks' state zeroed. Both keep the files open.
 WeightsPlan check_weights(const spw_ctx *ctx, const std::string &path,
                           bool explicit_path);
 void read_weights(spw_ctx *ctx, WeightsPlan &plan, bool require_finite);
+void stream_weights(spw_ctx *ctx, const WeightsPlan &plan);
 
 // ---- inputs.cpp
 // An --input file whose header was checked against its input; its data is
