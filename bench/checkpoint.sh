@@ -13,19 +13,25 @@
 #                            [-o OUT.json]
 #   --dir DIR: where the checkpoints, the swap files, fio's and torch's files go
 #     (default ${BENCH_DIR:-build/bench}/checkpoint); all on one file system.
-#   defaults: R = 3, a GPT of L = 8, D = 1024, H = 16, V = 8192, S = 16, B = 4
-#     (118M parameters: 1.4 GB of checkpoint, params + AdamW m and v), M = 4,
+#   defaults: R = 3, a GPT of L = 8, D = 1024, H = 16, V = 8192, S = 8, B = 2
+#     (118M parameters: 1.4 GB of checkpoint, params + AdamW m and v), M = 2,
 #     snake; budgets: the smallest the cost model's plan fits, + 25%.
 # What is timed, per round (each run under GNU time; medians over R rounds):
 #   start    EXE --steps 0                       (load the weights, exit)
 #   train    EXE --steps 1
 #   ckpt     EXE --steps 1 --checkpoint-dir C    (the same step, then a checkpoint)
 #   resume   EXE --steps 1 --checkpoint-dir C --resume   (reads it; nothing to train)
-# checkpoint write s = ckpt - train (wall; includes gathering the state off its
-# tiers and the fsyncs), also the executable's own "(N ms)" (the write alone);
-# resume s = resume - start. Bytes = the checkpoint's files. Every run's peak
-# RSS is recorded too (today's executable gathers the whole state into memory
-# for a checkpoint).
+# Each run's lines are timestamped as they come (bench/stamp_lines.py), so
+# the step's compute drops out:
+#   checkpoint write s = (exit - "step 1/1" line) of ckpt - the same of train:
+#     everything the checkpoint adds after the step (gathering the state off
+#     its tiers, writing, fsyncs); also the executable's own "(N ms)" (the
+#     storage write alone) and the wall-clock difference ckpt - train;
+#   resume s = "resume: from" line - "checkpoints:" line of resume: reading,
+#     checking and restoring the checkpoint; also the wall difference
+#     resume - start.
+# Bytes = the checkpoint's files. Every run's peak RSS is recorded too
+# (today's executable gathers the whole state into memory for a checkpoint).
 # env: SPILLWAYC (default build/bin/spillwayc), FIO (default: fio on PATH;
 #      FIO=none: skip it), PYTHON (default python3, for torch).
 # Progress to stderr, the table last, every number and command to
@@ -36,7 +42,7 @@ ARGV="$*"
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit "${1:-2}"; }
 die() { echo "checkpoint.sh: $*" >&2; exit 1; }
 log() { echo "checkpoint.sh: $*" >&2; }
-DIR="" ROUNDS=3 L=8 D=1024 H=16 V=8192 S=16 B=4 M=4 GPUMEM="" HOSTMEM="" OUTJSON=""
+DIR="" ROUNDS=3 L=8 D=1024 H=16 V=8192 S=8 B=2 M=2 GPUMEM="" HOSTMEM="" OUTJSON=""
 while [ $# -gt 0 ]; do
   case $1 in
     --dir|--rounds|--layers|--d-model|--heads|--vocab|--seq|--batch|--microbatches|--gpu-mem|--host-mem|-o)
@@ -98,12 +104,17 @@ log "compiling: ${COMPILE[*]}"
 EXE=("$WORK/exe" --input "tokens=$MODEL/tokens.npy" --input "targets=$MODEL/targets.npy" --ssd "$WORK/ssd")
 mkdir -p "$WORK/ssd"
 
-# 2. The runs. timed NAME ROUND CMD...: GNU time into WORK/NAME-ROUND.{time,log}.
+# 2. The runs. timed NAME ROUND CMD...: GNU time into WORK/NAME-ROUND.time, the
+# output timestamped line by line into WORK/NAME-ROUND.jsonl (and plain in .log).
 timed() {
   local name=$1 r=$2; shift 2
   printf '%s\n' "$*" > "$WORK/$name.cmd"
-  /usr/bin/time -f "%e %U %S %M" -o "$WORK/$name-$r.time" "$@" > "$WORK/$name-$r.log" 2>&1 ||
-    { tail -5 "$WORK/$name-$r.log" >&2; die "$name (round $r) failed: $*"; }
+  "$PYTHON" "$ROOT/bench/stamp_lines.py" "$WORK/$name-$r.jsonl" \
+    /usr/bin/time -f "%e %U %S %M" -o "$WORK/$name-$r.time" "$@" > /dev/null 2>&1 ||
+    { "$PYTHON" -c 'import json,sys; [print(json.loads(l).get("line", "")) for l in open(sys.argv[1])]' \
+        "$WORK/$name-$r.jsonl" | tail -5 >&2; die "$name (round $r) failed: $*"; }
+  "$PYTHON" -c 'import json,sys; [print(json.loads(l)["line"]) for l in open(sys.argv[1]) if "line" in json.loads(l)]' \
+    "$WORK/$name-$r.jsonl" > "$WORK/$name-$r.log"
 }
 for r in $(seq 1 "$ROUNDS"); do
   rm -rf "$WORK/ckpt"
@@ -188,8 +199,23 @@ own = []
 for r in range(1, rounds + 1):
     m = re.search(r"checkpoint \S+ \([^,]*, ([0-9.]+) ms\)", open(f"{work}/ckpt-{r}.log").read())
     own.append(float(m[1]) / 1e3 if m else None)
-write_s = [runs["ckpt"]["rounds"][i]["wall_s"] - runs["train"]["rounds"][i]["wall_s"] for i in range(rounds)]
-resume_s = [runs["resume"]["rounds"][i]["wall_s"] - runs["start"]["rounds"][i]["wall_s"] for i in range(rounds)]
+def stamps(name, r):
+    return [json.loads(l) for l in open(f"{work}/{name}-{r}.jsonl")]
+def after_step(name, r):  # seconds from the last step's line to the exit
+    ls = stamps(name, r)
+    step = [x["t"] for x in ls if x.get("line", "").startswith("step ")]
+    if not step:
+        raise SystemExit(f"checkpoint.sh: no 'step' line in {name} round {r}")
+    return ls[-1]["t"] - step[-1]
+def between(name, r, a, b):  # seconds from the first line starting with a to the first with b
+    ls = stamps(name, r)
+    ta = next(x["t"] for x in ls if x.get("line", "").lstrip().startswith(a))
+    tb = next(x["t"] for x in ls if x.get("line", "").lstrip().startswith(b))
+    return tb - ta
+write_s = [after_step("ckpt", r) - after_step("train", r) for r in range(1, rounds + 1)]
+resume_s = [between("resume", r, "checkpoints:", "resume: from") for r in range(1, rounds + 1)]
+write_wall = [runs["ckpt"]["rounds"][i]["wall_s"] - runs["train"]["rounds"][i]["wall_s"] for i in range(rounds)]
+resume_wall = [runs["resume"]["rounds"][i]["wall_s"] - runs["start"]["rounds"][i]["wall_s"] for i in range(rounds)]
 fio = {}
 for op in ("write", "read"):
     v = []
@@ -201,9 +227,11 @@ torch_rows = [json.loads(open(p).read()) for p in sorted(glob.glob(f"{work}/torc
 gb = lambda s: nbytes / s / 1e9 if s and s > 0 else None
 w_med, r_med = med(write_s), med(resume_s)
 own_med = med(x for x in own if x is not None) if any(x is not None for x in own) else None
-rows = [("checkpoint write (wall: ckpt - train)", w_med, gb(w_med), "write"),
+rows = [("checkpoint write (after the step: ckpt - train)", w_med, gb(w_med), "write"),
         ("checkpoint write (the executable's own ms)", own_med, gb(own_med), "write"),
-        ("resume (wall: resume - start)", r_med, gb(r_med), "read")]
+        ("checkpoint write (wall: ckpt - train)", med(write_wall), gb(med(write_wall)), "write"),
+        ("resume (checkpoints: -> resume: from)", r_med, gb(r_med), "read"),
+        ("resume (wall: resume - start)", med(resume_wall), gb(med(resume_wall)), "read")]
 if torch_rows:
     tb = torch_rows[0]["bytes"]
     for label, key, op in (("torch.save", "save_s", "write"), ("torch.save + fsync", "save_fsync_s", "write"),
@@ -217,7 +245,8 @@ summary = {"schema": "spillway-checkpoint-bench-1", "command": command, "commit"
            "model": json.load(open(os.path.join(model, "config.json"))), "compile": compile_cmd,
            "budgets": {"gpu_mem": gpumem, "host_mem": hostmem},
            "checkpoint_bytes": nbytes, "target_ratio": 0.8, "runs": runs,
-           "checkpoint_write_s": write_s, "checkpoint_write_s_own": own, "resume_s": resume_s,
+           "checkpoint_write_s": write_s, "checkpoint_write_s_own": own, "checkpoint_write_s_wall_difference": write_wall,
+           "resume_s": resume_s, "resume_s_wall_difference": resume_wall,
            "fio": fio, "fio_command": fio_cmd or None,
            "torch": {"version": torch_version, "rounds": torch_rows} if torch_rows else {"version": None, "skipped": "torch is not importable"},
            "table": [{"what": w, "seconds": s, "gbps": g, "fio_op": op,
@@ -232,13 +261,13 @@ print(f"checkpoint: {mb:.1f} MB ({nbytes} bytes) of params + AdamW m, v; dir {bd
       f"resume {runs['resume']['peak_rss_bytes_max'] / 1e6:.0f} MB")
 for op in ("write", "read"):
     print(f"fio {op}: " + (f"{fio[op]['gbps_median']:.3f} GB/s" if fio.get(op) else "not measured"))
-print(f"{'what':44} {'seconds':>8} {'GB/s':>7} {'/ fio':>6}")
+print(f"{'what':48} {'seconds':>8} {'GB/s':>7} {'/ fio':>6}")
 for t in summary["table"]:
     s = f"{t['seconds']:8.3f}" if t["seconds"] is not None else f"{'-':>8}"
     g = f"{t['gbps']:7.3f}" if t["gbps"] else f"{'-':>7}"
     r = t["ratio_to_fio"]
     rs = f"{r:6.3f}" + ("" if r >= 0.8 else "  BELOW 0.8") if r else f"{'-':>6}"
-    print(f"{t['what']:44} {s} {g} {rs}")
+    print(f"{t['what']:48} {s} {g} {rs}")
 if not torch_rows:
     print("torch.save: skipped (torch is not importable)")
 print(f"summary: {out}")

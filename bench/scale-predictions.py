@@ -99,9 +99,12 @@ def make_model(out, spec, vocab, seq, batch, mode):
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
-def plan(spillwayc, model, profile, m, order, gpu_mem, host_mem, out_json):
+def plan(spillwayc, model, profile, m, order, gpu_mem, host_mem, out_json, seq):
+    # The causal mask is an S x S constant: past spillwayc's default limit
+    # of 2^20 elements (S > 1024) it must be allowed explicitly.
     cmd = [spillwayc, model, "--hw", profile, "--report-json", out_json, "--microbatches", str(m),
-           *ORDERS[order], "--place", PLACE, "--gpu-mem", gpu_mem, "--host-mem", host_mem]
+           *ORDERS[order], "--place", PLACE, "--gpu-mem", gpu_mem, "--host-mem", host_mem,
+           f"--max-inline-constant-elements={max(1 << 20, seq * seq)}"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     row = {"command": " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd),
            "exit": r.returncode}
@@ -175,7 +178,7 @@ def main():
           f"{len(variants)} profiles x 2 orders), {a.jobs} at once", file=sys.stderr)
     rows = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        futs = {pool.submit(plan, spillwayc, j[5], j[6], j[2], j[4], a.gpu_mem, a.host_mem, j[7]): j for j in jobs}
+        futs = {pool.submit(plan, spillwayc, j[5], j[6], j[2], j[4], a.gpu_mem, a.host_mem, j[7], a.seq): j for j in jobs}
         for f in concurrent.futures.as_completed(futs):
             n, b, m, v, order = futs[f][:5]
             r = f.result()
