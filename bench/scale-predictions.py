@@ -212,30 +212,34 @@ def main():
 
 
 def compare(rows, names, models, variants):
-    """Per model and variant: the saturated speedup and the ratio at each (b, M)."""
+    """Per model, variant and micro-batch size b (and over all b): the
+    saturated speedup (best tokens/s over M of each order) and the ratio at
+    each (b, M)."""
     out = {}
+    bs = sorted({r["micro_batch"] for r in rows})
     for n in names:
         for v in variants:
-            sel = [r for r in rows if r["model"] == n and r["variant"] == v]
-            best = {}
-            for order in ORDERS:
-                fit = [r for r in sel if r["order"] == order and "tokens_per_s" in r]
-                best[order] = max(fit, key=lambda r: r["tokens_per_s"]) if fit else None
-            at = {}
-            for r in sel:
-                if r["order"] != "snake+overlap" or "tokens_per_s" not in r:
-                    continue
-                h = next((x for x in sel if x["order"] == "horizontal" and x["micro_batch"] == r["micro_batch"]
-                          and x["microbatches"] == r["microbatches"] and "tokens_per_s" in x), None)
-                if h:
-                    at[f"b={r['micro_batch']},M={r['microbatches']}"] = r["tokens_per_s"] / h["tokens_per_s"]
-            s, h = best["snake+overlap"], best["horizontal"]
-            out[f"{n}/{v}"] = {
-                "model": n, "variant": v, "paper_speedup": models[n]["paper_speedup"],
-                "saturated_speedup": (s["tokens_per_s"] / h["tokens_per_s"]) if s and h else None,
-                "snake_best": {k: s[k] for k in ("micro_batch", "microbatches", "tokens_per_s", "bound")} if s else None,
-                "horizontal_best": {k: h[k] for k in ("micro_batch", "microbatches", "tokens_per_s", "bound")} if h else None,
-                "speedup_at_equal_batch": at}
+            for b in [None, *bs]:
+                sel = [r for r in rows if r["model"] == n and r["variant"] == v and b in (None, r["micro_batch"])]
+                best = {}
+                for order in ORDERS:
+                    fit = [r for r in sel if r["order"] == order and "tokens_per_s" in r]
+                    best[order] = max(fit, key=lambda r: r["tokens_per_s"]) if fit else None
+                at = {}
+                for r in sel:
+                    if r["order"] != "snake+overlap" or "tokens_per_s" not in r:
+                        continue
+                    h = next((x for x in sel if x["order"] == "horizontal" and x["micro_batch"] == r["micro_batch"]
+                              and x["microbatches"] == r["microbatches"] and "tokens_per_s" in x), None)
+                    if h:
+                        at[f"b={r['micro_batch']},M={r['microbatches']}"] = r["tokens_per_s"] / h["tokens_per_s"]
+                s, h = best["snake+overlap"], best["horizontal"]
+                out[f"{n}/{v}/" + (f"b={b}" if b else "all")] = {
+                    "model": n, "variant": v, "micro_batch": b or "all", "paper_speedup": models[n]["paper_speedup"],
+                    "saturated_speedup": (s["tokens_per_s"] / h["tokens_per_s"]) if s and h else None,
+                    "snake_best": {k: s[k] for k in ("micro_batch", "microbatches", "tokens_per_s", "bound")} if s else None,
+                    "horizontal_best": {k: h[k] for k in ("micro_batch", "microbatches", "tokens_per_s", "bound")} if h else None,
+                    "speedup_at_equal_batch": at}
     return out
 
 
@@ -250,16 +254,16 @@ def markdown(doc):
          f"`--place {doc['place']}` (activations: the planner's choice); snake + overlap = "
          f"`{doc['orders']['snake+overlap']}`, horizontal = `{doc['orders']['horizontal']}`.", "",
          "Saturated speedup = the best predicted tokens/s of snake + overlap over the best of horizontal "
-         "across the sweep of micro-batch size b and micro-batches M (the paper's metric: each system "
-         "at the batch where its throughput saturates).", "",
-         "| model | profile variant | predicted saturated speedup | paper | snake best (b, M, tokens/s, bound) | horizontal best (b, M, tokens/s, bound) |",
-         "|---|---|---|---|---|---|"]
+         "across the sweep of micro-batches M, at each micro-batch size b and over all b (the paper's "
+         "metric: each system at the batch where its throughput saturates).", "",
+         "| model | profile variant | b | predicted saturated speedup | paper | snake best (b, M, tokens/s, bound) | horizontal best (b, M, tokens/s, bound) |",
+         "|---|---|---|---|---|---|---|"]
     for k, s in doc["summary"].items():
         def best(x):
             return f"b={x['micro_batch']}, M={x['microbatches']}, {x['tokens_per_s']:.3g}, {x['bound']}" if x else "none fits"
         sp = f"{s['saturated_speedup']:.2f}x" if s["saturated_speedup"] else "-"
         paper = f"{s['paper_speedup']:.2f}x" if s["paper_speedup"] else "-"
-        L.append(f"| {s['model']} | {s['variant']} | {sp} | {paper} | {best(s['snake_best'])} | {best(s['horizontal_best'])} |")
+        L.append(f"| {s['model']} | {s['variant']} | {s['micro_batch']} | {sp} | {paper} | {best(s['snake_best'])} | {best(s['horizontal_best'])} |")
     L += ["", "Every plan (predicted s/iteration, bound, SSD bytes read + written per iteration):", "",
           "| model | variant | b | M | order | s/iter | bound | ssd read | ssd write | tokens/s |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["plans"]:
