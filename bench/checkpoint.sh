@@ -59,7 +59,9 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer, not '$ROUNDS'"
+for v in ROUNDS L D H V S B M; do
+  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "each of --rounds, --layers, --d-model, --heads, --vocab, --seq, --batch, --microbatches must be a positive integer, not '${!v}'"
+done
 [ $((B % M)) -eq 0 ] || die "--microbatches $M does not divide the batch $B"
 { [ -n "$GPUMEM" ] && [ -n "$HOSTMEM" ]; } || { [ -z "$GPUMEM" ] && [ -z "$HOSTMEM" ]; } ||
   die "give both --gpu-mem and --host-mem, or neither"
