@@ -29,10 +29,11 @@ writes the weights of the same seed as .safetensors where the executable runs.
 With --shapes-only there is no data at all: each initializer declares its name,
 data_type and dims and holds no values and no external-data reference, and no
 gpt.onnx.data is written, so a GPT-175B graph is made in about a second (17 MB
-at S = 2048, nearly all of it the S x S attention mask); it is for planning (spillwayc --report), not for training. Such a
-model does not pass onnx.checker as it is (an initializer must hold one value
-field), so the script checks a copy whose initializers are graph inputs of the
-same types instead. The tokens and targets are the same in every mode.
+at S = 2048, nearly all of it the S x S attention mask); it is for planning
+(spillwayc --report), not for training. Such a model does not pass
+onnx.checker as it is (an initializer must hold one value field), so the
+script checks a copy whose initializers are graph inputs of the same types
+instead. The tokens and targets are the same in every mode.
 
 Only the onnx and numpy packages are needed. Deterministic: the same arguments
 give the same files.
@@ -240,7 +241,7 @@ def main():
     if os.path.exists(os.path.join(args.out, data)):
         os.remove(os.path.join(args.out, data))  # onnx appends to an existing data file
     if args.shapes_only:
-        onnx.save_model(model, path)  # a few hundred KB: the graph and the declarations
+        onnx.save_model(model, path)  # the graph, the declarations and the constants
     elif args.graph_only:
         with open(os.path.join(args.out, data), "wb") as f:
             f.truncate(4 * n)  # a hole: reads as zeros

@@ -177,6 +177,8 @@ def main():
     print(f"scale-predictions.py: {len(jobs)} plans ({len(names)} models x {len(bs)} b x {len(ms)} M x "
           f"{len(variants)} profiles x 2 orders), {a.jobs} at once", file=sys.stderr)
     rows = []
+    # Each plan as it comes, so an interrupted sweep keeps what it planned.
+    partial = open(os.path.splitext(out)[0] + ".partial.jsonl", "w")
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
         futs = {pool.submit(plan, spillwayc, j[5], j[6], j[2], j[4], a.gpu_mem, a.host_mem, j[7], a.seq): j for j in jobs}
         for f in concurrent.futures.as_completed(futs):
@@ -187,6 +189,8 @@ def main():
             if r.get("predicted_iteration_s") and r.get("fits"):
                 r["tokens_per_s"] = r["tokens_per_iteration"] / r["predicted_iteration_s"]
             rows.append(r)
+            partial.write(json.dumps(r) + "\n")
+            partial.flush()
             print(f"  {n} b={b} M={m} {v} {order}: "
                   + (f"{r['predicted_iteration_s']:.4g} s ({r['bound']})" if "predicted_iteration_s" in r else r.get("error", "?")),
                   file=sys.stderr)
@@ -202,6 +206,8 @@ def main():
     with open(out, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
+    partial.close()
+    os.remove(partial.name)
     md = markdown(doc)
     with open(os.path.splitext(out)[0] + ".md", "w") as f:
         f.write(md)
