@@ -8,7 +8,7 @@
 #
 # usage: bench/bounded-memory.sh --model DIR [--ssd DIR] [--label NAME]
 #                                [--microbatches M] [--gpu-mem SIZE] [--host-mem SIZE]
-#                                [--keep] [-o OUT.json]
+#                                [--compile-only] [--keep] [-o OUT.json]
 #   --model DIR   a bench/make_gpt_onnx.py output (gpt.onnx, its data, tokens.npy, targets.npy)
 #   --ssd DIR     the executable's swap directory (default: DIR/ssd); needs the
 #                 plan's SSD bytes free (params + AdamW m, v + gradients: 16 B per parameter)
@@ -17,6 +17,8 @@
 #   defaults: --microbatches 8 --gpu-mem 2304MiB --host-mem 3584MiB, snake, F = 0:
 #   the plan of the 1.42B GPT (24 layers, D 2048, V 50304, S 1024, B 8) needs
 #   1.93 GiB of GPU and 3.09 GiB of host memory by the cost model.
+#   --compile-only: the three spillwayc runs, not the executable's start (for a
+#   spillwayc whose executables need a newer runtime than the one at hand).
 #   --keep: leave the executables and swap files (default: removed at the end:
 #   each executable's .weights is the model's size, the swap 16 B per parameter).
 # env: SPILLWAYC (default build/bin/spillwayc of this checkout).
@@ -25,7 +27,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ARGV="$*"
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit "${1:-2}"; }
-MODEL="" SSD="" LABEL="" MB=8 GPU=2304MiB HOST=3584MiB KEEP=0 OUTJSON=""
+MODEL="" SSD="" LABEL="" MB=8 GPU=2304MiB HOST=3584MiB KEEP=0 OUTJSON="" COMPILE_ONLY=0
 while [ $# -gt 0 ]; do
   case $1 in
     --model|--ssd|--label|--microbatches|--gpu-mem|--host-mem|-o)
@@ -34,7 +36,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --model) MODEL=$2; shift ;; --ssd) SSD=$2; shift ;; --label) LABEL=$2; shift ;;
     --microbatches) MB=$2; shift ;; --gpu-mem) GPU=$2; shift ;; --host-mem) HOST=$2; shift ;;
-    --keep) KEEP=1 ;; -o) OUTJSON=$2; shift ;;
+    --keep) KEEP=1 ;; --compile-only) COMPILE_ONLY=1 ;; -o) OUTJSON=$2; shift ;;
     -h|--help) usage 0 ;;
     *) echo "bounded-memory.sh: unknown argument '$1'" >&2; usage ;;
   esac
@@ -72,7 +74,7 @@ rm -f "$WORK/plain" "$WORK/plain.weights"
 run report "$SPILLWAYC" "$MODEL/gpt.onnx" --hw "$ROOT/profiles/cpu-ci.json" --report "${PLAN[@]}"
 run compile_offload "$SPILLWAYC" "$MODEL/gpt.onnx" -o "$WORK/ssd" --hw "$ROOT/profiles/cpu-ci.json" "${PLAN[@]}"
 ls -l "$WORK"/ssd* > "$WORK/compile_offload.files"
-run start_steps0 "$WORK/ssd" --input "tokens=$MODEL/tokens.npy" --input "targets=$MODEL/targets.npy" \
+[ "$COMPILE_ONLY" = 1 ] || run start_steps0 "$WORK/ssd" --input "tokens=$MODEL/tokens.npy" --input "targets=$MODEL/targets.npy" \
   --steps 0 --ssd "$SSD"
 
 COMMIT=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
@@ -85,6 +87,8 @@ def files(name):
     return [dict(zip(("bytes", "path"), (int(l.split()[4]), l.split()[-1]))) for l in open(p)] if os.path.exists(p) else None
 rows = {}
 for name in ("compile", "report", "compile_offload", "start_steps0"):
+    if not os.path.exists(os.path.join(work, name + ".time")):
+        continue  # --compile-only
     wall, user, sys_, rss = open(os.path.join(work, name + ".time")).read().split()[-4:]
     log = open(os.path.join(work, name + ".log")).read()
     rows[name] = {"command": open(os.path.join(work, name + ".cmd")).read().strip(),
