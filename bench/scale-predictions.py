@@ -132,12 +132,20 @@ def main():
     ap.add_argument("--variants", default="base,ssd-x0.5,ssd-x2,bf16-compute",
                     help="profile variants, comma-separated (default: %(default)s)")
     ap.add_argument("--gpu-mem", default="80GiB", help="GPU budget (default: %(default)s, the A100's)")
-    ap.add_argument("--host-mem", default="512GiB", help="host budget (default: %(default)s)")
+    ap.add_argument("--host-mem", default="1024GiB", help="host budget (default: %(default)s, the profile's; snake with F = 1 keeps every deferred gradient slice, all of the gradients, on the host)")
     ap.add_argument("-j", "--jobs", type=int, default=2, help="spillwayc runs at once (default: %(default)s)")
     ap.add_argument("--small", action="store_true",
                     help="two small --graph-only models, small budgets (today's spillwayc)")
     ap.add_argument("-o", "--out", help="OUT.json (the .md beside it); default bench/results/scale-predictions-<host>-<time>.json")
+    ap.add_argument("--markdown-from", metavar="OUT.json",
+                    help="plan nothing: rewrite OUT.md from an earlier run's OUT.json (e.g. after editing this script's text)")
     a = ap.parse_args()
+    if a.markdown_from:
+        doc = json.load(open(a.markdown_from))
+        with open(os.path.splitext(a.markdown_from)[0] + ".md", "w") as f:
+            f.write(markdown(doc))
+        print(f"wrote {os.path.splitext(a.markdown_from)[0]}.md")
+        return 0
 
     spillwayc = os.environ.get("SPILLWAYC", os.path.join(ROOT, "build", "bin", "spillwayc"))
     if not os.access(spillwayc, os.X_OK):
@@ -293,38 +301,46 @@ each by the profile's rate, takes the largest as the iteration time and adds
 only the optimizer work that cannot hide. What it models exactly is the
 traffic that separates the two orders: horizontal loads every layer's
 parameters twice per micro-batch and flushes every layer's gradient once per
-micro-batch (SSD read-modify-write of the accumulator), snake loads them twice
-per iteration and flushes once, and the overlap F = 1 saves the update's
-re-read of the parameters. So as M grows horizontal's SSD time per token
-stops falling (its parameter and gradient traffic grows with M), while
-snake's falls until compute or the optimizer binds; the saturated speedup is
-where the two plateaus sit.
+micro-batch (an SSD read-modify-write of the accumulator), snake loads them
+twice per iteration and flushes once, and the overlap F = 1 saves the
+update's re-read of the parameters. So horizontal's SSD bytes per token stop
+falling as M grows (a plateau set by the micro-batch size b: about 4 P of
+SSD traffic per b S tokens), while snake's keep falling until compute (or the
+activations' traffic) binds. The predicted saturated speedup is the ratio of
+those two plateaus, and it swings with two numbers the paper's setup fixes
+and this profile only guesses: the compute rate and the micro-batch size.
+At the fp32 rate (19.5 TFLOP/s, what the model times Spillway's f32 step at)
+a micro-batch of 4 x 2048 tokens already makes horizontal compute-bound, so
+both orders reach the same compute roofline and the saturated speedup is
+about 1; at b = 1 it is 3x and more. At the bf16 rate (the "bf16-compute"
+variant, 312 TFLOP/s peak) horizontal stays SSD-bound at every b the sweep
+has and the speedup is several times the paper's. The paper's 1.96x and 2.53x
+lie between: its training runs at a bf16 rate well below the peak, at the
+micro-batch sizes its GPU memory allowed.
 
-What it does not model, each of which moves the prediction away from a
-measurement: (1) precision: Spillway trains fp32 parameters as their own
+What the model leaves out, each of which moves a prediction away from a
+measurement: (1) Precision: Spillway trains fp32 parameters as their own
 master weights (4 bytes of parameter and 4 of gradient per parameter, 8 of
 AdamW state), where the paper's systems move fp16/bf16 parameters and
 gradients (2 bytes) and keep fp32 master weights and moments with the
-optimizer; the byte ratios between the orders are similar, the absolute
-times are not; and it times the f32 step at the profile's fp32 rate (the
-"bf16-compute" variant times it at the bf16 rate instead). (2) Perfect
-overlap: every resource is assumed to overlap every other, with infinite
-look-ahead; ZeRO-Infinity's real prefetch, its per-parameter partitioning and
-its host-side gradient handling lose time the model does not charge, which
-is one reason a measured horizontal saturates lower than its roofline and
-the measured speedup can exceed the predicted one. (3) The CPU optimizer is
-a single rate (the profile's parameters/s), its memory traffic and its
-contention with the I/O threads are not counted; GreedySnake's gain from the
-overlap is partly there. (4) The hardware rates: the paper's SSD, PCIe,
-host-memory and CPU figures were not available where the profile was
-written, so they are datasheet figures or assumptions (the profile's
-"source" says which); the ssd-x0.5 and ssd-x2 rows show how much the
-prediction moves with the SSD rate. (5) The batch: the sweep covers the
-(b, M) listed, at one sequence length; the paper's saturation points may lie
-elsewhere, and the GPU budget limits b by the model's estimate of the
-working set, not by a real allocator. (6) Activation checkpoints: placed by
-the planner (GPU, host or SSD, whichever is fastest within the budgets) for
-both orders, where ZeRO-Infinity and GreedySnake each have their own policy.
+optimizer: the same byte ratios between the orders for the parameters, not
+for the optimizer's share, and half the bytes per token. (2) Perfect
+overlap: every resource is assumed to overlap every other with unlimited
+look-ahead; real prefetch, ZeRO-Infinity's per-parameter partitioning and
+its host-side gradient handling lose time it does not charge (a measured
+horizontal saturates below its roofline, which raises a measured speedup),
+and GreedySnake does not reach its roofline either (which lowers it). (3)
+The CPU optimizer is one rate (parameters/s); its memory traffic and its
+contention with the I/O threads are not counted, and the overlap's gain is
+partly there. (4) The hardware rates are the A100 datasheet's peaks and
+assumptions (the profile's "source" says which), not the paper's machine's:
+the "ssd-x" variants show how the prediction moves with the SSD rate. (5)
+The micro-batch size is limited here by the model's estimate of the GPU
+working set against --gpu-mem, not by a real allocator, and the paper's
+saturation points may lie at other (b, M) than the sweep's. (6) Activation
+checkpoints go where the planner finds fastest within the budgets (GPU,
+host or SSD) for both orders, where ZeRO-Infinity and GreedySnake each have
+their own policy.
 """
 
 
