@@ -127,7 +127,7 @@ def main():
     ap.add_argument("--seq", type=int, default=2048, help="sequence length S (default: %(default)s, GPT-3's)")
     ap.add_argument("--vocab", type=int, default=50304, help="vocabulary (default: %(default)s)")
     ap.add_argument("--micro-batch", default="1,4", help="sequences per micro-batch b, comma-separated (default: %(default)s)")
-    ap.add_argument("--microbatches", default="1,2,4,8,16,32", help="M values, comma-separated (default: %(default)s)")
+    ap.add_argument("--microbatches", default="1,4,16,64", help="M values, comma-separated (default: %(default)s; horizontal saturates only at large M)")
     ap.add_argument("--profile", default=os.path.join(ROOT, "profiles", "greedysnake-a100.json"))
     ap.add_argument("--variants", default="base,ssd-x0.5,ssd-x2,bf16-compute",
                     help="profile variants, comma-separated (default: %(default)s)")
