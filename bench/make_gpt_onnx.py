@@ -26,7 +26,14 @@ With --graph-only the weights are not drawn: gpt.onnx.data is a sparse file of
 zeros of the right size (no disk space, no memory), for compiling a large
 model on a machine that cannot hold its weights; bench/device/gpt_weights.py
 writes the weights of the same seed as .safetensors where the executable runs.
-The tokens and targets are the same either way.
+With --shapes-only there is no data at all: each initializer declares its name,
+data_type and dims and holds no values and no external-data reference, and no
+gpt.onnx.data is written, so a GPT-175B graph is made in about a second (17 MB
+at S = 2048, nearly all of it the S x S attention mask); it is for planning
+(spillwayc --report), not for training. Such a model does not pass
+onnx.checker as it is (an initializer must hold one value field), so the
+script checks a copy whose initializers are graph inputs of the same types
+instead. The tokens and targets are the same in every mode.
 
 Only the onnx and numpy packages are needed. Deterministic: the same arguments
 give the same files.
@@ -49,9 +56,10 @@ def param_count(layers, dim, vocab, seq):
     return vocab * dim + seq * dim + layers * per_block + 2 * dim + dim * vocab
 
 
-def make_model(rng, layers, vocab, seq, dim, heads, batch, std, graph_only=None):
+def make_model(rng, layers, vocab, seq, dim, heads, batch, std, graph_only=None, shapes_only=False):
     """graph_only: the external data file's name; every initializer then
-    refers to its next bytes there instead of holding values."""
+    refers to its next bytes there instead of holding values. shapes_only:
+    every initializer is declared (name, type, dims) and holds nothing."""
     head_dim = dim // heads
     hidden = 4 * dim
     inits = []
@@ -66,7 +74,13 @@ def make_model(rng, layers, vocab, seq, dim, heads, batch, std, graph_only=None)
         data_end[0] += nbytes
         inits.append(t)
 
+    def declared(name, shape):
+        inits.append(onnx.TensorProto(name=name, data_type=TensorProto.FLOAT, dims=shape))
+
     def weight(name, *shape):
+        if shapes_only:
+            declared(name, list(shape))
+            return name
         if graph_only:
             external(name, list(shape))
             return name
@@ -77,6 +91,9 @@ def make_model(rng, layers, vocab, seq, dim, heads, batch, std, graph_only=None)
         return name
 
     def const(name, shape):
+        if shapes_only:
+            declared(name, list(shape))
+            return name
         if graph_only:
             external(name, list(shape))
             return name
@@ -163,6 +180,21 @@ def make_model(rng, layers, vocab, seq, dim, heads, batch, std, graph_only=None)
                              producer_name="spillway-bench", ir_version=9)
 
 
+def check_declared(model):
+    """onnx.checker on a copy whose declared initializers are graph inputs of
+    the same type and shape: the graph, its ops and its types are checked;
+    only the rule that an initializer holds values is not (such a model has
+    none by design)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph = copy.graph
+    for t in graph.initializer:
+        assert not (t.raw_data or t.float_data or t.external_data), t.name
+        graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    del graph.initializer[:]
+    onnx.checker.check_model(copy, full_check=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, metavar="DIR",
@@ -177,7 +209,11 @@ def main():
     parser.add_argument("--std", type=float, default=0.02, help="std of the weights (default: %(default)s)")
     parser.add_argument("--graph-only", action="store_true",
                         help="write no weight values: gpt.onnx.data is a sparse file of zeros")
+    parser.add_argument("--shapes-only", action="store_true",
+                        help="initializers declare dtype and dims and hold no data; no gpt.onnx.data (for planning)")
     args = parser.parse_args()
+    if args.graph_only and args.shapes_only:
+        parser.error("--graph-only and --shapes-only exclude each other (sparse data file, or none)")
     for name in ("layers", "d_model", "heads", "seq", "batch"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -192,34 +228,41 @@ def main():
     tokens, targets = np.ascontiguousarray(walk[:, :-1]), np.ascontiguousarray(walk[:, 1:])
     data = "gpt.onnx.data"
     model = make_model(rng, args.layers, args.vocab, args.seq, args.d_model, args.heads, args.batch, args.std,
-                       graph_only=data if args.graph_only else None)
+                       graph_only=data if args.graph_only else None, shapes_only=args.shapes_only)
     got = sum(int(np.prod(t.dims)) for t in model.graph.initializer)
     assert got == n, (got, n)
-    if 4 * n < (1 << 31) - (64 << 20) and not args.graph_only:
+    if args.shapes_only:
+        check_declared(model)
+    elif 4 * n < (1 << 31) - (64 << 20) and not args.graph_only:
         onnx.checker.check_model(model)  # in memory: only below protobuf's 2 GiB limit
 
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "gpt.onnx")
     if os.path.exists(os.path.join(args.out, data)):
         os.remove(os.path.join(args.out, data))  # onnx appends to an existing data file
-    if args.graph_only:
+    if args.shapes_only:
+        onnx.save_model(model, path)  # the graph, the declarations and the constants
+    elif args.graph_only:
         with open(os.path.join(args.out, data), "wb") as f:
             f.truncate(4 * n)  # a hole: reads as zeros
         onnx.save_model(model, path)
     else:
         onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
                         location=data, size_threshold=0)
-    onnx.checker.check_model(path)  # by path: checks the external data's references
+    if not args.shapes_only:
+        onnx.checker.check_model(path)  # by path: checks the external data's references
     np.save(os.path.join(args.out, "tokens.npy"), tokens)
     np.save(os.path.join(args.out, "targets.npy"), targets)
     config = {k: v for k, v in vars(args).items() if k != "out"}
     config.update(params=n, param_bytes=4 * n, ln_vocab=math.log(args.vocab))
-    if not args.graph_only:
-        del config["graph_only"]  # the config of a full model stays as it was
+    for mode in ("graph_only", "shapes_only"):
+        if not config[mode]:
+            del config[mode]  # the config of a full model stays as it was
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
         f.write("\n")
-    print(f"wrote {path} (+ {data}, {4 * n / 2**20:.1f} MiB), tokens.npy, targets.npy [{args.batch}, {args.seq}]:"
+    what = "no weights data" if args.shapes_only else f"+ {data}, {4 * n / 2**20:.1f} MiB"
+    print(f"wrote {path} ({what}), tokens.npy, targets.npy [{args.batch}, {args.seq}]:"
           f" {n} parameters, L={args.layers} D={args.d_model} H={args.heads} V={args.vocab}")
 
 
