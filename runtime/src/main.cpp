@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <malloc.h>
 #include <optional>
 #include <unistd.h>
 
@@ -429,6 +430,12 @@ extern "C" int spw_main(int argc, char **argv) {
   // A closed stdout is an EPIPE for flush_stdout, not a silent death that
   // loses the run (`EXE ... | head -3`).
   std::signal(SIGPIPE, SIG_IGN);
+  // Buffers of 1 MiB and more (step tensors, gradients, staging) are mapped
+  // and unmapped on their own. glibc's default threshold rises to 32 MiB
+  // after the first such free, and the freed step tensors below it then
+  // stay in the heap, fragmented: 2.5 x an offload plan's budgets in RSS
+  // after one step (docs/runtime.md, "Memory bound"), for no speed gained.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   const char *prog = argc > 0 && argv[0] ? argv[0] : "model";
   Options o;
   try {
