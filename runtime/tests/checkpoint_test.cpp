@@ -426,7 +426,7 @@ TEST_F(Checkpoint, CraftedManifestsAreInvalidNotFatal) {
                 ",\n"));
       notices.clear();
       auto c2 = load_newest();
-      ASSERT_TRUE(c2);
+      ASSERT_TRUE(c2) << all_notices();
       EXPECT_EQ(c2->step, 1);
       expect_same(*c2, t1);
       EXPECT_CONTAINS(all_notices(), "skipping checkpoint '" + step_dir(2) +
