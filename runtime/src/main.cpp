@@ -357,8 +357,13 @@ int run(const Options &o, const char *argv0) {
     device_push(ctx); // the restored state
     flush_stdout();
   }
-  if (tiered)
-    tiers_scatter(ctx);
+  if (tiered) {
+    // A restored checkpoint is in the homes already (Checkpointer::start).
+    if (ck && ck->restored())
+      tiers_release_copies(ctx);
+    else
+      tiers_scatter(ctx);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   int rc = o.check_gradients ? check_gradients(ctx, o)
                              : train(ctx, o, hp, ck.get(), start);
@@ -366,7 +371,6 @@ int run(const Options &o, const char *argv0) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();
   if (tiered) {
-    tiers_gather(ctx);
     if (o.steps > start)
       std::printf("%s\n", tiers_summary(ctx, secs, o.steps - start).c_str());
   }
