@@ -4,9 +4,11 @@
 #include "driver/driver.h"
 #include "tiers.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -86,6 +88,10 @@ Checkpointer::Checkpointer(spw_ctx *ctx, const Options &o,
   lock_ = std::make_unique<storage::CheckpointDirLock>(o.checkpoint_dir);
   copts_.zstd = o.checkpoint_zstd;
   copts_.keep = int(o.keep_checkpoints);
+  // Test-only: small chunks, so that a test's small model spans many and a
+  // flipped byte fails a chunk in the middle of a restore.
+  if (const char *c = std::getenv("SPILLWAY_TEST_CHECKPOINT_CHUNK"))
+    copts_.chunk_bytes = uint64_t(std::max(1LL, std::atoll(c)));
   // Staging buffers for the chunks in flight, registered with the rings.
   uint64_t raw = 0;
   for (const ParamInfo &p : ctx->params)

@@ -335,6 +335,8 @@ int64_t check_checkpoint_manifest(const std::string &text);
 // instead (in-process tests of the cleanup). SPILLWAY_TEST_RENAME=fallback
 // acts as if renameat2(RENAME_EXCHANGE) were unsupported, =fallback-fail also
 // fails the rename into place with EIO.
+// SPILLWAY_TEST_CHECKPOINT_CHUNK=BYTES sets the executable's chunk size
+// (driver/checkpoints.cpp), so that a small model's checkpoint spans many.
 // Only for tests: never set these in production.
 extern const char *const kCrashPhases[];
 extern const size_t kNumCrashPhases;
