@@ -191,6 +191,7 @@ int64_t Checkpointer::start() {
            "--foam-level, or start a new --checkpoint-dir",
            c->dir().c_str(), k->c_str(), optimizer_kind(ctx_).c_str());
     check_compatible(*c);
+    const auto t0 = std::chrono::steady_clock::now();
     try {
       restore(*c);
     } catch (const BadChunk &e) {
@@ -205,8 +206,12 @@ int64_t Checkpointer::start() {
       fail("checkpoint '%s' is at step %lld, beyond --steps %lld (--steps "
            "is the total step count, not the number of steps to add)",
            c->dir().c_str(), (long long)c->step(), (long long)o_.steps);
-    std::printf("  resume: from '%s' (step %lld of %lld)\n", c->dir().c_str(),
-                (long long)c->step(), (long long)o_.steps);
+    const double ms = std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count();
+    std::printf("  resume: from '%s' (step %lld of %lld): %s in %.1f ms\n",
+                c->dir().c_str(), (long long)c->step(), (long long)o_.steps,
+                human_bytes(int64_t(c->raw_bytes())).c_str(), ms);
     if (const std::string *h = c->meta("adamw"); h && *h != hparams())
       std::fprintf(stderr,
                    "warning: checkpoint '%s' was written with AdamW %s; this "
