@@ -278,11 +278,8 @@ std::string rescue_weights(const std::string &bytes, const std::string &asked) {
 void check_finite_weights(const spw_ctx *ctx, const char *before) {
   int64_t at = 0;
   if (const ParamInfo *p = non_finite_param(ctx, &at))
-    fail("step %lld: parameter '%s' %s holds %s at flat index %lld; %s is "
-         "not written (a non-finite gradient or a diverging update made it: "
-         "check the inputs and the model, or lower --lr if the loss grew)",
-         (long long)ctx->step, p->name.c_str(), p->value->shape().c_str(),
-         non_finite_name(p->value->as<float>()[at]), (long long)at, before);
+    check_finite_range(ctx, *p, p->value->as<float>(), 0, p->value->numel,
+                       before);
 }
 
 void check_finite_range(const spw_ctx *ctx, const ParamInfo &p,
