@@ -1477,8 +1477,12 @@ struct CheckpointReader::Impl {
   };
   std::vector<Slot> slots;
   int64_t next_submit = 0; // the next chunk to read ahead
-  Staging decoded;         // the cached chunk's raw bytes
+  Staging decoded;         // the cached chunk's raw bytes (zstd)
   int64_t cached = -1;
+  // Uncompressed, the cached chunk is read from its slot (no copy), which
+  // reads ahead again once the cache moves on; -1: none.
+  int cslot = -1;
+  const char *cache = nullptr; // the cached chunk's raw bytes
   std::vector<uint64_t> chunk_raw; // raw offset of each chunk
 
   explicit Impl(IoEngine &e) : engine(e) {}
@@ -1498,6 +1502,8 @@ struct CheckpointReader::Impl {
 
   // Waits for every read in flight (their buffers must outlive them).
   void drain() {
+    cached = -1;
+    cslot = -1;
     for (Slot &s : slots) {
       try {
         s.token.wait();
@@ -1593,7 +1599,8 @@ struct CheckpointReader::Impl {
     slots.resize(std::min<size_t>(m.chunks.size(), 4));
     for (Slot &s : slots)
       s.buf.allocate(engine, slot_bytes, read_align);
-    decoded.allocate(engine, m.chunk_bytes, 4096);
+    if (m.zstd)
+      decoded.allocate(engine, m.chunk_bytes, 4096);
   }
 
   // Decodes and verifies chunk k into `decoded`, reading ahead.
@@ -1601,6 +1608,12 @@ struct CheckpointReader::Impl {
     if (cached == k)
       return;
     cached = -1;
+    if (cslot >= 0) { // the slot the cache was in reads ahead again
+      Slot &old = slots[size_t(cslot)];
+      cslot = -1;
+      if (next_submit < int64_t(m.chunks.size()))
+        submit(old, next_submit++);
+    }
     Slot *s = nullptr;
     for (Slot &x : slots)
       if (x.chunk == k)
@@ -1636,18 +1649,18 @@ struct CheckpointReader::Impl {
         raw_off > m.raw_bytes || c.raw > m.raw_bytes - raw_off)
       fail("chunk %lld is out of bounds", (long long)k);
     const char *src = s->buf.data() + (c.offset - s->lo);
-    char *raw = decoded.data();
+    const char *raw = src;
     if (m.zstd) {
-      size_t n = ZSTD_decompress(raw, size_t(c.raw), src, size_t(c.stored));
+      raw = decoded.data();
+      size_t n = ZSTD_decompress(decoded.data(), size_t(c.raw), src,
+                                 size_t(c.stored));
       if (ZSTD_isError(n) || n != c.raw)
         fail("chunk %lld (bytes %llu..%llu of '%s') does not decompress: %s",
              (long long)k, (unsigned long long)c.offset,
              (unsigned long long)(c.offset + c.stored), data_path.c_str(),
              ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong length");
-    } else {
-      std::memcpy(raw, src, size_t(c.raw));
     }
-    if (next_submit < int64_t(m.chunks.size()))
+    if (m.zstd && next_submit < int64_t(m.chunks.size()))
       submit(*s, next_submit++);
     const uint64_t h = XXH3_64bits(raw, size_t(c.raw));
     if (h != c.xxh3)
@@ -1657,6 +1670,9 @@ struct CheckpointReader::Impl {
            (unsigned long long)(c.offset + c.stored), data_path.c_str(),
            hex64(h).c_str(), hex64(c.xxh3).c_str());
     cached = k;
+    cache = raw;
+    if (!m.zstd)
+      cslot = int(s - slots.data());
   }
 
   void read_raw(uint64_t off, uint64_t n, char *dst) {
@@ -1670,7 +1686,7 @@ struct CheckpointReader::Impl {
       load(k);
       const uint64_t in = off - chunk_raw[size_t(k)];
       const uint64_t c = std::min(n, m.chunks[size_t(k)].raw - in);
-      std::memcpy(dst, decoded.data() + in, size_t(c));
+      std::memcpy(dst, cache + in, size_t(c));
       dst += c;
       off += c;
       n -= c;
