@@ -1458,22 +1458,13 @@ void tiers_flush_deferred(
     if (auto it = t.by_key.find({SPW_BLOCK_OPTIMIZER, pb.layer});
         it != t.by_key.end() && t.blocks[it->second].home >= 0)
       ob = &t.blocks[it->second];
-    // The update runs on the GPU tier when both blocks live there, else on
-    // host copies (the host arena's room for a block, as with_host_copy).
-    const Tier d = pb.home == int(Tier::Gpu) &&
-                           (!ob || ob->home == int(Tier::Gpu))
-                       ? Tier::Gpu
-                       : Tier::Host;
+    // The update runs where the optimizer state lives, as in a step: on the
+    // GPU tier when it is homed there (or, without an optimizer block, the
+    // parameters are), else on host copies; the other tier when that one
+    // has no room for the copies (the arenas are sized for the steps).
+    const bool gpu_first = ob ? ob->home == int(Tier::Gpu)
+                              : pb.home == int(Tier::Gpu);
     std::vector<std::pair<TensorId, Tier>> copies; // made here: id, home
-    auto bring = [&](Tiers::Block &b) {
-      if (b.home == int(d))
-        return;
-      for (int k = 0; k < b.parts(); ++k) {
-        s.allocate(b.part_id(k), d);
-        copies.push_back({b.part_id(k), Tier(b.home)});
-        s.move(b.part_id(k), Tier(b.home), d, Priority::Demand).wait();
-      }
-    };
     auto unbind = [&](Tiers::Block &b) {
       b.bound_tier = -1;
       for (int32_t i : b.params) {
@@ -1492,10 +1483,41 @@ void tiers_flush_deferred(
         }
       }
     };
+    // Copies of both blocks on `d`, loaded from their homes; false (and
+    // nothing left allocated) when `d` has no room for them.
+    auto bring_both = [&](Tier d) {
+      auto bring = [&](Tiers::Block &b) {
+        if (b.home == int(d))
+          return;
+        for (int k = 0; k < b.parts(); ++k) {
+          s.allocate(b.part_id(k), d);
+          copies.push_back({b.part_id(k), Tier(b.home)});
+          s.move(b.part_id(k), Tier(b.home), d, Priority::Demand).wait();
+        }
+      };
+      try {
+        bring(pb);
+        if (ob)
+          bring(*ob);
+        return true;
+      } catch (const Error &) {
+        for (auto &[id, home] : copies)
+          if (s.resident(id, d))
+            s.release(id, d);
+        copies.clear();
+        return false;
+      }
+    };
+    Tier d = gpu_first ? Tier::Gpu : Tier::Host;
+    if (!bring_both(d)) {
+      d = gpu_first ? Tier::Host : Tier::Gpu;
+      if (!bring_both(d))
+        fail("%s: neither the GPU nor the host tier has room for copies of "
+             "it%s to apply the deferred updates",
+             pb.name.c_str(),
+             ob ? format(" and %s", ob->name.c_str()).c_str() : "");
+    }
     try {
-      bring(pb);
-      if (ob)
-        bring(*ob);
       bind(SPW_BLOCK_PARAMS, pb.layer, d);
       if (ob)
         bind(SPW_BLOCK_OPTIMIZER, ob->layer, d);

@@ -67,9 +67,10 @@ std::vector<int32_t> tiers_stream_members(const spw_ctx *ctx, int cls);
 // Applies the deferred updates (spw_adamw_defer) of the plan's parameters a
 // layer at a time, never gathering the model: for each params block with a
 // member whose update is pending, its and its layer's optimizer block's
-// copies on the tier where the update runs (the GPU when both are homed
-// there, else host copies, written back to their homes after), bound as a
-// step binds them, and `apply(members)` to apply those members' updates.
+// copies on the tier where the update runs (the GPU when the state is homed
+// there, else the host; the other when that one has no room), written back
+// to their homes after, bound as a step binds them, and `apply(members)` to
+// apply those members' updates.
 void tiers_flush_deferred(
     spw_ctx *ctx,
     const std::function<void(const std::vector<int32_t> &)> &apply);
