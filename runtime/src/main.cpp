@@ -269,11 +269,9 @@ int run(const Options &o, const char *argv0) {
   }
   // An offload plan's params blocks get their parameters straight from the
   // weights into their homes, after tiers_start (stream_weights): those
-  // parameters get no host copy, so a model larger than host memory starts.
-  // Until the checkpoint branch streams a restore into the homes, --resume
-  // restores into plain copies: such a run loads them as before.
-  // (i22 merge: `stream_start = !forward && has_tiers(ctx)`.)
-  const bool stream_start = !forward && has_tiers(ctx) && !o.resume;
+  // parameters get no host copy, so a model larger than host memory starts
+  // (and a --resume restores into the homes too, Checkpointer::start).
+  const bool stream_start = !forward && has_tiers(ctx);
   {
     // Host memory: the parameters (but those streamed into an offload
     // plan's homes, which its --host-mem budget holds), outputs and input
@@ -369,16 +367,18 @@ int run(const Options &o, const char *argv0) {
     device_push(ctx); // the restored state
     flush_stdout();
   }
-  // Contract with Checkpointer::start: it returns > 0 exactly when it
-  // restored a checkpoint (into the homes, for a streamed start: nothing
-  // is left to do); else the weights and fresh optimizer state go there
-  // now. Without streaming, the plain copies (weights or the restored
-  // checkpoint) are scattered.
+  // A restored checkpoint is in the homes already (Checkpointer::start);
+  // else the weights and fresh optimizer state go there now: streamed, or
+  // (without streaming) the plain copies scattered.
+  const bool restored = ck && ck->restored();
   if (stream_start) {
-    if (start == 0)
+    if (!restored)
       stream_weights(ctx, wplan);
   } else if (tiered) {
-    tiers_scatter(ctx);
+    if (restored)
+      tiers_release_copies(ctx);
+    else
+      tiers_scatter(ctx);
   }
   wplan = WeightsPlan(); // closes the weights files
   const auto t0 = std::chrono::steady_clock::now();
@@ -388,11 +388,6 @@ int run(const Options &o, const char *argv0) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();
   if (tiered) {
-    // --save reads the plain copies until the checkpoint branch streams it
-    // from the homes (i22 merge: no gather here; tiers_summary and
-    // tiers_stats_json read only counters).
-    if (!o.save.empty())
-      tiers_gather(ctx);
     if (o.steps > start)
       std::printf("%s\n", tiers_summary(ctx, secs, o.steps - start).c_str());
   }

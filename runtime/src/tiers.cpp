@@ -1413,3 +1413,137 @@ spw_tensor *spw_take_activation(spw_ctx *ctx, int32_t index, int32_t dtype,
 }
 
 } // extern "C"
+
+// ---- checkpoints, --save and the deferred updates, streamed --------------------
+// (driver/checkpoints.cpp, driver/train.cpp: see tiers.h)
+
+namespace spw {
+
+std::vector<int32_t> tiers_stream_members(const spw_ctx *ctx, int cls) {
+  std::vector<int32_t> out;
+  if (!ctx->tiers)
+    return out;
+  for (const Tiers::Block &b : ctx->tiers->blocks)
+    if (b.home >= 0 && b.cls == cls)
+      out.insert(out.end(), b.params.begin(), b.params.end());
+  return out;
+}
+
+void tiers_flush_deferred(
+    spw_ctx *ctx, const std::function<void(const std::vector<int32_t> &)> &apply) {
+  Tiers &t = *ctx->tiers;
+  TensorStore &s = t.started("tiers_flush_deferred");
+  auto finish = [&] {
+    if (std::string e = finish_host_updates(ctx, false); !e.empty())
+      fail("%s", e.c_str());
+  };
+  auto bind = [&](int cls, int layer, Tier d) {
+    ctx->error.clear();
+    spw_bind(ctx, cls, layer, int(d));
+    if (ctx->failed())
+      fail("%s", ctx->error.c_str());
+  };
+  finish();
+  for (size_t bi = 0; bi < t.blocks.size(); ++bi) {
+    Tiers::Block &pb = t.blocks[bi];
+    if (pb.cls != SPW_BLOCK_PARAMS || pb.home < 0)
+      continue;
+    std::vector<int32_t> members;
+    for (int32_t i : pb.params)
+      if (!ctx->params[size_t(i)].pending.empty())
+        members.push_back(i);
+    if (members.empty())
+      continue;
+    Tiers::Block *ob = nullptr;
+    if (auto it = t.by_key.find({SPW_BLOCK_OPTIMIZER, pb.layer});
+        it != t.by_key.end() && t.blocks[it->second].home >= 0)
+      ob = &t.blocks[it->second];
+    // The update runs where the optimizer state lives, as in a step: on the
+    // GPU tier when it is homed there (or, without an optimizer block, the
+    // parameters are), else on host copies; the other tier when that one
+    // has no room for the copies (the arenas are sized for the steps).
+    const bool gpu_first = ob ? ob->home == int(Tier::Gpu)
+                              : pb.home == int(Tier::Gpu);
+    std::vector<std::pair<TensorId, Tier>> copies; // made here: id, home
+    auto unbind = [&](Tiers::Block &b) {
+      b.bound_tier = -1;
+      for (int32_t i : b.params) {
+        ParamInfo &p = ctx->params[size_t(i)];
+        p.bound_split = -1;
+        if (b.cls == SPW_BLOCK_PARAMS) {
+          p.value->data = nullptr;
+          p.dev_value->data = nullptr;
+          p.w_on_device = false;
+          p.bound_w_part[0] = p.bound_w_part[1] = nullptr;
+        } else {
+          p.bound_m = p.bound_v = nullptr;
+          p.state_on_device = false;
+          for (int k = 0; k < 2; ++k)
+            p.bound_m_part[k] = p.bound_v_part[k] = nullptr;
+        }
+      }
+    };
+    // Copies of both blocks on `d`, loaded from their homes; false (and
+    // nothing left allocated) when `d` has no room for them.
+    auto bring_both = [&](Tier d) {
+      auto bring = [&](Tiers::Block &b) {
+        if (b.home == int(d))
+          return;
+        for (int k = 0; k < b.parts(); ++k) {
+          s.allocate(b.part_id(k), d);
+          copies.push_back({b.part_id(k), Tier(b.home)});
+          s.move(b.part_id(k), Tier(b.home), d, Priority::Demand).wait();
+        }
+      };
+      try {
+        bring(pb);
+        if (ob)
+          bring(*ob);
+        return true;
+      } catch (const Error &) {
+        for (auto &[id, home] : copies)
+          if (s.resident(id, d))
+            s.release(id, d);
+        copies.clear();
+        return false;
+      }
+    };
+    Tier d = gpu_first ? Tier::Gpu : Tier::Host;
+    if (!bring_both(d)) {
+      d = gpu_first ? Tier::Host : Tier::Gpu;
+      if (!bring_both(d))
+        fail("%s: neither the GPU nor the host tier has room for copies of "
+             "it%s to apply the deferred updates",
+             pb.name.c_str(),
+             ob ? format(" and %s", ob->name.c_str()).c_str() : "");
+    }
+    try {
+      bind(SPW_BLOCK_PARAMS, pb.layer, d);
+      if (ob)
+        bind(SPW_BLOCK_OPTIMIZER, ob->layer, d);
+      apply(members);
+      finish();
+      for (auto &[id, home] : copies) {
+        s.move(id, d, home, Priority::Demand).wait();
+        s.release(id, d);
+      }
+    } catch (...) {
+      try {
+        (void)finish_host_updates(ctx, false);
+      } catch (...) {
+      }
+      for (auto &[id, home] : copies)
+        if (s.resident(id, d))
+          s.release(id, d);
+      unbind(pb);
+      if (ob)
+        unbind(*ob);
+      throw;
+    }
+    unbind(pb);
+    if (ob)
+      unbind(*ob);
+  }
+}
+
+} // namespace spw

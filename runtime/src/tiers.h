@@ -61,6 +61,19 @@ using BlockRangeFn = std::function<void(const BlockRange &)>;
 constexpr uint64_t kStreamStagingBytes = uint64_t(8) << 20;
 void tiers_stream_in(spw_ctx *ctx, int cls, const BlockRangeFn &fn);
 void tiers_stream_out(spw_ctx *ctx, int cls, const BlockRangeFn &fn);
+// The parameters of the class's homed blocks in the order tiers_stream_in/out
+// visit them (a checkpoint's tensor order); the others keep plain copies.
+std::vector<int32_t> tiers_stream_members(const spw_ctx *ctx, int cls);
+// Applies the deferred updates (spw_adamw_defer) of the plan's parameters a
+// layer at a time, never gathering the model: for each params block with a
+// member whose update is pending, its and its layer's optimizer block's
+// copies on the tier where the update runs (the GPU when the state is homed
+// there, else the host; the other when that one has no room), written back
+// to their homes after, bound as a step binds them, and `apply(members)` to
+// apply those members' updates.
+void tiers_flush_deferred(
+    spw_ctx *ctx,
+    const std::function<void(const std::vector<int32_t> &)> &apply);
 // Where the plan keeps the gradient slice [begin, end) of parameter `param`
 // that spw_adamw_defer holds until the next step (its `pending` block's
 // home); null when the plan has no such block (no plan, or no deferral).

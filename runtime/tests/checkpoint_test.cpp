@@ -426,7 +426,7 @@ TEST_F(Checkpoint, CraftedManifestsAreInvalidNotFatal) {
                 ",\n"));
       notices.clear();
       auto c2 = load_newest();
-      ASSERT_TRUE(c2);
+      ASSERT_TRUE(c2) << all_notices();
       EXPECT_EQ(c2->step, 1);
       expect_same(*c2, t1);
       EXPECT_CONTAINS(all_notices(), "skipping checkpoint '" + step_dir(2) +
@@ -1118,3 +1118,193 @@ TEST_F(Checkpoint, KillAtEveryPhase) {
 }
 
 } // namespace
+
+// ---- streamed: CheckpointWriter and CheckpointReader ------------------------
+
+namespace {
+
+std::vector<CheckpointTensorSpec> specs_of(const Tensors &t) {
+  std::vector<CheckpointTensorSpec> out;
+  for (size_t i = 0; i < t.names.size(); ++i)
+    out.push_back({t.names[i], t.dtypes[i], t.shapes[i], t.bytes[i].size()});
+  return out;
+}
+
+// The tensors' bytes concatenated (no gaps): what a caller streams.
+std::string concatenated(const Tensors &t) {
+  std::string s;
+  for (const std::string &b : t.bytes)
+    s += b;
+  return s;
+}
+
+} // namespace
+
+class StreamedCheckpoint : public Checkpoint,
+                           public ::testing::WithParamInterface<bool> {};
+INSTANTIATE_TEST_SUITE_P(Compression, StreamedCheckpoint, ::testing::Bool(),
+                         [](const auto &info) {
+                           return info.param ? "zstd" : "raw";
+                         });
+
+// Pieces of any size (1 byte, across tensors, across chunks) make the same
+// files as write_checkpoint of whole tensors, byte for byte.
+TEST_P(StreamedCheckpoint, PiecesMakeTheSameCheckpoint) {
+  opts.zstd = GetParam();
+  Tensors t = random_tensors(30, 7, 40000);
+  write(1, t);
+  const std::string data1 = slurp(fs::path(step_dir(1)) / "data");
+  const std::string man1 = slurp(fs::path(step_dir(1)) / "MANIFEST.json");
+  const std::string all = concatenated(t);
+  std::mt19937_64 rng(3);
+  {
+    IoEngine engine(EngineConfig{});
+    CheckpointWriter w(engine, root(), 2, specs_of(t),
+                       {{"who", "test"}, {"step", "1"}}, opts);
+    size_t at = 0;
+    while (at < all.size()) {
+      const size_t n = std::min(all.size() - at,
+                                size_t(rng() % 3 == 0 ? 1 : rng() % 100000));
+      w.append(all.data() + at, n);
+      at += n;
+    }
+    EXPECT_EQ(w.next_tensor(), t.names.size());
+    w.finish();
+  }
+  EXPECT_EQ(slurp(fs::path(step_dir(2)) / "data"), data1);
+  // The same manifest but for the step.
+  std::string man2 = slurp(fs::path(step_dir(2)) / "MANIFEST.json");
+  EXPECT_EQ(man2.substr(0, man2.find("\"step\"")),
+            man1.substr(0, man1.find("\"step\"")));
+  auto c = load_newest();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->step, 2);
+  expect_same(*c, t);
+}
+
+// Too few or too many bytes: an error naming the tensor, and no checkpoint
+// (the tmp dir removed); an abandoned writer removes its tmp dir too.
+TEST_P(StreamedCheckpoint, WrongByteCountsAreErrors) {
+  opts.zstd = GetParam();
+  Tensors t = random_tensors(5, 9, 3000);
+  const std::string all = concatenated(t);
+  IoEngine engine(EngineConfig{});
+  auto tmp_dirs = [&] {
+    size_t n = 0;
+    for (auto &e : fs::directory_iterator(root()))
+      n += e.path().filename().string().find(".tmp-") != std::string::npos;
+    return n;
+  };
+  {
+    CheckpointWriter w(engine, root(), 1, specs_of(t), {}, opts);
+    w.append(all.data(), all.size() - 1);
+    try {
+      w.finish();
+      ADD_FAILURE() << "finished with a byte missing";
+    } catch (const spw::Error &e) {
+      EXPECT_CONTAINS(std::string(e.what()), "cannot write the checkpoint of step 1");
+      EXPECT_CONTAINS(std::string(e.what()), "of its");
+    }
+    EXPECT_EQ(tmp_dirs(), 0u);
+  }
+  {
+    CheckpointWriter w(engine, root(), 1, specs_of(t), {}, opts);
+    std::string more = all + "x";
+    try {
+      w.append(more.data(), more.size());
+      ADD_FAILURE() << "appended a byte too many";
+    } catch (const spw::Error &e) {
+      EXPECT_CONTAINS(std::string(e.what()), "1 bytes appended beyond the 5 tensors'");
+    }
+    EXPECT_EQ(tmp_dirs(), 0u);
+  }
+  {
+    CheckpointWriter w(engine, root(), 1, specs_of(t), {}, opts);
+    w.append(all.data(), all.size() / 2);
+    EXPECT_EQ(tmp_dirs(), 1u);
+  } // abandoned
+  EXPECT_EQ(tmp_dirs(), 0u);
+  EXPECT_TRUE(list_checkpoints(root()).empty());
+}
+
+// Reads of any offsets and lengths, in any order, give the tensors' bytes;
+// each chunk is verified when read.
+TEST_P(StreamedCheckpoint, ReaderReadsAnyRange) {
+  opts.zstd = GetParam();
+  Tensors t = random_tensors(20, 11, 60000);
+  write(1, t);
+  IoEngine engine(EngineConfig{});
+  CheckpointReader r(engine, step_dir(1));
+  EXPECT_EQ(r.step(), 1);
+  ASSERT_EQ(r.tensors().size(), t.names.size());
+  EXPECT_EQ(*r.meta("who"), "test");
+  std::mt19937_64 rng(5);
+  for (int k = 0; k < 300; ++k) {
+    const size_t i = size_t(rng() % t.names.size());
+    const CheckpointTensor *x = r.find(t.names[i]);
+    ASSERT_NE(x, nullptr);
+    if (x->bytes == 0)
+      continue;
+    const uint64_t off = rng() % x->bytes;
+    const uint64_t n = 1 + rng() % (x->bytes - off);
+    std::string got(size_t(n), '\0');
+    r.read(*x, off, n, got.data());
+    ASSERT_EQ(got, t.bytes[i].substr(size_t(off), size_t(n)))
+        << t.names[i] << " [" << off << ", +" << n << ")";
+  }
+  std::string past(8, '\0');
+  const CheckpointTensor &last = r.tensors().back();
+  EXPECT_THROW(r.read(last, last.bytes, 1, past.data()), spw::Error);
+}
+
+// A chunk flipped in the middle: the reads before it succeed, the read that
+// reaches it fails naming it (not a CheckpointReadError: the checkpoint is
+// invalid), and open_newest_checkpoint below it gives the older one, which
+// reject_checkpoint's verdict keeps the writer's pruning from counting.
+TEST_P(StreamedCheckpoint, ChunkFlippedMidRead) {
+  opts.zstd = GetParam();
+  Tensors t1 = random_tensors(12, 21, 60000), t2 = random_tensors(12, 22, 60000);
+  write(1, t1);
+  write(2, t2);
+  fs::path d = fs::path(step_dir(2)) / "data";
+  std::string bytes = slurp(d);
+  const size_t at = bytes.size() * 2 / 3;
+  bytes[at] ^= 0x01;
+  spill(d, bytes);
+  IoEngine engine(EngineConfig{});
+  auto r = open_newest_checkpoint(engine, root(), opts);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->step(), 2);
+  std::string raw(size_t(r->raw_bytes()), '\0');
+  uint64_t done = 0;
+  std::string why;
+  try {
+    while (done < raw.size()) {
+      const uint64_t n = std::min<uint64_t>(raw.size() - done, 10000);
+      r->read_raw(done, n, raw.data() + done);
+      done += n;
+    }
+  } catch (const CheckpointReadError &e) {
+    FAIL() << "a bad chunk is no read error: " << e.what();
+  } catch (const spw::Error &e) {
+    why = e.what();
+  }
+  EXPECT_GT(done, 0u);
+  EXPECT_LT(done, raw.size());
+  EXPECT_CONTAINS(why, d.string());
+  EXPECT_CONTAINS(why, opts.zstd ? "chunk" : "fails its checksum");
+  reject_checkpoint(opts, r->dir(), why);
+  EXPECT_CONTAINS(all_notices(), "skipping checkpoint '" + step_dir(2) +
+                                     "': chunk ");
+  auto older = open_newest_checkpoint(engine, root(), opts, r->step());
+  ASSERT_TRUE(older);
+  EXPECT_EQ(older->step(), 1);
+  // The loader agrees, and the next write prunes the rejected one.
+  auto c = load_newest();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->step, 1);
+  expect_same(*c, t1);
+  opts.keep = 2;
+  CheckpointWriteResult w = write(3, t2);
+  EXPECT_EQ(w.pruned, std::vector<std::string>{step_dir(2)});
+}

@@ -4,9 +4,11 @@
 #include "driver/driver.h"
 #include "tiers.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -86,6 +88,10 @@ Checkpointer::Checkpointer(spw_ctx *ctx, const Options &o,
   lock_ = std::make_unique<storage::CheckpointDirLock>(o.checkpoint_dir);
   copts_.zstd = o.checkpoint_zstd;
   copts_.keep = int(o.keep_checkpoints);
+  // Test-only: small chunks, so that a test's small model spans many and a
+  // flipped byte fails a chunk in the middle of a restore.
+  if (const char *c = std::getenv("SPILLWAY_TEST_CHECKPOINT_CHUNK"))
+    copts_.chunk_bytes = uint64_t(std::max(1LL, std::atoll(c)));
   // Staging buffers for the chunks in flight, registered with the rings.
   uint64_t raw = 0;
   for (const ParamInfo &p : ctx->params)
@@ -104,8 +110,56 @@ Checkpointer::Checkpointer(spw_ctx *ctx, const Options &o,
   }
 }
 
+namespace {
+
+// A chunk of the checkpoint being restored failed its checksum (or did not
+// decompress): the checkpoint is invalid, the next older one is tried.
+struct BadChunk : Error {
+  using Error::Error;
+};
+
+// Runs pieces of work inside a stream of an offload plan's blocks, whose
+// callback must not throw (tiers_stream_in/out then skip putting the block
+// back): the first failure is kept, the later pieces are skipped, and
+// rethrow() raises it once the stream is over.
+struct FirstFailure {
+  std::exception_ptr e;
+  template <class F> void run(F &&f) {
+    if (e)
+      return;
+    try {
+      f();
+    } catch (...) {
+      e = std::current_exception();
+    }
+  }
+  void rethrow() {
+    if (e)
+      std::rethrow_exception(e);
+  }
+};
+
+// Which parameters an offload plan's blocks of class `cls` hold (their
+// values or state stream through tiers_stream_in/out); none without one.
+std::vector<char> streamed(const spw_ctx *ctx, int cls) {
+  std::vector<char> in(ctx->params.size(), 0);
+  if (!has_tiers(ctx))
+    return in;
+  for (int32_t i : tiers_stream_members(ctx, cls)) {
+    if (in[size_t(i)])
+      fail("the offload plan's %s blocks hold parameter '%s' twice",
+           cls == SPW_BLOCK_PARAMS ? "params" : "optimizer",
+           ctx->params[size_t(i)].name.c_str());
+    in[size_t(i)] = 1;
+  }
+  return in;
+}
+
+} // namespace
+
 int64_t Checkpointer::start() {
   const std::string &dir = o_.checkpoint_dir;
+  restored_ = false;
   if (!o_.resume) {
     auto existing = storage::list_checkpoints(dir);
     if (!existing.empty())
@@ -115,66 +169,122 @@ int64_t Checkpointer::start() {
            dir.c_str(), existing.front().second.c_str());
     return 0;
   }
-  std::optional<storage::LoadedCheckpoint> c =
-      storage::load_newest_checkpoint(*engine_, dir, copts_);
-  if (!c) {
-    std::printf("  resume: no valid checkpoint in '%s'; starting from the "
-                "weights\n",
-                dir.c_str());
-    return 0;
+  // Newest first; one whose chunk fails its checksum while it is restored
+  // is skipped as the loader skips it, and the next older one restores
+  // everything again (an offload plan's homes are overwritten in full).
+  int64_t below = INT64_MAX;
+  while (true) {
+    std::optional<storage::CheckpointReader> c =
+        storage::open_newest_checkpoint(*engine_, dir, copts_, below);
+    if (!c) {
+      std::printf("  resume: no valid checkpoint in '%s'; starting from the "
+                  "weights\n",
+                  dir.c_str());
+      return 0;
+    }
+    // Older checkpoints have no "optimizer": their shapes are checked.
+    if (const std::string *k = c->meta("optimizer");
+        k && *k != optimizer_kind(ctx_))
+      fail("checkpoint '%s' holds %s optimizer state; this executable "
+           "trains with %s, so the state does not carry over: resume with "
+           "an executable compiled with the same --optimizer and "
+           "--foam-level, or start a new --checkpoint-dir",
+           c->dir().c_str(), k->c_str(), optimizer_kind(ctx_).c_str());
+    check_compatible(*c);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      restore(*c);
+    } catch (const BadChunk &e) {
+      storage::reject_checkpoint(copts_, c->dir(), e.what());
+      below = c->step();
+      continue;
+    } catch (const storage::CheckpointReadError &e) {
+      throw storage::CheckpointReadError(
+          storage::unreadable_checkpoint_message(dir, c->dir(), e.what()));
+    }
+    if (c->step() > o_.steps)
+      fail("checkpoint '%s' is at step %lld, beyond --steps %lld (--steps "
+           "is the total step count, not the number of steps to add)",
+           c->dir().c_str(), (long long)c->step(), (long long)o_.steps);
+    const double ms = std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count();
+    std::printf("  resume: from '%s' (step %lld of %lld): %s in %.1f ms\n",
+                c->dir().c_str(), (long long)c->step(), (long long)o_.steps,
+                human_bytes(int64_t(c->raw_bytes())).c_str(), ms);
+    if (const std::string *h = c->meta("adamw"); h && *h != hparams())
+      std::fprintf(stderr,
+                   "warning: checkpoint '%s' was written with AdamW %s; this "
+                   "run uses %s, so it will not reproduce the interrupted "
+                   "run\n",
+                   c->dir().c_str(), h->c_str(), hparams().c_str());
+    if (const std::string *h = c->meta("inputs"); h && *h != inputs_)
+      std::fprintf(stderr,
+                   "warning: checkpoint '%s' was written with other --input "
+                   "data; this run will not reproduce the interrupted run\n",
+                   c->dir().c_str());
+    restored_ = true;
+    return c->step();
   }
-  // Older checkpoints have no "optimizer": their shapes are checked.
-  if (const std::string *k = c->meta("optimizer");
-      k && *k != optimizer_kind(ctx_))
-    fail("checkpoint '%s' holds %s optimizer state; this executable "
-         "trains with %s, so the state does not carry over: resume with "
-         "an executable compiled with the same --optimizer and "
-         "--foam-level, or start a new --checkpoint-dir",
-         c->dir.c_str(), k->c_str(), optimizer_kind(ctx_).c_str());
-  restore(*c);
-  check_restored(c->dir);
-  if (c->step > o_.steps)
-    fail("checkpoint '%s' is at step %lld, beyond --steps %lld (--steps "
-         "is the total step count, not the number of steps to add)",
-         c->dir.c_str(), (long long)c->step, (long long)o_.steps);
-  std::printf("  resume: from '%s' (step %lld of %lld)\n", c->dir.c_str(),
-              (long long)c->step, (long long)o_.steps);
-  if (const std::string *h = c->meta("adamw"); h && *h != hparams())
-    std::fprintf(stderr,
-                 "warning: checkpoint '%s' was written with AdamW %s; this "
-                 "run uses %s, so it will not reproduce the interrupted "
-                 "run\n",
-                 c->dir.c_str(), h->c_str(), hparams().c_str());
-  if (const std::string *h = c->meta("inputs");
-      h && *h != inputs_)
-    std::fprintf(stderr,
-                 "warning: checkpoint '%s' was written with other --input "
-                 "data; this run will not reproduce the interrupted run\n",
-                 c->dir.c_str());
-  return c->step;
 }
 
 void Checkpointer::write(int64_t step, bool report) {
-  using storage::CheckpointTensorRef;
-  if (has_tiers(ctx_))
-    tiers_gather(ctx_);
+  using storage::CheckpointTensorSpec;
+  // The plain copies (parameters no block holds, and every one of a run
+  // without a plan) come from the device; the blocks' from their homes.
   device_pull(ctx_);
-  check_finite_weights(ctx_, "the checkpoint");
-  std::vector<CheckpointTensorRef> ts;
-  for (const ParamInfo &p : ctx_->params) {
-    const std::vector<int64_t> dims(p.value->dims,
-                                    p.value->dims + p.value->rank);
-    ts.push_back({"param/" + p.name, p.value->dtype, dims, p.value->data,
-                  uint64_t(p.value->bytes())});
-    if (!p.adam_m.empty()) {
+  const std::vector<char> in_p = streamed(ctx_, SPW_BLOCK_PARAMS),
+                          in_o = streamed(ctx_, SPW_BLOCK_OPTIMIZER);
+  // The blocks' state exists once a step has run (else: fresh, not written).
+  const bool block_state = has_tiers(ctx_) && ctx_->step > 0;
+  for (size_t i = 0; i < ctx_->params.size(); ++i) {
+    const ParamInfo &p = ctx_->params[i];
+    if (!in_p[i] && p.value->dtype == SPW_F32)
+      check_finite_range(ctx_, p, p.value->as<float>(), 0, p.value->numel,
+                         "the checkpoint");
+  }
+  // The raw stream's order: the plain copies in parameter order (each with
+  // its moments: a run without a plan writes what it always wrote), then
+  // the params blocks' members and the optimizer blocks' in visit order.
+  std::vector<CheckpointTensorSpec> ts;
+  struct Source {
+    int32_t param;
+    int kind; // kTensorValue, kTensorAdamM, kTensorAdamV
+    const void *plain; // null: streamed from a block
+  };
+  std::vector<Source> src;
+  auto add = [&](size_t i, int kind, const void *plain) {
+    const ParamInfo &p = ctx_->params[i];
+    if (kind == kTensorValue) {
+      const std::vector<int64_t> dims(p.value->dims,
+                                      p.value->dims + p.value->rank);
+      ts.push_back({"param/" + p.name, p.value->dtype, dims,
+                    uint64_t(p.value->bytes())});
+    } else {
       // FOAM's folded moments keep their own [rows, folded] shape.
-      const std::vector<int64_t> sdims = p.state_dims();
-      ts.push_back({"adam_m/" + p.name, SPW_F32, sdims, p.adam_m.data(),
-                    p.adam_m.size() * sizeof(float)});
-      ts.push_back({"adam_v/" + p.name, SPW_F32, sdims, p.adam_v.data(),
-                    p.adam_v.size() * sizeof(float)});
+      ts.push_back({(kind == kTensorAdamM ? "adam_m/" : "adam_v/") + p.name,
+                    SPW_F32, p.state_dims(),
+                    uint64_t(p.state_numel()) * sizeof(float)});
+    }
+    src.push_back({int32_t(i), kind, plain});
+  };
+  for (size_t i = 0; i < ctx_->params.size(); ++i) {
+    const ParamInfo &p = ctx_->params[i];
+    if (!in_p[i])
+      add(i, kTensorValue, p.value->data);
+    if (!in_o[i] && !p.adam_m.empty()) {
+      add(i, kTensorAdamM, p.adam_m.data());
+      add(i, kTensorAdamV, p.adam_v.data());
     }
   }
+  const size_t first_streamed = ts.size();
+  for (int32_t i : tiers_stream_members(ctx_, SPW_BLOCK_PARAMS))
+    add(size_t(i), kTensorValue, nullptr);
+  if (block_state)
+    for (int32_t i : tiers_stream_members(ctx_, SPW_BLOCK_OPTIMIZER)) {
+      add(size_t(i), kTensorAdamM, nullptr);
+      add(size_t(i), kTensorAdamV, nullptr);
+    }
   const storage::Metadata meta = {
       {"model_fingerprint", model_fingerprint(ctx_)},
       {"parameters", std::to_string(ctx_->params.size())},
@@ -183,10 +293,48 @@ void Checkpointer::write(int64_t step, bool report) {
       {"inputs", inputs_},
       {"steps", std::to_string(o_.steps)}};
   const auto t0 = std::chrono::steady_clock::now();
-  storage::CheckpointWriteResult r = storage::write_checkpoint(
-      *engine_, o_.checkpoint_dir, step, ts, meta, copts_);
-  if (has_tiers(ctx_))
-    tiers_release_copies(ctx_);
+  storage::CheckpointWriter w(*engine_, o_.checkpoint_dir, step, ts, meta,
+                              copts_);
+  for (size_t k = 0; k < first_streamed; ++k)
+    if (ts[k].bytes)
+      w.append(src[k].plain, ts[k].bytes);
+  // A block's ranges come in the order the tensors were listed: one
+  // tensor's ranges one after another, in element order (split blocks'
+  // parts included). Checked, so that a plan visiting them otherwise is an
+  // error here, not a checkpoint with bytes in the wrong places.
+  size_t next = first_streamed;
+  int64_t done = 0; // elements of tensor `next` appended
+  FirstFailure failure;
+  auto take = [&](const BlockRange &r) {
+    failure.run([&] {
+      while (next < ts.size() && ts[next].bytes == 0)
+        ++next;
+      if (next >= ts.size() || src[next].param != r.param ||
+          src[next].kind != r.kind || r.begin != done)
+        fail("the offload plan's blocks give elements [%lld, %lld) of "
+             "parameter '%s' (tensor kind %d) out of the checkpoint's "
+             "order",
+             (long long)r.begin, (long long)(r.begin + r.count),
+             ctx_->params[size_t(r.param)].name.c_str(), r.kind);
+      const ParamInfo &p = ctx_->params[size_t(r.param)];
+      if (r.kind == kTensorValue)
+        check_finite_range(ctx_, p, static_cast<const float *>(r.data),
+                           r.begin, r.count, "the checkpoint");
+      w.append(r.data, uint64_t(r.count) * sizeof(float));
+      done += r.count;
+      if (uint64_t(done) * sizeof(float) == ts[next].bytes) {
+        ++next;
+        done = 0;
+      }
+    });
+  };
+  if (has_tiers(ctx_)) {
+    tiers_stream_out(ctx_, SPW_BLOCK_PARAMS, take);
+    if (block_state)
+      tiers_stream_out(ctx_, SPW_BLOCK_OPTIMIZER, take);
+  }
+  failure.rethrow();
+  storage::CheckpointWriteResult r = w.finish();
   const double ms = std::chrono::duration<double, std::milli>(
                         std::chrono::steady_clock::now() - t0)
                         .count();
@@ -219,66 +367,74 @@ std::string Checkpointer::hparams() const {
   return adamw_string(hp_) + foam_string(ctx_);
 }
 
+namespace {
+
 // A checkpoint's checksums say its bytes are the ones written, not that
 // they make sense: anyone can recompute them. The writer never writes
 // non-finite weights, so a NaN here was put there; refused at the resume,
 // naming the tensor, instead of failing steps later. v may be +Inf (a
 // finite gradient above 1.8e19 squares to it, and the update is then 0),
-// never NaN or negative.
-void Checkpointer::check_restored(const std::string &dir) {
-  auto refuse = [&](const std::string &tensor, const char *shape,
-                    const char *what, int64_t i) {
+// never NaN or negative. `x` holds elements [begin, begin + n) of the
+// tensor.
+void check_restored(const std::string &dir, const ParamInfo &p, int kind,
+                    const float *x, int64_t begin, int64_t n) {
+  auto refuse = [&](const std::string &tensor, const std::string &shape,
+                    const std::string &what, int64_t i) {
     fail("checkpoint '%s': %s %s holds %s at flat index %lld, which "
          "training never writes (its checksums match, so it was written "
          "so, or crafted): move it out of --checkpoint-dir to resume from "
          "the one before, or start a new --checkpoint-dir",
-         dir.c_str(), tensor.c_str(), shape, what, (long long)i);
+         dir.c_str(), tensor.c_str(), shape.c_str(), what.c_str(),
+         (long long)i);
   };
-  for (const ParamInfo &p : ctx_->params) {
-    if (p.value->dtype != SPW_F32)
-      continue;
-    const float *w = p.value->as<float>();
-    const int64_t bad = first_non_finite(w, p.value->numel);
+  if (p.value->dtype != SPW_F32)
+    return;
+  const std::string sshape =
+      shape_str(p.state_dims().data(), int(p.state_dims().size()));
+  if (kind == kTensorValue) {
+    const int64_t bad = first_non_finite(x, n);
     if (bad >= 0)
-      refuse(format("parameter '%s'", p.name.c_str()),
-             p.value->shape().c_str(), non_finite_name(w[bad]), bad);
-    const std::string sshape =
-        shape_str(p.state_dims().data(), int(p.state_dims().size()));
-    const int64_t m_bad =
-        first_non_finite(p.adam_m.data(), int64_t(p.adam_m.size()));
-    if (m_bad >= 0)
+      refuse(format("parameter '%s'", p.name.c_str()), p.value->shape(),
+             non_finite_name(x[bad]), begin + bad);
+  } else if (kind == kTensorAdamM) {
+    const int64_t bad = first_non_finite(x, n);
+    if (bad >= 0)
       refuse(format("the first moment (adam_m) of '%s'", p.name.c_str()),
-             sshape.c_str(), non_finite_name(p.adam_m[size_t(m_bad)]),
-             m_bad);
-    for (size_t i = 0; i < p.adam_v.size(); ++i)
-      if (std::isnan(p.adam_v[i]) || p.adam_v[i] < 0)
+             sshape, non_finite_name(x[bad]), begin + bad);
+  } else {
+    for (int64_t i = 0; i < n; ++i)
+      if (std::isnan(x[i]) || x[i] < 0)
         refuse(format("the second moment (adam_v) of '%s'", p.name.c_str()),
-               sshape.c_str(),
-               std::isnan(p.adam_v[i])
-                   ? "NaN"
-                   : format("a negative value (%g)", double(p.adam_v[i]))
-                         .c_str(),
-               int64_t(i));
+               sshape,
+               std::isnan(x[i]) ? std::string("NaN")
+                                : format("a negative value (%g)",
+                                         double(x[i])),
+               begin + i);
   }
 }
 
-void Checkpointer::restore(const storage::LoadedCheckpoint &c) {
+} // namespace
+
+// What restore() relies on, checked before anything is overwritten: every
+// parameter there with the model's dtype and shape, the same model (the
+// fingerprint), and each one's moments both or neither, of its state shape.
+void Checkpointer::check_compatible(const storage::CheckpointReader &c) {
   const char *other = "; it was written for another model: pass another "
                       "--checkpoint-dir to train this one";
   size_t in_ckpt = 0;
-  for (const storage::CheckpointTensor &t : c.tensors)
+  for (const storage::CheckpointTensor &t : c.tensors())
     in_ckpt += t.name.rfind("param/", 0) == 0;
   for (const ParamInfo &p : ctx_->params) {
     const storage::CheckpointTensor *t = c.find("param/" + p.name);
     if (!t)
-      fail("checkpoint '%s' has no parameter '%s'%s", c.dir.c_str(),
+      fail("checkpoint '%s' has no parameter '%s'%s", c.dir().c_str(),
            p.name.c_str(), other);
     const std::vector<int64_t> dims(p.value->dims,
                                     p.value->dims + p.value->rank);
     if (t->dtype != p.value->dtype || t->shape != dims)
       fail("checkpoint '%s': parameter '%s' is %s %s, the model's is %s "
            "%s%s",
-           c.dir.c_str(), p.name.c_str(), dtype_name(t->dtype),
+           c.dir().c_str(), p.name.c_str(), dtype_name(t->dtype),
            shape_str(t->shape.data(), int(t->shape.size())).c_str(),
            dtype_name(p.value->dtype), p.value->shape().c_str(), other);
   }
@@ -287,34 +443,118 @@ void Checkpointer::restore(const storage::LoadedCheckpoint &c) {
       *fp != model_fingerprint(ctx_))
     fail("checkpoint '%s' holds %zu parameters, the model has %zu (or "
          "they are declared in another order)%s",
-         c.dir.c_str(), in_ckpt, ctx_->params.size(), other);
-  for (ParamInfo &p : ctx_->params) {
-    const storage::CheckpointTensor *t = c.find("param/" + p.name);
-    if (t->bytes)
-      std::memcpy(p.value->data, c.data(*t), size_t(t->bytes));
+         c.dir().c_str(), in_ckpt, ctx_->params.size(), other);
+  for (const ParamInfo &p : ctx_->params) {
     const storage::CheckpointTensor *m = c.find("adam_m/" + p.name);
     const storage::CheckpointTensor *v = c.find("adam_v/" + p.name);
-    if (!m && !v) { // never updated yet
-      p.adam_m.clear();
-      p.adam_v.clear();
+    if (!m && !v) // never updated yet
       continue;
-    }
-    const uint64_t want = uint64_t(p.state_numel()) * sizeof(float);
     if (!m || !v || m->dtype != SPW_F32 || v->dtype != SPW_F32 ||
         m->shape != p.state_dims() || v->shape != p.state_dims())
       fail("checkpoint '%s': the %s state of '%s' is incomplete or of "
            "another shape than %s (was it written with another --optimizer "
            "or --foam-level?)%s",
-           c.dir.c_str(), p.foam_level >= 0 ? "FOAM" : "AdamW",
+           c.dir().c_str(), p.foam_level >= 0 ? "FOAM" : "AdamW",
            p.name.c_str(),
            shape_str(p.state_dims().data(), int(p.state_dims().size()))
                .c_str(),
            other);
-    p.adam_m.resize(size_t(p.state_numel()));
-    p.adam_v.resize(size_t(p.state_numel()));
-    if (want) {
-      std::memcpy(p.adam_m.data(), c.data(*m), size_t(want));
-      std::memcpy(p.adam_v.data(), c.data(*v), size_t(want));
+  }
+}
+
+// The plain copies are read into new buffers and replace the old ones only
+// once everything read and checked (a bad chunk then leaves them as they
+// were, for an older checkpoint or the weights); an offload plan's blocks
+// are read straight into their homes, block by block, which a fallback
+// overwrites again in full. Memory: the plain copies once more (a run
+// without a plan: its parameters and state), plus a block.
+void Checkpointer::restore(storage::CheckpointReader &c) {
+  auto read = [&](const storage::CheckpointTensor &t, uint64_t off,
+                  uint64_t n, void *dst) {
+    try {
+      c.read(t, off, n, dst);
+    } catch (const storage::CheckpointReadError &) {
+      throw;
+    } catch (const Error &e) {
+      throw BadChunk(e.what());
+    }
+  };
+  const std::vector<char> in_p = streamed(ctx_, SPW_BLOCK_PARAMS),
+                          in_o = streamed(ctx_, SPW_BLOCK_OPTIMIZER);
+  struct Plain {
+    Buffer value; // null: the value streams into a block
+    std::vector<float> m, v;
+    bool state = false; // m and v restored (else: cleared)
+  };
+  std::vector<Plain> plain(ctx_->params.size());
+  for (size_t i = 0; i < ctx_->params.size(); ++i) {
+    const ParamInfo &p = ctx_->params[i];
+    Plain &q = plain[i];
+    if (!in_p[i]) {
+      const storage::CheckpointTensor *t = c.find("param/" + p.name);
+      q.value = alloc_buffer(std::max<int64_t>(1, p.value->bytes()));
+      read(*t, 0, t->bytes, q.value.get());
+      if (p.value->dtype == SPW_F32)
+        check_restored(c.dir(), p, kTensorValue,
+                       reinterpret_cast<const float *>(q.value.get()), 0,
+                       p.value->numel);
+    }
+    const storage::CheckpointTensor *m = c.find("adam_m/" + p.name);
+    const storage::CheckpointTensor *v = c.find("adam_v/" + p.name);
+    if (!in_o[i] && m && v) {
+      q.state = true;
+      q.m.resize(size_t(p.state_numel()));
+      q.v.resize(size_t(p.state_numel()));
+      read(*m, 0, m->bytes, q.m.data());
+      read(*v, 0, v->bytes, q.v.data());
+      check_restored(c.dir(), p, kTensorAdamM, q.m.data(), 0,
+                     int64_t(q.m.size()));
+      check_restored(c.dir(), p, kTensorAdamV, q.v.data(), 0,
+                     int64_t(q.v.size()));
+    }
+  }
+  if (has_tiers(ctx_)) {
+    FirstFailure failure;
+    auto fill = [&](const BlockRange &r) {
+      const uint64_t bytes = uint64_t(r.count) * sizeof(float);
+      if (failure.e) {
+        std::memset(r.data, 0, size_t(bytes)); // overwritten again later
+        return;
+      }
+      failure.run([&] {
+        const ParamInfo &p = ctx_->params[size_t(r.param)];
+        const char *prefix = r.kind == kTensorValue   ? "param/"
+                             : r.kind == kTensorAdamM ? "adam_m/"
+                                                      : "adam_v/";
+        const storage::CheckpointTensor *t = c.find(prefix + p.name);
+        if (!t) { // no state yet (never updated): fresh, zeros
+          std::memset(r.data, 0, size_t(bytes));
+          return;
+        }
+        read(*t, uint64_t(r.begin) * sizeof(float), bytes, r.data);
+        check_restored(c.dir(), p, r.kind, static_cast<const float *>(r.data),
+                       r.begin, r.count);
+      });
+      if (failure.e)
+        std::memset(r.data, 0, size_t(bytes));
+    };
+    tiers_stream_in(ctx_, SPW_BLOCK_PARAMS, fill);
+    tiers_stream_in(ctx_, SPW_BLOCK_OPTIMIZER, fill);
+    failure.rethrow();
+  }
+  for (size_t i = 0; i < ctx_->params.size(); ++i) {
+    ParamInfo &p = ctx_->params[i];
+    Plain &q = plain[i];
+    if (q.value && p.value->bytes())
+      std::memcpy(p.value->data, q.value.get(), size_t(p.value->bytes()));
+    if (in_o[i])
+      continue;
+    if (q.state) {
+      p.adam_m = std::move(q.m);
+      p.adam_v = std::move(q.v);
+    } else {
+      p.adam_m.clear();
+      p.adam_v.clear();
     }
   }
 }

@@ -18,6 +18,13 @@
 
 namespace spw::driver {
 
+// Stops, before a file is written, when element begin + i of `w` (n elements
+// of parameter `p`'s values) is not finite: check_finite_weights' message,
+// for values that stream through in pieces (an offload plan's blocks).
+void check_finite_range(const spw_ctx *ctx, const ParamInfo &p,
+                        const float *w, int64_t begin, int64_t n,
+                        const char *before);
+
 // FOAM's settings in effect, for checkpoints' metadata and the banner;
 // empty when no parameter is folded.
 std::string foam_string(const spw_ctx *ctx);
@@ -32,7 +39,15 @@ public:
   // Loads the newest valid checkpoint (with --resume) and returns its step,
   // or 0 to start from the weights. Without --resume, a directory that
   // already holds checkpoints is refused: they belong to another run.
+  // With an offload plan (tiers_start first), the blocks' parameters and
+  // state are restored straight into their homes, block by block.
   int64_t start();
+  // Whether start() restored a checkpoint (else the caller loads the
+  // weights, and an offload plan's homes with them and zero state).
+  bool restored() const { return restored_; }
+  // Streams the parameters and state to a new checkpoint: an offload plan's
+  // blocks one at a time from their homes (tiers_stream_out), never all in
+  // host memory.
   void write(int64_t step, bool report);
   std::string describe() const;
 
@@ -47,8 +62,10 @@ private:
   std::unique_ptr<storage::PinnedPool> pool_; // outlives the engine
   std::unique_ptr<storage::IoEngine> engine_;
 
-  void check_restored(const std::string &dir);
-  void restore(const storage::LoadedCheckpoint &c);
+  bool restored_ = false;
+
+  void check_compatible(const storage::CheckpointReader &c);
+  void restore(storage::CheckpointReader &c);
 };
 
 } // namespace spw::driver

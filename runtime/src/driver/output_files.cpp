@@ -1,5 +1,6 @@
 //===- output_files.cpp - checking and writing the run's output files -----===//
 
+#include "driver/checkpoints.h"
 #include "driver/driver.h"
 
 #include <cerrno>
@@ -277,11 +278,20 @@ std::string rescue_weights(const std::string &bytes, const std::string &asked) {
 void check_finite_weights(const spw_ctx *ctx, const char *before) {
   int64_t at = 0;
   if (const ParamInfo *p = non_finite_param(ctx, &at))
+    check_finite_range(ctx, *p, p->value->as<float>(), 0, p->value->numel,
+                       before);
+}
+
+void check_finite_range(const spw_ctx *ctx, const ParamInfo &p,
+                        const float *w, int64_t begin, int64_t n,
+                        const char *before) {
+  const int64_t i = first_non_finite(w, n);
+  if (i >= 0)
     fail("step %lld: parameter '%s' %s holds %s at flat index %lld; %s is "
          "not written (a non-finite gradient or a diverging update made it: "
          "check the inputs and the model, or lower --lr if the loss grew)",
-         (long long)ctx->step, p->name.c_str(), p->value->shape().c_str(),
-         non_finite_name(p->value->as<float>()[at]), (long long)at, before);
+         (long long)ctx->step, p.name.c_str(), p.value->shape().c_str(),
+         non_finite_name(w[i]), (long long)(begin + i), before);
 }
 
 } // namespace spw::driver

@@ -8,7 +8,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace spw::driver {
 
@@ -42,26 +47,217 @@ float run_step(spw_ctx *ctx, int64_t step0, const std::string &label) {
 
 namespace {
 
-// The host copies of the parameters as .safetensors (after device_pull).
-std::string params_safetensors(spw_ctx *ctx) {
-  std::vector<NamedTensor> ts;
-  for (const ParamInfo &p : ctx->params)
-    ts.push_back({p.name, p.value.get()});
-  return safetensors_bytes(ts);
+// A parameter that is not finite: nothing is written, nor rescued.
+struct NonFiniteWeights : Error {
+  using Error::Error;
+};
+
+// A file written in pieces at offsets (pwrite), with write_file_atomic's
+// protocol: DEST.tmp.PID (what a dead writer of DEST left is removed
+// first), fsync, rename over DEST (a symlink's target), fsync the directory;
+// or, `direct`, a new file created exclusively at DEST (a rescue copy), as
+// write_file_synced writes one. Destroyed uncommitted, it removes what it
+// made.
+class StreamedFile {
+public:
+  StreamedFile(const std::string &given, bool direct) {
+    path_ = direct ? given : resolve_symlinks(given);
+    if (direct) {
+      tmp_ = path_;
+    } else {
+      struct stat st;
+      if (::stat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+        fail("'%s' is %s; refusing to replace it with a regular file",
+             path_.c_str(), file_kind(st.st_mode));
+      const size_t slash = path_.find_last_of('/');
+      remove_files_of_dead_writers(
+          slash == std::string::npos ? "."
+          : slash == 0               ? "/"
+                                     : path_.substr(0, slash),
+          (slash == std::string::npos ? path_ : path_.substr(slash + 1)) +
+              ".tmp.",
+          '\0');
+      tmp_ = path_ + ".tmp." + std::to_string(::getpid());
+      // A new file: whatever has this name is not opened.
+      ::unlink(tmp_.c_str());
+      if (test_write_fault(given))
+        fail("cannot write '%s' at offset 0: %s (SPILLWAY_TEST_ENOSPC)",
+             tmp_.c_str(), std::strerror(ENOSPC));
+    }
+    // O_NONBLOCK: a FIFO there fails to open instead of waiting.
+    fd_ = ::open(tmp_.c_str(),
+                 O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NONBLOCK |
+                     O_NOCTTY,
+                 0644);
+    if (fd_ < 0)
+      fail("cannot create '%s': %s", tmp_.c_str(), std::strerror(errno));
+  }
+  ~StreamedFile() {
+    if (fd_ >= 0)
+      ::close(fd_);
+    if (!committed_)
+      ::unlink(tmp_.c_str());
+  }
+  StreamedFile(const StreamedFile &) = delete;
+  StreamedFile &operator=(const StreamedFile &) = delete;
+
+  void write(uint64_t at, const void *data, uint64_t n) {
+    const char *p = static_cast<const char *>(data);
+    uint64_t done = 0;
+    while (done < n) {
+      const ssize_t k =
+          ::pwrite(fd_, p + done, size_t(std::min<uint64_t>(n - done, 1 << 30)),
+                   off_t(at + done));
+      if (k < 0 && errno == EINTR)
+        continue;
+      if (k <= 0)
+        fail("cannot write '%s' at offset %llu: %s", tmp_.c_str(),
+             (unsigned long long)(at + done),
+             std::strerror(k < 0 ? errno : ENOSPC));
+      done += uint64_t(k);
+    }
+  }
+
+  void commit() {
+    if (::fsync(fd_) != 0)
+      fail("cannot fsync '%s': %s", tmp_.c_str(), std::strerror(errno));
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0)
+      fail("cannot close '%s': %s", tmp_.c_str(), std::strerror(errno));
+    if (tmp_ != path_ && ::rename(tmp_.c_str(), path_.c_str()) != 0)
+      fail("cannot rename '%s' to '%s': %s", tmp_.c_str(), path_.c_str(),
+           std::strerror(errno));
+    committed_ = true;
+    // Make the rename durable; failure here is not worth failing the run
+    // for (some file systems refuse fsync on directories).
+    std::string dir = path_.substr(0, path_.find_last_of('/') + 1);
+    const int dfd = ::open(dir.empty() ? "." : dir.c_str(),
+                           O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      (void)::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+
+private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// The parameters' values as .safetensors (safetensors_bytes' layout, byte
+// for byte): the header from their names and shapes, then each one's bytes
+// at its offset, the plain copies (after device_pull) from memory and an
+// offload plan's blocks one at a time from their homes (tiers_stream_out).
+// Memory: the header and a block, whatever the model's size. Throws
+// NonFiniteWeights (and writes nothing usable) when a value is not finite.
+void write_params(spw_ctx *ctx, const std::string &path, bool direct,
+                  const char *what) {
+  std::vector<char> in_p(ctx->params.size(), 0);
+  for (int32_t i : tiers_stream_members(ctx, SPW_BLOCK_PARAMS))
+    in_p[size_t(i)] = 1;
+  auto check = [&](const ParamInfo &p, const float *w, int64_t begin,
+                   int64_t n) {
+    try {
+      check_finite_range(ctx, p, w, begin, n, what);
+    } catch (const Error &e) {
+      throw NonFiniteWeights(e.what());
+    }
+  };
+  for (size_t i = 0; i < ctx->params.size(); ++i) {
+    const ParamInfo &p = ctx->params[i];
+    if (!in_p[i] && p.value->dtype == SPW_F32)
+      check(p, p.value->as<float>(), 0, p.value->numel);
+  }
+  std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
+  std::vector<uint64_t> at;
+  uint64_t offset = 0;
+  for (const ParamInfo &p : ctx->params) {
+    const spw_tensor &t = *p.value;
+    header += "," + json_string(p.name) + ":{\"dtype\":\"" +
+              safetensors_dtype(t.dtype) + "\",\"shape\":[";
+    for (int i = 0; i < t.rank; ++i)
+      header += (i ? "," : "") + std::to_string(t.dims[i]);
+    header += "],\"data_offsets\":[" + std::to_string(offset) + "," +
+              std::to_string(offset + uint64_t(t.bytes())) + "]}";
+    at.push_back(offset);
+    offset += uint64_t(t.bytes());
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string head;
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i)
+    head += char((n >> (8 * i)) & 0xff);
+  head += header;
+  const uint64_t data0 = head.size();
+  StreamedFile f(path, direct);
+  f.write(0, head.data(), head.size());
+  for (size_t i = 0; i < ctx->params.size(); ++i)
+    if (!in_p[i] && ctx->params[i].value->bytes())
+      f.write(data0 + at[i], ctx->params[i].value->data,
+              uint64_t(ctx->params[i].value->bytes()));
+  if (has_tiers(ctx)) {
+    // The stream's callback must not throw (the block would not go back
+    // to its home properly): the first failure ends the work, then rises.
+    std::exception_ptr failure;
+    tiers_stream_out(ctx, SPW_BLOCK_PARAMS, [&](const BlockRange &r) {
+      if (failure)
+        return;
+      try {
+        const float *w = static_cast<const float *>(r.data);
+        check(ctx->params[size_t(r.param)], w, r.begin, r.count);
+        f.write(data0 + at[size_t(r.param)] + uint64_t(r.begin) * 4, w,
+                uint64_t(r.count) * 4);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    });
+    if (failure)
+      std::rethrow_exception(failure);
+  }
+  f.commit();
+}
+
+// Writes the trained weights that could not go where they were asked to,
+// streamed as write_params does, so the run's result is not lost: to
+// $TMPDIR (else /tmp), else the current directory, under a new name (the
+// names and places of rescue_weights). Returns the path, or "" when
+// nothing took them. NonFiniteWeights passes through.
+std::string rescue_params(spw_ctx *ctx, const std::string &asked) {
+  std::string base = std::filesystem::path(asked).filename().string();
+  if (base.empty())
+    base = "weights.safetensors";
+  const std::string name = format("%s.rescued-%ld.safetensors", base.c_str(),
+                                  long(::getpid()));
+  const char *tmp = std::getenv("TMPDIR");
+  for (std::string dir : {std::string(tmp && *tmp ? tmp : "/tmp"),
+                          std::string(".")}) {
+    const std::string path = dir + "/" + name;
+    try {
+      write_params(ctx, path, /*direct=*/true, "the rescue copy");
+      return path;
+    } catch (const NonFiniteWeights &) {
+      throw;
+    } catch (const Error &) {
+    }
+  }
+  return {};
 }
 
 } // namespace
 
 // Writes the final parameters to --save; when that fails at the end of a
-// run, to a rescue path (rescue_weights), named in the error.
+// run, to a rescue path, named in the error.
 void save_params(spw_ctx *ctx, const std::string &path) {
   device_pull(ctx);
-  check_finite_weights(ctx, "--save");
-  const std::string bytes = params_safetensors(ctx);
   try {
-    write_file_atomic(path, bytes);
+    write_params(ctx, path, /*direct=*/false, "--save");
+  } catch (const NonFiniteWeights &) {
+    throw;
   } catch (const Error &e) {
-    const std::string rescued = rescue_weights(bytes, path);
+    const std::string rescued = rescue_params(ctx, path);
     if (rescued.empty())
       fail("--save: %s; writing the weights to $TMPDIR, /tmp or the current "
            "directory failed too: they are lost",
@@ -75,6 +271,25 @@ void save_params(spw_ctx *ctx, const std::string &path) {
 
 namespace {
 
+// Applies the deferred updates of parameters `only` (spw_adamw_flush with
+// the others' set aside).
+void apply_deferred(spw_ctx *ctx, const std::vector<int32_t> &only) {
+  std::vector<char> keep(ctx->params.size(), 0);
+  for (int32_t i : only)
+    keep[size_t(i)] = 1;
+  std::vector<std::vector<PendingAdamW>> aside(ctx->params.size());
+  for (size_t i = 0; i < ctx->params.size(); ++i)
+    if (!keep[i])
+      aside[i].swap(ctx->params[i].pending);
+  ctx->error.clear();
+  spw_adamw_flush(ctx);
+  for (size_t i = 0; i < ctx->params.size(); ++i)
+    if (!keep[i])
+      aside[i].swap(ctx->params[i].pending);
+  if (ctx->failed())
+    fail("%s", ctx->error.c_str());
+}
+
 // Applies the optimizer updates the schedule deferred to the next step
 // (sched-overlap-optimizer): after the last step, and before a checkpoint,
 // whatever is pending belongs to the weights of ordinary training. A later
@@ -86,17 +301,25 @@ void flush_deferred_updates(spw_ctx *ctx) {
       [](const ParamInfo &p) { return !p.pending.empty(); });
   if (!pending)
     return;
-  // An offload plan's parameters and state live in its blocks: update
-  // plain copies and put them back (outside the steps, so the per-step
-  // bytes stay the plan's).
-  if (has_tiers(ctx))
-    tiers_gather(ctx);
-  ctx->error.clear();
-  spw_adamw_flush(ctx);
-  if (ctx->failed())
-    fail("%s", ctx->error.c_str());
-  if (has_tiers(ctx))
-    tiers_scatter(ctx);
+  if (!has_tiers(ctx)) {
+    ctx->error.clear();
+    spw_adamw_flush(ctx);
+    if (ctx->failed())
+      fail("%s", ctx->error.c_str());
+    return;
+  }
+  // An offload plan's parameters and state live in its blocks: a layer at
+  // a time on copies bound as a step binds them (outside the steps, so the
+  // per-step bytes stay the plan's), never the whole model gathered.
+  tiers_flush_deferred(ctx, [&](const std::vector<int32_t> &members) {
+    apply_deferred(ctx, members);
+  });
+  std::vector<int32_t> rest; // parameters no params block holds
+  for (size_t i = 0; i < ctx->params.size(); ++i)
+    if (!ctx->params[i].pending.empty())
+      rest.push_back(int32_t(i));
+  if (!rest.empty())
+    apply_deferred(ctx, rest);
 }
 
 // An output failed during the run (a checkpoint, a --log-json line): the
@@ -106,23 +329,25 @@ void flush_deferred_updates(spw_ctx *ctx) {
 [[noreturn]] void output_failed(spw_ctx *ctx, const Options &o,
                                 const Error &e) {
   flush_deferred_updates(ctx);
-  if (has_tiers(ctx))
-    tiers_gather(ctx);
   device_pull(ctx);
-  int64_t at = 0;
-  if (non_finite_param(ctx, &at)) // nothing worth keeping
-    throw e;
-  const std::string bytes = params_safetensors(ctx);
+  // Streamed from the homes like --save; a non-finite parameter: nothing
+  // worth keeping.
   std::string to;
-  if (!o.save.empty()) {
-    try {
-      write_file_atomic(o.save, bytes);
-      to = o.save;
-    } catch (const Error &) {
+  try {
+    if (!o.save.empty()) {
+      try {
+        write_params(ctx, o.save, /*direct=*/false, "--save");
+        to = o.save;
+      } catch (const NonFiniteWeights &) {
+        throw;
+      } catch (const Error &) {
+      }
     }
+    if (to.empty())
+      to = rescue_params(ctx, o.save.empty() ? "weights.safetensors" : o.save);
+  } catch (const NonFiniteWeights &) {
+    throw e;
   }
-  if (to.empty())
-    to = rescue_weights(bytes, o.save.empty() ? "weights.safetensors" : o.save);
   if (to.empty())
     throw e;
   fail("%s; the weights after step %lld were written to '%s' (pass them as "

@@ -680,28 +680,6 @@ Manifest parse_manifest(const std::string &text) {
   return m;
 }
 
-// Copies raw-stream bytes [begin, begin + n) of `tensors` (laid out at
-// `offsets`) into dst; the gaps between tensors are zeros.
-void fill_raw(char *dst, uint64_t begin, uint64_t n,
-              const std::vector<CheckpointTensorRef> &tensors,
-              const std::vector<uint64_t> &offsets) {
-  std::memset(dst, 0, size_t(n));
-  const uint64_t end = begin + n;
-  // First tensor that ends after `begin`.
-  size_t i = size_t(std::upper_bound(offsets.begin(), offsets.end(), begin) -
-                    offsets.begin());
-  if (i > 0)
-    --i;
-  for (; i < tensors.size() && offsets[i] < end; ++i) {
-    const uint64_t t0 = offsets[i], t1 = t0 + tensors[i].bytes;
-    const uint64_t a = std::max(t0, begin), b = std::min(t1, end);
-    if (a < b)
-      std::memcpy(dst + (a - begin),
-                  static_cast<const char *>(tensors[i].data) + (a - t0),
-                  size_t(b - a));
-  }
-}
-
 // Swaps two paths atomically (renameat2 RENAME_EXCHANGE); -1 with errno
 // EINVAL/ENOSYS where the kernel or file system cannot.
 // SPILLWAY_TEST_RENAME=fallback (test-only) makes it report EINVAL.
@@ -1088,12 +1066,347 @@ uint64_t checkpoint_staging_bytes(uint64_t raw_bytes,
   return slots * per_slot;
 }
 
-CheckpointWriteResult write_checkpoint(IoEngine &engine,
-                                       const std::string &root, int64_t step,
-                                       const std::vector<CheckpointTensorRef> &
-                                           tensors,
-                                       const Metadata &metadata,
-                                       const CheckpointOptions &o) {
+// ---- the streaming writer -------------------------------------------------------
+
+struct CheckpointWriter::Impl {
+  IoEngine &engine;
+  std::string root, name, final_dir, tmp_dir, data_path;
+  int64_t step;
+  CheckpointOptions o;
+  Manifest m;
+  std::vector<uint64_t> offsets;
+  CheckpointWriteResult result;
+  struct Slot {
+    Staging raw, packed;
+    Token token;
+  };
+  std::vector<Slot> slots;
+  uint64_t align = 0, zcap = 0, nchunks = 0;
+  bool file_open = false, dead = false, finished = false;
+  FileId file = 0;
+  // Where the stream is: the tensor appended to, the bytes of it done, the
+  // raw-stream position, the chunk being filled and the bytes in it, the
+  // data file's end.
+  size_t ti = 0;
+  uint64_t td = 0, pos = 0, chunk = 0, fill = 0, file_off = 0;
+
+  Impl(IoEngine &e, int64_t s) : engine(e), step(s) {}
+
+  Slot &slot() { return slots[size_t(chunk % slots.size())]; }
+
+  // Waits for every write in flight, even after one failed (the staging
+  // buffers must outlive them); rethrows the first error.
+  void wait_all() {
+    std::string first;
+    for (Slot &s : slots) {
+      try {
+        s.token.wait();
+      } catch (const Error &e) {
+        if (first.empty())
+          first = e.what();
+      }
+      s.token = Token();
+    }
+    if (!first.empty())
+      throw Error(first);
+  }
+
+  // Skips the tensors with no bytes at the stream's position.
+  void skip_empty() {
+    while (ti < m.tensors.size() && m.tensors[ti].bytes == td) {
+      ++ti;
+      td = 0;
+    }
+  }
+
+  void flush_chunk() {
+    Slot &s = slot();
+    const uint64_t n = fill;
+    ChunkInfo c;
+    c.offset = file_off;
+    c.raw = n;
+    c.xxh3 = XXH3_64bits(s.raw.data(), size_t(n));
+    char *src = s.raw.data();
+    c.stored = n;
+    if (o.zstd) {
+      size_t z = ZSTD_compress(s.packed.data(), size_t(zcap), s.raw.data(),
+                               size_t(n), o.zstd_level);
+      if (ZSTD_isError(z))
+        fail("zstd cannot compress chunk %llu: %s", (unsigned long long)chunk,
+             ZSTD_getErrorName(z));
+      src = s.packed.data();
+      c.stored = z;
+    }
+    const uint64_t padded = round_up(c.stored, align);
+    std::memset(src + c.stored, 0, size_t(padded - c.stored));
+    s.token = engine.write(file, file_off, src, padded, Priority::WriteBack,
+                           format("chunk %llu of the checkpoint of step %lld",
+                                  (unsigned long long)chunk, (long long)step));
+    m.chunks.push_back(c);
+    file_off += padded;
+    if (chunk == 0) {
+      const char *at = std::getenv("SPILLWAY_TEST_CRASH_AT");
+      if (at && std::strcmp(at, "data-partial") == 0) {
+        s.token.wait();
+        maybe_crash("data-partial", step);
+      }
+    }
+    ++chunk;
+    fill = 0;
+    // The next chunk's slot: its previous write must be done.
+    Slot &next = slot();
+    next.token.wait();
+    next.token = Token();
+  }
+
+  // n bytes at src (zeros when null) into the stream.
+  void emit(const char *src, uint64_t n) {
+    while (n > 0) {
+      const uint64_t c = std::min(n, m.chunk_bytes - fill);
+      char *dst = slot().raw.data() + fill;
+      if (src) {
+        std::memcpy(dst, src, size_t(c));
+        src += c;
+      } else {
+        std::memset(dst, 0, size_t(c));
+      }
+      fill += c;
+      pos += c;
+      n -= c;
+      if (fill == m.chunk_bytes)
+        flush_chunk();
+    }
+  }
+
+  void append(const char *data, uint64_t bytes) {
+    while (bytes > 0) {
+      skip_empty();
+      if (ti == m.tensors.size())
+        fail("%llu bytes appended beyond the %zu tensors' %llu",
+             (unsigned long long)bytes, m.tensors.size(),
+             (unsigned long long)m.raw_bytes);
+      const CheckpointTensor &t = m.tensors[ti];
+      if (pos < t.offset + td) // the gap before the tensor: zeros
+        emit(nullptr, t.offset + td - pos);
+      const uint64_t n = std::min(bytes, t.bytes - td);
+      emit(data, n);
+      data += n;
+      bytes -= n;
+      td += n;
+    }
+    skip_empty();
+  }
+
+  // Removes what this write made (after any failure before publishing).
+  void cleanup() {
+    dead = true;
+    try {
+      wait_all();
+    } catch (...) {
+    }
+    if (file_open) {
+      file_open = false;
+      try {
+        engine.close(file, false);
+      } catch (...) {
+      }
+    }
+    std::error_code ec;
+    fs::remove_all(tmp_dir, ec);
+  }
+
+  [[noreturn]] void failed(const std::string &why) {
+    cleanup();
+    fail("cannot write the checkpoint of step %lld to '%s': %s (the "
+         "checkpoints already in '%s' are untouched; check free space and "
+         "permissions there, or pass another --checkpoint-dir)",
+         (long long)step, final_dir.c_str(), why.c_str(), root.c_str());
+  }
+
+  // Runs f before publishing: any exception (spw::Error, std::bad_alloc,
+  // std::filesystem_error, ...) cleans up, then one spw::Error with context.
+  template <class F> void guarded(F &&f) {
+    if (dead)
+      fail("the checkpoint of step %lld to '%s' already failed",
+           (long long)step, final_dir.c_str());
+    try {
+      f();
+    } catch (...) {
+      failed(exception_text(std::current_exception()));
+    }
+  }
+
+  void open(const std::vector<CheckpointTensorSpec> &tensors,
+            const Metadata &metadata) {
+    result.dir = final_dir;
+    m.step = step;
+    m.zstd = o.zstd;
+    m.metadata = metadata;
+    for (const CheckpointTensorSpec &t : tensors) {
+      m.raw_bytes = round_up(m.raw_bytes, kTensorAlign);
+      offsets.push_back(m.raw_bytes);
+      CheckpointTensor x;
+      x.name = t.name;
+      x.dtype = t.dtype;
+      x.shape = t.shape;
+      x.offset = m.raw_bytes;
+      x.bytes = t.bytes;
+      m.tensors.push_back(std::move(x));
+      m.raw_bytes += t.bytes;
+    }
+    result.raw_bytes = m.raw_bytes;
+    guarded([&] {
+      std::error_code ec;
+      fs::remove_all(tmp_dir, ec);
+      if (::mkdir(tmp_dir.c_str(), 0755) != 0)
+        fail("cannot create '%s': %s", tmp_dir.c_str(), std::strerror(errno));
+      file = engine.open(data_path, /*create=*/true);
+      file_open = true;
+      // At least 4 KiB even for a buffered file (alignment 1), so that the
+      // checkpoint also loads through O_DIRECT elsewhere.
+      align = std::max<uint64_t>(engine.file(file).align, 4096);
+      if (align > kMaxAlignment)
+        fail("'%s' needs %llu-byte aligned I/O; checkpoints support up to "
+             "%llu",
+             data_path.c_str(), (unsigned long long)align,
+             (unsigned long long)kMaxAlignment);
+      m.alignment = align;
+      m.chunk_bytes = round_up(std::max<uint64_t>(o.chunk_bytes, 1), align);
+      nchunks = (m.raw_bytes + m.chunk_bytes - 1) / m.chunk_bytes;
+      const size_t nslots =
+          size_t(std::clamp<uint64_t>(nchunks, 1, std::max(1u, o.in_flight)));
+      zcap = ZSTD_compressBound(size_t(m.chunk_bytes));
+      slots.resize(nslots);
+      for (Slot &s : slots) {
+        s.raw.allocate(engine, m.chunk_bytes, align);
+        if (o.zstd)
+          s.packed.allocate(engine, zcap, align);
+      }
+      skip_empty();
+    });
+  }
+
+  CheckpointWriteResult finish() {
+    std::string old_dir; // a replaced step-N, to remove once ROOT is synced
+    guarded([&] {
+      skip_empty();
+      if (ti != m.tensors.size())
+        fail("tensor '%s' got %llu of its %llu bytes before the checkpoint "
+             "was finished",
+             m.tensors[ti].name.c_str(), (unsigned long long)td,
+             (unsigned long long)m.tensors[ti].bytes);
+      if (pos < m.raw_bytes) // the gap before trailing empty tensors
+        emit(nullptr, m.raw_bytes - pos);
+      if (fill > 0)
+        flush_chunk();
+      m.data_bytes = file_off;
+      wait_all();
+      result.stored_bytes = m.data_bytes;
+      maybe_crash("data-written", step);
+      file_open = false;
+      engine.close(file, /*sync=*/true);
+      maybe_crash("data-synced", step);
+
+      const std::string manifest = manifest_text(m);
+      const std::string manifest_path =
+          (fs::path(tmp_dir) / kCheckpointManifest).string();
+      write_file_synced(manifest_path, manifest, /*exclusive=*/true);
+      maybe_crash("manifest-written", step);
+      fsync_dir(tmp_dir);
+
+      // A step-N dir already there (a torn one the resume skipped, or the
+      // same step written again) is swapped with the tmp dir atomically, so
+      // that step-N is the old or the new checkpoint at every instant; the
+      // old one, now under the tmp name, is removed once ROOT is fsynced.
+      std::error_code ec;
+      if (std::string what = non_directory(final_dir); !what.empty())
+        fail("%s", not_a_checkpoint_dir(final_dir, root, what).c_str());
+      if (fs::exists(final_dir, ec)) {
+        if (exchange_dirs(tmp_dir, final_dir) == 0) {
+          old_dir = tmp_dir;
+        } else if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP ||
+                   errno == EOPNOTSUPP) {
+          // No RENAME_EXCHANGE here (file system or kernel): move the old
+          // one aside, then rename, putting it back if that fails. A crash
+          // between the two leaves it under .step-N.stale-<pid>.
+          old_dir = (fs::path(root) /
+                     format(".%s.stale-%ld", name.c_str(), long(::getpid())))
+                        .string();
+          fs::remove_all(old_dir, ec);
+          if (::rename(final_dir.c_str(), old_dir.c_str()) != 0)
+            fail("cannot move the old '%s' aside to '%s': %s",
+                 final_dir.c_str(), old_dir.c_str(), std::strerror(errno));
+          if (rename_dir(tmp_dir, final_dir) != 0) {
+            const int e = errno;
+            const bool restored =
+                ::rename(old_dir.c_str(), final_dir.c_str()) == 0;
+            fail("cannot rename '%s' to '%s': %s%s", tmp_dir.c_str(),
+                 final_dir.c_str(), std::strerror(e),
+                 restored ? "" : format(" (the old one is left in '%s')",
+                                        old_dir.c_str())
+                                     .c_str());
+          }
+        } else {
+          fail("cannot exchange '%s' with '%s': %s", tmp_dir.c_str(),
+               final_dir.c_str(), std::strerror(errno));
+        }
+      } else if (rename_dir(tmp_dir, final_dir) != 0) {
+        fail("cannot rename '%s' to '%s': %s", tmp_dir.c_str(),
+             final_dir.c_str(), std::strerror(errno));
+      }
+    });
+    finished = true;
+    slots.clear();
+    // Published: step-N is the new checkpoint. A failure from here on must
+    // not remove it nor say that nothing changed: it says what is in place.
+    bool synced = false, pruned = false;
+    try {
+      forget_verdict(o, final_dir); // it is the new one now
+      maybe_crash("renamed", step);
+      fsync_dir(root);
+      synced = true;
+      if (!old_dir.empty()) {
+        std::error_code ec;
+        fs::remove_all(old_dir, ec);
+      }
+      try {
+        prune(root, step, o, result);
+      } catch (const Error &e) {
+        say(o, format("cannot prune the checkpoints in '%s': %s; they are "
+                      "left as they are",
+                      root.c_str(), e.what()));
+      }
+      pruned = true;
+      maybe_crash("pruned", step);
+    } catch (...) {
+      const std::string why = exception_text(std::current_exception());
+      std::string done;
+      if (!synced)
+        done = format("but '%s' was not fsynced, so it may not survive a "
+                      "power loss, and no older checkpoint was pruned",
+                      root.c_str());
+      else if (!pruned)
+        done = "and fsynced; older checkpoints may not all have been pruned";
+      else
+        done = result.pruned.empty()
+                   ? std::string("and fsynced; nothing needed pruning")
+                   : format("and fsynced, and %zu older one%s pruned",
+                            result.pruned.size(),
+                            result.pruned.size() == 1 ? " was" : "s were");
+      throw CheckpointPublishedError(
+          format("the checkpoint of step %lld is published as '%s' %s; then: "
+                 "%s (--resume continues from '%s')",
+                 (long long)step, final_dir.c_str(), done.c_str(), why.c_str(),
+                 final_dir.c_str()));
+    }
+    return result;
+  }
+};
+
+CheckpointWriter::CheckpointWriter(
+    IoEngine &engine, const std::string &root, int64_t step,
+    const std::vector<CheckpointTensorSpec> &tensors, const Metadata &metadata,
+    const CheckpointOptions &o) {
   if (step < 0)
     fail("checkpoint of negative step %lld", (long long)step);
   if (o.keep < 1)
@@ -1103,332 +1416,181 @@ CheckpointWriteResult write_checkpoint(IoEngine &engine,
          (unsigned long long)o.chunk_bytes,
          (unsigned long long)(kMaxChunkBytes - kMaxAlignment));
   create_checkpoint_root(root);
-  const std::string name = checkpoint_dir_name(step);
-  const std::string final_dir = (fs::path(root) / name).string();
-  const std::string tmp_dir =
-      (fs::path(root) / format(".%s.tmp-%ld", name.c_str(), long(::getpid())))
-          .string();
-  const std::string data_path =
-      (fs::path(tmp_dir) / kCheckpointDataFile).string();
-
-  CheckpointWriteResult result;
-  result.dir = final_dir;
-  Manifest m;
-  m.step = step;
-  m.zstd = o.zstd;
-  m.metadata = metadata;
-  std::vector<uint64_t> offsets;
-  for (const CheckpointTensorRef &t : tensors) {
-    m.raw_bytes = round_up(m.raw_bytes, kTensorAlign);
-    offsets.push_back(m.raw_bytes);
-    CheckpointTensor x;
-    x.name = t.name;
-    x.dtype = t.dtype;
-    x.shape = t.shape;
-    x.offset = m.raw_bytes;
-    x.bytes = t.bytes;
-    m.tensors.push_back(std::move(x));
-    m.raw_bytes += t.bytes;
-  }
-  result.raw_bytes = m.raw_bytes;
-
-  bool file_open = false;
-  FileId file = 0;
-  std::string old_dir; // a replaced step-N, to remove once ROOT is synced
-  try {
-    std::error_code ec;
-    fs::remove_all(tmp_dir, ec);
-    if (::mkdir(tmp_dir.c_str(), 0755) != 0)
-      fail("cannot create '%s': %s", tmp_dir.c_str(), std::strerror(errno));
-    file = engine.open(data_path, /*create=*/true);
-    file_open = true;
-    // At least 4 KiB even for a buffered file (alignment 1), so that the
-    // checkpoint also loads through O_DIRECT elsewhere.
-    const uint64_t align = std::max<uint64_t>(engine.file(file).align, 4096);
-    if (align > kMaxAlignment)
-      fail("'%s' needs %llu-byte aligned I/O; checkpoints support up to %llu",
-           data_path.c_str(), (unsigned long long)align,
-           (unsigned long long)kMaxAlignment);
-    m.alignment = align;
-    m.chunk_bytes = round_up(std::max<uint64_t>(o.chunk_bytes, 1), align);
-    const uint64_t nchunks = (m.raw_bytes + m.chunk_bytes - 1) / m.chunk_bytes;
-    const size_t nslots =
-        size_t(std::clamp<uint64_t>(nchunks, 1, std::max(1u, o.in_flight)));
-    const uint64_t zcap = ZSTD_compressBound(size_t(m.chunk_bytes));
-    struct Slot {
-      Staging raw, packed;
-      Token token;
-    };
-    std::vector<Slot> slots(nslots);
-    for (Slot &s : slots) {
-      s.raw.allocate(engine, m.chunk_bytes, align);
-      if (o.zstd)
-        s.packed.allocate(engine, zcap, align);
-    }
-    // Waits for every write in flight, even after one failed (the staging
-    // buffers must outlive them); rethrows the first error.
-    auto wait_all = [&] {
-      std::string first;
-      for (Slot &s : slots) {
-        try {
-          s.token.wait();
-        } catch (const Error &e) {
-          if (first.empty())
-            first = e.what();
-        }
-        s.token = Token();
-      }
-      if (!first.empty())
-        throw Error(first);
-    };
-    try {
-      uint64_t file_off = 0;
-      for (uint64_t k = 0; k < nchunks; ++k) {
-        Slot &s = slots[size_t(k % nslots)];
-        s.token.wait();
-        const uint64_t begin = k * m.chunk_bytes;
-        const uint64_t n = std::min(m.chunk_bytes, m.raw_bytes - begin);
-        fill_raw(s.raw.data(), begin, n, tensors, offsets);
-        ChunkInfo c;
-        c.offset = file_off;
-        c.raw = n;
-        c.xxh3 = XXH3_64bits(s.raw.data(), size_t(n));
-        char *src = s.raw.data();
-        c.stored = n;
-        if (o.zstd) {
-          size_t z = ZSTD_compress(s.packed.data(), size_t(zcap), s.raw.data(),
-                                   size_t(n), o.zstd_level);
-          if (ZSTD_isError(z))
-            fail("zstd cannot compress chunk %llu: %s",
-                 (unsigned long long)k, ZSTD_getErrorName(z));
-          src = s.packed.data();
-          c.stored = z;
-        }
-        const uint64_t padded = round_up(c.stored, align);
-        std::memset(src + c.stored, 0, size_t(padded - c.stored));
-        s.token = engine.write(
-            file, file_off, src, padded, Priority::WriteBack,
-            format("chunk %llu of the checkpoint of step %lld",
-                   (unsigned long long)k, (long long)step));
-        m.chunks.push_back(c);
-        file_off += padded;
-        if (k == 0) {
-          const char *at = std::getenv("SPILLWAY_TEST_CRASH_AT");
-          if (at && std::strcmp(at, "data-partial") == 0) {
-            s.token.wait();
-            maybe_crash("data-partial", step);
-          }
-        }
-      }
-      m.data_bytes = file_off;
-      wait_all();
-    } catch (...) {
-      try {
-        wait_all();
-      } catch (const Error &) {
-      }
-      throw;
-    }
-    result.stored_bytes = m.data_bytes;
-    maybe_crash("data-written", step);
-    file_open = false;
-    engine.close(file, /*sync=*/true);
-    maybe_crash("data-synced", step);
-
-    const std::string manifest = manifest_text(m);
-    const std::string manifest_path =
-        (fs::path(tmp_dir) / kCheckpointManifest).string();
-    write_file_synced(manifest_path, manifest, /*exclusive=*/true);
-    maybe_crash("manifest-written", step);
-    fsync_dir(tmp_dir);
-
-    // A step-N dir already there (a torn one the resume skipped, or the
-    // same step written again) is swapped with the tmp dir atomically, so
-    // that step-N is the old or the new checkpoint at every instant; the old
-    // one, now under the tmp name, is removed once ROOT is fsynced.
-    if (std::string what = non_directory(final_dir); !what.empty())
-      fail("%s", not_a_checkpoint_dir(final_dir, root, what).c_str());
-    if (fs::exists(final_dir, ec)) {
-      if (exchange_dirs(tmp_dir, final_dir) == 0) {
-        old_dir = tmp_dir;
-      } else if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP ||
-                 errno == EOPNOTSUPP) {
-        // No RENAME_EXCHANGE here (file system or kernel): move the old one
-        // aside, then rename, putting it back if that fails. A crash
-        // between the two leaves it under .step-N.stale-<pid>.
-        old_dir = (fs::path(root) /
-                   format(".%s.stale-%ld", name.c_str(), long(::getpid())))
-                      .string();
-        fs::remove_all(old_dir, ec);
-        if (::rename(final_dir.c_str(), old_dir.c_str()) != 0)
-          fail("cannot move the old '%s' aside to '%s': %s", final_dir.c_str(),
-               old_dir.c_str(), std::strerror(errno));
-        if (rename_dir(tmp_dir, final_dir) != 0) {
-          const int e = errno;
-          const bool restored = ::rename(old_dir.c_str(), final_dir.c_str()) == 0;
-          fail("cannot rename '%s' to '%s': %s%s", tmp_dir.c_str(),
-               final_dir.c_str(), std::strerror(e),
-               restored ? "" : format(" (the old one is left in '%s')",
-                                      old_dir.c_str())
-                                   .c_str());
-        }
-      } else {
-        fail("cannot exchange '%s' with '%s': %s", tmp_dir.c_str(),
-             final_dir.c_str(), std::strerror(errno));
-      }
-    } else if (rename_dir(tmp_dir, final_dir) != 0) {
-      fail("cannot rename '%s' to '%s': %s", tmp_dir.c_str(),
-           final_dir.c_str(), std::strerror(errno));
-    }
-  } catch (...) {
-    // Anything (spw::Error, std::filesystem_error, std::bad_alloc, ...):
-    // clean up, then one spw::Error with the context.
-    const std::string why = exception_text(std::current_exception());
-    if (file_open) {
-      try {
-        engine.close(file, false);
-      } catch (...) {
-      }
-    }
-    std::error_code ec;
-    fs::remove_all(tmp_dir, ec);
-    fail("cannot write the checkpoint of step %lld to '%s': %s (the "
-         "checkpoints already in '%s' are untouched; check free space and "
-         "permissions there, or pass another --checkpoint-dir)",
-         (long long)step, final_dir.c_str(), why.c_str(), root.c_str());
-  }
-  // Published: step-N is the new checkpoint. A failure from here on must
-  // not remove it nor say that nothing changed: it says what is in place.
-  bool synced = false, pruned = false;
-  try {
-    forget_verdict(o, final_dir); // it is the new one now
-    maybe_crash("renamed", step);
-    fsync_dir(root);
-    synced = true;
-    if (!old_dir.empty()) {
-      std::error_code ec;
-      fs::remove_all(old_dir, ec);
-    }
-    try {
-      prune(root, step, o, result);
-    } catch (const Error &e) {
-      say(o, format("cannot prune the checkpoints in '%s': %s; they are left "
-                    "as they are",
-                    root.c_str(), e.what()));
-    }
-    pruned = true;
-    maybe_crash("pruned", step);
-  } catch (...) {
-    const std::string why = exception_text(std::current_exception());
-    std::string done;
-    if (!synced)
-      done = format("but '%s' was not fsynced, so it may not survive a power "
-                    "loss, and no older checkpoint was pruned",
-                    root.c_str());
-    else if (!pruned)
-      done = "and fsynced; older checkpoints may not all have been pruned";
-    else
-      done = result.pruned.empty()
-                 ? std::string("and fsynced; nothing needed pruning")
-                 : format("and fsynced, and %zu older one%s pruned",
-                          result.pruned.size(),
-                          result.pruned.size() == 1 ? " was" : "s were");
-    throw CheckpointPublishedError(
-        format("the checkpoint of step %lld is published as '%s' %s; then: "
-               "%s (--resume continues from '%s')",
-               (long long)step, final_dir.c_str(), done.c_str(), why.c_str(),
-               final_dir.c_str()));
-  }
-  return result;
+  impl_ = std::make_unique<Impl>(engine, step);
+  Impl &w = *impl_;
+  w.o = o;
+  w.root = root;
+  w.name = checkpoint_dir_name(step);
+  w.final_dir = (fs::path(root) / w.name).string();
+  w.tmp_dir = (fs::path(root) /
+               format(".%s.tmp-%ld", w.name.c_str(), long(::getpid())))
+                  .string();
+  w.data_path = (fs::path(w.tmp_dir) / kCheckpointDataFile).string();
+  w.open(tensors, metadata);
 }
 
-LoadedCheckpoint load_checkpoint(IoEngine &engine, const std::string &dir) {
-  LoadedCheckpoint out;
-  out.dir = dir;
-  out.step = parse_checkpoint_dir_name(fs::path(dir).filename().string());
-  if (out.step < 0)
-    fail("the name is not step-NNNNNNNN");
-  const std::string manifest_path =
-      (fs::path(dir) / kCheckpointManifest).string();
-  Manifest m;
-  {
-    // CheckpointReadError (cannot be read) passes through; anything else
-    // means the manifest was read and is invalid.
-    std::optional<std::string> text = read_manifest_file(manifest_path);
-    if (!text)
-      fail("%s is missing", kCheckpointManifest);
-    try {
-      m = parse_manifest(*text);
-    } catch (const CheckpointReadError &) {
-      throw;
-    } catch (const Error &e) {
-      fail("%s: %s", kCheckpointManifest, e.what());
-    }
-  }
-  if (m.step != out.step)
-    fail("%s says step %lld", kCheckpointManifest, (long long)m.step);
-  const std::string data_path = (fs::path(dir) / kCheckpointDataFile).string();
-  uint64_t size = 0;
-  {
-    const int fd = open_checkpoint_file(data_path, size);
-    if (fd < 0)
-      fail("data file '%s' is missing", data_path.c_str());
-    ::close(fd);
-  }
-  if (size < m.data_bytes)
-    fail("data file '%s' is %llu bytes, the manifest says %llu (truncated)",
-         data_path.c_str(), (unsigned long long)size,
-         (unsigned long long)m.data_bytes);
+CheckpointWriter::~CheckpointWriter() {
+  if (impl_ && !impl_->finished && !impl_->dead)
+    impl_->cleanup();
+}
 
-  out.raw = alloc_buffer(int64_t(m.raw_bytes));
-  if (m.chunks.empty()) {
-    out.tensors = std::move(m.tensors);
-    out.metadata = std::move(m.metadata);
-    return out;
-  }
-  // Streamed: chunk k is read (its aligned span of the file) into a staging
-  // slot while the chunks before it are verified and copied or decompressed
-  // into the raw stream, a few reads in flight. Memory: the raw stream plus
-  // the slots, not a second image of the file.
-  // From here on a failure of the engine (open, a read) is an I/O error,
-  // not evidence of a torn checkpoint. (Its message names the file.)
-  auto unreadable = [](const Error &e) { return CheckpointReadError(e.what()); };
+void CheckpointWriter::append(const void *data, uint64_t bytes) {
+  Impl &w = *impl_;
+  w.guarded([&] { w.append(static_cast<const char *>(data), bytes); });
+}
+
+CheckpointWriteResult CheckpointWriter::finish() { return impl_->finish(); }
+
+size_t CheckpointWriter::next_tensor() const { return impl_->ti; }
+
+CheckpointWriteResult write_checkpoint(IoEngine &engine,
+                                       const std::string &root, int64_t step,
+                                       const std::vector<CheckpointTensorRef> &
+                                           tensors,
+                                       const Metadata &metadata,
+                                       const CheckpointOptions &o) {
+  std::vector<CheckpointTensorSpec> specs;
+  for (const CheckpointTensorRef &t : tensors)
+    specs.push_back({t.name, t.dtype, t.shape, t.bytes});
+  CheckpointWriter w(engine, root, step, specs, metadata, o);
+  for (const CheckpointTensorRef &t : tensors)
+    if (t.bytes)
+      w.append(t.data, t.bytes);
+  return w.finish();
+}
+
+// ---- the streaming reader -------------------------------------------------------
+
+struct CheckpointReader::Impl {
+  IoEngine &engine;
+  std::string dir, data_path;
+  int64_t step = 0;
+  Manifest m;
   FileId f = 0;
-  try {
-    f = engine.open(data_path, /*create=*/false, /*queue=*/0,
-                    /*read_only=*/true);
-  } catch (const Error &e) {
-    throw unreadable(e);
-  }
-  const uint64_t falign = std::max<uint64_t>(engine.file(f).align, 1);
-  const uint64_t read_align = std::max(falign, m.alignment);
+  bool file_open = false;
+  uint64_t read_align = 1, slot_bytes = 0;
   struct Slot {
     Staging buf;
     Token token;
-    uint64_t lo = 0; // file offset of buf[0]
+    uint64_t lo = 0;   // file offset of buf[0]
+    int64_t chunk = -1; // the chunk read into it (-1: none)
   };
   std::vector<Slot> slots;
+  int64_t next_submit = 0; // the next chunk to read ahead
+  Staging decoded;         // the cached chunk's raw bytes (zstd)
+  int64_t cached = -1;
+  // Uncompressed, the cached chunk is read from its slot (no copy), which
+  // reads ahead again once the cache moves on; -1: none.
+  int cslot = -1;
+  const char *cache = nullptr; // the cached chunk's raw bytes
+  std::vector<uint64_t> chunk_raw; // raw offset of each chunk
+
+  explicit Impl(IoEngine &e) : engine(e) {}
+  ~Impl() {
+    drain();
+    if (file_open) {
+      try {
+        engine.close(f);
+      } catch (...) {
+      }
+    }
+  }
+
+  static CheckpointReadError unreadable(const Error &e) {
+    return CheckpointReadError(e.what());
+  }
+
   // Waits for every read in flight (their buffers must outlive them).
-  auto drain = [&] {
+  void drain() {
+    cached = -1;
+    cslot = -1;
     for (Slot &s : slots) {
       try {
         s.token.wait();
       } catch (const Error &) {
       }
       s.token = Token();
+      s.chunk = -1;
     }
-  };
-  try {
+  }
+
+  void span(const ChunkInfo &c, uint64_t &lo, uint64_t &hi) const {
+    lo = c.offset / read_align * read_align;
+    hi = std::min(round_up(c.offset + c.stored, read_align), m.data_bytes);
+  }
+
+  void submit(Slot &s, int64_t k) {
+    uint64_t hi;
+    span(m.chunks[size_t(k)], s.lo, hi);
+    s.chunk = k;
+    try {
+      s.token = engine.read(
+          f, s.lo, s.buf.data(), hi - s.lo, Priority::Demand,
+          format("chunk %lld of checkpoint %s", (long long)k, dir.c_str()));
+    } catch (const Error &e) {
+      s.chunk = -1;
+      throw unreadable(e);
+    }
+  }
+
+  void open(const std::string &d) {
+    dir = d;
+    step = parse_checkpoint_dir_name(fs::path(dir).filename().string());
+    if (step < 0)
+      fail("the name is not step-NNNNNNNN");
+    const std::string manifest_path =
+        (fs::path(dir) / kCheckpointManifest).string();
+    {
+      // CheckpointReadError (cannot be read) passes through; anything else
+      // means the manifest was read and is invalid.
+      std::optional<std::string> text = read_manifest_file(manifest_path);
+      if (!text)
+        fail("%s is missing", kCheckpointManifest);
+      try {
+        m = parse_manifest(*text);
+      } catch (const CheckpointReadError &) {
+        throw;
+      } catch (const Error &e) {
+        fail("%s: %s", kCheckpointManifest, e.what());
+      }
+    }
+    if (m.step != step)
+      fail("%s says step %lld", kCheckpointManifest, (long long)m.step);
+    data_path = (fs::path(dir) / kCheckpointDataFile).string();
+    uint64_t size = 0;
+    {
+      const int fd = open_checkpoint_file(data_path, size);
+      if (fd < 0)
+        fail("data file '%s' is missing", data_path.c_str());
+      ::close(fd);
+    }
+    if (size < m.data_bytes)
+      fail("data file '%s' is %llu bytes, the manifest says %llu (truncated)",
+           data_path.c_str(), (unsigned long long)size,
+           (unsigned long long)m.data_bytes);
+    uint64_t raw = 0;
+    for (const ChunkInfo &c : m.chunks) {
+      chunk_raw.push_back(raw);
+      raw += c.raw;
+    }
+    if (m.chunks.empty())
+      return;
+    // From here on a failure of the engine (open, a read) is an I/O error,
+    // not evidence of a torn checkpoint. (Its message names the file.)
+    try {
+      f = engine.open(data_path, /*create=*/false, /*queue=*/0,
+                      /*read_only=*/true);
+    } catch (const Error &e) {
+      throw unreadable(e);
+    }
+    file_open = true;
+    const uint64_t falign = std::max<uint64_t>(engine.file(f).align, 1);
+    read_align = std::max(falign, m.alignment);
     if (m.data_bytes % falign)
       fail("data file '%s': %llu bytes is not a multiple of the file's "
            "alignment %llu",
            data_path.c_str(), (unsigned long long)m.data_bytes,
            (unsigned long long)falign);
-    auto span = [&](const ChunkInfo &c, uint64_t &lo, uint64_t &hi) {
-      lo = c.offset / read_align * read_align;
-      hi = std::min(round_up(c.offset + c.stored, read_align), m.data_bytes);
-    };
-    uint64_t slot_bytes = 0;
     for (const ChunkInfo &c : m.chunks) {
       uint64_t lo, hi;
       span(c, lo, hi);
@@ -1437,74 +1599,179 @@ LoadedCheckpoint load_checkpoint(IoEngine &engine, const std::string &dir) {
     slots.resize(std::min<size_t>(m.chunks.size(), 4));
     for (Slot &s : slots)
       s.buf.allocate(engine, slot_bytes, read_align);
-    auto submit = [&](size_t k) {
-      Slot &s = slots[k % slots.size()];
-      uint64_t hi;
-      span(m.chunks[k], s.lo, hi);
-      try {
-        s.token =
-            engine.read(f, s.lo, s.buf.data(), hi - s.lo, Priority::Demand,
-                        format("chunk %zu of checkpoint %s", k, dir.c_str()));
-      } catch (const Error &e) {
-        throw unreadable(e);
-      }
-    };
-    for (size_t k = 0; k < slots.size(); ++k)
-      submit(k);
-    uint64_t raw_off = 0;
-    char *raw = static_cast<char *>(out.raw.get());
-    for (size_t k = 0; k < m.chunks.size(); ++k) {
-      Slot &s = slots[k % slots.size()];
-      try {
-        s.token.wait();
-      } catch (const Error &e) {
-        throw unreadable(e);
-      }
-      s.token = Token();
-      const ChunkInfo &c = m.chunks[k];
-      // parse_manifest checked these; re-checked where they guard memory.
-      if (c.offset < s.lo || c.offset > m.data_bytes ||
-          c.stored > m.data_bytes - c.offset ||
-          c.offset - s.lo + c.stored > slot_bytes || c.raw > m.chunk_bytes ||
-          raw_off > m.raw_bytes || c.raw > m.raw_bytes - raw_off)
-        fail("chunk %zu is out of bounds", k);
-      const char *src = s.buf.data() + (c.offset - s.lo);
-      if (m.zstd) {
-        size_t n = ZSTD_decompress(raw + raw_off, size_t(c.raw), src,
-                                   size_t(c.stored));
-        if (ZSTD_isError(n) || n != c.raw)
-          fail("chunk %zu (bytes %llu..%llu of '%s') does not decompress: %s",
-               k, (unsigned long long)c.offset,
-               (unsigned long long)(c.offset + c.stored), data_path.c_str(),
-               ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong length");
-      } else {
-        std::memcpy(raw + raw_off, src, size_t(c.raw));
-      }
-      if (k + slots.size() < m.chunks.size())
-        submit(k + slots.size());
-      const uint64_t h = XXH3_64bits(raw + raw_off, size_t(c.raw));
-      if (h != c.xxh3)
-        fail("chunk %zu (bytes %llu..%llu of '%s') fails its checksum "
-             "(xxh3 %s, expected %s)",
-             k, (unsigned long long)c.offset,
-             (unsigned long long)(c.offset + c.stored), data_path.c_str(),
-             hex64(h).c_str(), hex64(c.xxh3).c_str());
-      raw_off += c.raw;
-    }
-  } catch (...) {
-    drain();
-    engine.close(f);
-    throw;
+    if (m.zstd)
+      decoded.allocate(engine, m.chunk_bytes, 4096);
   }
-  engine.close(f);
-  out.tensors = std::move(m.tensors);
-  out.metadata = std::move(m.metadata);
+
+  // Decodes and verifies chunk k into `decoded`, reading ahead.
+  void load(int64_t k) {
+    if (cached == k)
+      return;
+    cached = -1;
+    if (cslot >= 0) { // the slot the cache was in reads ahead again
+      Slot &old = slots[size_t(cslot)];
+      cslot = -1;
+      if (next_submit < int64_t(m.chunks.size()))
+        submit(old, next_submit++);
+    }
+    Slot *s = nullptr;
+    for (Slot &x : slots)
+      if (x.chunk == k)
+        s = &x;
+    if (!s) {
+      // Not read ahead (a jump): start reading from k.
+      drain();
+      next_submit = k;
+      for (Slot &x : slots) {
+        if (next_submit >= int64_t(m.chunks.size()))
+          break;
+        submit(x, next_submit++);
+      }
+      for (Slot &x : slots)
+        if (x.chunk == k)
+          s = &x;
+    }
+    try {
+      s->token.wait();
+    } catch (const Error &e) {
+      s->token = Token();
+      s->chunk = -1;
+      throw unreadable(e);
+    }
+    s->token = Token();
+    s->chunk = -1;
+    const ChunkInfo &c = m.chunks[size_t(k)];
+    const uint64_t raw_off = chunk_raw[size_t(k)];
+    // parse_manifest checked these; re-checked where they guard memory.
+    if (c.offset < s->lo || c.offset > m.data_bytes ||
+        c.stored > m.data_bytes - c.offset ||
+        c.offset - s->lo + c.stored > slot_bytes || c.raw > m.chunk_bytes ||
+        raw_off > m.raw_bytes || c.raw > m.raw_bytes - raw_off)
+      fail("chunk %lld is out of bounds", (long long)k);
+    const char *src = s->buf.data() + (c.offset - s->lo);
+    const char *raw = src;
+    if (m.zstd) {
+      raw = decoded.data();
+      size_t n = ZSTD_decompress(decoded.data(), size_t(c.raw), src,
+                                 size_t(c.stored));
+      if (ZSTD_isError(n) || n != c.raw)
+        fail("chunk %lld (bytes %llu..%llu of '%s') does not decompress: %s",
+             (long long)k, (unsigned long long)c.offset,
+             (unsigned long long)(c.offset + c.stored), data_path.c_str(),
+             ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong length");
+    }
+    if (m.zstd && next_submit < int64_t(m.chunks.size()))
+      submit(*s, next_submit++);
+    const uint64_t h = XXH3_64bits(raw, size_t(c.raw));
+    if (h != c.xxh3)
+      fail("chunk %lld (bytes %llu..%llu of '%s') fails its checksum "
+           "(xxh3 %s, expected %s)",
+           (long long)k, (unsigned long long)c.offset,
+           (unsigned long long)(c.offset + c.stored), data_path.c_str(),
+           hex64(h).c_str(), hex64(c.xxh3).c_str());
+    cached = k;
+    cache = raw;
+    if (!m.zstd)
+      cslot = int(s - slots.data());
+  }
+
+  void read_raw(uint64_t off, uint64_t n, char *dst) {
+    if (off > m.raw_bytes || n > m.raw_bytes - off)
+      fail("checkpoint '%s': bytes [%llu, +%llu) are beyond its %llu raw "
+           "bytes",
+           dir.c_str(), (unsigned long long)off, (unsigned long long)n,
+           (unsigned long long)m.raw_bytes);
+    while (n > 0) {
+      const int64_t k = int64_t(off / m.chunk_bytes);
+      load(k);
+      const uint64_t in = off - chunk_raw[size_t(k)];
+      const uint64_t c = std::min(n, m.chunks[size_t(k)].raw - in);
+      std::memcpy(dst, cache + in, size_t(c));
+      dst += c;
+      off += c;
+      n -= c;
+    }
+  }
+};
+
+CheckpointReader::CheckpointReader(IoEngine &engine, const std::string &dir)
+    : impl_(std::make_unique<Impl>(engine)) {
+  impl_->open(dir);
+}
+CheckpointReader::~CheckpointReader() = default;
+CheckpointReader::CheckpointReader(CheckpointReader &&) noexcept = default;
+CheckpointReader &
+CheckpointReader::operator=(CheckpointReader &&) noexcept = default;
+const std::string &CheckpointReader::dir() const { return impl_->dir; }
+int64_t CheckpointReader::step() const { return impl_->step; }
+const std::vector<CheckpointTensor> &CheckpointReader::tensors() const {
+  return impl_->m.tensors;
+}
+const Metadata &CheckpointReader::metadata() const { return impl_->m.metadata; }
+uint64_t CheckpointReader::raw_bytes() const { return impl_->m.raw_bytes; }
+const CheckpointTensor *
+CheckpointReader::find(const std::string &name) const {
+  for (const CheckpointTensor &t : impl_->m.tensors)
+    if (t.name == name)
+      return &t;
+  return nullptr;
+}
+const std::string *CheckpointReader::meta(const std::string &key) const {
+  for (auto &[k, v] : impl_->m.metadata)
+    if (k == key)
+      return &v;
+  return nullptr;
+}
+void CheckpointReader::read(const CheckpointTensor &t, uint64_t offset,
+                            uint64_t n, void *dst) {
+  if (offset > t.bytes || n > t.bytes - offset)
+    fail("checkpoint '%s': bytes [%llu, +%llu) of tensor '%s' are beyond its "
+         "%llu bytes",
+         impl_->dir.c_str(), (unsigned long long)offset,
+         (unsigned long long)n, t.name.c_str(), (unsigned long long)t.bytes);
+  impl_->read_raw(t.offset + offset, n, static_cast<char *>(dst));
+}
+void CheckpointReader::read_raw(uint64_t offset, uint64_t n, void *dst) {
+  impl_->read_raw(offset, n, static_cast<char *>(dst));
+}
+
+LoadedCheckpoint load_checkpoint(IoEngine &engine, const std::string &dir) {
+  CheckpointReader r(engine, dir);
+  LoadedCheckpoint out;
+  out.dir = dir;
+  out.step = r.step();
+  out.raw = alloc_buffer(int64_t(r.raw_bytes()));
+  r.read_raw(0, r.raw_bytes(), out.raw.get());
+  out.tensors = r.tensors();
+  out.metadata = r.metadata();
   return out;
 }
 
-std::optional<LoadedCheckpoint>
-load_newest_checkpoint(IoEngine &engine, const std::string &root,
-                       const CheckpointOptions &o) {
+void reject_checkpoint(const CheckpointOptions &o, const std::string &dir,
+                       const std::string &why) {
+  say(o, format("skipping checkpoint '%s': %s; trying the next older one",
+                dir.c_str(), why.c_str()));
+  if (o.verdicts && !known_invalid(o, dir))
+    o.verdicts->invalid.emplace_back(dir_key(dir), why);
+}
+
+std::string unreadable_checkpoint_message(const std::string &root,
+                                          const std::string &path,
+                                          const std::string &why) {
+  // Skipping it would resume from an older one, or from the weights, and
+  // the next checkpoint would prune the ones that could not be read.
+  return format(
+      "cannot read checkpoint '%s': %s; a read error says nothing about "
+      "whether it is intact, so it is not skipped and nothing in '%s' is "
+      "changed: check the storage (dmesg, the device, permissions) and "
+      "rerun, or move '%s' out of '%s' to resume from the next older "
+      "checkpoint",
+      path.c_str(), why.c_str(), root.c_str(), path.c_str(), root.c_str());
+}
+
+std::optional<CheckpointReader>
+open_newest_checkpoint(IoEngine &engine, const std::string &root,
+                       const CheckpointOptions &o, int64_t below) {
   std::error_code ec;
   if (!fs::is_directory(root, ec)) {
     if (ec && ec != std::errc::no_such_file_or_directory)
@@ -1517,43 +1784,66 @@ load_newest_checkpoint(IoEngine &engine, const std::string &root,
            root.c_str());
     return std::nullopt;
   }
-  std::vector<std::string> leftovers;
-  for (fs::directory_iterator it(root, ec), end; !ec && it != end;
-       it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (leftover_pid(name) >= 0)
-      leftovers.push_back(it->path().string());
-    else if (name.rfind("step-", 0) == 0 && parse_checkpoint_dir_name(name) < 0)
-      say(o, format("skipping '%s': not a checkpoint (the name is not "
-                    "step-NNNNNNNN)",
-                    it->path().c_str()));
+  if (below == INT64_MAX) {
+    std::vector<std::string> leftovers;
+    for (fs::directory_iterator it(root, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (leftover_pid(name) >= 0)
+        leftovers.push_back(it->path().string());
+      else if (name.rfind("step-", 0) == 0 &&
+               parse_checkpoint_dir_name(name) < 0)
+        say(o, format("skipping '%s': not a checkpoint (the name is not "
+                      "step-NNNNNNNN)",
+                      it->path().c_str()));
+    }
+    std::sort(leftovers.begin(), leftovers.end());
+    for (const std::string &l : leftovers)
+      say(o, format("skipping '%s': an unfinished checkpoint write (removed "
+                    "after the next checkpoint)",
+                    l.c_str()));
   }
-  std::sort(leftovers.begin(), leftovers.end());
-  for (const std::string &l : leftovers)
-    say(o, format("skipping '%s': an unfinished checkpoint write (removed "
-                  "after the next checkpoint)",
-                  l.c_str()));
   for (auto &[step, path] : list_checkpoints(root)) {
+    if (step >= below)
+      continue;
     try {
-      return load_checkpoint(engine, path);
+      return CheckpointReader(engine, path);
     } catch (const CheckpointReadError &e) {
-      // Skipping it would resume from an older one, or from the weights,
-      // and the next checkpoint would prune the ones that could not be read.
-      throw CheckpointReadError(format(
-          "cannot read checkpoint '%s': %s; a read error says nothing about "
-          "whether it is intact, so it is not skipped and nothing in '%s' is "
-          "changed: check the storage (dmesg, the device, permissions) and "
-          "rerun, or move '%s' out of '%s' to resume from the next older "
-          "checkpoint",
-          path.c_str(), e.what(), root.c_str(), path.c_str(), root.c_str()));
+      throw CheckpointReadError(
+          unreadable_checkpoint_message(root, path, e.what()));
     } catch (const Error &e) {
-      say(o, format("skipping checkpoint '%s': %s; trying the next older one",
-                    path.c_str(), e.what()));
-      if (o.verdicts && !known_invalid(o, path))
-        o.verdicts->invalid.emplace_back(dir_key(path), e.what());
+      reject_checkpoint(o, path, e.what());
     }
   }
   return std::nullopt;
+}
+
+std::optional<LoadedCheckpoint>
+load_newest_checkpoint(IoEngine &engine, const std::string &root,
+                       const CheckpointOptions &o) {
+  int64_t below = INT64_MAX;
+  while (true) {
+    std::optional<CheckpointReader> r =
+        open_newest_checkpoint(engine, root, o, below);
+    if (!r)
+      return std::nullopt;
+    try {
+      LoadedCheckpoint out;
+      out.dir = r->dir();
+      out.step = r->step();
+      out.raw = alloc_buffer(int64_t(r->raw_bytes()));
+      r->read_raw(0, r->raw_bytes(), out.raw.get());
+      out.tensors = r->tensors();
+      out.metadata = r->metadata();
+      return out;
+    } catch (const CheckpointReadError &e) {
+      throw CheckpointReadError(
+          unreadable_checkpoint_message(root, r->dir(), e.what()));
+    } catch (const Error &e) {
+      reject_checkpoint(o, r->dir(), e.what());
+    }
+    below = r->step();
+  }
 }
 
 } // namespace spw::storage

@@ -6,7 +6,7 @@
 //   ROOT/step-00000042/data           the tensors, chunked, O_DIRECT
 //   ROOT/step-00000042/MANIFEST.json  what is where, with checksums
 //
-// Writing (write_checkpoint):
+// Writing (write_checkpoint, or streamed: CheckpointWriter):
 //   1. mkdir ROOT/.step-00000042.tmp-<pid>/
 //   2. the tensors' bytes, concatenated in order (the "raw stream"), are cut
 //      into chunks (default 4 MiB); each chunk is copied into an aligned
@@ -42,7 +42,10 @@
 // step-* dir is always complete, unless the storage itself lost or corrupted
 // it, which the checksums catch.
 //
-// Loading (load_newest_checkpoint): step-* dirs newest first; a dir is valid
+// Loading (load_newest_checkpoint; streamed: open_newest_checkpoint and
+// CheckpointReader, which verify each chunk as it is read, so a bad chunk is
+// found mid-restore and the caller falls back to the next older one, restoring
+// everything again): step-* dirs newest first; a dir is valid
 // iff its name parses, MANIFEST.json parses and matches its own checksum, and
 // every chunk matches its checksum when read. Invalid dirs are skipped with a
 // one-line notice naming the dir and the reason, and the next older is tried.
@@ -137,6 +140,46 @@ CheckpointWriteResult write_checkpoint(IoEngine &engine,
                                        const Metadata &metadata,
                                        const CheckpointOptions &options);
 
+// What a streamed checkpoint will hold of one tensor: no data, its bytes
+// come through CheckpointWriter::append.
+struct CheckpointTensorSpec {
+  std::string name;
+  int32_t dtype = SPW_F32;
+  std::vector<int64_t> shape;
+  uint64_t bytes = 0;
+};
+
+// write_checkpoint, streamed: the tensors' bytes come in pieces, in the
+// order of `tensors` (append), and never all at once. Memory: the staging
+// slots (checkpoint_staging_bytes), whatever the checkpoint's size. The
+// constructor makes the tmp dir and opens the data file; finish() does steps
+// 3-6 of the protocol above. Any failure before publishing (in the
+// constructor, append or finish: any exception) removes the tmp dir and
+// throws spw::Error naming the checkpoint and the cause, as write_checkpoint
+// does; so does destroying an unfinished writer (silently: the caller's own
+// failure is the error). After publishing: CheckpointPublishedError.
+class CheckpointWriter {
+public:
+  CheckpointWriter(IoEngine &engine, const std::string &root, int64_t step,
+                   const std::vector<CheckpointTensorSpec> &tensors,
+                   const Metadata &metadata, const CheckpointOptions &options);
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter &) = delete;
+  CheckpointWriter &operator=(const CheckpointWriter &) = delete;
+  // The next `bytes` bytes of the tensors (a piece may end inside a tensor
+  // and continue in the next call, or span several tensors). More bytes
+  // than the tensors hold is an error.
+  void append(const void *data, uint64_t bytes);
+  // Every tensor's bytes must have been appended.
+  CheckpointWriteResult finish();
+  // The tensor the next append continues (tensors.size() when all are in).
+  size_t next_tensor() const;
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // The staging memory write_checkpoint uses for `raw_bytes` of tensors (at
 // 4 KiB alignment): the size of a PinnedPool to give the engine so that the
 // chunk writes use registered buffers.
@@ -163,6 +206,59 @@ struct LoadedCheckpoint {
   }
   const std::string *meta(const std::string &key) const;
 };
+
+// One checkpoint dir opened for streamed reading: the manifest read and
+// checked (as load_checkpoint checks it before reading chunks), the data
+// file's presence and size checked; the chunks are read when asked for,
+// each verified (XXH3, and decompressed) when read, one decoded chunk cached
+// and a few reads ahead in flight. Memory: a few chunks, whatever the
+// checkpoint's size. The constructor throws CheckpointReadError when the
+// dir cannot be read, else spw::Error saying why it is invalid; read()
+// throws spw::Error naming the chunk when one fails its checksum or does not
+// decompress (the checkpoint is invalid: reject_checkpoint, then the next
+// older one), CheckpointReadError on an I/O error.
+class CheckpointReader {
+public:
+  CheckpointReader(IoEngine &engine, const std::string &dir);
+  ~CheckpointReader();
+  CheckpointReader(CheckpointReader &&) noexcept;
+  CheckpointReader &operator=(CheckpointReader &&) noexcept;
+  const std::string &dir() const;
+  int64_t step() const;
+  const std::vector<CheckpointTensor> &tensors() const;
+  const Metadata &metadata() const;
+  uint64_t raw_bytes() const;
+  const CheckpointTensor *find(const std::string &name) const;
+  const std::string *meta(const std::string &key) const;
+  // Bytes [offset, offset + n) of tensor t (or of the raw stream) into dst.
+  void read(const CheckpointTensor &t, uint64_t offset, uint64_t n,
+            void *dst);
+  void read_raw(uint64_t offset, uint64_t n, void *dst);
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The newest checkpoint under `root` older than step `below` whose manifest
+// is valid (its chunks are verified as they are read), or nullopt. Skips and
+// reports invalid dirs as load_newest_checkpoint does (and leftover tmp dirs
+// when `below` is unset); a dir that cannot be read stops the search with
+// CheckpointReadError naming it.
+std::optional<CheckpointReader>
+open_newest_checkpoint(IoEngine &engine, const std::string &root,
+                       const CheckpointOptions &options,
+                       int64_t below = INT64_MAX);
+// A checkpoint found invalid while it was read (a chunk that fails its
+// checksum): the notice load_newest_checkpoint gives ("skipping checkpoint
+// 'DIR': WHY; trying the next older one") and the verdict pruning reads.
+void reject_checkpoint(const CheckpointOptions &options,
+                       const std::string &dir, const std::string &why);
+// The message of a CheckpointReadError from reading checkpoint `dir`, with
+// what to do (it is not skipped).
+std::string unreadable_checkpoint_message(const std::string &root,
+                                          const std::string &dir,
+                                          const std::string &why);
 
 // A checkpoint (or ROOT) that could not be read: an I/O error, a file that
 // is not a regular file, a failed listing. Unlike a plain spw::Error from
@@ -239,6 +335,8 @@ int64_t check_checkpoint_manifest(const std::string &text);
 // instead (in-process tests of the cleanup). SPILLWAY_TEST_RENAME=fallback
 // acts as if renameat2(RENAME_EXCHANGE) were unsupported, =fallback-fail also
 // fails the rename into place with EIO.
+// SPILLWAY_TEST_CHECKPOINT_CHUNK=BYTES sets the executable's chunk size
+// (driver/checkpoints.cpp), so that a small model's checkpoint spans many.
 // Only for tests: never set these in production.
 extern const char *const kCrashPhases[];
 extern const size_t kNumCrashPhases;
