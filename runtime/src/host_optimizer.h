@@ -57,7 +57,7 @@ struct HostOptimizer {
 };
 
 // The recorded gradients the CPU optimizer's running updates may hold
-// (docs/runtime.md, "Memory"): part of the constant above the budgets.
+// (docs/runtime.md, "Memory bound"): part of the constant above the budgets.
 constexpr size_t kRecordedBytesInFlight = size_t(32) << 20;
 
 // --optimizer-threads (0: the default). Before the first step.

@@ -3,9 +3,11 @@
 // What the driver (main.cpp, driver/) calls around an offload plan's steps: the
 // plan's blocks live in a TensorStore (GPU arena, pinned host arena, SSD
 // swap) from tiers_start on; the generated step moves them with the spw_move
-// family (spillway_rt.h). Parameters and AdamW state keep a plain copy in
-// the context (ParamInfo) for loading, --save and checkpoints:
-// tiers_scatter copies it into the homes, tiers_gather back.
+// family (spillway_rt.h). The parameters and AdamW state the blocks hold
+// live only there: the start, checkpoints, --resume and --save stream them
+// block by block between the homes and the files (tiers_stream_in/out);
+// tiers_scatter / tiers_gather copy between the homes and plain copies in
+// the context (ParamInfo) where a caller has them (tests, plan-less paths).
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPILLWAY_RUNTIME_SRC_TIERS_H

@@ -154,9 +154,6 @@ void check_output_file(const char *flag, const std::string &given);
 void check_outputs(const Options &o, const std::vector<FileRole> &ins);
 // Opens --log-json (appending after a resume).
 FILE *open_log(const std::string &path, bool append);
-// Writes weights that could not go where they were asked to; the path, or
-// "" when nothing took them.
-std::string rescue_weights(const std::string &bytes, const std::string &asked);
 // Stops, before a file is written, when a float parameter is not finite.
 void check_finite_weights(const spw_ctx *ctx, const char *before);
 

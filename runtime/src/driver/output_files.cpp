@@ -252,28 +252,6 @@ FILE *open_log(const std::string &path, bool append) {
   return f;
 }
 
-// Writes trained weights that could not go where they were asked to, so the
-// run's result is not lost: to $TMPDIR (else /tmp), else the current
-// directory, under a new name. Returns the path, or "" when nothing took them.
-std::string rescue_weights(const std::string &bytes, const std::string &asked) {
-  std::string base = std::filesystem::path(asked).filename().string();
-  if (base.empty())
-    base = "weights.safetensors";
-  const std::string name = format("%s.rescued-%ld.safetensors", base.c_str(),
-                                  long(::getpid()));
-  const char *tmp = std::getenv("TMPDIR");
-  for (std::string dir : {std::string(tmp && *tmp ? tmp : "/tmp"),
-                          std::string(".")}) {
-    const std::string path = dir + "/" + name;
-    try {
-      write_file_synced(path, bytes, /*exclusive=*/true);
-      return path;
-    } catch (const Error &) {
-    }
-  }
-  return {};
-}
-
 // Stops, before a file is written, when a float parameter is not finite.
 void check_finite_weights(const spw_ctx *ctx, const char *before) {
   int64_t at = 0;

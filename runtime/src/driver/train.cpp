@@ -222,9 +222,8 @@ void write_params(spw_ctx *ctx, const std::string &path, bool direct,
 
 // Writes the trained weights that could not go where they were asked to,
 // streamed as write_params does, so the run's result is not lost: to
-// $TMPDIR (else /tmp), else the current directory, under a new name (the
-// names and places of rescue_weights). Returns the path, or "" when
-// nothing took them. NonFiniteWeights passes through.
+// $TMPDIR (else /tmp), else the current directory, under a new name.
+// Returns the path, or "" when nothing took them. NonFiniteWeights passes through.
 std::string rescue_params(spw_ctx *ctx, const std::string &asked) {
   std::string base = std::filesystem::path(asked).filename().string();
   if (base.empty())
