@@ -3,7 +3,11 @@
 # writes a checkpoint (--checkpoint-dir) and resumes from one (--resume),
 # against the bytes it writes and what the disk moves (fio, sequential
 # O_DIRECT 1 MiB x 32 io_uring, write then read, in the same directory).
-# Target: >= 0.8 of fio for both. Also torch.save / torch.load of tensors of
+# Target: >= 0.8 of fio for both. The plan keeps the state on SSD, so a
+# checkpoint reads it from the swap before writing it (a resume reads the
+# checkpoint and writes the swap): the rows "SSD to SSD" compare with what
+# fio's read then write of the same bytes take, 1 / (1/read + 1/write) GB/s,
+# the rest with fio's write or read alone. Also torch.save / torch.load of tensors of
 # the same shapes and bytes (fp32), when torch is importable (else the row
 # says so and is skipped).
 #
@@ -225,6 +229,13 @@ for op in ("write", "read"):
         t = open(p).read()
         v.append(json.loads(t[t.index("{"):])["jobs"][0][op]["bw_bytes"] / 1e9)
     fio[op] = {"gbps": v, "gbps_median": med(v)} if v else None
+# The plan keeps the state on SSD: a checkpoint reads it from the swap and
+# writes it to the checkpoint, a resume reads the checkpoint and writes the
+# swap. What the disk does for that is fio's read then write of the same
+# bytes: 1 / (1 / read + 1 / write).
+if fio.get("read") and fio.get("write"):
+    fio["copy"] = {"gbps_median": 1 / (1 / fio["read"]["gbps_median"] + 1 / fio["write"]["gbps_median"]),
+                   "from": "fio read then write of the same bytes"}
 torch_rows = [json.loads(open(p).read()) for p in sorted(glob.glob(f"{work}/torch-*.json"))]
 gb = lambda s: nbytes / s / 1e9 if s and s > 0 else None
 w_med, r_med = med(write_s), med(resume_s)
@@ -233,7 +244,9 @@ rows = [("checkpoint write (after the step: ckpt - train)", w_med, gb(w_med), "w
         ("checkpoint write (the executable's own ms)", own_med, gb(own_med), "write"),
         ("checkpoint write (wall: ckpt - train)", med(write_wall), gb(med(write_wall)), "write"),
         ("resume (checkpoints: -> resume: from)", r_med, gb(r_med), "read"),
-        ("resume (wall: resume - start)", med(resume_wall), gb(med(resume_wall)), "read")]
+        ("resume (wall: resume - start)", med(resume_wall), gb(med(resume_wall)), "read"),
+        ("checkpoint write, SSD to SSD (vs fio read+write)", w_med, gb(w_med), "copy"),
+        ("resume, SSD to SSD (vs fio read+write)", r_med, gb(r_med), "copy")]
 if torch_rows:
     tb = torch_rows[0]["bytes"]
     for label, key, op in (("torch.save", "save_s", "write"), ("torch.save + fsync", "save_fsync_s", "write"),
@@ -261,7 +274,7 @@ print(f"checkpoint: {mb:.1f} MB ({nbytes} bytes) of params + AdamW m, v; dir {bd
       f"median of {rounds}; peak RSS: start {runs['start']['peak_rss_bytes_max'] / 1e6:.0f} MB, "
       f"train {runs['train']['peak_rss_bytes_max'] / 1e6:.0f} MB, ckpt {runs['ckpt']['peak_rss_bytes_max'] / 1e6:.0f} MB, "
       f"resume {runs['resume']['peak_rss_bytes_max'] / 1e6:.0f} MB")
-for op in ("write", "read"):
+for op in ("write", "read", "copy"):
     print(f"fio {op}: " + (f"{fio[op]['gbps_median']:.3f} GB/s" if fio.get(op) else "not measured"))
 print(f"{'what':48} {'seconds':>8} {'GB/s':>7} {'/ fio':>6}")
 for t in summary["table"]:
