@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Widens a bench GPT's forward graph (train-dialect MLIR) to another width.
 
-spillwayc's ONNX import holds about twice the weights in memory, so a
-2.7B-parameter model (11 GB of fp32 weights) cannot be imported on a small
-machine. Its graph, though, depends on the width only through the tensor
+Written when spillwayc's ONNX import held about twice the weights in
+memory, so that a 2.7B-parameter model (11 GB of fp32 weights) could be
+compiled on a small machine (the import now never reads external weights,
+docs/compiler.md, "Weights never go inline"; the script stays for the
+device benchmarks that use it). Its graph, though, depends on the width only through the tensor
 types, the attention scale and the parameters' offsets in the weights file.
 So the model is imported at a narrow twin width (the same layers, heads,
 vocabulary, sequence and batch; `spillwayc TWIN.onnx --forward --emit=mlir`:
