@@ -256,6 +256,15 @@ int run(const Options &o, const char *argv0) {
   // Every file against the declarations, then the memory for all of them,
   // and only then any buffer sized from the model or the files.
   WeightsPlan wplan = check_weights(ctx, weights, !o.weights.empty());
+  {
+    // A weights map's sources are read too (in place, until the start is
+    // done): no output may replace one (--save onto gpt.onnx.data).
+    std::vector<FileRole> sources;
+    for (const std::string &s : wplan.source_paths)
+      sources.push_back(file_role(
+          format("the weights map's source '%s'", s.c_str()), s));
+    refuse_overwrites(output_roles(o), sources, o);
+  }
   std::vector<InputPlan> iplans;
   for (InputInfo &in : ctx->inputs) {
     const std::string *file = nullptr;

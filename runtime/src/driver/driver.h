@@ -152,6 +152,8 @@ void refuse_overwrites(const std::vector<FileRole> &outs,
 void check_output_file(const char *flag, const std::string &given);
 // Every destination the run writes, before anything else.
 void check_outputs(const Options &o, const std::vector<FileRole> &ins);
+// The files the run writes (--save, --log-json, --stats-json, --trace).
+std::vector<FileRole> output_roles(const Options &o);
 // Opens --log-json (appending after a resume).
 FILE *open_log(const std::string &path, bool append);
 // Stops, before a file is written, when a float parameter is not finite.

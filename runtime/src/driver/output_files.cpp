@@ -197,7 +197,7 @@ void refuse_overwrites(const std::vector<FileRole> &outs,
 // Every destination the run writes, before anything else: a --save into a
 // missing directory is an error before step 1, not after the last, and one
 // that is an input of the run is refused.
-void check_outputs(const Options &o, const std::vector<FileRole> &ins) {
+std::vector<FileRole> output_roles(const Options &o) {
   std::vector<FileRole> outs;
   for (const auto &[flag, path] :
        {std::pair<const char *, const std::string *>{"--save", &o.save},
@@ -205,7 +205,11 @@ void check_outputs(const Options &o, const std::vector<FileRole> &ins) {
         {"--stats-json", &o.stats_json}, {"--trace", &o.trace}})
     if (!path->empty())
       outs.push_back(file_role(format("%s '%s'", flag, path->c_str()), *path));
-  refuse_overwrites(outs, ins, o);
+  return outs;
+}
+
+void check_outputs(const Options &o, const std::vector<FileRole> &ins) {
+  refuse_overwrites(output_roles(o), ins, o);
   check_output_file("--save", o.save);
   check_output_file("--log-json", o.log_json);
   check_output_file("--stats-json", o.stats_json);
