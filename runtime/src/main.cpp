@@ -26,6 +26,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <malloc.h>
+#include <sys/resource.h>
 #include <optional>
 #include <unistd.h>
 
@@ -255,7 +256,12 @@ int run(const Options &o, const char *argv0) {
 
   // Every file against the declarations, then the memory for all of them,
   // and only then any buffer sized from the model or the files.
-  WeightsPlan wplan = check_weights(ctx, weights, !o.weights.empty());
+  // A --resume restores every parameter from a checkpoint: the weights map's
+  // sources may have changed since (re-exported, touched, deleted), which is
+  // an error only when no checkpoint restores.
+  const bool resuming = o.resume && !o.checkpoint_dir.empty();
+  WeightsPlan wplan =
+      check_weights(ctx, weights, !o.weights.empty(), resuming);
   {
     // A weights map's sources are read too (in place, until the start is
     // done): no output may replace one (--save onto gpt.onnx.data).
@@ -312,7 +318,8 @@ int run(const Options &o, const char *argv0) {
                                    : "the parameters and the inputs need");
   }
   allocate_declared(ctx, stream_start);
-  read_weights(ctx, wplan, !forward);
+  if (wplan.source_problem.empty())
+    read_weights(ctx, wplan, !forward);
   for (InputPlan &ip : iplans)
     read_input(ip, !forward);
 
@@ -380,6 +387,14 @@ int run(const Options &o, const char *argv0) {
   // else the weights and fresh optimizer state go there now: streamed, or
   // (without streaming) the plain copies scattered.
   const bool restored = ck && ck->restored();
+  if (!wplan.source_problem.empty()) {
+    if (!restored)
+      fail("%s", wplan.source_problem.c_str());
+    std::fprintf(stderr,
+                 "warning: %s; the run resumed from its checkpoint, which "
+                 "holds every parameter, so it goes on\n",
+                 wplan.source_problem.c_str());
+  }
   if (stream_start) {
     if (!restored)
       stream_weights(ctx, wplan);
@@ -440,6 +455,13 @@ extern "C" int spw_main(int argc, char **argv) {
   // stay in the heap, fragmented: 2.5 x an offload plan's budgets in RSS
   // after one step (docs/runtime.md, "Memory bound"), for no speed gained.
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  // A weights map may name one file per tensor (ONNX's
+  // all_tensors_to_one_file=False), all open during the start: the soft
+  // limit on open files (often 1024) goes up to the hard one.
+  if (rlimit r; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &r);
+  }
   const char *prog = argc > 0 && argv[0] ? argv[0] : "model";
   Options o;
   try {

@@ -315,34 +315,40 @@ static void member_elements(const Tiers::Block &b, size_t i,
 }
 
 // Runs `body` with a host copy of block `b`'s parts: its home on the host
-// tier, or copies in the host arena of one homed on SSD (the GPU's go
-// through stream's staging buffer).
+// tier, or copies in the host arena of one homed on SSD, released however
+// `body` or the copies end (the GPU's go through stream's staging buffer).
+// Both parts of a split block at once: a member's ranges in both parts are
+// visited in order (a checkpoint appends each tensor whole).
 template <class F> static void with_host_copy(Tiers &t, Tiers::Block &b,
                                               bool load, bool store_back,
                                               F &&body) {
   TensorStore &s = *t.store;
   char *part[2] = {nullptr, nullptr};
-  auto addr = [&](int k) {
-    return static_cast<char *>(s.host_address(b.part_id(k)));
-  };
   if (b.home == int(Tier::Host)) {
     for (int k = 0; k < b.parts(); ++k)
-      part[k] = addr(k);
+      part[k] = static_cast<char *>(s.host_address(b.part_id(k)));
     body(part);
     return;
   }
+  struct Release {
+    TensorStore &s;
+    const Tiers::Block &b;
+    int allocated = 0;
+    ~Release() {
+      for (int k = 0; k < allocated; ++k)
+        s.release(b.part_id(k), Tier::Host);
+    }
+  } release{s, b};
   for (int k = 0; k < b.parts(); ++k) {
     s.allocate(b.part_id(k), Tier::Host);
+    release.allocated = k + 1;
     if (load)
       s.move(b.part_id(k), Tier::Ssd, Tier::Host, Priority::Demand).wait();
-    part[k] = addr(k);
+    part[k] = static_cast<char *>(s.host_address(b.part_id(k)));
   }
   body(part);
-  for (int k = 0; k < b.parts(); ++k) {
-    if (store_back)
-      s.move(b.part_id(k), Tier::Host, Tier::Ssd, Priority::Demand).wait();
-    s.release(b.part_id(k), Tier::Host);
-  }
+  for (int k = 0; k < b.parts() && store_back; ++k)
+    s.move(b.part_id(k), Tier::Host, Tier::Ssd, Priority::Demand).wait();
 }
 
 // Waits for all of the CPU optimizer's updates; the blocks forget their

@@ -95,6 +95,9 @@ struct WeightsPlan {
   bool map = false;
   std::vector<std::string> source_paths; // a map's sources, opened:
   std::vector<FdCloser> source_fds;
+  // The first source that is missing or changed (check_weights): its
+  // error; its fd is closed.
+  std::string source_problem;
   std::vector<WeightsSegment> segments; // sorted, disjoint
   // Reads bytes [begin, begin + bytes) of parameter `param` into dst;
   // errors name the file and the parameter.
@@ -107,8 +110,13 @@ struct WeightsPlan {
 // (require_finite: training), and stream_weights the rest (those the offload
 // plan's params blocks hold, which get no host copy) into their homes, with
 // the optimizer blocks' state zeroed. Both keep the files open.
+// `defer_sources` (a --resume): a map's source that is missing or changed
+// is not an error yet but plan.source_problem, for the caller to report
+// unless a checkpoint then restores every parameter.
 WeightsPlan check_weights(const spw_ctx *ctx, const std::string &path,
-                          bool explicit_path);
+                          bool explicit_path, bool defer_sources = false);
+WeightsPlan check_weights_file(const spw_ctx *ctx, const std::string &path,
+                               bool explicit_path);
 void read_weights(spw_ctx *ctx, WeightsPlan &plan, bool require_finite);
 void stream_weights(spw_ctx *ctx, const WeightsPlan &plan);
 

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unordered_map>
+#include <unordered_set>
 #include <xxhash.h>
 
 namespace spw::driver {
@@ -258,14 +259,13 @@ private:
       ++pos_;
       return;
     }
-    std::vector<std::string> seen;
+    std::unordered_set<std::string> seen; // a hostile header's many keys
     for (;;) {
       skip_ws();
       const size_t key_at = pos_;
       std::string key = string();
-      if (std::find(seen.begin(), seen.end(), key) != seen.end())
+      if (!seen.insert(key).second)
         fail_at(key_at, "duplicate key \"" + key + "\" in " + what);
-      seen.push_back(key);
       skip_ws();
       expect(':', "':'");
       skip_ws();
@@ -657,7 +657,14 @@ void check_map(WeightsPlan &plan, int64_t size, uint64_t n,
       slash == std::string::npos ? "" : plan.path.substr(0, slash + 1);
   for (const MapSource &src : m.sources) {
     const std::string path = src.path[0] == '/' ? src.path : dir + src.path;
-    plan.source_fds.push_back(open_source(plan.path, src, path));
+    try {
+      plan.source_fds.push_back(open_source(plan.path, src, path));
+    } catch (const Error &e) {
+      // Said by check_weights, or after a --resume that needs no weights.
+      if (plan.source_problem.empty())
+        plan.source_problem = e.what();
+      plan.source_fds.emplace_back();
+    }
     plan.source_paths.push_back(path);
   }
   std::erase_if(m.segments,
@@ -672,7 +679,15 @@ void check_map(WeightsPlan &plan, int64_t size, uint64_t n,
 // the raw layout spillwayc writes (each parameter at its declared offset;
 // the file exactly as large as the declared weights).
 WeightsPlan check_weights(const spw_ctx *ctx, const std::string &path,
-                          bool explicit_path) {
+                          bool explicit_path, bool defer_sources) {
+  WeightsPlan plan = check_weights_file(ctx, path, explicit_path);
+  if (!plan.source_problem.empty() && !defer_sources)
+    fail("%s", plan.source_problem.c_str());
+  return plan;
+}
+
+WeightsPlan check_weights_file(const spw_ctx *ctx, const std::string &path,
+                               bool explicit_path) {
   WeightsPlan plan;
   plan.path = path;
   int64_t needed = 0;
