@@ -881,6 +881,11 @@ void spw_declare_block(spw_ctx *ctx, int32_t cls, int32_t layer,
            layer, (long long)bytes, home);
     if (t.by_key.count({cls, layer}))
       fail("block %s of layer %d declared twice", class_name(cls), layer);
+    // Parameters and their state live only in their blocks (no host copy
+    // is made for them): such a block needs a home.
+    if (home < 0 && n > 0 && (cls == SPW_BLOCK_PARAMS || cls == SPW_BLOCK_OPTIMIZER))
+      fail("block %s of layer %d holds %d parameter%s but has no home",
+           class_name(cls), layer, n, n == 1 ? "" : "s");
     Tiers::Block b;
     b.cls = cls;
     b.layer = layer;

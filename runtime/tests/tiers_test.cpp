@@ -77,6 +77,16 @@ TEST(Tiers, BadBlocksAreRefusedNamingThem) {
   spw_declare_block(ctx.get(), 0, 0, 24, 0, 0, 1, members, ok);
   EXPECT_NE(ctx->error.find("declared twice"), std::string::npos)
       << ctx->error;
+  // The parameters and their state live only in their blocks: a params or
+  // optimizer block without a home would lose them.
+  for (int32_t cls : {0, 1}) {
+    ctx->error.clear();
+    spw_declare_block(ctx.get(), cls, 1, cls == 0 ? 24 : 48, -1, 0, 1,
+                      members, ok);
+    EXPECT_NE(ctx->error.find("holds 1 parameter but has no home"),
+              std::string::npos)
+        << ctx->error;
+  }
 }
 
 TEST(Tiers, ParametersLiveInTheirBlockBetweenScatterAndGather) {
