@@ -202,6 +202,7 @@ void write_params(spw_ctx *ctx, const std::string &path, bool direct,
     // The stream's callback must not throw (the block would not go back
     // to its home properly): the first failure ends the work, then rises.
     std::exception_ptr failure;
+    std::vector<int64_t> streamed(ctx->params.size(), 0);
     tiers_stream_out(ctx, SPW_BLOCK_PARAMS, [&](const BlockRange &r) {
       if (failure)
         return;
@@ -210,12 +211,21 @@ void write_params(spw_ctx *ctx, const std::string &path, bool direct,
         check(ctx->params[size_t(r.param)], w, r.begin, r.count);
         f.write(data0 + at[size_t(r.param)] + uint64_t(r.begin) * 4, w,
                 uint64_t(r.count) * 4);
+        streamed[size_t(r.param)] += r.count;
       } catch (...) {
         failure = std::current_exception();
       }
     });
     if (failure)
       std::rethrow_exception(failure);
+    // Every element of every block's parameter, or the file would hold
+    // zeros where the stream missed some.
+    for (size_t i = 0; i < ctx->params.size(); ++i)
+      if (in_p[i] && streamed[i] != ctx->params[i].value->numel)
+        fail("%s: parameter '%s' streamed %lld of its %lld elements from "
+             "the offload plan's blocks",
+             what, ctx->params[i].name.c_str(), (long long)streamed[i],
+             (long long)ctx->params[i].value->numel);
   }
   f.commit();
 }
