@@ -53,6 +53,10 @@ import sys
 import threading
 import time
 
+# The same search as offload-memory-bounds*.test (its script, beside this).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from offload_memory_bounds import smallest_budgets  # noqa: E402
+
 MIB = 1 << 20
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 # A healthy phase takes seconds to a minute; this only stops a hang.
@@ -84,26 +88,6 @@ def make_gpt(a, out, d_model, vocab):
         "make the model")
     with open(os.path.join(out, "config.json")) as f:
         return json.load(f)
-
-
-def smallest_budgets(compile_cmd):
-    """The smallest --gpu-mem and --host-mem the plan fits in (spillwayc
-    names them when a plan is over budget)."""
-    budgets = {"gpu": 4096, "host": 4096}
-    for _ in range(3):
-        r = run(compile_cmd + ["--gpu-mem", str(budgets["gpu"]), "--host-mem",
-                               str(budgets["host"])],
-                "plan with the budgets so far", ok=(0, 1))
-        if r.returncode == 0:
-            return budgets
-        m = re.search(r"the (gpu|host) tier needs \d+ bytes for this placement "
-                      r"but the budget is \d+; the smallest --(?:gpu|host)-mem "
-                      r"that fits is (\d+) bytes", r.stderr)
-        if not m:
-            sys.exit(f"FAILED: spillwayc refused the plan without naming a "
-                     f"budget that fits:\n{r.stderr}")
-        budgets[m.group(1)] = int(m.group(2))
-    sys.exit(f"FAILED: no budgets found that fit the plan: {budgets}")
 
 
 def child_of(pid):

@@ -116,6 +116,18 @@ LogicalResult spillwayc::copyWeightsOfMLIR(ModuleOp module, StringRef mlirPath,
             mlirPath.str() + "' (train.weights) does not exist";
     return failure();
   }
+  // Copying a file onto itself would truncate it: the weights are already
+  // where the executable looks for them.
+  auto copyAsIs = [&]() -> LogicalResult {
+    if (llvm::sys::fs::equivalent(src, dest))
+      return success();
+    if (std::error_code ec = llvm::sys::fs::copy_file(src, dest)) {
+      error = "cannot copy weights '" + std::string(src) + "' to '" +
+              dest.str() + "': " + ec.message();
+      return failure();
+    }
+    return success();
+  };
   // The file must be the one the parameters describe: the executable reads
   // exactly their bytes (or, from a .safetensors file, by name), and a file
   // of another size was written for another model.
@@ -166,14 +178,7 @@ LogicalResult spillwayc::copyWeightsOfMLIR(ModuleOp module, StringRef mlirPath,
       return success(spillway::weights::writeRaw(dest, map->size,
                                                  map->sources, map->segments,
                                                  error, src));
-    if (llvm::sys::fs::equivalent(src, dest))
-      return success();
-    if (std::error_code ec = llvm::sys::fs::copy_file(src, dest)) {
-      error = "cannot copy weights '" + std::string(src) + "' to '" +
-              dest.str() + "': " + ec.message();
-      return failure();
-    }
-    return success();
+    return copyAsIs();
   }
   error.clear();
   if (int64_t(status.getSize()) != expected) {
@@ -193,15 +198,6 @@ LogicalResult spillwayc::copyWeightsOfMLIR(ModuleOp module, StringRef mlirPath,
       return failure();
     }
   }
-  // Copying a file onto itself would truncate it: the weights are already
-  // where the executable looks for them.
-  if (llvm::sys::fs::equivalent(src, dest))
-    return success();
-  if (std::error_code ec = llvm::sys::fs::copy_file(src, dest)) {
-    error = "cannot copy weights '" + std::string(src) + "' to '" +
-            dest.str() + "': " + ec.message();
-    return failure();
-  }
-  return success();
+  return copyAsIs();
 }
 
