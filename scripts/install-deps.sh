@@ -13,7 +13,7 @@ PKGS=(
   build-essential cmake ninja-build ccache git python3 python3-pip
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
   liburing-dev libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
-  libgtest-dev zlib1g-dev libzstd-dev libxxhash-dev
+  libgtest-dev zlib1g-dev libzstd-dev libxxhash-dev libopenblas-dev
   clang-22 libclang-rt-22-dev
   fio
 )

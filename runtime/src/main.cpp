@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cpu/parallel.h"
 #include "driver/checkpoints.h"
 #include "driver/driver.h"
 #include "driver/options.h"
@@ -109,6 +110,11 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
     std::printf("  device: %s, %s, step arena %s\n",
                 ctx->device->name().c_str(), precision_name(ctx->precision),
                 human_bytes(ctx->device->step_arena_bytes()).c_str());
+  // The CUDA device runs its own kernels (the CPU ones only as fallbacks).
+  if (ctx->device->name() == "cpu" || ctx->device->name() == "loopback")
+    std::printf("  kernels: %s, %d thread%s\n",
+                cpu::kernel_set_name(cpu::kernel_set()), cpu::threads(),
+                cpu::threads() == 1 ? "" : "s");
   if (!ctx->params.empty())
     std::printf("  weights: %s\n", weights.c_str());
   for (size_t i = 0; i < ctx->inputs.size(); ++i) {
@@ -477,6 +483,9 @@ extern "C" int spw_main(int argc, char **argv) {
     return 0;
   }
   try {
+    cpu::configure_kernels(o.reference_kernels ? cpu::KernelSet::Reference
+                                               : cpu::KernelSet::Fast,
+                           int(o.threads));
     const int rc = run(o, prog);
     flush_stdout();
     return rc;

@@ -22,11 +22,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "context.h"
+#include "cpu/parallel.h"
 #include "host_optimizer.h"
 #include "tiers.h"
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 using namespace spw;
 
@@ -107,35 +109,66 @@ float *split_elements(const ParamInfo &p, float *const part[2],
 
 } // namespace
 
+namespace {
+
+// The float32 constants of one AdamW step.
+struct AdamWStep {
+  float decay, w1, b2, w2, bc2_sqrt, eps, neg_step;
+};
+
+// Elements [0, n) of one AdamW step, torch's operations in torch's order.
+// Decays and Lerp are hoisted out of the loop so that it vectorizes; each
+// element's float32 operations are the same in every clone (no FMA:
+// -ffp-contract=off), so the bits are those of a scalar loop.
+template <bool Decays, bool SmallLerp>
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+adamw_elements(float *__restrict w, float *__restrict m, float *__restrict v,
+               const float *__restrict g, int64_t n, AdamWStep c) {
+  for (int64_t i = 0; i < n; ++i) {
+    float wi = w[i];
+    if constexpr (Decays)
+      wi = wi * c.decay;
+    // torch's lerp: m + w*(g-m) for weight < 0.5, else g - (g-m)*(1-w).
+    float mi;
+    if constexpr (SmallLerp)
+      mi = m[i] + c.w1 * (g[i] - m[i]);
+    else
+      mi = g[i] - (g[i] - m[i]) * (1.0f - c.w1);
+    float vi = v[i] * c.b2;
+    vi = vi + c.w2 * g[i] * g[i];
+    const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] = wi + c.neg_step * mi / denom;
+  }
+}
+
+} // namespace
+
 namespace spw {
 void adamw_kernel(float *w, float *m, float *v, const float *g, int64_t n,
                   int64_t step, const AdamWHparams &h) {
   const double t = double(step);
   const double bc1 = 1.0 - std::pow(h.beta1, t);
   const double bc2 = 1.0 - std::pow(h.beta2, t);
-  const float decay = float(1.0 - h.lr * h.weight_decay);
-  const float w1 = float(1.0 - h.beta1);
-  const float b2 = float(h.beta2);
-  const float w2 = float(1.0 - h.beta2);
-  const float bc2_sqrt = float(std::sqrt(bc2));
-  const float feps = float(h.eps);
-  const float neg_step = float(-(h.lr / bc1));
-  const bool decays = h.weight_decay != 0.0;
-  const size_t count = size_t(n);
-  for (size_t i = 0; i < count; ++i) {
-    if (decays)
-      w[i] = w[i] * decay;
-    // torch's lerp for weight < 0.5; for weight >= 0.5 it uses the other
-    // form, which we follow as well.
-    if (w1 < 0.5f)
-      m[i] = m[i] + w1 * (g[i] - m[i]);
-    else
-      m[i] = g[i] - (g[i] - m[i]) * (1.0f - w1);
-    v[i] = v[i] * b2;
-    v[i] = v[i] + w2 * g[i] * g[i];
-    float denom = std::sqrt(v[i]) / bc2_sqrt + feps;
-    w[i] = w[i] + neg_step * m[i] / denom;
-  }
+  AdamWStep c;
+  c.decay = float(1.0 - h.lr * h.weight_decay);
+  c.w1 = float(1.0 - h.beta1);
+  c.b2 = float(h.beta2);
+  c.w2 = float(1.0 - h.beta2);
+  c.bc2_sqrt = float(std::sqrt(bc2));
+  c.eps = float(h.eps);
+  c.neg_step = float(-(h.lr / bc1));
+  const bool decays = h.weight_decay != 0.0, small = c.w1 < 0.5f;
+  auto run = decays ? (small ? adamw_elements<true, true>
+                             : adamw_elements<true, false>)
+                    : (small ? adamw_elements<false, true>
+                             : adamw_elements<false, false>);
+  // Elements are independent: any cut gives the same bits (the optimizer
+  // overlap's ranges rely on it too). 64 Ki elements per chunk at least.
+  cpu::parallel_for(n, int64_t(1) << 16, [&](int64_t lo, int64_t hi) {
+    run(w + lo, m + lo, v + lo, g + lo, hi - lo, c);
+  });
 }
 } // namespace spw
 
@@ -213,23 +246,24 @@ bool check_finite_grad(spw_ctx *ctx, const ParamInfo &p, const float *g,
 
 } // namespace
 
-namespace spw {
-void foam_kernel(float *w, float *m, float *v, const float *g, int64_t rows,
-                 int64_t cols, int level, int64_t step, const AdamWHparams &h,
-                 double alpha) {
-  const int64_t block = int64_t(1) << level;
-  const int64_t nb = (cols + block - 1) / block;
-  const double t = double(step);
-  const double bc1 = 1.0 - std::pow(h.beta1, t);
-  const double bc2 = 1.0 - std::pow(h.beta2, t);
-  const float b1 = float(h.beta1), w1 = float(1.0 - h.beta1);
-  const float b2 = float(h.beta2), w2 = float(1.0 - h.beta2);
-  const float inv_block = float(1.0 / double(block));
-  const float neg_step = float(-(h.lr * std::sqrt(bc2) / bc1));
-  const float falpha = float(alpha);
-  const float feps = float(h.eps);
-  const float neg_decay = float(-(h.lr * h.weight_decay));
-  const bool decays = h.weight_decay > 0.0;
+namespace {
+
+struct FoamStep {
+  float b1, w1, b2, w2, inv_block, neg_step, alpha, eps, neg_decay;
+  bool decays;
+};
+
+// Rows [0, rows) of one FOAM step. Per row, first every block's two means
+// and its folded m and v (each block's sums in element order, as the
+// reference loop), then the row's weights, each element's float32
+// operations those of the reference loop: the same bits, but the weight
+// loop runs over the whole row and vectorizes. `gbar` holds a row's block
+// means.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+foam_rows(float *__restrict w, float *__restrict m, float *__restrict v,
+          const float *__restrict g, int64_t rows, int64_t cols,
+          int64_t block, int64_t nb, const FoamStep &c, float *gbar,
+          float *mrow, float *vrow) {
   for (int64_t r = 0; r < rows; ++r) {
     const float *gr = g + r * cols;
     float *wr = w + r * cols;
@@ -240,22 +274,59 @@ void foam_kernel(float *w, float *m, float *v, const float *g, int64_t rows,
         sum += gr[j];
         sumsq += gr[j] * gr[j];
       }
-      const float gbar = sum * inv_block, qbar = sumsq * inv_block;
+      const float gb = sum * c.inv_block, qb = sumsq * c.inv_block;
       float &mk = m[r * nb + k], &vk = v[r * nb + k];
-      mk = mk * b1 + gbar * w1;
-      vk = vk * b2 + qbar * w2;
+      mk = mk * c.b1 + gb * c.w1;
+      vk = vk * c.b2 + qb * c.w2;
       for (int64_t j = lo; j < hi; ++j) {
-        const float res = gr[j] - gbar;
-        const float mj = mk + res;
-        const float vj = vk + res * res;
-        const float upd = falpha * mj / (std::sqrt(vj) + feps);
-        float x = wr[j] + neg_step * upd;
-        if (decays)
-          x = x + x * neg_decay;
-        wr[j] = x;
+        gbar[j] = gb;
+        mrow[j] = mk;
+        vrow[j] = vk;
       }
     }
+    for (int64_t j = 0; j < cols; ++j) {
+      const float res = gr[j] - gbar[j];
+      const float mj = mrow[j] + res;
+      const float vj = vrow[j] + res * res;
+      const float upd = c.alpha * mj / (std::sqrt(vj) + c.eps);
+      float x = wr[j] + c.neg_step * upd;
+      if (c.decays)
+        x = x + x * c.neg_decay;
+      wr[j] = x;
+    }
   }
+}
+
+} // namespace
+
+namespace spw {
+void foam_kernel(float *w, float *m, float *v, const float *g, int64_t rows,
+                 int64_t cols, int level, int64_t step, const AdamWHparams &h,
+                 double alpha) {
+  const int64_t block = int64_t(1) << level;
+  const int64_t nb = (cols + block - 1) / block;
+  const double t = double(step);
+  const double bc1 = 1.0 - std::pow(h.beta1, t);
+  const double bc2 = 1.0 - std::pow(h.beta2, t);
+  FoamStep c;
+  c.b1 = float(h.beta1);
+  c.w1 = float(1.0 - h.beta1);
+  c.b2 = float(h.beta2);
+  c.w2 = float(1.0 - h.beta2);
+  c.inv_block = float(1.0 / double(block));
+  c.neg_step = float(-(h.lr * std::sqrt(bc2) / bc1));
+  c.alpha = float(alpha);
+  c.eps = float(h.eps);
+  c.neg_decay = float(-(h.lr * h.weight_decay));
+  c.decays = h.weight_decay > 0.0;
+  // Rows are independent: any cut gives the same bits.
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(cols, 1));
+  cpu::parallel_for(rows, grain, [&](int64_t lo, int64_t hi) {
+    std::vector<float> scratch(size_t(3 * cols));
+    foam_rows(w + lo * cols, m + lo * nb, v + lo * nb, g + lo * cols, hi - lo,
+              cols, block, nb, c, scratch.data(), scratch.data() + cols,
+              scratch.data() + 2 * cols);
+  });
 }
 } // namespace spw
 

@@ -1,5 +1,6 @@
 //===- kernels_test.cpp - CPU kernels against naive references and FD -----===//
 
+#include "cpu/parallel.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,12 @@
 using namespace spwtest;
 
 namespace {
+
+// These tests pin the reference kernels (exact values, double accumulation):
+// every test of this binary runs them unless it asks for the fast ones
+// (fast_*_test.cpp compare the two with cpu::testing::ScopedKernelSet).
+const spw::cpu::testing::ScopedKernelSet kReferenceByDefault(
+    spw::cpu::KernelSet::Reference);
 
 // ---- forward kernels against hand-computed / naive references --------------
 

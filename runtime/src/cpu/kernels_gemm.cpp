@@ -7,7 +7,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cpu/blas.h"
 #include "cpu/kernels.h"
+#include "cpu/parallel.h"
 
 #include <algorithm>
 #include <array>
@@ -36,9 +38,51 @@ struct MatView {
   int64_t s0, s1; // strides of the two dims
 };
 
+// The fast kernels' matmul2d: C starts as float(beta * Cin) (or is
+// overwritten when there is none), then one BLAS sgemm adds alpha * A B.
+// An operand that is neither row- nor column-major is packed row-major.
+void matmul2d_fast(MatView A, MatView B, float *C, int64_t M, int64_t N,
+                   int64_t K, double alpha, const MatView *Cin, double beta,
+                   std::vector<float> &pack) {
+  cpu::GemmOperand a{A.p, false, A.s0}, b{B.p, false, B.s0};
+  std::vector<float> packA;
+  if (A.s1 == 1 && A.s0 >= std::max<int64_t>(K, 1)) {
+  } else if (A.s0 == 1 && A.s1 >= std::max<int64_t>(M, 1)) {
+    a = {A.p, true, A.s1};
+  } else {
+    packA.resize(size_t(M * K));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t k = 0; k < K; ++k)
+        packA[size_t(i * K + k)] = A.p[i * A.s0 + k * A.s1];
+    a = {packA.data(), false, std::max<int64_t>(K, 1)};
+  }
+  if (B.s1 == 1 && B.s0 >= std::max<int64_t>(N, 1)) {
+  } else if (B.s0 == 1 && B.s1 >= std::max<int64_t>(K, 1)) {
+    b = {B.p, true, B.s1};
+  } else {
+    pack.resize(size_t(K * N));
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j)
+        pack[size_t(k * N + j)] = B.p[k * B.s0 + j * B.s1];
+    b = {pack.data(), false, std::max<int64_t>(N, 1)};
+  }
+  float c_beta = 0.0f;
+  if (Cin) {
+    cpu::parallel_for(M, 64, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        for (int64_t j = 0; j < N; ++j)
+          C[i * N + j] = float(beta * double(Cin->p[i * Cin->s0 + j * Cin->s1]));
+    });
+    c_beta = 1.0f;
+  }
+  cpu::sgemm(M, N, K, float(alpha), a, b, c_beta, C, N);
+}
+
 void matmul2d(MatView A, MatView B, float *C, int64_t M, int64_t N, int64_t K,
               double alpha, const MatView *Cin, double beta,
               std::vector<float> &pack, std::vector<double> &acc) {
+  if (cpu::fast_kernels())
+    return matmul2d_fast(A, B, C, M, N, K, alpha, Cin, beta, pack);
   const float *Bp = B.p;
   if (!(B.s1 == 1 && B.s0 == N)) {
     pack.resize(size_t(K * N));

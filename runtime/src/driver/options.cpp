@@ -71,6 +71,14 @@ const char kUsage[] =
     "  --optimizer-threads N   offload plans with the optimizer state on host\n"
     "                          or SSD: host threads running the updates\n"
     "                          (default: min(4, hardware threads - 1))\n"
+    "  --kernels K             the CPU kernels: fast (BLAS GEMMs, blocked\n"
+    "                          attention, threaded and vectorized; default)\n"
+    "                          or reference (single-threaded, double\n"
+    "                          accumulation: what the tests compare with\n"
+    "                          NumPy at tight tolerances)\n"
+    "  --threads N             threads of the fast CPU kernels (default: the\n"
+    "                          CPUs this process may run on); the same\n"
+    "                          executable, N and inputs give the same bits\n"
     "  --outputs DIR           forward-only models (spillwayc --forward):\n"
     "                          write each output NAME to DIR/NAME.npy, shape\n"
     "                          [steps, *output_shape]; step s at index s-1;\n"
@@ -214,7 +222,8 @@ Options parse_args(int argc, char **argv) {
         "--print-every", "--fd-eps", "--fd-samples", "--fd-tol", "--outputs",
         "--checkpoint-dir", "--checkpoint-every", "--keep-checkpoints",
         "--io-backend", "--ssd", "--stats-json", "--device",
-        "--device-arena", "--loopback-delays", "--optimizer-threads", "--trace"};
+        "--device-arena", "--loopback-delays", "--optimizer-threads", "--trace",
+        "--kernels", "--threads"};
     if (std::find_if(std::begin(kValued), std::end(kValued),
                      [&](const char *f) { return flag == f; }) ==
         std::end(kValued))
@@ -296,6 +305,18 @@ Options parse_args(int argc, char **argv) {
       if (o.optimizer_threads > HostTasks::kMaxThreads)
         throw UsageError(format("invalid value '%s' for --optimizer-threads: "
                                 "expected at most %d",
+                                value.c_str(), HostTasks::kMaxThreads));
+    } else if (flag == "--kernels") {
+      if (value != "fast" && value != "reference")
+        throw UsageError(format("invalid value '%s' for --kernels: expected "
+                                "fast or reference",
+                                value.c_str()));
+      o.reference_kernels = value == "reference";
+    } else if (flag == "--threads") {
+      o.threads = parse_int(flag, value, 1);
+      if (o.threads > HostTasks::kMaxThreads)
+        throw UsageError(format("invalid value '%s' for --threads: expected "
+                                "at most %d",
                                 value.c_str(), HostTasks::kMaxThreads));
     } else if (flag == "--weights") {
       o.weights = path_value(flag, value);

@@ -54,6 +54,9 @@ struct Options {
   std::string stats_json;
   std::string trace; // --trace FILE (trace.h)
   int64_t optimizer_threads = 0; // 0: default_host_threads()
+  // CPU kernels (cpu/parallel.h): --kernels fast|reference, --threads N.
+  bool reference_kernels = false;
+  int64_t threads = 0; // 0: the CPUs this process may run on
   // Backend (device.h): "" is the compile target's (spillwayc --target).
   std::string device;
   int64_t device_arena = 0; // step arena bytes; 0: the backend's default
