@@ -291,6 +291,7 @@ done
 mkdir -p "$ROOT/bench/results"
 HOST=$(hostname 2>/dev/null || echo unknown)
 [ -n "$OUTJSON" ] || OUTJSON="$ROOT/bench/results/offload-$HOST-$(date -u +%Y%m%dT%H%M%SZ).json"
+mkdir -p "$(dirname "$OUTJSON")"
 { for c in "${CONFIGS[@]}"; do printf '%s\t%s\t%s\n' "$c" "${COMPILE_CMD[$c]}" "${RUN_CMD[$c]}"; done; } >"$WORK/commands.tsv"
 FSINFO=$(findmnt -n -o SOURCE,FSTYPE -T "$SSD" 2>/dev/null | tr -s ' ' || echo "?")
 REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "?")
