@@ -14,7 +14,7 @@
 # horizontal with F = 0 (the ZeRO-Infinity order), snake over horizontal at
 # equal F, and AdamW against FOAM in each order at F = 0.
 #
-# usage: bench/offload.sh [--small] [--layers L] [--d-model D] [--heads H] [--vocab V]
+# usage: bench/offload.sh [--small | --preset io-bound] [--layers L] [--d-model D] [--heads H] [--vocab V]
 #                         [--seq S] [--batch B] [--microbatches M] [--steps N]
 #                         [--schedules horizontal,snake] [--overlaps F[,F...]]
 #                         [--optimizers adamw,foam] [--foam-level L]
@@ -30,6 +30,16 @@
 #   except FOAM with F > 0, which spillwayc refuses (--overlap-optimizer
 #   splits AdamW updates only): those are skipped, and said so.
 #   --small: L=4 D=256 H=4 V=4096 S=32 B=4 (5.3M parameters), a smoke run of seconds.
+#   --preset io-bound: L=4 D=1024 H=16 V=8192 S=16 B=4, M=4, N=4 (67M
+#     parameters; 64 tokens per iteration, one 16-token sequence per
+#     micro-batch): compute per iteration is small next to its SSD bytes
+#     (about 8 FLOPs per parameter per token against 35-85 bytes per
+#     parameter), so with a fast CPU device (and a profile that says so) both
+#     orders are SSD-bound; a flag after it overrides its value (so does one
+#     after --small).
+#   The headline line (snake with the largest F over horizontal F = 0) also
+#   says whether the measured iteration-time ratio is within 15% of the cost
+#   model's, and names each plan's predicted bound when it is not the SSD.
 #   --gpu-mem/--host-mem: default the smallest budgets that fit every config's
 #   plan (a planning pass with spillwayc --report-json finds them); both are the
 #   same for all configs.
@@ -55,6 +65,13 @@ while [ $# -gt 0 ]; do
   esac
   case $1 in
     --small) SMALL=1; LAYERS=4 DMODEL=256 HEADS=4 VOCAB=4096 SEQ=32 BATCH=4 ;;
+    --preset)
+      [ $# -ge 2 ] || { echo "offload.sh: --preset needs a value (io-bound)" >&2; usage; }
+      case $2 in
+        io-bound) LAYERS=4 DMODEL=1024 HEADS=16 VOCAB=8192 SEQ=16 BATCH=4 M=4 STEPS=4 ;;
+        *) echo "offload.sh: unknown preset '$2' (io-bound)" >&2; usage ;;
+      esac
+      shift ;;
     --layers) LAYERS=$2; shift ;; --d-model) DMODEL=$2; shift ;; --heads) HEADS=$2; shift ;;
     --vocab) VOCAB=$2; shift ;; --seq) SEQ=$2; shift ;; --batch) BATCH=$2; shift ;;
     --microbatches) M=$2; shift ;; --steps) STEPS=$2; shift ;; --schedules) SCHEDULES=$2; shift ;;
@@ -274,6 +291,7 @@ done
 mkdir -p "$ROOT/bench/results"
 HOST=$(hostname 2>/dev/null || echo unknown)
 [ -n "$OUTJSON" ] || OUTJSON="$ROOT/bench/results/offload-$HOST-$(date -u +%Y%m%dT%H%M%SZ).json"
+mkdir -p "$(dirname "$OUTJSON")"
 { for c in "${CONFIGS[@]}"; do printf '%s\t%s\t%s\n' "$c" "${COMPILE_CMD[$c]}" "${RUN_CMD[$c]}"; done; } >"$WORK/commands.tsv"
 FSINFO=$(findmnt -n -o SOURCE,FSTYPE -T "$SSD" 2>/dev/null | tr -s ' ' || echo "?")
 REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "?")
@@ -414,9 +432,23 @@ for o in opts:
     if ("horizontal", 0.0, o) in byname and ("snake", fmax, o) in byname and fmax > 0:
         h, s = byname[("horizontal", 0.0, o)], byname[("snake", fmax, o)]
         sp = speedup(h, s)
+        # The cost model's claim made measurable: the measured ratio within
+        # 15% of the predicted one (|measured / predicted - 1| <= 0.15).
+        sp["measured_over_predicted"] = sp["iteration_time_measured"] / sp["iteration_time_predicted"]
+        sp["within_15pct_of_predicted"] = abs(sp["measured_over_predicted"] - 1) <= 0.15
+        sp["predicted_bounds"] = {"baseline": h["bound"], "candidate": s["bound"]}
         summary[key("snake_max_overlap_over_zero_infinity")] = sp
         print(f"snake F={s['F']} over the baseline horizontal F=0, the ZeRO-Infinity order (no optimizer overlap){tag}, "
               f"same batch and budgets, M={M}: " + line(sp))
+        print(f"  measured / predicted iteration-time ratio {sp['measured_over_predicted']:.3f}: "
+              + ("within" if sp["within_15pct_of_predicted"] else "NOT within") + " 15% of the cost model's "
+              f"{sp['iteration_time_predicted']:.3f}x (measured {sp['iteration_time_measured']:.3f}x, SSD bytes "
+              f"{sp['ssd_bytes_measured']:.3f}x)")
+        not_io = [f"{r['schedule']} F={r['F']}: {r['bound']}" for r in (h, s) if r["bound"] != "ssd"]
+        if not_io:
+            print(f"  not I/O-bound by the cost model ({', '.join(not_io)}, profile {os.path.basename(hw)}): the "
+                  f"predicted ratio is that bound's; on a fast CPU device regenerate the profile (spillwayc "
+                  f"--probe-hw) or pass --hw, and shrink the tokens per iteration (--preset io-bound)")
     elif fmax > 0:
         print("(snake with the largest F against horizontal F=0, the ZeRO-Infinity order, needs both schedules in "
               "--schedules and 0 in --overlaps)")
