@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cpu/kernels.h"
+#include "cpu/parallel.h"
 
 #include <algorithm>
 #include <array>
@@ -119,16 +120,56 @@ void reshape(spw_tensor *const *ins, spw_tensor *const *outs) {
 }
 
 template <class T>
-void gather_strided(const spw_tensor &x, spw_tensor &y, const int64_t *xs) {
-  const T *px = x.as<T>();
-  T *py = y.as<T>();
-  for_each_index<1>(y.rank, y.dims, {xs},
+void gather_strided_at(const T *px, T *py, int rank, const int64_t *dims,
+                       const int64_t *xs) {
+  for_each_index<1>(rank, dims, {xs},
                     [&](int64_t i, const std::array<int64_t, 1> &o) {
                       py[i] = px[o[0]];
                     });
 }
 
+template <class T>
+void gather_strided(const spw_tensor &x, spw_tensor &y, const int64_t *xs) {
+  gather_strided_at<T>(x.as<T>(), y.as<T>(), y.rank, y.dims, xs);
+}
+
+// The fast kernels cut a large copy along y's first dimension: each chunk
+// is the same copy of a slab (the same bits; copies only).
+bool copy_in_slabs(const spw_tensor &x, spw_tensor &y, const int64_t *xs) {
+  if (!cpu::fast_kernels() || y.rank < 1 || y.dims[0] < 2 ||
+      y.numel < (int64_t(1) << 15) || cpu::threads() < 2)
+    return false;
+  const int64_t slab = y.numel / y.dims[0];
+  const size_t esize = size_t(dtype_size(x.dtype));
+  cpu::parallel_for(y.dims[0], 1, [&](int64_t lo, int64_t hi) {
+    const char *px = static_cast<const char *>(x.data) +
+                     size_t(lo * xs[0]) * esize;
+    char *py = static_cast<char *>(y.data) + size_t(lo * slab) * esize;
+    int64_t dims[kMaxRank];
+    std::copy(y.dims, y.dims + y.rank, dims);
+    dims[0] = hi - lo;
+    switch (esize) {
+    case 8:
+      return gather_strided_at(reinterpret_cast<const int64_t *>(px),
+                               reinterpret_cast<int64_t *>(py), y.rank, dims,
+                               xs);
+    case 4:
+      return gather_strided_at(reinterpret_cast<const int32_t *>(px),
+                               reinterpret_cast<int32_t *>(py), y.rank, dims,
+                               xs);
+    default:
+      return gather_strided_at(reinterpret_cast<const uint8_t *>(px),
+                               reinterpret_cast<uint8_t *>(py), y.rank, dims,
+                               xs);
+    }
+  });
+  return true;
+}
+
 void copy_strided(const spw_tensor &x, spw_tensor &y, const int64_t *xs) {
+  const size_t es = dtype_size(x.dtype);
+  if ((es == 8 || es == 4 || es == 1) && copy_in_slabs(x, y, xs))
+    return;
   switch (dtype_size(x.dtype)) {
   case 8: return gather_strided<int64_t>(x, y, xs);
   case 4: return gather_strided<int32_t>(x, y, xs);
@@ -184,10 +225,48 @@ void sum_into(const spw_tensor &x, spw_tensor &y, const int64_t *ys,
                                             ? Acc(-0.0)
                                             : Acc(0));
   const T *px = x.as<T>();
-  for_each_index<1>(x.rank, x.dims, {ys},
-                    [&](int64_t i, const std::array<int64_t, 1> &o) {
-                      acc[size_t(o[0])] += Acc(px[i]);
-                    });
+  // The fast kernels' common cases, each output element's sum in the
+  // reference's order (the same bits), cut across threads: leading dims
+  // summed into the trailing ones (a bias gradient: [R, C] -> [C]), or
+  // trailing dims summed into the leading ones ([R, C] -> [R]).
+  int k = 0;
+  while (k < x.rank && ys[k] == 0)
+    ++k;
+  bool trailing_kept = k < x.rank, leading_kept = true;
+  int64_t stride = 1;
+  for (int d = x.rank - 1; d >= k; --d) {
+    trailing_kept = trailing_kept && ys[d] == stride;
+    stride *= x.dims[d];
+  }
+  int r = x.rank;
+  while (r > 0 && ys[r - 1] == 0)
+    --r;
+  stride = 1;
+  for (int d = r - 1; d >= 0; --d) {
+    leading_kept = leading_kept && ys[d] == stride;
+    stride *= x.dims[d];
+  }
+  const bool fast = cpu::fast_kernels() && x.numel >= (int64_t(1) << 15);
+  if (fast && trailing_kept && k > 0) {
+    const int64_t C = y.numel, R = x.numel / std::max<int64_t>(C, 1);
+    cpu::parallel_for(C, 256, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = 0; i < R; ++i)
+        for (int64_t j = lo; j < hi; ++j)
+          acc[size_t(j)] += Acc(px[i * C + j]);
+    });
+  } else if (fast && leading_kept && r < x.rank && r > 0) {
+    const int64_t R = y.numel, C = x.numel / std::max<int64_t>(R, 1);
+    cpu::parallel_for(R, 16, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        for (int64_t j = 0; j < C; ++j)
+          acc[size_t(i)] += Acc(px[i * C + j]);
+    });
+  } else {
+    for_each_index<1>(x.rank, x.dims, {ys},
+                      [&](int64_t i, const std::array<int64_t, 1> &o) {
+                        acc[size_t(o[0])] += Acc(px[i]);
+                      });
+  }
   T *py = y.as<T>();
   for (int64_t i = 0; i < y.numel; ++i) {
     if constexpr (std::is_floating_point_v<T>)
