@@ -89,7 +89,8 @@ int spillwayc::probeHardware(const std::string &probeHw, uint64_t ssdBytes,
   }
   p.source = llvm::formatv(
       "spillwayc --probe-hw on {0} ({1} CPUs), {2}: CPU backend. gpu = this "
-      "CPU: the runtime's f32 matmul kernel on {3}x{3} matrices (one thread), "
+      "CPU: the runtime's fast f32 matmul kernel (OpenBLAS sgemm cut "
+      "across {1} kernel threads) on {3}x{3} matrices, "
       "used for bf16 and fp32 alike; gpu.memory_bytes = host memory (the "
       "arena's size is the --gpu-mem budget). pcie = one-thread memcpy of "
       "{4} MiB buffers, all three rates (bidirectional not measured "
