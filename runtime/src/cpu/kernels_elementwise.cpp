@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "cpu/kernels.h"
+#include "cpu/parallel.h"
+#include "cpu/vmath.h"
 
 #include <algorithm>
 #include <array>
@@ -27,6 +29,9 @@ using namespace spw::checks;
 using spw::cpu::for_each_index;
 
 // ---- elementwise binary ----------------------------------------------------
+
+// Elements per chunk of the fast kernels' threaded elementwise loops.
+constexpr int64_t kGrain = int64_t(1) << 14;
 
 enum class BinOp { Add, Sub, Mul, Div };
 
@@ -53,8 +58,12 @@ void binary_typed(BinOp op, const spw_tensor &a, const spw_tensor &b,
   const T *pa = a.as<T>(), *pb = b.as<T>();
   T *py = y.as<T>();
   if (same_shape(a, b)) {
-    for (int64_t i = 0; i < y.numel; ++i)
-      py[i] = apply<T>(op, pa[i], pb[i]);
+    // Fast: the same element operations, cut into chunks (same bits).
+    const int64_t grain = cpu::fast_kernels() ? kGrain : y.numel;
+    cpu::parallel_for(y.numel, grain, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        py[i] = apply<T>(op, pa[i], pb[i]);
+    });
     return;
   }
   auto sa = broadcast_strides(a, y.rank, y.dims, "a");
@@ -106,31 +115,59 @@ double gelu_deriv(double x, bool approx) {
   return cdf + x * pdf;
 }
 
-template <class F>
-void unary_f32(spw_tensor *const *ins, spw_tensor *const *outs, F f) {
+// The checked operands of a unary f32 op (shared by the fast kernels).
+struct UnaryF32 {
+  const spw_tensor &x;
+  spw_tensor &y;
+};
+UnaryF32 unary_f32_operands(spw_tensor *const *ins, spw_tensor *const *outs) {
   const spw_tensor &x = input(ins, 0, "x");
   spw_tensor &y = output(outs, 0, "y");
   expect_dtype(x, SPW_F32, "x");
   expect_like(y, x, "result", "x");
+  return {x, y};
+}
+
+template <class F>
+void unary_f32(spw_tensor *const *ins, spw_tensor *const *outs, F f) {
+  auto [x, y] = unary_f32_operands(ins, outs);
   const float *px = x.as<float>();
   float *py = y.as<float>();
-  for (int64_t i = 0; i < x.numel; ++i)
-    py[i] = f(px[i]);
+  // Fast: the same f per element, cut into chunks (same bits).
+  const int64_t grain = cpu::fast_kernels() ? kGrain : x.numel;
+  cpu::parallel_for(x.numel, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      py[i] = f(px[i]);
+  });
 }
 
 // f(a, b) elementwise over two same-shaped f32 inputs.
-template <class F>
-void binary_same_f32(spw_tensor *const *ins, spw_tensor *const *outs,
-                     const char *n0, const char *n1, F f) {
+struct BinaryF32 {
+  const spw_tensor &x, &dy;
+  spw_tensor &dx;
+};
+BinaryF32 binary_same_f32_operands(spw_tensor *const *ins,
+                                   spw_tensor *const *outs, const char *n0,
+                                   const char *n1) {
   const spw_tensor &x = input(ins, 0, n0), &dy = input(ins, 1, n1);
   spw_tensor &dx = output(outs, 0, "dx");
   expect_dtype(x, SPW_F32, n0);
   expect_like(dy, x, n1, n0);
   expect_like(dx, x, "result", n0);
+  return {x, dy, dx};
+}
+
+template <class F>
+void binary_same_f32(spw_tensor *const *ins, spw_tensor *const *outs,
+                     const char *n0, const char *n1, F f) {
+  auto [x, dy, dx] = binary_same_f32_operands(ins, outs, n0, n1);
   const float *px = x.as<float>(), *pd = dy.as<float>();
   float *po = dx.as<float>();
-  for (int64_t i = 0; i < x.numel; ++i)
-    po[i] = f(px[i], pd[i]);
+  const int64_t grain = cpu::fast_kernels() ? kGrain : x.numel;
+  cpu::parallel_for(x.numel, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      po[i] = f(px[i], pd[i]);
+  });
 }
 
 template <class T> void neg_typed(const spw_tensor &x, spw_tensor &y) {
@@ -357,6 +394,79 @@ void cast_op(spw_tensor *const *ins, spw_tensor *const *outs) {
   }
 }
 
+
+// ---- fast gelu (float, vmath polynomials) ----------------------------------
+
+// gelu(x) = x Phi(x), Phi(x) = erfc(-x/sqrt2)/2 (exact form), or
+// x (1 + tanh u)/2 = x / (1 + e^{-2u}) (tanh form): both relative-accurate
+// in the negative tail where 1 + erf(x/sqrt2) would cancel.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+gelu_fast(const float *__restrict x, float *__restrict y, int64_t n,
+          bool approx) {
+  using namespace cpu::vmath;
+  if (approx) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i];
+      const float u = 0.79788456f * (v + 0.044715f * v * v * v);
+      float m = -2.0f * u;
+      m = m > 88.0f ? 88.0f : m;
+      y[i] = v / (1.0f + exp_f(m));
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    y[i] = v * (0.5f * erfc_f(v * -0.70710678f));
+  }
+}
+
+// dy * gelu'(x): Phi(x) + x phi(x) (exact), or the tanh form's derivative
+// with 1 + t = 2/(1+E), 1 - t = 2E/(1+E), E = e^{-2u}.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+gelu_grad_fast(const float *__restrict x, const float *__restrict dy,
+               float *__restrict dx, int64_t n, bool approx) {
+  using namespace cpu::vmath;
+  if (approx) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i];
+      const float u = 0.79788456f * (v + 0.044715f * v * v * v);
+      const float du = 0.79788456f * (1.0f + 0.134145f * v * v);
+      float m = -2.0f * u;
+      m = m > 88.0f ? 88.0f : m;
+      const float e = exp_f(m), inv = 1.0f / (1.0f + e);
+      const float opt = 2.0f * inv, omt = 2.0f * e * inv;
+      dx[i] = dy[i] * (0.5f * opt + 0.5f * v * (opt * omt) * du);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float cdf = 0.5f * erfc_f(v * -0.70710678f);
+    const float pdf = 0.39894228f * exp_f(-0.5f * v * v);
+    dx[i] = dy[i] * (cdf + v * pdf);
+  }
+}
+
+void gelu_fast_op(spw_tensor *const *ins, spw_tensor *const *outs,
+                  bool approx) {
+  auto [x, y] = unary_f32_operands(ins, outs);
+  const float *px = x.as<float>();
+  float *py = y.as<float>();
+  cpu::parallel_for(x.numel, kGrain, [&](int64_t lo, int64_t hi) {
+    gelu_fast(px + lo, py + lo, hi - lo, approx);
+  });
+}
+
+void gelu_grad_fast_op(spw_tensor *const *ins, spw_tensor *const *outs,
+                       bool approx) {
+  auto [x, dy, dx] = binary_same_f32_operands(ins, outs, "x", "dy");
+  const float *px = x.as<float>(), *pd = dy.as<float>();
+  float *po = dx.as<float>();
+  cpu::parallel_for(x.numel, kGrain, [&](int64_t lo, int64_t hi) {
+    gelu_grad_fast(px + lo, pd + lo, po + lo, hi - lo, approx);
+  });
+}
+
 } // namespace
 
 SPW_KERNEL_DEF(add) {
@@ -406,6 +516,8 @@ SPW_KERNEL_DEF(gelu) {
   (void)fattrs;
   guarded(ctx, "gelu", [&] {
     bool approx = gelu_mode(iattrs) == 1;
+    if (cpu::fast_kernels())
+      return gelu_fast_op(ins, outs, approx);
     unary_f32(ins, outs,
               [approx](float v) { return float(gelu_ref(v, approx)); });
   });
@@ -433,6 +545,8 @@ SPW_KERNEL_DEF(gelu_grad) {
   (void)fattrs;
   guarded(ctx, "gelu_grad", [&] {
     bool approx = gelu_mode(iattrs) == 1;
+    if (cpu::fast_kernels())
+      return gelu_grad_fast_op(ins, outs, approx);
     binary_same_f32(ins, outs, "x", "dy", [approx](float x, float dy) {
       return float(double(dy) * gelu_deriv(x, approx));
     });
