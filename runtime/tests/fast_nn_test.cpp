@@ -247,6 +247,97 @@ TEST(FastNN, LayerNormDeterministicAcrossThreads) {
   EXPECT_FALSE(same_bits(*a[0], *r[0])); // the float path ran
 }
 
+// ---- softmax, rms norm --------------------------------------------------------------
+
+// Softmax: exp_f few ulp, sums ~1e-7 relative: 1e-5 relative (1e-12
+// absolute for the underflowing tail). Grad: y (dy - dot) with dot a float
+// sum: 1e-5 relative plus 1e-6 of the row scale for the cancellation.
+void check_softmax(std::vector<int64_t> dims, int64_t axis, float lo, float hi,
+                   uint64_t seed) {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    n *= d;
+  auto x = f32(dims, randoms(size_t(n), seed, lo, hi));
+  auto dy = f32(dims, randoms(size_t(n), seed + 1));
+  auto yf = run(KernelSet::Fast, spw_op_softmax, {x.get()}, {dims}, {axis});
+  auto yr = run(KernelSet::Reference, spw_op_softmax, {x.get()}, {dims}, {axis});
+  EXPECT_EQ(compare(*yf[0], *yr[0], 1e-5, 1e-12, "softmax"), 0) << axis;
+  auto gf = run(KernelSet::Fast, spw_op_softmax_grad, {yr[0].get(), dy.get()},
+                {dims}, {axis});
+  auto gr = run(KernelSet::Reference, spw_op_softmax_grad,
+                {yr[0].get(), dy.get()}, {dims}, {axis});
+  EXPECT_EQ(compare(*gf[0], *gr[0], 1e-5, 1e-6, "softmax_grad"), 0) << axis;
+}
+
+TEST(FastNN, SoftmaxMatchesReference) {
+  check_softmax({1, 1}, 1, -1, 1, 70);
+  check_softmax({3, 7}, 1, -3, 3, 71);
+  check_softmax({1000, 7}, 1, -3, 3, 72);
+  check_softmax({3, 8193}, 1, -80, 80, 73);
+  check_softmax({4, 384, 5}, 1, -5, 5, 74); // inner axis != last
+  check_softmax({3, 7, 17}, 0, -5, 5, 75);
+}
+
+TEST(FastNN, SoftmaxMaskedRows) {
+  std::vector<float> v = randoms(2 * 33, 76, -4, 4);
+  for (int i = 0; i < 33; i += 2)
+    v[size_t(i)] = -INFINITY;
+  auto x = f32({2, 33}, v);
+  auto yf = run(KernelSet::Fast, spw_op_softmax, {x.get()}, {{2, 33}}, {1});
+  auto yr = run(KernelSet::Reference, spw_op_softmax, {x.get()}, {{2, 33}}, {1});
+  EXPECT_EQ(compare(*yf[0], *yr[0], 1e-5, 0, "masked softmax"), 0);
+  for (int i = 0; i < 33; i += 2)
+    EXPECT_EQ(yf[0]->as<float>()[i], 0.0f);
+}
+
+void check_rms_norm(int64_t rows, int64_t n, uint64_t seed) {
+  auto x = f32({rows, n}, randoms(size_t(rows * n), seed, -3, 3));
+  auto s = f32({n}, randoms(size_t(n), seed + 1, 0.5, 1.5));
+  auto dy = f32({rows, n}, randoms(size_t(rows * n), seed + 2));
+  std::vector<int64_t> ia = {1};
+  std::vector<double> fa = {1e-6};
+  auto yf = run(KernelSet::Fast, spw_op_rms_norm, {x.get(), s.get()},
+                {{rows, n}}, ia, fa);
+  auto yr = run(KernelSet::Reference, spw_op_rms_norm, {x.get(), s.get()},
+                {{rows, n}}, ia, fa);
+  // Double sum of squares, the row in float: a few ulp.
+  EXPECT_EQ(compare(*yf[0], *yr[0], 1e-5, 0, "rms_norm"), 0);
+  auto gf = run(KernelSet::Fast, spw_op_rms_norm_grad,
+                {x.get(), s.get(), dy.get()}, {{rows, n}, {n}}, ia, fa);
+  auto gr = run(KernelSet::Reference, spw_op_rms_norm_grad,
+                {x.get(), s.get(), dy.get()}, {{rows, n}, {n}}, ia, fa);
+  double mx = 0;
+  for (float v : values(*gr[0]))
+    mx = std::max(mx, double(std::fabs(v)));
+  // dx is a difference (float dot): 1e-4 of the row's largest |dx|.
+  EXPECT_EQ(compare(*gf[0], *gr[0], 1e-5, 1e-4 * mx + 1e-7, "dx"), 0);
+  EXPECT_EQ(compare(*gf[1], *gr[1], 1e-5, 1e-5, "dscale"), 0);
+}
+
+TEST(FastNN, RmsNormMatchesReference) {
+  check_rms_norm(1, 1, 80);
+  check_rms_norm(3, 7, 81);
+  check_rms_norm(1000, 7, 82);
+  check_rms_norm(5, 8193, 83);
+  check_rms_norm(130, 384, 84);
+}
+
+TEST(FastNN, SoftmaxAndRmsNormFastPathTaken) {
+  const int64_t r = 50, n = 1000;
+  auto x = f32({r, n}, randoms(size_t(r * n), 90, -6, 6));
+  auto s = f32({n}, randoms(size_t(n), 91));
+  auto a = run(KernelSet::Fast, spw_op_softmax, {x.get()}, {{r, n}}, {1});
+  auto b = run(KernelSet::Fast, spw_op_softmax, {x.get()}, {{r, n}}, {1});
+  auto c = run(KernelSet::Reference, spw_op_softmax, {x.get()}, {{r, n}}, {1});
+  EXPECT_TRUE(same_bits(*a[0], *b[0]));
+  EXPECT_FALSE(same_bits(*a[0], *c[0]));
+  auto d = run(KernelSet::Fast, spw_op_rms_norm, {x.get(), s.get()}, {{r, n}},
+               {1}, {1e-6});
+  auto e = run(KernelSet::Reference, spw_op_rms_norm, {x.get(), s.get()},
+               {{r, n}}, {1}, {1e-6});
+  EXPECT_FALSE(same_bits(*d[0], *e[0]));
+}
+
 // ---- gelu --------------------------------------------------------------------------
 
 // erfc_f/exp_f are ~1e-7 relative: 1e-5 relative covers them with margin.

@@ -29,6 +29,15 @@ using namespace spw::checks;
 using spw::cpu::for_each_index;
 
 // The fast paths (below the reference kernels), after the same checks.
+void softmax_fast(const float *px, float *py, int64_t outer, int64_t n,
+                  int64_t inner);
+void softmax_grad_fast(const float *py, const float *pd, float *po,
+                       int64_t outer, int64_t n, int64_t inner);
+void rms_norm_fast(const float *px, const float *ps, float *py, int64_t outer,
+                   int64_t n, double eps);
+void rms_norm_grad_fast(const float *px, const float *ps, const float *pd,
+                        spw_tensor *dx, spw_tensor *dscale, int64_t outer,
+                        int64_t n, double eps);
 void xent_fast(const spw_tensor &logits, const std::vector<int64_t> &lab,
                std::vector<double> &loss);
 void xent_grad_fast(const spw_tensor &logits, const std::vector<int64_t> &lab,
@@ -60,6 +69,8 @@ void softmax(spw_tensor *const *ins, spw_tensor *const *outs,
   AxisSplit s = split_at(x, axis_of(x, need_iattrs(iattrs)[0]));
   const float *px = x.as<float>();
   float *py = y.as<float>();
+  if (cpu::fast_kernels())
+    return softmax_fast(px, py, s.outer, s.n, s.inner);
   for (int64_t o = 0; o < s.outer; ++o)
     for (int64_t in = 0; in < s.inner; ++in) {
       const int64_t base = o * s.n * s.inner + in;
@@ -85,6 +96,8 @@ void softmax_grad(spw_tensor *const *ins, spw_tensor *const *outs,
   AxisSplit s = split_at(y, axis_of(y, need_iattrs(iattrs)[0]));
   const float *py = y.as<float>(), *pd = dy.as<float>();
   float *po = dx.as<float>();
+  if (cpu::fast_kernels())
+    return softmax_grad_fast(py, pd, po, s.outer, s.n, s.inner);
   for (int64_t o = 0; o < s.outer; ++o)
     for (int64_t in = 0; in < s.inner; ++in) {
       const int64_t base = o * s.n * s.inner + in;
@@ -368,6 +381,8 @@ void rms_norm(spw_tensor *const *ins, spw_tensor *const *outs,
     return;
   const float *px = x.as<float>(), *ps = scale.as<float>();
   float *py = y.as<float>();
+  if (cpu::fast_kernels())
+    return rms_norm_fast(px, ps, py, outer, n, eps);
   for (int64_t o = 0; o < outer; ++o) {
     const float *row = px + o * n;
     double ss = 0.0;
@@ -400,6 +415,11 @@ void rms_norm_grad(spw_tensor *const *ins, spw_tensor *const *outs,
   const int64_t outer = prod(x.dims, 0, axis), n = prod(x.dims, axis, x.rank);
   const float *px = x.as<float>(), *ps = scale.as<float>(),
               *pd = dy.as<float>();
+  if (cpu::fast_kernels()) {
+    if (n > 0)
+      rms_norm_grad_fast(px, ps, pd, dx, dscale, outer, n, eps);
+    return;
+  }
   std::vector<double> ds(size_t(n), 0.0);
   for (int64_t o = 0; o < outer && n > 0; ++o) {
     const float *row = px + o * n, *drow = pd + o * n;
@@ -679,6 +699,190 @@ void layer_norm_grad_fast(const float *px, const float *ps, const float *pd,
     if (dbias)
       dbias->as<float>()[i] = float(db[size_t(i)]);
   }
+}
+
+
+// softmax over n (stride `inner`) for outer blocks; rows contiguous when
+// inner == 1, otherwise every block's n x inner slab runs vectorized over
+// the inner positions with double sums.
+void softmax_fast(const float *px, float *py, int64_t outer, int64_t n,
+                  int64_t inner) {
+  if (inner == 1) {
+    cpu::parallel_for(outer, row_grain(n), [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) {
+        const float mx = row_max(px + o * n, n);
+        const double s = row_exp_sum(px + o * n, py + o * n, n, mx);
+        row_scale(py + o * n, n, float(1.0 / s));
+      }
+    });
+    return;
+  }
+  cpu::parallel_for(outer, row_grain(n * inner), [&](int64_t lo, int64_t hi) {
+    std::vector<float> mx(static_cast<size_t>(inner));
+    std::vector<double> sum(static_cast<size_t>(inner));
+    for (int64_t o = lo; o < hi; ++o) {
+      const float *x = px + o * n * inner;
+      float *y = py + o * n * inner;
+      std::fill(mx.begin(), mx.end(), -INFINITY);
+      std::fill(sum.begin(), sum.end(), 0.0);
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < inner; ++j)
+          mx[size_t(j)] = std::max(mx[size_t(j)], x[k * inner + j]);
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < inner; ++j) {
+          const float e = cpu::vmath::exp_f(x[k * inner + j] - mx[size_t(j)]);
+          y[k * inner + j] = e;
+          sum[size_t(j)] += double(e);
+        }
+      for (int64_t j = 0; j < inner; ++j)
+        mx[size_t(j)] = float(1.0 / sum[size_t(j)]); // reused: 1/sum
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < inner; ++j)
+          y[k * inner + j] *= mx[size_t(j)];
+    }
+  });
+}
+
+// sum of a[i] * b[i] (16 float lanes, then double).
+__attribute__((target_clones("avx512f", "avx2", "default"))) double
+row_dot(const float *__restrict a, const float *__restrict b, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l)
+      acc[l] += a[i + l] * b[i + l];
+  double s = 0.0;
+  for (; i < n; ++i)
+    s += double(a[i] * b[i]);
+  for (int l = 0; l < kLanes; ++l)
+    s += double(acc[l]);
+  return s;
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+softmax_grad_row(const float *__restrict y, const float *__restrict dy,
+                 float *__restrict dx, int64_t n, float dot) {
+  for (int64_t i = 0; i < n; ++i)
+    dx[i] = y[i] * (dy[i] - dot);
+}
+
+void softmax_grad_fast(const float *py, const float *pd, float *po,
+                       int64_t outer, int64_t n, int64_t inner) {
+  if (inner == 1) {
+    cpu::parallel_for(outer, row_grain(n), [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) {
+        const float dot = float(row_dot(pd + o * n, py + o * n, n));
+        softmax_grad_row(py + o * n, pd + o * n, po + o * n, n, dot);
+      }
+    });
+    return;
+  }
+  cpu::parallel_for(outer, row_grain(n * inner), [&](int64_t lo, int64_t hi) {
+    std::vector<double> dot(static_cast<size_t>(inner));
+    for (int64_t o = lo; o < hi; ++o) {
+      const int64_t base = o * n * inner;
+      std::fill(dot.begin(), dot.end(), 0.0);
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < inner; ++j)
+          dot[size_t(j)] +=
+              double(pd[base + k * inner + j] * py[base + k * inner + j]);
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < inner; ++j) {
+          const int64_t i = base + k * inner + j;
+          po[i] = py[i] * (pd[i] - float(dot[size_t(j)]));
+        }
+    }
+  });
+}
+
+// ---- fast rms norm ----
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) double
+row_sumsq(const float *__restrict x, int64_t n) {
+  double acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l)
+      acc[l] += double(x[i + l]) * double(x[i + l]);
+  double s = 0.0;
+  for (; i < n; ++i)
+    s += double(x[i]) * double(x[i]);
+  for (int l = 0; l < 8; ++l)
+    s += acc[l];
+  return s;
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+rms_norm_row(const float *__restrict x, const float *__restrict s,
+             float *__restrict y, int64_t n, float r) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = x[i] * r * s[i];
+}
+
+void rms_norm_fast(const float *px, const float *ps, float *py, int64_t outer,
+                   int64_t n, double eps) {
+  cpu::parallel_for(outer, row_grain(n), [&](int64_t lo, int64_t hi) {
+    for (int64_t o = lo; o < hi; ++o) {
+      const float r =
+          float(1.0 / std::sqrt(row_sumsq(px + o * n, n) / double(n) + eps));
+      rms_norm_row(px + o * n, ps, py + o * n, n, r);
+    }
+  });
+}
+
+// dot = sum dy s x (16 float lanes); dx = r s dy - x r^3 dot / n.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+rms_norm_grad_row(const float *__restrict x, const float *__restrict s,
+                  const float *__restrict dy, float *__restrict dx, int64_t n,
+                  float r) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l)
+      acc[l] += dy[i + l] * s[i + l] * x[i + l];
+  double dot = 0.0;
+  for (; i < n; ++i)
+    dot += double(dy[i] * s[i] * x[i]);
+  for (int l = 0; l < kLanes; ++l)
+    dot += double(acc[l]);
+  const float c = float(double(r) * r * r * dot / double(n));
+  for (i = 0; i < n; ++i)
+    dx[i] = r * s[i] * dy[i] - x[i] * c;
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+rms_norm_param_cols(const float *__restrict x, const float *__restrict dy,
+                    const float *__restrict r, double *__restrict ds,
+                    int64_t outer, int64_t n, int64_t lo, int64_t hi) {
+  for (int64_t o = 0; o < outer; ++o) {
+    const float *xr = x + o * n, *dr = dy + o * n;
+    const float ro = r[o];
+    for (int64_t i = lo; i < hi; ++i)
+      ds[i] += double(dr[i] * xr[i] * ro);
+  }
+}
+
+void rms_norm_grad_fast(const float *px, const float *ps, const float *pd,
+                        spw_tensor *dx, spw_tensor *dscale, int64_t outer,
+                        int64_t n, double eps) {
+  std::vector<float> r(static_cast<size_t>(outer));
+  cpu::parallel_for(outer, row_grain(n), [&](int64_t lo, int64_t hi) {
+    for (int64_t o = lo; o < hi; ++o) {
+      r[size_t(o)] =
+          float(1.0 / std::sqrt(row_sumsq(px + o * n, n) / double(n) + eps));
+      if (dx)
+        rms_norm_grad_row(px + o * n, ps, pd + o * n, dx->as<float>() + o * n,
+                          n, r[size_t(o)]);
+    }
+  });
+  if (!dscale)
+    return;
+  std::vector<double> ds(static_cast<size_t>(n), 0.0);
+  cpu::parallel_for(n, 64, [&](int64_t lo, int64_t hi) {
+    rms_norm_param_cols(px, pd, r.data(), ds.data(), outer, n, lo, hi);
+  });
+  for (int64_t i = 0; i < n; ++i)
+    dscale->as<float>()[i] = float(ds[size_t(i)]);
 }
 
 } // namespace
