@@ -426,3 +426,54 @@ TEST(FastElementwise, IntegerDivisionByZeroStillFails) {
 }
 
 } // namespace
+
+namespace {
+
+// Broadcasting helpers threaded over the rows of the result: the same
+// element operations, so identical bits and identical first errors.
+TEST(FastElementwise, ThreadedBroadcastGivesReferenceBits) {
+  auto a = f32({64, 1, 301}, randoms(64 * 301, 100, -2, 2));
+  auto b = f32({33, 1}, randoms(33, 101, 0.5, 2));
+  const std::vector<int64_t> ys = {64, 33, 301};
+  for (Kernel k : {spw_op_add, spw_op_div, spw_op_pow}) {
+    auto f = run(KernelSet::Fast, k, {a.get(), b.get()}, {ys});
+    auto r = run(KernelSet::Reference, k, {a.get(), b.get()}, {ys});
+    EXPECT_TRUE(same_bits(*f[0], *r[0]));
+  }
+  // where and a comparison (bool results) on a [N,1] x [1,M] broadcast.
+  auto c = f32({700, 1}, randoms(700, 102)), d = f32({1, 41}, randoms(41, 103));
+  std::vector<Tensor> cmp;
+  for (KernelSet set : {KernelSet::Fast, KernelSet::Reference}) {
+    ScopedKernelSet g(set);
+    cmp.push_back(make(SPW_BOOL, {700, 41}));
+    ASSERT_EQ(call(spw_op_less, {c.get(), d.get()}, {cmp.back().get()}), "");
+  }
+  EXPECT_EQ(std::memcmp(cmp[0]->data, cmp[1]->data, 700 * 41), 0);
+  auto wf = run(KernelSet::Fast, spw_op_where, {cmp[1].get(), c.get(), d.get()},
+                {{700, 41}});
+  auto wr = run(KernelSet::Reference, spw_op_where,
+                {cmp[1].get(), c.get(), d.get()}, {{700, 41}});
+  EXPECT_TRUE(same_bits(*wf[0], *wr[0]));
+  auto nf = run(KernelSet::Fast, spw_op_neg, {a.get()}, {{64, 1, 301}});
+  auto nr = run(KernelSet::Reference, spw_op_neg, {a.get()}, {{64, 1, 301}});
+  EXPECT_TRUE(same_bits(*nf[0], *nr[0]));
+}
+
+TEST(FastElementwise, ThreadedBroadcastReportsTheFirstError) {
+  const int64_t n = 40000;
+  std::vector<int64_t> e(size_t(n), 2);
+  e[size_t(n - 10)] = -1;
+  e[size_t(n - 5)] = -3;
+  auto base = i64({1}, {3}), ex = i64({n, 1}, e); // rows: several chunks
+  std::string errs[2];
+  int k = 0;
+  for (KernelSet set : {KernelSet::Fast, KernelSet::Reference}) {
+    ScopedKernelSet g(set);
+    auto y = make(SPW_I64, {n, 1});
+    errs[k++] = call(spw_op_pow, {base.get(), ex.get()}, {y.get()});
+  }
+  EXPECT_NE(errs[0].find("negative power -1"), std::string::npos) << errs[0];
+  EXPECT_EQ(errs[0], errs[1]);
+}
+
+} // namespace

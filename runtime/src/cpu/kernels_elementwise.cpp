@@ -33,6 +33,42 @@ using spw::cpu::for_each_index;
 // Elements per chunk of the fast kernels' threaded elementwise loops.
 constexpr int64_t kGrain = int64_t(1) << 14;
 
+// for_each_index, threaded (fast kernels): the rows of y's last dim cut
+// into chunks of ~kGrain elements; each row's offsets from its index. The
+// same f per element, so the same bits; a failing f reports the first
+// failing element, as the serial loop does (chunks rethrow in order).
+template <size_t N, class F>
+void for_each_index_threaded(int rank, const int64_t *dims,
+                             const std::array<const int64_t *, N> &strides,
+                             F &&f) {
+  if (rank == 0)
+    return for_each_index<N>(rank, dims, strides, f);
+  for (int d = 0; d < rank; ++d)
+    if (dims[d] == 0)
+      return;
+  const int64_t last = dims[rank - 1];
+  const int64_t rows = prod(dims, 0, rank - 1);
+  cpu::parallel_for(
+      rows, std::max<int64_t>(1, kGrain / last), [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+          std::array<int64_t, N> o{};
+          int64_t rem = r;
+          for (int d = rank - 2; d >= 0; --d) {
+            const int64_t id = rem % dims[d];
+            rem /= dims[d];
+            for (size_t k = 0; k < N; ++k)
+              o[k] += id * strides[k][d];
+          }
+          int64_t lin = r * last;
+          for (int64_t j = 0; j < last; ++j) {
+            f(lin++, o);
+            for (size_t k = 0; k < N; ++k)
+              o[k] += strides[k][rank - 1];
+          }
+        }
+      });
+}
+
 enum class BinOp { Add, Sub, Mul, Div };
 
 template <class T> T apply(BinOp op, T a, T b) {
@@ -68,10 +104,13 @@ void binary_typed(BinOp op, const spw_tensor &a, const spw_tensor &b,
   }
   auto sa = broadcast_strides(a, y.rank, y.dims, "a");
   auto sb = broadcast_strides(b, y.rank, y.dims, "b");
-  for_each_index<2>(y.rank, y.dims, {sa.data(), sb.data()},
-                    [&](int64_t i, const std::array<int64_t, 2> &o) {
-                      py[i] = apply<T>(op, pa[o[0]], pb[o[1]]);
-                    });
+  auto f = [&](int64_t i, const std::array<int64_t, 2> &o) {
+    py[i] = apply<T>(op, pa[o[0]], pb[o[1]]);
+  };
+  if (cpu::fast_kernels())
+    return for_each_index_threaded<2>(y.rank, y.dims,
+                                      {sa.data(), sb.data()}, f);
+  for_each_index<2>(y.rank, y.dims, {sa.data(), sb.data()}, f);
 }
 
 void binary(BinOp op, spw_tensor *const *ins, spw_tensor *const *outs) {
@@ -173,12 +212,15 @@ void binary_same_f32(spw_tensor *const *ins, spw_tensor *const *outs,
 template <class T> void neg_typed(const spw_tensor &x, spw_tensor &y) {
   const T *px = x.as<T>();
   T *py = y.as<T>();
-  for (int64_t i = 0; i < x.numel; ++i) {
-    if constexpr (std::is_floating_point_v<T>)
-      py[i] = -px[i]; // flips the sign bit: -(+0) is -0 (0 - x would be +0)
-    else
-      py[i] = T(0) - px[i];
-  }
+  const int64_t grain = cpu::fast_kernels() ? kGrain : x.numel;
+  cpu::parallel_for(x.numel, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      if constexpr (std::is_floating_point_v<T>)
+        py[i] = -px[i]; // flips the sign bit: -(+0) is -0 (0 - x: +0)
+      else
+        py[i] = T(0) - px[i];
+    }
+  });
 }
 
 int64_t gelu_mode(const int64_t *iattrs) {
@@ -203,6 +245,8 @@ void over_broadcast(const spw_tensor &y,
     st[k] = broadcast_strides(*ts[k], y.rank, y.dims, names[k]);
     sp[k] = st[k].data();
   }
+  if (cpu::fast_kernels())
+    return for_each_index_threaded<N>(y.rank, y.dims, sp, f);
   for_each_index<N>(y.rank, y.dims, sp, f);
 }
 
@@ -365,8 +409,11 @@ template <class D, class S> void cast_typed(const spw_tensor &x, spw_tensor &y) 
   const S *px = x.as<S>();
   D *py = y.as<D>();
   const bool from_bool = x.dtype == SPW_BOOL, to_bool = y.dtype == SPW_BOOL;
-  for (int64_t i = 0; i < x.numel; ++i)
-    py[i] = cast_value<D, S>(px[i], from_bool, to_bool);
+  const int64_t grain = cpu::fast_kernels() ? kGrain : x.numel;
+  cpu::parallel_for(x.numel, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      py[i] = cast_value<D, S>(px[i], from_bool, to_bool);
+  });
 }
 
 template <class S> void cast_from(const spw_tensor &x, spw_tensor &y) {
