@@ -3,6 +3,9 @@
 // The unary, binary, comparison, where, pow and cast kernels of the C ABI,
 // and the elementwise gradients (relu/tanh/gelu/silu_grad). Binary ops
 // broadcast like numpy.
+// Fast kernels: every loop cut into chunks of ~16K elements (broadcasts by
+// rows of the result) with the reference's element operations, so the same
+// bits; gelu and gelu_grad in float with vmath's erfc/exp.
 // The family's shared conventions (determinism, operand checks) are in
 // cpu/kernels.h.
 //
