@@ -460,7 +460,9 @@ gelu_fast(const float *__restrict x, float *__restrict y, int64_t n,
       const float u = 0.79788456f * (v + 0.044715f * v * v * v);
       float m = -2.0f * u;
       m = m > 88.0f ? 88.0f : m;
-      y[i] = v / (1.0f + exp_f(m));
+      // -inf: the reference's -inf * (1 + tanh) = -inf * 0 is NaN.
+      const float g = v / (1.0f + exp_f(m));
+      y[i] = v == -__builtin_inff() ? __builtin_nanf("") : g;
     }
     return;
   }
@@ -485,7 +487,8 @@ gelu_grad_fast(const float *__restrict x, const float *__restrict dy,
       m = m > 88.0f ? 88.0f : m;
       const float e = exp_f(m), inv = 1.0f / (1.0f + e);
       const float opt = 2.0f * inv, omt = 2.0f * e * inv;
-      dx[i] = dy[i] * (0.5f * opt + 0.5f * v * (opt * omt) * du);
+      const float d = dy[i] * (0.5f * opt + 0.5f * v * (opt * omt) * du);
+      dx[i] = v == -__builtin_inff() ? __builtin_nanf("") : d; // as above
     }
     return;
   }
