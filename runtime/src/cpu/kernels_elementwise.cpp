@@ -3,12 +3,17 @@
 // The unary, binary, comparison, where, pow and cast kernels of the C ABI,
 // and the elementwise gradients (relu/tanh/gelu/silu_grad). Binary ops
 // broadcast like numpy.
+// Fast kernels: every loop cut into chunks of ~16K elements (broadcasts by
+// rows of the result) with the reference's element operations, so the same
+// bits; gelu and gelu_grad in float with vmath's erfc/exp.
 // The family's shared conventions (determinism, operand checks) are in
 // cpu/kernels.h.
 //
 //===----------------------------------------------------------------------===//
 
 #include "cpu/kernels.h"
+#include "cpu/parallel.h"
+#include "cpu/vmath.h"
 
 #include <algorithm>
 #include <array>
@@ -27,6 +32,45 @@ using namespace spw::checks;
 using spw::cpu::for_each_index;
 
 // ---- elementwise binary ----------------------------------------------------
+
+// Elements per chunk of the fast kernels' threaded elementwise loops.
+constexpr int64_t kGrain = int64_t(1) << 14;
+
+// for_each_index, threaded (fast kernels): the rows of y's last dim cut
+// into chunks of ~kGrain elements; each row's offsets from its index. The
+// same f per element, so the same bits; a failing f reports the first
+// failing element, as the serial loop does (chunks rethrow in order).
+template <size_t N, class F>
+void for_each_index_threaded(int rank, const int64_t *dims,
+                             const std::array<const int64_t *, N> &strides,
+                             F &&f) {
+  if (rank == 0)
+    return for_each_index<N>(rank, dims, strides, f);
+  for (int d = 0; d < rank; ++d)
+    if (dims[d] == 0)
+      return;
+  const int64_t last = dims[rank - 1];
+  const int64_t rows = prod(dims, 0, rank - 1);
+  cpu::parallel_for(
+      rows, std::max<int64_t>(1, kGrain / last), [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+          std::array<int64_t, N> o{};
+          int64_t rem = r;
+          for (int d = rank - 2; d >= 0; --d) {
+            const int64_t id = rem % dims[d];
+            rem /= dims[d];
+            for (size_t k = 0; k < N; ++k)
+              o[k] += id * strides[k][d];
+          }
+          int64_t lin = r * last;
+          for (int64_t j = 0; j < last; ++j) {
+            f(lin++, o);
+            for (size_t k = 0; k < N; ++k)
+              o[k] += strides[k][rank - 1];
+          }
+        }
+      });
+}
 
 enum class BinOp { Add, Sub, Mul, Div };
 
@@ -53,16 +97,23 @@ void binary_typed(BinOp op, const spw_tensor &a, const spw_tensor &b,
   const T *pa = a.as<T>(), *pb = b.as<T>();
   T *py = y.as<T>();
   if (same_shape(a, b)) {
-    for (int64_t i = 0; i < y.numel; ++i)
-      py[i] = apply<T>(op, pa[i], pb[i]);
+    // Fast: the same element operations, cut into chunks (same bits).
+    const int64_t grain = cpu::fast_kernels() ? kGrain : y.numel;
+    cpu::parallel_for(y.numel, grain, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        py[i] = apply<T>(op, pa[i], pb[i]);
+    });
     return;
   }
   auto sa = broadcast_strides(a, y.rank, y.dims, "a");
   auto sb = broadcast_strides(b, y.rank, y.dims, "b");
-  for_each_index<2>(y.rank, y.dims, {sa.data(), sb.data()},
-                    [&](int64_t i, const std::array<int64_t, 2> &o) {
-                      py[i] = apply<T>(op, pa[o[0]], pb[o[1]]);
-                    });
+  auto f = [&](int64_t i, const std::array<int64_t, 2> &o) {
+    py[i] = apply<T>(op, pa[o[0]], pb[o[1]]);
+  };
+  if (cpu::fast_kernels())
+    return for_each_index_threaded<2>(y.rank, y.dims,
+                                      {sa.data(), sb.data()}, f);
+  for_each_index<2>(y.rank, y.dims, {sa.data(), sb.data()}, f);
 }
 
 void binary(BinOp op, spw_tensor *const *ins, spw_tensor *const *outs) {
@@ -106,42 +157,73 @@ double gelu_deriv(double x, bool approx) {
   return cdf + x * pdf;
 }
 
-template <class F>
-void unary_f32(spw_tensor *const *ins, spw_tensor *const *outs, F f) {
+// The checked operands of a unary f32 op (shared by the fast kernels).
+struct UnaryF32 {
+  const spw_tensor &x;
+  spw_tensor &y;
+};
+UnaryF32 unary_f32_operands(spw_tensor *const *ins, spw_tensor *const *outs) {
   const spw_tensor &x = input(ins, 0, "x");
   spw_tensor &y = output(outs, 0, "y");
   expect_dtype(x, SPW_F32, "x");
   expect_like(y, x, "result", "x");
+  return {x, y};
+}
+
+template <class F>
+void unary_f32(spw_tensor *const *ins, spw_tensor *const *outs, F f) {
+  auto [x, y] = unary_f32_operands(ins, outs);
   const float *px = x.as<float>();
   float *py = y.as<float>();
-  for (int64_t i = 0; i < x.numel; ++i)
-    py[i] = f(px[i]);
+  // Fast: the same f per element, cut into chunks (same bits).
+  const int64_t grain = cpu::fast_kernels() ? kGrain : x.numel;
+  cpu::parallel_for(x.numel, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      py[i] = f(px[i]);
+  });
 }
 
 // f(a, b) elementwise over two same-shaped f32 inputs.
-template <class F>
-void binary_same_f32(spw_tensor *const *ins, spw_tensor *const *outs,
-                     const char *n0, const char *n1, F f) {
+struct BinaryF32 {
+  const spw_tensor &x, &dy;
+  spw_tensor &dx;
+};
+BinaryF32 binary_same_f32_operands(spw_tensor *const *ins,
+                                   spw_tensor *const *outs, const char *n0,
+                                   const char *n1) {
   const spw_tensor &x = input(ins, 0, n0), &dy = input(ins, 1, n1);
   spw_tensor &dx = output(outs, 0, "dx");
   expect_dtype(x, SPW_F32, n0);
   expect_like(dy, x, n1, n0);
   expect_like(dx, x, "result", n0);
+  return {x, dy, dx};
+}
+
+template <class F>
+void binary_same_f32(spw_tensor *const *ins, spw_tensor *const *outs,
+                     const char *n0, const char *n1, F f) {
+  auto [x, dy, dx] = binary_same_f32_operands(ins, outs, n0, n1);
   const float *px = x.as<float>(), *pd = dy.as<float>();
   float *po = dx.as<float>();
-  for (int64_t i = 0; i < x.numel; ++i)
-    po[i] = f(px[i], pd[i]);
+  const int64_t grain = cpu::fast_kernels() ? kGrain : x.numel;
+  cpu::parallel_for(x.numel, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      po[i] = f(px[i], pd[i]);
+  });
 }
 
 template <class T> void neg_typed(const spw_tensor &x, spw_tensor &y) {
   const T *px = x.as<T>();
   T *py = y.as<T>();
-  for (int64_t i = 0; i < x.numel; ++i) {
-    if constexpr (std::is_floating_point_v<T>)
-      py[i] = -px[i]; // flips the sign bit: -(+0) is -0 (0 - x would be +0)
-    else
-      py[i] = T(0) - px[i];
-  }
+  const int64_t grain = cpu::fast_kernels() ? kGrain : x.numel;
+  cpu::parallel_for(x.numel, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      if constexpr (std::is_floating_point_v<T>)
+        py[i] = -px[i]; // flips the sign bit: -(+0) is -0 (0 - x: +0)
+      else
+        py[i] = T(0) - px[i];
+    }
+  });
 }
 
 int64_t gelu_mode(const int64_t *iattrs) {
@@ -166,6 +248,8 @@ void over_broadcast(const spw_tensor &y,
     st[k] = broadcast_strides(*ts[k], y.rank, y.dims, names[k]);
     sp[k] = st[k].data();
   }
+  if (cpu::fast_kernels())
+    return for_each_index_threaded<N>(y.rank, y.dims, sp, f);
   for_each_index<N>(y.rank, y.dims, sp, f);
 }
 
@@ -328,8 +412,11 @@ template <class D, class S> void cast_typed(const spw_tensor &x, spw_tensor &y) 
   const S *px = x.as<S>();
   D *py = y.as<D>();
   const bool from_bool = x.dtype == SPW_BOOL, to_bool = y.dtype == SPW_BOOL;
-  for (int64_t i = 0; i < x.numel; ++i)
-    py[i] = cast_value<D, S>(px[i], from_bool, to_bool);
+  const int64_t grain = cpu::fast_kernels() ? kGrain : x.numel;
+  cpu::parallel_for(x.numel, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      py[i] = cast_value<D, S>(px[i], from_bool, to_bool);
+  });
 }
 
 template <class S> void cast_from(const spw_tensor &x, spw_tensor &y) {
@@ -355,6 +442,82 @@ void cast_op(spw_tensor *const *ins, spw_tensor *const *outs) {
   case SPW_BOOL: return cast_from<uint8_t>(x, y);
   default: fail("unsupported dtype %s", dtype_name(x.dtype));
   }
+}
+
+
+// ---- fast gelu (float, vmath polynomials) ----------------------------------
+
+// gelu(x) = x Phi(x), Phi(x) = erfc(-x/sqrt2)/2 (exact form), or
+// x (1 + tanh u)/2 = x / (1 + e^{-2u}) (tanh form): both relative-accurate
+// in the negative tail where 1 + erf(x/sqrt2) would cancel.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+gelu_fast(const float *__restrict x, float *__restrict y, int64_t n,
+          bool approx) {
+  using namespace cpu::vmath;
+  if (approx) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i];
+      const float u = 0.79788456f * (v + 0.044715f * v * v * v);
+      float m = -2.0f * u;
+      m = m > 88.0f ? 88.0f : m;
+      // -inf: the reference's -inf * (1 + tanh) = -inf * 0 is NaN.
+      const float g = v / (1.0f + exp_f(m));
+      y[i] = v == -__builtin_inff() ? __builtin_nanf("") : g;
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    y[i] = v * (0.5f * erfc_f(v * -0.70710678f));
+  }
+}
+
+// dy * gelu'(x): Phi(x) + x phi(x) (exact), or the tanh form's derivative
+// with 1 + t = 2/(1+E), 1 - t = 2E/(1+E), E = e^{-2u}.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+gelu_grad_fast(const float *__restrict x, const float *__restrict dy,
+               float *__restrict dx, int64_t n, bool approx) {
+  using namespace cpu::vmath;
+  if (approx) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i];
+      const float u = 0.79788456f * (v + 0.044715f * v * v * v);
+      const float du = 0.79788456f * (1.0f + 0.134145f * v * v);
+      float m = -2.0f * u;
+      m = m > 88.0f ? 88.0f : m;
+      const float e = exp_f(m), inv = 1.0f / (1.0f + e);
+      const float opt = 2.0f * inv, omt = 2.0f * e * inv;
+      const float d = dy[i] * (0.5f * opt + 0.5f * v * (opt * omt) * du);
+      dx[i] = v == -__builtin_inff() ? __builtin_nanf("") : d; // as above
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float cdf = 0.5f * erfc_f(v * -0.70710678f);
+    const float pdf = 0.39894228f * exp_f(-0.5f * v * v);
+    dx[i] = dy[i] * (cdf + v * pdf);
+  }
+}
+
+void gelu_fast_op(spw_tensor *const *ins, spw_tensor *const *outs,
+                  bool approx) {
+  auto [x, y] = unary_f32_operands(ins, outs);
+  const float *px = x.as<float>();
+  float *py = y.as<float>();
+  cpu::parallel_for(x.numel, kGrain, [&](int64_t lo, int64_t hi) {
+    gelu_fast(px + lo, py + lo, hi - lo, approx);
+  });
+}
+
+void gelu_grad_fast_op(spw_tensor *const *ins, spw_tensor *const *outs,
+                       bool approx) {
+  auto [x, dy, dx] = binary_same_f32_operands(ins, outs, "x", "dy");
+  const float *px = x.as<float>(), *pd = dy.as<float>();
+  float *po = dx.as<float>();
+  cpu::parallel_for(x.numel, kGrain, [&](int64_t lo, int64_t hi) {
+    gelu_grad_fast(px + lo, pd + lo, po + lo, hi - lo, approx);
+  });
 }
 
 } // namespace
@@ -406,6 +569,8 @@ SPW_KERNEL_DEF(gelu) {
   (void)fattrs;
   guarded(ctx, "gelu", [&] {
     bool approx = gelu_mode(iattrs) == 1;
+    if (cpu::fast_kernels())
+      return gelu_fast_op(ins, outs, approx);
     unary_f32(ins, outs,
               [approx](float v) { return float(gelu_ref(v, approx)); });
   });
@@ -433,6 +598,8 @@ SPW_KERNEL_DEF(gelu_grad) {
   (void)fattrs;
   guarded(ctx, "gelu_grad", [&] {
     bool approx = gelu_mode(iattrs) == 1;
+    if (cpu::fast_kernels())
+      return gelu_grad_fast_op(ins, outs, approx);
     binary_same_f32(ins, outs, "x", "dy", [approx](float x, float dy) {
       return float(double(dy) * gelu_deriv(x, approx));
     });

@@ -3,12 +3,19 @@
 // Row-wise ops: softmax(_grad), layer_norm(_grad), rms_norm(_grad) and
 // softmax_cross_entropy_loss(_grad); row statistics in double, two passes
 // (mean, then the squared deviations) for layer norm.
+// Fast kernels (cpu::fast_kernels()), after the same checks: threaded over
+// rows, each row vectorized in float with vmath::exp_f, row sums in 16
+// float lanes or double lanes; the norm grads' dscale/dbias are column sums
+// over the rows in order (threaded over columns), so no result depends on
+// the thread count.
 // The family's shared conventions (determinism, operand checks) are in
 // cpu/kernels.h.
 //
 //===----------------------------------------------------------------------===//
 
 #include "cpu/kernels.h"
+#include "cpu/parallel.h"
+#include "cpu/vmath.h"
 
 #include <algorithm>
 #include <array>
@@ -25,6 +32,26 @@ namespace {
 
 using namespace spw::checks;
 using spw::cpu::for_each_index;
+
+// The fast paths (below the reference kernels), after the same checks.
+void softmax_fast(const float *px, float *py, int64_t outer, int64_t n,
+                  int64_t inner);
+void softmax_grad_fast(const float *py, const float *pd, float *po,
+                       int64_t outer, int64_t n, int64_t inner);
+void rms_norm_fast(const float *px, const float *ps, float *py, int64_t outer,
+                   int64_t n, double eps);
+void rms_norm_grad_fast(const float *px, const float *ps, const float *pd,
+                        spw_tensor *dx, spw_tensor *dscale, int64_t outer,
+                        int64_t n, double eps);
+void xent_fast(const spw_tensor &logits, const std::vector<int64_t> &lab,
+               std::vector<double> &loss);
+void xent_grad_fast(const spw_tensor &logits, const std::vector<int64_t> &lab,
+                    double scale, float *out);
+void layer_norm_fast(const float *px, const float *ps, const float *pb,
+                     float *py, int64_t outer, int64_t n, double eps);
+void layer_norm_grad_fast(const float *px, const float *ps, const float *pd,
+                          spw_tensor *dx, spw_tensor *dscale, spw_tensor *dbias,
+                          int64_t outer, int64_t n, double eps);
 
 // ---- softmax -----------------------------------------------------------------
 
@@ -47,6 +74,8 @@ void softmax(spw_tensor *const *ins, spw_tensor *const *outs,
   AxisSplit s = split_at(x, axis_of(x, need_iattrs(iattrs)[0]));
   const float *px = x.as<float>();
   float *py = y.as<float>();
+  if (cpu::fast_kernels())
+    return softmax_fast(px, py, s.outer, s.n, s.inner);
   for (int64_t o = 0; o < s.outer; ++o)
     for (int64_t in = 0; in < s.inner; ++in) {
       const int64_t base = o * s.n * s.inner + in;
@@ -72,6 +101,8 @@ void softmax_grad(spw_tensor *const *ins, spw_tensor *const *outs,
   AxisSplit s = split_at(y, axis_of(y, need_iattrs(iattrs)[0]));
   const float *py = y.as<float>(), *pd = dy.as<float>();
   float *po = dx.as<float>();
+  if (cpu::fast_kernels())
+    return softmax_grad_fast(py, pd, po, s.outer, s.n, s.inner);
   for (int64_t o = 0; o < s.outer; ++o)
     for (int64_t in = 0; in < s.inner; ++in) {
       const int64_t base = o * s.n * s.inner + in;
@@ -115,6 +146,8 @@ void layer_norm(spw_tensor *const *ins, spw_tensor *const *outs,
   const float *px = x.as<float>(), *ps = scale.as<float>();
   const float *pb = bias ? bias->as<float>() : nullptr;
   float *py = y.as<float>();
+  if (cpu::fast_kernels())
+    return layer_norm_fast(px, ps, pb, py, outer, n, eps);
   for (int64_t o = 0; o < outer; ++o) {
     const float *row = px + o * n;
     double mean = 0.0;
@@ -160,6 +193,8 @@ void layer_norm_grad(spw_tensor *const *ins, spw_tensor *const *outs,
   const int64_t outer = prod(x.dims, 0, axis), n = prod(x.dims, axis, x.rank);
   const float *px = x.as<float>(), *ps = scale.as<float>(),
               *pd = dy.as<float>();
+  if (cpu::fast_kernels())
+    return layer_norm_grad_fast(px, ps, pd, dx, dscale, dbias, outer, n, eps);
   std::vector<double> ds(size_t(n), 0.0), db(size_t(n), 0.0), xhat(static_cast<size_t>(n));
   for (int64_t o = 0; o < outer; ++o) {
     const float *row = px + o * n, *drow = pd + o * n;
@@ -267,6 +302,19 @@ void xent(spw_tensor *const *ins, spw_tensor *const *outs,
   const int64_t N = logits.dims[0], C = logits.dims[1];
   double total = 0.0;
   int64_t count = 0;
+  if (cpu::fast_kernels()) {
+    // Per-row losses in parallel, summed here in row order (deterministic).
+    std::vector<double> loss(static_cast<size_t>(N));
+    xent_fast(logits, lab, loss);
+    for (int64_t i = 0; i < N; ++i)
+      if (lab[size_t(i)] >= 0) {
+        total += loss[size_t(i)];
+        ++count;
+      }
+    y.as<float>()[0] =
+        float(at.sum ? total : (count > 0 ? total / double(count) : NAN));
+    return;
+  }
   for (int64_t i = 0; i < N; ++i) {
     if (lab[size_t(i)] < 0)
       continue;
@@ -300,6 +348,8 @@ void xent_grad(spw_tensor *const *ins, spw_tensor *const *outs,
   if (!at.sum)
     scale = count > 0 ? scale / double(count) : 0.0;
   float *out = dl.as<float>();
+  if (cpu::fast_kernels())
+    return xent_grad_fast(logits, lab, scale, out);
   for (int64_t i = 0; i < N; ++i) {
     float *orow = out + i * C;
     if (lab[size_t(i)] < 0) {
@@ -336,6 +386,8 @@ void rms_norm(spw_tensor *const *ins, spw_tensor *const *outs,
     return;
   const float *px = x.as<float>(), *ps = scale.as<float>();
   float *py = y.as<float>();
+  if (cpu::fast_kernels())
+    return rms_norm_fast(px, ps, py, outer, n, eps);
   for (int64_t o = 0; o < outer; ++o) {
     const float *row = px + o * n;
     double ss = 0.0;
@@ -368,6 +420,11 @@ void rms_norm_grad(spw_tensor *const *ins, spw_tensor *const *outs,
   const int64_t outer = prod(x.dims, 0, axis), n = prod(x.dims, axis, x.rank);
   const float *px = x.as<float>(), *ps = scale.as<float>(),
               *pd = dy.as<float>();
+  if (cpu::fast_kernels()) {
+    if (n > 0)
+      rms_norm_grad_fast(px, ps, pd, dx, dscale, outer, n, eps);
+    return;
+  }
   std::vector<double> ds(size_t(n), 0.0);
   for (int64_t o = 0; o < outer && n > 0; ++o) {
     const float *row = px + o * n, *drow = pd + o * n;
@@ -393,6 +450,444 @@ void rms_norm_grad(spw_tensor *const *ins, spw_tensor *const *outs,
   if (dscale)
     for (int64_t i = 0; i < n; ++i)
       dscale->as<float>()[i] = float(ds[size_t(i)]);
+}
+
+
+// ---- fast row kernels ---------------------------------------------------------
+//
+// Threaded over rows (parallel_for; every row within one chunk), each row's
+// loops vectorized (target_clones), float math with vmath::exp_f. Row sums
+// accumulate in 16 float lanes (rows of up to 8192: 512 terms a lane) or in
+// double, summed in a fixed order, so bits do not depend on the thread count.
+
+constexpr int kLanes = 16;
+
+// Rows per chunk so that a chunk holds at least ~16K elements.
+int64_t row_grain(int64_t n) {
+  return std::max<int64_t>(1, (int64_t(1) << 14) / std::max<int64_t>(n, 1));
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) float
+row_max(const float *__restrict x, int64_t n) {
+  float m[kLanes];
+  for (int l = 0; l < kLanes; ++l)
+    m[l] = -INFINITY;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l)
+      m[l] = x[i + l] > m[l] ? x[i + l] : m[l];
+  float r = -INFINITY;
+  for (int l = 0; l < kLanes; ++l)
+    r = m[l] > r ? m[l] : r;
+  for (; i < n; ++i)
+    r = x[i] > r ? x[i] : r;
+  return r;
+}
+
+// e[i] = exp(x[i] - mx); returns their sum (16 lanes, then in double).
+__attribute__((target_clones("avx512f", "avx2", "default"))) double
+row_exp_sum(const float *__restrict x, float *__restrict e, int64_t n,
+            float mx) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const float v = cpu::vmath::exp_f(x[i + l] - mx);
+      e[i + l] = v;
+      acc[l] += v;
+    }
+  double s = 0.0;
+  for (; i < n; ++i) {
+    e[i] = cpu::vmath::exp_f(x[i] - mx);
+    s += double(e[i]);
+  }
+  for (int l = 0; l < kLanes; ++l)
+    s += double(acc[l]);
+  return s;
+}
+
+// sum of exp(x[i] - mx), nothing stored.
+__attribute__((target_clones("avx512f", "avx2", "default"))) double
+row_exp_sum_only(const float *__restrict x, int64_t n, float mx) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l)
+      acc[l] += cpu::vmath::exp_f(x[i + l] - mx);
+  double s = 0.0;
+  for (; i < n; ++i)
+    s += double(cpu::vmath::exp_f(x[i] - mx));
+  for (int l = 0; l < kLanes; ++l)
+    s += double(acc[l]);
+  return s;
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+row_scale(float *__restrict y, int64_t n, float c) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = y[i] * c;
+}
+
+// Per-row losses lse - x[label] (0 for ignored rows) into loss[i].
+void xent_fast(const spw_tensor &logits, const std::vector<int64_t> &lab,
+               std::vector<double> &loss) {
+  const int64_t N = logits.dims[0], C = logits.dims[1];
+  const float *px = logits.as<float>();
+  cpu::parallel_for(N, row_grain(C), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      if (lab[size_t(i)] < 0) {
+        loss[size_t(i)] = 0.0;
+        continue;
+      }
+      const float *row = px + i * C;
+      const float mx = row_max(row, C);
+      const double s = row_exp_sum_only(row, C, mx);
+      loss[size_t(i)] =
+          double(mx) + std::log(s) - double(row[lab[size_t(i)]]);
+    }
+  });
+}
+
+// dlogits = scale * (softmax - onehot): exp(x - max) stored, then scaled.
+void xent_grad_fast(const spw_tensor &logits, const std::vector<int64_t> &lab,
+                    double scale, float *out) {
+  const int64_t N = logits.dims[0], C = logits.dims[1];
+  const float *px = logits.as<float>();
+  cpu::parallel_for(N, row_grain(C), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      float *orow = out + i * C;
+      if (lab[size_t(i)] < 0) {
+        std::fill(orow, orow + C, 0.0f);
+        continue;
+      }
+      const float *row = px + i * C;
+      const float mx = row_max(row, C);
+      const double s = row_exp_sum(row, orow, C, mx);
+      const int64_t l = lab[size_t(i)];
+      const double el = double(orow[l]);
+      row_scale(orow, C, float(scale / s));
+      orow[l] = float(scale * (el / s - 1.0));
+    }
+  });
+}
+
+// Row mean and 1/sqrt(var + eps) in double lanes (two passes, as the
+// reference: mean, then squared deviations).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+row_moments(const float *__restrict x, int64_t n, double eps, float &mean_out,
+            float &rstd_out) {
+  double acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l)
+      acc[l] += double(x[i + l]);
+  double s = 0.0;
+  for (; i < n; ++i)
+    s += double(x[i]);
+  for (int l = 0; l < 8; ++l)
+    s += acc[l];
+  const double mean = s / double(n);
+  double v8[8] = {};
+  for (i = 0; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) {
+      const double d = double(x[i + l]) - mean;
+      v8[l] += d * d;
+    }
+  double v = 0.0;
+  for (; i < n; ++i) {
+    const double d = double(x[i]) - mean;
+    v += d * d;
+  }
+  for (int l = 0; l < 8; ++l)
+    v += v8[l];
+  mean_out = float(mean);
+  rstd_out = float(1.0 / std::sqrt(v / double(n) + eps));
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+layer_norm_row(const float *__restrict x, const float *__restrict s,
+               const float *__restrict b, float *__restrict y, int64_t n,
+               float mean, float rstd) {
+  if (b) {
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = (x[i] - mean) * rstd * s[i] + b[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = (x[i] - mean) * rstd * s[i];
+  }
+}
+
+void layer_norm_fast(const float *px, const float *ps, const float *pb,
+                     float *py, int64_t outer, int64_t n, double eps) {
+  cpu::parallel_for(outer, row_grain(n), [&](int64_t lo, int64_t hi) {
+    for (int64_t o = lo; o < hi; ++o) {
+      float mean, rstd;
+      row_moments(px + o * n, n, eps, mean, rstd);
+      layer_norm_row(px + o * n, ps, pb, py + o * n, n, mean, rstd);
+    }
+  });
+}
+
+// dx of one row: rstd (g - mean(g) - xhat mean(g xhat)), g = dy * scale.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+layer_norm_grad_row(const float *__restrict x, const float *__restrict s,
+                    const float *__restrict dy, float *__restrict dx,
+                    int64_t n, float mean, float rstd) {
+  float ag[kLanes] = {}, agx[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const float xh = (x[i + l] - mean) * rstd, g = dy[i + l] * s[i + l];
+      ag[l] += g;
+      agx[l] += g * xh;
+    }
+  double sg = 0.0, sgx = 0.0;
+  for (; i < n; ++i) {
+    const float xh = (x[i] - mean) * rstd, g = dy[i] * s[i];
+    sg += double(g);
+    sgx += double(g * xh);
+  }
+  for (int l = 0; l < kLanes; ++l) {
+    sg += double(ag[l]);
+    sgx += double(agx[l]);
+  }
+  const float mg = float(sg / double(n)), mgx = float(sgx / double(n));
+  for (i = 0; i < n; ++i) {
+    const float xh = (x[i] - mean) * rstd, g = dy[i] * s[i];
+    dx[i] = rstd * (g - mg - xh * mgx);
+  }
+}
+
+// dscale[i] += dy xhat, dbias[i] += dy over rows [0, outer) for columns
+// [lo, hi): rows in order, double accumulators (any thread count, same bits).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+layer_norm_param_cols(const float *__restrict x, const float *__restrict dy,
+                      const float *__restrict mean, const float *__restrict rstd,
+                      double *__restrict ds, double *__restrict db,
+                      int64_t outer, int64_t n, int64_t lo, int64_t hi) {
+  for (int64_t o = 0; o < outer; ++o) {
+    const float *xr = x + o * n, *dr = dy + o * n;
+    const float m = mean[o], r = rstd[o];
+    for (int64_t i = lo; i < hi; ++i) {
+      ds[i] += double(dr[i] * ((xr[i] - m) * r));
+      db[i] += double(dr[i]);
+    }
+  }
+}
+
+void layer_norm_grad_fast(const float *px, const float *ps, const float *pd,
+                          spw_tensor *dx, spw_tensor *dscale, spw_tensor *dbias,
+                          int64_t outer, int64_t n, double eps) {
+  std::vector<float> mean(static_cast<size_t>(outer)),
+      rstd(static_cast<size_t>(outer));
+  cpu::parallel_for(outer, row_grain(n), [&](int64_t lo, int64_t hi) {
+    for (int64_t o = lo; o < hi; ++o) {
+      row_moments(px + o * n, n, eps, mean[size_t(o)], rstd[size_t(o)]);
+      if (dx)
+        layer_norm_grad_row(px + o * n, ps, pd + o * n,
+                            dx->as<float>() + o * n, n, mean[size_t(o)],
+                            rstd[size_t(o)]);
+    }
+  });
+  if (!dscale && !dbias)
+    return;
+  std::vector<double> ds(size_t(n), 0.0), db(size_t(n), 0.0);
+  // Columns in chunks of at least 64; each column's sum runs over the rows
+  // in order within one chunk.
+  cpu::parallel_for(n, 64, [&](int64_t lo, int64_t hi) {
+    layer_norm_param_cols(px, pd, mean.data(), rstd.data(), ds.data(),
+                          db.data(), outer, n, lo, hi);
+  });
+  for (int64_t i = 0; i < n; ++i) {
+    if (dscale)
+      dscale->as<float>()[i] = float(ds[size_t(i)]);
+    if (dbias)
+      dbias->as<float>()[i] = float(db[size_t(i)]);
+  }
+}
+
+
+// softmax over n (stride `inner`) for outer blocks; rows contiguous when
+// inner == 1, otherwise every block's n x inner slab runs vectorized over
+// the inner positions with double sums.
+void softmax_fast(const float *px, float *py, int64_t outer, int64_t n,
+                  int64_t inner) {
+  if (inner == 1) {
+    cpu::parallel_for(outer, row_grain(n), [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) {
+        const float mx = row_max(px + o * n, n);
+        const double s = row_exp_sum(px + o * n, py + o * n, n, mx);
+        row_scale(py + o * n, n, float(1.0 / s));
+      }
+    });
+    return;
+  }
+  cpu::parallel_for(outer, row_grain(n * inner), [&](int64_t lo, int64_t hi) {
+    std::vector<float> mx(static_cast<size_t>(inner));
+    std::vector<double> sum(static_cast<size_t>(inner));
+    for (int64_t o = lo; o < hi; ++o) {
+      const float *x = px + o * n * inner;
+      float *y = py + o * n * inner;
+      std::fill(mx.begin(), mx.end(), -INFINITY);
+      std::fill(sum.begin(), sum.end(), 0.0);
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < inner; ++j)
+          mx[size_t(j)] = std::max(mx[size_t(j)], x[k * inner + j]);
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < inner; ++j) {
+          const float e = cpu::vmath::exp_f(x[k * inner + j] - mx[size_t(j)]);
+          y[k * inner + j] = e;
+          sum[size_t(j)] += double(e);
+        }
+      for (int64_t j = 0; j < inner; ++j)
+        mx[size_t(j)] = float(1.0 / sum[size_t(j)]); // reused: 1/sum
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < inner; ++j)
+          y[k * inner + j] *= mx[size_t(j)];
+    }
+  });
+}
+
+// sum of a[i] * b[i] (16 float lanes, then double).
+__attribute__((target_clones("avx512f", "avx2", "default"))) double
+row_dot(const float *__restrict a, const float *__restrict b, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l)
+      acc[l] += a[i + l] * b[i + l];
+  double s = 0.0;
+  for (; i < n; ++i)
+    s += double(a[i] * b[i]);
+  for (int l = 0; l < kLanes; ++l)
+    s += double(acc[l]);
+  return s;
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+softmax_grad_row(const float *__restrict y, const float *__restrict dy,
+                 float *__restrict dx, int64_t n, float dot) {
+  for (int64_t i = 0; i < n; ++i)
+    dx[i] = y[i] * (dy[i] - dot);
+}
+
+void softmax_grad_fast(const float *py, const float *pd, float *po,
+                       int64_t outer, int64_t n, int64_t inner) {
+  if (inner == 1) {
+    cpu::parallel_for(outer, row_grain(n), [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) {
+        const float dot = float(row_dot(pd + o * n, py + o * n, n));
+        softmax_grad_row(py + o * n, pd + o * n, po + o * n, n, dot);
+      }
+    });
+    return;
+  }
+  cpu::parallel_for(outer, row_grain(n * inner), [&](int64_t lo, int64_t hi) {
+    std::vector<double> dot(static_cast<size_t>(inner));
+    for (int64_t o = lo; o < hi; ++o) {
+      const int64_t base = o * n * inner;
+      std::fill(dot.begin(), dot.end(), 0.0);
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < inner; ++j)
+          dot[size_t(j)] +=
+              double(pd[base + k * inner + j] * py[base + k * inner + j]);
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < inner; ++j) {
+          const int64_t i = base + k * inner + j;
+          po[i] = py[i] * (pd[i] - float(dot[size_t(j)]));
+        }
+    }
+  });
+}
+
+// ---- fast rms norm ----
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) double
+row_sumsq(const float *__restrict x, int64_t n) {
+  double acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l)
+      acc[l] += double(x[i + l]) * double(x[i + l]);
+  double s = 0.0;
+  for (; i < n; ++i)
+    s += double(x[i]) * double(x[i]);
+  for (int l = 0; l < 8; ++l)
+    s += acc[l];
+  return s;
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+rms_norm_row(const float *__restrict x, const float *__restrict s,
+             float *__restrict y, int64_t n, float r) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = x[i] * r * s[i];
+}
+
+void rms_norm_fast(const float *px, const float *ps, float *py, int64_t outer,
+                   int64_t n, double eps) {
+  cpu::parallel_for(outer, row_grain(n), [&](int64_t lo, int64_t hi) {
+    for (int64_t o = lo; o < hi; ++o) {
+      const float r =
+          float(1.0 / std::sqrt(row_sumsq(px + o * n, n) / double(n) + eps));
+      rms_norm_row(px + o * n, ps, py + o * n, n, r);
+    }
+  });
+}
+
+// dot = sum dy s x (16 float lanes); dx = r s dy - x r^3 dot / n.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+rms_norm_grad_row(const float *__restrict x, const float *__restrict s,
+                  const float *__restrict dy, float *__restrict dx, int64_t n,
+                  float r) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l)
+      acc[l] += dy[i + l] * s[i + l] * x[i + l];
+  double dot = 0.0;
+  for (; i < n; ++i)
+    dot += double(dy[i] * s[i] * x[i]);
+  for (int l = 0; l < kLanes; ++l)
+    dot += double(acc[l]);
+  const float c = float(double(r) * r * r * dot / double(n));
+  for (i = 0; i < n; ++i)
+    dx[i] = r * s[i] * dy[i] - x[i] * c;
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+rms_norm_param_cols(const float *__restrict x, const float *__restrict dy,
+                    const float *__restrict r, double *__restrict ds,
+                    int64_t outer, int64_t n, int64_t lo, int64_t hi) {
+  for (int64_t o = 0; o < outer; ++o) {
+    const float *xr = x + o * n, *dr = dy + o * n;
+    const float ro = r[o];
+    for (int64_t i = lo; i < hi; ++i)
+      ds[i] += double(dr[i] * xr[i] * ro);
+  }
+}
+
+void rms_norm_grad_fast(const float *px, const float *ps, const float *pd,
+                        spw_tensor *dx, spw_tensor *dscale, int64_t outer,
+                        int64_t n, double eps) {
+  std::vector<float> r(static_cast<size_t>(outer));
+  cpu::parallel_for(outer, row_grain(n), [&](int64_t lo, int64_t hi) {
+    for (int64_t o = lo; o < hi; ++o) {
+      r[size_t(o)] =
+          float(1.0 / std::sqrt(row_sumsq(px + o * n, n) / double(n) + eps));
+      if (dx)
+        rms_norm_grad_row(px + o * n, ps, pd + o * n, dx->as<float>() + o * n,
+                          n, r[size_t(o)]);
+    }
+  });
+  if (!dscale)
+    return;
+  std::vector<double> ds(static_cast<size_t>(n), 0.0);
+  cpu::parallel_for(n, 64, [&](int64_t lo, int64_t hi) {
+    rms_norm_param_cols(px, pd, r.data(), ds.data(), outer, n, lo, hi);
+  });
+  for (int64_t i = 0; i < n; ++i)
+    dscale->as<float>()[i] = float(ds[size_t(i)]);
 }
 
 } // namespace
