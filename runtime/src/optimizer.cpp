@@ -121,7 +121,7 @@ struct AdamWStep {
 // element's float32 operations are the same in every clone (no FMA:
 // -ffp-contract=off), so the bits are those of a scalar loop.
 template <bool Decays, bool SmallLerp>
-__attribute__((target_clones("avx512f", "avx2", "default"))) void
+__attribute__((always_inline)) inline void
 adamw_elements(float *__restrict w, float *__restrict m, float *__restrict v,
                const float *__restrict g, int64_t n, AdamWStep c) {
   for (int64_t i = 0; i < n; ++i) {
@@ -143,6 +143,19 @@ adamw_elements(float *__restrict w, float *__restrict m, float *__restrict v,
   }
 }
 
+// One clone set per variant (clang's target_clones takes no templates).
+#define SPW_ADAMW_VARIANT(name, decays, small)                                 \
+  __attribute__((target_clones("avx512f", "avx2", "default"))) void name(      \
+      float *__restrict w, float *__restrict m, float *__restrict v,           \
+      const float *__restrict g, int64_t n, AdamWStep c) {                     \
+    adamw_elements<decays, small>(w, m, v, g, n, c);                           \
+  }
+SPW_ADAMW_VARIANT(adamw_decay_small, true, true)
+SPW_ADAMW_VARIANT(adamw_decay_large, true, false)
+SPW_ADAMW_VARIANT(adamw_small, false, true)
+SPW_ADAMW_VARIANT(adamw_large, false, false)
+#undef SPW_ADAMW_VARIANT
+
 } // namespace
 
 namespace spw {
@@ -160,10 +173,8 @@ void adamw_kernel(float *w, float *m, float *v, const float *g, int64_t n,
   c.eps = float(h.eps);
   c.neg_step = float(-(h.lr / bc1));
   const bool decays = h.weight_decay != 0.0, small = c.w1 < 0.5f;
-  auto run = decays ? (small ? adamw_elements<true, true>
-                             : adamw_elements<true, false>)
-                    : (small ? adamw_elements<false, true>
-                             : adamw_elements<false, false>);
+  auto run = decays ? (small ? adamw_decay_small : adamw_decay_large)
+                    : (small ? adamw_small : adamw_large);
   // Elements are independent: any cut gives the same bits (the optimizer
   // overlap's ranges rely on it too). 64 Ki elements per chunk at least.
   cpu::parallel_for(n, int64_t(1) << 16, [&](int64_t lo, int64_t hi) {
