@@ -846,6 +846,8 @@ static int compilerMain(int argc, char **argv) {
     // model (initializers declared without data) is accepted.
     importOptions.weightsPath = outputPath.empty() ? "" : weightsOut;
     importOptions.copyWeights = copyWeights;
+    if (verbose)
+      importOptions.parameterLog = &llvm::errs();
     importOptions.weightsAttr =
         llvm::sys::path::filename(weightsFinal).str();
     note("importing " + inputPath);

@@ -339,7 +339,7 @@ LogicalResult Importer::importNode(const onnxpb::NodeProto &node) {
 // Model
 //===----------------------------------------------------------------------===//
 
-OwningOpRef<ModuleOp> Importer::import(const onnxpb::ModelProto &model) {
+OwningOpRef<ModuleOp> Importer::import(onnxpb::ModelProto &model) {
   if (model.ir_version() < kMinIRVersion || model.ir_version() > kMaxIRVersion)
     return error() << "'" << modelPath << "' has IR version "
                    << model.ir_version() << "; Spillway reads IR versions "
@@ -423,9 +423,33 @@ OwningOpRef<ModuleOp> Importer::import(const onnxpb::ModelProto &model) {
     }
     return nullptr;
   }
+  if (failed(recoverParameters(model)))
+    return nullptr;
   for (const auto &init : graph.initializer())
     if (failed(declareInitializer(init)))
       return nullptr;
+  if (opts.parameterLog) {
+    llvm::raw_ostream &os = *opts.parameterLog;
+    os << "== Parameters of '" << modelPath << "': " << params.size()
+       << " trained, " << constantInitializers.size()
+       << " float initializers constant\n";
+    for (const auto &init : graph.initializer()) {
+      auto it = params.find(init.name());
+      if (it == params.end())
+        continue;
+      os << "  " << init.name() << " "
+         << shapeStr(it->second.getTensorType().getShape());
+      if (auto o = paramOrigin.find(init.name()); o != paramOrigin.end())
+        os << ": " << o->second;
+      os << "\n";
+    }
+  } else if (!paramOrigin.empty()) {
+    emitRemark(fileLoc) << paramOrigin.size()
+                        << " parameters were recovered from what the "
+                           "exporter's optimizer made of them (folded, merged "
+                           "or removed); they train as torch trains them "
+                           "(spillwayc -v lists them)";
+  }
   if (graph.sparse_initializer_size())
     return error() << "sparse initializers are not supported", nullptr;
 

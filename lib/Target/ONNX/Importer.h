@@ -186,7 +186,9 @@ public:
     modelDir = llvm::sys::path::parent_path(modelPath).str();
   }
 
-  OwningOpRef<ModuleOp> import(const onnxpb::ModelProto &model);
+  /// Imports `model`; first decides which float initializers are
+  /// parameters (recoverParameters), which may rewrite the graph.
+  OwningOpRef<ModuleOp> import(onnxpb::ModelProto &model);
 
   /// The default-domain ops imported, sorted, with their notes: "Add,
   /// And (constant), ..., Dropout (inference), ...".
@@ -197,6 +199,20 @@ private:
   InFlightDiagnostic error() { return emitError(fileLoc); }
   InFlightDiagnostic nodeError(const onnxpb::NodeProto &node);
   std::string nodeName(const onnxpb::NodeProto &node) const;
+
+  //===--- parameters (Parameters.cpp) ---===//
+  /// From the exporter's metadata: marks buffers and folded constants as
+  /// constants, splits merged parameters, restores dropped ones and
+  /// recomputes folds of tied ones; says what it did, by parameter, in
+  /// paramOrigin.
+  LogicalResult recoverParameters(onnxpb::ModelProto &model);
+  LogicalResult recoverTorchScriptParameters(onnxpb::GraphProto &graph);
+  /// Whether `t` holds `src` transposed (both 2-D; reads their data).
+  FailureOr<bool> isTransposeOf(const onnxpb::TensorProto &t,
+                                const onnxpb::TensorProto &src);
+  void retie(onnxpb::GraphProto &graph,
+             ArrayRef<std::pair<std::string, std::string>> transposes);
+  llvm::StringMap<std::string> paramOrigin;
 
   //===--- tensors and types ---===//
   Type elementType(int32_t dtype);

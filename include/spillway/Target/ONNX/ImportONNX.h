@@ -22,6 +22,7 @@
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/raw_ostream.h"
 #include "llvm/Support/LogicalResult.h"
 
 #include <cstdint>
@@ -63,6 +64,10 @@ struct ONNXImportOptions {
   /// compile-time constants, which fold like integer initializers, instead of
   /// `train.param`. A name that is no initializer of the model is an error.
   std::vector<std::string> constantInitializers;
+  /// Where to list the parameters (name, shape) and what was recovered from
+  /// the exporter's metadata (spillwayc -v); null: only a one-line remark
+  /// when anything was.
+  llvm::raw_ostream *parameterLog = nullptr;
 };
 
 /// Imports an ONNX model file: binary ModelProto (`.onnx`) or ONNX textual

@@ -1,0 +1,507 @@
+//===- Parameters.cpp - Which float initializers are parameters -----------===//
+//
+// A training graph's float initializers are not all parameters, and an
+// exporter's optimizer leaves parameters in shapes torch never had. Before
+// anything is imported, this file decides, from the exporter's own metadata
+// where it exists, which initializer is which parameter, and undoes what
+// changes the trained function:
+//
+//   - torch.onnx's dynamo exporter records the ExportedProgram's graph
+//     signature (every parameter's placeholder and state-dict name), marks
+//     each surviving parameter's value_info with InputSpec.kind PARAMETER /
+//     BUFFER, each constant onnxscript's optimizer folded with the values it
+//     was folded_from, and each node with the FX node it came from (whose
+//     arguments name the parameters the torch op consumed).
+//   - Initializers with equal values are merged by both exporters: HF's
+//     ones / zeros norm weights and biases become one tensor shared by every
+//     layer. A node whose FX node consumed parameter Y but reads the merged
+//     initializer of X gets its own copy, named Y: the graph trains the
+//     model torch trains, not a tied one. True ties (GPT-2's wte / lm_head)
+//     are one placeholder in torch.export and stay one parameter.
+//   - A constant folded from exactly one parameter P (the transposed weight
+//     of every nn.Linear; GPT-2's position embedding gathered at arange(S))
+//     trains as P would: AdamW is elementwise and such folds only move
+//     elements. If P is still in the graph too (a tied embedding and head),
+//     the fold must be recomputed from P, or the tie would break: a
+//     transpose of P is, anything else is refused with the fix.
+//   - A parameter the optimizer dropped because it was zero (Gemm's bias
+//     C) comes back as a zero parameter of its name.
+//
+// Without such metadata (the TorchScript exporter, hand-written graphs)
+// every float initializer is a parameter, as before, unless
+// --constant-initializers names it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Importer.h"
+
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Regex.h"
+
+#include <google/protobuf/unknown_field_set.h>
+
+#include <cstring>
+
+using namespace spillway;
+using namespace spillway::onnx_import;
+
+namespace {
+
+constexpr StringLiteral kSignatureKey =
+    "pkg.torch.export.ExportedProgram.graph_signature";
+constexpr StringLiteral kKindKey = "pkg.torch.export.graph_signature.InputSpec.kind";
+constexpr StringLiteral kOriginalNameKey = "pkg.torch.onnx.original_node_name";
+constexpr StringLiteral kFoldedFromKey = "pkg.onnxscript.optimizer.folded_from";
+constexpr StringLiteral kFxNodeKey = "pkg.torch.onnx.fx_node";
+
+// Field numbers of `metadata_props` (onnx >= 1.16, IR 10): Debian's libonnx
+// (1.12) does not know them, so protobuf keeps them as unknown fields.
+constexpr int kGraphMetadataField = 16;
+constexpr int kNodeMetadataField = 9;
+constexpr int kValueInfoMetadataField = 4;
+
+using Metadata = llvm::StringMap<std::string>;
+
+/// The `metadata_props` entries of `msg`, read from its unknown fields.
+Metadata metadataOf(const google::protobuf::Message &msg, int field) {
+  Metadata out;
+  const google::protobuf::UnknownFieldSet &unknown =
+      msg.GetReflection()->GetUnknownFields(msg);
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    const google::protobuf::UnknownField &f = unknown.field(i);
+    if (f.number() != field ||
+        f.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED)
+      continue;
+    onnxpb::StringStringEntryProto entry;
+    if (entry.ParseFromString(f.length_delimited()))
+      out[entry.key()] = entry.value();
+  }
+  return out;
+}
+
+StringRef lookup(const Metadata &m, StringRef key) {
+  auto it = m.find(key);
+  return it == m.end() ? StringRef() : StringRef(it->second);
+}
+
+/// The strings of a Python list repr: "['a', 'b.c']" -> {a, b.c}.
+SmallVector<std::string> parsePyStrings(StringRef s) {
+  SmallVector<std::string> out;
+  while (true) {
+    size_t open = s.find('\'');
+    if (open == StringRef::npos)
+      break;
+    size_t close = s.find('\'', open + 1);
+    if (close == StringRef::npos)
+      break;
+    out.push_back(s.substr(open + 1, close - open - 1).str());
+    s = s.substr(close + 1);
+  }
+  return out;
+}
+
+/// The placeholders (`%p_...`) an FX node's text names.
+SmallVector<std::string> fxPlaceholders(StringRef fx) {
+  SmallVector<std::string> out;
+  size_t start = fx.find("args = ");
+  if (start == StringRef::npos)
+    return out;
+  fx = fx.substr(start);
+  for (size_t i = fx.find('%'); i != StringRef::npos; i = fx.find('%', i + 1)) {
+    size_t j = i + 1;
+    while (j < fx.size() && (llvm::isAlnum(fx[j]) || fx[j] == '_'))
+      ++j;
+    if (j > i + 1)
+      out.push_back(fx.substr(i + 1, j - i - 1).str());
+  }
+  return out;
+}
+
+/// The torch op an FX node calls: "torch.ops.aten.addmm.default" -> "addmm".
+std::string fxTarget(StringRef fx) {
+  size_t t = fx.find("target=torch.ops.aten.");
+  if (t == StringRef::npos)
+    return "";
+  StringRef rest = fx.substr(t + strlen("target=torch.ops.aten."));
+  return rest.take_while([](char c) { return c != '.' && c != ']'; }).str();
+}
+
+StringRef leafName(StringRef target) { return target.rsplit('.').second; }
+
+} // namespace
+
+LogicalResult Importer::recoverParameters(onnxpb::ModelProto &model) {
+  onnxpb::GraphProto &graph = *model.mutable_graph();
+  Metadata graphMeta = metadataOf(graph, kGraphMetadataField);
+  StringRef signature = lookup(graphMeta, kSignatureKey);
+  if (signature.empty())
+    return model.producer_name() == "pytorch"
+               ? recoverTorchScriptParameters(graph)
+               : success(); // not torch's: every float initializer trains
+
+  // The graph signature: placeholder -> (kind, state-dict name).
+  struct Placeholder {
+    std::string kind, target;
+  };
+  llvm::StringMap<Placeholder> placeholders;
+  llvm::StringMap<std::string> placeholderOfTarget; // PARAMETER targets only
+  static const llvm::Regex line("^([A-Za-z0-9_]+): ([A-Z_]+) target='([^']*)'");
+  SmallVector<StringRef> lines;
+  signature.split(lines, '\n');
+  for (StringRef l : lines) {
+    SmallVector<StringRef, 4> m;
+    if (!line.match(l.trim(), &m))
+      continue;
+    placeholders[m[1]] = {m[2].str(), m[3].str()};
+    if (m[2] == "PARAMETER")
+      placeholderOfTarget[m[3]] = m[1].str();
+  }
+
+  // Each value's metadata, by name; split copies get their own entries.
+  llvm::StringMap<Metadata> info;
+  for (const auto &vi : graph.value_info()) {
+    Metadata m = metadataOf(vi, kValueInfoMetadataField);
+    if (!m.empty())
+      info[vi.name()] = std::move(m);
+  }
+  auto metaOf = [&](StringRef name, StringRef key) -> StringRef {
+    auto it = info.find(name);
+    return it == info.end() ? StringRef() : lookup(it->second, key);
+  };
+
+  // Which initializer holds which parameter (by placeholder), and what each
+  // float initializer is.
+  llvm::StringMap<std::string> initOfPlaceholder; // placeholder -> initializer
+  llvm::StringMap<int> initIndex;
+  for (auto [i, t] : llvm::enumerate(graph.initializer()))
+    initIndex[t.name()] = i;
+  // Folded constants that train as the one parameter they came from, and the
+  // constant ones: by initializer name.
+  llvm::StringMap<std::string> viewOf; // initializer -> source target
+  // Ties to recompute: folded initializer -> source initializer.
+  SmallVector<std::pair<std::string, std::string>> transposes;
+  for (const auto &t : graph.initializer()) {
+    if (t.data_type() != onnxpb::TensorProto::FLOAT)
+      continue;
+    StringRef name = t.name();
+    StringRef kind = metaOf(name, kKindKey);
+    if (kind == "PARAMETER") {
+      StringRef orig = metaOf(name, kOriginalNameKey);
+      if (!orig.empty())
+        initOfPlaceholder[orig] = name.str();
+      continue;
+    }
+    StringRef folded = metaOf(name, kFoldedFromKey);
+    SmallVector<std::string> sources;
+    for (std::string &s : parsePyStrings(folded))
+      if (placeholderOfTarget.count(s))
+        sources.push_back(s);
+    if (sources.empty()) {
+      // A buffer, a lifted constant, or one the optimizer folded from
+      // constants alone (masks, RoPE tables, scales, exponents).
+      constantInitializers.insert(name);
+      continue;
+    }
+    if (sources.size() > 1)
+      return error() << "initializer '" << name
+                     << "' was folded by the exporter's optimizer from several "
+                        "parameters ("
+                     << llvm::join(sources, ", ")
+                     << "); training it would not train them. Re-export with "
+                        "torch.onnx.export(..., dynamo=True, optimize=False), "
+                        "or with `python -m spillway.export`";
+    viewOf[name] = sources.front();
+  }
+  // A fold whose source parameter is still in the graph: recompute it from
+  // the source, so both uses stay one parameter.
+  for (auto &entry : viewOf) {
+    StringRef name = entry.getKey();
+    const std::string &source = entry.getValue();
+    auto srcIt = initIndex.find(source);
+    if (srcIt == initIndex.end()) {
+      // The source is gone: this is its only copy.
+      paramOrigin[name] = "parameter '" + source +
+                          "' as the exporter's optimizer folded it; trains "
+                          "as that parameter";
+      continue;
+    }
+    const onnxpb::TensorProto &src = graph.initializer(srcIt->second);
+    const onnxpb::TensorProto &dst = graph.initializer(initIndex[name]);
+    FailureOr<bool> transposed = isTransposeOf(dst, src);
+    if (failed(transposed))
+      return failure();
+    if (!*transposed)
+      return error() << "initializer '" << name
+                     << "' was folded by the exporter's optimizer from "
+                        "parameter '"
+                     << source
+                     << "', which the graph also uses itself; training both "
+                        "would untie them. Re-export with "
+                        "torch.onnx.export(..., dynamo=True, optimize=False), "
+                        "or with `python -m spillway.export`";
+    transposes.emplace_back(name.str(), source);
+    paramOrigin[source] = "also read transposed as '" + name.str() +
+                          "' (the exporter's optimizer had folded a copy; it "
+                          "is computed from this parameter again)";
+  }
+
+  // Nodes that read a merged initializer on behalf of another parameter, and
+  // Gemms whose zero bias the optimizer dropped.
+  llvm::StringMap<std::string> splitInit; // new initializer name -> source
+  llvm::StringSet<> referenced;           // placeholders an ONNX value holds
+  for (auto &kv : initOfPlaceholder)
+    referenced.insert(kv.getKey());
+  for (auto &entry : viewOf)
+    referenced.insert(placeholderOfTarget[entry.getValue()]);
+  llvm::StringSet<> restored;
+  for (onnxpb::NodeProto &node : *graph.mutable_node()) {
+    Metadata nodeMeta = metadataOf(node, kNodeMetadataField);
+    StringRef fx = lookup(nodeMeta, kFxNodeKey);
+    if (fx.empty())
+      continue;
+    SmallVector<std::string> used = fxPlaceholders(fx);
+    llvm::erase_if(used, [&](const std::string &p) {
+      auto it = placeholders.find(p);
+      return it == placeholders.end() || it->second.kind != "PARAMETER";
+    });
+    if (used.empty())
+      continue;
+    llvm::StringSet<> claimed;
+    for (int k = 0; k < node.input_size(); ++k) {
+      StringRef in = node.input(k);
+      StringRef orig = metaOf(in, kOriginalNameKey);
+      if (orig.empty() || metaOf(in, kKindKey) != "PARAMETER")
+        continue;
+      if (llvm::is_contained(used, orig)) {
+        claimed.insert(orig);
+        continue;
+      }
+      // The node's torch op consumed other parameters: the one of this
+      // initializer's kind (weight, bias) that no initializer holds is the
+      // one this input stands for.
+      StringRef leaf = leafName(placeholders[orig].target);
+      SmallVector<StringRef> candidates;
+      for (const std::string &p : used)
+        if (!initOfPlaceholder.count(p) && !claimed.contains(p) &&
+            leafName(placeholders[p].target) == leaf)
+          candidates.push_back(p);
+      if (candidates.size() != 1)
+        return error() << "node '" << nodeName(node) << "' reads parameter '"
+                       << in << "', but the torch op it was exported from ("
+                       << fxTarget(fx)
+                       << ") consumed other parameters; the exporter merged "
+                          "equal initializers and Spillway cannot tell which "
+                          "one this is. Re-export with `python -m "
+                          "spillway.export`";
+      std::string p = candidates.front().str();
+      claimed.insert(p);
+      referenced.insert(p);
+      std::string target = placeholders[p].target;
+      if (!splitInit.count(target)) {
+        splitInit[target] = in.str();
+        onnxpb::TensorProto copy = graph.initializer(initIndex[in]);
+        copy.set_name(target);
+        *graph.add_initializer() = std::move(copy);
+        initIndex[target] = graph.initializer_size() - 1;
+        Metadata m = info[in];
+        m[kOriginalNameKey] = p;
+        info[target] = std::move(m);
+      }
+      paramOrigin[target] = "split from '" + in.str() +
+                            "' (the exporter merged initializers of equal "
+                            "value)";
+      node.set_input(k, target);
+    }
+    // aten.addmm(bias, x, weight) exported as a Gemm without C: its bias was
+    // zero and the optimizer removed it; the parameter is still trained.
+    if (node.op_type() == "Gemm" && node.input_size() == 2 &&
+        fxTarget(fx) == "addmm") {
+      SmallVector<std::string> args = fxPlaceholders(fx);
+      if (args.empty())
+        continue;
+      StringRef bias = args.front();
+      auto ph = placeholders.find(bias);
+      if (ph == placeholders.end() || ph->second.kind != "PARAMETER" ||
+          initOfPlaceholder.count(bias) || referenced.contains(bias))
+        continue;
+      // Its length is the Gemm's N: B's columns (rows when transB).
+      StringRef b = node.input(1);
+      auto bi = initIndex.find(b);
+      if (bi == initIndex.end())
+        continue;
+      const onnxpb::TensorProto &w = graph.initializer(bi->second);
+      if (w.dims_size() != 2)
+        continue;
+      int64_t n = intAttr(node, "transB", 0) ? w.dims(0) : w.dims(1);
+      std::string target = ph->second.target;
+      onnxpb::TensorProto zero;
+      zero.set_name(target);
+      zero.set_data_type(onnxpb::TensorProto::FLOAT);
+      zero.add_dims(n);
+      zero.set_raw_data(std::string(size_t(n) * 4, '\0'));
+      *graph.add_initializer() = std::move(zero);
+      initIndex[target] = graph.initializer_size() - 1;
+      node.add_input(target);
+      referenced.insert(bias);
+      restored.insert(target);
+      paramOrigin[target] = "restored: zero, removed from its Gemm by the "
+                            "exporter's optimizer";
+    }
+  }
+
+  // Every parameter a torch op consumed must now be held by some value.
+  for (const onnxpb::NodeProto &node : graph.node()) {
+    Metadata nodeMeta = metadataOf(node, kNodeMetadataField);
+    StringRef fx = lookup(nodeMeta, kFxNodeKey);
+    for (const std::string &p : fxPlaceholders(fx)) {
+      auto it = placeholders.find(p);
+      if (it == placeholders.end() || it->second.kind != "PARAMETER" ||
+          referenced.contains(p))
+        continue;
+      return error() << "parameter '" << it->second.target
+                     << "' (consumed by the torch op of node '"
+                     << nodeName(node)
+                     << "') is not in the graph: the exporter's optimizer "
+                        "removed or folded it, so it would not be trained. "
+                        "Re-export with torch.onnx.export(..., dynamo=True, "
+                        "optimize=False), or with `python -m spillway.export`";
+    }
+  }
+
+  retie(graph, transposes);
+  return success();
+}
+
+FailureOr<bool> Importer::isTransposeOf(const onnxpb::TensorProto &t,
+                                        const onnxpb::TensorProto &src) {
+  if (src.dims_size() != 2 || t.dims_size() != 2 || src.dims(0) != t.dims(1) ||
+      src.dims(1) != t.dims(0))
+    return false;
+  std::string a, b;
+  SmallVector<int64_t> sa, sb;
+  if (failed(readTensor(src, "initializer", a, sa)) ||
+      failed(readTensor(t, "initializer", b, sb)))
+    return failure();
+  int64_t r = src.dims(0), c = src.dims(1);
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j)
+      if (std::memcmp(a.data() + 4 * (i * c + j), b.data() + 4 * (j * r + i),
+                      4) != 0)
+        return false;
+  return true;
+}
+
+/// Replaces each folded initializer `view` by Transpose(`source`), computed
+/// first thing in the graph.
+void Importer::retie(
+    onnxpb::GraphProto &graph,
+    ArrayRef<std::pair<std::string, std::string>> transposes) {
+  if (transposes.empty())
+    return;
+  llvm::StringSet<> drop;
+  for (auto &[view, source] : transposes)
+    drop.insert(view);
+  auto *inits = graph.mutable_initializer();
+  inits->erase(std::remove_if(inits->begin(), inits->end(),
+                              [&](const onnxpb::TensorProto &t) {
+                                return drop.contains(t.name());
+                              }),
+               inits->end());
+  google::protobuf::RepeatedPtrField<onnxpb::NodeProto> nodes;
+  for (auto &[view, source] : transposes) {
+    onnxpb::NodeProto *tr = nodes.Add();
+    tr->set_op_type("Transpose");
+    tr->set_name("spillway_retie_" + view);
+    tr->add_input(source);
+    tr->add_output(view);
+    onnxpb::AttributeProto *perm = tr->add_attribute();
+    perm->set_name("perm");
+    perm->set_type(onnxpb::AttributeProto::INTS);
+    perm->add_ints(1);
+    perm->add_ints(0);
+  }
+  for (auto &n : *graph.mutable_node())
+    *nodes.Add() = std::move(n);
+  graph.mutable_node()->Swap(&nodes);
+}
+
+/// The TorchScript exporter leaves no metadata, but its two rewrites are
+/// recognizable: a parameter merged into another of equal value reads it
+/// through an Identity named as the parameter itself, and a constant it
+/// folded from a parameter is named "onnx::<consumer>_<n>". A fold that is
+/// the transpose of a parameter the graph still uses (the tied head) is
+/// computed from it again; any other fold trains as a parameter.
+LogicalResult Importer::recoverTorchScriptParameters(onnxpb::GraphProto &graph) {
+  llvm::StringMap<int> initIndex;
+  for (auto [i, t] : llvm::enumerate(graph.initializer()))
+    initIndex[t.name()] = i;
+  llvm::StringSet<> outputs;
+  for (const auto &o : graph.output())
+    outputs.insert(o.name());
+  // Merged parameters: each Identity of a float initializer becomes the
+  // parameter it names, a copy of the value it shares.
+  llvm::StringSet<> splitNodes;
+  for (const onnxpb::NodeProto &node : graph.node()) {
+    if (node.op_type() != "Identity" || node.input_size() != 1 ||
+        node.output_size() != 1 || outputs.contains(node.output(0)))
+      continue;
+    auto it = initIndex.find(node.input(0));
+    if (it == initIndex.end() ||
+        graph.initializer(it->second).data_type() != onnxpb::TensorProto::FLOAT ||
+        constantInitializers.contains(node.input(0)) ||
+        initIndex.count(node.output(0)))
+      continue;
+    onnxpb::TensorProto copy = graph.initializer(it->second);
+    copy.set_name(node.output(0));
+    *graph.add_initializer() = std::move(copy);
+    initIndex[node.output(0)] = graph.initializer_size() - 1;
+    splitNodes.insert(node.output(0));
+    paramOrigin[node.output(0)] = "split from '" + node.input(0) +
+                                  "' (the exporter merged initializers of "
+                                  "equal value)";
+  }
+  if (!splitNodes.empty()) {
+    auto *nodes = graph.mutable_node();
+    nodes->erase(std::remove_if(nodes->begin(), nodes->end(),
+                                [&](const onnxpb::NodeProto &n) {
+                                  return n.op_type() == "Identity" &&
+                                         n.output_size() == 1 &&
+                                         splitNodes.contains(n.output(0));
+                                }),
+                 nodes->end());
+  }
+  // Folded constants.
+  SmallVector<std::pair<std::string, std::string>> transposes;
+  for (const onnxpb::TensorProto &t : graph.initializer()) {
+    if (t.data_type() != onnxpb::TensorProto::FLOAT ||
+        !StringRef(t.name()).starts_with("onnx::") ||
+        constantInitializers.contains(t.name()))
+      continue;
+    std::string tied;
+    for (const onnxpb::TensorProto &p : graph.initializer()) {
+      if (&p == &t || p.data_type() != onnxpb::TensorProto::FLOAT ||
+          StringRef(p.name()).starts_with("onnx::"))
+        continue;
+      FailureOr<bool> tr = isTransposeOf(t, p);
+      if (failed(tr))
+        return failure();
+      if (*tr) {
+        tied = p.name();
+        break;
+      }
+    }
+    if (!tied.empty()) {
+      transposes.emplace_back(t.name(), tied);
+      paramOrigin[tied] = "also read transposed as '" + t.name() +
+                          "' (the exporter had folded a copy; it is computed "
+                          "from this parameter again)";
+    } else {
+      paramOrigin[t.name()] = "folded by the exporter from a parameter it "
+                              "no longer names; trains as that parameter "
+                              "(--constant-initializers if it is a constant)";
+    }
+  }
+  retie(graph, transposes);
+  return success();
+}
