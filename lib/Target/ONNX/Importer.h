@@ -213,6 +213,9 @@ private:
   void retie(onnxpb::GraphProto &graph,
              ArrayRef<std::pair<std::string, std::string>> transposes);
   llvm::StringMap<std::string> paramOrigin;
+  /// Initializers whose data is the transpose of the parameter they declare
+  /// (2-D): declared with the dimensions swapped and their data transposed.
+  llvm::StringSet<> transposedStorage;
 
   //===--- tensors and types ---===//
   Type elementType(int32_t dtype);

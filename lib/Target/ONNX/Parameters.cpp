@@ -54,6 +54,7 @@ constexpr StringLiteral kKindKey = "pkg.torch.export.graph_signature.InputSpec.k
 constexpr StringLiteral kOriginalNameKey = "pkg.torch.onnx.original_node_name";
 constexpr StringLiteral kFoldedFromKey = "pkg.onnxscript.optimizer.folded_from";
 constexpr StringLiteral kFxNodeKey = "pkg.torch.onnx.fx_node";
+constexpr StringLiteral kNameScopesKey = "pkg.torch.onnx.name_scopes";
 
 // Field numbers of `metadata_props` (onnx >= 1.16, IR 10): Debian's libonnx
 // (1.12) does not know them, so protobuf keeps them as unknown fields.
@@ -213,6 +214,58 @@ LogicalResult Importer::recoverParameters(onnxpb::ModelProto &model) {
                         "or with `python -m spillway.export`";
     viewOf[name] = sources.front();
   }
+  // A fold read by the ops of several modules was merged with the equal
+  // folds of other parameters (Gemma's 1 + weight of every RMSNorm): which
+  // module's parameter each read stands for, and how it was folded, is lost.
+  if (!viewOf.empty()) {
+    llvm::StringMap<llvm::SetVector<StringRef>> scopesOf;
+    std::deque<std::string> modules; // what scopesOf points into
+    for (const onnxpb::NodeProto &node : graph.node()) {
+      Metadata nodeMeta = metadataOf(node, kNodeMetadataField);
+      SmallVector<std::string> scopes =
+          parsePyStrings(lookup(nodeMeta, kNameScopesKey));
+      modules.push_back(scopes.size() >= 2 ? scopes[scopes.size() - 2] : "");
+      for (const std::string &in : node.input())
+        if (viewOf.count(in))
+          scopesOf[in].insert(modules.back());
+    }
+    for (const auto &t : graph.initializer()) {
+      auto it = scopesOf.find(t.name());
+      if (it == scopesOf.end() || it->second.size() < 2)
+        continue;
+      return error() << "initializer '" << t.name()
+                     << "' was folded by the exporter's optimizer from "
+                        "parameter '"
+                     << viewOf[t.name()] << "' and is read by "
+                     << it->second.size() << " modules ('"
+                     << it->second[0] << "', '" << it->second[1]
+                     << "', ...): the exporter merged equal folds of several "
+                        "parameters, which cannot be told apart. Re-export "
+                        "with torch.onnx.export(..., dynamo=True, "
+                        "optimize=False), or with `python -m spillway.export`";
+    }
+  }
+  // Folds read only as the B of MatMuls exported from aten.linear, 2-D:
+  // nn.Linear weights the optimizer transposed.
+  llvm::StringSet<> linearWeightViews;
+  {
+    llvm::StringMap<bool> onlyLinear;
+    for (const onnxpb::NodeProto &node : graph.node())
+      for (auto [k, in] : llvm::enumerate(node.input())) {
+        if (!viewOf.count(in))
+          continue;
+        bool linear = node.op_type() == "MatMul" && k == 1 &&
+                      fxTarget(lookup(metadataOf(node, kNodeMetadataField),
+                                      kFxNodeKey)) == "linear";
+        auto [it, fresh] = onlyLinear.try_emplace(in, linear);
+        if (!fresh)
+          it->second = it->second && linear;
+      }
+    for (auto &kv : onlyLinear)
+      if (kv.getValue() &&
+          graph.initializer(initIndex[kv.getKey()]).dims_size() == 2)
+        linearWeightViews.insert(kv.getKey());
+  }
   // A fold whose source parameter is still in the graph: recompute it from
   // the source, so both uses stay one parameter.
   for (auto &entry : viewOf) {
@@ -220,7 +273,22 @@ LogicalResult Importer::recoverParameters(onnxpb::ModelProto &model) {
     const std::string &source = entry.getValue();
     auto srcIt = initIndex.find(source);
     if (srcIt == initIndex.end()) {
-      // The source is gone: this is its only copy.
+      // The source is gone: this is its only copy. The transposed weight of
+      // an nn.Linear (read only as MatMul's B by aten.linear) becomes the
+      // weight again, in torch's layout, read through a Transpose as the
+      // unoptimized export reads it: the linear fuses the same and --save
+      // writes what torch's state_dict holds.
+      if (linearWeightViews.contains(name)) {
+        onnxpb::TensorProto &t = *graph.mutable_initializer(initIndex[name]);
+        t.set_name(source);
+        initIndex[source] = initIndex[name];
+        transposedStorage.insert(source);
+        transposes.emplace_back(name.str(), source);
+        paramOrigin[source] = "stored transposed as '" + name.str() +
+                              "' by the exporter's optimizer; trained in "
+                              "torch's layout";
+        continue;
+      }
       paramOrigin[name] = "parameter '" + source +
                           "' as the exporter's optimizer folded it; trains "
                           "as that parameter";
