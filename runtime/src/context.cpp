@@ -94,6 +94,11 @@ void spw_declare_weights(spw_ctx *ctx, int64_t total_bytes) {
   });
 }
 
+void spw_declare_state_dict_prefix(spw_ctx *ctx, const char *prefix) {
+  guarded(ctx, "spw_declare_state_dict_prefix",
+          [&] { ctx->state_dict_prefix = prefix ? prefix : ""; });
+}
+
 int32_t spw_declare_param(spw_ctx *ctx, const char *name, int32_t dtype,
                           int32_t rank, const int64_t *dims, int64_t offset) {
   int32_t index = -1;

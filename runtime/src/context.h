@@ -124,6 +124,7 @@ struct AdamWOverrides {
 
 struct spw_ctx {
   int64_t weights_bytes = -1; // from spw_declare_weights; -1 = not declared
+  std::string state_dict_prefix; // spw_declare_state_dict_prefix
   std::vector<spw::ParamInfo> params;
   std::vector<spw::InputInfo> inputs;
   std::vector<spw::OutputInfo> outputs; // non-empty: a forward-only model
@@ -238,6 +239,18 @@ template <class F> void guarded(spw_ctx *ctx, const char *what, F &&body) {
   }
 }
 
+} // namespace spw
+
+namespace spw {
+// The name --save writes for parameter `name`: without the wrapper's
+// prefix (spw_declare_state_dict_prefix), as the model's own state_dict()
+// names it.
+inline std::string saved_name(const spw_ctx *ctx, const std::string &name) {
+  const std::string &p = ctx->state_dict_prefix;
+  if (!p.empty() && name.size() > p.size() && name.compare(0, p.size(), p) == 0)
+    return name.substr(p.size());
+  return name;
+}
 } // namespace spw
 
 #endif // SPILLWAY_RUNTIME_SRC_CONTEXT_H

@@ -70,6 +70,14 @@ cl::list<std::string> constantInitializers(
     cl::desc("ONNX float initializers that are constants, not trainable "
              "parameters (exported buffers, e.g. a rotary inv_freq)"),
     cl::value_desc("NAME,..."), cl::cat(category));
+cl::opt<std::string> stateDictPrefix(
+    "state-dict-prefix",
+    cl::desc("What the exported module put before the names of the model's "
+             "own state_dict, e.g. 'model.' for a forward(ids, labels) -> "
+             "loss wrapper around an HF model: --save writes the names "
+             "without it. Found by itself in dynamo exports; TorchScript "
+             "exports name no module classes, so give it there ('' for none)"),
+    cl::value_desc("PREFIX"), cl::init("\x01"), cl::cat(category));
 cl::opt<int64_t> maxInlineConstantElements(
     "max-inline-constant-elements", cl::init(int64_t(1) << 20),
     cl::desc("The largest ONNX constant (in elements) the importer evaluates "
@@ -846,6 +854,8 @@ static int compilerMain(int argc, char **argv) {
     // model (initializers declared without data) is accepted.
     importOptions.weightsPath = outputPath.empty() ? "" : weightsOut;
     importOptions.copyWeights = copyWeights;
+    if (stateDictPrefix != "\x01")
+      importOptions.stateDictPrefix = stateDictPrefix.getValue();
     if (verbose)
       importOptions.parameterLog = &llvm::errs();
     importOptions.weightsAttr =

@@ -368,6 +368,10 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
     totalBytes = std::max<int64_t>(totalBytes, p.getOffset() + p.getNumBytes());
   callRuntime("spw_declare_weights", voidTy, {ptrTy, i64Ty},
               {ctxArg, i64(totalBytes)});
+  if (auto prefix =
+          module->getAttrOfType<StringAttr>(train::kStateDictPrefixAttrName))
+    callRuntime("spw_declare_state_dict_prefix", voidTy, {ptrTy, ptrTy},
+                {ctxArg, stringConstant(prefix.getValue())});
 
   for (auto [index, param] : llvm::enumerate(params)) {
     ParamOp p = param;

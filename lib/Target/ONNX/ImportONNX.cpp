@@ -425,6 +425,20 @@ OwningOpRef<ModuleOp> Importer::import(onnxpb::ModelProto &model) {
   }
   if (failed(recoverParameters(model)))
     return nullptr;
+  if (opts.stateDictPrefix) {
+    stateDictPrefix = *opts.stateDictPrefix;
+    for (const auto &t : graph.initializer())
+      if (t.data_type() == onnxpb::TensorProto::FLOAT &&
+          !constantInitializers.contains(t.name()) &&
+          !StringRef(t.name()).starts_with(stateDictPrefix))
+        return error() << "--state-dict-prefix '" << stateDictPrefix
+                       << "': parameter '" << t.name()
+                       << "' does not start with it",
+               nullptr;
+  }
+  if (!stateDictPrefix.empty())
+    module->setAttr(train::kStateDictPrefixAttrName,
+                    builder.getStringAttr(stateDictPrefix));
   for (const auto &init : graph.initializer())
     if (failed(declareInitializer(init)))
       return nullptr;

@@ -207,6 +207,8 @@ private:
   /// paramOrigin.
   LogicalResult recoverParameters(onnxpb::ModelProto &model);
   LogicalResult recoverTorchScriptParameters(onnxpb::GraphProto &graph);
+  std::string linearWeightOf(const onnxpb::GraphProto &graph,
+                             const onnxpb::TensorProto &t);
   /// Whether `t` holds `src` transposed (both 2-D; reads their data).
   FailureOr<bool> isTransposeOf(const onnxpb::TensorProto &t,
                                 const onnxpb::TensorProto &src);
@@ -216,6 +218,8 @@ private:
   /// Initializers whose data is the transpose of the parameter they declare
   /// (2-D): declared with the dimensions swapped and their data transposed.
   llvm::StringSet<> transposedStorage;
+  /// What a wrapper module put before the model's own state_dict names.
+  std::string stateDictPrefix;
 
   //===--- tensors and types ---===//
   Type elementType(int32_t dtype);

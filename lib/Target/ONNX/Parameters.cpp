@@ -55,6 +55,7 @@ constexpr StringLiteral kOriginalNameKey = "pkg.torch.onnx.original_node_name";
 constexpr StringLiteral kFoldedFromKey = "pkg.onnxscript.optimizer.folded_from";
 constexpr StringLiteral kFxNodeKey = "pkg.torch.onnx.fx_node";
 constexpr StringLiteral kNameScopesKey = "pkg.torch.onnx.name_scopes";
+constexpr StringLiteral kClassesKey = "pkg.torch.onnx.class_hierarchy";
 
 // Field numbers of `metadata_props` (onnx >= 1.16, IR 10): Debian's libonnx
 // (1.12) does not know them, so protobuf keeps them as unknown fields.
@@ -177,6 +178,24 @@ LogicalResult Importer::recoverParameters(onnxpb::ModelProto &model) {
   llvm::StringMap<int> initIndex;
   for (auto [i, t] : llvm::enumerate(graph.initializer()))
     initIndex[t.name()] = i;
+  // A wrapper around an HF model (forward(ids, labels) -> loss): the scope
+  // of the outermost transformers module is the prefix its state_dict lacks.
+  for (const onnxpb::NodeProto &node : graph.node()) {
+    Metadata m = metadataOf(node, kNodeMetadataField);
+    SmallVector<std::string> classes = parsePyStrings(lookup(m, kClassesKey));
+    SmallVector<std::string> scopes = parsePyStrings(lookup(m, kNameScopesKey));
+    for (size_t i = 1; i < classes.size() && i < scopes.size(); ++i)
+      if (StringRef(classes[i]).starts_with("transformers.")) {
+        std::string prefix = scopes[i] + ".";
+        if (llvm::all_of(placeholderOfTarget, [&](const auto &kv) {
+              return kv.getKey().starts_with(prefix);
+            }))
+          stateDictPrefix = prefix;
+        break;
+      }
+    if (!classes.empty())
+      break;
+  }
   // Folded constants that train as the one parameter they came from, and the
   // constant ones: by initializer name.
   llvm::StringMap<std::string> viewOf; // initializer -> source target
@@ -494,6 +513,33 @@ void Importer::retie(
   graph.mutable_node()->Swap(&nodes);
 }
 
+/// The nn.Linear weight a TorchScript fold `t` is the transpose of: "S.weight"
+/// when `t` is 2-D and read only as the B of MatMuls named "/S/.../MatMul"
+/// of one module scope S (the exporter names nodes by module path); "" if
+/// not.
+std::string Importer::linearWeightOf(const onnxpb::GraphProto &graph,
+                                     const onnxpb::TensorProto &t) {
+  if (t.dims_size() != 2)
+    return "";
+  std::string scope;
+  for (const onnxpb::NodeProto &node : graph.node())
+    for (auto [k, in] : llvm::enumerate(node.input())) {
+      if (in != t.name())
+        continue;
+      StringRef name = node.name();
+      if (node.op_type() != "MatMul" || k != 1 || !name.starts_with("/"))
+        return "";
+      std::string s = name.drop_front().rsplit('/').first.str();
+      if (s.empty() || s == name.drop_front() || (!scope.empty() && s != scope))
+        return "";
+      scope = s;
+    }
+  if (scope.empty())
+    return "";
+  std::replace(scope.begin(), scope.end(), '/', '.');
+  return scope + ".weight";
+}
+
 /// The TorchScript exporter leaves no metadata, but its two rewrites are
 /// recognizable: a parameter merged into another of equal value reads it
 /// through an Identity named as the parameter itself, and a constant it
@@ -540,7 +586,7 @@ LogicalResult Importer::recoverTorchScriptParameters(onnxpb::GraphProto &graph) 
                  nodes->end());
   }
   // Folded constants.
-  SmallVector<std::pair<std::string, std::string>> transposes;
+  SmallVector<std::pair<std::string, std::string>> transposes, renames;
   for (const onnxpb::TensorProto &t : graph.initializer()) {
     if (t.data_type() != onnxpb::TensorProto::FLOAT ||
         !StringRef(t.name()).starts_with("onnx::") ||
@@ -564,11 +610,25 @@ LogicalResult Importer::recoverTorchScriptParameters(onnxpb::GraphProto &graph) 
       paramOrigin[tied] = "also read transposed as '" + t.name() +
                           "' (the exporter had folded a copy; it is computed "
                           "from this parameter again)";
+    } else if (auto weight = linearWeightOf(graph, t); !weight.empty() &&
+                                                       !initIndex.count(weight)) {
+      // nn.Linear's weight, transposed for MatMul and folded: the weight
+      // again, in torch's layout, named by the MatMul's module scope.
+      renames.emplace_back(t.name(), weight);
     } else {
       paramOrigin[t.name()] = "folded by the exporter from a parameter it "
                               "no longer names; trains as that parameter "
                               "(--constant-initializers if it is a constant)";
     }
+  }
+  for (auto &[folded, weight] : renames) {
+    graph.mutable_initializer(initIndex[folded])->set_name(weight);
+    initIndex[weight] = initIndex[folded];
+    transposedStorage.insert(weight);
+    transposes.emplace_back(folded, weight);
+    paramOrigin[weight] = "stored transposed as '" + folded +
+                          "' by the exporter's constant folding; trained in "
+                          "torch's layout";
   }
   retie(graph, transposes);
   return success();

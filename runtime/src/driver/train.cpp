@@ -175,7 +175,7 @@ void write_params(spw_ctx *ctx, const std::string &path, bool direct,
   uint64_t offset = 0;
   for (const ParamInfo &p : ctx->params) {
     const spw_tensor &t = *p.value;
-    header += "," + json_string(p.name) + ":{\"dtype\":\"" +
+    header += "," + json_string(saved_name(ctx, p.name)) + ":{\"dtype\":\"" +
               safetensors_dtype(t.dtype) + "\",\"shape\":[";
     for (int i = 0; i < t.rank; ++i)
       header += (i ? "," : "") + std::to_string(t.dims[i]);

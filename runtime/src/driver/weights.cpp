@@ -110,6 +110,8 @@ void check_safetensors(const spw_ctx *ctx, WeightsPlan &plan,
   };
   for (const SafetensorsEntry &t : h.tensors) {
     auto it = param_index.find(t.name);
+    if (it == param_index.end() && !ctx->state_dict_prefix.empty())
+      it = param_index.find(ctx->state_dict_prefix + t.name);
     if (it != param_index.end())
       found[it->second] = &t;
     else

@@ -25,7 +25,8 @@ TorchScript user of transformers >= 4.53 must (in eager mode it returns None
 for unpacked rows anyway); the failure at plain defaults is recorded in
 manifest.json as "export_error_at_defaults".
 
-and <m>.torch_losses.jsonl: torch.optim.AdamW(lr=1e-3, weight_decay=0.01,
+<m>.torch_trained.safetensors: the model's state_dict() after those 30 steps, and
+<m>.torch_losses.jsonl: torch.optim.AdamW(lr=1e-3, weight_decay=0.01,
 foreach=False) over 30 steps on ../tokens.npy (step s uses batch (s-1) % 4),
 in the executable's --log-json format. Both wrappers compute the same loss (no
 label is -100), so one trajectory serves both. manifest.json records versions,
@@ -51,6 +52,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import transformers  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
 import transformers.masking_utils as masking_utils  # noqa: E402
 
 packed_check = masking_utils.find_packed_sequence_indices
@@ -192,6 +194,10 @@ def main():
                 print(f"{'ok' if rel < 1e-5 else 'FAIL'} {fname}: inputs {names}, ort {l:.7g} "
                       f"vs torch {ref:.7g}")
         losses = train(Explicit(model), tokens)
+        # What a user's model holds after those steps, under its own
+        # state_dict() names (tied entries included, as state_dict has them).
+        save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()},
+                  os.path.join(args.out, f"{name}.torch_trained.safetensors"))
         with open(os.path.join(args.out, f"{name}.torch_losses.jsonl"), "w") as f:
             for s, l in enumerate(losses, 1):
                 f.write(json.dumps({"step": s, "loss": float(np.float32(l)), "lr": LR}) + "\n")

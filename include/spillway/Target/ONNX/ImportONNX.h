@@ -26,6 +26,7 @@
 #include "llvm/Support/LogicalResult.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,10 @@ struct ONNXImportOptions {
   /// the exporter's metadata (spillwayc -v); null: only a one-line remark
   /// when anything was.
   llvm::raw_ostream *parameterLog = nullptr;
+  /// The wrapper's prefix before the model's own state_dict names
+  /// (--state-dict-prefix); unset: found from the dynamo exporter's module
+  /// classes, else none. Every parameter's name must start with it.
+  std::optional<std::string> stateDictPrefix;
 };
 
 /// Imports an ONNX model file: binary ModelProto (`.onnx`) or ONNX textual

@@ -46,6 +46,11 @@ void spw_declare_weights(spw_ctx *ctx, int64_t total_bytes);
  * ONNX initializer name: --save keys and error messages use it. */
 int32_t spw_declare_param(spw_ctx *ctx, const char *name, int32_t dtype,
                           int32_t rank, const int64_t *dims, int64_t offset);
+/* The prefix a wrapper module put before the names of the model's own
+ * state_dict (e.g. "model." for forward(ids, labels) -> loss around an HF
+ * model): --save writes the names without it, --weights finds a tensor under
+ * either name. */
+void spw_declare_state_dict_prefix(spw_ctx *ctx, const char *prefix);
 /* Returns the input's index. */
 int32_t spw_declare_input(spw_ctx *ctx, const char *name, int32_t dtype,
                           int32_t rank, const int64_t *dims);

@@ -9,6 +9,10 @@
 namespace spillway::train {
 /// Module attribute naming the weights file (relative to the MLIR file).
 inline constexpr llvm::StringLiteral kWeightsAttrName = "train.weights";
+/// Module attribute: the prefix a wrapper module put before the names of the
+/// model's own state_dict ("model."); --save writes the names without it.
+inline constexpr llvm::StringLiteral kStateDictPrefixAttrName =
+    "train.state_dict_prefix";
 /// Argument (and, for forward-only functions, result) attribute carrying the
 /// ONNX graph input/output name.
 inline constexpr llvm::StringLiteral kInputNameAttrName = "train.name";
