@@ -184,8 +184,10 @@ LogicalResult Importer::recoverParameters(onnxpb::ModelProto &model) {
     Metadata m = metadataOf(node, kNodeMetadataField);
     SmallVector<std::string> classes = parsePyStrings(lookup(m, kClassesKey));
     SmallVector<std::string> scopes = parsePyStrings(lookup(m, kNameScopesKey));
-    for (size_t i = 1; i < classes.size() && i < scopes.size(); ++i)
+    for (size_t i = 0; i < classes.size() && i < scopes.size(); ++i)
       if (StringRef(classes[i]).starts_with("transformers.")) {
+        if (i == 0)
+          break; // the HF model itself was exported: no wrapper
         std::string prefix = scopes[i] + ".";
         if (llvm::all_of(placeholderOfTarget, [&](const auto &kv) {
               return kv.getKey().starts_with(prefix);
