@@ -62,7 +62,7 @@ def main():
     n = sum(p.numel() for p in model.parameters())
     ids = torch.randint(0, 256, (B, S))
     train = os.path.join(args.out, "demo_train.onnx")
-    torch.onnx.export(WithLoss(model), (ids, ids), train, dynamo=True)
+    torch.onnx.export(WithLoss(model), (ids, ids.clone()), train, dynamo=True)
     fwd = os.path.join(args.out, "demo_forward.onnx")
     torch.onnx.export(model, (ids[:1],), fwd, dynamo=True, input_names=["input_ids"],
                       output_names=["logits"])

@@ -99,6 +99,15 @@ void spw_declare_state_dict_prefix(spw_ctx *ctx, const char *prefix) {
           [&] { ctx->state_dict_prefix = prefix ? prefix : ""; });
 }
 
+void spw_declare_param_alias(spw_ctx *ctx, int32_t index, const char *name) {
+  guarded(ctx, "spw_declare_param_alias", [&] {
+    check_name(name, "parameter alias");
+    if (index < 0 || size_t(index) >= ctx->params.size())
+      fail("alias '%s' of parameter %d, which is not declared", name, index);
+    ctx->params[size_t(index)].aliases.push_back(name);
+  });
+}
+
 int32_t spw_declare_param(spw_ctx *ctx, const char *name, int32_t dtype,
                           int32_t rank, const int64_t *dims, int64_t offset) {
   int32_t index = -1;

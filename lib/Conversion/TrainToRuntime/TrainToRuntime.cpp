@@ -386,6 +386,20 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
                  i64Array(p.getTensorType().getShape()), i64(p.getOffset())});
     paramIndexByName[p.getSymName()] = index;
   }
+  if (auto aliases =
+          module->getAttrOfType<DictionaryAttr>(train::kParamAliasesAttrName))
+    for (NamedAttribute entry : aliases) {
+      auto it = paramIndexByName.find(entry.getName().getValue());
+      auto names = dyn_cast<ArrayAttr>(entry.getValue());
+      if (it == paramIndexByName.end() || !names)
+        return module.emitError() << train::kParamAliasesAttrName
+                                  << ": no parameter @"
+                                  << entry.getName().getValue();
+      for (Attribute a : names)
+        if (auto s = dyn_cast<StringAttr>(a))
+          callRuntime("spw_declare_param_alias", voidTy, {ptrTy, i32Ty, ptrTy},
+                      {ctxArg, i32(it->second), stringConstant(s.getValue())});
+    }
 
   // FOAM's folded state has its own size: declared before the tiers lay
   // out optimizer blocks and before a checkpoint is restored.

@@ -436,6 +436,15 @@ OwningOpRef<ModuleOp> Importer::import(onnxpb::ModelProto &model) {
                        << "' does not start with it",
                nullptr;
   }
+  if (!tiedAliases.empty()) {
+    SmallVector<NamedAttribute> entries;
+    for (auto &kv : tiedAliases)
+      entries.emplace_back(builder.getStringAttr(kv.getKey()),
+                           builder.getStrArrayAttr(SmallVector<StringRef>(
+                               kv.getValue().begin(), kv.getValue().end())));
+    module->setAttr(train::kParamAliasesAttrName,
+                    builder.getDictionaryAttr(entries));
+  }
   if (!stateDictPrefix.empty())
     module->setAttr(train::kStateDictPrefixAttrName,
                     builder.getStringAttr(stateDictPrefix));

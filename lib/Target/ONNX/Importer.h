@@ -220,6 +220,8 @@ private:
   llvm::StringSet<> transposedStorage;
   /// What a wrapper module put before the model's own state_dict names.
   std::string stateDictPrefix;
+  /// Parameter (initializer name) -> the state-dict names of its ties.
+  llvm::StringMap<SmallVector<std::string, 1>> tiedAliases;
 
   //===--- tensors and types ---===//
   Type elementType(int32_t dtype);

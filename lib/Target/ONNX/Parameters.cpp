@@ -439,6 +439,47 @@ LogicalResult Importer::recoverParameters(onnxpb::ModelProto &model) {
     }
   }
 
+  // Tied parameters: torch.export keeps one placeholder of a tie and leaves
+  // the other unused; a node run in the unused one's module that reads a
+  // parameter of the same attribute name reads its tie (GPT-2's wte lookup
+  // reads lm_head.weight). --save writes the value under both names, as
+  // state_dict() has them.
+  llvm::StringSet<> consumed;
+  for (const onnxpb::NodeProto &node : graph.node())
+    for (const std::string &p :
+         fxPlaceholders(lookup(metadataOf(node, kNodeMetadataField), kFxNodeKey)))
+      consumed.insert(p);
+  for (auto &kv : placeholders) {
+    if (kv.getValue().kind != "PARAMETER" || consumed.contains(kv.getKey()) ||
+        initOfPlaceholder.count(kv.getKey()))
+      continue;
+    StringRef target = kv.getValue().target;
+    auto [module, leaf] = target.rsplit('.');
+    bool found = false;
+    for (const onnxpb::NodeProto &node : graph.node()) {
+      if (found)
+        break;
+      Metadata m = metadataOf(node, kNodeMetadataField);
+      SmallVector<std::string> scopes = parsePyStrings(lookup(m, kNameScopesKey));
+      if (scopes.size() < 2 || scopes[scopes.size() - 2] != module)
+        continue;
+      for (const std::string &in : node.input()) {
+        auto it = initIndex.find(in);
+        if (it == initIndex.end() || in == target ||
+            leafName(in) != leaf || metaOf(in, kKindKey) != "PARAMETER")
+          continue;
+        tiedAliases[in].push_back(target.str());
+        found = true;
+        break;
+      }
+    }
+  }
+  for (auto &kv : tiedAliases) {
+    std::string &o = paramOrigin[kv.getKey()];
+    o += (o.empty() ? "" : "; ") + std::string("tied: also '") +
+         llvm::join(kv.getValue(), "', '") + "'";
+  }
+
   // Every parameter a torch op consumed must now be held by some value.
   for (const onnxpb::NodeProto &node : graph.node()) {
     Metadata nodeMeta = metadataOf(node, kNodeMetadataField);

@@ -171,18 +171,26 @@ void write_params(spw_ctx *ctx, const std::string &path, bool direct,
       check(p, p.value->as<float>(), 0, p.value->numel);
   }
   std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
-  std::vector<uint64_t> at;
+  // Each parameter's copies: under its name and its ties' (state_dict has
+  // both, and safetensors has no shared tensors).
+  std::vector<std::vector<uint64_t>> at(ctx->params.size());
   uint64_t offset = 0;
-  for (const ParamInfo &p : ctx->params) {
+  for (size_t i = 0; i < ctx->params.size(); ++i) {
+    const ParamInfo &p = ctx->params[i];
     const spw_tensor &t = *p.value;
-    header += "," + json_string(saved_name(ctx, p.name)) + ":{\"dtype\":\"" +
-              safetensors_dtype(t.dtype) + "\",\"shape\":[";
-    for (int i = 0; i < t.rank; ++i)
-      header += (i ? "," : "") + std::to_string(t.dims[i]);
-    header += "],\"data_offsets\":[" + std::to_string(offset) + "," +
-              std::to_string(offset + uint64_t(t.bytes())) + "]}";
-    at.push_back(offset);
-    offset += uint64_t(t.bytes());
+    std::vector<std::string> names{saved_name(ctx, p.name)};
+    for (const std::string &a : p.aliases)
+      names.push_back(saved_name(ctx, a));
+    for (const std::string &name : names) {
+      header += "," + json_string(name) + ":{\"dtype\":\"" +
+                safetensors_dtype(t.dtype) + "\",\"shape\":[";
+      for (int d = 0; d < t.rank; ++d)
+        header += (d ? "," : "") + std::to_string(t.dims[d]);
+      header += "],\"data_offsets\":[" + std::to_string(offset) + "," +
+                std::to_string(offset + uint64_t(t.bytes())) + "]}";
+      at[i].push_back(offset);
+      offset += uint64_t(t.bytes());
+    }
   }
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');
@@ -196,8 +204,9 @@ void write_params(spw_ctx *ctx, const std::string &path, bool direct,
   f.write(0, head.data(), head.size());
   for (size_t i = 0; i < ctx->params.size(); ++i)
     if (!in_p[i] && ctx->params[i].value->bytes())
-      f.write(data0 + at[i], ctx->params[i].value->data,
-              uint64_t(ctx->params[i].value->bytes()));
+      for (uint64_t a : at[i])
+        f.write(data0 + a, ctx->params[i].value->data,
+                uint64_t(ctx->params[i].value->bytes()));
   if (has_tiers(ctx)) {
     // The stream's callback must not throw (the block would not go back
     // to its home properly): the first failure ends the work, then rises.
@@ -209,8 +218,8 @@ void write_params(spw_ctx *ctx, const std::string &path, bool direct,
       try {
         const float *w = static_cast<const float *>(r.data);
         check(ctx->params[size_t(r.param)], w, r.begin, r.count);
-        f.write(data0 + at[size_t(r.param)] + uint64_t(r.begin) * 4, w,
-                uint64_t(r.count) * 4);
+        for (uint64_t a : at[size_t(r.param)])
+          f.write(data0 + a + uint64_t(r.begin) * 4, w, uint64_t(r.count) * 4);
         streamed[size_t(r.param)] += r.count;
       } catch (...) {
         failure = std::current_exception();

@@ -95,9 +95,18 @@ void check_safetensors(const spw_ctx *ctx, WeightsPlan &plan,
       parse_safetensors_header(header, file_size - data_start, what);
 
   std::unordered_map<std::string, size_t> param_index;
-  for (size_t i = 0; i < ctx->params.size(); ++i)
+  // A tie's other name (spw_declare_param_alias) holds the same value: an
+  // HF file may have only that one (GPT-2's transformer.wte.weight).
+  std::unordered_map<std::string, size_t> alias_index;
+  for (size_t i = 0; i < ctx->params.size(); ++i) {
     param_index.emplace(ctx->params[i].name, i);
+    for (const std::string &a : ctx->params[i].aliases) {
+      alias_index.emplace(a, i);
+      alias_index.emplace(saved_name(ctx, a), i);
+    }
+  }
   std::vector<const SafetensorsEntry *> found(ctx->params.size(), nullptr);
+  std::vector<const SafetensorsEntry *> found_alias(ctx->params.size(), nullptr);
   // Name lists for messages, cut after 10 names.
   std::string missing, extra;
   size_t n_missing = 0, n_extra = 0;
@@ -112,11 +121,17 @@ void check_safetensors(const spw_ctx *ctx, WeightsPlan &plan,
     auto it = param_index.find(t.name);
     if (it == param_index.end() && !ctx->state_dict_prefix.empty())
       it = param_index.find(ctx->state_dict_prefix + t.name);
-    if (it != param_index.end())
+    if (it != param_index.end()) {
       found[it->second] = &t;
-    else
+    } else if (auto a = alias_index.find(t.name); a != alias_index.end()) {
+      found_alias[a->second] = &t;
+    } else {
       add(extra, n_extra, t.name);
+    }
   }
+  for (size_t i = 0; i < ctx->params.size(); ++i)
+    if (!found[i])
+      found[i] = found_alias[i];
   const std::string *first_missing = nullptr;
   for (size_t i = 0; i < ctx->params.size(); ++i)
     if (!found[i]) {

@@ -2,7 +2,7 @@
 """Compares an executable's --save file with torch's trained state_dict.
 
     compare_state_dict.py OURS.safetensors TORCH.safetensors [--atol A] [--rtol R]
-        [--allow-missing NAME,...]
+        [--allow-missing NAME,...] [--allow-extra NAME,...]
 
 Every tensor of TORCH (the model's own state_dict() names, as
 make_exports.py saved them) must be in OURS under the same name, with the same
@@ -12,7 +12,8 @@ gradients that are all rounding noise (a key bias's, for one) to full-size
 steps of either sign, so single elements may drift apart by a few steps.
 What this checks is names, shapes and layout: a transposed or misnamed
 tensor is off by the weights' own size, ~1e-1. Names in --allow-missing (a tied alias, a
-buffer) may be absent. Extra tensors in OURS are listed and fail. Needs only
+buffer) may be absent. Extra tensors in OURS are listed and fail, but for
+those --allow-extra names (a fold that trains as part of a parameter). Needs only
 numpy, as CI has it.
 """
 import argparse
@@ -47,6 +48,7 @@ def main():
     ap.add_argument("--atol", type=float, default=1e-3)
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--allow-missing", default="")
+    ap.add_argument("--allow-extra", default="")
     a = ap.parse_args()
     ours, ref = load(a.ours), load(a.torch)
     allowed = set(filter(None, a.allow_missing.split(",")))
@@ -65,8 +67,9 @@ def main():
         worst = max(worst, float(np.max(np.abs(o.astype(np.float64) - r))) if r.size else 0.0)
         if r.size and float(np.max(err)) > a.atol:
             bad.append(f"{name}: max |diff| {float(np.max(np.abs(o - r))):.3g}")
+    extra_ok = set(filter(None, a.allow_extra.split(",")))
     for name in ours:
-        if name not in ref:
+        if name not in ref and name not in extra_ok:
             bad.append(f"extra {name} {list(ours[name].shape)} (not in torch's state_dict)")
     if bad:
         print(f"FAIL: {len(bad)} problems:")

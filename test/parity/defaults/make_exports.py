@@ -13,10 +13,12 @@ the exporters merge and fold) and all dropouts 0, wrapped two ways:
     <m>_ex   forward(input_ids, labels) -> F.cross_entropy(logits[:, :-1], labels[:, 1:])
     <m>_hf   forward(input_ids, labels) -> model(input_ids=input_ids, labels=labels).loss
 
-each exported by both exporters with nothing but their defaults:
+each exported by both exporters with nothing but their defaults (labels a
+copy of the ids: torch.export makes one tensor passed twice a single graph
+input, which would leave input_ids unread):
 
-    <m>_<loss>_dynamo.onnx (+ .onnx.data)   torch.onnx.export(w, (ids, ids), path, dynamo=True)
-    <m>_<loss>_ts.onnx                      torch.onnx.export(w, (ids, ids), path, dynamo=False,
+    <m>_<loss>_dynamo.onnx (+ .onnx.data)   torch.onnx.export(w, (ids, ids.clone()), path, dynamo=True)
+    <m>_<loss>_ts.onnx                      torch.onnx.export(w, (ids, ids.clone()), path, dynamo=False,
                                                               opset_version=17)
 
 The TorchScript exporter cannot export transformers' packed-sequence check
@@ -164,16 +166,16 @@ def main():
                         os.remove(stale)
                 try:
                     if exporter == "dynamo":
-                        torch.onnx.export(w, (ids, ids), path, dynamo=True)
+                        torch.onnx.export(w, (ids, ids.clone()), path, dynamo=True)
                     else:
                         try:
-                            torch.onnx.export(w, (ids, ids), path, dynamo=False,
+                            torch.onnx.export(w, (ids, ids.clone()), path, dynamo=False,
                                               opset_version=17)
                         except Exception as e:
                             at_defaults = f"{type(e).__name__}: {str(e)[:200]}"
                             masking_utils.find_packed_sequence_indices = lambda *a, **k: None
                             try:
-                                torch.onnx.export(w, (ids, ids), path, dynamo=False,
+                                torch.onnx.export(w, (ids, ids.clone()), path, dynamo=False,
                                                   opset_version=17)
                             finally:
                                 masking_utils.find_packed_sequence_indices = packed_check
@@ -181,6 +183,11 @@ def main():
                     files[fname] = {"export_error": f"{type(e).__name__}: {str(e)[:400]}"}
                     print(f"export failed {fname}: {type(e).__name__}: {str(e)[:200]}")
                     continue
+                g = onnx.load(path, load_external_data=False).graph
+                read = {i for n in g.node for i in n.input}
+                unread = [i.name for i in g.input if i.name not in read]
+                if unread:
+                    raise SystemExit(f"{fname}: graph inputs {unread} are never read")
                 with torch.no_grad():
                     ref = float(w(ids, ids))
                 l, names = ort_loss(path, tokens[0])

@@ -51,6 +51,10 @@ int32_t spw_declare_param(spw_ctx *ctx, const char *name, int32_t dtype,
  * model): --save writes the names without it, --weights finds a tensor under
  * either name. */
 void spw_declare_state_dict_prefix(spw_ctx *ctx, const char *prefix);
+/* Another state_dict name of parameter `index` (a tie, e.g. GPT-2's
+ * transformer.wte.weight of lm_head.weight): --save writes the value under it
+ * too, --weights may find it there. */
+void spw_declare_param_alias(spw_ctx *ctx, int32_t index, const char *name);
 /* Returns the input's index. */
 int32_t spw_declare_input(spw_ctx *ctx, const char *name, int32_t dtype,
                           int32_t rank, const int64_t *dims);

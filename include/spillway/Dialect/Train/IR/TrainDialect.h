@@ -13,6 +13,10 @@ inline constexpr llvm::StringLiteral kWeightsAttrName = "train.weights";
 /// model's own state_dict ("model."); --save writes the names without it.
 inline constexpr llvm::StringLiteral kStateDictPrefixAttrName =
     "train.state_dict_prefix";
+/// Module attribute: parameter name -> array of the state-dict names of its
+/// ties (torch's tied parameters, one tensor); --save writes each.
+inline constexpr llvm::StringLiteral kParamAliasesAttrName =
+    "train.param_aliases";
 /// Argument (and, for forward-only functions, result) attribute carrying the
 /// ONNX graph input/output name.
 inline constexpr llvm::StringLiteral kInputNameAttrName = "train.name";
