@@ -766,6 +766,11 @@ static std::string telemetry_json(const Tiers::StepTelemetry &st) {
                 st.host_optimizer_s);
 }
 
+std::string tiers_step_json(const spw_ctx *ctx) {
+  const Tiers &t = *ctx->tiers;
+  return t.telemetry.empty() ? "" : telemetry_json(t.telemetry.back());
+}
+
 static std::string links_json(const LinkBytes &b) {
   return format("{\"ssd_read\": %llu, \"ssd_write\": %llu, \"h2d\": %llu, "
                 "\"d2h\": %llu}",

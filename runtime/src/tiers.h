@@ -89,6 +89,9 @@ void tiers_step_end(spw_ctx *ctx);
 // The last step's telemetry for the progress line: "busy 93%  wait 0.01s
 // overlap 88%" (docs/runtime.md, "Offload"); empty before the first step.
 std::string tiers_progress(const spw_ctx *ctx);
+// The last step's telemetry as a JSON object (--log-json's "offload"), or
+// "" before the first step.
+std::string tiers_step_json(const spw_ctx *ctx);
 // One line for the banner.
 std::string tiers_describe(const spw_ctx *ctx);
 // The last line: measured against predicted time, bytes against the plan.

@@ -186,6 +186,7 @@ std::string path_value(const std::string &flag, const std::string &v,
 Options parse_args(int argc, char **argv) {
   Options o;
   bool fd_flag = false;
+  std::string eval_flag; // --eval-every or --eval-batches, if given
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -223,7 +224,9 @@ Options parse_args(int argc, char **argv) {
         "--checkpoint-dir", "--checkpoint-every", "--keep-checkpoints",
         "--io-backend", "--ssd", "--stats-json", "--device",
         "--device-arena", "--loopback-delays", "--optimizer-threads", "--trace",
-        "--kernels", "--threads"};
+        "--kernels", "--threads", "--data", "--val-data", "--data-labels",
+        "--eval-every", "--eval-batches", "--lr-schedule", "--warmup",
+        "--min-lr"};
     if (std::find_if(std::begin(kValued), std::end(kValued),
                      [&](const char *f) { return flag == f; }) ==
         std::end(kValued))
@@ -236,7 +239,9 @@ Options parse_args(int argc, char **argv) {
     static const char *const kTraining[] = {
         "--lr", "--beta1", "--beta2", "--eps", "--weight-decay",
         "--foam-alpha", "--save", "--log-json", "--checkpoint-dir",
-        "--checkpoint-every", "--keep-checkpoints"};
+        "--checkpoint-every", "--keep-checkpoints", "--data", "--val-data",
+        "--data-labels", "--eval-every", "--eval-batches", "--lr-schedule",
+        "--warmup", "--min-lr"};
     if (std::find_if(std::begin(kTraining), std::end(kTraining),
                      [&](const char *f) { return flag == f; }) !=
         std::end(kTraining))
@@ -352,6 +357,33 @@ Options parse_args(int argc, char **argv) {
       o.device_arena = parse_size(flag, value);
     } else if (flag == "--loopback-delays") {
       o.loopback_delays = uint64_t(parse_int(flag, value, 0));
+    } else if (flag == "--data") {
+      o.data = path_value(flag, value);
+    } else if (flag == "--val-data") {
+      o.val_data = path_value(flag, value);
+    } else if (flag == "--data-labels") {
+      if (value != "same" && value != "shifted")
+        throw UsageError(format("invalid value '%s' for --data-labels: "
+                                "expected same or shifted",
+                                value.c_str()));
+      o.data_labels = value;
+    } else if (flag == "--eval-every") {
+      o.eval_every = parse_int(flag, value, 1);
+      eval_flag = flag;
+    } else if (flag == "--eval-batches") {
+      o.eval_batches = parse_int(flag, value, 1);
+      eval_flag = flag;
+    } else if (flag == "--lr-schedule") {
+      if (value != "constant" && value != "cosine")
+        throw UsageError(format("invalid value '%s' for --lr-schedule: "
+                                "expected constant or cosine",
+                                value.c_str()));
+      o.cosine = value == "cosine";
+    } else if (flag == "--warmup") {
+      o.warmup = parse_int(flag, value, 0);
+    } else if (flag == "--min-lr") {
+      o.min_lr = parse_double(flag, value, 0.0, 1e6, true);
+      o.min_lr_given = true;
     } else if (flag == "--print-every") {
       o.print_every = parse_int(flag, value, 1);
     } else if (flag == "--fd-eps") {
@@ -369,6 +401,19 @@ Options parse_args(int argc, char **argv) {
       fd_flag = true;
     }
   }
+  if (!o.data_labels.empty() && o.data.empty())
+    throw UsageError("--data-labels needs --data FILE");
+  if (!o.val_data.empty() && o.data.empty())
+    throw UsageError("--val-data needs --data FILE (the validation batches "
+                     "feed the inputs --data feeds)");
+  if (!eval_flag.empty() && o.val_data.empty())
+    throw UsageError(format("%s needs --val-data FILE", eval_flag.c_str()));
+  if (o.min_lr_given && !o.cosine)
+    throw UsageError("--min-lr is where --lr-schedule cosine ends; the "
+                     "constant schedule has none");
+  if (o.check_gradients && (o.cosine || o.warmup || !o.val_data.empty()))
+    throw UsageError("--check-gradients does not train: it takes no "
+                     "--lr-schedule, --warmup or --val-data");
   if (fd_flag && !o.check_gradients)
     throw UsageError("--fd-eps, --fd-samples and --fd-tol need "
                      "--check-gradients");
