@@ -385,6 +385,10 @@ int run(const Options &o, const char *argv0) {
              r->attr, v, why.c_str(), r->flag);
     }
   }
+  if (o.min_lr_given && o.min_lr > hp.lr)
+    throw UsageError(format("--min-lr %g is above the learning rate (%g): "
+                            "the cosine schedule decays from --lr to --min-lr",
+                            o.min_lr, hp.lr));
   if (forward) {
     // --steps defaults to the inputs' batch count (the largest B), or 1.
     Options fo = o;
