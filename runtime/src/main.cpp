@@ -230,12 +230,6 @@ int run(const Options &o, const char *argv0) {
   // --data feeds the token inputs no --input names (checked here: a model
   // it cannot feed is a usage error); the files are opened and mapped.
   DataFeed data = plan_data(ctx, o);
-  if (data && has_tiers(ctx) && !o.val_data.empty())
-    throw UsageError("--val-data: evaluation on a model compiled with an "
-                     "offload plan is not supported yet (its steps would "
-                     "count in the plan's per-step transfer statistics); "
-                     "evaluate the saved weights with an executable "
-                     "compiled without the plan");
 
   const std::string device =
       !o.device.empty() ? o.device : ctx->cuda_factory ? "cuda" : "cpu";
@@ -447,9 +441,11 @@ int run(const Options &o, const char *argv0) {
     data.feed_train(ctx); // the check's one batch: the first window
   int rc = o.check_gradients ? check_gradients(ctx, o)
                              : train(ctx, o, hp, ck.get(), start, data);
+  // The training's time: validation is not an iteration of the plan.
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-          .count();
+          .count() -
+      data.eval_seconds;
   if (tiered) {
     if (o.steps > start)
       std::printf("%s\n", tiers_summary(ctx, secs, o.steps - start).c_str());

@@ -174,6 +174,7 @@ struct DataFeed {
   int64_t rows = 0, seq = 0, window = 0;
   uint64_t seed = 0;
   int64_t position = 0; // training windows drawn (checkpoints record it)
+  double eval_seconds = 0; // spent in validation, not training
   explicit operator bool() const { return bool(train); }
   void allocate();
   // The next training batch into the fed inputs (and their device copies).

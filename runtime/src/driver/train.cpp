@@ -436,12 +436,25 @@ std::string duration(double s) {
 // checkpoint: they belong to these weights, and applying them now or a step
 // later gives the same bits, so evaluating does not change the training.
 double evaluate(spw_ctx *ctx, const Options &o, DataFeed &data, int64_t s) {
+  const auto t0 = std::chrono::steady_clock::now();
   flush_deferred_updates(ctx);
   ctx->evaluate_only = true;
+  // An offload plan runs the steps as planned, outside its statistics.
+  if (has_tiers(ctx))
+    tiers_count_steps(ctx, false);
   struct Restore {
     spw_ctx *c;
-    ~Restore() { c->evaluate_only = false; }
-  } restore{ctx};
+    DataFeed &d;
+    std::chrono::steady_clock::time_point t0;
+    ~Restore() {
+      c->evaluate_only = false;
+      if (has_tiers(c))
+        tiers_count_steps(c, true);
+      d.eval_seconds += std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - t0)
+                            .count();
+    }
+  } restore{ctx, data, t0};
   double sum = 0;
   for (int64_t k = 0; k < o.eval_batches; ++k) {
     data.feed_val(ctx, k);
