@@ -66,8 +66,8 @@ struct Options {
   // step only), --eval-batches K.
   std::string data, val_data, data_labels;
   int64_t eval_every = 0, eval_batches = 8;
-  // The learning rate per step (lr_schedule.h): --lr-schedule, --warmup,
-  // --min-lr.
+  // The learning rate per step (scheduled_lr, train.cpp): --lr-schedule,
+  // --warmup, --min-lr.
   bool cosine = false;
   int64_t warmup = 0;
   double min_lr = 0.0;
