@@ -54,6 +54,32 @@ bool shifted_label_name(const std::string &n) {
 
 bool token_dtype(int32_t d) { return d == SPW_I64 || d == SPW_I32; }
 
+// The token embedding, by the names the usual models give it (GPT-2's wte,
+// LLaMA's embed_tokens, BERT's and GPT-NeoX's word_embeddings / embed_in,
+// nanoGPT's transformer.wte): a rank-2 parameter whose rows are the
+// vocabulary. Null when none or several disagree (an export that renamed
+// its weights, say); then only the kernels' index checks are left.
+const ParamInfo *token_embedding(const spw_ctx *ctx) {
+  static const char *const kNames[] = {"wte", "embed_tokens",
+                                       "word_embeddings", "tok_embeddings",
+                                       "embed_in", "token_embedding"};
+  const ParamInfo *found = nullptr;
+  for (const ParamInfo &p : ctx->params) {
+    if (p.value->rank != 2)
+      continue;
+    const std::string n = lower(p.name);
+    bool match = false;
+    for (const char *k : kNames)
+      match |= n.find(k) != std::string::npos;
+    if (!match)
+      continue;
+    if (found && found->value->dims[0] != p.value->dims[0])
+      return nullptr;
+    found = &p;
+  }
+  return found;
+}
+
 } // namespace
 
 TokenFile::~TokenFile() {
@@ -238,6 +264,10 @@ DataFeed plan_data(spw_ctx *ctx, const Options &o) {
                             "have no labels input",
                             o.data_labels.c_str(), names(fed).c_str()));
   }
+  if (const ParamInfo *e = token_embedding(ctx)) {
+    d.vocab = e->value->dims[0];
+    d.embedding = e->name + " " + e->value->shape();
+  }
   d.rows = tv.dims[0];
   d.seq = tv.dims[1];
   d.window = d.seq + (d.shifted ? 1 : 0);
@@ -283,6 +313,18 @@ int64_t DataFeed::fill(spw_ctx *ctx, const TokenFile &f, uint64_t seed,
   const int64_t starts = f.count - window + 1;
   last_starts.clear();
   int64_t largest = 0;
+  // A token the embedding has no row for (the file was tokenized for
+  // another vocabulary): an error before the step, on every device (the
+  // CUDA gather reads such a row as zeros).
+  auto check = [&](uint32_t t, int64_t at) {
+    if (vocab > 0 && int64_t(t) >= vocab)
+      fail("token file '%s': token %lld is %u, not below the model's "
+           "vocabulary of %lld (the rows of its embedding %s): the file was "
+           "tokenized for another vocabulary; tokenize the text with the "
+           "model's tokenizer",
+           f.path.c_str(), (long long)at, t, (long long)vocab,
+           embedding.c_str());
+  };
   auto put = [](InputInfo *in, int64_t i, uint32_t v) {
     if (in->view->dtype == SPW_I64)
       static_cast<int64_t *>(in->view->data)[i] = int64_t(v);
@@ -295,10 +337,13 @@ int64_t DataFeed::fill(spw_ctx *ctx, const TokenFile &f, uint64_t seed,
     last_starts.push_back(start);
     for (int64_t j = 0; j < seq; ++j) {
       const uint32_t t = f.at(start + j);
+      check(t, start + j);
       largest = std::max<int64_t>(largest, t);
       put(tokens, r * seq + j, t);
       if (labels) {
         const uint32_t l = shifted ? f.at(start + j + 1) : t;
+        if (shifted)
+          check(l, start + j + 1);
         largest = std::max<int64_t>(largest, l);
         put(labels, r * seq + j, l);
       }
@@ -349,6 +394,9 @@ std::string DataFeed::describe() const {
                          tokens->name.c_str());
   if (labels)
     s += format(", input %s %s", labels->name.c_str(), label_rule().c_str());
+  if (vocab > 0)
+    s += format("; token ids below %lld (embedding %s)", (long long)vocab,
+                embedding.c_str());
   if (val)
     s += format("\n  validation: %s (%s, %lld tokens)", val->path.c_str(),
                 val->format_name, (long long)val->count);

@@ -173,6 +173,10 @@ struct DataFeed {
   bool shifted = false;
   int64_t rows = 0, seq = 0, window = 0;
   uint64_t seed = 0;
+  // The vocabulary, from the token embedding's rows when the model names
+  // one as the usual models do (wte, embed_tokens, ...); 0: unknown.
+  int64_t vocab = 0;
+  std::string embedding; // its name and shape
   int64_t position = 0; // training windows drawn (checkpoints record it)
   double eval_seconds = 0; // spent in validation, not training
   explicit operator bool() const { return bool(train); }
