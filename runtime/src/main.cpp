@@ -97,7 +97,7 @@ std::string device_summary(spw_ctx *ctx) {
 }
 
 void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
-                  const AdamWHparams &hp) {
+                  const AdamWHparams &hp, const DataFeed *data = nullptr) {
   int64_t elems = 0, bytes = 0;
   for (const ParamInfo &p : ctx->params) {
     elems += p.value->numel;
@@ -123,11 +123,15 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
     for (auto &[name, f] : o.inputs)
       if (name == in.name)
         file = f;
+    if (data && *data && (&in == data->tokens || &in == data->labels))
+      continue; // data->describe() says where they come from
     std::printf("  input %s: %s %s from %s (%lld batch%s)\n", in.name.c_str(),
                 dtype_name(in.view->dtype), in.view->shape().c_str(),
                 file.c_str(), (long long)in.num_batches,
                 in.num_batches == 1 ? "" : "es");
   }
+  if (data && *data)
+    std::printf("%s\n", data->describe().c_str());
   auto field = [](const char *name, double v, const std::optional<double> &flag,
                   std::optional<double> compiled) {
     std::string s = format(" %s=%g", name, v);
@@ -177,6 +181,8 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
     line += "; AdamW on the rest";
   }
   std::printf("%s\n", line.c_str());
+  if (!o.check_gradients && (o.cosine || o.warmup))
+    std::printf("  lr schedule: %s\n", lr_schedule_string(o, hp.lr).c_str());
   if (!o.check_gradients)
     std::printf("  training %lld steps\n", (long long)o.steps);
   flush_stdout();
@@ -220,6 +226,10 @@ int run(const Options &o, const char *argv0) {
                               names.empty() ? "none" : names.c_str()));
     }
   }
+
+  // --data feeds the token inputs no --input names (checked here: a model
+  // it cannot feed is a usage error); the files are opened and mapped.
+  DataFeed data = plan_data(ctx, o);
 
   const std::string device =
       !o.device.empty() ? o.device : ctx->cuda_factory ? "cuda" : "cpu";
@@ -283,9 +293,15 @@ int run(const Options &o, const char *argv0) {
     for (auto &[name, f] : o.inputs)
       if (name == in.name)
         file = &f;
+    if (data && (&in == data.tokens || &in == data.labels))
+      continue;
     if (!file)
-      fail("input '%s' has no data: pass --input %s=FILE.npy",
-           in.name.c_str(), in.name.c_str());
+      fail("input '%s' has no data: pass --input %s=FILE.npy%s",
+           in.name.c_str(), in.name.c_str(),
+           o.data.empty() && (in.view->dtype == SPW_I64 ||
+                              in.view->dtype == SPW_I32)
+               ? " (or --data FILE for a token file)"
+               : "");
     iplans.push_back(check_input(in, *file));
   }
   // An offload plan's params blocks get their parameters straight from the
@@ -319,11 +335,16 @@ int run(const Options &o, const char *argv0) {
       add(out.value->bytes());
     for (const InputPlan &ip : iplans)
       add(ip.bytes);
+    if (data) // one batch each (the token file is mapped, not read)
+      add(data.tokens->view->bytes() +
+          (data.labels ? data.labels->view->bytes() : 0));
     check_memory(total, host_state ? "the parameters, their gradients and "
                                      "AdamW state, and the inputs need"
                                    : "the parameters and the inputs need");
   }
   allocate_declared(ctx, stream_start);
+  if (data)
+    data.allocate();
   if (wplan.source_problem.empty())
     read_weights(ctx, wplan, !forward);
   for (InputPlan &ip : iplans)
@@ -358,6 +379,10 @@ int run(const Options &o, const char *argv0) {
              r->attr, v, why.c_str(), r->flag);
     }
   }
+  if (o.min_lr_given && o.min_lr > hp.lr)
+    throw UsageError(format("--min-lr %g is above the learning rate (%g): "
+                            "the cosine schedule decays from --lr to --min-lr",
+                            o.min_lr, hp.lr));
   if (forward) {
     // --steps defaults to the inputs' batch count (the largest B), or 1.
     Options fo = o;
@@ -376,14 +401,14 @@ int run(const Options &o, const char *argv0) {
     tiers_start(ctx, o.ssd, o.io_backend);
     host_optimizer_configure(ctx, int(o.optimizer_threads));
   }
-  print_banner(ctx, o, weights, hp);
+  print_banner(ctx, o, weights, hp, &data);
   if (tiered)
     std::printf("%s\n", tiers_describe(ctx).c_str());
 
   std::unique_ptr<Checkpointer> ck;
   int64_t start = 0;
   if (!o.checkpoint_dir.empty()) {
-    ck = std::make_unique<Checkpointer>(ctx, o, hp);
+    ck = std::make_unique<Checkpointer>(ctx, o, hp, &data);
     std::printf("%s\n", ck->describe().c_str());
     start = ck->start();
     device_push(ctx); // the restored state
@@ -412,11 +437,15 @@ int run(const Options &o, const char *argv0) {
   }
   wplan = WeightsPlan(); // closes the weights files
   const auto t0 = std::chrono::steady_clock::now();
+  if (data && o.check_gradients)
+    data.feed_train(ctx); // the check's one batch: the first window
   int rc = o.check_gradients ? check_gradients(ctx, o)
-                             : train(ctx, o, hp, ck.get(), start);
+                             : train(ctx, o, hp, ck.get(), start, data);
+  // The training's time: validation is not an iteration of the plan.
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-          .count();
+          .count() -
+      data.eval_seconds;
   if (tiered) {
     if (o.steps > start)
       std::printf("%s\n", tiers_summary(ctx, secs, o.steps - start).c_str());

@@ -153,6 +153,10 @@ struct Tiers {
            host_optimizer_s = 0;
   };
   std::vector<StepTelemetry> telemetry;
+  // tiers_count_steps(false): the steps run (validation) but add nothing to
+  // the statistics; wait_s and busy_s as they were at the step's start.
+  bool counting = true;
+  double uncounted_wait_s = 0, uncounted_busy_s = 0;
   int64_t step_begin_us = 0, step_task_us = 0;
   double step_wait_s = 0, step_host_optimizer_s = 0;
 
@@ -619,6 +623,8 @@ void tiers_step_begin(spw_ctx *ctx) {
   Tiers &t = *ctx->tiers;
   t.store->wait_all();
   t.moves.clear();
+  t.uncounted_wait_s = t.wait_s;
+  t.uncounted_busy_s = t.busy_s;
   telemetry_step_begin(t);
   t.at_step_begin = t.store->moved();
   for (int c = 0; c < Tiers::kNumClasses; ++c)
@@ -645,12 +651,22 @@ void tiers_step_end(spw_ctx *ctx) {
     for (const Token &k : m.tokens)
       if (std::string e = k.error(); !e.empty())
         ctx->set_error("the step's copy of " + m.block + " failed: " + e);
+  if (!t.counting) {
+    t.wait_s = t.uncounted_wait_s;
+    t.busy_s = t.uncounted_busy_s;
+    t.moves.clear();
+    return;
+  }
   t.per_step.push_back(minus(t.store->moved(), t.at_step_begin));
   for (int c = 0; c < Tiers::kNumClasses; ++c)
     t.class_last_step[size_t(c)] =
         minus(t.store->moved_by_tag(c), t.class_at_step_begin[size_t(c)]);
   telemetry_step_end(t);
   t.moves.clear();
+}
+
+void tiers_count_steps(spw_ctx *ctx, bool counting) {
+  ctx->tiers->counting = counting;
 }
 
 HostOptimizer *tiers_host_optimizer(const spw_ctx *ctx) {
@@ -764,6 +780,11 @@ static std::string telemetry_json(const Tiers::StepTelemetry &st) {
                 st.wait_s, st.transfer_s,
                 transfer_overlap(st.wait_s, st.transfer_s),
                 st.host_optimizer_s);
+}
+
+std::string tiers_step_json(const spw_ctx *ctx) {
+  const Tiers &t = *ctx->tiers;
+  return t.telemetry.empty() ? "" : telemetry_json(t.telemetry.back());
 }
 
 static std::string links_json(const LinkBytes &b) {

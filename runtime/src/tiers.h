@@ -86,9 +86,16 @@ float *tiers_pending_grad(spw_ctx *ctx, int32_t param, int64_t begin,
 // Bracket one training step: per-step bytes and time blocked on I/O.
 void tiers_step_begin(spw_ctx *ctx);
 void tiers_step_end(spw_ctx *ctx);
+// false: the next steps (validation, --val-data) run as the plan says but
+// add nothing to the statistics (bytes per iteration, telemetry, I/O wait),
+// which stay those of the training steps; true again after them.
+void tiers_count_steps(spw_ctx *ctx, bool counting);
 // The last step's telemetry for the progress line: "busy 93%  wait 0.01s
 // overlap 88%" (docs/runtime.md, "Offload"); empty before the first step.
 std::string tiers_progress(const spw_ctx *ctx);
+// The last step's telemetry as a JSON object (--log-json's "offload"), or
+// "" before the first step.
+std::string tiers_step_json(const spw_ctx *ctx);
 // One line for the banner.
 std::string tiers_describe(const spw_ctx *ctx);
 // The last line: measured against predicted time, bytes against the plan.

@@ -14,10 +14,20 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
 namespace spwtest {
+
+// A --log-json log without the fields that time the run (tokens_per_s,
+// flops_per_s, elapsed_s, eta_s, offload): what two runs that train the
+// same must agree on byte for byte.
+inline std::string without_timings(const std::string &log) {
+  static const std::regex timed(
+      R"re(, "(tokens_per_s|flops_per_s|elapsed_s|eta_s)": [^,}]*|, "offload": \{[^}]*\})re");
+  return std::regex_replace(log, timed, "");
+}
 
 using Tensor = std::unique_ptr<spw_tensor>;
 using Kernel = void (*)(spw_ctx *, spw_tensor *const *, spw_tensor *const *,

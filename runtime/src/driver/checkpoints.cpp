@@ -82,8 +82,9 @@ std::string optimizer_kind(const spw_ctx *ctx) {
 } // namespace
 
 Checkpointer::Checkpointer(spw_ctx *ctx, const Options &o,
-                           const AdamWHparams &hp)
-    : ctx_(ctx), o_(o), hp_(hp), inputs_(inputs_digest(ctx)) {
+                           const AdamWHparams &hp, DataFeed *data)
+    : ctx_(ctx), o_(o), hp_(hp), data_(data && *data ? data : nullptr),
+      inputs_(inputs_digest(ctx)) {
   // First: a second run on the same directory is refused before anything.
   lock_ = std::make_unique<storage::CheckpointDirLock>(o.checkpoint_dir);
   copts_.zstd = o.checkpoint_zstd;
@@ -223,6 +224,44 @@ int64_t Checkpointer::start() {
                    "warning: checkpoint '%s' was written with other --input "
                    "data; this run will not reproduce the interrupted run\n",
                    c->dir().c_str());
+    {
+      const std::string *ls = c->meta("lr_schedule");
+      const std::string want =
+          o_.cosine || o_.warmup ? lr_schedule_string(o_, hp_.lr) : "";
+      if ((ls ? *ls : std::string()) != want)
+        std::fprintf(stderr,
+                     "warning: checkpoint '%s' was written with learning "
+                     "rate schedule '%s'; this run uses '%s', so it will not "
+                     "reproduce the interrupted run\n",
+                     c->dir().c_str(), ls ? ls->c_str() : "none",
+                     want.empty() ? "none" : want.c_str());
+    }
+    if (data_) {
+      // The data stream goes on where the checkpointed run left it.
+      const std::string *pos = c->meta("data_position");
+      const std::string *fp = c->meta("data");
+      int64_t p = -1;
+      if (pos && !pos->empty() &&
+          pos->find_first_not_of("0123456789") == std::string::npos)
+        p = std::atoll(pos->c_str());
+      if (p < 0) {
+        p = c->step() * data_->rows;
+        std::fprintf(stderr,
+                     "warning: checkpoint '%s' records no --data position "
+                     "(it was written by a run without --data); the token "
+                     "windows continue as if this run had drawn all of its "
+                     "%lld steps' windows\n",
+                     c->dir().c_str(), (long long)c->step());
+      } else if (fp && *fp != data_->fingerprint()) {
+        std::fprintf(stderr,
+                     "warning: checkpoint '%s' was written with --data %s; "
+                     "this run has %s, so it will not reproduce the "
+                     "interrupted run\n",
+                     c->dir().c_str(), fp->c_str(),
+                     data_->fingerprint().c_str());
+      }
+      data_->position = p;
+    }
     restored_ = true;
     return c->step();
   }
@@ -285,13 +324,19 @@ void Checkpointer::write(int64_t step, bool report) {
       add(size_t(i), kTensorAdamM, nullptr);
       add(size_t(i), kTensorAdamV, nullptr);
     }
-  const storage::Metadata meta = {
+  storage::Metadata meta = {
       {"model_fingerprint", model_fingerprint(ctx_)},
       {"parameters", std::to_string(ctx_->params.size())},
       {"adamw", hparams()},
       {"optimizer", optimizer_kind(ctx_)},
       {"inputs", inputs_},
       {"steps", std::to_string(o_.steps)}};
+  if (o_.cosine || o_.warmup)
+    meta.push_back({"lr_schedule", lr_schedule_string(o_, hp_.lr)});
+  if (data_) {
+    meta.push_back({"data", data_->fingerprint()});
+    meta.push_back({"data_position", std::to_string(data_->position)});
+  }
   const auto t0 = std::chrono::steady_clock::now();
   storage::CheckpointWriter w(*engine_, o_.checkpoint_dir, step, ts, meta,
                               copts_);

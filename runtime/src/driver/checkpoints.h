@@ -8,6 +8,7 @@
 #define SPILLWAY_RUNTIME_SRC_DRIVER_CHECKPOINTS_H
 
 #include "context.h"
+#include "driver/driver.h"
 #include "driver/options.h"
 #include "storage/checkpoint.h"
 #include "storage/io_engine.h"
@@ -30,11 +31,15 @@ void check_finite_range(const spw_ctx *ctx, const ParamInfo &p,
 std::string foam_string(const spw_ctx *ctx);
 
 // Writes and restores everything a training step depends on: the parameters,
-// the AdamW moments (where allocated) and the step counter. (The batch of a
-// step follows from its number; the model itself keeps no state.)
+// the AdamW moments (where allocated), the step counter and --data's
+// position. (An --input batch follows from the step's number; the model
+// itself keeps no state.)
 class Checkpointer {
 public:
-  Checkpointer(spw_ctx *ctx, const Options &o, const AdamWHparams &hp);
+  // `data` (may be null or empty): the --data feed, whose position (the
+  // windows drawn) a checkpoint records and a resume restores.
+  Checkpointer(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
+               DataFeed *data = nullptr);
 
   // Loads the newest valid checkpoint (with --resume) and returns its step,
   // or 0 to start from the weights. Without --resume, a directory that
@@ -55,6 +60,7 @@ private:
   spw_ctx *ctx_;
   const Options &o_;
   AdamWHparams hp_;
+  DataFeed *data_;
   std::string hparams() const;
   std::string inputs_; // inputs_digest: the inputs do not change
   storage::CheckpointOptions copts_;

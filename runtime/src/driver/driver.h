@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <sys/types.h>
 #include <unistd.h>
@@ -138,6 +139,73 @@ void read_input(InputPlan &plan, bool require_finite);
 // Points every input's view (and device view) at batch step0 % B.
 void select_batch(spw_ctx *ctx, int64_t step0);
 
+// ---- data.cpp
+// A token file (--data, --val-data), memory-mapped: nanoGPT's raw
+// little-endian uint16 tokens, or llm.c's format (a 256 x int32 header:
+// magic 20240520, version 1 (uint16 tokens) or 2 (uint32), token count).
+class TokenFile {
+public:
+  TokenFile() = default;
+  TokenFile(const TokenFile &) = delete;
+  TokenFile &operator=(const TokenFile &) = delete;
+  ~TokenFile();
+  // Opens, checks and maps `file`; errors name `flag` and the file.
+  void open(const std::string &file, const char *flag);
+  uint32_t at(int64_t i) const; // token i
+  std::string path, real_path;
+  int64_t count = 0;
+  const char *format_name = "";
+
+private:
+  void *map_ = nullptr;
+  int64_t map_bytes_ = 0, data_offset_ = 0;
+  int item_bytes_ = 2;
+};
+// What --data feeds: the token input, window[0:S] of each row's window, and
+// the labels input if there is one, the same window (Hugging Face's
+// convention: the model shifts) or window[1:S+1] (nanoGPT's targets). Row r
+// of the batch drawn at position p (windows drawn so far) starts at the
+// (p + r)-th output of SplitMix64 seeded with --seed, modulo the number of
+// window starts; validation batch k uses outputs k*B.. of seed + 1.
+struct DataFeed {
+  std::unique_ptr<TokenFile> train, val; // train null: no --data
+  InputInfo *tokens = nullptr, *labels = nullptr;
+  bool shifted = false;
+  int64_t rows = 0, seq = 0, window = 0;
+  uint64_t seed = 0;
+  // The vocabulary, from the token embedding's rows when the model names
+  // one as the usual models do (wte, embed_tokens, ...); 0: unknown.
+  int64_t vocab = 0;
+  std::string embedding; // its name and shape
+  int64_t position = 0; // training windows drawn (checkpoints record it)
+  double eval_seconds = 0; // spent in validation, not training
+  explicit operator bool() const { return bool(train); }
+  void allocate();
+  // The next training batch into the fed inputs (and their device copies).
+  void feed_train(spw_ctx *ctx);
+  // Validation batch `batch` (0 .. --eval-batches - 1).
+  void feed_val(spw_ctx *ctx, int64_t batch);
+  // For an error in a step: where its batch came from.
+  std::string context() const;
+  std::string describe() const;   // the banner's lines
+  std::string fingerprint() const; // a checkpoint's "data" metadata
+  std::string label_rule() const;
+
+private:
+  int64_t fill(spw_ctx *ctx, const TokenFile &f, uint64_t seed,
+               uint64_t first);
+  std::vector<int64_t> last_starts;
+  const TokenFile *last_file = nullptr;
+  int64_t last_largest = 0;
+};
+// Checks --data and --val-data against the model's inputs (UsageError for a
+// model --data cannot feed) and opens the files; empty without --data.
+DataFeed plan_data(spw_ctx *ctx, const Options &o);
+// The tokens one step trains on, for tokens/s: the --data batch, else the
+// elements of the one integer [B, S] input that --data would take as the
+// token input; 0 when there is none.
+int64_t tokens_per_step(const spw_ctx *ctx, const DataFeed &data);
+
 // ---- output_files.cpp
 // A file the run reads or writes, for telling whether two are the same:
 // by device and inode where it exists, else by its normalized path.
@@ -179,8 +247,17 @@ float run_step(spw_ctx *ctx, int64_t step0, const std::string &label);
 void save_params(spw_ctx *ctx, const std::string &path);
 // Runs steps start+1 .. o.steps (`start` > 0 after a resume), checkpointing
 // when `ck` is given; the weights it leaves have no update pending.
+// `data` feeds the token inputs when --data is given, and evaluates.
 int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
-          Checkpointer *ck, int64_t start);
+          Checkpointer *ck, int64_t start, DataFeed &data);
+// The learning rate of step `step` (from 1) for base rate `lr`: nanoGPT's
+// get_lr(step - 1) with lr_decay_iters = --steps, i.e. lr * step /
+// (warmup + 1) for step <= --warmup, then lr (constant) or min_lr +
+// (lr - min_lr) * (1 + cos(pi * (step - 1 - warmup) / (steps - warmup))) / 2
+// (cosine).
+double scheduled_lr(const Options &o, double lr, int64_t step);
+// The schedule in words (the banner; a checkpoint's "lr_schedule").
+std::string lr_schedule_string(const Options &o, double lr);
 
 // ---- forward.cpp
 // Runs a forward-only model's steps and writes --outputs.

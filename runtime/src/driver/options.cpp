@@ -23,10 +23,28 @@ const char kUsage[] =
     "                          [B, *input_shape] (step s uses batch s %% B) or\n"
     "                          exactly input_shape (one batch); float32 for\n"
     "                          float inputs, int64 or int32 for integer ones\n"
+    "  --data FILE             token file for the token inputs no --input\n"
+    "                          names: nanoGPT's raw uint16 train.bin or\n"
+    "                          llm.c's format (scripts/prepare-text.py makes\n"
+    "                          one); each step takes a random window per\n"
+    "                          batch row (from --seed). An input named labels\n"
+    "                          gets the same tokens (the model shifts), one\n"
+    "                          named targets, target or y the next ones\n"
+    "    --data-labels same|shifted\n"
+    "                          override what the labels input gets\n"
+    "    --val-data FILE       token file of the validation loss, printed\n"
+    "                          after the last step (the mean loss of the\n"
+    "                          same --eval-batches batches each time)\n"
+    "      --eval-every N      also evaluate after every N-th step\n"
+    "      --eval-batches K    validation batches per evaluation (default 8)\n"
     "  --steps N               training steps (default 1)\n"
     "  --lr F, --beta1 F, --beta2 F, --eps F, --weight-decay F\n"
     "                          AdamW hyper-parameters (default: the values\n"
     "                          compiled into the model); FOAM uses them too\n"
+    "  --lr-schedule S         constant (default) or cosine: from --lr to\n"
+    "                          --min-lr (default 0) over --steps, as nanoGPT\n"
+    "    --warmup N            first N steps: lr * s / (N + 1) at step s\n"
+    "    --min-lr F            where the cosine schedule ends\n"
     "  --foam-alpha F          FOAM's update scale (models compiled with\n"
     "                          --optimizer foam; default: the compiled one)\n"
     "  --weights FILE          initial parameters: the raw weights spillwayc\n"
@@ -35,9 +53,11 @@ const char kUsage[] =
     "                          or a .safetensors file (e.g. from --save)\n"
     "                          (default: <executable>.weights)\n"
     "  --save FILE             write the final parameters as .safetensors\n"
-    "  --log-json FILE         one JSON object per step: step, loss, lr\n"
+    "  --log-json FILE         one JSON object per step: step, loss, lr,\n"
+    "                          val_loss, tokens/s, FLOP/s, elapsed, ETA\n"
     "  --print-every N         progress line every N steps (default steps/20)\n"
-    "  --seed S                seed of the element choice of --check-gradients\n"
+    "  --seed S                seed of --data's windows and of the element\n"
+    "                          choice of --check-gradients (default 0)\n"
     "  --check-gradients       compare the gradients with central finite\n"
     "                          differences on batch 0 instead of training\n"
     "    --fd-eps H            step: H * max(1, |p|) (default 1e-2)\n"
@@ -100,8 +120,8 @@ const char kUsage[] =
     "A forward-only model runs --steps steps (default: the largest batch\n"
     "count B among its inputs) without a loss; the training flags (--lr,\n"
     "--beta1, --beta2, --eps, --weight-decay, --foam-alpha, --save,\n"
-    "--log-json, --check-gradients and the checkpoint flags) are usage\n"
-    "errors for it.\n"
+    "--log-json, --check-gradients, the checkpoint, data and schedule\n"
+    "flags) are usage errors for it.\n"
     "\n"
     "Exit status: 0 success, 1 runtime or data error, 2 usage error.\n";
 
@@ -186,6 +206,7 @@ std::string path_value(const std::string &flag, const std::string &v,
 Options parse_args(int argc, char **argv) {
   Options o;
   bool fd_flag = false;
+  std::string eval_flag; // --eval-every or --eval-batches, if given
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -223,7 +244,9 @@ Options parse_args(int argc, char **argv) {
         "--checkpoint-dir", "--checkpoint-every", "--keep-checkpoints",
         "--io-backend", "--ssd", "--stats-json", "--device",
         "--device-arena", "--loopback-delays", "--optimizer-threads", "--trace",
-        "--kernels", "--threads"};
+        "--kernels", "--threads", "--data", "--val-data", "--data-labels",
+        "--eval-every", "--eval-batches", "--lr-schedule", "--warmup",
+        "--min-lr"};
     if (std::find_if(std::begin(kValued), std::end(kValued),
                      [&](const char *f) { return flag == f; }) ==
         std::end(kValued))
@@ -236,7 +259,9 @@ Options parse_args(int argc, char **argv) {
     static const char *const kTraining[] = {
         "--lr", "--beta1", "--beta2", "--eps", "--weight-decay",
         "--foam-alpha", "--save", "--log-json", "--checkpoint-dir",
-        "--checkpoint-every", "--keep-checkpoints"};
+        "--checkpoint-every", "--keep-checkpoints", "--data", "--val-data",
+        "--data-labels", "--eval-every", "--eval-batches", "--lr-schedule",
+        "--warmup", "--min-lr"};
     if (std::find_if(std::begin(kTraining), std::end(kTraining),
                      [&](const char *f) { return flag == f; }) !=
         std::end(kTraining))
@@ -352,6 +377,33 @@ Options parse_args(int argc, char **argv) {
       o.device_arena = parse_size(flag, value);
     } else if (flag == "--loopback-delays") {
       o.loopback_delays = uint64_t(parse_int(flag, value, 0));
+    } else if (flag == "--data") {
+      o.data = path_value(flag, value);
+    } else if (flag == "--val-data") {
+      o.val_data = path_value(flag, value);
+    } else if (flag == "--data-labels") {
+      if (value != "same" && value != "shifted")
+        throw UsageError(format("invalid value '%s' for --data-labels: "
+                                "expected same or shifted",
+                                value.c_str()));
+      o.data_labels = value;
+    } else if (flag == "--eval-every") {
+      o.eval_every = parse_int(flag, value, 1);
+      eval_flag = flag;
+    } else if (flag == "--eval-batches") {
+      o.eval_batches = parse_int(flag, value, 1);
+      eval_flag = flag;
+    } else if (flag == "--lr-schedule") {
+      if (value != "constant" && value != "cosine")
+        throw UsageError(format("invalid value '%s' for --lr-schedule: "
+                                "expected constant or cosine",
+                                value.c_str()));
+      o.cosine = value == "cosine";
+    } else if (flag == "--warmup") {
+      o.warmup = parse_int(flag, value, 0);
+    } else if (flag == "--min-lr") {
+      o.min_lr = parse_double(flag, value, 0.0, 1e6, true);
+      o.min_lr_given = true;
     } else if (flag == "--print-every") {
       o.print_every = parse_int(flag, value, 1);
     } else if (flag == "--fd-eps") {
@@ -369,6 +421,19 @@ Options parse_args(int argc, char **argv) {
       fd_flag = true;
     }
   }
+  if (!o.data_labels.empty() && o.data.empty())
+    throw UsageError("--data-labels needs --data FILE");
+  if (!o.val_data.empty() && o.data.empty())
+    throw UsageError("--val-data needs --data FILE (the validation batches "
+                     "feed the inputs --data feeds)");
+  if (!eval_flag.empty() && o.val_data.empty())
+    throw UsageError(format("%s needs --val-data FILE", eval_flag.c_str()));
+  if (o.min_lr_given && !o.cosine)
+    throw UsageError("--min-lr is where --lr-schedule cosine ends; the "
+                     "constant schedule has none");
+  if (o.check_gradients && (o.cosine || o.warmup || !o.val_data.empty()))
+    throw UsageError("--check-gradients does not train: it takes no "
+                     "--lr-schedule, --warmup or --val-data");
   if (fd_flag && !o.check_gradients)
     throw UsageError("--fd-eps, --fd-samples and --fd-tol need "
                      "--check-gradients");

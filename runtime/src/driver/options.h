@@ -61,6 +61,17 @@ struct Options {
   std::string device;
   int64_t device_arena = 0; // step arena bytes; 0: the backend's default
   std::optional<uint64_t> loopback_delays; // --loopback-delays SEED
+  // Token files (data.cpp): --data, --val-data, --data-labels same|shifted
+  // ("": by the labels input's name), --eval-every N (0: after the last
+  // step only), --eval-batches K.
+  std::string data, val_data, data_labels;
+  int64_t eval_every = 0, eval_batches = 8;
+  // The learning rate per step (scheduled_lr, train.cpp): --lr-schedule,
+  // --warmup, --min-lr.
+  bool cosine = false;
+  int64_t warmup = 0;
+  double min_lr = 0.0;
+  bool min_lr_given = false;
 };
 
 // --help's text, a printf format taking the program's name.

@@ -153,6 +153,11 @@ std::vector<FileRole> run_inputs(const Options &o, const std::string &weights,
   for (const auto &[name, file] : o.inputs)
     in.push_back(file_role(format("--input %s=%s", name.c_str(), file.c_str()),
                            file));
+  if (!o.data.empty())
+    in.push_back(file_role(format("--data '%s'", o.data.c_str()), o.data));
+  if (!o.val_data.empty())
+    in.push_back(file_role(format("--val-data '%s'", o.val_data.c_str()),
+                           o.val_data));
   in.push_back(file_role(o.weights.empty()
                              ? format("the weights '%s' (the default of "
                                       "--weights)",

@@ -5,6 +5,7 @@
 #include "tiers.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <optional>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -375,10 +377,117 @@ void flush_deferred_updates(spw_ctx *ctx) {
 
 } // namespace
 
+double scheduled_lr(const Options &o, double lr, int64_t step) {
+  // nanoGPT's get_lr(it), it = step - 1, lr_decay_iters = --steps.
+  const int64_t it = step - 1;
+  if (it < o.warmup)
+    return lr * double(it + 1) / double(o.warmup + 1);
+  if (!o.cosine)
+    return lr;
+  if (it >= o.steps)
+    return o.min_lr;
+  const double ratio = double(it - o.warmup) / double(o.steps - o.warmup);
+  const double coeff = 0.5 * (1.0 + std::cos(M_PI * ratio));
+  return o.min_lr + coeff * (lr - o.min_lr);
+}
+
+std::string lr_schedule_string(const Options &o, double lr) {
+  std::string s;
+  if (o.warmup)
+    s = format("linear warmup over %lld steps (lr * s / %lld at step s), "
+               "then ",
+               (long long)o.warmup, (long long)(o.warmup + 1));
+  if (o.cosine)
+    s += format("cosine from %g to %g at step %lld", lr, o.min_lr,
+                (long long)(o.steps + 1));
+  else
+    s += format("constant %g", lr);
+  return s;
+}
+
+namespace {
+
+// "950", "12.3k", "4.56M", "1.23G", ...
+std::string si(double v) {
+  const char *units[] = {"", "k", "M", "G", "T", "P", "E"};
+  int u = 0;
+  while (std::fabs(v) >= 1000 && u < 6) {
+    v /= 1000;
+    ++u;
+  }
+  return u == 0 ? format("%.0f", v) : format("%.3g%s", v, units[u]);
+}
+// "950 ", "12.3 k", "4.56 M": a prefix for a unit.
+std::string si_prefix(double v) {
+  std::string s = si(v);
+  if (!s.empty() && std::isalpha(static_cast<unsigned char>(s.back())))
+    s.insert(s.size() - 1, " ");
+  else
+    s += " ";
+  return s;
+}
+
+// "12.3s", "4m05s", "2h03m".
+std::string duration(double s) {
+  if (!std::isfinite(s) || s < 0)
+    return "?";
+  if (s < 60)
+    return format("%.1fs", s);
+  const long long t = (long long)std::llround(s);
+  if (t < 3600)
+    return format("%lldm%02llds", t / 60, t % 60);
+  return format("%lldh%02lldm", t / 3600, (t % 3600) / 60);
+}
+
+// The mean loss over --eval-batches validation batches of the weights after
+// step `s`: the step without its update (evaluate_only: the gradients are
+// computed and dropped). Deferred updates are applied first, as before a
+// checkpoint: they belong to these weights, and applying them now or a step
+// later gives the same bits, so evaluating does not change the training.
+double evaluate(spw_ctx *ctx, const Options &o, DataFeed &data, int64_t s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  flush_deferred_updates(ctx);
+  ctx->evaluate_only = true;
+  // An offload plan runs the steps as planned, outside its statistics.
+  if (has_tiers(ctx))
+    tiers_count_steps(ctx, false);
+  struct Restore {
+    spw_ctx *c;
+    DataFeed &d;
+    std::chrono::steady_clock::time_point t0;
+    ~Restore() {
+      c->evaluate_only = false;
+      if (has_tiers(c))
+        tiers_count_steps(c, true);
+      d.eval_seconds += std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - t0)
+                            .count();
+    }
+  } restore{ctx, data, t0};
+  double sum = 0;
+  for (int64_t k = 0; k < o.eval_batches; ++k) {
+    data.feed_val(ctx, k);
+    const std::string label =
+        format("validation batch %lld after step %lld", (long long)k,
+               (long long)s);
+    try {
+      sum += double(run_step(ctx, s - 1, label));
+    } catch (const Error &e) {
+      const std::string why = e.what();
+      if (why.find("out of range") == std::string::npos)
+        throw;
+      fail("%s%s", why.c_str(), data.context().c_str());
+    }
+  }
+  return sum / double(o.eval_batches);
+}
+
+} // namespace
+
 // Runs steps start+1 .. o.steps (`start` > 0 after a resume), checkpointing
 // when `ck` is given; the weights it leaves have no update pending.
 int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
-          Checkpointer *ck, int64_t start) {
+          Checkpointer *ck, int64_t start, DataFeed &data) {
   FILE *log = nullptr;
   if (!o.log_json.empty()) {
     // A resumed run appends: the interrupted run's lines stay (those of steps
@@ -394,6 +503,23 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
   } closer{log};
   const int64_t every =
       o.print_every > 0 ? o.print_every : std::max<int64_t>(1, o.steps / 20);
+  // Tokens a step trains on (0: no token input to count), and the model's
+  // FLOPs per token by the usual estimate, 6 * parameters (forward 2,
+  // backward 4; attention's own FLOPs left out).
+  const int64_t tokens = tokens_per_step(ctx, data);
+  double params = 0;
+  for (const ParamInfo &p : ctx->params)
+    params += double(p.value->numel);
+  const bool scheduled = o.cosine || o.warmup;
+  // The schedule sets each step's learning rate as the --lr flag would:
+  // the update reads it when the step runs it, and a deferred update keeps
+  // its step's (PendingAdamW::h).
+  const std::optional<double> flag_lr = ctx->overrides.lr;
+  struct RestoreLr {
+    spw_ctx *c;
+    std::optional<double> lr;
+    ~RestoreLr() { c->overrides.lr = lr; }
+  } restore_lr{ctx, flag_lr};
   const auto t0 = std::chrono::steady_clock::now();
   // On a device the first steps also reserve the arena and pick GEMM
   // algorithms: the steady state is timed from the end of the second.
@@ -405,6 +531,11 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
   for (int64_t s = start + 1; s <= o.steps; ++s) {
     ctx->step = s;
     prev_loss = loss;
+    const double lr = scheduled ? scheduled_lr(o, hp.lr, s) : hp.lr;
+    if (scheduled)
+      ctx->overrides.lr = lr;
+    if (data)
+      data.feed_train(ctx);
     // A loss that grew before it (or a gradient) broke is a divergence,
     // which the learning rate causes; one that breaks from a steady value
     // more likely meets data or an operation undefined on it.
@@ -414,15 +545,33 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
         grew ? format("the loss grew from %g (step %lld) to %g (step %lld): "
                       "the training diverged; lower --lr (now %g)",
                       double(first_loss), (long long)(start + 1),
-                      double(prev_loss), (long long)(s - 1), hp.lr)
+                      double(prev_loss), (long long)(s - 1),
+                      lr)
              : std::string();
     try {
       loss = run_step(ctx, s - 1, format("step %lld", (long long)s));
     } catch (const Error &e) {
+      // An index out of range on a --data batch: a token the model's
+      // vocabulary does not have.
+      if (data && std::string(e.what()).find("out of range") !=
+                      std::string::npos)
+        fail("%s%s", e.what(), data.context().c_str());
       if (!grew)
         throw;
       fail("%s; %s", e.what(), growth.c_str());
     }
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+    const double eta =
+        elapsed / double(s - start) * double(o.steps - s);
+    const double tok_s = elapsed > 0 ? double(tokens * (s - start)) / elapsed
+                                     : 0.0;
+    // Validation (before the log line, which carries it).
+    const bool eval = data.val && std::isfinite(loss) &&
+                      (s == o.steps ||
+                       (o.eval_every && s % o.eval_every == 0));
+    const double val_loss = eval ? evaluate(ctx, o, data, s) : NAN;
     if (s == start + 2)
       warm = std::chrono::steady_clock::now();
     if (s == start + 1)
@@ -432,12 +581,23 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
     std::string log_error;
     if (log) {
       errno = 0;
-      if (std::isfinite(loss))
-        std::fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g}\n",
-                     (long long)s, double(loss), hp.lr);
-      else
-        std::fprintf(log, "{\"step\": %lld, \"loss\": null, \"lr\": %.9g}\n",
-                     (long long)s, hp.lr);
+      std::string line = format("{\"step\": %lld, \"loss\": ", (long long)s);
+      line += std::isfinite(loss) ? format("%.9g", double(loss)) : "null";
+      line += format(", \"lr\": %.9g", lr);
+      if (eval)
+        line += std::isfinite(val_loss)
+                    ? format(", \"val_loss\": %.9g", val_loss)
+                    : std::string(", \"val_loss\": null");
+      if (tokens)
+        line += format(", \"tokens\": %lld, \"tokens_per_s\": %.6g, "
+                       "\"flops_per_s\": %.6g",
+                       (long long)(tokens * s), tok_s, 6 * params * tok_s);
+      line += format(", \"elapsed_s\": %.6f, \"eta_s\": %.6f", elapsed, eta);
+      if (has_tiers(ctx))
+        if (const std::string t = tiers_step_json(ctx); !t.empty())
+          line += ", \"offload\": " + t;
+      line += "}\n";
+      std::fputs(line.c_str(), log);
       const bool bad = std::fflush(log) != 0 || std::ferror(log);
       const int e = bad ? errno : test_write_fault(o.log_json) ? ENOSPC : 0;
       if (bad || e)
@@ -455,6 +615,12 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
                             batches.empty() ? "" : ",",
                             (long long)((s - 1) % in.num_batches),
                             in.name.c_str());
+      if (data)
+        batches += format("%s the batch of token file '%s' (windows drawn "
+                          "%lld to %lld)",
+                          batches.empty() ? "" : ",", data.train->path.c_str(),
+                          (long long)(data.position - data.rows),
+                          (long long)(data.position - 1));
       if (batches.empty())
         batches = " the inputs";
       // Step 1 computes its loss from the loaded weights and inputs, both
@@ -475,7 +641,7 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
            non_finite_name(loss), (long long)s, (long long)(s - 1),
            double(prev_loss),
            scan_weights ? ", from finite weights" : "", batches.c_str(),
-           hp.lr);
+           lr);
     }
     if (scan_weights) {
       int64_t at = 0;
@@ -487,16 +653,36 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
              "%g)",
              (long long)s, p->name.c_str(), p->value->shape().c_str(),
              non_finite_name(p->value->as<float>()[at]), (long long)at,
-             double(loss), hp.lr, hp.weight_decay);
+             double(loss), lr, hp.weight_decay);
       }
     }
     if (!log_error.empty())
       output_failed(ctx, o, Error(log_error));
     const bool progress = s % every == 0 || s == o.steps;
     if (progress) {
-      std::printf("step %lld/%lld  loss %.6f%s\n", (long long)s,
-                  (long long)o.steps, double(loss),
-                  has_tiers(ctx) ? ("  " + tiers_progress(ctx)).c_str() : "");
+      std::string line = format("step %lld/%lld  loss %.6f  lr %.3e",
+                                (long long)s, (long long)o.steps,
+                                double(loss), lr);
+      if (tokens)
+        line += format("  %s tok/s  %sFLOP/s", si(tok_s).c_str(),
+                       si_prefix(6 * params * tok_s).c_str());
+      else
+        line += format("  %.3g steps/s",
+                       elapsed > 0 ? double(s - start) / elapsed : 0.0);
+      line += format("  elapsed %s  eta %s", duration(elapsed).c_str(),
+                     duration(eta).c_str());
+      if (has_tiers(ctx))
+        line += "  " + tiers_progress(ctx);
+      std::printf("%s\n", line.c_str());
+      flush_stdout();
+    }
+    if (eval) {
+      std::printf("val step %lld/%lld  loss %.6f  (%lld batch%s of %lld x "
+                  "%lld tokens from %s)\n",
+                  (long long)s, (long long)o.steps, val_loss,
+                  (long long)o.eval_batches, o.eval_batches == 1 ? "" : "es",
+                  (long long)data.rows, (long long)data.seq,
+                  data.val->path.c_str());
       flush_stdout();
     }
     if (ck && (s == o.steps ||
