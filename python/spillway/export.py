@@ -54,20 +54,17 @@ class ExportResult:
     num_parameters: int = 0          # elements, tied ones once
 
 
-class _LossOf:
-    """Builds the module whose forward is `loss(model, *inputs)`."""
+def _loss_of(torch, model, loss):
+    """The module whose forward is `loss(model, *inputs)`, holding `model` as _OWN_PREFIX."""
+    class LossOf(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
 
-    @staticmethod
-    def wrap(torch, model, loss):
-        class LossOf(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.model = model
+        def forward(self, *inputs):
+            return loss(self.model, *inputs)
 
-            def forward(self, *inputs):
-                return loss(self.model, *inputs)
-
-        return LossOf()
+    return LossOf()
 
 
 def _input_names(fn, n, what):
@@ -193,10 +190,13 @@ def export(model, example_inputs, path, *, loss=None, input_names=None, check=Tr
                             "callable or the forward)")
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model is {type(model).__name__}, not a torch.nn.Module")
+    out_dir = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(out_dir):  # before the export, which takes a while
+        raise FileNotFoundError(f"{path}: directory {out_dir} does not exist")
     hf_prefix = _hf_prefix(model)
     inner = model.get_submodule(hf_prefix[:-1]) if hf_prefix else model
     if loss is not None:
-        wrapper = _LossOf.wrap(torch, model, loss)
+        wrapper = _loss_of(torch, model, loss)
         names = input_names or _input_names(loss, len(example_inputs) + 1, "loss")[1:]
         prefix = _OWN_PREFIX + hf_prefix
     else:
@@ -209,7 +209,7 @@ def export(model, example_inputs, path, *, loss=None, input_names=None, check=Tr
                          "inputs once each")
     _check_model(torch, model)
 
-    was_training = wrapper.training
+    modes = [(m, m.training) for m in wrapper.modules()]
     wrapper.eval()
     try:
         with torch.no_grad():
@@ -238,7 +238,8 @@ def export(model, example_inputs, path, *, loss=None, input_names=None, check=Tr
         finally:
             onnx_log.setLevel(level)
     finally:
-        wrapper.train(was_training)
+        for m, training in modes:
+            m.training = training
 
     mapping = _mapping(wrapper, inner, prefix, hf_prefix, prog.model.graph.initializers)
     prog.model.metadata_props[metadata.KEY] = json.dumps(mapping)

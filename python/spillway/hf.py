@@ -109,11 +109,13 @@ def load_config(spec, overrides=None):
         # A model type, even where a file of that name exists (an executable
         # compiled from an earlier export, say).
         cfg = tf.AutoConfig.for_model(spec)
-        dims = dict(TINY)
-        if hasattr(cfg, "head_dim"):
+        dims = {**TINY, **overrides}
+        if hasattr(cfg, "head_dim") and "head_dim" not in overrides:
+            # Families with an explicit head_dim (Gemma's is 256) get hidden / heads.
             dims["head_dim"] = dims["hidden_size"] // dims["num_attention_heads"]
-        overrides = {**dims, **overrides}
-        weights, what, tiny = None, f"{spec} with tiny test dimensions (random init)", True
+        what = (f"{spec} with tiny test dimensions{' and --set' if overrides else ''} "
+                "(random init)")
+        overrides, weights, tiny = dims, None, True
     elif os.path.isfile(spec):
         try:
             with open(spec) as f:

@@ -124,11 +124,31 @@ class Export(unittest.TestCase):
         self.assertEqual(res.input_names, ["feat", "target"])
         self.check_values(self.path("r.onnx"), r, m)
 
-    def test_training_flag_restored(self):
-        w = hf.loss_module(tiny("gpt2"), "explicit")
-        w.train()
-        spillway.export(w, (self.ids, self.ids), self.path("t.onnx"), check=False)
-        self.assertTrue(w.training)
+    def test_external_data_past_the_threshold(self):
+        from unittest import mock
+        model = tiny("gpt2")
+        path = self.path("x.onnx")
+        with mock.patch.object(spillway.export, "EXTERNAL_DATA_BYTES", 1000):
+            res = spillway.export(hf.loss_module(model, "explicit"), (self.ids, self.ids), path)
+        self.assertEqual(sorted(res.files), [path, path + ".data"])
+        external = [i.name for i in onnx.load(path, load_external_data=False).graph.initializer
+                    if i.data_location == onnx.TensorProto.EXTERNAL]
+        self.assertIn("model.lm_head.weight", external)
+        # The mapping is in the .onnx itself, readable without the weights.
+        self.assertEqual(metadata.read(path), res.mapping)
+        self.check_values(path, model, res.mapping)
+        self.assertAlmostEqual(res.onnxruntime_loss, res.torch_loss, delta=1e-4 * res.torch_loss)
+
+    def test_training_flags_restored(self):
+        for mode in (True, False):
+            model = tiny("gpt2").train(mode)
+            model.transformer.h[0].train(not mode)
+            before = [m.training for m in model.modules()]
+            spillway.export(hf.loss_module(model, "explicit"), (self.ids, self.ids),
+                            self.path("t.onnx"), check=False)
+            spillway.export(model, (self.ids, self.ids), self.path("t.onnx"), check=False,
+                            loss=lambda m, i, t: m(input_ids=i, labels=t).loss)
+            self.assertEqual([m.training for m in model.modules()], before)
 
     def test_errors(self):
         model = tiny("gpt2")
@@ -151,6 +171,9 @@ class Export(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"input_names \['a'\] must name the 2"):
             spillway.export(hf.loss_module(model, "explicit"), (self.ids, self.ids),
                             self.path("e.onnx"), input_names=["a"])
+        with self.assertRaisesRegex(FileNotFoundError, r"directory .*/no/such does not exist"):
+            spillway.export(hf.loss_module(model, "explicit"), (self.ids, self.ids),
+                            self.path("no/such/e.onnx"))
         self.assertFalse(os.path.exists(self.path("e.onnx")))
 
     def test_check_raises_with_both_losses(self):
@@ -181,13 +204,24 @@ class Command(unittest.TestCase):
                                     "--set", "num_hidden_layers=1")
         self.assertEqual(rc, 0, err)
         self.assertRegex(out, r"model: LlamaForCausalLM from llama with tiny test dimensions "
-                              r"\(random init\); 13,408 parameters in 12 tensors")
+                              r"and --set \(random init\); 13,408 parameters in 12 tensors")
         self.assertIn("constants (buffers, not trained): model.model.rotary_emb.inv_freq", out)
         self.assertRegex(out, r"check: onnxruntime loss [\d.]+, torch [\d.]+")
         self.assertIn(f"spillwayc {path} -o {path[:-5]}", out)
         self.assertIn("--input input_ids=TOKENS.npy --input labels=TOKENS.npy", out)
         self.assertIn("int64 [NB, 2, 8] token ids below 64", out)
         self.assertEqual(len(metadata.read(path)["parameters"]), 12)
+
+    def test_tiny_dimensions(self):
+        cfg, weights, _, tiny = hf.load_config("llama", {"hidden_size": 64})
+        self.assertEqual((cfg.hidden_size, cfg.head_dim, cfg.num_hidden_layers, weights, tiny),
+                         (64, 16, 2, None, True))
+        if "gemma" in transformers.CONFIG_MAPPING:  # its own default head_dim is 256
+            self.assertEqual(hf.load_config("gemma")[0].head_dim, 8)
+        model, cfg, _ = hf.causal_lm("gpt2", 12)
+        self.assertEqual((cfg.n_positions, cfg.pad_token_id, cfg.use_cache), (12, None, False))
+        self.assertEqual(cfg.resid_pdrop, 0.0)
+        self.assertFalse(model.training)
 
     def test_directory_with_weights(self):
         torch.manual_seed(3)
