@@ -15,6 +15,7 @@ its state-dict name. What is what is recorded in the file (spillway.metadata)
 and onnxruntime's loss is checked against torch's.
 """
 
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -52,6 +53,7 @@ class ExportResult:
     torch_loss: float
     onnxruntime_loss: float = None   # None with check=False
     num_parameters: int = 0          # elements, tied ones once
+    packed_sequence_check_off: bool = False   # see _PackedSequenceCheck
 
 
 def _loss_of(torch, model, loss):
@@ -65,6 +67,60 @@ def _loss_of(torch, model, loss):
             return loss(self.model, *inputs)
 
     return LossOf()
+
+
+class _PackedSequenceCheck:
+    """transformers' packed-sequence detection, switched off for the export where the
+    example inputs show it is dead code.
+
+    With no attention_mask, create_causal_mask() looks for packed sequences
+    in position_ids (torch.diff, cumsum: masking_utils.find_packed_sequence_indices).
+    In eager mode it returns None for ordinary rows; traced, it cannot, and
+    the graph gets that arithmetic (CumSum, GatherND), which spillwayc does not
+    import and the TorchScript exporter cannot export. Where every call on
+    the example inputs returned None and position_ids is not a graph input
+    (positions are then arange(S) in every row, whatever the tokens), it
+    returns None during the export too, which is what eager torch computes."""
+
+    def __init__(self, input_names):
+        self.mu = sys.modules.get("transformers.masking_utils")
+        if self.mu is not None and not hasattr(self.mu, "find_packed_sequence_indices"):
+            self.mu = None
+        self.inputs_have_positions = any("position_ids" in n for n in input_names)
+        self.found = []     # per call on the example inputs: did it find packing?
+        self.off = False
+
+    @contextlib.contextmanager
+    def recording(self):
+        if self.mu is None:
+            yield
+            return
+        original = self.mu.find_packed_sequence_indices
+
+        def recorded(*args, **kwargs):
+            out = original(*args, **kwargs)
+            self.found.append(out is not None)
+            return out
+
+        self.mu.find_packed_sequence_indices = recorded
+        try:
+            yield
+        finally:
+            self.mu.find_packed_sequence_indices = original
+
+    @contextlib.contextmanager
+    def exporting(self):
+        self.off = bool(self.mu is not None and self.found and not any(self.found)
+                        and not self.inputs_have_positions)
+        if not self.off:
+            yield
+            return
+        original = self.mu.find_packed_sequence_indices
+        self.mu.find_packed_sequence_indices = lambda *args, **kwargs: None
+        try:
+            yield
+        finally:
+            self.mu.find_packed_sequence_indices = original
 
 
 def _input_names(fn, n, what):
@@ -212,7 +268,8 @@ def export(model, example_inputs, path, *, loss=None, input_names=None, check=Tr
     modes = [(m, m.training) for m in wrapper.modules()]
     wrapper.eval()
     try:
-        with torch.no_grad():
+        packed = _PackedSequenceCheck(names)
+        with torch.no_grad(), packed.recording():
             out = wrapper(*example_inputs)
         if not (isinstance(out, torch.Tensor) and out.dim() == 0 and out.is_floating_point()):
             got = (f"a tensor of shape {list(out.shape)}" if isinstance(out, torch.Tensor)
@@ -230,7 +287,7 @@ def export(model, example_inputs, path, *, loss=None, input_names=None, check=Tr
         level = onnx_log.level
         onnx_log.setLevel(logging.ERROR)
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), packed.exporting():
                 warnings.simplefilter("ignore")
                 prog = torch.onnx.export(wrapper, example_inputs, dynamo=True, optimize=False,
                                          external_data=external, input_names=names,
@@ -254,7 +311,7 @@ def export(model, example_inputs, path, *, loss=None, input_names=None, check=Tr
     if external and os.path.exists(path + ".data"):
         files[path + ".data"] = os.path.getsize(path + ".data")
     result = ExportResult(path=path, files=files, mapping=mapping, input_names=names,
-                          torch_loss=torch_loss,
+                          torch_loss=torch_loss, packed_sequence_check_off=packed.off,
                           num_parameters=sum(p.numel() for p in wrapper.parameters()))
     if check:
         result.onnxruntime_loss = check_loss(path, dict(zip(names, example_inputs)), torch_loss)

@@ -11,7 +11,6 @@ forward(input_ids, labels) -> loss and exported by spillway.export().
 """
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -50,31 +49,6 @@ def loss_module(model, kind):
     if kind not in LOSSES:
         raise ValueError(f"loss '{kind}': expected one of {', '.join(LOSSES)}")
     return CausalLMLoss()
-
-
-@contextlib.contextmanager
-def no_packed_sequence_check():
-    """Switches off transformers' packed-sequence detection (masking_utils).
-
-    With no attention_mask, create_causal_mask() looks for packed sequences
-    in position_ids (torch.diff, cumsum). The graph gets no position_ids, so
-    they are arange(S) in every row and the check finds none, in eager mode
-    as in the graph: it is dead arithmetic there, and the TorchScript exporter
-    cannot export it at all (test/parity/make_fixtures.py does the same)."""
-    try:
-        mu = require("transformers.masking_utils", "spillway.hf")
-    except ImportError:
-        yield
-        return
-    if not hasattr(mu, "find_packed_sequence_indices"):
-        yield
-        return
-    saved = mu.find_packed_sequence_indices
-    mu.find_packed_sequence_indices = lambda *a, **k: None
-    try:
-        yield
-    finally:
-        mu.find_packed_sequence_indices = saved
 
 
 def _parse_set(items):
@@ -222,9 +196,8 @@ def main(argv=None):
         vocab = model.get_output_embeddings().weight.shape[0]
         g = torch.Generator().manual_seed(args.seed)
         ids = torch.randint(0, vocab, (args.batch, args.seq), generator=g)
-        with no_packed_sequence_check():
-            res = export(loss_module(model, args.loss), (ids, ids), args.output,
-                         check=not args.no_check)
+        res = export(loss_module(model, args.loss), (ids, ids), args.output,
+                     check=not args.no_check)
     except (ValueError, ImportError, RuntimeError, OSError) as e:
         print(f"python -m spillway.export: error: {e}", file=sys.stderr)
         return 1
@@ -237,7 +210,8 @@ def main(argv=None):
     if m["unused"]:
         print(f"parameters the loss does not read: {', '.join(m['unused'])}")
     print(f"loss: {LOSSES[args.loss]}, attention {args.attn}, batch {args.batch}, seq {args.seq}, "
-          "eval mode (dropout 0), pad_token_id None")
+          "eval mode (dropout 0), pad_token_id None"
+          f"{', packed-sequence check off' if res.packed_sequence_check_off else ''}")
     for path, n in res.files.items():
         print(f"wrote {path} ({_size(n)})")
     if res.onnxruntime_loss is not None:

@@ -139,6 +139,28 @@ class Export(unittest.TestCase):
         self.check_values(path, model, res.mapping)
         self.assertAlmostEqual(res.onnxruntime_loss, res.torch_loss, delta=1e-4 * res.torch_loss)
 
+    def test_packed_sequence_check(self):
+        model = tiny("llama")
+        res = spillway.export(hf.loss_module(model, "explicit"), (self.ids, self.ids),
+                              self.path("p.onnx"))
+        ops = {n.op_type for n in onnx.load(self.path("p.onnx")).graph.node}
+        self.assertTrue(res.packed_sequence_check_off)
+        self.assertNotIn("CumSum", ops)
+        # Positions as a graph input: packing may come with the data, so it stays.
+        res = spillway.export(model, (self.ids, torch.arange(8).expand(2, 8), self.ids),
+                              self.path("p.onnx"),
+                              loss=lambda m, input_ids, position_ids, labels: m(
+                                  input_ids=input_ids, position_ids=position_ids,
+                                  labels=labels).loss)
+        self.assertFalse(res.packed_sequence_check_off)
+        self.assertIn("CumSum", {n.op_type for n in onnx.load(self.path("p.onnx")).graph.node})
+        # Packed example rows (positions restart at 4): eager torch uses the check.
+        packed = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3]] * 2)
+        res = spillway.export(model, (self.ids,), self.path("p.onnx"),
+                              loss=lambda m, ids: m(input_ids=ids, position_ids=packed,
+                                                    labels=ids).loss)
+        self.assertFalse(res.packed_sequence_check_off)
+
     def test_training_flags_restored(self):
         for mode in (True, False):
             model = tiny("gpt2").train(mode)

@@ -70,7 +70,7 @@ def main():
             loss.backward()
             opt.step()
             f.write(json.dumps({"step": s, "loss": float(np.float32(loss.item())), "lr": LR}) + "\n")
-    print(f"ok: {len(inits)} initializers, torch loss {json.dumps(float(loss))} at step {STEPS}")
+    print(f"ok: {len(inits)} initializers, torch loss {loss.item()!r} at step {STEPS}")
     return 0
 
 
