@@ -168,7 +168,8 @@ def main(argv=None):
                          "dimensions")
     ap.add_argument("--batch", type=int, required=True, metavar="B", help="batch size")
     ap.add_argument("--seq", type=int, required=True, metavar="S", help="sequence length")
-    ap.add_argument("-o", "--output", required=True, metavar="MODEL.onnx")
+    ap.add_argument("-o", "--output", required=True, metavar="MODEL.onnx",
+                    help="the ONNX file to write (its weights in MODEL.onnx.data past 1 GiB)")
     ap.add_argument("--loss", choices=sorted(LOSSES), default="explicit",
                     help="explicit: " + LOSSES["explicit"] + "; hf: " + LOSSES["hf"] +
                          " (default: %(default)s; both are the same mean over B*(S-1) tokens)")

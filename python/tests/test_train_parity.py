@@ -11,6 +11,7 @@ without them.
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -43,7 +44,7 @@ def torch_losses(w, tokens):
 @unittest.skipUnless(HAVE_TORCH, "needs torch, transformers, onnxscript, onnxruntime")
 @unittest.skipUnless(os.access(SPILLWAYC, os.X_OK), f"needs spillwayc (not at {SPILLWAYC})")
 class TrainParity(unittest.TestCase):
-    def train(self, kind, loss="explicit"):
+    def train(self, kind, loss="explicit", attn="eager", allow_unsupported=False):
         import torch
 
         import spillway
@@ -54,7 +55,7 @@ class TrainParity(unittest.TestCase):
         tokens = np.random.default_rng(0).integers(0, 64, size=(NB, B, S), dtype=np.int64)
         np.save(os.path.join(tmp, "tokens.npy"), tokens)
         torch.manual_seed(0)
-        model, _, _ = hf.causal_lm(kind, S)
+        model, _, _ = hf.causal_lm(kind, S, attn=attn)
         w = hf.loss_module(model, loss)
         ids = torch.from_numpy(tokens[0])
         onnx_path = os.path.join(tmp, "model.onnx")
@@ -63,6 +64,11 @@ class TrainParity(unittest.TestCase):
         expected = torch_losses(w, tokens)
         exe = os.path.join(tmp, "model")
         r = subprocess.run([SPILLWAYC, onnx_path, "-o", exe], capture_output=True, text=True)
+        if r.returncode and allow_unsupported:
+            m = re.search(r"node '[^']*' \((\w+),[^)]*\) is not supported by Spillway's "
+                          r"importer yet", r.stderr)
+            if m:
+                self.skipTest(f"this spillwayc does not import {m.group(1)} yet")
         self.assertEqual(r.returncode, 0, f"spillwayc refused the {kind} export:\n{r.stderr}")
         log = os.path.join(tmp, "log.jsonl")
         feed = os.path.join(tmp, "tokens.npy")
@@ -83,6 +89,15 @@ class TrainParity(unittest.TestCase):
 
     def test_llama(self):
         self.train("llama")
+
+    # HF's own loss (it pads the labels) and sdpa attention (its mask has an
+    # IsNaN guard) export ops that spillwayc may not import yet: skipped,
+    # naming the op, until it does.
+    def test_hf_loss(self):
+        self.train("llama", loss="hf", allow_unsupported=True)
+
+    def test_sdpa(self):
+        self.train("llama", attn="sdpa", allow_unsupported=True)
 
     def test_other_families(self):
         import transformers
