@@ -10,8 +10,8 @@ The export is torch.onnx's dynamo exporter with `optimize=False`: its
 optimizer folds constants that are really parameters (the transposed weight
 of every nn.Linear, GPT-2's position embedding gathered at arange(S)) and
 merges initializers of equal value, so the graph would hold tensors torch
-never had. With it off, every initializer is a parameter or a buffer under
-its state-dict name. What is what is recorded in the file (spillway.metadata)
+never had. With it off, every initializer is a parameter, a buffer or a
+lifted constant under its torch name. What is what is recorded in the file (spillway.metadata)
 and onnxruntime's loss is checked against torch's.
 """
 
@@ -31,8 +31,8 @@ from . import metadata
 from ._optional import require
 
 # Past this many bytes of weights the initializers go to PATH.data (ONNX
-# external data): one protobuf cannot exceed 2 GB, and reading a 1 GB
-# message already costs the compiler twice its size.
+# external data): one protobuf cannot exceed 2 GB, and the graph and its
+# metadata need room beside the weights.
 EXTERNAL_DATA_BYTES = 1 << 30
 # How closely onnxruntime's loss must match torch's on the example inputs.
 RTOL = 1e-4
@@ -161,13 +161,13 @@ def _check_model(torch, model):
         if isinstance(mod, torch.nn.Embedding) and mod.padding_idx is not None:
             # torch zeroes the gradient of the padding row; an ONNX Gather
             # cannot say so, and the graph would train that row.
-            raise ValueError(f"embedding {where(name, mod)} has padding_idx={mod.padding_idx}, whose "
-                             "gradient masking cannot be exported (the graph would train that "
-                             "row, torch does not): set its padding_idx = None (for Hugging Face "
-                             "models: build them with pad_token_id=None)")
+            raise ValueError(f"embedding {where(name, mod)} has padding_idx={mod.padding_idx}, "
+                             "whose gradient masking cannot be exported (the graph would train "
+                             "that row, torch does not): set its padding_idx = None (for Hugging "
+                             "Face models: build them with pad_token_id=None)")
         if isinstance(mod, torch.nn.modules.dropout._DropoutNd) and mod.p > 0:
-            warnings.warn(f"{where(name, mod)} is dropout with p={mod.p}: the graph is exported in eval "
-                          "mode and trains without dropout", stacklevel=3)
+            warnings.warn(f"{where(name, mod)} is dropout with p={mod.p}: the graph is exported "
+                          "in eval mode and trains without dropout", stacklevel=3)
 
 
 def _mapping(wrapper, inner, prefix, wrapper_prefix, initializers):
@@ -329,10 +329,10 @@ def check_loss(path, inputs, expected, rtol=RTOL):
             for n, v in inputs.items()}
     got = float(sess.run(None, feed)[0])
     if not abs(got - expected) <= rtol * abs(expected):
+        rel = abs(got - expected) / abs(expected) if expected else float("inf")
         raise RuntimeError(f"{path}: onnxruntime's loss {got!r} differs from torch's "
-                           f"{expected!r} on the example inputs (relative error "
-                           f"{abs(got - expected) / abs(expected) if expected else float('inf'):.3e}"
-                           f", rtol {rtol:g}): the export does not compute the model's loss")
+                           f"{expected!r} on the example inputs (relative error {rel:.3e}, "
+                           f"rtol {rtol:g}): the export does not compute the model's loss")
     return got
 
 

@@ -18,7 +18,7 @@ import sys
 from ._optional import require
 
 # A model type alone gets these (where its config has the attribute): a model
-# of ~100k parameters that exports and compiles in seconds.
+# of some 20k parameters that exports and compiles in seconds.
 TINY = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2}
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -83,7 +83,7 @@ def load_config(spec, overrides=None):
         # A model type, even where a file of that name exists (an executable
         # compiled from an earlier export, say).
         cfg = tf.AutoConfig.for_model(spec)
-        dims = {**TINY, **overrides}
+        dims = {**{k: v for k, v in TINY.items() if hasattr(cfg, k)}, **overrides}
         if hasattr(cfg, "head_dim") and "head_dim" not in overrides:
             # Families with an explicit head_dim (Gemma's is 256) get hidden / heads.
             dims["head_dim"] = dims["hidden_size"] // dims["num_attention_heads"]
@@ -106,6 +106,8 @@ def load_config(spec, overrides=None):
         raise ValueError(f"--hf {spec}: not a directory, a config.json file or a transformers "
                          f"model type (e.g. {known})")
     for key, value in overrides.items():
+        if not hasattr(cfg, key):  # a typo would otherwise change nothing, silently
+            raise ValueError(f"--set {key}: {type(cfg).__name__} has no attribute '{key}'")
         setattr(cfg, key, value)
     return cfg, weights, what, tiny
 

@@ -296,6 +296,10 @@ class Command(unittest.TestCase):
                                   "--set", "novalue")
         self.assertEqual(rc, 1)
         self.assertIn("--set 'novalue': expected KEY=VALUE", err)
+        rc, _, err = self.run_cli("--hf", "llama", "--batch", "1", "--seq", "4", "-o", path,
+                                  "--set", "num_layers=3")
+        self.assertEqual(rc, 1)
+        self.assertIn("--set num_layers: LlamaConfig has no attribute 'num_layers'", err)
         with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
             spillway.export.main(["--hf", "gpt2", "--batch", "0", "--seq", "4", "-o", path])
 

@@ -69,7 +69,8 @@ def main():
             loss = w(ids, ids)
             loss.backward()
             opt.step()
-            f.write(json.dumps({"step": s, "loss": float(np.float32(loss.item())), "lr": LR}) + "\n")
+            record = {"step": s, "loss": float(np.float32(loss.item())), "lr": LR}
+            f.write(json.dumps(record) + "\n")
     print(f"ok: {len(inits)} initializers, torch loss {loss.item()!r} at step {STEPS}")
     return 0
 
