@@ -244,6 +244,10 @@ def export(model, example_inputs, path, *, loss=None, input_names=None, check=Tr
             raise TypeError(f"example_inputs[{i}] is {type(t).__name__}, not a torch.Tensor: "
                             "the graph's inputs are tensors (fix other arguments in a loss= "
                             "callable or the forward)")
+    # torch.export gives inputs that are one tensor (export(w, (ids, ids)), the
+    # usual call for a causal LM) one placeholder: the graph would read its
+    # last input in both places and ignore the others. Copies keep them apart.
+    example_inputs = tuple(t.detach().clone() for t in example_inputs)
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model is {type(model).__name__}, not a torch.nn.Module")
     out_dir = os.path.dirname(os.path.abspath(path))

@@ -162,8 +162,9 @@ def main(argv=None):
         prog="python -m spillway.export",
         description="Exports a Hugging Face causal LM with its loss, forward(input_ids, labels) "
                     "-> loss, as an ONNX training graph for spillwayc.",
-        epilog="The graph fixes the batch and sequence length. Example inputs are random "
-               "tokens (--seed); onnxruntime's loss on them must match torch's within 1e-4.")
+        epilog="The graph fixes the batch and sequence length. The example inputs are random "
+               "tokens and labels (--seed); onnxruntime's loss on them must match torch's "
+               "within 1e-4.")
     ap.add_argument("--hf", required=True, metavar="CONFIG_OR_DIR",
                     help="a Hugging Face model directory (config.json, and weights if any), a "
                          "config.json file, or a model type (gpt2, llama, ...) with tiny test "
@@ -184,7 +185,8 @@ def main(argv=None):
                     help="override a config attribute (VALUE as JSON), e.g. --set "
                          "num_hidden_layers=4; repeatable")
     ap.add_argument("--seed", type=int, default=0,
-                    help="seed of the random init (no weights) and the example tokens")
+                    help="seed of the random init (no weights) and the example tokens and "
+                         "labels")
     ap.add_argument("--no-check", action="store_true",
                     help="skip the onnxruntime check")
     args = ap.parse_args(argv)
@@ -199,7 +201,11 @@ def main(argv=None):
         vocab = model.get_output_embeddings().weight.shape[0]
         g = torch.Generator().manual_seed(args.seed)
         ids = torch.randint(0, vocab, (args.batch, args.seq), generator=g)
-        res = export(loss_module(model, args.loss), (ids, ids), args.output,
+        # Labels other than the tokens (one ignored) make the check see each
+        # input in its place and ignore_index as torch has it.
+        labels = torch.randint(0, vocab, (args.batch, args.seq), generator=g)
+        labels[0, 1] = -100
+        res = export(loss_module(model, args.loss), (ids, labels), args.output,
                      check=not args.no_check)
     except (ValueError, ImportError, RuntimeError, OSError) as e:
         print(f"python -m spillway.export: error: {e}", file=sys.stderr)
@@ -220,7 +226,7 @@ def main(argv=None):
     if res.onnxruntime_loss is not None:
         rel = abs(res.onnxruntime_loss - res.torch_loss) / abs(res.torch_loss)
         print(f"check: onnxruntime loss {res.onnxruntime_loss:.7g}, torch {res.torch_loss:.7g} "
-              f"(relative difference {rel:.1e}) on random tokens")
+              f"(relative difference {rel:.1e}) on random tokens and labels")
     exe = os.path.splitext(args.output)[0]
     print("compile and train:")
     print(f"  spillwayc {args.output} -o {exe}")

@@ -47,7 +47,11 @@ class Export(unittest.TestCase):
         return os.path.join(self.dir.name, name)
 
     def check_values(self, path, model, mapping):
-        """Each mapped initializer holds the torch value of its state-dict name."""
+        """Each mapped initializer holds the torch value of its state-dict name; the graph
+        reads every input."""
+        g = onnx.load(path).graph
+        read = {x for n in g.node for x in n.input}
+        self.assertEqual([i.name for i in g.input if i.name not in read], [])
         sd = model.state_dict()
         inits = initializers(path)
         self.assertEqual(set(mapping["parameters"]) | set(mapping["buffers"]), set(inits))
@@ -76,6 +80,20 @@ class Export(unittest.TestCase):
         self.assertEqual(len(ln), 5)
         self.assertTrue(all(np.all(inits[n] == 1) for n in ln))
         self.assertAlmostEqual(res.onnxruntime_loss, res.torch_loss, delta=1e-4 * res.torch_loss)
+
+    def test_one_tensor_as_two_inputs(self):
+        # (ids, ids): the usual call; each graph input must still be read where it belongs.
+        model = tiny("llama")
+        w = hf.loss_module(model, "explicit")
+        spillway.export(w, (self.ids, self.ids), self.path("a.onnx"))
+        self.check_values(self.path("a.onnx"), model, metadata.read(self.path("a.onnx")))
+        labels = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(2))
+        labels[:, 3] = -100
+        with torch.no_grad():
+            want = w(self.ids, labels).item()
+        got = spillway.export.check_loss(self.path("a.onnx"),
+                                         {"input_ids": self.ids, "labels": labels}, want)
+        self.assertNotAlmostEqual(got, w(self.ids, self.ids).item(), places=3)
 
     def test_llama_buffers(self):
         model = tiny("llama")

@@ -39,6 +39,13 @@ class CommittedExport(unittest.TestCase):
         self.assertEqual([i.name for i in self.model.graph.input], ["input_ids", "labels"])
         self.assertEqual([o.name for o in self.model.graph.output], ["loss"])
 
+    def test_each_input_is_read_in_its_place(self):
+        # input_ids reshaped for the embedding; labels sliced by the loss's
+        # shift (an export of (ids, ids) as one tensor read labels for both).
+        readers = {i.name: [n.op_type for n in self.model.graph.node if i.name in n.input]
+                   for i in self.model.graph.input}
+        self.assertEqual(readers, {"input_ids": ["Reshape"], "labels": ["Slice"]})
+
     def test_every_initializer_is_a_parameter_or_a_buffer(self):
         params, buffers = set(self.mapping["parameters"]), set(self.mapping["buffers"])
         self.assertFalse(params & buffers)

@@ -10,10 +10,12 @@ Writes, beside this script:
     gpt2_tiny.state_dict.npz   torch's state_dict() of that model (the HF model, tied
                                lm_head.weight included), rebuilt as the command builds it
     tokens.npy                 int64 [4, 2, 8], seed 0, token ids below 64
+    labels.npy                 tokens.npy with every fifth position from the fourth -100
+                               (ignored, as padding is): the executable's labels input
     gpt2_tiny.torch_losses.jsonl
                                torch.optim.AdamW(lr=1e-3, weight_decay=0.01, foreach=False)
-                               over 30 steps on tokens.npy (step s uses batch (s-1) % 4), in
-                               the executable's --log-json format
+                               over 30 steps on tokens.npy and labels.npy (step s uses batch
+                               (s-1) % 4), in the executable's --log-json format
 
 and exits 1 unless every parameter the export's metadata maps holds exactly
 the torch value of its state-dict name.
@@ -60,13 +62,16 @@ def main():
 
     tokens = np.random.default_rng(0).integers(0, 64, size=(NB, B, S), dtype=np.int64)
     np.save(os.path.join(HERE, "tokens.npy"), tokens)
+    labels = tokens.copy()
+    labels[:, :, 3::5] = -100
+    np.save(os.path.join(HERE, "labels.npy"), labels)
     w = hf.loss_module(model, "explicit")
     opt = torch.optim.AdamW(w.parameters(), lr=LR, weight_decay=WD, foreach=False)
     with open(os.path.join(HERE, "gpt2_tiny.torch_losses.jsonl"), "w") as f:
         for s in range(1, STEPS + 1):
-            ids = torch.from_numpy(tokens[(s - 1) % NB])
+            batch = (s - 1) % NB
             opt.zero_grad(set_to_none=True)
-            loss = w(ids, ids)
+            loss = w(torch.from_numpy(tokens[batch]), torch.from_numpy(labels[batch]))
             loss.backward()
             opt.step()
             record = {"step": s, "loss": float(np.float32(loss.item())), "lr": LR}
