@@ -175,7 +175,8 @@ def main(argv=None):
                     help="the ONNX file to write (its weights in MODEL.onnx.data past 1 GiB)")
     ap.add_argument("--loss", choices=sorted(LOSSES), default="explicit",
                     help="explicit: " + LOSSES["explicit"] + "; hf: " + LOSSES["hf"] +
-                         " (default: %(default)s; both are the same mean over B*(S-1) tokens)")
+                         " (default: %(default)s; both are the mean over the B*(S-1) predicted tokens "
+                         "whose label is not -100)")
     ap.add_argument("--dtype", choices=["fp32"], default="fp32",
                     help="parameter dtype of the graph: fp32 (spillwayc keeps fp32 master "
                          "weights; bf16 products are its --precision bf16)")
