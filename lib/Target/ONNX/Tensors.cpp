@@ -404,9 +404,10 @@ LogicalResult Importer::declareInitializer(const onnxpb::TensorProto &t) {
   TensorData d;
   if (failed(locateTensor(t, "initializer", d)))
     return failure();
+  // Stored as the transpose of the parameter (Parameters.cpp): its bytes
+  // are read, transposed, and written inline.
+  StringRef transposed;
   if (transposedStorage.contains(t.name()) && d.shape.size() == 2) {
-    // Stored as the transpose of the parameter (Parameters.cpp): its bytes
-    // are read, transposed, and written inline.
     std::string bytes;
     SmallVector<int64_t> shape;
     if (failed(readTensor(t, "initializer", bytes, shape)))
@@ -417,21 +418,9 @@ LogicalResult Importer::declareInitializer(const onnxpb::TensorProto &t) {
       for (int64_t j = 0; j < c; ++j)
         std::memcpy(&out[4 * (j * r + i)], &bytes[4 * (i * c + j)], 4);
     convertedWeights.push_back(std::move(out));
+    transposed = convertedWeights.back();
     d.shape = {c, r};
     d.where = TensorData::Inline;
-    d.file.clear();
-    int64_t offset = llvm::alignTo(weightsSize, kWeightsAlignment);
-    if (offset < weightsSize || llvm::AddOverflow(offset, d.bytes, weightsSize))
-      return error() << "initializer '" << t.name()
-                     << "': the model's parameters exceed 2^63 bytes";
-    weightSegments.push_back({offset, d.bytes, -1, 0, convertedWeights.back()});
-    auto type = RankedTensorType::get(d.shape, builder.getF32Type());
-    OpBuilder::InsertionGuard guard(builder);
-    builder.setInsertionPoint(paramBlock, paramBlock->end());
-    params[t.name()] = train::ParamOp::create(
-        builder, NameLoc::get(builder.getStringAttr(t.name())), t.name(), type,
-        offset);
-    return success();
   }
   int64_t offset = llvm::alignTo(weightsSize, kWeightsAlignment);
   if (offset < weightsSize || llvm::AddOverflow(offset, d.bytes, weightsSize))
@@ -440,6 +429,10 @@ LogicalResult Importer::declareInitializer(const onnxpb::TensorProto &t) {
   if (d.bytes > 0) {
     switch (d.where) {
     case TensorData::Inline: {
+      if (!transposed.empty()) {
+        weightSegments.push_back({offset, d.bytes, -1, 0, transposed});
+        break;
+      }
       convertedWeights.emplace_back();
       StringRef bytes = inlineBytes(t, convertedWeights.back());
       if (convertedWeights.back().empty())
