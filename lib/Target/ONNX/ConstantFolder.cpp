@@ -25,7 +25,7 @@ static const llvm::StringSet<> kFoldableOps = {
     "Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "LessOrEqual",
     "Greater", "GreaterOrEqual", "And", "Or", "Where", "Concat", "Gather",
     "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Slice", "Split",
-    "Transpose", "Expand", "Range", "ConstantOfShape", "Trilu"};
+    "Transpose", "Expand", "Range", "ConstantOfShape", "Trilu", "IsNaN"};
 
 FailureOr<bool> Importer::fold(const onnxpb::NodeProto &node) {
   StringRef op = node.op_type();
@@ -266,6 +266,16 @@ LogicalResult Importer::evaluate(const onnxpb::NodeProto &node,
     ConstTensor r = x;
     for (float &f : r.floats)
       f = (*fn)(f);
+    out.push_back(std::move(r));
+    return success();
+  }
+  if (op == "IsNaN") {
+    if (!x.isFloat())
+      return nodeError(node) << "input must be float, got "
+                             << dtypeName(x.dtype);
+    ConstTensor r(onnxpb::TensorProto::BOOL, x.shape);
+    for (auto [i, f] : llvm::enumerate(x.floats))
+      r.ints[i] = std::isnan(f);
     out.push_back(std::move(r));
     return success();
   }

@@ -155,6 +155,33 @@ LogicalResult Importer::importGelu(const onnxpb::NodeProto &node,
                           .getResult());
 }
 
+/// IsNaN(x) is float(x == x) == 0: NaN is the only value unequal to itself,
+/// and the runtime has comparisons and casts but no logical not. Dynamo's
+/// scaled_dot_product_attention decomposition reads it (softmax rows that
+/// are all masked give NaN, which it replaces by 0). Comparisons carry no
+/// gradient.
+LogicalResult Importer::importIsNaN(const onnxpb::NodeProto &node,
+                                    Location loc) {
+  auto x = requireFloat(node, 0, "input");
+  if (failed(x))
+    return failure();
+  auto same = buildInferred<train::EqualOp>(node, loc, {*x, *x});
+  if (failed(same))
+    return failure();
+  auto t = cast<RankedTensorType>(same->getType());
+  Type f32 = builder.getF32Type();
+  Value asFloat = train::CastOp::create(builder, loc, t.clone(f32), *same);
+  Value zero;
+  {
+    OpBuilder::InsertionGuard guard(builder);
+    setInsertionPointToPrologue(builder, builder.getInsertionBlock());
+    zero = train::ConstantOp::create(
+        builder, loc,
+        DenseElementsAttr::get(RankedTensorType::get({}, f32), 0.0f));
+  }
+  return define(node, buildInferred<train::EqualOp>(node, loc, {asFloat, zero}));
+}
+
 ArrayRef<Importer::OpImporterEntry> Importer::elementwiseOps() {
   static const OpImporterEntry kImporters[] = {
       {"Identity", &Importer::importIdentity},
@@ -172,6 +199,7 @@ ArrayRef<Importer::OpImporterEntry> Importer::elementwiseOps() {
       {"GreaterOrEqual",
        &Importer::importBinary<train::LessOrEqualOp, /*Swap=*/true>},
       {"Where", &Importer::importWhere},
+      {"IsNaN", &Importer::importIsNaN},
       {"Cast", &Importer::importCast},
       {"CastLike", &Importer::importCast},
       {"Neg", &Importer::importUnary<train::NegOp>},

@@ -63,7 +63,8 @@ const llvm::StringMap<int64_t> kOpMinOpset = {
     {"SoftmaxCrossEntropyLoss", 12}, {"GreaterOrEqual", 12},
     {"LessOrEqual", 12}, {"Trilu", 14},
     {"CastLike", 15},    {"LayerNormalization", 17},
-    {"Gelu", 20}};
+    {"Gelu", 20},        {"IsNaN", 9},
+    {"Pad", 11}};
 /// IR versions: from 3 (the first with opset_import) to onnx 1.23's 14, the
 /// newest whose ModelProto fields the importer knows (onnx's checker refuses
 /// newer ones too).
@@ -90,7 +91,8 @@ std::optional<Arity> arityOf(StringRef op, int64_t opset) {
              Arity{2, 2, 1})
       .Cases({"Neg", "Relu", "Tanh", "Sqrt", "Reciprocal", "Exp", "Log", "Erf",
               "Sigmoid", "Cos", "Sin", "Not", "Identity", "Gelu", "Softmax",
-              "Shape", "Flatten", "Transpose", "Cast", "ConstantOfShape"},
+              "Shape", "Flatten", "Transpose", "Cast", "ConstantOfShape",
+              "IsNaN"},
              Arity{1, 1, 1})
       .Cases({"CastLike", "Expand", "Gather", "MatMul", "Reshape",
               "SequenceAt"},
@@ -110,6 +112,7 @@ std::optional<Arity> arityOf(StringRef op, int64_t opset) {
       .Case("SplitToSequence", Arity{1, 2, 1})
       .Case("SoftmaxCrossEntropyLoss", Arity{2, 3, 2})
       .Case("Trilu", Arity{1, 2, 1})
+      .Case("Pad", Arity{2, opset >= 18 ? 4 : 3, 1})
       .Default(std::nullopt);
 }
 
@@ -140,6 +143,7 @@ std::optional<AttrType> attrTypeOf(StringRef op, StringRef name) {
       {"Gather", {{"axis", A::INT}}},
       {"ConstantOfShape", {{"value", A::TENSOR}}},
       {"Trilu", {{"upper", A::INT}}},
+      {"Pad", {{"mode", A::STRING}}},
       {"Constant", {{"value", A::TENSOR}, {"value_float", A::FLOAT},
                     {"value_floats", A::FLOATS}, {"value_int", A::INT},
                     {"value_ints", A::INTS}}},

@@ -379,6 +379,7 @@ private:
   LogicalResult importBinary(const onnxpb::NodeProto &node, Location loc);
   LogicalResult importPow(const onnxpb::NodeProto &node, Location loc);
   LogicalResult importWhere(const onnxpb::NodeProto &node, Location loc);
+  LogicalResult importIsNaN(const onnxpb::NodeProto &node, Location loc);
   LogicalResult importCast(const onnxpb::NodeProto &node, Location loc);
   template <typename OpTy>
   LogicalResult importUnary(const onnxpb::NodeProto &node, Location loc);
@@ -393,6 +394,7 @@ private:
   LogicalResult importSlice(const onnxpb::NodeProto &node, Location loc);
   LogicalResult importSplit(const onnxpb::NodeProto &node, Location loc);
   LogicalResult importConcat(const onnxpb::NodeProto &node, Location loc);
+  LogicalResult importPad(const onnxpb::NodeProto &node, Location loc);
   LogicalResult importSplitToSequence(const onnxpb::NodeProto &node,
                                       Location loc);
   LogicalResult importSequenceAt(const onnxpb::NodeProto &node, Location loc);

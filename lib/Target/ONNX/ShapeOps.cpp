@@ -1,7 +1,7 @@
 //===- ShapeOps.cpp - Shape and layout ONNX ops ---------------------------===//
 //
 // Shape (a constant), Gather, the reshapes (Reshape, Unsqueeze, Squeeze,
-// Flatten), Expand, Transpose, Slice, Split and Concat, with their result
+// Flatten), Expand, Transpose, Slice, Split, Concat and Pad, with their result
 // shapes from ShapeComputation.cpp. SplitToSequence's sequences exist only at
 // import time: SequenceAt with a constant position picks one part as a slice.
 //
@@ -154,6 +154,199 @@ LogicalResult Importer::importConcat(const onnxpb::NodeProto &node,
                                                   intAttr(node, "axis", 0)))}));
 }
 
+/// The source index along an axis of length n for output position i - p0 of
+/// an "edge", "reflect" or "wrap" pad (numpy's modes of the same names).
+static int64_t padSource(StringRef mode, int64_t i, int64_t n) {
+  if (mode == "edge")
+    return std::clamp<int64_t>(i, 0, n - 1);
+  if (mode == "wrap")
+    return ((i % n) + n) % n;
+  if (n == 1) // reflect
+    return 0;
+  int64_t period = 2 * (n - 1);
+  int64_t m = ((i % period) + period) % period;
+  return m < n ? m : period - m;
+}
+
+/// Pad (opset 11 on: pads, constant_value and axes are inputs). Negative pads
+/// crop with a slice first. "constant" (what torch's F.pad(x, pads, value=v)
+/// exports; Hugging Face's causal-LM loss shifts its labels with one) makes
+/// each padded axis concat(fill, x, fill), the fill being where(x0 == x0, v,
+/// v) for a one-wide slice x0 of x, broadcast with a constant p wide along
+/// the axis: made from x's own rows, so a batched x stays batched for
+/// sched-microbatch (a constant of the batch's size would not split), and
+/// both branches are v, so a NaN in x0 changes nothing. A constant_value
+/// that is not a compile-time constant is added to a zero fill, so it gets
+/// its gradient. "edge", "reflect" and "wrap" gather along the axis.
+LogicalResult Importer::importPad(const onnxpb::NodeProto &node,
+                                  Location loc) {
+  std::string mode = strAttr(node, "mode", "constant");
+  if (mode != "constant" && mode != "edge" && mode != "reflect" &&
+      mode != "wrap")
+    return nodeError(node) << "mode \"" << mode
+                           << "\" is not one of \"constant\", \"edge\", "
+                              "\"reflect\", \"wrap\"";
+  auto x = getValue(node, 0);
+  if (failed(x))
+    return failure();
+  auto t = cast<RankedTensorType>(x->getType());
+  Type et = t.getElementType();
+  if (!et.isF32() && !et.isInteger(64) && !et.isInteger(32))
+    return nodeError(node) << "data must be float32, int64 or int32, got "
+                           << et;
+  if (mode != "constant" && !et.isF32())
+    return nodeError(node) << "mode \"" << mode
+                           << "\" pads float32 data only, got " << et;
+  int64_t rank = t.getRank();
+  auto pads = constInts(node, 1, "pads");
+  if (failed(pads))
+    return failure();
+  SmallVector<int64_t> axes;
+  if (hasInput(node, 3)) {
+    auto a = constInts(node, 3, "axes");
+    if (failed(a))
+      return failure();
+    axes = *a;
+    if (failed(normalizeAxes(axes, rank, [&] { return nodeError(node); })))
+      return failure();
+  } else {
+    axes = llvm::to_vector(llvm::seq<int64_t>(0, rank));
+  }
+  int64_t k = axes.size();
+  if ((int64_t)pads->size() != 2 * k)
+    return nodeError(node) << "pads has " << pads->size()
+                           << " values; expected " << 2 * k
+                           << " (a begin and an end for each of " << k
+                           << " axes)";
+
+  // The fill value (constant mode): input 2, a scalar of x's type, or 0.
+  double fillF = 0;
+  int64_t fillI = 0;
+  Value fillValue; // a constant_value known only at run time
+  if (mode == "constant" && hasInput(node, 2)) {
+    if (const ConstTensor *v = getConst(node.input(2))) {
+      if (v->numElements() != 1 || v->isFloat() != et.isF32() || v->isBool())
+        return nodeError(node) << "constant_value must be one value of the "
+                                  "data's type ("
+                               << et << "), got " << shapeStr(v->shape)
+                               << " of " << dtypeName(v->dtype);
+      if (v->isFloat())
+        fillF = v->floats[0];
+      else
+        fillI = v->ints[0];
+    } else {
+      auto rv = getValue(node, 2);
+      if (failed(rv))
+        return failure();
+      auto vt = cast<RankedTensorType>(rv->getType());
+      if (vt.getNumElements() != 1 || vt.getElementType() != et ||
+          !et.isF32())
+        return nodeError(node) << "constant_value must be one value of the "
+                                  "data's type ("
+                               << et << "), got " << vt;
+      fillValue = train::ReshapeOp::create(
+          builder, loc, vt.clone(SmallVector<int64_t>(rank, 1)), *rv);
+    }
+  }
+
+  SmallVector<int64_t> shape(t.getShape());
+  // Crop first: negative pads remove elements.
+  SliceSpec crop;
+  crop.starts.assign(rank, 0);
+  crop.steps.assign(rank, 1);
+  crop.shape = shape;
+  for (auto [i, a] : llvm::enumerate(axes)) {
+    int64_t begin = (*pads)[i], end = (*pads)[i + k];
+    int64_t cut = std::max<int64_t>(-begin, 0) + std::max<int64_t>(-end, 0);
+    if (cut > shape[a])
+      return nodeError(node) << "pads " << begin << ", " << end
+                             << " crop more than the " << shape[a]
+                             << " elements of axis " << a;
+    crop.starts[a] = std::max<int64_t>(-begin, 0);
+    crop.shape[a] -= cut;
+  }
+  Value v = sliceValue(loc, *x, crop);
+  shape = crop.shape;
+
+  auto prologueConstant = [&](DenseElementsAttr attr) -> Value {
+    OpBuilder::InsertionGuard guard(builder);
+    setInsertionPointToPrologue(builder, builder.getInsertionBlock());
+    return train::ConstantOp::create(builder, loc, attr);
+  };
+  for (auto [i, a] : llvm::enumerate(axes)) {
+    int64_t begin = std::max<int64_t>((*pads)[i], 0);
+    int64_t end = std::max<int64_t>((*pads)[i + k], 0);
+    if (!begin && !end)
+      continue;
+    int64_t n = shape[a];
+    if (n == 0)
+      return nodeError(node) << "axis " << a
+                             << " is empty after cropping; Spillway pads "
+                                "only non-empty axes";
+    if (mode != "constant") {
+      SmallVector<int64_t> idx;
+      for (int64_t j = 0; j < n + begin + end; ++j)
+        idx.push_back(padSource(mode, j - begin, n));
+      Value indices = prologueConstant(DenseElementsAttr::get(
+          RankedTensorType::get({(int64_t)idx.size()},
+                                builder.getIntegerType(64)),
+          ArrayRef<int64_t>(idx)));
+      auto g = buildInferred<train::GatherOp>(
+          node, loc, {v, indices},
+          {builder.getNamedAttr("axis", builder.getI64IntegerAttr(a))});
+      if (failed(g))
+        return failure();
+      v = *g;
+      shape[a] += begin + end;
+      continue;
+    }
+    SliceSpec first;
+    first.starts.assign(rank, 0);
+    first.steps.assign(rank, 1);
+    first.shape = shape;
+    first.shape[a] = 1;
+    Value x0 = sliceValue(loc, v, first);
+    auto same = buildInferred<train::EqualOp>(node, loc, {x0, x0});
+    if (failed(same))
+      return failure();
+    auto fill = [&](int64_t width) -> FailureOr<Value> {
+      SmallVector<int64_t> cshape(rank, 1);
+      cshape[a] = width;
+      auto ct = RankedTensorType::get(cshape, et);
+      Value c = prologueConstant(
+          et.isF32()         ? DenseElementsAttr::get(ct, (float)fillF)
+          : et.isInteger(64) ? DenseElementsAttr::get(ct, fillI)
+                             : DenseElementsAttr::get(ct, (int32_t)fillI));
+      auto w = buildInferred<train::WhereOp>(node, loc, {*same, c, c});
+      if (failed(w) || !fillValue)
+        return w;
+      return buildInferred<train::AddOp>(node, loc, {*w, fillValue});
+    };
+    SmallVector<Value> parts;
+    if (begin) {
+      auto f = fill(begin);
+      if (failed(f))
+        return failure();
+      parts.push_back(*f);
+    }
+    parts.push_back(v);
+    if (end) {
+      auto f = fill(end);
+      if (failed(f))
+        return failure();
+      parts.push_back(*f);
+    }
+    auto joined = buildInferred<train::ConcatOp>(
+        node, loc, parts,
+        {builder.getNamedAttr("axis", builder.getI64IntegerAttr(a))});
+    if (failed(joined))
+      return failure();
+    v = *joined;
+    shape[a] += begin + end;
+  }
+  return define(node, v);
+}
+
 LogicalResult Importer::importSplitToSequence(const onnxpb::NodeProto &node,
                                               Location loc) {
   auto type = inputType(node, 0);
@@ -226,6 +419,7 @@ ArrayRef<Importer::OpImporterEntry> Importer::shapeOps() {
       {"Slice", &Importer::importSlice},
       {"Split", &Importer::importSplit},
       {"Concat", &Importer::importConcat},
+      {"Pad", &Importer::importPad},
       {"SplitToSequence", &Importer::importSplitToSequence},
       {"SequenceAt", &Importer::importSequenceAt},
   };
