@@ -684,8 +684,42 @@ FailureOr<Value> Importer::requireFloat(const onnxpb::NodeProto &node, int idx,
 
 FailureOr<SmallVector<Value>>
 Importer::elementwiseOperands(const onnxpb::NodeProto &node, int n) {
+  // A constant whose rows along dim 0 are all equal, combined with a value
+  // that has that many rows, is the same as its first row broadcast: the
+  // dynamo exporter materializes the causal mask once per batch element
+  // ([B, 1, S, S]). One row is smaller, and a constant shaped by the batch
+  // would keep sched-microbatch from splitting it.
+  int64_t runtimeRows = -1;
+  for (int i = 0; i < n; ++i)
+    if (hasInput(node, i) && !getConst(node.input(i))) {
+      auto t = inputType(node, i);
+      if (failed(t))
+        return failure();
+      if (t->getRank() > 0)
+        runtimeRows = std::max(runtimeRows, t->getDimSize(0));
+    }
   SmallVector<Value> vs;
   for (int i = 0; i < n; ++i) {
+    const ConstTensor *c = hasInput(node, i) ? getConst(node.input(i)) : nullptr;
+    if (c && c->shape.size() > 1 && c->shape[0] > 1 &&
+        c->shape[0] == runtimeRows && !c->isSplat()) {
+      int64_t rows = c->shape[0], row = c->numElements() / rows;
+      bool same = true;
+      for (int64_t k = row; same && k < c->numElements(); ++k)
+        same = c->isFloat() ? c->floats[k] == c->floats[k % row]
+                            : c->ints[k] == c->ints[k % row];
+      if (same) {
+        SmallVector<int64_t> oneRow(c->shape);
+        oneRow[0] = 1;
+        ConstTensor first = c->take(
+            oneRow, llvm::to_vector(llvm::seq<int64_t>(0, row)));
+        auto v = materialize(first, node.input(i), [&] { return nodeError(node); });
+        if (failed(v))
+          return failure();
+        vs.push_back(*v);
+        continue;
+      }
+    }
     auto v = getValue(node, i);
     if (failed(v))
       return failure();

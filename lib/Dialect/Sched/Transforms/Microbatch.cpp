@@ -146,7 +146,17 @@ LogicalResult retype(TaskOp task, int64_t m) {
         auto t = dyn_cast<RankedTensorType>(r.getType());
         bool isBatched =
             t && (shapeOp || llvm::any_of(batched, [&](Value v) {
-                    return oldType[v] == t;
+                    auto was = cast<RankedTensorType>(oldType[v]);
+                    // A cast changes the element type only; a sum_to_shape
+                    // (the gradient of a broadcast) that keeps the rank and
+                    // dim 0 sums within batch rows.
+                    if (isa<train::CastOp>(op))
+                      return was.getShape() == t.getShape();
+                    if (isa<train::SumToShapeOp>(op))
+                      return was.getRank() == t.getRank() &&
+                             t.getRank() > 0 &&
+                             was.getDimSize(0) == t.getDimSize(0);
+                    return was == t;
                   }));
         if (isBatched && (t.getRank() == 0 || t.getDimSize(0) % m != 0))
           return op.emitError("sched-microbatch: result ")

@@ -19,9 +19,10 @@ def SchedMicrobatchPass : Pass<"sched-microbatch", "mlir::ModuleOp"> {
       read before; the types inside are re-derived for the smaller batch
       (ops with inferred types infer them again; the others, such as
       `reshape`, `broadcast_to`, `slice`, `attention`, keep the batch as
-      their leading dimension: a result shaped like a batched operand, or
-      the result of a shape op on one, gets its leading dimension divided
-      by M). A task whose ops do not verify at the smaller batch (a constant
+      their leading dimension: a result shaped like a batched operand (a
+      `cast` too, whose element type differs), the result of a shape op on
+      one, or a `sum_to_shape` of one keeping its rank and dim 0 gets its
+      leading dimension divided by M). A task whose ops do not verify at the smaller batch (a constant
       shaped by the batch, a reshape that moves the batch out of the
       leading dimension) fails the pass;
     - what the `opt` tasks and the iteration's results read from replicated
