@@ -11,7 +11,6 @@ without them.
 import importlib.util
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -43,7 +42,7 @@ def torch_losses(w, tokens, labels):
 @unittest.skipUnless(HAVE_TORCH, "needs torch, transformers, onnxscript, onnxruntime")
 @unittest.skipUnless(os.access(SPILLWAYC, os.X_OK), f"needs spillwayc (not at {SPILLWAYC})")
 class TrainParity(unittest.TestCase):
-    def train(self, kind, loss="explicit", attn="eager", allow_unsupported=False):
+    def train(self, kind, loss="explicit", attn="eager"):
         import torch
 
         import spillway
@@ -69,11 +68,6 @@ class TrainParity(unittest.TestCase):
         expected = torch_losses(w, tokens, labels)
         exe = os.path.join(tmp, "model")
         r = subprocess.run([SPILLWAYC, onnx_path, "-o", exe], capture_output=True, text=True)
-        if r.returncode and allow_unsupported:
-            m = re.search(r"node '[^']*' \((\w+),[^)]*\) is not supported by Spillway's "
-                          r"importer yet", r.stderr)
-            if m:
-                self.skipTest(f"this spillwayc does not import {m.group(1)} yet")
         self.assertEqual(r.returncode, 0, f"spillwayc refused the {kind} export:\n{r.stderr}")
         log = os.path.join(tmp, "log.jsonl")
         r = subprocess.run([exe, "--input", f"input_ids={tmp}/tokens.npy",
@@ -95,14 +89,13 @@ class TrainParity(unittest.TestCase):
     def test_llama(self):
         self.train("llama")
 
-    # HF's own loss (it pads the labels) and sdpa attention (its mask has an
-    # IsNaN guard) export ops that spillwayc may not import yet: skipped,
-    # naming the op, until it does.
+    # HF's own loss (it pads the labels with Pad) and sdpa attention (its
+    # softmax has an IsNaN guard).
     def test_hf_loss(self):
-        self.train("llama", loss="hf", allow_unsupported=True)
+        self.train("llama", loss="hf")
 
     def test_sdpa(self):
-        self.train("llama", attn="sdpa", allow_unsupported=True)
+        self.train("llama", attn="sdpa")
 
     def test_other_families(self):
         import transformers

@@ -207,6 +207,8 @@ private:
   /// paramOrigin.
   LogicalResult recoverParameters(onnxpb::ModelProto &model);
   LogicalResult recoverTorchScriptParameters(onnxpb::GraphProto &graph);
+  LogicalResult readSpillwayParameters(const onnxpb::GraphProto &graph,
+                                       StringRef json);
   std::string linearWeightOf(const onnxpb::GraphProto &graph,
                              const onnxpb::TensorProto &t);
   /// Whether `t` holds `src` transposed (both 2-D; reads their data).

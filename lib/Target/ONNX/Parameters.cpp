@@ -27,9 +27,12 @@
 //   - A parameter the optimizer dropped because it was zero (Gemm's bias
 //     C) comes back as a zero parameter of its name.
 //
-// Without such metadata (the TorchScript exporter, hand-written graphs)
-// every float initializer is a parameter, as before, unless
-// --constant-initializers names it.
+// A file written by `spillway.export` (python/) says itself which
+// initializer is which state-dict entry (model metadata
+// `spillway.parameters`); that is authoritative and none of the above runs.
+// TorchScript exports get their own recovery (recoverTorchScriptParameters).
+// Without any metadata (hand-written graphs) every float initializer is a
+// parameter unless --constant-initializers names it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -37,6 +40,7 @@
 
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/Regex.h"
 
 #include <google/protobuf/unknown_field_set.h>
@@ -133,8 +137,98 @@ StringRef leafName(StringRef target) { return target.rsplit('.').second; }
 
 } // namespace
 
+/// The model metadata `spillway.parameters` (python/spillway/export.py,
+/// format 1): {"wrapper_prefix": P, "parameters": {INIT: {"state_dict": NAME,
+/// "shape": [..]}}, "ties": [[NAME, ALIAS, ..]], "buffers": [INIT, ..]}, the
+/// names in "ties" and "state_dict" being the model's own (INIT without P).
+/// Float initializers it does not list as parameters are constants.
+LogicalResult Importer::readSpillwayParameters(const onnxpb::GraphProto &graph,
+                                               StringRef text) {
+  auto bad = [&](const Twine &why) {
+    return error() << "model metadata 'spillway.parameters' " << why
+                   << "; the file was changed after `spillway.export` wrote "
+                      "it: export it again";
+  };
+  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
+  if (!parsed)
+    return bad("is not JSON (" + llvm::toString(parsed.takeError()) + ")");
+  const llvm::json::Object *root = parsed->getAsObject();
+  if (!root)
+    return bad("is not a JSON object");
+  std::optional<int64_t> format = root->getInteger("format");
+  if (format != 1)
+    return error() << "model metadata 'spillway.parameters' has format "
+                   << (format ? std::to_string(*format) : "(none)")
+                   << "; this spillwayc reads format 1: use the spillwayc "
+                      "of the spillway package that exported it";
+  StringRef prefix = root->getString("wrapper_prefix").value_or("");
+  const llvm::json::Object *params = root->getObject("parameters");
+  if (!params)
+    return bad("has no \"parameters\" object");
+
+  llvm::StringMap<const onnxpb::TensorProto *> inits;
+  for (const auto &t : graph.initializer())
+    inits[t.name()] = &t;
+  for (const auto &kv : *params) {
+    StringRef name = kv.first;
+    auto it = inits.find(name);
+    if (it == inits.end())
+      return bad("names parameter '" + name + "', which is no initializer");
+    const onnxpb::TensorProto &t = *it->second;
+    const llvm::json::Object *entry = kv.second.getAsObject();
+    const llvm::json::Array *shape = entry ? entry->getArray("shape") : nullptr;
+    std::optional<StringRef> sd =
+        entry ? entry->getString("state_dict") : std::nullopt;
+    if (!shape || !sd)
+      return bad("entry '" + name + "' lacks \"state_dict\" or \"shape\"");
+    SmallVector<int64_t> dims;
+    for (const llvm::json::Value &d : *shape)
+      dims.push_back(d.getAsInteger().value_or(-1));
+    if (t.data_type() != onnxpb::TensorProto::FLOAT ||
+        ArrayRef<int64_t>(dims) != ArrayRef<int64_t>(t.dims().data(),
+                                                      t.dims_size()))
+      return bad("gives parameter '" + name + "' shape " + shapeStr(dims) +
+                 " of float32, but the initializer is " +
+                 shapeStr(ArrayRef<int64_t>(t.dims().data(), t.dims_size())) +
+                 " of " + dtypeName(t.data_type()));
+    if (*sd != (name.starts_with(prefix) ? name.drop_front(prefix.size())
+                                         : name))
+      return bad("names parameter '" + name + "' '" + *sd +
+                 "' in the state_dict, which is not it without the "
+                 "wrapper prefix '" + prefix + "'");
+  }
+  for (const auto &t : graph.initializer())
+    if (t.data_type() == onnxpb::TensorProto::FLOAT && !params->get(t.name()))
+      constantInitializers.insert(t.name());
+  stateDictPrefix = prefix.str();
+  if (const llvm::json::Array *ties = root->getArray("ties"))
+    for (const llvm::json::Value &tie : *ties) {
+      const llvm::json::Array *names = tie.getAsArray();
+      if (!names || names->size() < 2)
+        return bad("has a tie that is not a list of two names or more");
+      SmallVector<std::string> full;
+      for (const llvm::json::Value &n : *names) {
+        std::optional<StringRef> s = n.getAsString();
+        if (!s)
+          return bad("has a tie with a name that is not a string");
+        full.push_back((prefix + *s).str());
+      }
+      if (!params->get(full.front()))
+        return bad("ties '" + full.front() + "', which is no parameter");
+      for (const std::string &alias : ArrayRef(full).drop_front())
+        tiedAliases[full.front()].push_back(alias);
+      paramOrigin[full.front()] =
+          "tied: also '" +
+          llvm::join(ArrayRef(full).drop_front(), "', '") + "'";
+    }
+  return success();
+}
+
 LogicalResult Importer::recoverParameters(onnxpb::ModelProto &model) {
   onnxpb::GraphProto &graph = *model.mutable_graph();
+  for (const auto &p : model.metadata_props())
+    if (p.key() == "spillway.parameters")
+      return readSpillwayParameters(graph, p.value());
   Metadata graphMeta = metadataOf(graph, kGraphMetadataField);
   StringRef signature = lookup(graphMeta, kSignatureKey);
   if (signature.empty())
@@ -445,6 +539,7 @@ LogicalResult Importer::recoverParameters(onnxpb::ModelProto &model) {
   // reads lm_head.weight). --save writes the value under both names, as
   // state_dict() has them.
   llvm::StringSet<> consumed;
+  SmallVector<std::string> unread;
   for (const onnxpb::NodeProto &node : graph.node())
     for (const std::string &p :
          fxPlaceholders(lookup(metadataOf(node, kNodeMetadataField), kFxNodeKey)))
@@ -473,6 +568,27 @@ LogicalResult Importer::recoverParameters(onnxpb::ModelProto &model) {
         break;
       }
     }
+    if (!found && !referenced.contains(kv.getKey()))
+      unread.push_back(target.str());
+  }
+  // Neither read nor a tie: the optimizer's common-subexpression
+  // elimination merged the op that read it into an identical one (equal
+  // initial weights applied to one input); training the survivor alone would
+  // train a different, tied model.
+  if (!unread.empty()) {
+    llvm::sort(unread);
+    auto diag = error() << "parameter '" << unread.front() << "'";
+    if (unread.size() > 1)
+      diag << " (and " << unread.size() - 1 << " more)";
+    return diag << " is in the exported program, but no node of the graph "
+                   "reads it: the exporter's optimizer merged the op that "
+                   "read it with an identical one (two modules with equal "
+                   "initial weights applied to the same input, such as "
+                   "GPT-NeoX's parallel LayerNorms), so it would not be "
+                   "trained on its own. Re-export with "
+                   "torch.onnx.export(..., dynamo=True, optimize=False), or "
+                   "with `python -m spillway.export`; if the model never "
+                   "uses it, remove it from the model before exporting";
   }
   for (auto &kv : tiedAliases) {
     std::string &o = paramOrigin[kv.getKey()];
