@@ -505,6 +505,17 @@ OwningOpRef<ModuleOp> Importer::import(onnxpb::ModelProto &model) {
       return nullptr;
     argNames.push_back(in.name());
   }
+  // torch.export turns two arguments given the same tensor into one input
+  // ((ids, ids) for input_ids and labels): the other is read by nothing, and
+  // the model trains on the wrong data without a word.
+  for (StringRef name : argNames)
+    if (!usedNames.contains(name))
+      emitWarning(fileLoc)
+          << "graph input '" << name
+          << "' is read by no node: the model ignores what is fed to it. If "
+             "the export was given one tensor for two arguments (e.g. (ids, "
+             "ids) for input_ids and labels), torch.export made them one "
+             "input: export with distinct tensors (labels = ids.clone())";
   for (const auto &kv : opts.dimBindings)
     if (!usedBindings.contains(kv.getKey()))
       emitWarning(fileLoc)
