@@ -165,6 +165,7 @@ TEST_F(Driver, NanLossStops) {
   EXPECT_CONTAINS(r.err, "error: loss became NaN at step 3 (step 2's was ");
   EXPECT_CONTAINS(r.err, "not growing), from finite weights: check batch 2 "
                          "of input 'x', batch 2 of input 'y' and the model");
+  EXPECT_CONTAINS(r.err, "`spillwayc -v` lists the parameters");
   EXPECT_EQ(json_losses(read("l.jsonl")).size(), 3u); // the last is null
   EXPECT_CONTAINS(read("l.jsonl"), "{\"step\": 3, \"loss\": null");
 }

@@ -636,8 +636,10 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
              (long long)s, growth.c_str());
       fail("loss became %s at step %lld (step %lld's was %g, not growing)%s: "
            "check%s and the model for operations undefined on that data "
-           "(e.g. the log of 0); if it recurs on other data, lower --lr (now "
-           "%g)",
+           "(e.g. the log of 0) or a constant it trains as a parameter (an "
+           "exponent, an eps: `spillwayc -v` lists the parameters, "
+           "`spillwayc --constant-initializers` freezes one); if it recurs "
+           "on other data, lower --lr (now %g)",
            non_finite_name(loss), (long long)s, (long long)(s - 1),
            double(prev_loss),
            scan_weights ? ", from finite weights" : "", batches.c_str(),
