@@ -6,6 +6,7 @@
 #include "spillway/Schedule/IterationSummary.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct PlanReport {
   /// The parameters FOAM folds (train.foam), in module order, and its level.
   std::vector<std::string> foamParams;
   int64_t foamLevel = -1;
+  /// --ssd-tbw: the SSDs' rated endurance in terabytes written (10^12
+  /// bytes), for the drive lifetime at the predicted speed.
+  std::optional<double> ssdTbw;
 };
 
 /// The human-readable report (stdout of --report).
