@@ -750,10 +750,10 @@ std::string tiers_summary(const spw_ctx *ctx, double seconds, int64_t steps) {
 }
 
 namespace {
-// The SSD write volume of the training steps against the plan's (the wear
-// of the swap drives): summed over the counted steps, whose bytes are the
-// plan's, and apart the writes outside them (the start's scatter,
-// validation steps, checkpoints' flushes of deferred updates).
+// The swap drives' wear: the SSD bytes the training steps wrote (those
+// tiers_count_steps counts), each step's against the plan's, and apart
+// the writes outside them (the start's scatter, validation steps, the
+// checkpoints' flushes of deferred updates), which no plan predicts.
 struct SsdWrites {
   uint64_t bytes = 0, outside = 0;
   size_t steps = 0;

@@ -57,11 +57,12 @@ StateBytes stateBytes(const IterationSummary &s) {
   return b;
 }
 
-/// The chosen plan's SSD wear (docs/cost-model.md, "SSD wear"): its bytes
-/// written per iteration, per trained token (or sample), and with --ssd-tbw
-/// how long the drives last writing them at the predicted speed.
+/// A plan's SSD wear (docs/cost-model.md, "SSD wear"): its bytes written
+/// per iteration, per trained token (or sample), and with --ssd-tbw how
+/// long the drives last writing them at the predicted speed.
 struct SsdWear {
   double bytesPerIteration = 0;
+  double iterationSec = 0; ///< predicted
   uint64_t tokens = 0;  ///< per iteration (0: no token input)
   uint64_t samples = 0; ///< per iteration (0: unknown)
   size_t drives = 0;    ///< the plan's SSDs, the writes striped over them
@@ -73,33 +74,32 @@ struct SsdWear {
   double perSample() const { return bytesPerIteration / double(samples); }
 };
 
-SsdWear ssdWear(const spillwayc::PlanReport &r) {
+SsdWear ssdWear(const spillwayc::PlanReport &r, double bytes,
+                double iterationSec) {
   SsdWear w;
-  const CostEstimate &e = r.choice.best;
-  w.bytesPerIteration = e.valid ? e.bytes.ssdWrite : 0;
+  w.bytesPerIteration = bytes;
+  w.iterationSec = iterationSec;
   w.tokens = r.totals.tokensPerIteration;
   w.samples = r.summary.batchSize;
   w.drives = r.profile.ssds.size();
   w.tbw = r.ssdTbw;
-  if (w.tbw && w.bytesPerIteration > 0 && e.iterationSec > 0 && w.drives)
-    w.lifetimeSec = *w.tbw * 1e12 /
-                    (w.bytesPerIteration / double(w.drives) / e.iterationSec);
+  if (w.tbw && bytes > 0 && iterationSec > 0 && w.drives)
+    w.lifetimeSec = *w.tbw * 1e12 / (bytes / double(w.drives) / iterationSec);
   return w;
 }
 
-void printSsdWear(const spillwayc::PlanReport &r, llvm::raw_ostream &os) {
-  const SsdWear w = ssdWear(r);
-  if (!r.choice.best.valid)
-    return;
-  if (w.bytesPerIteration <= 0) {
-    // Said only where it answers a question: SSDs to wear, or a rating.
-    if (w.drives || w.tbw)
-      os << "ssd wear: the chosen plan writes nothing to SSD\n";
-    return;
-  }
-  os << "ssd wear (chosen plan): " << roundBytes(w.bytesPerIteration)
-     << " bytes written per iteration (before each transfer's rounding "
-        "to 4 KiB), ";
+/// The chosen plan's: the cost model's bytes.
+SsdWear chosenWear(const spillwayc::PlanReport &r) {
+  const CostEstimate &e = r.choice.best;
+  return ssdWear(r, e.valid ? e.bytes.ssdWrite : 0, e.iterationSec);
+}
+
+/// "<head>: N bytes written per iteration<note>, X per trained token
+/// (...)" and the lifetime line.
+void printWear(const spillwayc::PlanReport &r, const SsdWear &w,
+               const char *head, const char *note, llvm::raw_ostream &os) {
+  os << head << ": " << roundBytes(w.bytesPerIteration)
+     << " bytes written per iteration" << note << ", ";
   if (w.tokens)
     os << llvm::format("%.6g", w.perToken()) << " per trained token ("
        << w.tokens << " tokens per iteration: the elements of input '"
@@ -124,12 +124,25 @@ void printSsdWear(const spillwayc::PlanReport &r, llvm::raw_ostream &os) {
     os << " (" << llvm::format("%.4g", days / 365.25) << " years)";
   os << " until " << (w.drives > 1 ? "each SSD" : "the SSD")
      << " has written its --ssd-tbw " << llvm::format("%g", *w.tbw)
-     << " TB, at the predicted "
-     << llvm::formatv("{0:e3}", r.choice.best.iterationSec)
+     << " TB, at the predicted " << llvm::formatv("{0:e3}", w.iterationSec)
      << " s per iteration";
   if (w.drives > 1)
     os << " with the writes striped over its " << w.drives << " SSDs";
   os << ", training 24/7\n";
+}
+
+void printSsdWear(const spillwayc::PlanReport &r, llvm::raw_ostream &os) {
+  if (!r.choice.best.valid)
+    return;
+  const SsdWear w = chosenWear(r);
+  if (w.bytesPerIteration <= 0) {
+    // Said only where it answers a question: SSDs to wear, or a rating.
+    if (w.drives || w.tbw)
+      os << "ssd wear: the chosen plan writes nothing to SSD\n";
+    return;
+  }
+  printWear(r, w, "ssd wear (chosen plan)",
+            " (before each transfer's rounding to 4 KiB)", os);
 }
 
 llvm::json::Value budgetValue(uint64_t b, bool unlimited) {
@@ -209,6 +222,15 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
   printSsdWear(r, os);
 }
 
+void spillwayc::printPlanSsdWear(const PlanReport &r, uint64_t planBytes,
+                                 double iterationSec, llvm::raw_ostream &os) {
+  if (planBytes == 0)
+    return;
+  printWear(r, ssdWear(r, double(planBytes), iterationSec),
+            "ssd wear (the executable's plan)",
+            " (each transfer rounded up to 4 KiB, as the swap writes it)", os);
+}
+
 std::string spillwayc::reportToJSON(const PlanReport &r) {
   namespace json = llvm::json;
   auto parsed = [](const CostEstimate &e) -> json::Value {
@@ -277,7 +299,7 @@ std::string spillwayc::reportToJSON(const PlanReport &r) {
        }()},
       {"ssd_wear",
        [&] {
-         const SsdWear w = ssdWear(r);
+         const SsdWear w = chosenWear(r);
          auto orNull = [](bool known, double v) {
            return known ? json::Value(v) : json::Value(nullptr);
          };

@@ -35,6 +35,12 @@ struct PlanReport {
 
 /// The human-readable report (stdout of --report).
 void printReport(const PlanReport &r, llvm::raw_ostream &os);
+/// After the report, for an offload plan's executable: the SSD bytes its
+/// plan writes per iteration (`planBytes`, each transfer rounded up to
+/// 4 KiB as the swap writes it), per token and with --ssd-tbw the drive
+/// lifetime at `iterationSec`; nothing when it writes none.
+void printPlanSsdWear(const PlanReport &r, uint64_t planBytes,
+                      double iterationSec, llvm::raw_ostream &os);
 /// The same as JSON (--report-json): `chosen` and `baseline` as
 /// estimateToJSON writes them, plus the summary, budgets and profile.
 std::string reportToJSON(const PlanReport &r);

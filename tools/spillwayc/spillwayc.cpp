@@ -464,10 +464,10 @@ bool readBudget(cl::opt<std::string> &flag, const char *name,
   return bool(bytes);
 }
 
-/// --report and --report-json for the plans `search` ranked.
+/// --report and --report-json for the plans `search` ranked; `r` is the
+/// report as written.
 int writeReport(const spillway::PlanSearch &search,
-                const spillway::PlanSpace &space) {
-  spillwayc::PlanReport r;
+                const spillway::PlanSpace &space, spillwayc::PlanReport &r) {
   r.summary = search.summary;
   r.totals = search.totals;
   r.choice = search.choice;
@@ -564,13 +564,14 @@ int planAndSchedule(OwningOpRef<ModuleOp> &module,
   const bool offload = planOptions.offload;
   std::string error;
   std::optional<spillway::PlanSearch> search;
+  spillwayc::PlanReport reported;
   if (planSpace) {
     note("partitioning the step into layers for the plan");
     search = spillway::searchPlans(*module, planOptions, *planSpace, error);
     if (!search)
       return error.empty() ? 1 : fail(error);
     note("searching the plans");
-    if (int rc = writeReport(*search, *planSpace))
+    if (int rc = writeReport(*search, *planSpace, reported))
       return rc;
     // An offload plan for an executable: the planner's exact arenas decide
     // what fits (planOffload tries the ranked plans), not these estimates.
@@ -642,6 +643,14 @@ int planAndSchedule(OwningOpRef<ModuleOp> &module,
                        get(buffers, "ssd_bytes"), get(links, "ssd_read"),
                        get(links, "ssd_write"), get(links, "h2d"),
                        get(links, "d2h")));
+    // The report's SSD wear is the cost model's, before the swap's 4 KiB
+    // alignment; the executable's plan has the bytes it will write.
+    if (report && search)
+      spillwayc::printPlanSsdWear(
+          reported, uint64_t(get(links, "ssd_write")),
+          planned.plan.estimate ? planned.plan.estimate->iterationSec
+                                : reported.choice.best.iterationSec,
+          llvm::outs());
   } else if (scheduled) {
     spillway::ScheduleOptions s = spillway::residentSchedule(
         planOptions, search ? &search->choice.best : nullptr);
