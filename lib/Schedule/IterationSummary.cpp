@@ -12,6 +12,7 @@
 
 #include "spillway/Dialect/Train/IR/LayerTable.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
+#include "spillway/runtime/token_inputs.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -244,6 +245,26 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
       s.batchSize = 0;
       break;
     }
+  }
+
+  // The token input, by the executable's rule (tokens_per_step).
+  unsigned tokenArgs = 0;
+  for (BlockArgument arg : body.getArguments()) {
+    auto rt = dyn_cast<RankedTensorType>(arg.getType());
+    auto name = step.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                  kInputNameAttrName);
+    if (!rt || !rt.hasStaticShape() || rt.getRank() != 2 ||
+        !(rt.getElementType().isInteger(32) ||
+          rt.getElementType().isInteger(64)) ||
+        (name && spillway::token_inputs::label_name(name.getValue().str())))
+      continue;
+    ++tokenArgs;
+    t.tokensPerIteration = uint64_t(rt.getNumElements());
+    t.tokenInput = name ? name.getValue().str() : "";
+  }
+  if (tokenArgs != 1) {
+    t.tokensPerIteration = 0;
+    t.tokenInput.clear();
   }
 
   // Layer and phase of every op; values computed from the batch.

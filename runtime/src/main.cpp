@@ -460,7 +460,8 @@ int run(const Options &o, const char *argv0) {
   if (tiered && !o.stats_json.empty()) {
     try {
       write_file_atomic(o.stats_json,
-                        tiers_stats_json(ctx, secs, o.steps - start));
+                        tiers_stats_json(ctx, secs, o.steps - start,
+                                         tokens_per_step(ctx, data)));
     } catch (const Error &e) {
       fail("--stats-json: %s%s", e.what(),
            o.save.empty() ? ""
@@ -470,6 +471,12 @@ int run(const Options &o, const char *argv0) {
     }
     std::printf("wrote offload statistics to %s\n", o.stats_json.c_str());
   }
+  // Last, where a glance at the end of a run finds it: the swap drives'
+  // wear, measured.
+  if (tiered && o.steps > start)
+    if (std::string w = tiers_ssd_writes(ctx, tokens_per_step(ctx, data));
+        !w.empty())
+      std::printf("%s\n", w.c_str());
   tracing.write();
   return rc;
 }

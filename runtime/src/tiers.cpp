@@ -107,6 +107,7 @@ struct Tiers {
   uint64_t gpu_bytes = 0, host_bytes = 0, ssd_bytes = 0;
   std::string ssd_dirs;
   LinkBytes predicted;
+  bool predicted_given = false; // spw_declare_tiers had the plan's bytes
   double predicted_s = -1; // spw_declare_prediction; -1: none
   std::string predicted_bound;
   std::vector<Block> blocks;
@@ -748,6 +749,67 @@ std::string tiers_summary(const spw_ctx *ctx, double seconds, int64_t steps) {
   return s;
 }
 
+namespace {
+// The swap drives' wear: the SSD bytes the training steps wrote (those
+// tiers_count_steps counts), each step's against the plan's, and apart
+// the writes outside them (the start's scatter, validation steps, the
+// checkpoints' flushes of deferred updates), which no plan predicts.
+struct SsdWrites {
+  uint64_t bytes = 0, outside = 0;
+  size_t steps = 0;
+  bool as_planned = true;
+  double per_step() const { return steps ? double(bytes) / double(steps) : 0; }
+};
+
+SsdWrites ssd_writes(const Tiers &t) {
+  SsdWrites w;
+  w.steps = t.per_step.size();
+  for (const LinkBytes &b : t.per_step) {
+    w.bytes += b.ssd_write;
+    w.as_planned = w.as_planned && b.ssd_write == t.predicted.ssd_write;
+  }
+  const uint64_t all = t.store ? t.store->moved().ssd_write : w.bytes;
+  w.outside = all > w.bytes ? all - w.bytes : 0;
+  return w;
+}
+
+// Decimal units, as drives rate their endurance: "639 KB", "1.23 GB".
+std::string decimal_bytes(double b) {
+  static const char *const kUnits[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+  int u = 0;
+  while (b >= 999.5 && u < 5) {
+    b /= 1000;
+    ++u;
+  }
+  return format("%.3g %s", b, kUnits[u]);
+}
+} // namespace
+
+std::string tiers_ssd_writes(const spw_ctx *ctx, int64_t tokens_per_step) {
+  const Tiers &t = *ctx->tiers;
+  const SsdWrites w = ssd_writes(t);
+  if (w.steps == 0 || (w.bytes == 0 && t.predicted.ssd_write == 0))
+    return "";
+  std::string s = format("ssd writes: %s in %zu step%s (%s/step",
+                         decimal_bytes(double(w.bytes)).c_str(), w.steps,
+                         w.steps == 1 ? "" : "s",
+                         decimal_bytes(w.per_step()).c_str());
+  if (tokens_per_step > 0)
+    s += format(", %s/token",
+                decimal_bytes(w.per_step() / double(tokens_per_step)).c_str());
+  s += ")";
+  if (w.outside)
+    s += format(", and %s outside the training steps (the start, "
+                "validation, checkpoints)",
+                decimal_bytes(double(w.outside)).c_str());
+  if (t.predicted_given)
+    s += w.as_planned
+             ? std::string(", as planned")
+             : format(", NOT as planned (the plan writes %llu bytes per step)",
+                      (unsigned long long)t.predicted.ssd_write);
+  return s;
+}
+
 // Of a step's telemetry: time in tasks over the step, and the transfer
 // time compute did not wait for over the transfer time (1: nothing moved).
 static double busy_fraction(double busy_s, double seconds) {
@@ -796,7 +858,7 @@ static std::string links_json(const LinkBytes &b) {
 }
 
 std::string tiers_stats_json(const spw_ctx *ctx, double seconds,
-                             int64_t steps) {
+                             int64_t steps, int64_t tokens_per_step) {
   const Tiers &t = *ctx->tiers;
   std::string per;
   for (const LinkBytes &b : t.per_step)
@@ -825,6 +887,24 @@ std::string tiers_stats_json(const spw_ctx *ctx, double seconds,
           ? std::string("null")
           : format("{\"seconds_per_iteration\": %.6g, \"bound\": %s}",
                    t.predicted_s, json_string(t.predicted_bound).c_str());
+  const SsdWrites w = ssd_writes(t);
+  const bool per_token = tokens_per_step > 0 && w.steps > 0;
+  const std::string wear = format(
+      "{\"bytes\": %llu, \"steps\": %zu, \"bytes_per_step\": %.17g, "
+      "\"tokens_per_step\": %s, \"bytes_per_token\": %s, "
+      "\"planned_bytes_per_step\": %s, \"as_planned\": %s, "
+      "\"outside_steps_bytes\": %llu}",
+      (unsigned long long)w.bytes, w.steps, w.per_step(),
+      tokens_per_step > 0 ? format("%lld", (long long)tokens_per_step).c_str()
+                          : "null",
+      per_token
+          ? format("%.17g", w.per_step() / double(tokens_per_step)).c_str()
+          : "null",
+      t.predicted_given
+          ? format("%llu", (unsigned long long)t.predicted.ssd_write).c_str()
+          : "null",
+      !t.predicted_given ? "null" : w.as_planned ? "true" : "false",
+      (unsigned long long)w.outside);
   return format(
       "{\"schema\": \"spillway-stats-1\", \"steps\": %lld, "
       "\"seconds\": %.6f, \"seconds_per_iteration\": %.6f,\n"
@@ -835,7 +915,8 @@ std::string tiers_stats_json(const spw_ctx *ctx, double seconds,
       " \"peak_bytes\": {\"gpu\": %llu, \"host\": %llu, \"ssd\": %llu},\n"
       " \"planned_bytes\": {\"gpu\": %llu, \"host\": %llu, \"ssd\": %llu},\n"
       " \"io_wait_s\": %.6f, \"io_busy_s\": %.6f, \"overlap\": %.4f,\n"
-      " \"telemetry\": %s,\n \"telemetry_per_step\": [%s]}\n",
+      " \"telemetry\": %s,\n \"telemetry_per_step\": [%s],\n"
+      " \"ssd_writes\": %s}\n",
       (long long)steps, seconds, steps ? seconds / double(steps) : 0.0,
       prediction.c_str(), links_json(last).c_str(),
       links_json(t.predicted).c_str(), by_class.c_str(), per.c_str(),
@@ -844,7 +925,7 @@ std::string tiers_stats_json(const spw_ctx *ctx, double seconds,
       (unsigned long long)(t.swap ? t.store->usage(Tier::Ssd).peak : 0),
       (unsigned long long)t.gpu_bytes, (unsigned long long)t.host_bytes,
       (unsigned long long)t.ssd_bytes, t.wait_s, t.busy_s, overlap,
-      telemetry_json(all).c_str(), tel.c_str());
+      telemetry_json(all).c_str(), tel.c_str(), wear.c_str());
 }
 
 } // namespace spw
@@ -864,9 +945,11 @@ void spw_declare_tiers(spw_ctx *ctx, int64_t gpu_bytes, int64_t host_bytes,
     t->host_bytes = uint64_t(host_bytes);
     t->ssd_bytes = uint64_t(ssd_bytes);
     t->ssd_dirs = ssd_dirs ? ssd_dirs : "";
-    if (predicted)
+    if (predicted) {
       t->predicted = {uint64_t(predicted[0]), uint64_t(predicted[1]),
                       uint64_t(predicted[2]), uint64_t(predicted[3])};
+      t->predicted_given = true;
+    }
     ctx->tiers = std::move(t);
   });
 }

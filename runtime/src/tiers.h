@@ -100,10 +100,15 @@ std::string tiers_step_json(const spw_ctx *ctx);
 std::string tiers_describe(const spw_ctx *ctx);
 // The last line: measured against predicted time, bytes against the plan.
 std::string tiers_summary(const spw_ctx *ctx, double seconds, int64_t steps);
+// The run's very last line for a plan that writes to SSD: the training
+// steps' measured SSD write volume (the swap drives' wear), per step and,
+// with `tokens_per_step` > 0, per token, against the plan's; "" for a plan
+// without SSD writes (docs/runtime.md, "Offload").
+std::string tiers_ssd_writes(const spw_ctx *ctx, int64_t tokens_per_step);
 // --stats-json: predicted and measured bytes per link per iteration, peaks,
-// I/O wait and overlap (docs/runtime.md, "Offload").
+// I/O wait and overlap, the SSD writes (docs/runtime.md, "Offload").
 std::string tiers_stats_json(const spw_ctx *ctx, double seconds,
-                             int64_t steps);
+                             int64_t steps, int64_t tokens_per_step);
 
 // The CPU optimizer's hooks (host_optimizer.h). The plan's CPU optimizer
 // state, made at first use; null without a plan.

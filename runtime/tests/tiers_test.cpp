@@ -13,7 +13,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 namespace {
 
@@ -331,6 +333,64 @@ TEST(Tiers, ActivationsPutMoveTake) {
     EXPECT_EQ(back->as<float>()[i], float(i) * 1.25f);
   spw_drop(ctx.get(), SPW_BLOCK_ACTIVATIONS, 3, SPW_TIER_GPU);
   ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+}
+
+// The run's SSD wear line (tiers_ssd_writes): the training steps' SSD
+// bytes, per step and token, against the plan's. Each step here writes an
+// activation block of 24 bytes to SSD: one 4 KiB O_DIRECT write.
+TEST(Tiers, SsdWritesAreSummedAndComparedWithThePlan) {
+  std::string dir =
+      (std::filesystem::temp_directory_path() / "spw_wear_XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  for (int64_t planned : {4096, 8192}) {
+    auto ctx = context_with_param();
+    const int64_t predicted[4] = {0, planned, 0, 0};
+    spw_declare_tiers(ctx.get(), 4096, 8192, 8192, "", predicted);
+    spw_declare_activation(ctx.get(), 0, 24);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    spw::tiers_start(ctx.get(), {dir}, spw::storage::Backend::Threads);
+    const int64_t dims[] = {2, 3};
+    // No step yet: nothing to say.
+    EXPECT_EQ(spw::tiers_ssd_writes(ctx.get(), 6), "");
+    for (int step = 0; step < 3; ++step) {
+      spw::tiers_step_begin(ctx.get());
+      auto x = spw::make_tensor(SPW_F32, 2, dims, "x");
+      spw_put_activation(ctx.get(), 0, x.get(), 0);
+      spw_await(ctx.get(), spw_move(ctx.get(), SPW_BLOCK_ACTIVATIONS, 0,
+                                    SPW_TIER_GPU, SPW_TIER_HOST, 2, 0));
+      spw_drop(ctx.get(), SPW_BLOCK_ACTIVATIONS, 0, SPW_TIER_GPU);
+      spw_await(ctx.get(), spw_move(ctx.get(), SPW_BLOCK_ACTIVATIONS, 0,
+                                    SPW_TIER_HOST, SPW_TIER_SSD, 2, 0));
+      spw_drop(ctx.get(), SPW_BLOCK_ACTIVATIONS, 0, SPW_TIER_HOST);
+      spw_drop(ctx.get(), SPW_BLOCK_ACTIVATIONS, 0, SPW_TIER_SSD);
+      spw::tiers_step_end(ctx.get());
+      ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    }
+    // 3 x 4096 bytes; 4096 / 6 tokens = 683 bytes a token.
+    const std::string line = spw::tiers_ssd_writes(ctx.get(), 6);
+    if (planned == 4096)
+      EXPECT_EQ(line, "ssd writes: 12.3 KB in 3 steps (4.1 KB/step, 683 "
+                      "B/token), as planned");
+    else
+      EXPECT_EQ(line, "ssd writes: 12.3 KB in 3 steps (4.1 KB/step, 683 "
+                      "B/token), NOT as planned (the plan writes 8192 bytes "
+                      "per step)");
+    // Without a token input: per step only.
+    EXPECT_EQ(spw::tiers_ssd_writes(ctx.get(), 0).rfind(
+                  "ssd writes: 12.3 KB in 3 steps (4.1 KB/step), ", 0),
+              0u);
+    const std::string json = spw::tiers_stats_json(ctx.get(), 1.0, 3, 6);
+    EXPECT_NE(json.find("\"ssd_writes\": {\"bytes\": 12288, \"steps\": 3, "
+                        "\"bytes_per_step\": 4096, \"tokens_per_step\": 6, "
+                        "\"bytes_per_token\": 682.66666666666663, "
+                        "\"planned_bytes_per_step\": " +
+                        std::to_string(planned) + ", \"as_planned\": " +
+                        (planned == 4096 ? "true" : "false") +
+                        ", \"outside_steps_bytes\": 0}"),
+              std::string::npos)
+        << json;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // A layer's parameters and AdamW state split at the same element (their

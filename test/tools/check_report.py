@@ -2,7 +2,7 @@
 internal consistency (report.test).
 
   check_report.py REPORT.json [--param-bytes-of MODEL.onnx]
-                              [--fewer-h2d-than OTHER.json]
+                              [--fewer-h2d-than OTHER.json] [--offload]
 """
 import argparse
 import json
@@ -42,15 +42,42 @@ def check_plan(name, p, budgets):
     assert p["fits"] == fits, (name, p["peak_bytes"], budgets)
 
 
+def check_wear(r):
+    """ssd_wear: the chosen plan's SSD writes, per token / sample, and the
+    lifetime TBW / (bytes per iteration per SSD / predicted seconds)."""
+    w, c = r["ssd_wear"], r["chosen"]
+    for key in ("bytes_per_iteration", "tokens_per_iteration", "token_input",
+                "bytes_per_token", "samples_per_iteration", "bytes_per_sample",
+                "ssds", "tbw", "lifetime_s"):
+        assert key in w, f"ssd_wear: missing '{key}'"
+    b = w["bytes_per_iteration"]
+    assert b == c["bytes_per_iteration"]["ssd_write"], (w, c)
+    if w["tokens_per_iteration"] is None:
+        assert w["bytes_per_token"] is None, w
+    else:
+        assert abs(w["bytes_per_token"] - b / w["tokens_per_iteration"]) <= 1e-9 * max(b, 1), w
+    if w["samples_per_iteration"] is not None:
+        assert w["samples_per_iteration"] == r["summary"]["batch"], w
+        assert abs(w["bytes_per_sample"] - b / w["samples_per_iteration"]) <= 1e-9 * max(b, 1), w
+    assert w["ssds"] == len(r["budgets"]["ssd_paths"]), w
+    if w["tbw"] is None or b == 0:
+        assert w["lifetime_s"] is None, w
+    else:
+        expect = w["tbw"] * 1e12 / (b / w["ssds"] / c["predicted_iteration_s"])
+        assert abs(w["lifetime_s"] - expect) <= 1e-9 * expect, (w, expect)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("report")
     ap.add_argument("--param-bytes-of")
     ap.add_argument("--fewer-h2d-than")
+    ap.add_argument("--offload", action="store_true",
+                    help="the report of an offload plan (planning_only false)")
     args = ap.parse_args()
     r = json.load(open(args.report))
     assert r["schema"] == "spillway-report-1"
-    assert r["planning_only"] is True
+    assert r["planning_only"] is not args.offload
     s = r["summary"]
     layers = s["layers"]
     assert layers, "no layers"
@@ -72,6 +99,7 @@ def main():
         assert s["unread_param_bytes"] == 0
     for name in ("chosen", "baseline"):
         check_plan(name, r[name], r["budgets"])
+    check_wear(r)
     b = r["baseline"]
     assert b["order"] == "horizontal" and b["overlap_optimizer"] == 0, b
     if args.fewer_h2d_than:

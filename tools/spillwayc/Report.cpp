@@ -57,6 +57,94 @@ StateBytes stateBytes(const IterationSummary &s) {
   return b;
 }
 
+/// A plan's SSD wear (docs/cost-model.md, "SSD wear"): its bytes written
+/// per iteration, per trained token (or sample), and with --ssd-tbw how
+/// long the drives last writing them at the predicted speed.
+struct SsdWear {
+  double bytesPerIteration = 0;
+  double iterationSec = 0; ///< predicted
+  uint64_t tokens = 0;  ///< per iteration (0: no token input)
+  uint64_t samples = 0; ///< per iteration (0: unknown)
+  size_t drives = 0;    ///< the plan's SSDs, the writes striped over them
+  std::optional<double> tbw;
+  /// Seconds until each drive has written its rated TBW; none without
+  /// --ssd-tbw, writes or a predicted time.
+  std::optional<double> lifetimeSec;
+  double perToken() const { return bytesPerIteration / double(tokens); }
+  double perSample() const { return bytesPerIteration / double(samples); }
+};
+
+SsdWear ssdWear(const spillwayc::PlanReport &r, double bytes,
+                double iterationSec) {
+  SsdWear w;
+  w.bytesPerIteration = bytes;
+  w.iterationSec = iterationSec;
+  w.tokens = r.totals.tokensPerIteration;
+  w.samples = r.summary.batchSize;
+  w.drives = r.profile.ssds.size();
+  w.tbw = r.ssdTbw;
+  if (w.tbw && bytes > 0 && iterationSec > 0 && w.drives)
+    w.lifetimeSec = *w.tbw * 1e12 / (bytes / double(w.drives) / iterationSec);
+  return w;
+}
+
+/// The chosen plan's: the cost model's bytes.
+SsdWear chosenWear(const spillwayc::PlanReport &r) {
+  const CostEstimate &e = r.choice.best;
+  return ssdWear(r, e.valid ? e.bytes.ssdWrite : 0, e.iterationSec);
+}
+
+/// "<head>: N bytes written per iteration<note>, X per trained token
+/// (...)" and the lifetime line.
+void printWear(const spillwayc::PlanReport &r, const SsdWear &w,
+               const char *head, const char *note, llvm::raw_ostream &os) {
+  os << head << ": " << roundBytes(w.bytesPerIteration)
+     << " bytes written per iteration" << note << ", ";
+  if (w.tokens)
+    os << llvm::format("%.6g", w.perToken()) << " per trained token ("
+       << w.tokens << " tokens per iteration: the elements of input '"
+       << r.totals.tokenInput << "')\n";
+  else if (w.samples)
+    os << llvm::format("%.6g", w.perSample()) << " per sample (batch "
+       << w.samples << "; the step has no integer [B, S] token input)\n";
+  else
+    os << "per token unknown (no integer [B, S] token input, no batch)\n";
+  if (!w.tbw) {
+    os << "  give --ssd-tbw TB (the drive's rated endurance) for its "
+          "lifetime at the predicted speed\n";
+    return;
+  }
+  if (!w.lifetimeSec) {
+    os << "  drive lifetime: unknown (no predicted iteration time)\n";
+    return;
+  }
+  const double days = *w.lifetimeSec / 86400;
+  os << "  drive lifetime: " << llvm::format("%.4g", days) << " days";
+  if (days >= 365.25)
+    os << " (" << llvm::format("%.4g", days / 365.25) << " years)";
+  os << " until " << (w.drives > 1 ? "each SSD" : "the SSD")
+     << " has written its --ssd-tbw " << llvm::format("%g", *w.tbw)
+     << " TB, at the predicted " << llvm::formatv("{0:e3}", w.iterationSec)
+     << " s per iteration";
+  if (w.drives > 1)
+    os << " with the writes striped over its " << w.drives << " SSDs";
+  os << ", training 24/7\n";
+}
+
+void printSsdWear(const spillwayc::PlanReport &r, llvm::raw_ostream &os) {
+  if (!r.choice.best.valid)
+    return;
+  const SsdWear w = chosenWear(r);
+  if (w.bytesPerIteration <= 0) {
+    // Said only where it answers a question: SSDs to wear, or a rating.
+    if (w.drives || w.tbw)
+      os << "ssd wear: the chosen plan writes nothing to SSD\n";
+    return;
+  }
+  printWear(r, w, "ssd wear (chosen plan)",
+            " (before each transfer's rounding to 4 KiB)", os);
+}
+
 llvm::json::Value budgetValue(uint64_t b, bool unlimited) {
   if (unlimited)
     return nullptr;
@@ -131,6 +219,16 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
                           r.choice.baseline->iterationSec /
                               r.choice.best.iterationSec);
   }
+  printSsdWear(r, os);
+}
+
+void spillwayc::printPlanSsdWear(const PlanReport &r, uint64_t planBytes,
+                                 double iterationSec, llvm::raw_ostream &os) {
+  if (planBytes == 0)
+    return;
+  printWear(r, ssdWear(r, double(planBytes), iterationSec),
+            "ssd wear (the executable's plan)",
+            " (each transfer rounded up to 4 KiB, as the swap writes it)", os);
 }
 
 std::string spillwayc::reportToJSON(const PlanReport &r) {
@@ -198,6 +296,28 @@ std::string spillwayc::reportToJSON(const PlanReport &r) {
              {"foam_level", r.foamLevel >= 0 ? json::Value(r.foamLevel)
                                              : json::Value(nullptr)},
              {"foam_folded", std::move(names)}};
+       }()},
+      {"ssd_wear",
+       [&] {
+         const SsdWear w = chosenWear(r);
+         auto orNull = [](bool known, double v) {
+           return known ? json::Value(v) : json::Value(nullptr);
+         };
+         return json::Object{
+             {"bytes_per_iteration", roundBytes(w.bytesPerIteration)},
+             {"tokens_per_iteration",
+              w.tokens ? json::Value(int64_t(w.tokens)) : json::Value(nullptr)},
+             {"token_input",
+              w.tokens ? json::Value(r.totals.tokenInput) : json::Value(nullptr)},
+             {"bytes_per_token", orNull(w.tokens, w.tokens ? w.perToken() : 0)},
+             {"samples_per_iteration",
+              w.samples ? json::Value(int64_t(w.samples)) : json::Value(nullptr)},
+             {"bytes_per_sample",
+              orNull(w.samples, w.samples ? w.perSample() : 0)},
+             {"ssds", int64_t(w.drives)},
+             {"tbw", orNull(bool(w.tbw), w.tbw.value_or(0))},
+             {"lifetime_s",
+              orNull(bool(w.lifetimeSec), w.lifetimeSec.value_or(0))}};
        }()},
       {"candidates_tried", int64_t(r.choice.candidatesTried)},
       {"chosen", parsed(r.choice.best)},

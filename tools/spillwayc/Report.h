@@ -6,6 +6,7 @@
 #include "spillway/Schedule/IterationSummary.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,10 +28,19 @@ struct PlanReport {
   /// The parameters FOAM folds (train.foam), in module order, and its level.
   std::vector<std::string> foamParams;
   int64_t foamLevel = -1;
+  /// --ssd-tbw: the SSDs' rated endurance in terabytes written (10^12
+  /// bytes), for the drive lifetime at the predicted speed.
+  std::optional<double> ssdTbw;
 };
 
 /// The human-readable report (stdout of --report).
 void printReport(const PlanReport &r, llvm::raw_ostream &os);
+/// After the report, for an offload plan's executable: the SSD bytes its
+/// plan writes per iteration (`planBytes`, each transfer rounded up to
+/// 4 KiB as the swap writes it), per token and with --ssd-tbw the drive
+/// lifetime at `iterationSec`; nothing when it writes none.
+void printPlanSsdWear(const PlanReport &r, uint64_t planBytes,
+                      double iterationSec, llvm::raw_ostream &os);
 /// The same as JSON (--report-json): `chosen` and `baseline` as
 /// estimateToJSON writes them, plus the summary, budgets and profile.
 std::string reportToJSON(const PlanReport &r);

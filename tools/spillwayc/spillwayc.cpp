@@ -213,7 +213,10 @@ cl::opt<bool> report(
     cl::desc("Plan the iteration with the cost model and print, for the "
              "chosen plan and the horizontal baseline, the predicted "
              "iteration time, its bound, bytes per link per iteration and "
-             "peak memory per tier. The executable follows a placement only "
+             "peak memory per tier, and for a plan that writes to SSD its "
+             "bytes written per iteration and per trained token (SSD wear; "
+             "--ssd-tbw adds the drive's lifetime). The executable follows "
+             "a placement only "
              "with --place, --gpu-mem or --host-mem (an offload plan). "
              "Without -o nothing is compiled"),
     cl::cat(category));
@@ -228,6 +231,14 @@ cl::opt<std::string> reportJson(
     cl::desc("Write the report as JSON (bytes_per_iteration, peak_bytes per "
              "tier, for the chosen plan and the baseline)"),
     cl::value_desc("FILE"), cl::cat(category));
+cl::opt<std::string> ssdTbwText(
+    "ssd-tbw",
+    cl::desc("With --report / --report-json: the SSDs' rated endurance in "
+             "terabytes written (TBW, 10^12 bytes, e.g. 600). The report "
+             "adds how long each drive lasts writing the chosen plan's SSD "
+             "bytes at its predicted speed, training 24/7 (the bytes per "
+             "iteration and per trained token are reported without it)"),
+    cl::value_desc("TB"), cl::cat(category));
 cl::opt<unsigned> microbatches(
     "microbatches",
     cl::desc("Micro-batches per iteration (must divide the batch). The "
@@ -295,7 +306,7 @@ cl::opt<bool> printPipeline(
 
 // The numeric flags' values, parsed by parseNumberFlags().
 double lr, beta1, beta2, eps, weightDecay, foamAlpha, probeSeconds,
-    overlapOptimizer;
+    overlapOptimizer, ssdTbw;
 
 namespace hp = spillway::hyperparams;
 // Not optimizer hyper-parameters, but checked by the same strict parser.
@@ -305,6 +316,10 @@ constexpr hp::Range kOverlapOptimizer{"", "--overlap-optimizer", 0.0, 1.0,
 // an unbounded one (inf, 1e300) would never end.
 constexpr hp::Range kProbeSeconds{"", "--probe-seconds", 0.0, 60.0, true,
                                   false, /*float32=*/false};
+
+// A rating past a zettabyte is a typo, not a drive.
+constexpr hp::Range kSsdTbw{"", "--ssd-tbw", 0.0, 1e9, true, false,
+                            /*float32=*/false};
 
 /// Parses every numeric flag given as text; the first error's message, or
 /// "" when all are valid.
@@ -322,6 +337,11 @@ std::string parseNumberFlags() {
   for (const auto &[range, text, value] : flags)
     if (std::string e = hp::parse_flag(*range, *text, *value); !e.empty())
       return e;
+  if (ssdTbwText.getNumOccurrences())
+    if (std::string e = hp::parse_flag(kSsdTbw, ssdTbwText, ssdTbw);
+        !e.empty())
+      return e + " (the SSD's rated endurance in terabytes written, from its "
+                 "data sheet, e.g. 600)";
   return {};
 }
 
@@ -444,10 +464,10 @@ bool readBudget(cl::opt<std::string> &flag, const char *name,
   return bool(bytes);
 }
 
-/// --report and --report-json for the plans `search` ranked.
+/// --report and --report-json for the plans `search` ranked; `r` is the
+/// report as written.
 int writeReport(const spillway::PlanSearch &search,
-                const spillway::PlanSpace &space) {
-  spillwayc::PlanReport r;
+                const spillway::PlanSpace &space, spillwayc::PlanReport &r) {
   r.summary = search.summary;
   r.totals = search.totals;
   r.choice = search.choice;
@@ -459,6 +479,8 @@ int writeReport(const spillway::PlanSearch &search,
   r.budgets = space.budgets;
   r.ssdUnlimited = space.ssdUnlimited;
   r.offloadPlan = offloadRequested();
+  if (ssdTbwText.getNumOccurrences())
+    r.ssdTbw = ssdTbw;
   if (report)
     spillwayc::printReport(r, llvm::outs());
   if (!reportJson.empty()) {
@@ -542,13 +564,14 @@ int planAndSchedule(OwningOpRef<ModuleOp> &module,
   const bool offload = planOptions.offload;
   std::string error;
   std::optional<spillway::PlanSearch> search;
+  spillwayc::PlanReport reported;
   if (planSpace) {
     note("partitioning the step into layers for the plan");
     search = spillway::searchPlans(*module, planOptions, *planSpace, error);
     if (!search)
       return error.empty() ? 1 : fail(error);
     note("searching the plans");
-    if (int rc = writeReport(*search, *planSpace))
+    if (int rc = writeReport(*search, *planSpace, reported))
       return rc;
     // An offload plan for an executable: the planner's exact arenas decide
     // what fits (planOffload tries the ranked plans), not these estimates.
@@ -620,6 +643,14 @@ int planAndSchedule(OwningOpRef<ModuleOp> &module,
                        get(buffers, "ssd_bytes"), get(links, "ssd_read"),
                        get(links, "ssd_write"), get(links, "h2d"),
                        get(links, "d2h")));
+    // The report's SSD wear is the cost model's, before the swap's 4 KiB
+    // alignment; the executable's plan has the bytes it will write.
+    if (report && search)
+      spillwayc::printPlanSsdWear(
+          reported, uint64_t(get(links, "ssd_write")),
+          planned.plan.estimate ? planned.plan.estimate->iterationSec
+                                : reported.choice.best.iterationSec,
+          llvm::outs());
   } else if (scheduled) {
     spillway::ScheduleOptions s = spillway::residentSchedule(
         planOptions, search ? &search->choice.best : nullptr);
@@ -675,9 +706,12 @@ static int compilerMain(int argc, char **argv) {
       "cost model and report it. --overlap-optimizer F also shapes the "
       "executable: the\nupdate of the first F of each layer's parameters runs "
       "just before the layer's next\nforward, the rest right after its "
-      "gradient, with the weights of ordinary training.\n\n"
+      "gradient, with the weights of ordinary training. A plan that "
+      "writes to SSD reports\nits bytes written per iteration and per "
+      "trained token; --ssd-tbw TB (the drive's\nrated endurance) adds the "
+      "drive's lifetime at the predicted speed.\n\n"
       "  spillwayc model.onnx --hw profiles/cpu-ci.json --report --gpu-mem 1G "
-      "--host-mem 8G\n\n"
+      "--host-mem 8G [--ssd-tbw 600]\n\n"
       "Offload (docs/compiler.md, \"Offload\"): --place CLASS=TIER,..., "
       "--gpu-mem and --host-mem\nwith -o give the executable a plan that "
       "keeps parameters, optimizer state and\ngradients on GPU, pinned host "
@@ -743,6 +777,9 @@ static int compilerMain(int argc, char **argv) {
                   "--host-mem for an executable that follows an offload "
                   "plan");
   }
+  if (ssdTbwText.getNumOccurrences() && !planning)
+    return fail("--ssd-tbw rates the SSDs for the report's drive lifetime: "
+                "give --report or --report-json with it");
   if (outputPath.empty() && !planning)
     return fail("no output given: -o EXE");
   if (copyWeights && (outputPath.empty() || outputPath == "-"))

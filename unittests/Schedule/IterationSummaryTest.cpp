@@ -290,6 +290,52 @@ TEST_F(SummaryTest, FoamFoldsTheWeightMatricesState) {
   }
 }
 
+// The tokens of an iteration: the elements of the one integer [B, S]
+// argument not named as labels (the executable's rule, token_inputs.h);
+// none when two such arguments leave it ambiguous.
+const char *kTokens = R"mlir(
+module {
+  train.param @wte : tensor<10x4xf32> at 0
+  func.func @lm(%ids: tensor<2x3xi64> {train.name = "input_ids"},
+                %labels: tensor<2x3xi64> {train.name = "Labels"}) -> tensor<f32> {
+    %e = train.param_value @wte : tensor<10x4xf32>
+    %x = train.gather %e, %ids : tensor<10x4xf32>, tensor<2x3xi64> -> tensor<2x3x4xf32>
+    %t = train.tanh %x : tensor<2x3x4xf32>
+    %r = train.reshape %t : tensor<2x3x4xf32> -> tensor<6x4xf32>
+    %et = train.transpose %e, [1, 0] : tensor<10x4xf32> -> tensor<4x10xf32>
+    %logits = train.matmul %r, %et : tensor<6x4xf32>, tensor<4x10xf32> -> tensor<6x10xf32>
+    %y = train.reshape %labels : tensor<2x3xi64> -> tensor<6xi64>
+    %l = train.softmax_cross_entropy_loss %logits, %y : tensor<6x10xf32>, tensor<6xi64>
+    return %l : tensor<f32>
+  }
+}
+)mlir";
+
+TEST_F(SummaryTest, TokensAreTheTokenInputsElements) {
+  auto m = step(kTokens);
+  ASSERT_TRUE(m);
+  std::string error;
+  SummaryTotals totals;
+  ASSERT_TRUE(summarizeIteration(*m, error, &totals)) << error;
+  EXPECT_EQ(totals.tokensPerIteration, 6u);
+  EXPECT_EQ(totals.tokenInput, "input_ids");
+
+  // Renamed, the labels are a second token input: no telling which.
+  std::string text = kTokens;
+  text.replace(text.find("\"Labels\""), 8, "\"ids2\"");
+  auto two = step(text.c_str());
+  ASSERT_TRUE(two);
+  ASSERT_TRUE(summarizeIteration(*two, error, &totals)) << error;
+  EXPECT_EQ(totals.tokensPerIteration, 0u);
+  EXPECT_EQ(totals.tokenInput, "");
+
+  // A float-input model has no tokens.
+  auto mlp = step(kTwoLayer);
+  ASSERT_TRUE(mlp);
+  ASSERT_TRUE(summarizeIteration(*mlp, error, &totals)) << error;
+  EXPECT_EQ(totals.tokensPerIteration, 0u);
+}
+
 TEST_F(SummaryTest, UnpartitionedIsAnError) {
   auto m = parse(kTwoLayer);
   ASSERT_TRUE(m);

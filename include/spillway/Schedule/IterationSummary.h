@@ -26,6 +26,12 @@ struct SummaryTotals {
   uint64_t unreadParamBytes = 0; ///< parameters the step never reads (no layer)
   uint64_t numParams = 0;        ///< elements of every train.param
   unsigned numLayers = 0;
+  /// Tokens one iteration trains: the elements of the step's token input
+  /// (its one integer [B, S] argument not named as labels,
+  /// spillway/runtime/token_inputs.h: the executable's rule too); 0 when
+  /// the step has none or several.
+  uint64_t tokensPerIteration = 0;
+  std::string tokenInput; ///< that argument's train.name ("" unnamed)
 };
 
 /// FLOPs of one op of the step, whole batch, by the table in

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "driver/driver.h"
+#include "spillway/runtime/token_inputs.h"
 
 #include <algorithm>
 #include <cctype>
@@ -40,17 +41,10 @@ std::string lower(std::string s) {
   return s;
 }
 
-// Labels named as Hugging Face names them hold the same tokens as the
-// token input (the model shifts); targets named as nanoGPT names them hold
-// the next tokens.
-bool same_label_name(const std::string &n) {
-  const std::string l = lower(n);
-  return l == "labels" || l == "label";
-}
-bool shifted_label_name(const std::string &n) {
-  const std::string l = lower(n);
-  return l == "targets" || l == "target" || l == "y";
-}
+// Which input is the token input and which the labels:
+// spillway/runtime/token_inputs.h, shared with spillwayc's report.
+using spillway::token_inputs::same_label_name;
+using spillway::token_inputs::shifted_label_name;
 
 bool token_dtype(int32_t d) { return d == SPW_I64 || d == SPW_I32; }
 
