@@ -268,7 +268,9 @@ cl::opt<std::string> overlapOptimizerText(
              "each layer's parameter elements just before the layer's next "
              "forward and the rest as soon as its gradient is complete, with "
              "the same weights as ordinary training (default 0); the plan "
-             "fixes F (default: searched over 0, 0.25, 0.5, 0.75, 1)"),
+             "fixes F (default: searched over 0, 0.25, 0.5, 0.75, 1). With "
+             "--grad-clip every update waits for the norm after the last "
+             "backward, and only the deferred F moves"),
     cl::value_desc("F"), cl::cat(category));
 cl::opt<std::string> gpuMem(
     "gpu-mem",

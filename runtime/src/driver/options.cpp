@@ -125,9 +125,8 @@ const char kUsage[] =
     "A forward-only model runs --steps steps (default: the largest batch\n"
     "count B among its inputs) without a loss; the training flags (--lr,\n"
     "--beta1, --beta2, --eps, --weight-decay, --foam-alpha, --grad-clip,\n"
-    "--save,\n"
-    "--log-json, --check-gradients, the checkpoint, data and schedule\n"
-    "flags) are usage errors for it.\n"
+    "--save, --log-json, --check-gradients, the checkpoint, data and\n"
+    "schedule flags) are usage errors for it.\n"
     "\n"
     "Exit status: 0 success, 1 runtime or data error, 2 usage error.\n";
 
