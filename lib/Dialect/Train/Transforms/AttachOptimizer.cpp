@@ -145,19 +145,13 @@ struct TrainAttachOptimizerPass
       }
     }
 
-    if (!(gradClip >= 0)) {
+    if (!hp::in_range(hp::kGradClip, gradClip)) {
       module.emitError("train-attach-optimizer: invalid grad-clip ")
-          << gradClip << ": expected "
-          << hp::expected(hp::kGradClip) << " (0: off)";
+          << gradClip << ": expected " << hp::expected(hp::kGradClip)
+          << " (0: off)";
       return signalPassFailure();
     }
     if (gradClip > 0) {
-      if (!hp::in_range(hp::kGradClip, gradClip)) {
-        module.emitError("train-attach-optimizer: invalid grad-clip ")
-            << gradClip << ": expected " << hp::expected(hp::kGradClip)
-            << " (0: off)";
-        return signalPassFailure();
-      }
       if (std::string why = hp::float32_problem(hp::kGradClip, gradClip);
           !why.empty()) {
         module.emitError("train-attach-optimizer: invalid grad-clip ")
