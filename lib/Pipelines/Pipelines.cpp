@@ -37,6 +37,7 @@ void spillway::populateTrainingPipeline(OpPassManager &pm,
   opt.weightDecay = options.weightDecay;
   opt.foamLevel = options.foamLevel;
   opt.foamAlpha = options.foamAlpha;
+  opt.gradClip = options.gradClip;
   pm.addPass(train::createTrainAttachOptimizerPass(opt));
 }
 
@@ -196,6 +197,10 @@ struct TrainingPipelineCLOptions
   Option<double> foamAlpha{*this, "foam-alpha",
                            llvm::cl::desc("FOAM update scale"),
                            llvm::cl::init(kTrainingDefaults.foamAlpha)};
+  Option<double> gradClip{
+      *this, "grad-clip",
+      llvm::cl::desc("Global gradient-norm clipping's max_norm (0: off)"),
+      llvm::cl::init(kTrainingDefaults.gradClip)};
 };
 
 /// `spillway-lower-to-runtime`'s options (spillwayc --target, --precision).
@@ -226,6 +231,7 @@ void spillway::registerPipelines() {
         options.weightDecay = o.weightDecay;
         options.foamLevel = o.foamLevel;
         options.foamAlpha = o.foamAlpha;
+        options.gradClip = o.gradClip;
         populateTrainingPipeline(pm, options);
       });
   PassPipelineRegistration<LowerToRuntimeCLOptions>(

@@ -272,6 +272,10 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
     // layer's M micro-batches (snake). It hides behind the backward work of
     // the layers below the last one; the rest is exposed.
     double hide = bwdHide / rate / (c.order == Order::Horizontal ? M : 1);
+    // Gradient clipping: every update waits for the norm, after the last
+    // backward, so none of it hides behind the backward.
+    if (s.gradClip)
+      hide = 0;
     e.exposedOptimizerSec = std::max(0.0, (1 - F) * e.cpuOptimizerSec - hide);
   }
   const double resources[] = {e.computeSec, e.pcieSec, e.ssdSec,

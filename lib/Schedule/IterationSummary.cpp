@@ -134,6 +134,7 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
   // The train dialect computes in f32 and keeps f32 parameters: they are
   // their own master weights.
   s.compute = Precision::FP32;
+  module.walk([&](ClipGradNormOp) { s.gradClip = true; });
   const LayerTable &layers = **table;
   const size_t L = layers.size();
   s.layers.resize(L);

@@ -52,7 +52,15 @@ AdamWHparams effective_adamw(const spw_ctx *ctx, const AdamWHparams &call) {
   if (o.beta2) h.beta2 = *o.beta2;
   if (o.eps) h.eps = *o.eps;
   if (o.weight_decay) h.weight_decay = *o.weight_decay;
+  if (ctx->grad_clip.declared && ctx->grad_clip.step == ctx->step)
+    h.grad_scale = double(ctx->grad_clip.scale);
   return h;
+}
+
+double effective_grad_clip(const spw_ctx *ctx) {
+  if (!ctx->grad_clip.declared)
+    return 0;
+  return ctx->overrides.grad_clip.value_or(ctx->grad_clip.max_norm);
 }
 
 void allocate_declared(spw_ctx *ctx, bool skip_plan_params) {
@@ -226,6 +234,15 @@ void spw_declare_adamw(spw_ctx *ctx, double lr, double beta1, double beta2,
                        double eps, double weight_decay) {
   guarded(ctx, "spw_declare_adamw", [&] {
     ctx->declared_adamw = AdamWHparams{lr, beta1, beta2, eps, weight_decay};
+  });
+}
+
+void spw_declare_grad_clip(spw_ctx *ctx, double max_norm) {
+  guarded(ctx, "spw_declare_grad_clip", [&] {
+    if (!(max_norm > 0 && max_norm <= 1e30))
+      fail("max_norm %g: expected a positive finite number", max_norm);
+    ctx->grad_clip.declared = true;
+    ctx->grad_clip.max_norm = max_norm;
   });
 }
 

@@ -32,6 +32,10 @@ namespace spw {
 
 struct AdamWHparams {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
+  // Gradient clipping's coefficient for the step (spw_clip_grad_norm), a
+  // float32 value: the kernels multiply each gradient element by it, as
+  // torch's clip_grad_norm_ multiplies the gradients before AdamW. 1: none.
+  double grad_scale = 1.0;
 };
 
 // An AdamW update of elements [begin, end) of a parameter, deferred by
@@ -119,6 +123,16 @@ struct OutputInfo {
 struct AdamWOverrides {
   std::optional<double> lr, beta1, beta2, eps, weight_decay;
   std::optional<double> foam_alpha; // FOAM's alpha (--foam-alpha)
+  std::optional<double> grad_clip;  // --grad-clip (0: off)
+};
+
+// Global gradient-norm clipping (spw_declare_grad_clip, spw_clip_grad_norm).
+struct GradClip {
+  bool declared = false;  // the step computes the norm before its updates
+  double max_norm = 0;    // the compile-time value
+  int64_t step = 0;       // the step whose norm was computed last
+  double norm = 0;        // that step's total norm (before clipping)
+  float scale = 1.0f;     // and its coefficient, min(1, max / (norm + 1e-6))
 };
 
 } // namespace spw
@@ -131,6 +145,7 @@ struct spw_ctx {
   std::vector<spw::OutputInfo> outputs; // non-empty: a forward-only model
   std::optional<spw::AdamWHparams> declared_adamw;
   spw::AdamWOverrides overrides;
+  spw::GradClip grad_clip;
   std::shared_ptr<spw::Tiers> tiers; // set by spw_declare_tiers
   // Bytes the step's tensors may take on the device beside the plan's GPU
   // arena (spw_declare_step_arena); -1: no bound declared.
@@ -221,8 +236,12 @@ void foam_kernel(float *w, float *m, float *v, const float *g, int64_t rows,
 void run_on_device(spw_ctx *ctx, Op op, KernelEntry host,
                    spw_tensor *const *ins, spw_tensor *const *outs,
                    const int64_t *iattrs, const double *fattrs);
-// The AdamW hyper-parameters in effect for a call with these defaults.
+// The AdamW hyper-parameters in effect for a call with these defaults (and
+// the step's clip coefficient, once its norm is computed).
 AdamWHparams effective_adamw(const spw_ctx *ctx, const AdamWHparams &call);
+// The max_norm gradient clipping uses: --grad-clip, else the compiled
+// value; 0 when the model has no clipping or it is turned off.
+double effective_grad_clip(const spw_ctx *ctx);
 
 // Runs an entry point's body unless the context already failed; turns a
 // thrown spw::Error into the context's error, prefixed with `what`.

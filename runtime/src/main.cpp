@@ -180,6 +180,15 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
                   std::optional(alpha));
     line += "; AdamW on the rest";
   }
+  if (ctx->grad_clip.declared) {
+    const double clip = effective_grad_clip(ctx);
+    line += clip > 0 ? format("\n  gradient clipping: global norm, max_norm "
+                              "%g",
+                              clip)
+                     : std::string("\n  gradient clipping: off");
+    if (f.grad_clip)
+      line += format(" (flag; compiled %g)", ctx->grad_clip.max_norm);
+  }
   std::printf("%s\n", line.c_str());
   if (!o.check_gradients && (o.cosine || o.warmup))
     std::printf("  lr schedule: %s\n", lr_schedule_string(o, hp.lr).c_str());
@@ -206,6 +215,11 @@ int run(const Options &o, const char *argv0) {
     throw UsageError("--outputs is for forward-only models (spillwayc "
                      "--forward); this executable trains a model with a loss");
   ctx->evaluate_only = forward; // never update parameters
+  if (o.adamw.grad_clip && !ctx->grad_clip.declared)
+    throw UsageError("--grad-clip: this executable was compiled without "
+                     "gradient clipping, whose norm is a barrier the plan "
+                     "must hold (every update after the last gradient): "
+                     "recompile with spillwayc --grad-clip F");
   if (o.adamw.foam_alpha && foam_string(ctx).empty())
     throw UsageError("--foam-alpha: this executable folds no parameter "
                      "(compiled with --optimizer adamw, or a model with no "

@@ -59,6 +59,13 @@ ParamInfo &checked_param(spw_ctx *ctx, int32_t param, bool foam = false) {
   if (ctx->step < 1)
     fail("parameter '%s': optimizer step %lld (steps count from 1)",
          p.name.c_str(), (long long)ctx->step);
+  // Gradient clipping is a barrier: every update of the step follows the
+  // norm of all its gradients.
+  if (ctx->grad_clip.declared && ctx->grad_clip.step != ctx->step)
+    fail("parameter '%s' is updated at step %lld before the step's gradient "
+         "norm is computed (spw_clip_grad_norm): gradient clipping needs "
+         "every update after the last gradient",
+         p.name.c_str(), (long long)ctx->step);
   return p;
 }
 
@@ -114,28 +121,32 @@ namespace {
 // The float32 constants of one AdamW step.
 struct AdamWStep {
   float decay, w1, b2, w2, bc2_sqrt, eps, neg_step;
+  float scale; // gradient clipping's coefficient (Scaled variants)
 };
 
 // Elements [0, n) of one AdamW step, torch's operations in torch's order.
 // Decays and Lerp are hoisted out of the loop so that it vectorizes; each
 // element's float32 operations are the same in every clone (no FMA:
 // -ffp-contract=off), so the bits are those of a scalar loop.
-template <bool Decays, bool SmallLerp>
+// Scaled: the gradient element is first multiplied by the clip coefficient
+// (torch's clip_grad_norm_ multiplies the gradients in place, in float32).
+template <bool Decays, bool SmallLerp, bool Scaled>
 __attribute__((always_inline)) inline void
 adamw_elements(float *__restrict w, float *__restrict m, float *__restrict v,
                const float *__restrict g, int64_t n, AdamWStep c) {
   for (int64_t i = 0; i < n; ++i) {
+    const float gi = Scaled ? g[i] * c.scale : g[i];
     float wi = w[i];
     if constexpr (Decays)
       wi = wi * c.decay;
     // torch's lerp: m + w*(g-m) for weight < 0.5, else g - (g-m)*(1-w).
     float mi;
     if constexpr (SmallLerp)
-      mi = m[i] + c.w1 * (g[i] - m[i]);
+      mi = m[i] + c.w1 * (gi - m[i]);
     else
-      mi = g[i] - (g[i] - m[i]) * (1.0f - c.w1);
+      mi = gi - (gi - m[i]) * (1.0f - c.w1);
     float vi = v[i] * c.b2;
-    vi = vi + c.w2 * g[i] * g[i];
+    vi = vi + c.w2 * gi * gi;
     const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
     m[i] = mi;
     v[i] = vi;
@@ -144,16 +155,20 @@ adamw_elements(float *__restrict w, float *__restrict m, float *__restrict v,
 }
 
 // One clone set per variant (clang's target_clones takes no templates).
-#define SPW_ADAMW_VARIANT(name, decays, small)                                 \
+#define SPW_ADAMW_VARIANT(name, decays, small, scaled)                         \
   __attribute__((target_clones("avx512f", "avx2", "default"))) void name(      \
       float *__restrict w, float *__restrict m, float *__restrict v,           \
       const float *__restrict g, int64_t n, AdamWStep c) {                     \
-    adamw_elements<decays, small>(w, m, v, g, n, c);                           \
+    adamw_elements<decays, small, scaled>(w, m, v, g, n, c);                   \
   }
-SPW_ADAMW_VARIANT(adamw_decay_small, true, true)
-SPW_ADAMW_VARIANT(adamw_decay_large, true, false)
-SPW_ADAMW_VARIANT(adamw_small, false, true)
-SPW_ADAMW_VARIANT(adamw_large, false, false)
+SPW_ADAMW_VARIANT(adamw_decay_small, true, true, false)
+SPW_ADAMW_VARIANT(adamw_decay_large, true, false, false)
+SPW_ADAMW_VARIANT(adamw_small, false, true, false)
+SPW_ADAMW_VARIANT(adamw_large, false, false, false)
+SPW_ADAMW_VARIANT(adamw_decay_small_scaled, true, true, true)
+SPW_ADAMW_VARIANT(adamw_decay_large_scaled, true, false, true)
+SPW_ADAMW_VARIANT(adamw_small_scaled, false, true, true)
+SPW_ADAMW_VARIANT(adamw_large_scaled, false, false, true)
 #undef SPW_ADAMW_VARIANT
 
 } // namespace
@@ -172,9 +187,15 @@ void adamw_kernel(float *w, float *m, float *v, const float *g, int64_t n,
   c.bc2_sqrt = float(std::sqrt(bc2));
   c.eps = float(h.eps);
   c.neg_step = float(-(h.lr / bc1));
+  c.scale = float(h.grad_scale);
   const bool decays = h.weight_decay != 0.0, small = c.w1 < 0.5f;
-  auto run = decays ? (small ? adamw_decay_small : adamw_decay_large)
-                    : (small ? adamw_small : adamw_large);
+  // A coefficient of 1 changes no gradient (x * 1 == x): the plain loop.
+  auto run = c.scale != 1.0f
+                 ? (decays ? (small ? adamw_decay_small_scaled
+                                    : adamw_decay_large_scaled)
+                           : (small ? adamw_small_scaled : adamw_large_scaled))
+                 : (decays ? (small ? adamw_decay_small : adamw_decay_large)
+                           : (small ? adamw_small : adamw_large));
   // Elements are independent: any cut gives the same bits (the optimizer
   // overlap's ranges rely on it too). 64 Ki elements per chunk at least.
   cpu::parallel_for(n, int64_t(1) << 16, [&](int64_t lo, int64_t hi) {
@@ -507,6 +528,90 @@ extern "C" void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad,
   });
 }
 
+namespace {
+
+// Sum of the squares of n float32 values, in double: fixed blocks of 64 Ki
+// elements summed in order, so the bits depend on nothing but the values.
+double sum_of_squares(const float *g, int64_t n) {
+  constexpr int64_t kBlock = int64_t(1) << 16;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> part(size_t(blocks), 0.0);
+  cpu::parallel_for(blocks, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; ++b) {
+      const int64_t e = std::min(n, (b + 1) * kBlock);
+      double acc = 0;
+      for (int64_t i = b * kBlock; i < e; ++i)
+        acc += double(g[i]) * double(g[i]);
+      part[size_t(b)] = acc;
+    }
+  });
+  double total = 0;
+  for (double x : part)
+    total += x;
+  return total;
+}
+
+} // namespace
+
+extern "C" spw_tensor *spw_clip_grad_norm(spw_ctx *ctx, int32_t n,
+                                          spw_tensor *const *grads,
+                                          double max_norm) {
+  if (!ctx)
+    return nullptr;
+  spw_tensor *out = &ctx->dummy;
+  guarded(ctx, "spw_clip_grad_norm", [&] {
+    if (!ctx->grad_clip.declared)
+      fail("the model computes a gradient norm but declared no gradient "
+           "clipping (spw_declare_grad_clip)");
+    if (n < 0 || (n > 0 && !grads))
+      fail("%d gradients", n);
+    const int64_t dims[1] = {0};
+    out = alloc_step_tensor(ctx, SPW_F32, 0, dims, "the gradient clip "
+                                                   "coefficient");
+    float scale = 1.0f;
+    if (!ctx->evaluate_only) {
+      const double limit = ctx->overrides.grad_clip.value_or(max_norm);
+      double norm = 0;
+      if (limit > 0) {
+        // torch's foreach path: the 2-norm of the per-tensor 2-norms, each
+        // a float32 as torch's are.
+        double sum = 0;
+        std::vector<float> host;
+        for (int32_t i = 0; i < n; ++i) {
+          const spw_tensor *g = grads[i];
+          if (!g || g->dtype != SPW_F32)
+            fail("gradient %d is not a float32 tensor", i);
+          const float *data = g->as<float>();
+          if (g->on_device && !ctx->device->host_visible()) {
+            host.resize(size_t(g->numel));
+            read_tensor(ctx, *g, host.data());
+            data = host.data();
+          }
+          const float ni = float(std::sqrt(sum_of_squares(data, g->numel)));
+          sum += double(ni) * double(ni);
+        }
+        const float total = float(std::sqrt(sum));
+        norm = double(total);
+        // clip_coef = max_norm / (total_norm + 1e-6), as torch evaluates it
+        // (Tensor.__rtruediv__: the reciprocal, then the product), clamped
+        // to at most 1.
+        const float coef = (1.0f / (total + 1e-6f)) * float(limit);
+        scale = std::isfinite(coef) ? std::min(coef, 1.0f) : 1.0f;
+      }
+      // A non-finite norm (a non-finite gradient) leaves the coefficient 1:
+      // the updates then find the gradient and report it.
+      ctx->grad_clip.step = ctx->step;
+      ctx->grad_clip.norm = limit > 0 ? norm : NAN;
+      ctx->grad_clip.scale = scale;
+    }
+    if (ctx->device->host_visible())
+      *out->as<float>() = scale;
+    else
+      ctx->device->upload(out->data, &scale, sizeof scale);
+  });
+  return out;
+}
+
 extern "C" void spw_foam(spw_ctx *ctx, int32_t param, spw_tensor *grad,
                          double lr, double beta1, double beta2, double eps,
                          double weight_decay, double alpha) {
@@ -518,6 +623,11 @@ extern "C" void spw_foam(spw_ctx *ctx, int32_t param, spw_tensor *grad,
     ParamInfo &p = checked_param(ctx, param, /*foam=*/true);
     AdamWHparams h = effective_adamw(
         ctx, AdamWHparams{lr, beta1, beta2, eps, weight_decay});
+    if (h.grad_scale != 1.0)
+      fail("parameter '%s': FOAM updates do not take gradient clipping's "
+           "coefficient (compile without --grad-clip or with --optimizer "
+           "adamw)",
+           p.name.c_str());
     const double a = ctx->overrides.foam_alpha.value_or(alpha);
     if (on_device) {
       const float *g;

@@ -157,8 +157,10 @@ std::unique_ptr<spw_ctx> cpu_context(const std::vector<int64_t> &dims,
 
 
 // AdamW: several tensors of awkward sizes in one multi-tensor launch, T
-// steps, against spw_adamw on each.
-void check_adamw(Report &r, uint64_t seed, double wd, double beta1) {
+// steps, against spw_adamw on each; `scale` != 1: with gradient clipping's
+// coefficient (the CPU context's step norm set to it).
+void check_adamw(Report &r, uint64_t seed, double wd, double beta1,
+                 float scale = 1.0f) {
   const std::vector<int64_t> sizes = {1, 3, 255, 256, 1023, 1025, 4096 + 17,
                                       70001};
   const double lr = 1e-3, beta2 = 0.999, eps = 1e-8;
@@ -194,14 +196,20 @@ void check_adamw(Report &r, uint64_t seed, double wd, double beta1) {
       ts.push_back({w[i]->data(), m[i]->data(), v[i]->data(), g[i]->data(),
                     sizes[i]});
       cpu[i]->step = t;
+      if (scale != 1.0f) {
+        cpu[i]->grad_clip.declared = true;
+        cpu[i]->grad_clip.step = t;
+        cpu[i]->grad_clip.scale = scale;
+      }
       auto grad = make_tensor(SPW_F32, 1, &sizes[i], "grad");
       std::memcpy(grad->data, grads[i][size_t(t - 1)].data(),
                   size_t(sizes[i]) * 4);
       spw_adamw(cpu[i].get(), 0, grad.get(), lr, beta1, beta2, eps, wd);
       check_ctx(cpu[i].get(), "spw_adamw");
     }
-    cuda::adamw_multi(ts, cuda::adamw_scalars(lr, beta1, beta2, eps, wd, t),
-                      scratch, nullptr);
+    cuda::adamw_multi(
+        ts, cuda::adamw_scalars(lr, beta1, beta2, eps, wd, t, double(scale)),
+        scratch, nullptr);
     SPW_CUDA(cudaDeviceSynchronize());
   }
   SPW_CUDA(cudaFree(scratch));
@@ -222,7 +230,11 @@ void check_adamw(Report &r, uint64_t seed, double wd, double beta1) {
              v[i]->guards_intact() && g[i]->guards_intact();
   }
   const std::string name =
-      format("adamw_multi (8 tensors, wd %g, beta1 %g)", wd, beta1);
+      scale != 1.0f ? format("adamw_multi (8 tensors, wd %g, beta1 %g, clip "
+                             "coefficient %g)",
+                             wd, beta1, double(scale))
+                    : format("adamw_multi (8 tensors, wd %g, beta1 %g)", wd,
+                             beta1);
   r.line(name, "weights", cw, guards);
   r.line(name, "m", cm, guards);
   r.line(name, "v", cv, guards);
@@ -505,6 +517,7 @@ int run(const Args &a) {
     check_adamw(r, 1, 0.01, 0.9);
     check_adamw(r, 2, 0.0, 0.9);
     check_adamw(r, 3, 0.1, 0.3); // beta1 < 0.5: lerp's other form
+    check_adamw(r, 4, 0.01, 0.9, 0.0421f); // gradient clipping's scale
     check_device_adamw(r);
     int seed = 10;
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 6},

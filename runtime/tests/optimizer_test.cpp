@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <tuple>
@@ -312,3 +314,172 @@ TEST(Foam, Errors) {
 }
 
 } // namespace
+
+// ---- gradient clipping (spw_declare_grad_clip, spw_clip_grad_norm) --------
+
+namespace {
+
+// Two parameters ("a" of 7 elements, "b" of 3), clipping declared with
+// `max_norm` unless it is 0.
+std::unique_ptr<spw_ctx> clip_context(double max_norm) {
+  auto ctx = context_with_param();
+  const int64_t dims[] = {3};
+  spw_declare_param(ctx.get(), "layer.b", SPW_F32, 1, dims, 28);
+  float *b = ctx->params[1].value->as<float>();
+  for (int i = 0; i < 3; ++i)
+    b[i] = 0.5f - 0.125f * float(i);
+  if (max_norm > 0)
+    spw_declare_grad_clip(ctx.get(), max_norm);
+  return ctx;
+}
+
+Tensor bias_grad_of_step(int t) {
+  return f32({3}, {0.2f * float(t), -0.7f, 0.05f * float(t % 3)});
+}
+
+// torch's clip_grad_norm_ by hand: the per-tensor norms as float32, the norm
+// of them, coefficient min(1, reciprocal(norm + 1e-6) * max_norm).
+std::pair<float, float> torch_norm_and_coef(const spw_tensor &a,
+                                            const spw_tensor &b,
+                                            double max_norm) {
+  auto norm = [](const spw_tensor &t) {
+    double s = 0;
+    for (int64_t i = 0; i < t.numel; ++i)
+      s += double(t.as<float>()[i]) * double(t.as<float>()[i]);
+    return float(std::sqrt(s));
+  };
+  const double na = norm(a), nb = norm(b);
+  const float total = float(std::sqrt(na * na + nb * nb));
+  const float coef = (1.0f / (total + 1e-6f)) * float(max_norm);
+  return {total, std::min(coef, 1.0f)};
+}
+
+Tensor scaled(const spw_tensor &g, float s) {
+  std::vector<float> v(size_t(g.numel));
+  for (int64_t i = 0; i < g.numel; ++i)
+    v[size_t(i)] = g.as<float>()[i] * s;
+  return f32(std::vector<int64_t>(g.dims, g.dims + g.rank), v);
+}
+
+} // namespace
+
+TEST(GradClip, UpdatesMatchTorchsPreScaledGradientsBitForBit) {
+  // 0.05 clips (the gradients' norm is about 1); 100 does not.
+  for (double max_norm : {0.05, 100.0}) {
+    auto clip = clip_context(max_norm);
+    auto ref = clip_context(0);
+    for (int t = 1; t <= 3; ++t) {
+      clip->step = ref->step = t;
+      auto ga = grad_of_step(t), gb = bias_grad_of_step(t);
+      spw_tensor *grads[] = {ga.get(), gb.get()};
+      spw_tensor *c = spw_clip_grad_norm(clip.get(), 2, grads, max_norm);
+      ASSERT_EQ(clip->error, "");
+      const auto [norm, coef] = torch_norm_and_coef(*ga, *gb, max_norm);
+      EXPECT_EQ(clip->grad_clip.norm, double(norm));
+      EXPECT_EQ(*c->as<float>(), coef);
+      EXPECT_EQ(coef < 1.0f, max_norm < 1);
+      spw_adamw(clip.get(), 0, ga.get(), kLr, kB1, kB2, kEps, kWd);
+      spw_adamw(clip.get(), 1, gb.get(), kLr, kB1, kB2, kEps, kWd);
+      auto sa = scaled(*ga, coef), sb = scaled(*gb, coef);
+      spw_adamw(ref.get(), 0, sa.get(), kLr, kB1, kB2, kEps, kWd);
+      spw_adamw(ref.get(), 1, sb.get(), kLr, kB1, kB2, kEps, kWd);
+      ASSERT_EQ(clip->error, "");
+      ASSERT_EQ(ref->error, "");
+    }
+    for (int p = 0; p < 2; ++p)
+      EXPECT_TRUE(same_bits(clip->params[size_t(p)].value->as<float>(),
+                            ref->params[size_t(p)].value->as<float>(),
+                            size_t(clip->params[size_t(p)].value->numel)))
+          << "max_norm " << max_norm << ", parameter " << p;
+  }
+}
+
+TEST(GradClip, DeferredUpdateKeepsItsStepsCoefficient) {
+  auto whole = clip_context(0.05);
+  auto split = clip_context(0.05);
+  for (int t = 1; t <= 3; ++t) {
+    whole->step = split->step = t;
+    auto ga = grad_of_step(t), gb = bias_grad_of_step(t);
+    spw_tensor *grads[] = {ga.get(), gb.get()};
+    spw_clip_grad_norm(whole.get(), 2, grads, 0.05);
+    spw_adamw(whole.get(), 0, ga.get(), kLr, kB1, kB2, kEps, kWd);
+    // The applied update is step t - 1's, with its coefficient, after this
+    // step computed another one.
+    spw_clip_grad_norm(split.get(), 2, grads, 0.05);
+    spw_adamw_apply_pending(split.get(), 0, 0, 3);
+    spw_adamw_defer(split.get(), 0, ga.get(), 0, 3, kLr, kB1, kB2, kEps, kWd);
+    spw_adamw_range(split.get(), 0, ga.get(), 3, 7, kLr, kB1, kB2, kEps, kWd);
+    ASSERT_EQ(split->error, "");
+  }
+  spw_adamw_flush(split.get());
+  ASSERT_EQ(split->error, "");
+  EXPECT_TRUE(same_bits(whole->params[0].value->as<float>(),
+                        split->params[0].value->as<float>(), 7));
+}
+
+TEST(GradClip, OverrideZeroTurnsItOff) {
+  auto ctx = clip_context(0.05);
+  auto ref = clip_context(0);
+  ctx->overrides.grad_clip = 0.0;
+  ctx->step = ref->step = 1;
+  auto ga = grad_of_step(1), gb = bias_grad_of_step(1);
+  spw_tensor *grads[] = {ga.get(), gb.get()};
+  spw_tensor *c = spw_clip_grad_norm(ctx.get(), 2, grads, 0.05);
+  EXPECT_EQ(*c->as<float>(), 1.0f);
+  EXPECT_TRUE(std::isnan(ctx->grad_clip.norm));
+  spw_adamw(ctx.get(), 0, ga.get(), kLr, kB1, kB2, kEps, kWd);
+  spw_adamw(ref.get(), 0, ga.get(), kLr, kB1, kB2, kEps, kWd);
+  ASSERT_EQ(ctx->error, "");
+  EXPECT_TRUE(same_bits(ctx->params[0].value->as<float>(),
+                        ref->params[0].value->as<float>(), 7));
+}
+
+TEST(GradClip, Errors) {
+  // An update before the step's norm breaks the barrier.
+  {
+    auto ctx = clip_context(1.0);
+    ctx->step = 1;
+    auto g = grad_of_step(1);
+    spw_adamw(ctx.get(), 0, g.get(), kLr, kB1, kB2, kEps, kWd);
+    EXPECT_NE(ctx->error.find("spw_adamw: parameter 'layer.w' is updated at "
+                              "step 1 before the step's gradient norm is "
+                              "computed (spw_clip_grad_norm)"),
+              std::string::npos)
+        << ctx->error;
+  }
+  // The norm of step 1 does not cover step 2's updates.
+  {
+    auto ctx = clip_context(1.0);
+    ctx->step = 1;
+    auto ga = grad_of_step(1), gb = bias_grad_of_step(1);
+    spw_tensor *grads[] = {ga.get(), gb.get()};
+    spw_clip_grad_norm(ctx.get(), 2, grads, 1.0);
+    ctx->step = 2;
+    spw_adamw_range(ctx.get(), 0, ga.get(), 0, 3, kLr, kB1, kB2, kEps, kWd);
+    EXPECT_NE(ctx->error.find("updated at step 2 before the step's gradient "
+                              "norm"),
+              std::string::npos)
+        << ctx->error;
+  }
+  // A norm in a model that declared no clipping.
+  {
+    auto ctx = clip_context(0);
+    ctx->step = 1;
+    auto g = grad_of_step(1);
+    spw_tensor *grads[] = {g.get()};
+    spw_clip_grad_norm(ctx.get(), 1, grads, 1.0);
+    EXPECT_NE(ctx->error.find("spw_clip_grad_norm: the model computes a "
+                              "gradient norm but declared no gradient "
+                              "clipping"),
+              std::string::npos)
+        << ctx->error;
+  }
+  {
+    auto ctx = spw::make_context();
+    spw_declare_grad_clip(ctx.get(), -1.0);
+    EXPECT_NE(ctx->error.find("spw_declare_grad_clip: max_norm -1: expected "
+                              "a positive finite number"),
+              std::string::npos)
+        << ctx->error;
+  }
+}

@@ -187,6 +187,12 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
       os << " " << p;
     os << "\n";
   }
+  if (s.gradClip)
+    os << "gradient clipping (--grad-clip): the global norm is a barrier "
+          "after the last backward; every update waits for it, so none "
+          "overlaps the backward (the exposed optimizer time counts all of "
+          "the update but the overlap's deferred part, which runs in the "
+          "next forward)\n";
   os << "layer: name params grads optimizer master activations working "
         "fwd_flops bwd_flops recompute_flops\n";
   for (auto [i, l] : llvm::enumerate(s.layers))
@@ -270,6 +276,7 @@ std::string spillwayc::reportToJSON(const PlanReport &r) {
                     {"param_bytes", int64_t(r.totals.paramBytes)},
                     {"unread_param_bytes", int64_t(r.totals.unreadParamBytes)},
                     {"num_params", int64_t(r.totals.numParams)},
+                    {"grad_clip", r.summary.gradClip},
                     {"layers", std::move(layers)}}},
       {"budgets",
        json::Object{{"gpu", budgetValue(r.budgets.gpuBytes, false)},

@@ -111,6 +111,16 @@ cl::opt<std::string> foamAlphaText("foam-alpha", cl::init("0.25"),
                                    "0.25; the executable's --foam-alpha "
                                    "overrides it)"),
                           cl::value_desc("A"), cl::cat(category));
+cl::opt<std::string> gradClipText(
+    "grad-clip", cl::init("0"),
+    cl::desc("Global gradient-norm clipping, as torch.nn.utils."
+             "clip_grad_norm_(params, F) before each AdamW step: the norm of "
+             "all gradients is a barrier every update follows (with "
+             "--overlap-optimizer only the deferred part overlaps, in the "
+             "next forward). F is the executable's default max_norm (its "
+             "--grad-clip overrides it); 0: off (default). Not with "
+             "--optimizer foam or an offload plan"),
+    cl::value_desc("F"), cl::cat(category));
 cl::opt<std::string> target(
     "target", cl::init("cpu"),
     cl::desc("Backend the executable runs on: cpu, or cuda (NVIDIA GPUs, "
@@ -269,7 +279,9 @@ cl::opt<std::string> overlapOptimizerText(
              "each layer's parameter elements just before the layer's next "
              "forward and the rest as soon as its gradient is complete, with "
              "the same weights as ordinary training (default 0); the plan "
-             "fixes F (default: searched over 0, 0.25, 0.5, 0.75, 1)"),
+             "fixes F (default: searched over 0, 0.25, 0.5, 0.75, 1). With "
+             "--grad-clip every update waits for the norm after the last "
+             "backward, and only the deferred F moves"),
     cl::value_desc("F"), cl::cat(category));
 cl::opt<std::string> gpuMem(
     "gpu-mem",
@@ -306,7 +318,7 @@ cl::opt<bool> printPipeline(
 
 // The numeric flags' values, parsed by parseNumberFlags().
 double lr, beta1, beta2, eps, weightDecay, foamAlpha, probeSeconds,
-    overlapOptimizer, ssdTbw;
+    overlapOptimizer, ssdTbw, gradClip;
 
 namespace hp = spillway::hyperparams;
 // Not optimizer hyper-parameters, but checked by the same strict parser.
@@ -333,7 +345,8 @@ std::string parseNumberFlags() {
                  {&hp::kFoamAlpha, &foamAlphaText, &foamAlpha},
                  {&kProbeSeconds, &probeSecondsText, &probeSeconds},
                  {&kOverlapOptimizer, &overlapOptimizerText,
-                  &overlapOptimizer}};
+                  &overlapOptimizer},
+                 {&hp::kGradClip, &gradClipText, &gradClip}};
   for (const auto &[range, text, value] : flags)
     if (std::string e = hp::parse_flag(*range, *text, *value); !e.empty())
       return e;
@@ -789,6 +802,9 @@ static int compilerMain(int argc, char **argv) {
                       overlapOptimizerText.getNumOccurrences()))
     return fail("--microbatches, --schedule and --overlap-optimizer shape a "
                 "training iteration; they do not apply to --forward");
+  if (forwardOnly && gradClipText.getNumOccurrences())
+    return fail("--grad-clip clips a training step's gradients; it does not "
+                "apply to --forward");
   if (optimizer != "adamw" && optimizer != "foam")
     return fail("--optimizer '" + optimizer +
                 "' is not one of adamw, foam");
@@ -810,6 +826,15 @@ static int compilerMain(int argc, char **argv) {
   if (optimizer != "foam" &&
       (foamLevel.getNumOccurrences() || foamAlphaText.getNumOccurrences()))
     return fail("--foam-level and --foam-alpha need --optimizer foam");
+  if (gradClip > 0 && optimizer == "foam")
+    return fail("--grad-clip with --optimizer foam: FOAM updates take no "
+                "clip coefficient; use --optimizer adamw, or no --grad-clip");
+  if (gradClip > 0 && offload)
+    return fail("--grad-clip with an offload plan (--place, --gpu-mem, "
+                "--host-mem): the plan's gradients stay in their blocks, so "
+                "no norm of all of them is computed before the updates; "
+                "clip an in-memory plan (with --microbatches, --schedule, "
+                "--overlap-optimizer), or drop --grad-clip");
   if (foamLevel < 0 || foamLevel > 16)
     return fail("--foam-level " + std::to_string(int64_t(foamLevel)) +
                 " is outside [0, 16]");
@@ -940,6 +965,7 @@ static int compilerMain(int argc, char **argv) {
   trainOptions.weightDecay = weightDecay;
   trainOptions.foamLevel = foamLevel;
   trainOptions.foamAlpha = foamAlpha;
+  trainOptions.gradClip = gradClip;
 
   {
     PassManager pm(&context);

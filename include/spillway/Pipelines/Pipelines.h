@@ -26,6 +26,9 @@ struct TrainingPipelineOptions {
   /// FOAM (optimizer "foam"): fold level and update scale.
   int64_t foamLevel = 2;
   double foamAlpha = 0.25;
+  /// Global gradient-norm clipping's max_norm (0: off): a barrier every
+  /// update of the step follows (train-attach-optimizer{grad-clip}).
+  double gradClip = 0;
 };
 
 /// Forward + loss in the train dialect -> one training step: fused patterns,

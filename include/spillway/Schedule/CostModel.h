@@ -55,6 +55,10 @@ struct IterationSummary {
   Precision compute = Precision::BF16; ///< which GPU rate applies
   /// Samples per iteration; a candidate's M must divide it (0: any M).
   uint64_t batchSize = 0;
+  /// Global gradient-norm clipping (train.clip_grad_norm): a barrier after
+  /// the last backward. No update runs inside the backward; only the
+  /// overlap's deferred part (in the next forward) hides.
+  bool gradClip = false;
 };
 
 enum class Order { Horizontal, Snake };

@@ -56,7 +56,8 @@ LogicalResult lower(Operation *op, OpBuilder &b) {
          task.getMb() ? int64_t(*task.getMb()) : -1});
     for (Operation &inner : task.getBlock().without_terminator())
       if (isa<func::CallOp, train::AdamWOp, train::AdamWDeferOp,
-              train::AdamWApplyPendingOp, train::FoamOp>(inner))
+              train::AdamWApplyPendingOp, train::FoamOp,
+              train::ClipGradNormOp>(inner))
         inner.setAttr(train::kTaskAttrName, which);
     SmallVector<Value> results =
         inlineBlock(task.getBlock(), task.getInputs(), task);

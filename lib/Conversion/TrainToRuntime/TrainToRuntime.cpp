@@ -419,6 +419,20 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
   if (foams.wasInterrupted())
     return failure();
 
+  // Gradient clipping: its barrier is in the plan, and --grad-clip may
+  // override its max_norm only then. (Walked on the module: a task holding
+  // only the norm is outlined.)
+  ClipGradNormOp clipOp;
+  step->getParentOfType<ModuleOp>().walk([&](ClipGradNormOp c) {
+    if (!clipOp)
+      clipOp = c;
+  });
+  if (clipOp) {
+    loc = clipOp.getLoc();
+    callRuntime("spw_declare_grad_clip", voidTy, {ptrTy, f64Ty},
+                {ctxArg, f64(clipOp.getMaxNorm().convertToDouble())});
+  }
+
   if (failed(emitTiers()))
     return failure();
 
@@ -697,6 +711,11 @@ LogicalResult RuntimeEmitter::emitBody(func::FuncOp func, Value slotsArg) {
             ParamGradOp, AdamWOp, AdamWDeferOp, AdamWApplyPendingOp, FoamOp>(
             op))
       continue;
+    if (isa<ClipGradNormOp>(op)) {
+      // Its gradients go through the inputs array.
+      numIns = std::max<int64_t>(numIns, op.getNumOperands());
+      continue;
+    }
     if (viewOps.count(&op))
       continue;
     if (isa<sched::SchedDialect>(op.getDialect())) {
@@ -721,7 +740,7 @@ LogicalResult RuntimeEmitter::emitBody(func::FuncOp func, Value slotsArg) {
   for (Operation &op : block)
     if (kernels.count(&op) ||
         isa<ConstantOp, func::CallOp, sched::GradientOp,
-            sched::TakeActivationOp>(op))
+            sched::TakeActivationOp, ClipGradNormOp>(op))
       for (Value r : op.getResults())
         releasable.insert(r);
   DenseMap<Value, Operation *> lastUse;
@@ -951,6 +970,20 @@ LogicalResult RuntimeEmitter::emitBody(func::FuncOp func, Value slotsArg) {
         return failure();
       callRuntime("spw_param_grad", voidTy, {ptrTy, i32Ty, ptrTy},
                   {ctxArg, i32(*index), handle(pg.getGrad())});
+      continue;
+    }
+    if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
+      // The updates that take the coefficient as `clip` run after it; the
+      // runtime applies the step's coefficient to them.
+      SmallVector<Value> grads;
+      for (Value g : clip.getGrads())
+        grads.push_back(handle(g));
+      storeArray(insArray, numIns, grads);
+      setHandle(clip.getCoef(),
+                callRuntime("spw_clip_grad_norm", ptrTy,
+                            {ptrTy, i32Ty, ptrTy, f64Ty},
+                            {ctxArg, i32(int32_t(grads.size())), insArray,
+                             f64(clip.getMaxNorm().convertToDouble())}));
       continue;
     }
     if (auto adam = dyn_cast<AdamWOp>(op)) {

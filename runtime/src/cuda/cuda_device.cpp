@@ -274,7 +274,7 @@ public:
     // Queued: one launch updates every parameter of a run of updates with
     // the same scalars (a step's AdamW calls, as generated code makes them).
     const AdamWScalars s = adamw_scalars(h.lr, h.beta1, h.beta2, h.eps,
-                                         h.weight_decay, step);
+                                         h.weight_decay, step, h.grad_scale);
     if (!pending_.empty() && !same_scalars(s, pending_scalars_))
       flush_adamw();
     pending_scalars_ = s;
@@ -375,7 +375,8 @@ private:
     // Field by field: the struct has padding memcmp would compare.
     return a.decay == b.decay && a.w1 == b.w1 && a.b2 == b.b2 &&
            a.w2 == b.w2 && a.bc2_sqrt == b.bc2_sqrt && a.eps == b.eps &&
-           a.neg_step == b.neg_step && a.decays == b.decays;
+           a.neg_step == b.neg_step && a.decays == b.decays &&
+           a.scale == b.scale && a.scaled == b.scaled;
   }
 
   int64_t planned_arena_bytes() const {

@@ -56,7 +56,7 @@ __global__ void adamw_multi_kernel(const TensorEntry *table, int count,
     const int64_t i = base + int64_t(k) * kThreads + threadIdx.x;
     if (i >= t.n)
       return;
-    const float g = t.g[i];
+    const float g = s.scaled ? mul(t.g[i], s.scale) : t.g[i];
     float w = t.w[i], m = t.m[i], v = t.v[i];
     if (s.decays)
       w = mul(w, s.decay);
@@ -111,7 +111,8 @@ __global__ void foam_kernel(float *w, float *m, float *v, const float *g,
 } // namespace
 
 AdamWScalars adamw_scalars(double lr, double beta1, double beta2, double eps,
-                           double weight_decay, int64_t step) {
+                           double weight_decay, int64_t step,
+                           double grad_scale) {
   const double t = double(step);
   const double bc1 = 1.0 - std::pow(beta1, t);
   const double bc2 = 1.0 - std::pow(beta2, t);
@@ -124,6 +125,8 @@ AdamWScalars adamw_scalars(double lr, double beta1, double beta2, double eps,
   s.eps = float(eps);
   s.neg_step = float(-(lr / bc1));
   s.decays = weight_decay != 0.0;
+  s.scale = float(grad_scale);
+  s.scaled = s.scale != 1.0f;
   return s;
 }
 

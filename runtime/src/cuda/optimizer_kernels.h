@@ -20,12 +20,15 @@ namespace spw::cuda {
 
 /// The step's AdamW scalars, computed on the host exactly as the CPU
 /// kernel computes them (double, then cast to float).
+/// `scale`: gradient clipping's coefficient, multiplied into each gradient
+/// element first when `scaled` (it is not 1).
 struct AdamWScalars {
-  float decay, w1, b2, w2, bc2_sqrt, eps, neg_step;
-  bool decays;
+  float decay, w1, b2, w2, bc2_sqrt, eps, neg_step, scale;
+  bool decays, scaled;
 };
 AdamWScalars adamw_scalars(double lr, double beta1, double beta2, double eps,
-                           double weight_decay, int64_t step);
+                           double weight_decay, int64_t step,
+                           double grad_scale = 1.0);
 
 /// One tensor of a multi-tensor AdamW update: n elements of the parameter
 /// w, its moments m and v, and its gradient g (all device pointers).

@@ -409,7 +409,12 @@ std::string Checkpointer::describe() const {
 }
 
 std::string Checkpointer::hparams() const {
-  return adamw_string(hp_) + foam_string(ctx_);
+  // Gradient clipping's max_norm shapes the trajectory as the rest do: a
+  // resume with another one warns.
+  std::string clip;
+  if (ctx_->grad_clip.declared)
+    clip = format(" grad_clip=%.17g", effective_grad_clip(ctx_));
+  return adamw_string(hp_) + foam_string(ctx_) + clip;
 }
 
 namespace {

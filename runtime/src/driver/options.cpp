@@ -45,6 +45,10 @@ const char kUsage[] =
     "                          --min-lr (default 0) over --steps, as nanoGPT\n"
     "    --warmup N            first N steps: lr * s / (N + 1) at step s\n"
     "    --min-lr F            where the cosine schedule ends\n"
+    "  --grad-clip F           global gradient-norm clipping's max_norm\n"
+    "                          (torch's clip_grad_norm_) for models compiled\n"
+    "                          with spillwayc --grad-clip (default: the\n"
+    "                          compiled value; 0: off)\n"
     "  --foam-alpha F          FOAM's update scale (models compiled with\n"
     "                          --optimizer foam; default: the compiled one)\n"
     "  --weights FILE          initial parameters: the raw weights spillwayc\n"
@@ -54,7 +58,8 @@ const char kUsage[] =
     "                          (default: <executable>.weights)\n"
     "  --save FILE             write the final parameters as .safetensors\n"
     "  --log-json FILE         one JSON object per step: step, loss, lr,\n"
-    "                          val_loss, tokens/s, FLOP/s, elapsed, ETA\n"
+    "                          grad_norm (with clipping), val_loss,\n"
+    "                          tokens/s, FLOP/s, elapsed, ETA\n"
     "  --print-every N         progress line every N steps (default steps/20)\n"
     "  --seed S                seed of --data's windows and of the element\n"
     "                          choice of --check-gradients (default 0)\n"
@@ -121,9 +126,9 @@ const char kUsage[] =
     "\n"
     "A forward-only model runs --steps steps (default: the largest batch\n"
     "count B among its inputs) without a loss; the training flags (--lr,\n"
-    "--beta1, --beta2, --eps, --weight-decay, --foam-alpha, --save,\n"
-    "--log-json, --check-gradients, the checkpoint, data and schedule\n"
-    "flags) are usage errors for it.\n"
+    "--beta1, --beta2, --eps, --weight-decay, --foam-alpha, --grad-clip,\n"
+    "--save, --log-json, --check-gradients, the checkpoint, data and\n"
+    "schedule flags) are usage errors for it.\n"
     "\n"
     "Exit status: 0 success, 1 runtime or data error, 2 usage error.\n";
 
@@ -248,7 +253,7 @@ Options parse_args(int argc, char **argv) {
         "--device-arena", "--loopback-delays", "--optimizer-threads", "--trace",
         "--kernels", "--threads", "--data", "--val-data", "--data-labels",
         "--eval-every", "--eval-batches", "--lr-schedule", "--warmup",
-        "--min-lr"};
+        "--min-lr", "--grad-clip"};
     if (std::find_if(std::begin(kValued), std::end(kValued),
                      [&](const char *f) { return flag == f; }) ==
         std::end(kValued))
@@ -263,7 +268,7 @@ Options parse_args(int argc, char **argv) {
         "--foam-alpha", "--save", "--log-json", "--checkpoint-dir",
         "--checkpoint-every", "--keep-checkpoints", "--data", "--val-data",
         "--data-labels", "--eval-every", "--eval-batches", "--lr-schedule",
-        "--warmup", "--min-lr"};
+        "--warmup", "--min-lr", "--grad-clip"};
     if (std::find_if(std::begin(kTraining), std::end(kTraining),
                      [&](const char *f) { return flag == f; }) !=
         std::end(kTraining))
@@ -305,6 +310,8 @@ Options parse_args(int argc, char **argv) {
     } else if (flag == "--foam-alpha") {
       o.adamw.foam_alpha =
           parse_hparam(spillway::hyperparams::kFoamAlpha, value);
+    } else if (flag == "--grad-clip") {
+      o.adamw.grad_clip = parse_hparam(spillway::hyperparams::kGradClip, value);
     } else if (flag == "--log-json") {
       o.log_json = path_value(flag, value);
     } else if (flag == "--save") {

@@ -576,6 +576,11 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
       warm = std::chrono::steady_clock::now();
     if (s == start + 1)
       first_loss = loss;
+    // Gradient clipping's total norm of this step, before clipping (what
+    // torch's clip_grad_norm_ returns); NaN when it was not computed.
+    const bool clipping = effective_grad_clip(ctx) > 0;
+    const double grad_norm =
+        clipping && ctx->grad_clip.step == s ? ctx->grad_clip.norm : NAN;
     // A failed log line is reported after the loss and weight checks (a
     // broken loss says more), with the weights of this step kept.
     std::string log_error;
@@ -584,6 +589,10 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
       std::string line = format("{\"step\": %lld, \"loss\": ", (long long)s);
       line += std::isfinite(loss) ? format("%.9g", double(loss)) : "null";
       line += format(", \"lr\": %.9g", lr);
+      if (clipping)
+        line += std::isfinite(grad_norm)
+                    ? format(", \"grad_norm\": %.9g", grad_norm)
+                    : std::string(", \"grad_norm\": null");
       if (eval)
         line += std::isfinite(val_loss)
                     ? format(", \"val_loss\": %.9g", val_loss)
@@ -665,6 +674,8 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
       std::string line = format("step %lld/%lld  loss %.6f  lr %.3e",
                                 (long long)s, (long long)o.steps,
                                 double(loss), lr);
+      if (clipping)
+        line += format("  grad_norm %.4g", grad_norm);
       if (tokens)
         line += format("  %s tok/s  %sFLOP/s", si(tok_s).c_str(),
                        si_prefix(6 * params * tok_s).c_str());

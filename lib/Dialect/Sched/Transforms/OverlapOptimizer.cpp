@@ -43,14 +43,13 @@ struct SchedOverlapOptimizerPass
   LogicalResult overlap(IterationOp iteration, const train::LayerTable &layers);
 };
 
-/// Builds the `train.adamw` or `train.adamw_defer` of `update`'s parameter
-/// over elements [begin, end) with its gradient and hyper-parameters.
-template <class OpTy>
-void createRangedUpdate(OpBuilder &b, train::AdamWOp update, int64_t begin,
-                        int64_t end) {
-  OpTy::create(b, update.getLoc(), update.getParamAttr(),
+/// Builds the `train.adamw_defer` of `update`'s parameter over elements
+/// [begin, end) with its gradient, clip coefficient and hyper-parameters.
+void createDeferredUpdate(OpBuilder &b, train::AdamWOp update, int64_t begin,
+                          int64_t end) {
+  train::AdamWDeferOp::create(b, update.getLoc(), update.getParamAttr(),
                          b.getI64IntegerAttr(begin), b.getI64IntegerAttr(end),
-                         update.getGrad(), update.getLrAttr(),
+                         update.getGrad(), update.getClip(), update.getLrAttr(),
                          update.getBeta1Attr(), update.getBeta2Attr(),
                          update.getEpsAttr(), update.getWeightDecayAttr());
 }
@@ -252,7 +251,7 @@ SchedOverlapOptimizerPass::overlap(IterationOp iteration,
         continue;
       ranges.push_back({p, d});
       b.setInsertionPoint(u);
-      createRangedUpdate<train::AdamWDeferOp>(b, u, 0, d);
+      createDeferredUpdate(b, u, 0, d);
       if (d < n) {
         u.setBeginAttr(b.getI64IntegerAttr(d));
         u.setEndAttr(b.getI64IntegerAttr(n));

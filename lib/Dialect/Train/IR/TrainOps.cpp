@@ -238,6 +238,20 @@ LogicalResult AdamWDeferOp::verify() {
                             getGrad().getType().getNumElements());
 }
 
+LogicalResult ClipGradNormOp::verify() {
+  namespace hp = spillway::hyperparams;
+  const double maxNorm = getMaxNorm().convertToDouble();
+  if (!hp::in_range(hp::kGradClip, maxNorm) || maxNorm == 0)
+    return emitOpError("max_norm must be positive and at most 1e6, not ")
+           << maxNorm;
+  if (std::string why = hp::float32_problem(hp::kGradClip, maxNorm);
+      !why.empty())
+    return emitOpError("max_norm ") << maxNorm << ": " << why;
+  if (getGrads().empty())
+    return emitOpError("needs the gradients of the updated parameters");
+  return success();
+}
+
 LogicalResult FoamOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return verifyParamUse(*this, getParamAttr(), getGrad().getType(),
                         symbolTable);

@@ -6,7 +6,9 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/STLExtras.h"
 
 #include <cmath>
 
@@ -143,6 +145,28 @@ struct TrainAttachOptimizerPass
       }
     }
 
+    if (!hp::in_range(hp::kGradClip, gradClip)) {
+      module.emitError("train-attach-optimizer: invalid grad-clip ")
+          << gradClip << ": expected " << hp::expected(hp::kGradClip)
+          << " (0: off)";
+      return signalPassFailure();
+    }
+    if (gradClip > 0) {
+      if (std::string why = hp::float32_problem(hp::kGradClip, gradClip);
+          !why.empty()) {
+        module.emitError("train-attach-optimizer: invalid grad-clip ")
+            << gradClip << ": " << why;
+        return signalPassFailure();
+      }
+      if (optimizer == "foam") {
+        module.emitError("train-attach-optimizer: grad-clip with "
+                         "optimizer=foam: FOAM updates take no clip "
+                         "coefficient (use optimizer=adamw, or no "
+                         "grad-clip)");
+        return signalPassFailure();
+      }
+    }
+
     SmallVector<ParamGradOp> grads;
     module.walk([&](ParamGradOp op) { grads.push_back(op); });
     if (grads.empty()) {
@@ -183,8 +207,42 @@ struct TrainAttachOptimizerPass
     }
     OpBuilder b(&getContext());
     auto f64 = [&](double v) { return b.getF64FloatAttr(v); };
+    // Gradient clipping: the norm after the last gradient, every update
+    // after it (where the last param_grad was, in their order).
+    Value clip;
+    Operation *after = nullptr;
+    if (gradClip > 0) {
+      if (!llvm::all_of(grads, [&](ParamGradOp g) {
+            return g->getBlock() == grads.front()->getBlock();
+          })) {
+        grads.front().emitOpError("train-attach-optimizer: grad-clip needs "
+                                  "every train.param_grad in one block");
+        return signalPassFailure();
+      }
+      ParamGradOp last = grads.front();
+      for (ParamGradOp g : grads)
+        if (last->isBeforeInBlock(g))
+          last = g;
+      // Declaration order, the order the runtime sums the norms in.
+      llvm::StringMap<unsigned> order;
+      for (ParamOp p : module.getOps<ParamOp>())
+        order.try_emplace(p.getSymName(), order.size());
+      SmallVector<ParamGradOp> byParam(grads);
+      llvm::stable_sort(byParam, [&](ParamGradOp x, ParamGradOp y) {
+        return order.lookup(x.getParam()) < order.lookup(y.getParam());
+      });
+      SmallVector<Value> values;
+      for (ParamGradOp g : byParam)
+        values.push_back(g.getGrad());
+      b.setInsertionPointAfter(last);
+      auto norm = ClipGradNormOp::create(b, last.getLoc(), values, gradClip);
+      clip = norm.getCoef();
+      after = norm;
+    }
     for (ParamGradOp grad : grads) {
       b.setInsertionPoint(grad);
+      if (after)
+        b.setInsertionPointAfter(after);
       if (folded.contains(grad.getParam())) {
         FoamOp::create(b, grad.getLoc(), grad.getParamAttr(), grad.getGrad(),
                        f64(lr), f64(beta1), f64(beta2), f64(eps),
@@ -193,10 +251,12 @@ struct TrainAttachOptimizerPass
         grad.erase();
         continue;
       }
-      AdamWOp::create(b, grad.getLoc(), grad.getParamAttr(), grad.getGrad(),
-                      f64(lr), f64(beta1), f64(beta2), f64(eps),
-                      f64(weightDecay), /*begin=*/IntegerAttr(),
-                      /*end=*/IntegerAttr());
+      auto update = AdamWOp::create(
+          b, grad.getLoc(), grad.getParamAttr(), grad.getGrad(), clip,
+          f64(lr), f64(beta1), f64(beta2), f64(eps), f64(weightDecay),
+          /*begin=*/IntegerAttr(), /*end=*/IntegerAttr());
+      if (after)
+        after = update;
       grad.erase();
     }
   }

@@ -29,9 +29,11 @@ namespace spillway::train {
 using namespace mlir;
 using namespace spillway::train;
 
-/// A parameter's gradient or its optimizer update: the `opt` phase.
+/// A parameter's gradient or its optimizer update: the `opt` phase; so is
+/// gradient clipping's norm, which every update reads (layer 0's opt task,
+/// the first in layer order: the updates of the other layers follow it).
 static bool isUpdate(Operation *op) {
-  return isOptimizerUpdate(op) || isa<ParamGradOp>(op);
+  return isOptimizerUpdate(op) || isa<ParamGradOp, ClipGradNormOp>(op);
 }
 
 namespace {
@@ -481,6 +483,8 @@ LogicalResult TrainPartitionLayersPass::partition(func::FuncOp func) {
   // reach: the one layer whose parameter updates an op feeds, or kMany.
   DenseMap<Operation *, int64_t> reach;
   auto ownerOfUpdate = [&](Operation *op) -> int64_t {
+    if (isa<ClipGradNormOp>(op))
+      return kNone;
     auto id = idOf(isOptimizerUpdate(op) ? getUpdatedParam(op)
                                            : cast<ParamGradOp>(op).getParam());
     return id && layerOf[*id] != ~0u ? int64_t(layerOf[*id]) : kNone;
@@ -495,6 +499,9 @@ LogicalResult TrainPartitionLayersPass::partition(func::FuncOp func) {
       continue;
     int64_t r = kNone;
     for (Operation *user : op->getUsers()) {
+      // The norm reads every gradient: it says nothing of whose they are.
+      if (isa<ClipGradNormOp>(user))
+        continue;
       if (isUpdate(user))
         merge(r, ownerOfUpdate(user));
       else if (reach.count(user))
@@ -507,7 +514,8 @@ LogicalResult TrainPartitionLayersPass::partition(func::FuncOp func) {
   auto updatesFed = [&](Operation *op) {
     int64_t r = kNone;
     for (Operation *user : op->getUsers())
-      merge(r, isUpdate(user) ? ownerOfUpdate(user) : kMany);
+      if (!isa<ClipGradNormOp>(user))
+        merge(r, isUpdate(user) ? ownerOfUpdate(user) : kMany);
     return r;
   };
   // A forward value a backward op reads was read or computed by the forward
@@ -616,7 +624,8 @@ LogicalResult TrainPartitionLayersPass::partition(func::FuncOp func) {
   for (Operation *op : ops)
     for (Value v : op->getOperands()) {
       Operation *d = defOf(v);
-      if (!d)
+      // The clip coefficient goes from layer 0's opt task to every update.
+      if (!d || isa<ClipGradNormOp>(d))
         continue;
       bool fwdEdge = isFwd(op) && isFwd(d);
       bool bwdEdge = !isFwd(op) && !isFwd(d);
@@ -634,7 +643,7 @@ LogicalResult TrainPartitionLayersPass::partition(func::FuncOp func) {
   //===--- Shared parameters: which layers' backward feed the update ---===//
   SmallVector<SmallVector<int64_t>> gradFrom(params.size());
   for (Operation *op : ops) {
-    if (!isUpdate(op))
+    if (!isUpdate(op) || isa<ClipGradNormOp>(op))
       continue;
     auto id = idOf(isOptimizerUpdate(op) ? getUpdatedParam(op)
                                            : cast<ParamGradOp>(op).getParam());

@@ -1,7 +1,7 @@
 //===- hyperparams.h - the optimizer hyper-parameters' valid ranges -------===//
 //
 // One definition of what --lr, --beta1, --beta2, --eps, --weight-decay,
-// --foam-alpha and --foam-level accept, shared by the training executable's
+// --foam-alpha, --foam-level and --grad-clip accept, shared by the training executable's
 // command line (runtime/src/main.cpp), spillwayc's and the verifier of the
 // train dialect's update ops, so a value one of them refuses none accepts.
 // NaN fails every check (every comparison with it is false, so each check
@@ -47,6 +47,10 @@ inline constexpr Range kWeightDecay{"weight_decay", "--weight-decay", 0.0,
 // A float32 kernel scales by alpha: below 1e-30 it would round towards 0.
 inline constexpr Range kFoamAlpha{"alpha", "--foam-alpha", 1e-30, 1e6, false,
                                   false};
+// Global gradient-norm clipping's max_norm (spillwayc and the executable's
+// --grad-clip): 0 is off; a float32 computes with it.
+inline constexpr Range kGradClip{"max_norm", "--grad-clip", 0.0, 1e6, false,
+                                 false};
 // FOAM folds blocks of 2^level elements (an integer).
 inline constexpr Range kFoamLevel{"level", "--foam-level", 0.0, 16.0, false,
                                   false, /*float32=*/false};

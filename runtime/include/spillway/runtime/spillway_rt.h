@@ -71,6 +71,12 @@ void spw_use_cuda(spw_ctx *ctx, int32_t precision);
 /* Compile-time optimizer defaults; the executable's flags override them. */
 void spw_declare_adamw(spw_ctx *ctx, double lr, double beta1, double beta2,
                        double eps, double weight_decay);
+/* Global gradient-norm clipping (spillwayc --grad-clip F): the step computes
+ * the gradients' norm (spw_clip_grad_norm) before its first update, and
+ * every AdamW update scales its gradient by the step's clip coefficient.
+ * `max_norm` is the compile-time value (the executable's --grad-clip
+ * overrides it; 0 turns clipping off). Declared once, before the step. */
+void spw_declare_grad_clip(spw_ctx *ctx, double max_norm);
 /* Parameter `param` (2-D, f32) is updated by FOAM (spw_foam) with state
  * folded in blocks of 2^level elements of each row: its m and v are rows x
  * ceil(cols / 2^level) each. `alpha` is the compile-time default (the
@@ -110,6 +116,16 @@ void spw_param_grad(spw_ctx *ctx, int32_t param, spw_tensor *grad);
  * given defaults, each overridden by the executable's flags when set. */
 void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad, double lr,
                double beta1, double beta2, double eps, double weight_decay);
+/* The barrier of gradient clipping (spw_declare_grad_clip): the n gradients
+ * are every updated parameter's of the step (micro-batch mean), complete.
+ * As torch.nn.utils.clip_grad_norm_(max_norm): norm = the 2-norm of the
+ * per-tensor 2-norms, coefficient = min(1, max_norm / (norm + 1e-6)) in
+ * float32 (max_norm the executable's --grad-clip when given). Returns a
+ * step tensor (f32 scalar) holding the coefficient; the step's AdamW
+ * updates that follow (spw_adamw, _range, _defer) multiply their gradient
+ * by it, and one that comes before it fails. The driver logs the norm. */
+spw_tensor *spw_clip_grad_norm(spw_ctx *ctx, int32_t n,
+                               spw_tensor *const *grads, double max_norm);
 /* Records the gradient like spw_param_grad, then (unless evaluating) applies
  * one FOAM update (blocked state folding, docs/runtime.md "FOAM") to a
  * parameter declared with spw_declare_foam; the AdamW hyper-parameter

@@ -21,6 +21,10 @@ def Train_NumTensor : RankedTensorOf<[F32, I64, I32]>;
 def Train_Tensor : RankedTensorOf<[F32, I64, I32, I1]>;
 def Train_BoolTensor : RankedTensorOf<[I1]>;
 def Train_ScalarF32 : 0DTensorOf<[F32]>;
+// gradient clipping's coefficient: tensor<f32>, implied in the assembly.
+def Train_ClipCoef : 0DTensorOf<[F32]> {
+  let builderCall = "::mlir::RankedTensorType::get({}, $_builder.getF32Type())";
+}
 
 // Ops whose result shape follows from operands and attributes implement
 // InferTypeOpInterface: builders need no result type and the verifier checks
@@ -83,6 +87,46 @@ def Train_ParamGradOp : Train_Op<"param_grad", [
   let assemblyFormat = "$param `,` $grad attr-dict `:` type($grad)";
 }
 
+def Train_ClipGradNormOp : Train_Op<"clip_grad_norm", [Pure]> {
+  let summary = "global gradient-norm clipping's coefficient, as torch's "
+                "clip_grad_norm_";
+  let description = [{
+    The barrier of global gradient-norm clipping (`spillwayc --grad-clip`,
+    `train-attach-optimizer{grad-clip=F}`): reads the complete gradient of
+    every updated parameter (in declaration order) and returns the float32
+    coefficient torch.nn.utils.clip_grad_norm_(params, max_norm) multiplies
+    them by:
+
+    ```
+    norm = sqrt(sum_i ||g_i||^2)        (the 2-norm of the per-tensor norms)
+    coef = min(1, max_norm / (norm + 1e-6))
+    ```
+
+    Every update of the step takes the coefficient as its `clip` operand
+    and multiplies its gradient by it first, so no update can run before
+    the last gradient is complete; schedule passes keep that order because
+    it is a data dependence. `max_norm` is the compile-time value; the
+    executable's `--grad-clip` overrides it (0 turns clipping off: the
+    coefficient is 1). The runtime (`spw_clip_grad_norm`) also logs the norm.
+
+    ```mlir
+    %c = train.clip_grad_norm %g0, %g1 {max_norm = 1.0 : f64}
+        : tensor<4x4xf32>, tensor<4xf32>
+    train.adamw @w, %g0 clip(%c) {...} : tensor<4x4xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Train_FloatTensor>:$grads, F64Attr:$max_norm);
+  let results = (outs Train_ClipCoef:$coef);
+  let assemblyFormat = "$grads attr-dict `:` type($grads)";
+  let hasVerifier = 1;
+  let builders = [OpBuilder<(ins "::mlir::ValueRange":$grads,
+                                 "double":$maxNorm), [{
+    build($_builder, $_state,
+          ::mlir::RankedTensorType::get({}, $_builder.getF32Type()), grads,
+          $_builder.getF64FloatAttr(maxNorm));
+  }]>];
+}
+
 def Train_AdamWOp : Train_Op<"adamw", [
     DeclareOpInterfaceMethods<SymbolUserOpInterface>,
     MemoryEffects<[MemRead, MemWrite]>]> {
@@ -110,14 +154,19 @@ def Train_AdamWOp : Train_Op<"adamw", [
     ```mlir
     train.adamw @w [4, 16), %g {lr = 1.0e-03 : f64, ...} : tensor<4x4xf32>
     ```
+
+    With `clip(%c)` (gradient clipping, `train.clip_grad_norm`) the gradient
+    is multiplied by the coefficient %c first.
   }];
   let arguments = (ins FlatSymbolRefAttr:$param, Train_FloatTensor:$grad,
+                       Optional<Train_ClipCoef>:$clip,
                        F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2,
                        F64Attr:$eps, F64Attr:$weight_decay,
                        OptionalAttr<I64Attr>:$begin,
                        OptionalAttr<I64Attr>:$end);
   let assemblyFormat = [{
-    $param (` ` `[` $begin^ `,` $end `)`)? `,` $grad attr-dict `:` type($grad)
+    $param (` ` `[` $begin^ `,` $end `)`)? `,` $grad (`clip` `(` $clip^ `)`)?
+    attr-dict `:` type($grad)
   }];
   let hasVerifier = 1;
 }
@@ -140,13 +189,18 @@ def Train_AdamWDeferOp : Train_Op<"adamw_defer", [
     ```mlir
     train.adamw_defer @w [0, 4), %g {lr = 1.0e-03 : f64, ...} : tensor<4x4xf32>
     ```
+
+    With `clip(%c)` the pending update keeps this step's clip coefficient
+    too.
   }];
   let arguments = (ins FlatSymbolRefAttr:$param, I64Attr:$begin,
                        I64Attr:$end, Train_FloatTensor:$grad,
+                       Optional<Train_ClipCoef>:$clip,
                        F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2,
                        F64Attr:$eps, F64Attr:$weight_decay);
   let assemblyFormat = [{
-    $param ` ` `[` $begin `,` $end `)` `,` $grad attr-dict `:` type($grad)
+    $param ` ` `[` $begin `,` $end `)` `,` $grad (`clip` `(` $clip^ `)`)?
+    attr-dict `:` type($grad)
   }];
   let hasVerifier = 1;
 }

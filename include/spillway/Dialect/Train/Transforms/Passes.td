@@ -103,6 +103,14 @@ def TrainAttachOptimizerPass : Pass<"train-attach-optimizer", "mlir::ModuleOp"> 
     executable may override the hyper-parameters (not the level) at run
     time.
 
+    With `grad-clip` F > 0 (global gradient-norm clipping, as
+    `torch.nn.utils.clip_grad_norm_(params, F)` before the optimizer step)
+    a `train.clip_grad_norm` of every gradient, in parameter declaration
+    order, goes after the last of them, and every update moves after it
+    (in its order) and takes its coefficient as `clip`: the norm is a
+    barrier no schedule can move an update across. FOAM takes no clip
+    coefficient: `grad-clip` with `optimizer=foam` is an error.
+
     Fails when the optimizer is unknown, when an option is out of range, or
     when the module declares parameters but holds no `train.param_grad`
     (run `train-autodiff` first). A module without any `train.param` is
@@ -120,7 +128,9 @@ def TrainAttachOptimizerPass : Pass<"train-attach-optimizer", "mlir::ModuleOp"> 
     Option<"foamLevel", "foam-level", "int64_t", "2",
            "FOAM: fold each row's state in blocks of 2^level elements">,
     Option<"foamAlpha", "foam-alpha", "double", "0.25",
-           "FOAM: scale of the folded update">
+           "FOAM: scale of the folded update">,
+    Option<"gradClip", "grad-clip", "double", "0",
+           "Global gradient-norm clipping's max_norm (0: off)">
   ];
   let dependentDialects = ["spillway::train::TrainDialect"];
 }
