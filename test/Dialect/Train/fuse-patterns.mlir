@@ -537,6 +537,60 @@ func.func @attention_gqa_llama(%q: tensor<1x4x4x2xf32>, %k: tensor<1x2x4x2xf32>,
   return %4 : tensor<1x4x4x2xf32>
 }
 
+// torch.onnx's dynamo default (the SDPA decomposition, GQA): Q and K^T each
+// scaled by sqrt(scale) (here 0.5 * 0.5 = 0.25), K^T as
+// reshape(transpose [0,2,1](reshape(K expanded -> [B*H, S, D]))), and the
+// softmax guarded by where(isnan(p), 0, p), IsNaN imported as
+// float(p == p) == 0. The fused op reads the unexpanded K and V.
+// CHECK-LABEL: func.func @attention_dynamo_sdpa_gqa
+// CHECK-SAME:    (%[[Q:.*]]: tensor<1x4x4x2xf32>, %[[K:.*]]: tensor<1x2x4x2xf32>, %[[V:.*]]: tensor<1x2x4x2xf32>)
+// CHECK-NEXT:    %[[Y:.*]] = train.attention %[[Q]], %[[K]], %[[V]] {scale = 2.500000e-01 : f64} : tensor<1x4x4x2xf32>, tensor<1x2x4x2xf32>, tensor<1x2x4x2xf32>
+// CHECK-NEXT:    return %[[Y]]
+func.func @attention_dynamo_sdpa_gqa(%q: tensor<1x4x4x2xf32>, %k: tensor<1x2x4x2xf32>, %v: tensor<1x2x4x2xf32>) -> tensor<1x4x4x2xf32> {
+  %half = train.constant dense<0.5> : tensor<f32>
+  %zero = train.constant dense<0.0> : tensor<f32>
+  %mask = train.constant dense<[[[[0.0, -3.40282347E+38, -3.40282347E+38, -3.40282347E+38],
+                                 [0.0, 0.0, -3.40282347E+38, -3.40282347E+38],
+                                 [0.0, 0.0, 0.0, -3.40282347E+38],
+                                 [0.0, 0.0, 0.0, 0.0]]]]> : tensor<1x1x4x4xf32>
+  %k0 = train.reshape %k : tensor<1x2x4x2xf32> -> tensor<1x2x1x4x2xf32>
+  %k1 = train.broadcast_to %k0 : tensor<1x2x1x4x2xf32> -> tensor<1x2x2x4x2xf32>
+  %v0 = train.reshape %v : tensor<1x2x4x2xf32> -> tensor<1x2x1x4x2xf32>
+  %v1 = train.broadcast_to %v0 : tensor<1x2x1x4x2xf32> -> tensor<1x2x2x4x2xf32>
+  %v2 = train.reshape %v1 : tensor<1x2x2x4x2xf32> -> tensor<1x4x4x2xf32>
+  %kf = train.reshape %k1 : tensor<1x2x2x4x2xf32> -> tensor<4x4x2xf32>
+  %kft = train.transpose %kf, [0, 2, 1] : tensor<4x4x2xf32> -> tensor<4x2x4xf32>
+  %kt = train.reshape %kft : tensor<4x2x4xf32> -> tensor<1x4x2x4xf32>
+  %qs = train.mul %q, %half : tensor<1x4x4x2xf32>, tensor<f32> -> tensor<1x4x4x2xf32>
+  %ks = train.mul %kt, %half : tensor<1x4x2x4xf32>, tensor<f32> -> tensor<1x4x2x4xf32>
+  %0 = train.matmul %qs, %ks : tensor<1x4x4x2xf32>, tensor<1x4x2x4xf32> -> tensor<1x4x4x4xf32>
+  %2 = train.add %0, %mask : tensor<1x4x4x4xf32>, tensor<1x1x4x4xf32> -> tensor<1x4x4x4xf32>
+  %3 = train.softmax %2 : tensor<1x4x4x4xf32>
+  %e = train.equal %3, %3 : tensor<1x4x4x4xf32>, tensor<1x4x4x4xf32> -> tensor<1x4x4x4xi1>
+  %c = train.cast %e : tensor<1x4x4x4xi1> -> tensor<1x4x4x4xf32>
+  %nan = train.equal %c, %zero : tensor<1x4x4x4xf32>, tensor<f32> -> tensor<1x4x4x4xi1>
+  %p = train.where %nan, %zero, %3 : tensor<1x4x4x4xi1>, tensor<f32>, tensor<1x4x4x4xf32> -> tensor<1x4x4x4xf32>
+  %4 = train.matmul %p, %v2 : tensor<1x4x4x4xf32>, tensor<1x4x4x2xf32> -> tensor<1x4x4x2xf32>
+  return %4 : tensor<1x4x4x2xf32>
+}
+
+// The same guard around a softmax that something else reads too does not
+// fuse: the guarded value is all the pattern may drop.
+// CHECK-LABEL: func.func @attention_guard_shared
+// CHECK-NOT:     train.attention
+func.func @attention_guard_shared(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4x4xf32>) {
+  %zero = train.constant dense<0.0> : tensor<f32>
+  %kt = train.transpose %k, [0, 1, 3, 2] : tensor<1x2x4x8xf32> -> tensor<1x2x8x4xf32>
+  %0 = train.matmul %q, %kt : tensor<1x2x4x8xf32>, tensor<1x2x8x4xf32> -> tensor<1x2x4x4xf32>
+  %3 = train.softmax %0 : tensor<1x2x4x4xf32>
+  %e = train.equal %3, %3 : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32> -> tensor<1x2x4x4xi1>
+  %c = train.cast %e : tensor<1x2x4x4xi1> -> tensor<1x2x4x4xf32>
+  %nan = train.equal %c, %zero : tensor<1x2x4x4xf32>, tensor<f32> -> tensor<1x2x4x4xi1>
+  %p = train.where %nan, %zero, %3 : tensor<1x2x4x4xi1>, tensor<f32>, tensor<1x2x4x4xf32> -> tensor<1x2x4x4xf32>
+  %4 = train.matmul %p, %v : tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32> -> tensor<1x2x4x8xf32>
+  return %4, %3 : tensor<1x2x4x8xf32>, tensor<1x2x4x4xf32>
+}
+
 // No mask at all: non-causal attention (causal = false).
 // CHECK-LABEL: func.func @attention_no_mask
 // CHECK:         train.attention {{.*}}{causal = false, scale = 0.3535{{[0-9]*}} : f64}

@@ -592,6 +592,54 @@ struct FuseAttention : FusePattern<MatMulOp> {
     return split.getInput();
   }
 
+  /// `where(isnan(p), 0, p)` as the importer spells IsNaN (float(p == p) ==
+  /// 0): dynamo's SDPA decomposition zeroes softmax rows that are all masked.
+  /// Returns p, or null.
+  static Value unguardNaN(Value v) {
+    auto where = soleDef<WhereOp>(v);
+    if (!where || !isSplat(where.getLhs(), 0.0))
+      return Value();
+    Value p = where.getRhs();
+    auto isNaN = defOf<EqualOp>(where.getCondition());
+    if (!isNaN || !isSplat(isNaN.getRhs(), 0.0))
+      return Value();
+    auto asFloat = defOf<CastOp>(isNaN.getLhs());
+    auto same = asFloat ? defOf<EqualOp>(asFloat.getInput()) : EqualOp();
+    if (!same || same.getLhs() != p || same.getRhs() != p ||
+        typeOf(p) != where.getType())
+      return Value();
+    // p feeds only the guard (the comparison, twice, and the where).
+    for (OpOperand &use : p.getUses())
+      if (use.getOwner() != where && use.getOwner() != same)
+        return Value();
+    return p;
+  }
+
+  /// K^T [B, H, D, S] spelled reshape([B*H, D, S] -> [B, H, D, S]) of a
+  /// transpose [0, 2, 1] of reshape(k -> [B*H, S, D]) (dynamo's SDPA
+  /// decomposition): returns k, whose leading dims multiply to B*H and whose
+  /// last two are [S, D]; or null.
+  static Value kThroughFlatTranspose(Value kT, ArrayRef<int64_t> qs) {
+    auto unflat = defOf<ReshapeOp>(kT);
+    auto t = unflat ? defOf<TransposeOp>(unflat.getInput()) : TransposeOp();
+    auto flat = t ? defOf<ReshapeOp>(t.getInput()) : ReshapeOp();
+    if (!flat || t.getPerm() != ArrayRef<int64_t>{0, 2, 1})
+      return Value();
+    int64_t bh = qs[0] * qs[1], s = qs[2], d = qs[3];
+    if (typeOf(flat.getResult()).getShape() != ArrayRef<int64_t>{bh, s, d})
+      return Value();
+    Value k = flat.getInput();
+    ArrayRef<int64_t> ks = typeOf(k).getShape();
+    if (ks.size() < 3 || ks.take_back(2) != ArrayRef<int64_t>{s, d})
+      return Value();
+    int64_t lead = 1;
+    for (int64_t x : ks.drop_back(2))
+      lead *= x;
+    if (lead != bh || ks[0] != qs[0])
+      return Value();
+    return k;
+  }
+
   LogicalResult matchAndRewrite(MatMulOp root,
                                 PatternRewriter &rewriter) const override {
     auto fail = [&](const char *why) {
@@ -600,7 +648,13 @@ struct FuseAttention : FusePattern<MatMulOp> {
     RankedTensorType outType = root.getType();
     if (outType.getRank() != 4)
       return fail("not rank 4");
-    auto softmax = soleDef<SoftmaxOp>(root.getLhs());
+    Value probs = root.getLhs();
+    bool guarded = false;
+    if (Value inner = unguardNaN(probs)) {
+      probs = inner;
+      guarded = true;
+    }
+    auto softmax = guarded ? defOf<SoftmaxOp>(probs) : soleDef<SoftmaxOp>(probs);
     if (!softmax || normalizeAxis(softmax.getAxis(), 4) != 3)
       return fail("lhs is not a softmax over the keys");
     ArrayRef<int64_t> scores = softmax.getType().getShape();
@@ -642,9 +696,32 @@ struct FuseAttention : FusePattern<MatMulOp> {
     auto scoresOp = soleDef<MatMulOp>(qk);
     if (!scoresOp)
       return fail("scores are not a scaled Q @ K^T");
+    // A NaN guard never fires here: without a mask no row is all -inf, and
+    // a causal mask keeps the diagonal.
 
     // Q [B, H, S, D], K^T [B, H, D, S], V [B, H, S, D], result [B, H, S, D].
     Value q = scoresOp.getLhs(), kT = scoresOp.getRhs();
+    // Dynamo's SDPA decomposition scales Q and K^T by sqrt(scale) each.
+    {
+      auto scaledBy = [](Value v) -> std::pair<Value, std::optional<double>> {
+        auto mul = soleDef<MulOp>(v);
+        if (!mul)
+          return {Value(), std::nullopt};
+        for (auto [a, c] : {std::pair(mul.getLhs(), mul.getRhs()),
+                            std::pair(mul.getRhs(), mul.getLhs())}) {
+          std::optional<double> sc = splatValue(c);
+          if (sc && std::isfinite(*sc) && typeOf(a) == mul.getType())
+            return {a, sc};
+        }
+        return {Value(), std::nullopt};
+      };
+      auto [qIn, qScale] = scaledBy(q);
+      auto [kIn, kScale] = scaledBy(kT);
+      if (qScale && kScale) {
+        q = qIn, kT = kIn;
+        scale *= *qScale * *kScale;
+      }
+    }
     RankedTensorType qType = typeOf(q);
     ArrayRef<int64_t> qs = qType.getShape(), kts = typeOf(kT).getShape();
     if (qs.size() != 4 || kts.size() != 4 || qType != outType ||
@@ -657,12 +734,19 @@ struct FuseAttention : FusePattern<MatMulOp> {
     // grouped-KV expansion of K and of V.
     Value kSource = kT;
     SmallVector<int64_t> kPerm{0, 1, 3, 2};
-    if (auto t = defOf<TransposeOp>(kT)) {
+    Value kFlat = kThroughFlatTranspose(kT, qs);
+    if (kFlat) {
+      kSource = kFlat; // [B, H, S, D], or the [B, Hkv, n, S, D] expansion
+      kPerm = {0, 1, 2, 3};
+    } else if (auto t = defOf<TransposeOp>(kT)) {
       kSource = t.getInput();
       kPerm.assign(t.getPerm().begin(), t.getPerm().end());
       std::swap(kPerm[2], kPerm[3]);
     }
+    Location loc = root.getLoc();
     bool kIsIdentity = kPerm == SmallVector<int64_t>{0, 1, 2, 3};
+    if (kFlat && typeOf(kFlat).getRank() != 4)
+      kSource = ReshapeOp::create(rewriter, loc, qType, kFlat);
     Value k = kIsIdentity ? unexpandHeads(kSource) : Value();
     Value v = unexpandHeads(root.getRhs());
     if (!k || typeOf(k) != typeOf(v)) {
@@ -671,7 +755,6 @@ struct FuseAttention : FusePattern<MatMulOp> {
       k = kIsIdentity ? kSource : Value();
     }
 
-    Location loc = root.getLoc();
     if (!k)
       k = TransposeOp::create(rewriter, loc, kSource,
                               rewriter.getDenseI64ArrayAttr(kPerm));
