@@ -25,7 +25,8 @@ static const llvm::StringSet<> kFoldableOps = {
     "Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "LessOrEqual",
     "Greater", "GreaterOrEqual", "And", "Or", "Where", "Concat", "Gather",
     "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Slice", "Split",
-    "Transpose", "Expand", "Range", "ConstantOfShape", "Trilu", "IsNaN"};
+    "Transpose", "Expand", "Range", "ConstantOfShape", "Trilu", "IsNaN",
+    "CumSum"};
 
 FailureOr<bool> Importer::fold(const onnxpb::NodeProto &node) {
   StringRef op = node.op_type();
@@ -570,6 +571,55 @@ LogicalResult Importer::evaluate(const onnxpb::NodeProto &node,
       return decline(); // emitted as a splat train.constant
     out.push_back(value.take(*shape, std::vector<int64_t>(
                                          *numElementsOf(*shape), 0)));
+    return success();
+  }
+  if (op == "CumSum") {
+    // Transformers' packed-sequence check ((diff(position_ids) != 1)
+    // .cumsum(-1)) on position ids that are a constant arange.
+    const ConstTensor *ac = arg(1);
+    if (!ac || ac->isFloat() || ac->numElements() != 1)
+      return nodeError(node) << "axis must be an integer scalar";
+    int64_t rank = x.shape.size(), axis = ac->ints[0];
+    if (axis < -rank || axis >= rank)
+      return nodeError(node) << "axis " << axis << " out of range for rank "
+                             << rank;
+    if (axis < 0)
+      axis += rank;
+    if (x.isBool())
+      return decline();
+    bool exclusive = intAttr(node, "exclusive", 0) != 0;
+    bool reverse = intAttr(node, "reverse", 0) != 0;
+    int64_t n = x.shape[axis], inner = 1;
+    for (int64_t d = axis + 1; d < rank; ++d)
+      inner *= x.shape[d];
+    ConstTensor r = x;
+    int64_t total = x.numElements();
+    for (int64_t base = 0; n && base < total; base += n * inner)
+      for (int64_t in = 0; in < inner; ++in) {
+        double fsum = 0;
+        int64_t isum = 0;
+        for (int64_t t = 0; t < n; ++t) {
+          int64_t i = reverse ? n - 1 - t : t;
+          int64_t e = base + i * inner + in;
+          double fv = x.isFloat() ? x.floats[e] : 0.0;
+          int64_t iv = x.isFloat() ? 0 : x.ints[e];
+          if (exclusive) {
+            if (r.isFloat())
+              r.floats[e] = float(fsum);
+            else
+              r.ints[e] = isum;
+          }
+          fsum += fv;
+          isum = wrapInt(x.dtype, isum + iv);
+          if (!exclusive) {
+            if (r.isFloat())
+              r.floats[e] = float(fsum);
+            else
+              r.ints[e] = isum;
+          }
+        }
+      }
+    out.push_back(std::move(r));
     return success();
   }
   if (op == "Trilu") {

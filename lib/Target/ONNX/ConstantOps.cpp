@@ -103,6 +103,7 @@ ArrayRef<Importer::OpImporterEntry> Importer::constantOps() {
       {"Not", &Importer::importConstantOnly, "constant"},
       {"Or", &Importer::importConstantOnly, "constant"},
       {"Range", &Importer::importConstantOnly, "constant"},
+      {"CumSum", &Importer::importConstantOnly, "constant"},
       {"Trilu", &Importer::importConstantOnly, "constant"},
   };
   return kImporters;

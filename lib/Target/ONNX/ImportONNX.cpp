@@ -64,7 +64,7 @@ const llvm::StringMap<int64_t> kOpMinOpset = {
     {"LessOrEqual", 12}, {"Trilu", 14},
     {"CastLike", 15},    {"LayerNormalization", 17},
     {"Gelu", 20},        {"IsNaN", 9},
-    {"Pad", 11}};
+    {"Pad", 11},         {"CumSum", 11}};
 /// IR versions: from 3 (the first with opset_import) to onnx 1.23's 14, the
 /// newest whose ModelProto fields the importer knows (onnx's checker refuses
 /// newer ones too).
@@ -112,6 +112,7 @@ std::optional<Arity> arityOf(StringRef op, int64_t opset) {
       .Case("SplitToSequence", Arity{1, 2, 1})
       .Case("SoftmaxCrossEntropyLoss", Arity{2, 3, 2})
       .Case("Trilu", Arity{1, 2, 1})
+      .Case("CumSum", Arity{2, 2, 1})
       .Case("Pad", Arity{2, opset >= 18 ? 4 : 3, 1})
       .Default(std::nullopt);
 }
@@ -143,6 +144,7 @@ std::optional<AttrType> attrTypeOf(StringRef op, StringRef name) {
       {"Gather", {{"axis", A::INT}}},
       {"ConstantOfShape", {{"value", A::TENSOR}}},
       {"Trilu", {{"upper", A::INT}}},
+      {"CumSum", {{"exclusive", A::INT}, {"reverse", A::INT}}},
       {"Pad", {{"mode", A::STRING}}},
       {"Constant", {{"value", A::TENSOR}, {"value_float", A::FLOAT},
                     {"value_floats", A::FLOATS}, {"value_int", A::INT},
