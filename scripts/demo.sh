@@ -5,14 +5,14 @@
 # with an SSD offload plan, then sampled. About a minute on 2 cores.
 #
 # Environment: STEPS (default 300), OUT (build/demo/gpt), SPILLWAYC
-# (build/bin/spillwayc), PYTHON (python3), SAMPLE_BYTES (400).
+# (build/bin/spillwayc), PYTHON (python3), SAMPLE_BYTES (300).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 STEPS="${STEPS:-300}"
 OUT="${OUT:-$ROOT/build/demo/gpt}"
 SPILLWAYC="${SPILLWAYC:-$ROOT/build/bin/spillwayc}"
 PYTHON="${PYTHON:-python3}"
-SAMPLE_BYTES="${SAMPLE_BYTES:-400}"
+SAMPLE_BYTES="${SAMPLE_BYTES:-300}"
 EVAL_EVERY=$(( STEPS / 4 > 0 ? STEPS / 4 : 1 ))
 WARMUP=$(( STEPS / 10 ))
 # One micro-batch: the export's causal mask is a batch-shaped constant

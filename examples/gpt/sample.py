@@ -15,12 +15,13 @@ makes the padding after them irrelevant. Needs numpy, onnx, onnxruntime.
 
 import argparse
 import json
+import os
 import struct
 import sys
 
 import numpy as np
 
-HERE = __file__.rsplit("/", 1)[0] if "/" in __file__ else "."
+HERE = os.path.dirname(os.path.abspath(__file__))
 DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
 
 
@@ -43,23 +44,31 @@ def read_safetensors(path):
         header = json.loads(blob[8:8 + n])
     except (ValueError, UnicodeDecodeError):
         fail(f"'{path}' is not a safetensors file (no JSON header)")
+    if not isinstance(header, dict):
+        fail(f"'{path}' is not a safetensors file (its header is not a JSON object)")
     base = 8 + n
     out = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        begin, end = info["data_offsets"]
-        shape = info["shape"]
-        if info["dtype"] == "BF16":  # the upper half of a float32
-            raw = np.frombuffer(blob, np.uint16, (end - begin) // 2, base + begin)
-            arr = (raw.astype(np.uint32) << 16).view(np.float32)
-        elif info["dtype"] in DTYPES:
-            dt = np.dtype(DTYPES[info["dtype"]])
-            arr = np.frombuffer(blob, dt, (end - begin) // dt.itemsize, base + begin)
-        else:
+        try:
+            begin, end = (int(x) for x in info["data_offsets"])
+            shape = [int(d) for d in info["shape"]]
+            dtype = info["dtype"]
+        except (KeyError, TypeError, ValueError):
+            fail(f"'{path}': tensor '{name}' has no valid dtype, shape and data_offsets")
+        count = int(np.prod(shape, dtype=np.int64))
+        size = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8}.get(dtype)
+        if size is None:
             continue  # not a float tensor: no parameter of this graph
-        if base + end > len(blob) or arr.size != int(np.prod(shape, dtype=np.int64)):
-            fail(f"'{path}': tensor '{name}' does not fit the file (truncated?)")
+        if not 0 <= begin <= end <= len(blob) - base or end - begin != count * size:
+            fail(f"'{path}': tensor '{name}' ({dtype} {shape}) does not fit the file "
+                 "(truncated?)")
+        if dtype == "BF16":  # the upper half of a float32
+            raw = np.frombuffer(blob, "<u2", count, base + begin)
+            arr = (raw.astype(np.uint32) << 16).view(np.float32)
+        else:
+            arr = np.frombuffer(blob, np.dtype(DTYPES[dtype]).newbyteorder("<"), count, base + begin)
         out[name] = arr.reshape(shape).astype(np.float32)
     return out
 
@@ -149,6 +158,7 @@ def main():
     model = load_model(a.model, a.weights)
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    opts.intra_op_num_threads = 1  # one byte at a time: a thread pool only adds overhead
     sess = ort.InferenceSession(model.SerializeToString(), opts,
                                 providers=["CPUExecutionProvider"])
     inp = sess.get_inputs()[0]
