@@ -30,10 +30,11 @@ echo "== Measuring this machine for the cost model (CPU kernels, memcpy, the SSD
 
 echo "== Compiling examples/gpt/demo_train.onnx (GPT-2, 6 layers x 128 wide, 1.23M parameters, Hugging Face's"
 echo "   loss; torch.onnx.export defaults) with an SSD offload plan: parameters and AdamW state on SSD, gradients"
-echo "   in host memory, snake order, half of each layer's update overlapped with its next forward"
+echo "   in host memory, snake order, half of each layer's update overlapped with its next forward; the"
+echo "   report's SSD wear for a drive rated for 600 TB written"
 "$SPILLWAYC" "$GPT/demo_train.onnx" -o "$OUT/gpt" --lr 5e-3 \
   --place params=ssd,optimizer=ssd,gradients=host --microbatches "$MICROBATCHES" --schedule snake \
-  --overlap-optimizer 0.5 --ssd "$OUT/ssd" --hw "$OUT/hw.json" --report
+  --overlap-optimizer 0.5 --ssd "$OUT/ssd" --hw "$OUT/hw.json" --report --ssd-tbw 600
 
 echo "== Training it for $STEPS steps on the CPU (cosine schedule, validation every $EVAL_EVERY steps),"
 echo "   streaming the weights and optimizer state through $OUT/ssd"
