@@ -689,20 +689,24 @@ Importer::elementwiseOperands(const onnxpb::NodeProto &node, int n) {
   // dynamo exporter materializes the causal mask once per batch element
   // ([B, 1, S, S]). One row is smaller, and a constant shaped by the batch
   // would keep sched-microbatch from splitting it.
-  int64_t runtimeRows = -1;
+  // The value must have the constant's rank, so that the two dims 0 meet
+  // in the broadcast.
+  SmallVector<std::pair<int64_t, int64_t>> runtimeDims; // (rank, dim 0)
   for (int i = 0; i < n; ++i)
     if (hasInput(node, i) && !getConst(node.input(i))) {
       auto t = inputType(node, i);
       if (failed(t))
         return failure();
       if (t->getRank() > 0)
-        runtimeRows = std::max(runtimeRows, t->getDimSize(0));
+        runtimeDims.emplace_back(t->getRank(), t->getDimSize(0));
     }
   SmallVector<Value> vs;
   for (int i = 0; i < n; ++i) {
     const ConstTensor *c = hasInput(node, i) ? getConst(node.input(i)) : nullptr;
-    if (c && c->shape.size() > 1 && c->shape[0] > 1 &&
-        c->shape[0] == runtimeRows && !c->isSplat()) {
+    if (c && c->shape.size() > 1 && c->shape[0] > 1 && !c->isSplat() &&
+        llvm::is_contained(runtimeDims,
+                           std::pair<int64_t, int64_t>(c->shape.size(),
+                                                       c->shape[0]))) {
       int64_t rows = c->shape[0], row = c->numElements() / rows;
       bool same = true;
       for (int64_t k = row; same && k < c->numElements(); ++k)
@@ -711,9 +715,15 @@ Importer::elementwiseOperands(const onnxpb::NodeProto &node, int n) {
       if (same) {
         SmallVector<int64_t> oneRow(c->shape);
         oneRow[0] = 1;
+        // Under a name of its own: other readers get the whole constant.
+        std::string rowName = node.input(i) + "/first-row";
+        if (Value known = values.lookup(rowName)) {
+          vs.push_back(known);
+          continue;
+        }
         ConstTensor first = c->take(
             oneRow, llvm::to_vector(llvm::seq<int64_t>(0, row)));
-        auto v = materialize(first, node.input(i), [&] { return nodeError(node); });
+        auto v = materialize(first, rowName, [&] { return nodeError(node); });
         if (failed(v))
           return failure();
         vs.push_back(*v);
