@@ -26,6 +26,10 @@
 //     transpose of P is, anything else is refused with the fix.
 //   - A parameter the optimizer dropped because it was zero (Gemm's bias
 //     C) comes back as a zero parameter of its name.
+//   - An op the optimizer merged into an identical one (two modules with
+//     equal initial weights applied to one input: GPT-NeoX's parallel
+//     LayerNorms) comes back as a copy reading its own parameters, for the
+//     readers whose FX arguments name the merged op's value.
 //
 // A file written by `spillway.export` (python/) says itself which
 // initializer is which state-dict entry (model metadata
@@ -46,6 +50,7 @@
 #include <google/protobuf/unknown_field_set.h>
 
 #include <cstring>
+#include <map>
 
 using namespace spillway;
 using namespace spillway::onnx_import;
@@ -574,7 +579,118 @@ LogicalResult Importer::recoverParameters(onnxpb::ModelProto &model) {
   // Neither read nor a tie: the optimizer's common-subexpression
   // elimination merged the op that read it into an identical one (equal
   // initial weights applied to one input); training the survivor alone would
-  // train a different, tied model.
+  // train a different, tied model. The merge is undone where the graph shows
+  // it: the surviving node N reads, in a sibling module, parameters of the
+  // same attribute names, and some of its output's readers name in their FX
+  // arguments not N's FX value but one no node defines any more (the twin's).
+  // Those readers get a copy of N reading the unread parameters.
+  if (!unread.empty()) {
+    // Each node's FX value and arguments, and each value's readers, once.
+    int numNodes = graph.node_size();
+    std::vector<std::string> fxNames(numNodes);
+    std::vector<SmallVector<std::string>> fxArgs(numNodes);
+    llvm::StringSet<> fxDefined;
+    llvm::StringMap<SmallVector<std::pair<int, int>>> readers;
+    for (auto [i, node] : llvm::enumerate(graph.node())) {
+      Metadata meta = metadataOf(node, kNodeMetadataField);
+      StringRef fx = lookup(meta, kFxNodeKey);
+      fxArgs[i] = fxPlaceholders(fx);
+      if (fx.consume_front("%")) {
+        fxNames[i] = fx.take_until([](char c) { return c == ' '; }).str();
+        fxDefined.insert(fxNames[i]);
+      }
+      for (int k = 0; k < node.input_size(); ++k)
+        readers[node.input(k)].emplace_back(i, k);
+    }
+    std::map<std::string, SmallVector<std::string>> byModule;
+    for (const std::string &t : unread)
+      byModule[StringRef(t).rsplit('.').first.str()].push_back(t);
+    SmallVector<std::string> left;
+    SmallVector<std::pair<int, onnxpb::NodeProto>> twins; // after node, copy
+    for (auto &[module, targets] : byModule) {
+      StringRef parent = StringRef(module).rsplit('.').first;
+      llvm::StringMap<std::string> targetOfLeaf;
+      for (const std::string &t : targets)
+        targetOfLeaf[leafName(t)] = t;
+      int found = -1, candidates = 0;
+      SmallVector<std::pair<int, int>> twinReads; // (node, input) to move
+      for (auto [i, n] : llvm::enumerate(graph.node())) {
+        if (fxNames[i].empty() || n.output_size() == 0)
+          continue;
+        // Its parameters: all in one sibling module, leaves as the unread.
+        std::string sibling;
+        unsigned leaves = 0;
+        bool fits = true;
+        for (const std::string &in : n.input()) {
+          if (!initIndex.count(in) || metaOf(in, kKindKey) != "PARAMETER")
+            continue;
+          auto [m, leaf] = StringRef(in).rsplit('.');
+          fits &= m != module && m.rsplit('.').first == parent &&
+                  targetOfLeaf.count(leaf) &&
+                  (sibling.empty() || sibling == m);
+          sibling = m.str();
+          ++leaves;
+        }
+        if (!fits || leaves != targets.size())
+          continue;
+        SmallVector<std::pair<int, int>> reads;
+        for (auto [j, k] : readers.lookup(n.output(0))) {
+          const SmallVector<std::string> &args = fxArgs[j];
+          if (!llvm::is_contained(args, fxNames[i]) &&
+              llvm::any_of(args, [&](const std::string &a) {
+                return !fxDefined.contains(a) && !placeholders.count(a);
+              }))
+            reads.emplace_back(j, k);
+        }
+        if (reads.empty())
+          continue;
+        ++candidates;
+        found = i;
+        twinReads = std::move(reads);
+      }
+      if (candidates != 1) {
+        llvm::append_range(left, targets);
+        continue;
+      }
+      onnxpb::NodeProto twin = graph.node(found);
+      std::string survivor = twin.name();
+      twin.set_name(survivor + "/" + module);
+      for (int k = 1; k < twin.output_size(); ++k)
+        twin.set_output(k, "");
+      twin.set_output(0, twin.output(0) + "/" + module);
+      for (int k = 0; k < twin.input_size(); ++k) {
+        StringRef in = twin.input(k);
+        if (!initIndex.count(in) || metaOf(in, kKindKey) != "PARAMETER")
+          continue;
+        std::string target = targetOfLeaf[leafName(in)];
+        onnxpb::TensorProto copy = graph.initializer(initIndex[in]);
+        copy.set_name(target);
+        *graph.add_initializer() = std::move(copy);
+        initIndex[target] = graph.initializer_size() - 1;
+        Metadata m = info[in];
+        m[kOriginalNameKey] = placeholderOfTarget[target];
+        info[target] = std::move(m);
+        referenced.insert(placeholderOfTarget[target]);
+        paramOrigin[target] = "split from '" + in.str() +
+                              "' (the exporter's optimizer had merged its "
+                              "op, identical at export, into node '" +
+                              survivor + "')";
+        twin.set_input(k, target);
+      }
+      for (auto [j, k] : twinReads)
+        graph.mutable_node(j)->set_input(k, twin.output(0));
+      twins.emplace_back(found, std::move(twin));
+    }
+    // Each copy right after its survivor; from the last, so the indices of
+    // the others hold.
+    llvm::sort(twins, [](const auto &a, const auto &b) { return a.first > b.first; });
+    for (auto &[after, twin] : twins) {
+      *graph.add_node() = std::move(twin);
+      for (int j = graph.node_size() - 1; j > after + 1; --j)
+        graph.mutable_node()->SwapElements(j, j - 1);
+    }
+    unread = std::move(left);
+  }
   if (!unread.empty()) {
     llvm::sort(unread);
     auto diag = error() << "parameter '" << unread.front() << "'";
