@@ -65,11 +65,8 @@ LogicalResult Importer::importConstantOfShape(const onnxpb::NodeProto &node,
       value.isFloat() ? (Attribute)builder.getF32FloatAttr(value.floats[0])
                       : (Attribute)builder.getIntegerAttr(
                             type.getElementType(), value.ints[0]);
-  OpBuilder::InsertionGuard guard(builder);
-  setInsertionPointToPrologue(builder, builder.getInsertionBlock());
-  return define(node, train::ConstantOp::create(
-                          builder, loc, DenseElementsAttr::get(type, scalar))
-                          .getResult());
+  return define(node,
+                prologueConstant(loc, DenseElementsAttr::get(type, scalar)));
 }
 
 LogicalResult Importer::importConstantOnly(const onnxpb::NodeProto &node,

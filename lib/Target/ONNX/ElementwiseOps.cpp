@@ -38,10 +38,8 @@ LogicalResult Importer::importDropout(const onnxpb::NodeProto &node,
     // The identity drops nothing: the mask is all true.
     auto type = cast<RankedTensorType>(x->getType())
                     .clone(builder.getI1Type());
-    OpBuilder::InsertionGuard guard(builder);
-    setInsertionPointToPrologue(builder, builder.getInsertionBlock());
-    values[node.output(1)] = train::ConstantOp::create(
-        builder, loc, DenseElementsAttr::get(type, true));
+    values[node.output(1)] =
+        prologueConstant(loc, DenseElementsAttr::get(type, true));
   }
   return define(node, *x);
 }
@@ -171,14 +169,8 @@ LogicalResult Importer::importIsNaN(const onnxpb::NodeProto &node,
   auto t = cast<RankedTensorType>(same->getType());
   Type f32 = builder.getF32Type();
   Value asFloat = train::CastOp::create(builder, loc, t.clone(f32), *same);
-  Value zero;
-  {
-    OpBuilder::InsertionGuard guard(builder);
-    setInsertionPointToPrologue(builder, builder.getInsertionBlock());
-    zero = train::ConstantOp::create(
-        builder, loc,
-        DenseElementsAttr::get(RankedTensorType::get({}, f32), 0.0f));
-  }
+  Value zero = prologueConstant(
+      loc, DenseElementsAttr::get(RankedTensorType::get({}, f32), 0.0f));
   return define(node, buildInferred<train::EqualOp>(node, loc, {asFloat, zero}));
 }
 

@@ -263,6 +263,9 @@ private:
   }
   FailureOr<Value> getValue(const onnxpb::NodeProto &node, int idx);
   FailureOr<Value> getValue(const onnxpb::NodeProto &node, StringRef name);
+  /// A train.constant in the entry block's prologue (before the first
+  /// computation), so every op may read it.
+  Value prologueConstant(Location loc, DenseElementsAttr attr);
   FailureOr<Value> materialize(const ConstTensor &c, StringRef name,
                                llvm::function_ref<InFlightDiagnostic()> err);
   FailureOr<RankedTensorType> inputType(const onnxpb::NodeProto &node,

@@ -100,10 +100,8 @@ LogicalResult Importer::importSoftmaxCrossEntropy(const onnxpb::NodeProto &node,
                              << shapeStr(wt.getShape());
     weights = *w;
   }
-  auto constant = [&](DenseElementsAttr attr) -> Value {
-    OpBuilder::InsertionGuard guard(builder);
-    setInsertionPointToPrologue(builder, builder.getInsertionBlock());
-    return train::ConstantOp::create(builder, loc, attr);
+  auto constant = [&](DenseElementsAttr attr) {
+    return prologueConstant(loc, attr);
   };
   auto scalarF32 = [&](float v) {
     return constant(DenseElementsAttr::get(RankedTensorType::get({}, f32), v));

@@ -140,15 +140,9 @@ LogicalResult Importer::importLayerNormalization(const onnxpb::NodeProto &node,
   if (failed(var))
     return failure();
   Type statType = var->getType();
-  Value eps;
-  {
-    OpBuilder::InsertionGuard guard(builder);
-    setInsertionPointToPrologue(builder, builder.getInsertionBlock());
-    eps = train::ConstantOp::create(
-        builder, loc,
-        DenseElementsAttr::get(
-            RankedTensorType::get({}, builder.getF32Type()), epsilon));
-  }
+  Value eps = prologueConstant(
+      loc, DenseElementsAttr::get(
+               RankedTensorType::get({}, builder.getF32Type()), epsilon));
   Value shifted = train::AddOp::create(builder, loc, statType, *var, eps);
   Value stddev = train::SqrtOp::create(builder, loc, statType, shifted);
   values[node.output(2)] =

@@ -268,11 +268,6 @@ LogicalResult Importer::importPad(const onnxpb::NodeProto &node,
   Value v = sliceValue(loc, *x, crop);
   shape = crop.shape;
 
-  auto prologueConstant = [&](DenseElementsAttr attr) -> Value {
-    OpBuilder::InsertionGuard guard(builder);
-    setInsertionPointToPrologue(builder, builder.getInsertionBlock());
-    return train::ConstantOp::create(builder, loc, attr);
-  };
   for (auto [i, a] : llvm::enumerate(axes)) {
     int64_t begin = std::max<int64_t>((*pads)[i], 0);
     int64_t end = std::max<int64_t>((*pads)[i + k], 0);
@@ -287,7 +282,7 @@ LogicalResult Importer::importPad(const onnxpb::NodeProto &node,
       SmallVector<int64_t> idx;
       for (int64_t j = 0; j < n + begin + end; ++j)
         idx.push_back(padSource(mode, j - begin, n));
-      Value indices = prologueConstant(DenseElementsAttr::get(
+      Value indices = prologueConstant(loc, DenseElementsAttr::get(
           RankedTensorType::get({(int64_t)idx.size()},
                                 builder.getIntegerType(64)),
           ArrayRef<int64_t>(idx)));
@@ -314,6 +309,7 @@ LogicalResult Importer::importPad(const onnxpb::NodeProto &node,
       cshape[a] = width;
       auto ct = RankedTensorType::get(cshape, et);
       Value c = prologueConstant(
+          loc,
           et.isF32()         ? DenseElementsAttr::get(ct, (float)fillF)
           : et.isInteger(64) ? DenseElementsAttr::get(ct, fillI)
                              : DenseElementsAttr::get(ct, (int32_t)fillI));

@@ -596,6 +596,12 @@ void setInsertionPointToPrologue(OpBuilder &builder, Block *entry) {
       builder.setInsertionPointAfter(&op);
 }
 
+Value Importer::prologueConstant(Location loc, DenseElementsAttr attr) {
+  OpBuilder::InsertionGuard guard(builder);
+  setInsertionPointToPrologue(builder, builder.getInsertionBlock());
+  return train::ConstantOp::create(builder, loc, attr);
+}
+
 FailureOr<Value>
 Importer::materialize(const ConstTensor &c, StringRef name,
                       llvm::function_ref<InFlightDiagnostic()> err) {
@@ -624,10 +630,8 @@ Importer::materialize(const ConstTensor &c, StringRef name,
     SmallVector<int32_t> v(c.ints.begin(), c.ints.begin() + n);
     attr = DenseElementsAttr::get(type, ArrayRef<int32_t>(v));
   }
-  OpBuilder::InsertionGuard guard(builder);
-  setInsertionPointToPrologue(builder, builder.getInsertionBlock());
-  return values[name] = train::ConstantOp::create(
-             builder, NameLoc::get(builder.getStringAttr(name)), attr);
+  return values[name] =
+             prologueConstant(NameLoc::get(builder.getStringAttr(name)), attr);
 }
 
 FailureOr<Value> Importer::getValue(const onnxpb::NodeProto &node,

@@ -51,12 +51,9 @@ LogicalResult Importer::importAdam(const onnxpb::NodeProto &node,
 
   Type f32 = builder.getF32Type();
   auto scalarF32 = [&](double v) -> Value {
-    OpBuilder::InsertionGuard guard(builder);
-    setInsertionPointToPrologue(builder, builder.getInsertionBlock());
-    return train::ConstantOp::create(
-        builder, loc,
-        DenseElementsAttr::get(RankedTensorType::get({}, f32),
-                               static_cast<float>(v)));
+    return prologueConstant(
+        loc, DenseElementsAttr::get(RankedTensorType::get({}, f32),
+                                    static_cast<float>(v)));
   };
   auto r = requireFloat(node, 0, "R (learning rate)");
   auto t = getValue(node, 1);
