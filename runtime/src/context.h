@@ -133,6 +133,10 @@ struct GradClip {
   int64_t step = 0;       // the step whose norm was computed last
   double norm = 0;        // that step's total norm (before clipping)
   float scale = 1.0f;     // and its coefficient, min(1, max / (norm + 1e-6))
+  // An offload plan's per-parameter norms (spw_grad_norms), by parameter
+  // index, and the step each was taken at, for spw_clip_grad_norm_of.
+  std::vector<float> part_norm;
+  std::vector<int64_t> part_step;
 };
 
 } // namespace spw
@@ -242,6 +246,12 @@ AdamWHparams effective_adamw(const spw_ctx *ctx, const AdamWHparams &call);
 // The max_norm gradient clipping uses: --grad-clip, else the compiled
 // value; 0 when the model has no clipping or it is turned off.
 double effective_grad_clip(const spw_ctx *ctx);
+// Gradient clipping's per-tensor norm (optimizer.cpp): the float32 2-norm
+// of x[i] / divisor over n floats at `data`, in device memory when
+// `on_device` (read back a chunk at a time); the same bits wherever the
+// values are.
+float grad_norm(spw_ctx *ctx, const float *data, bool on_device, int64_t n,
+                float divisor);
 
 // Runs an entry point's body unless the context already failed; turns a
 // thrown spw::Error into the context's error, prefixed with `what`.

@@ -530,28 +530,84 @@ extern "C" void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad,
 
 namespace {
 
-// Sum of the squares of n float32 values, in double: fixed blocks of 64 Ki
-// elements summed in order, so the bits depend on nothing but the values.
-double sum_of_squares(const float *g, int64_t n) {
-  constexpr int64_t kBlock = int64_t(1) << 16;
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
+// Adds to `total` the sum of the squares of x[i] / divisor (float32
+// division, as the micro-batch mean divides) over n float32 values, in
+// double: fixed blocks of 64 Ki elements summed in order, so the bits depend
+// on nothing but the values, and a sum taken in chunks of whole blocks,
+// each continuing the last, is the same sum.
+constexpr int64_t kSquaresBlock = int64_t(1) << 16;
+double add_sum_of_squares(double total, const float *g, int64_t n,
+                          float divisor) {
+  const int64_t blocks = (n + kSquaresBlock - 1) / kSquaresBlock;
   std::vector<double> part(size_t(blocks), 0.0);
   cpu::parallel_for(blocks, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t b = lo; b < hi; ++b) {
-      const int64_t e = std::min(n, (b + 1) * kBlock);
+      const int64_t e = std::min(n, (b + 1) * kSquaresBlock);
       double acc = 0;
-      for (int64_t i = b * kBlock; i < e; ++i)
-        acc += double(g[i]) * double(g[i]);
+      for (int64_t i = b * kSquaresBlock; i < e; ++i) {
+        const float x = divisor == 1.0f ? g[i] : g[i] / divisor;
+        acc += double(x) * double(x);
+      }
       part[size_t(b)] = acc;
     }
   });
-  double total = 0;
   for (double x : part)
     total += x;
   return total;
 }
 
+// The coefficient torch's clip_grad_norm_ computes from the sum of the
+// squared per-tensor norms, recorded for the step's updates (and the log).
+float finish_clip(spw_ctx *ctx, double limit, double sum_of_norms) {
+  float scale = 1.0f;
+  double norm = 0;
+  if (limit > 0) {
+    const float total = float(std::sqrt(sum_of_norms));
+    norm = double(total);
+    // clip_coef = max_norm / (total_norm + 1e-6), as torch evaluates it
+    // (Tensor.__rtruediv__: the reciprocal, then the product), clamped to
+    // at most 1.
+    const float coef = (1.0f / (total + 1e-6f)) * float(limit);
+    scale = std::isfinite(coef) ? std::min(coef, 1.0f) : 1.0f;
+  }
+  // A non-finite norm (a non-finite gradient) leaves the coefficient 1:
+  // the updates then find the gradient and report it.
+  ctx->grad_clip.step = ctx->step;
+  ctx->grad_clip.norm = limit > 0 ? norm : NAN;
+  ctx->grad_clip.scale = scale;
+  return scale;
+}
+
+// The coefficient as a step tensor (f32 scalar) on the context's device.
+spw_tensor *clip_coefficient_tensor(spw_ctx *ctx, float scale) {
+  const int64_t dims[1] = {0};
+  spw_tensor *out = alloc_step_tensor(ctx, SPW_F32, 0, dims,
+                                      "the gradient clip coefficient");
+  if (ctx->device->host_visible())
+    *out->as<float>() = scale;
+  else
+    ctx->device->upload(out->data, &scale, sizeof scale);
+  return out;
+}
+
 } // namespace
+
+float spw::grad_norm(spw_ctx *ctx, const float *data, bool on_device,
+                     int64_t n, float divisor) {
+  if (!on_device || ctx->device->host_visible())
+    return float(std::sqrt(add_sum_of_squares(0.0, data, n, divisor)));
+  // Device memory the host cannot read: a chunk of whole blocks at a time,
+  // so host memory stays bounded whatever the tensor's size.
+  constexpr int64_t kChunk = 16 * kSquaresBlock;
+  std::vector<float> host(size_t(std::min(n, kChunk)));
+  double total = 0;
+  for (int64_t off = 0; off < n; off += kChunk) {
+    const int64_t m = std::min(kChunk, n - off);
+    ctx->device->download(host.data(), data + off, size_t(m) * sizeof(float));
+    total = add_sum_of_squares(total, host.data(), m, divisor);
+  }
+  return float(std::sqrt(total));
+}
 
 extern "C" spw_tensor *spw_clip_grad_norm(spw_ctx *ctx, int32_t n,
                                           spw_tensor *const *grads,
@@ -565,49 +621,59 @@ extern "C" spw_tensor *spw_clip_grad_norm(spw_ctx *ctx, int32_t n,
            "clipping (spw_declare_grad_clip)");
     if (n < 0 || (n > 0 && !grads))
       fail("%d gradients", n);
-    const int64_t dims[1] = {0};
-    out = alloc_step_tensor(ctx, SPW_F32, 0, dims, "the gradient clip "
-                                                   "coefficient");
     float scale = 1.0f;
     if (!ctx->evaluate_only) {
       const double limit = ctx->overrides.grad_clip.value_or(max_norm);
-      double norm = 0;
-      if (limit > 0) {
-        // torch's foreach path: the 2-norm of the per-tensor 2-norms, each
-        // a float32 as torch's are.
-        double sum = 0;
-        std::vector<float> host;
+      // torch's foreach path: the 2-norm of the per-tensor 2-norms, each a
+      // float32 as torch's are.
+      double sum = 0;
+      if (limit > 0)
         for (int32_t i = 0; i < n; ++i) {
           const spw_tensor *g = grads[i];
           if (!g || g->dtype != SPW_F32)
             fail("gradient %d is not a float32 tensor", i);
-          const float *data = g->as<float>();
-          if (g->on_device && !ctx->device->host_visible()) {
-            host.resize(size_t(g->numel));
-            read_tensor(ctx, *g, host.data());
-            data = host.data();
-          }
-          const float ni = float(std::sqrt(sum_of_squares(data, g->numel)));
+          const float ni =
+              grad_norm(ctx, g->as<float>(), g->on_device, g->numel, 1.0f);
           sum += double(ni) * double(ni);
         }
-        const float total = float(std::sqrt(sum));
-        norm = double(total);
-        // clip_coef = max_norm / (total_norm + 1e-6), as torch evaluates it
-        // (Tensor.__rtruediv__: the reciprocal, then the product), clamped
-        // to at most 1.
-        const float coef = (1.0f / (total + 1e-6f)) * float(limit);
-        scale = std::isfinite(coef) ? std::min(coef, 1.0f) : 1.0f;
-      }
-      // A non-finite norm (a non-finite gradient) leaves the coefficient 1:
-      // the updates then find the gradient and report it.
-      ctx->grad_clip.step = ctx->step;
-      ctx->grad_clip.norm = limit > 0 ? norm : NAN;
-      ctx->grad_clip.scale = scale;
+      scale = finish_clip(ctx, limit, sum);
     }
-    if (ctx->device->host_visible())
-      *out->as<float>() = scale;
-    else
-      ctx->device->upload(out->data, &scale, sizeof scale);
+    out = clip_coefficient_tensor(ctx, scale);
+  });
+  return out;
+}
+
+extern "C" spw_tensor *spw_clip_grad_norm_of(spw_ctx *ctx, int32_t n,
+                                             const int64_t *params,
+                                             double max_norm) {
+  if (!ctx)
+    return nullptr;
+  spw_tensor *out = &ctx->dummy;
+  guarded(ctx, "spw_clip_grad_norm_of", [&] {
+    if (!ctx->grad_clip.declared)
+      fail("the model computes a gradient norm but declared no gradient "
+           "clipping (spw_declare_grad_clip)");
+    if (n <= 0 || !params)
+      fail("%d parameters", n);
+    float scale = 1.0f;
+    if (!ctx->evaluate_only) {
+      const double limit = ctx->overrides.grad_clip.value_or(max_norm);
+      double sum = 0;
+      if (limit > 0) {
+        const GradClip &c = ctx->grad_clip;
+        for (int32_t i = 0; i < n; ++i) {
+          const ParamInfo &p = param_at(ctx, int32_t(params[i]));
+          const size_t k = size_t(params[i]);
+          if (k >= c.part_step.size() || c.part_step[k] != ctx->step)
+            fail("the norm of parameter '%s''s gradient was not taken at "
+                 "step %lld (spw_grad_norms of its layer must come first)",
+                 p.name.c_str(), (long long)ctx->step);
+          sum += double(c.part_norm[k]) * double(c.part_norm[k]);
+        }
+      }
+      scale = finish_clip(ctx, limit, sum);
+    }
+    out = clip_coefficient_tensor(ctx, scale);
   });
   return out;
 }

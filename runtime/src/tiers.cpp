@@ -1441,6 +1441,39 @@ spw_tensor *spw_gradient(spw_ctx *ctx, int32_t param, int32_t layer,
   return out;
 }
 
+void spw_grad_norms(spw_ctx *ctx, int32_t layer, int32_t tier,
+                    int64_t divisor) {
+  guarded(ctx, "spw_grad_norms", [&] {
+    Tiers &t = tiers_of(ctx);
+    TensorStore &s = t.started("spw_grad_norms");
+    Tiers::Block &b = t.block(2, layer, "spw_grad_norms");
+    Tier d = tier_of(tier, "spw_grad_norms");
+    if (!ctx->grad_clip.declared)
+      fail("the model takes gradient norms but declared no gradient "
+           "clipping (spw_declare_grad_clip)");
+    if (d == Tier::Ssd || !s.resident(b.id, d))
+      fail("%s has no copy on %s", b.name.c_str(), tier_name(d));
+    if (divisor < 1)
+      fail("divisor %lld", (long long)divisor);
+    if (ctx->evaluate_only || effective_grad_clip(ctx) <= 0)
+      return; // no coefficient is computed from them
+    GradClip &c = ctx->grad_clip;
+    c.part_norm.resize(ctx->params.size());
+    c.part_step.resize(ctx->params.size(), 0);
+    // Each member's mean gradient as spw_gradient divides it, then its norm
+    // as spw_clip_grad_norm takes it of the resident plan's mean.
+    const char *base = t.address(b, tier);
+    for (size_t i = 0; i < b.params.size(); ++i) {
+      const size_t k = size_t(b.params[i]);
+      const spw_tensor &v = *ctx->params[k].value;
+      c.part_norm[k] = grad_norm(
+          ctx, reinterpret_cast<const float *>(base + b.offsets[i]),
+          d == Tier::Gpu, v.numel, float(divisor));
+      c.part_step[k] = ctx->step;
+    }
+  });
+}
+
 // ---- activations off the GPU ---------------------------------------------------
 
 namespace {

@@ -505,6 +505,83 @@ TEST(Tiers, OnTheLoopbackDeviceTheGpuTierIsTheDevicesMemory) {
   EXPECT_EQ(std::memcmp(ctx->params[0].adam_v.data(), v, 24), 0);
 }
 
+// Gradient clipping in a plan: spw_grad_norms takes the norm of a layer's
+// gradient mean in its block (here on the loopback device's GPU tier, which
+// the host cannot read), and spw_clip_grad_norm_of turns the recorded norms
+// into the coefficient spw_clip_grad_norm gives for the same mean as a
+// tensor. Out of order or misplaced calls are errors naming what is wrong.
+TEST(Tiers, GradientNormsInBlocksGiveTheResidentCoefficient) {
+  const int64_t dims[] = {2, 3};
+  const float g1[6] = {0.1f, 0.2f, 0.3f, -0.4f, 0.5f, 0.6f};
+  const float g2[6] = {0.7f, -0.8f, 0.9f, 1.0f, 1.1f, -1.2f};
+  // The resident run: spw_clip_grad_norm of the mean as a host tensor.
+  auto ref = context_with_param();
+  spw_declare_grad_clip(ref.get(), 0.5);
+  ref->step = 1;
+  auto mean = spwtest::make(SPW_F32, {2, 3});
+  for (int i = 0; i < 6; ++i)
+    mean->as<float>()[i] = (g1[i] + g2[i]) / 2.0f;
+  spw_tensor *grads_ref[] = {mean.get()};
+  spw_clip_grad_norm(ref.get(), 1, grads_ref, 0.5);
+  ASSERT_TRUE(ref->error.empty()) << ref->error;
+  ASSERT_LT(ref->grad_clip.scale, 1.0f); // it clips
+
+  auto ctx = context_with_param();
+  spw_declare_grad_clip(ctx.get(), 0.5);
+  const int64_t predicted[4] = {0, 0, 0, 0};
+  spw_declare_tiers(ctx.get(), 4096, 8192, 0, "", predicted);
+  const int64_t members[] = {0}, offsets[] = {0};
+  spw_declare_block(ctx.get(), 0, 0, 24, SPW_TIER_GPU, 256, 1, members,
+                    offsets);
+  spw_declare_block(ctx.get(), 1, 0, 48, SPW_TIER_GPU, 512, 1, members,
+                    offsets);
+  spw_declare_block(ctx.get(), 2, 0, 24, -1, 0, 1, members, offsets);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  spw::device_start(ctx.get(),
+                    spw::make_loopback_device(1 << 20, spw::Precision::FP32));
+  spw::Device &d = *ctx->device;
+  spw::tiers_start(ctx.get(), {}, spw::storage::Backend::Threads);
+  spw::tiers_scatter(ctx.get());
+  ctx->step = 1;
+  spw_tensor *grads[] = {spw_alloc(ctx.get(), SPW_F32, 2, dims),
+                         spw_alloc(ctx.get(), SPW_F32, 2, dims)};
+  d.upload(grads[0]->data, g1, 24);
+  d.upload(grads[1]->data, g2, 24);
+  // Before any norm is taken the coefficient cannot be computed.
+  const int64_t params[] = {0};
+  spw_clip_grad_norm_of(ctx.get(), 1, params, 0.5);
+  EXPECT_NE(ctx->error.find("the norm of parameter 'w''s gradient was not "
+                            "taken at step 1 (spw_grad_norms of its layer "
+                            "must come first)"),
+            std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  spw_stage_grads(ctx.get(), 2, 0, 0, 2, grads, 1024);
+  spw_grad_norms(ctx.get(), 0, SPW_TIER_HOST, 2);
+  EXPECT_NE(ctx->error.find("spw_grad_norms: gradients/layer0 has no copy "
+                            "on host"),
+            std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  spw_grad_norms(ctx.get(), 0, SPW_TIER_GPU, 2);
+  spw_clip_grad_norm_of(ctx.get(), 1, params, 0.5);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  EXPECT_EQ(ctx->grad_clip.step, 1);
+  EXPECT_EQ(ctx->grad_clip.norm, ref->grad_clip.norm);
+  EXPECT_EQ(ctx->grad_clip.scale, ref->grad_clip.scale);
+  // A norm taken at step 1 does not serve step 2.
+  ctx->step = 2;
+  spw_clip_grad_norm_of(ctx.get(), 1, params, 0.5);
+  EXPECT_NE(ctx->error.find("was not taken at step 2"), std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  const int64_t unknown[] = {3};
+  spw_clip_grad_norm_of(ctx.get(), 1, unknown, 0.5);
+  EXPECT_NE(ctx->error.find("parameter index 3 out of range"),
+            std::string::npos)
+      << ctx->error;
+}
+
 } // namespace
 // The optimizer overlap's deferred gradient slice is kept in the plan's
 // `pending` block (its home in the host arena), not beside it, and the

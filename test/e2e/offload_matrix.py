@@ -17,7 +17,10 @@ K steps with --stats-json, and must
 - move, at every step, exactly the bytes per link its plan predicted
   (check_offload_stats.py), over the links the placement implies.
 With --optimizer foam every executable (the plain ones too) is compiled
-with FOAM and only F = 0 runs (FOAM's updates are never split).
+with FOAM and only F = 0 runs (FOAM's updates are never split). With
+--grad-clip F every executable (the plain ones too) clips the global
+gradient norm at F: the plans take each layer's norms where its gradient is
+complete, so the bits and the bytes are still the plain run's.
 With --device D every offload executable runs on device D (EXE --device D)
 while the references stay the plain executables on the CPU backend, so D
 must reproduce the CPU's bits and the plan's bytes exactly. With
@@ -101,6 +104,9 @@ def main():
     ap.add_argument("--out", required=True, help="a scratch directory")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--optimizer", choices=["adamw", "foam"], default="adamw")
+    ap.add_argument("--grad-clip", default="0",
+                    help="compile every executable with spillwayc "
+                         "--grad-clip F (default 0: no clipping)")
     ap.add_argument("--device", choices=["cpu", "loopback"],
                     help="run every offload executable with --device D "
                          "(default: no --device flag, the compile target)")
@@ -116,7 +122,7 @@ def main():
             ap.error(f"--delay-seeds: {x!r} is not a decimal seed")
     device = ["--device", a.device] if a.device else []
     on = f" on --device {a.device}" if a.device else ""
-    opt = ["--optimizer", a.optimizer]
+    opt = ["--optimizer", a.optimizer, "--grad-clip", a.grad_clip]
     overlaps = ("0", "0.5", "1") if a.optimizer == "adamw" else ("0",)
     os.makedirs(a.out, exist_ok=True)
     swap = os.path.join(a.out, "swap")
@@ -176,7 +182,8 @@ def main():
             return worst, r.stdout.split(": ", 1)[1].strip()
 
         worst, line = check(tag, [])
-        print(f"OK {tag}: {a.optimizer} F={overlap} bit-identical to plain {order} M={m}"
+        clipped = "" if a.grad_clip == "0" else f" clip {a.grad_clip}"
+        print(f"OK {tag}: {a.optimizer}{clipped} F={overlap} bit-identical to plain {order} M={m}"
               f"{on}, {worst:.1e} from horizontal M=1; " + line)
         if any(order == o and m == mm and overlap in fs
                for o, mm, fs in DELAY_SUBSET):

@@ -117,9 +117,10 @@ cl::opt<std::string> gradClipText(
              "clip_grad_norm_(params, F) before each AdamW step: the norm of "
              "all gradients is a barrier every update follows (with "
              "--overlap-optimizer only the deferred part overlaps, in the "
-             "next forward). F is the executable's default max_norm (its "
-             "--grad-clip overrides it); 0: off (default). Not with "
-             "--optimizer foam or an offload plan"),
+             "next forward; an offload plan takes each layer's norms where "
+             "its gradient is complete, moving no more bytes). F is the "
+             "executable's default max_norm (its --grad-clip overrides it); "
+             "0: off (default). Not with --optimizer foam"),
     cl::value_desc("F"), cl::cat(category));
 cl::opt<std::string> target(
     "target", cl::init("cpu"),
@@ -829,12 +830,6 @@ static int compilerMain(int argc, char **argv) {
   if (gradClip > 0 && optimizer == "foam")
     return fail("--grad-clip with --optimizer foam: FOAM updates take no "
                 "clip coefficient; use --optimizer adamw, or no --grad-clip");
-  if (gradClip > 0 && offload)
-    return fail("--grad-clip with an offload plan (--place, --gpu-mem, "
-                "--host-mem): the plan's gradients stay in their blocks, so "
-                "no norm of all of them is computed before the updates; "
-                "clip an in-memory plan (with --microbatches, --schedule, "
-                "--overlap-optimizer), or drop --grad-clip");
   if (foamLevel < 0 || foamLevel > 16)
     return fail("--foam-level " + std::to_string(int64_t(foamLevel)) +
                 " is outside [0, 16]");

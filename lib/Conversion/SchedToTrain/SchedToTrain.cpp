@@ -97,7 +97,8 @@ LogicalResult lower(Operation *op, OpBuilder &b) {
   // convert-train-to-runtime.
   if (isa<sched::MoveOp, sched::AwaitOp, sched::DropOp, sched::BindOp,
           sched::StageGradsOp, sched::AccumulateGradsOp, sched::GradientOp,
-          sched::PutActivationOp, sched::TakeActivationOp>(op))
+          sched::GradNormsOp, sched::ClipGradNormOp, sched::PutActivationOp,
+          sched::TakeActivationOp>(op))
     return success();
   return op->emitError("convert-sched-to-train: ")
          << op->getName()

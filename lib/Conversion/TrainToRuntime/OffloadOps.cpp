@@ -201,6 +201,31 @@ FailureOr<bool> RuntimeEmitter::emitSchedOp(Operation *op) {
          i64(g.getDivisor())}));
     return true;
   }
+  if (auto n = dyn_cast<sched::GradNormsOp>(op)) {
+    callRuntime("spw_grad_norms", voidTy, {ptrTy, i32Ty, i32Ty, i64Ty},
+                {ctxArg, i32(n.getLayer()), tier(n.getTier()),
+                 i64(n.getDivisor())});
+    return true;
+  }
+  if (auto clip = dyn_cast<sched::ClipGradNormOp>(op)) {
+    SmallVector<int64_t> indices;
+    for (Attribute a : clip.getParams()) {
+      auto sym = cast<FlatSymbolRefAttr>(a);
+      auto it = paramIndexByName.find(sym.getValue());
+      if (it == paramIndexByName.end())
+        return clip.emitOpError("refers to unknown parameter ") << sym;
+      indices.push_back(it->second);
+    }
+    // The updates that take the coefficient run after it; the runtime
+    // applies the step's coefficient to them.
+    setHandle(clip.getCoef(),
+              callRuntime("spw_clip_grad_norm_of", ptrTy,
+                          {ptrTy, i32Ty, ptrTy, f64Ty},
+                          {ctxArg, i32(int32_t(indices.size())),
+                           i64Array(indices),
+                           f64(clip.getMaxNorm().convertToDouble())}));
+    return true;
+  }
   if (auto put = dyn_cast<sched::PutActivationOp>(op)) {
     callRuntime("spw_put_activation", voidTy, {ptrTy, i32Ty, ptrTy, i64Ty},
                 {ctxArg, i32(put.getIndex()), handle(put.getValue()),

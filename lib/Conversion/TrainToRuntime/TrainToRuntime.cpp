@@ -401,6 +401,7 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
                       {ctxArg, i32(it->second), stringConstant(s.getValue())});
     }
 
+
   // FOAM's folded state has its own size: declared before the tiers lay
   // out optimizer blocks and before a checkpoint is restored.
   WalkResult foams = step.walk([&](FoamOp f) {
@@ -422,15 +423,19 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
   // Gradient clipping: its barrier is in the plan, and --grad-clip may
   // override its max_norm only then. (Walked on the module: a task holding
   // only the norm is outlined.)
-  ClipGradNormOp clipOp;
-  step->getParentOfType<ModuleOp>().walk([&](ClipGradNormOp c) {
-    if (!clipOp)
-      clipOp = c;
+  // An offload plan's norm is sched.clip_grad_norm.
+  std::optional<std::pair<Location, double>> clip;
+  step->getParentOfType<ModuleOp>().walk([&](Operation *op) {
+    if (auto c = dyn_cast<ClipGradNormOp>(op))
+      clip = {c.getLoc(), c.getMaxNorm().convertToDouble()};
+    else if (auto c = dyn_cast<sched::ClipGradNormOp>(op))
+      clip = {c.getLoc(), c.getMaxNorm().convertToDouble()};
+    return clip ? WalkResult::interrupt() : WalkResult::advance();
   });
-  if (clipOp) {
-    loc = clipOp.getLoc();
+  if (clip) {
+    loc = clip->first;
     callRuntime("spw_declare_grad_clip", voidTy, {ptrTy, f64Ty},
-                {ctxArg, f64(clipOp.getMaxNorm().convertToDouble())});
+                {ctxArg, f64(clip->second)});
   }
 
   if (failed(emitTiers()))
@@ -740,7 +745,8 @@ LogicalResult RuntimeEmitter::emitBody(func::FuncOp func, Value slotsArg) {
   for (Operation &op : block)
     if (kernels.count(&op) ||
         isa<ConstantOp, func::CallOp, sched::GradientOp,
-            sched::TakeActivationOp, ClipGradNormOp>(op))
+            sched::TakeActivationOp, ClipGradNormOp, sched::ClipGradNormOp>(
+            op))
       for (Value r : op.getResults())
         releasable.insert(r);
   DenseMap<Value, Operation *> lastUse;

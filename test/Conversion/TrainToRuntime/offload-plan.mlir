@@ -12,6 +12,28 @@
 // RUN: spillway-opt %S/Inputs/offload-plan-activations.mlir --convert-train-to-runtime | FileCheck %s --check-prefix=ACT
 // RUN: spillway-opt %S/Inputs/offload-plan-deferred.mlir --convert-train-to-runtime | FileCheck %s --check-prefix=DEFERRED
 // RUN: not spillway-opt %S/Inputs/offload-plan-activation-home.mlir --convert-train-to-runtime 2>&1 | FileCheck %s --check-prefix=ACTBAD
+// RUN: spillway-opt %S/Inputs/offload-plan-clip.mlir --convert-train-to-runtime | FileCheck %s --check-prefix=CLIP
+
+// Gradient clipping (gradients on SSD, snake M = 2): the barrier is declared
+// with its max_norm; each layer's norms are taken on host (tier 1) after
+// its flush accumulates, divided by M; the coefficient of both parameters
+// (indices 0 and 1, in declaration order) comes before the first update.
+// CLIP:      llvm.mlir.global internal constant @[[IDX:spw_i64_[0-9]+]](dense<[0, 1]> : tensor<2xi64>)
+// CLIP:      %[[MAX:.*]] = llvm.mlir.constant(1.000000e+00 : f64) : f64
+// CLIP-NEXT: llvm.call @spw_declare_grad_clip(%arg0, %[[MAX]]) : (!llvm.ptr, f64) -> ()
+// CLIP:      llvm.call @spw_accumulate_grads
+// CLIP-NEXT: %[[L1:.*]] = llvm.mlir.constant(1 : i32) : i32
+// CLIP-NEXT: %[[HOST:.*]] = llvm.mlir.constant(1 : i32) : i32
+// CLIP-NEXT: %[[M:.*]] = llvm.mlir.constant(2 : i64) : i64
+// CLIP-NEXT: llvm.call @spw_grad_norms(%arg0, %[[L1]], %[[HOST]], %[[M]]) : (!llvm.ptr, i32, i32, i64) -> ()
+// CLIP:      llvm.call @spw_accumulate_grads
+// CLIP-NEXT: %[[L0:.*]] = llvm.mlir.constant(0 : i32) : i32
+// CLIP:      llvm.call @spw_grad_norms(%arg0, %[[L0]],
+// CLIP-NOT:  llvm.call @spw_adamw
+// CLIP:      %[[P:.*]] = llvm.mlir.addressof @[[IDX]] : !llvm.ptr
+// CLIP-NEXT: %[[F:.*]] = llvm.mlir.constant(1.000000e+00 : f64) : f64
+// CLIP-NEXT: llvm.call @spw_clip_grad_norm_of(%arg0, %{{.*}}, %[[P]], %[[F]]) : (!llvm.ptr, i32, !llvm.ptr, f64) -> !llvm.ptr
+// CLIP:      llvm.call @spw_adamw
 
 // NOOFFSETS: error: sched.buffers: malformed block {{.*}} (class, layer, bytes, members and as many offsets)
 // LENGTHS: error: sched.buffers: malformed block

@@ -221,6 +221,30 @@ func.func @bind_ssd() {
 
 // -----
 
+func.func @grad_norms_ssd() {
+  // expected-error @+1 {{reads the gradients on gpu or host; a copy on ssd must come to host first}}
+  sched.grad_norms layer(0) ssd mean(1)
+  return
+}
+
+// -----
+
+func.func @clip_no_params() {
+  // expected-error @+1 {{needs the updated parameters whose norms it sums}}
+  %c = sched.clip_grad_norm [] {max_norm = 1.0 : f64} : tensor<f32>
+  return
+}
+
+// -----
+
+func.func @clip_zero() {
+  // expected-error @+1 {{max_norm must be positive and at most 1e6, not 0}}
+  %c = sched.clip_grad_norm [@w] {max_norm = 0.0 : f64} : tensor<f32>
+  return
+}
+
+// -----
+
 func.func @stage_partial(%g: tensor<4xf32>) {
   // expected-error @+1 {{has 3 gradients for 2 parameters; expected a whole number of micro-batches}}
   sched.stage_grads gradients layer(0) first(%g, %g, %g) {params = [@a, @b]} : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>

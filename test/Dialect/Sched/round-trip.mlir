@@ -86,6 +86,8 @@ module {
 // CHECK-NEXT:  sched.stage_grads gradstage layer(1) first(%{{.*}}, %{{.*}}) at(256) {params = [@w, @w]} : tensor<4xf32>, tensor<4xf32>
 // CHECK-NEXT:  sched.accumulate_grads layer(1) add on host
 // CHECK-NEXT:  %{{.*}} = sched.gradient @w layer(1) host mean(2) : tensor<4xf32>
+// CHECK-NEXT:  sched.grad_norms layer(1) host mean(2)
+// CHECK-NEXT:  %{{.*}} = sched.clip_grad_norm [@w] {max_norm = 1.000000e+00 : f64} : tensor<f32>
 func.func @blocks(%x: tensor<4xf32>) -> tensor<4xf32> {
   %r = sched.iteration(%x) : (tensor<4xf32>) -> tensor<4xf32> {
   ^bb0(%a: tensor<4xf32>):
@@ -97,6 +99,8 @@ func.func @blocks(%x: tensor<4xf32>) -> tensor<4xf32> {
     sched.stage_grads gradstage layer(1) first(%a, %a) at(256) {params = [@w, @w]} : tensor<4xf32>, tensor<4xf32>
     sched.accumulate_grads layer(1) add on host
     %g = sched.gradient @w layer(1) host mean(2) : tensor<4xf32>
+    sched.grad_norms layer(1) host mean(2)
+    %c = sched.clip_grad_norm [@w] {max_norm = 1.0 : f64} : tensor<f32>
     sched.yield %g : tensor<4xf32>
   }
   return %r : tensor<4xf32>

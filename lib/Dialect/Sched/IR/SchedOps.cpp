@@ -1,6 +1,7 @@
 //===- SchedOps.cpp - sched dialect ops -----------------------------------===//
 
 #include "spillway/Dialect/Sched/IR/SchedOps.h"
+#include "spillway/runtime/hyperparams.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -286,6 +287,24 @@ LogicalResult StageGradsOp::verify() {
              << i << " has type " << getGrads()[i].getType()
              << " but the same parameter's gradient #" << (i % n) << " has "
              << getGrads()[i % n].getType();
+  return success();
+}
+
+LogicalResult GradNormsOp::verify() {
+  if (getTier() == Tier::ssd)
+    return emitOpError("reads the gradients on gpu or host; a copy on ssd "
+                       "must come to host first");
+  return success();
+}
+
+LogicalResult ClipGradNormOp::verify() {
+  namespace hp = spillway::hyperparams;
+  const double maxNorm = getMaxNorm().convertToDouble();
+  if (!hp::in_range(hp::kGradClip, maxNorm) || maxNorm == 0)
+    return emitOpError("max_norm must be positive and at most 1e6, not ")
+           << maxNorm;
+  if (getParams().empty())
+    return emitOpError("needs the updated parameters whose norms it sums");
   return success();
 }
 

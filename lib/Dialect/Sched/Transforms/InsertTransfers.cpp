@@ -63,8 +63,10 @@ struct Rewriter {
   /// (sched-overlap-optimizer), with the task that applies it.
   SmallVector<int64_t> total, deferred;
   DenseMap<int64_t, TaskOp> deferredTask;
-  /// Per layer: whether a backward run has flushed its gradient yet.
+  /// Per layer: whether a backward run has flushed its gradient yet, and
+  /// the op after which its last flush leaves it complete on `gradTier()`.
   SmallVector<bool> flushed;
+  SmallVector<Operation *> lastFlush;
   /// Per layer: the end of each `train.adamw_defer @p [0, end)` of its opt
   /// task, which the deferred task must apply as it is.
   SmallVector<llvm::StringMap<int64_t>> deferredByUpdate;
@@ -123,6 +125,7 @@ struct Rewriter {
   LogicalResult readDeferred();
   LogicalResult loadParams(ArrayRef<Run> runs);
   LogicalResult routeGradients(ArrayRef<Run> runs);
+  LogicalResult clipFromNorms();
   LogicalResult placeUpdates();
   void deferredUpdate(int64_t l, TaskOp task);
   LogicalResult routeActivations(Tier ta);
@@ -172,7 +175,8 @@ LogicalResult Rewriter::run() {
     runs.back().tasks.push_back(task);
   }
   if (failed(routeGradients(runs)) || failed(readDeferred()) ||
-      failed(placeUpdates()) || failed(loadParams(runs)))
+      failed(clipFromNorms()) || failed(placeUpdates()) ||
+      failed(loadParams(runs)))
     return failure();
   // With the parameters resident the deferred updates stay where
   // sched-overlap-optimizer put them (loadParams places the others).
@@ -514,6 +518,7 @@ LogicalResult Rewriter::routeGradients(ArrayRef<Run> runs) {
       bwdRuns.back().tasks.push_back(t);
     }
   flushed.assign(params.size(), false);
+  lastFlush.assign(params.size(), nullptr);
   for (BwdRun &r : bwdRuns) {
     while (!r.tasks.empty() && r.tasks.back() == nullptr)
       r.tasks.pop_back();
@@ -536,8 +541,9 @@ LogicalResult Rewriter::routeGradients(ArrayRef<Run> runs) {
     GradMode mode = flushed[l] ? GradMode::add : GradMode::first;
     b.setInsertionPointAfter(r.tasks.back());
     if (tg == Tier::gpu) {
-      StageGradsOp::create(b, it.getLoc(), BlockClass::gradients, l, mode,
-                           grads, b.getArrayAttr(syms), IntegerAttr());
+      lastFlush[l] =
+          StageGradsOp::create(b, it.getLoc(), BlockClass::gradients, l, mode,
+                               grads, b.getArrayAttr(syms), IntegerAttr());
     } else {
       StageGradsOp::create(b, it.getLoc(), BlockClass::gradstage, l,
                            GradMode::first, grads, b.getArrayAttr(syms),
@@ -548,8 +554,8 @@ LogicalResult Rewriter::routeGradients(ArrayRef<Run> runs) {
       if (tg == Tier::ssd && flushed[l])
         await(move(BlockClass::gradients, l, Tier::ssd, Tier::host,
                    Priority::demand));
-      AccumulateGradsOp::create(b, it.getLoc(), l, mode, Tier::host,
-                                IntegerAttr());
+      lastFlush[l] = AccumulateGradsOp::create(b, it.getLoc(), l, mode,
+                                               Tier::host, IntegerAttr());
       drop(BlockClass::gradstage, l, Tier::host);
       if (tg == Tier::ssd) {
         await(move(BlockClass::gradients, l, Tier::host, Tier::ssd,
@@ -560,6 +566,96 @@ LogicalResult Rewriter::routeGradients(ArrayRef<Run> runs) {
     flushed[l] = true;
   }
 
+  return success();
+}
+
+LogicalResult Rewriter::clipFromNorms() {
+  // Gradient clipping's norm reads every gradient, which an offload plan
+  // keeps in per-layer blocks instead of values: each layer's norms are
+  // taken where its last flush leaves its gradient complete (on the GPU, or
+  // on host where the flush accumulates; on SSD before the write-back), and
+  // the coefficient is computed from them where the norm was.
+  SmallVector<train::ClipGradNormOp> clips;
+  for (Operation &op : it.getBlock())
+    if (auto t = dyn_cast<TaskOp>(op))
+      t.getBlock().walk([&](train::ClipGradNormOp c) { clips.push_back(c); });
+  if (clips.empty())
+    return success();
+  train::ClipGradNormOp clip = clips.front();
+  if (clips.size() > 1)
+    return clips[1].emitOpError("sched-insert-transfers: a second gradient "
+                                "norm in one iteration");
+  auto task = dyn_cast<TaskOp>(clip->getParentOp());
+  if (!task || task.getPhase() != Phase::opt || task.getDeferred())
+    return clip.emitOpError("sched-insert-transfers: the gradient norm must "
+                            "be in an opt task");
+  // Which parameter each gradient the norm reads is: the one whose update
+  // reads the same value.
+  DenseMap<Value, StringAttr> paramOfGrad;
+  for (Operation &op : it.getBlock()) {
+    auto t = dyn_cast<TaskOp>(op);
+    if (!t || t.getPhase() != Phase::opt || t.getDeferred())
+      continue;
+    for (Operation &inner : t.getBlock())
+      if (auto update = updateOf(inner))
+        if (auto arg = dyn_cast<BlockArgument>(update->second);
+            arg && arg.getOwner() == &t.getBlock())
+          paramOfGrad[t.getInputs()[arg.getArgNumber()]] =
+              update->first.getAttr();
+  }
+  SmallVector<Attribute> syms;
+  llvm::SmallSet<StringRef, 16> normed;
+  for (Value g : clip.getGrads()) {
+    auto arg = dyn_cast<BlockArgument>(g);
+    StringAttr sym = arg && arg.getOwner() == &task.getBlock()
+                         ? paramOfGrad.lookup(task.getInputs()[arg.getArgNumber()])
+                         : StringAttr();
+    if (!sym)
+      return clip.emitOpError("sched-insert-transfers: the gradient norm "
+                              "reads a value that no update reads as its "
+                              "gradient");
+    normed.insert(sym.getValue());
+    syms.push_back(FlatSymbolRefAttr::get(sym));
+  }
+  // Every updated parameter is in the norm, and the norms of each layer's
+  // gradients are taken once it is complete.
+  for (auto [l, members] : llvm::enumerate(updated)) {
+    for (StringAttr s : members)
+      if (!normed.contains(s.getValue()))
+        return clip.emitOpError("sched-insert-transfers: the gradient norm "
+                                "does not read the gradient of @")
+               << s.getValue() << ", which the optimizer updates";
+    if (members.empty())
+      continue;
+    if (!lastFlush[l] || !lastFlush[l]->isBeforeInBlock(task))
+      return clip.emitOpError("sched-insert-transfers: the gradient of "
+                              "layer ")
+             << l << " is complete only after the gradient norm";
+    b.setInsertionPointAfter(lastFlush[l]);
+    GradNormsOp::create(b, it.getLoc(), uint64_t(l),
+                        tg == Tier::gpu ? Tier::gpu : Tier::host,
+                        uint64_t(microbatches));
+  }
+  // The coefficient enters the task as an input in place of the norm, and
+  // the gradients only the norm read leave it.
+  b.setInsertionPoint(task);
+  Value coef = sched::ClipGradNormOp::create(b, clip.getLoc(),
+                                             clip.getCoef().getType(),
+                                      b.getArrayAttr(syms),
+                                      clip.getMaxNormAttr());
+  Block &body = task.getBlock();
+  SmallVector<bool> readBefore;
+  for (BlockArgument arg : body.getArguments())
+    readBefore.push_back(!arg.use_empty());
+  task.getInputsMutable().append(coef);
+  clip.getCoef().replaceAllUsesWith(
+      body.addArgument(coef.getType(), clip.getLoc()));
+  clip.erase();
+  for (int i = int(readBefore.size()) - 1; i >= 0; --i)
+    if (readBefore[i] && body.getArgument(i).use_empty()) {
+      task.getInputsMutable().erase(i);
+      body.eraseArgument(i);
+    }
   return success();
 }
 

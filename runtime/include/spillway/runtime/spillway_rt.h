@@ -241,6 +241,17 @@ void spw_accumulate_grads(spw_ctx *ctx, int32_t layer, int32_t mode,
  * block's copy on `tier`, divided by `divisor`. */
 spw_tensor *spw_gradient(spw_ctx *ctx, int32_t param, int32_t layer,
                          int32_t tier, int64_t divisor);
+/* Gradient clipping in an offload plan (sched.grad_norms,
+ * sched.clip_grad_norm): spw_grad_norms takes, for each member of block
+ * (gradients, layer) on `tier` (gpu or host), the norm spw_clip_grad_norm
+ * would of its mean (each element divided by `divisor`) and keeps it for the
+ * step; spw_clip_grad_norm_of then returns the coefficient of the n
+ * parameters' norms (in that order) as spw_clip_grad_norm does, and fails
+ * when one was not taken this step. */
+void spw_grad_norms(spw_ctx *ctx, int32_t layer, int32_t tier,
+                    int64_t divisor);
+spw_tensor *spw_clip_grad_norm_of(spw_ctx *ctx, int32_t n,
+                                  const int64_t *params, double max_norm);
 
 /* Activations off the GPU: block (SPW_BLOCK_ACTIVATIONS, index) of `bytes`
  * bytes, without a home (every copy is placed by spw_move's `at` and freed

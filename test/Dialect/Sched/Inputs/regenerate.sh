@@ -121,6 +121,15 @@ damage $sched/tied-head-apply-mismatch.mlir "$scratch/base/tied-head-deferred.ml
   "the deferred task applies another range than the opt task defers" \
   's/adamw_apply_pending @wte \[0, 20)/adamw_apply_pending @wte [0, 16)/'
 
+# Gradient clipping (train-attach-optimizer{grad-clip}): the norm taken per
+# layer where its gradient is complete.
+clip=(--train-autodiff --train-attach-optimizer=grad-clip=1 --train-partition-layers --convert-train-to-sched)
+gen $sched/insert-transfers-clip-ssd.mlir three-layers "${clip[@]}" "${mb2[@]}" --sched-order=order=snake "--sched-overlap-optimizer=fraction=0.5 granule=1" --sched-place=placement=params=ssd,optimizer=host,gradients=ssd
+gen $sched/insert-transfers-clip-gpu.mlir three-layers "${clip[@]}" "${mb2[@]}" --sched-order=order=horizontal --sched-place=placement=params=host,gradients=gpu
+damage $sched/insert-transfers-clip-missing.mlir "$out/$sched/insert-transfers-clip-gpu.mlir" \
+  "the norm does not read the third parameter's gradient" \
+  's/\(train.clip_grad_norm %arg[0-9]*, %arg[0-9]*\), %arg[0-9]*\(, .*\) : \(tensor<[^>]*>, tensor<[^>]*>\), tensor<[^>]*>/\1\2 : \3/'
+
 # sched-assign-buffers: iterations with their transfers.
 gen $sched/assign-buffers-ssd.mlir two-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-place=placement=params=ssd,optimizer=host,gradients=host --sched-insert-transfers
 damage $sched/assign-buffers-bad-layer.mlir "$out/$sched/assign-buffers-ssd.mlir" \
@@ -139,6 +148,7 @@ gen $runtime/task-calls-outlined.mlir two-layers-reshapes "${front[@]}" --sched-
 gen $runtime/task-calls-flat.mlir two-layers-reshapes "${front[@]}" --sched-microbatch=microbatches=2 --sched-order=order=snake --convert-sched-to-train
 gen $runtime/offload-plan-deferred.mlir two-layers-16 "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers --sched-assign-buffers=gpu-mem=1048576 --convert-sched-to-train
 gen $runtime/offload-plan-activations.mlir two-layers "${front[@]}" --sched-order --sched-recompute --sched-place=placement=activations=ssd --sched-insert-transfers --sched-assign-buffers --convert-sched-to-train
+gen $runtime/offload-plan-clip.mlir two-layers --train-autodiff --train-attach-optimizer=grad-clip=1 --train-partition-layers --convert-train-to-sched "${mb2[@]}" --sched-order=order=snake --sched-place=placement=params=host,gradients=ssd --sched-insert-transfers --sched-assign-buffers --convert-sched-to-train
 damage $runtime/offload-plan-no-offsets.mlir "$out/$runtime/offload-plan-host.mlir" \
   "the first block's offsets misspelt" '0,/offsets = array<i64: 0>/s//offsetz = array<i64: 0>/'
 damage $runtime/offload-plan-members-offsets.mlir "$out/$runtime/offload-plan-host.mlir" \

@@ -328,6 +328,54 @@ def Sched_GradientOp : Sched_BlockOp<"gradient"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Gradient clipping in an offload plan: the gradients stay in their blocks,
+// so the norm is taken per layer where each layer's gradient is complete,
+// and the coefficient from those norms after the last one.
+//===----------------------------------------------------------------------===//
+
+def Sched_GradNormsOp : Sched_BlockOp<"grad_norms"> {
+  let summary = "the norms of a layer's complete gradients, for clipping";
+  let description = [{
+    For each member of block (`gradients`, `layer`), the 2-norm of its
+    gradient on `tier` (gpu or host) divided by `divisor` (M), element by
+    element as `sched.gradient` divides it: the per-tensor norm
+    `train.clip_grad_norm` takes of the micro-batch mean. The runtime keeps
+    the norms for the step's `sched.clip_grad_norm`. It runs where the
+    layer's gradient is complete (after its last flush), so clipping moves
+    no byte the plan would not move anyway.
+
+    ```mlir
+    sched.grad_norms layer(1) host mean(4)
+    ```
+  }];
+  let arguments = (ins ConfinedAttr<I64Attr, [IntNonNegative]>:$layer,
+                       Sched_Tier:$tier,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$divisor);
+  let assemblyFormat = [{
+    `layer` `(` $layer `)` $tier `mean` `(` $divisor `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Sched_ClipGradNormOp : Sched_BlockOp<"clip_grad_norm"> {
+  let summary = "gradient clipping's coefficient from the layers' norms";
+  let description = [{
+    `train.clip_grad_norm` for an offload plan: the coefficient
+    `min(1, max_norm / (norm + 1e-6))` where `norm` is the 2-norm of the
+    per-tensor norms of `params` (every updated parameter, in declaration
+    order), which `sched.grad_norms` recorded earlier in the iteration.
+
+    ```mlir
+    %c = sched.clip_grad_norm [@w, @b] {max_norm = 1.0 : f64} : tensor<f32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefArrayAttr:$params, F64Attr:$max_norm);
+  let results = (outs 0DTensorOf<[F32]>:$coef);
+  let assemblyFormat = "$params attr-dict `:` type($coef)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Activations off the GPU: a kept forward value in an `activations` block
 // (keyed by the activation's index, which the block ops carry in their
 // `layer` operand), moved with sched.move / sched.drop like any block.

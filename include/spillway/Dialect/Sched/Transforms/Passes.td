@@ -219,6 +219,16 @@ def SchedInsertTransfersPass : Pass<"sched-insert-transfers", "mlir::ModuleOp"> 
       reads the parameters a second time. The gradient moves whole with the
       update after the backward (the runtime keeps the deferred slice until
       the next step). The iteration gets `deferred`: D_l per layer.
+    - Gradient clipping (a `train.clip_grad_norm` in an opt task, from
+      `train-attach-optimizer{grad-clip=F}`): right after the flush that
+      completes layer l's gradient (its last `stage_grads` on the GPU, or
+      its last `accumulate_grads` on host, before a write-back to SSD),
+      `sched.grad_norms layer(l) gpu|host mean(M)`; the opt task takes
+      `sched.clip_grad_norm [params] {max_norm}`, placed just before it,
+      in place of the norm (`params`: the updated parameters in the norm's
+      operand order), and the gradients only the norm read leave the task.
+      No move is added. A norm that misses an updated parameter's gradient,
+      or one whose layer's gradient completes after it, is an error.
     - Activations off the GPU: each fwd task result a bwd task reads
       becomes an `activations` block (index = its position among them, in
       block order): `sched.put_activation` right after its last non-bwd
