@@ -116,6 +116,16 @@ void spw_declare_param_alias(spw_ctx *ctx, int32_t index, const char *name) {
   });
 }
 
+void spw_declare_param_fold(spw_ctx *ctx, int32_t index, const char *source) {
+  guarded(ctx, "spw_declare_param_fold", [&] {
+    check_name(source, "folded parameter");
+    if (index < 0 || size_t(index) >= ctx->params.size())
+      fail("fold of '%s' in parameter %d, which is not declared", source,
+           index);
+    ctx->params[size_t(index)].folded_from = source;
+  });
+}
+
 int32_t spw_declare_param(spw_ctx *ctx, const char *name, int32_t dtype,
                           int32_t rank, const int64_t *dims, int64_t offset) {
   int32_t index = -1;

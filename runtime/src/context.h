@@ -57,6 +57,7 @@ struct PendingAdamW {
 struct ParamInfo {
   std::string name;
   std::vector<std::string> aliases; // spw_declare_param_alias: its ties' names
+  std::string folded_from; // spw_declare_param_fold: rows of this parameter
   int64_t offset = 0;
   std::unique_ptr<spw_tensor> value;
   std::vector<char> grad;   // last recorded gradient (bytes), empty if none

@@ -78,6 +78,16 @@ cl::opt<std::string> stateDictPrefix(
              "without it. Found by itself in dynamo exports; TorchScript "
              "exports name no module classes, so give it there ('' for none)"),
     cl::value_desc("PREFIX"), cl::init("\x01"), cl::cat(category));
+cl::opt<std::string> exportedStateDict(
+    "exported-state-dict",
+    cl::desc("The exported model's own state_dict as a .safetensors file "
+             "(model.save_pretrained(DIR)'s DIR/model.safetensors, or "
+             "safetensors.torch.save_file(model.state_dict(), FILE)) before "
+             "training: a parameter torch.onnx.export's optimizer folded into "
+             "a constant of some of its rows (GPT-2's position table at "
+             "arange(seq)) is restored whole from it, so it trains and "
+             "--save writes it as torch's state_dict has it"),
+    cl::value_desc("FILE"), cl::cat(category));
 cl::opt<int64_t> maxInlineConstantElements(
     "max-inline-constant-elements", cl::init(int64_t(1) << 20),
     cl::desc("The largest ONNX constant (in elements) the importer evaluates "
@@ -913,6 +923,8 @@ static int compilerMain(int argc, char **argv) {
     importOptions.copyWeights = copyWeights;
     if (stateDictPrefix != "\x01")
       importOptions.stateDictPrefix = stateDictPrefix.getValue();
+    if (exportedStateDict.getNumOccurrences())
+      importOptions.exportedStateDict = exportedStateDict.getValue();
     if (verbose)
       importOptions.parameterLog = &llvm::errs();
     importOptions.weightsAttr =
@@ -926,6 +938,9 @@ static int compilerMain(int argc, char **argv) {
     if (!binds.empty() || !constantInitializers.empty())
       return fail("--bind and --constant-initializers apply to ONNX inputs; "
                   "an MLIR model already has static shapes and parameters");
+    if (stateDictPrefix != "\x01" || exportedStateDict.getNumOccurrences())
+      return fail("--state-dict-prefix and --exported-state-dict apply to "
+                  "ONNX inputs; an MLIR model already names its parameters");
     note("parsing " + inputPath);
     if (auto buf = llvm::MemoryBuffer::getFile(inputPath, /*IsText=*/true))
       if (!spillway::checkNesting((*buf)->getBuffer(), inputPath,

@@ -400,7 +400,19 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
           callRuntime("spw_declare_param_alias", voidTy, {ptrTy, i32Ty, ptrTy},
                       {ctxArg, i32(it->second), stringConstant(s.getValue())});
     }
-
+  if (auto folds =
+          module->getAttrOfType<DictionaryAttr>(train::kParamFoldsAttrName))
+    for (NamedAttribute entry : folds) {
+      auto it = paramIndexByName.find(entry.getName().getValue());
+      auto source = dyn_cast<StringAttr>(entry.getValue());
+      if (it == paramIndexByName.end() || !source)
+        return module.emitError() << train::kParamFoldsAttrName
+                                  << ": no parameter @"
+                                  << entry.getName().getValue();
+      callRuntime("spw_declare_param_fold", voidTy, {ptrTy, i32Ty, ptrTy},
+                  {ctxArg, i32(it->second),
+                   stringConstant(source.getValue())});
+    }
 
   // FOAM's folded state has its own size: declared before the tiers lay
   // out optimizer blocks and before a checkpoint is restored.

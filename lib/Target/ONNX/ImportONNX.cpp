@@ -431,6 +431,11 @@ OwningOpRef<ModuleOp> Importer::import(onnxpb::ModelProto &model) {
   }
   if (failed(recoverParameters(model)))
     return nullptr;
+  if (opts.exportedStateDict && restoredFolds == 0)
+    emitWarning(fileLoc) << "--exported-state-dict: the export folded no "
+                            "parameter into a part of it; nothing was "
+                            "restored from '"
+                         << *opts.exportedStateDict << "'";
   if (opts.stateDictPrefix) {
     stateDictPrefix = *opts.stateDictPrefix;
     for (const auto &t : graph.initializer())
@@ -449,6 +454,26 @@ OwningOpRef<ModuleOp> Importer::import(onnxpb::ModelProto &model) {
                            builder.getStrArrayAttr(SmallVector<StringRef>(
                                kv.getValue().begin(), kv.getValue().end())));
     module->setAttr(train::kParamAliasesAttrName,
+                    builder.getDictionaryAttr(entries));
+  }
+  if (!foldSources.empty()) {
+    SmallVector<NamedAttribute> entries;
+    for (auto &kv : foldSources) {
+      entries.emplace_back(builder.getStringAttr(kv.getKey()),
+                           builder.getStringAttr(kv.getValue()));
+      emitRemark(fileLoc)
+          << "'" << kv.getKey() << "' is the rows of parameter '"
+          << kv.getValue()
+          << "' the export reads (the exporter's optimizer folded the "
+             "parameter into them; any other rows are not in the file): it "
+             "trains as those rows do, and --save writes it as '"
+          << kv.getKey()
+          << "'. To train and save the parameter whole under its own name, "
+             "give spillwayc --exported-state-dict FILE (the model's "
+             "state_dict as exported, e.g. model.save_pretrained's "
+             "model.safetensors)";
+    }
+    module->setAttr(train::kParamFoldsAttrName,
                     builder.getDictionaryAttr(entries));
   }
   if (!stateDictPrefix.empty())

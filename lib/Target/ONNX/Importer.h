@@ -216,6 +216,19 @@ private:
                                 const onnxpb::TensorProto &src);
   void retie(onnxpb::GraphProto &graph,
              ArrayRef<std::pair<std::string, std::string>> transposes);
+  /// Replaces the initializers named `drop` by `nodes` (which compute
+  /// them), run first thing in the graph.
+  void computeFirst(onnxpb::GraphProto &graph, const llvm::StringSet<> &drop,
+                    ArrayRef<onnxpb::NodeProto> nodes);
+  //===--- folded parameters restored whole (ExportedStateDict.cpp) ---===//
+  LogicalResult readStateDictTensor(StringRef path, StringRef name,
+                                    StringRef alt, std::string &found,
+                                    SmallVectorImpl<int64_t> &shape,
+                                    std::string &bytes);
+  LogicalResult unfold(onnxpb::GraphProto &graph,
+                       const onnxpb::TensorProto &fold, StringRef target,
+                       SmallVectorImpl<onnxpb::NodeProto> &prologue,
+                       std::string &origin);
   llvm::StringMap<std::string> paramOrigin;
   /// Initializers whose data is the transpose of the parameter they declare
   /// (2-D): declared with the dimensions swapped and their data transposed.
@@ -224,6 +237,11 @@ private:
   std::string stateDictPrefix;
   /// Parameter (initializer name) -> the state-dict names of its ties.
   llvm::StringMap<SmallVector<std::string, 1>> tiedAliases;
+  /// Parameters that are rows of another the exporter folded, kept as
+  /// folded (no --exported-state-dict): initializer -> the source's name.
+  llvm::StringMap<std::string> foldSources;
+  /// Folds restored whole from --exported-state-dict.
+  unsigned restoredFolds = 0;
 
   //===--- tensors and types ---===//
   Type elementType(int32_t dtype);

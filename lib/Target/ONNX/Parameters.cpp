@@ -300,6 +300,8 @@ LogicalResult Importer::recoverParameters(onnxpb::ModelProto &model) {
   // Folded constants that train as the one parameter they came from, and the
   // constant ones: by initializer name.
   llvm::StringMap<std::string> viewOf; // initializer -> source target
+  // Folds to restore whole from --exported-state-dict: (fold, source).
+  SmallVector<std::pair<std::string, std::string>> unfolds;
   // Ties to recompute: folded initializer -> source initializer.
   SmallVector<std::pair<std::string, std::string>> transposes;
   for (const auto &t : graph.initializer()) {
@@ -409,9 +411,16 @@ LogicalResult Importer::recoverParameters(onnxpb::ModelProto &model) {
                               "torch's layout";
         continue;
       }
+      // Some rows of the source (GPT-2's position table at arange(S)):
+      // restored whole from the exported state_dict when there is one.
+      if (opts.exportedStateDict) {
+        unfolds.emplace_back(name.str(), source);
+        continue;
+      }
       paramOrigin[name] = "parameter '" + source +
                           "' as the exporter's optimizer folded it; trains "
                           "as that parameter";
+      foldSources[name] = source;
       continue;
     }
     const onnxpb::TensorProto &src = graph.initializer(srcIt->second);
@@ -731,6 +740,20 @@ LogicalResult Importer::recoverParameters(onnxpb::ModelProto &model) {
     }
   }
 
+  if (!unfolds.empty()) {
+    SmallVector<onnxpb::NodeProto> prologue;
+    llvm::StringSet<> drop;
+    for (auto &[fold, target] : unfolds) {
+      std::string origin;
+      if (failed(unfold(graph, graph.initializer(initIndex[fold]), target,
+                        prologue, origin)))
+        return failure();
+      paramOrigin[target] = std::move(origin);
+      drop.insert(fold);
+      ++restoredFolds;
+    }
+    computeFirst(graph, drop, prologue);
+  }
   retie(graph, transposes);
   return success();
 }
@@ -762,8 +785,26 @@ void Importer::retie(
   if (transposes.empty())
     return;
   llvm::StringSet<> drop;
-  for (auto &[view, source] : transposes)
+  SmallVector<onnxpb::NodeProto> nodes;
+  for (auto &[view, source] : transposes) {
     drop.insert(view);
+    onnxpb::NodeProto &tr = nodes.emplace_back();
+    tr.set_op_type("Transpose");
+    tr.set_name("spillway_retie_" + view);
+    tr.add_input(source);
+    tr.add_output(view);
+    onnxpb::AttributeProto *perm = tr.add_attribute();
+    perm->set_name("perm");
+    perm->set_type(onnxpb::AttributeProto::INTS);
+    perm->add_ints(1);
+    perm->add_ints(0);
+  }
+  computeFirst(graph, drop, nodes);
+}
+
+void Importer::computeFirst(onnxpb::GraphProto &graph,
+                            const llvm::StringSet<> &drop,
+                            ArrayRef<onnxpb::NodeProto> first) {
   auto *inits = graph.mutable_initializer();
   inits->erase(std::remove_if(inits->begin(), inits->end(),
                               [&](const onnxpb::TensorProto &t) {
@@ -771,18 +812,8 @@ void Importer::retie(
                               }),
                inits->end());
   google::protobuf::RepeatedPtrField<onnxpb::NodeProto> nodes;
-  for (auto &[view, source] : transposes) {
-    onnxpb::NodeProto *tr = nodes.Add();
-    tr->set_op_type("Transpose");
-    tr->set_name("spillway_retie_" + view);
-    tr->add_input(source);
-    tr->add_output(view);
-    onnxpb::AttributeProto *perm = tr->add_attribute();
-    perm->set_name("perm");
-    perm->set_type(onnxpb::AttributeProto::INTS);
-    perm->add_ints(1);
-    perm->add_ints(0);
-  }
+  for (const onnxpb::NodeProto &n : first)
+    *nodes.Add() = n;
   for (auto &n : *graph.mutable_node())
     *nodes.Add() = std::move(n);
   graph.mutable_node()->Swap(&nodes);

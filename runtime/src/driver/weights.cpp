@@ -139,6 +139,21 @@ void check_safetensors(const spw_ctx *ctx, WeightsPlan &plan,
         first_missing = &ctx->params[i].name;
       add(missing, n_missing, ctx->params[i].name);
     }
+  // A fold of a parameter the file has whole: say why that is not enough.
+  for (size_t i = 0; i < ctx->params.size(); ++i) {
+    const ParamInfo &p = ctx->params[i];
+    if (found[i] || p.folded_from.empty())
+      continue;
+    for (const SafetensorsEntry &t : h.tensors)
+      if (t.name == p.folded_from || t.name == saved_name(ctx, p.folded_from))
+        fail("%s has '%s' but not '%s', the parameter this model trains in "
+             "its place: the exporter's optimizer folded the rows of '%s' "
+             "the export reads into it, and which rows is not known here. Compile the model "
+             "with spillwayc --exported-state-dict FILE (its state_dict as "
+             "exported) to train '%s' whole; --weights then loads it by name",
+             what.c_str(), t.name.c_str(), p.name.c_str(), t.name.c_str(),
+             t.name.c_str());
+  }
   if (first_missing)
     fail("%s has no tensor '%s' (missing %zu of the model's %zu parameters: "
          "%s); was it saved from another model?",

@@ -211,3 +211,48 @@ module {
     return %l : tensor<f32>
   }
 }
+
+// -----
+
+// The names --save writes beside a parameter's own: a tie's other names
+// (spw_declare_param_alias) and the model parameter a fold is rows of
+// (spw_declare_param_fold), each after the parameter is declared.
+// RUN: spillway-opt --convert-train-to-runtime %s --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=NAMES
+// NAMES-LABEL: module attributes {train.param_aliases
+// NAMES-DAG:   llvm.mlir.global internal constant @[[WPE:spw_str_[0-9]+]]("model.transformer.wpe.weight\00")
+// NAMES-DAG:   llvm.mlir.global internal constant @[[HEAD:spw_str_[0-9]+]]("lm_head.weight\00")
+// NAMES:       llvm.func @spw_model_declare
+// NAMES:       llvm.call @spw_declare_param
+// NAMES:       llvm.call @spw_declare_param
+// NAMES:       %[[I0:.*]] = llvm.mlir.constant(0 : i32)
+// NAMES:       %[[A:.*]] = llvm.mlir.addressof @[[HEAD]]
+// NAMES:       llvm.call @spw_declare_param_alias(%{{.*}}, %[[I0]], %[[A]])
+// NAMES:       %[[I1:.*]] = llvm.mlir.constant(1 : i32)
+// NAMES:       %[[F:.*]] = llvm.mlir.addressof @[[WPE]]
+// NAMES:       llvm.call @spw_declare_param_fold(%{{.*}}, %[[I1]], %[[F]])
+module attributes {train.param_aliases = {"transformer.wte.weight" = ["lm_head.weight"]}, train.param_folds = {embedding_1 = "model.transformer.wpe.weight"}} {
+  train.param @"transformer.wte.weight" : tensor<2xf32> at 0
+  train.param @embedding_1 : tensor<2xf32> at 8
+  func.func @main(%x: tensor<2xf32> {train.name = "names_probe"}) -> tensor<f32> {
+    %w = train.param_value @"transformer.wte.weight" : tensor<2xf32>
+    %e = train.param_value @embedding_1 : tensor<2xf32>
+    %p = train.mul %w, %e : tensor<2xf32>, tensor<2xf32> -> tensor<2xf32>
+    %s = train.reduce_sum %p, [0] : tensor<2xf32> -> tensor<1xf32>
+    %l = train.reshape %s : tensor<1xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// -----
+
+// expected-error @+1 {{train.param_folds: no parameter @gone}}
+module attributes {train.param_folds = {gone = "model.transformer.wpe.weight"}} {
+  train.param @w : tensor<2xf32> at 0
+  func.func @main(%x: tensor<2xf32>) -> tensor<f32> {
+    %w = train.param_value @w : tensor<2xf32>
+    %p = train.mul %x, %w : tensor<2xf32>, tensor<2xf32> -> tensor<2xf32>
+    %s = train.reduce_sum %p, [0] : tensor<2xf32> -> tensor<1xf32>
+    %l = train.reshape %s : tensor<1xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}

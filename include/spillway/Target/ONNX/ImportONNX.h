@@ -73,6 +73,10 @@ struct ONNXImportOptions {
   /// (--state-dict-prefix); unset: found from the dynamo exporter's module
   /// classes, else none. Every parameter's name must start with it.
   std::optional<std::string> stateDictPrefix;
+  /// The exported model's own state_dict (a .safetensors file,
+  /// --exported-state-dict): a parameter the dynamo exporter's optimizer
+  /// folded into a constant of some of its rows is restored whole from it.
+  std::optional<std::string> exportedStateDict;
 };
 
 /// Imports an ONNX model file: binary ModelProto (`.onnx`) or ONNX textual

@@ -55,6 +55,12 @@ void spw_declare_state_dict_prefix(spw_ctx *ctx, const char *prefix);
  * transformer.wte.weight of lm_head.weight): --save writes the value under it
  * too, --weights may find it there. */
 void spw_declare_param_alias(spw_ctx *ctx, int32_t index, const char *name);
+/* Parameter `index` is the rows of the model's parameter `source` (its
+ * state-dict name, with the wrapper prefix) that the export reads: the
+ * exporter's optimizer folded the parameter into them. --save writes it under its own name and says so; a
+ * --weights file that has `source` but not it gets an error saying how to
+ * compile the parameter whole. */
+void spw_declare_param_fold(spw_ctx *ctx, int32_t index, const char *source);
 /* Returns the input's index. */
 int32_t spw_declare_input(spw_ctx *ctx, const char *name, int32_t dtype,
                           int32_t rank, const int64_t *dims);

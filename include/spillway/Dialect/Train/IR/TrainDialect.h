@@ -17,6 +17,10 @@ inline constexpr llvm::StringLiteral kStateDictPrefixAttrName =
 /// ties (torch's tied parameters, one tensor); --save writes each.
 inline constexpr llvm::StringLiteral kParamAliasesAttrName =
     "train.param_aliases";
+/// Module attribute: parameter name -> the state-dict name of the parameter
+/// whose rows the export reads it holds (the exporter folded the parameter
+/// into them); --save writes it under its own name and says so.
+inline constexpr llvm::StringLiteral kParamFoldsAttrName = "train.param_folds";
 /// Argument (and, for forward-only functions, result) attribute carrying the
 /// ONNX graph input/output name.
 inline constexpr llvm::StringLiteral kInputNameAttrName = "train.name";
