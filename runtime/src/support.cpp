@@ -54,6 +54,7 @@ int64_t dtype_size(int32_t dtype) {
   case SPW_I64: return 8;
   case SPW_I32: return 4;
   case SPW_BOOL: return 1;
+  case SPW_BF16: return 2;
   default: return 0;
   }
 }
@@ -64,6 +65,7 @@ const char *dtype_name(int32_t dtype) {
   case SPW_I64: return "i64";
   case SPW_I32: return "i32";
   case SPW_BOOL: return "bool";
+  case SPW_BF16: return "bf16";
   default: return "?";
   }
 }

@@ -66,6 +66,7 @@ const char *dname(int32_t dtype) {
   case SPW_I64: return "i64";
   case SPW_I32: return "i32";
   case SPW_BOOL: return "bool";
+  case SPW_BF16: return "bf16";
   default: return "?";
   }
 }
@@ -343,6 +344,31 @@ void add_cast(CaseList &cases, Rng &rng) {
                        {ints(rng, {97}, -(int64_t(1) << 40),
                              int64_t(1) << 40, SPW_I64)},
                        {SPW_I32, {97}}));
+  // bf16 storage (bf16.h), compared bit for bit: f32 -> bf16 over special
+  // values, exact ties (low half 0x8000 above even and odd kept parts),
+  // values rounding to infinity and subnormals; bf16 -> f32 from every kind
+  // of bit pattern (NaNs of any payload included).
+  for (const Dims &d : {Dims{7, 13}, Dims{(1 << 20) + 7}}) {
+    HostTensor x = rng.special(d, -4, 4);
+    auto *f = reinterpret_cast<uint32_t *>(x.data.data());
+    for (int64_t i = 0; i < x.numel(); ++i)
+      switch (rng.below(6)) {
+      case 0: f[i] = (f[i] & 0xffff0000u) | 0x8000u; break; // a tie
+      case 1: // the largest bf16 or, from the tie up, infinity
+        f[i] = (uint32_t(rng.below(2)) << 31) |
+               uint32_t(0x7f7f7fffu + rng.below(0x8001));
+        break;
+      case 2: f[i] = uint32_t(rng.below(0x800000)); break; // subnormal
+      default: break;
+      }
+    cases.push_back(make("cast " + dims_str(d) + " f32->bf16", Op::cast,
+                         {x}, {SPW_BF16, d}));
+    std::vector<uint16_t> bits(size_t(count(d)));
+    for (uint16_t &b : bits)
+      b = uint16_t(rng.below(1 << 16));
+    cases.push_back(make("cast " + dims_str(d) + " bf16->f32", Op::cast,
+                         {from_values(SPW_BF16, d, bits)}, {SPW_F32, d}));
+  }
 }
 
 } // namespace

@@ -883,6 +883,73 @@ TEST(Cast, EveryPairOfDtypes) {
              "cast: result has shape [4], expected [2,2]");
 }
 
+// The rounding bf16 storage uses (bf16.h), against the definition: the
+// nearer of the two bf16 values around x (distances exact in double), the
+// even one on a tie, infinity past the largest bf16 (as if the next value
+// were 2^128); a NaN is the quiet NaN 0x7FC0 of its sign. Every upper half
+// with 40 lower halves (the tie, its neighbours, both ends, random).
+TEST(Cast, Bf16RoundsToNearestEvenAndBackExactly) {
+  auto reference = [](uint32_t u) -> uint16_t {
+    const uint32_t sign = u & 0x80000000u;
+    float f;
+    std::memcpy(&f, &u, 4);
+    if (std::isnan(f))
+      return uint16_t(sign >> 16 | 0x7fc0u);
+    if (std::isinf(f))
+      return uint16_t(u >> 16);
+    const uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+    auto value = [](uint32_t bits) {
+      if ((bits & 0x7fffffffu) == 0x7f800000u)
+        return std::copysign(std::ldexp(1.0, 128), bits >> 31 ? -1.0 : 1.0);
+      float v;
+      std::memcpy(&v, &bits, 4);
+      return double(v);
+    };
+    const double dlo = std::fabs(double(f) - value(lo)),
+                 dhi = std::fabs(value(hi) - double(f));
+    if (dlo != dhi)
+      return uint16_t((dlo < dhi ? lo : hi) >> 16);
+    return uint16_t(((lo >> 16) & 1u ? hi : lo) >> 16);
+  };
+  std::vector<uint32_t> lows = {0,      1,      2,      0x7ffe, 0x7fff,
+                                0x8000, 0x8001, 0x8002, 0xfffe, 0xffff};
+  uint64_t state = 88172645463325252ull;
+  while (lows.size() < 40) {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    lows.push_back(uint32_t(state & 0xffffu));
+  }
+  const int64_t n = int64_t(1 << 16) * int64_t(lows.size());
+  auto x = make(SPW_F32, {n});
+  auto y = make(SPW_BF16, {n});
+  auto *xb = x->as<uint32_t>();
+  for (uint32_t hi = 0; hi < (1u << 16); ++hi)
+    for (size_t k = 0; k < lows.size(); ++k)
+      xb[hi * lows.size() + k] = hi << 16 | lows[k];
+  ASSERT_EQ(call(spw_op_cast, {x.get()}, {y.get()}), "");
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (y->as<uint16_t>()[i] != reference(xb[i]) && wrong++ < 5)
+      ADD_FAILURE() << std::hex << "f32 0x" << xb[i] << " -> bf16 0x"
+                    << y->as<uint16_t>()[i] << ", expected 0x"
+                    << reference(xb[i]);
+  EXPECT_EQ(wrong, 0);
+
+  // bf16 -> f32 is exact: every pattern, NaN payloads included.
+  auto b = make(SPW_BF16, {1 << 16});
+  auto f = make(SPW_F32, {1 << 16});
+  for (uint32_t v = 0; v < (1u << 16); ++v)
+    b->as<uint16_t>()[v] = uint16_t(v);
+  ASSERT_EQ(call(spw_op_cast, {b.get()}, {f.get()}), "");
+  for (uint32_t v = 0; v < (1u << 16); ++v)
+    ASSERT_EQ(f->as<uint32_t>()[v], v << 16) << v;
+
+  // Only to and from f32: anything else would round twice.
+  auto i = i64({2}, {1, 2});
+  auto ib = make(SPW_BF16, {2});
+  EXPECT_ERR(call(spw_op_cast, {i.get()}, {ib.get()}),
+             "cast: cast from i64 to bf16: bf16 converts to and from f32 only");
+}
+
 TEST(Reduce, MaxTiesInfNanAndDtypes) {
   auto x = f32({2, 3, 2}, randoms(12, 60));
   auto y = make(SPW_F32, {3}), yk = make(SPW_F32, {1, 3, 1});

@@ -26,7 +26,13 @@ using namespace spillway::train;
 
 
 // Mirrors enum spw_dtype in spillway_rt.h.
-enum RuntimeDType : int32_t { kF32 = 1, kI64 = 2, kI32 = 3, kBool = 4 };
+enum RuntimeDType : int32_t {
+  kF32 = 1,
+  kI64 = 2,
+  kI32 = 3,
+  kBool = 4,
+  kBF16 = 5
+};
 
 // Block classes travel as their values: the sched dialect's (ODS) must be
 // the runtime's (spillway/runtime/block_classes.def).
@@ -83,6 +89,10 @@ public:
 private:
   LogicalResult checkStatic(Operation *op);
   FailureOr<int32_t> dtypeOf(Operation *op, Type elementType);
+  /// dtypeOf for what crosses the step's boundary (`what`: an input or an
+  /// output), which bf16 never does.
+  FailureOr<int32_t> boundaryDtypeOf(Operation *op, Type elementType,
+                                     const Twine &what);
   FailureOr<KernelCall> describeKernel(Operation *op);
   LogicalResult emitDeclare(func::FuncOp step, ArrayRef<ParamOp> params);
   LogicalResult emitStep(func::FuncOp step);

@@ -152,8 +152,25 @@ FailureOr<int32_t> RuntimeEmitter::dtypeOf(Operation *op, Type elementType) {
     return kI32;
   if (elementType.isInteger(1))
     return kBool;
+  if (elementType.isBF16())
+    return kBF16;
   return op->emitOpError("element type ")
-         << elementType << " has no runtime representation (f32, i64, i32, i1)";
+         << elementType
+         << " has no runtime representation (f32, i64, i32, i1, bf16)";
+}
+
+FailureOr<int32_t> RuntimeEmitter::boundaryDtypeOf(Operation *op,
+                                                   Type elementType,
+                                                   const Twine &what) {
+  // bf16 is storage inside the step: inputs and outputs are read and
+  // written as the f32, integer or bool arrays .npy files hold (parameters
+  // are f32 by the dialect's types).
+  if (elementType.isBF16())
+    return op->emitOpError() << what
+                             << " is bf16: inputs and outputs are f32, i64, "
+                                "i32 or i1; cast to bf16 inside the step "
+                                "(train.cast)";
+  return dtypeOf(op, elementType);
 }
 
 static int64_t gemmOrZero(bool b) { return b ? 1 : 0; }
@@ -461,7 +478,8 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
              << arg.getArgNumber()
              << " must be a statically shaped tensor; bind symbolic "
                 "dimensions with --bind NAME=INT";
-    auto dtype = dtypeOf(step, type.getElementType());
+    auto dtype = boundaryDtypeOf(step, type.getElementType(),
+                                 "input #" + Twine(arg.getArgNumber()));
     if (failed(dtype))
       return failure();
     auto name = step.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
@@ -479,7 +497,8 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
       if (!tensor || !tensor.hasStaticShape())
         return step.emitOpError("output #")
                << i << " must be a statically shaped tensor";
-      auto dtype = dtypeOf(step, tensor.getElementType());
+      auto dtype =
+          boundaryDtypeOf(step, tensor.getElementType(), "output #" + Twine(i));
       if (failed(dtype))
         return failure();
       auto name = step.getResultAttrOfType<StringAttr>(i, kInputNameAttrName);

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bf16.h"
 #include "cpu/kernels.h"
 #include "cpu/parallel.h"
 #include "cpu/vmath.h"
@@ -429,12 +430,40 @@ template <class S> void cast_from(const spw_tensor &x, spw_tensor &y) {
   }
 }
 
+// bf16 storage (bf16.h): float32 rounded to nearest even, and back exactly.
+// Only to and from float32, so no value is rounded twice.
+void cast_bf16(const spw_tensor &x, spw_tensor &y) {
+  const int64_t grain = cpu::fast_kernels() ? kGrain : x.numel;
+  if (x.dtype == SPW_F32 && y.dtype == SPW_BF16) {
+    const float *px = x.as<float>();
+    bf16 *py = y.as<bf16>();
+    cpu::parallel_for(x.numel, grain, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        py[i] = to_bf16(px[i]);
+    });
+  } else if (x.dtype == SPW_BF16 && y.dtype == SPW_F32) {
+    const bf16 *px = x.as<bf16>();
+    float *py = y.as<float>();
+    cpu::parallel_for(x.numel, grain, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        py[i] = to_float(px[i]);
+    });
+  } else if (x.dtype == SPW_BF16 && y.dtype == SPW_BF16) {
+    std::memcpy(y.data, x.data, size_t(x.bytes()));
+  } else {
+    fail("cast from %s to %s: bf16 converts to and from f32 only",
+         dtype_name(x.dtype), dtype_name(y.dtype));
+  }
+}
+
 void cast_op(spw_tensor *const *ins, spw_tensor *const *outs) {
   const spw_tensor &x = input(ins, 0, "x");
   spw_tensor &y = output(outs, 0, "y");
   if (!same_shape(x, y))
     fail("result has shape %s, expected %s", y.shape().c_str(),
          x.shape().c_str());
+  if (x.dtype == SPW_BF16 || y.dtype == SPW_BF16)
+    return cast_bf16(x, y);
   switch (x.dtype) {
   case SPW_F32: return cast_from<float>(x, y);
   case SPW_I64: return cast_from<int64_t>(x, y);

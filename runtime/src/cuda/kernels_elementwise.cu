@@ -22,6 +22,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bf16.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 #include "kernel_checks.h"
@@ -689,6 +690,18 @@ void cast_from(const Launch &l, const spw_tensor &x, spw_tensor &y) {
   }
 }
 
+// bf16 storage with bf16.h's rounding (not __float2bfloat16_rn, whose NaN
+// differs), so the GPU stores the CPU's bits.
+struct ToBf16F {
+  __device__ bf16 operator()(float v) const { return to_bf16(v); }
+};
+struct FromBf16F {
+  __device__ float operator()(bf16 v) const { return to_float(v); }
+};
+struct CopyBf16F {
+  __device__ bf16 operator()(bf16 v) const { return v; }
+};
+
 void cast_kernel(const Launch &l, spw_tensor *const *ins,
                  spw_tensor *const *outs, const int64_t *, const double *) {
   const spw_tensor &x = input(ins, 0, "x");
@@ -696,6 +709,18 @@ void cast_kernel(const Launch &l, spw_tensor *const *ins,
   if (!same_shape(x, y))
     fail("result has shape %s, expected %s", y.shape().c_str(),
          x.shape().c_str());
+  if (x.dtype == SPW_F32 && y.dtype == SPW_BF16)
+    return run_contig(l, x.numel, ToBf16F{}, y.as<bf16>(),
+                      x.as<const float>());
+  if (x.dtype == SPW_BF16 && y.dtype == SPW_F32)
+    return run_contig(l, x.numel, FromBf16F{}, y.as<float>(),
+                      x.as<const bf16>());
+  if (x.dtype == SPW_BF16 && y.dtype == SPW_BF16)
+    return run_contig(l, x.numel, CopyBf16F{}, y.as<bf16>(),
+                      x.as<const bf16>());
+  if (x.dtype == SPW_BF16 || y.dtype == SPW_BF16)
+    fail("cast from %s to %s: bf16 converts to and from f32 only",
+         dtype_name(x.dtype), dtype_name(y.dtype));
   switch (x.dtype) {
   case SPW_F32: return cast_from<float>(l, x, y);
   case SPW_I64: return cast_from<int64_t>(l, x, y);

@@ -256,3 +256,47 @@ module attributes {train.param_folds = {gone = "model.transformer.wpe.weight"}} 
     return %l : tensor<f32>
   }
 }
+
+// -----
+
+// bf16 storage inside the step: allocated as dtype 5 (SPW_BF16), written
+// and read by spw_op_cast.
+// RUN: spillway-opt --convert-train-to-runtime %s --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=BF16
+// BF16-LABEL: "bf16_probe\00"
+// BF16:       llvm.func @spw_model_step
+// BF16:       %[[BF:.*]] = llvm.mlir.constant(5 : i32) : i32
+// BF16-NEXT:  %[[RANK:.*]] = llvm.mlir.constant(1 : i32) : i32
+// BF16-NEXT:  %[[DIMS:.*]] = llvm.mlir.addressof
+// BF16-NEXT:  %[[S:.*]] = llvm.call @spw_alloc(%arg0, %[[BF]], %[[RANK]], %[[DIMS]])
+// BF16:       llvm.call @spw_op_cast
+// BF16:       llvm.call @spw_op_cast
+// BF16-NEXT:  llvm.call @spw_release(%arg0, %[[S]])
+module {
+  func.func @main(%x: tensor<2xf32> {train.name = "bf16_probe"}) -> tensor<f32> {
+    %b = train.cast %x : tensor<2xf32> -> tensor<2xbf16>
+    %f = train.cast %b : tensor<2xbf16> -> tensor<2xf32>
+    %s = train.reduce_sum %f, [0] : tensor<2xf32> -> tensor<1xf32>
+    %l = train.reshape %s : tensor<1xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// -----
+
+// What crosses the step's boundary is never bf16: .npy inputs and outputs
+// hold f32.
+// expected-error @+1 {{'func.func' op input #0 is bf16: inputs and outputs are f32, i64, i32 or i1; cast to bf16 inside the step (train.cast)}}
+func.func @main(%x: tensor<2xbf16>) -> tensor<f32> {
+  %f = train.cast %x : tensor<2xbf16> -> tensor<2xf32>
+  %s = train.reduce_sum %f, [0] : tensor<2xf32> -> tensor<1xf32>
+  %l = train.reshape %s : tensor<1xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op output #0 is bf16: inputs and outputs are f32, i64, i32 or i1; cast to bf16 inside the step (train.cast)}}
+func.func @main(%x: tensor<2xf32> {train.name = "x"}) -> (tensor<2xbf16> {train.name = "y"}) attributes {train.forward_only} {
+  %b = train.cast %x : tensor<2xf32> -> tensor<2xbf16>
+  return %b : tensor<2xbf16>
+}

@@ -556,6 +556,39 @@ module {
 
 // -----
 
+// A value stored as bf16 and read twice: each read's adjoint comes back
+// through its cast as bf16, the two are added in f32 and stored as bf16
+// again (one rounding, as torch accumulates a bf16 tensor's gradient), and
+// the f32 -> bf16 cast passes the sum back as f32.
+module {
+  train.param @a : tensor<2x3xf32> at 0
+  func.func @bf16_storage() -> tensor<f32> {
+    %a = train.param_value @a : tensor<2x3xf32>
+    %s = train.cast %a : tensor<2x3xf32> -> tensor<2x3xbf16>
+    %x = train.cast %s : tensor<2x3xbf16> -> tensor<2x3xf32>
+    %y = train.cast %s : tensor<2x3xbf16> -> tensor<2x3xf32>
+    %p = train.mul %x, %y : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x3xf32>
+    %l = train.reduce_sum %p, [] {keepdims = false} : tensor<2x3xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+// CHECK-LABEL: func.func @bf16_storage
+// CHECK:         %[[X:[0-9]+]] = train.cast %[[S:[0-9]+]] : tensor<2x3xbf16> -> tensor<2x3xf32>
+// CHECK:         %[[Y:[0-9]+]] = train.cast %[[S]] : tensor<2x3xbf16> -> tensor<2x3xf32>
+// CHECK:         %[[ONES:[0-9]+]] = train.broadcast_to
+// CHECK-DAG:     %[[DX:[0-9]+]] = train.mul %[[ONES]], %[[Y]]
+// CHECK-DAG:     %[[DY:[0-9]+]] = train.mul %[[ONES]], %[[X]]
+// CHECK-DAG:     %[[BX:[0-9]+]] = train.cast %[[DX]] : tensor<2x3xf32> -> tensor<2x3xbf16>
+// CHECK-DAG:     %[[BY:[0-9]+]] = train.cast %[[DY]] : tensor<2x3xf32> -> tensor<2x3xbf16>
+// CHECK-DAG:     %[[FX:[0-9]+]] = train.cast %[[BX]] : tensor<2x3xbf16> -> tensor<2x3xf32>
+// CHECK-DAG:     %[[FY:[0-9]+]] = train.cast %[[BY]] : tensor<2x3xbf16> -> tensor<2x3xf32>
+// CHECK:         %[[SUM:[0-9]+]] = train.add %[[FY]], %[[FX]] : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x3xf32>
+// CHECK-NEXT:    %[[B:[0-9]+]] = train.cast %[[SUM]] : tensor<2x3xf32> -> tensor<2x3xbf16>
+// CHECK-NEXT:    %[[G:[0-9]+]] = train.cast %[[B]] : tensor<2x3xbf16> -> tensor<2x3xf32>
+// CHECK-NEXT:    train.param_grad @a, %[[G]] : tensor<2x3xf32>
+
+// -----
+
 module {
   train.param @p : tensor<2x3x4xf32> at 0
   func.func @reduce_max() -> tensor<f32> {

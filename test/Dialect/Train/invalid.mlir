@@ -500,6 +500,29 @@ module {
 
 // -----
 
+// bf16 stores f32 values: cast from another type would round twice.
+module {
+  func.func @f(%a: tensor<2x3xi64>) {
+    // expected-error @+1 {{'train.cast' op casts 'i64' to 'bf16': bf16 converts to and from f32 only}}
+    %0 = train.cast %a : tensor<2x3xi64> -> tensor<2x3xbf16>
+    return
+  }
+}
+
+// -----
+
+// No op but cast reads bf16.
+module {
+  func.func @f(%a: tensor<2x3xf32>) {
+    %b = train.cast %a : tensor<2x3xf32> -> tensor<2x3xbf16>
+    // expected-error @+1 {{'train.add' op operand #0 must be ranked tensor of 32-bit float or 64-bit signless integer or 32-bit signless integer values, but got 'tensor<2x3xbf16>'}}
+    %c = train.add %b, %b : tensor<2x3xbf16>, tensor<2x3xbf16> -> tensor<2x3xbf16>
+    return
+  }
+}
+
+// -----
+
 module {
   func.func @f(%a: tensor<2x3xf32>, %b: tensor<3x3xf32>) {
     // expected-error @+2 {{concat inputs [3, 3] and [2, 3] differ outside axis 1}}

@@ -139,6 +139,8 @@ module attributes {train.weights = "m.weights.bin"} {
     // CHECK-NEXT: train.where %{{.*}}, %{{.*}}, %{{.*}} : tensor<2x4xi1>, tensor<2x4xf32>, tensor<4xf32> -> tensor<2x4xf32>
     // CHECK-NEXT: train.cast %{{.*}} : tensor<2x4xi1> -> tensor<2x4xf32>
     // CHECK-NEXT: train.cast %{{.*}} : tensor<2x4xf32> -> tensor<2x4xi64>
+    // CHECK-NEXT: train.cast %{{.*}} : tensor<2x4xf32> -> tensor<2x4xbf16>
+    // CHECK-NEXT: train.cast %{{.*}} : tensor<2x4xbf16> -> tensor<2x4xf32>
     %10 = train.equal %i, %i : tensor<2x4xi64>, tensor<2x4xi64> -> tensor<2x4xi1>
     %11 = train.less %x, %v : tensor<2x4xf32>, tensor<4xf32> -> tensor<2x4xi1>
     %12 = train.less_or_equal %x, %v : tensor<2x4xf32>, tensor<4xf32> -> tensor<2x4xi1>
@@ -146,6 +148,8 @@ module attributes {train.weights = "m.weights.bin"} {
     %14 = train.where %13, %x, %v : tensor<2x4xi1>, tensor<2x4xf32>, tensor<4xf32> -> tensor<2x4xf32>
     %15 = train.cast %c : tensor<2x4xi1> -> tensor<2x4xf32>
     %16 = train.cast %x : tensor<2x4xf32> -> tensor<2x4xi64>
+    %bf = train.cast %x : tensor<2x4xf32> -> tensor<2x4xbf16>
+    %bf32 = train.cast %bf : tensor<2x4xbf16> -> tensor<2x4xf32>
     // CHECK-NEXT: train.reduce_max %{{.*}}, [-1] : tensor<2x4xf32> -> tensor<2x1xf32>
     // CHECK-NEXT: train.concat %{{.*}}, %{{.*}} {axis = 1 : i64} : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x8xf32>
     // CHECK-NEXT: train.concat %{{.*}} {axis = 0 : i64} : tensor<2x4xi64> -> tensor<2x4xi64>

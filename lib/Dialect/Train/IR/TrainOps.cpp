@@ -496,6 +496,13 @@ LogicalResult CastOp::verify() {
     return emitOpError("cast changes the shape from ")
            << shapeStr(getInput().getType().getShape()) << " to "
            << shapeStr(getType().getShape());
+  // bf16 stores f32 values: one rounding, from f32 only, and back exactly.
+  Type from = getInput().getType().getElementType(),
+       to = getType().getElementType();
+  if ((from.isBF16() || to.isBF16()) && from != to &&
+      !(from.isF32() || to.isF32()))
+    return emitOpError("casts ") << from << " to " << to
+                                 << ": bf16 converts to and from f32 only";
   return success();
 }
 

@@ -58,6 +58,19 @@ Value sumTo(OpBuilder &b, Location loc, Value g, Type type) {
   return SumToShapeOp::create(b, loc, type, g);
 }
 
+/// a + b for two adjoints of one value. A bf16 value's adjoints are bf16
+/// (the casts' gradients): added in f32 and stored as bf16 again, one
+/// rounding, as torch accumulates a bf16 tensor's gradients.
+Value addAdjoints(OpBuilder &b, Location loc, Value a, Value g) {
+  auto type = tensorType(a);
+  if (!type.getElementType().isBF16())
+    return AddOp::create(b, loc, a, g);
+  auto f32 = type.clone(b.getF32Type());
+  Value sum = AddOp::create(b, loc, CastOp::create(b, loc, f32, a),
+                            CastOp::create(b, loc, f32, g));
+  return CastOp::create(b, loc, type, sum);
+}
+
 /// `g * factor` for a scalar factor; `g` itself when the factor is 1.
 Value scale(OpBuilder &b, Location loc, Value g, double factor) {
   if (factor == 1.0)
@@ -608,7 +621,7 @@ LogicalResult TrainAutodiffPass::differentiate(func::FuncOp func,
       return emitError(loc, "train-autodiff internal error: gradient of type ")
              << g.getType() << " for a value of type " << v.getType();
     Value &slot = adjoint[v];
-    slot = slot ? AddOp::create(b, loc, slot, g).getResult() : g;
+    slot = slot ? addAdjoints(b, loc, slot, g) : g;
     return success();
   };
 

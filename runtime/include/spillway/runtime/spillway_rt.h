@@ -33,8 +33,11 @@ extern "C" {
 typedef struct spw_ctx spw_ctx;
 typedef struct spw_tensor spw_tensor;
 
-/* SPW_BOOL: one byte per element, 0 or 1 (comparison results, masks). */
-enum spw_dtype { SPW_F32 = 1, SPW_I64 = 2, SPW_I32 = 3, SPW_BOOL = 4 };
+/* SPW_BOOL: one byte per element, 0 or 1 (comparison results, masks).
+ * SPW_BF16: bfloat16 storage of float32 values (the upper 16 bits, rounded
+ * to nearest even); only cast reads and writes it. */
+enum spw_dtype { SPW_F32 = 1, SPW_I64 = 2, SPW_I32 = 3, SPW_BOOL = 4,
+                 SPW_BF16 = 5 };
 
 /* Runtime entry: parses the executable's command line and trains. */
 int spw_main(int argc, char **argv);

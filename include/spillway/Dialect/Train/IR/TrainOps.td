@@ -17,8 +17,12 @@ include "mlir/Interfaces/InferTypeOpInterface.td"
 def Train_FloatTensor : RankedTensorOf<[F32]>;
 def Train_IndexTensor : RankedTensorOf<[I64, I32]>;
 def Train_NumTensor : RankedTensorOf<[F32, I64, I32]>;
-// Any tensor the runtime represents: numbers and booleans (comparisons, masks).
+// Any tensor the runtime computes on: numbers and booleans (comparisons,
+// masks).
 def Train_Tensor : RankedTensorOf<[F32, I64, I32, I1]>;
+// What train.cast converts between: those, and bf16 storage of f32 values
+// (no other op reads or writes bf16).
+def Train_CastTensor : RankedTensorOf<[F32, I64, I32, I1, BF16]>;
 def Train_BoolTensor : RankedTensorOf<[I1]>;
 def Train_ScalarF32 : 0DTensorOf<[F32]>;
 // gradient clipping's coefficient: tensor<f32>, implied in the assembly.
@@ -362,8 +366,8 @@ def Train_WhereOp : Train_InferOp<"where"> {
 
 def Train_CastOp : Train_Op<"cast", [Pure]> {
   let summary = "convert elements to the result's element type, same shape (ONNX Cast)";
-  let arguments = (ins Train_Tensor:$input);
-  let results = (outs Train_Tensor:$result);
+  let arguments = (ins Train_CastTensor:$input);
+  let results = (outs Train_CastTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
 }
