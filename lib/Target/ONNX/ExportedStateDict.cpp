@@ -16,6 +16,7 @@
 
 #include "Importer.h"
 
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -29,11 +30,48 @@ namespace {
 
 /// safetensors' own limit on the header size.
 constexpr uint64_t kMaxHeader = 100'000'000;
+/// A safetensors header nests three deep (header, entry, shape); past this
+/// the JSON parser's recursion is not spent on it.
+constexpr int kMaxDepth = 16;
+
+/// Scans the header's JSON text without parsing it: the deepest nesting,
+/// and the first key the top-level object holds twice (raw text, as
+/// written), so that neither a deep header overflows the parser's stack nor
+/// a duplicate silently wins.
+void scanHeader(StringRef text, int &depth, std::string &duplicate) {
+  depth = 0;
+  int at = 0;
+  llvm::StringSet<> keys;
+  bool expectKey = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '"') {
+      size_t j = i + 1;
+      while (j < text.size() && text[j] != '"')
+        j += text[j] == '\\' ? 2 : 1;
+      if (at == 1 && expectKey && duplicate.empty() &&
+          !keys.insert(text.slice(i + 1, j)).second)
+        duplicate = text.slice(i + 1, j).str();
+      expectKey = false;
+      i = j;
+    } else if (c == '{' || c == '[') {
+      depth = std::max(depth, ++at);
+      if (depth > kMaxDepth)
+        return;
+      expectKey = c == '{' && at == 1;
+    } else if (c == '}' || c == ']') {
+      --at;
+    } else if (c == ',') {
+      expectKey = at == 1;
+    }
+  }
+}
 
 } // namespace
 
-/// Reads tensor `name` (or, failing that, `alt`) of the safetensors file
-/// `path`: float32 only. Absent: success with `bytes` empty.
+/// Reads tensor `name` (or `alt`, the same tensor under its prefixed name)
+/// of the safetensors file `path`: float32 only. Absent: success with
+/// `found` empty.
 LogicalResult Importer::readStateDictTensor(StringRef path, StringRef name,
                                             StringRef alt, std::string &found,
                                             SmallVectorImpl<int64_t> &shape,
@@ -44,25 +82,38 @@ LogicalResult Importer::readStateDictTensor(StringRef path, StringRef name,
                       "(model.save_pretrained(DIR) writes DIR/"
                       "model.safetensors)";
   };
+  // A FIFO or a device would block or never end: regular files only.
+  llvm::sys::fs::file_status st;
+  if (std::error_code ec = llvm::sys::fs::status(path, st))
+    return error() << "--exported-state-dict '" << path
+                   << "': cannot read it: " << ec.message();
+  if (!llvm::sys::fs::is_regular_file(st))
+    return bad("is not a regular file");
+  const uint64_t size = st.getSize();
+  if (size < 8)
+    return bad("is shorter than a safetensors header (" + Twine(size) +
+               " bytes)");
   auto head = llvm::MemoryBuffer::getFileSlice(path, 8, 0);
   if (!head)
     return error() << "--exported-state-dict '" << path
                    << "': cannot read it: " << head.getError().message();
-  uint64_t size = 0;
-  if (std::error_code ec = llvm::sys::fs::file_size(path, size))
-    return error() << "--exported-state-dict '" << path
-                   << "': cannot read it: " << ec.message();
-  if ((*head)->getBufferSize() != 8)
-    return bad("is shorter than a safetensors header");
   uint64_t n;
   std::memcpy(&n, (*head)->getBufferStart(), 8); // little-endian, as the host
-  if (n < 2 || n > kMaxHeader || 8 + n > size)
+  if (n < 2 || n > kMaxHeader || n > size - 8)
     return bad("does not start with a safetensors header (length " +
                Twine(n) + " in a file of " + Twine(size) + " bytes)");
   auto text = llvm::MemoryBuffer::getFileSlice(path, n, 8);
   if (!text)
     return error() << "--exported-state-dict '" << path
                    << "': cannot read it: " << text.getError().message();
+  int depth;
+  std::string duplicate;
+  scanHeader((*text)->getBuffer(), depth, duplicate);
+  if (depth > kMaxDepth)
+    return bad("has a header nested more than " + Twine(kMaxDepth) +
+               " deep, which no safetensors file has");
+  if (!duplicate.empty())
+    return bad("names tensor '" + duplicate + "' twice");
   llvm::Expected<llvm::json::Value> parsed =
       llvm::json::parse((*text)->getBuffer());
   if (!parsed)
@@ -71,47 +122,71 @@ LogicalResult Importer::readStateDictTensor(StringRef path, StringRef name,
   const llvm::json::Object *root = parsed->getAsObject();
   if (!root)
     return bad("has a header that is not a JSON object");
-  const llvm::json::Object *entry = nullptr;
-  for (StringRef key : {name, alt})
-    if (!key.empty() && (entry = root->getObject(key))) {
-      found = key.str();
-      break;
-    }
-  bytes.clear();
-  if (!entry)
-    return success();
-  std::optional<StringRef> dtype = entry->getString("dtype");
-  const llvm::json::Array *dims = entry->getArray("shape");
-  const llvm::json::Array *offsets = entry->getArray("data_offsets");
-  if (!dtype || !dims || !offsets || offsets->size() != 2)
-    return bad("has an entry '" + found +
-               "' without dtype, shape and two data_offsets");
-  if (*dtype != "F32")
-    return bad("holds '" + found + "' as " + *dtype +
-               "; Spillway trains float32 parameters: save the state_dict "
-               "in float32 (model.float())");
-  shape.clear();
-  int64_t numel = 1;
-  for (const llvm::json::Value &d : *dims) {
-    std::optional<int64_t> v = d.getAsInteger();
-    if (!v || *v < 0 || (*v && numel > INT64_MAX / 4 / *v))
-      return bad("gives '" + found + "' a bad shape");
-    shape.push_back(*v);
-    numel *= *v;
-  }
-  std::optional<int64_t> begin = (*offsets)[0].getAsInteger(),
-                         end = (*offsets)[1].getAsInteger();
   const uint64_t data = size - 8 - n;
-  if (!begin || !end || *begin < 0 || *end < *begin ||
-      uint64_t(*end) > data || *end - *begin != numel * 4)
-    return bad("gives '" + found + "' data_offsets that do not fit its " +
-               shapeStr(shape) + " float32 values in the file");
-  auto buf = llvm::MemoryBuffer::getFileSlice(path, numel * 4, 8 + n + *begin);
-  if (!buf)
-    return error() << "--exported-state-dict '" << path
-                   << "': cannot read '" << found
-                   << "': " << buf.getError().message();
-  bytes = (*buf)->getBuffer().str();
+
+  // One entry's shape and bytes; `present` false when the file lacks it.
+  auto read = [&](StringRef key, bool &present, SmallVectorImpl<int64_t> &dims,
+                  std::string &out) -> LogicalResult {
+    present = false;
+    const llvm::json::Value *value = key.empty() ? nullptr : root->get(key);
+    if (!value)
+      return success();
+    present = true;
+    const llvm::json::Object *entry = value->getAsObject();
+    if (!entry)
+      return bad("has an entry '" + key + "' that is not a JSON object");
+    std::optional<StringRef> dtype = entry->getString("dtype");
+    const llvm::json::Array *shapeArr = entry->getArray("shape");
+    const llvm::json::Array *offsets = entry->getArray("data_offsets");
+    if (!dtype || !shapeArr || !offsets || offsets->size() != 2)
+      return bad("has an entry '" + key +
+                 "' without dtype, shape and two data_offsets");
+    if (*dtype != "F32")
+      return bad("holds '" + key + "' as " + *dtype +
+                 "; Spillway trains float32 parameters: save the state_dict "
+                 "in float32 (model.float())");
+    dims.clear();
+    int64_t numel = 1;
+    for (const llvm::json::Value &d : *shapeArr) {
+      std::optional<int64_t> v = d.getAsInteger();
+      if (!v || *v < 0 || (*v && numel > INT64_MAX / 4 / *v))
+        return bad("gives '" + key + "' a bad shape");
+      dims.push_back(*v);
+      numel *= *v;
+    }
+    std::optional<int64_t> begin = (*offsets)[0].getAsInteger(),
+                           end = (*offsets)[1].getAsInteger();
+    if (!begin || !end || *begin < 0 || *end < *begin ||
+        uint64_t(*end) > data || *end - *begin != numel * 4)
+      return bad("gives '" + key + "' data_offsets that do not fit its " +
+                 shapeStr(dims) + " float32 values in the file");
+    auto buf =
+        llvm::MemoryBuffer::getFileSlice(path, numel * 4, 8 + n + *begin);
+    if (!buf)
+      return error() << "--exported-state-dict '" << path << "': cannot read '"
+                     << key << "': " << buf.getError().message();
+    out = (*buf)->getBuffer().str();
+    return success();
+  };
+
+  bool hasName, hasAlt;
+  SmallVector<int64_t> altShape;
+  std::string altBytes;
+  if (failed(read(name, hasName, shape, bytes)) ||
+      failed(read(alt == name ? StringRef() : alt, hasAlt, altShape,
+                  altBytes)))
+    return failure();
+  if (hasName && hasAlt && (shape != altShape || bytes != altBytes))
+    return bad("holds both '" + name + "' and '" + alt +
+               "', with different values: keep only the exported model's");
+  found.clear();
+  if (hasName) {
+    found = name.str();
+  } else if (hasAlt) {
+    found = alt.str();
+    shape.assign(altShape.begin(), altShape.end());
+    bytes = std::move(altBytes);
+  }
   return success();
 }
 
@@ -133,7 +208,7 @@ LogicalResult Importer::unfold(onnxpb::GraphProto &graph,
   SmallVector<int64_t> shape;
   if (failed(readStateDictTensor(path, own, target, found, shape, table)))
     return failure();
-  if (table.empty())
+  if (found.empty())
     return error() << "--exported-state-dict '" << path << "' has no tensor '"
                    << own << "': the exporter's optimizer folded rows of it "
                    << "into '" << fold.name()
@@ -143,18 +218,28 @@ LogicalResult Importer::unfold(onnxpb::GraphProto &graph,
   SmallVector<int64_t> foldShape;
   if (failed(readTensor(fold, "initializer", rows, foldShape)))
     return failure();
-  // A row of the table: everything after its first dimension.
-  const int64_t rowBytes =
-      shape.empty() ? 0
-                    : int64_t(table.size()) / std::max<int64_t>(shape[0], 1);
-  const int64_t count = rowBytes ? int64_t(rows.size()) / rowBytes : 0;
-  if (shape.empty() || rowBytes == 0 || rows.size() % rowBytes != 0 ||
-      count == 0 || count > shape[0])
+  // The fold is table[idx] for row indices idx: its shape is idx's followed
+  // by a row's (the table's shape after its first dimension).
+  ArrayRef<int64_t> row = ArrayRef(shape).drop_front();
+  const bool rowsFit =
+      shape.size() >= 2 && foldShape.size() >= shape.size() &&
+      ArrayRef(foldShape).take_back(row.size()) == row &&
+      llvm::all_of(shape, [](int64_t d) { return d > 0; });
+  int64_t count = 0, rowBytes = 0;
+  if (rowsFit) {
+    count = 1;
+    for (int64_t d : ArrayRef(foldShape).drop_back(row.size()))
+      count *= d;
+    rowBytes = int64_t(table.size()) / shape[0];
+  }
+  if (!rowsFit || count == 0 || count > shape[0] ||
+      int64_t(rows.size()) != count * rowBytes)
     return error() << "--exported-state-dict '" << path << "': '" << found
                    << "' " << shapeStr(shape) << " cannot hold '"
                    << fold.name() << "' " << shapeStr(foldShape)
-                   << " as rows of it; give the state_dict of the model that "
-                      "was exported";
+                   << " as rows of it (a table of rank 2 or more whose rows "
+                      "are the fold's last dimensions); give the state_dict "
+                      "of the model that was exported";
   SmallVector<int64_t> at;
   for (int64_t k = 0; k + count <= shape[0]; ++k)
     if (std::memcmp(table.data() + k * rowBytes, rows.data(), rows.size()) ==
