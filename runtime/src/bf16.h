@@ -6,8 +6,8 @@
 // CPU, the loopback device or a GPU has the same bits. Round to nearest,
 // ties to even (IEEE's default, torch's `.to(torch.bfloat16)`); a finite
 // value past bf16's largest rounds to infinity; every NaN becomes the quiet
-// NaN 0x7FC0 with its sign, as torch's c10::BFloat16 gives (CUDA's
-// __float2bfloat16_rn gives another payload: not used, for equal bits).
+// NaN 0x7FC0, sign dropped, as torch's c10::BFloat16 gives (CUDA's
+// __float2bfloat16_rn gives another NaN: not used, for equal bits).
 //
 //===----------------------------------------------------------------------===//
 
@@ -54,7 +54,7 @@ SPW_HOST_DEVICE float bits_float(uint32_t u) {
 SPW_HOST_DEVICE bf16 to_bf16(float f) {
   const uint32_t u = float_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) // NaN
-    return bf16{uint16_t((u >> 16 & 0x8000u) | 0x7fc0u)};
+    return bf16{uint16_t(0x7fc0u)};
   // Adding 0x7fff plus the kept part's lowest bit carries into the kept
   // part exactly when the dropped half is above 0x8000, or equal to it with
   // an odd kept part; a carry out of the mantissa steps the exponent (the

@@ -121,6 +121,15 @@
 // CHECK-NEXT:  train.mul {{.*}} {train.layer = 0 : i64, train.phase = "fwd"}
 // CHECK-NEXT:  train.linear {{.*}} {train.layer = 1 : i64, train.phase = "fwd"}
 
+// bf16 storage: the cast back to f32 (no parameters, so by the rule above
+// in its operand's layer) is computed in the layer that reads it, so the
+// bf16 value is what crosses the boundary.
+// CHECK-LABEL: func.func @bf16_storage
+// CHECK:       train.relu {{.*}} {train.layer = 0 : i64, train.phase = "fwd"}
+// CHECK-NEXT:  train.cast {{.*}} {train.layer = 0 : i64, train.phase = "fwd"} : tensor<2x4xf32> -> tensor<2x4xbf16>
+// CHECK-NEXT:  train.cast {{.*}} {train.layer = 1 : i64, train.phase = "fwd"} : tensor<2x4xbf16> -> tensor<2x4xf32>
+// CHECK-NEXT:  train.linear {{.*}} {train.layer = 1 : i64, train.phase = "fwd"}
+
 // -----
 
 // A block's parameter read after a later block's output: no monotone order.

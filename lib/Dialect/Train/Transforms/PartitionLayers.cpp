@@ -427,9 +427,25 @@ LogicalResult TrainPartitionLayersPass::partition(func::FuncOp func) {
   // so they are computed where needed.
   DenseMap<Operation *, int64_t> layer;
   SmallVector<llvm::SetVector<int64_t>> usedBy(params.size());
+  // A cast reading bf16 storage back to f32 is computed where its value is
+  // needed: it joins the earliest layer among its users, so the bf16 value,
+  // not its f32 copy, is what crosses the layers between (half the bytes
+  // kept and moved). Until then it stands in its input's layer.
+  SmallVector<Operation *> storageReads;
+  auto readsStorage = [](Operation *op) {
+    auto cast = dyn_cast<CastOp>(op);
+    return cast && cast.getInput().getType().getElementType().isBF16() &&
+           !cast.getType().getElementType().isBF16();
+  };
   for (Operation *op : ops) {
     if (!isFwd(op) || origin.lookup(op) != Origin::Mixed)
       continue;
+    if (readsStorage(op)) {
+      Operation *d = defOf(op->getOperand(0));
+      layer[op] = d && layer.count(d) ? layer[d] : 0;
+      storageReads.push_back(op);
+      continue;
+    }
     int64_t l = 0;
     Operation *latest = nullptr;
     for (unsigned p : reads[op])
@@ -458,6 +474,14 @@ LogicalResult TrainPartitionLayersPass::partition(func::FuncOp func) {
       }
       usedBy[p].insert(l);
     }
+  }
+  for (Operation *op : llvm::reverse(storageReads)) {
+    int64_t l = INT64_MAX;
+    for (Operation *user : op->getUsers())
+      if (isFwd(user) && layer.count(user))
+        l = std::min(l, layer[user]);
+    if (l != INT64_MAX)
+      layer[op] = std::max(layer[op], l);
   }
   for (Operation *op : llvm::reverse(ops)) {
     if (!isFwd(op) || origin.lookup(op) == Origin::Mixed)

@@ -161,3 +161,33 @@ module {
   }
 }
 
+// -----
+module {
+  train.param @blocks.0.fc.weight : tensor<4x4xf32> at 0
+  train.param @head.weight : tensor<4x3xf32> at 64
+  func.func @bf16_storage(%arg0: tensor<2x4xf32>, %arg1: tensor<2xi64>) -> tensor<f32> {
+    %0 = train.param_value @blocks.0.fc.weight : tensor<4x4xf32>
+    %1 = train.param_value @head.weight : tensor<4x3xf32>
+    %2 = train.linear %arg0, %0 : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+    %3 = train.relu %2 : tensor<2x4xf32>
+    %4 = train.cast %3 : tensor<2x4xf32> -> tensor<2x4xbf16>
+    %5 = train.cast %4 : tensor<2x4xbf16> -> tensor<2x4xf32>
+    %6 = train.linear %5, %1 : tensor<2x4xf32>, tensor<4x3xf32> -> tensor<2x3xf32>
+    %7 = train.softmax_cross_entropy_loss %6, %arg1 : tensor<2x3xf32>, tensor<2xi64>
+    %8 = train.constant dense<1.000000e+00> : tensor<f32>
+    %9 = train.softmax_cross_entropy_loss_grad %6, %arg1, %8 : tensor<2x3xf32>, tensor<2xi64>, tensor<f32>
+    %10 = train.transpose %1, [1, 0] : tensor<4x3xf32> -> tensor<3x4xf32>
+    %11 = train.matmul %9, %10 : tensor<2x3xf32>, tensor<3x4xf32> -> tensor<2x4xf32>
+    %12 = train.transpose %5, [1, 0] : tensor<2x4xf32> -> tensor<4x2xf32>
+    %13 = train.matmul %12, %9 : tensor<4x2xf32>, tensor<2x3xf32> -> tensor<4x3xf32>
+    %14 = train.cast %11 : tensor<2x4xf32> -> tensor<2x4xbf16>
+    %15 = train.cast %14 : tensor<2x4xbf16> -> tensor<2x4xf32>
+    %16 = train.relu_grad %2, %15 : tensor<2x4xf32>
+    %17 = train.transpose %arg0, [1, 0] : tensor<2x4xf32> -> tensor<4x2xf32>
+    %18 = train.matmul %17, %16 : tensor<4x2xf32>, tensor<2x4xf32> -> tensor<4x4xf32>
+    train.adamw @blocks.0.fc.weight, %18 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<4x4xf32>
+    train.adamw @head.weight, %13 {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64} : tensor<4x3xf32>
+    return %7 : tensor<f32>
+  }
+}
+

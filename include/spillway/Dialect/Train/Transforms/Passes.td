@@ -173,7 +173,9 @@ def TrainPartitionLayersPass : Pass<"train-partition-layers", "mlir::ModuleOp"> 
     (an op computed from inputs and parameters).
 
     Forward ops: an activation op joins the latest layer among the
-    parameters it reads and the activation ops it consumes. Other forward
+    parameters it reads and the activation ops it consumes, except a cast
+    from bf16 storage to f32, which joins the earliest layer among its users
+    (so the bf16 value, not its f32 copy, crosses the layers). Other forward
     ops (parameter reads, weight transposes, constants, input reshapes) join
     the earliest layer among their forward users. Reading a parameter of a
     block layer from a later layer is an error (the names do not describe

@@ -87,3 +87,23 @@ module {
     return %l : tensor<f32>
   }
 }
+
+// -----
+
+// bf16 storage between layers: the cast back to f32 joins the layer that
+// reads it, so the bf16 value crosses the boundary.
+module {
+  train.param @"blocks.0.fc.weight" : tensor<4x4xf32> at 0
+  train.param @"head.weight" : tensor<4x3xf32> at 64
+  func.func @bf16_storage(%x: tensor<2x4xf32>, %y: tensor<2xi64>) -> tensor<f32> {
+    %w0 = train.param_value @"blocks.0.fc.weight" : tensor<4x4xf32>
+    %wh = train.param_value @"head.weight" : tensor<4x3xf32>
+    %h = train.linear %x, %w0 : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+    %r = train.relu %h : tensor<2x4xf32>
+    %s = train.cast %r : tensor<2x4xf32> -> tensor<2x4xbf16>
+    %f = train.cast %s : tensor<2x4xbf16> -> tensor<2x4xf32>
+    %o = train.linear %f, %wh : tensor<2x4xf32>, tensor<4x3xf32> -> tensor<2x3xf32>
+    %l = train.softmax_cross_entropy_loss %o, %y : tensor<2x3xf32>, tensor<2xi64>
+    return %l : tensor<f32>
+  }
+}
