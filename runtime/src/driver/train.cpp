@@ -287,17 +287,19 @@ void save_params(spw_ctx *ctx, const std::string &path) {
   }
   std::printf("saved %zu parameters to %s\n", ctx->params.size(),
               path.c_str());
-  for (const ParamInfo &p : ctx->params)
-    if (!p.folded_from.empty())
-      std::fprintf(stderr,
-                   "note: --save wrote '%s' %s under its own name: it is "
-                   "the rows of the model's '%s' the export reads (the "
-                   "exporter's optimizer folded the parameter into them); "
-                   "compile with spillwayc --exported-state-dict FILE to "
-                   "train and save '%s' whole\n",
-                   saved_name(ctx, p.name).c_str(), p.value->shape().c_str(),
-                   saved_name(ctx, p.folded_from).c_str(),
-                   saved_name(ctx, p.folded_from).c_str());
+  for (const ParamInfo &p : ctx->params) {
+    if (p.folded_from.empty())
+      continue;
+    const std::string source = saved_name(ctx, p.folded_from);
+    std::fprintf(stderr,
+                 "note: --save wrote '%s' %s under its own name: it is the "
+                 "rows of the model's '%s' the export reads (the exporter's "
+                 "optimizer folded the parameter into them); compile with "
+                 "spillwayc --exported-state-dict FILE to train and save "
+                 "'%s' whole\n",
+                 saved_name(ctx, p.name).c_str(), p.value->shape().c_str(),
+                 source.c_str(), source.c_str());
+  }
 }
 
 namespace {

@@ -144,13 +144,15 @@ void check_safetensors(const spw_ctx *ctx, WeightsPlan &plan,
     const ParamInfo &p = ctx->params[i];
     if (found[i] || p.folded_from.empty())
       continue;
+    const std::string saved = saved_name(ctx, p.folded_from);
     for (const SafetensorsEntry &t : h.tensors)
-      if (t.name == p.folded_from || t.name == saved_name(ctx, p.folded_from))
+      if (t.name == p.folded_from || t.name == saved)
         fail("%s has '%s' but not '%s', the parameter this model trains in "
              "its place: the exporter's optimizer folded the rows of '%s' "
-             "the export reads into it, and which rows is not known here. Compile the model "
-             "with spillwayc --exported-state-dict FILE (its state_dict as "
-             "exported) to train '%s' whole; --weights then loads it by name",
+             "the export reads into it, and which rows is not known here. "
+             "Compile the model with spillwayc --exported-state-dict FILE "
+             "(its state_dict as exported) to train '%s' whole; --weights "
+             "then loads it by name",
              what.c_str(), t.name.c_str(), p.name.c_str(), t.name.c_str(),
              t.name.c_str());
   }
