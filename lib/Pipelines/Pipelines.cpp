@@ -19,6 +19,8 @@ void spillway::populateForwardPipeline(OpPassManager &pm,
   train::TrainFusePatternsPassOptions fuse;
   fuse.patterns = options.fusePatterns;
   pm.addPass(train::createTrainFusePatternsPass(fuse));
+  if (options.precision == StoragePrecision::BF16Mixed)
+    pm.addPass(train::createTrainMixedPrecisionPass());
 }
 
 void spillway::populateTrainingPipeline(OpPassManager &pm,
@@ -177,6 +179,14 @@ struct TrainingPipelineCLOptions
       *this, "fuse-patterns",
       llvm::cl::desc("Decomposed patterns to fuse: all, none, or a subset"),
       llvm::cl::init(kTrainingDefaults.fusePatterns)};
+  Option<spillway::StoragePrecision> precision{
+      *this, "precision", llvm::cl::desc("What the step stores in bf16"),
+      llvm::cl::init(kTrainingDefaults.precision),
+      llvm::cl::values(
+          clEnumValN(spillway::StoragePrecision::FP32, "fp32", "nothing"),
+          clEnumValN(spillway::StoragePrecision::BF16Mixed, "bf16-mixed",
+                     "working weights and activations "
+                     "(train-mixed-precision)"))};
   Option<std::string> optimizer{*this, "optimizer",
                                 llvm::cl::desc("adamw or foam"),
                                 llvm::cl::init(kTrainingDefaults.optimizer)};
@@ -223,6 +233,7 @@ void spillway::registerPipelines() {
       [](OpPassManager &pm, const TrainingPipelineCLOptions &o) {
         TrainingPipelineOptions options;
         options.fusePatterns = o.fusePatterns;
+        options.precision = o.precision;
         options.optimizer = o.optimizer;
         options.lr = o.lr;
         options.beta1 = o.beta1;

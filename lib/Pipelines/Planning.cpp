@@ -175,6 +175,7 @@ std::optional<PlanSearch> spillway::searchPlans(ModuleOp step,
     return std::nullopt;
   }
   r.summary = std::move(*summary);
+  r.summary.compute = options.products;
   if (options.microbatches && r.summary.batchSize &&
       r.summary.batchSize % *options.microbatches) {
     error = llvm::formatv("--microbatches {0} does not divide the batch "

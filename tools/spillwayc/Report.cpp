@@ -168,9 +168,14 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
      << " parameters, " << r.totals.paramBytes << " parameter bytes";
   if (r.totals.unreadParamBytes)
     os << " (" << r.totals.unreadParamBytes << " of them never read)";
-  os << ", batch " << s.batchSize << ", "
-     << (s.compute == Precision::FP32 ? "fp32" : "bf16")
-     << " (parameters are their own master weights)\n";
+  os << ", batch " << s.batchSize << ", ";
+  const char *products = s.compute == Precision::FP32 ? "fp32" : "bf16";
+  if (s.bf16Storage)
+    os << "bf16-mixed (bf16 activations and working weights, " << products
+       << " products; the fp32 parameters are their own master weights, "
+          "each layer rounding its working copy from them)\n";
+  else
+    os << products << " (parameters are their own master weights)\n";
   const StateBytes sb = stateBytes(s);
   os << "optimizer state: " << sb.total << " bytes";
   if (r.foamParams.empty()) {
@@ -273,6 +278,7 @@ std::string spillwayc::reportToJSON(const PlanReport &r) {
        json::Object{{"batch", int64_t(r.summary.batchSize)},
                     {"compute", r.summary.compute == Precision::FP32 ? "fp32"
                                                                      : "bf16"},
+                    {"storage", r.summary.bf16Storage ? "bf16-mixed" : "fp32"},
                     {"param_bytes", int64_t(r.totals.paramBytes)},
                     {"unread_param_bytes", int64_t(r.totals.unreadParamBytes)},
                     {"num_params", int64_t(r.totals.numParams)},

@@ -141,9 +141,13 @@ cl::opt<std::string> target(
     cl::cat(category));
 cl::opt<std::string> precision(
     "precision",
-    cl::desc("Numerics of the products (GEMMs, attention): fp32, or bf16 "
-             "(bf16 inputs, fp32 accumulation, fp32 tensors and master "
-             "weights; --target cuda only). Default: bf16 for cuda, fp32 "
+    cl::desc("Numerics: fp32; bf16 (products only: GEMMs and attention "
+             "take bf16 inputs and accumulate in fp32, every tensor stays "
+             "fp32; --target cuda only); or bf16-mixed (as PyTorch "
+             "Lightning's: the working weights and every activation stored "
+             "as bf16, each op computing in fp32 from them, fp32 master "
+             "weights, gradients accumulated in fp32, fp32 optimizer state; "
+             "docs/compiler.md, \"Precision\"). Default: bf16 for cuda, fp32 "
              "for cpu"),
     cl::cat(category));
 cl::opt<std::string> lrText("lr", cl::init("1e-3"),
@@ -517,6 +521,16 @@ int writeReport(const spillway::PlanSearch &search,
   }
   return 0;
 }
+/// The products' numerics the lowering gives the target: bf16 (bf16 inputs,
+/// fp32 accumulation) or fp32. bf16-mixed multiplies bf16 values: on a GPU,
+/// bf16 products; on the CPU, fp32 products of them are the same products,
+/// exactly.
+std::string productsPrecision() {
+  if (!precision.getNumOccurrences() || precision == "bf16-mixed")
+    return target == "cuda" ? "bf16" : "fp32";
+  return precision;
+}
+
 /// The planning and schedule flags, each read once, into `planOptions`;
 /// with a profile to plan with, `planSpace`. The exit status (0: go on).
 int readPlanningFlags(bool planning, bool offload,
@@ -524,6 +538,9 @@ int readPlanningFlags(bool planning, bool offload,
                       std::optional<spillway::PlanSpace> &planSpace) {
   planOptions.optimizer = optimizer == "foam" ? spillway::OptimizerKind::Foam
                                               : spillway::OptimizerKind::AdamW;
+  planOptions.products = productsPrecision() == "bf16"
+                             ? spillway::schedule::Precision::BF16
+                             : spillway::schedule::Precision::FP32;
   if (microbatches.getNumOccurrences())
     planOptions.microbatches = microbatches;
   if (overlapOptimizerText.getNumOccurrences())
@@ -822,8 +839,9 @@ static int compilerMain(int argc, char **argv) {
   if (target != "cpu" && target != "cuda")
     return fail("--target '" + target + "' is not one of cpu, cuda");
   if (precision.getNumOccurrences() && precision != "fp32" &&
-      precision != "bf16")
-    return fail("--precision '" + precision + "' is not one of fp32, bf16");
+      precision != "bf16" && precision != "bf16-mixed")
+    return fail("--precision '" + precision +
+                "' is not one of fp32, bf16, bf16-mixed");
   if (target == "cpu" && precision == "bf16")
     return fail("--precision bf16 needs --target cuda (the CPU kernels "
                 "compute in fp32)");
@@ -967,6 +985,8 @@ static int compilerMain(int argc, char **argv) {
 
   spillway::TrainingPipelineOptions trainOptions;
   trainOptions.fusePatterns = fusePatterns;
+  if (precision == "bf16-mixed")
+    trainOptions.precision = spillway::StoragePrecision::BF16Mixed;
   trainOptions.optimizer = optimizer;
   trainOptions.lr = lr;
   trainOptions.beta1 = beta1;
@@ -1014,10 +1034,8 @@ static int compilerMain(int argc, char **argv) {
 
   PassManager lower(&context);
   timing.attach(lower);
-  const std::string precisionName =
-      precision.getNumOccurrences() ? std::string(precision)
-                                    : target == "cuda" ? "bf16" : "fp32";
-  spillway::populateLowerToRuntimePipeline(lower, target, precisionName);
+  spillway::populateLowerToRuntimePipeline(lower, target,
+                                           productsPrecision());
   note("lowering to runtime calls");
   if (failed(lower.run(*module)))
     return 1;

@@ -11,12 +11,22 @@
 
 namespace spillway {
 
+/// What a training step stores in bf16 (spillwayc --precision; the products'
+/// numerics on a GPU are the lowering's).
+enum class StoragePrecision {
+  FP32,
+  /// train-mixed-precision: bf16 working weights and activations around
+  /// fp32 compute, fp32 master weights and optimizer state.
+  BF16Mixed,
+};
+
 /// Optimizer choice and its compile-time hyper-parameters (the executable's
 /// flags override them at run time). Defaults are torch.optim.AdamW's.
 struct TrainingPipelineOptions {
   /// Which decomposed patterns train-fuse-patterns replaces ("all", "none",
   /// or a comma-separated subset).
   std::string fusePatterns = "all";
+  StoragePrecision precision = StoragePrecision::FP32;
   std::string optimizer = "adamw";
   double lr = 1e-3;
   double beta1 = 0.9;
@@ -32,12 +42,13 @@ struct TrainingPipelineOptions {
 };
 
 /// Forward + loss in the train dialect -> one training step: fused patterns,
-/// gradients of the loss for every parameter, then the optimizer update of
+/// the precision policy, gradients of the loss for every parameter, then the optimizer update of
 /// each.
 void populateTrainingPipeline(mlir::OpPassManager &pm,
                               const TrainingPipelineOptions &options);
 
-/// The forward graph only (spillwayc --forward): fused patterns.
+/// The forward graph only (spillwayc --forward): fused patterns and the
+/// precision policy.
 void populateForwardPipeline(mlir::OpPassManager &pm,
                              const TrainingPipelineOptions &options);
 

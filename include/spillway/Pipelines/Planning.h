@@ -38,6 +38,9 @@ struct PlanningOptions {
   std::optional<double> overlap;         ///< --overlap-optimizer (open: searched)
   bool recompute = true;                 ///< --recompute on|off
   OptimizerKind optimizer = OptimizerKind::AdamW;
+  /// The products' numerics the lowering gives the target (--precision,
+  /// --target): which of the profile's GPU rates the cost model applies.
+  schedule::Precision products = schedule::Precision::FP32;
   /// --place CLASS=TIER entries as given: sched-place reads them as they
   /// are; with a profile they also pin the search (checked then).
   std::vector<std::string> place;

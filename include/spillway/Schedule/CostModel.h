@@ -53,6 +53,10 @@ enum class Precision { BF16, FP32 };
 struct IterationSummary {
   std::vector<LayerCost> layers;
   Precision compute = Precision::BF16; ///< which GPU rate applies
+  /// bf16-mixed (train-mixed-precision's train.precision): activations and
+  /// the working weights are stored as bf16; the f32 parameters stay their
+  /// own master weights (each layer rounds its working copy from them).
+  bool bf16Storage = false;
   /// Samples per iteration; a candidate's M must divide it (0: any M).
   uint64_t batchSize = 0;
   /// Global gradient-norm clipping (train.clip_grad_norm): a barrier after

@@ -93,9 +93,18 @@ LogicalResult ConvertTrainToSchedPass::convert(func::FuncOp step) {
   // Parameter reads, constants and what is computed from them alone (a
   // weight's transpose) are recomputed in every task that uses them rather
   // than passed along: a weight is loaded by each task that needs it (what
-  // the cost model counts), never kept alive as a crossing value. Walking
+  // the cost model counts), never kept alive as a crossing value. So is the
+  // f32 copy of a bf16 forward value: the bf16 value is what crosses tasks
+  // (a gradient's rounding stays where it is: the update reads the f32
+  // gradient its micro-batches accumulate). Walking
   // backwards, a chain's later ops are copied first, so their operands then
   // have uses in the new task and are copied too.
+  auto widensBf16 = [](Operation &op) {
+    auto cast = dyn_cast<train::CastOp>(op);
+    auto phase = op.getAttrOfType<StringAttr>("train.phase");
+    return cast && cast.getInput().getType().getElementType().isBF16() &&
+           phase && phase.getValue() == "fwd";
+  };
   llvm::SmallPtrSet<Operation *, 32> fromWeights;
   for (Operation &op : body.without_terminator())
     if (isa<train::ParamValueOp, train::ConstantOp>(op) ||
@@ -106,7 +115,7 @@ LogicalResult ConvertTrainToSchedPass::convert(func::FuncOp step) {
       fromWeights.insert(&op);
   for (Operation &op : llvm::make_early_inc_range(
            llvm::reverse(body.without_terminator()))) {
-    if (!fromWeights.contains(&op))
+    if (!fromWeights.contains(&op) && !widensBf16(op))
       continue;
     auto layer = op.getAttr("train.layer");
     auto phase = op.getAttr("train.phase");

@@ -21,6 +21,10 @@ inline constexpr llvm::StringLiteral kParamAliasesAttrName =
 /// whose rows the export reads it holds (the exporter folded the parameter
 /// into them); --save writes it under its own name and says so.
 inline constexpr llvm::StringLiteral kParamFoldsAttrName = "train.param_folds";
+/// Module attribute: "bf16-mixed" once train-mixed-precision has made the
+/// step store its working weights and activations as bf16 (the planner's
+/// summary and report read it).
+inline constexpr llvm::StringLiteral kPrecisionAttrName = "train.precision";
 /// Argument (and, for forward-only functions, result) attribute carrying the
 /// ONNX graph input/output name.
 inline constexpr llvm::StringLiteral kInputNameAttrName = "train.name";

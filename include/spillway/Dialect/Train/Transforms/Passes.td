@@ -59,6 +59,41 @@ def TrainFusePatternsPass : Pass<"train-fuse-patterns", "mlir::ModuleOp"> {
   ];
 }
 
+def TrainMixedPrecisionPass : Pass<"train-mixed-precision", "mlir::ModuleOp"> {
+  let summary = "bf16-mixed numerics: bf16 working weights and activations, fp32 compute";
+  let description = [{
+    Runs on the forward graph, after `train-fuse-patterns` and before
+    `train-autodiff` (spillwayc --precision bf16-mixed). Each rounding to
+    bf16 is a `train.cast` to bf16 and one back to f32 (round to nearest
+    even; the bf16 value is what a layer boundary stores, see
+    `train-partition-layers`), and the gradient rules of the two casts round
+    the matching cotangent the same way:
+    - working weights: every f32 `train.param_value` is rounded, so every
+      op reads the parameter's bf16 copy (the f32 parameter is the master
+      the optimizer updates); the parameter's gradient is the bf16-rounded
+      gradient of that copy, accumulated across micro-batches in f32;
+    - activations: every f32 result (rank >= 1) of an op computed from both
+      inputs and parameters is rounded, except the loss
+      (`train.softmax_cross_entropy_loss`) and what is computed from it,
+      and a result only ops that move, select or negate values read
+      (reshape, transpose, slice, concat, gather, broadcast_to, neg, relu,
+      reduce_max): rounding their result is rounding their operands, so
+      the rounding happens once, where such a chain ends, and the bf16 value
+      is what a layer boundary there stores. Casts the model makes itself are
+      left as they are.
+    Every op computes in f32 from the bf16 values it reads: matrix products
+    of bf16 operands are exact in f32 and accumulate in f32; norms, softmax
+    and the loss compute in f32. Values computed from inputs alone (masks,
+    positions) or constants keep their f32 values. The module gets
+    `train.precision = "bf16-mixed"` (what the planner's report reads).
+  }];
+  let dependentDialects = ["spillway::train::TrainDialect"];
+  let statistics = [
+    Statistic<"numParamReads", "param-reads", "Parameter reads rounded to bf16">,
+    Statistic<"numActivations", "activations", "Activations rounded to bf16">
+  ];
+}
+
 def TrainAutodiffPass : Pass<"train-autodiff", "mlir::ModuleOp"> {
   let summary = "Reverse-mode gradients of the scalar loss w.r.t. every parameter";
   let description = [{

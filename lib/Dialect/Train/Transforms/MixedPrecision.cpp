@@ -1,0 +1,142 @@
+//===- MixedPrecision.cpp - bf16 storage around fp32 compute --------------===//
+//
+// The forward graph as bf16-mixed training computes it: every parameter read
+// through its bf16 working copy, every activation stored as bf16, each op
+// computing in fp32 from what it reads. A rounding is a pair of train.cast
+// ops (f32 -> bf16 -> f32), so the bf16 value is what crosses a layer
+// boundary (train-partition-layers keeps the cast back in the reader's
+// layer) and train-autodiff rounds the matching cotangent. The rules are in
+// Passes.td.
+//
+//===----------------------------------------------------------------------===//
+
+#include "spillway/Dialect/Train/IR/TrainOps.h"
+#include "spillway/Dialect/Train/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+
+namespace spillway::train {
+#define GEN_PASS_DEF_TRAINMIXEDPRECISIONPASS
+#include "spillway/Dialect/Train/Transforms/Passes.h.inc"
+} // namespace spillway::train
+
+using namespace mlir;
+using namespace spillway::train;
+
+namespace {
+
+/// What a forward value is computed from (as train-partition-layers
+/// classifies it): only activations (both) are rounded; what comes from
+/// inputs alone (a mask, positions) or constants keeps its fp32 values.
+enum class Origin { Const, Param, Input, Mixed };
+
+/// Ops that only move, select or negate values: rounding their result is
+/// rounding their operands, so a value only they read is rounded where their
+/// chain ends (once, and the bf16 value is what a boundary there stores).
+bool movesValues(Operation *op) {
+  return isa<ReshapeOp, TransposeOp, SliceOp, ConcatOp, GatherOp,
+             BroadcastToOp, NegOp, ReluOp, ReduceMaxOp>(op);
+}
+
+bool isF32Tensor(Type t) {
+  auto rt = dyn_cast<RankedTensorType>(t);
+  return rt && rt.getElementType().isF32();
+}
+
+struct TrainMixedPrecisionPass
+    : spillway::train::impl::TrainMixedPrecisionPassBase<
+          TrainMixedPrecisionPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    for (auto fn : module.getOps<func::FuncOp>())
+      if (!fn.isExternal())
+        runOn(fn);
+    module->setAttr(kPrecisionAttrName,
+                    StringAttr::get(module.getContext(), "bf16-mixed"));
+  }
+
+  void runOn(func::FuncOp fn) {
+    DenseMap<Value, Origin> origin;
+    // The loss and what is computed from it stay fp32.
+    llvm::DenseSet<Value> fromLoss;
+    auto originOf = [&](Value v) {
+      if (isa<BlockArgument>(v))
+        return Origin::Input;
+      auto it = origin.find(v);
+      return it == origin.end() ? Origin::Const : it->second;
+    };
+
+    // Rounds `v` (f32) through bf16 after `after`; every other use of `v`
+    // reads the rounded value.
+    auto round = [&](Value v, Operation *after) {
+      OpBuilder b(after->getContext());
+      b.setInsertionPointAfter(after);
+      auto type = cast<RankedTensorType>(v.getType());
+      auto bf16 = RankedTensorType::get(type.getShape(), b.getBF16Type());
+      Value stored = CastOp::create(b, v.getLoc(), bf16, v);
+      Value back = CastOp::create(b, v.getLoc(), type, stored);
+      v.replaceAllUsesExcept(back, stored.getDefiningOp());
+      origin[stored] = origin[back] = originOf(v);
+    };
+
+    SmallVector<Operation *> ops;
+    for (Operation &op : fn.getBody().getOps())
+      ops.push_back(&op);
+    for (Operation *op : ops) {
+      if (op->hasTrait<OpTrait::IsTerminator>())
+        continue;
+      if (auto pv = dyn_cast<ParamValueOp>(op)) {
+        origin[pv.getResult()] = Origin::Param;
+        if (isF32Tensor(pv.getType())) {
+          round(pv.getResult(), op);
+          ++numParamReads;
+        }
+        continue;
+      }
+      bool anyParam = false, anyInput = false, anyMixed = false;
+      bool afterLoss = false;
+      for (Value v : op->getOperands()) {
+        switch (originOf(v)) {
+        case Origin::Const:
+          break;
+        case Origin::Param:
+          anyParam = true;
+          break;
+        case Origin::Input:
+          anyInput = true;
+          break;
+        case Origin::Mixed:
+          anyMixed = true;
+          break;
+        }
+        afterLoss |= fromLoss.contains(v);
+      }
+      Origin o = anyMixed || (anyParam && anyInput) ? Origin::Mixed
+                 : anyParam                         ? Origin::Param
+                 : anyInput                         ? Origin::Input
+                                                    : Origin::Const;
+      for (Value r : op->getResults())
+        origin[r] = o;
+      if (isa<SoftmaxCrossEntropyLossOp>(op) || afterLoss) {
+        fromLoss.insert(op->result_begin(), op->result_end());
+        continue;
+      }
+      // A cast the model makes itself keeps its own meaning.
+      if (o != Origin::Mixed || isa<CastOp>(op))
+        continue;
+      for (Value r : op->getResults()) {
+        auto rt = dyn_cast<RankedTensorType>(r.getType());
+        if (!isF32Tensor(r.getType()) || rt.getRank() == 0 || r.use_empty() ||
+            llvm::all_of(r.getUsers(), movesValues))
+          continue;
+        round(r, op);
+        ++numActivations;
+      }
+    }
+  }
+};
+
+} // namespace
