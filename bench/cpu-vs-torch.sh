@@ -12,6 +12,7 @@
 #
 # usage: bench/cpu-vs-torch.sh [--sizes small,100m] [--steps N] [--warmup W]
 #                              [--threads T] [--reference-steps R]
+#                              [--precision fp32|bf16-mixed]
 #                              [--python PY] [--out DIR] [-h]
 #   --sizes LIST   tiny: L=2 D=64 H=2 V=512 S=32 B=2 (a smoke run of seconds);
 #                  small: L=6 D=384 H=6 V=8192 S=128 B=8 (17.0M parameters;
@@ -25,6 +26,11 @@
 #                  --threads runs its own way, and the table says so
 #   --reference-steps R   the --kernels reference run at the small (and tiny) size:
 #                  R steps (default 2; timed: steps 2..R); 0: skip it
+#   --precision P  fp32 (default), or bf16-mixed: the executable compiled with
+#                  spillwayc --precision bf16-mixed against PyTorch under
+#                  torch.autocast("cpu", bfloat16) (Lightning's bf16-mixed), and
+#                  the fp32 executable again in the same run (bf16-mixed over
+#                  fp32: what the bf16 roundings cost on a CPU computing in fp32)
 #   --python PY    the python with torch and numpy (default
 #                  /work/big/torchenv/bin/python when it exists, else python3);
 #                  without torch the torch rows are skipped and the script says so
@@ -41,18 +47,18 @@ ARGV="$*"
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit "${1:-2}"; }
 die() { echo "cpu-vs-torch.sh: error: $*" >&2; exit 1; }
 log() { echo "cpu-vs-torch.sh: $*" >&2; }
-SIZES=small,100m STEPS=5 WARMUP=1 THREADS=$(nproc) REFSTEPS=2 OUTDIR=$ROOT/bench/results
+SIZES=small,100m STEPS=5 WARMUP=1 THREADS=$(nproc) REFSTEPS=2 OUTDIR=$ROOT/bench/results PRECISION=fp32
 PY=/work/big/torchenv/bin/python
 [ -x "$PY" ] || PY=python3
 while [ $# -gt 0 ]; do
   case $1 in
-    --sizes|--steps|--warmup|--threads|--reference-steps|--python|--out)
+    --sizes|--steps|--warmup|--threads|--reference-steps|--python|--out|--precision)
       [ $# -ge 2 ] || { echo "cpu-vs-torch.sh: $1 needs a value" >&2; usage; } ;;
   esac
   case $1 in
     --sizes) SIZES=$2; shift ;; --steps) STEPS=$2; shift ;; --warmup) WARMUP=$2; shift ;;
     --threads) THREADS=$2; shift ;; --reference-steps) REFSTEPS=$2; shift ;;
-    --python) PY=$2; shift ;; --out) OUTDIR=$2; shift ;;
+    --python) PY=$2; shift ;; --out) OUTDIR=$2; shift ;; --precision) PRECISION=$2; shift ;;
     -h|--help) usage 0 ;;
     *) echo "cpu-vs-torch.sh: unknown argument '$1'" >&2; usage ;;
   esac
@@ -64,6 +70,7 @@ done
 [[ $WARMUP =~ ^[0-9]+$ ]] && [ "$WARMUP" -lt "$STEPS" ] || die "--warmup must be an integer in [0, --steps), not '$WARMUP'"
 [[ $REFSTEPS =~ ^[0-9]+$ ]] || die "--reference-steps must be a non-negative integer, not '$REFSTEPS'"
 [ "$REFSTEPS" != 1 ] || die "--reference-steps 1 times nothing (step 1 holds the start-up): 0 or >= 2"
+case $PRECISION in fp32|bf16-mixed) ;; *) die "--precision must be fp32 or bf16-mixed, not '$PRECISION'" ;; esac
 IFS=, read -r -a SIZE_LIST <<<"$SIZES"
 [ ${#SIZE_LIST[@]} -gt 0 ] || die "--sizes is empty (small, 100m)"
 for s in "${SIZE_LIST[@]}"; do
@@ -159,8 +166,8 @@ for size in "${SIZE_LIST[@]}"; do
     log "$size: writing $NAME into $MDIR"
     "${GEN[@]}" >&2 || die "model generation failed"
   fi
-  EXE=$BENCH_DIR/cpu-vs-torch-exe-$NAME
-  COMPILE=("$SPILLWAYC" "$MDIR/gpt.onnx" -o "$EXE")
+  EXE=$BENCH_DIR/cpu-vs-torch-exe-$NAME-$PRECISION
+  COMPILE=("$SPILLWAYC" "$MDIR/gpt.onnx" --precision "$PRECISION" -o "$EXE")
   log "$size: compiling: ${COMPILE[*]}"
   t0=$(date +%s%N)
   "${COMPILE[@]}" > "$WORK/compile-$size.log" 2>&1 || { tail -20 "$WORK/compile-$size.log" >&2; die "spillwayc failed for $size"; }
@@ -176,6 +183,15 @@ for size in "${SIZE_LIST[@]}"; do
        --print-every 1 "${TFLAG[@]}")
   log "$size: running: ${RUN[*]}"
   timed_exe "$WORK/exe-$size.json" "${RUN[@]}"
+  FP32=()
+  if [ "$PRECISION" != fp32 ]; then
+    FP32EXE=$BENCH_DIR/cpu-vs-torch-exe-$NAME-fp32
+    "$SPILLWAYC" "$MDIR/gpt.onnx" -o "$FP32EXE" > "$WORK/compile-fp32-$size.log" 2>&1 || { tail -20 "$WORK/compile-fp32-$size.log" >&2; die "spillwayc failed for $size (fp32)"; }
+    FP32=("$FP32EXE" --input "tokens=$MDIR/tokens.npy" --input "targets=$MDIR/targets.npy" --steps "$STEPS"
+          --print-every 1 "${TFLAG[@]}")
+    log "$size: running the fp32 executable: ${FP32[*]}"
+    timed_exe "$WORK/fp32-$size.json" "${FP32[@]}"
+  fi
   REF=()
   if [ "$size" != 100m ] && [ "$REFSTEPS" -ge 2 ]; then
     if [ $HAS_KERNELS = 1 ]; then
@@ -190,16 +206,17 @@ for size in "${SIZE_LIST[@]}"; do
   TORCH=("$PY" "$ROOT/bench/torch_gpt_cpu.py" --layers "$L" --d-model "$D" --heads "$H" --vocab "$V"
          --seq "$S" --batch "$B" --tokens "$MDIR/tokens.npy" --targets "$MDIR/targets.npy"
          --threads "$THREADS" --warmup "$WARMUP" --steps $((STEPS - WARMUP)) --name "$size")
+  [ "$PRECISION" = fp32 ] || TORCH+=(--autocast bf16)
   if [ $TORCH_OK = 1 ]; then
     log "$size: running PyTorch: OMP_NUM_THREADS=$THREADS ${TORCH[*]}"
     OMP_NUM_THREADS=$THREADS "${TORCH[@]}" > "$WORK/torch-$size.json" || die "the PyTorch run failed for $size"
   fi
   python3 - "$WORK" "$size" "$MDIR/config.json" "${GEN[*]}" "${COMPILE[*]}" "$(( (t1 - t0) / 1000000 ))" \
     "${RUN[*]}" "${REF[*]+${REF[*]}}" "OMP_NUM_THREADS=$THREADS ${TORCH[*]}" "$TORCH_OK" "$HAS_THREADS" \
-    "$HAS_KERNELS" "$WARMUP" > "$WORK/size-$size.json" <<'PY'
+    "$HAS_KERNELS" "$WARMUP" "$PRECISION" "${FP32[*]+${FP32[*]}}" > "$WORK/size-$size.json" <<'PY'
 import json, os, statistics, sys
 (work, size, config, gen, compile_cmd, compile_ms, run, ref, torch_cmd, torch_ok, has_threads,
- has_kernels, warmup) = sys.argv[1:]
+ has_kernels, warmup, precision, fp32_run) = sys.argv[1:]
 warmup = int(warmup)
 cfg = json.load(open(config))
 def timing(path, skip):
@@ -214,7 +231,7 @@ def timing(path, skip):
     r["losses"] = [s["loss"] for s in r["steps"]]
     return r
 tokens = cfg["batch"] * cfg["seq"]
-out = {"size": size, "model": cfg, "tokens_per_step": tokens, "generate": gen,
+out = {"size": size, "precision": precision, "model": cfg, "tokens_per_step": tokens, "generate": gen,
        "compile": {"command": compile_cmd, "seconds": int(compile_ms) / 1000},
        "executable_has_threads_flag": has_threads == "1", "executable_has_kernels_flag": has_kernels == "1"}
 e = timing(f"{work}/exe-{size}.json", warmup)
@@ -222,6 +239,13 @@ e["command"] = run
 e["tokens_per_s"] = tokens / e["s_per_step"]
 e["model_gflops"] = 6 * cfg["params"] * e["tokens_per_s"] / 1e9
 out["spillway"] = e
+if fp32_run:
+    f = timing(f"{work}/fp32-{size}.json", warmup)
+    f["command"] = fp32_run
+    f["tokens_per_s"] = tokens / f["s_per_step"]
+    f["model_gflops"] = 6 * cfg["params"] * f["tokens_per_s"] / 1e9
+    out["spillway_fp32"] = f
+    out["precision_over_fp32"] = e["tokens_per_s"] / f["tokens_per_s"]
 if ref:
     r = timing(f"{work}/ref-{size}.json", 1)
     r["command"] = ref
@@ -259,7 +283,7 @@ sg = json.load(open(sgemm_path))
 sg["command"] = sgemm_cmd
 rows = [json.load(open(p)) for p in sizes]
 for r in rows:
-    for k in ("spillway", "spillway_reference_kernels"):
+    for k in ("spillway", "spillway_fp32", "spillway_reference_kernels"):
         if k in r:
             r[k]["fraction_of_numpy_sgemm"] = r[k]["model_gflops"] / sg["best_gflops"]
     if "torch" in r:
@@ -290,15 +314,23 @@ for r in rows:
         print(f"{r['size']:6} {cfg['params'] / 1e6:6.1f}M {who:24} {d['s_per_step']:8.3f} {d['tokens_per_s']:10.1f} "
               f"{d['model_gflops']:8.2f} {d['fraction_of_numpy_sgemm']:8.3f} {d['losses'][0]:7.3f}")
     e = r["spillway"]
-    line("spillway" + ("" if r["executable_has_threads_flag"] else " (no --threads)"), e)
+    mixed = r.get("precision", "fp32") != "fp32"
+    line(("spillway bf16-mixed" if mixed else "spillway")
+         + ("" if r["executable_has_threads_flag"] else " (no --threads)"), e)
+    if "spillway_fp32" in r:
+        line("spillway fp32", r["spillway_fp32"])
     if "spillway_reference_kernels" in r:
         line("spillway --kernels ref", r["spillway_reference_kernels"])
     if "torch" in r:
-        line("torch eager fp32", r["torch"])
+        line("torch eager bf16 autocast" if mixed else "torch eager fp32", r["torch"])
 for r in rows:
     if "spillway_over_torch" in r:
         x = r["spillway_over_torch"]
-        print(f"{r['size']}: spillway / torch tokens/s = {x:.2f}x (target >= 1.0x: {'met' if x >= 1.0 else 'NOT met'})")
+        print(f"{r['size']}: spillway / torch tokens/s = {x:.2f}x (target >= 1.0x: {'met' if x >= 1.0 else 'NOT met'})"
+              + (" (both bf16-mixed: spillway --precision bf16-mixed, torch autocast bf16)"
+                 if r.get("precision", "fp32") != "fp32" else ""))
+    if "precision_over_fp32" in r:
+        print(f"{r['size']}: spillway bf16-mixed / spillway fp32 tokens/s = {r['precision_over_fp32']:.2f}x")
     else:
         print(f"{r['size']}: no torch row (torch not importable by {py}; pass --python PY)")
     if "spillway_reference_kernels" in r:

@@ -11,7 +11,10 @@ default on CPU tensors), torch.set_num_threads(--threads). Initialized like
 make_gpt_onnx.py: N(0, 0.02) matrices and embeddings, zero biases,
 LayerNorm 1 and 0; the batch is make_gpt_onnx.py's tokens.npy / targets.npy
 when given. Times --warmup steps untimed, then --steps timed ones (each a
-forward, backward, optimizer step and zero_grad); prints one JSON object:
+forward, backward, optimizer step and zero_grad); with --autocast bf16 the
+forward and loss run under torch.autocast("cpu", dtype=torch.bfloat16)
+(PyTorch Lightning's "bf16-mixed": fp32 parameters and AdamW state, the
+linears and attention on bf16 copies); prints one JSON object:
 seconds per step (mean of the timed steps, and each), tokens/s and model
 GFLOP/s (6 * N * tokens/s).
 """
@@ -42,6 +45,8 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps first (default: %(default)s)")
     ap.add_argument("--steps", type=int, default=5, help="timed steps (default: %(default)s)")
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                    help="bf16: the forward and loss under torch.autocast(bfloat16)")
     ap.add_argument("--name", default="")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -67,7 +72,8 @@ def main():
         tgt = torch.randint(0, args.vocab, (args.batch, args.seq))
 
     def step():
-        loss = model(idx, tgt)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
+            loss = model(idx, tgt)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -82,7 +88,9 @@ def main():
     dt = sum(times) / len(times) if times else float("nan")
     tokens = args.batch * args.seq / dt
     print(json.dumps({
-        "name": args.name, "framework": f"torch {torch.__version__} eager CPU, fp32, torch.optim.AdamW "
+        "name": args.name, "autocast": args.autocast,
+        "framework": f"torch {torch.__version__} eager CPU, "
+                     f"{'bf16 autocast' if args.autocast == 'bf16' else 'fp32'}, torch.optim.AdamW "
                                        f"(defaults), SDPA", "threads": torch.get_num_threads(),
         "params": n, "batch": args.batch, "seq": args.seq, "warmup": args.warmup, "steps": args.steps,
         "s_per_step": dt, "step_s": times, "tokens_per_s": tokens, "model_gflops": 6 * n * tokens / 1e9,

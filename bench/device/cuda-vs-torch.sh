@@ -20,7 +20,9 @@
 # bench/make_gpt_onnx.py with the seed they were compiled from and passed as
 # .safetensors (bench/onnx_to_safetensors.py). Options: --sizes 350M,1.3B
 # --steps N (timed steps after 2 warm-up steps; default 8) --no-kernels
-# --budget SECONDS.
+# --budget SECONDS --precision bf16|bf16-mixed (default bf16: the products
+# only; bf16-mixed runs bench-SIZE-mixed, bf16 activations and working
+# weights, against the same PyTorch autocast run: issue 20's comparison).
 # Output: a table last; JSON to $OUT/cuda-vs-torch.json and bench/results/.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -31,13 +33,17 @@ SIZES=350M,1.3B
 STEPS=8
 KERNELS=1
 BUDGET=540
+PRECISION=bf16
 while [ $# -gt 0 ]; do
   case $1 in
     --sizes) SIZES=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --no-kernels) KERNELS=0; shift ;;
     --budget) BUDGET=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --precision)
+      case ${2:-} in bf16|bf16-mixed) PRECISION=$2 ;; *) echo "cuda-vs-torch: --precision is bf16 or bf16-mixed" >&2; exit 2 ;; esac
+      shift 2 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "cuda-vs-torch: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -65,6 +71,7 @@ IFS=, read -ra SIZE_LIST <<< "$SIZES"
 for size in "${SIZE_LIST[@]}"; do
   D=$(dmodel "$size")
   EXE=$DEV/bench-$size
+  [ "$PRECISION" = bf16 ] || EXE=$DEV/bench-$size-mixed
   [ -n "$D" ] && [ -x "$EXE" ] || { echo "cuda-vs-torch: no $EXE (run scripts/device/prepare-cuda.sh --bench here and carry build/device)" >&2; continue; }
   m=$WORK/$size
   echo "== $size: weights (bench/make_gpt_onnx.py, seed 0)"
@@ -83,7 +90,7 @@ for size in "${SIZE_LIST[@]}"; do
   log=$WORK/cuda-vs-torch-$size
   rm -f "$log-spillway.log" "$log-torch.json"
   if fits 200 "Spillway $size"; then
-    echo "== $size: Spillway (--target cuda, bf16 products)"
+    echo "== $size: Spillway (--target cuda, --precision $PRECISION)"
     timeout 200 "$EXE" --input tokens="$m/tokens.npy" --input targets="$m/targets.npy" \
       --weights "$m/weights.safetensors" --steps $((STEPS + 2)) --print-every 1 > "$log-spillway.log" 2>&1
     tail -6 "$log-spillway.log"
@@ -94,15 +101,15 @@ for size in "${SIZE_LIST[@]}"; do
       --vocab 50304 --seq 1024 --batch 8 --steps "$STEPS" --name "gpt-$size" > "$log-torch.json"
     cat "$log-torch.json"
   fi
-  python3 - "$size" "$N" "$log-spillway.log" "$log-torch.json" >> "$JSON" <<'PY'
+  python3 - "$size" "$N" "$log-spillway.log" "$log-torch.json" "$PRECISION" >> "$JSON" <<'PY'
 import json, re, sys
-size, n, log, tj = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+size, n, log, tj, precision = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 try:
     text = open(log).read()
 except OSError:
     text = "not run (time budget)"
 m = re.search(r"steady state: ([0-9.]+) s/step", text)
-row = {"size": size, "params": n, "tokens_per_step": 8 * 1024}
+row = {"size": size, "params": n, "tokens_per_step": 8 * 1024, "spillway_precision": precision}
 if m:
     s = float(m.group(1))
     row.update(spillway_s_per_step=s, spillway_tokens_per_s=8192 / s,

@@ -7,11 +7,13 @@
 # Contents:
 #   spillway-cuda-check              every kernel against the CPU backend
 #   spillway-cuda-bench              GEMMs against cuBLAS's best, attention TFLOP/s
-#   gpt-fp32, gpt-bf16, gpt-foam     a 2-block GPT (0.5M parameters, S = 128)
+#   gpt-fp32, gpt-bf16, gpt-foam,    a 2-block GPT (0.5M parameters, S = 128)
+#   gpt-mixed (--precision bf16-mixed)
 #                                    compiled with --target cuda, its
 #                                    weights, tokens and targets: 50 training
 #                                    steps on the GPU against --device cpu
 #   bench-350M, bench-1.3B (--bench) the benchmark GPTs of bench/device/
+#   bench-*-mixed (bf16-mixed)
 #                                    cuda-vs-torch.sh, executables only: their
 #                                    weights are regenerated there with the
 #                                    same seed (bench/make_gpt_onnx.py)
@@ -34,7 +36,8 @@ python3 "$ROOT/bench/make_gpt_onnx.py" --out "$WORK/small" --layers 2 --d-model 
 "$BIN/spillwayc" "$WORK/small/gpt.onnx" --target cuda --precision fp32 -o "$OUTDIR/gpt-fp32"
 "$BIN/spillwayc" "$WORK/small/gpt.onnx" --target cuda --precision bf16 -o "$OUTDIR/gpt-bf16"
 "$BIN/spillwayc" "$WORK/small/gpt.onnx" --target cuda --precision fp32 --optimizer foam -o "$OUTDIR/gpt-foam"
-rm -f "$OUTDIR/gpt-bf16.weights" "$OUTDIR/gpt-foam.weights" # the same as gpt-fp32's
+"$BIN/spillwayc" "$WORK/small/gpt.onnx" --target cuda --precision bf16-mixed -o "$OUTDIR/gpt-mixed"
+rm -f "$OUTDIR/gpt-bf16.weights" "$OUTDIR/gpt-foam.weights" "$OUTDIR/gpt-mixed.weights" # the same as gpt-fp32's
 cp "$WORK/small/tokens.npy" "$WORK/small/targets.npy" "$OUTDIR/"
 if [ "$BENCH" = 1 ]; then
   # The shapes of ../shared/hardware/probe/gpt_torch.py's 350M and 1.3B runs:
@@ -47,10 +50,12 @@ if [ "$BENCH" = 1 ]; then
       --d-model "$2" --heads 16 --vocab 50304 --seq 1024 --batch 8 --seed 0 > /dev/null
     "$BIN/spillwayc" "$d/gpt.onnx" --target cuda -o "$d/exe"
     cp "$d/exe" "$OUTDIR/bench-$1"
-    rm -f "$d/exe.weights" # regenerated there
+    "$BIN/spillwayc" "$d/gpt.onnx" --target cuda --precision bf16-mixed -o "$d/exe-mixed"
+    cp "$d/exe-mixed" "$OUTDIR/bench-$1-mixed"
+    rm -f "$d/exe.weights" "$d/exe-mixed.weights" # regenerated there
   done
 fi
-strip "$OUTDIR"/gpt-fp32 "$OUTDIR"/gpt-bf16 "$OUTDIR"/gpt-foam "$OUTDIR"/bench-* 2>/dev/null || true
+strip "$OUTDIR"/gpt-fp32 "$OUTDIR"/gpt-bf16 "$OUTDIR"/gpt-foam "$OUTDIR"/gpt-mixed "$OUTDIR"/bench-* 2>/dev/null || true
 # What the GPU machine's scripts print first: which code they run.
 {
   echo "commit $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"
