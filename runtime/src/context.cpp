@@ -256,6 +256,10 @@ void spw_declare_grad_clip(spw_ctx *ctx, double max_norm) {
   });
 }
 
+void spw_declare_bf16_mixed(spw_ctx *ctx) {
+  guarded(ctx, "spw_declare_bf16_mixed", [&] { ctx->bf16_mixed = true; });
+}
+
 spw_tensor *spw_input(spw_ctx *ctx, int32_t index) {
   if (!ctx)
     return nullptr;

@@ -151,6 +151,7 @@ struct spw_ctx {
   std::optional<spw::AdamWHparams> declared_adamw;
   spw::AdamWOverrides overrides;
   spw::GradClip grad_clip;
+  bool bf16_mixed = false; // spw_declare_bf16_mixed
   std::shared_ptr<spw::Tiers> tiers; // set by spw_declare_tiers
   // Bytes the step's tensors may take on the device beside the plan's GPU
   // arena (spw_declare_step_arena); -1: no bound declared.

@@ -106,6 +106,9 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
   std::printf("spillway: %zu parameters (%lld elements, %s), %zu inputs\n",
               ctx->params.size(), (long long)elems, human_bytes(bytes).c_str(),
               ctx->inputs.size());
+  if (ctx->bf16_mixed)
+    std::printf("  precision: bf16-mixed (bf16 activations and working "
+                "weights, fp32 master weights and optimizer state)\n");
   if (ctx->device->step_arena_bytes() > 0)
     std::printf("  device: %s, %s, step arena %s\n",
                 ctx->device->name().c_str(), precision_name(ctx->precision),
@@ -272,6 +275,12 @@ int run(const Options &o, const char *argv0) {
                        "compile the model without an offload plan to check "
                        "its gradients");
   }
+  if (ctx->bf16_mixed && o.check_gradients)
+    throw UsageError("--check-gradients compares the gradients with finite "
+                     "differences, which this model's bf16 storage rounds "
+                     "away (it was compiled with --precision bf16-mixed); "
+                     "compile it with --precision fp32 to check its "
+                     "gradients");
 
   // Every destination first: a result that cannot be written is found
   // before the run, not after it.

@@ -466,6 +466,12 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
     callRuntime("spw_declare_grad_clip", voidTy, {ptrTy, f64Ty},
                 {ctxArg, f64(clip->second)});
   }
+  auto module = step->getParentOfType<ModuleOp>();
+  if (auto p = module->getAttrOfType<StringAttr>(kPrecisionAttrName);
+      p && p.getValue() == "bf16-mixed") {
+    loc = module.getLoc();
+    callRuntime("spw_declare_bf16_mixed", voidTy, {ptrTy}, {ctxArg});
+  }
 
   if (failed(emitTiers()))
     return failure();

@@ -300,3 +300,22 @@ func.func @main(%x: tensor<2xf32> {train.name = "x"}) -> (tensor<2xbf16> {train.
   %b = train.cast %x : tensor<2xf32> -> tensor<2xbf16>
   return %b : tensor<2xbf16>
 }
+
+// -----
+
+// A bf16-mixed step (train-mixed-precision's train.precision) tells the
+// runtime so, before the step: the banner says it and --check-gradients is
+// refused. Without the attribute nothing is declared (no other case of this
+// file calls it).
+// CHECK: llvm.call @spw_declare_bf16_mixed(%{{.*}}) : (!llvm.ptr) -> ()
+// RUN: spillway-opt --convert-train-to-runtime --split-input-file --verify-diagnostics %s | grep -c "llvm.call @spw_declare_bf16_mixed" | FileCheck %s --check-prefix=ONCE
+// ONCE: {{^}}1{{$}}
+module attributes {train.precision = "bf16-mixed"} {
+  func.func @main(%x: tensor<2xf32> {train.name = "mixed_probe"}) -> tensor<f32> {
+    %b = train.cast %x : tensor<2xf32> -> tensor<2xbf16>
+    %f = train.cast %b : tensor<2xbf16> -> tensor<2xf32>
+    %s = train.reduce_sum %f, [0] : tensor<2xf32> -> tensor<1xf32>
+    %l = train.reshape %s : tensor<1xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}

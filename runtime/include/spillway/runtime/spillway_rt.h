@@ -86,6 +86,11 @@ void spw_declare_adamw(spw_ctx *ctx, double lr, double beta1, double beta2,
  * `max_norm` is the compile-time value (the executable's --grad-clip
  * overrides it; 0 turns clipping off). Declared once, before the step. */
 void spw_declare_grad_clip(spw_ctx *ctx, double max_norm);
+/* The step stores its activations and working weights as bf16 (spillwayc
+ * --precision bf16-mixed; the casts are the step's own ops): the banner says
+ * so, and --check-gradients, whose finite differences bf16 rounding would
+ * swallow, is refused. Declared once, before the step. */
+void spw_declare_bf16_mixed(spw_ctx *ctx);
 /* Parameter `param` (2-D, f32) is updated by FOAM (spw_foam) with state
  * folded in blocks of 2^level elements of each row: its m and v are rows x
  * ceil(cols / 2^level) each. `alpha` is the compile-time default (the
