@@ -298,13 +298,22 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
     }
   }
   // Working bytes: every batch-derived forward value of the layer, which
-  // recompute rematerializes for its backward.
+  // recompute rematerializes for its backward. The f32 copy of a bf16 value
+  // (bf16-mixed's rounding: x -> bf16 -> x') is not counted again: x', x's
+  // only reader's reader, takes x's place once x is dead, so x and the bf16
+  // value bound what the rounding holds at once.
   auto isFwd = [&](Operation *op) {
     auto phase = op ? op->getAttrOfType<StringAttr>("train.phase") : nullptr;
     return phase && phase.getValue() == "fwd";
   };
+  auto restoresRounded = [](Operation &op) {
+    auto back = dyn_cast<CastOp>(op);
+    auto to = back ? back.getInput().getDefiningOp<CastOp>() : nullptr;
+    return to && to.getType().getElementType().isBF16() &&
+           to.getInput().hasOneUse();
+  };
   for (Operation &op : body.without_terminator())
-    if (isFwd(&op))
+    if (isFwd(&op) && !restoresRounded(op))
       for (Value r : op.getResults())
         if (fromBatch.count(r))
           s.layers[layerOf[&op]].workingBytes += bytesOf(r.getType());

@@ -229,6 +229,41 @@ module {
 // A parameter nothing differentiable reads (a threshold behind a compare)
 // gets no AdamW update: it has no gradient or optimizer state to plan, only
 // its own bytes.
+// bf16-mixed (train-mixed-precision first): the relu's result crosses to
+// blocks.1 as bf16, half of fp32's 256 activation bytes; a rounding's f32
+// copy takes the place of the value it rounds, so working bytes add only the
+// bf16 values: blocks.0 the relu's 128 (the linear's result, which only the
+// relu reads, is not rounded), blocks.1 the logits' 32.
+TEST_F(SummaryTest, Bf16MixedCountsBf16Activations) {
+  OwningOpRef<ModuleOp> m = parse(kTwoLayer);
+  ASSERT_TRUE(m);
+  PassManager pm(&context);
+  pm.addPass(spillway::train::createTrainMixedPrecisionPass());
+  ASSERT_TRUE(succeeded(pm.run(*m)));
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  m->print(os);
+  auto s32 = step(kTwoLayer), s16 = step(text.c_str());
+  ASSERT_TRUE(s32 && s16);
+  std::string error;
+  auto a = summarizeIteration(*s32, error), b = summarizeIteration(*s16, error);
+  ASSERT_TRUE(a && b) << error;
+  EXPECT_FALSE(a->bf16Storage);
+  EXPECT_TRUE(b->bf16Storage);
+  EXPECT_EQ(a->layers[0].activationBytes, 256u);
+  EXPECT_EQ(b->layers[0].activationBytes, 128u);
+  EXPECT_EQ(a->layers[0].workingBytes, 512u);
+  EXPECT_EQ(b->layers[0].workingBytes, 512u + 128u);
+  EXPECT_EQ(a->layers[1].workingBytes, 64u + 4u);
+  EXPECT_EQ(b->layers[1].workingBytes, 64u + 32u + 4u);
+  // The parameters stay f32 masters: no byte of theirs changes.
+  for (size_t l = 0; l < 2; ++l) {
+    EXPECT_EQ(a->layers[l].paramBytes, b->layers[l].paramBytes);
+    EXPECT_EQ(a->layers[l].optimizerBytes, b->layers[l].optimizerBytes);
+    EXPECT_EQ(b->layers[l].masterBytes, 0u);
+  }
+}
+
 TEST_F(SummaryTest, FrozenParameterHasNoGradientOrState) {
   auto m = step(R"mlir(
 module {
