@@ -324,7 +324,18 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
   // layer's input, the loss) is kept: a backward op reading it reads it
   // directly. Any other forward value a backward op reads is recomputed from
   // its layer's forward inputs, and the kept values among those are read
-  // instead. Each value counts once, at the layer producing it.
+  // instead. Each value counts once, at the layer producing it. The f32
+  // copy of a bf16 value is recomputed in every task that reads it
+  // (convert-train-to-sched), so the bf16 value is the one kept.
+  auto stored = [&](Value v) {
+    while (auto cast = v.getDefiningOp<CastOp>()) {
+      if (!isFwd(cast) ||
+          !cast.getInput().getType().getElementType().isBF16())
+        break;
+      v = cast.getInput();
+    }
+    return v;
+  };
   auto fwdLayerOf = [&](Value v) -> std::optional<int64_t> {
     Operation *def = v.getDefiningOp();
     if (!def || !isFwd(def) || !fromBatch.count(v))
@@ -349,7 +360,7 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
       if (!l)
         continue;
       if (kept(v, *l)) {
-        activations.insert(v);
+        activations.insert(stored(v));
         continue;
       }
       // Recomputed: walk back through layer l's forward to its inputs.
@@ -366,7 +377,7 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
           if (*inLayer == *l)
             work.push_back(in);
           else
-            activations.insert(in);
+            activations.insert(stored(in));
         }
       }
     }

@@ -108,7 +108,10 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
               ctx->inputs.size());
   if (ctx->bf16_mixed)
     std::printf("  precision: bf16-mixed (bf16 activations and working "
-                "weights, fp32 master weights and optimizer state)\n");
+                "weights%s)\n",
+                ctx->outputs.empty()
+                    ? ", fp32 master weights and optimizer state"
+                    : "");
   if (ctx->device->step_arena_bytes() > 0)
     std::printf("  device: %s, %s, step arena %s\n",
                 ctx->device->name().c_str(), precision_name(ctx->precision),
@@ -278,8 +281,9 @@ int run(const Options &o, const char *argv0) {
   if (ctx->bf16_mixed && o.check_gradients)
     throw UsageError("--check-gradients compares the gradients with finite "
                      "differences, which this model's bf16 storage rounds "
-                     "away (it was compiled with --precision bf16-mixed); "
-                     "compile it with --precision fp32 to check its "
+                     "away (it is bf16-mixed: spillwayc --precision "
+                     "bf16-mixed, or a module train-mixed-precision ran "
+                     "on); compile the model in fp32 to check its "
                      "gradients");
 
   // Every destination first: a result that cannot be written is found

@@ -985,7 +985,19 @@ static int compilerMain(int argc, char **argv) {
 
   spillway::TrainingPipelineOptions trainOptions;
   trainOptions.fusePatterns = fusePatterns;
-  if (precision == "bf16-mixed")
+  // An MLIR input train-mixed-precision already ran on is bf16-mixed: its
+  // casts are the policy, so --precision may only agree with it.
+  const bool mixedInput =
+      (*module)->hasAttr(spillway::train::kPrecisionAttrName);
+  if (mixedInput && precision.getNumOccurrences() &&
+      precision != "bf16-mixed")
+    return fail("'" + inputPath + "' is bf16-mixed already (" +
+                spillway::train::kPrecisionAttrName.str() +
+                ": train-mixed-precision ran on it), so its casts round "
+                "whatever --precision says: compile it with --precision "
+                "bf16-mixed or without --precision, or give the module from "
+                "before that pass");
+  if (precision == "bf16-mixed" && !mixedInput)
     trainOptions.precision = spillway::StoragePrecision::BF16Mixed;
   trainOptions.optimizer = optimizer;
   trainOptions.lr = lr;

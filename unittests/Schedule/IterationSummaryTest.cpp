@@ -233,7 +233,8 @@ module {
 // blocks.1 as bf16, half of fp32's 256 activation bytes; a rounding's f32
 // copy takes the place of the value it rounds, so working bytes add only the
 // bf16 values: blocks.0 the relu's 128 (the linear's result, which only the
-// relu reads, is not rounded), blocks.1 the logits' 32.
+// relu reads, is not rounded) and the input's 64 (the linear reads x
+// rounded), blocks.1 the logits' 32.
 TEST_F(SummaryTest, Bf16MixedCountsBf16Activations) {
   OwningOpRef<ModuleOp> m = parse(kTwoLayer);
   ASSERT_TRUE(m);
@@ -253,7 +254,7 @@ TEST_F(SummaryTest, Bf16MixedCountsBf16Activations) {
   EXPECT_EQ(a->layers[0].activationBytes, 256u);
   EXPECT_EQ(b->layers[0].activationBytes, 128u);
   EXPECT_EQ(a->layers[0].workingBytes, 512u);
-  EXPECT_EQ(b->layers[0].workingBytes, 512u + 128u);
+  EXPECT_EQ(b->layers[0].workingBytes, 512u + 128u + 64u);
   EXPECT_EQ(a->layers[1].workingBytes, 64u + 4u);
   EXPECT_EQ(b->layers[1].workingBytes, 64u + 32u + 4u);
   // The parameters stay f32 masters: no byte of theirs changes.

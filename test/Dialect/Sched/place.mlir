@@ -25,7 +25,7 @@
 // reads forward intermediates (here the logits) the plan would not move.
 // ACT: placement = #sched.placement<params = gpu, optimizer = gpu, gradients = gpu, activations = ssd>
 // NORECOMPUTE: error: 'sched.task' op sched-place: activations=host needs sched-recompute first: result #{{[0-9]+}} is a forward intermediate only the backward reads; run sched-recompute (spillwayc --recompute on, the default) or place activations=gpu
-// MASTER: error: sched-place: 'master': there are no master weights to place
+// MASTER: error: sched-place: 'master': there are no separate master weights to place; the f32 parameters are their own master weights (under --precision bf16-mixed too, where each layer rounds its bf16 working copy from them), so place them with params=TIER
 // CLASS: error: sched-place: unknown tensor class 'weights' (classes: params, optimizer, gradients, activations)
 // TIER: error: sched-place: unknown tier 'nvme' for params (tiers: gpu, host, ssd)
 // TWICE: error: sched-place: class 'params' is placed twice

@@ -5,7 +5,8 @@
 // Two layers: every parameter read through its bf16 copy; the activations
 // (the linear's, the add's, the norm's) rounded once each; the gelu's,
 // which only reshapes and a relu read, rounded where that chain ends; the
-// mask computed from the input alone and the loss stay f32.
+// input x rounded for the linear only: the mask computed from it alone
+// reads its f32 values; the loss stays f32.
 module attributes {train.weights = "m.weights.bin"} {
   train.param @"h.0.weight" : tensor<4x4xf32> at 0
   train.param @"h.0.bias" : tensor<4xf32> at 64
@@ -32,17 +33,20 @@ module attributes {train.weights = "m.weights.bin"} {
 }
 
 // CHECK-LABEL: func.func @step
+// CHECK-SAME:    (%[[X:.*]]: tensor<8x4xf32> {{.*}}, %{{.*}}: tensor<8xi64>
 // CHECK:       %[[W0:.*]] = train.param_value @h.0.weight
 // CHECK-NEXT:  %[[W0H:.*]] = train.cast %[[W0]] : tensor<4x4xf32> -> tensor<4x4xbf16>
 // CHECK-NEXT:  %[[W0R:.*]] = train.cast %[[W0H]] : tensor<4x4xbf16> -> tensor<4x4xf32>
 // CHECK-NEXT:  %[[B0:.*]] = train.param_value @h.0.bias
 // CHECK-NEXT:  %[[B0H:.*]] = train.cast %[[B0]] : tensor<4xf32> -> tensor<4xbf16>
 // CHECK-NEXT:  %[[B0R:.*]] = train.cast %[[B0H]] : tensor<4xbf16> -> tensor<4xf32>
-// CHECK-NEXT:  %[[H:.*]] = train.linear %{{.*}}, %[[W0R]], %[[B0R]]
+// CHECK-NEXT:  %[[XH:.*]] = train.cast %[[X]] : tensor<8x4xf32> -> tensor<8x4xbf16>
+// CHECK-NEXT:  %[[XR:.*]] = train.cast %[[XH]] : tensor<8x4xbf16> -> tensor<8x4xf32>
+// CHECK-NEXT:  %[[H:.*]] = train.linear %[[XR]], %[[W0R]], %[[B0R]]
 // CHECK-NEXT:  %[[HH:.*]] = train.cast %[[H]] : tensor<8x4xf32> -> tensor<8x4xbf16>
 // CHECK-NEXT:  %[[HR:.*]] = train.cast %[[HH]] : tensor<8x4xbf16> -> tensor<8x4xf32>
 // CHECK-NEXT:  train.constant
-// CHECK-NEXT:  %[[MASK:.*]] = train.mul
+// CHECK-NEXT:  %[[MASK:.*]] = train.mul %[[X]], 
 // CHECK-NEXT:  %[[R:.*]] = train.add %[[HR]], %[[MASK]]
 // CHECK-NEXT:  train.cast %[[R]] : tensor<8x4xf32> -> tensor<8x4xbf16>
 // CHECK-NEXT:  %[[RR:.*]] = train.cast

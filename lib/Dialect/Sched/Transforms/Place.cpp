@@ -72,9 +72,12 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
         return signalPassFailure();
       }
       if (cls == "master") {
-        module.emitError("sched-place: 'master': there are no master "
-                         "weights to place; the train dialect trains in fp32, "
-                         "whose parameters are their own master weights");
+        module.emitError("sched-place: 'master': there are no separate "
+                         "master weights to place; the f32 parameters are "
+                         "their own master weights (under --precision "
+                         "bf16-mixed too, where each layer rounds its bf16 "
+                         "working copy from them), so place them with "
+                         "params=TIER");
         return signalPassFailure();
       }
       if (!tiers.count(cls)) {

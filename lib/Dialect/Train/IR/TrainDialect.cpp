@@ -20,6 +20,16 @@ void TrainDialect::initialize() {
 
 LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
                                                      NamedAttribute attr) {
+  if (attr.getName() == kPrecisionAttrName) {
+    auto value = dyn_cast<StringAttr>(attr.getValue());
+    if (!isa<ModuleOp>(op) || !value || value.getValue() != "bf16-mixed")
+      return op->emitError()
+             << kPrecisionAttrName
+             << " is the module's \"bf16-mixed\" (train-mixed-precision "
+                "sets it), got "
+             << attr.getValue() << (isa<ModuleOp>(op) ? "" : " on an op");
+    return success();
+  }
   if (attr.getName() != kLayersAttrName)
     return success();
   if (!isa<ModuleOp>(op))

@@ -41,6 +41,12 @@ bool movesValues(Operation *op) {
              BroadcastToOp, NegOp, ReluOp, ReduceMaxOp>(op);
 }
 
+/// Matrix products: their operands are bf16 values on every device (a GPU's
+/// bf16 GEMM rounds what it reads; the CPU multiplies the rounded values).
+bool multiplies(Operation *op) {
+  return isa<MatMulOp, GemmOp, LinearOp, AttentionOp>(op);
+}
+
 bool isF32Tensor(Type t) {
   auto rt = dyn_cast<RankedTensorType>(t);
   return rt && rt.getElementType().isF32();
@@ -51,6 +57,25 @@ struct TrainMixedPrecisionPass
           TrainMixedPrecisionPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (module->hasAttr(kPrecisionAttrName)) {
+      module.emitError("train-mixed-precision: the module is bf16-mixed "
+                       "already (")
+          << kPrecisionAttrName << "): rounding it again changes nothing";
+      return signalPassFailure();
+    }
+    // Autodiff must see the roundings: each one's gradient rule rounds the
+    // matching cotangent, and gradients accumulate in f32.
+    WalkResult differentiated = module.walk([&](Operation *op) {
+      if (isa<ParamGradOp>(op) || isOptimizerUpdate(op)) {
+        op->emitError("train-mixed-precision runs on the forward graph, "
+                      "before train-autodiff; this module holds gradients "
+                      "already");
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (differentiated.wasInterrupted())
+      return signalPassFailure();
     for (auto fn : module.getOps<func::FuncOp>())
       if (!fn.isExternal())
         runOn(fn);
@@ -124,6 +149,26 @@ struct TrainMixedPrecisionPass
         fromLoss.insert(op->result_begin(), op->result_end());
         continue;
       }
+      // A product's operand computed from inputs or constants alone (a
+      // model's float features) is rounded for that product only: the
+      // other readers (a mask's) keep its f32 values.
+      if (multiplies(op))
+        for (OpOperand &use : op->getOpOperands()) {
+          Value v = use.get();
+          Origin vo = originOf(v);
+          if ((vo != Origin::Input && vo != Origin::Const) ||
+              !isF32Tensor(v.getType()))
+            continue;
+          OpBuilder b(op);
+          auto type = cast<RankedTensorType>(v.getType());
+          Value stored = CastOp::create(
+              b, v.getLoc(),
+              RankedTensorType::get(type.getShape(), b.getBF16Type()), v);
+          Value back = CastOp::create(b, v.getLoc(), type, stored);
+          origin[stored] = origin[back] = vo;
+          use.set(back);
+          ++numProductInputs;
+        }
       // A cast the model makes itself keeps its own meaning.
       if (o != Origin::Mixed || isa<CastOp>(op))
         continue;

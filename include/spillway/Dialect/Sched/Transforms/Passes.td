@@ -144,8 +144,8 @@ def SchedPlacePass : Pass<"sched-place", "mlir::ModuleOp"> {
     against what the executor can run and makes it IR:
     - the optimizer runs where its state lives: on the GPU when `optimizer`
       is `gpu`, else on the CPU (`optimizer_on = "gpu" | "cpu"`);
-    - `master` is refused: the train dialect trains in fp32, whose
-      parameters are their own master weights;
+    - `master` is refused: the f32 parameters are their own master weights
+      (bf16-mixed's working copies are rounded from them where read);
     - `activations` off the GPU needs `sched-recompute` to have run: a fwd
       task result that only bwd tasks read (a forward intermediate kept for
       the backward) is refused, naming the task and the fix;

@@ -81,16 +81,25 @@ def TrainMixedPrecisionPass : Pass<"train-mixed-precision", "mlir::ModuleOp"> {
       the rounding happens once, where such a chain ends, and the bf16 value
       is what a layer boundary there stores. Casts the model makes itself are
       left as they are.
+    - product operands: an f32 operand of `train.matmul`, `train.gemm`,
+      `train.linear` or `train.attention` computed from inputs or constants
+      alone (a model's float features) is rounded for that product only
+      (a GPU's bf16 GEMM would round it anyway); its other readers keep
+      the f32 values.
     Every op computes in f32 from the bf16 values it reads: matrix products
     of bf16 operands are exact in f32 and accumulate in f32; norms, softmax
     and the loss compute in f32. Values computed from inputs alone (masks,
     positions) or constants keep their f32 values. The module gets
     `train.precision = "bf16-mixed"` (what the planner's report reads).
+    Fails on a module that has it already, or that holds gradients
+    (`train.param_grad`, an optimizer update: run it before autodiff).
   }];
   let dependentDialects = ["spillway::train::TrainDialect"];
   let statistics = [
     Statistic<"numParamReads", "param-reads", "Parameter reads rounded to bf16">,
-    Statistic<"numActivations", "activations", "Activations rounded to bf16">
+    Statistic<"numActivations", "activations", "Activations rounded to bf16">,
+    Statistic<"numProductInputs", "product-inputs",
+              "Product operands from inputs or constants rounded to bf16">
   ];
 }
 
