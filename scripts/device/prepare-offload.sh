@@ -27,7 +27,11 @@
 # usage: scripts/device/prepare-offload.sh [--tiny] [--no-cuda-check]
 #          [--target cuda|cpu|auto] [--layers L] [--d-model D] [--heads H]
 #          [--vocab V] [--seq S] [--batch B] [--microbatches M]
-#          [--gpu-mem SIZE] [--host-mem SIZE]
+#          [--gpu-mem SIZE] [--host-mem SIZE] [--precision bf16|bf16-mixed]
+#   --precision: the benchmark's executables (the matrix stays fp32):
+#           bf16 (the default for cuda: bf16 products) or bf16-mixed (bf16
+#           activations and working weights: issue 20's 2.7B offload run);
+#           the CPU target computes in fp32 and takes only bf16-mixed.
 #   --tiny: L=2 D=64 H=4 V=512 S=40 B=8 M=4, budgets 64M/256M, no
 #           build/device: for checking the plumbing here (offload-check.sh
 #           --local); --target cpu (or auto) where spillwayc has no CUDA.
@@ -39,21 +43,22 @@ BIN=${BIN:-$ROOT/build/bin}
 OUTDIR=${OFFLOAD_DIR:-$ROOT/build/device-offload}
 WORK=${PREP_WORK:-$ROOT/build/bench/device-offload}
 LAYERS=32 DMODEL=2560 HEADS=32 VOCAB=50304 SEQ=1024 BATCH=8 M=4
-GPUMEM=16GiB HOSTMEM=24GiB TARGET=cuda CUDACHECK=1 TINY=0
+GPUMEM=16GiB HOSTMEM=24GiB TARGET=cuda CUDACHECK=1 TINY=0 BENCH_PRECISION=
 die() { echo "prepare-offload: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case $1 in
-    --layers|--d-model|--heads|--vocab|--seq|--batch|--microbatches|--gpu-mem|--host-mem|--target)
+    --layers|--d-model|--heads|--vocab|--seq|--batch|--microbatches|--gpu-mem|--host-mem|--target|--precision)
       [ $# -ge 2 ] || die "$1 needs a value" ;;
   esac
   case $1 in
     --tiny) TINY=1 LAYERS=2 DMODEL=64 HEADS=4 VOCAB=512 SEQ=40 BATCH=8 M=4 GPUMEM=64M HOSTMEM=256M CUDACHECK=0 ;;
     --no-cuda-check) CUDACHECK=0 ;;
     --target) TARGET=$2; shift ;;
+    --precision) BENCH_PRECISION=$2; shift ;;
     --layers) LAYERS=$2; shift ;; --d-model) DMODEL=$2; shift ;; --heads) HEADS=$2; shift ;;
     --vocab) VOCAB=$2; shift ;; --seq) SEQ=$2; shift ;; --batch) BATCH=$2; shift ;;
     --microbatches) M=$2; shift ;; --gpu-mem) GPUMEM=$2; shift ;; --host-mem) HOSTMEM=$2; shift ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
   shift
@@ -64,6 +69,12 @@ done
 case $TARGET in cuda|cpu) ;; *) die "--target must be cuda, cpu or auto" ;; esac
 PRECISION=()
 [ "$TARGET" = cuda ] && PRECISION=(--precision bf16)
+case $BENCH_PRECISION in
+  "") ;;
+  bf16-mixed) PRECISION=(--precision bf16-mixed) ;;
+  bf16) [ "$TARGET" = cuda ] || die "--precision bf16 needs --target cuda (the CPU computes in fp32)" ;;
+  *) die "--precision must be bf16 or bf16-mixed" ;;
+esac
 if [ "$CUDACHECK" = 1 ]; then
   bash "$ROOT/scripts/device/prepare-cuda.sh"
 fi
