@@ -94,17 +94,23 @@ struct TrainMixedPrecisionPass
       return it == origin.end() ? Origin::Const : it->second;
     };
 
-    // Rounds `v` (f32) through bf16 after `after`; every other use of `v`
-    // reads the rounded value.
-    auto round = [&](Value v, Operation *after) {
-      OpBuilder b(after->getContext());
-      b.setInsertionPointAfter(after);
+    // `v` (f32) through bf16 and back, at b's insertion point.
+    auto roundedCopy = [&](OpBuilder &b, Value v) {
       auto type = cast<RankedTensorType>(v.getType());
       auto bf16 = RankedTensorType::get(type.getShape(), b.getBF16Type());
       Value stored = CastOp::create(b, v.getLoc(), bf16, v);
       Value back = CastOp::create(b, v.getLoc(), type, stored);
-      v.replaceAllUsesExcept(back, stored.getDefiningOp());
       origin[stored] = origin[back] = originOf(v);
+      return back;
+    };
+    // Rounds `v` after `after`: every other use of `v` reads the rounded
+    // value.
+    auto round = [&](Value v, Operation *after) {
+      OpBuilder b(after->getContext());
+      b.setInsertionPointAfter(after);
+      Value back = roundedCopy(b, v);
+      v.replaceAllUsesExcept(back, back.getDefiningOp<CastOp>().getInput()
+                                       .getDefiningOp());
     };
 
     SmallVector<Operation *> ops;
@@ -160,13 +166,7 @@ struct TrainMixedPrecisionPass
               !isF32Tensor(v.getType()))
             continue;
           OpBuilder b(op);
-          auto type = cast<RankedTensorType>(v.getType());
-          Value stored = CastOp::create(
-              b, v.getLoc(),
-              RankedTensorType::get(type.getShape(), b.getBF16Type()), v);
-          Value back = CastOp::create(b, v.getLoc(), type, stored);
-          origin[stored] = origin[back] = vo;
-          use.set(back);
+          use.set(roundedCopy(b, v));
           ++numProductInputs;
         }
       // A cast the model makes itself keeps its own meaning.
