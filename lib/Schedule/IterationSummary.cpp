@@ -134,7 +134,8 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
   // The train dialect computes in f32 and keeps f32 parameters: they are
   // their own master weights.
   s.compute = Precision::FP32;
-  if (auto p = module->getAttrOfType<StringAttr>(spillway::train::kPrecisionAttrName))
+  if (auto p = module->getAttrOfType<StringAttr>(
+          spillway::train::kPrecisionAttrName))
     s.bf16Storage = p.getValue() == "bf16-mixed";
   module.walk([&](ClipGradNormOp) { s.gradClip = true; });
   const LayerTable &layers = **table;
