@@ -154,9 +154,10 @@ def _check_model(torch, model):
 
     for name, p in model.named_parameters():
         if p.is_floating_point() and p.dtype != torch.float32:
-            raise ValueError(f"parameter '{name}' is {p.dtype}: spillwayc trains fp32 graphs "
-                             "(fp32 master weights; bf16 products are spillwayc's --precision "
-                             "bf16): call model.float() before exporting")
+            raise ValueError(f"parameter '{name}' is {p.dtype}: spillwayc trains from fp32 "
+                             "master weights: call model.float() before exporting (spillwayc "
+                             "--precision bf16-mixed then trains with bf16 working weights and "
+                             "activations, as torch's bf16 autocast)")
     for name, mod in model.named_modules():
         if isinstance(mod, torch.nn.Embedding) and mod.padding_idx is not None:
             # torch zeroes the gradient of the padding row; an ONNX Gather

@@ -65,6 +65,18 @@ def _parse_set(items):
     return out
 
 
+def checkpoint_dtype(spec):
+    """The dtype a model directory's config.json says its weights are stored in
+    ("bfloat16", "float16", ...), or None (no directory, no such field)."""
+    try:
+        with open(os.path.join(spec, "config.json")) as f:
+            d = json.load(f)
+    except (OSError, ValueError):
+        return None
+    dtype = d.get("dtype", d.get("torch_dtype")) if isinstance(d, dict) else None
+    return dtype if isinstance(dtype, str) else None
+
+
 def load_config(spec, overrides=None):
     """(config, weights directory or None, description, tiny) for CONFIG_OR_DIR `spec`;
     tiny: `spec` was a model type, given TINY dimensions."""
@@ -179,7 +191,8 @@ def main(argv=None):
                          "whose label is not -100)")
     ap.add_argument("--dtype", choices=["fp32"], default="fp32",
                     help="parameter dtype of the graph: fp32 (spillwayc keeps fp32 master "
-                         "weights; bf16 products are its --precision bf16)")
+                         "weights; its --precision bf16-mixed trains with bf16 working weights "
+                         "and activations)")
     ap.add_argument("--attn", choices=["eager", "sdpa"], default="eager",
                     help="transformers attn_implementation (default: %(default)s)")
     ap.add_argument("--set", action="append", metavar="KEY=VALUE",
@@ -235,6 +248,11 @@ def main(argv=None):
           f"--input labels=TOKENS.npy --steps N --save trained.safetensors")
     print(f"  TOKENS.npy: int64 [NB, {args.batch}, {args.seq}] token ids below {vocab} "
           "(step s trains on batch s mod NB; labels are the same tokens, the loss shifts them)")
+    stored = checkpoint_dtype(args.hf) if os.path.isdir(args.hf) else None
+    if stored in ("bfloat16", "float16"):
+        print(f"  the checkpoint is {stored}: its weights are the graph's fp32 master weights; "
+              f"add --precision bf16-mixed to spillwayc to train with bf16 working weights and "
+              f"activations (as torch's bf16 autocast)")
     return 0
 
 

@@ -203,7 +203,7 @@ class Export(unittest.TestCase):
                             loss=lambda m, i: m(i).sum())
         half = torch.nn.Linear(4, 4).to(torch.bfloat16)
         with self.assertRaisesRegex(ValueError, r"parameter 'weight' is torch.bfloat16.*"
-                                                r"model.float\(\)"):
+                                                r"model.float\(\).*--precision bf16-mixed"):
             spillway.export(half, (torch.randn(2, 4),), self.path("e.onnx"),
                             loss=lambda m, x: m(x).sum())
         with self.assertRaisesRegex(TypeError, r"example_inputs\[1\] is int"):
@@ -293,6 +293,22 @@ class Command(unittest.TestCase):
                                     "-o", path)
         self.assertEqual(rc, 1)
         self.assertIn("--seq 17 exceeds the model's", err)
+
+    def test_bf16_checkpoint_says_bf16_mixed(self):
+        # Most Hugging Face checkpoints store bf16: exported as fp32 masters,
+        # with the spillwayc flag that trains them in bf16 mixed precision.
+        torch.manual_seed(3)
+        cfg = transformers.GPT2Config(vocab_size=50, n_positions=16, n_embd=16, n_layer=1,
+                                      n_head=2)
+        transformers.GPT2LMHeadModel(cfg).to(torch.bfloat16).save_pretrained(self.dir.name)
+        self.assertEqual(hf.checkpoint_dtype(self.dir.name), "bfloat16")
+        path = os.path.join(self.dir.name, "b.onnx")
+        rc, out, err = self.run_cli("--hf", self.dir.name, "--batch", "1", "--seq", "8",
+                                    "-o", path)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("the checkpoint is bfloat16: its weights are the graph's fp32 master "
+                      "weights; add --precision bf16-mixed to spillwayc", out)
+        self.assertIsNone(hf.checkpoint_dtype(os.path.join(self.dir.name, "missing")))
 
     def test_bad_input(self):
         path = os.path.join(self.dir.name, "x.onnx")
