@@ -42,8 +42,8 @@ struct TrainingPipelineOptions {
 };
 
 /// Forward + loss in the train dialect -> one training step: fused patterns,
-/// the precision policy, gradients of the loss for every parameter, then the optimizer update of
-/// each.
+/// the precision policy, gradients of the loss for every parameter, then the
+/// optimizer update of each.
 void populateTrainingPipeline(mlir::OpPassManager &pm,
                               const TrainingPipelineOptions &options);
 

@@ -79,8 +79,8 @@ def TrainMixedPrecisionPass : Pass<"train-mixed-precision", "mlir::ModuleOp"> {
       (reshape, transpose, slice, concat, gather, broadcast_to, neg, relu,
       reduce_max): rounding their result is rounding their operands, so
       the rounding happens once, where such a chain ends, and the bf16 value
-      is what a layer boundary there stores. Casts the model makes itself are
-      left as they are.
+      is what a layer boundary there stores; casts the model makes itself
+      are left as they are;
     - product operands: an f32 operand of `train.matmul`, `train.gemm`,
       `train.linear` or `train.attention` computed from inputs or constants
       alone (a model's float features) is rounded for that product only
