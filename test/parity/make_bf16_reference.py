@@ -42,19 +42,7 @@ STEPS = 30
 def train(name, autocast):
     w, _ = mf.build(name, 0)
     tokens = np.load(os.path.join(HERE, "tokens.npy"))
-    opt = torch.optim.AdamW(w.parameters(), lr=mf.LR, betas=mf.BETAS, eps=mf.EPS,
-                            weight_decay=mf.WD, foreach=False)
-    w.train()
-    losses = []
-    for s in range(1, STEPS + 1):
-        ids = torch.from_numpy(tokens[(s - 1) % tokens.shape[0]])
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            loss = w(ids, ids)
-        loss.backward()
-        opt.step()
-        losses.append(float(np.float32(float(loss))))
-    return losses
+    return [float(np.float32(l)) for l in mf.train(w, tokens, STEPS, autocast)]
 
 
 def main():

@@ -215,7 +215,9 @@ def ort_loss(path, ids):
     return float(loss)
 
 
-def train(w, tokens, steps):
+def train(w, tokens, steps, autocast=False):
+    """The losses of `steps` AdamW steps; with `autocast` the forward and loss
+    run under torch.autocast("cpu", bfloat16) (make_bf16_reference.py)."""
     opt = torch.optim.AdamW(w.parameters(), lr=LR, betas=BETAS, eps=EPS,
                             weight_decay=WD, foreach=False)
     w.train()
@@ -223,7 +225,8 @@ def train(w, tokens, steps):
     for s in range(1, steps + 1):
         ids = torch.from_numpy(tokens[(s - 1) % tokens.shape[0]])
         opt.zero_grad(set_to_none=True)
-        loss = w(ids, ids)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = w(ids, ids)
         loss.backward()
         opt.step()
         losses.append(float(loss))
