@@ -310,7 +310,7 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
   auto restoresRounded = [](Operation &op) {
     auto back = dyn_cast<CastOp>(op);
     auto to = back ? back.getInput().getDefiningOp<CastOp>() : nullptr;
-    return to && to.getType().getElementType().isBF16() &&
+    return back && back.widensBf16() && to && to.roundsToBf16() &&
            to.getInput().hasOneUse();
   };
   for (Operation &op : body.without_terminator())
@@ -330,8 +330,7 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
   // (convert-train-to-sched), so the bf16 value is the one kept.
   auto stored = [&](Value v) {
     while (auto cast = v.getDefiningOp<CastOp>()) {
-      if (!isFwd(cast) ||
-          !cast.getInput().getType().getElementType().isBF16())
+      if (!isFwd(cast) || !cast.widensBf16())
         break;
       v = cast.getInput();
     }

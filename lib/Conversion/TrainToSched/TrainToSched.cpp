@@ -102,8 +102,7 @@ LogicalResult ConvertTrainToSchedPass::convert(func::FuncOp step) {
   auto widensBf16 = [](Operation &op) {
     auto cast = dyn_cast<train::CastOp>(op);
     auto phase = op.getAttrOfType<StringAttr>("train.phase");
-    return cast && cast.getInput().getType().getElementType().isBF16() &&
-           phase && phase.getValue() == "fwd";
+    return cast && cast.widensBf16() && phase && phase.getValue() == "fwd";
   };
   llvm::SmallPtrSet<Operation *, 32> fromWeights;
   for (Operation &op : body.without_terminator())

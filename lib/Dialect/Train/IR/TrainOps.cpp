@@ -303,6 +303,14 @@ static std::optional<std::pair<StringRef, Value>> updateParts(Operation *op) {
       .Default([](Operation *) { return std::nullopt; });
 }
 
+spillway::train::Origin spillway::train::joinOrigins(Origin a, Origin b) {
+  if (a == Origin::Const || a == b)
+    return b;
+  if (b == Origin::Const)
+    return a;
+  return Origin::Mixed; // Param and Input, or either with Mixed
+}
+
 bool spillway::train::isOptimizerUpdate(Operation *op) {
   return updateParts(op).has_value();
 }

@@ -28,11 +28,6 @@ using namespace spillway::train;
 
 namespace {
 
-/// What a forward value is computed from (as train-partition-layers
-/// classifies it): only activations (both) are rounded; what comes from
-/// inputs alone (a mask, positions) or constants keeps its fp32 values.
-enum class Origin { Const, Param, Input, Mixed };
-
 /// Ops that only move, select or negate values: rounding their result is
 /// rounding their operands, so a value only they read is rounded where their
 /// chain ends (once, and the bf16 value is what a boundary there stores).
@@ -127,28 +122,14 @@ struct TrainMixedPrecisionPass
         }
         continue;
       }
-      bool anyParam = false, anyInput = false, anyMixed = false;
+      // Only activations (Mixed) are rounded; what comes from inputs alone
+      // (a mask, positions) or constants keeps its fp32 values.
+      Origin o = Origin::Const;
       bool afterLoss = false;
       for (Value v : op->getOperands()) {
-        switch (originOf(v)) {
-        case Origin::Const:
-          break;
-        case Origin::Param:
-          anyParam = true;
-          break;
-        case Origin::Input:
-          anyInput = true;
-          break;
-        case Origin::Mixed:
-          anyMixed = true;
-          break;
-        }
+        o = joinOrigins(o, originOf(v));
         afterLoss |= fromLoss.contains(v);
       }
-      Origin o = anyMixed || (anyParam && anyInput) ? Origin::Mixed
-                 : anyParam                         ? Origin::Param
-                 : anyInput                         ? Origin::Input
-                                                    : Origin::Const;
       for (Value r : op->getResults())
         origin[r] = o;
       if (isa<SoftmaxCrossEntropyLossOp>(op) || afterLoss) {

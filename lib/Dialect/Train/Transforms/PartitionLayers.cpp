@@ -52,10 +52,6 @@ StringRef phaseName(Phase p) {
   llvm_unreachable("phase");
 }
 
-/// What a forward value is computed from: nothing but constants, parameters
-/// (and constants), inputs (and constants), or both: an activation.
-enum class Origin { Const, Param, Input, Mixed };
-
 /// `prefix.3.rest` -> `prefix.3`: the name up to its first all-digit
 /// component (`h.3`, `layers.11`); empty when there is none.
 StringRef blockKey(StringRef name) {
@@ -229,39 +225,22 @@ LogicalResult TrainPartitionLayersPass::partition(func::FuncOp func) {
       }
       continue;
     }
-    bool anyParam = false, anyInput = false, anyMixed = false;
+    Origin o = Origin::Const;
     llvm::SetVector<unsigned> ps;
     for (Value v : op->getOperands()) {
       Operation *d = defOf(v);
-      if (!d) {
-        anyInput = true;
-        continue;
-      }
-      switch (origin.lookup(d)) {
-      case Origin::Const:
-        break;
-      case Origin::Param:
-        anyParam = true;
+      Origin from = d ? origin.lookup(d) : Origin::Input;
+      if (from == Origin::Param)
         ps.insert(fromParams[d].begin(), fromParams[d].end());
-        break;
-      case Origin::Input:
-        anyInput = true;
-        break;
-      case Origin::Mixed:
-        anyMixed = true;
-        break;
-      }
+      o = joinOrigins(o, from);
     }
-    if (anyMixed || (anyParam && anyInput)) {
-      origin[op] = Origin::Mixed;
+    origin[op] = o;
+    if (o == Origin::Mixed) {
       reads[op].assign(ps.begin(), ps.end());
       for (unsigned p : ps)
         mixedUses[p].push_back(pos[op]);
-    } else if (anyParam) {
-      origin[op] = Origin::Param;
+    } else if (o == Origin::Param) {
       fromParams[op].assign(ps.begin(), ps.end());
-    } else {
-      origin[op] = anyInput ? Origin::Input : Origin::Const;
     }
   }
 
@@ -434,8 +413,7 @@ LogicalResult TrainPartitionLayersPass::partition(func::FuncOp func) {
   SmallVector<Operation *> storageReads;
   auto readsStorage = [](Operation *op) {
     auto cast = dyn_cast<CastOp>(op);
-    return cast && cast.getInput().getType().getElementType().isBF16() &&
-           !cast.getType().getElementType().isBF16();
+    return cast && cast.widensBf16();
   };
   for (Operation *op : ops) {
     if (!isFwd(op) || origin.lookup(op) != Origin::Mixed)

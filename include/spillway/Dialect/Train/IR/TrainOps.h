@@ -22,6 +22,12 @@ broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
 /// Normalizes a possibly negative axis against a rank; -1 when out of range.
 int64_t normalizeAxis(int64_t axis, int64_t rank);
 
+/// What a forward value is computed from: nothing but constants, parameters
+/// (and constants), inputs (and constants), or both: an activation.
+enum class Origin { Const, Param, Input, Mixed };
+/// The origin of a value computed from values of origins `a` and `b`.
+Origin joinOrigins(Origin a, Origin b);
+
 /// An update of a parameter by its optimizer: train.adamw, train.adamw_defer
 /// or train.foam (not train.adamw_apply_pending, which names no gradient).
 bool isOptimizerUpdate(mlir::Operation *op);

@@ -370,6 +370,18 @@ def Train_CastOp : Train_Op<"cast", [Pure]> {
   let results = (outs Train_CastTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// f32 -> bf16: rounds a value into bf16 storage.
+    bool roundsToBf16() {
+      return getInput().getType().getElementType().isF32() &&
+             getType().getElementType().isBF16();
+    }
+    /// bf16 -> f32: reads bf16 storage back, exactly.
+    bool widensBf16() {
+      return getInput().getType().getElementType().isBF16() &&
+             getType().getElementType().isF32();
+    }
+  }];
 }
 
 class Train_UnaryOp<string mnemonic, string summ, list<Trait> traits = []>
