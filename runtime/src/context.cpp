@@ -308,6 +308,48 @@ spw_tensor *spw_param(spw_ctx *ctx, int32_t index) {
   return t;
 }
 
+spw_tensor *spw_param_work(spw_ctx *ctx, int32_t index) {
+  if (!ctx)
+    return nullptr;
+  spw_tensor *t = &ctx->dummy;
+  guarded(ctx, "spw_param_work", [&] {
+    spw_tensor *value = spw_param(ctx, index);
+    if (!ctx->error.empty())
+      return;
+    ParamInfo &p = ctx->params[size_t(index)];
+    if (p.value->dtype != SPW_F32)
+      fail("parameter '%s' is %s; only an f32 parameter has a bf16 working "
+           "copy",
+           p.name.c_str(), dtype_name(p.value->dtype));
+    // An offload plan's blocks would need room for the copy the plan does
+    // not count: the compiler reads a held parameter with spw_param.
+    if (tiers_hold(ctx, size_t(index), SPW_BLOCK_PARAMS))
+      fail("parameter '%s' is held by the offload plan's blocks, which keep "
+           "no bf16 working copy (read it with spw_param and a cast)",
+           p.name.c_str());
+    Device &d = *ctx->device;
+    if (!p.dev_work) {
+      auto w = std::make_unique<spw_tensor>();
+      w->dtype = SPW_BF16;
+      w->rank = value->rank;
+      std::copy(value->dims, value->dims + value->rank, w->dims);
+      w->numel = value->numel;
+      w->on_device = true;
+      w->data = d.alloc(w->bytes(), ("bf16 working copy of '" + p.name + "'")
+                                        .c_str());
+      p.dev_work = std::move(w);
+      p.work_stale = true;
+    }
+    if (p.work_stale) {
+      spw_tensor *ins[] = {value}, *outs[] = {p.dev_work.get()};
+      entry_point(Op::cast)(ctx, ins, outs, nullptr, nullptr);
+      p.work_stale = false;
+    }
+    t = p.dev_work.get();
+  });
+  return t;
+}
+
 spw_tensor *spw_alloc(spw_ctx *ctx, int32_t dtype, int32_t rank,
                       const int64_t *dims) {
   if (!ctx)
@@ -488,6 +530,8 @@ void device_start(spw_ctx *ctx, std::unique_ptr<Device> device) {
   // The declarations' device goes (nothing of the step lives on it yet):
   // the constants it holds with it.
   ctx->device_constants.clear();
+  for (ParamInfo &p : ctx->params)
+    p.dev_work.reset(); // the old device's memory, freed with it
   ctx->device = std::move(device);
   Device &d = *ctx->device;
   // A host-visible device (the CPU) computes on the host copies in place:
@@ -528,6 +572,7 @@ void device_start(spw_ctx *ctx, std::unique_ptr<Device> device) {
 void device_push_param(spw_ctx *ctx, size_t param) {
   ParamInfo &p = ctx->params[param];
   Device &d = *ctx->device;
+  param_written(p);
   if (!tiers_hold(ctx, param, SPW_BLOCK_PARAMS))
     d.upload(p.dev_value->data, p.value->data, p.value->bytes());
   if (!p.dev_m)

@@ -99,7 +99,17 @@ struct ParamInfo {
   std::unique_ptr<spw_tensor> dev_value;
   float *dev_m = nullptr, *dev_v = nullptr;
   bool state_live = false;
+  // bf16-mixed without an offload plan (spw_param_work): the bf16 working
+  // copy the step reads, on the device, rounded from dev_value by the cast
+  // kernel at the first read after the value changed. Every write of the
+  // value (an update, a load) marks it stale (param_written).
+  std::unique_ptr<spw_tensor> dev_work;
+  bool work_stale = true;
 };
+
+// The parameter's value changed (an update, a load): its bf16 working copy
+// is made again at its next read.
+inline void param_written(ParamInfo &p) { p.work_stale = true; }
 
 struct Tiers; // tiers.cpp: an offload plan's blocks and the tensor store
 

@@ -246,6 +246,7 @@ void adamw_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
     v = (p.bound_v ? p.bound_v : p.adam_v.data()) + begin;
   }
   check_host_values(ctx, p);
+  param_written(p);
   if (host_optimizer_runs(ctx, p))
     return host_optimizer_adamw(ctx, p, w, m, v, g, begin, end, step, h,
                                 deferred, planned);
@@ -394,6 +395,7 @@ void foam_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t step,
     fail("parameter '%s' is updated while no copy of it is bound",
          p.name.c_str());
   check_host_values(ctx, p);
+  param_written(p);
   if (host_optimizer_runs(ctx, p))
     return host_optimizer_foam(ctx, p, w, m, v, g, rows, cols, p.foam_level,
                                step, h, alpha);
@@ -408,6 +410,7 @@ void device_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
                    int64_t end, int64_t step, const AdamWHparams &h,
                    double alpha) {
   Device &d = *ctx->device;
+  param_written(p);
   float *w, *m, *v;
   if (p.dev_m) {
     w = p.dev_value->as<float>() + begin;

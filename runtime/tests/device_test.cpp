@@ -1,5 +1,6 @@
 //===- device_test.cpp - the arena allocator, the CPU and loopback devices -===//
 
+#include "bf16.h"
 #include "context.h"
 #include "device.h"
 
@@ -134,6 +135,62 @@ TEST(StepTensors, ViewSharesDataAndReleaseFreesOnlyTheRoot) {
                             "same"),
             std::string::npos)
       << ctx->error;
+}
+
+// spw_param_work (bf16-mixed without an offload plan): the value rounded
+// to nearest even, on the device, made again after a write of the value
+// (here a load: device_push_param) and not before; not released with the
+// step's tensors; and refused for a parameter that is not f32.
+TEST(StepTensors, ParamWorkIsTheRoundedValueAfterEveryWrite) {
+  for (bool loopback : {false, true}) {
+    SCOPED_TRACE(loopback ? "loopback" : "cpu");
+    auto ctx = make_context();
+    const int64_t d[] = {4};
+    spw_declare_param(ctx.get(), "w", SPW_F32, 1, d, 0);
+    spw_declare_param(ctx.get(), "ids", SPW_I64, 1, d, 16);
+    ASSERT_FALSE(ctx->failed()) << ctx->error;
+    ParamInfo &p = ctx->params[0];
+    // Halfway cases round to even, either way; a carry steps the exponent.
+    const float first[] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f,
+                           0x1.fffffep0f};
+    std::memcpy(p.value->data, first, sizeof first);
+    device_start(ctx.get(), loopback ? make_loopback_device(1 << 20,
+                                                            Precision::FP32)
+                                     : make_cpu_device());
+    auto read = [&] {
+      spw_tensor *w = spw_param_work(ctx.get(), 0);
+      EXPECT_FALSE(ctx->failed()) << ctx->error;
+      EXPECT_EQ(w->dtype, SPW_BF16);
+      std::vector<uint16_t> host(4);
+      ctx->device->download(host.data(), w->data, 8);
+      return host;
+    };
+    auto rounded = [](const float *v) {
+      std::vector<uint16_t> r;
+      for (int i = 0; i < 4; ++i)
+        r.push_back(to_bf16(v[i]).bits);
+      return r;
+    };
+    EXPECT_EQ(read(), rounded(first));
+    EXPECT_EQ(read(), std::vector<uint16_t>({0x3f80, 0x3f82, 0xc020, 0x4000}));
+    // A write the runtime is not told of is not seen: the copy is made once
+    // per write, not at every read.
+    const float second[] = {0.5f, -0.25f, 3.0f + 0x1p-7f, 1e-3f};
+    std::memcpy(p.value->data, second, sizeof second);
+    EXPECT_EQ(read(), rounded(first));
+    device_push_param(ctx.get(), 0);
+    EXPECT_EQ(read(), rounded(second));
+    spw_tensor *w = spw_param_work(ctx.get(), 0);
+    void *data = w->data;
+    spw_release(ctx.get(), w);
+    EXPECT_EQ(w->data, data);
+    spw_param_work(ctx.get(), 1);
+    EXPECT_TRUE(ctx->failed());
+    EXPECT_NE(ctx->error.find("parameter 'ids' is i64; only an f32 parameter "
+                              "has a bf16 working copy"),
+              std::string::npos)
+        << ctx->error;
+  }
 }
 
 TEST(StepTensors, ParametersAndInputsAreNotReleased) {

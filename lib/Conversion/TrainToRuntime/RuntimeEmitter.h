@@ -165,6 +165,11 @@ private:
   llvm::StringMap<int32_t> paramIndexByName;
   unsigned globalCounter = 0;
   bool viewsAllowed = true; // the step has no schedule ops
+  // bf16-mixed without an offload plan: a parameter's rounding to bf16
+  // reads the runtime's working copy (spw_param_work), which the update
+  // keeps, instead of rounding the weights at every read. A plan's blocks
+  // have no room for the copy: there the cast runs.
+  bool workCopies = false;
   bool framed = false;
   DenseMap<Value, Value> handles;
   DenseMap<Value, std::pair<int64_t, bool>> slots; // slot, is a timepoint

@@ -747,8 +747,18 @@ LogicalResult RuntimeEmitter::emitBody(func::FuncOp func, Value slotsArg) {
         viewOps.insert(&op);
         rootOf[reshape.getResult()] = r;
       }
+  // The parameter roundings that read the working copy (workCopies).
+  DenseSet<Operation *> workReads;
+  if (workCopies)
+    for (auto cast : block.getOps<CastOp>())
+      if (cast.roundsToBf16() &&
+          (cast.getInput().getDefiningOp<ParamValueOp>() ||
+           isParamArg(cast.getInput())))
+        workReads.insert(cast);
   DenseMap<Operation *, KernelCall> kernels;
   for (Operation &op : block) {
+    if (workReads.contains(&op))
+      continue;
     if (isa<func::ReturnOp, func::CallOp, ParamValueOp, ConstantOp,
             ParamGradOp, AdamWOp, AdamWDeferOp, AdamWApplyPendingOp, FoamOp>(
             op))
@@ -917,6 +927,23 @@ LogicalResult RuntimeEmitter::emitBody(func::FuncOp func, Value slotsArg) {
       if (*done)
         continue;
     }
+    if (workReads.contains(&op)) {
+      Value input = op.getOperand(0);
+      Value index;
+      if (auto pv = input.getDefiningOp<ParamValueOp>()) {
+        auto i = lookupParam(&op, pv.getParam());
+        if (failed(i))
+          return failure();
+        index = i32(*i);
+      } else {
+        index = LLVM::TruncOp::create(
+            builder, loc, i32Ty,
+            slotIndex(cast<BlockArgument>(input).getArgNumber()));
+      }
+      setHandle(op.getResult(0), callRuntime("spw_param_work", ptrTy,
+                                             {ptrTy, i32Ty}, {ctxArg, index}));
+      continue;
+    }
     if (failed(checkStatic(&op)))
       return failure();
     if (auto call = dyn_cast<func::CallOp>(op)) {
@@ -948,10 +975,12 @@ LogicalResult RuntimeEmitter::emitBody(func::FuncOp func, Value slotsArg) {
       continue;
     }
     if (auto pv = dyn_cast<ParamValueOp>(op)) {
-      // Read by task functions only: they read it themselves.
-      if (framed && !pv->use_empty() &&
-          llvm::all_of(pv->getUses(),
-                       [&](OpOperand &use) { return isParamOperand(use); }))
+      // Read by task functions only: they read it themselves; read only
+      // rounded: the working copy is read instead.
+      if (!pv->use_empty() && llvm::all_of(pv->getUses(), [&](OpOperand &use) {
+            return (framed && isParamOperand(use)) ||
+                   workReads.contains(use.getOwner());
+          }))
         continue;
       auto index = lookupParam(&op, pv.getParam());
       if (failed(index))
@@ -1152,6 +1181,9 @@ LogicalResult RuntimeEmitter::run() {
   viewsAllowed = llvm::none_of(step.getBody().front(), [](Operation &op) {
     return isa<sched::SchedDialect>(op.getDialect());
   });
+  auto precision = module->getAttrOfType<StringAttr>(kPrecisionAttrName);
+  workCopies =
+      viewsAllowed && precision && precision.getValue() == "bf16-mixed";
   llvm::StringMap<func::FuncOp> taskByName;
   for (func::FuncOp t : tasks)
     taskByName[t.getSymName()] = t;

@@ -305,17 +305,54 @@ func.func @main(%x: tensor<2xf32> {train.name = "x"}) -> (tensor<2xbf16> {train.
 
 // A bf16-mixed step (train-mixed-precision's train.precision) tells the
 // runtime so, before the step: the banner says it and --check-gradients is
-// refused. Without the attribute nothing is declared (no other case of this
-// file calls it).
+// refused. Without the attribute nothing is declared (the two cases of this
+// file that have it declare it once each).
 // CHECK: llvm.call @spw_declare_bf16_mixed(%{{.*}}) : (!llvm.ptr) -> ()
 // RUN: spillway-opt --convert-train-to-runtime --split-input-file --verify-diagnostics %s | grep -c "llvm.call @spw_declare_bf16_mixed" | FileCheck %s --check-prefix=ONCE
-// ONCE: {{^}}1{{$}}
+// ONCE: {{^}}2{{$}}
 module attributes {train.precision = "bf16-mixed"} {
   func.func @main(%x: tensor<2xf32> {train.name = "mixed_probe"}) -> tensor<f32> {
     %b = train.cast %x : tensor<2xf32> -> tensor<2xbf16>
     %f = train.cast %b : tensor<2xbf16> -> tensor<2xf32>
     %s = train.reduce_sum %f, [0] : tensor<2xf32> -> tensor<1xf32>
     %l = train.reshape %s : tensor<1xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }
+}
+
+// -----
+
+// Without an offload plan, a bf16-mixed step reads a parameter's rounding
+// from the runtime's working copy (spw_param_work: the update keeps it, so
+// the weights are not rounded again at every read). The rounding of any
+// other value stays a cast; so does a parameter's outside bf16-mixed
+// (NOWORK), and under an offload plan (e2e/offload-bf16-mixed.test).
+// RUN: spillway-opt --convert-train-to-runtime --split-input-file --verify-diagnostics %s | FileCheck %s --check-prefix=WORK
+// WORK-LABEL: "work_probe\00"
+// WORK:         llvm.func @spw_model_step
+// WORK:         llvm.call @spw_input(
+// WORK-NEXT:    %[[I:.*]] = llvm.mlir.constant(0 : i32) : i32
+// WORK-NEXT:    %[[W:.*]] = llvm.call @spw_param_work(%arg0, %[[I]]) : (!llvm.ptr, i32) -> !llvm.ptr
+// WORK-NOT:     llvm.call @spw_op_cast
+// WORK:         llvm.call @spw_op_cast
+// WORK-NOT:     llvm.call @spw_op_cast
+// WORK:         llvm.call @spw_op_matmul
+// WORK-NOT:     llvm.call @spw_release(%arg0, %[[W]])
+// WORK-NOT:     llvm.call @spw_param(
+// WORK:         llvm.return
+// RUN: sed 's/attributes {train.precision = "bf16-mixed"} //' %s | spillway-opt --convert-train-to-runtime --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=NOWORK --implicit-check-not=spw_param_work
+// NOWORK: "work_probe\00"
+// NOWORK: llvm.call @spw_param(%arg0
+// NOWORK: llvm.call @spw_op_cast
+module attributes {train.precision = "bf16-mixed"} {
+  train.param @w : tensor<2x2xf32> at 0
+  func.func @main(%x: tensor<2x2xf32> {train.name = "work_probe"}) -> tensor<f32> {
+    %w = train.param_value @w : tensor<2x2xf32>
+    %wb = train.cast %w : tensor<2x2xf32> -> tensor<2x2xbf16>
+    %wf = train.cast %wb : tensor<2x2xbf16> -> tensor<2x2xf32>
+    %y = train.matmul %x, %wf : tensor<2x2xf32>, tensor<2x2xf32> -> tensor<2x2xf32>
+    %s = train.reduce_sum %y, [0, 1] : tensor<2x2xf32> -> tensor<1x1xf32>
+    %l = train.reshape %s : tensor<1x1xf32> -> tensor<f32>
     return %l : tensor<f32>
   }
 }

@@ -101,6 +101,12 @@ void spw_declare_foam(spw_ctx *ctx, int32_t param, int64_t level,
 /* ---- one step (called from spw_model_step) ----------------------------- */
 spw_tensor *spw_input(spw_ctx *ctx, int32_t index);
 spw_tensor *spw_param(spw_ctx *ctx, int32_t index);
+/* The bf16 working copy of f32 parameter `index` (bf16-mixed without an
+ * offload plan): its value rounded to nearest even, made again at the first
+ * read after an update or a load changed the value, so the step reads what
+ * a cast of spw_param would give without rounding the weights at every
+ * read. The runtime owns it, as a parameter's. */
+spw_tensor *spw_param_work(spw_ctx *ctx, int32_t index);
 /* A step-lifetime tensor, uninitialized. */
 spw_tensor *spw_alloc(spw_ctx *ctx, int32_t dtype, int32_t rank,
                       const int64_t *dims);
