@@ -250,9 +250,13 @@ ScheduleOptions spillway::offloadSchedule(const PlanningOptions &options,
         return StringRef(e).split('=').first.trim() == tensorClassName(c);
       });
     };
-    for (TensorClass c : {TensorClass::Params, TensorClass::Optimizer,
-                          TensorClass::Gradients, TensorClass::Activations})
-      if (!given(c))
+    // Master weights only under bf16-mixed (the summary's masterBytes):
+    // elsewhere sched-place refuses the class.
+    const bool hasMaster = search->summary.bf16Storage;
+    for (TensorClass c : {TensorClass::Params, TensorClass::Master,
+                          TensorClass::Optimizer, TensorClass::Gradients,
+                          TensorClass::Activations})
+      if (!given(c) && (c != TensorClass::Master || hasMaster))
         o.placement += std::string(o.placement.empty() ? "" : ",") +
                        tensorClassName(c) + "=" +
                        tierName(estimate->candidate.placement[c]);

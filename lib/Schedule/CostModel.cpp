@@ -109,6 +109,8 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   const unsigned M = c.microBatches;
   const double F = c.overlap;
   const bool hasMaster = sumOf(s, &LayerCost::masterBytes) > 0;
+  // sched-overlap-optimizer's granule: 256 bytes of the params blocks.
+  const int64_t granule = s.bf16Storage ? 2 * kDeferGranule : kDeferGranule;
   if (M == 0)
     return invalid("M must be at least 1");
   if (s.batchSize && s.batchSize % M)
@@ -196,46 +198,27 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
     // next iteration, on the copy that load brings past the optimizer: its
     // read from the parameter tier is saved (GPU optimizer: h2d, and the
     // SSD read from SSD; CPU optimizer with parameters on SSD: the SSD
-    // read), and with master weights so is the write-back when that load is
-    // the layer's only one.
+    // read).
     const uint64_t N = s.layers[i].numParams;
     const double deferred =
-        N ? P * double(deferredElements(F, int64_t(N))) / double(N) : 0;
+        N ? P * double(deferredElements(F, int64_t(N), granule)) / double(N)
+          : 0;
     const Tier side = e.optimizerOnGPU ? Tier::GPU : Tier::Host;
     const bool merged = paramsTier != Tier::GPU && paramsTier != side;
     const double savedRead = merged ? deferred : 0;
-    const double savedWrite =
-        merged && !e.optimizerOnGPU && e.paramLoads[i] == 1 && hasMaster
-            ? deferred
-            : 0;
-    if (!hasMaster) {
-      // The parameters are their own master: the optimizer reads and
-      // writes them where it runs.
-      if (e.optimizerOnGPU) {
-        if (paramsTier != Tier::GPU)
-          b.h2d += P - savedRead, b.d2h += P;
-        if (paramsTier == Tier::SSD)
-          b.ssdRead += P - savedRead, b.ssdWrite += P;
-      } else {
-        if (paramsTier == Tier::GPU)
-          b.d2h += P, b.h2d += P;
-        if (paramsTier == Tier::SSD)
-          b.ssdRead += P - savedRead, b.ssdWrite += P;
-      }
-      continue;
-    }
+    // The optimizer reads and writes the parameters where it runs; with
+    // master weights (bf16-mixed) these are the bf16 working copies it
+    // writes from the masters, which are read and written above.
     if (e.optimizerOnGPU) {
       if (paramsTier != Tier::GPU)
-        b.d2h += P;
+        b.h2d += P - savedRead, b.d2h += P;
       if (paramsTier == Tier::SSD)
-        b.ssdWrite += P;
+        b.ssdRead += P - savedRead, b.ssdWrite += P;
     } else {
       if (paramsTier == Tier::GPU)
-        b.h2d += P;
-      if (paramsTier == Tier::SSD) {
-        b.ssdWrite += P - savedWrite;
-        b.ssdRead -= savedRead;
-      }
+        b.d2h += P, b.h2d += P;
+      if (paramsTier == Tier::SSD)
+        b.ssdRead += P - savedRead, b.ssdWrite += P;
     }
   }
 
@@ -335,7 +318,7 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
     if (l.numParams)
       p[e.optimizerOnGPU ? gpu : host] +=
           double(l.gradBytes) *
-          double(deferredElements(F, int64_t(l.numParams))) /
+          double(deferredElements(F, int64_t(l.numParams), granule)) /
           double(l.numParams);
   for (int t = 0; t < kNumTiers; ++t)
     peak[t] = uint64_t(std::ceil(p[t]));

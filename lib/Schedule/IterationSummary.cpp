@@ -185,7 +185,14 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
       ParamOp p = it->second;
       uint64_t bytes = uint64_t(p.getNumBytes());
       uint64_t n = uint64_t(p.getTensorType().getNumElements());
-      l.paramBytes += bytes;
+      // bf16-mixed: the layers read bf16 working copies; the f32 masters
+      // are a class of their own (sched-assign-buffers' master blocks).
+      if (s.bf16Storage) {
+        l.paramBytes += bytes / 2;
+        l.masterBytes += bytes;
+      } else {
+        l.paramBytes += bytes;
+      }
       if (anyUpdate && !updated.contains(it->first()))
         continue;
       l.gradBytes += bytes; // the f32 gradient accumulator

@@ -278,6 +278,17 @@ spw_tensor *spw_input(spw_ctx *ctx, int32_t index) {
   return t;
 }
 
+// Reading a parameter with an update still deferred would train on stale
+// weights; the schedule applies it before the first read.
+static void check_nothing_pending(const ParamInfo &p) {
+  if (!p.pending.empty())
+    fail("parameter '%s' is read while the update of its elements "
+         "[%lld, %lld) deferred at step %lld is still pending "
+         "(spw_adamw_apply_pending must come before the read)",
+         p.name.c_str(), (long long)p.pending.front().begin,
+         (long long)p.pending.front().end, (long long)p.pending.front().step);
+}
+
 spw_tensor *spw_param(spw_ctx *ctx, int32_t index) {
   if (!ctx)
     return nullptr;
@@ -287,15 +298,7 @@ spw_tensor *spw_param(spw_ctx *ctx, int32_t index) {
       fail("parameter index %d out of range (%zu parameters declared)", index,
            ctx->params.size());
     const ParamInfo &p = ctx->params[size_t(index)];
-    // Reading a parameter with an update still deferred would train on
-    // stale weights; the schedule applies it before the first read.
-    if (!p.pending.empty())
-      fail("parameter '%s' is read while the update of its elements "
-           "[%lld, %lld) deferred at step %lld is still pending "
-           "(spw_adamw_apply_pending must come before the read)",
-           p.name.c_str(), (long long)p.pending.front().begin,
-           (long long)p.pending.front().end,
-           (long long)p.pending.front().step);
+    check_nothing_pending(p);
     // An offload plan's parameters have no device copy of their own; the
     // step binds the block's GPU-tier copy (spw_bind) before the layer's
     // tasks read it.
@@ -313,6 +316,22 @@ spw_tensor *spw_param_work(spw_ctx *ctx, int32_t index) {
     return nullptr;
   spw_tensor *t = &ctx->dummy;
   guarded(ctx, "spw_param_work", [&] {
+    // A bf16-mixed plan's params block holds the working copy (its master
+    // block the value): the copy bound by spw_bind, which every update
+    // writes. The value need not be bound for the read.
+    if (index >= 0 && size_t(index) < ctx->params.size() &&
+        tiers_hold(ctx, size_t(index), SPW_BLOCK_PARAMS) &&
+        tiers_bf16_params(ctx)) {
+      ParamInfo &p = ctx->params[size_t(index)];
+      check_nothing_pending(p);
+      if (!p.dev_work || p.work_owned || !p.dev_work->data)
+        fail("parameter '%s' is read while no copy of its bf16 working copy "
+             "is bound (the offload plan binds its layer's params block "
+             "first)",
+             p.name.c_str());
+      t = p.dev_work.get();
+      return;
+    }
     spw_tensor *value = spw_param(ctx, index);
     if (!ctx->error.empty())
       return;
@@ -321,14 +340,14 @@ spw_tensor *spw_param_work(spw_ctx *ctx, int32_t index) {
       fail("parameter '%s' is %s; only an f32 parameter has a bf16 working "
            "copy",
            p.name.c_str(), dtype_name(p.value->dtype));
-    // An offload plan's blocks would need room for the copy the plan does
-    // not count: the compiler reads a held parameter with spw_param.
+    // An fp32 plan's blocks would need room for the copy the plan does not
+    // count: the compiler reads a held parameter with spw_param.
     if (tiers_hold(ctx, size_t(index), SPW_BLOCK_PARAMS))
       fail("parameter '%s' is held by the offload plan's blocks, which keep "
            "no bf16 working copy (read it with spw_param and a cast)",
            p.name.c_str());
     Device &d = *ctx->device;
-    if (!p.dev_work) {
+    if (!p.dev_work || !p.work_owned) {
       auto w = std::make_unique<spw_tensor>();
       w->dtype = SPW_BF16;
       w->rank = value->rank;
@@ -338,6 +357,7 @@ spw_tensor *spw_param_work(spw_ctx *ctx, int32_t index) {
       w->data = d.alloc(w->bytes(), ("bf16 working copy of '" + p.name + "'")
                                         .c_str());
       p.dev_work = std::move(w);
+      p.work_owned = true;
       p.work_stale = true;
     }
     if (p.work_stale) {
@@ -530,8 +550,10 @@ void device_start(spw_ctx *ctx, std::unique_ptr<Device> device) {
   // The declarations' device goes (nothing of the step lives on it yet):
   // the constants it holds with it.
   ctx->device_constants.clear();
-  for (ParamInfo &p : ctx->params)
+  for (ParamInfo &p : ctx->params) {
     p.dev_work.reset(); // the old device's memory, freed with it
+    p.work_owned = false;
+  }
   ctx->device = std::move(device);
   Device &d = *ctx->device;
   // A host-visible device (the CPU) computes on the host copies in place:

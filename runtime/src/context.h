@@ -13,6 +13,7 @@
 #ifndef SPILLWAY_RUNTIME_SRC_CONTEXT_H
 #define SPILLWAY_RUNTIME_SRC_CONTEXT_H
 
+#include "bf16.h"
 #include "device.h"
 #include "spillway/runtime/spillway_rt.h"
 #include "support.h"
@@ -102,9 +103,18 @@ struct ParamInfo {
   // bf16-mixed without an offload plan (spw_param_work): the bf16 working
   // copy the step reads, on the device, rounded from dev_value by the cast
   // kernel at the first read after the value changed. Every write of the
-  // value (an update, a load) marks it stale (param_written).
+  // value (an update, a load) marks it stale (param_written). work_owned:
+  // its memory is the device's allocation (this case), not a block's.
   std::unique_ptr<spw_tensor> dev_work;
   bool work_stale = true;
+  bool work_owned = false;
+  // A bf16-mixed offload plan (master blocks) keeps the working copy in the
+  // params block instead: spw_bind of it sets these as bound_w_part for the
+  // master (same bound_split; [1] null for a whole block), and dev_work
+  // becomes a view of the GPU-tier copy where it is contiguous. Every
+  // update writes the rounding of its new master elements there.
+  bf16 *bound_work_part[2] = {};
+  bool work_on_device = false;
 };
 
 // The parameter's value changed (an update, a load): its bf16 working copy
@@ -247,6 +257,9 @@ void adamw_kernel(float *w, float *m, float *v, const float *g, int64_t n,
 void foam_kernel(float *w, float *m, float *v, const float *g, int64_t rows,
                  int64_t cols, int level, int64_t step, const AdamWHparams &h,
                  double alpha);
+// y[i] = to_bf16(x[i]) for i < n: the bf16 working copy of updated master
+// elements (a bf16-mixed offload plan's params block).
+void round_to_bf16(const float *x, bf16 *y, int64_t n);
 // Runs kernel `op` on the context's device (guarded: errors go to the
 // context); `host` is the op's CPU kernel.
 void run_on_device(spw_ctx *ctx, Op op, KernelEntry host,

@@ -148,7 +148,7 @@ std::vector<storage::Token>
 submit_adamw_tasks(HostTasks &tasks, const std::string &name, float *w,
                    float *m, float *v, const float *g, int64_t n, int64_t step,
                    const AdamWHparams &h, int64_t min_elems,
-                   std::atomic<int64_t> *busy_ns) {
+                   std::atomic<int64_t> *busy_ns, bf16 *work) {
   const int64_t count = pieces(n, min_elems, tasks.threads());
   std::vector<storage::Token> tokens;
   for (int64_t k = 0; k < count; ++k) {
@@ -156,6 +156,8 @@ submit_adamw_tasks(HostTasks &tasks, const std::string &name, float *w,
     tokens.push_back(tasks.submit(piece_name(name, k, count), [=] {
       timed(busy_ns, [&] {
         adamw_kernel(w + lo, m + lo, v + lo, g + lo, hi - lo, step, h);
+        if (work)
+          round_to_bf16(w + lo, work + lo, hi - lo);
       });
     }));
   }
@@ -166,7 +168,8 @@ std::vector<storage::Token>
 submit_foam_tasks(HostTasks &tasks, const std::string &name, float *w, float *m,
                   float *v, const float *g, int64_t rows, int64_t cols,
                   int level, int64_t step, const AdamWHparams &h, double alpha,
-                  int64_t min_elems, std::atomic<int64_t> *busy_ns) {
+                  int64_t min_elems, std::atomic<int64_t> *busy_ns,
+                  bf16 *work) {
   // Whole rows: FOAM folds each row's state on its own.
   const int64_t nb = (cols + (int64_t(1) << level) - 1) >> level;
   const int64_t count =
@@ -179,6 +182,8 @@ submit_foam_tasks(HostTasks &tasks, const std::string &name, float *w, float *m,
       timed(busy_ns, [&] {
         foam_kernel(w + lo * cols, m + lo * nb, v + lo * nb, g + lo * cols,
                     hi - lo, cols, level, step, h, alpha);
+        if (work)
+          round_to_bf16(w + lo * cols, work + lo * cols, (hi - lo) * cols);
       });
     }));
   }
@@ -204,7 +209,8 @@ bool host_optimizer_runs(spw_ctx *ctx, const ParamInfo &p) {
 void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
                           float *v, const float *g, int64_t begin, int64_t end,
                           int64_t step, const AdamWHparams &h,
-                          std::vector<float> *deferred, bool planned) {
+                          std::vector<float> *deferred, bool planned,
+                          bf16 *work) {
   HostOptimizer &o = *tiers_host_optimizer(ctx);
   HostTasks &tasks = started(o);
   const int64_t n = end - begin;
@@ -226,7 +232,7 @@ void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
       tasks,
       format("adamw '%s' [%lld, %lld)%s", p.name.c_str(), (long long)begin,
              (long long)end, deferred || planned ? " deferred" : ""),
-      w, m, v, g, n, step, h, kHostUpdateMinElems, &o.busy_ns);
+      w, m, v, g, n, step, h, kHostUpdateMinElems, &o.busy_ns, work);
   // The parts of a split block the elements lie in (the updates' ranges
   // never straddle the split, except on a contiguous whole).
   const int64_t s = p.bound_split;
@@ -237,7 +243,7 @@ void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
 void host_optimizer_foam(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
                          float *v, const float *g, int64_t rows, int64_t cols,
                          int level, int64_t step, const AdamWHparams &h,
-                         double alpha) {
+                         double alpha, bf16 *work) {
   HostOptimizer &o = *tiers_host_optimizer(ctx);
   HostTasks &tasks = started(o);
   HostOptimizer::Update u;
@@ -248,7 +254,7 @@ void host_optimizer_foam(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
   keep_recorded(o, p, u);
   u.tokens = submit_foam_tasks(tasks, format("foam '%s'", p.name.c_str()), w, m,
                                v, g, rows, cols, level, step, h, alpha,
-                               kHostUpdateMinElems, &o.busy_ns);
+                               kHostUpdateMinElems, &o.busy_ns, work);
   record(ctx, o, std::move(u), 3);
 }
 

@@ -1,13 +1,15 @@
 //===- host_optimizer.h - the CPU optimizer on host threads ---------------===//
 //
 // When an offload plan binds a parameter and its optimizer state on the host
-// tier (spillwayc --place optimizer=host or =ssd: the CPU optimizer), its
-// update (spw_adamw, spw_adamw_range, spw_foam, spw_adamw_apply_pending)
-// runs on host worker threads (HostTasks) while the step goes on: the same
-// kernel on the same pointers, so the same bits. The plan's blocks remember
-// each update's tokens (tiers_note_host_update); a move that reads or
-// overwrites that host copy, a drop of it, a bind on the host tier, a
-// gather and the step's end wait for those updates only.
+// tier (spillwayc --place optimizer=host or =ssd: the CPU optimizer; in a
+// bf16-mixed plan its master and bf16 working copy too), its update
+// (spw_adamw, spw_adamw_range, spw_foam, spw_adamw_apply_pending) runs on
+// host worker threads (HostTasks) while the step goes on: the same kernel
+// on the same pointers, so the same bits (and the working copy's rounding,
+// written by the same task). The plan's blocks remember each update's
+// tokens (tiers_note_host_update); a move that reads or overwrites that
+// host copy, a drop of it, a bind on the host tier, a gather and the step's
+// end wait for those updates only.
 //
 // The gradient an update reads stays with the task until it finishes: the
 // recorded copy (ParamInfo::grad's buffer, freed then; at most
@@ -73,15 +75,18 @@ bool host_optimizer_runs(spw_ctx *ctx, const ParamInfo &p);
 // into p.grad), the deferred update's slice *deferred (taken over; g
 // points into it) or, `planned`, the slice in the plan's pending block (which
 // the next deferral's write waits for this update to leave). FOAM of the
-// whole parameter (g: p.grad).
+// whole parameter (g: p.grad). `work` (non-null in a bf16-mixed plan): the
+// bf16 working copy of the updated elements, which each task writes with
+// the rounding of its elements after updating them.
 void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
                           float *v, const float *g, int64_t begin, int64_t end,
                           int64_t step, const AdamWHparams &h,
-                          std::vector<float> *deferred, bool planned = false);
+                          std::vector<float> *deferred, bool planned = false,
+                          bf16 *work = nullptr);
 void host_optimizer_foam(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
                          float *v, const float *g, int64_t rows, int64_t cols,
                          int level, int64_t step, const AdamWHparams &h,
-                         double alpha);
+                         double alpha, bf16 *work = nullptr);
 
 // Waits for every update in flight and hands their gradient buffers back;
 // returns the first error ("" if none). `step_end`: also closes the step's
@@ -99,17 +104,18 @@ double host_optimizer_wait_seconds(const spw_ctx *ctx);
 // `min_elems` elements (AdamW: element ranges; FOAM: whole rows), at most
 // one per worker. The kernels are elementwise (FOAM: row by row), so any
 // split gives the single call's bits. Each task adds its time to *busy_ns
-// (may be null).
+// (may be null) and, with `work`, writes its elements' rounding there.
 std::vector<storage::Token>
 submit_adamw_tasks(HostTasks &tasks, const std::string &name, float *w,
                    float *m, float *v, const float *g, int64_t n, int64_t step,
                    const AdamWHparams &h, int64_t min_elems,
-                   std::atomic<int64_t> *busy_ns);
+                   std::atomic<int64_t> *busy_ns, bf16 *work = nullptr);
 std::vector<storage::Token>
 submit_foam_tasks(HostTasks &tasks, const std::string &name, float *w, float *m,
                   float *v, const float *g, int64_t rows, int64_t cols,
                   int level, int64_t step, const AdamWHparams &h, double alpha,
-                  int64_t min_elems, std::atomic<int64_t> *busy_ns);
+                  int64_t min_elems, std::atomic<int64_t> *busy_ns,
+                  bf16 *work = nullptr);
 // The smallest task the optimizer submits, in elements.
 constexpr int64_t kHostUpdateMinElems = int64_t(1) << 16;
 

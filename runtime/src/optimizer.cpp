@@ -17,7 +17,9 @@
 // (Device::adamw / foam, the same float32 arithmetic) when the device holds
 // it (its own copy, or an optimizer block bound on the GPU tier), else on
 // host with the CPU arithmetic (the CPU device's resident state, an
-// offload plan's CPU optimizer).
+// offload plan's CPU optimizer). In a bf16-mixed offload plan each update
+// then writes the rounding of the master elements it changed into the
+// parameter's bf16 working copy, bound on the same side (work_elements).
 //
 //===----------------------------------------------------------------------===//
 
@@ -93,10 +95,11 @@ void check_nothing_pending(const ParamInfo &p, int64_t begin, int64_t end,
 // Elements [begin, end) of a parameter of a split block (the update's
 // ranges never straddle the split: sched-overlap-optimizer cuts there), or
 // of a whole one bound contiguously.
-float *split_elements(const ParamInfo &p, float *const part[2],
-                      const char *what, int64_t begin, int64_t end) {
+template <class T>
+T *split_elements(const ParamInfo &p, T *const part[2], const char *what,
+                  int64_t begin, int64_t end) {
   const int64_t s = p.bound_split;
-  float *at = nullptr;
+  T *at = nullptr;
   if (end <= s)
     at = part[0] ? part[0] + begin : nullptr;
   else if (begin >= s)
@@ -112,6 +115,32 @@ float *split_elements(const ParamInfo &p, float *const part[2],
          "(that part of the block has no copy where the update runs)",
          p.name.c_str(), what, (long long)begin, (long long)end);
   return at;
+}
+
+// The bound bf16 working copy of elements [begin, end) of a parameter a
+// bf16-mixed plan's params block holds, which the update writes after its
+// master elements; null for any other parameter. Checked before the update
+// changes anything: the copy is bound where the update runs (`on_device`;
+// host code may write the GPU tier of a device whose memory is the host's).
+bf16 *work_elements(spw_ctx *ctx, const ParamInfo &p, int64_t begin,
+                    int64_t end, bool on_device) {
+  if (!tiers_hold_work(ctx, int32_t(&p - ctx->params.data())))
+    return nullptr;
+  if (!p.bound_work_part[0] && !p.bound_work_part[1])
+    fail("parameter '%s' is updated while no copy of its bf16 working copy "
+         "is bound (the plan binds the params block where the update runs)",
+         p.name.c_str());
+  if (on_device ? !p.work_on_device
+                : p.work_on_device && !ctx->device->host_visible())
+    fail("parameter '%s': its bf16 working copy is bound on %s but its "
+         "update runs on %s; the plan binds the params block where the "
+         "update runs",
+         p.name.c_str(), p.work_on_device ? "the GPU" : "host",
+         on_device ? "the GPU" : "host");
+  if (p.bound_split >= 0)
+    return split_elements(p, p.bound_work_part, "bf16 working copies", begin,
+                          end);
+  return p.bound_work_part[0] + begin;
 }
 
 } // namespace
@@ -174,6 +203,11 @@ SPW_ADAMW_VARIANT(adamw_large_scaled, false, false, true)
 } // namespace
 
 namespace spw {
+void round_to_bf16(const float *x, bf16 *y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = to_bf16(x[i]);
+}
+
 void adamw_kernel(float *w, float *m, float *v, const float *g, int64_t n,
                   int64_t step, const AdamWHparams &h) {
   const double t = double(step);
@@ -218,6 +252,13 @@ void check_host_values(const spw_ctx *ctx, const ParamInfo &p) {
          p.name.c_str());
 }
 
+// work[i] = to_bf16(w[i]) for i < n, on the CPU's threads.
+void round_in_parallel(const float *w, bf16 *work, int64_t n) {
+  cpu::parallel_for(n, int64_t(1) << 16, [&](int64_t lo, int64_t hi) {
+    round_to_bf16(w + lo, work + lo, hi - lo);
+  });
+}
+
 // An offload plan's CPU optimizer runs it on host threads (host_optimizer.h);
 // `deferred`: the deferred update's gradient buffer g points into, which it
 // then keeps; `planned`: g is in the plan's pending block.
@@ -246,11 +287,14 @@ void adamw_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
     v = (p.bound_v ? p.bound_v : p.adam_v.data()) + begin;
   }
   check_host_values(ctx, p);
+  bf16 *work = work_elements(ctx, p, begin, end, /*on_device=*/false);
   param_written(p);
   if (host_optimizer_runs(ctx, p))
     return host_optimizer_adamw(ctx, p, w, m, v, g, begin, end, step, h,
-                                deferred, planned);
+                                deferred, planned, work);
   adamw_kernel(w, m, v, g, end - begin, step, h);
+  if (work)
+    round_in_parallel(w, work, end - begin);
 }
 
 const float *recorded_grad(const ParamInfo &p) {
@@ -395,11 +439,14 @@ void foam_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t step,
     fail("parameter '%s' is updated while no copy of it is bound",
          p.name.c_str());
   check_host_values(ctx, p);
+  bf16 *work = work_elements(ctx, p, 0, p.value->numel, /*on_device=*/false);
   param_written(p);
   if (host_optimizer_runs(ctx, p))
     return host_optimizer_foam(ctx, p, w, m, v, g, rows, cols, p.foam_level,
-                               step, h, alpha);
+                               step, h, alpha, work);
   foam_kernel(w, m, v, g, rows, cols, p.foam_level, step, h, alpha);
+  if (work)
+    round_in_parallel(w, work, p.value->numel);
 }
 
 // The update of elements [begin, end) on the context's device: its own
@@ -434,16 +481,32 @@ void device_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
       v = p.bound_v + begin;
     }
   }
+  if (p.foam_level >= 0 && p.bound_split >= 0)
+    fail("parameter '%s': a FOAM update of a split block (the optimizer "
+         "overlap splits AdamW updates only)",
+         p.name.c_str());
+  bf16 *work = work_elements(ctx, p, begin, end, /*on_device=*/true);
   if (p.foam_level >= 0) {
-    if (p.bound_split >= 0)
-      fail("parameter '%s': a FOAM update of a split block (the optimizer "
-           "overlap splits AdamW updates only)",
-           p.name.c_str());
     const int64_t cols = p.value->dims[p.value->rank - 1];
     const int64_t rows = cols ? p.value->numel / cols : 0;
     d.foam(w, m, v, g, rows, cols, p.foam_level, h, alpha, step);
   } else {
     d.adamw(w, m, v, g, end - begin, h, step);
+  }
+  if (work) {
+    // The new master's rounding by the device's cast kernel, in stream
+    // order after the update.
+    const int64_t dims[1] = {end - begin};
+    auto from = make_tensor(SPW_F32, 1, dims, "master", /*allocate=*/false);
+    auto to = make_tensor(SPW_BF16, 1, dims, "bf16 working copy",
+                          /*allocate=*/false);
+    from->data = w;
+    to->data = work;
+    from->on_device = to->on_device = true;
+    spw_tensor *ins[] = {from.get()}, *outs[] = {to.get()};
+    entry_point(Op::cast)(ctx, ins, outs, nullptr, nullptr);
+    if (ctx->failed())
+      throw Error(ctx->error);
   }
   // The device's own state is live now (device_pull reads it back); an
   // offload plan's is gathered from its blocks instead.

@@ -5,7 +5,10 @@
 // tensor whose home copy sits at the plan's offset; the generated step moves
 // copies along the links and binds the parameters and state the kernels use.
 // Every byte moved goes through the store, whose counters are what
-// --stats-json reports against the plan's prediction.
+// --stats-json reports against the plan's prediction. A bf16-mixed plan
+// (master blocks) keeps the f32 values the optimizer updates in its master
+// blocks and their bf16 rounding, which the steps read, in its params
+// blocks: half the bytes to load per layer.
 //
 // The GPU tier is the run's device's memory (Device::make_tier_memory):
 // device tensors point into it, and everything that reads or writes it
@@ -76,6 +79,9 @@ struct Tiers {
     // bytes rounded up to the plan's granule (back to back on the GPU).
     uint64_t split = 0;
     TensorId id1 = 0;
+    // Bytes per member element: 2 for a bf16-mixed plan's params blocks
+    // (the working copies), else 4 (f32 values and state).
+    uint64_t elem = 4;
     // Where the block's copy starts on each tier while it has one.
     int64_t base[3] = {-1, -1, -1};
 
@@ -112,6 +118,9 @@ struct Tiers {
   std::string predicted_bound;
   std::vector<Block> blocks;
   std::map<std::pair<int, int>, size_t> by_key;
+  // A master block was declared: the params blocks hold bf16 working
+  // copies (tiers_bf16_params).
+  bool bf16_params = false;
 
   // Started.
   Device *device = nullptr; // the context's; outlives the tiers (~spw_ctx)
@@ -142,9 +151,10 @@ struct Tiers {
   double wait_s = 0, busy_s = 0;      // all steps
   Clock::time_point busy_until{};     // end of the last in-flight interval
   // The CPU optimizer (host_optimizer.h); per parameter, the index of its
-  // params and optimizer blocks (-1: none), made at its first update.
+  // params, optimizer and master blocks (-1: none), made at its first
+  // update: an update writes all three.
   std::unique_ptr<HostOptimizer> host;
-  std::vector<std::array<int, 2>> param_blocks;
+  std::vector<std::array<int, 3>> param_blocks;
   // Telemetry of each step (tiers_step_begin/end; the progress line and
   // --stats-json): seconds, time in tasks (the device busy), time compute
   // waited in spw_await, time at least one move was in flight (from issue to
@@ -194,6 +204,10 @@ struct Tiers {
 
 bool has_tiers(const spw_ctx *ctx) { return ctx->tiers != nullptr; }
 
+bool tiers_bf16_params(const spw_ctx *ctx) {
+  return ctx->tiers && ctx->tiers->bf16_params;
+}
+
 bool tiers_hold(const spw_ctx *ctx, size_t param, int cls) {
   if (!ctx->tiers)
     return false;
@@ -233,9 +247,12 @@ static std::vector<std::string> split_dirs(const std::string &s) {
   return out;
 }
 
+static void check_blocks(spw_ctx *ctx);
+
 void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
                  Backend backend) {
   Tiers &t = *ctx->tiers;
+  check_blocks(ctx);
   t.dirs_used = ssd_dirs.empty() ? split_dirs(t.ssd_dirs) : ssd_dirs;
   if (t.dirs_used.empty())
     t.dirs_used = {"."};
@@ -267,16 +284,6 @@ void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
            "alignment)",
            tier_name(Tier(tier)),
            (unsigned long long)t.store->granule(Tier(tier)));
-  for (const Tiers::Block &b : t.blocks) {
-    if (b.cls != 0 || !t.by_key.count({1, b.layer}))
-      continue;
-    const Tiers::Block &o = t.blocks[t.by_key.at({1, b.layer})];
-    if (b.split != o.split)
-      fail("%s is split at %llu bytes but %s at %llu: a layer's parameters "
-           "and optimizer state split at the same bytes (or neither)",
-           b.name.c_str(), (unsigned long long)b.split, o.name.c_str(),
-           (unsigned long long)o.split);
-  }
   for (Tiers::Block &b : t.blocks) {
     b.id = t.store->add(b.split ? b.name + "#0" : b.name, b.part_bytes(0),
                         b.cls);
@@ -291,32 +298,141 @@ void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
   }
 }
 
-// Member i's elements in a block's parts: its value (or m; `v` for AdamW's
-// v) below element *split at byte at[0] of part 0, the rest at byte at[1]
-// of part 1.
+// Member i's elements (b.elem bytes each) in a block's parts: its value
+// (or m; `v` for AdamW's v) below element *split at byte at[0] of part 0,
+// the rest at byte at[1] of part 1.
 static void member_offsets(const Tiers::Block &b, size_t i, bool v,
                            int64_t numel, uint64_t at[2], int64_t *split) {
   const uint64_t off = b.offsets[i], s0 = b.span0();
   const int64_t s =
-      s0 > off ? std::min<int64_t>(numel, int64_t((s0 - off) / 4)) : 0;
+      s0 > off ? std::min<int64_t>(numel, int64_t((s0 - off) / b.elem)) : 0;
   *split = s;
   at[0] = (v ? s0 : 0) + off;
-  at[1] = s < numel ? (v ? b.span() - s0 : 0) + (off + 4 * uint64_t(s) - s0)
-                    : 0;
+  at[1] = s < numel
+              ? (v ? b.span() - s0 : 0) + (off + b.elem * uint64_t(s) - s0)
+              : 0;
 }
 
 // The same in a copy whose parts start at part[0], part[1] (null: absent):
 // out[k] null where the part is absent or holds none of them.
 static void member_elements(const Tiers::Block &b, size_t i,
                             char *const part[2], bool v, int64_t numel,
-                            float *out[2], int64_t *split) {
+                            char *out[2], int64_t *split) {
   uint64_t at[2];
   member_offsets(b, i, v, numel, at, split);
   const int64_t s = *split;
-  out[0] = s > 0 && part[0] ? reinterpret_cast<float *>(part[0] + at[0])
-                            : nullptr;
-  out[1] = s < numel && part[1] ? reinterpret_cast<float *>(part[1] + at[1])
-                                : nullptr;
+  out[0] = s > 0 && part[0] ? part[0] + at[0] : nullptr;
+  out[1] = s < numel && part[1] ? part[1] + at[1] : nullptr;
+}
+
+// Bytes member `p` takes in a block of class `cls` whose elements are
+// `elem` bytes: m (the optimizer class; v follows at the same offset of
+// the second half), a pending block's leading element, else the value.
+static uint64_t member_bytes(int cls, const ParamInfo &p, uint64_t elem) {
+  return cls == SPW_BLOCK_OPTIMIZER ? 4 * uint64_t(p.state_numel())
+         : cls == SPW_BLOCK_PENDING ? 4
+                                    : elem * uint64_t(p.value->numel);
+}
+
+static void check_fits(const Tiers::Block &b, const ParamInfo &p,
+                       int64_t offset, uint64_t elem) {
+  const uint64_t span = b.span(), member = member_bytes(b.cls, p, elem);
+  if (offset < 0 || offset % int64_t(elem) != 0 || uint64_t(offset) > span ||
+      member > span - uint64_t(offset))
+    fail("block %s: parameter '%s' at offset %lld does not fit in %llu "
+         "bytes",
+         b.name.c_str(), p.name.c_str(), (long long)offset,
+         (unsigned long long)span);
+}
+
+static std::string member_names(const spw_ctx *ctx, const Tiers::Block &b) {
+  std::string s;
+  for (int32_t i : b.params)
+    s += (s.empty() ? "'" : ", '") + ctx->params[size_t(i)].name + "'";
+  return s.empty() ? "none" : s;
+}
+
+// A layer's split blocks (params, master, optimizer) split at the same
+// element (their binds share ParamInfo::bound_split), or none is split.
+static void check_same_split(const Tiers::Block &a, const Tiers::Block &b) {
+  if (a.split / a.elem == b.split / b.elem)
+    return;
+  if (a.elem == b.elem)
+    fail("%s is split at %llu bytes but %s at %llu: a layer's parameters "
+         "and optimizer state split at the same bytes (or neither)",
+         a.name.c_str(), (unsigned long long)a.split, b.name.c_str(),
+         (unsigned long long)b.split);
+  fail("%s is split at %llu bytes (element %llu) but %s at %llu bytes "
+       "(element %llu): a layer's params (2-byte bf16 elements in a "
+       "bf16-mixed plan), master and optimizer blocks split at the same "
+       "element (or none is split)",
+       a.name.c_str(), (unsigned long long)a.split,
+       (unsigned long long)(a.split / a.elem), b.name.c_str(),
+       (unsigned long long)b.split, (unsigned long long)(b.split / b.elem));
+}
+
+// What spw_declare_block and spw_declare_split could not check while the
+// plan might still declare a master block: the params blocks' element
+// size, a bf16-mixed plan's params and master blocks in pairs, the splits.
+static void check_blocks(spw_ctx *ctx) {
+  Tiers &t = *ctx->tiers;
+  for (Tiers::Block &b : t.blocks)
+    if (b.cls == SPW_BLOCK_PARAMS) {
+      b.elem = t.bf16_params ? 2 : 4;
+      for (size_t i = 0; i < b.params.size(); ++i)
+        check_fits(b, ctx->params[size_t(b.params[i])], int64_t(b.offsets[i]),
+                   b.elem);
+    }
+  auto find = [&](int cls, int layer) -> Tiers::Block * {
+    auto it = t.by_key.find({cls, layer});
+    return it == t.by_key.end() ? nullptr : &t.blocks[it->second];
+  };
+  if (t.bf16_params)
+    for (const Tiers::Block &b : t.blocks) {
+      if ((b.cls != SPW_BLOCK_PARAMS && b.cls != SPW_BLOCK_MASTER) ||
+          b.params.empty())
+        continue;
+      const int other_cls =
+          b.cls == SPW_BLOCK_PARAMS ? SPW_BLOCK_MASTER : SPW_BLOCK_PARAMS;
+      const Tiers::Block *o = find(other_cls, b.layer);
+      const std::string o_name =
+          format("%s/layer%d", class_name(other_cls), b.layer);
+      if (!o)
+        fail("%s holds %s but the plan declares no %s: a bf16-mixed plan "
+             "keeps a layer's bf16 working copies in its params block and "
+             "their f32 master weights in its master block",
+             b.name.c_str(), member_names(ctx, b).c_str(), o_name.c_str());
+      if (o->params != b.params)
+        fail("%s holds %s but %s holds %s: a bf16-mixed plan's params and "
+             "master blocks hold the same parameters in the same order",
+             b.name.c_str(), member_names(ctx, b).c_str(), o->name.c_str(),
+             member_names(ctx, *o).c_str());
+    }
+  for (const Tiers::Block &b : t.blocks) {
+    if (b.cls == SPW_BLOCK_PARAMS || b.cls == SPW_BLOCK_MASTER)
+      if (const Tiers::Block *o = find(SPW_BLOCK_OPTIMIZER, b.layer))
+        check_same_split(b, *o);
+    const Tiers::Block *m =
+        b.cls == SPW_BLOCK_PARAMS ? find(SPW_BLOCK_MASTER, b.layer) : nullptr;
+    if (!m)
+      continue;
+    check_same_split(b, *m);
+    // The same element of each member, not only of the concatenation: a
+    // member's working copy and master share one bound_split.
+    for (size_t i = 0; i < b.params.size() && i < m->params.size(); ++i) {
+      const int64_t n = ctx->params[size_t(b.params[i])].value->numel;
+      uint64_t at[2];
+      int64_t sb, sm;
+      member_offsets(b, i, false, n, at, &sb);
+      member_offsets(*m, i, false, n, at, &sm);
+      if (sb != sm)
+        fail("%s splits parameter '%s' at element %lld but %s at %lld: lay "
+             "out a bf16-mixed plan's params and master blocks alike "
+             "(offsets in proportion, 2 to 4 bytes)",
+             b.name.c_str(), ctx->params[size_t(b.params[i])].name.c_str(),
+             (long long)sb, m->name.c_str(), (long long)sm);
+    }
+  }
 }
 
 // Runs `body` with a host copy of block `b`'s parts: its home on the host
@@ -392,15 +508,22 @@ void tiers_scatter(spw_ctx *ctx) {
   tiers_release_copies(ctx);
 }
 
+// The class of the blocks that hold the parameters' f32 values: master in
+// a bf16-mixed plan, else params.
+static int value_class(const Tiers &t) {
+  return t.bf16_params ? SPW_BLOCK_MASTER : SPW_BLOCK_PARAMS;
+}
+
 // Frees the plain copies of what the blocks hold: the parameters of params
-// blocks and the AdamW state of optimizer blocks live only on their tiers
-// between tiers_scatter and tiers_gather (that is the point of offloading).
+// (master) blocks and the AdamW state of optimizer blocks live only on
+// their tiers between tiers_scatter and tiers_gather (that is the point of
+// offloading).
 void tiers_release_copies(spw_ctx *ctx) {
   Tiers &t = *ctx->tiers;
   for (const Tiers::Block &b : t.blocks)
     for (int32_t i : b.params) {
       ParamInfo &p = ctx->params[size_t(i)];
-      if (b.cls == 0) {
+      if (b.cls == value_class(t)) {
         p.value->owned.reset();
         p.value->data = nullptr;
         p.dev_value->data = nullptr;
@@ -423,9 +546,13 @@ void tiers_gather(spw_ctx *ctx) {
     p.value->data = p.value->owned.get();
     p.bound_m = p.bound_v = nullptr;
     p.bound_split = -1;
-    p.w_on_device = p.state_on_device = false;
-    for (int k = 0; k < 2; ++k)
+    p.w_on_device = p.state_on_device = p.work_on_device = false;
+    for (int k = 0; k < 2; ++k) {
       p.bound_w_part[k] = p.bound_m_part[k] = p.bound_v_part[k] = nullptr;
+      p.bound_work_part[k] = nullptr;
+    }
+    if (p.dev_work && !p.work_owned)
+      p.dev_work->data = nullptr; // a view of the params block's copy
   }
   // The state exists once a step has run (else it stays empty: fresh).
   for (const Tiers::Block &b : t.blocks)
@@ -452,11 +579,12 @@ struct PartRange {
 static std::vector<PartRange> block_ranges(const spw_ctx *ctx,
                                            const Tiers::Block &b) {
   std::vector<PartRange> out;
+  const bool state = b.cls == SPW_BLOCK_OPTIMIZER;
   for (size_t i = 0; i < b.params.size(); ++i) {
     const ParamInfo &p = ctx->params[size_t(b.params[i])];
-    const int64_t n = b.cls == 0 ? p.value->numel : p.state_numel();
-    for (int kind : b.cls == 0 ? std::vector<int>{kTensorValue}
-                               : std::vector<int>{kTensorAdamM, kTensorAdamV}) {
+    const int64_t n = state ? p.state_numel() : p.value->numel;
+    for (int kind : !state ? std::vector<int>{kTensorValue}
+                           : std::vector<int>{kTensorAdamM, kTensorAdamV}) {
       uint64_t at[2];
       int64_t s;
       member_offsets(b, i, kind == kTensorAdamV, n, at, &s);
@@ -470,13 +598,12 @@ static std::vector<PartRange> block_ranges(const spw_ctx *ctx,
   return out;
 }
 
-static void stream(spw_ctx *ctx, int cls, bool in, const BlockRangeFn &fn) {
+// The blocks of class `cls` (params of an fp32 plan, master, optimizer:
+// f32 elements) streamed as tiers_stream_in/out say.
+static void stream_blocks(spw_ctx *ctx, int cls, bool in,
+                          const BlockRangeFn &fn) {
   Tiers &t = *ctx->tiers;
-  if (cls != SPW_BLOCK_PARAMS && cls != SPW_BLOCK_OPTIMIZER)
-    fail("tiers_stream: block class %d holds no parameter or state", cls);
-  if (std::string e = finish_host_updates(ctx, false); !e.empty())
-    fail("%s", e.c_str());
-  TensorStore &s = t.started("tiers_stream");
+  TensorStore &s = *t.store;
   std::vector<char> staging;
   for (Tiers::Block &b : t.blocks) {
     if (b.home < 0 || b.cls != cls)
@@ -493,7 +620,7 @@ static void stream(spw_ctx *ctx, int cls, bool in, const BlockRangeFn &fn) {
     }
     // The device's memory, through its copy engines, a staging buffer's
     // worth at a time.
-    const uint64_t per = kStreamStagingBytes / 4;
+    const uint64_t per = kStreamStagingBytes / b.elem;
     for (const PartRange &pr : ranges) {
       const uint64_t base = s.extent(b.part_id(pr.part), Tier::Gpu)->offset;
       const std::string name = s.name(b.part_id(pr.part));
@@ -501,8 +628,8 @@ static void stream(spw_ctx *ctx, int cls, bool in, const BlockRangeFn &fn) {
         BlockRange r = pr.r;
         r.begin = pr.r.begin + e;
         r.count = std::min<int64_t>(int64_t(per), pr.r.count - e);
-        const uint64_t bytes = uint64_t(r.count) * 4;
-        const uint64_t off = base + pr.at + uint64_t(e) * 4;
+        const uint64_t bytes = uint64_t(r.count) * b.elem;
+        const uint64_t off = base + pr.at + uint64_t(e) * b.elem;
         if (staging.size() < bytes)
           staging.resize(size_t(std::min<uint64_t>(kStreamStagingBytes,
                                                     b.part_bytes(pr.part))));
@@ -517,6 +644,78 @@ static void stream(spw_ctx *ctx, int cls, bool in, const BlockRangeFn &fn) {
       }
     }
   }
+}
+
+// A bf16-mixed plan's params blocks from their master blocks: each
+// member's elements rounded to nearest even, a layer at a time (the
+// master's bytes in host memory, then the params block's host copy).
+static void fill_working_copies(spw_ctx *ctx) {
+  Tiers &t = *ctx->tiers;
+  TensorStore &s = *t.store;
+  std::vector<char> master, staging;
+  for (Tiers::Block &pb : t.blocks) {
+    if (pb.cls != SPW_BLOCK_PARAMS || pb.home < 0 || pb.params.empty())
+      continue;
+    Tiers::Block &mb = t.block(SPW_BLOCK_MASTER, pb.layer, "tiers_stream");
+    // The master's parts back to back (part 1 after part 0's bytes).
+    master.assign(size_t(mb.bytes), 0);
+    char *mpart[2] = {master.data(), master.data() + mb.part_bytes(0)};
+    if (mb.home == int(Tier::Gpu)) {
+      for (int k = 0; k < mb.parts(); ++k)
+        t.gpu
+            ->copy_d2h(mpart[k], s.extent(mb.part_id(k), Tier::Gpu)->offset,
+                       mb.part_bytes(k), s.name(mb.part_id(k)))
+            .wait();
+    } else {
+      with_host_copy(t, mb, true, false, [&](char *const *part) {
+        for (int k = 0; k < mb.parts(); ++k)
+          std::memcpy(mpart[k], part[k], size_t(mb.part_bytes(k)));
+      });
+    }
+    auto fill = [&](char *const *ppart) {
+      for (size_t i = 0; i < pb.params.size(); ++i) {
+        const int64_t n = ctx->params[size_t(pb.params[i])].value->numel;
+        char *from[2], *to[2];
+        int64_t split;
+        member_elements(mb, i, mpart, false, n, from, &split);
+        member_elements(pb, i, ppart, false, n, to, &split); // the same
+        const int64_t count[2] = {split, n - split};
+        for (int k = 0; k < 2; ++k) {
+          const float *x = reinterpret_cast<const float *>(from[k]);
+          bf16 *y = reinterpret_cast<bf16 *>(to[k]);
+          for (int64_t e = 0; e < count[k]; ++e)
+            y[e] = to_bf16(x[e]);
+        }
+      }
+    };
+    if (pb.home != int(Tier::Gpu)) {
+      with_host_copy(t, pb, false, true, fill);
+      continue;
+    }
+    staging.assign(size_t(pb.bytes), 0);
+    char *ppart[2] = {staging.data(), staging.data() + pb.part_bytes(0)};
+    fill(ppart);
+    for (int k = 0; k < pb.parts(); ++k)
+      t.gpu
+          ->copy_h2d(s.extent(pb.part_id(k), Tier::Gpu)->offset, ppart[k],
+                     pb.part_bytes(k), s.name(pb.part_id(k)))
+          .wait();
+  }
+}
+
+// In a bf16-mixed plan the parameters' values are the master blocks'
+// (their rounding in the params blocks follows them in).
+static void stream(spw_ctx *ctx, int cls, bool in, const BlockRangeFn &fn) {
+  Tiers &t = *ctx->tiers;
+  if (cls != SPW_BLOCK_PARAMS && cls != SPW_BLOCK_OPTIMIZER)
+    fail("tiers_stream: block class %d holds no parameter or state", cls);
+  if (std::string e = finish_host_updates(ctx, false); !e.empty())
+    fail("%s", e.c_str());
+  t.started("tiers_stream");
+  const int from = cls == SPW_BLOCK_PARAMS ? value_class(t) : cls;
+  stream_blocks(ctx, from, in, fn);
+  if (in && from == SPW_BLOCK_MASTER)
+    fill_working_copies(ctx);
 }
 
 void tiers_stream_in(spw_ctx *ctx, int cls, const BlockRangeFn &fn) {
@@ -576,7 +775,7 @@ static void telemetry_step_end(Tiers &t) {
   t.telemetry.push_back(st);
 }
 
-static const std::array<int, 2> &param_blocks(const spw_ctx *ctx,
+static const std::array<int, 3> &param_blocks(const spw_ctx *ctx,
                                               int32_t param);
 
 float *tiers_pending_grad(spw_ctx *ctx, int32_t param, int64_t begin,
@@ -678,25 +877,39 @@ HostOptimizer *tiers_host_optimizer(const spw_ctx *ctx) {
   return ctx->tiers->host.get();
 }
 
-// Parameter `param`'s params and optimizer blocks (-1: none).
-static const std::array<int, 2> &param_blocks(const spw_ctx *ctx,
+// Parameter `param`'s params, optimizer and master blocks (-1: none), in
+// that order.
+static const std::array<int, 3> &param_blocks(const spw_ctx *ctx,
                                               int32_t param) {
   Tiers &t = *ctx->tiers;
   if (t.param_blocks.size() != ctx->params.size()) {
-    t.param_blocks.assign(ctx->params.size(), {-1, -1});
-    for (size_t i = 0; i < t.blocks.size(); ++i)
-      if (t.blocks[i].cls == 0 || t.blocks[i].cls == 1)
+    t.param_blocks.assign(ctx->params.size(), {-1, -1, -1});
+    for (size_t i = 0; i < t.blocks.size(); ++i) {
+      const int cls = t.blocks[i].cls;
+      const int slot = cls == SPW_BLOCK_PARAMS      ? 0
+                       : cls == SPW_BLOCK_OPTIMIZER ? 1
+                       : cls == SPW_BLOCK_MASTER    ? 2
+                                                    : -1;
+      if (slot >= 0)
         for (int32_t q : t.blocks[i].params)
-          t.param_blocks[size_t(q)][size_t(t.blocks[i].cls)] = int(i);
+          t.param_blocks[size_t(q)][size_t(slot)] = int(i);
+    }
   }
   return t.param_blocks[size_t(param)];
+}
+
+bool tiers_hold_work(const spw_ctx *ctx, int32_t param) {
+  return ctx->tiers && ctx->tiers->bf16_params && param >= 0 &&
+         size_t(param) < ctx->params.size() && param_blocks(ctx, param)[0] >= 0;
 }
 
 bool tiers_host_bound(const spw_ctx *ctx, int32_t param) {
   if (!ctx->tiers || param < 0 || size_t(param) >= ctx->params.size())
     return false;
-  const std::array<int, 2> &pb = param_blocks(ctx, param);
-  for (int c = 0; c < 2; ++c)
+  const std::array<int, 3> &pb = param_blocks(ctx, param);
+  // The master too in a bf16-mixed plan: the update writes all three.
+  const int needed = ctx->tiers->bf16_params ? 3 : 2;
+  for (int c = 0; c < needed; ++c)
     if (pb[size_t(c)] < 0 ||
         ctx->tiers->blocks[size_t(pb[size_t(c)])].bound_tier != int(Tier::Host))
       return false;
@@ -978,18 +1191,26 @@ void spw_declare_block(spw_ctx *ctx, int32_t cls, int32_t layer,
                        const int64_t *offsets) {
   guarded(ctx, "spw_declare_block", [&] {
     Tiers &t = tiers_of(ctx);
-    if (cls < 0 || (cls > 3 && cls != SPW_BLOCK_PENDING) || layer < 0 ||
-        bytes <= 0 || home < -1 ||
-        home > 2 || home_offset < 0 || n < 0 || (n > 0 && (!params || !offsets)))
+    if (cls < 0 ||
+        (cls > 3 && cls != SPW_BLOCK_PENDING && cls != SPW_BLOCK_MASTER) ||
+        layer < 0 || bytes <= 0 || home < -1 || home > 2 || home_offset < 0 ||
+        n < 0 || (n > 0 && (!params || !offsets)))
       fail("invalid block (class %d, layer %d, %lld bytes, home %d)", cls,
            layer, (long long)bytes, home);
     if (t.by_key.count({cls, layer}))
       fail("block %s of layer %d declared twice", class_name(cls), layer);
     // Parameters and their state live only in their blocks (no host copy
     // is made for them): such a block needs a home.
-    if (home < 0 && n > 0 && (cls == SPW_BLOCK_PARAMS || cls == SPW_BLOCK_OPTIMIZER))
+    if (home < 0 && n > 0 &&
+        (cls == SPW_BLOCK_PARAMS || cls == SPW_BLOCK_OPTIMIZER ||
+         cls == SPW_BLOCK_MASTER))
       fail("block %s of layer %d holds %d parameter%s but has no home",
            class_name(cls), layer, n, n == 1 ? "" : "s");
+    if (cls == SPW_BLOCK_MASTER && !ctx->bf16_mixed)
+      fail("block master/layer%d: master blocks hold the f32 master weights "
+           "of a bf16-mixed model (spw_declare_bf16_mixed must come before "
+           "the tiers)",
+           layer);
     Tiers::Block b;
     b.cls = cls;
     b.layer = layer;
@@ -997,7 +1218,12 @@ void spw_declare_block(spw_ctx *ctx, int32_t cls, int32_t layer,
     b.home = home;
     b.home_offset = uint64_t(home_offset);
     b.name = format("%s/layer%d", class_name(cls), layer);
-    const uint64_t span = cls == 1 ? b.bytes / 2 : b.bytes;
+    // A params block holds bf16 working copies once the plan has a master
+    // block. Declared before one, it is checked with the bf16 size in a
+    // bf16-mixed model, and again with its final size at tiers_start.
+    b.elem = cls == SPW_BLOCK_PARAMS && t.bf16_params ? 2 : 4;
+    const uint64_t check_elem =
+        cls == SPW_BLOCK_PARAMS && ctx->bf16_mixed ? 2 : b.elem;
     for (int32_t i = 0; i < n; ++i) {
       if (params[i] < 0 || size_t(params[i]) >= ctx->params.size())
         fail("block %s: parameter index %lld out of range", b.name.c_str(),
@@ -1009,21 +1235,19 @@ void spw_declare_block(spw_ctx *ctx, int32_t cls, int32_t layer,
       // An optimizer block holds m (then v) of the member's state size:
       // FOAM's folded state is smaller than the parameter.
       // A pending block holds each member's leading deferred elements only.
-      const uint64_t member =
-          cls == 1                   ? 4 * uint64_t(p.state_numel())
-          : cls == SPW_BLOCK_PENDING ? 4
-                                     : uint64_t(p.value->bytes());
-      if (offsets[i] < 0 || offsets[i] % 4 != 0 ||
-          uint64_t(offsets[i]) > span || member > span - uint64_t(offsets[i]))
-        fail("block %s: parameter '%s' at offset %lld does not fit in %llu "
-             "bytes",
-             b.name.c_str(), p.name.c_str(), (long long)offsets[i],
-             (unsigned long long)span);
+      check_fits(b, p, offsets[i], check_elem);
       b.params.push_back(int32_t(params[i]));
       b.offsets.push_back(uint64_t(offsets[i]));
     }
+    if (cls == SPW_BLOCK_MASTER && !t.bf16_params) {
+      t.bf16_params = true;
+      for (Tiers::Block &o : t.blocks)
+        if (o.cls == SPW_BLOCK_PARAMS)
+          o.elem = 2;
+    }
     t.by_key[{cls, layer}] = t.blocks.size();
     t.blocks.push_back(std::move(b));
+    t.param_blocks.clear(); // made again with this block
   });
 }
 
@@ -1034,8 +1258,10 @@ void spw_declare_split(spw_ctx *ctx, int32_t cls, int32_t layer,
     if (t.store)
       fail("the offload plan has started; blocks are split before");
     Tiers::Block &b = t.block(cls, layer, "spw_declare_split");
-    if (cls != 0 && cls != 1)
-      fail("%s: only params and optimizer blocks are split", b.name.c_str());
+    if (cls != SPW_BLOCK_PARAMS && cls != SPW_BLOCK_OPTIMIZER &&
+        cls != SPW_BLOCK_MASTER)
+      fail("%s: only params, master and optimizer blocks are split",
+           b.name.c_str());
     if (split_bytes <= 0 || uint64_t(split_bytes) >= b.span() ||
         split_bytes % 256 != 0)
       fail("%s: split at %lld bytes of %llu (a multiple of 256 inside the "
@@ -1044,16 +1270,34 @@ void spw_declare_split(spw_ctx *ctx, int32_t cls, int32_t layer,
            (unsigned long long)b.span());
     if (b.split)
       fail("%s split twice", b.name.c_str());
-    // The parameters and their AdamW state split at the same element: the
-    // binds of both share one split point per parameter.
-    auto other = t.by_key.find({1 - cls, layer});
-    if (other != t.by_key.end() && t.blocks[other->second].split &&
-        t.blocks[other->second].split != uint64_t(split_bytes))
-      fail("%s split at %lld bytes, but %s at %llu: a layer's parameters "
-           "and optimizer state split at the same bytes",
+    // The parameters, their master weights and their AdamW state split at
+    // the same element: the binds share one split point per parameter.
+    // A params block's element size is known once the plan has a master
+    // block or cannot have one; else tiers_start compares it.
+    auto unsure = [&](const Tiers::Block &x) {
+      return x.cls == SPW_BLOCK_PARAMS && ctx->bf16_mixed && !t.bf16_params;
+    };
+    for (int c : {SPW_BLOCK_PARAMS, SPW_BLOCK_OPTIMIZER, SPW_BLOCK_MASTER}) {
+      auto other = t.by_key.find({c, layer});
+      if (c == cls || other == t.by_key.end())
+        continue;
+      const Tiers::Block &o = t.blocks[other->second];
+      if (!o.split || unsure(o) || unsure(b) ||
+          o.split / o.elem == uint64_t(split_bytes) / b.elem)
+        continue;
+      if (o.elem == b.elem)
+        fail("%s split at %lld bytes, but %s at %llu: a layer's parameters "
+             "and optimizer state split at the same bytes",
+             b.name.c_str(), (long long)split_bytes, o.name.c_str(),
+             (unsigned long long)o.split);
+      fail("%s split at %lld bytes (element %llu), but %s at %llu bytes "
+           "(element %llu): a layer's params (2-byte bf16 elements in a "
+           "bf16-mixed plan), master and optimizer blocks split at the same "
+           "element",
            b.name.c_str(), (long long)split_bytes,
-           t.blocks[other->second].name.c_str(),
-           (unsigned long long)t.blocks[other->second].split);
+           (unsigned long long)(uint64_t(split_bytes) / b.elem), o.name.c_str(),
+           (unsigned long long)o.split, (unsigned long long)(o.split / o.elem));
+    }
     b.split = uint64_t(split_bytes);
   });
 }
@@ -1245,8 +1489,10 @@ void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
     TensorStore &s = t.started("spw_bind");
     Tiers::Block &b = t.block(cls, layer, "spw_bind");
     Tier d = tier_of(tier, "spw_bind");
-    if (cls != 0 && cls != 1)
-      fail("%s: only params and optimizer blocks are bound", b.name.c_str());
+    if (cls != SPW_BLOCK_PARAMS && cls != SPW_BLOCK_OPTIMIZER &&
+        cls != SPW_BLOCK_MASTER)
+      fail("%s: only params, master and optimizer blocks are bound",
+           b.name.c_str());
     if (d == Tier::Host)
       wait_host_updates(t, b, -1);
     b.bound_tier = int(d);
@@ -1266,45 +1512,76 @@ void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
     // (the parameter's device tensor points at it); a host-tier copy is for
     // host code only (the CPU optimizer: the value's host tensor).
     const bool gpu = d == Tier::Gpu;
+    // The f32 values: a params block, or a bf16-mixed plan's master block
+    // (whose params block holds the working copies instead).
+    const bool values = cls == value_class(t);
+    const bool work = cls == SPW_BLOCK_PARAMS && !values;
+    auto f32 = [](char *x) { return reinterpret_cast<float *>(x); };
     for (size_t i = 0; i < b.params.size(); ++i) {
       ParamInfo &p = ctx->params[size_t(b.params[i])];
-      const int64_t n = cls == 0 ? p.value->numel : p.state_numel();
-      float *at[2];
+      const int64_t n =
+          cls == SPW_BLOCK_OPTIMIZER ? p.state_numel() : p.value->numel;
+      char *at[2];
       int64_t split;
       member_elements(b, i, part, false, n, at, &split);
-      spw_tensor &value = cls == 0 && gpu ? *p.dev_value : *p.value;
-      (cls == 0 ? p.w_on_device : p.state_on_device) = gpu;
+      if (work) {
+        bf16 *w[2] = {reinterpret_cast<bf16 *>(at[0]),
+                      reinterpret_cast<bf16 *>(at[1])};
+        p.work_on_device = gpu;
+        p.bound_split = b.split ? split : -1;
+        p.bound_work_part[0] = w[0];
+        p.bound_work_part[1] = b.split ? w[1] : nullptr;
+        if (!gpu)
+          continue; // for the CPU optimizer's writes only
+        if (!p.dev_work || p.work_owned) {
+          if (p.dev_work && p.dev_work->data)
+            ctx->device->release(p.dev_work->data);
+          p.dev_work = make_tensor(SPW_BF16, p.value->rank, p.value->dims,
+                                   p.name.c_str(), /*allocate=*/false);
+          p.dev_work->on_device = true;
+          p.work_owned = false;
+        }
+        // Read whole only where it is in one piece, as a value.
+        p.dev_work->data = !b.split                               ? w[0]
+                           : split == n                           ? w[0]
+                           : split == 0                           ? w[1]
+                           : w[0] && w[1] && w[1] == w[0] + split ? w[0]
+                                                                  : nullptr;
+        continue;
+      }
+      spw_tensor &value = values && gpu ? *p.dev_value : *p.value;
+      (values ? p.w_on_device : p.state_on_device) = gpu;
       if (!b.split) {
         // One part: the plain pointers.
         p.bound_split = -1;
-        if (cls == 0) {
+        if (values) {
           value.data = at[0];
         } else {
-          float *v[2];
+          char *v[2];
           member_elements(b, i, part, true, n, v, &split);
-          p.bound_m = at[0];
-          p.bound_v = v[0];
+          p.bound_m = f32(at[0]);
+          p.bound_v = f32(v[0]);
         }
         continue;
       }
       p.bound_split = split;
-      if (cls == 0) {
-        p.bound_w_part[0] = at[0];
-        p.bound_w_part[1] = at[1];
+      if (values) {
+        float *w[2] = {f32(at[0]), f32(at[1])};
+        p.bound_w_part[0] = w[0];
+        p.bound_w_part[1] = w[1];
         // Forward and backward read the whole parameter: only where it is
         // in one piece (else reading it is the unbound-parameter error).
-        value.data = split == n   ? at[0]
-                     : split == 0 ? at[1]
-                     : at[0] && at[1] && at[1] == at[0] + split
-                         ? at[0]
-                         : nullptr;
+        value.data = split == n                             ? w[0]
+                     : split == 0                           ? w[1]
+                     : w[0] && w[1] && w[1] == w[0] + split ? w[0]
+                                                            : nullptr;
       } else {
-        float *v[2];
+        char *v[2];
         member_elements(b, i, part, true, n, v, &split);
-        p.bound_m_part[0] = at[0];
-        p.bound_m_part[1] = at[1];
-        p.bound_v_part[0] = v[0];
-        p.bound_v_part[1] = v[1];
+        p.bound_m_part[0] = f32(at[0]);
+        p.bound_m_part[1] = f32(at[1]);
+        p.bound_v_part[0] = f32(v[0]);
+        p.bound_v_part[1] = f32(v[1]);
         p.bound_m = p.bound_v = nullptr;
       }
     }
@@ -1571,6 +1848,9 @@ std::vector<int32_t> tiers_stream_members(const spw_ctx *ctx, int cls) {
   std::vector<int32_t> out;
   if (!ctx->tiers)
     return out;
+  // The values stream from a bf16-mixed plan's master blocks (stream).
+  if (cls == SPW_BLOCK_PARAMS)
+    cls = value_class(*ctx->tiers);
   for (const Tiers::Block &b : ctx->tiers->blocks)
     if (b.home >= 0 && b.cls == cls)
       out.insert(out.end(), b.params.begin(), b.params.end());
@@ -1602,23 +1882,45 @@ void tiers_flush_deferred(
         members.push_back(i);
     if (members.empty())
       continue;
-    Tiers::Block *ob = nullptr;
-    if (auto it = t.by_key.find({SPW_BLOCK_OPTIMIZER, pb.layer});
-        it != t.by_key.end() && t.blocks[it->second].home >= 0)
-      ob = &t.blocks[it->second];
+    auto homed = [&](int cls) -> Tiers::Block * {
+      auto it = t.by_key.find({cls, pb.layer});
+      return it != t.by_key.end() && t.blocks[it->second].home >= 0
+                 ? &t.blocks[it->second]
+                 : nullptr;
+    };
+    Tiers::Block *ob = homed(SPW_BLOCK_OPTIMIZER);
+    // A bf16-mixed plan's master block: the values the update writes (and
+    // then their rounding into pb's working copies).
+    Tiers::Block *mb = t.bf16_params ? homed(SPW_BLOCK_MASTER) : nullptr;
+    if (t.bf16_params && !mb)
+      fail("%s: the plan has no homed master block for layer %d",
+           pb.name.c_str(), pb.layer);
+    // The blocks the update reads and writes, as the step binds them.
+    std::vector<Tiers::Block *> bound{&pb};
+    if (mb)
+      bound.push_back(mb);
+    if (ob)
+      bound.push_back(ob);
     // The update runs where the optimizer state lives, as in a step: on the
     // GPU tier when it is homed there (or, without an optimizer block, the
-    // parameters are), else on host copies; the other tier when that one
-    // has no room for the copies (the arenas are sized for the steps).
-    const bool gpu_first = ob ? ob->home == int(Tier::Gpu)
-                              : pb.home == int(Tier::Gpu);
+    // parameters' values are), else on host copies; the other tier when
+    // that one has no room for the copies (the arenas are sized for the
+    // steps).
+    const bool gpu_first = ob   ? ob->home == int(Tier::Gpu)
+                           : mb ? mb->home == int(Tier::Gpu)
+                                : pb.home == int(Tier::Gpu);
     std::vector<std::pair<TensorId, Tier>> copies; // made here: id, home
     auto unbind = [&](Tiers::Block &b) {
       b.bound_tier = -1;
       for (int32_t i : b.params) {
         ParamInfo &p = ctx->params[size_t(i)];
         p.bound_split = -1;
-        if (b.cls == SPW_BLOCK_PARAMS) {
+        if (b.cls == SPW_BLOCK_PARAMS && t.bf16_params) {
+          p.work_on_device = false;
+          p.bound_work_part[0] = p.bound_work_part[1] = nullptr;
+          if (p.dev_work && !p.work_owned)
+            p.dev_work->data = nullptr;
+        } else if (b.cls == value_class(t)) {
           p.value->data = nullptr;
           p.dev_value->data = nullptr;
           p.w_on_device = false;
@@ -1631,7 +1933,7 @@ void tiers_flush_deferred(
         }
       }
     };
-    // Copies of both blocks on `d`, loaded from their homes; false (and
+    // Copies of the blocks on `d`, loaded from their homes; false (and
     // nothing left allocated) when `d` has no room for them.
     auto bring_both = [&](Tier d) {
       auto bring = [&](Tiers::Block &b) {
@@ -1644,9 +1946,8 @@ void tiers_flush_deferred(
         }
       };
       try {
-        bring(pb);
-        if (ob)
-          bring(*ob);
+        for (Tiers::Block *b : bound)
+          bring(*b);
         return true;
       } catch (const Error &) {
         for (auto &[id, home] : copies)
@@ -1659,16 +1960,18 @@ void tiers_flush_deferred(
     Tier d = gpu_first ? Tier::Gpu : Tier::Host;
     if (!bring_both(d)) {
       d = gpu_first ? Tier::Host : Tier::Gpu;
-      if (!bring_both(d))
+      if (!bring_both(d)) {
+        std::string others;
+        for (size_t k = 1; k < bound.size(); ++k)
+          others += (k + 1 == bound.size() ? " and " : ", ") + bound[k]->name;
         fail("%s: neither the GPU nor the host tier has room for copies of "
              "it%s to apply the deferred updates",
-             pb.name.c_str(),
-             ob ? format(" and %s", ob->name.c_str()).c_str() : "");
+             pb.name.c_str(), others.c_str());
+      }
     }
     try {
-      bind(SPW_BLOCK_PARAMS, pb.layer, d);
-      if (ob)
-        bind(SPW_BLOCK_OPTIMIZER, ob->layer, d);
+      for (Tiers::Block *b : bound)
+        bind(b->cls, b->layer, d);
       apply(members);
       finish();
       for (auto &[id, home] : copies) {
@@ -1683,14 +1986,12 @@ void tiers_flush_deferred(
       for (auto &[id, home] : copies)
         if (s.resident(id, d))
           s.release(id, d);
-      unbind(pb);
-      if (ob)
-        unbind(*ob);
+      for (Tiers::Block *b : bound)
+        unbind(*b);
       throw;
     }
-    unbind(pb);
-    if (ob)
-      unbind(*ob);
+    for (Tiers::Block *b : bound)
+      unbind(*b);
   }
 }
 

@@ -28,6 +28,13 @@ bool has_tiers(const spw_ctx *ctx);
 // SPW_BLOCK_OPTIMIZER: the AdamW / FOAM state) hold parameter `param`: its
 // copies are the blocks', bound by spw_bind, not the device's own.
 bool tiers_hold(const spw_ctx *ctx, size_t param, int cls);
+// True when the plan declares master blocks (a bf16-mixed plan): its params
+// blocks hold the parameters' bf16 working copies, its master blocks the
+// f32 values the optimizer updates.
+bool tiers_bf16_params(const spw_ctx *ctx);
+// True when such a plan's params block holds parameter `param`: each
+// update of its master writes the rounding into the bound working copy.
+bool tiers_hold_work(const spw_ctx *ctx, int32_t param);
 // Creates the arenas and the swap space (in `ssd_dirs`, else the compiled
 // directories, else the current one) and places every block's home.
 void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
@@ -52,14 +59,17 @@ struct BlockRange {
   void *data = nullptr;
 };
 using BlockRangeFn = std::function<void(const BlockRange &)>;
-// For every homed block of class `cls` (SPW_BLOCK_PARAMS, SPW_BLOCK_OPTIMIZER),
-// one at a time in declaration order: a host copy of the block (its home on
-// the host tier, the host arena for a block homed on SSD, a bounded staging
-// buffer for one homed on the GPU, whose ranges are then cut into pieces of
-// at most kStreamStagingBytes) and `fn` on each range. tiers_stream_in: the
-// copy starts undefined, `fn` fills every range and the copy goes to the
-// home; tiers_stream_out: the copy holds the home's bytes for `fn` to read.
-// Every element of every member of the class's blocks is visited once.
+// For every homed block of class `cls` (SPW_BLOCK_PARAMS, SPW_BLOCK_OPTIMIZER;
+// in a bf16-mixed plan SPW_BLOCK_PARAMS streams the master blocks' f32
+// values, and tiers_stream_in then fills every params block with their
+// rounding, a layer at a time), one at a time in declaration order: a host copy
+// of the block (its home on the host tier, the host arena for a block homed on
+// SSD, a bounded staging buffer for one homed on the GPU, whose ranges are then
+// cut into pieces of at most kStreamStagingBytes) and `fn` on each range.
+// tiers_stream_in: the copy starts undefined, `fn` fills every range and the
+// copy goes to the home; tiers_stream_out: the copy holds the home's bytes for
+// `fn` to read. Every element of every member of the class's blocks is visited
+// once.
 constexpr uint64_t kStreamStagingBytes = uint64_t(8) << 20;
 void tiers_stream_in(spw_ctx *ctx, int cls, const BlockRangeFn &fn);
 void tiers_stream_out(spw_ctx *ctx, int cls, const BlockRangeFn &fn);
@@ -68,11 +78,11 @@ void tiers_stream_out(spw_ctx *ctx, int cls, const BlockRangeFn &fn);
 std::vector<int32_t> tiers_stream_members(const spw_ctx *ctx, int cls);
 // Applies the deferred updates (spw_adamw_defer) of the plan's parameters a
 // layer at a time, never gathering the model: for each params block with a
-// member whose update is pending, its and its layer's optimizer block's
-// copies on the tier where the update runs (the GPU when the state is homed
-// there, else the host; the other when that one has no room), written back
-// to their homes after, bound as a step binds them, and `apply(members)` to
-// apply those members' updates.
+// member whose update is pending, its and its layer's optimizer (and
+// master) block's copies on the tier where the update runs (the GPU when the
+// state is homed there, else the host; the other when that one has no room),
+// written back to their homes after, bound as a step binds them, and
+// `apply(members)` to apply those members' updates.
 void tiers_flush_deferred(
     spw_ctx *ctx,
     const std::function<void(const std::vector<int32_t> &)> &apply);
@@ -114,12 +124,13 @@ std::string tiers_stats_json(const spw_ctx *ctx, double seconds,
 // state, made at first use; null without a plan.
 struct HostOptimizer;
 HostOptimizer *tiers_host_optimizer(const spw_ctx *ctx);
-// True when parameter `param`'s params and optimizer blocks are both bound
-// on the host tier (spw_bind).
+// True when parameter `param`'s params and optimizer blocks (and master
+// block, in a bf16-mixed plan) are all bound on the host tier (spw_bind).
 bool tiers_host_bound(const spw_ctx *ctx, int32_t param);
-// An update of `param` in flight on the host copies of its params and
-// optimizer blocks (`parts`: bit k for part k of a split block): whatever
-// next reads, overwrites, frees or binds those copies waits for `t` first.
+// An update of `param` in flight on the host copies of its params,
+// optimizer and master blocks (`parts`: bit k for part k of a split block):
+// whatever next reads, overwrites, frees or binds those copies waits for `t`
+// first.
 void tiers_note_host_update(spw_ctx *ctx, int32_t param, int parts,
                             const storage::Token &t);
 

@@ -625,3 +625,664 @@ TEST(Tiers, DeferredGradientSliceLivesInItsPendingBlock) {
   };
   EXPECT_EQ(run(true), run(false));
 }
+
+// ---- a bf16-mixed plan: bf16 working copies in the params blocks -----------
+
+namespace {
+
+using Bits = std::vector<uint32_t>;
+using Halves = std::vector<uint16_t>;
+constexpr double kLr = 0.1, kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-8,
+                 kDecay = 0.01;
+
+// Values bf16 rounds: halfway cases to even both ways, a carry into the
+// exponent, values far from any bf16.
+float tricky(int i) {
+  static const float v[] = {
+      1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f,  0x1.fffffep0f, 0.1f,
+      -0.3f,          3.14159f,           -7.77f, 1e-3f};
+  return v[i % 9] * float(1 + i / 9);
+}
+
+std::vector<float> tricky_values(int first, int n) {
+  std::vector<float> out;
+  for (int i = 0; i < n; ++i)
+    out.push_back(tricky(first + i));
+  return out;
+}
+
+Bits bits(const float *x, size_t n) {
+  Bits out(n);
+  std::memcpy(out.data(), x, n * 4);
+  return out;
+}
+Bits bits(const std::vector<float> &x) { return bits(x.data(), x.size()); }
+
+Halves rounded(const float *x, size_t n) {
+  Halves out;
+  for (size_t i = 0; i < n; ++i)
+    out.push_back(spw::to_bf16(x[i]).bits);
+  return out;
+}
+Halves rounded(const std::vector<float> &x) {
+  return rounded(x.data(), x.size());
+}
+
+// n elements of type T at `p`: a GPU-tier (device) address or a host one.
+template <class T>
+std::vector<T> fetch(spw_ctx *ctx, const void *p, size_t n, bool gpu) {
+  std::vector<T> out(n);
+  if (!p) {
+    ADD_FAILURE() << "nothing bound";
+    return out;
+  }
+  if (gpu)
+    ctx->device->download(out.data(), p, int64_t(n * sizeof(T)));
+  else
+    std::memcpy(out.data(), p, n * sizeof(T));
+  return out;
+}
+
+// The resident fp32 run: AdamW at step 1 of the ranges of a plain copy.
+std::vector<float>
+resident_adamw(const std::vector<float> &w, const std::vector<float> &g,
+               const std::vector<std::pair<int, int>> &ranges) {
+  auto ctx = spw::make_context();
+  const int64_t dims[] = {int64_t(w.size())};
+  spw_declare_param(ctx.get(), "r", SPW_F32, 1, dims, 0);
+  std::memcpy(ctx->params[0].value->data, w.data(), w.size() * 4);
+  ctx->step = 1;
+  auto grad = spwtest::f32({int64_t(g.size())}, g);
+  for (auto [lo, hi] : ranges)
+    spw_adamw_range(ctx.get(), 0, grad.get(), lo, hi, kLr, kBeta1, kBeta2, kEps,
+                    kDecay);
+  EXPECT_TRUE(ctx->error.empty()) << ctx->error;
+  return spwtest::values(*ctx->params[0].value);
+}
+
+// A step tensor holding `g`, where the device's update reads it.
+spw_tensor *device_grad(spw_ctx *ctx, const std::vector<float> &g) {
+  const int64_t dims[] = {int64_t(g.size())};
+  spw_tensor *t = spw_alloc(ctx, SPW_F32, 1, dims);
+  ctx->device->upload(t->data, g.data(), int64_t(g.size() * 4));
+  return t;
+}
+
+std::unique_ptr<spw::Device> device_of(bool loopback) {
+  return loopback ? spw::make_loopback_device(1 << 20, spw::Precision::FP32)
+                  : spw::make_cpu_device();
+}
+
+// A bf16-mixed model with parameters "a" (6 elements) and "b" (5) of one
+// layer, and (plan) their params (bf16: 12 + 10 bytes), master (f32) and
+// optimizer blocks, all homed on `home`.
+std::unique_ptr<spw_ctx> bf16_plan(int home) {
+  auto ctx = spw::make_context();
+  const int64_t da[] = {6}, db[] = {5};
+  spw_declare_param(ctx.get(), "a", SPW_F32, 1, da, 0);
+  spw_declare_param(ctx.get(), "b", SPW_F32, 1, db, 24);
+  for (int i = 0; i < 2; ++i) {
+    spw::ParamInfo &p = ctx->params[size_t(i)];
+    const std::vector<float> v = tricky_values(6 * i, int(p.value->numel));
+    std::memcpy(p.value->data, v.data(), v.size() * 4);
+  }
+  spw_declare_bf16_mixed(ctx.get());
+  const int64_t predicted[4] = {0, 0, 0, 0};
+  spw_declare_tiers(ctx.get(), 4096, 16384, 0, "", predicted);
+  const bool gpu = home == SPW_TIER_GPU;
+  const int64_t members[] = {0, 1}, work_at[] = {0, 12}, master_at[] = {0, 24};
+  spw_declare_block(ctx.get(), SPW_BLOCK_PARAMS, 0, 24, home, 0, 2, members,
+                    work_at);
+  spw_declare_block(ctx.get(), SPW_BLOCK_MASTER, 0, 44, home, gpu ? 256 : 4096,
+                    2, members, master_at);
+  spw_declare_block(ctx.get(), SPW_BLOCK_OPTIMIZER, 0, 88, home,
+                    gpu ? 512 : 8192, 2, members, master_at);
+  return ctx;
+}
+
+// Bound on the GPU tier the update runs on the device, on the host tier on
+// the CPU optimizer's threads; either way the master is the resident fp32
+// AdamW's and the working copy its rounding, bit for bit, and gather gives
+// the masters back.
+TEST(Tiers, Bf16PlanUpdatesTheMasterAndItsWorkingCopy) {
+  for (bool loopback : {false, true})
+    for (int tier : {SPW_TIER_GPU, SPW_TIER_HOST}) {
+      const bool gpu = tier == SPW_TIER_GPU;
+      SCOPED_TRACE(std::string(loopback ? "loopback" : "cpu") +
+                   (gpu ? ", gpu tier" : ", host tier"));
+      auto ctx = bf16_plan(tier);
+      ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+      std::vector<float> initial[2];
+      for (int i = 0; i < 2; ++i)
+        initial[i] = spwtest::values(*ctx->params[size_t(i)].value);
+      spw::device_start(ctx.get(), device_of(loopback));
+      spw::tiers_start(ctx.get(), {}, spw::storage::Backend::Threads);
+      EXPECT_TRUE(spw::tiers_bf16_params(ctx.get()));
+      EXPECT_EQ(spw::tiers_stream_members(ctx.get(), SPW_BLOCK_PARAMS),
+                std::vector<int32_t>({0, 1}));
+      spw::tiers_scatter(ctx.get());
+      spw_param_work(ctx.get(), 0);
+      EXPECT_NE(ctx->error.find("parameter 'a' is read while no copy of its "
+                                "bf16 working copy is bound"),
+                std::string::npos)
+          << ctx->error;
+      ctx->error.clear();
+      for (int cls : {SPW_BLOCK_PARAMS, SPW_BLOCK_MASTER, SPW_BLOCK_OPTIMIZER})
+        spw_bind(ctx.get(), cls, 0, tier);
+      ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+
+      // The params block holds the rounding of the values.
+      for (int i = 0; i < 2; ++i) {
+        spw::ParamInfo &p = ctx->params[size_t(i)];
+        const size_t n = initial[i].size();
+        EXPECT_EQ(p.work_on_device, gpu);
+        EXPECT_EQ(fetch<uint16_t>(ctx.get(), p.bound_work_part[0], n, gpu),
+                  rounded(initial[i]));
+        if (gpu) {
+          spw_tensor *w = spw_param_work(ctx.get(), i);
+          ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+          EXPECT_EQ(w->dtype, SPW_BF16);
+          EXPECT_TRUE(w->on_device);
+          EXPECT_EQ(w->data, p.bound_work_part[0]);
+          EXPECT_EQ(fetch<uint16_t>(ctx.get(), w->data, n, true),
+                    rounded(initial[i]));
+        }
+      }
+
+      ctx->step = 1;
+      std::vector<float> g[2], want[2];
+      for (int i = 0; i < 2; ++i) {
+        const int n = int(initial[i].size());
+        for (int k = 0; k < n; ++k)
+          g[i].push_back(0.25f * float(k + 1) * (k % 2 ? -1.0f : 1.0f));
+        want[i] = resident_adamw(initial[i], g[i], {{0, n}});
+        ASSERT_NE(bits(want[i]), bits(initial[i])); // the update changes it
+        spw_adamw(ctx.get(), i, device_grad(ctx.get(), g[i]), kLr, kBeta1,
+                  kBeta2, kEps, kDecay);
+        ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+        EXPECT_EQ(spw::tiers_host_bound(ctx.get(), i), !gpu);
+      }
+      if (!gpu) {
+        // The working copies go to the GPU tier for the next forward: the
+        // move waits for the CPU optimizer's writes.
+        spw_await(ctx.get(), spw_move(ctx.get(), SPW_BLOCK_PARAMS, 0,
+                                      SPW_TIER_HOST, SPW_TIER_GPU, 0, 0));
+        spw_bind(ctx.get(), SPW_BLOCK_PARAMS, 0, SPW_TIER_GPU);
+        ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+        ASSERT_EQ(spw::host_optimizer_finish(ctx.get(), false), "");
+      }
+      for (int i = 0; i < 2; ++i) {
+        spw::ParamInfo &p = ctx->params[size_t(i)];
+        const size_t n = want[i].size();
+        const void *master = gpu ? p.dev_value->data : p.value->data;
+        EXPECT_EQ(bits(fetch<float>(ctx.get(), master, n, gpu)), bits(want[i]));
+        // Read as the step reads it, from the GPU tier (the master need not
+        // be there).
+        spw_tensor *w = spw_param_work(ctx.get(), i);
+        ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+        EXPECT_EQ(fetch<uint16_t>(ctx.get(), w->data, n, true),
+                  rounded(want[i]));
+      }
+      if (!gpu)
+        spw_drop(ctx.get(), SPW_BLOCK_PARAMS, 0, SPW_TIER_GPU);
+      spw::tiers_gather(ctx.get());
+      ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+      for (int i = 0; i < 2; ++i) {
+        spw::ParamInfo &p = ctx->params[size_t(i)];
+        EXPECT_EQ(bits(spwtest::values(*p.value)), bits(want[i]));
+        EXPECT_EQ(p.bound_work_part[0], nullptr);
+        EXPECT_EQ(p.dev_work->data, nullptr);
+        EXPECT_EQ(p.adam_m.size(), want[i].size());
+      }
+    }
+}
+
+// The updates deferred by the optimizer overlap, applied outside the steps
+// (tiers_flush_deferred) a layer at a time: the master, working copy and
+// state copies on the tier where the update runs, and written back home.
+// Homed on host the update runs on the CPU optimizer (or, without an
+// optimizer block, inline on host); homed on the GPU, on the device.
+TEST(Tiers, Bf16PlanFlushesDeferredUpdatesIntoMasterAndWorkingCopy) {
+  struct Case {
+    int home;
+    bool optimizer_block, loopback;
+  } cases[] = {{SPW_TIER_HOST, true, false},
+               {SPW_TIER_HOST, false, false},
+               {SPW_TIER_GPU, true, true}};
+  for (const Case &c : cases) {
+    SCOPED_TRACE(::testing::Message()
+                 << "home " << c.home << ", optimizer block "
+                 << c.optimizer_block << ", loopback " << c.loopback);
+    auto ctx = spw::make_context();
+    const int64_t dims[] = {6};
+    spw_declare_param(ctx.get(), "a", SPW_F32, 1, dims, 0);
+    const std::vector<float> v0 = tricky_values(3, 6);
+    std::memcpy(ctx->params[0].value->data, v0.data(), 24);
+    spw_declare_bf16_mixed(ctx.get());
+    const int64_t predicted[4] = {0, 0, 0, 0};
+    spw_declare_tiers(ctx.get(), 4096, 16384, 0, "", predicted);
+    const int64_t members[] = {0}, offsets[] = {0};
+    const bool gpu = c.home == SPW_TIER_GPU;
+    spw_declare_block(ctx.get(), SPW_BLOCK_PARAMS, 0, 12, c.home, 0, 1, members,
+                      offsets);
+    spw_declare_block(ctx.get(), SPW_BLOCK_MASTER, 0, 24, c.home,
+                      gpu ? 256 : 4096, 1, members, offsets);
+    if (c.optimizer_block)
+      spw_declare_block(ctx.get(), SPW_BLOCK_OPTIMIZER, 0, 48, c.home,
+                        gpu ? 512 : 8192, 1, members, offsets);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    spw::device_start(ctx.get(), device_of(c.loopback));
+    spw::tiers_start(ctx.get(), {}, spw::storage::Backend::Threads);
+    spw::tiers_scatter(ctx.get());
+    const std::vector<float> g = {0.5f, -1.0f, 0.25f, 2.0f, -0.125f, 1.5f};
+    ctx->step = 1;
+    spw_adamw_defer(ctx.get(), 0, device_grad(ctx.get(), g), 0, 6, kLr, kBeta1,
+                    kBeta2, kEps, kDecay);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    ctx->step = 2;
+    std::vector<int32_t> applied;
+    spw::tiers_flush_deferred(ctx.get(), [&](const std::vector<int32_t> &m) {
+      applied = m;
+      spw_adamw_flush(ctx.get());
+      ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    });
+    EXPECT_EQ(applied, std::vector<int32_t>({0}));
+    spw::ParamInfo &p = ctx->params[0];
+    EXPECT_TRUE(p.pending.empty());
+    EXPECT_EQ(p.bound_work_part[0], nullptr); // unbound after
+    const std::vector<float> want = resident_adamw(v0, g, {{0, 6}});
+    // The working copy went home with the master.
+    const int tier = c.home;
+    spw_bind(ctx.get(), SPW_BLOCK_PARAMS, 0, tier);
+    spw_bind(ctx.get(), SPW_BLOCK_MASTER, 0, tier);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    EXPECT_EQ(fetch<uint16_t>(ctx.get(), p.bound_work_part[0], 6, gpu),
+              rounded(want));
+    EXPECT_EQ(bits(fetch<float>(
+                  ctx.get(), gpu ? p.dev_value->data : p.value->data, 6, gpu)),
+              bits(want));
+  }
+}
+
+// Split blocks: the params block's 2-byte elements split at the same
+// element as the master's and the state's 4-byte ones, each part is
+// updated on its own (part 1 by the CPU optimizer on host copies, part 0 by
+// the device on GPU copies), and each update writes the rounding of its
+// elements only.
+TEST(Tiers, Bf16PlanSplitsAtTheSameElementAndUpdatesEachPart) {
+  for (bool loopback : {false, true}) {
+    SCOPED_TRACE(loopback ? "loopback" : "cpu");
+    auto ctx = spw::make_context();
+    const int64_t dims[] = {256};
+    spw_declare_param(ctx.get(), "v", SPW_F32, 1, dims, 0);
+    const std::vector<float> v0 = tricky_values(0, 256);
+    std::memcpy(ctx->params[0].value->data, v0.data(), 1024);
+    spw_declare_bf16_mixed(ctx.get());
+    const int64_t predicted[4] = {0, 0, 0, 0};
+    spw_declare_tiers(ctx.get(), 4096, 32768, 0, "", predicted);
+    const int64_t members[] = {0}, offsets[] = {0};
+    spw_declare_block(ctx.get(), SPW_BLOCK_PARAMS, 0, 512, SPW_TIER_HOST, 0, 1,
+                      members, offsets);
+    spw_declare_block(ctx.get(), SPW_BLOCK_MASTER, 0, 1024, SPW_TIER_HOST, 8192,
+                      1, members, offsets);
+    spw_declare_block(ctx.get(), SPW_BLOCK_OPTIMIZER, 0, 2048, SPW_TIER_HOST,
+                      16384, 1, members, offsets);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    // 256 bytes of the params block are 128 elements: the master splits at
+    // 512 bytes, the state at 512 bytes of m (and of v).
+    spw_declare_split(ctx.get(), SPW_BLOCK_PARAMS, 0, 256);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    spw_declare_split(ctx.get(), SPW_BLOCK_MASTER, 0, 256);
+    EXPECT_NE(ctx->error.find("master/layer0 split at 256 bytes (element "
+                              "64), but params/layer0 at 256 bytes (element "
+                              "128)"),
+              std::string::npos)
+        << ctx->error;
+    ctx->error.clear();
+    spw_declare_split(ctx.get(), SPW_BLOCK_OPTIMIZER, 0, 768);
+    EXPECT_NE(ctx->error.find("optimizer/layer0 split at 768 bytes (element "
+                              "192), but params/layer0 at 256 bytes (element "
+                              "128)"),
+              std::string::npos)
+        << ctx->error;
+    ctx->error.clear();
+    spw_declare_split(ctx.get(), SPW_BLOCK_MASTER, 0, 512);
+    spw_declare_split(ctx.get(), SPW_BLOCK_OPTIMIZER, 0, 512);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    spw::device_start(ctx.get(), device_of(loopback));
+    spw::tiers_start(ctx.get(), {}, spw::storage::Backend::Threads);
+    spw::tiers_scatter(ctx.get());
+    spw::ParamInfo &p = ctx->params[0];
+
+    for (int cls : {SPW_BLOCK_PARAMS, SPW_BLOCK_MASTER, SPW_BLOCK_OPTIMIZER})
+      spw_bind(ctx.get(), cls, 0, SPW_TIER_HOST);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    EXPECT_EQ(p.bound_split, 128);
+    ASSERT_NE(p.bound_work_part[1], nullptr);
+    EXPECT_EQ(fetch<uint16_t>(ctx.get(), p.bound_work_part[0], 128, false),
+              rounded(v0.data(), 128));
+    EXPECT_EQ(fetch<uint16_t>(ctx.get(), p.bound_work_part[1], 128, false),
+              rounded(v0.data() + 128, 128));
+
+    std::vector<float> g;
+    for (int k = 0; k < 256; ++k)
+      g.push_back(0.01f * float(k % 17) - 0.07f);
+    const std::vector<float> half = resident_adamw(v0, g, {{128, 256}});
+    const std::vector<float> want =
+        resident_adamw(v0, g, {{128, 256}, {0, 128}});
+    ctx->step = 1;
+    spw_tensor *grad = device_grad(ctx.get(), g);
+    spw_adamw_range(ctx.get(), 0, grad, 128, 256, kLr, kBeta1, kBeta2, kEps,
+                    kDecay);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    ASSERT_EQ(spw::host_optimizer_finish(ctx.get(), false), "");
+    EXPECT_EQ(bits(p.bound_w_part[1], 128), bits(half.data() + 128, 128));
+    EXPECT_EQ(bits(p.bound_w_part[0], 128), bits(v0.data(), 128));
+    EXPECT_EQ(fetch<uint16_t>(ctx.get(), p.bound_work_part[1], 128, false),
+              rounded(half.data() + 128, 128));
+    EXPECT_EQ(fetch<uint16_t>(ctx.get(), p.bound_work_part[0], 128, false),
+              rounded(v0.data(), 128)); // untouched
+
+    // Part 0 of the three blocks on the GPU: updated by the device.
+    const int64_t gpu_at[] = {0, 1024, 2048};
+    const int classes[] = {SPW_BLOCK_PARAMS, SPW_BLOCK_MASTER,
+                           SPW_BLOCK_OPTIMIZER};
+    for (int k = 0; k < 3; ++k)
+      spw_await(ctx.get(),
+                spw_move_part(ctx.get(), classes[k], 0, 0, SPW_TIER_HOST,
+                              SPW_TIER_GPU, 0, gpu_at[k]));
+    for (int cls : classes)
+      spw_bind(ctx.get(), cls, 0, SPW_TIER_GPU);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    EXPECT_TRUE(p.work_on_device);
+    EXPECT_EQ(p.bound_work_part[1], nullptr);
+    spw_adamw_range(ctx.get(), 0, grad, 0, 128, kLr, kBeta1, kBeta2, kEps,
+                    kDecay);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    EXPECT_EQ(bits(fetch<float>(ctx.get(), p.bound_w_part[0], 128, true)),
+              bits(want.data(), 128));
+    EXPECT_EQ(fetch<uint16_t>(ctx.get(), p.bound_work_part[0], 128, true),
+              rounded(want.data(), 128));
+    // Part 1 of the params block too: back to back on the GPU, the step
+    // reads the working copy whole.
+    spw_await(ctx.get(), spw_move_part(ctx.get(), SPW_BLOCK_PARAMS, 0, 1,
+                                       SPW_TIER_HOST, SPW_TIER_GPU, 0, 0));
+    spw_bind(ctx.get(), SPW_BLOCK_PARAMS, 0, SPW_TIER_GPU);
+    spw_tensor *w = spw_param_work(ctx.get(), 0);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    EXPECT_EQ(fetch<uint16_t>(ctx.get(), w->data, 256, true), rounded(want));
+
+    // Home again, gathered: the masters of both parts' updates.
+    for (int cls : classes) {
+      spw_await(ctx.get(), spw_move_part(ctx.get(), cls, 0, 0, SPW_TIER_GPU,
+                                         SPW_TIER_HOST, 2, 0));
+      spw_drop(ctx.get(), cls, 0, SPW_TIER_GPU);
+    }
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    spw::tiers_gather(ctx.get());
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    EXPECT_EQ(bits(spwtest::values(*p.value)), bits(want));
+  }
+}
+
+// A plan's params and master blocks split at different elements, found once
+// the plan is complete (the params block was split before the plan had a
+// master block, when its element size was not known).
+TEST(Tiers, Bf16PlanRefusesSplitsThatDisagreeAtStart) {
+  auto ctx = spw::make_context();
+  const int64_t dims[] = {256};
+  spw_declare_param(ctx.get(), "v", SPW_F32, 1, dims, 0);
+  spw_declare_bf16_mixed(ctx.get());
+  const int64_t predicted[4] = {0, 0, 0, 0};
+  spw_declare_tiers(ctx.get(), 8192, 0, 0, "", predicted);
+  const int64_t members[] = {0}, offsets[] = {0};
+  spw_declare_block(ctx.get(), SPW_BLOCK_PARAMS, 0, 512, SPW_TIER_GPU, 0, 1,
+                    members, offsets);
+  spw_declare_split(ctx.get(), SPW_BLOCK_PARAMS, 0, 256);
+  spw_declare_block(ctx.get(), SPW_BLOCK_MASTER, 0, 1024, SPW_TIER_GPU, 1024, 1,
+                    members, offsets);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  try {
+    spw::tiers_start(ctx.get(), {}, spw::storage::Backend::Threads);
+    ADD_FAILURE() << "a split params block with a whole master started";
+  } catch (const spw::Error &e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "params/layer0 is split at 256 bytes (element 128) but "
+                  "master/layer0 at 0 bytes (element 0)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+std::string start_error(spw_ctx *ctx) {
+  try {
+    spw::tiers_start(ctx, {}, spw::storage::Backend::Threads);
+  } catch (const spw::Error &e) {
+    return e.what();
+  }
+  return "";
+}
+
+// What a bf16-mixed plan refuses, each saying what is wrong.
+TEST(Tiers, Bf16PlanRefusals) {
+  const int64_t predicted[4] = {0, 0, 0, 0};
+  const int64_t one[] = {0}, two[] = {0, 1}, swapped[] = {1, 0};
+  const int64_t at1[] = {0}, work_at[] = {0, 12}, master_at[] = {0, 24};
+  {
+    // A master block without spw_declare_bf16_mixed.
+    auto ctx = context_with_param();
+    spw_declare_tiers(ctx.get(), 4096, 0, 0, "", predicted);
+    spw_declare_block(ctx.get(), SPW_BLOCK_MASTER, 0, 24, SPW_TIER_GPU, 0, 1,
+                      one, at1);
+    EXPECT_NE(ctx->error.find("spw_declare_block: block master/layer0: "
+                              "master blocks hold the f32 master weights of "
+                              "a bf16-mixed model (spw_declare_bf16_mixed "
+                              "must come before the tiers)"),
+              std::string::npos)
+        << ctx->error;
+  }
+  {
+    // A params block of bf16 size in an fp32 plan (no master block).
+    auto ctx = context_with_param();
+    spw_declare_bf16_mixed(ctx.get());
+    spw_declare_tiers(ctx.get(), 4096, 0, 0, "", predicted);
+    spw_declare_block(ctx.get(), SPW_BLOCK_PARAMS, 0, 12, SPW_TIER_GPU, 0, 1,
+                      one, at1);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    EXPECT_NE(start_error(ctx.get()).find("block params/layer0: parameter "
+                                          "'w' at offset 0 does not fit in "
+                                          "12 bytes"),
+              std::string::npos);
+  }
+  {
+    // A params block without its master block, and a master block of
+    // other members.
+    auto ctx = bf16_plan(SPW_TIER_GPU);
+    const int64_t dc[] = {4};
+    spw_declare_param(ctx.get(), "c", SPW_F32, 1, dc, 44);
+    const int64_t third[] = {2};
+    spw_declare_block(ctx.get(), SPW_BLOCK_PARAMS, 1, 8, SPW_TIER_GPU, 1024, 1,
+                      third, at1);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    EXPECT_NE(start_error(ctx.get()).find(
+                  "params/layer1 holds 'c' but the plan declares no "
+                  "master/layer1"),
+              std::string::npos);
+  }
+  {
+    auto ctx = bf16_plan(SPW_TIER_GPU);
+    spw_declare_block(ctx.get(), SPW_BLOCK_PARAMS, 1, 24, SPW_TIER_GPU, 1024, 2,
+                      two, work_at);
+    spw_declare_block(ctx.get(), SPW_BLOCK_MASTER, 1, 48, SPW_TIER_GPU, 1280, 2,
+                      swapped, master_at);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    EXPECT_NE(start_error(ctx.get()).find(
+                  "params/layer1 holds 'a', 'b' but master/layer1 holds 'b', "
+                  "'a'"),
+              std::string::npos);
+  }
+  {
+    // A master block without its params block.
+    auto ctx = bf16_plan(SPW_TIER_GPU);
+    spw_declare_block(ctx.get(), SPW_BLOCK_MASTER, 1, 48, SPW_TIER_GPU, 1280, 2,
+                      two, master_at);
+    EXPECT_NE(start_error(ctx.get()).find("master/layer1 holds 'a', 'b' but "
+                                          "the plan declares no "
+                                          "params/layer1"),
+              std::string::npos);
+  }
+  {
+    // An fp32 plan keeps no working copy: the compiler reads its
+    // parameters with spw_param.
+    auto ctx = context_with_param();
+    spw_declare_bf16_mixed(ctx.get());
+    spw_declare_tiers(ctx.get(), 4096, 0, 0, "", predicted);
+    spw_declare_block(ctx.get(), SPW_BLOCK_PARAMS, 0, 24, SPW_TIER_GPU, 0, 1,
+                      one, at1);
+    spw::tiers_start(ctx.get(), {}, spw::storage::Backend::Threads);
+    spw::tiers_scatter(ctx.get());
+    spw_bind(ctx.get(), SPW_BLOCK_PARAMS, 0, SPW_TIER_GPU);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    spw_param_work(ctx.get(), 0);
+    EXPECT_NE(ctx->error.find("keep no bf16 working copy"), std::string::npos)
+        << ctx->error;
+  }
+  // An update whose working copy is bound on the other side than its
+  // master and state: refused before anything changes.
+  for (bool work_on_gpu : {false, true}) {
+    SCOPED_TRACE(work_on_gpu ? "working copy on the gpu" : "on host");
+    auto ctx = bf16_plan(SPW_TIER_HOST);
+    spw::device_start(ctx.get(), device_of(/*loopback=*/true));
+    spw::tiers_start(ctx.get(), {}, spw::storage::Backend::Threads);
+    spw::tiers_scatter(ctx.get());
+    const int64_t gpu_at[] = {0, 256, 512};
+    const int classes[] = {SPW_BLOCK_PARAMS, SPW_BLOCK_MASTER,
+                           SPW_BLOCK_OPTIMIZER};
+    for (int k = 0; k < 3; ++k) {
+      spw_await(ctx.get(), spw_move(ctx.get(), classes[k], 0, SPW_TIER_HOST,
+                                    SPW_TIER_GPU, 0, gpu_at[k]));
+      const bool on_gpu = (classes[k] == SPW_BLOCK_PARAMS) == work_on_gpu;
+      spw_bind(ctx.get(), classes[k], 0, on_gpu ? SPW_TIER_GPU : SPW_TIER_HOST);
+    }
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    spw::ParamInfo &p = ctx->params[0];
+    const void *master = work_on_gpu ? p.value->data : p.dev_value->data;
+    const std::vector<float> before =
+        fetch<float>(ctx.get(), master, 6, !work_on_gpu);
+    ctx->step = 1;
+    spw_adamw(ctx.get(), 0, device_grad(ctx.get(), std::vector<float>(6, 0.5f)),
+              kLr, kBeta1, kBeta2, kEps, kDecay);
+    EXPECT_NE(ctx->error.find(
+                  work_on_gpu
+                      ? "parameter 'a': its bf16 working copy is bound on the "
+                        "GPU but its update runs on host; the plan binds the "
+                        "params block where the update runs"
+                      : "parameter 'a': its bf16 working copy is bound on "
+                        "host but its update runs on the GPU; the plan binds "
+                        "the params block where the update runs"),
+              std::string::npos)
+        << ctx->error;
+    EXPECT_EQ(bits(fetch<float>(ctx.get(), master, 6, !work_on_gpu)),
+              bits(before));
+  }
+}
+
+// The start, checkpoints and --save stream a bf16-mixed plan's values
+// through its master blocks (f32, bit-exact both ways), and the params
+// blocks then hold their rounding, wherever each block is homed.
+TEST(Tiers, Bf16PlanStreamsTheMastersAndRoundsIntoTheParamsBlocks) {
+  std::string dir =
+      (std::filesystem::temp_directory_path() / "spw_bf16_XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  for (bool loopback : {false, true}) {
+    SCOPED_TRACE(loopback ? "loopback" : "cpu");
+    auto ctx = spw::make_context();
+    const int64_t n[3] = {6, 5, 300};
+    int64_t off = 0;
+    for (int i = 0; i < 3; ++i) {
+      const int64_t dims[] = {n[i]};
+      spw_declare_param(ctx.get(), std::string(1, char('a' + i)).c_str(),
+                        SPW_F32, 1, dims, off);
+      off += 4 * n[i];
+    }
+    spw_declare_bf16_mixed(ctx.get());
+    const int64_t predicted[4] = {0, 0, 0, 0};
+    spw_declare_tiers(ctx.get(), 4096, 32768, 8192, "", predicted);
+    // Layer 0: working copies on the GPU, master on host; layer 1 the
+    // other way round; layer 2 both on SSD. The master blocks are declared
+    // in the other order: they set the stream's.
+    const int64_t at0[] = {0};
+    for (int l = 0; l < 3; ++l) {
+      const int64_t m[] = {l};
+      const int home[] = {SPW_TIER_GPU, SPW_TIER_HOST, SPW_TIER_SSD};
+      const int64_t home_at[] = {0, 0, 0};
+      spw_declare_block(ctx.get(), SPW_BLOCK_PARAMS, l, 2 * n[l], home[l],
+                        home_at[l], 1, m, at0);
+    }
+    for (int l = 2; l >= 0; --l) {
+      const int64_t m[] = {l};
+      const int home[] = {SPW_TIER_HOST, SPW_TIER_GPU, SPW_TIER_SSD};
+      const int64_t home_at[] = {4096, 1024, 4096};
+      spw_declare_block(ctx.get(), SPW_BLOCK_MASTER, l, 4 * n[l], home[l],
+                        home_at[l], 1, m, at0);
+    }
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    spw::device_start(ctx.get(), device_of(loopback));
+    spw::tiers_start(ctx.get(), {dir}, spw::storage::Backend::Threads);
+    EXPECT_EQ(spw::tiers_stream_members(ctx.get(), SPW_BLOCK_PARAMS),
+              std::vector<int32_t>({2, 1, 0}));
+
+    std::vector<float> values[3];
+    for (int i = 0; i < 3; ++i)
+      values[i] = tricky_values(7 * i, int(n[i]));
+    std::vector<int64_t> seen(3, 0);
+    spw::tiers_stream_in(ctx.get(), SPW_BLOCK_PARAMS,
+                         [&](const spw::BlockRange &r) {
+                           EXPECT_EQ(r.kind, spw::kTensorValue);
+                           std::memcpy(r.data, values[r.param].data() + r.begin,
+                                       size_t(r.count) * 4);
+                           seen[size_t(r.param)] += r.count;
+                         });
+    EXPECT_EQ(seen, std::vector<int64_t>(n, n + 3));
+    std::vector<float> out[3];
+    for (int i = 0; i < 3; ++i)
+      out[i].assign(size_t(n[i]), 0.0f);
+    spw::tiers_stream_out(ctx.get(), SPW_BLOCK_PARAMS,
+                          [&](const spw::BlockRange &r) {
+                            std::memcpy(out[r.param].data() + r.begin, r.data,
+                                        size_t(r.count) * 4);
+                          });
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(bits(out[i]), bits(values[i])) << i;
+
+    // The working copies, where the step would bind them.
+    spw_bind(ctx.get(), SPW_BLOCK_PARAMS, 0, SPW_TIER_GPU);
+    spw_tensor *w = spw_param_work(ctx.get(), 0);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    EXPECT_EQ(fetch<uint16_t>(ctx.get(), w->data, 6, true), rounded(values[0]));
+    spw_bind(ctx.get(), SPW_BLOCK_PARAMS, 1, SPW_TIER_HOST);
+    EXPECT_EQ(
+        fetch<uint16_t>(ctx.get(), ctx->params[1].bound_work_part[0], 5, false),
+        rounded(values[1]));
+    spw_await(ctx.get(), spw_move(ctx.get(), SPW_BLOCK_PARAMS, 2, SPW_TIER_SSD,
+                                  SPW_TIER_HOST, 0, 8192));
+    spw_bind(ctx.get(), SPW_BLOCK_PARAMS, 2, SPW_TIER_HOST);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    EXPECT_EQ(fetch<uint16_t>(ctx.get(), ctx->params[2].bound_work_part[0], 300,
+                              false),
+              rounded(values[2]));
+    spw_drop(ctx.get(), SPW_BLOCK_PARAMS, 2, SPW_TIER_HOST);
+
+    // The master blocks themselves are not streamed.
+    EXPECT_THROW(spw::tiers_stream_out(ctx.get(), SPW_BLOCK_MASTER,
+                                       [](const spw::BlockRange &) {}),
+                 spw::Error);
+    spw::tiers_gather(ctx.get());
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(bits(spwtest::values(*ctx->params[size_t(i)].value)),
+                bits(values[i]));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+} // namespace

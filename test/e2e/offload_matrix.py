@@ -22,7 +22,9 @@ with FOAM and only F = 0 runs (FOAM's updates are never split). With
 gradient norm at F: the plans take each layer's norms where its gradient is
 complete, so the bits and the bytes are still the plain run's.
 With --precision bf16-mixed every executable (the plain ones too) stores
-its working weights and activations as bf16: the plans still give the plain
+its working weights and activations as bf16 (an offload plan's params
+blocks hold the bf16 working copies and its master blocks the f32 masters,
+BF16_MIXED_MASTER): the plans still give the plain
 run's bits at the same order and M, but bf16 roundings of a micro-batch's
 gradients depend on M, so the distance to horizontal M = 1 is bounded by
 BF16_MIXED_M_TOLERANCE instead.
@@ -62,6 +64,13 @@ PLACEMENTS = {
     "actssd": ("params=host,optimizer=host,gradients=ssd,activations=ssd",
                "ssd"),
 }
+
+
+# Under bf16-mixed the f32 master weights are a class of their own (the
+# params blocks hold the bf16 working copies): pinned to SSD with the state
+# in the SSD plan and to host in the host plan; the planner places them in
+# the others (on the GPU exactly when the optimizer state is).
+BF16_MIXED_MASTER = {"ssd": "ssd", "host": "host"}
 
 
 # The configurations that run again under other loopback copy delays:
@@ -170,6 +179,8 @@ def main():
         tag = f"{name}-{order}-{m}" + ("" if overlap == "0"
                                        else f"-F{overlap}")
         exe = os.path.join(a.out, tag)
+        if a.precision == "bf16-mixed" and name in BF16_MIXED_MASTER:
+            place += ",master=" + BF16_MIXED_MASTER[name]
         run([a.spillwayc, model, "-o", exe, "--microbatches", str(m),
              "--schedule", order, "--overlap-optimizer", overlap,
              "--place", place, "--hw", hw, *opt])

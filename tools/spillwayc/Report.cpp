@@ -172,8 +172,7 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
   const char *products = s.compute == Precision::FP32 ? "fp32" : "bf16";
   if (s.bf16Storage)
     os << "bf16-mixed (bf16 activations and working weights, " << products
-       << " products; the fp32 parameters are their own master weights, "
-          "each layer rounding its working copy from them)\n";
+       << " products, fp32 master weights and optimizer state)\n";
   else
     os << products << " (parameters are their own master weights)\n";
   const StateBytes sb = stateBytes(s);

@@ -315,7 +315,10 @@ cl::list<std::string> placeClasses(
     "place", cl::CommaSeparated,
     cl::desc("Pin tensor classes to tiers for the plan: classes params, "
              "master, optimizer, gradients, activations; tiers gpu, host, "
-             "ssd. The planner decides the rest (with --hw; else the GPU). "
+             "ssd (master: the fp32 master weights of --precision "
+             "bf16-mixed, whose params are bf16; on the GPU exactly when "
+             "optimizer is, by default with it). The planner decides the "
+             "rest (with --hw; else the GPU). "
              "With -o the executable follows this offload plan "
              "(activations off the GPU need --recompute on, the default)"),
     cl::value_desc("CLASS=TIER,..."), cl::cat(category));

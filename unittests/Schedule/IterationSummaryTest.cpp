@@ -234,7 +234,8 @@ module {
 // copy takes the place of the value it rounds, so working bytes add only the
 // bf16 values: blocks.0 the relu's 128 (the linear's result, which only the
 // relu reads, is not rounded) and the input's 64 (the linear reads x
-// rounded), blocks.1 the logits' 32.
+// rounded), blocks.1 the logits' 32. The parameters: bf16 working copies,
+// and f32 masters as a class of their own.
 TEST_F(SummaryTest, Bf16MixedCountsBf16Activations) {
   OwningOpRef<ModuleOp> m = parse(kTwoLayer);
   ASSERT_TRUE(m);
@@ -257,12 +258,16 @@ TEST_F(SummaryTest, Bf16MixedCountsBf16Activations) {
   EXPECT_EQ(b->layers[0].workingBytes, 512u + 128u + 64u);
   EXPECT_EQ(a->layers[1].workingBytes, 64u + 4u);
   EXPECT_EQ(b->layers[1].workingBytes, 64u + 32u + 4u);
-  // The parameters stay f32 masters: no byte of theirs changes.
+  // The layers read bf16 working copies (half of fp32's parameter bytes)
+  // and the f32 masters are their own class; gradients and state stay f32.
   for (size_t l = 0; l < 2; ++l) {
-    EXPECT_EQ(a->layers[l].paramBytes, b->layers[l].paramBytes);
+    EXPECT_EQ(2 * b->layers[l].paramBytes, a->layers[l].paramBytes);
+    EXPECT_EQ(b->layers[l].masterBytes, a->layers[l].paramBytes);
+    EXPECT_EQ(a->layers[l].masterBytes, 0u);
+    EXPECT_EQ(a->layers[l].gradBytes, b->layers[l].gradBytes);
     EXPECT_EQ(a->layers[l].optimizerBytes, b->layers[l].optimizerBytes);
-    EXPECT_EQ(b->layers[l].masterBytes, 0u);
   }
+  EXPECT_EQ(a->layers[0].paramBytes, 576u);
 }
 
 TEST_F(SummaryTest, FrozenParameterHasNoGradientOrState) {

@@ -54,8 +54,8 @@ struct IterationSummary {
   std::vector<LayerCost> layers;
   Precision compute = Precision::BF16; ///< which GPU rate applies
   /// bf16-mixed (train-mixed-precision's train.precision): activations and
-  /// the working weights are stored as bf16; the f32 parameters stay their
-  /// own master weights (each layer rounds its working copy from them).
+  /// the working weights are stored as bf16 (paramBytes: 2 per element),
+  /// next to the f32 master weights (masterBytes: 4 per element).
   bool bf16Storage = false;
   /// Samples per iteration; a candidate's M must divide it (0: any M).
   uint64_t batchSize = 0;

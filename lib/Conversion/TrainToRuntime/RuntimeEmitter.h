@@ -165,10 +165,11 @@ private:
   llvm::StringMap<int32_t> paramIndexByName;
   unsigned globalCounter = 0;
   bool viewsAllowed = true; // the step has no schedule ops
-  // bf16-mixed without an offload plan: a parameter's rounding to bf16
-  // reads the runtime's working copy (spw_param_work), which the update
-  // keeps, instead of rounding the weights at every read. A plan's blocks
-  // have no room for the copy: there the cast runs.
+  // bf16-mixed: a parameter's rounding to bf16 reads the runtime's working
+  // copy (spw_param_work), which the update keeps, instead of rounding the
+  // weights at every read: the runtime's own copy without an offload plan,
+  // the params block's with one (a plan with master blocks; one without
+  // has no room for the copy, and the cast runs).
   bool workCopies = false;
   bool framed = false;
   DenseMap<Value, Value> handles;

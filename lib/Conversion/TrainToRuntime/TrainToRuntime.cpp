@@ -863,6 +863,13 @@ LogicalResult RuntimeEmitter::emitBody(func::FuncOp func, Value slotsArg) {
                                  {ctxArg, i32(arg.getArgNumber())}));
       continue;
     }
+    // A parameter read only rounded reads the working copy instead (an
+    // offload plan's params block may hold only that).
+    if (isParamArg(arg) && !arg.use_empty() &&
+        llvm::all_of(arg.getUsers(), [&](Operation *user) {
+          return workReads.contains(user);
+        }))
+      continue;
     Value index = slotIndex(arg.getArgNumber());
     if (isParamArg(arg)) {
       Value param = LLVM::TruncOp::create(builder, loc, i32Ty, index);
@@ -1181,9 +1188,19 @@ LogicalResult RuntimeEmitter::run() {
   viewsAllowed = llvm::none_of(step.getBody().front(), [](Operation &op) {
     return isa<sched::SchedDialect>(op.getDialect());
   });
+  // An offload plan keeps the working copies in its params blocks when it
+  // has master blocks (sched-assign-buffers under bf16-mixed).
   auto precision = module->getAttrOfType<StringAttr>(kPrecisionAttrName);
-  workCopies =
-      viewsAllowed && precision && precision.getValue() == "bf16-mixed";
+  bool planHasMasters = false;
+  if (auto buffers = module->getAttrOfType<DictionaryAttr>("sched.buffers"))
+    if (auto blocks = buffers.getAs<ArrayAttr>("blocks"))
+      planHasMasters = llvm::any_of(blocks, [](Attribute a) {
+        auto b = dyn_cast<DictionaryAttr>(a);
+        auto cls = b ? b.getAs<StringAttr>("class") : StringAttr();
+        return cls && cls.getValue() == "master";
+      });
+  workCopies = (viewsAllowed || planHasMasters) && precision &&
+               precision.getValue() == "bf16-mixed";
   llvm::StringMap<func::FuncOp> taskByName;
   for (func::FuncOp t : tasks)
     taskByName[t.getSymName()] = t;

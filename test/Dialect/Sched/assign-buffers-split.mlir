@@ -70,3 +70,17 @@
 // GPUHOME: sched.move params layer(0) part(0) host -> gpu prio(writeback)
 // GPUHOME: sched.drop params layer(0) part(0) host
 // GPUHOME-NEXT: sched.bind params layer(0) gpu
+
+// bf16-mixed: the overlap's granule doubles (128 elements, 256 bytes of
+// the bf16 working copies), so w1 again defers 128 elements; the params
+// block (bf16) splits at 256 bytes, the optimizer and master blocks (f32)
+// at 512: the same element. A split that leaves the params parts
+// unaligned (granule 1 here) is refused.
+// RUN: sed 's/^module {/module attributes {train.precision = "bf16-mixed"} {/' %S/Inputs/models/two-layers-16.mlir | spillway-opt --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=MASTER
+// MASTER: sched.buffers = {blocks = [
+// MASTER-SAME: {bytes = 512 : i64, class = "params", home = "ssd", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>, split = 256 : i64}
+// MASTER-SAME: {bytes = 2048 : i64, class = "optimizer", home = "ssd", layer = 0 : i64, members = [@w1], offset = 8192 : i64, offsets = array<i64: 0>, split = 512 : i64}
+// MASTER-SAME: {bytes = 1024 : i64, class = "master", home = "ssd", layer = 0 : i64, members = [@w1], offset = 20480 : i64, offsets = array<i64: 0>, split = 512 : i64}
+// MASTER: sched.move master layer(0) part(0) ssd -> host prio(demand)
+// RUN: sed 's/optimizer_on = "cpu"/master = "ssd", optimizer_on = "cpu"/' %S/Inputs/insert-transfers-defcpu.mlir | not spillway-opt --sched-insert-transfers --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=MASTERGRANULE
+// MASTERGRANULE: error: 'sched.iteration' op sched-assign-buffers: layer 0 defers 40 bytes of bf16 parameters, not a multiple of 256 (sched-overlap-optimizer's granule must keep the parts aligned in the GPU arena)

@@ -81,3 +81,21 @@
 // ACTSSD: error: 'sched.iteration' op plan over budget: the ssd tier needs 8192 bytes for this placement but the budget is 8191; the smallest SSD budget that fits is 8192 bytes
 // ACTGPU: error: 'sched.iteration' op plan over budget: the gpu tier needs 1792 bytes for this placement but the budget is 1791; the smallest --gpu-mem that fits is 1792 bytes
 // ORDER: error: 'sched.iteration' op sched-assign-buffers: run sched-place and sched-insert-transfers first
+
+// bf16-mixed (train.precision; `master` on the iteration, here by default
+// with the optimizer state on host): the params blocks hold the bf16
+// working copies, 2 bytes per element (w1: 32 elements, 64 bytes), and
+// each layer gets a master block with the f32 masters laid out as the
+// fp32 plan's params block (128 bytes), homed after the layer's gradients.
+// The loads and the update's params moves carry half of fp32's bytes (the
+// model's SSD read 576 -> 288, h2d 352 -> 176); the masters stay on host
+// where the CPU optimizer runs them.
+// RUN: sed 's/^module attributes {/module attributes {train.precision = "bf16-mixed", /' %S/Inputs/two-layers-ordered.mlir | spillway-opt --sched-place=placement=params=ssd,optimizer=host,gradients=host --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=MASTER
+// MASTER: sched.buffers = {blocks = [
+// MASTER-SAME: {bytes = 64 : i64, class = "params", home = "ssd", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>}
+// MASTER-SAME: {bytes = 256 : i64, class = "optimizer", home = "host", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>}
+// MASTER-SAME: {bytes = 128 : i64, class = "master", home = "host", layer = 0 : i64, members = [@w1], offset = 8192 : i64, offsets = array<i64: 0>}
+// MASTER-SAME: {bytes = 48 : i64, class = "params", home = "ssd", layer = 1 : i64, members = [@w2], offset = 4096 : i64, offsets = array<i64: 0>}
+// MASTER-SAME: {bytes = 96 : i64, class = "master", home = "host", layer = 1 : i64, members = [@w2], offset = 20480 : i64, offsets = array<i64: 0>}
+// MASTER-SAME: model_bytes = {d2h = 224 : i64, h2d = 176 : i64, ssd_read = 288 : i64, ssd_write = 112 : i64}
+// MASTER: sched.bind master layer(0) host

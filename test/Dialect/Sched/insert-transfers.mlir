@@ -462,3 +462,54 @@
 // RESIDENT-NEXT: sched.task opt layer(2) (%{{[0-9#]+}})
 // RESIDENT-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // RESIDENT:      sched.accumulate mean %{{[0-9#]+}}, %{{[0-9#]+}}
+
+// With master weights (bf16-mixed: `master` on the iteration; here homed
+// on SSD with the state, or on host) the master block goes where the update
+// runs and back exactly as the optimizer state does, part for part: part 0
+// around the deferred task, part 1 around the update after the backward.
+// The params blocks (the bf16 working copies) move as they did.
+// RUN: sed 's/optimizer_on = "cpu"/master = "ssd", optimizer_on = "cpu"/' %S/Inputs/insert-transfers-defcpu.mlir | spillway-opt --sched-insert-transfers | FileCheck %s --check-prefix=MASTER
+// MASTER:      %[[T0:[0-9]+]] = sched.move params layer(0) ssd -> host prio(demand)
+// MASTER-NEXT: sched.move params layer(1) ssd -> host prio(prefetch)
+// MASTER-NEXT: sched.await %[[T0]]
+// MASTER-NEXT: sched.bind params layer(0) host
+// MASTER-NEXT: %[[T2:[0-9]+]] = sched.move optimizer layer(0) part(0) ssd -> host prio(demand)
+// MASTER-NEXT: sched.await %[[T2]]
+// MASTER-NEXT: sched.bind optimizer layer(0) host
+// MASTER-NEXT: %[[M0:[0-9]+]] = sched.move master layer(0) part(0) ssd -> host prio(demand)
+// MASTER-NEXT: sched.await %[[M0]]
+// MASTER-NEXT: sched.bind master layer(0) host
+// MASTER-NEXT: sched.task opt deferred layer(0) ()
+// MASTER-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// MASTER:      %[[T3:[0-9]+]] = sched.move optimizer layer(0) part(0) host -> ssd prio(writeback)
+// MASTER-NEXT: sched.await %[[T3]]
+// MASTER-NEXT: sched.drop optimizer layer(0) part(0) host
+// MASTER-NEXT: %[[M1:[0-9]+]] = sched.move master layer(0) part(0) host -> ssd prio(writeback)
+// MASTER-NEXT: sched.await %[[M1]]
+// MASTER-NEXT: sched.drop master layer(0) part(0) host
+// MASTER-NEXT: %[[T4:[0-9]+]] = sched.move params layer(0) part(0) host -> ssd prio(writeback)
+// MASTER:      sched.gradient @head.weight layer(2) host mean(2)
+// MASTER-NEXT: %[[T6:[0-9]+]] = sched.move optimizer layer(2) part(1) ssd -> host prio(demand)
+// MASTER-NEXT: sched.await %[[T6]]
+// MASTER-NEXT: sched.bind optimizer layer(2) host
+// MASTER-NEXT: %[[M2:[0-9]+]] = sched.move master layer(2) part(1) ssd -> host prio(demand)
+// MASTER-NEXT: sched.await %[[M2]]
+// MASTER-NEXT: sched.bind master layer(2) host
+// MASTER-NEXT: %[[T7:[0-9]+]] = sched.move params layer(2) part(1) ssd -> host prio(demand)
+// MASTER-NEXT: sched.await %[[T7]]
+// MASTER-NEXT: sched.bind params layer(2) host
+// MASTER-NEXT: sched.task opt layer(2) (%{{[0-9#]+}})
+// MASTER-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
+// MASTER:      %[[T8:[0-9]+]] = sched.move params layer(2) part(1) host -> ssd prio(writeback)
+// MASTER-NEXT: sched.await %[[T8]]
+// MASTER-NEXT: sched.drop params layer(2) part(1) host
+// MASTER-NEXT: %[[T9:[0-9]+]] = sched.move optimizer layer(2) part(1) host -> ssd prio(writeback)
+// MASTER-NEXT: sched.await %[[T9]]
+// MASTER-NEXT: sched.drop optimizer layer(2) part(1) host
+// MASTER-NEXT: %[[M3:[0-9]+]] = sched.move master layer(2) part(1) host -> ssd prio(writeback)
+// MASTER-NEXT: sched.await %[[M3]]
+// MASTER-NEXT: sched.drop master layer(2) part(1) host
+// A master homed where the update runs (a CPU optimizer's on host) stays.
+// RUN: sed 's/optimizer_on = "cpu"/master = "host", optimizer_on = "cpu"/' %S/Inputs/insert-transfers-defcpu.mlir | spillway-opt --sched-insert-transfers | FileCheck %s --check-prefix=MASTERHOST --implicit-check-not="move master"
+// MASTERHOST: sched.bind master layer(0) host
+// MASTERHOST: sched.bind master layer(2) host

@@ -206,7 +206,7 @@ func.func @await_nothing() {
 // -----
 
 func.func @bind_gradients() {
-  // expected-error @+1 {{binds params or optimizer blocks, not gradients}}
+  // expected-error @+1 {{binds params, optimizer or master blocks, not gradients}}
   sched.bind gradients layer(0) gpu
   return
 }

@@ -24,6 +24,13 @@
 // G9-DAG: train.adamw @blocks.0.fc.weight,
 // G9-DAG: train.adamw_apply_pending @wte [0, 40)
 // G9-DAG: train.adamw @ln.scale,
+// Under bf16-mixed (train.precision) the granule doubles, 256 bytes of the
+// bf16 working copies an offload plan's params blocks hold: F = 0.25 of
+// w1's 256 elements defers 64 in fp32 but 128 (one granule) here.
+// RUN: spillway-opt %S/Inputs/models/two-layers-16.mlir --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order=order=snake --sched-overlap-optimizer=fraction=0.25 | FileCheck %s --check-prefix=G25
+// G25: train.adamw_defer @w1 [0, 64)
+// RUN: sed 's/^module {/module attributes {train.precision = "bf16-mixed"} {/' %S/Inputs/models/two-layers-16.mlir | spillway-opt --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order=order=snake --sched-overlap-optimizer=fraction=0.25 | FileCheck %s --check-prefix=G25MIXED
+// G25MIXED: train.adamw_defer @w1 [0, 128)
 // The full text of a deferred task and a split update.
 // RUN: spillway-opt %S/Inputs/overlap-optimizer-snake.mlir -split-input-file --sched-overlap-optimizer="fraction=0.5 granule=1" | FileCheck %s --check-prefix=FULL
 // FULL-LABEL: func.func @three_layers

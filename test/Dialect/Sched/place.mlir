@@ -25,10 +25,30 @@
 // reads forward intermediates (here the logits) the plan would not move.
 // ACT: placement = #sched.placement<params = gpu, optimizer = gpu, gradients = gpu, activations = ssd>
 // NORECOMPUTE: error: 'sched.task' op sched-place: activations=host needs sched-recompute first: result #{{[0-9]+}} is a forward intermediate only the backward reads; run sched-recompute (spillwayc --recompute on, the default) or place activations=gpu
-// MASTER: error: sched-place: 'master': there are no separate master weights to place; the f32 parameters are their own master weights (under --precision bf16-mixed too, where each layer rounds its bf16 working copy from them), so place them with params=TIER
-// CLASS: error: sched-place: unknown tensor class 'weights' (classes: params, optimizer, gradients, activations)
+// MASTER: error: sched-place: 'master': there are no separate master weights to place; the f32 parameters are their own master weights, so place them with params=TIER (a model compiled with --precision bf16-mixed has f32 master weights next to its bf16 parameters)
+// CLASS: error: sched-place: unknown tensor class 'weights' (classes: params, optimizer, gradients, activations, and master under bf16-mixed)
 // TIER: error: sched-place: unknown tier 'nvme' for params (tiers: gpu, host, ssd)
 // TWICE: error: sched-place: class 'params' is placed twice
 // SYNTAX: error: sched-place: 'params' is not CLASS=TIER (e.g. params=ssd)
 // UNORDERED: error: 'sched.iteration' op sched-place: order the tasks first (sched-order)
 // NOITER: error: sched-place: no sched.iteration to place (run convert-train-to-sched first)
+
+// Under bf16-mixed (train.precision) the f32 master weights are a class of
+// their own (`master` on the iteration: the params blocks then hold the
+// bf16 working copies): placed, or by default with the optimizer state;
+// on the GPU exactly when the optimizer state is (the update reads and
+// writes both where it runs).
+// RUN: sed 's/^module attributes {/module attributes {train.precision = "bf16-mixed", /' %S/Inputs/two-layers-ordered.mlir > %t.mixed.mlir
+// RUN: spillway-opt %t.mixed.mlir "--sched-place=placement=params=ssd,optimizer=host,master=ssd" | FileCheck %s --check-prefix=MIXED
+// RUN: spillway-opt %t.mixed.mlir "--sched-place=placement=params=ssd,optimizer=ssd" | FileCheck %s --check-prefix=MIXEDDEFAULT
+// RUN: spillway-opt %t.mixed.mlir "--sched-place=placement=params=host" | FileCheck %s --check-prefix=MIXEDGPU
+// RUN: not spillway-opt %t.mixed.mlir "--sched-place=placement=optimizer=host,master=gpu" 2>&1 | FileCheck %s --check-prefix=MIXEDSPLIT
+// RUN: not spillway-opt %t.mixed.mlir "--sched-place=placement=master=host" 2>&1 | FileCheck %s --check-prefix=MIXEDSPLIT2
+// MIXED: sched.iteration
+// MIXED-SAME: master = "ssd"
+// MIXED-SAME: optimizer_on = "cpu"
+// MIXEDDEFAULT: master = "ssd"
+// MIXEDGPU: master = "gpu"
+// MIXEDGPU-SAME: optimizer_on = "gpu"
+// MIXEDSPLIT: error: sched-place: master=gpu with optimizer=host: the update reads and writes the master weights where it runs, so they are on the GPU when the optimizer state is (GPU optimizer) and off it when it is not (CPU optimizer)
+// MIXEDSPLIT2: error: sched-place: master=host with optimizer=gpu: the update

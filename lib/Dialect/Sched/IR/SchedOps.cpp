@@ -68,6 +68,22 @@ LogicalResult IterationOp::verify() {
              << stringifyTier(placement.getOptimizer()) << ", got '" << *on
              << "'";
   }
+  if (auto master = getMaster()) {
+    if (!placement)
+      return emitOpError("master needs a placement");
+    auto tier = symbolizeTier(*master);
+    if (!tier)
+      return emitOpError("master must be 'gpu', 'host' or 'ssd', got '")
+             << *master << "'";
+    // The update reads and writes the masters where it runs: a GPU
+    // optimizer's on the GPU, a CPU optimizer's off it.
+    if ((*tier == Tier::gpu) != (placement.getOptimizer() == Tier::gpu))
+      return emitOpError("master weights homed on ")
+             << *master << " with optimizer state homed on "
+             << stringifyTier(placement.getOptimizer())
+             << ": both on the GPU (GPU optimizer) or both off it (CPU "
+                "optimizer)";
+  }
   if (getUpdatedAttr() && !placement)
     return emitOpError("updated needs a placement");
   if (auto deferred = getDeferredAttr()) {
@@ -263,8 +279,9 @@ LogicalResult AwaitOp::verify() {
 
 LogicalResult BindOp::verify() {
   if (getBlockClass() != BlockClass::params &&
-      getBlockClass() != BlockClass::optimizer)
-    return emitOpError("binds params or optimizer blocks, not ")
+      getBlockClass() != BlockClass::optimizer &&
+      getBlockClass() != BlockClass::master)
+    return emitOpError("binds params, optimizer or master blocks, not ")
            << stringifyBlockClass(getBlockClass());
   if (getTier() == Tier::ssd)
     return emitOpError("compute cannot read a block on ssd; move it to host "

@@ -27,7 +27,11 @@ using namespace spillway::sched;
 
 namespace {
 
-constexpr int kTiers = 3, kClasses = 4;
+// Blocks are indexed by BlockClass; activations (4) and pending (5) are
+// laid out apart (assignActivations, the pending homes) and stay empty here.
+constexpr int kTiers = 3, kClasses = 7;
+constexpr int kMaster = int(BlockClass::master);
+static_assert(kMaster == kClasses - 1, "master is the last block class");
 constexpr uint64_t kGranule[kTiers] = {256, 4096, 4096}; // gpu, host, ssd
 constexpr uint64_t kSsdAlign = 4096;
 
@@ -226,9 +230,19 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
   if (!placement || !updatedAttr || !*layers)
     return it.emitOpError("sched-assign-buffers: run sched-place and "
                           "sched-insert-transfers first");
+  // bf16-mixed: the params blocks hold the bf16 working copies (2 bytes per
+  // element) and the master blocks the f32 masters, laid out as the params
+  // blocks of an fp32 plan.
+  std::optional<Tier> masterHome;
+  if (auto m = it.getMaster())
+    masterHome = symbolizeTier(*m);
   const Tier homes[kClasses] = {placement.getParams(),
                                 placement.getOptimizer(),
-                                placement.getGradients(), Tier::gpu};
+                                placement.getGradients(),
+                                Tier::gpu,
+                                Tier::gpu,
+                                Tier::gpu,
+                                masterHome.value_or(Tier::gpu)};
   auto bytesOf = [&](Attribute sym) -> uint64_t {
     auto p = module.lookupSymbol<train::ParamOp>(
         cast<FlatSymbolRefAttr>(sym).getAttr());
@@ -256,6 +270,12 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
       pb.members.push_back(s);
       pb.offsets.push_back(pb.bytes);
       pb.bytes += bytesOf(s);
+    }
+    if (masterHome) {
+      blocks[l][kMaster] = pb;
+      for (int64_t &o : pb.offsets)
+        o /= 2;
+      pb.bytes /= 2;
     }
     BlockInfo &gb = blocks[l][int(BlockClass::gradients)];
     for (Attribute s : upd) {
@@ -307,23 +327,33 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
                << l << " defers " << d[l] << " elements, more than it has";
       if (split == 0 || split == ob.span)
         continue; // nothing deferred, or all: one part
-      if (pb.bytes != ob.span)
+      if (pb.bytes != (masterHome ? ob.span / 2 : ob.span))
         return it.emitOpError("sched-assign-buffers: layer ")
                << l << " splits its optimizer block but not its parameters "
                << "(parameters the optimizer does not update)";
-      if (split % kGranule[int(Tier::gpu)])
+      // With masters the params block holds 2 bytes per element: its split
+      // is half the optimizer's, and must be aligned too.
+      const uint64_t paramsSplit = masterHome ? split / 2 : split;
+      if (split % kGranule[int(Tier::gpu)] ||
+          paramsSplit % kGranule[int(Tier::gpu)])
         return it.emitOpError("sched-assign-buffers: layer ")
-               << l << " defers " << split << " bytes, not a multiple of "
-               << kGranule[int(Tier::gpu)] << " (sched-overlap-optimizer's "
-               << "granule must keep the parts aligned in the GPU arena)";
-      pb.split = ob.split = split;
+               << l << " defers " << paramsSplit
+               << (masterHome ? " bytes of bf16 parameters" : " bytes")
+               << ", not a multiple of " << kGranule[int(Tier::gpu)]
+               << " (sched-overlap-optimizer's granule must keep the parts "
+               << "aligned in the GPU arena)";
+      ob.split = split;
+      pb.split = paramsSplit;
+      if (masterHome)
+        blocks[l][kMaster].split = split;
     }
   }
 
-  // Homes, packed per tier in layer order: params, optimizer, gradients.
+  // Homes, packed per tier in layer order: params, optimizer, gradients,
+  // master.
   std::array<uint64_t, kTiers> cursor{};
   for (size_t l = 0; l < numLayers; ++l)
-    for (int c = 0; c < 3; ++c) {
+    for (int c : {0, 1, 2, kMaster}) {
       BlockInfo &bi = blocks[l][c];
       if (!bi.bytes)
         continue;

@@ -52,6 +52,10 @@ struct Rewriter {
   IterationOp it;
   OpBuilder b;
   Tier tp, to, tg, side;
+  /// The master weights' home (bf16-mixed: the params blocks hold the
+  /// working copies), which the update brings and writes back as it does
+  /// the optimizer state; none: the parameters are their own masters.
+  std::optional<Tier> tm;
   int64_t microbatches;
   /// Per layer: its parameters (block order) and which of them the
   /// optimizer updates (the gradient and optimizer blocks' members).
@@ -140,6 +144,8 @@ LogicalResult Rewriter::run() {
   to = placement.getOptimizer();
   tg = placement.getGradients();
   side = to == Tier::gpu ? Tier::gpu : Tier::host;
+  if (auto master = it.getMaster())
+    tm = symbolizeTier(*master);
   microbatches = it.getMicrobatches();
 
   auto module = it->getParentOfType<ModuleOp>();
@@ -283,10 +289,17 @@ void Rewriter::deferredUpdate(int64_t l, TaskOp task) {
     bind(BlockClass::params, l, side);
   bring(BlockClass::optimizer, l, to, side, Priority::demand, p0);
   bind(BlockClass::optimizer, l, side);
-  // After it: the state back home, and the updated parameters written to
-  // their tier, keeping the copy the load goes on with.
+  if (tm) {
+    bring(BlockClass::master, l, *tm, side, Priority::demand, p0);
+    bind(BlockClass::master, l, side);
+  }
+  // After it: the state (and masters) back home, and the updated
+  // parameters written to their tier, keeping the copy the load goes on
+  // with.
   b.setInsertionPointAfter(task);
   sendBack(BlockClass::optimizer, l, side, to, p0);
+  if (tm)
+    sendBack(BlockClass::master, l, side, *tm, p0);
   if (tp == Tier::gpu) {
     if (side != Tier::gpu) {
       sendBack(BlockClass::params, l, side, Tier::gpu, p0);
@@ -695,6 +708,10 @@ LogicalResult Rewriter::placeUpdates() {
     if (now) {
       bring(BlockClass::optimizer, l, to, side, Priority::demand, p1);
       bind(BlockClass::optimizer, l, side);
+      if (tm) {
+        bring(BlockClass::master, l, *tm, side, Priority::demand, p1);
+        bind(BlockClass::master, l, side);
+      }
       bring(BlockClass::params, l, tp, side, Priority::demand, p1);
       bind(BlockClass::params, l, side);
     }
@@ -702,6 +719,8 @@ LogicalResult Rewriter::placeUpdates() {
     if (now) {
       sendBack(BlockClass::params, l, side, tp, p1);
       sendBack(BlockClass::optimizer, l, side, to, p1);
+      if (tm)
+        sendBack(BlockClass::master, l, side, *tm, p1);
     }
     // The gradient is not written back: only the next iteration's first
     // flush touches it again, and that one overwrites it. (bring already

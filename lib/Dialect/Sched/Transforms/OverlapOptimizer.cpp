@@ -41,6 +41,8 @@ struct SchedOverlapOptimizerPass
   using SchedOverlapOptimizerPassBase::SchedOverlapOptimizerPassBase;
   void runOnOperation() override;
   LogicalResult overlap(IterationOp iteration, const train::LayerTable &layers);
+  /// `granule`, doubled under bf16-mixed (runOnOperation).
+  int64_t elementGranule = 0;
 };
 
 /// Builds the `train.adamw_defer` of `update`'s parameter over elements
@@ -72,6 +74,13 @@ void SchedOverlapOptimizerPass::runOnOperation() {
     return signalPassFailure();
   }
   SmallVector<IterationOp> iterations;
+  // bf16-mixed: an offload plan's params blocks hold 2 bytes per element,
+  // so the same 256 bytes take twice the elements.
+  auto precision =
+      getOperation()->getAttrOfType<StringAttr>(train::kPrecisionAttrName);
+  elementGranule = precision && precision.getValue() == "bf16-mixed"
+                       ? 2 * int64_t(granule)
+                       : int64_t(granule);
   getOperation().walk([&](IterationOp it) { iterations.push_back(it); });
   for (IterationOp it : iterations) {
     auto module = it->getParentOfType<ModuleOp>();
@@ -233,7 +242,7 @@ SchedOverlapOptimizerPass::overlap(IterationOp iteration,
         total += it->second.getGrad().getType().getNumElements();
     // The cost model counts the deferred bytes with the same function.
     const int64_t deferred =
-        schedule::deferredElements(fraction, total, granule);
+        schedule::deferredElements(fraction, total, elementGranule);
     if (deferred == 0)
       continue;
     SmallVector<std::pair<StringRef, int64_t>> ranges; // param, end

@@ -10,6 +10,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "spillway/Dialect/Sched/IR/SchedOps.h"
+#include "spillway/Dialect/Train/IR/TrainDialect.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 
@@ -56,6 +57,8 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    auto precision = module->getAttrOfType<StringAttr>(train::kPrecisionAttrName);
+    const bool bf16Mixed = precision && precision.getValue() == "bf16-mixed";
     llvm::StringMap<std::string> tiers;
     for (llvm::StringLiteral c : kClasses)
       tiers[c] = "gpu";
@@ -71,18 +74,20 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
             << item << "' is not CLASS=TIER (e.g. params=ssd)";
         return signalPassFailure();
       }
-      if (cls == "master") {
+      if (cls == "master" && !bf16Mixed) {
         module.emitError("sched-place: 'master': there are no separate "
                          "master weights to place; the f32 parameters are "
-                         "their own master weights (under --precision "
-                         "bf16-mixed too, where each layer rounds its bf16 "
-                         "working copy from them), so place them with "
-                         "params=TIER");
+                         "their own master weights, so place them with "
+                         "params=TIER (a model compiled with --precision "
+                         "bf16-mixed has f32 master weights next to its "
+                         "bf16 parameters)");
         return signalPassFailure();
       }
-      if (!tiers.count(cls)) {
+      if (!tiers.count(cls) && cls != "master") {
         module.emitError("sched-place: unknown tensor class '")
-            << cls << "' (classes: params, optimizer, gradients, activations)";
+            << cls
+            << "' (classes: params, optimizer, gradients, activations, and "
+               "master under bf16-mixed)";
         return signalPassFailure();
       }
       if (!symbolizeTier(tier)) {
@@ -96,6 +101,18 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
       }
       given[cls] = true;
       tiers[cls] = tier.str();
+    }
+    // The master weights live with the optimizer state unless placed.
+    if (bf16Mixed && !given.lookup("master"))
+      tiers["master"] = tiers["optimizer"];
+    if (bf16Mixed &&
+        (tiers["master"] == "gpu") != (tiers["optimizer"] == "gpu")) {
+      module.emitError("sched-place: master=")
+          << tiers["master"] << " with optimizer=" << tiers["optimizer"]
+          << ": the update reads and writes the master weights where it "
+             "runs, so they are on the GPU when the optimizer state is "
+             "(GPU optimizer) and off it when it is not (CPU optimizer)";
+      return signalPassFailure();
     }
     Builder b(&getContext());
     auto tierOf = [&](StringRef c) { return *symbolizeTier(tiers[c]); };
@@ -121,6 +138,8 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
         return WalkResult::interrupt();
       it.setPlacementAttr(placed);
       it.setOptimizerOnAttr(b.getStringAttr(side));
+      if (bf16Mixed)
+        it.setMasterAttr(b.getStringAttr(tiers["master"]));
       return WalkResult::advance();
     });
     if (r.wasInterrupted())

@@ -101,11 +101,15 @@ void spw_declare_foam(spw_ctx *ctx, int32_t param, int64_t level,
 /* ---- one step (called from spw_model_step) ----------------------------- */
 spw_tensor *spw_input(spw_ctx *ctx, int32_t index);
 spw_tensor *spw_param(spw_ctx *ctx, int32_t index);
-/* The bf16 working copy of f32 parameter `index` (bf16-mixed without an
- * offload plan): its value rounded to nearest even, made again at the first
- * read after an update or a load changed the value, so the step reads what
- * a cast of spw_param would give without rounding the weights at every
- * read. The runtime owns it, as a parameter's. */
+/* The bf16 working copy of f32 parameter `index` (bf16-mixed): its value
+ * rounded to nearest even, so the step reads what a cast of spw_param would
+ * give without rounding the weights at every read. Without an offload plan
+ * the runtime keeps it, made again at the first read after an update or a
+ * load changed the value. In an offload plan with master blocks it is the
+ * copy in the layer's params block bound by spw_bind (an error while none
+ * is bound), which every update writes with its new master's rounding; an
+ * offload plan without master blocks keeps none (an error). The runtime
+ * owns it, as a parameter's. */
 spw_tensor *spw_param_work(spw_ctx *ctx, int32_t index);
 /* A step-lifetime tensor, uninitialized. */
 spw_tensor *spw_alloc(spw_ctx *ctx, int32_t dtype, int32_t rank,
@@ -218,16 +222,25 @@ void spw_declare_prediction(spw_ctx *ctx, double seconds, const char *bound);
 void spw_declare_step_arena(spw_ctx *ctx, int64_t bytes);
 /* Block (cls, layer) of `bytes` bytes: its home tier (-1: none) and offset
  * there, and its n members: parameter indices and byte offsets (for the
- * optimizer class, offsets of m; v follows at bytes / 2 + offset). */
+ * optimizer class, offsets of m; v follows at bytes / 2 + offset).
+ * A plan that declares master blocks (SPW_BLOCK_MASTER, only after
+ * spw_declare_bf16_mixed) is bf16-mixed: a layer's master block holds its
+ * parameters' f32 values (4 bytes an element, offsets multiples of 4), the
+ * params block the same members in the same order as their bf16 working
+ * copies (2 bytes an element, offsets multiples of 2); every params block
+ * has its master block and every master block its params block (checked
+ * when the tiers start). */
 void spw_declare_block(spw_ctx *ctx, int32_t cls, int32_t layer,
                        int64_t bytes, int32_t home, int64_t home_offset,
                        int32_t n, const int64_t *params,
                        const int64_t *offsets);
-/* Splits block (cls, layer) (params or optimizer) for the optimizer
- * overlap: part 0 holds the first `split_bytes` (a multiple of 256) of its
- * members (for the optimizer, of m and of v: part 0 is [m | v] of those
- * bytes), part 1 the rest; on every tier part 1 starts at part 0's size
- * rounded up to 256 (GPU) or 4096 (host, SSD) bytes. Before tiers start. */
+/* Splits block (cls, layer) (params, master or optimizer) for the
+ * optimizer overlap: part 0 holds the first `split_bytes` (a multiple of
+ * 256) of its members (for the optimizer, of m and of v: part 0 is [m | v]
+ * of those bytes), part 1 the rest; on every tier part 1 starts at part 0's
+ * size rounded up to 256 (GPU) or 4096 (host, SSD) bytes. A layer's blocks
+ * split at the same element (split_bytes / 2 for a bf16-mixed plan's params
+ * block, split_bytes / 4 otherwise), or none is split. Before tiers start. */
 void spw_declare_split(spw_ctx *ctx, int32_t cls, int32_t layer,
                        int64_t split_bytes);
 /* Starts a move of the block's copy on `from` to `to` (one link), placing
@@ -245,9 +258,13 @@ void spw_drop(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier);
 /* Frees part `part` of a split block's copy there. */
 void spw_drop_part(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t part,
                    int32_t tier);
-/* From here the step's parameters (cls 0) or AdamW state (cls 1) of the
- * layer are the block's copy on `tier` (of a split block, the parts that
- * are there; a parameter is readable whole only where it is contiguous). */
+/* From here the step's parameters (params, or master in a bf16-mixed plan),
+ * their bf16 working copies (params in a bf16-mixed plan: what
+ * spw_param_work reads, and what each update of the master rewrites, so
+ * the plan binds it where the update runs) or AdamW state (optimizer) of
+ * the layer are the block's copy on `tier` (of a split block, the parts
+ * that are there; a parameter is readable whole only where it is
+ * contiguous). */
 void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier);
 /* Sums a backward run's micro-batch gradients (n = members x micro-batches,
  * micro-batch by micro-batch) into the GPU copy of block (cls, layer):

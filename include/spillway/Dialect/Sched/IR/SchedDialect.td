@@ -74,7 +74,8 @@ def Sched_BlockClass : I32EnumAttr<"BlockClass",
     "the tensors of one layer that move together", [
     I32EnumAttrCase<"params", 0>, I32EnumAttrCase<"optimizer", 1>,
     I32EnumAttrCase<"gradients", 2>, I32EnumAttrCase<"gradstage", 3>,
-    I32EnumAttrCase<"activations", 4>, I32EnumAttrCase<"pending", 5>]> {
+    I32EnumAttrCase<"activations", 4>, I32EnumAttrCase<"pending", 5>,
+    I32EnumAttrCase<"master", 6>]> {
   let cppNamespace = "::spillway::sched";
 }
 

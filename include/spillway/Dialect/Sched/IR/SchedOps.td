@@ -26,7 +26,12 @@ def Sched_IterationOp : Sched_Op<"iteration", [
     before its pass ran:
     - `placement` (`sched-place`): each tensor class's home tier;
       `optimizer_on`, where the update runs: `"gpu"` when the optimizer
-      state's home is the GPU, else `"cpu"`;
+      state's home is the GPU, else `"cpu"`; `master`, under
+      `train.precision = "bf16-mixed"`, the home tier (`"gpu"`, `"host"`,
+      `"ssd"`) of the f32 master weights, whose `master` blocks the update
+      reads and writes while the `params` blocks hold the bf16 working
+      copies the layers read (absent: the parameters are their own
+      masters);
     - `updated` (`sched-insert-transfers`): per layer of `train.layers`, the
       parameters the optimizer updates (the members of the layer's gradient
       and optimizer blocks), which needs `placement`;
@@ -50,6 +55,7 @@ def Sched_IterationOp : Sched_Op<"iteration", [
                        OptionalAttr<StrAttr>:$order,
                        OptionalAttr<Sched_PlacementAttr>:$placement,
                        OptionalAttr<StrAttr>:$optimizer_on,
+                       OptionalAttr<StrAttr>:$master,
                        OptionalAttr<TypedArrayAttrBase<FlatSymbolRefArrayAttr,
                            "per layer, its updated parameters">>:$updated,
                        OptionalAttr<DenseI64ArrayAttr>:$deferred);
@@ -248,9 +254,11 @@ def Sched_BindOp : Sched_BlockOp<"bind"> {
   let summary = "the copy compute reads and updates from here on";
   let description = [{
     From here, the tasks read the parameters of block (`params`, `layer`)
-    (or the optimizer updates the state of (`optimizer`, `layer`)) in its
-    copy on `tier`: `gpu` for the forward, backward and a GPU optimizer,
-    `host` for a CPU optimizer.
+    (or the optimizer updates the state of (`optimizer`, `layer`), or the
+    f32 master weights of (`master`, `layer`), bf16-mixed, whose update
+    writes the params block's bf16 working copies) in its copy on `tier`:
+    `gpu` for the forward, backward and a GPU optimizer, `host` for a CPU
+    optimizer.
     Of a split block, the parts that have a copy there: an update of a
     part's elements needs that part bound, a read of a whole parameter
     needs it contiguous (both parts, back to back as on the GPU).

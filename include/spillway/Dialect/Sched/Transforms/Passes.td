@@ -144,8 +144,12 @@ def SchedPlacePass : Pass<"sched-place", "mlir::ModuleOp"> {
     against what the executor can run and makes it IR:
     - the optimizer runs where its state lives: on the GPU when `optimizer`
       is `gpu`, else on the CPU (`optimizer_on = "gpu" | "cpu"`);
-    - `master` is refused: the f32 parameters are their own master weights
-      (bf16-mixed's working copies are rounded from them where read);
+    - `master`, under `train.precision = "bf16-mixed"` only (elsewhere the
+      f32 parameters are their own master weights and it is refused): the
+      home of the f32 master weights (`master = TIER` on the iteration),
+      while `params` is that of the bf16 working copies; unplaced, it is
+      the optimizer's tier. It must be on the GPU exactly when `optimizer`
+      is (the update reads and writes both where it runs);
     - `activations` off the GPU needs `sched-recompute` to have run: a fwd
       task result that only bwd tasks read (a forward intermediate kept for
       the backward) is refused, naming the task and the fix;
@@ -156,7 +160,8 @@ def SchedPlacePass : Pass<"sched-place", "mlir::ModuleOp"> {
   let options = [
     Option<"placement", "placement", "std::string", /*default=*/"\"\"",
            "CLASS=TIER,... (classes: params, optimizer, gradients, "
-           "activations; tiers: gpu, host, ssd); the rest stay on the GPU">
+           "activations, and master under bf16-mixed; tiers: gpu, host, "
+           "ssd); the rest stay on the GPU (master: with the optimizer)">
   ];
   let dependentDialects = ["spillway::sched::SchedDialect"];
 }
@@ -202,7 +207,11 @@ def SchedInsertTransfersPass : Pass<"sched-insert-transfers", "mlir::ModuleOp"> 
       `sched.accumulate mean` computes, with the same additions in the
       same order, so the weights are bit-identical), the state and
       parameters bound, and after the task the state and parameters are
-      written back along the reverse path.
+      written back along the reverse path. With master weights (`master`
+      on the iteration, bf16-mixed) the `master` block moves, binds and
+      goes back exactly as the optimizer state does (the update reads and
+      writes the f32 masters and writes the bf16 working copies, the
+      `params` block, from them), part for part under the overlap.
     - With the optimizer overlap (`sched-overlap-optimizer`, F > 0) a
       layer's first D_l updated elements are updated a step late. Its
       params and optimizer blocks then have two parts (`part(0)`, the
@@ -256,7 +265,7 @@ def SchedAssignBuffersPass : Pass<"sched-assign-buffers", "mlir::ModuleOp"> {
   let description = [{
     Runs after `sched-insert-transfers`. Every block gets its home (the
     tier of its class) at a fixed offset: homes are packed in layer order,
-    params, optimizer, gradients, each aligned to the tier's granule (GPU
+    params, optimizer, gradients, master, each aligned to the tier's granule (GPU
     256 bytes; host and SSD 4096, the O_DIRECT alignment, so host copies
     go to the SSD as they are). Copies away from home live in slot pools,
     one per (tier, class), of as many slots of the class's largest block
@@ -276,7 +285,12 @@ def SchedAssignBuffersPass : Pass<"sched-assign-buffers", "mlir::ModuleOp"> {
     members): each part is its own extent, part 1 at part 0's size rounded
     up to the tier's granule, so on the GPU the parts are back to back (the
     split must be a multiple of 256 bytes: sched-overlap-optimizer's
-    granule); a `part` move moves, and costs, that part only. Each layer
+    granule); a `part` move moves, and costs, that part only. With master
+    weights (`master` on the iteration, bf16-mixed) each layer also has a
+    `master` block, homed on that tier: the f32 masters laid out as an fp32
+    plan's params block, while its params block holds the bf16 working
+    copies, 2 bytes per element at half those offsets, split at half the
+    bytes (the same element). Each layer
     with deferred elements gets a `pending` block: the gradient slices the
     runtime keeps from the update to the next step's deferred task, at
     home on the optimizer's side (GPU optimizer: gpu, else host), after the
@@ -379,7 +393,9 @@ def SchedOverlapOptimizerPass : Pass<"sched-overlap-optimizer", "mlir::ModuleOp"
     - With `fraction` F > 0, the update of the first D_l elements of layer
       l is deferred: F * N_l rounded to the nearest multiple of `granule`
       (64 elements, 256 bytes of f32: an offload plan splits the layer's
-      blocks there and keeps both parts back to back in the GPU arena), or
+      blocks there and keeps both parts back to back in the GPU arena;
+      twice `granule` under `train.precision = "bf16-mixed"`, 256 bytes of
+      the bf16 working copies its params blocks hold), or
       N_l when that rounding reaches N_l (F = 1 defers everything). N_l is the number of
       elements of the parameters the task updates, concatenated in the
       order of `train.layers[l].params` (each parameter row-major). A
