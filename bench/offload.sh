@@ -12,12 +12,19 @@
 # seconds per iteration (measured, predicted) and bound, bytes per link
 # (measured vs predicted), overlap ratio; then snake with the largest F over
 # horizontal with F = 0 (the ZeRO-Infinity order), snake over horizontal at
-# equal F, and AdamW against FOAM in each order at F = 0.
+# equal F, and AdamW against FOAM in each order at F = 0. With
+# --precisions fp32,bf16-mixed every config runs in both (spillwayc
+# --precision; bf16-mixed's f32 master weights on SSD with the state,
+# --place master=ssd) and the table adds bf16-mixed against fp32 per config:
+# the params class's bytes per iteration (the bf16 working copies against the
+# fp32 parameters, measured by class), the masters', and the SSD and PCIe
+# totals.
 #
 # usage: bench/offload.sh [--small | --preset io-bound] [--layers L] [--d-model D] [--heads H] [--vocab V]
 #                         [--seq S] [--batch B] [--microbatches M] [--steps N]
 #                         [--schedules horizontal,snake] [--overlaps F[,F...]]
 #                         [--optimizers adamw,foam] [--foam-level L]
+#                         [--precisions fp32,bf16-mixed]
 #                         [--gpu-mem SIZE] [--host-mem SIZE]
 #                         [--ssd DIR] [--hw PROFILE.json] [-o OUT.json]
 #   defaults: L=24 D=1024 H=16 V=8192 S=64 B=4 (319M parameters: 1.2 GiB of f32
@@ -26,7 +33,8 @@
 #   alpha stays spillwayc's default, 0.25: it does not change the bytes),
 #   --hw profiles/cpu-ci.json, --ssd $BENCH_DIR/ssd,
 #   OUT = bench/results/offload-<host>-<UTC time>.json.
-#   Configs: every optimizer x schedule x F of --overlaps (each F in [0, 1]),
+#   --precisions: fp32 (default), bf16-mixed, or both.
+#   Configs: every precision x optimizer x schedule x F of --overlaps (each F in [0, 1]),
 #   except FOAM with F > 0, which spillwayc refuses (--overlap-optimizer
 #   splits AdamW updates only): those are skipped, and said so.
 #   --small: L=4 D=256 H=4 V=4096 S=32 B=4 (5.3M parameters), a smoke run of seconds.
@@ -54,13 +62,13 @@ ARGV="$*"
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit "${1:-2}"; }
 
 LAYERS=24 DMODEL=1024 HEADS=16 VOCAB=8192 SEQ=64 BATCH=4
-M=4 STEPS=3 SCHEDULES=horizontal,snake OVERLAPS=0,1 OPTIMIZERS=adamw FOAMLEVEL=2
+M=4 STEPS=3 SCHEDULES=horizontal,snake OVERLAPS=0,1 OPTIMIZERS=adamw FOAMLEVEL=2 PRECISIONS=fp32
 GPUMEM="" HOSTMEM="" SSD="" OUTJSON=""
 HW="$ROOT/profiles/cpu-ci.json" SMALL=0
 while [ $# -gt 0 ]; do
   case $1 in
     --layers|--d-model|--heads|--vocab|--seq|--batch|--microbatches|--steps|--schedules|--overlaps|\
-    --optimizers|--foam-level|--gpu-mem|--host-mem|--ssd|--hw|-o|--out)
+    --optimizers|--foam-level|--precisions|--gpu-mem|--host-mem|--ssd|--hw|-o|--out)
       [ $# -ge 2 ] || { echo "offload.sh: $1 needs a value" >&2; usage; } ;;
   esac
   case $1 in
@@ -77,6 +85,7 @@ while [ $# -gt 0 ]; do
     --microbatches) M=$2; shift ;; --steps) STEPS=$2; shift ;; --schedules) SCHEDULES=$2; shift ;;
     --overlaps) OVERLAPS=$2; shift ;;
     --optimizers) OPTIMIZERS=$2; shift ;; --foam-level) FOAMLEVEL=$2; shift ;;
+    --precisions) PRECISIONS=$2; shift ;;
     --gpu-mem) GPUMEM=$2; shift ;; --host-mem) HOSTMEM=$2; shift ;; --ssd) SSD=$2; shift ;;
     --hw) HW=$2; shift ;; -o|--out) OUTJSON=$2; shift ;;
     -h|--help) usage 0 ;;
@@ -124,12 +133,21 @@ for o in "${OPTS[@]}"; do
   case $o in adamw|foam) ;; *) die "unknown optimizer '$o' (adamw, foam)" ;; esac
 done
 [[ $FOAMLEVEL =~ ^[0-9]+$ ]] && [ "$FOAMLEVEL" -le 16 ] || die "--foam-level must be an integer in [0, 16]"
-CONFIGS=()   # schedule-F<F>-<optimizer>: names the config's files
+IFS=, read -r -a PRECS <<<"$PRECISIONS"
+[ ${#PRECS[@]} -gt 0 ] || die "--precisions is empty (fp32, bf16-mixed)"
+[ "$(printf '%s\n' "${PRECS[@]}" | sort | uniq -d)" = "" ] || die "--precisions '$PRECISIONS' names a precision twice"
+for p in "${PRECS[@]}"; do
+  case $p in fp32|bf16-mixed) ;; *) die "unknown precision '$p' (fp32, bf16-mixed)" ;; esac
+done
+# A config's optimizer token is the optimizer, with "+mixed" under
+# bf16-mixed (adamw+mixed): schedule-F<F>-<token> names its files.
+CONFIGS=()   # schedule-F<F>-<optimizer>[+mixed]: names the config's files
 SKIPPED=()   # FOAM with F > 0: spillwayc refuses --overlap-optimizer > 0 with FOAM
-for o in "${OPTS[@]}"; do for s in "${SCHED[@]}"; do for f in "${OVL[@]}"; do
-  if [ "$o" = foam ] && [ "$f" != 0 ]; then SKIPPED+=("$s-F$f-$o"); continue; fi
-  CONFIGS+=("$s-F$f-$o")
-done; done; done
+for p in "${PRECS[@]}"; do for o in "${OPTS[@]}"; do for s in "${SCHED[@]}"; do for f in "${OVL[@]}"; do
+  t=$o; [ "$p" = bf16-mixed ] && t=$o+mixed
+  if [ "$o" = foam ] && [ "$f" != 0 ]; then SKIPPED+=("$s-F$f-$t"); continue; fi
+  CONFIGS+=("$s-F$f-$t")
+done; done; done; done
 [ ${#CONFIGS[@]} -gt 0 ] || die "no config to run: FOAM runs only with F = 0 (add 0 to --overlaps)"
 for c in ${SKIPPED[@]+"${SKIPPED[@]}"}; do
   echo "offload.sh: skipping ${c%-*} with FOAM: spillwayc refuses --overlap-optimizer > 0 with --optimizer foam (the overlap splits AdamW updates only)" >&2
@@ -169,8 +187,12 @@ COMMON=("$MDIR/gpt.onnx" --hw "$HW" --microbatches "$M" --place "$PLACE")
 opt_of() { echo "${1##*-}"; }     # horizontal-F0.5-adamw -> adamw
 sched_of() { local r=${1%-*}; echo "${r%-F*}"; }   # horizontal-F0.5-adamw -> horizontal
 f_of() { local r=${1%-*}; echo "${r##*-F}"; }      # horizontal-F0.5-adamw -> 0.5
-opt_flags() {                     # spillwayc's flags for an optimizer
-  if [ "$1" = foam ]; then echo "--optimizer foam --foam-level $FOAMLEVEL"; else echo "--optimizer adamw"; fi
+opt_flags() {                     # spillwayc's flags for an optimizer token
+  local f
+  if [ "${1%+mixed}" = foam ]; then f="--optimizer foam --foam-level $FOAMLEVEL"; else f="--optimizer adamw"; fi
+  # bf16-mixed: the f32 masters on SSD too (PLACE puts every class there).
+  [ "$1" != "${1%+mixed}" ] && f="$f --precision bf16-mixed --place master=ssd"
+  echo "$f"
 }
 
 # 2. Budgets: the smallest that fit every config's plan, unless given.
@@ -311,13 +333,14 @@ for line in open(f"{work}/commands.tsv"):
     cmds[c] = {"compile": comp, "run": r}
 skipped = os.environ.get("SKIPPED_CONFIGS", "").split()
 foam_level = int(os.environ.get("FOAM_LEVEL", "2"))
-def split(c):  # horizontal-F0.5-adamw -> (horizontal, 0.5, adamw)
+def split(c):  # horizontal-F0.5-adamw+mixed -> (horizontal, 0.5, adamw+mixed)
     rest, o = c.rsplit("-", 1)
     s, f = rest.rsplit("-F", 1)
     return s, f, o
 rows = []
 for c in configs:
     s, f, o = split(c)
+    alg, prec = o.split("+")[0], ("bf16-mixed" if o.endswith("+mixed") else "fp32")
     plan = json.load(open(f"{work}/plan-{c}.json"))
     ch = plan["chosen"]
     st = json.load(open(f"{work}/stats-{c}.json"))
@@ -325,7 +348,12 @@ for c in configs:
     after = tm["step_s_after_first"]
     rows.append({
         "schedule": s, "microbatches": M, "overlap_optimizer": float(f), "F": f,
-        "optimizer_algorithm": o, "foam_level": foam_level if o == "foam" else None,
+        "optimizer_algorithm": alg, "foam_level": foam_level if alg == "foam" else None,
+        # spillwayc --precision, and the config's optimizer token (the
+        # algorithm, with "+mixed" under bf16-mixed)
+        "precision": prec, "optimizer_token": o,
+        # every block class's part of each link's bytes, measured (the last step)
+        "bytes_per_iteration_by_class": st.get("bytes_per_iteration_by_class"),
         # the plan's optimizer state (AdamW: m and v; FOAM: folded for the weight matrices), all layers
         "optimizer_state_bytes": sum(l["optimizer_bytes"] for l in plan["summary"]["layers"]),
         # spillwayc's state by optimizer (total, adamw, foam, foam_params, ...), when it reports it
@@ -356,20 +384,20 @@ for c in configs:
 big = cfg["params"] * 4 > (256 << 20)
 unit, uname = (1e9, "GB") if big else (1e6, "MB")
 def b(x): return f"{x / unit:.3f}" if big else f"{x / unit:.2f}"
-opts = list(dict.fromkeys(r["optimizer_algorithm"] for r in rows))
+opts = list(dict.fromkeys(r["optimizer_token"] for r in rows))
 print(f"GPT L={cfg['layers']} D={cfg['d_model']} H={cfg['heads']} V={cfg['vocab']} S={cfg['seq']} B={cfg['batch']}: "
       f"{cfg['params'] / 1e6:.1f}M parameters; {place}; budgets gpu {gpumem}, host {hostmem}; "
       f"{steps} steps; profile {os.path.basename(hw)}"
-      + (f"; FOAM level {foam_level}" if "foam" in opts else ""))
+      + (f"; FOAM level {foam_level}" if any(o.startswith("foam") for o in opts) else ""))
 print(f"bytes per link per iteration in {uname}, measured / cost model (measured = the plan's 4 KiB-rounded bytes "
       f"when the 'exact' column says yes)")
-hdr = (f"{'schedule':10} {'opt':>5} {'M':>2} {'F':>4} {'s/iter':>8} {'steady':>8} {'cpu/it':>8} {'pred s':>8} {'bound':>8} "
+hdr = (f"{'schedule':10} {'opt':>11} {'M':>2} {'F':>4} {'s/iter':>8} {'steady':>8} {'cpu/it':>8} {'pred s':>8} {'bound':>8} "
        + " ".join(f"{l:>17}" for l in links) + f" {'exact':>5} {'overlap':>7}")
 print(hdr)
 for r in rows:
     steady = r["measured_s_per_iteration_steady"]
     cells = [f"{b(r['bytes_per_iteration'][l])}/{b(r['model_bytes_per_iteration'][l])}" for l in links]
-    print(f"{r['schedule']:10} {r['optimizer_algorithm']:>5} {r['microbatches']:>2} {r['F']:>4} "
+    print(f"{r['schedule']:10} {r['optimizer_token']:>11} {r['microbatches']:>2} {r['F']:>4} "
           f"{r['measured_s_per_iteration_mean']:8.2f} {(f'{steady:8.2f}' if steady is not None else '       -')} "
           f"{(r['run_cpu_s']['user_s'] + r['run_cpu_s']['sys_s']) / steps:8.2f} "
           f"{r['predicted_iteration_s']:8.2f} {r['bound']:>8} " + " ".join(f"{c:>17}" for c in cells)
@@ -379,7 +407,8 @@ print("s/iter: the executable's seconds / steps (stats-json); steady: median of 
       "sensitive to other load on the machine than the wall times); pred s: the cost model's iteration time "
       "and bound (report-json 'chosen'); F: --overlap-optimizer (the first F of each layer's parameters, "
       "in 64-element granules, updated at the layer's first load of the next iteration); opt: the optimizer "
-      "(adamw, or foam: AdamW with folded state for the weight matrices).")
+      "(adamw, or foam: AdamW with folded state for the weight matrices; +mixed: compiled with --precision "
+      "bf16-mixed).")
 for c in skipped:
     s, f, o = split(c)
     print(f"skipped: {s} F={f} with FOAM (spillwayc refuses --overlap-optimizer > 0 with --optimizer foam: "
@@ -391,7 +420,8 @@ summary = {"schema": "spillway-offload-bench-3", "command": command, "generate":
                        "loadavg_before_runs": load0, "loadavg_after_runs": open("/proc/loadavg").read().split()[:3]},
            "spillwayc": spillwayc, "hardware_profile": hw, "model": cfg,
            "budgets": {"gpu_mem": gpumem, "host_mem": hostmem}, "place": place,
-           "steps": steps, "optimizers": opts, "foam_level": foam_level if "foam" in opts else None,
+           "steps": steps, "optimizers": opts,
+           "foam_level": foam_level if any(o.startswith("foam") for o in opts) else None,
            "configs": rows, "skipped_configs": [dict(zip(("schedule", "F", "optimizer_algorithm"), split(c)))
                                                 for c in skipped],
            "notes": ["F (overlap_optimizer): the first F of each layer's parameters (64-element granules) are "
@@ -407,8 +437,8 @@ ssd_rw = lambda d: d["ssd_read"] + d["ssd_write"]
 def speedup(base, cand):
     steady = bool(base["measured_s_per_iteration_steady"] and cand["measured_s_per_iteration_steady"])
     key = "measured_s_per_iteration_steady" if steady else "measured_s_per_iteration_mean"
-    return {"baseline": f"{base['schedule']} F={base['F']} {base['optimizer_algorithm']}",
-            "candidate": f"{cand['schedule']} F={cand['F']} {cand['optimizer_algorithm']}",
+    return {"baseline": f"{base['schedule']} F={base['F']} {base['optimizer_token']}",
+            "candidate": f"{cand['schedule']} F={cand['F']} {cand['optimizer_token']}",
             "iteration_time_measured": base[key] / cand[key],
             "iteration_time_measured_by": "steady" if steady else "mean",
             "iteration_time_measured_mean": base["measured_s_per_iteration_mean"] / cand["measured_s_per_iteration_mean"],
@@ -421,11 +451,11 @@ def line(sp):
     return (f"iteration time {sp['iteration_time_measured']:.3f}x measured ({sp['iteration_time_measured_by']}; "
             f"{sp['iteration_time_measured_mean']:.3f}x by mean), {sp['iteration_time_predicted']:.3f}x predicted; "
             f"SSD bytes (read + write) {sp['ssd_bytes_measured']:.3f}x measured, {sp['ssd_bytes_predicted']:.3f}x predicted")
-byname = {(r["schedule"], r["overlap_optimizer"], r["optimizer_algorithm"]): r for r in rows}
+byname = {(r["schedule"], r["overlap_optimizer"], r["optimizer_token"]): r for r in rows}
 multi = len(opts) > 1
 for o in opts:
     tag, key = (f", {o}", lambda k: f"{k}_{o}") if multi else ("", lambda k: k)
-    fs = sorted({r["overlap_optimizer"] for r in rows if r["optimizer_algorithm"] == o})
+    fs = sorted({r["overlap_optimizer"] for r in rows if r["optimizer_token"] == o})
     fmax = fs[-1]
     # The issue's headline: snake with the largest F against the ZeRO-Infinity
     # baseline (horizontal order, no optimizer overlap), at the same batch and budgets.
@@ -559,6 +589,54 @@ if "adamw" in opts and "foam" in opts:
                   f"no per-class bytes: no state part")
     if cmp:
         summary["adamw_vs_foam_at_F0"] = cmp
+
+# bf16-mixed against fp32, config by config (same schedule, F, optimizer,
+# batch and budgets): the params class carries the bf16 working copies (2
+# bytes per parameter against fp32's 4), the master class the f32 masters
+# bf16-mixed adds (read and written once per iteration where the update
+# runs), measured by the runtime's per-class counters.
+pairs = [(r, byname.get((r["schedule"], r["overlap_optimizer"], r["optimizer_token"][:-len("+mixed")])))
+         for r in rows if r["precision"] == "bf16-mixed"]
+pairs = [(m, f) for m, f in pairs if f]
+if pairs:
+    cls = lambda r, k: (r["bytes_per_iteration_by_class"] or {}).get(k) or dict.fromkeys(links, 0)
+    pcie = lambda d: d["h2d"] + d["d2h"]
+    ratio = lambda a, b: a / b if b else None
+    fmt = lambda x: f"{x:.3f}x" if x is not None else "-"
+    print(f"bf16-mixed against fp32, same config, batch, M={M} and budgets; per iteration in {uname}, measured "
+          f"by block class (stats-json bytes_per_iteration_by_class)")
+    print(f"{'schedule':10} {'opt':>5} {'F':>4} {'params h2d':>19} {'params ssd r+w':>19} {'master ssd r+w':>15} "
+          f"{'SSD r+w':>19} {'PCIe':>19} {'s/iter':>15}")
+    out_cmp = {}
+    for m, f in pairs:
+        pm, pf, mm = cls(m, "params"), cls(f, "params"), cls(m, "master")
+        bm, bf = m["bytes_per_iteration"], f["bytes_per_iteration"]
+        st = lambda r: r["measured_s_per_iteration_steady"] or r["measured_s_per_iteration_mean"]
+        c = {"fp32": f"{f['schedule']} F={f['F']} {f['optimizer_token']}",
+             "bf16_mixed": f"{m['schedule']} F={m['F']} {m['optimizer_token']}",
+             "params_class": {"fp32": pf, "bf16_mixed": pm},
+             "master_class_bf16_mixed": mm,
+             "params_h2d_bf16_over_fp32": ratio(pm["h2d"], pf["h2d"]),
+             "params_ssd_bf16_over_fp32": ratio(ssd_rw(pm), ssd_rw(pf)),
+             "ssd_bytes": {"fp32": ssd_rw(bf), "bf16_mixed": ssd_rw(bm)},
+             "ssd_bytes_bf16_over_fp32": ratio(ssd_rw(bm), ssd_rw(bf)),
+             "ssd_bytes_bf16_over_fp32_predicted": ratio(ssd_rw(m["model_bytes_per_iteration"]),
+                                                         ssd_rw(f["model_bytes_per_iteration"])),
+             "pcie_bytes_bf16_over_fp32": ratio(pcie(bm), pcie(bf)),
+             "iteration_time_bf16_over_fp32": st(m) / st(f),
+             "predicted_iteration_time_bf16_over_fp32": m["predicted_iteration_s"] / f["predicted_iteration_s"]}
+        out_cmp[f"{m['schedule']}-F{m['F']}-{f['optimizer_token']}"] = c
+        print(f"{m['schedule']:10} {f['optimizer_token']:>5} {m['F']:>4} "
+              f"{b(pm['h2d']) + '/' + b(pf['h2d']) + ' ' + fmt(c['params_h2d_bf16_over_fp32']):>19} "
+              f"{b(ssd_rw(pm)) + '/' + b(ssd_rw(pf)) + ' ' + fmt(c['params_ssd_bf16_over_fp32']):>19} "
+              f"{b(ssd_rw(mm)):>15} "
+              f"{b(ssd_rw(bm)) + '/' + b(ssd_rw(bf)) + ' ' + fmt(c['ssd_bytes_bf16_over_fp32']):>19} "
+              f"{b(pcie(bm)) + '/' + b(pcie(bf)) + ' ' + fmt(c['pcie_bytes_bf16_over_fp32']):>19} "
+              f"{st(m):6.2f}/{st(f):6.2f}")
+    print("each cell: bf16-mixed/fp32 and their ratio; params: the bf16 working copies (bf16-mixed) or the fp32 "
+          "parameters, which are their own masters (fp32); master: bf16-mixed's f32 masters (fp32 has none); "
+          "SSD r+w and PCIe: every class; s/iter: steady (else mean) seconds per iteration")
+    summary["bf16_mixed_vs_fp32"] = out_cmp
 with open(out, "w") as f:
     json.dump(summary, f, indent=1)
     f.write("\n")
