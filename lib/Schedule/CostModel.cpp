@@ -205,20 +205,24 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
           : 0;
     const Tier side = e.optimizerOnGPU ? Tier::GPU : Tier::Host;
     const bool merged = paramsTier != Tier::GPU && paramsTier != side;
-    const double savedRead = merged ? deferred : 0;
     // The optimizer reads and writes the parameters where it runs; with
     // master weights (bf16-mixed) these are the bf16 working copies it
-    // writes from the masters, which are read and written above.
+    // writes from the masters, which are read and written above. When it
+    // updates all of a layer's parameters it rewrites the whole block and
+    // reads none of it (sched.alloc); a frozen parameter's copy is read.
+    const bool rewrites = hasMaster && s.layers[i].masterBytes > 0 &&
+                          s.layers[i].masterBytes == 4 * N;
+    const double read = rewrites ? 0 : P - (merged ? deferred : 0);
     if (e.optimizerOnGPU) {
       if (paramsTier != Tier::GPU)
-        b.h2d += P - savedRead, b.d2h += P;
+        b.h2d += read, b.d2h += P;
       if (paramsTier == Tier::SSD)
-        b.ssdRead += P - savedRead, b.ssdWrite += P;
+        b.ssdRead += read, b.ssdWrite += P;
     } else {
       if (paramsTier == Tier::GPU)
-        b.d2h += P, b.h2d += P;
+        b.d2h += read, b.h2d += P;
       if (paramsTier == Tier::SSD)
-        b.ssdRead += P - savedRead, b.ssdWrite += P;
+        b.ssdRead += read, b.ssdWrite += P;
     }
   }
 

@@ -1409,6 +1409,94 @@ int32_t spw_move_part(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t part,
                     at);
 }
 
+void spw_alloc_copy(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t part,
+                    int32_t tier, int64_t at) {
+  guarded(ctx, "spw_alloc_copy", [&] {
+    Tiers &t = tiers_of(ctx);
+    TensorStore &s = t.started("spw_alloc_copy");
+    Tiers::Block &b = t.block(cls, layer, "spw_alloc_copy");
+    Tier d = tier_of(tier, "spw_alloc_copy");
+    if (cls != SPW_BLOCK_PARAMS || !t.bf16_params)
+      fail("%s: only a bf16-mixed plan's params blocks get a copy rounded "
+           "from their masters",
+           b.name.c_str());
+    if (d == Tier::Ssd)
+      fail("%s: a copy made by compute is on gpu or host, not ssd",
+           b.name.c_str());
+    if (part < -1 || part >= b.parts())
+      fail("%s has no part %d (%d part%s)", b.name.c_str(), part, b.parts(),
+           b.parts() == 1 ? "" : "s");
+    // The working copies are the masters' rounding: made from the layer's
+    // master block bound on the same tier, whatever the update does next
+    // (one it skips leaves them right).
+    Tiers::Block &mb = t.block(SPW_BLOCK_MASTER, layer, "spw_alloc_copy");
+    if (mb.bound_tier != int(d))
+      fail("%s: its master block is not bound on %s, where its copy is made "
+           "from it (the plan binds the masters first)",
+           b.name.c_str(), tier_name(d));
+    if (d == Tier::Host)
+      wait_host_updates(t, mb, -1);
+    auto address = [&](TensorId id) {
+      return static_cast<char *>(d == Tier::Gpu ? s.gpu_address(id)
+                                                : s.host_address(id));
+    };
+    char *mpart[2] = {nullptr, nullptr}, *ppart[2] = {nullptr, nullptr};
+    for (int k = 0; k < mb.parts(); ++k)
+      if (s.resident(mb.part_id(k), d))
+        mpart[k] = address(mb.part_id(k));
+    for (int k = 0; k < b.parts(); ++k) {
+      if (part >= 0 && k != part)
+        continue;
+      const TensorId id = b.part_id(k);
+      if (s.resident(id, d))
+        fail("%s already has a copy of part %d on %s: making one would lose "
+             "it",
+             b.name.c_str(), k, tier_name(d));
+      if (d == Tier::Host)
+        wait_host_updates(t, b, k);
+      if (b.base[int(d)] < 0) {
+        if (at < 0)
+          fail("%s: no offset for its copy on %s", b.name.c_str(),
+               tier_name(d));
+        b.base[int(d)] = at;
+      }
+      s.place(id, d, uint64_t(b.base[int(d)]) + b.part_offset(k, int(d)));
+      ppart[k] = address(id);
+    }
+    for (size_t i = 0; i < b.params.size(); ++i) {
+      const ParamInfo &p = ctx->params[size_t(b.params[i])];
+      const int64_t n = p.value->numel;
+      char *from[2], *to[2];
+      int64_t split;
+      member_elements(mb, i, mpart, false, n, from, &split);
+      member_elements(b, i, ppart, false, n, to, &split);
+      const int64_t count[2] = {split, n - split};
+      for (int k = 0; k < 2; ++k) {
+        if (!to[k] || count[k] == 0)
+          continue;
+        if (!from[k])
+          fail("%s: part %d of its master block is not on %s, where the "
+               "copy of '%s' is rounded from it",
+               b.name.c_str(), k, tier_name(d), p.name.c_str());
+        if (d == Tier::Host) {
+          round_to_bf16(reinterpret_cast<const float *>(from[k]),
+                        reinterpret_cast<bf16 *>(to[k]), count[k]);
+          continue;
+        }
+        const int64_t dims[1] = {count[k]};
+        auto x = make_tensor(SPW_F32, 1, dims, "master", /*allocate=*/false);
+        auto y = make_tensor(SPW_BF16, 1, dims, "bf16 working copy",
+                             /*allocate=*/false);
+        x->data = from[k];
+        y->data = to[k];
+        x->on_device = y->on_device = true;
+        spw_tensor *ins[] = {x.get()}, *outs[] = {y.get()};
+        device_kernel(ctx, entry_point(Op::cast), ins, outs);
+      }
+    }
+  });
+}
+
 void spw_await(spw_ctx *ctx, int32_t token) {
   guarded(ctx, "spw_await", [&] {
     Tiers &t = tiers_of(ctx);

@@ -1286,3 +1286,62 @@ TEST(Tiers, Bf16PlanStreamsTheMastersAndRoundsIntoTheParamsBlocks) {
 }
 
 } // namespace
+
+namespace {
+
+// spw_alloc_copy (sched.alloc): a params copy made on a tier without
+// reading another tier's, rounded from the master block bound there; a
+// copy where one exists, or without the masters bound there, is refused.
+TEST(Tiers, Bf16PlanAllocatesAParamsCopyRoundedFromTheBoundMasters) {
+  for (bool loopback : {false, true}) {
+    SCOPED_TRACE(loopback ? "loopback" : "cpu");
+    auto ctx = bf16_plan(SPW_TIER_HOST);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    std::vector<float> initial[2];
+    for (int i = 0; i < 2; ++i)
+      initial[i] = spwtest::values(*ctx->params[size_t(i)].value);
+    spw::device_start(ctx.get(), device_of(loopback));
+    spw::tiers_start(ctx.get(), {}, spw::storage::Backend::Threads);
+    spw::tiers_scatter(ctx.get());
+    // Not where the masters are bound.
+    spw_alloc_copy(ctx.get(), SPW_BLOCK_PARAMS, 0, -1, SPW_TIER_GPU, 0);
+    EXPECT_NE(ctx->error.find("spw_alloc_copy: params/layer0: its master "
+                              "block is not bound on gpu"),
+              std::string::npos)
+        << ctx->error;
+    ctx->error.clear();
+    // Over the home copy.
+    spw_bind(ctx.get(), SPW_BLOCK_MASTER, 0, SPW_TIER_HOST);
+    spw_alloc_copy(ctx.get(), SPW_BLOCK_PARAMS, 0, -1, SPW_TIER_HOST, 0);
+    EXPECT_NE(ctx->error.find("params/layer0 already has a copy of part 0 on "
+                              "host"),
+              std::string::npos)
+        << ctx->error;
+    ctx->error.clear();
+    // Only params blocks.
+    spw_alloc_copy(ctx.get(), SPW_BLOCK_OPTIMIZER, 0, -1, SPW_TIER_GPU, 0);
+    EXPECT_NE(ctx->error.find("only a bf16-mixed plan's params blocks"),
+              std::string::npos)
+        << ctx->error;
+    ctx->error.clear();
+    // The masters on the GPU tier, then a params copy there made from them.
+    spw_await(ctx.get(), spw_move(ctx.get(), SPW_BLOCK_MASTER, 0,
+                                  SPW_TIER_HOST, SPW_TIER_GPU, 0, 1024));
+    spw_bind(ctx.get(), SPW_BLOCK_MASTER, 0, SPW_TIER_GPU);
+    spw_alloc_copy(ctx.get(), SPW_BLOCK_PARAMS, 0, -1, SPW_TIER_GPU, 0);
+    spw_bind(ctx.get(), SPW_BLOCK_PARAMS, 0, SPW_TIER_GPU);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    for (int i = 0; i < 2; ++i) {
+      spw_tensor *w = spw_param_work(ctx.get(), i);
+      ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+      EXPECT_EQ(fetch<uint16_t>(ctx.get(), w->data, initial[i].size(), true),
+                rounded(initial[i]));
+    }
+    spw_drop(ctx.get(), SPW_BLOCK_PARAMS, 0, SPW_TIER_GPU);
+    spw_drop(ctx.get(), SPW_BLOCK_MASTER, 0, SPW_TIER_GPU);
+    spw::tiers_gather(ctx.get());
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  }
+}
+
+} // namespace

@@ -402,3 +402,26 @@ TEST(CostModel, JSONCarriesTheReportKeys) {
   EXPECT_NE(j.find("\"order\":\"snake\""), std::string::npos) << j;
   EXPECT_NE(j.find("\"bound\":\"compute\""), std::string::npos) << j;
 }
+
+TEST(CostModel, AnUpdateOfEveryParameterRewritesTheParamsBlockUnread) {
+  // bf16-mixed with every parameter of each layer updated: the masters are
+  // 4 bytes per updated element (W = 4 N), so the update rounds the whole
+  // params block from them and reads none of it (sched.alloc). Horizontal
+  // M=2, offloaded: HorizontalM2Offloaded's bytes less the update's read
+  // of the params (200 from SSD).
+  IterationSummary s = toy();
+  for (LayerCost &l : s.layers)
+    l.masterBytes = 4 * l.numParams;
+  const double W = 2 * 4 * 128;
+  CostEstimate e = run(Order::Horizontal, 2, 0, offloaded(), s);
+  expectBytes(e, 500 + 800 + W, 800 + W + 200, 500 + 2000, 400 + 2000);
+  // A CPU optimizer with the parameters on the GPU writes them back over
+  // h2d but reads nothing over d2h.
+  Placement pl = offloaded();
+  pl[TensorClass::Params] = Tier::GPU;
+  pl[TensorClass::Activations] = Tier::GPU;
+  pl[TensorClass::Gradients] = Tier::GPU;
+  CostEstimate g = run(Order::Snake, 2, 0, pl, s);
+  // gradients read by the CPU optimizer (d2h 200), params written (h2d 200).
+  expectBytes(g, 800 + W, 800 + W, 200, 200);
+}

@@ -95,7 +95,8 @@ LogicalResult lower(Operation *op, OpBuilder &b) {
   }
   // An offload plan's moves and bindings stay, in order, for
   // convert-train-to-runtime.
-  if (isa<sched::MoveOp, sched::AwaitOp, sched::DropOp, sched::BindOp,
+  if (isa<sched::MoveOp, sched::AllocOp, sched::AwaitOp, sched::DropOp,
+          sched::BindOp,
           sched::StageGradsOp, sched::AccumulateGradsOp, sched::GradientOp,
           sched::GradNormsOp, sched::ClipGradNormOp, sched::PutActivationOp,
           sched::TakeActivationOp>(op))

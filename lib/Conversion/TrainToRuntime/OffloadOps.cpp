@@ -142,6 +142,14 @@ FailureOr<bool> RuntimeEmitter::emitSchedOp(Operation *op) {
          i32(static_cast<int32_t>(mv.getPrio())), atOf(mv.getAt())}));
     return true;
   }
+  if (auto al = dyn_cast<sched::AllocOp>(op)) {
+    callRuntime("spw_alloc_copy", voidTy,
+                {ptrTy, i32Ty, i32Ty, i32Ty, i32Ty, i64Ty},
+                {ctxArg, cls(al.getBlockClass()), i32(al.getLayer()),
+                 i32(al.getPart() ? int32_t(*al.getPart()) : -1),
+                 tier(al.getTier()), atOf(al.getAt())});
+    return true;
+  }
   if (auto aw = dyn_cast<sched::AwaitOp>(op)) {
     for (Value t : aw.getTimepoints())
       callRuntime("spw_await", voidTy, {ptrTy, i32Ty},

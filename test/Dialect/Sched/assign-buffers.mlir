@@ -87,9 +87,11 @@
 // working copies, 2 bytes per element (w1: 32 elements, 64 bytes), and
 // each layer gets a master block with the f32 masters laid out as the
 // fp32 plan's params block (128 bytes), homed after the layer's gradients.
-// The loads and the update's params moves carry half of fp32's bytes (the
-// model's SSD read 576 -> 288, h2d 352 -> 176); the masters stay on host
-// where the CPU optimizer runs them.
+// The loads and the update's params moves carry half of fp32's bytes, and
+// the update, which rewrites the working copies from the masters, reads
+// none (sched.alloc: a copy in the host pool, at(...)): the model's SSD
+// read 576 -> 176 (the three loads' 64 + 48 + 64), write 224 -> 112, h2d
+// 352 -> 176; the masters stay on host where the CPU optimizer runs them.
 // RUN: sed 's/^module attributes {/module attributes {train.precision = "bf16-mixed", /' %S/Inputs/two-layers-ordered.mlir | spillway-opt --sched-place=placement=params=ssd,optimizer=host,gradients=host --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=MASTER
 // MASTER: sched.buffers = {blocks = [
 // MASTER-SAME: {bytes = 64 : i64, class = "params", home = "ssd", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>}
@@ -97,5 +99,7 @@
 // MASTER-SAME: {bytes = 128 : i64, class = "master", home = "host", layer = 0 : i64, members = [@w1], offset = 8192 : i64, offsets = array<i64: 0>}
 // MASTER-SAME: {bytes = 48 : i64, class = "params", home = "ssd", layer = 1 : i64, members = [@w2], offset = 4096 : i64, offsets = array<i64: 0>}
 // MASTER-SAME: {bytes = 96 : i64, class = "master", home = "host", layer = 1 : i64, members = [@w2], offset = 20480 : i64, offsets = array<i64: 0>}
-// MASTER-SAME: model_bytes = {d2h = 224 : i64, h2d = 176 : i64, ssd_read = 288 : i64, ssd_write = 112 : i64}
+// MASTER-SAME: model_bytes = {d2h = 224 : i64, h2d = 176 : i64, ssd_read = 176 : i64, ssd_write = 112 : i64}
 // MASTER: sched.bind master layer(0) host
+// MASTER-NEXT: sched.alloc params layer(0) host at({{[0-9]+}})
+// MASTER-NEXT: sched.bind params layer(0) host

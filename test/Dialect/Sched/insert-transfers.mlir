@@ -466,19 +466,23 @@
 // With master weights (bf16-mixed: `master` on the iteration; here homed
 // on SSD with the state, or on host) the master block goes where the update
 // runs and back exactly as the optimizer state does, part for part: part 0
-// around the deferred task, part 1 around the update after the backward.
-// The params blocks (the bf16 working copies) move as they did.
+// around the deferred task, part 1 around the update after the backward;
+// with the state before the parameters are bound (a fresh params copy is
+// rounded from the bound masters).
+// The update rewrites every working copy of a layer whose parameters it
+// all updates (from their masters): its params part is a fresh copy
+// (sched.alloc) where it runs, not read from SSD, and written back after.
 // RUN: sed 's/optimizer_on = "cpu"/master = "ssd", optimizer_on = "cpu"/' %S/Inputs/insert-transfers-defcpu.mlir | spillway-opt --sched-insert-transfers | FileCheck %s --check-prefix=MASTER
 // MASTER:      %[[T0:[0-9]+]] = sched.move params layer(0) ssd -> host prio(demand)
 // MASTER-NEXT: sched.move params layer(1) ssd -> host prio(prefetch)
 // MASTER-NEXT: sched.await %[[T0]]
-// MASTER-NEXT: sched.bind params layer(0) host
 // MASTER-NEXT: %[[T2:[0-9]+]] = sched.move optimizer layer(0) part(0) ssd -> host prio(demand)
 // MASTER-NEXT: sched.await %[[T2]]
 // MASTER-NEXT: sched.bind optimizer layer(0) host
 // MASTER-NEXT: %[[M0:[0-9]+]] = sched.move master layer(0) part(0) ssd -> host prio(demand)
 // MASTER-NEXT: sched.await %[[M0]]
 // MASTER-NEXT: sched.bind master layer(0) host
+// MASTER-NEXT: sched.bind params layer(0) host
 // MASTER-NEXT: sched.task opt deferred layer(0) ()
 // MASTER-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
 // MASTER:      %[[T3:[0-9]+]] = sched.move optimizer layer(0) part(0) host -> ssd prio(writeback)
@@ -495,8 +499,7 @@
 // MASTER-NEXT: %[[M2:[0-9]+]] = sched.move master layer(2) part(1) ssd -> host prio(demand)
 // MASTER-NEXT: sched.await %[[M2]]
 // MASTER-NEXT: sched.bind master layer(2) host
-// MASTER-NEXT: %[[T7:[0-9]+]] = sched.move params layer(2) part(1) ssd -> host prio(demand)
-// MASTER-NEXT: sched.await %[[T7]]
+// MASTER-NEXT: sched.alloc params layer(2) part(1) host
 // MASTER-NEXT: sched.bind params layer(2) host
 // MASTER-NEXT: sched.task opt layer(2) (%{{[0-9#]+}})
 // MASTER-NOT:  sched.{{(accumulate|await|bind|drop|gradient|move|put_activation|stage_grads|take_activation|task)}}
@@ -513,3 +516,20 @@
 // RUN: sed 's/optimizer_on = "cpu"/master = "host", optimizer_on = "cpu"/' %S/Inputs/insert-transfers-defcpu.mlir | spillway-opt --sched-insert-transfers | FileCheck %s --check-prefix=MASTERHOST --implicit-check-not="move master"
 // MASTERHOST: sched.bind master layer(0) host
 // MASTERHOST: sched.bind master layer(2) host
+// A CPU optimizer updating GPU-resident bf16 working copies: neither the
+// deferred part (0) nor the rest (1) is read back from the GPU; each is a
+// fresh host copy rounded from the bound masters, then written to the GPU.
+// RUN: sed 's/^module {/module attributes {train.precision = "bf16-mixed"} {/' %S/Inputs/models/three-layers.mlir | spillway-opt --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake "--sched-overlap-optimizer=fraction=0.5 granule=1" --sched-place=placement=params=gpu,optimizer=host,gradients=gpu --sched-insert-transfers -o %t.mastergpu.mlir
+// RUN: FileCheck %s --check-prefix=MASTERGPU < %t.mastergpu.mlir
+// RUN: not grep -E "move params .*gpu -> host" %t.mastergpu.mlir
+// MASTERGPU:      sched.bind master layer(0) host
+// MASTERGPU-NEXT: sched.alloc params layer(0) part(0) host
+// MASTERGPU-NEXT: sched.bind params layer(0) host
+// MASTERGPU-NEXT: sched.task opt deferred layer(0)
+// MASTERGPU:      sched.move params layer(0) part(0) host -> gpu prio(writeback)
+// MASTERGPU:      sched.gradient @head.weight layer(2) host mean(2)
+// MASTERGPU:      sched.bind master layer(2) host
+// MASTERGPU-NEXT: sched.alloc params layer(2) part(1) host
+// MASTERGPU-NEXT: sched.bind params layer(2) host
+// MASTERGPU-NEXT: sched.task opt layer(2)
+// MASTERGPU:      sched.move params layer(2) part(1) host -> gpu prio(writeback)

@@ -213,6 +213,22 @@ func.func @bind_gradients() {
 
 // -----
 
+func.func @alloc_optimizer() {
+  // expected-error @+1 {{allocates copies of params blocks (rounded from their masters), not optimizer}}
+  sched.alloc optimizer layer(0) host
+  return
+}
+
+// -----
+
+func.func @alloc_ssd() {
+  // expected-error @+1 {{allocates a copy where compute writes it (gpu or host), not ssd}}
+  sched.alloc params layer(0) ssd
+  return
+}
+
+// -----
+
 func.func @bind_ssd() {
   // expected-error @+1 {{compute cannot read a block on ssd; move it to host or gpu first}}
   sched.bind params layer(0) ssd

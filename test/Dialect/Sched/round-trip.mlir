@@ -83,6 +83,8 @@ module {
 // CHECK-NEXT:  sched.await %[[T]], %[[U]] : !sched.timepoint, !sched.timepoint
 // CHECK-NEXT:  sched.drop params layer(1) host
 // CHECK-NEXT:  sched.bind params layer(1) gpu
+// CHECK-NEXT:  sched.alloc params layer(2) part(1) host at(4096)
+// CHECK-NEXT:  sched.alloc params layer(3) gpu
 // CHECK-NEXT:  sched.stage_grads gradstage layer(1) first(%{{.*}}, %{{.*}}) at(256) {params = [@w, @w]} : tensor<4xf32>, tensor<4xf32>
 // CHECK-NEXT:  sched.accumulate_grads layer(1) add on host
 // CHECK-NEXT:  %{{.*}} = sched.gradient @w layer(1) host mean(2) : tensor<4xf32>
@@ -96,6 +98,8 @@ func.func @blocks(%x: tensor<4xf32>) -> tensor<4xf32> {
     sched.await %t, %u : !sched.timepoint, !sched.timepoint
     sched.drop params layer(1) host
     sched.bind params layer(1) gpu
+    sched.alloc params layer(2) part(1) host at(4096)
+    sched.alloc params layer(3) gpu
     sched.stage_grads gradstage layer(1) first(%a, %a) at(256) {params = [@w, @w]} : tensor<4xf32>, tensor<4xf32>
     sched.accumulate_grads layer(1) add on host
     %g = sched.gradient @w layer(1) host mean(2) : tensor<4xf32>

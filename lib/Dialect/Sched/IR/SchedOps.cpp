@@ -271,6 +271,17 @@ LogicalResult MoveOp::verify() {
   return success();
 }
 
+LogicalResult AllocOp::verify() {
+  if (getBlockClass() != BlockClass::params)
+    return emitOpError("allocates copies of params blocks (rounded from "
+                       "their masters), not ")
+           << stringifyBlockClass(getBlockClass());
+  if (getTier() == Tier::ssd)
+    return emitOpError("allocates a copy where compute writes it (gpu or "
+                       "host), not ssd");
+  return success();
+}
+
 LogicalResult AwaitOp::verify() {
   if (getTimepoints().empty())
     return emitOpError("needs at least one timepoint");

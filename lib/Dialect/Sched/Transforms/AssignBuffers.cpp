@@ -435,6 +435,25 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
         linkRaw[link] += n;
         linkAligned[link] += link < 2 ? alignUp(n, kSsdAlign) : n;
       }
+    } else if (auto al = dyn_cast<AllocOp>(op)) {
+      // A copy like a move's destination, which moves no byte.
+      int64_t l = al.getLayer();
+      if (l >= int64_t(numLayers))
+        return al.emitOpError("sched-assign-buffers: no layer ") << l;
+      const BlockInfo &bi = blocks[l][int(al.getBlockClass())];
+      auto part = al.getPart();
+      if (part && !bi.split)
+        return al.emitOpError("sched-assign-buffers: part ")
+               << *part << " of a block that is not split";
+      auto s = acquire(al, al.getBlockClass(), l, al.getTier());
+      if (failed(s))
+        return failure();
+      if (*s < 0)
+        return al.emitOpError("sched-assign-buffers: allocates a copy on "
+                              "the block's home tier, which has one");
+      partsOf[key(al.getBlockClass(), l, al.getTier())] |=
+          part ? 1u << *part : bi.allParts();
+      pending.push_back({al, int(al.getTier()), int(al.getBlockClass()), *s});
     } else if (auto st = dyn_cast<StageGradsOp>(op)) {
       auto s = acquire(st, st.getInto(), st.getLayer(), Tier::gpu);
       if (failed(s))
@@ -492,6 +511,8 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
       int64_t l = 0;
       if (auto mv = dyn_cast<MoveOp>(p.op))
         l = mv.getLayer();
+      else if (auto al = dyn_cast<AllocOp>(p.op))
+        l = al.getLayer();
       else if (auto st = dyn_cast<StageGradsOp>(p.op))
         l = st.getLayer();
       else

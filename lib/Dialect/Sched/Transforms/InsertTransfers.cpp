@@ -98,6 +98,26 @@ struct Rewriter {
     DropOp::create(b, it.getLoc(), c, l,
                    part < 0 ? IntegerAttr() : b.getI64IntegerAttr(part), t);
   }
+  /// True when the update of layer l writes its whole params block: with
+  /// master weights (the bf16 working copies are rounded from them) and
+  /// every parameter of the layer updated (no frozen one whose copy only
+  /// the old block holds).
+  bool rewritesParams(int64_t l) const {
+    return tm && !params[l].empty() && updated[l].size() == params[l].size();
+  }
+  /// The params block (or a part) on `side` for the update: brought from
+  /// `from` along the links, or, when the update rewrites it, a fresh copy
+  /// there that the runtime rounds from the masters bound there (nothing
+  /// crosses a link; an update the runtime skips leaves it right).
+  void paramsForUpdate(int64_t l, Tier from, int part) {
+    if (from == side)
+      return;
+    if (!rewritesParams(l))
+      return bring(BlockClass::params, l, from, side, Priority::demand, part);
+    AllocOp::create(b, it.getLoc(), BlockClass::params, l,
+                    part < 0 ? IntegerAttr() : b.getI64IntegerAttr(part),
+                    side, IntegerAttr());
+  }
   Operation *bind(BlockClass c, int64_t l, Tier t) {
     return BindOp::create(b, it.getLoc(), c, l, t);
   }
@@ -283,16 +303,23 @@ void Rewriter::deferredUpdate(int64_t l, TaskOp task) {
   // brought to the optimizer; the parameters of a load are already there.
   const int p0 = part(l, 0);
   b.setInsertionPoint(task);
+  auto stateAndMasters = [&] {
+    bring(BlockClass::optimizer, l, to, side, Priority::demand, p0);
+    bind(BlockClass::optimizer, l, side);
+    if (tm) {
+      bring(BlockClass::master, l, *tm, side, Priority::demand, p0);
+      bind(BlockClass::master, l, side);
+    }
+  };
+  // With masters they come first: a fresh params copy is rounded from them.
+  if (tm)
+    stateAndMasters();
   if (tp == Tier::gpu && side != Tier::gpu)
-    bring(BlockClass::params, l, Tier::gpu, side, Priority::demand, p0);
+    paramsForUpdate(l, Tier::gpu, p0);
   if (side != Tier::gpu) // on the GPU the load (or the start) bound them
     bind(BlockClass::params, l, side);
-  bring(BlockClass::optimizer, l, to, side, Priority::demand, p0);
-  bind(BlockClass::optimizer, l, side);
-  if (tm) {
-    bring(BlockClass::master, l, *tm, side, Priority::demand, p0);
-    bind(BlockClass::master, l, side);
-  }
+  if (!tm)
+    stateAndMasters();
   // After it: the state (and masters) back home, and the updated
   // parameters written to their tier, keeping the copy the load goes on
   // with.
@@ -712,7 +739,7 @@ LogicalResult Rewriter::placeUpdates() {
         bring(BlockClass::master, l, *tm, side, Priority::demand, p1);
         bind(BlockClass::master, l, side);
       }
-      bring(BlockClass::params, l, tp, side, Priority::demand, p1);
+      paramsForUpdate(l, tp, p1);
       bind(BlockClass::params, l, side);
     }
     b.setInsertionPointAfter(opt);

@@ -129,7 +129,7 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
         return WalkResult::interrupt();
       }
       for (Operation &op : it.getBlock())
-        if (isa<MoveOp, AwaitOp, DropOp, BindOp, StageGradsOp>(op)) {
+        if (isa<MoveOp, AllocOp, AwaitOp, DropOp, BindOp, StageGradsOp>(op)) {
           op.emitOpError("sched-place: the iteration already has transfers");
           return WalkResult::interrupt();
         }

@@ -100,7 +100,8 @@ LogicalResult SchedRecomputePass::recompute(IterationOp iteration) {
   // Placement decides where kept activations live; it must see the
   // activations this pass keeps, not the other way round.
   for (Operation &op : block)
-    if (isa<MoveOp, AwaitOp, DropOp, BindOp, StageGradsOp, AccumulateGradsOp,
+    if (isa<MoveOp, AllocOp, AwaitOp, DropOp, BindOp, StageGradsOp,
+            AccumulateGradsOp,
             GradientOp>(op))
       return op.emitError("sched-recompute: expected no residency or "
                           "transfer ops (it runs before sched-place), found ")

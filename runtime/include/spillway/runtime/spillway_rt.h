@@ -252,6 +252,13 @@ int32_t spw_move(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t from,
  * block's copy starts on `to` (the part goes at its offset from there). */
 int32_t spw_move_part(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t part,
                       int32_t from, int32_t to, int32_t prio, int64_t at);
+/* A copy of params block `layer` (part `part`, or the whole block for -1)
+ * on `tier` (gpu or host) at `at`, like a move's destination, but with no
+ * bytes read from another tier: a bf16-mixed plan's working copies rounded
+ * from the layer's master block, which must be bound on `tier` (sched.alloc:
+ * the update that follows rewrites what it changes). */
+void spw_alloc_copy(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t part,
+                    int32_t tier, int64_t at);
 void spw_await(spw_ctx *ctx, int32_t token);
 /* Frees the block's copy on a tier other than its home. */
 void spw_drop(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier);

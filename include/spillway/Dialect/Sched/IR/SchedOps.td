@@ -227,6 +227,36 @@ def Sched_MoveOp : Sched_BlockOp<"move"> {
   let hasVerifier = 1;
 }
 
+def Sched_AllocOp : Sched_BlockOp<"alloc"> {
+  let summary = "a params block's copy rounded from its bound masters";
+  let description = [{
+    Gives block (`params`, `layer`) (or part `part(k)` of it) a copy on
+    `tier` (`gpu` or `host`) without reading it from another tier: the
+    runtime rounds it from the layer's master block, which must be bound
+    there (a bf16-mixed plan's working copies are the rounding of their
+    masters). `sched-insert-transfers` gives the update such a copy where it
+    runs when it updates all of a layer's parameters, instead of bringing
+    the old copies there; the update then overwrites what it changes (an
+    update the runtime skips, a non-finite gradient's, leaves the copy
+    right). `at` is the copy's offset in that tier's arena (from
+    `sched-assign-buffers`).
+
+    ```mlir
+    sched.alloc params layer(2) part(1) host at(16384)
+    ```
+  }];
+  let arguments = (ins Sched_BlockClass:$blockClass,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$layer,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<0>, IntMaxValue<1>]>>:$part,
+                       Sched_Tier:$tier,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$at);
+  let assemblyFormat = [{
+    $blockClass `layer` `(` $layer `)` (`part` `(` $part^ `)`)? $tier
+    (`at` `(` $at^ `)`)? attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
 def Sched_AwaitOp : Sched_BlockOp<"await"> {
   let summary = "block the schedule until transfers complete";
   let arguments = (ins Variadic<Sched_TimepointType>:$timepoints);
