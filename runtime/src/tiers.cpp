@@ -2021,6 +2021,28 @@ void tiers_flush_deferred(
         }
       }
     };
+    // One copy from `from` to `to` (the copy on `to` allocated), through a
+    // host copy between SSD and the GPU, which are not one link apart.
+    auto carry = [&](TensorId id, Tier from, Tier to) {
+      if ((from != Tier::Ssd && to != Tier::Ssd) || from == Tier::Host ||
+          to == Tier::Host) {
+        s.move(id, from, to, Priority::Demand).wait();
+        return;
+      }
+      const bool staged = !s.resident(id, Tier::Host);
+      if (staged)
+        s.allocate(id, Tier::Host);
+      try {
+        s.move(id, from, Tier::Host, Priority::Demand).wait();
+        s.move(id, Tier::Host, to, Priority::Demand).wait();
+      } catch (...) {
+        if (staged)
+          s.release(id, Tier::Host);
+        throw;
+      }
+      if (staged)
+        s.release(id, Tier::Host);
+    };
     // Copies of the blocks on `d`, loaded from their homes; false (and
     // nothing left allocated) when `d` has no room for them.
     auto bring_both = [&](Tier d) {
@@ -2030,7 +2052,7 @@ void tiers_flush_deferred(
         for (int k = 0; k < b.parts(); ++k) {
           s.allocate(b.part_id(k), d);
           copies.push_back({b.part_id(k), Tier(b.home)});
-          s.move(b.part_id(k), Tier(b.home), d, Priority::Demand).wait();
+          carry(b.part_id(k), Tier(b.home), d);
         }
       };
       try {
@@ -2063,7 +2085,7 @@ void tiers_flush_deferred(
       apply(members);
       finish();
       for (auto &[id, home] : copies) {
-        s.move(id, d, home, Priority::Demand).wait();
+        carry(id, d, home);
         s.release(id, d);
       }
     } catch (...) {
