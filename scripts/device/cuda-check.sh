@@ -16,9 +16,12 @@
 #      (fp32: 1e-3 relative, bf16: 3e-2; a wrong kernel moves them by O(1)),
 #      for AdamW in fp32 and bf16 and for FOAM in fp32, and for AdamW in
 #      bf16-mixed (--precision bf16-mixed: bf16 activations and working
-#      weights; 3e-2 as bf16), last.
-# Time: the kernel check may run 180 s, each of the 8 training runs 45 s
-# (540 s at most; each takes seconds on an H200); a stage that
+#      weights; 3e-2 as bf16) resident and, last, with an offload plan
+#      (params on host, a GPU optimizer: the update rounds the working
+#      copies on the GPU into a copy made from the bound masters,
+#      sched.alloc).
+# Time: the kernel check may run 180 s, each of the 10 training runs 45 s
+# (630 s at most; each takes seconds on an H200); a stage that
 # would not start 10 s before --budget SECONDS (default 480) is skipped and
 # said so, and no stage's timeout runs past the budget, so the table always
 # prints. --dry-run prints the commands and their time allotments.
@@ -108,12 +111,13 @@ PY
 }
 
 if [ "$DRY" = 1 ]; then
-  echo "cuda-check --dry-run: budget $BUDGET s; the kernel check at most $KERNEL_TIMEOUT s, 8 training runs at most $TRAIN_TIMEOUT s each"
+  echo "cuda-check --dry-run: budget $BUDGET s; the kernel check at most $KERNEL_TIMEOUT s, 10 training runs at most $TRAIN_TIMEOUT s each"
   echo "[kernels: ${KERNEL_TIMEOUT} s] $DEV/spillway-cuda-check"
   train_pair adamw-fp32 gpt-fp32 1e-3
   train_pair adamw-bf16 gpt-bf16 3e-2
   train_pair foam-fp32 gpt-foam 1e-3
   train_pair adamw-bf16-mixed gpt-mixed 3e-2
+  train_pair adamw-bf16-mixed-offload gpt-mixed-offload 3e-2
   echo "results: $LOG, $LOSSES"
   rm -rf "$WORK"
   exit 0
@@ -141,6 +145,7 @@ fi
   train_pair adamw-bf16 gpt-bf16 3e-2 || failed=1
   train_pair foam-fp32 gpt-foam 1e-3 || failed=1
   train_pair adamw-bf16-mixed gpt-mixed 3e-2 || failed=1
+  train_pair adamw-bf16-mixed-offload gpt-mixed-offload 3e-2 || failed=1
   echo
   echo "== summary"
   printf '%s\n' "${ROWS[@]}"

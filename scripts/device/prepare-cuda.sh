@@ -8,7 +8,8 @@
 #   spillway-cuda-check              every kernel against the CPU backend
 #   spillway-cuda-bench              GEMMs against cuBLAS's best, attention TFLOP/s
 #   gpt-fp32, gpt-bf16, gpt-foam,    a 2-block GPT (0.5M parameters, S = 128)
-#   gpt-mixed (--precision bf16-mixed)
+#   gpt-mixed (--precision bf16-mixed),
+#   gpt-mixed-offload (bf16-mixed with params on host, a GPU optimizer)
 #                                    compiled with --target cuda, its
 #                                    weights, tokens and targets: 50 training
 #                                    steps on the GPU against --device cpu
@@ -37,7 +38,12 @@ python3 "$ROOT/bench/make_gpt_onnx.py" --out "$WORK/small" --layers 2 --d-model 
 "$BIN/spillwayc" "$WORK/small/gpt.onnx" --target cuda --precision bf16 -o "$OUTDIR/gpt-bf16"
 "$BIN/spillwayc" "$WORK/small/gpt.onnx" --target cuda --precision fp32 --optimizer foam -o "$OUTDIR/gpt-foam"
 "$BIN/spillwayc" "$WORK/small/gpt.onnx" --target cuda --precision bf16-mixed -o "$OUTDIR/gpt-mixed"
-rm -f "$OUTDIR/gpt-bf16.weights" "$OUTDIR/gpt-foam.weights" "$OUTDIR/gpt-mixed.weights" # the same as gpt-fp32's
+# bf16-mixed with an offload plan: bf16 params blocks on host, the f32
+# masters and the state on the GPU (a GPU optimizer).
+"$BIN/spillwayc" "$WORK/small/gpt.onnx" --target cuda --precision bf16-mixed \
+  --place params=host,optimizer=gpu,gradients=host -o "$OUTDIR/gpt-mixed-offload"
+rm -f "$OUTDIR/gpt-bf16.weights" "$OUTDIR/gpt-foam.weights" "$OUTDIR/gpt-mixed.weights" \
+  "$OUTDIR/gpt-mixed-offload.weights" # the same as gpt-fp32's
 cp "$WORK/small/tokens.npy" "$WORK/small/targets.npy" "$OUTDIR/"
 if [ "$BENCH" = 1 ]; then
   # The shapes of ../shared/hardware/probe/gpt_torch.py's 350M and 1.3B runs:
@@ -55,7 +61,8 @@ if [ "$BENCH" = 1 ]; then
     rm -f "$d/exe.weights" "$d/exe-mixed.weights" # regenerated there
   done
 fi
-strip "$OUTDIR"/gpt-fp32 "$OUTDIR"/gpt-bf16 "$OUTDIR"/gpt-foam "$OUTDIR"/gpt-mixed "$OUTDIR"/bench-* 2>/dev/null || true
+strip "$OUTDIR"/gpt-fp32 "$OUTDIR"/gpt-bf16 "$OUTDIR"/gpt-foam "$OUTDIR"/gpt-mixed \
+  "$OUTDIR"/gpt-mixed-offload "$OUTDIR"/bench-* 2>/dev/null || true
 # What the GPU machine's scripts print first: which code they run.
 {
   echo "commit $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"
