@@ -260,6 +260,10 @@ void foam_kernel(float *w, float *m, float *v, const float *g, int64_t rows,
 // y[i] = to_bf16(x[i]) for i < n: the bf16 working copy of updated master
 // elements (a bf16-mixed offload plan's params block).
 void round_to_bf16(const float *x, bf16 *y, int64_t n);
+// The same on the context's device (device memory; the cast kernel, in
+// stream order); throws the context's error when the kernel fails.
+void round_to_bf16_on_device(spw_ctx *ctx, const float *x, bf16 *y,
+                             int64_t n);
 // Runs kernel `op` on the context's device (guarded: errors go to the
 // context); `host` is the op's CPU kernel.
 void run_on_device(spw_ctx *ctx, Op op, KernelEntry host,

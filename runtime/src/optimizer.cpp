@@ -208,6 +208,21 @@ void round_to_bf16(const float *x, bf16 *y, int64_t n) {
     y[i] = to_bf16(x[i]);
 }
 
+void round_to_bf16_on_device(spw_ctx *ctx, const float *x, bf16 *y,
+                             int64_t n) {
+  const int64_t dims[1] = {n};
+  auto from = make_tensor(SPW_F32, 1, dims, "master", /*allocate=*/false);
+  auto to = make_tensor(SPW_BF16, 1, dims, "bf16 working copy",
+                        /*allocate=*/false);
+  from->data = const_cast<float *>(x);
+  to->data = y;
+  from->on_device = to->on_device = true;
+  spw_tensor *ins[] = {from.get()}, *outs[] = {to.get()};
+  entry_point(Op::cast)(ctx, ins, outs, nullptr, nullptr);
+  if (ctx->failed())
+    throw Error(ctx->error);
+}
+
 void adamw_kernel(float *w, float *m, float *v, const float *g, int64_t n,
                   int64_t step, const AdamWHparams &h) {
   const double t = double(step);
@@ -493,21 +508,9 @@ void device_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
   } else {
     d.adamw(w, m, v, g, end - begin, h, step);
   }
-  if (work) {
-    // The new master's rounding by the device's cast kernel, in stream
-    // order after the update.
-    const int64_t dims[1] = {end - begin};
-    auto from = make_tensor(SPW_F32, 1, dims, "master", /*allocate=*/false);
-    auto to = make_tensor(SPW_BF16, 1, dims, "bf16 working copy",
-                          /*allocate=*/false);
-    from->data = w;
-    to->data = work;
-    from->on_device = to->on_device = true;
-    spw_tensor *ins[] = {from.get()}, *outs[] = {to.get()};
-    entry_point(Op::cast)(ctx, ins, outs, nullptr, nullptr);
-    if (ctx->failed())
-      throw Error(ctx->error);
-  }
+  // The new master's rounding, in stream order after the update.
+  if (work)
+    round_to_bf16_on_device(ctx, w, work, end - begin);
   // The device's own state is live now (device_pull reads it back); an
   // offload plan's is gathered from its blocks instead.
   if (p.dev_m)

@@ -680,12 +680,9 @@ static void fill_working_copies(spw_ctx *ctx) {
         member_elements(mb, i, mpart, false, n, from, &split);
         member_elements(pb, i, ppart, false, n, to, &split); // the same
         const int64_t count[2] = {split, n - split};
-        for (int k = 0; k < 2; ++k) {
-          const float *x = reinterpret_cast<const float *>(from[k]);
-          bf16 *y = reinterpret_cast<bf16 *>(to[k]);
-          for (int64_t e = 0; e < count[k]; ++e)
-            y[e] = to_bf16(x[e]);
-        }
+        for (int k = 0; k < 2; ++k)
+          round_to_bf16(reinterpret_cast<const float *>(from[k]),
+                        reinterpret_cast<bf16 *>(to[k]), count[k]);
       }
     };
     if (pb.home != int(Tier::Gpu)) {
@@ -1339,6 +1336,18 @@ static void wait_host_updates(Tiers &t, Tiers::Block &b, int part) {
     }
 }
 
+// Gives part k of block b a copy's extent on tier d: where the block's copy
+// there starts (its other part's), else at the plan's offset `at`.
+static void place_part(TensorStore &s, Tiers::Block &b, int k, Tier d,
+                       int64_t at) {
+  if (b.base[int(d)] < 0) {
+    if (at < 0)
+      fail("%s: no offset for its copy on %s", b.name.c_str(), tier_name(d));
+    b.base[int(d)] = at;
+  }
+  s.place(b.part_id(k), d, uint64_t(b.base[int(d)]) + b.part_offset(k, int(d)));
+}
+
 // Moves part `part` (-1: every part) of block (cls, layer).
 static int32_t move_parts(spw_ctx *ctx, const char *what, int32_t cls,
                           int32_t layer, int32_t part, int32_t from,
@@ -1375,17 +1384,8 @@ static int32_t move_parts(spw_ctx *ctx, const char *what, int32_t cls,
       const TensorId id = b.part_id(k);
       if (f == Tier::Host || d == Tier::Host)
         wait_host_updates(t, b, k);
-      if (!s.resident(id, d)) {
-        // The copy's start on `to`: where its other part already is, else
-        // the plan's offset.
-        if (b.base[int(d)] < 0) {
-          if (at < 0)
-            fail("%s: no offset for its copy on %s", b.name.c_str(),
-                 tier_name(d));
-          b.base[int(d)] = at;
-        }
-        s.place(id, d, uint64_t(b.base[int(d)]) + b.part_offset(k, int(d)));
-      }
+      if (!s.resident(id, d))
+        place_part(s, b, k, d, at);
       m.tokens.push_back(s.move(id, f, d, Priority(prio)));
     }
     t.moves.push_back(std::move(m));
@@ -1454,13 +1454,7 @@ void spw_alloc_copy(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t part,
              b.name.c_str(), k, tier_name(d));
       if (d == Tier::Host)
         wait_host_updates(t, b, k);
-      if (b.base[int(d)] < 0) {
-        if (at < 0)
-          fail("%s: no offset for its copy on %s", b.name.c_str(),
-               tier_name(d));
-        b.base[int(d)] = at;
-      }
-      s.place(id, d, uint64_t(b.base[int(d)]) + b.part_offset(k, int(d)));
+      place_part(s, b, k, d, at);
       ppart[k] = address(id);
     }
     for (size_t i = 0; i < b.params.size(); ++i) {
@@ -1478,20 +1472,12 @@ void spw_alloc_copy(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t part,
           fail("%s: part %d of its master block is not on %s, where the "
                "copy of '%s' is rounded from it",
                b.name.c_str(), k, tier_name(d), p.name.c_str());
-        if (d == Tier::Host) {
-          round_to_bf16(reinterpret_cast<const float *>(from[k]),
-                        reinterpret_cast<bf16 *>(to[k]), count[k]);
-          continue;
-        }
-        const int64_t dims[1] = {count[k]};
-        auto x = make_tensor(SPW_F32, 1, dims, "master", /*allocate=*/false);
-        auto y = make_tensor(SPW_BF16, 1, dims, "bf16 working copy",
-                             /*allocate=*/false);
-        x->data = from[k];
-        y->data = to[k];
-        x->on_device = y->on_device = true;
-        spw_tensor *ins[] = {x.get()}, *outs[] = {y.get()};
-        device_kernel(ctx, entry_point(Op::cast), ins, outs);
+        const float *x = reinterpret_cast<const float *>(from[k]);
+        bf16 *y = reinterpret_cast<bf16 *>(to[k]);
+        if (d == Tier::Host)
+          round_to_bf16(x, y, count[k]);
+        else
+          round_to_bf16_on_device(ctx, x, y, count[k]);
       }
     }
   });

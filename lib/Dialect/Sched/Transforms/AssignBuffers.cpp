@@ -403,26 +403,34 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
     slotOf[k] = s;
     return s;
   };
+  // A copy of (part `part` of) block (c, l) on t, a move's destination or
+  // an alloc: its slot (-1: the home), the parts noted; the op gets `at`.
+  auto claim = [&](Operation *op, BlockClass c, int64_t l,
+                   std::optional<uint64_t> part, Tier t) -> FailureOr<int> {
+    if (l >= int64_t(numLayers))
+      return op->emitOpError("sched-assign-buffers: no layer ") << l;
+    const BlockInfo &bi = blocks[l][int(c)];
+    if (part && !bi.split)
+      return op->emitOpError("sched-assign-buffers: part ")
+             << *part << " of a block that is not split";
+    auto s = acquire(op, c, l, t);
+    if (failed(s))
+      return failure();
+    if (*s >= 0)
+      partsOf[key(c, l, t)] |= part ? 1u << *part : bi.allParts();
+    pending.push_back({op, int(t), int(c), *s});
+    return *s;
+  };
   std::array<uint64_t, 4> linkRaw{}, linkAligned{}; // ssd_read, ssd_write, h2d, d2h
   for (Operation &op : it.getBlock()) {
     if (isActivationOp(op))
       continue; // assignActivations
     if (auto mv = dyn_cast<MoveOp>(op)) {
       int64_t l = mv.getLayer();
-      if (l >= int64_t(numLayers))
-        return mv.emitOpError("sched-assign-buffers: no layer ") << l;
-      const BlockInfo &bi = blocks[l][int(mv.getBlockClass())];
       auto part = mv.getPart();
-      if (part && !bi.split)
-        return mv.emitOpError("sched-assign-buffers: part ")
-               << *part << " of a block that is not split";
-      auto s = acquire(mv, mv.getBlockClass(), l, mv.getTo());
-      if (failed(s))
+      if (failed(claim(mv, mv.getBlockClass(), l, part, mv.getTo())))
         return failure();
-      if (*s >= 0)
-        partsOf[key(mv.getBlockClass(), l, mv.getTo())] |=
-            part ? 1u << *part : bi.allParts();
-      pending.push_back({mv, int(mv.getTo()), int(mv.getBlockClass()), *s});
+      const BlockInfo &bi = blocks[l][int(mv.getBlockClass())];
       int link = mv.getFrom() == Tier::ssd  ? 0
                  : mv.getTo() == Tier::ssd  ? 1
                  : mv.getTo() == Tier::gpu  ? 2
@@ -437,23 +445,13 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
       }
     } else if (auto al = dyn_cast<AllocOp>(op)) {
       // A copy like a move's destination, which moves no byte.
-      int64_t l = al.getLayer();
-      if (l >= int64_t(numLayers))
-        return al.emitOpError("sched-assign-buffers: no layer ") << l;
-      const BlockInfo &bi = blocks[l][int(al.getBlockClass())];
-      auto part = al.getPart();
-      if (part && !bi.split)
-        return al.emitOpError("sched-assign-buffers: part ")
-               << *part << " of a block that is not split";
-      auto s = acquire(al, al.getBlockClass(), l, al.getTier());
+      auto s = claim(al, al.getBlockClass(), al.getLayer(), al.getPart(),
+                     al.getTier());
       if (failed(s))
         return failure();
       if (*s < 0)
         return al.emitOpError("sched-assign-buffers: allocates a copy on "
                               "the block's home tier, which has one");
-      partsOf[key(al.getBlockClass(), l, al.getTier())] |=
-          part ? 1u << *part : bi.allParts();
-      pending.push_back({al, int(al.getTier()), int(al.getBlockClass()), *s});
     } else if (auto st = dyn_cast<StageGradsOp>(op)) {
       auto s = acquire(st, st.getInto(), st.getLayer(), Tier::gpu);
       if (failed(s))
