@@ -10,6 +10,11 @@
 // RUN: not spillway-opt %S/Inputs/attach-optimizer-foam.mlir -split-input-file --train-attach-optimizer="optimizer=foam foam-level=17" 2>&1 | FileCheck %s --check-prefix=LEVEL
 // RUN: not spillway-opt %S/Inputs/attach-optimizer-foam.mlir -split-input-file --train-attach-optimizer="optimizer=foam foam-alpha=0" 2>&1 | FileCheck %s --check-prefix=ALPHA
 // RUN: not spillway-opt %S/Inputs/attach-optimizer-foam.mlir -split-input-file --train-attach-optimizer="foam-level=3" 2>&1 | FileCheck %s --check-prefix=NOTFOAM
+// RUN: spillway-opt %S/Inputs/attach-optimizer-foam.mlir -split-input-file -verify-diagnostics --train-attach-optimizer="optimizer=foam state-dtype=bf16" | FileCheck %s --check-prefixes=CHECK,FOAMBF16
+
+// FOAM's folded moments are stored as bf16 too (state-dtype=bf16): the
+// same updates, and the module says so.
+// FOAMBF16:      module attributes {train.optimizer_state_dtype = "bf16"}
 
 // FOAM folds the weight matrices: 2-D parameters a matrix product
 // multiplies, here through a transpose. It leaves to AdamW the embedding

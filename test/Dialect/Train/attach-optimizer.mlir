@@ -4,6 +4,19 @@
 // RUN: not spillway-opt %s --train-attach-optimizer="beta1=1.5" 2>&1 | FileCheck %s --check-prefix=BADOPT
 // RUN: not spillway-opt %s --train-attach-optimizer="weight-decay=nan" 2>&1 | FileCheck %s --check-prefix=NANOPT
 // RUN: not spillway-opt %s --train-attach-optimizer="eps=1e-46" 2>&1 | FileCheck %s --check-prefix=EPS32
+// RUN: spillway-opt %s -split-input-file -verify-diagnostics --train-attach-optimizer="state-dtype=bf16" | FileCheck %s --check-prefixes=CHECK,DEFAULT,BF16STATE
+// RUN: spillway-opt %s -split-input-file -verify-diagnostics --train-attach-optimizer="state-dtype=fp32" | FileCheck %s --check-prefixes=CHECK,DEFAULT --implicit-check-not=optimizer_state_dtype
+// RUN: not spillway-opt %s --train-attach-optimizer="state-dtype=fp16" 2>&1 | FileCheck %s --check-prefix=BADSTATE
+// RUN: sed '0,/^module {/s//module attributes {train.optimizer_state_dtype = "bf16"} {/' %s | not spillway-opt -split-input-file --train-attach-optimizer 2>&1 | FileCheck %s --check-prefix=CLASH
+// RUN: sed '0,/^module {/s//module attributes {train.optimizer_state_dtype = "bf16"} {/' %s | spillway-opt -split-input-file -verify-diagnostics --train-attach-optimizer="state-dtype=bf16" | FileCheck %s --check-prefix=BF16STATE
+
+// state-dtype=bf16: the moments are stored as bf16, which the module says
+// (the updates are the same ops); fp32, the default, adds no attribute. A
+// module that has the attribute keeps it when state-dtype agrees, and is
+// an error when it does not.
+// BF16STATE: module attributes {train.optimizer_state_dtype = "bf16"}
+// BADSTATE: error: train-attach-optimizer: unknown state-dtype 'fp16'; the optimizer state is stored as fp32 or bf16
+// CLASH: error: train-attach-optimizer: the module's train.optimizer_state_dtype is "bf16" but state-dtype is fp32
 
 // Every train.param_grad becomes a train.adamw with the options as f64
 // attributes, in place.

@@ -830,3 +830,11 @@ module {
   // expected-error @+1 {{'train.param' op parameter 'big' at offset 9223372036854775800 ends past the largest file offset}}
   train.param @big : tensor<4xf32> at 9223372036854775800
 }
+
+// -----
+
+// train.optimizer_state_dtype (train-attach-optimizer's state-dtype) is
+// "fp32" or "bf16" on the module.
+// expected-error @+1 {{train.optimizer_state_dtype is the module's "fp32" or "bf16" (train-attach-optimizer's state-dtype sets it), got "fp16"}}
+module attributes {train.optimizer_state_dtype = "fp16"} {
+}

@@ -30,6 +30,17 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
              << attr.getValue() << (isa<ModuleOp>(op) ? "" : " on an op");
     return success();
   }
+  if (attr.getName() == kOptimizerStateDtypeAttrName) {
+    auto value = dyn_cast<StringAttr>(attr.getValue());
+    if (!isa<ModuleOp>(op) || !value ||
+        (value.getValue() != "fp32" && value.getValue() != "bf16"))
+      return op->emitError()
+             << kOptimizerStateDtypeAttrName
+             << " is the module's \"fp32\" or \"bf16\" "
+                "(train-attach-optimizer's state-dtype sets it), got "
+             << attr.getValue() << (isa<ModuleOp>(op) ? "" : " on an op");
+    return success();
+  }
   if (attr.getName() != kLayersAttrName)
     return success();
   if (!isa<ModuleOp>(op))

@@ -333,6 +333,11 @@ int64_t spillway::train::stateElementsPerMoment(Operation *op) {
   return 0;
 }
 
+int64_t spillway::train::optimizerStateElementBytes(Operation *module) {
+  auto dtype = module->getAttrOfType<StringAttr>(kOptimizerStateDtypeAttrName);
+  return dtype && dtype.getValue() == "bf16" ? 2 : 4;
+}
+
 //===----------------------------------------------------------------------===//
 // Constants and shapes
 //===----------------------------------------------------------------------===//

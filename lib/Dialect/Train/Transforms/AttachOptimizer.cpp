@@ -107,6 +107,19 @@ struct TrainAttachOptimizerPass
           << optimizer << "'; supported optimizers: adamw, foam";
       return signalPassFailure();
     }
+    if (stateDtype != "fp32" && stateDtype != "bf16") {
+      module.emitError("train-attach-optimizer: unknown state-dtype '")
+          << stateDtype << "'; the optimizer state is stored as fp32 or bf16";
+      return signalPassFailure();
+    }
+    if (auto given =
+            module->getAttrOfType<StringAttr>(kOptimizerStateDtypeAttrName);
+        given && given.getValue() != stateDtype) {
+      module.emitError("train-attach-optimizer: the module's ")
+          << kOptimizerStateDtypeAttrName << " is \"" << given.getValue()
+          << "\" but state-dtype is " << stateDtype;
+      return signalPassFailure();
+    }
     // (Options copied from a PassOptions struct all count as given, so the
     // values tell: anything but FOAM's defaults names a FOAM setting.)
     if (optimizer != "foam" && (foamLevel != 2 || foamAlpha != 0.25)) {
@@ -259,6 +272,10 @@ struct TrainAttachOptimizerPass
         after = update;
       grad.erase();
     }
+    // fp32 state is the default: no attribute, so the module is what it
+    // was before the option existed.
+    if (stateDtype == "bf16")
+      module->setAttr(kOptimizerStateDtypeAttrName, b.getStringAttr("bf16"));
   }
 };
 } // namespace

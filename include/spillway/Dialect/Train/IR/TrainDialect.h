@@ -25,6 +25,14 @@ inline constexpr llvm::StringLiteral kParamFoldsAttrName = "train.param_folds";
 /// step store its working weights and activations as bf16 (the planner's
 /// summary and report read it).
 inline constexpr llvm::StringLiteral kPrecisionAttrName = "train.precision";
+/// Module attribute: "bf16" when the optimizer keeps its moments (AdamW's and
+/// FOAM's m and v) as bf16, 2 bytes per element (train-attach-optimizer's
+/// state-dtype; absent or "fp32": 4 bytes). The update computes in f32 and
+/// rounds each moment to nearest even as it stores it; the runtime hears it
+/// from spw_declare_optimizer_state_dtype, and the offload plans and the
+/// planner's summary size the optimizer class by it.
+inline constexpr llvm::StringLiteral kOptimizerStateDtypeAttrName =
+    "train.optimizer_state_dtype";
 /// Argument (and, for forward-only functions, result) attribute carrying the
 /// ONNX graph input/output name.
 inline constexpr llvm::StringLiteral kInputNameAttrName = "train.name";

@@ -37,6 +37,9 @@ mlir::Value getUpdateGrad(mlir::Operation *op);
 /// Elements of each of the two moments the update's optimizer keeps for its
 /// parameter: the parameter's elements for AdamW, the folded count for FOAM.
 int64_t stateElementsPerMoment(mlir::Operation *op);
+/// Bytes the optimizer stores per moment element in `module`: 2 under
+/// train.optimizer_state_dtype = "bf16", else 4 (f32).
+int64_t optimizerStateElementBytes(mlir::Operation *module);
 /// FOAM's folded elements of a `shape` parameter at `level`: the rows times
 /// ceil(last dimension / 2^level).
 int64_t foamStateElements(llvm::ArrayRef<int64_t> shape, int64_t level);

@@ -155,6 +155,15 @@ def TrainAttachOptimizerPass : Pass<"train-attach-optimizer", "mlir::ModuleOp"> 
     barrier no schedule can move an update across. FOAM takes no clip
     coefficient: `grad-clip` with `optimizer=foam` is an error.
 
+    `state-dtype` is how the optimizer stores its moments (AdamW's and
+    FOAM's m and v): `fp32` (the default; the module gets no attribute) or
+    `bf16`, which sets the module's `train.optimizer_state_dtype = "bf16"`:
+    2 bytes per moment element instead of 4, rounded to nearest even as the
+    update stores them (it computes in f32). The lowering tells the runtime
+    (`spw_declare_optimizer_state_dtype`), and the offload plans
+    (`sched-assign-buffers`) and the planner's summary size the `optimizer`
+    class by it. A module whose attribute says otherwise is an error.
+
     Fails when the optimizer is unknown, when an option is out of range, or
     when the module declares parameters but holds no `train.param_grad`
     (run `train-autodiff` first). A module without any `train.param` is
@@ -174,7 +183,10 @@ def TrainAttachOptimizerPass : Pass<"train-attach-optimizer", "mlir::ModuleOp"> 
     Option<"foamAlpha", "foam-alpha", "double", "0.25",
            "FOAM: scale of the folded update">,
     Option<"gradClip", "grad-clip", "double", "0",
-           "Global gradient-norm clipping's max_norm (0: off)">
+           "Global gradient-norm clipping's max_norm (0: off)">,
+    Option<"stateDtype", "state-dtype", "std::string", "\"fp32\"",
+           "How the optimizer stores its moments m and v: fp32, or bf16 "
+           "(2 bytes per element; train.optimizer_state_dtype)">
   ];
   let dependentDialects = ["spillway::train::TrainDialect"];
 }
