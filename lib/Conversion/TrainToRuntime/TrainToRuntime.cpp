@@ -472,6 +472,14 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
     loc = module.getLoc();
     callRuntime("spw_declare_bf16_mixed", voidTy, {ptrTy}, {ctxArg});
   }
+  // bf16 optimizer state (train-attach-optimizer's state-dtype): the
+  // runtime stores every moment as bf16 (SPW_BF16); fp32, the default, is
+  // not declared.
+  if (optimizerStateElementBytes(module) == 2) {
+    loc = module.getLoc();
+    callRuntime("spw_declare_optimizer_state_dtype", voidTy, {ptrTy, i32Ty},
+                {ctxArg, i32(kBF16)});
+  }
 
   if (failed(emitTiers()))
     return failure();

@@ -356,3 +356,34 @@ module attributes {train.precision = "bf16-mixed"} {
     return %l : tensor<f32>
   }
 }
+
+// -----
+
+// bf16 optimizer state (train-attach-optimizer's state-dtype=bf16,
+// train.optimizer_state_dtype): the runtime hears it before the step, as
+// spw_declare_optimizer_state_dtype(ctx, 5), SPW_BF16; its moments are
+// stored as bf16. "fp32" (and no attribute: every other case of this
+// file) declares nothing (STATE32's sed).
+// RUN: spillway-opt --convert-train-to-runtime --split-input-file --verify-diagnostics %s | FileCheck %s --check-prefix=STATE
+// RUN: spillway-opt --convert-train-to-runtime --split-input-file --verify-diagnostics %s | grep -c "llvm.call @spw_declare_optimizer_state_dtype" | FileCheck %s --check-prefix=STATEONCE
+// RUN: sed 's/train.optimizer_state_dtype = "bf16"/train.optimizer_state_dtype = "fp32"/' %s | spillway-opt --convert-train-to-runtime --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=STATE32 --implicit-check-not=spw_declare_optimizer_state_dtype
+// STATE:         "state_probe\00"
+// STATE:         llvm.func @spw_model_declare
+// STATE:         llvm.call @spw_declare_param(
+// STATE:         %[[DT:.*]] = llvm.mlir.constant(5 : i32) : i32
+// STATE-NEXT:    llvm.call @spw_declare_optimizer_state_dtype(%arg0, %[[DT]]) : (!llvm.ptr, i32) -> ()
+// STATE:         llvm.call @spw_declare_input(
+// STATEONCE: {{^}}1{{$}}
+// STATE32: "state_probe\00"
+module attributes {train.optimizer_state_dtype = "bf16"} {
+  train.param @w : tensor<2x2xf32> at 0
+  func.func @main(%x: tensor<2x2xf32> {train.name = "state_probe"}) -> tensor<f32> {
+    %w = train.param_value @w : tensor<2x2xf32>
+    %y = train.matmul %x, %w : tensor<2x2xf32>, tensor<2x2xf32> -> tensor<2x2xf32>
+    %s = train.reduce_sum %y, [0, 1] : tensor<2x2xf32> -> tensor<1x1xf32>
+    %l = train.reshape %s : tensor<1x1xf32> -> tensor<f32>
+    %g = train.transpose %x, [1, 0] : tensor<2x2xf32> -> tensor<2x2xf32>
+    train.adamw @w, %g {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.01} : tensor<2x2xf32>
+    return %l : tensor<f32>
+  }
+}
