@@ -256,6 +256,29 @@ void spw_declare_grad_clip(spw_ctx *ctx, double max_norm) {
   });
 }
 
+void spw_declare_optimizer_state_dtype(spw_ctx *ctx, int32_t dtype) {
+  guarded(ctx, "spw_declare_optimizer_state_dtype", [&] {
+    if (dtype != SPW_F32 && dtype != SPW_BF16)
+      fail("optimizer state dtype %d: AdamW and FOAM state is f32 (%d) or "
+           "bf16 (%d)",
+           dtype, int(SPW_F32), int(SPW_BF16));
+    auto started = [&] {
+      for (const ParamInfo &p : ctx->params)
+        if (p.dev_m)
+          return true;
+      return false;
+    };
+    if (ctx->tiers || started())
+      fail("the optimizer state dtype is declared before the tiers and "
+           "before the run's device starts (it sets the optimizer blocks' "
+           "and the device state's size)");
+    for (const ParamInfo &p : ctx->params)
+      if (!p.adam_m.empty())
+        fail("parameter '%s' already has optimizer state", p.name.c_str());
+    ctx->state_bf16 = dtype == SPW_BF16;
+  });
+}
+
 void spw_declare_bf16_mixed(spw_ctx *ctx) {
   guarded(ctx, "spw_declare_bf16_mixed", [&] { ctx->bf16_mixed = true; });
 }
@@ -569,13 +592,15 @@ void device_start(spw_ctx *ctx, std::unique_ptr<Device> device) {
       w = in_place ? p.value->data : d.alloc(p.value->bytes(), what.c_str());
     p.dev_value = device_twin(*p.value, w);
     // On host-visible memory the update runs on the host state (adam_m,
-    // adam_v), as it always has on the CPU.
-    if (p.value->dtype == SPW_F32 && !ctx->outputs.size() && !in_place &&
+    // adam_v), as it always has on the CPU; but bf16 state is the device's
+    // there too (adam_m and adam_v stay float32, for checkpoints).
+    if (p.value->dtype == SPW_F32 && !ctx->outputs.size() &&
+        (!in_place || ctx->state_bf16) &&
         !tiers_hold(ctx, i, SPW_BLOCK_OPTIMIZER)) {
-      const int64_t sb = p.state_numel() * int64_t(sizeof(float));
+      const int64_t sb = state_bytes(ctx, p);
       const std::string ms = "optimizer state of '" + p.name + "'";
-      p.dev_m = static_cast<float *>(d.alloc(sb, ms.c_str()));
-      p.dev_v = static_cast<float *>(d.alloc(sb, ms.c_str()));
+      p.dev_m = {d.alloc(sb, ms.c_str()), ctx->state_bf16};
+      p.dev_v = {d.alloc(sb, ms.c_str()), ctx->state_bf16};
     }
   }
   for (InputInfo &in : ctx->inputs) {
@@ -589,6 +614,29 @@ void device_start(spw_ctx *ctx, std::unique_ptr<Device> device) {
   device_push(ctx);
 }
 
+int64_t state_bytes(const spw_ctx *ctx, const ParamInfo &p) {
+  return p.state_numel() * (ctx->state_bf16 ? 2 : 4);
+}
+
+void upload_state(Device &d, StateMem dev, const std::vector<float> &host) {
+  const int64_t n = int64_t(host.size());
+  if (!dev.half)
+    return d.upload(dev.p, host.data(), n * 4);
+  std::vector<bf16> rounded(host.size());
+  round_to_bf16(host.data(), rounded.data(), n);
+  d.upload(dev.p, rounded.data(), n * 2);
+}
+
+void download_state(Device &d, std::vector<float> &host, StateMem dev) {
+  const int64_t n = int64_t(host.size());
+  if (!dev.half)
+    return d.download(host.data(), dev.p, n * 4);
+  std::vector<bf16> stored(host.size());
+  d.download(stored.data(), dev.p, n * 2);
+  for (int64_t i = 0; i < n; ++i)
+    host[size_t(i)] = to_float(stored[size_t(i)]);
+}
+
 // An offload plan's members are copied to and from their blocks by
 // tiers_scatter / tiers_gather, never here.
 void device_push_param(spw_ctx *ctx, size_t param) {
@@ -599,14 +647,14 @@ void device_push_param(spw_ctx *ctx, size_t param) {
     d.upload(p.dev_value->data, p.value->data, p.value->bytes());
   if (!p.dev_m)
     return;
-  const int64_t sb = p.state_numel() * int64_t(sizeof(float));
+  const int64_t sb = state_bytes(ctx, p);
   p.state_live = !p.adam_m.empty();
   if (p.state_live) {
-    d.upload(p.dev_m, p.adam_m.data(), sb);
-    d.upload(p.dev_v, p.adam_v.data(), sb);
+    upload_state(d, p.dev_m, p.adam_m);
+    upload_state(d, p.dev_v, p.adam_v);
   } else {
-    d.fill(p.dev_m, 0, sb);
-    d.fill(p.dev_v, 0, sb);
+    d.fill(p.dev_m.p, 0, sb);
+    d.fill(p.dev_v.p, 0, sb);
   }
 }
 
@@ -626,9 +674,8 @@ void device_pull(spw_ctx *ctx) {
       continue;
     p.adam_m.resize(size_t(p.state_numel()));
     p.adam_v.resize(size_t(p.state_numel()));
-    const int64_t sb = p.state_numel() * int64_t(sizeof(float));
-    d.download(p.adam_m.data(), p.dev_m, sb);
-    d.download(p.adam_v.data(), p.dev_v, sb);
+    download_state(d, p.adam_m, p.dev_m);
+    download_state(d, p.adam_v, p.dev_v);
   }
 }
 } // namespace spw

@@ -62,7 +62,10 @@ struct ParamInfo {
   int64_t offset = 0;
   std::unique_ptr<spw_tensor> value;
   std::vector<char> grad;   // last recorded gradient (bytes), empty if none
-  std::vector<float> adam_m, adam_v; // lazily allocated; state_numel each
+  // Lazily allocated, state_numel each: the live state of the CPU's own
+  // update with float32 state, else the plain copy device_pull and
+  // tiers_gather fill (checkpoints, --save; exact: bf16 state widens).
+  std::vector<float> adam_m, adam_v;
   // FOAM (spw_declare_foam): the state is folded in blocks of 2^foam_level
   // elements of each row; -1: AdamW, one state element per element.
   int32_t foam_level = -1;
@@ -73,7 +76,7 @@ struct ParamInfo {
   std::vector<int64_t> state_dims() const;
   // An offload plan's bound AdamW state (spw_bind of an optimizer block);
   // null: adam_m / adam_v.
-  float *bound_m = nullptr, *bound_v = nullptr;
+  StateMem bound_m, bound_v;
   // A parameter of a block split by the optimizer overlap (bound_split >=
   // 0): its elements below bound_split are in part 0, the rest in part 1.
   // Element e of the value / m / v is at bound_*[0] + e below the split and
@@ -82,7 +85,8 @@ struct ParamInfo {
   // parameter is contiguous. bound_split < 0: value->data, bound_m and
   // bound_v as above.
   int64_t bound_split = -1;
-  float *bound_w_part[2] = {}, *bound_m_part[2] = {}, *bound_v_part[2] = {};
+  float *bound_w_part[2] = {};
+  StateMem bound_m_part[2], bound_v_part[2];
   // The last bind of the params / optimizer block was of its GPU-tier
   // copy: bound_w_part (and dev_value's data) / bound_m* and bound_v* are
   // device addresses, and the update runs on the device. Else host ones
@@ -96,9 +100,10 @@ struct ParamInfo {
   // On a device (device.h): the parameter's device copy, which the step
   // reads and the optimizer updates (`value` is refreshed from it by
   // device_pull), and the device's m and v (state_numel each, zero until
-  // the first update: state_live).
+  // the first update: state_live). With bf16 state the CPU device keeps
+  // them too (bf16 in host memory), adam_m / adam_v being float32.
   std::unique_ptr<spw_tensor> dev_value;
-  float *dev_m = nullptr, *dev_v = nullptr;
+  StateMem dev_m, dev_v;
   bool state_live = false;
   // bf16-mixed without an offload plan (spw_param_work): the bf16 working
   // copy the step reads, on the device, rounded from dev_value by the cast
@@ -172,6 +177,9 @@ struct spw_ctx {
   spw::AdamWOverrides overrides;
   spw::GradClip grad_clip;
   bool bf16_mixed = false; // spw_declare_bf16_mixed
+  // spw_declare_optimizer_state_dtype(SPW_BF16): AdamW / FOAM moments are
+  // stored as bf16 (StateMem) wherever they live.
+  bool state_bf16 = false;
   std::shared_ptr<spw::Tiers> tiers; // set by spw_declare_tiers
   // Bytes the step's tensors may take on the device beside the plan's GPU
   // arena (spw_declare_step_arena); -1: no bound declared.
@@ -249,12 +257,18 @@ void device_start(spw_ctx *ctx, std::unique_ptr<Device> device);
 void device_pull(spw_ctx *ctx);
 void device_push(spw_ctx *ctx);
 void device_push_param(spw_ctx *ctx, size_t param);
+// Bytes of each of a parameter's moments (m, v) in the context's state
+// dtype; and copies of a moment between its float32 plain copy and device
+// state (rounded to nearest even into bf16 state; widened, exactly, out).
+int64_t state_bytes(const spw_ctx *ctx, const ParamInfo &p);
+void upload_state(Device &d, StateMem dev, const std::vector<float> &host);
+void download_state(Device &d, std::vector<float> &host, StateMem dev);
 // The CPU optimizer arithmetic on raw arrays (optimizer.cpp): one AdamW
 // update of n elements, one FOAM update of a [rows, cols] weight with
 // state folded at `level`; every backend's kernels match them.
-void adamw_kernel(float *w, float *m, float *v, const float *g, int64_t n,
+void adamw_kernel(float *w, StateMem m, StateMem v, const float *g, int64_t n,
                   int64_t step, const AdamWHparams &h);
-void foam_kernel(float *w, float *m, float *v, const float *g, int64_t rows,
+void foam_kernel(float *w, StateMem m, StateMem v, const float *g, int64_t rows,
                  int64_t cols, int level, int64_t step, const AdamWHparams &h,
                  double alpha);
 // y[i] = to_bf16(x[i]) for i < n: the bf16 working copy of updated master

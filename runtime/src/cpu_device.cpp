@@ -119,11 +119,11 @@ public:
     host(ctx, ins, outs, iattrs, fattrs);
   }
 
-  void adamw(float *w, float *m, float *v, const float *g, int64_t n,
+  void adamw(float *w, StateMem m, StateMem v, const float *g, int64_t n,
              const AdamWHparams &h, int64_t step) override {
     adamw_kernel(w, m, v, g, n, step, h);
   }
-  void foam(float *w, float *m, float *v, const float *g, int64_t rows,
+  void foam(float *w, StateMem m, StateMem v, const float *g, int64_t rows,
             int64_t cols, int level, const AdamWHparams &h, double alpha,
             int64_t step) override {
     foam_kernel(w, m, v, g, rows, cols, level, step, h, alpha);

@@ -292,19 +292,21 @@ public:
     run_on_host_copies(*this, op, host, ctx, ins, outs, a, iattrs, fattrs);
   }
 
-  void adamw(float *w, float *m, float *v, const float *g, int64_t n,
+  void adamw(float *w, StateMem m, StateMem v, const float *g, int64_t n,
              const AdamWHparams &h, int64_t step) override {
-    Host hw(*this, w, n), hm(*this, m, n), hv(*this, v, n), hg(*this, g, n);
-    adamw_kernel(hw.p(), hm.p(), hv.p(), hg.p(), n, step, h);
+    Host hw(*this, w, n * 4), hg(*this, g, n * 4), hm(*this, m.p, n * m.elem()),
+        hv(*this, v.p, n * v.elem());
+    adamw_kernel(hw.f32(), hm.state(m), hv.state(v), hg.f32(), n, step, h);
   }
-  void foam(float *w, float *m, float *v, const float *g, int64_t rows,
+  void foam(float *w, StateMem m, StateMem v, const float *g, int64_t rows,
             int64_t cols, int level, const AdamWHparams &h, double alpha,
             int64_t step) override {
     const int64_t nb = (cols + (int64_t(1) << level) - 1) >> level;
-    Host hw(*this, w, rows * cols), hg(*this, g, rows * cols),
-        hm(*this, m, rows * nb), hv(*this, v, rows * nb);
-    foam_kernel(hw.p(), hm.p(), hv.p(), hg.p(), rows, cols, level, step, h,
-                alpha);
+    Host hw(*this, w, rows * cols * 4), hg(*this, g, rows * cols * 4),
+        hm(*this, m.p, rows * nb * m.elem()),
+        hv(*this, v.p, rows * nb * v.elem());
+    foam_kernel(hw.f32(), hm.state(m), hv.state(v), hg.f32(), rows, cols,
+                level, step, h, alpha);
   }
 
   std::string host_fallbacks() const override { return ""; }
@@ -326,16 +328,20 @@ public:
 private:
   // A host copy of n device floats, written back when it goes out of scope
   // (the gradient's too: harmless, it is unchanged).
+  // A host copy of `bytes` device bytes, written back when it goes.
   struct Host {
     LoopbackDevice &d;
-    float *dev;
-    std::vector<float> h;
-    Host(LoopbackDevice &d, const float *dev, int64_t n)
-        : d(d), dev(const_cast<float *>(dev)), h(static_cast<size_t>(n)) {
-      d.download(h.data(), dev, n * int64_t(sizeof(float)));
+    void *dev;
+    std::vector<float> h; // float-aligned for every element type
+    int64_t bytes;
+    Host(LoopbackDevice &d, const void *dev, int64_t bytes)
+        : d(d), dev(const_cast<void *>(dev)), h(size_t((bytes + 3) / 4)),
+          bytes(bytes) {
+      d.download(h.data(), dev, bytes);
     }
-    ~Host() { d.upload(dev, h.data(), int64_t(h.size() * sizeof(float))); }
-    float *p() { return h.data(); }
+    ~Host() { d.upload(dev, h.data(), bytes); }
+    float *f32() { return h.data(); }
+    StateMem state(StateMem like) { return {h.data(), like.half}; }
   };
 
   int64_t arena_bytes_;

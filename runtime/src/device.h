@@ -18,6 +18,7 @@
 #ifndef SPILLWAY_RUNTIME_SRC_DEVICE_H
 #define SPILLWAY_RUNTIME_SRC_DEVICE_H
 
+#include "bf16.h"
 #include "loopback_memory.h"
 #include "spillway/runtime/spillway_rt.h"
 
@@ -30,6 +31,30 @@ namespace spw {
 namespace storage {
 class DeviceMemory;
 }
+
+// Optimizer-state memory (AdamW's m or v, FOAM's folded ones): float32
+// elements, or bf16 ones (`half`) under --optimizer-state-dtype bf16
+// (spw_declare_optimizer_state_dtype). The arithmetic is float32 either way;
+// bf16 state is widened as it is read and rounded to nearest even as it is
+// stored, and the update reads the stored (rounded) moments.
+struct StateMem {
+  void *p = nullptr;
+  bool half = false;
+  StateMem() = default;
+  StateMem(void *p, bool half) : p(p), half(half) {}
+  StateMem(float *p) : p(p) {} // float32 state, as every caller had
+  StateMem(bf16 *p) : p(p), half(true) {}
+  int64_t elem() const { return half ? 2 : 4; }
+  // Element e.
+  StateMem operator+(int64_t e) const {
+    return {static_cast<char *>(p) + e * elem(), half};
+  }
+  bool operator==(const StateMem &o) const { return p == o.p; }
+  explicit operator bool() const { return p != nullptr; }
+  float *f32() const { return static_cast<float *>(p); }
+  bf16 *b16() const { return static_cast<bf16 *>(p); }
+};
+
 
 // The loopback device stores every device byte XOR kLoopbackScramble, and
 // fresh or released memory as kPoisonByte (every f32 made of it is a NaN),
@@ -142,9 +167,9 @@ public:
 
   // One AdamW / FOAM update of device buffers, with the CPU optimizer's
   // float32 arithmetic (runtime/src/optimizer.cpp), at step `step`.
-  virtual void adamw(float *w, float *m, float *v, const float *g, int64_t n,
-                     const AdamWHparams &h, int64_t step) = 0;
-  virtual void foam(float *w, float *m, float *v, const float *g,
+  virtual void adamw(float *w, StateMem m, StateMem v, const float *g,
+                     int64_t n, const AdamWHparams &h, int64_t step) = 0;
+  virtual void foam(float *w, StateMem m, StateMem v, const float *g,
                     int64_t rows, int64_t cols, int level,
                     const AdamWHparams &h, double alpha, int64_t step) = 0;
 

@@ -146,7 +146,7 @@ void HostOptimizer::wait(const storage::Token &t) {
 
 std::vector<storage::Token>
 submit_adamw_tasks(HostTasks &tasks, const std::string &name, float *w,
-                   float *m, float *v, const float *g, int64_t n, int64_t step,
+                   StateMem m, StateMem v, const float *g, int64_t n, int64_t step,
                    const AdamWHparams &h, int64_t min_elems,
                    std::atomic<int64_t> *busy_ns, bf16 *work) {
   const int64_t count = pieces(n, min_elems, tasks.threads());
@@ -165,8 +165,8 @@ submit_adamw_tasks(HostTasks &tasks, const std::string &name, float *w,
 }
 
 std::vector<storage::Token>
-submit_foam_tasks(HostTasks &tasks, const std::string &name, float *w, float *m,
-                  float *v, const float *g, int64_t rows, int64_t cols,
+submit_foam_tasks(HostTasks &tasks, const std::string &name, float *w, StateMem m,
+                  StateMem v, const float *g, int64_t rows, int64_t cols,
                   int level, int64_t step, const AdamWHparams &h, double alpha,
                   int64_t min_elems, std::atomic<int64_t> *busy_ns,
                   bf16 *work) {
@@ -206,8 +206,8 @@ bool host_optimizer_runs(spw_ctx *ctx, const ParamInfo &p) {
   return ctx->tiers && tiers_host_bound(ctx, index_of(ctx, p));
 }
 
-void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
-                          float *v, const float *g, int64_t begin, int64_t end,
+void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, StateMem m,
+                          StateMem v, const float *g, int64_t begin, int64_t end,
                           int64_t step, const AdamWHparams &h,
                           std::vector<float> *deferred, bool planned,
                           bf16 *work) {
@@ -240,8 +240,8 @@ void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
   record(ctx, o, std::move(u), parts);
 }
 
-void host_optimizer_foam(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
-                         float *v, const float *g, int64_t rows, int64_t cols,
+void host_optimizer_foam(spw_ctx *ctx, ParamInfo &p, float *w, StateMem m,
+                         StateMem v, const float *g, int64_t rows, int64_t cols,
                          int level, int64_t step, const AdamWHparams &h,
                          double alpha, bf16 *work) {
   HostOptimizer &o = *tiers_host_optimizer(ctx);

@@ -78,13 +78,13 @@ bool host_optimizer_runs(spw_ctx *ctx, const ParamInfo &p);
 // whole parameter (g: p.grad). `work` (non-null in a bf16-mixed plan): the
 // bf16 working copy of the updated elements, which each task writes with
 // the rounding of its elements after updating them.
-void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
-                          float *v, const float *g, int64_t begin, int64_t end,
+void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, StateMem m,
+                          StateMem v, const float *g, int64_t begin, int64_t end,
                           int64_t step, const AdamWHparams &h,
                           std::vector<float> *deferred, bool planned = false,
                           bf16 *work = nullptr);
-void host_optimizer_foam(spw_ctx *ctx, ParamInfo &p, float *w, float *m,
-                         float *v, const float *g, int64_t rows, int64_t cols,
+void host_optimizer_foam(spw_ctx *ctx, ParamInfo &p, float *w, StateMem m,
+                         StateMem v, const float *g, int64_t rows, int64_t cols,
                          int level, int64_t step, const AdamWHparams &h,
                          double alpha, bf16 *work = nullptr);
 
@@ -107,12 +107,12 @@ double host_optimizer_wait_seconds(const spw_ctx *ctx);
 // (may be null) and, with `work`, writes its elements' rounding there.
 std::vector<storage::Token>
 submit_adamw_tasks(HostTasks &tasks, const std::string &name, float *w,
-                   float *m, float *v, const float *g, int64_t n, int64_t step,
+                   StateMem m, StateMem v, const float *g, int64_t n, int64_t step,
                    const AdamWHparams &h, int64_t min_elems,
                    std::atomic<int64_t> *busy_ns, bf16 *work = nullptr);
 std::vector<storage::Token>
-submit_foam_tasks(HostTasks &tasks, const std::string &name, float *w, float *m,
-                  float *v, const float *g, int64_t rows, int64_t cols,
+submit_foam_tasks(HostTasks &tasks, const std::string &name, float *w, StateMem m,
+                  StateMem v, const float *g, int64_t rows, int64_t cols,
                   int level, int64_t step, const AdamWHparams &h, double alpha,
                   int64_t min_elems, std::atomic<int64_t> *busy_ns,
                   bf16 *work = nullptr);

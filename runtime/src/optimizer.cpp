@@ -95,15 +95,16 @@ void check_nothing_pending(const ParamInfo &p, int64_t begin, int64_t end,
 // Elements [begin, end) of a parameter of a split block (the update's
 // ranges never straddle the split: sched-overlap-optimizer cuts there), or
 // of a whole one bound contiguously.
-template <class T>
-T *split_elements(const ParamInfo &p, T *const part[2], const char *what,
-                  int64_t begin, int64_t end) {
+// P: a float or bf16 pointer, or StateMem.
+template <class P>
+P split_elements(const ParamInfo &p, const P part[2], const char *what,
+                 int64_t begin, int64_t end) {
   const int64_t s = p.bound_split;
-  T *at = nullptr;
+  P at{};
   if (end <= s)
-    at = part[0] ? part[0] + begin : nullptr;
+    at = part[0] ? part[0] + begin : P{};
   else if (begin >= s)
-    at = part[1] ? part[1] + (begin - s) : nullptr;
+    at = part[1] ? part[1] + (begin - s) : P{};
   else if (part[0] && part[1] && part[1] == part[0] + s)
     at = part[0] + begin;
   else
@@ -153,51 +154,84 @@ struct AdamWStep {
   float scale; // gradient clipping's coefficient (Scaled variants)
 };
 
+// One optimizer-state element: read (bf16 widens exactly), and stored
+// (bf16 rounds to nearest even) returning the value stored, which the
+// update then uses: the arithmetic is float32, the moments are the stored
+// ones.
+inline float loaded(float x) { return x; }
+inline float loaded(bf16 x) { return to_float(x); }
+inline float stored(float x, float *slot) {
+  *slot = x;
+  return x;
+}
+inline float stored(float x, bf16 *slot) {
+  const bf16 b = to_bf16(x);
+  *slot = b;
+  return to_float(b);
+}
+
 // Elements [0, n) of one AdamW step, torch's operations in torch's order.
 // Decays and Lerp are hoisted out of the loop so that it vectorizes; each
 // element's float32 operations are the same in every clone (no FMA:
 // -ffp-contract=off), so the bits are those of a scalar loop.
 // Scaled: the gradient element is first multiplied by the clip coefficient
 // (torch's clip_grad_norm_ multiplies the gradients in place, in float32).
-template <bool Decays, bool SmallLerp, bool Scaled>
+// S: the state's storage (float, or bf16 under --optimizer-state-dtype).
+template <class S, bool Decays, bool SmallLerp, bool Scaled>
 __attribute__((always_inline)) inline void
-adamw_elements(float *__restrict w, float *__restrict m, float *__restrict v,
+adamw_elements(float *__restrict w, S *__restrict m, S *__restrict v,
                const float *__restrict g, int64_t n, AdamWStep c) {
   for (int64_t i = 0; i < n; ++i) {
     const float gi = Scaled ? g[i] * c.scale : g[i];
     float wi = w[i];
     if constexpr (Decays)
       wi = wi * c.decay;
+    const float m0 = loaded(m[i]);
     // torch's lerp: m + w*(g-m) for weight < 0.5, else g - (g-m)*(1-w).
     float mi;
     if constexpr (SmallLerp)
-      mi = m[i] + c.w1 * (gi - m[i]);
+      mi = m0 + c.w1 * (gi - m0);
     else
-      mi = gi - (gi - m[i]) * (1.0f - c.w1);
-    float vi = v[i] * c.b2;
+      mi = gi - (gi - m0) * (1.0f - c.w1);
+    float vi = loaded(v[i]) * c.b2;
     vi = vi + c.w2 * gi * gi;
+    mi = stored(mi, &m[i]);
+    vi = stored(vi, &v[i]);
     const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
-    m[i] = mi;
-    v[i] = vi;
     w[i] = wi + c.neg_step * mi / denom;
   }
 }
 
 // One clone set per variant (clang's target_clones takes no templates).
-#define SPW_ADAMW_VARIANT(name, decays, small, scaled)                         \
+#define SPW_ADAMW_VARIANT(name, S, decays, small, scaled)                      \
   __attribute__((target_clones("avx512f", "avx2", "default"))) void name(      \
-      float *__restrict w, float *__restrict m, float *__restrict v,           \
+      float *__restrict w, S *__restrict m, S *__restrict v,                   \
       const float *__restrict g, int64_t n, AdamWStep c) {                     \
-    adamw_elements<decays, small, scaled>(w, m, v, g, n, c);                   \
+    adamw_elements<S, decays, small, scaled>(w, m, v, g, n, c);                \
   }
-SPW_ADAMW_VARIANT(adamw_decay_small, true, true, false)
-SPW_ADAMW_VARIANT(adamw_decay_large, true, false, false)
-SPW_ADAMW_VARIANT(adamw_small, false, true, false)
-SPW_ADAMW_VARIANT(adamw_large, false, false, false)
-SPW_ADAMW_VARIANT(adamw_decay_small_scaled, true, true, true)
-SPW_ADAMW_VARIANT(adamw_decay_large_scaled, true, false, true)
-SPW_ADAMW_VARIANT(adamw_small_scaled, false, true, true)
-SPW_ADAMW_VARIANT(adamw_large_scaled, false, false, true)
+#define SPW_ADAMW_VARIANTS(prefix, S)                                          \
+  SPW_ADAMW_VARIANT(prefix##_decay_small, S, true, true, false)                \
+  SPW_ADAMW_VARIANT(prefix##_decay_large, S, true, false, false)               \
+  SPW_ADAMW_VARIANT(prefix##_small, S, false, true, false)                     \
+  SPW_ADAMW_VARIANT(prefix##_large, S, false, false, false)                    \
+  SPW_ADAMW_VARIANT(prefix##_decay_small_scaled, S, true, true, true)          \
+  SPW_ADAMW_VARIANT(prefix##_decay_large_scaled, S, true, false, true)         \
+  SPW_ADAMW_VARIANT(prefix##_small_scaled, S, false, true, true)               \
+  SPW_ADAMW_VARIANT(prefix##_large_scaled, S, false, false, true)              \
+  using prefix##_fn = void (*)(float *, S *, S *, const float *, int64_t,      \
+                               AdamWStep);                                     \
+  prefix##_fn prefix##_variant(bool decays, bool small, bool scaled) {         \
+    return scaled ? (decays ? (small ? prefix##_decay_small_scaled             \
+                                     : prefix##_decay_large_scaled)            \
+                            : (small ? prefix##_small_scaled                   \
+                                     : prefix##_large_scaled))                 \
+                  : (decays ? (small ? prefix##_decay_small                    \
+                                     : prefix##_decay_large)                   \
+                            : (small ? prefix##_small : prefix##_large));      \
+  }
+SPW_ADAMW_VARIANTS(adamw, float)
+SPW_ADAMW_VARIANTS(adamw_bf16, bf16)
+#undef SPW_ADAMW_VARIANTS
 #undef SPW_ADAMW_VARIANT
 
 } // namespace
@@ -223,7 +257,7 @@ void round_to_bf16_on_device(spw_ctx *ctx, const float *x, bf16 *y,
     throw Error(ctx->error);
 }
 
-void adamw_kernel(float *w, float *m, float *v, const float *g, int64_t n,
+void adamw_kernel(float *w, StateMem m, StateMem v, const float *g, int64_t n,
                   int64_t step, const AdamWHparams &h) {
   const double t = double(step);
   const double bc1 = 1.0 - std::pow(h.beta1, t);
@@ -239,16 +273,21 @@ void adamw_kernel(float *w, float *m, float *v, const float *g, int64_t n,
   c.scale = float(h.grad_scale);
   const bool decays = h.weight_decay != 0.0, small = c.w1 < 0.5f;
   // A coefficient of 1 changes no gradient (x * 1 == x): the plain loop.
-  auto run = c.scale != 1.0f
-                 ? (decays ? (small ? adamw_decay_small_scaled
-                                    : adamw_decay_large_scaled)
-                           : (small ? adamw_small_scaled : adamw_large_scaled))
-                 : (decays ? (small ? adamw_decay_small : adamw_decay_large)
-                           : (small ? adamw_small : adamw_large));
+  const bool scaled = c.scale != 1.0f;
+  if (m.half != v.half)
+    fail("AdamW: m and v are stored in different dtypes");
   // Elements are independent: any cut gives the same bits (the optimizer
   // overlap's ranges rely on it too). 64 Ki elements per chunk at least.
+  if (m.half) {
+    auto run = adamw_bf16_variant(decays, small, scaled);
+    cpu::parallel_for(n, int64_t(1) << 16, [&](int64_t lo, int64_t hi) {
+      run(w + lo, m.b16() + lo, v.b16() + lo, g + lo, hi - lo, c);
+    });
+    return;
+  }
+  auto run = adamw_variant(decays, small, scaled);
   cpu::parallel_for(n, int64_t(1) << 16, [&](int64_t lo, int64_t hi) {
-    run(w + lo, m + lo, v + lo, g + lo, hi - lo, c);
+    run(w + lo, m.f32() + lo, v.f32() + lo, g + lo, hi - lo, c);
   });
 }
 } // namespace spw
@@ -265,6 +304,18 @@ void check_host_values(const spw_ctx *ctx, const ParamInfo &p) {
     fail("parameter '%s': its optimizer state is bound on host but its "
          "values on the GPU (the plan binds both where the update runs)",
          p.name.c_str());
+}
+
+// The CPU's own float32 state (adam_m or adam_v). bf16 state is never
+// here: device_start gives every parameter device state then (bf16 in host
+// memory on the CPU device), or the plan binds its optimizer block.
+StateMem host_state(const spw_ctx *ctx, const ParamInfo &p,
+                    std::vector<float> &state) {
+  if (ctx->state_bf16)
+    fail("parameter '%s': its bf16 optimizer state is neither on the device "
+         "nor bound by the offload plan (the run's device was not started)",
+         p.name.c_str());
+  return {state.data(), false};
 }
 
 // work[i] = to_bf16(w[i]) for i < n, on the CPU's threads.
@@ -288,7 +339,8 @@ void adamw_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
   }
   // An offload plan binds the state of the block the update runs in (one
   // part of it, when the block is split).
-  float *w, *m, *v;
+  float *w;
+  StateMem m, v;
   if (p.bound_split >= 0) {
     w = split_elements(p, p.bound_w_part, "values", begin, end);
     m = split_elements(p, p.bound_m_part, "AdamW m", begin, end);
@@ -298,8 +350,8 @@ void adamw_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
       fail("parameter '%s' is updated while no copy of it is bound",
            p.name.c_str());
     w = p.value->as<float>() + begin;
-    m = (p.bound_m ? p.bound_m : p.adam_m.data()) + begin;
-    v = (p.bound_v ? p.bound_v : p.adam_v.data()) + begin;
+    m = (p.bound_m ? p.bound_m : host_state(ctx, p, p.adam_m)) + begin;
+    v = (p.bound_v ? p.bound_v : host_state(ctx, p, p.adam_v)) + begin;
   }
   check_host_values(ctx, p);
   bf16 *work = work_elements(ctx, p, begin, end, /*on_device=*/false);
@@ -351,8 +403,11 @@ struct FoamStep {
 // operations those of the reference loop: the same bits, but the weight
 // loop runs over the whole row and vectorizes. `gbar` holds a row's block
 // means.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void
-foam_rows(float *__restrict w, float *__restrict m, float *__restrict v,
+// S: the folded state's storage (float, or bf16: stored rounded, and the
+// weights read the stored moments).
+template <class S>
+__attribute__((always_inline)) inline void
+foam_rows(float *__restrict w, S *__restrict m, S *__restrict v,
           const float *__restrict g, int64_t rows, int64_t cols,
           int64_t block, int64_t nb, const FoamStep &c, float *gbar,
           float *mrow, float *vrow) {
@@ -367,9 +422,10 @@ foam_rows(float *__restrict w, float *__restrict m, float *__restrict v,
         sumsq += gr[j] * gr[j];
       }
       const float gb = sum * c.inv_block, qb = sumsq * c.inv_block;
-      float &mk = m[r * nb + k], &vk = v[r * nb + k];
-      mk = mk * c.b1 + gb * c.w1;
-      vk = vk * c.b2 + qb * c.w2;
+      const float mk = stored(loaded(m[r * nb + k]) * c.b1 + gb * c.w1,
+                              &m[r * nb + k]);
+      const float vk = stored(loaded(v[r * nb + k]) * c.b2 + qb * c.w2,
+                              &v[r * nb + k]);
       for (int64_t j = lo; j < hi; ++j) {
         gbar[j] = gb;
         mrow[j] = mk;
@@ -389,12 +445,23 @@ foam_rows(float *__restrict w, float *__restrict m, float *__restrict v,
   }
 }
 
+
+#define SPW_FOAM_VARIANT(name, S)                                              \
+  __attribute__((target_clones("avx512f", "avx2", "default"))) void name(      \
+      float *__restrict w, S *__restrict m, S *__restrict v,                   \
+      const float *__restrict g, int64_t rows, int64_t cols, int64_t block,    \
+      int64_t nb, const FoamStep &c, float *gbar, float *mrow, float *vrow) {  \
+    foam_rows<S>(w, m, v, g, rows, cols, block, nb, c, gbar, mrow, vrow);      \
+  }
+SPW_FOAM_VARIANT(foam_rows_f32, float)
+SPW_FOAM_VARIANT(foam_rows_bf16, bf16)
+#undef SPW_FOAM_VARIANT
 } // namespace
 
 namespace spw {
-void foam_kernel(float *w, float *m, float *v, const float *g, int64_t rows,
-                 int64_t cols, int level, int64_t step, const AdamWHparams &h,
-                 double alpha) {
+void foam_kernel(float *w, StateMem m, StateMem v, const float *g,
+                 int64_t rows, int64_t cols, int level, int64_t step,
+                 const AdamWHparams &h, double alpha) {
   const int64_t block = int64_t(1) << level;
   const int64_t nb = (cols + block - 1) / block;
   const double t = double(step);
@@ -415,9 +482,15 @@ void foam_kernel(float *w, float *m, float *v, const float *g, int64_t rows,
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(cols, 1));
   cpu::parallel_for(rows, grain, [&](int64_t lo, int64_t hi) {
     std::vector<float> scratch(size_t(3 * cols));
-    foam_rows(w + lo * cols, m + lo * nb, v + lo * nb, g + lo * cols, hi - lo,
-              cols, block, nb, c, scratch.data(), scratch.data() + cols,
-              scratch.data() + 2 * cols);
+    float *gbar = scratch.data(), *mrow = gbar + cols, *vrow = mrow + cols;
+    if (m.half)
+      foam_rows_bf16(w + lo * cols, m.b16() + lo * nb, v.b16() + lo * nb,
+                     g + lo * cols, hi - lo, cols, block, nb, c, gbar, mrow,
+                     vrow);
+    else
+      foam_rows_f32(w + lo * cols, m.f32() + lo * nb, v.f32() + lo * nb,
+                    g + lo * cols, hi - lo, cols, block, nb, c, gbar, mrow,
+                    vrow);
   });
 }
 } // namespace spw
@@ -448,8 +521,8 @@ void foam_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t step,
          "overlap splits AdamW updates only)",
          p.name.c_str());
   float *w = p.value->as<float>();
-  float *m = p.bound_m ? p.bound_m : p.adam_m.data();
-  float *v = p.bound_v ? p.bound_v : p.adam_v.data();
+  const StateMem m = p.bound_m ? p.bound_m : host_state(ctx, p, p.adam_m);
+  const StateMem v = p.bound_v ? p.bound_v : host_state(ctx, p, p.adam_v);
   if (!w)
     fail("parameter '%s' is updated while no copy of it is bound",
          p.name.c_str());
@@ -473,7 +546,8 @@ void device_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
                    double alpha) {
   Device &d = *ctx->device;
   param_written(p);
-  float *w, *m, *v;
+  float *w;
+  StateMem m, v;
   if (p.dev_m) {
     w = p.dev_value->as<float>() + begin;
     m = p.dev_m + begin;

@@ -80,7 +80,8 @@ struct Tiers {
     uint64_t split = 0;
     TensorId id1 = 0;
     // Bytes per member element: 2 for a bf16-mixed plan's params blocks
-    // (the working copies), else 4 (f32 values and state).
+    // (the working copies) and for bf16 optimizer state, else 4 (f32
+    // values and state).
     uint64_t elem = 4;
     // Where the block's copy starts on each tier while it has one.
     int64_t base[3] = {-1, -1, -1};
@@ -329,7 +330,7 @@ static void member_elements(const Tiers::Block &b, size_t i,
 // `elem` bytes: m (the optimizer class; v follows at the same offset of
 // the second half), a pending block's leading element, else the value.
 static uint64_t member_bytes(int cls, const ParamInfo &p, uint64_t elem) {
-  return cls == SPW_BLOCK_OPTIMIZER ? 4 * uint64_t(p.state_numel())
+  return cls == SPW_BLOCK_OPTIMIZER ? elem * uint64_t(p.state_numel())
          : cls == SPW_BLOCK_PENDING ? 4
                                     : elem * uint64_t(p.value->numel);
 }
@@ -364,8 +365,8 @@ static void check_same_split(const Tiers::Block &a, const Tiers::Block &b) {
          (unsigned long long)b.split);
   fail("%s is split at %llu bytes (element %llu) but %s at %llu bytes "
        "(element %llu): a layer's params (2-byte bf16 elements in a "
-       "bf16-mixed plan), master and optimizer blocks split at the same "
-       "element (or none is split)",
+       "bf16-mixed plan), master and optimizer blocks (2-byte elements with "
+       "bf16 state) split at the same element (or none is split)",
        a.name.c_str(), (unsigned long long)a.split,
        (unsigned long long)(a.split / a.elem), b.name.c_str(),
        (unsigned long long)b.split, (unsigned long long)(b.split / b.elem));
@@ -544,11 +545,12 @@ void tiers_gather(spw_ctx *ctx) {
     if (!p.value->owned)
       p.value->owned = alloc_buffer(p.value->bytes());
     p.value->data = p.value->owned.get();
-    p.bound_m = p.bound_v = nullptr;
+    p.bound_m = p.bound_v = StateMem{};
     p.bound_split = -1;
     p.w_on_device = p.state_on_device = p.work_on_device = false;
     for (int k = 0; k < 2; ++k) {
-      p.bound_w_part[k] = p.bound_m_part[k] = p.bound_v_part[k] = nullptr;
+      p.bound_w_part[k] = nullptr;
+      p.bound_m_part[k] = p.bound_v_part[k] = StateMem{};
       p.bound_work_part[k] = nullptr;
     }
     if (p.dev_work && !p.work_owned)
@@ -598,23 +600,55 @@ static std::vector<PartRange> block_ranges(const spw_ctx *ctx,
   return out;
 }
 
+// `fn` on range r whose elements are at `bytes` in the block's copy: f32
+// elements as they are; bf16 state (2-byte optimizer elements) through a
+// float32 copy, a piece of at most kStreamStagingBytes at a time, widened
+// for `fn` to read or rounded to nearest even from what it wrote (`in`).
+static void visit_range(const Tiers::Block &b, bool in, BlockRange r,
+                        char *bytes, std::vector<float> &wide,
+                        const BlockRangeFn &fn) {
+  if (b.elem == 4) {
+    r.data = bytes;
+    return fn(r);
+  }
+  const int64_t per = int64_t(kStreamStagingBytes / 4);
+  bf16 *at = reinterpret_cast<bf16 *>(bytes);
+  for (int64_t e = 0; e < r.count; e += per) {
+    BlockRange piece = r;
+    piece.begin = r.begin + e;
+    piece.count = std::min(per, r.count - e);
+    wide.resize(size_t(piece.count));
+    if (!in)
+      for (int64_t i = 0; i < piece.count; ++i)
+        wide[size_t(i)] = to_float(at[e + i]);
+    piece.data = wide.data();
+    fn(piece);
+    if (in)
+      round_to_bf16(wide.data(), at + e, piece.count);
+  }
+}
+
 // The blocks of class `cls` (params of an fp32 plan, master, optimizer:
-// f32 elements) streamed as tiers_stream_in/out say.
+// f32 elements, or bf16 optimizer state, which `fn` sees as f32) streamed
+// as tiers_stream_in/out say.
 static void stream_blocks(spw_ctx *ctx, int cls, bool in,
                           const BlockRangeFn &fn) {
   Tiers &t = *ctx->tiers;
   TensorStore &s = *t.store;
   std::vector<char> staging;
+  std::vector<float> wide;
   for (Tiers::Block &b : t.blocks) {
     if (b.home < 0 || b.cls != cls)
       continue;
+    if (b.elem != 4 && cls != SPW_BLOCK_OPTIMIZER)
+      fail("%s: its %llu-byte elements are not streamed (the master "
+           "blocks hold the values)",
+           b.name.c_str(), (unsigned long long)b.elem);
     const std::vector<PartRange> ranges = block_ranges(ctx, b);
     if (b.home != int(Tier::Gpu)) {
       with_host_copy(t, b, !in, in, [&](char *const *part) {
-        for (PartRange pr : ranges) {
-          pr.r.data = part[pr.part] + pr.at;
-          fn(pr.r);
-        }
+        for (const PartRange &pr : ranges)
+          visit_range(b, in, pr.r, part[pr.part] + pr.at, wide, fn);
       });
       continue;
     }
@@ -633,13 +667,12 @@ static void stream_blocks(spw_ctx *ctx, int cls, bool in,
         if (staging.size() < bytes)
           staging.resize(size_t(std::min<uint64_t>(kStreamStagingBytes,
                                                     b.part_bytes(pr.part))));
-        r.data = staging.data();
         if (in) {
-          fn(r);
+          visit_range(b, in, r, staging.data(), wide, fn);
           t.gpu->copy_h2d(off, staging.data(), bytes, name).wait();
         } else {
           t.gpu->copy_d2h(staging.data(), off, bytes, name).wait();
-          fn(r);
+          visit_range(b, in, r, staging.data(), wide, fn);
         }
       }
     }
@@ -1218,7 +1251,10 @@ void spw_declare_block(spw_ctx *ctx, int32_t cls, int32_t layer,
     // A params block holds bf16 working copies once the plan has a master
     // block. Declared before one, it is checked with the bf16 size in a
     // bf16-mixed model, and again with its final size at tiers_start.
-    b.elem = cls == SPW_BLOCK_PARAMS && t.bf16_params ? 2 : 4;
+    b.elem = (cls == SPW_BLOCK_PARAMS && t.bf16_params) ||
+                     (cls == SPW_BLOCK_OPTIMIZER && ctx->state_bf16)
+                 ? 2
+                 : 4;
     const uint64_t check_elem =
         cls == SPW_BLOCK_PARAMS && ctx->bf16_mixed ? 2 : b.elem;
     for (int32_t i = 0; i < n; ++i) {
@@ -1289,8 +1325,8 @@ void spw_declare_split(spw_ctx *ctx, int32_t cls, int32_t layer,
              (unsigned long long)o.split);
       fail("%s split at %lld bytes (element %llu), but %s at %llu bytes "
            "(element %llu): a layer's params (2-byte bf16 elements in a "
-           "bf16-mixed plan), master and optimizer blocks split at the same "
-           "element",
+           "bf16-mixed plan), master and optimizer blocks (2-byte elements "
+           "with bf16 state) split at the same element",
            b.name.c_str(), (long long)split_bytes,
            (unsigned long long)(uint64_t(split_bytes) / b.elem), o.name.c_str(),
            (unsigned long long)o.split, (unsigned long long)(o.split / o.elem));
@@ -1591,6 +1627,7 @@ void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
     const bool values = cls == value_class(t);
     const bool work = cls == SPW_BLOCK_PARAMS && !values;
     auto f32 = [](char *x) { return reinterpret_cast<float *>(x); };
+    const bool half = cls == SPW_BLOCK_OPTIMIZER && b.elem == 2; // bf16 state
     for (size_t i = 0; i < b.params.size(); ++i) {
       ParamInfo &p = ctx->params[size_t(b.params[i])];
       const int64_t n =
@@ -1633,8 +1670,8 @@ void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
         } else {
           char *v[2];
           member_elements(b, i, part, true, n, v, &split);
-          p.bound_m = f32(at[0]);
-          p.bound_v = f32(v[0]);
+          p.bound_m = {at[0], half};
+          p.bound_v = {v[0], half};
         }
         continue;
       }
@@ -1652,11 +1689,11 @@ void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
       } else {
         char *v[2];
         member_elements(b, i, part, true, n, v, &split);
-        p.bound_m_part[0] = f32(at[0]);
-        p.bound_m_part[1] = f32(at[1]);
-        p.bound_v_part[0] = f32(v[0]);
-        p.bound_v_part[1] = f32(v[1]);
-        p.bound_m = p.bound_v = nullptr;
+        p.bound_m_part[0] = {at[0], half};
+        p.bound_m_part[1] = {at[1], half};
+        p.bound_v_part[0] = {v[0], half};
+        p.bound_v_part[1] = {v[1], half};
+        p.bound_m = p.bound_v = StateMem{};
       }
     }
   });
@@ -2000,10 +2037,10 @@ void tiers_flush_deferred(
           p.w_on_device = false;
           p.bound_w_part[0] = p.bound_w_part[1] = nullptr;
         } else {
-          p.bound_m = p.bound_v = nullptr;
+          p.bound_m = p.bound_v = StateMem{};
           p.state_on_device = false;
           for (int k = 0; k < 2; ++k)
-            p.bound_m_part[k] = p.bound_v_part[k] = nullptr;
+            p.bound_m_part[k] = p.bound_v_part[k] = StateMem{};
         }
       }
     };

@@ -50,7 +50,9 @@ void tiers_release_copies(spw_ctx *ctx);
 // bounded memory (the initial load, checkpoints, --save, --resume): no
 // phase holds more than one block's host copy beyond the plan's arenas.
 // One piece of a block's host copy: parameter `param`'s tensor `kind`,
-// elements [begin, begin + count) at `data` (float32).
+// elements [begin, begin + count) at `data` (float32; bf16 optimizer state
+// is widened for `fn` to read and rounded to nearest even from what it
+// writes).
 enum BlockTensor { kTensorValue = 0, kTensorAdamM = 1, kTensorAdamV = 2 };
 struct BlockRange {
   int32_t param = 0;

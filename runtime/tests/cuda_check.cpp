@@ -194,7 +194,7 @@ void check_adamw(Report &r, uint64_t seed, double wd, double beta1,
       SPW_CUDA(cudaMemcpy(g[i]->data(), grads[i][size_t(t - 1)].data(),
                           size_t(sizes[i]) * 4, cudaMemcpyHostToDevice));
       ts.push_back({w[i]->data(), m[i]->data(), v[i]->data(), g[i]->data(),
-                    sizes[i]});
+                    sizes[i], false});
       cpu[i]->step = t;
       if (scale != 1.0f) {
         cpu[i]->grad_clip.declared = true;
@@ -272,7 +272,8 @@ void check_foam(Report &r, uint64_t seed, int64_t rows, int64_t cols,
     std::memcpy(grad->data, gt.data(), size_t(n) * 4);
     spw_foam(cpu.get(), 0, grad.get(), lr, beta1, beta2, eps, wd, alpha);
     check_ctx(cpu.get(), "spw_foam");
-    cuda::foam(w.data(), m.data(), v.data(), g.data(), rows, cols, level,
+    cuda::foam(w.data(), m.data(), v.data(), false, g.data(), rows, cols,
+               level,
                cuda::foam_scalars(lr, beta1, beta2, eps, wd, alpha, level, t),
                nullptr);
     SPW_CUDA(cudaDeviceSynchronize());
@@ -286,6 +287,92 @@ void check_foam(Report &r, uint64_t seed, int64_t rows, int64_t cols,
   r.line(name, "weights", compare(pw, w.host()), guards);
   r.line(name, "m~", compare(p.adam_m, m.host()), guards);
   r.line(name, "v~", compare(p.adam_v, v.host()), guards);
+}
+
+// bf16 optimizer state (--optimizer-state-dtype bf16): adamw_multi and
+// foam with `half` moments against the CPU kernels on the same bf16 arrays,
+// T steps; weights and the stored moments bit for bit.
+void check_state_bf16(Report &r, uint64_t seed) {
+  const double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, wd = 0.01;
+  const int steps = 3;
+  Rng rng(seed);
+  auto to_dev = [](const void *host, size_t bytes) {
+    void *d = nullptr;
+    SPW_CUDA(cudaMalloc(&d, bytes));
+    SPW_CUDA(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+    return d;
+  };
+  auto widened = [](const void *dev, size_t n) {
+    std::vector<bf16> b(n);
+    SPW_CUDA(cudaMemcpy(b.data(), dev, n * 2, cudaMemcpyDeviceToHost));
+    std::vector<float> f(n);
+    for (size_t i = 0; i < n; ++i)
+      f[i] = to_float(b[i]);
+    return f;
+  };
+  auto rounded = [](std::vector<float> x) {
+    std::vector<bf16> b(x.size());
+    round_to_bf16(x.data(), b.data(), int64_t(x.size()));
+    return b;
+  };
+  // AdamW: n elements; FOAM: [rows, cols] at level 2 (state [rows, nb]).
+  for (const auto &[rows, cols, foam] :
+       {std::tuple<int64_t, int64_t, bool>{1, 70001, false},
+        {1, 1025, false},
+        {33, 1023, true}}) {
+    const int64_t n = rows * cols, level = 2;
+    const int64_t ns = foam ? rows * ((cols + 3) / 4) : n;
+    std::vector<float> w = rng.values(n, 1e-3, 1.0);
+    std::vector<float> v0 = rng.values(ns, 1e-10, 1.0);
+    for (float &x : v0)
+      x = std::fabs(x);
+    std::vector<bf16> m = rounded(rng.values(ns, 1e-6, 1.0)),
+                      v = rounded(v0);
+    float *dw = static_cast<float *>(to_dev(w.data(), size_t(n) * 4));
+    void *dm = to_dev(m.data(), size_t(ns) * 2),
+         *dv = to_dev(v.data(), size_t(ns) * 2);
+    float *dg = static_cast<float *>(to_dev(w.data(), size_t(n) * 4));
+    void *scratch = nullptr;
+    SPW_CUDA(cudaMalloc(&scratch, cuda::adamw_scratch_bytes(1)));
+    for (int t = 1; t <= steps; ++t) {
+      const std::vector<float> g = rng.values(n, 1e-6, 10.0);
+      SPW_CUDA(cudaMemcpy(dg, g.data(), size_t(n) * 4,
+                          cudaMemcpyHostToDevice));
+      const AdamWHparams h{lr, beta1, beta2, eps, wd};
+      const StateMem hm{m.data(), true}, hv{v.data(), true};
+      if (foam) {
+        foam_kernel(w.data(), hm, hv, g.data(), rows, cols, int(level), t, h,
+                    0.5);
+        cuda::foam(dw, dm, dv, true, dg, rows, cols, int(level),
+                   cuda::foam_scalars(lr, beta1, beta2, eps, wd, 0.5,
+                                      int(level), t),
+                   nullptr);
+      } else {
+        adamw_kernel(w.data(), hm, hv, g.data(), n, t, h);
+        cuda::adamw_multi({{dw, dm, dv, dg, n, true}},
+                          cuda::adamw_scalars(lr, beta1, beta2, eps, wd, t),
+                          scratch, nullptr);
+      }
+      SPW_CUDA(cudaDeviceSynchronize());
+    }
+    std::vector<float> gw(static_cast<size_t>(n)), hmw(static_cast<size_t>(ns)),
+        hvw(static_cast<size_t>(ns));
+    SPW_CUDA(cudaMemcpy(gw.data(), dw, size_t(n) * 4, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < ns; ++i) {
+      hmw[size_t(i)] = to_float(m[size_t(i)]);
+      hvw[size_t(i)] = to_float(v[size_t(i)]);
+    }
+    const std::string name =
+        foam ? format("foam bf16 state [%lld,%lld] level %lld",
+                      (long long)rows, (long long)cols, (long long)level)
+             : format("adamw_multi bf16 state (%lld)", (long long)n);
+    r.line(name, "weights", compare(w, gw), true);
+    r.line(name, "m", compare(hmw, widened(dm, size_t(ns))), true);
+    r.line(name, "v", compare(hvw, widened(dv, size_t(ns))), true);
+    for (void *p : {static_cast<void *>(dw), dm, dv, static_cast<void *>(dg),
+                    scratch})
+      SPW_CUDA(cudaFree(p));
+  }
 }
 
 // The CUDA device's queued AdamW against adamw_kernel bit for bit. Every
@@ -519,6 +606,7 @@ int run(const Args &a) {
     check_adamw(r, 3, 0.1, 0.3); // beta1 < 0.5: lerp's other form
     check_adamw(r, 4, 0.01, 0.9, 0.0421f); // gradient clipping's scale
     check_device_adamw(r);
+    check_state_bf16(r, 5);
     int seed = 10;
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 6},
                               {7, 3}, {64, 256}, {33, 1023}, {1, 70001}})

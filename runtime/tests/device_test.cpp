@@ -288,7 +288,7 @@ TEST(CpuDevice, ContextsStartOnItWithoutASecondCopy) {
   device_start(ctx.get(), make_cpu_device());
   EXPECT_EQ(spw_param(ctx.get(), 0)->data, ctx->params[0].value->data);
   EXPECT_EQ(in.dev_batches, in.batches.get());
-  EXPECT_EQ(ctx->params[0].dev_m, nullptr); // the state stays the host's
+  EXPECT_FALSE(ctx->params[0].dev_m); // the state stays the host's
 }
 
 // The loopback device's GPU tier is memory of the device: kernels accept

@@ -483,3 +483,226 @@ TEST(GradClip, Errors) {
         << ctx->error;
   }
 }
+
+namespace {
+
+// bf16 state's reference (--optimizer-state-dtype bf16): torch's AdamW
+// element loop in float32 with the moments widened as read, rounded to
+// nearest even as stored, and the stored values used for the weight.
+void reference_adamw_bf16(std::vector<float> &w, std::vector<spw::bf16> &m,
+                          std::vector<spw::bf16> &v,
+                          const std::vector<float> &g, int64_t step) {
+  const float decay = float(1.0 - kLr * kWd), w1 = float(1.0 - kB1),
+              b2 = float(kB2), w2 = float(1.0 - kB2),
+              bc2 = float(std::sqrt(1.0 - std::pow(kB2, double(step)))),
+              eps = float(kEps),
+              neg = float(-(kLr / (1.0 - std::pow(kB1, double(step)))));
+  for (size_t i = 0; i < w.size(); ++i) {
+    const float m0 = spw::to_float(m[i]), v0 = spw::to_float(v[i]);
+    m[i] = spw::to_bf16(m0 + w1 * (g[i] - m0));
+    v[i] = spw::to_bf16(v0 * b2 + w2 * g[i] * g[i]);
+    const float denom = std::sqrt(spw::to_float(v[i])) / bc2 + eps;
+    w[i] = w[i] * decay + neg * spw::to_float(m[i]) / denom;
+  }
+}
+
+std::vector<uint16_t> halves(const std::vector<spw::bf16> &x) {
+  std::vector<uint16_t> out;
+  for (spw::bf16 b : x)
+    out.push_back(b.bits);
+  return out;
+}
+
+std::vector<float> grad_values(int t, int n) {
+  std::vector<float> g(size_t(n), 0.0f);
+  for (int i = 0; i < n; ++i)
+    g[size_t(i)] = 0.03f * float((i * 5 + t * 3) % 11) - 0.15f;
+  return g;
+}
+
+} // namespace
+
+// The kernel with bf16 moments is the reference loop bit for bit, in one
+// call or in ranges (elements are independent), and its moments differ
+// from float32 state's rounding of them only where rounding the stored
+// moment changed the update (so the update reads the stored values).
+TEST(StateBf16, AdamWKernelStoresRoundedMomentsAndUpdatesWithThem) {
+  const int n = 300000; // several chunks of the kernel's parallel loop
+  std::vector<float> w(n), wr;
+  for (int i = 0; i < n; ++i)
+    w[size_t(i)] = 0.001f * float(i % 997) - 0.4f;
+  std::vector<spw::bf16> m(n, spw::bf16{0}), v(n, spw::bf16{0}), mr, vr;
+  wr = w;
+  mr = m;
+  vr = v;
+  std::vector<float> ws = w;
+  std::vector<spw::bf16> ms = m, vs = v;
+  const spw::AdamWHparams h{kLr, kB1, kB2, kEps, kWd};
+  for (int t = 1; t <= 3; ++t) {
+    const std::vector<float> g = grad_values(t, n);
+    spw::adamw_kernel(w.data(), spw::StateMem(m.data()),
+                      spw::StateMem(v.data()), g.data(), n, t, h);
+    reference_adamw_bf16(wr, mr, vr, g, t);
+    // In three ranges.
+    for (auto [lo, hi] : {std::pair<int, int>{0, 7}, {7, 65541}, {65541, n}})
+      spw::adamw_kernel(ws.data() + lo, spw::StateMem(ms.data() + lo),
+                        spw::StateMem(vs.data() + lo), g.data() + lo, hi - lo,
+                        t, h);
+  }
+  EXPECT_TRUE(same_bits(w.data(), wr.data(), size_t(n)));
+  EXPECT_EQ(halves(m), halves(mr));
+  EXPECT_EQ(halves(v), halves(vr));
+  EXPECT_TRUE(same_bits(w.data(), ws.data(), size_t(n)));
+  EXPECT_EQ(halves(m), halves(ms));
+  EXPECT_EQ(halves(v), halves(vs));
+  // Not float32 state's weights: the rounding is real.
+  std::vector<float> wf(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i)
+    wf[size_t(i)] = 0.001f * float(i % 997) - 0.4f;
+  std::vector<float> mf(static_cast<size_t>(n), 0.0f), vf = mf;
+  for (int t = 1; t <= 3; ++t) {
+    const std::vector<float> g = grad_values(t, n);
+    spw::adamw_kernel(wf.data(), mf.data(), vf.data(), g.data(), n, t, h);
+  }
+  EXPECT_FALSE(same_bits(w.data(), wf.data(), size_t(n)));
+}
+
+// FOAM's folded moments in bf16, against a scalar reference of FOAM.md's
+// update (the runtime's float32 operations in order) on stored moments.
+TEST(StateBf16, FoamKernelStoresRoundedFoldedMomentsAndUpdatesWithThem) {
+  const int64_t rows = 5, cols = 37, level = 2, block = 4,
+                nb = (cols + block - 1) / block;
+  const double alpha = 0.5;
+  std::vector<float> w(size_t(rows * cols));
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] = 0.01f * float(i % 13) - 0.05f;
+  std::vector<float> wr = w;
+  std::vector<spw::bf16> m(size_t(rows * nb), spw::bf16{0}), v = m, mr = m,
+                                                             vr = m;
+  const spw::AdamWHparams h{kLr, kB1, kB2, kEps, kWd};
+  for (int t = 1; t <= 3; ++t) {
+    const std::vector<float> g = grad_values(t, int(rows * cols));
+    spw::foam_kernel(w.data(), spw::StateMem(m.data()),
+                     spw::StateMem(v.data()), g.data(), rows, cols, level, t,
+                     h, alpha);
+    const double bc1 = 1.0 - std::pow(kB1, t), bc2 = 1.0 - std::pow(kB2, t);
+    const float b1 = float(kB1), w1 = float(1.0 - kB1), b2 = float(kB2),
+                w2 = float(1.0 - kB2), inv = float(1.0 / double(block)),
+                neg_step = float(-(kLr * std::sqrt(bc2) / bc1)),
+                a = float(alpha), eps = float(kEps),
+                neg_decay = float(-(kLr * kWd));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < nb; ++k) {
+        const int64_t lo = k * block, hi = std::min(cols, lo + block);
+        float sum = 0.0f, sumsq = 0.0f;
+        for (int64_t j = lo; j < hi; ++j) {
+          sum += g[size_t(r * cols + j)];
+          sumsq += g[size_t(r * cols + j)] * g[size_t(r * cols + j)];
+        }
+        const float gb = sum * inv, qb = sumsq * inv;
+        spw::bf16 &mk = mr[size_t(r * nb + k)], &vk = vr[size_t(r * nb + k)];
+        mk = spw::to_bf16(spw::to_float(mk) * b1 + gb * w1);
+        vk = spw::to_bf16(spw::to_float(vk) * b2 + qb * w2);
+        for (int64_t j = lo; j < hi; ++j) {
+          const float res = g[size_t(r * cols + j)] - gb;
+          const float mj = spw::to_float(mk) + res;
+          const float vj = spw::to_float(vk) + res * res;
+          float x = wr[size_t(r * cols + j)] +
+                    neg_step * (a * mj / (std::sqrt(vj) + eps));
+          x = x + x * neg_decay;
+          wr[size_t(r * cols + j)] = x;
+        }
+      }
+  }
+  EXPECT_TRUE(same_bits(w.data(), wr.data(), w.size()));
+  EXPECT_EQ(halves(m), halves(mr));
+  EXPECT_EQ(halves(v), halves(vr));
+}
+
+// Resident bf16 state: the device keeps it (on the CPU device too, in host
+// memory), 2 bytes per element; spw_adamw and spw_adamw_range give the
+// kernel's bits on cpu and loopback; device_pull widens it into adam_m /
+// adam_v and device_push rounds them back (a checkpoint's round trip).
+TEST(StateBf16, ResidentStateIsTheDevicesOnEveryDevice) {
+  for (bool loopback : {false, true}) {
+    SCOPED_TRACE(loopback ? "loopback" : "cpu");
+    auto ctx = context_with_param();
+    std::vector<float> w(ctx->params[0].value->as<float>(),
+                         ctx->params[0].value->as<float>() + 7);
+    spw_declare_optimizer_state_dtype(ctx.get(), SPW_BF16);
+    ASSERT_FALSE(ctx->failed()) << ctx->error;
+    spw::device_start(ctx.get(), loopback ? spw::make_loopback_device(
+                                                1 << 20, spw::Precision::FP32)
+                                          : spw::make_cpu_device());
+    spw::ParamInfo &p = ctx->params[0];
+    ASSERT_TRUE(p.dev_m);
+    EXPECT_TRUE(p.dev_m.half);
+    EXPECT_EQ(spw::state_bytes(ctx.get(), p), 14);
+    std::vector<spw::bf16> m(7, spw::bf16{0}), v = m;
+    for (int t = 1; t <= 3; ++t) {
+      ctx->step = t;
+      Tensor g = grad_of_step(t);
+      spw_tensor *dg = spw_alloc(ctx.get(), SPW_F32, 1, g->dims);
+      ctx->device->upload(dg->data, g->data, 28);
+      if (t == 2) { // in two ranges
+        spw_adamw_range(ctx.get(), 0, dg, 0, 3, kLr, kB1, kB2, kEps, kWd);
+        spw_adamw_range(ctx.get(), 0, dg, 3, 7, kLr, kB1, kB2, kEps, kWd);
+      } else {
+        spw_adamw(ctx.get(), 0, dg, kLr, kB1, kB2, kEps, kWd);
+      }
+      ASSERT_FALSE(ctx->failed()) << ctx->error;
+      spw::adamw_kernel(w.data(), spw::StateMem(m.data()),
+                        spw::StateMem(v.data()), g->as<float>(), 7, t,
+                        spw::AdamWHparams{kLr, kB1, kB2, kEps, kWd});
+      spw::clear_step(ctx.get());
+    }
+    spw::device_pull(ctx.get());
+    EXPECT_TRUE(same_bits(p.value->as<float>(), w.data(), 7));
+    ASSERT_EQ(p.adam_m.size(), 7u);
+    for (size_t i = 0; i < 7; ++i) {
+      EXPECT_EQ(p.adam_m[i], spw::to_float(m[i]));
+      EXPECT_EQ(p.adam_v[i], spw::to_float(v[i]));
+    }
+    // A checkpoint of float32 state restored into bf16 state rounds it.
+    p.adam_m[0] = 1.0f + 0x1p-9f; // halfway: rounds to even (1.0)
+    p.adam_m[1] = 1.0f + 3 * 0x1p-9f; // halfway: rounds up to 1 + 2^-7
+    spw::device_push(ctx.get());
+    spw::device_pull(ctx.get());
+    EXPECT_EQ(p.adam_m[0], 1.0f);
+    EXPECT_EQ(p.adam_m[1], 1.0f + 0x1p-7f);
+  }
+}
+
+TEST(StateBf16, DeclarationErrors) {
+  {
+    auto ctx = context_with_param();
+    spw_declare_optimizer_state_dtype(ctx.get(), SPW_I32);
+    EXPECT_NE(ctx->error.find("optimizer state dtype 3: AdamW and FOAM state "
+                              "is f32 (1) or bf16 (5)"),
+              std::string::npos)
+        << ctx->error;
+  }
+  {
+    auto ctx = context_with_param();
+    spw::device_start(ctx.get(), spw::make_loopback_device(
+                                     1 << 20, spw::Precision::FP32));
+    spw_declare_optimizer_state_dtype(ctx.get(), SPW_BF16);
+    EXPECT_NE(ctx->error.find("declared before the tiers and before the run's "
+                              "device starts"),
+              std::string::npos)
+        << ctx->error;
+    EXPECT_FALSE(ctx->state_bf16);
+  }
+  {
+    // Without a device the CPU's own float32 state cannot hold it.
+    auto ctx = context_with_param();
+    spw_declare_optimizer_state_dtype(ctx.get(), SPW_BF16);
+    ctx->step = 1;
+    Tensor g = grad_of_step(1);
+    spw_adamw(ctx.get(), 0, g.get(), kLr, kB1, kB2, kEps, kWd);
+    EXPECT_NE(ctx->error.find("parameter 'layer.w': its bf16 optimizer state "
+                              "is neither on the device nor bound"),
+              std::string::npos)
+        << ctx->error;
+  }
+}

@@ -837,6 +837,167 @@ TEST(Tiers, Bf16PlanUpdatesTheMasterAndItsWorkingCopy) {
     }
 }
 
+// bf16 optimizer state (--optimizer-state-dtype bf16) without a plan:
+// parameters "a" (6 elements) and "b" (5) trained `steps` steps with the
+// gradients of grads_at(step) on `loopback` or the CPU; their weights and
+// (widened) moments after.
+struct Trained {
+  std::vector<float> w[2], m[2], v[2];
+};
+std::vector<float> grads_at(int step, int i, int n) {
+  std::vector<float> g;
+  for (int k = 0; k < n; ++k)
+    g.push_back(0.25f * float(k + 1 + step + i) * (k % 2 ? -1.0f : 1.0f));
+  return g;
+}
+Trained resident_bf16_state(int steps, bool loopback) {
+  auto ctx = spw::make_context();
+  const int64_t da[] = {6}, db[] = {5};
+  spw_declare_param(ctx.get(), "a", SPW_F32, 1, da, 0);
+  spw_declare_param(ctx.get(), "b", SPW_F32, 1, db, 24);
+  for (int i = 0; i < 2; ++i) {
+    spw::ParamInfo &p = ctx->params[size_t(i)];
+    const std::vector<float> v = tricky_values(6 * i, int(p.value->numel));
+    std::memcpy(p.value->data, v.data(), v.size() * 4);
+  }
+  spw_declare_optimizer_state_dtype(ctx.get(), SPW_BF16);
+  spw::device_start(ctx.get(), device_of(loopback));
+  for (int t = 1; t <= steps; ++t) {
+    ctx->step = t;
+    for (int i = 0; i < 2; ++i) {
+      const int n = int(ctx->params[size_t(i)].value->numel);
+      spw_adamw(ctx.get(), i, device_grad(ctx.get(), grads_at(t, i, n)), kLr,
+                kBeta1, kBeta2, kEps, kDecay);
+    }
+    spw::clear_step(ctx.get());
+  }
+  spw::device_pull(ctx.get());
+  EXPECT_TRUE(ctx->error.empty()) << ctx->error;
+  Trained out;
+  for (int i = 0; i < 2; ++i) {
+    const spw::ParamInfo &p = ctx->params[size_t(i)];
+    out.w[i] = spwtest::values(*p.value);
+    out.m[i] = p.adam_m;
+    out.v[i] = p.adam_v;
+  }
+  return out;
+}
+
+// An offload plan with bf16 optimizer state: the optimizer block holds 2
+// bytes per moment element (m of a and b at 0 and 12 of 22, v after), in
+// an fp32 plan and in a bf16-mixed one (master blocks). Bound on the GPU
+// tier (the device's update) or on host (the CPU optimizer), two steps,
+// then gathered (the moments widened), scattered again (rounded: exact)
+// and a third step: the resident run's weights and moments, bit for bit.
+TEST(Tiers, Bf16StatePlanUpdatesAsTheResidentRun) {
+  for (bool mixed : {false, true})
+    for (bool loopback : {false, true})
+      for (int tier : {SPW_TIER_GPU, SPW_TIER_HOST}) {
+        const bool gpu = tier == SPW_TIER_GPU;
+        SCOPED_TRACE(std::string(mixed ? "bf16-mixed, " : "fp32, ") +
+                     (loopback ? "loopback" : "cpu") +
+                     (gpu ? ", gpu tier" : ", host tier"));
+        auto ctx = spw::make_context();
+        const int64_t da[] = {6}, db[] = {5};
+        spw_declare_param(ctx.get(), "a", SPW_F32, 1, da, 0);
+        spw_declare_param(ctx.get(), "b", SPW_F32, 1, db, 24);
+        for (int i = 0; i < 2; ++i) {
+          spw::ParamInfo &p = ctx->params[size_t(i)];
+          const std::vector<float> v = tricky_values(6 * i, int(p.value->numel));
+          std::memcpy(p.value->data, v.data(), v.size() * 4);
+        }
+        if (mixed)
+          spw_declare_bf16_mixed(ctx.get());
+        spw_declare_optimizer_state_dtype(ctx.get(), SPW_BF16);
+        const int64_t predicted[4] = {0, 0, 0, 0};
+        spw_declare_tiers(ctx.get(), 4096, 16384, 0, "", predicted);
+        const int64_t members[] = {0, 1}, f32_at[] = {0, 24},
+                      half_at[] = {0, 12};
+        spw_declare_block(ctx.get(), SPW_BLOCK_PARAMS, 0, mixed ? 24 : 44,
+                          tier, 0, 2, members, mixed ? half_at : f32_at);
+        if (mixed)
+          spw_declare_block(ctx.get(), SPW_BLOCK_MASTER, 0, 44, tier,
+                            gpu ? 256 : 4096, 2, members, f32_at);
+        spw_declare_block(ctx.get(), SPW_BLOCK_OPTIMIZER, 0, 44, tier,
+                          gpu ? 512 : 8192, 2, members, half_at);
+        ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+        spw::device_start(ctx.get(), device_of(loopback));
+        spw::tiers_start(ctx.get(), {}, spw::storage::Backend::Threads);
+        ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+        auto steps = [&](int first, int last) {
+          spw::tiers_scatter(ctx.get());
+          for (int cls : {SPW_BLOCK_PARAMS, SPW_BLOCK_MASTER,
+                          SPW_BLOCK_OPTIMIZER})
+            if (cls != SPW_BLOCK_MASTER || mixed)
+              spw_bind(ctx.get(), cls, 0, tier);
+          ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+          EXPECT_TRUE(ctx->params[0].bound_m.half);
+          for (int t = first; t <= last; ++t) {
+            ctx->step = t;
+            for (int i = 0; i < 2; ++i) {
+              const int n = int(ctx->params[size_t(i)].value->numel);
+              spw_adamw(ctx.get(), i, device_grad(ctx.get(), grads_at(t, i, n)),
+                        kLr, kBeta1, kBeta2, kEps, kDecay);
+              ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+            }
+            ASSERT_EQ(spw::host_optimizer_finish(ctx.get(), false), "");
+          }
+          spw::tiers_gather(ctx.get());
+          ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+        };
+        steps(1, 2);
+        const Trained two = resident_bf16_state(2, loopback);
+        for (int i = 0; i < 2; ++i) {
+          const spw::ParamInfo &p = ctx->params[size_t(i)];
+          EXPECT_EQ(bits(spwtest::values(*p.value)), bits(two.w[i]));
+          EXPECT_EQ(bits(p.adam_m), bits(two.m[i]));
+          EXPECT_EQ(bits(p.adam_v), bits(two.v[i]));
+          EXPECT_EQ(rounded(p.adam_v), rounded(two.v[i]));
+        }
+        steps(3, 3);
+        const Trained three = resident_bf16_state(3, loopback);
+        for (int i = 0; i < 2; ++i) {
+          const spw::ParamInfo &p = ctx->params[size_t(i)];
+          EXPECT_EQ(bits(spwtest::values(*p.value)), bits(three.w[i]));
+          EXPECT_EQ(bits(p.adam_m), bits(three.m[i]));
+          EXPECT_EQ(bits(p.adam_v), bits(three.v[i]));
+        }
+      }
+}
+
+// The optimizer block of a bf16-state plan holds 2 bytes per element: the
+// layout that fits bf16 moments overruns as f32 ones.
+TEST(Tiers, Bf16StatePlanSizesTheOptimizerBlockAtTwoBytes) {
+  for (bool half : {false, true}) {
+    SCOPED_TRACE(half ? "bf16 state" : "f32 state");
+    auto ctx = spw::make_context();
+    const int64_t da[] = {6}, db[] = {5};
+    spw_declare_param(ctx.get(), "a", SPW_F32, 1, da, 0);
+    spw_declare_param(ctx.get(), "b", SPW_F32, 1, db, 24);
+    if (half)
+      spw_declare_optimizer_state_dtype(ctx.get(), SPW_BF16);
+    const int64_t predicted[4] = {0, 0, 0, 0};
+    spw_declare_tiers(ctx.get(), 4096, 16384, 0, "", predicted);
+    // m of a at 0 and b at 12 in 22 bytes: bf16 state only.
+    const int64_t members[] = {0, 1}, at[] = {0, 12};
+    spw_declare_block(ctx.get(), SPW_BLOCK_OPTIMIZER, 0, 44, SPW_TIER_HOST, 0,
+                      2, members, at);
+    if (half) {
+      EXPECT_TRUE(ctx->error.empty()) << ctx->error;
+    } else {
+      EXPECT_NE(ctx->error.find("block optimizer/layer0: parameter 'a' at "
+                                "offset 0 does not fit"),
+                std::string::npos)
+          << ctx->error;
+    }
+    // The dtype is declared before the tiers.
+    ctx->error.clear();
+    spw_declare_optimizer_state_dtype(ctx.get(), SPW_BF16);
+    EXPECT_NE(ctx->error.find("declared before the tiers"), std::string::npos)
+        << ctx->error;
+  }
+}
+
 // The updates deferred by the optimizer overlap, applied outside the steps
 // (tiers_flush_deferred) a layer at a time: the master, working copy and
 // state copies on the tier where the update runs, and written back home.

@@ -269,7 +269,7 @@ public:
     run_on_host_copies(*this, op, host, ctx, ins, outs, a, iattrs, fattrs);
   }
 
-  void adamw(float *w, float *m, float *v, const float *g, int64_t n,
+  void adamw(float *w, StateMem m, StateMem v, const float *g, int64_t n,
              const AdamWHparams &h, int64_t step) override {
     // Queued: one launch updates every parameter of a run of updates with
     // the same scalars (a step's AdamW calls, as generated code makes them).
@@ -278,13 +278,13 @@ public:
     if (!pending_.empty() && !same_scalars(s, pending_scalars_))
       flush_adamw();
     pending_scalars_ = s;
-    pending_.push_back({w, m, v, g, n});
+    pending_.push_back({w, m.p, v.p, g, n, m.half});
   }
-  void foam(float *w, float *m, float *v, const float *g, int64_t rows,
+  void foam(float *w, StateMem m, StateMem v, const float *g, int64_t rows,
             int64_t cols, int level, const AdamWHparams &h, double alpha,
             int64_t step) override {
     flush_adamw();
-    spw::cuda::foam(w, m, v, g, rows, cols, level,
+    spw::cuda::foam(w, m.p, v.p, m.half, g, rows, cols, level,
                     foam_scalars(h.lr, h.beta1, h.beta2, h.eps,
                                  h.weight_decay, alpha, level, step),
                     compute_);

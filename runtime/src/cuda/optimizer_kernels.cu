@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bf16.h"
 #include "cuda/cuda_check.h"
 #include "cuda/optimizer_kernels.h"
 
@@ -38,6 +39,24 @@ __device__ __forceinline__ float sub(float a, float b) {
   return __fsub_rn(a, b);
 }
 
+// One moment element: float32, or bf16 (`half`) widened; stored rounded to
+// nearest even, returning the stored value (optimizer.cpp's loaded/stored).
+__device__ __forceinline__ float load_state(const void *p, int64_t i,
+                                            bool half) {
+  return half ? to_float(static_cast<const bf16 *>(p)[i])
+              : static_cast<const float *>(p)[i];
+}
+__device__ __forceinline__ float store_state(void *p, int64_t i, bool half,
+                                             float x) {
+  if (!half) {
+    static_cast<float *>(p)[i] = x;
+    return x;
+  }
+  const bf16 b = to_bf16(x);
+  static_cast<bf16 *>(p)[i] = b;
+  return to_float(b);
+}
+
 __global__ void adamw_multi_kernel(const TensorEntry *table, int count,
                                    AdamWScalars s) {
   // The tensor this block works on: the last whose first block <= ours.
@@ -57,7 +76,8 @@ __global__ void adamw_multi_kernel(const TensorEntry *table, int count,
     if (i >= t.n)
       return;
     const float g = s.scaled ? mul(t.g[i], s.scale) : t.g[i];
-    float w = t.w[i], m = t.m[i], v = t.v[i];
+    float w = t.w[i], m = load_state(t.m, i, t.half),
+          v = load_state(t.v, i, t.half);
     if (s.decays)
       w = mul(w, s.decay);
     // torch's lerp, both of its forms, as the CPU kernel.
@@ -67,17 +87,18 @@ __global__ void adamw_multi_kernel(const TensorEntry *table, int count,
       m = sub(g, mul(sub(g, m), sub(1.0f, s.w1)));
     v = mul(v, s.b2);
     v = add(v, mul(mul(s.w2, g), g));
+    m = store_state(t.m, i, t.half, m);
+    v = store_state(t.v, i, t.half, v);
     const float denom = add(__fdiv_rn(__fsqrt_rn(v), s.bc2_sqrt), s.eps);
     w = add(w, __fdiv_rn(mul(s.neg_step, m), denom));
     t.w[i] = w;
-    t.m[i] = m;
-    t.v[i] = v;
   }
 }
 
-__global__ void foam_kernel(float *w, float *m, float *v, const float *g,
-                            int64_t rows, int64_t cols, int64_t block,
-                            int64_t blocks_per_row, FoamScalars s) {
+__global__ void foam_kernel(float *w, void *m, void *v, bool half,
+                            const float *g, int64_t rows, int64_t cols,
+                            int64_t block, int64_t blocks_per_row,
+                            FoamScalars s) {
   const int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (b >= rows * blocks_per_row)
     return;
@@ -92,10 +113,10 @@ __global__ void foam_kernel(float *w, float *m, float *v, const float *g,
     sumsq = add(sumsq, mul(gr[j], gr[j]));
   }
   const float gbar = mul(sum, s.inv_block), qbar = mul(sumsq, s.inv_block);
-  const float mk = add(mul(m[b], s.b1), mul(gbar, s.w1));
-  const float vk = add(mul(v[b], s.b2), mul(qbar, s.w2));
-  m[b] = mk;
-  v[b] = vk;
+  const float mk = store_state(
+      m, b, half, add(mul(load_state(m, b, half), s.b1), mul(gbar, s.w1)));
+  const float vk = store_state(
+      v, b, half, add(mul(load_state(v, b, half), s.b2), mul(qbar, s.w2)));
   for (int64_t j = lo; j < hi; ++j) {
     const float res = sub(gr[j], gbar);
     const float mj = add(mk, res);
@@ -188,7 +209,7 @@ FoamScalars foam_scalars(double lr, double beta1, double beta2, double eps,
   return s;
 }
 
-void foam(float *w, float *m, float *v, const float *g, int64_t rows,
+void foam(float *w, void *m, void *v, bool half, const float *g, int64_t rows,
           int64_t cols, int level, const FoamScalars &s, cudaStream_t stream) {
   if (level < 0 || level > 16)
     throw CudaError("foam: level " + std::to_string(level) +
@@ -202,8 +223,8 @@ void foam(float *w, float *m, float *v, const float *g, int64_t rows,
   if (grid > 0x7fffffff)
     throw CudaError("foam: " + std::to_string(grid) +
                     " blocks exceed one launch's grid");
-  foam_kernel<<<unsigned(grid), kThreads, 0, stream>>>(w, m, v, g, rows, cols,
-                                                       block, per_row, s);
+  foam_kernel<<<unsigned(grid), kThreads, 0, stream>>>(
+      w, m, v, half, g, rows, cols, block, per_row, s);
   SPW_CUDA(cudaGetLastError());
 }
 

@@ -31,11 +31,16 @@ AdamWScalars adamw_scalars(double lr, double beta1, double beta2, double eps,
                            double grad_scale = 1.0);
 
 /// One tensor of a multi-tensor AdamW update: n elements of the parameter
-/// w, its moments m and v, and its gradient g (all device pointers).
+/// w, its moments m and v, and its gradient g (all device pointers). The
+/// moments are float32, or bf16 when `half` (--optimizer-state-dtype bf16:
+/// widened as read, rounded to nearest even as stored, and the update uses
+/// the stored values, as the CPU kernel does).
 struct AdamWTensor {
-  float *w, *m, *v;
+  float *w;
+  void *m, *v;
   const float *g;
   int64_t n;
+  bool half;
 };
 
 /// Updates every tensor of `ts` with one launch (blocks are dealt out over
@@ -62,8 +67,9 @@ FoamScalars foam_scalars(double lr, double beta1, double beta2, double eps,
 /// One FOAM update of a [rows, cols] weight w with gradient g and folded
 /// moments m, v of [rows, ceil(cols / 2^level)]: one thread per block of
 /// 2^level elements of a row, reading its gradient twice (the means, then
-/// the update) and its folded state once; no temporaries.
-void foam(float *w, float *m, float *v, const float *g, int64_t rows,
+/// the update) and its folded state once; no temporaries. `half`: the
+/// folded moments are bf16 (as AdamWTensor's).
+void foam(float *w, void *m, void *v, bool half, const float *g, int64_t rows,
           int64_t cols, int level, const FoamScalars &s, cudaStream_t stream);
 
 } // namespace spw::cuda

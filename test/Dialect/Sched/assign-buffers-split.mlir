@@ -84,3 +84,35 @@
 // MASTER: sched.move master layer(0) part(0) ssd -> host prio(demand)
 // RUN: sed 's/optimizer_on = "cpu"/master = "ssd", optimizer_on = "cpu"/' %S/Inputs/insert-transfers-defcpu.mlir | not spillway-opt --sched-insert-transfers --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=MASTERGRANULE
 // MASTERGRANULE: error: 'sched.iteration' op sched-assign-buffers: layer 0 defers 40 bytes of bf16 parameters, not a multiple of 256 (sched-overlap-optimizer's granule must keep the parts aligned in the GPU arena)
+
+// bf16 optimizer state (train-attach-optimizer's state-dtype=bf16): the
+// optimizer blocks hold 2 bytes per moment element, so the granule doubles
+// as under bf16-mixed (128 elements: 256 bytes of each bf16 moment) and w1
+// again defers 128 elements. Every block splits at that element: params
+// (f32) at 512 bytes, the optimizer block (1024 bytes: m then v, 512 each)
+// at 256 bytes of each moment (part 0: 512 bytes, m's and v's first 256).
+// With bf16-mixed as well (STATEMASTER) the granule doubles once, not
+// twice: no block holds less than 2 bytes per element, so 128 elements
+// align them all (bf16 params 256, bf16 moments 256, f32 master 512). The
+// gradients and the pending slices stay f32.
+// RUN: spillway-opt %S/Inputs/models/two-layers-16.mlir --train-autodiff --train-attach-optimizer=state-dtype=bf16 --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=STATE
+// STATE: sched.buffers = {blocks = [
+// STATE-SAME: {bytes = 1024 : i64, class = "params", home = "ssd", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>, split = 512 : i64}
+// STATE-SAME: {bytes = 1024 : i64, class = "optimizer", home = "ssd", layer = 0 : i64, members = [@w1], offset = 8192 : i64, offsets = array<i64: 0>, split = 256 : i64}
+// STATE-SAME: {bytes = 1024 : i64, class = "gradients", home = "ssd", layer = 0 : i64, members = [@w1], offset = 16384 : i64, offsets = array<i64: 0>}
+// STATE-SAME: {bytes = 192 : i64, class = "optimizer", home = "ssd", layer = 1 : i64, members = [@w2], offset = 24576 : i64, offsets = array<i64: 0>}
+// STATE-SAME: {bytes = 512 : i64, class = "pending", home = "host", layer = 0 : i64, members = [@w1], offset = 32768 : i64, offsets = array<i64: 0>}]
+// STATE: sched.iteration{{.*}}deferred = array<i64: 128, 0>
+// STATE: sched.move optimizer layer(0) part(0) ssd -> host prio(demand)
+// RUN: sed 's/^module {/module attributes {train.precision = "bf16-mixed"} {/' %S/Inputs/models/two-layers-16.mlir | spillway-opt --train-autodiff --train-attach-optimizer=state-dtype=bf16 --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=STATEMASTER
+// STATEMASTER: sched.buffers = {blocks = [
+// STATEMASTER-SAME: {bytes = 512 : i64, class = "params", home = "ssd", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>, split = 256 : i64}
+// STATEMASTER-SAME: {bytes = 1024 : i64, class = "optimizer", home = "ssd", layer = 0 : i64, members = [@w1], offset = 8192 : i64, offsets = array<i64: 0>, split = 256 : i64}
+// STATEMASTER-SAME: {bytes = 1024 : i64, class = "master", home = "ssd", layer = 0 : i64, members = [@w1], offset = 20480 : i64, offsets = array<i64: 0>, split = 512 : i64}
+// STATEMASTER-SAME: {bytes = 192 : i64, class = "optimizer", home = "ssd", layer = 1 : i64, members = [@w2], offset = 32768 : i64, offsets = array<i64: 0>}
+// STATEMASTER: sched.iteration{{.*}}deferred = array<i64: 128, 0>
+// A split the fp32 params keep aligned but the bf16 moments do not (64
+// elements: 256 bytes of f32, 128 of bf16; granule 32 here, doubled) is
+// refused.
+// RUN: not spillway-opt %S/Inputs/models/two-layers-16.mlir --train-autodiff --train-attach-optimizer=state-dtype=bf16 --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake "--sched-overlap-optimizer=fraction=0.25 granule=32" --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=STATEGRANULE
+// STATEGRANULE: error: 'sched.iteration' op sched-assign-buffers: layer 0 defers 128 bytes of each bf16 optimizer moment, not a multiple of 256 (sched-overlap-optimizer's granule must keep the parts aligned in the GPU arena)

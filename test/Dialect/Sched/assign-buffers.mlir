@@ -103,3 +103,44 @@
 // MASTER: sched.bind master layer(0) host
 // MASTER-NEXT: sched.alloc params layer(0) host at({{[0-9]+}})
 // MASTER-NEXT: sched.bind params layer(0) host
+
+// bf16 optimizer state (train.optimizer_state_dtype = "bf16",
+// train-attach-optimizer's state-dtype): every optimizer block holds its
+// members' m and v at 2 bytes per element, half of fp32's: w1's (32
+// elements) is 128 bytes, not 256, m at 0 and v at 64; the other classes
+// are those of the fp32 plan (CHECK). With bf16-mixed too (STATEMASTER)
+// the optimizer blocks are as small next to the bf16 params and f32
+// master blocks of MASTER.
+// RUN: sed 's/^module attributes {/module attributes {train.optimizer_state_dtype = "bf16", /' %S/Inputs/two-layers-ordered.mlir | spillway-opt --sched-place=placement=params=ssd,optimizer=host,gradients=host --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=STATE
+// STATE: sched.buffers = {blocks = [
+// STATE-SAME: {bytes = 128 : i64, class = "params", home = "ssd", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>}
+// STATE-SAME: {bytes = 128 : i64, class = "optimizer", home = "host", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>}
+// STATE-SAME: {bytes = 128 : i64, class = "gradients", home = "host", layer = 0 : i64, members = [@w1], offset = 4096 : i64, offsets = array<i64: 0>}
+// STATE-SAME: {bytes = 96 : i64, class = "optimizer", home = "host", layer = 1 : i64, members = [@w2], offset = 8192 : i64, offsets = array<i64: 0>}
+// STATE-SAME: model_bytes = {d2h = 224 : i64, h2d = 352 : i64, ssd_read = 576 : i64, ssd_write = 224 : i64}
+// RUN: sed 's/^module attributes {/module attributes {train.precision = "bf16-mixed", train.optimizer_state_dtype = "bf16", /' %S/Inputs/two-layers-ordered.mlir | spillway-opt --sched-place=placement=params=ssd,optimizer=host,gradients=host --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=STATEMASTER
+// STATEMASTER: sched.buffers = {blocks = [
+// STATEMASTER-SAME: {bytes = 64 : i64, class = "params", home = "ssd", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>}
+// STATEMASTER-SAME: {bytes = 128 : i64, class = "optimizer", home = "host", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>}
+// STATEMASTER-SAME: {bytes = 128 : i64, class = "master", home = "host", layer = 0 : i64, members = [@w1], offset = 8192 : i64, offsets = array<i64: 0>}
+// STATEMASTER-SAME: {bytes = 48 : i64, class = "params", home = "ssd", layer = 1 : i64, members = [@w2], offset = 4096 : i64, offsets = array<i64: 0>}
+// STATEMASTER-SAME: {bytes = 96 : i64, class = "optimizer", home = "host", layer = 1 : i64, members = [@w2], offset = 12288 : i64, offsets = array<i64: 0>}
+// STATEMASTER-SAME: model_bytes = {d2h = 224 : i64, h2d = 176 : i64, ssd_read = 176 : i64, ssd_write = 112 : i64}
+// Members' offsets halve too: layer 1 of Inputs/insert-transfers-defgpu.mlir
+// holds fc.weight (16 elements: 32 bytes of bf16 m) then fc.bias, whose m
+// starts at 32, not 64; the block is 80 bytes, not 160.
+// RUN: sed 's/^module attributes {/module attributes {train.optimizer_state_dtype = "bf16", /' %S/Inputs/insert-transfers-defgpu.mlir | spillway-opt --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=STATEOFFSETS
+// STATEOFFSETS: {bytes = 160 : i64, class = "optimizer", home = "gpu", layer = 0 : i64, members = [@embed.weight], offset = 0 : i64, offsets = array<i64: 0>}
+// STATEOFFSETS-SAME: {bytes = 80 : i64, class = "optimizer", home = "gpu", layer = 1 : i64, members = [@blocks.0.fc.weight, @blocks.0.fc.bias], offset = 512 : i64, offsets = array<i64: 0, 32>}
+// FOAM's folded state halves as well: w1 (16x16, level 2: 16 x 4 = 64
+// elements per moment) keeps 256 bytes, not 512; w2 (the head) AdamW's 48
+// elements, 192 bytes, not 384. On SSD the state is read and written once
+// per iteration: 896 bytes each way with fp32 state (FOAM32), 448 with bf16.
+// RUN: spillway-opt %S/Inputs/models/two-layers-16.mlir --train-autodiff --train-attach-optimizer="optimizer=foam" --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=FOAM32
+// RUN: spillway-opt %S/Inputs/models/two-layers-16.mlir --train-autodiff --train-attach-optimizer="optimizer=foam state-dtype=bf16" --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=FOAM16
+// FOAM32: {bytes = 512 : i64, class = "optimizer", home = "ssd", layer = 0 : i64, members = [@w1], offset = 4096 : i64, offsets = array<i64: 0>}
+// FOAM32: {bytes = 384 : i64, class = "optimizer", home = "ssd", layer = 1 : i64, members = [@w2], offset = 16384 : i64, offsets = array<i64: 0>}
+// FOAM32: model_bytes = {d2h = 1216 : i64, h2d = 2240 : i64, ssd_read = 5568 : i64, ssd_write = 3328 : i64}
+// FOAM16: {bytes = 256 : i64, class = "optimizer", home = "ssd", layer = 0 : i64, members = [@w1], offset = 4096 : i64, offsets = array<i64: 0>}
+// FOAM16: {bytes = 192 : i64, class = "optimizer", home = "ssd", layer = 1 : i64, members = [@w2], offset = 16384 : i64, offsets = array<i64: 0>}
+// FOAM16: model_bytes = {d2h = 1216 : i64, h2d = 2240 : i64, ssd_read = 5120 : i64, ssd_write = 2880 : i64}

@@ -31,6 +31,15 @@
 // G25: train.adamw_defer @w1 [0, 64)
 // RUN: sed 's/^module {/module attributes {train.precision = "bf16-mixed"} {/' %S/Inputs/models/two-layers-16.mlir | spillway-opt --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order=order=snake --sched-overlap-optimizer=fraction=0.25 | FileCheck %s --check-prefix=G25MIXED
 // G25MIXED: train.adamw_defer @w1 [0, 128)
+// bf16 optimizer state (train-attach-optimizer's state-dtype=bf16) doubles
+// it the same way, 256 bytes of the bf16 moments an optimizer block holds;
+// with bf16-mixed too it doubles once (G25BOTH): 128 elements align every
+// block, none holding less than 2 bytes per element (quadrupled, 256, F =
+// 0.25 would defer nothing).
+// RUN: spillway-opt %S/Inputs/models/two-layers-16.mlir --train-autodiff --train-attach-optimizer=state-dtype=bf16 --train-partition-layers --convert-train-to-sched --sched-order=order=snake --sched-overlap-optimizer=fraction=0.25 | FileCheck %s --check-prefix=G25STATE
+// G25STATE: train.adamw_defer @w1 [0, 128)
+// RUN: sed 's/^module {/module attributes {train.precision = "bf16-mixed"} {/' %S/Inputs/models/two-layers-16.mlir | spillway-opt --train-autodiff --train-attach-optimizer=state-dtype=bf16 --train-partition-layers --convert-train-to-sched --sched-order=order=snake --sched-overlap-optimizer=fraction=0.25 | FileCheck %s --check-prefix=G25BOTH
+// G25BOTH: train.adamw_defer @w1 [0, 128)
 // The full text of a deferred task and a split update.
 // RUN: spillway-opt %S/Inputs/overlap-optimizer-snake.mlir -split-input-file --sched-overlap-optimizer="fraction=0.5 granule=1" | FileCheck %s --check-prefix=FULL
 // FULL-LABEL: func.func @three_layers

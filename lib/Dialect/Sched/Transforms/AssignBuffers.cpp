@@ -249,11 +249,14 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
     return p ? uint64_t(p.getNumBytes()) : 0;
   };
 
+  // Each moment's element: 4 bytes (f32), or 2 under bf16 optimizer state
+  // (train.optimizer_state_dtype), which halves the optimizer blocks.
+  const uint64_t stateBytes = uint64_t(train::optimizerStateElementBytes(module));
   llvm::StringMap<uint64_t> momentBytes; // per updated parameter
   module.walk([&](Operation *u) {
     if (train::isOptimizerUpdate(u))
       momentBytes[train::getUpdatedParam(u)] =
-          4 * uint64_t(train::stateElementsPerMoment(u));
+          stateBytes * uint64_t(train::stateElementsPerMoment(u));
   });
 
   // Blocks: (class, layer) -> size, members and member offsets.
@@ -285,20 +288,26 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
     }
     BlockInfo &sb = blocks[l][int(BlockClass::gradstage)];
     sb = gb;
-    // The optimizer's m of every member, then their v (f32; FOAM's folded).
+    // The optimizer's m of every member, then their v (f32 or bf16; FOAM's
+    // folded).
     BlockInfo &ob = blocks[l][int(BlockClass::optimizer)];
     for (Attribute s : upd) {
       auto m = momentBytes.find(cast<FlatSymbolRefAttr>(s).getValue());
       ob.members.push_back(s);
       ob.offsets.push_back(ob.span);
-      ob.span += m != momentBytes.end() ? m->second : bytesOf(s);
+      ob.span += m != momentBytes.end() ? m->second
+                                        : bytesOf(s) / 4 * stateBytes;
     }
     ob.bytes = 2 * ob.span;
   }
 
   // The optimizer overlap's split: the deferred elements lead the updated
   // members (sched-insert-transfers checked), which are all of the layer's
-  // parameters, so params and optimizer blocks split at the same bytes.
+  // parameters, so params, master and optimizer blocks split at the same
+  // element: at its bytes in each (params: 4 per element, 2 with masters;
+  // master: 4; optimizer: stateBytes per moment element, AdamW's state
+  // being one element per parameter element).
+  const uint64_t paramsBytes = masterHome ? 2 : 4;
   if (auto d = it.getDeferredAttr()) {
     if (d.size() != int64_t(numLayers))
       return it.emitOpError("sched-assign-buffers: 'deferred' lists ")
@@ -307,15 +316,14 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
       BlockInfo &pb = blocks[l][int(BlockClass::params)];
       BlockInfo &ob = blocks[l][int(BlockClass::optimizer)];
       int64_t left = d[l];
-      uint64_t split = 0;
+      uint64_t elements = 0;
       for (Attribute m : ob.members) {
         auto p = module.lookupSymbol<train::ParamOp>(
             cast<FlatSymbolRefAttr>(m).getAttr());
         if (!p || left <= 0)
           break;
-        int64_t n = p.getType().getNumElements();
-        int64_t take = std::min(left, n);
-        split += uint64_t(take) * (uint64_t(p.getNumBytes()) / uint64_t(n));
+        int64_t take = std::min(left, p.getType().getNumElements());
+        elements += uint64_t(take);
         left -= take;
       }
       if (d[l] < 0)
@@ -325,27 +333,31 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
       if (left > 0)
         return it.emitOpError("sched-assign-buffers: layer ")
                << l << " defers " << d[l] << " elements, more than it has";
+      const uint64_t split = elements * stateBytes;
       if (split == 0 || split == ob.span)
         continue; // nothing deferred, or all: one part
-      if (pb.bytes != (masterHome ? ob.span / 2 : ob.span))
+      if (pb.bytes / paramsBytes != ob.span / stateBytes)
         return it.emitOpError("sched-assign-buffers: layer ")
                << l << " splits its optimizer block but not its parameters "
                << "(parameters the optimizer does not update)";
-      // With masters the params block holds 2 bytes per element: its split
-      // is half the optimizer's, and must be aligned too.
-      const uint64_t paramsSplit = masterHome ? split / 2 : split;
-      if (split % kGranule[int(Tier::gpu)] ||
-          paramsSplit % kGranule[int(Tier::gpu)])
+      // Every part must start aligned in the GPU arena: the narrowest
+      // block's split (2 bytes per element: bf16 working copies or bf16
+      // moments) decides; the master's (4 per element) is a multiple.
+      const uint64_t paramsSplit = elements * paramsBytes;
+      const uint64_t g = kGranule[int(Tier::gpu)];
+      if (paramsSplit % g || split % g)
         return it.emitOpError("sched-assign-buffers: layer ")
-               << l << " defers " << paramsSplit
-               << (masterHome ? " bytes of bf16 parameters" : " bytes")
-               << ", not a multiple of " << kGranule[int(Tier::gpu)]
+               << l << " defers " << (paramsSplit % g ? paramsSplit : split)
+               << (paramsSplit % g
+                       ? (masterHome ? " bytes of bf16 parameters" : " bytes")
+                       : " bytes of each bf16 optimizer moment")
+               << ", not a multiple of " << g
                << " (sched-overlap-optimizer's granule must keep the parts "
                << "aligned in the GPU arena)";
       ob.split = split;
       pb.split = paramsSplit;
       if (masterHome)
-        blocks[l][kMaster].split = split;
+        blocks[l][kMaster].split = elements * 4;
     }
   }
 

@@ -41,7 +41,8 @@ struct SchedOverlapOptimizerPass
   using SchedOverlapOptimizerPassBase::SchedOverlapOptimizerPassBase;
   void runOnOperation() override;
   LogicalResult overlap(IterationOp iteration, const train::LayerTable &layers);
-  /// `granule`, doubled under bf16-mixed (runOnOperation).
+  /// `granule`, doubled under bf16-mixed or bf16 optimizer state
+  /// (runOnOperation).
   int64_t elementGranule = 0;
 };
 
@@ -74,13 +75,16 @@ void SchedOverlapOptimizerPass::runOnOperation() {
     return signalPassFailure();
   }
   SmallVector<IterationOp> iterations;
-  // bf16-mixed: an offload plan's params blocks hold 2 bytes per element,
-  // so the same 256 bytes take twice the elements.
+  // bf16-mixed (an offload plan's params blocks hold 2 bytes per element)
+  // or bf16 optimizer state (its optimizer blocks hold 2 bytes per moment
+  // element): the same 256 bytes take twice the elements. Both at once
+  // still double it once: no block holds less than 2 bytes per element.
   auto precision =
       getOperation()->getAttrOfType<StringAttr>(train::kPrecisionAttrName);
-  elementGranule = precision && precision.getValue() == "bf16-mixed"
-                       ? 2 * int64_t(granule)
-                       : int64_t(granule);
+  const bool twoByteBlocks =
+      (precision && precision.getValue() == "bf16-mixed") ||
+      train::optimizerStateElementBytes(getOperation()) == 2;
+  elementGranule = twoByteBlocks ? 2 * int64_t(granule) : int64_t(granule);
   getOperation().walk([&](IterationOp it) { iterations.push_back(it); });
   for (IterationOp it : iterations) {
     auto module = it->getParentOfType<ModuleOp>();

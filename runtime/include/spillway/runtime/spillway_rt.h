@@ -91,6 +91,13 @@ void spw_declare_grad_clip(spw_ctx *ctx, double max_norm);
  * so, and --check-gradients, whose finite differences bf16 rounding would
  * swallow, is refused. Declared once, before the step. */
 void spw_declare_bf16_mixed(spw_ctx *ctx);
+/* AdamW's and FOAM's moments are stored as `dtype`: SPW_F32 (the default)
+ * or SPW_BF16 (spillwayc --optimizer-state-dtype bf16): rounded to nearest
+ * even as each update stores them, widened as it reads them; the arithmetic
+ * stays float32. Optimizer blocks then hold 2 bytes per state element, and
+ * checkpoints the widened float32 values. Declared before the tiers, the
+ * device and any optimizer state. */
+void spw_declare_optimizer_state_dtype(spw_ctx *ctx, int32_t dtype);
 /* Parameter `param` (2-D, f32) is updated by FOAM (spw_foam) with state
  * folded in blocks of 2^level elements of each row: its m and v are rows x
  * ceil(cols / 2^level) each. `alpha` is the compile-time default (the

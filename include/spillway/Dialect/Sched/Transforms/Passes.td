@@ -395,7 +395,9 @@ def SchedOverlapOptimizerPass : Pass<"sched-overlap-optimizer", "mlir::ModuleOp"
       (64 elements, 256 bytes of f32: an offload plan splits the layer's
       blocks there and keeps both parts back to back in the GPU arena;
       twice `granule` under `train.precision = "bf16-mixed"`, 256 bytes of
-      the bf16 working copies its params blocks hold), or
+      the bf16 working copies its params blocks hold, and under
+      `train.optimizer_state_dtype = "bf16"`, 256 bytes of the bf16 moments
+      its optimizer blocks hold; twice, not four times, with both), or
       N_l when that rounding reaches N_l (F = 1 defers everything). N_l is the number of
       elements of the parameters the task updates, concatenated in the
       order of `train.layers[l].params` (each parameter row-major). A
