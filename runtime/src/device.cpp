@@ -305,8 +305,8 @@ public:
     Host hw(*this, w, rows * cols * 4), hg(*this, g, rows * cols * 4),
         hm(*this, m.p, rows * nb * m.elem()),
         hv(*this, v.p, rows * nb * v.elem());
-    foam_kernel(hw.f32(), hm.state(m), hv.state(v), hg.f32(), rows, cols,
-                level, step, h, alpha);
+    foam_kernel(hw.f32(), hm.state(m), hv.state(v), hg.f32(), rows, cols, level,
+                step, h, alpha);
   }
 
   std::string host_fallbacks() const override { return ""; }

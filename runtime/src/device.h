@@ -55,7 +55,6 @@ struct StateMem {
   bf16 *b16() const { return static_cast<bf16 *>(p); }
 };
 
-
 // The loopback device stores every device byte XOR kLoopbackScramble, and
 // fresh or released memory as kPoisonByte (every f32 made of it is a NaN),
 // so host code reading device memory directly gets garbage.

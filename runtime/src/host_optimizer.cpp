@@ -146,8 +146,8 @@ void HostOptimizer::wait(const storage::Token &t) {
 
 std::vector<storage::Token>
 submit_adamw_tasks(HostTasks &tasks, const std::string &name, float *w,
-                   StateMem m, StateMem v, const float *g, int64_t n, int64_t step,
-                   const AdamWHparams &h, int64_t min_elems,
+                   StateMem m, StateMem v, const float *g, int64_t n,
+                   int64_t step, const AdamWHparams &h, int64_t min_elems,
                    std::atomic<int64_t> *busy_ns, bf16 *work) {
   const int64_t count = pieces(n, min_elems, tasks.threads());
   std::vector<storage::Token> tokens;
@@ -165,11 +165,11 @@ submit_adamw_tasks(HostTasks &tasks, const std::string &name, float *w,
 }
 
 std::vector<storage::Token>
-submit_foam_tasks(HostTasks &tasks, const std::string &name, float *w, StateMem m,
-                  StateMem v, const float *g, int64_t rows, int64_t cols,
-                  int level, int64_t step, const AdamWHparams &h, double alpha,
-                  int64_t min_elems, std::atomic<int64_t> *busy_ns,
-                  bf16 *work) {
+submit_foam_tasks(HostTasks &tasks, const std::string &name, float *w,
+                  StateMem m, StateMem v, const float *g, int64_t rows,
+                  int64_t cols, int level, int64_t step, const AdamWHparams &h,
+                  double alpha, int64_t min_elems,
+                  std::atomic<int64_t> *busy_ns, bf16 *work) {
   // Whole rows: FOAM folds each row's state on its own.
   const int64_t nb = (cols + (int64_t(1) << level) - 1) >> level;
   const int64_t count =
@@ -207,8 +207,8 @@ bool host_optimizer_runs(spw_ctx *ctx, const ParamInfo &p) {
 }
 
 void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, StateMem m,
-                          StateMem v, const float *g, int64_t begin, int64_t end,
-                          int64_t step, const AdamWHparams &h,
+                          StateMem v, const float *g, int64_t begin,
+                          int64_t end, int64_t step, const AdamWHparams &h,
                           std::vector<float> *deferred, bool planned,
                           bf16 *work) {
   HostOptimizer &o = *tiers_host_optimizer(ctx);

@@ -79,8 +79,8 @@ bool host_optimizer_runs(spw_ctx *ctx, const ParamInfo &p);
 // bf16 working copy of the updated elements, which each task writes with
 // the rounding of its elements after updating them.
 void host_optimizer_adamw(spw_ctx *ctx, ParamInfo &p, float *w, StateMem m,
-                          StateMem v, const float *g, int64_t begin, int64_t end,
-                          int64_t step, const AdamWHparams &h,
+                          StateMem v, const float *g, int64_t begin,
+                          int64_t end, int64_t step, const AdamWHparams &h,
                           std::vector<float> *deferred, bool planned = false,
                           bf16 *work = nullptr);
 void host_optimizer_foam(spw_ctx *ctx, ParamInfo &p, float *w, StateMem m,
@@ -107,15 +107,15 @@ double host_optimizer_wait_seconds(const spw_ctx *ctx);
 // (may be null) and, with `work`, writes its elements' rounding there.
 std::vector<storage::Token>
 submit_adamw_tasks(HostTasks &tasks, const std::string &name, float *w,
-                   StateMem m, StateMem v, const float *g, int64_t n, int64_t step,
-                   const AdamWHparams &h, int64_t min_elems,
+                   StateMem m, StateMem v, const float *g, int64_t n,
+                   int64_t step, const AdamWHparams &h, int64_t min_elems,
                    std::atomic<int64_t> *busy_ns, bf16 *work = nullptr);
 std::vector<storage::Token>
-submit_foam_tasks(HostTasks &tasks, const std::string &name, float *w, StateMem m,
-                  StateMem v, const float *g, int64_t rows, int64_t cols,
-                  int level, int64_t step, const AdamWHparams &h, double alpha,
-                  int64_t min_elems, std::atomic<int64_t> *busy_ns,
-                  bf16 *work = nullptr);
+submit_foam_tasks(HostTasks &tasks, const std::string &name, float *w,
+                  StateMem m, StateMem v, const float *g, int64_t rows,
+                  int64_t cols, int level, int64_t step, const AdamWHparams &h,
+                  double alpha, int64_t min_elems,
+                  std::atomic<int64_t> *busy_ns, bf16 *work = nullptr);
 // The smallest task the optimizer submits, in elements.
 constexpr int64_t kHostUpdateMinElems = int64_t(1) << 16;
 

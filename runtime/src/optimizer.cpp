@@ -218,16 +218,17 @@ adamw_elements(float *__restrict w, S *__restrict m, S *__restrict v,
   SPW_ADAMW_VARIANT(prefix##_decay_large_scaled, S, true, false, true)         \
   SPW_ADAMW_VARIANT(prefix##_small_scaled, S, false, true, true)               \
   SPW_ADAMW_VARIANT(prefix##_large_scaled, S, false, false, true)              \
-  using prefix##_fn = void (*)(float *, S *, S *, const float *, int64_t,      \
-                               AdamWStep);                                     \
+  using prefix##_fn =                                                          \
+      void (*)(float *, S *, S *, const float *, int64_t, AdamWStep);          \
   prefix##_fn prefix##_variant(bool decays, bool small, bool scaled) {         \
-    return scaled ? (decays ? (small ? prefix##_decay_small_scaled             \
-                                     : prefix##_decay_large_scaled)            \
-                            : (small ? prefix##_small_scaled                   \
-                                     : prefix##_large_scaled))                 \
-                  : (decays ? (small ? prefix##_decay_small                    \
-                                     : prefix##_decay_large)                   \
-                            : (small ? prefix##_small : prefix##_large));      \
+    return scaled                                                              \
+               ? (decays ? (small ? prefix##_decay_small_scaled                \
+                                  : prefix##_decay_large_scaled)               \
+                         : (small ? prefix##_small_scaled                      \
+                                  : prefix##_large_scaled))                    \
+               : (decays                                                       \
+                      ? (small ? prefix##_decay_small : prefix##_decay_large)  \
+                      : (small ? prefix##_small : prefix##_large));            \
   }
 SPW_ADAMW_VARIANTS(adamw, float)
 SPW_ADAMW_VARIANTS(adamw_bf16, bf16)
@@ -408,9 +409,9 @@ struct FoamStep {
 template <class S>
 __attribute__((always_inline)) inline void
 foam_rows(float *__restrict w, S *__restrict m, S *__restrict v,
-          const float *__restrict g, int64_t rows, int64_t cols,
-          int64_t block, int64_t nb, const FoamStep &c, float *gbar,
-          float *mrow, float *vrow) {
+          const float *__restrict g, int64_t rows, int64_t cols, int64_t block,
+          int64_t nb, const FoamStep &c, float *gbar, float *mrow,
+          float *vrow) {
   for (int64_t r = 0; r < rows; ++r) {
     const float *gr = g + r * cols;
     float *wr = w + r * cols;
@@ -422,10 +423,10 @@ foam_rows(float *__restrict w, S *__restrict m, S *__restrict v,
         sumsq += gr[j] * gr[j];
       }
       const float gb = sum * c.inv_block, qb = sumsq * c.inv_block;
-      const float mk = stored(loaded(m[r * nb + k]) * c.b1 + gb * c.w1,
-                              &m[r * nb + k]);
-      const float vk = stored(loaded(v[r * nb + k]) * c.b2 + qb * c.w2,
-                              &v[r * nb + k]);
+      const float mk =
+          stored(loaded(m[r * nb + k]) * c.b1 + gb * c.w1, &m[r * nb + k]);
+      const float vk =
+          stored(loaded(v[r * nb + k]) * c.b2 + qb * c.w2, &v[r * nb + k]);
       for (int64_t j = lo; j < hi; ++j) {
         gbar[j] = gb;
         mrow[j] = mk;
@@ -445,7 +446,6 @@ foam_rows(float *__restrict w, S *__restrict m, S *__restrict v,
   }
 }
 
-
 #define SPW_FOAM_VARIANT(name, S)                                              \
   __attribute__((target_clones("avx512f", "avx2", "default"))) void name(      \
       float *__restrict w, S *__restrict m, S *__restrict v,                   \
@@ -459,9 +459,9 @@ SPW_FOAM_VARIANT(foam_rows_bf16, bf16)
 } // namespace
 
 namespace spw {
-void foam_kernel(float *w, StateMem m, StateMem v, const float *g,
-                 int64_t rows, int64_t cols, int level, int64_t step,
-                 const AdamWHparams &h, double alpha) {
+void foam_kernel(float *w, StateMem m, StateMem v, const float *g, int64_t rows,
+                 int64_t cols, int level, int64_t step, const AdamWHparams &h,
+                 double alpha) {
   const int64_t block = int64_t(1) << level;
   const int64_t nb = (cols + block - 1) / block;
   const double t = double(step);

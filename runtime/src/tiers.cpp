@@ -665,8 +665,8 @@ static void stream_blocks(spw_ctx *ctx, int cls, bool in,
         const uint64_t bytes = uint64_t(r.count) * b.elem;
         const uint64_t off = base + pr.at + uint64_t(e) * b.elem;
         if (staging.size() < bytes)
-          staging.resize(size_t(std::min<uint64_t>(kStreamStagingBytes,
-                                                    b.part_bytes(pr.part))));
+          staging.resize(size_t(
+              std::min<uint64_t>(kStreamStagingBytes, b.part_bytes(pr.part))));
         if (in) {
           visit_range(b, in, r, staging.data(), wide, fn);
           t.gpu->copy_h2d(off, staging.data(), bytes, name).wait();

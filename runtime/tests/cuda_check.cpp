@@ -272,8 +272,7 @@ void check_foam(Report &r, uint64_t seed, int64_t rows, int64_t cols,
     std::memcpy(grad->data, gt.data(), size_t(n) * 4);
     spw_foam(cpu.get(), 0, grad.get(), lr, beta1, beta2, eps, wd, alpha);
     check_ctx(cpu.get(), "spw_foam");
-    cuda::foam(w.data(), m.data(), v.data(), false, g.data(), rows, cols,
-               level,
+    cuda::foam(w.data(), m.data(), v.data(), false, g.data(), rows, cols, level,
                cuda::foam_scalars(lr, beta1, beta2, eps, wd, alpha, level, t),
                nullptr);
     SPW_CUDA(cudaDeviceSynchronize());
@@ -326,8 +325,7 @@ void check_state_bf16(Report &r, uint64_t seed) {
     std::vector<float> v0 = rng.values(ns, 1e-10, 1.0);
     for (float &x : v0)
       x = std::fabs(x);
-    std::vector<bf16> m = rounded(rng.values(ns, 1e-6, 1.0)),
-                      v = rounded(v0);
+    std::vector<bf16> m = rounded(rng.values(ns, 1e-6, 1.0)), v = rounded(v0);
     float *dw = static_cast<float *>(to_dev(w.data(), size_t(n) * 4));
     void *dm = to_dev(m.data(), size_t(ns) * 2),
          *dv = to_dev(v.data(), size_t(ns) * 2);
@@ -336,17 +334,16 @@ void check_state_bf16(Report &r, uint64_t seed) {
     SPW_CUDA(cudaMalloc(&scratch, cuda::adamw_scratch_bytes(1)));
     for (int t = 1; t <= steps; ++t) {
       const std::vector<float> g = rng.values(n, 1e-6, 10.0);
-      SPW_CUDA(cudaMemcpy(dg, g.data(), size_t(n) * 4,
-                          cudaMemcpyHostToDevice));
+      SPW_CUDA(cudaMemcpy(dg, g.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
       const AdamWHparams h{lr, beta1, beta2, eps, wd};
       const StateMem hm{m.data(), true}, hv{v.data(), true};
       if (foam) {
         foam_kernel(w.data(), hm, hv, g.data(), rows, cols, int(level), t, h,
                     0.5);
-        cuda::foam(dw, dm, dv, true, dg, rows, cols, int(level),
-                   cuda::foam_scalars(lr, beta1, beta2, eps, wd, 0.5,
-                                      int(level), t),
-                   nullptr);
+        cuda::foam(
+            dw, dm, dv, true, dg, rows, cols, int(level),
+            cuda::foam_scalars(lr, beta1, beta2, eps, wd, 0.5, int(level), t),
+            nullptr);
       } else {
         adamw_kernel(w.data(), hm, hv, g.data(), n, t, h);
         cuda::adamw_multi({{dw, dm, dv, dg, n, true}},
@@ -363,14 +360,14 @@ void check_state_bf16(Report &r, uint64_t seed) {
       hvw[size_t(i)] = to_float(v[size_t(i)]);
     }
     const std::string name =
-        foam ? format("foam bf16 state [%lld,%lld] level %lld",
-                      (long long)rows, (long long)cols, (long long)level)
+        foam ? format("foam bf16 state [%lld,%lld] level %lld", (long long)rows,
+                      (long long)cols, (long long)level)
              : format("adamw_multi bf16 state (%lld)", (long long)n);
     r.line(name, "weights", compare(w, gw), true);
     r.line(name, "m", compare(hmw, widened(dm, size_t(ns))), true);
     r.line(name, "v", compare(hvw, widened(dv, size_t(ns))), true);
-    for (void *p : {static_cast<void *>(dw), dm, dv, static_cast<void *>(dg),
-                    scratch})
+    for (void *p :
+         {static_cast<void *>(dw), dm, dv, static_cast<void *>(dg), scratch})
       SPW_CUDA(cudaFree(p));
   }
 }

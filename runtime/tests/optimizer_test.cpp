@@ -582,9 +582,8 @@ TEST(StateBf16, FoamKernelStoresRoundedFoldedMomentsAndUpdatesWithThem) {
   const spw::AdamWHparams h{kLr, kB1, kB2, kEps, kWd};
   for (int t = 1; t <= 3; ++t) {
     const std::vector<float> g = grad_values(t, int(rows * cols));
-    spw::foam_kernel(w.data(), spw::StateMem(m.data()),
-                     spw::StateMem(v.data()), g.data(), rows, cols, level, t,
-                     h, alpha);
+    spw::foam_kernel(w.data(), spw::StateMem(m.data()), spw::StateMem(v.data()),
+                     g.data(), rows, cols, level, t, h, alpha);
     const double bc1 = 1.0 - std::pow(kB1, t), bc2 = 1.0 - std::pow(kB2, t);
     const float b1 = float(kB1), w1 = float(1.0 - kB1), b2 = float(kB2),
                 w2 = float(1.0 - kB2), inv = float(1.0 / double(block)),
@@ -664,7 +663,7 @@ TEST(StateBf16, ResidentStateIsTheDevicesOnEveryDevice) {
       EXPECT_EQ(p.adam_v[i], spw::to_float(v[i]));
     }
     // A checkpoint of float32 state restored into bf16 state rounds it.
-    p.adam_m[0] = 1.0f + 0x1p-9f; // halfway: rounds to even (1.0)
+    p.adam_m[0] = 1.0f + 0x1p-9f;     // halfway: rounds to even (1.0)
     p.adam_m[1] = 1.0f + 3 * 0x1p-9f; // halfway: rounds up to 1 + 2^-7
     spw::device_push(ctx.get());
     spw::device_pull(ctx.get());
@@ -684,8 +683,8 @@ TEST(StateBf16, DeclarationErrors) {
   }
   {
     auto ctx = context_with_param();
-    spw::device_start(ctx.get(), spw::make_loopback_device(
-                                     1 << 20, spw::Precision::FP32));
+    spw::device_start(ctx.get(),
+                      spw::make_loopback_device(1 << 20, spw::Precision::FP32));
     spw_declare_optimizer_state_dtype(ctx.get(), SPW_BF16);
     EXPECT_NE(ctx->error.find("declared before the tiers and before the run's "
                               "device starts"),

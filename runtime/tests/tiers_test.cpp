@@ -903,7 +903,8 @@ TEST(Tiers, Bf16StatePlanUpdatesAsTheResidentRun) {
         spw_declare_param(ctx.get(), "b", SPW_F32, 1, db, 24);
         for (int i = 0; i < 2; ++i) {
           spw::ParamInfo &p = ctx->params[size_t(i)];
-          const std::vector<float> v = tricky_values(6 * i, int(p.value->numel));
+          const std::vector<float> v =
+              tricky_values(6 * i, int(p.value->numel));
           std::memcpy(p.value->data, v.data(), v.size() * 4);
         }
         if (mixed)
@@ -913,8 +914,8 @@ TEST(Tiers, Bf16StatePlanUpdatesAsTheResidentRun) {
         spw_declare_tiers(ctx.get(), 4096, 16384, 0, "", predicted);
         const int64_t members[] = {0, 1}, f32_at[] = {0, 24},
                       half_at[] = {0, 12};
-        spw_declare_block(ctx.get(), SPW_BLOCK_PARAMS, 0, mixed ? 24 : 44,
-                          tier, 0, 2, members, mixed ? half_at : f32_at);
+        spw_declare_block(ctx.get(), SPW_BLOCK_PARAMS, 0, mixed ? 24 : 44, tier,
+                          0, 2, members, mixed ? half_at : f32_at);
         if (mixed)
           spw_declare_block(ctx.get(), SPW_BLOCK_MASTER, 0, 44, tier,
                             gpu ? 256 : 4096, 2, members, f32_at);
@@ -926,8 +927,8 @@ TEST(Tiers, Bf16StatePlanUpdatesAsTheResidentRun) {
         ASSERT_TRUE(ctx->error.empty()) << ctx->error;
         auto steps = [&](int first, int last) {
           spw::tiers_scatter(ctx.get());
-          for (int cls : {SPW_BLOCK_PARAMS, SPW_BLOCK_MASTER,
-                          SPW_BLOCK_OPTIMIZER})
+          for (int cls :
+               {SPW_BLOCK_PARAMS, SPW_BLOCK_MASTER, SPW_BLOCK_OPTIMIZER})
             if (cls != SPW_BLOCK_MASTER || mixed)
               spw_bind(ctx.get(), cls, 0, tier);
           ASSERT_TRUE(ctx->error.empty()) << ctx->error;

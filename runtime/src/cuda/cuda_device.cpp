@@ -285,8 +285,8 @@ public:
             int64_t step) override {
     flush_adamw();
     spw::cuda::foam(w, m.p, v.p, m.half, g, rows, cols, level,
-                    foam_scalars(h.lr, h.beta1, h.beta2, h.eps,
-                                 h.weight_decay, alpha, level, step),
+                    foam_scalars(h.lr, h.beta1, h.beta2, h.eps, h.weight_decay,
+                                 alpha, level, step),
                     compute_);
   }
 

@@ -223,8 +223,8 @@ void foam(float *w, void *m, void *v, bool half, const float *g, int64_t rows,
   if (grid > 0x7fffffff)
     throw CudaError("foam: " + std::to_string(grid) +
                     " blocks exceed one launch's grid");
-  foam_kernel<<<unsigned(grid), kThreads, 0, stream>>>(
-      w, m, v, half, g, rows, cols, block, per_row, s);
+  foam_kernel<<<unsigned(grid), kThreads, 0, stream>>>(w, m, v, half, g, rows,
+                                                       cols, block, per_row, s);
   SPW_CUDA(cudaGetLastError());
 }
 
