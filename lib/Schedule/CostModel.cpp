@@ -109,8 +109,10 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   const unsigned M = c.microBatches;
   const double F = c.overlap;
   const bool hasMaster = sumOf(s, &LayerCost::masterBytes) > 0;
-  // sched-overlap-optimizer's granule: 256 bytes of the params blocks.
-  const int64_t granule = s.bf16Storage ? 2 * kDeferGranule : kDeferGranule;
+  // sched-overlap-optimizer's granule: 256 bytes of the narrowest block
+  // it splits (bf16 working copies, or bf16 optimizer moments).
+  const int64_t granule =
+      deferGranule(s.bf16Storage || s.bf16OptimizerState);
   if (M == 0)
     return invalid("M must be at least 1");
   if (s.batchSize && s.batchSize % M)

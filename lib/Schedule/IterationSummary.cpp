@@ -137,6 +137,8 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
   if (auto p = module->getAttrOfType<StringAttr>(
           spillway::train::kPrecisionAttrName))
     s.bf16Storage = p.getValue() == "bf16-mixed";
+  const uint64_t stateBytes = uint64_t(optimizerStateElementBytes(module));
+  s.bf16OptimizerState = stateBytes == 2;
   module.walk([&](ClipGradNormOp) { s.gradClip = true; });
   const LayerTable &layers = **table;
   const size_t L = layers.size();
@@ -155,8 +157,9 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
   // The parameters the optimizer updates: only they have a gradient block
   // and AdamW state (a frozen parameter has neither). A module without any
   // update yet (no optimizer attached) counts every parameter.
-  // Each keeps two f32 moments of stateElementsPerMoment elements (FOAM's
-  // folded, AdamW's one per parameter element).
+  // Each keeps two moments of stateElementsPerMoment elements (FOAM's
+  // folded, AdamW's one per parameter element), f32 or, under
+  // train.optimizer_state_dtype = "bf16", bf16 (stateBytes each).
   struct State {
     int64_t moment;
     bool foam;
@@ -199,11 +202,11 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
       auto state = updated.find(it->first());
       uint64_t moment =
           state != updated.end() ? uint64_t(state->second.moment) : n;
-      l.optimizerBytes += 2 * 4 * moment; // m and v, f32
+      l.optimizerBytes += 2 * stateBytes * moment; // m and v
       l.numParams += n;
       if (state != updated.end() && state->second.foam) {
         l.foldedParams += n;
-        l.foldedOptimizerBytes += 2 * 4 * moment;
+        l.foldedOptimizerBytes += 2 * stateBytes * moment;
       }
     }
   }

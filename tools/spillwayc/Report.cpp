@@ -42,13 +42,17 @@ void printEstimate(const char *label, const CostEstimate &e,
 /// Optimizer state bytes of the model, by optimizer kind.
 struct StateBytes {
   uint64_t total = 0, foam = 0, foamParams = 0;
+  /// Bytes per moment element: 4 (f32), 2 under bf16 optimizer state.
+  uint64_t elementBytes = 4;
   uint64_t adamw() const { return total - foam; }
-  /// What AdamW would keep for the parameters FOAM folds (m and v, f32).
-  uint64_t foamAsAdamW() const { return 8 * foamParams; }
+  /// What AdamW would keep for the parameters FOAM folds (m and v, in the
+  /// same dtype).
+  uint64_t foamAsAdamW() const { return 2 * elementBytes * foamParams; }
 };
 
 StateBytes stateBytes(const IterationSummary &s) {
   StateBytes b;
+  b.elementBytes = s.bf16OptimizerState ? 2 : 4;
   for (const LayerCost &l : s.layers) {
     b.total += l.optimizerBytes;
     b.foam += l.foldedOptimizerBytes;
@@ -172,11 +176,16 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
   const char *products = s.compute == Precision::FP32 ? "fp32" : "bf16";
   if (s.bf16Storage)
     os << "bf16-mixed (bf16 activations and working weights, " << products
-       << " products, fp32 master weights and optimizer state)\n";
+       << " products, "
+       << (s.bf16OptimizerState
+               ? "fp32 master weights, bf16 optimizer state)\n"
+               : "fp32 master weights and optimizer state)\n");
   else
     os << products << " (parameters are their own master weights)\n";
   const StateBytes sb = stateBytes(s);
-  os << "optimizer state: " << sb.total << " bytes";
+  // fp32 state says nothing (the default); bf16 says so where the bytes are.
+  os << "optimizer state" << (s.bf16OptimizerState ? " bf16" : "") << ": "
+     << sb.total << " bytes";
   if (r.foamParams.empty()) {
     os << " (AdamW)\n";
   } else {
@@ -278,6 +287,8 @@ std::string spillwayc::reportToJSON(const PlanReport &r) {
                     {"compute", r.summary.compute == Precision::FP32 ? "fp32"
                                                                      : "bf16"},
                     {"storage", r.summary.bf16Storage ? "bf16-mixed" : "fp32"},
+                    {"optimizer_state_dtype",
+                     r.summary.bf16OptimizerState ? "bf16" : "fp32"},
                     {"param_bytes", int64_t(r.totals.paramBytes)},
                     {"unread_param_bytes", int64_t(r.totals.unreadParamBytes)},
                     {"num_params", int64_t(r.totals.numParams)},

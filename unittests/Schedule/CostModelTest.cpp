@@ -233,6 +233,33 @@ TEST(CostModel, DeferredGradientSlicesCountOnTheOptimizersSide) {
             2 * 50u);
 }
 
+TEST(CostModel, TwoByteBlocksDoubleTheGranule) {
+  // bf16 optimizer moments (or bf16-mixed's working copies) hold 2 bytes
+  // per element: 128 elements are the blocks' 256 bytes, as
+  // sched-overlap-optimizer defers them. F = 0.25 of a layer's 128
+  // elements is 32: one 64-element granule in fp32 (50 of its 100
+  // gradient bytes pending, per layer), none of 128.
+  EXPECT_EQ(deferGranule(false), 64);
+  EXPECT_EQ(deferGranule(true), 128);
+  Placement cpu = offloaded();
+  IterationSummary fp32 = toy(), state = toy(), mixed = toy();
+  state.bf16OptimizerState = true;
+  mixed.bf16Storage = true;
+  auto pending = [&](const IterationSummary &s) {
+    return run(Order::Snake, 2, 0.25, cpu, s).peakBytes[int(Tier::Host)] -
+           run(Order::Snake, 2, 0, cpu, s).peakBytes[int(Tier::Host)];
+  };
+  EXPECT_EQ(pending(fp32), 2 * 50u);
+  EXPECT_EQ(pending(state), 0u);
+  EXPECT_EQ(pending(mixed), 0u);
+  // The state's bytes are the summary's (2 per moment element already):
+  // read and written once where it lives.
+  state.layers[0].optimizerBytes = state.layers[1].optimizerBytes = 200;
+  CostEstimate e = run(Order::Snake, 2, 0, cpu, state);
+  EXPECT_DOUBLE_EQ(e.optimizerStateBytes.ssdRead, 400);
+  EXPECT_DOUBLE_EQ(e.optimizerStateBytes.ssdWrite, 400);
+}
+
 TEST(CostModel, SnakeReducesParameterTraffic) {
   Placement pl; // only the parameters move
   pl[TensorClass::Params] = Tier::Host;

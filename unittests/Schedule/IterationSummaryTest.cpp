@@ -331,6 +331,64 @@ TEST_F(SummaryTest, FoamFoldsTheWeightMatricesState) {
   }
 }
 
+// bf16 optimizer state (train-attach-optimizer's state-dtype=bf16): m and v
+// take 2 bytes per element, AdamW's and FOAM's folded alike, with or
+// without bf16-mixed; nothing else changes.
+TEST_F(SummaryTest, Bf16OptimizerStateHalvesTheStateBytes) {
+  for (const char *opt : {"adamw", "foam"}) {
+    spillway::train::TrainAttachOptimizerPassOptions o32, o16;
+    o32.optimizer = o16.optimizer = opt;
+    o16.stateDtype = "bf16";
+    auto m32 = step(kTwoLayer, o32), m16 = step(kTwoLayer, o16);
+    ASSERT_TRUE(m32 && m16);
+    std::string error;
+    auto a = summarizeIteration(*m32, error), b = summarizeIteration(*m16, error);
+    ASSERT_TRUE(a && b) << error;
+    EXPECT_FALSE(a->bf16OptimizerState);
+    EXPECT_TRUE(b->bf16OptimizerState);
+    EXPECT_FALSE(b->bf16Storage);
+    for (size_t l = 0; l < 2; ++l) {
+      SCOPED_TRACE(std::string(opt) + " layer " + std::to_string(l));
+      EXPECT_EQ(2 * b->layers[l].optimizerBytes, a->layers[l].optimizerBytes);
+      EXPECT_EQ(2 * b->layers[l].foldedOptimizerBytes,
+                a->layers[l].foldedOptimizerBytes);
+      EXPECT_EQ(b->layers[l].paramBytes, a->layers[l].paramBytes);
+      EXPECT_EQ(b->layers[l].gradBytes, a->layers[l].gradBytes);
+      EXPECT_EQ(b->layers[l].numParams, a->layers[l].numParams);
+      EXPECT_EQ(b->layers[l].foldedParams, a->layers[l].foldedParams);
+    }
+  }
+  // By hand: blocks.0 keeps 144 AdamW elements per moment, 2 x 2 x 144.
+  spillway::train::TrainAttachOptimizerPassOptions o;
+  o.stateDtype = "bf16";
+  auto m = step(kTwoLayer, o);
+  ASSERT_TRUE(m);
+  std::string error;
+  auto s = summarizeIteration(*m, error);
+  ASSERT_TRUE(s) << error;
+  EXPECT_EQ(s->layers[0].optimizerBytes, 2 * 2 * 144u);
+  EXPECT_EQ(s->layers[1].optimizerBytes, 2 * 2 * 68u);
+  // With bf16-mixed: bf16 working copies, f32 masters, bf16 state.
+  OwningOpRef<ModuleOp> mixed = parse(kTwoLayer);
+  ASSERT_TRUE(mixed);
+  PassManager pm(&context);
+  pm.addPass(spillway::train::createTrainMixedPrecisionPass());
+  ASSERT_TRUE(succeeded(pm.run(*mixed)));
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  mixed->print(os);
+  auto both = step(text.c_str(), o);
+  ASSERT_TRUE(both);
+  auto t = summarizeIteration(*both, error);
+  ASSERT_TRUE(t) << error;
+  EXPECT_TRUE(t->bf16Storage);
+  EXPECT_TRUE(t->bf16OptimizerState);
+  EXPECT_EQ(t->layers[0].paramBytes, 288u);
+  EXPECT_EQ(t->layers[0].masterBytes, 576u);
+  EXPECT_EQ(t->layers[0].optimizerBytes, 2 * 2 * 144u);
+  EXPECT_EQ(t->layers[0].gradBytes, 576u);
+}
+
 // The tokens of an iteration: the elements of the one integer [B, S]
 // argument not named as labels (the executable's rule, token_inputs.h);
 // none when two such arguments leave it ambiguous.

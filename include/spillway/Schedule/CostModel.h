@@ -57,6 +57,9 @@ struct IterationSummary {
   /// the working weights are stored as bf16 (paramBytes: 2 per element),
   /// next to the f32 master weights (masterBytes: 4 per element).
   bool bf16Storage = false;
+  /// train.optimizer_state_dtype = "bf16": the optimizer keeps its moments
+  /// as bf16 (optimizerBytes: 2 per moment element, not 4).
+  bool bf16OptimizerState = false;
   /// Samples per iteration; a candidate's M must divide it (0: any M).
   uint64_t batchSize = 0;
   /// Global gradient-norm clipping (train.clip_grad_norm): a barrier after
@@ -91,6 +94,13 @@ struct Placement {
 /// number of 64-element (256-byte f32) granules, the GPU arena's alignment,
 /// so the deferred and the rest of a split block sit back to back there.
 constexpr int64_t kDeferGranule = 64;
+/// The granule in elements for a plan whose blocks hold 2-byte elements
+/// (bf16 working copies under bf16-mixed, bf16 optimizer moments): twice
+/// kDeferGranule, so that every block splits 256-byte aligned at the same
+/// element (sched-overlap-optimizer's elementGranule).
+inline int64_t deferGranule(bool twoByteBlocks) {
+  return twoByteBlocks ? 2 * kDeferGranule : kDeferGranule;
+}
 
 /// How many of a layer's n updated elements sched-overlap-optimizer defers
 /// at fraction F: F * n rounded to the nearest multiple of `granule`, and

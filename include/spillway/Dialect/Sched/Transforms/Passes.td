@@ -290,7 +290,11 @@ def SchedAssignBuffersPass : Pass<"sched-assign-buffers", "mlir::ModuleOp"> {
     `master` block, homed on that tier: the f32 masters laid out as an fp32
     plan's params block, while its params block holds the bf16 working
     copies, 2 bytes per element at half those offsets, split at half the
-    bytes (the same element). Each layer
+    bytes (the same element). Under `train.optimizer_state_dtype = "bf16"`
+    an optimizer block holds its members' m, then their v, at 2 bytes per
+    moment element (half of fp32's bytes and offsets; FOAM's folded
+    elements likewise), split at 2 bytes per deferred element: every
+    block of a layer splits at the same element. Each layer
     with deferred elements gets a `pending` block: the gradient slices the
     runtime keeps from the update to the next step's deferred task, at
     home on the optimizer's side (GPU optimizer: gpu, else host), after the
