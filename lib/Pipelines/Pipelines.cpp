@@ -40,6 +40,7 @@ void spillway::populateTrainingPipeline(OpPassManager &pm,
   opt.foamLevel = options.foamLevel;
   opt.foamAlpha = options.foamAlpha;
   opt.gradClip = options.gradClip;
+  opt.stateDtype = options.optimizerStateDtype;
   pm.addPass(train::createTrainAttachOptimizerPass(opt));
 }
 
@@ -211,6 +212,10 @@ struct TrainingPipelineCLOptions
       *this, "grad-clip",
       llvm::cl::desc("Global gradient-norm clipping's max_norm (0: off)"),
       llvm::cl::init(kTrainingDefaults.gradClip)};
+  Option<std::string> optimizerStateDtype{
+      *this, "optimizer-state-dtype",
+      llvm::cl::desc("How the optimizer stores m and v: fp32 or bf16"),
+      llvm::cl::init(kTrainingDefaults.optimizerStateDtype)};
 };
 
 /// `spillway-lower-to-runtime`'s options (spillwayc --target, --precision).
@@ -243,6 +248,7 @@ void spillway::registerPipelines() {
         options.foamLevel = o.foamLevel;
         options.foamAlpha = o.foamAlpha;
         options.gradClip = o.gradClip;
+        options.optimizerStateDtype = o.optimizerStateDtype;
         populateTrainingPipeline(pm, options);
       });
   PassPipelineRegistration<LowerToRuntimeCLOptions>(

@@ -146,10 +146,19 @@ cl::opt<std::string> precision(
              "fp32; --target cuda only); or bf16-mixed (as PyTorch "
              "Lightning's: the working weights and every activation stored "
              "as bf16, each op computing in fp32 from them, fp32 master "
-             "weights, gradients accumulated in fp32, fp32 optimizer state; "
-             "docs/compiler.md, \"Precision\"). Default: bf16 for cuda, fp32 "
-             "for cpu"),
+             "weights, gradients accumulated in fp32, fp32 optimizer state "
+             "unless --optimizer-state-dtype bf16; docs/compiler.md, "
+             "\"Precision\"). Default: bf16 for cuda, fp32 for cpu"),
     cl::cat(category));
+cl::opt<std::string> optimizerStateDtype(
+    "optimizer-state-dtype", cl::init("fp32"),
+    cl::desc("How the optimizer stores its moments (AdamW's and FOAM's m "
+             "and v): fp32 (default), or bf16: 2 bytes per element instead "
+             "of 4, rounded to nearest even as they are stored (the update "
+             "computes in fp32), which halves the optimizer state's memory "
+             "and its SSD traffic. With any --precision; docs/compiler.md, "
+             "\"Optimizer state dtype\""),
+    cl::value_desc("fp32|bf16"), cl::cat(category));
 cl::opt<std::string> lrText("lr", cl::init("1e-3"),
                             cl::desc("Learning rate (default 1e-3)"),
                             cl::value_desc("number"), cl::cat(category));
@@ -839,6 +848,12 @@ static int compilerMain(int argc, char **argv) {
   if (optimizer != "adamw" && optimizer != "foam")
     return fail("--optimizer '" + optimizer +
                 "' is not one of adamw, foam");
+  if (optimizerStateDtype != "fp32" && optimizerStateDtype != "bf16")
+    return fail("--optimizer-state-dtype '" + optimizerStateDtype +
+                "' is not one of fp32, bf16");
+  if (forwardOnly && optimizerStateDtype.getNumOccurrences())
+    return fail("--optimizer-state-dtype stores a training step's optimizer "
+                "state; it does not apply to --forward");
   if (target != "cpu" && target != "cuda")
     return fail("--target '" + target + "' is not one of cpu, cuda");
   if (precision.getNumOccurrences() && precision != "fp32" &&
@@ -1011,6 +1026,7 @@ static int compilerMain(int argc, char **argv) {
   trainOptions.foamLevel = foamLevel;
   trainOptions.foamAlpha = foamAlpha;
   trainOptions.gradClip = gradClip;
+  trainOptions.optimizerStateDtype = optimizerStateDtype;
 
   {
     PassManager pm(&context);

@@ -39,6 +39,10 @@ struct TrainingPipelineOptions {
   /// Global gradient-norm clipping's max_norm (0: off): a barrier every
   /// update of the step follows (train-attach-optimizer{grad-clip}).
   double gradClip = 0;
+  /// How the optimizer stores its moments m and v: "fp32", or "bf16" (2
+  /// bytes per element, rounded to nearest even as they are stored;
+  /// train-attach-optimizer{state-dtype}, train.optimizer_state_dtype).
+  std::string optimizerStateDtype = "fp32";
 };
 
 /// Forward + loss in the train dialect -> one training step: fused patterns,
