@@ -342,7 +342,8 @@ TEST_F(SummaryTest, Bf16OptimizerStateHalvesTheStateBytes) {
     auto m32 = step(kTwoLayer, o32), m16 = step(kTwoLayer, o16);
     ASSERT_TRUE(m32 && m16);
     std::string error;
-    auto a = summarizeIteration(*m32, error), b = summarizeIteration(*m16, error);
+    auto a = summarizeIteration(*m32, error);
+    auto b = summarizeIteration(*m16, error);
     ASSERT_TRUE(a && b) << error;
     EXPECT_FALSE(a->bf16OptimizerState);
     EXPECT_TRUE(b->bf16OptimizerState);

@@ -251,7 +251,8 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
 
   // Each moment's element: 4 bytes (f32), or 2 under bf16 optimizer state
   // (train.optimizer_state_dtype), which halves the optimizer blocks.
-  const uint64_t stateBytes = uint64_t(train::optimizerStateElementBytes(module));
+  const uint64_t stateBytes =
+      uint64_t(train::optimizerStateElementBytes(module));
   llvm::StringMap<uint64_t> momentBytes; // per updated parameter
   module.walk([&](Operation *u) {
     if (train::isOptimizerUpdate(u))
