@@ -109,9 +109,12 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
   if (ctx->bf16_mixed)
     std::printf("  precision: bf16-mixed (bf16 activations and working "
                 "weights%s)\n",
-                ctx->outputs.empty()
-                    ? ", fp32 master weights and optimizer state"
-                    : "");
+                !ctx->outputs.empty() ? ""
+                : ctx->state_bf16
+                    ? ", fp32 master weights, bf16 optimizer state"
+                    : ", fp32 master weights and optimizer state");
+  else if (ctx->state_bf16)
+    std::printf("  precision: fp32 weights, bf16 optimizer state\n");
   if (ctx->device->step_arena_bytes() > 0)
     std::printf("  device: %s, %s, step arena %s\n",
                 ctx->device->name().c_str(), precision_name(ctx->precision),

@@ -28,6 +28,11 @@ BF16_MIXED_MASTER): the plans still give the plain
 run's bits at the same order and M, but bf16 roundings of a micro-batch's
 gradients depend on M, so the distance to horizontal M = 1 is bounded by
 BF16_MIXED_M_TOLERANCE instead.
+With --optimizer-state-dtype bf16 every executable (the plain ones too)
+stores its AdamW / FOAM moments as bf16 (an offload plan's optimizer
+blocks hold 2 bytes per element): the same bits as the plain run again, and
+a rounding of a moment may flip with M's other gradient grouping, so the
+distance to horizontal M = 1 is bounded by BF16_MIXED_M_TOLERANCE too.
 With --device D every offload executable runs on device D (EXE --device D)
 while the references stay the plain executables on the CPU backend, so D
 must reproduce the CPU's bits and the plan's bytes exactly. With
@@ -132,6 +137,10 @@ def main():
                     default="fp32",
                     help="compile every executable with spillwayc "
                          "--precision P (default fp32)")
+    ap.add_argument("--optimizer-state-dtype", choices=["fp32", "bf16"],
+                    default="fp32",
+                    help="compile every executable with spillwayc "
+                         "--optimizer-state-dtype D (default fp32)")
     ap.add_argument("--device", choices=["cpu", "loopback"],
                     help="run every offload executable with --device D "
                          "(default: no --device flag, the compile target)")
@@ -148,8 +157,11 @@ def main():
     device = ["--device", a.device] if a.device else []
     on = f" on --device {a.device}" if a.device else ""
     opt = ["--optimizer", a.optimizer, "--grad-clip", a.grad_clip,
-           "--precision", a.precision]
-    m_tolerance = 1e-5 if a.precision == "fp32" else BF16_MIXED_M_TOLERANCE
+           "--precision", a.precision,
+           "--optimizer-state-dtype", a.optimizer_state_dtype]
+    m_tolerance = (1e-5 if a.precision == "fp32"
+                   and a.optimizer_state_dtype == "fp32"
+                   else BF16_MIXED_M_TOLERANCE)
     overlaps = ("0", "0.5", "1") if a.optimizer == "adamw" else ("0",)
     os.makedirs(a.out, exist_ok=True)
     swap = os.path.join(a.out, "swap")
@@ -214,6 +226,8 @@ def main():
         clipped = "" if a.grad_clip == "0" else f" clip {a.grad_clip}"
         if a.precision != "fp32":
             clipped += f" {a.precision}"
+        if a.optimizer_state_dtype != "fp32":
+            clipped += f" state {a.optimizer_state_dtype}"
         print(f"OK {tag}: {a.optimizer}{clipped} F={overlap} bit-identical to plain {order} M={m}"
               f"{on}, {worst:.1e} from horizontal M=1; " + line)
         if any(order == o and m == mm and overlap in fs
