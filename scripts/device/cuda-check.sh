@@ -19,9 +19,10 @@
 #      weights; 3e-2 as bf16) resident and, last, with an offload plan
 #      (params on host, a GPU optimizer: the update rounds the working
 #      copies on the GPU into a copy made from the bound masters,
-#      sched.alloc).
-# Time: the kernel check may run 180 s, each of the 10 training runs 45 s
-# (630 s at most; each takes seconds on an H200); a stage that
+#      sched.alloc), and resident with bf16 optimizer state
+#      (--optimizer-state-dtype bf16).
+# Time: the kernel check may run 180 s, each of the 12 training runs 45 s
+# (720 s at most; each takes seconds on an H200); a stage that
 # would not start 10 s before --budget SECONDS (default 480) is skipped and
 # said so, and no stage's timeout runs past the budget, so the table always
 # prints. --dry-run prints the commands and their time allotments.
@@ -40,7 +41,7 @@ while [ $# -gt 0 ]; do
     --budget) [ $# -ge 2 ] || { echo "cuda-check: --budget needs seconds" >&2; exit 2; }
               BUDGET=$2; shift ;;
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "cuda-check: unknown option '$1' (--budget SECONDS, --dry-run)" >&2; exit 2 ;;
   esac
   shift
@@ -111,13 +112,14 @@ PY
 }
 
 if [ "$DRY" = 1 ]; then
-  echo "cuda-check --dry-run: budget $BUDGET s; the kernel check at most $KERNEL_TIMEOUT s, 10 training runs at most $TRAIN_TIMEOUT s each"
+  echo "cuda-check --dry-run: budget $BUDGET s; the kernel check at most $KERNEL_TIMEOUT s, 12 training runs at most $TRAIN_TIMEOUT s each"
   echo "[kernels: ${KERNEL_TIMEOUT} s] $DEV/spillway-cuda-check"
   train_pair adamw-fp32 gpt-fp32 1e-3
   train_pair adamw-bf16 gpt-bf16 3e-2
   train_pair foam-fp32 gpt-foam 1e-3
   train_pair adamw-bf16-mixed gpt-mixed 3e-2
   train_pair adamw-bf16-mixed-offload gpt-mixed-offload 3e-2
+  train_pair adamw-bf16-mixed-state16 gpt-mixed-state16 3e-2
   echo "results: $LOG, $LOSSES"
   rm -rf "$WORK"
   exit 0
@@ -146,6 +148,7 @@ fi
   train_pair foam-fp32 gpt-foam 1e-3 || failed=1
   train_pair adamw-bf16-mixed gpt-mixed 3e-2 || failed=1
   train_pair adamw-bf16-mixed-offload gpt-mixed-offload 3e-2 || failed=1
+  train_pair adamw-bf16-mixed-state16 gpt-mixed-state16 3e-2 || failed=1
   echo
   echo "== summary"
   printf '%s\n' "${ROWS[@]}"

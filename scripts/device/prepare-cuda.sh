@@ -9,7 +9,8 @@
 #   spillway-cuda-bench              GEMMs against cuBLAS's best, attention TFLOP/s
 #   gpt-fp32, gpt-bf16, gpt-foam,    a 2-block GPT (0.5M parameters, S = 128)
 #   gpt-mixed (--precision bf16-mixed),
-#   gpt-mixed-offload (bf16-mixed with params on host, a GPU optimizer)
+#   gpt-mixed-offload (bf16-mixed with params on host, a GPU optimizer),
+#   gpt-mixed-state16 (bf16-mixed with bf16 optimizer state)
 #                                    compiled with --target cuda, its
 #                                    weights, tokens and targets: 50 training
 #                                    steps on the GPU against --device cpu
@@ -42,8 +43,12 @@ python3 "$ROOT/bench/make_gpt_onnx.py" --out "$WORK/small" --layers 2 --d-model 
 # masters and the state on the GPU (a GPU optimizer).
 "$BIN/spillwayc" "$WORK/small/gpt.onnx" --target cuda --precision bf16-mixed \
   --place params=host,optimizer=gpu,gradients=host -o "$OUTDIR/gpt-mixed-offload"
+# bf16-mixed with its optimizer state stored as bf16 (the AdamW kernel's
+# bf16 moments), resident.
+"$BIN/spillwayc" "$WORK/small/gpt.onnx" --target cuda --precision bf16-mixed \
+  --optimizer-state-dtype bf16 -o "$OUTDIR/gpt-mixed-state16"
 rm -f "$OUTDIR/gpt-bf16.weights" "$OUTDIR/gpt-foam.weights" "$OUTDIR/gpt-mixed.weights" \
-  "$OUTDIR/gpt-mixed-offload.weights" # the same as gpt-fp32's
+  "$OUTDIR/gpt-mixed-offload.weights" "$OUTDIR/gpt-mixed-state16.weights" # the same as gpt-fp32's
 cp "$WORK/small/tokens.npy" "$WORK/small/targets.npy" "$OUTDIR/"
 if [ "$BENCH" = 1 ]; then
   # The shapes of ../shared/hardware/probe/gpt_torch.py's 350M and 1.3B runs:
@@ -62,7 +67,7 @@ if [ "$BENCH" = 1 ]; then
   done
 fi
 strip "$OUTDIR"/gpt-fp32 "$OUTDIR"/gpt-bf16 "$OUTDIR"/gpt-foam "$OUTDIR"/gpt-mixed \
-  "$OUTDIR"/gpt-mixed-offload "$OUTDIR"/bench-* 2>/dev/null || true
+  "$OUTDIR"/gpt-mixed-offload "$OUTDIR"/gpt-mixed-state16 "$OUTDIR"/bench-* 2>/dev/null || true
 # What the GPU machine's scripts print first: which code they run.
 {
   echo "commit $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"
