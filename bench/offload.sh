@@ -18,13 +18,16 @@
 # --place master=ssd) and the table adds bf16-mixed against fp32 per config:
 # the params class's bytes per iteration (the bf16 working copies against the
 # fp32 parameters, measured by class), the masters', and the SSD and PCIe
-# totals.
+# totals. With --state-dtypes fp32,bf16 every config runs with both
+# optimizer state dtypes (spillwayc --optimizer-state-dtype) and the table
+# adds bf16 state against fp32 state per config: the optimizer class's
+# bytes, the SSD total and the iteration time.
 #
 # usage: bench/offload.sh [--small | --preset io-bound] [--layers L] [--d-model D] [--heads H] [--vocab V]
 #                         [--seq S] [--batch B] [--microbatches M] [--steps N]
 #                         [--schedules horizontal,snake] [--overlaps F[,F...]]
 #                         [--optimizers adamw,foam] [--foam-level L]
-#                         [--precisions fp32,bf16-mixed]
+#                         [--precisions fp32,bf16-mixed] [--state-dtypes fp32,bf16]
 #                         [--gpu-mem SIZE] [--host-mem SIZE]
 #                         [--ssd DIR] [--hw PROFILE.json] [-o OUT.json]
 #   defaults: L=24 D=1024 H=16 V=8192 S=64 B=4 (319M parameters: 1.2 GiB of f32
@@ -34,7 +37,8 @@
 #   --hw profiles/cpu-ci.json, --ssd $BENCH_DIR/ssd,
 #   OUT = bench/results/offload-<host>-<UTC time>.json.
 #   --precisions: fp32 (default), bf16-mixed, or both.
-#   Configs: every precision x optimizer x schedule x F of --overlaps (each F in [0, 1]),
+#   --state-dtypes: fp32 (default), bf16, or both.
+#   Configs: every precision x state dtype x optimizer x schedule x F of --overlaps (each F in [0, 1]),
 #   except FOAM with F > 0, which spillwayc refuses (--overlap-optimizer
 #   splits AdamW updates only): those are skipped, and said so.
 #   --small: L=4 D=256 H=4 V=4096 S=32 B=4 (5.3M parameters), a smoke run of seconds.
@@ -63,12 +67,13 @@ usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' 
 
 LAYERS=24 DMODEL=1024 HEADS=16 VOCAB=8192 SEQ=64 BATCH=4
 M=4 STEPS=3 SCHEDULES=horizontal,snake OVERLAPS=0,1 OPTIMIZERS=adamw FOAMLEVEL=2 PRECISIONS=fp32
+STATEDTYPES=fp32
 GPUMEM="" HOSTMEM="" SSD="" OUTJSON=""
 HW="$ROOT/profiles/cpu-ci.json" SMALL=0
 while [ $# -gt 0 ]; do
   case $1 in
     --layers|--d-model|--heads|--vocab|--seq|--batch|--microbatches|--steps|--schedules|--overlaps|\
-    --optimizers|--foam-level|--precisions|--gpu-mem|--host-mem|--ssd|--hw|-o|--out)
+    --optimizers|--foam-level|--precisions|--state-dtypes|--gpu-mem|--host-mem|--ssd|--hw|-o|--out)
       [ $# -ge 2 ] || { echo "offload.sh: $1 needs a value" >&2; usage; } ;;
   esac
   case $1 in
@@ -85,7 +90,7 @@ while [ $# -gt 0 ]; do
     --microbatches) M=$2; shift ;; --steps) STEPS=$2; shift ;; --schedules) SCHEDULES=$2; shift ;;
     --overlaps) OVERLAPS=$2; shift ;;
     --optimizers) OPTIMIZERS=$2; shift ;; --foam-level) FOAMLEVEL=$2; shift ;;
-    --precisions) PRECISIONS=$2; shift ;;
+    --precisions) PRECISIONS=$2; shift ;; --state-dtypes) STATEDTYPES=$2; shift ;;
     --gpu-mem) GPUMEM=$2; shift ;; --host-mem) HOSTMEM=$2; shift ;; --ssd) SSD=$2; shift ;;
     --hw) HW=$2; shift ;; -o|--out) OUTJSON=$2; shift ;;
     -h|--help) usage 0 ;;
@@ -139,15 +144,22 @@ IFS=, read -r -a PRECS <<<"$PRECISIONS"
 for p in "${PRECS[@]}"; do
   case $p in fp32|bf16-mixed) ;; *) die "unknown precision '$p' (fp32, bf16-mixed)" ;; esac
 done
+IFS=, read -r -a SDTS <<<"$STATEDTYPES"
+[ ${#SDTS[@]} -gt 0 ] || die "--state-dtypes is empty (fp32, bf16)"
+[ "$(printf '%s\n' "${SDTS[@]}" | sort | uniq -d)" = "" ] || die "--state-dtypes '$STATEDTYPES' names a dtype twice"
+for d in "${SDTS[@]}"; do
+  case $d in fp32|bf16) ;; *) die "unknown state dtype '$d' (fp32, bf16)" ;; esac
+done
 # A config's optimizer token is the optimizer, with "+mixed" under
-# bf16-mixed (adamw+mixed): schedule-F<F>-<token> names its files.
-CONFIGS=()   # schedule-F<F>-<optimizer>[+mixed]: names the config's files
+# bf16-mixed and "+s16" with bf16 optimizer state (adamw+mixed+s16):
+# schedule-F<F>-<token> names its files.
+CONFIGS=()   # schedule-F<F>-<optimizer>[+mixed][+s16]: names the config's files
 SKIPPED=()   # FOAM with F > 0: spillwayc refuses --overlap-optimizer > 0 with FOAM
-for p in "${PRECS[@]}"; do for o in "${OPTS[@]}"; do for s in "${SCHED[@]}"; do for f in "${OVL[@]}"; do
-  t=$o; [ "$p" = bf16-mixed ] && t=$o+mixed
+for p in "${PRECS[@]}"; do for d in "${SDTS[@]}"; do for o in "${OPTS[@]}"; do for s in "${SCHED[@]}"; do for f in "${OVL[@]}"; do
+  t=$o; [ "$p" = bf16-mixed ] && t=$t+mixed; [ "$d" = bf16 ] && t=$t+s16
   if [ "$o" = foam ] && [ "$f" != 0 ]; then SKIPPED+=("$s-F$f-$t"); continue; fi
   CONFIGS+=("$s-F$f-$t")
-done; done; done; done
+done; done; done; done; done
 [ ${#CONFIGS[@]} -gt 0 ] || die "no config to run: FOAM runs only with F = 0 (add 0 to --overlaps)"
 for c in ${SKIPPED[@]+"${SKIPPED[@]}"}; do
   echo "offload.sh: skipping ${c%-*} with FOAM: spillwayc refuses --overlap-optimizer > 0 with --optimizer foam (the overlap splits AdamW updates only)" >&2
@@ -189,9 +201,10 @@ sched_of() { local r=${1%-*}; echo "${r%-F*}"; }   # horizontal-F0.5-adamw -> ho
 f_of() { local r=${1%-*}; echo "${r##*-F}"; }      # horizontal-F0.5-adamw -> 0.5
 opt_flags() {                     # spillwayc's flags for an optimizer token
   local f
-  if [ "${1%+mixed}" = foam ]; then f="--optimizer foam --foam-level $FOAMLEVEL"; else f="--optimizer adamw"; fi
+  if [ "${1%%+*}" = foam ]; then f="--optimizer foam --foam-level $FOAMLEVEL"; else f="--optimizer adamw"; fi
   # bf16-mixed: the f32 masters on SSD too (PLACE puts every class there).
-  [ "$1" != "${1%+mixed}" ] && f="$f --precision bf16-mixed --place master=ssd"
+  case $1 in *+mixed*) f="$f --precision bf16-mixed --place master=ssd" ;; esac
+  case $1 in *+s16) f="$f --optimizer-state-dtype bf16" ;; esac
   echo "$f"
 }
 
@@ -340,7 +353,8 @@ def split(c):  # horizontal-F0.5-adamw+mixed -> (horizontal, 0.5, adamw+mixed)
 rows = []
 for c in configs:
     s, f, o = split(c)
-    alg, prec = o.split("+")[0], ("bf16-mixed" if o.endswith("+mixed") else "fp32")
+    parts = o.split("+")
+    alg, prec = parts[0], ("bf16-mixed" if "mixed" in parts else "fp32")
     plan = json.load(open(f"{work}/plan-{c}.json"))
     ch = plan["chosen"]
     st = json.load(open(f"{work}/stats-{c}.json"))
@@ -352,6 +366,8 @@ for c in configs:
         # spillwayc --precision, and the config's optimizer token (the
         # algorithm, with "+mixed" under bf16-mixed)
         "precision": prec, "optimizer_token": o,
+        # spillwayc --optimizer-state-dtype ("+s16" in the token: bf16)
+        "optimizer_state_dtype": "bf16" if "s16" in parts else "fp32",
         # every block class's part of each link's bytes, measured (the last step)
         "bytes_per_iteration_by_class": st.get("bytes_per_iteration_by_class"),
         # the plan's optimizer state (AdamW: m and v; FOAM: folded for the weight matrices), all layers
@@ -408,7 +424,7 @@ print("s/iter: the executable's seconds / steps (stats-json); steady: median of 
       "and bound (report-json 'chosen'); F: --overlap-optimizer (the first F of each layer's parameters, "
       "in 64-element granules, updated at the layer's first load of the next iteration); opt: the optimizer "
       "(adamw, or foam: AdamW with folded state for the weight matrices; +mixed: compiled with --precision "
-      "bf16-mixed).")
+      "bf16-mixed; +s16: with --optimizer-state-dtype bf16).")
 for c in skipped:
     s, f, o = split(c)
     print(f"skipped: {s} F={f} with FOAM (spillwayc refuses --overlap-optimizer > 0 with --optimizer foam: "
@@ -595,7 +611,7 @@ if "adamw" in opts and "foam" in opts:
 # bytes per parameter against fp32's 4), the master class the f32 masters
 # bf16-mixed adds (read and written once per iteration where the update
 # runs), measured by the runtime's per-class counters.
-pairs = [(r, byname.get((r["schedule"], r["overlap_optimizer"], r["optimizer_token"][:-len("+mixed")])))
+pairs = [(r, byname.get((r["schedule"], r["overlap_optimizer"], r["optimizer_token"].replace("+mixed", ""))))
          for r in rows if r["precision"] == "bf16-mixed"]
 pairs = [(m, f) for m, f in pairs if f]
 if pairs:
@@ -637,6 +653,45 @@ if pairs:
           "parameters, which are their own masters (fp32); master: bf16-mixed's f32 masters (fp32 has none); "
           "SSD r+w and PCIe: every class; s/iter: steady (else mean) seconds per iteration")
     summary["bf16_mixed_vs_fp32"] = out_cmp
+
+# bf16 optimizer state against fp32 state, config by config (same
+# precision, schedule, F, optimizer, batch and budgets): the optimizer
+# class's bytes (2 bytes per moment element against 4), measured by class.
+pairs = [(r, byname.get((r["schedule"], r["overlap_optimizer"], r["optimizer_token"][:-len("+s16")])))
+         for r in rows if r["optimizer_state_dtype"] == "bf16"]
+pairs = [(h, f) for h, f in pairs if f]
+if pairs:
+    cls = lambda r, k: (r["bytes_per_iteration_by_class"] or {}).get(k) or dict.fromkeys(links, 0)
+    ratio = lambda a, b: a / b if b else None
+    fmt = lambda x: f"{x:.3f}x" if x is not None else "-"
+    st = lambda r: r["measured_s_per_iteration_steady"] or r["measured_s_per_iteration_mean"]
+    print(f"bf16 optimizer state against fp32 state, same config, batch, M={M} and budgets; per iteration in "
+          f"{uname}, measured by block class")
+    print(f"{'schedule':10} {'opt':>11} {'F':>4} {'optimizer ssd r+w':>21} {'SSD r+w':>19} "
+          f"{'s/iter':>15} {'predicted':>10}")
+    out_cmp = {}
+    for h, f in pairs:
+        oh, of = cls(h, "optimizer"), cls(f, "optimizer")
+        bh, bf = h["bytes_per_iteration"], f["bytes_per_iteration"]
+        c = {"fp32_state": f"{f['schedule']} F={f['F']} {f['optimizer_token']}",
+             "bf16_state": f"{h['schedule']} F={h['F']} {h['optimizer_token']}",
+             "optimizer_class": {"fp32_state": of, "bf16_state": oh},
+             "optimizer_ssd_bf16_over_fp32": ratio(ssd_rw(oh), ssd_rw(of)),
+             "optimizer_state_bytes": {"fp32_state": f["optimizer_state_bytes"],
+                                       "bf16_state": h["optimizer_state_bytes"]},
+             "ssd_bytes": {"fp32_state": ssd_rw(bf), "bf16_state": ssd_rw(bh)},
+             "ssd_bytes_bf16_over_fp32": ratio(ssd_rw(bh), ssd_rw(bf)),
+             "iteration_time_bf16_over_fp32": st(h) / st(f),
+             "predicted_iteration_time_bf16_over_fp32": h["predicted_iteration_s"] / f["predicted_iteration_s"]}
+        out_cmp[f"{h['schedule']}-F{h['F']}-{f['optimizer_token']}"] = c
+        print(f"{h['schedule']:10} {f['optimizer_token']:>11} {h['F']:>4} "
+              f"{b(ssd_rw(oh)) + '/' + b(ssd_rw(of)) + ' ' + fmt(c['optimizer_ssd_bf16_over_fp32']):>21} "
+              f"{b(ssd_rw(bh)) + '/' + b(ssd_rw(bf)) + ' ' + fmt(c['ssd_bytes_bf16_over_fp32']):>19} "
+              f"{st(h):6.2f}/{st(f):6.2f} {c['predicted_iteration_time_bf16_over_fp32']:9.3f}x")
+    print("each cell: bf16 state/fp32 state and their ratio; optimizer: AdamW's m and v (FOAM's folded ones); "
+          "SSD r+w: every class; s/iter: steady (else mean) seconds per iteration; predicted: the cost model's "
+          "iteration time ratio")
+    summary["bf16_state_vs_fp32_state"] = out_cmp
 with open(out, "w") as f:
     json.dump(summary, f, indent=1)
     f.write("\n")
