@@ -16,6 +16,7 @@ PKGS=(
   libgtest-dev zlib1g-dev libzstd-dev libxxhash-dev libopenblas-dev
   clang-22 libclang-rt-22-dev
   fio
+  openmpi-bin libopenmpi-dev
 )
 
 missing=()

@@ -38,3 +38,12 @@ if os.path.exists(os.path.join(config.spillway_tools_dir, "spillway-cuda-check")
     llvm_config.add_tool_substitutions(["spillway-cuda-check"], tool_dirs)
 if shutil.which("nvidia-smi"):
     config.available_features.add("gpu")
+
+# Data-parallel tests launch with Open MPI's mpirun (scripts/install-deps.sh
+# installs it): as root (CI) it must be told that is meant, and more ranks
+# than cores share them (--oversubscribe).
+mpirun = shutil.which("mpirun")
+if mpirun:
+    config.available_features.add("mpi")
+    config.substitutions.append(
+        ("%mpirun", f"{mpirun} --allow-run-as-root --oversubscribe"))

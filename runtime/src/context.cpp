@@ -1,6 +1,8 @@
 //===- context.cpp - model description, step tensors, loss, gradients -----===//
 
 #include "context.h"
+
+#include "dist/dist.h"
 #include "tiers.h"
 
 #include <algorithm>
@@ -37,6 +39,7 @@ static std::unique_ptr<spw_tensor> declared_twin(const spw_ctx *ctx,
 }
 
 void clear_step(spw_ctx *ctx) {
+  ctx->reduced_grads.clear();
   ctx->step_tensors.clear();
   ctx->device->reset_step();
   ctx->loss = nullptr;
@@ -503,6 +506,53 @@ void spw_set_output(spw_ctx *ctx, int32_t index, spw_tensor *value) {
 } // extern "C"
 
 namespace spw {
+void reduce_mean(spw_ctx *ctx, float *data, bool on_device, int64_t n) {
+  // The sum over ranks, then one float32 division: the micro-batch mean's
+  // arithmetic (a sum of the replicas' gradients divided by their count).
+  const float ranks = float(dist::size());
+  auto mean = [&](float *x, int64_t m) {
+    dist::allreduce_sum(x, m);
+    for (int64_t i = 0; i < m; ++i)
+      x[i] = x[i] / ranks;
+  };
+  if (!on_device || ctx->device->host_visible()) {
+    mean(data, n);
+    return;
+  }
+  // Device memory: through a bounded host buffer, in order.
+  constexpr int64_t kChunk = int64_t(1) << 22;
+  std::vector<float> host(size_t(std::min(n, kChunk)));
+  for (int64_t at = 0; at < n; at += kChunk) {
+    const int64_t m = std::min(kChunk, n - at);
+    const int64_t bytes = m * int64_t(sizeof(float));
+    ctx->device->download(host.data(), data + at, bytes);
+    mean(host.data(), m);
+    ctx->device->upload(data + at, host.data(), bytes);
+  }
+}
+
+void reduce_grad(spw_ctx *ctx, int32_t param, spw_tensor *grad) {
+  if (!dist::active() || ctx->evaluate_only || !grad)
+    return;
+  ParamInfo *p = param >= 0 && size_t(param) < ctx->params.size()
+                     ? &ctx->params[size_t(param)]
+                     : nullptr;
+  if (p && p->reduced_step == ctx->step)
+    return;
+  auto &done = ctx->reduced_grads;
+  if (std::find(done.begin(), done.end(), grad) == done.end()) {
+    if (grad->dtype != SPW_F32)
+      fail("the gradient of %s is %s; data-parallel training averages "
+           "float32 gradients",
+           p ? format("'%s'", p->name.c_str()).c_str() : "a parameter",
+           dtype_name(grad->dtype));
+    reduce_mean(ctx, grad->as<float>(), grad->on_device, grad->numel);
+    done.push_back(grad);
+  }
+  if (p)
+    p->reduced_step = ctx->step;
+}
+
 // Copies `grad` into the parameter's recorded gradient after checking it.
 void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad,
                  bool host_update) {

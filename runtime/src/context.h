@@ -93,6 +93,10 @@ struct ParamInfo {
   // (value's data), and the update is the CPU's.
   bool w_on_device = false, state_on_device = false;
   std::vector<PendingAdamW> pending; // deferred updates not yet applied
+  // The step whose gradient was last averaged over the data-parallel ranks
+  // (reduce_grad): a step's gradient is averaged once, however many
+  // entry points read it (the overlap's two ranges, clipping's norm).
+  int64_t reduced_step = -1;
   // Gradient buffers of applied deferred updates, reused by the next defer
   // (a fresh allocation every step would fault its pages in again).
   std::vector<std::vector<float>> spare_grads;
@@ -200,6 +204,9 @@ struct spw_ctx {
   // Per-step state.
   std::vector<std::unique_ptr<spw_tensor>> step_tensors;
   spw_tensor *loss = nullptr;
+  // The step's gradient tensors already averaged over the data-parallel
+  // ranks (reduce_grad; clipping's norm sees them before the updates).
+  std::vector<const spw_tensor *> reduced_grads;
   int64_t step = 0;            // global step number, counted from 1
   bool evaluate_only = false;  // spw_adamw records gradients but does not update
   // The declarations make no buffers for parameters, inputs and outputs
@@ -239,6 +246,15 @@ void clear_step(spw_ctx *ctx);
 // Checks a parameter's gradient against its dtype and shape, and copies it
 // to host (ParamInfo::grad) when host code reads it: `host_update`, or the
 // gradient check.
+// Data parallel (dist.h): replaces `grad` by its mean over the ranks, once
+// per step (ParamInfo::reduced_step; `param` < 0: a tensor not yet known as
+// a parameter's, clipping's). Every update entry point calls it first, so
+// every rank updates with the same gradient. A no-op on one rank and when
+// the step only evaluates.
+void reduce_grad(spw_ctx *ctx, int32_t param, spw_tensor *grad);
+// The same for n float32 values at `data` (device memory when `on_device`
+// and the device's memory is not the host's).
+void reduce_mean(spw_ctx *ctx, float *data, bool on_device, int64_t n);
 void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad,
                  bool host_update);
 // A step tensor on the context's device (uninitialized) or host.

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cpu/parallel.h"
+#include "dist/dist.h"
 #include "driver/checkpoints.h"
 #include "driver/driver.h"
 #include "driver/options.h"
@@ -27,9 +28,11 @@
 #include <cstring>
 #include <fcntl.h>
 #include <malloc.h>
-#include <sys/resource.h>
 #include <optional>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 namespace spw::driver {
 
@@ -84,6 +87,49 @@ std::string exe_path(const char *argv0) {
   return argv0 ? argv0 : "spillway-model";
 }
 
+// What every rank of a data-parallel job must share: the executable's bytes
+// and the arguments. A rank that differs would train another model or
+// another schedule, and hang or corrupt the others' collectives.
+uint64_t job_fingerprint(int argc, char **argv) {
+  XXH3_state_t *st = XXH3_createState();
+  if (!st)
+    throw std::bad_alloc();
+  XXH3_64bits_reset(st);
+  for (int i = 1; i < argc; ++i)
+    XXH3_64bits_update(st, argv[i], std::strlen(argv[i]) + 1);
+  FdCloser fd(::open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
+  std::vector<char> buf(size_t(1) << 20);
+  ssize_t n;
+  while (fd.fd >= 0 && (n = ::read(fd.fd, buf.data(), buf.size())) > 0)
+    XXH3_64bits_update(st, buf.data(), size_t(n));
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+
+// Data parallel: each rank's own files. Rank 0 writes what the job
+// produces (the weights, the log, the trace, checkpoints); every rank
+// swaps to its own directory under each --ssd and writes its own offload
+// statistics (rank r > 0: --stats-json FILE.rank-r).
+void rank_options(Options &o) {
+  if (!dist::active())
+    return;
+  const int r = dist::rank();
+  for (std::string &d : o.ssd) {
+    d += "/rank-" + std::to_string(r);
+    if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST)
+      fail("--ssd: cannot create rank %d's directory '%s': %s", r, d.c_str(),
+           std::strerror(errno));
+  }
+  if (r == 0)
+    return;
+  if (!o.stats_json.empty())
+    o.stats_json += ".rank-" + std::to_string(r);
+  o.save.clear();
+  o.log_json.clear();
+  o.trace.clear();
+}
+
 // The device's arena use and the ops it ran on host copies.
 std::string device_summary(spw_ctx *ctx) {
   const Device &d = *ctx->device;
@@ -124,6 +170,11 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
     std::printf("  kernels: %s, %d thread%s\n",
                 cpu::kernel_set_name(cpu::kernel_set()), cpu::threads(),
                 cpu::threads() == 1 ? "" : "s");
+  if (dist::active())
+    std::printf("  data parallel: %d ranks (mpirun), each on its own rows of "
+                "every step; the gradients and the logged loss are their "
+                "means; rank 0 prints and writes\n",
+                dist::size());
   if (!ctx->params.empty())
     std::printf("  weights: %s\n", weights.c_str());
   for (size_t i = 0; i < ctx->inputs.size(); ++i) {
@@ -224,6 +275,13 @@ int run(const Options &o, const char *argv0) {
     throw UsageError("--outputs is for forward-only models (spillwayc "
                      "--forward); this executable trains a model with a loss");
   ctx->evaluate_only = forward; // never update parameters
+  if (dist::active() && (forward || o.check_gradients))
+    throw UsageError(format("%s runs on one process; this one is rank %d of "
+                            "a job of %d (mpirun): run it without mpirun",
+                            forward ? "a forward-only model (spillwayc "
+                                      "--forward)"
+                                    : "--check-gradients",
+                            dist::rank(), dist::size()));
   if (o.adamw.grad_clip && !ctx->grad_clip.declared)
     throw UsageError("--grad-clip: this executable was compiled without "
                      "gradient clipping, whose norm is a barrier the plan "
@@ -441,6 +499,10 @@ int run(const Options &o, const char *argv0) {
     ck = std::make_unique<Checkpointer>(ctx, o, hp, &data);
     std::printf("%s\n", ck->describe().c_str());
     start = ck->start();
+    if (!dist::all_equal(uint64_t(start)))
+      fail("the ranks resumed from different checkpoints (this one from "
+           "step %lld): every rank must read the same --checkpoint-dir",
+           (long long)start);
     device_push(ctx); // the restored state
     flush_stdout();
   }
@@ -535,42 +597,73 @@ extern "C" int spw_main(int argc, char **argv) {
     (void)::setrlimit(RLIMIT_NOFILE, &r);
   }
   const char *prog = argc > 0 && argv[0] ? argv[0] : "model";
+  // Under mpirun: join the job first, so that every error below ends the
+  // whole job (the other ranks would wait in a collective for this one).
+  try {
+    dist::init();
+  } catch (const Error &e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    dist::abort_job(1);
+    return 1;
+  }
+  // Rank 0 alone prints; the others' errors name their rank.
+  const std::string who =
+      dist::active() ? format("rank %d: ", dist::rank()) : std::string();
+  if (dist::rank() != 0 && !std::freopen("/dev/null", "w", stdout))
+    std::fprintf(stderr, "%swarning: cannot silence stdout\n", who.c_str());
+  auto failed = [&](int rc) {
+    dist::abort_job(rc);
+    return rc;
+  };
   Options o;
   try {
     o = parse_args(argc, argv);
   } catch (const UsageError &e) {
-    std::fprintf(stderr, "error: %s\nrun '%s --help' for usage\n", e.what(),
-                 prog);
-    return 2;
+    std::fprintf(stderr, "%serror: %s\nrun '%s --help' for usage\n",
+                 who.c_str(), e.what(), prog);
+    return failed(2);
   }
   if (o.help) {
-    std::printf(kUsage, prog);
+    std::printf(kUsage, prog, prog);
     flush_stdout();
+    dist::finalize();
     return 0;
   }
   try {
+    if (const uint64_t fp = job_fingerprint(argc, argv); !dist::all_equal(fp)) {
+      const std::string ranks = dist::ranks_differing(fp);
+      fail("the ranks of this job do not run the same executable with the "
+           "same arguments (rank%s %s differ%s from rank 0): launch one "
+           "executable and one argument list, `mpirun -np N EXE ARGS`",
+           ranks.find(',') != std::string::npos ? "s" : "", ranks.c_str(),
+           ranks.find(',') != std::string::npos ? "" : "s");
+    }
+    rank_options(o);
     cpu::configure_kernels(o.reference_kernels ? cpu::KernelSet::Reference
                                                : cpu::KernelSet::Fast,
                            int(o.threads));
     const int rc = run(o, prog);
     flush_stdout();
+    if (rc != 0)
+      return failed(rc);
+    dist::finalize();
     return rc;
   } catch (const UsageError &e) {
     flush_stdout();
-    std::fprintf(stderr, "error: %s\nrun '%s --help' for usage\n", e.what(),
-                 prog);
-    return 2;
+    std::fprintf(stderr, "%serror: %s\nrun '%s --help' for usage\n",
+                 who.c_str(), e.what(), prog);
+    return failed(2);
   } catch (const Error &e) {
     flush_stdout();
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    std::fprintf(stderr, "%serror: %s\n", who.c_str(), e.what());
+    return failed(1);
   } catch (const std::bad_alloc &) {
     flush_stdout();
-    std::fprintf(stderr, "error: out of memory\n");
-    return 1;
+    std::fprintf(stderr, "%serror: out of memory\n", who.c_str());
+    return failed(1);
   } catch (const std::exception &e) {
     flush_stdout();
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    std::fprintf(stderr, "%serror: %s\n", who.c_str(), e.what());
+    return failed(1);
   }
 }

@@ -652,6 +652,7 @@ extern "C" void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad,
                           double weight_decay) {
   guarded(ctx, "spw_adamw", [&] {
     const bool on_device = state_on_device(param_at(ctx, param));
+    reduce_grad(ctx, param, grad);
     record_grad(ctx, param, grad, /*host_update=*/!on_device);
     if (ctx->evaluate_only)
       return;
@@ -772,9 +773,11 @@ extern "C" spw_tensor *spw_clip_grad_norm(spw_ctx *ctx, int32_t n,
       double sum = 0;
       if (limit > 0)
         for (int32_t i = 0; i < n; ++i) {
-          const spw_tensor *g = grads[i];
+          spw_tensor *g = grads[i];
           if (!g || g->dtype != SPW_F32)
             fail("gradient %d is not a float32 tensor", i);
+          // The norm of the mean gradient over the data-parallel ranks.
+          reduce_grad(ctx, -1, g);
           const float ni =
               grad_norm(ctx, g->as<float>(), g->on_device, g->numel, 1.0f);
           sum += double(ni) * double(ni);
@@ -826,6 +829,7 @@ extern "C" void spw_foam(spw_ctx *ctx, int32_t param, spw_tensor *grad,
                          double weight_decay, double alpha) {
   guarded(ctx, "spw_foam", [&] {
     const bool on_device = state_on_device(param_at(ctx, param));
+    reduce_grad(ctx, param, grad);
     record_grad(ctx, param, grad, /*host_update=*/!on_device);
     if (ctx->evaluate_only)
       return;
@@ -856,6 +860,7 @@ extern "C" void spw_adamw_range(spw_ctx *ctx, int32_t param, spw_tensor *grad,
                                 double weight_decay) {
   guarded(ctx, "spw_adamw_range", [&] {
     const bool on_device = state_on_device(param_at(ctx, param));
+    reduce_grad(ctx, param, grad);
     record_grad(ctx, param, grad, /*host_update=*/!on_device);
     if (ctx->evaluate_only)
       return;
@@ -882,6 +887,7 @@ extern "C" void spw_adamw_defer(spw_ctx *ctx, int32_t param, spw_tensor *grad,
                                 double weight_decay) {
   guarded(ctx, "spw_adamw_defer", [&] {
     const bool on_device = state_on_device(param_at(ctx, param));
+    reduce_grad(ctx, param, grad);
     record_grad(ctx, param, grad, /*host_update=*/!on_device);
     if (ctx->evaluate_only)
       return;

@@ -21,6 +21,8 @@
 
 #include "tiers.h"
 
+#include "dist/dist.h"
+
 #include "host_optimizer.h"
 #include "storage/tensor_store.h"
 #include "trace.h"
@@ -1850,10 +1852,19 @@ void spw_grad_norms(spw_ctx *ctx, int32_t layer, int32_t tier,
     c.part_step.resize(ctx->params.size(), 0);
     // Each member's mean gradient as spw_gradient divides it, then its norm
     // as spw_clip_grad_norm takes it of the resident plan's mean.
-    const char *base = t.address(b, tier);
+    char *base = t.address(b, tier);
     for (size_t i = 0; i < b.params.size(); ++i) {
       const size_t k = size_t(b.params[i]);
       const spw_tensor &v = *ctx->params[k].value;
+      // Data parallel: the norm is the mean gradient's, so the ranks'
+      // sums are averaged here, in the accumulator, before spw_gradient
+      // divides by M (and the update entry points leave them as they are).
+      ParamInfo &p = ctx->params[k];
+      if (dist::active() && p.reduced_step != ctx->step) {
+        reduce_mean(ctx, reinterpret_cast<float *>(base + b.offsets[i]),
+                    d == Tier::Gpu, v.numel);
+        p.reduced_step = ctx->step;
+      }
       c.part_norm[k] = grad_norm(
           ctx, reinterpret_cast<const float *>(base + b.offsets[i]),
           d == Tier::Gpu, v.numel, float(divisor));

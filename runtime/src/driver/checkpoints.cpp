@@ -1,6 +1,8 @@
 //===- checkpoints.cpp - writing and restoring training state -------------===//
 
 #include "driver/checkpoints.h"
+
+#include "dist/dist.h"
 #include "driver/driver.h"
 #include "tiers.h"
 
@@ -44,8 +46,13 @@ std::string inputs_digest(const spw_ctx *ctx) {
     XXH3_64bits_update(st, in.batches.get(),
                        size_t(in.view->bytes() * in.num_batches));
   }
-  const uint64_t h = XXH3_64bits_digest(st);
+  uint64_t h = XXH3_64bits_digest(st);
   XXH3_freeState(st);
+  // Data parallel: the job's inputs, every rank's rows (a collective).
+  if (dist::active()) {
+    const std::vector<uint64_t> all = dist::allgather(h);
+    h = XXH3_64bits(all.data(), all.size() * sizeof(uint64_t));
+  }
   return format("%016llx", (unsigned long long)h);
 }
 
@@ -86,7 +93,10 @@ Checkpointer::Checkpointer(spw_ctx *ctx, const Options &o,
     : ctx_(ctx), o_(o), hp_(hp), data_(data && *data ? data : nullptr),
       inputs_(inputs_digest(ctx)) {
   // First: a second run on the same directory is refused before anything.
-  lock_ = std::make_unique<storage::CheckpointDirLock>(o.checkpoint_dir);
+  // Data parallel: rank 0 writes for the job (every rank holds the same
+  // parameters and state), the other ranks only read it on --resume.
+  if (writer_)
+    lock_ = std::make_unique<storage::CheckpointDirLock>(o.checkpoint_dir);
   copts_.zstd = o.checkpoint_zstd;
   copts_.keep = int(o.keep_checkpoints);
   // Test-only: small chunks, so that a test's small model spans many and a
@@ -161,6 +171,8 @@ std::vector<char> streamed(const spw_ctx *ctx, int cls) {
 int64_t Checkpointer::start() {
   const std::string &dir = o_.checkpoint_dir;
   restored_ = false;
+  if (!o_.resume && !writer_)
+    return 0;
   if (!o_.resume) {
     auto existing = storage::list_checkpoints(dir);
     if (!existing.empty())
@@ -192,11 +204,23 @@ int64_t Checkpointer::start() {
            "--foam-level, or start a new --checkpoint-dir",
            c->dir().c_str(), k->c_str(), optimizer_kind(ctx_).c_str());
     check_compatible(*c);
+    {
+      // Older checkpoints have no "ranks": one process wrote them.
+      const std::string *r = c->meta("ranks");
+      const std::string have = r ? *r : "1";
+      if (have != std::to_string(dist::size()))
+        fail("checkpoint '%s' was written by a job of %s rank%s; this one "
+             "has %d: resume with the same number of ranks (mpirun -np %s)%s",
+             c->dir().c_str(), have.c_str(), have == "1" ? "" : "s",
+             dist::size(), have.c_str(),
+             have == "1" ? " or without mpirun" : "");
+    }
     const auto t0 = std::chrono::steady_clock::now();
     try {
       restore(*c);
     } catch (const BadChunk &e) {
-      storage::reject_checkpoint(copts_, c->dir(), e.what());
+      if (writer_) // the other ranks skip it as rank 0 does
+        storage::reject_checkpoint(copts_, c->dir(), e.what());
       below = c->step();
       continue;
     } catch (const storage::CheckpointReadError &e) {
@@ -269,6 +293,9 @@ int64_t Checkpointer::start() {
 
 void Checkpointer::write(int64_t step, bool report) {
   using storage::CheckpointTensorSpec;
+  if (!writer_)
+    return; // rank 0 writes the job's checkpoint
+
   // The plain copies (parameters no block holds, and every one of a run
   // without a plan) come from the device; the blocks' from their homes.
   device_pull(ctx_);
@@ -324,13 +351,13 @@ void Checkpointer::write(int64_t step, bool report) {
       add(size_t(i), kTensorAdamM, nullptr);
       add(size_t(i), kTensorAdamV, nullptr);
     }
-  storage::Metadata meta = {
-      {"model_fingerprint", model_fingerprint(ctx_)},
-      {"parameters", std::to_string(ctx_->params.size())},
-      {"adamw", hparams()},
-      {"optimizer", optimizer_kind(ctx_)},
-      {"inputs", inputs_},
-      {"steps", std::to_string(o_.steps)}};
+  storage::Metadata meta = {{"model_fingerprint", model_fingerprint(ctx_)},
+                            {"parameters", std::to_string(ctx_->params.size())},
+                            {"adamw", hparams()},
+                            {"optimizer", optimizer_kind(ctx_)},
+                            {"inputs", inputs_},
+                            {"steps", std::to_string(o_.steps)},
+                            {"ranks", std::to_string(dist::size())}};
   if (o_.cosine || o_.warmup)
     meta.push_back({"lr_schedule", lr_schedule_string(o_, hp_.lr)});
   if (data_) {

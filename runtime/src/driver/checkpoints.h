@@ -8,6 +8,7 @@
 #define SPILLWAY_RUNTIME_SRC_DRIVER_CHECKPOINTS_H
 
 #include "context.h"
+#include "dist/dist.h"
 #include "driver/driver.h"
 #include "driver/options.h"
 #include "storage/checkpoint.h"
@@ -69,6 +70,8 @@ private:
   std::unique_ptr<storage::IoEngine> engine_;
 
   bool restored_ = false;
+  // Data parallel: only rank 0 takes the lock and writes (dist.h).
+  const bool writer_ = dist::rank() == 0;
 
   void check_compatible(const storage::CheckpointReader &c);
   void restore(storage::CheckpointReader &c);

@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "driver/driver.h"
+
+#include "dist/dist.h"
 #include "spillway/runtime/token_inputs.h"
 
 #include <algorithm>
@@ -352,15 +354,21 @@ int64_t DataFeed::fill(spw_ctx *ctx, const TokenFile &f, uint64_t seed,
   return largest;
 }
 
+// Data parallel: rank r draws the rows r*rows .. (r+1)*rows - 1 of the
+// job's step, the windows one process with every rank's rows (a model of
+// batch ranks x rows) would draw, and the stream advances by all of them.
 void DataFeed::feed_train(spw_ctx *ctx) {
-  last_largest = fill(ctx, *train, seed, uint64_t(position));
-  position += rows;
+  const int64_t ranks = dist::size(), rank = dist::rank();
+  last_largest = fill(ctx, *train, seed, uint64_t(position + rank * rows));
+  position += rows * ranks;
 }
 
 void DataFeed::feed_val(spw_ctx *ctx, int64_t batch) {
   // Its own stream (seed + 1): the same K batches at every evaluation, so
   // the losses compare, and none of the training stream's draws.
-  last_largest = fill(ctx, *val, seed + 1, uint64_t(batch * rows));
+  const int64_t ranks = dist::size(), rank = dist::rank();
+  last_largest =
+      fill(ctx, *val, seed + 1, uint64_t((batch * ranks + rank) * rows));
 }
 
 std::string DataFeed::context() const {
@@ -380,12 +388,16 @@ std::string DataFeed::context() const {
 }
 
 std::string DataFeed::describe() const {
-  std::string s = format("  data: %s (%s, %lld tokens): %lld windows of %lld "
-                         "per step from --seed %llu; input %s gets window[0:S]",
-                         train->path.c_str(), train->format_name,
-                         (long long)train->count, (long long)rows,
-                         (long long)window, (unsigned long long)seed,
-                         tokens->name.c_str());
+  // Data parallel: the job's windows, and this rank's part of them.
+  std::string s = format(
+      "  data: %s (%s, %lld tokens): %lld windows of %lld "
+      "per step from --seed %llu%s; input %s gets "
+      "window[0:S]",
+      train->path.c_str(), train->format_name, (long long)train->count,
+      (long long)(rows * dist::size()), (long long)window,
+      (unsigned long long)seed,
+      dist::active() ? format(" (%lld per rank)", (long long)rows).c_str() : "",
+      tokens->name.c_str());
   if (labels)
     s += format(", input %s %s", labels->name.c_str(), label_rule().c_str());
   if (vocab > 0)

@@ -131,6 +131,9 @@ struct InputPlan {
   NpyHeader h;
   int64_t batches = 0;
   int64_t bytes = 0; // of the input's buffer: batches * the input's bytes
+  // Data parallel (dist.h): each of the file's batches holds `ranks` x the
+  // input's rows, of which this process reads those of `rank`.
+  int64_t ranks = 1, rank = 0;
 };
 // Checks an --input file's header against input `in`; read_input then reads
 // its data into a new buffer (require_finite: training).

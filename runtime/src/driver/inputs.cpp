@@ -2,6 +2,8 @@
 
 #include "driver/driver.h"
 
+#include "dist/dist.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <climits>
@@ -88,6 +90,20 @@ InputPlan check_input(InputInfo &in, const std::string &file) {
     fail("%s: dtype is %s, expected %s: convert with %s", what.c_str(),
          numpy_dtype(a).c_str(), want, hint);
   std::vector<int64_t> ishape(view.dims, view.dims + view.rank);
+  // Data parallel: a step's rows for every rank, rank r's at r x the
+  // input's batch (dim 0: every input is a batch input, as for
+  // sched-microbatch).
+  std::string per_rank;
+  if (dist::active() && view.rank >= 1) {
+    plan.ranks = dist::size();
+    plan.rank = dist::rank();
+    per_rank = format(" (%lld ranks x the model's batch of %lld rows per "
+                      "step: rank r reads rows r*%lld .. (r+1)*%lld - 1 of "
+                      "each step)",
+                      (long long)plan.ranks, (long long)ishape[0],
+                      (long long)ishape[0], (long long)ishape[0]);
+    ishape[0] *= plan.ranks;
+  }
   int64_t batches = 0;
   if (a.shape == ishape)
     batches = 1;
@@ -95,9 +111,11 @@ InputPlan check_input(InputInfo &in, const std::string &file) {
            std::equal(ishape.begin(), ishape.end(), a.shape.begin() + 1))
     batches = a.shape[0];
   else
-    fail("%s: shape is %s, expected %s (one batch) or (B, %s) for B batches",
+    fail("%s: shape is %s, expected %s (one batch) or (B, %s) for B "
+         "batches%s",
          what.c_str(), tuple_str(a.shape).c_str(), tuple_str(ishape).c_str(),
-         tuple_str(ishape).substr(1, tuple_str(ishape).size() - 2).c_str());
+         tuple_str(ishape).substr(1, tuple_str(ishape).size() - 2).c_str(),
+         per_rank.c_str());
   if (batches == 0)
     fail("%s: shape is %s: no batches", what.c_str(),
          tuple_str(a.shape).c_str());
@@ -126,15 +144,30 @@ void read_input(InputPlan &plan, bool require_finite) {
          errno ? std::strerror(errno) : "unexpected end of file");
   };
   const int64_t src_size = a.itemsize, dst_size = dtype_size(view.dtype);
-  if (src_size == dst_size) {
+  // Batch k of this process is batch k's rank-th part of the file.
+  const int64_t per = view.numel;
+  auto file_index = [&](int64_t at) { // this buffer's element -> the file's
+    return per == 0 ? at
+                    : ((at / per) * plan.ranks + plan.rank) * per + at % per;
+  };
+  if (src_size == dst_size && plan.ranks == 1) {
     if (!read_at(plan.fd.fd, buf.get(), size_t(plan.bytes), a.data_offset))
       read_failed_at(a.data_offset);
+  } else if (src_size == dst_size) {
+    for (int64_t k = 0; k < plan.batches; ++k) {
+      const int64_t off = a.data_offset + file_index(k * per) * src_size;
+      if (!read_at(plan.fd.fd,
+                   static_cast<char *>(buf.get()) + k * per * dst_size,
+                   size_t(per * dst_size), off))
+        read_failed_at(off);
+    }
   } else {
     constexpr int64_t kChunk = 1 << 16; // elements per read
     std::vector<char> chunk(size_t(kChunk * src_size));
-    for (int64_t at = 0; at < n; at += kChunk) {
-      const int64_t m = std::min(kChunk, n - at);
-      const int64_t off = a.data_offset + at * src_size;
+    // Pieces that never cross a batch, so each is contiguous in the file.
+    for (int64_t at = 0; at < n;) {
+      const int64_t m = std::min(kChunk, per == 0 ? n - at : per - at % per);
+      const int64_t off = a.data_offset + file_index(at) * src_size;
       if (!read_at(plan.fd.fd, chunk.data(), size_t(m * src_size), off))
         read_failed_at(off);
       if (view.dtype == SPW_I64) { // int32 file
@@ -152,10 +185,11 @@ void read_input(InputPlan &plan, bool require_finite) {
           if (v < INT32_MIN || v > INT32_MAX)
             fail("%s: value %lld at flat index %lld does not fit the "
                  "input's int32",
-                 what.c_str(), (long long)v, (long long)(at + i));
+                 what.c_str(), (long long)v, (long long)file_index(at + i));
           d[i] = int32_t(v);
         }
       }
+      at += m;
     }
   }
   plan.fd = FdCloser();
@@ -163,12 +197,12 @@ void read_input(InputPlan &plan, bool require_finite) {
     const float *x = static_cast<const float *>(buf.get());
     const int64_t bad = first_non_finite(x, n);
     if (bad >= 0) {
-      const int64_t per = std::max<int64_t>(view.numel, 1);
+      const int64_t row = std::max<int64_t>(per, 1);
       fail("%s: batch %lld holds %s at flat index %lld of the batch (flat "
            "index %lld of the file); the model trains on finite numbers: "
            "clean the data (e.g. np.nan_to_num, or drop the batch)",
-           what.c_str(), (long long)(bad / per), non_finite_name(x[bad]),
-           (long long)(bad % per), (long long)bad);
+           what.c_str(), (long long)(bad / row), non_finite_name(x[bad]),
+           (long long)(bad % row), (long long)file_index(bad));
     }
   }
   in.batches = std::move(buf);

@@ -130,6 +130,17 @@ const char kUsage[] =
     "--save, --log-json, --check-gradients, the checkpoint, data and\n"
     "schedule flags) are usage errors for it.\n"
     "\n"
+    "Data parallel: `mpirun -np N %s ARGS` (Open MPI) trains on N ranks, each\n"
+    "on its own rows of every step: with --input, each batch of FILE.npy\n"
+    "holds N x the model's batch rows and rank r reads the r-th part; with\n"
+    "--data, rank r takes the r-th part of the job's windows. The update\n"
+    "uses the mean gradient of all ranks (what one process of batch N x b\n"
+    "in N micro-batches computes) and the logged loss is their mean. Rank\n"
+    "0 prints and writes --save, --log-json, --trace and the checkpoints\n"
+    "(--resume needs the same N); each rank swaps to DIR/rank-R under each\n"
+    "--ssd DIR, and rank R > 0 writes --stats-json FILE.rank-R. Every rank\n"
+    "must run the same executable with the same arguments.\n"
+    "\n"
     "Exit status: 0 success, 1 runtime or data error, 2 usage error.\n";
 
 namespace {

@@ -74,7 +74,7 @@ struct Options {
   bool min_lr_given = false;
 };
 
-// --help's text, a printf format taking the program's name.
+// --help's text, a printf format taking the program's name twice.
 extern const char kUsage[];
 
 // Parses argv[1..argc-1]; a bad flag or value throws UsageError.

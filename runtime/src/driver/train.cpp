@@ -2,6 +2,8 @@
 
 #include "driver/checkpoints.h"
 #include "driver/driver.h"
+
+#include "dist/dist.h"
 #include "tiers.h"
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -36,6 +39,13 @@ float run_step(spw_ctx *ctx, int64_t step0, const std::string &label) {
     fail("%s: the model did not set a loss (spw_set_loss)", label.c_str());
   float loss = 0.0f;
   read_tensor(ctx, *ctx->loss, &loss);
+  // Data parallel: the loss one process with every rank's rows would log,
+  // the mean of the ranks' (as the micro-batch mean: a float32 sum over
+  // the replicas divided by their count).
+  if (dist::active()) {
+    dist::allreduce_sum(&loss, 1);
+    loss = loss / float(dist::size());
+  }
   clear_step(ctx);
   // A non-finite gradient (the optimizer skipped the updates from there on)
   // under a non-finite loss is the loss's doing: the caller reports that.
@@ -518,8 +528,9 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
       o.print_every > 0 ? o.print_every : std::max<int64_t>(1, o.steps / 20);
   // Tokens a step trains on (0: no token input to count), and the model's
   // FLOPs per token by the usual estimate, 6 * parameters (forward 2,
-  // backward 4; attention's own FLOPs left out).
-  const int64_t tokens = tokens_per_step(ctx, data);
+  // backward 4; attention's own FLOPs left out). Data parallel: the job's,
+  // every rank's tokens (rank 0 prints for the job).
+  const int64_t tokens = tokens_per_step(ctx, data) * dist::size();
   double params = 0;
   for (const ParamInfo &p : ctx->params)
     params += double(p.value->numel);
@@ -707,7 +718,7 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
                   "%lld tokens from %s)\n",
                   (long long)s, (long long)o.steps, val_loss,
                   (long long)o.eval_batches, o.eval_batches == 1 ? "" : "es",
-                  (long long)data.rows, (long long)data.seq,
+                  (long long)(data.rows * dist::size()), (long long)data.seq,
                   data.val->path.c_str());
       flush_stdout();
     }
@@ -724,6 +735,16 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
         output_failed(ctx, o, e);
       } catch (const Error &e) {
         output_failed(ctx, o, e);
+      }
+    }
+    // Test-only: SPILLWAY_TEST_KILL_RANK=R:S kills rank R (of a job or
+    // alone, R = 0) with SIGKILL once step S is done, as `kill -9` would.
+    if (const char *k = std::getenv("SPILLWAY_TEST_KILL_RANK")) {
+      long long r = -1, at = -1;
+      if (std::sscanf(k, "%lld:%lld", &r, &at) == 2 && r == dist::rank() &&
+          at == s) {
+        flush_stdout();
+        std::raise(SIGKILL);
       }
     }
   }

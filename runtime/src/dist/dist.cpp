@@ -1,0 +1,230 @@
+//===- dist.cpp - data-parallel ranks over Open MPI
+//-------------------------===//
+//
+// Open MPI loaded at start (dist.h says why, and why by these names). The
+// declarations below are mpi.h's for Open MPI 4 and 5 with every handle a
+// pointer; nothing from mpi.h is compiled in, so building needs no MPI.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dist/dist.h"
+
+#include "support.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <vector>
+
+namespace spw::dist {
+namespace {
+
+using Handle = void *; // MPI_Comm, MPI_Datatype, MPI_Op: pointers in Open MPI
+constexpr int kThreadFunneled = 1;                  // MPI_THREAD_FUNNELED
+void *const kInPlace = reinterpret_cast<void *>(1); // MPI_IN_PLACE
+
+struct Mpi {
+  int (*init_thread)(int *, char ***, int, int *);
+  int (*finalize)();
+  int (*abort)(Handle, int);
+  int (*comm_rank)(Handle, int *);
+  int (*comm_size)(Handle, int *);
+  int (*allreduce)(const void *, void *, int, Handle, Handle, Handle);
+  int (*allgather)(const void *, int, Handle, void *, int, Handle, Handle);
+  int (*bcast)(void *, int, Handle, int, Handle);
+  int (*barrier)(Handle);
+  int (*library_version)(char *, int *);
+  Handle comm_world, f32, f64, u64, byte, sum, min, max;
+};
+
+struct State {
+  int rank = 0, size = 1;
+  bool joined = false;
+  Mpi mpi{};
+};
+State g;
+
+// An environment variable as a non-negative int, or -1 when unset.
+int env_int(const char *name) {
+  const char *v = std::getenv(name);
+  if (!v || !*v)
+    return -1;
+  char *end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (*end || x < 0 || x > INT_MAX)
+    fail("%s=%s is not a rank count or index", name, v);
+  return int(x);
+}
+
+template <typename F> void load(void *lib, F &fn, const char *name) {
+  fn = reinterpret_cast<F>(::dlsym(lib, name));
+  if (!fn)
+    fail("Open MPI's libmpi has no '%s' (is it Open MPI 4 or later?)", name);
+}
+
+Handle object(void *lib, const char *name) {
+  void *p = ::dlsym(lib, name);
+  if (!p)
+    fail("the loaded libmpi has no '%s': it is not Open MPI, whose ABI this "
+         "executable speaks (install Debian's openmpi-bin and "
+         "libopenmpi3, and launch with its mpirun)",
+         name);
+  return p;
+}
+
+void check(int rc, const char *what) {
+  // MPI's default handler (MPI_ERRORS_ARE_FATAL) ends the job before a
+  // failing call returns; this is for a handler that returns.
+  if (rc != 0)
+    fail("%s failed (MPI error %d)", what, rc);
+}
+
+// MPI counts are ints: a long buffer goes in pieces.
+constexpr int64_t kPiece = int64_t(1) << 30;
+
+} // namespace
+
+int rank() { return g.rank; }
+int size() { return g.size; }
+
+void init() {
+  const int ompi_size = env_int("OMPI_COMM_WORLD_SIZE");
+  const int torch_size = env_int("WORLD_SIZE");
+  if (ompi_size < 0) {
+    if (torch_size > 1)
+      fail("WORLD_SIZE=%d asks for %d ranks, but this process was not "
+           "launched by mpirun: torchrun-style launching needs the NCCL "
+           "build (a CUDA executable); launch with `mpirun -np %d EXE ...`",
+           torch_size, torch_size, torch_size);
+    return;
+  }
+  // RTLD_GLOBAL: Open MPI's components (dlopened by libmpi itself) resolve
+  // libmpi's symbols from the global scope.
+  void *lib = ::dlopen("libmpi.so.40", RTLD_NOW | RTLD_GLOBAL);
+  if (!lib)
+    fail("mpirun launched this process (OMPI_COMM_WORLD_SIZE=%d) but Open "
+         "MPI's library cannot be loaded: %s; install it (Debian: apt-get "
+         "install openmpi-bin) on every machine of the job",
+         ompi_size, ::dlerror());
+  Mpi &m = g.mpi;
+  load(lib, m.library_version, "MPI_Get_library_version");
+  char version[256 + 1] = {}; // MPI_MAX_LIBRARY_VERSION_STRING
+  int len = 0;
+  check(m.library_version(version, &len), "MPI_Get_library_version");
+  if (!std::strstr(version, "Open MPI"))
+    fail("libmpi.so.40 is '%.80s', not Open MPI, whose ABI this executable "
+         "speaks; launch with Open MPI's mpirun",
+         version);
+  load(lib, m.init_thread, "MPI_Init_thread");
+  load(lib, m.finalize, "MPI_Finalize");
+  load(lib, m.abort, "MPI_Abort");
+  load(lib, m.comm_rank, "MPI_Comm_rank");
+  load(lib, m.comm_size, "MPI_Comm_size");
+  load(lib, m.allreduce, "MPI_Allreduce");
+  load(lib, m.allgather, "MPI_Allgather");
+  load(lib, m.bcast, "MPI_Bcast");
+  load(lib, m.barrier, "MPI_Barrier");
+  m.comm_world = object(lib, "ompi_mpi_comm_world");
+  m.f32 = object(lib, "ompi_mpi_float");
+  m.f64 = object(lib, "ompi_mpi_double");
+  m.u64 = object(lib, "ompi_mpi_uint64_t");
+  m.byte = object(lib, "ompi_mpi_byte");
+  m.sum = object(lib, "ompi_mpi_op_sum");
+  m.min = object(lib, "ompi_mpi_op_min");
+  m.max = object(lib, "ompi_mpi_op_max");
+  int provided = 0;
+  check(m.init_thread(nullptr, nullptr, kThreadFunneled, &provided),
+        "MPI_Init_thread");
+  g.joined = true;
+  check(m.comm_rank(m.comm_world, &g.rank), "MPI_Comm_rank");
+  check(m.comm_size(m.comm_world, &g.size), "MPI_Comm_size");
+  if (provided < kThreadFunneled)
+    fail("Open MPI gives thread level %d; the runtime needs "
+         "MPI_THREAD_FUNNELED (its worker threads never call MPI)",
+         provided);
+  if (torch_size >= 0 && torch_size != g.size)
+    fail("WORLD_SIZE=%d but mpirun started %d ranks; unset WORLD_SIZE or "
+         "make them agree",
+         torch_size, g.size);
+}
+
+void finalize() {
+  if (g.joined) {
+    g.joined = false;
+    g.mpi.finalize();
+  }
+}
+
+void abort_job(int code) {
+  if (g.joined && g.size > 1)
+    g.mpi.abort(g.mpi.comm_world, code == 0 ? 1 : code);
+}
+
+void allreduce_sum(float *x, int64_t n) {
+  if (!g.joined || g.size == 1)
+    return;
+  for (int64_t at = 0; at < n; at += kPiece)
+    check(g.mpi.allreduce(kInPlace, x + at, int(std::min(kPiece, n - at)),
+                          g.mpi.f32, g.mpi.sum, g.mpi.comm_world),
+          "MPI_Allreduce");
+}
+
+void allreduce_sum(double *x, int64_t n) {
+  if (!g.joined || g.size == 1)
+    return;
+  for (int64_t at = 0; at < n; at += kPiece)
+    check(g.mpi.allreduce(kInPlace, x + at, int(std::min(kPiece, n - at)),
+                          g.mpi.f64, g.mpi.sum, g.mpi.comm_world),
+          "MPI_Allreduce");
+}
+
+bool all_equal(uint64_t value) {
+  if (!g.joined || g.size == 1)
+    return true;
+  uint64_t lo = value, hi = value;
+  check(
+      g.mpi.allreduce(kInPlace, &lo, 1, g.mpi.u64, g.mpi.min, g.mpi.comm_world),
+      "MPI_Allreduce");
+  check(
+      g.mpi.allreduce(kInPlace, &hi, 1, g.mpi.u64, g.mpi.max, g.mpi.comm_world),
+      "MPI_Allreduce");
+  return lo == hi;
+}
+
+std::vector<uint64_t> allgather(uint64_t value) {
+  if (!g.joined || g.size == 1)
+    return {value};
+  std::vector<uint64_t> all(size_t(g.size));
+  check(g.mpi.allgather(&value, 1, g.mpi.u64, all.data(), 1, g.mpi.u64,
+                        g.mpi.comm_world),
+        "MPI_Allgather");
+  return all;
+}
+
+std::string ranks_differing(uint64_t value) {
+  const std::vector<uint64_t> all = allgather(value);
+  std::string out;
+  for (int r = 1; r < g.size; ++r)
+    if (all[size_t(r)] != all[0])
+      out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+void broadcast(void *data, int64_t n) {
+  if (!g.joined || g.size == 1)
+    return;
+  char *p = static_cast<char *>(data);
+  for (int64_t at = 0; at < n; at += kPiece)
+    check(g.mpi.bcast(p + at, int(std::min(kPiece, n - at)), g.mpi.byte, 0,
+                      g.mpi.comm_world),
+          "MPI_Bcast");
+}
+
+void barrier() {
+  if (g.joined && g.size > 1)
+    check(g.mpi.barrier(g.mpi.comm_world), "MPI_Barrier");
+}
+
+} // namespace spw::dist

@@ -1,0 +1,59 @@
+//===- dist.h - data-parallel ranks over Open MPI
+//---------------------------===//
+//
+// One process per rank, launched by `mpirun -np N EXE ...`. The executable
+// does not link MPI: a run that mpirun launched (OMPI_COMM_WORLD_SIZE in the
+// environment) loads Open MPI's libmpi.so.40 at start, so the same binary
+// runs alone on a machine without MPI (the GPU machine, a user's laptop).
+// Open MPI's handles (MPI_COMM_WORLD, MPI_FLOAT, MPI_SUM) are the addresses
+// of its predefined objects (mpi.h's OMPI_PREDEFINED_GLOBAL), looked up by
+// name in the loaded library; the library's version string must say Open
+// MPI, whose ABI that is. Defined in dist.cpp.
+//
+// Every collective is called from the main thread, in the same order on
+// every rank: the schedule is static, so each rank calls the same entry
+// points in the same order (docs/runtime.md, "Data parallel").
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPILLWAY_RUNTIME_SRC_DIST_DIST_H
+#define SPILLWAY_RUNTIME_SRC_DIST_DIST_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace spw::dist {
+
+// This process's place in the job: rank 0 of 1 unless mpirun launched it.
+int rank();
+int size();
+inline bool active() { return size() > 1; }
+
+// Joins the job mpirun launched (a no-op otherwise). Throws spw::Error,
+// naming what to do, when the environment says a job but MPI cannot be
+// loaded, or when torchrun's WORLD_SIZE > 1 asks for ranks without mpirun.
+void init();
+// Leaves the job (MPI_Finalize) after a run that succeeded on this rank.
+void finalize();
+// Ends the whole job from a rank that failed: the other ranks wait in a
+// collective this one will never reach. Prints nothing; the caller printed
+// the error. Returns only when there is no job.
+void abort_job(int code);
+
+// In place, over every rank: x = sum over ranks of x. Collective.
+void allreduce_sum(float *x, int64_t n);
+void allreduce_sum(double *x, int64_t n);
+// True on every rank exactly when every rank passed the same value.
+bool all_equal(uint64_t value);
+// The ranks whose value differs from rank 0's, as "1, 3" (for the error).
+std::string ranks_differing(uint64_t value);
+// Every rank's value, in rank order, on every rank ({value} alone).
+std::vector<uint64_t> allgather(uint64_t value);
+// Rank 0's bytes on every rank (n the same on every rank). Collective.
+void broadcast(void *data, int64_t n);
+// Waits until every rank got here.
+void barrier();
+
+} // namespace spw::dist
+
+#endif // SPILLWAY_RUNTIME_SRC_DIST_DIST_H
