@@ -41,6 +41,15 @@ spillway::readPlanSpace(const PlanningOptions &options,
   if (!profile)
     return std::nullopt;
   in.profile = std::move(*profile);
+  if (options.ranks > 1 && !(in.profile.networkGBps > 0)) {
+    error = "--ranks " + std::to_string(options.ranks) +
+            ": the hardware profile '" + profilePath +
+            "' gives no network rate to average the gradients over; add "
+            "\"network\": {\"gbps\": G} (the bytes per second each rank "
+            "sends during an all-reduce, e.g. nccl-tests' busbw / 2 or "
+            "osu_allreduce's)";
+    return std::nullopt;
+  }
 
   // --ssd: the profile's SSDs the plan may use.
   if (!options.ssdDirs.empty()) {
@@ -176,6 +185,7 @@ std::optional<PlanSearch> spillway::searchPlans(ModuleOp step,
   }
   r.summary = std::move(*summary);
   r.summary.compute = options.products;
+  r.summary.ranks = options.ranks;
   if (options.microbatches && r.summary.batchSize &&
       r.summary.batchSize % *options.microbatches) {
     error = llvm::formatv("--microbatches {0} does not divide the batch "

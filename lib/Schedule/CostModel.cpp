@@ -40,7 +40,8 @@ const char *spillway::schedule::tensorClassName(TensorClass c) {
   return names[int(c)];
 }
 const char *spillway::schedule::boundName(Bound b) {
-  static const char *names[] = {"compute", "pcie", "ssd", "cpu_optimizer"};
+  static const char *names[] = {"compute", "pcie", "ssd", "cpu_optimizer",
+                                "network"};
   return names[int(b)];
 }
 std::optional<Order> spillway::schedule::parseOrder(const std::string &s) {
@@ -267,14 +268,22 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
       hide = 0;
     e.exposedOptimizerSec = std::max(0.0, (1 - F) * e.cpuOptimizerSec - hide);
   }
+  // Data parallel: every rank sends (and receives) 2 (N - 1) / N of the
+  // gradients' bytes in a ring all-reduce. The runtime averages each
+  // gradient at its update, on the step's thread: the time adds up.
+  if (s.ranks > 1) {
+    const double n = double(s.ranks);
+    b.network = 2 * (n - 1) / n * G;
+    e.networkSec = b.network / (hw.networkGBps * 1e9);
+  }
   const double resources[] = {e.computeSec, e.pcieSec, e.ssdSec,
                               e.cpuOptimizerSec};
   int worst = 0;
   for (int i = 1; i < 4; ++i)
     if (resources[i] > resources[worst])
       worst = i;
-  e.bound = Bound(worst);
-  e.iterationSec = resources[worst] + e.exposedOptimizerSec;
+  e.bound = e.networkSec > resources[worst] ? Bound::Network : Bound(worst);
+  e.iterationSec = resources[worst] + e.exposedOptimizerSec + e.networkSec;
 
   // Peak memory per tier.
   auto &peak = e.peakBytes;
@@ -496,6 +505,12 @@ std::string spillway::schedule::estimateToJSON(const CostEstimate &e) {
       {"needed_bytes", tiers(e.neededBytes)},
       {"fits", e.fits},
   };
+  // Data parallel only: one rank's plans keep the links they always had.
+  if (e.bytes.network > 0) {
+    o.getObject("bytes_per_iteration")
+        ->try_emplace("network", bytes(e.bytes.network));
+    o.getObject("time_s")->try_emplace("network", e.networkSec);
+  }
   if (!e.valid)
     o["invalid_reason"] = e.invalidReason;
   std::string out;

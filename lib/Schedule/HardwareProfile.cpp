@@ -92,8 +92,8 @@ public:
       return fail(std::string("'") + key + "' must be a string");
     out = s->str();
   }
-  const json::Object *object(const char *key) {
-    const json::Value *v = get(key);
+  const json::Object *object(const char *key, bool required = true) {
+    const json::Value *v = get(key, required);
     if (!v || !ok())
       return nullptr;
     const json::Object *o = v->getAsObject();
@@ -181,6 +181,12 @@ spillway::schedule::parseHardwareProfile(const std::string &text,
     r.number("bidirectional_gbps", p.bidirectionalGBps);
     r.rejectUnknown();
   }
+  // Optional: only data-parallel plans (spillwayc --ranks) use it.
+  if (const json::Object *net = top.object("network", /*required=*/false)) {
+    ObjectReader r(*net, file + " network", error);
+    r.number("gbps", p.networkGBps);
+    r.rejectUnknown();
+  }
   if (const json::Array *ssds = top.array("ssd")) {
     for (size_t i = 0; i < ssds->size() && error.empty(); ++i) {
       std::string where = file + " ssd[" + std::to_string(i) + "]";
@@ -258,6 +264,8 @@ spillway::schedule::writeHardwareProfile(const HardwareProfile &p) {
   o += "  \"pcie\": {\"h2d_gbps\": " + num(p.h2dGBps) +
        ", \"d2h_gbps\": " + num(p.d2hGBps) +
        ", \"bidirectional_gbps\": " + num(p.bidirectionalGBps) + "},\n";
+  if (p.networkGBps > 0)
+    o += "  \"network\": {\"gbps\": " + num(p.networkGBps) + "},\n";
   o += "  \"ssd\": [";
   for (size_t i = 0; i < p.ssds.size(); ++i) {
     const SSDProfile &d = p.ssds[i];

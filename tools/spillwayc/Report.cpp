@@ -30,6 +30,11 @@ void printEstimate(const char *label, const CostEstimate &e,
   os << "  bytes per iteration: ssd_read " << roundBytes(e.bytes.ssdRead)
      << ", ssd_write " << roundBytes(e.bytes.ssdWrite) << ", h2d "
      << roundBytes(e.bytes.h2d) << ", d2h " << roundBytes(e.bytes.d2h) << "\n";
+  if (e.bytes.network > 0)
+    os << llvm::formatv("  network per rank: {0} bytes sent per iteration "
+                        "(and as many received) to average the gradients, "
+                        "{1:e3} s, added to the iteration\n",
+                        roundBytes(e.bytes.network), e.networkSec);
   if (e.optimizerStateBytes.ssdRead || e.optimizerStateBytes.ssdWrite)
     os << "  of them optimizer state: ssd_read "
        << roundBytes(e.optimizerStateBytes.ssdRead) << ", ssd_write "
@@ -206,6 +211,14 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
           "overlaps the backward (the exposed optimizer time counts all of "
           "the update but the overlap's deferred part, which runs in the "
           "next forward)\n";
+  if (s.ranks > 1)
+    os << "data parallel (--ranks): " << s.ranks
+       << " ranks, each running this step with these budgets; the "
+          "gradients averaged over the network at "
+       << llvm::format("%g", r.profile.networkGBps)
+       << " GB/s per rank (the profile's), a ring all-reduce: 2 (N - 1) / N "
+          "of their bytes sent per rank per iteration; the state is "
+          "replicated on every rank\n";
   os << "layer: name params grads optimizer master activations working "
         "fwd_flops bwd_flops recompute_flops\n";
   for (auto [i, l] : llvm::enumerate(s.layers))
@@ -293,6 +306,7 @@ std::string spillwayc::reportToJSON(const PlanReport &r) {
                     {"unread_param_bytes", int64_t(r.totals.unreadParamBytes)},
                     {"num_params", int64_t(r.totals.numParams)},
                     {"grad_clip", r.summary.gradClip},
+                    {"ranks", int64_t(r.summary.ranks)},
                     {"layers", std::move(layers)}}},
       {"budgets",
        json::Object{{"gpu", budgetValue(r.budgets.gpuBytes, false)},

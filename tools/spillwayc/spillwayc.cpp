@@ -273,6 +273,15 @@ cl::opt<std::string> ssdTbwText(
              "bytes at its predicted speed, training 24/7 (the bytes per "
              "iteration and per trained token are reported without it)"),
     cl::value_desc("TB"), cl::cat(category));
+cl::opt<unsigned> ranks(
+    "ranks", cl::init(1),
+    cl::desc("With --hw: cost the plan for N data-parallel ranks (the "
+             "executable under mpirun -np N), each with the budgets and the "
+             "step's batch: the report adds the network link, the bytes "
+             "each rank sends per iteration to average the gradients and "
+             "its time (the profile's \"network\" rate). The executable "
+             "runs under any number of ranks (default 1)"),
+    cl::value_desc("N"), cl::cat(category));
 cl::opt<unsigned> microbatches(
     "microbatches",
     cl::desc("Micro-batches per iteration (must divide the batch). The "
@@ -557,6 +566,10 @@ int readPlanningFlags(bool planning, bool offload,
     planOptions.microbatches = microbatches;
   if (overlapOptimizerText.getNumOccurrences())
     planOptions.overlap = overlapOptimizer;
+  if (ranks < 1)
+    return fail("--ranks must be at least 1 (the data-parallel ranks the "
+                "plan is costed for)");
+  planOptions.ranks = ranks;
   if (std::string e = spillway::validatePlanningOptions(planOptions);
       !e.empty())
     return fail(e);
@@ -588,6 +601,11 @@ int readPlanningFlags(bool planning, bool offload,
   if (costModel && forwardOnly)
     return fail("--report plans a training iteration; it does not apply "
                 "to --forward");
+  if (ranks.getNumOccurrences() && !costModel)
+    return fail("--ranks costs a plan for data-parallel ranks: give it with "
+                "--hw PROFILE.json and --report, --report-json or an offload "
+                "plan's choice (the executable itself runs under any "
+                "mpirun -np)");
   if (costModel || offload) {
     std::string error;
     const char *examples = costModel ? "512M, 16G, 4096" : "512M, 16G";

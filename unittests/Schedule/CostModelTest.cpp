@@ -452,3 +452,47 @@ TEST(CostModel, AnUpdateOfEveryParameterRewritesTheParamsBlockUnread) {
   // gradients read by the CPU optimizer (d2h 200), params written (h2d 200).
   expectBytes(g, 800 + W, 800 + W, 200, 200);
 }
+
+TEST(CostModel, DataParallelRanksSendTheRingAllReducesBytes) {
+  // Resident, G = 2 x 100 gradient bytes. N = 4 ranks: each sends
+  // 2 (N - 1) / N x G = 1.5 x 200 = 300 bytes per iteration; at 1e-6 GB/s
+  // (1 kB/s) that is 0.3 s, on top of 8 ms of compute: the bound.
+  IterationSummary s = toy();
+  HardwareProfile hw = machine();
+  hw.networkGBps = 1e-6;
+  CostEstimate one = run(Order::Horizontal, 1, 0, Placement{}, s, hw);
+  EXPECT_DOUBLE_EQ(one.bytes.network, 0);
+  EXPECT_DOUBLE_EQ(one.networkSec, 0);
+  EXPECT_EQ(one.bound, Bound::Compute);
+  s.ranks = 4;
+  CostEstimate four = run(Order::Horizontal, 1, 0, Placement{}, s, hw);
+  EXPECT_DOUBLE_EQ(four.bytes.network, 300);
+  EXPECT_NEAR(four.networkSec, 0.3, 1e-12);
+  EXPECT_EQ(four.bound, Bound::Network);
+  // The average blocks the step: it adds to the roofline's slowest.
+  EXPECT_NEAR(four.iterationSec, 8e-3 + 0.3, 1e-12);
+  // Every other link is one rank's, as before.
+  expectBytes(four, 0, 0, 0, 0);
+  // Two ranks send G itself; a fast network leaves compute the bound but
+  // still adds its time.
+  s.ranks = 2;
+  hw.networkGBps = 1;
+  CostEstimate two = run(Order::Snake, 2, 0, offloaded(), s, hw);
+  EXPECT_DOUBLE_EQ(two.bytes.network, 200);
+  EXPECT_EQ(two.bound, Bound::Compute);
+  EXPECT_NEAR(two.iterationSec, two.computeSec + 200 / 1e9, 1e-15);
+}
+
+TEST(CostModel, JSONHasTheNetworkOnlyForRanks) {
+  IterationSummary s = toy();
+  HardwareProfile hw = machine();
+  hw.networkGBps = 1;
+  const std::string one =
+      estimateToJSON(run(Order::Horizontal, 1, 0, Placement{}, s, hw));
+  EXPECT_EQ(one.find("network"), std::string::npos) << one;
+  s.ranks = 2;
+  const std::string two =
+      estimateToJSON(run(Order::Horizontal, 1, 0, Placement{}, s, hw));
+  EXPECT_NE(two.find("\"network\":200"), std::string::npos) << two;
+  EXPECT_STREQ(boundName(Bound::Network), "network");
+}

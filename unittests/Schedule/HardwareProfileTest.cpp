@@ -129,3 +129,30 @@ TEST(HardwareProfile, CommittedProfilesParse) {
     EXPECT_FALSE(p->ssds.empty());
   }
 }
+
+TEST(HardwareProfile, NetworkIsOptionalAndChecked) {
+  std::string error;
+  HardwareProfile p = sample();
+  EXPECT_EQ(writeHardwareProfile(p).find("network"), std::string::npos);
+  p.networkGBps = 12.5;
+  const std::string json = writeHardwareProfile(p);
+  auto back = parseHardwareProfile(json, "x", error);
+  ASSERT_TRUE(back) << error;
+  EXPECT_DOUBLE_EQ(back->networkGBps, 12.5);
+  auto without =
+      parseHardwareProfile(writeHardwareProfile(sample()), "x", error);
+  ASSERT_TRUE(without) << error;
+  EXPECT_DOUBLE_EQ(without->networkGBps, 0);
+  auto edit = [&](const std::string &from, const std::string &to) {
+    std::string s = json;
+    s.replace(s.find(from), from.size(), to);
+    return errorOf(s);
+  };
+  EXPECT_EQ(edit("\"gbps\": 12.5", "\"gbps\": -1"),
+            "hardware profile 'hw.json' network: 'gbps' must be positive, "
+            "got -1.000000");
+  EXPECT_EQ(edit("\"gbps\": 12.5", "\"gbps\": 1, \"latency\": 2"),
+            "hardware profile 'hw.json' network: unknown key 'latency'");
+  EXPECT_EQ(edit("{\"gbps\": 12.5}", "12.5"),
+            "hardware profile 'hw.json': 'network' must be an object");
+}

@@ -45,6 +45,10 @@ struct PlanningOptions {
   /// are; with a profile they also pin the search (checked then).
   std::vector<std::string> place;
   std::optional<uint64_t> gpuMem, hostMem; ///< budgets (open: the profile's)
+  /// --ranks: the data-parallel ranks the plan is costed for (each with
+  /// these budgets and the step's batch; the network link of the cost
+  /// model). The executable runs under any mpirun -np.
+  unsigned ranks = 1;
   /// The executable follows an offload plan (--place, --gpu-mem or
   /// --host-mem with an executable to build).
   bool offload = false;

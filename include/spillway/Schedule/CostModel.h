@@ -66,6 +66,11 @@ struct IterationSummary {
   /// the last backward. No update runs inside the backward; only the
   /// overlap's deferred part (in the next forward) hides.
   bool gradClip = false;
+  /// Data-parallel ranks (spillwayc --ranks): each runs this step (its
+  /// batch is each rank's) and the gradients are averaged over the
+  /// network, every rank sending and receiving 2 (N - 1) / N of their
+  /// bytes per iteration (a ring all-reduce). 1: no network.
+  unsigned ranks = 1;
 };
 
 enum class Order { Horizontal, Snake };
@@ -130,10 +135,14 @@ struct Budgets {
 /// bytes_per_iteration.
 struct LinkBytes {
   double ssdRead = 0, ssdWrite = 0, h2d = 0, d2h = 0;
+  /// Sent by each rank (and received) to average the gradients; 0 on one
+  /// rank (IterationSummary::ranks).
+  double network = 0;
 };
 
-enum class Bound { Compute, PCIe, SSD, CPUOptimizer };
-const char *boundName(Bound b); ///< "compute", "pcie", "ssd", "cpu_optimizer"
+enum class Bound { Compute, PCIe, SSD, CPUOptimizer, Network };
+/// "compute", "pcie", "ssd", "cpu_optimizer", "network"
+const char *boundName(Bound b);
 
 struct CostEstimate {
   Candidate candidate;
@@ -148,6 +157,10 @@ struct CostEstimate {
   std::vector<unsigned> paramLoads;
   // Seconds per iteration each resource needs on its own.
   double computeSec = 0, pcieSec = 0, ssdSec = 0, cpuOptimizerSec = 0;
+  /// The gradients' all-reduce (ranks > 1). The runtime averages each
+  /// gradient at its update, on the step's thread, so none of it hides:
+  /// it adds to the iteration.
+  double networkSec = 0;
   /// Optimizer time that cannot hide behind compute: the part of the
   /// non-overlapped update left after the last backward ends.
   double exposedOptimizerSec = 0;

@@ -52,6 +52,11 @@ struct HardwareProfile {
 
   std::vector<SSDProfile> ssds;
 
+  /// Between ranks of a data-parallel job: the bytes each rank sends per
+  /// second while it also receives as many (an all-reduce's steady rate);
+  /// 0: not given ("network" is optional; spillwayc --ranks N > 1 needs it).
+  double networkGBps = 0;
+
   /// Striping over every SSD: the rates add up across devices (each device
   /// has its own queue), never across a device's reads and writes.
   double ssdReadGBps() const;
