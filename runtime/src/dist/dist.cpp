@@ -13,9 +13,12 @@
 
 #include <algorithm>
 #include <climits>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <unistd.h>
 #include <vector>
 
 namespace spw::dist {
@@ -72,6 +75,18 @@ Handle object(void *lib, const char *name) {
          "libopenmpi3, and launch with its mpirun)",
          name);
   return p;
+}
+
+// What a rank says when mpirun ends the job under it (SIGTERM: another
+// rank failed or died, or the job was interrupted): it would otherwise
+// vanish mid-collective without a word. Async-signal-safe: a prepared
+// message and write(2).
+char g_stopped[256];
+size_t g_stopped_len = 0;
+extern "C" void on_stopped(int sig) {
+  if (g_stopped_len)
+    (void)!::write(2, g_stopped, g_stopped_len);
+  ::_exit(128 + sig);
 }
 
 void check(int rc, const char *what) {
@@ -144,6 +159,16 @@ void init() {
     fail("Open MPI gives thread level %d; the runtime needs "
          "MPI_THREAD_FUNNELED (its worker threads never call MPI)",
          provided);
+  if (g.size > 1) {
+    const int n = std::snprintf(
+        g_stopped, sizeof g_stopped,
+        "rank %d: stopped: mpirun ended the job (another rank failed or "
+        "died, or the job was interrupted); with --checkpoint-dir, resume "
+        "the job from its last complete checkpoint with --resume\n",
+        g.rank);
+    g_stopped_len = n > 0 ? std::min(size_t(n), sizeof g_stopped - 1) : 0;
+    std::signal(SIGTERM, on_stopped);
+  }
   if (torch_size >= 0 && torch_size != g.size)
     fail("WORLD_SIZE=%d but mpirun started %d ranks; unset WORLD_SIZE or "
          "make them agree",
