@@ -12,6 +12,7 @@
 #include "support.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <csignal>
 #include <cstdio>
@@ -46,6 +47,7 @@ struct State {
   int rank = 0, size = 1;
   bool joined = false;
   Mpi mpi{};
+  Traffic traffic;
 };
 State g;
 
@@ -190,11 +192,18 @@ void abort_job(int code) {
 void allreduce_sum(float *x, int64_t n) {
   if (!g.joined || g.size == 1)
     return;
+  const auto t0 = std::chrono::steady_clock::now();
   for (int64_t at = 0; at < n; at += kPiece)
     check(g.mpi.allreduce(kInPlace, x + at, int(std::min(kPiece, n - at)),
                           g.mpi.f32, g.mpi.sum, g.mpi.comm_world),
           "MPI_Allreduce");
+  g.traffic.bytes += n * int64_t(sizeof(float));
+  g.traffic.seconds += std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - t0)
+                           .count();
 }
+
+Traffic traffic() { return g.traffic; }
 
 void allreduce_sum(double *x, int64_t n) {
   if (!g.joined || g.size == 1)

@@ -54,6 +54,15 @@ void broadcast(void *data, int64_t n);
 // Waits until every rank got here.
 void barrier();
 
+// What this rank's float32 all-reduces carried and how long they took
+// (the gradients' averages and the loss's), since the start: the measured
+// side of the cost model's network link.
+struct Traffic {
+  int64_t bytes = 0; // the buffers reduced (each rank sends about 2 (N-1)/N of this)
+  double seconds = 0;
+};
+Traffic traffic();
+
 } // namespace spw::dist
 
 #endif // SPILLWAY_RUNTIME_SRC_DIST_DIST_H

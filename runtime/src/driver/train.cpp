@@ -765,6 +765,19 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
     std::printf("done: %lld steps in %.3f s (%.1f steps/s), final loss %.6f\n",
                 (long long)ran, secs, secs > 0 ? double(ran) / secs : 0.0,
                 double(loss));
+  // Data parallel: rank 0's averages (the others' are alike), measured.
+  if (dist::active() && ran > 0) {
+    const dist::Traffic t = dist::traffic();
+    std::printf("data parallel: %d ranks; rank 0 averaged %s per step "
+                "(gradients and loss; a ring all-reduce sends about %s of "
+                "it per rank) in %.3f ms per step, %.1f%% of the step time\n",
+                dist::size(), human_bytes(t.bytes / ran).c_str(),
+                human_bytes(int64_t(2.0 * (dist::size() - 1) / dist::size() *
+                                    double(t.bytes / ran)))
+                    .c_str(),
+                1e3 * t.seconds / double(ran),
+                secs > 0 ? 100.0 * t.seconds / secs : 0.0);
+  }
   else if (start > 0)
     std::printf("done: the checkpoint is at the last step (%lld); nothing "
                 "to train\n",

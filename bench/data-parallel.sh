@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Data parallel on this machine's cores: the same GPT, the same rows per
+# step, trained by one process (batch N*b in N micro-batches, T threads)
+# and by `mpirun -np N` ranks of batch b (T/N threads each, one core each
+# when N = T), in tokens per second, with the time the ranks spent
+# averaging (the executable's measured all-reduce share), and a check that
+# both end with the same weights (bit-identical for N = 2). The peer is the
+# one-process run on the same cores: what data parallelism costs or gains
+# here is the split of the cores between processes against the threads of
+# one, and the averaging.
+#
+# usage: bench/data-parallel.sh [--ranks N] [--layers L] [--d-model D]
+#                               [--heads H] [--vocab V] [--seq S]
+#                               [--batch b] [--steps K] [--threads T]
+#                               [--out DIR] [-h]
+#   defaults: N=2, L=6 D=384 H=6 V=8192 S=128 b=4 (17.0M parameters, the
+#   cpu-vs-torch "small" GPT), K=6 steps (steady: median of steps 2..K),
+#   T = nproc. Needs Open MPI's mpirun (scripts/install-deps.sh).
+# Progress to stderr; a table last on stdout; every number and command to
+# DIR/data-parallel-<host>-<UTC time>.json (default bench/results).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ARGV="$*"
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit "${1:-2}"; }
+die() { echo "data-parallel.sh: error: $*" >&2; exit 1; }
+log() { echo "data-parallel.sh: $*" >&2; }
+N=2 L=6 D=384 H=6 V=8192 S=128 B=4 STEPS=6 THREADS=$(nproc) OUTDIR=$ROOT/bench/results
+while [ $# -gt 0 ]; do
+  case $1 in
+    --ranks|--layers|--d-model|--heads|--vocab|--seq|--batch|--steps|--threads|--out)
+      [ $# -ge 2 ] || { echo "data-parallel.sh: $1 needs a value" >&2; usage; } ;;
+  esac
+  case $1 in
+    --ranks) N=$2; shift ;; --layers) L=$2; shift ;; --d-model) D=$2; shift ;;
+    --heads) H=$2; shift ;; --vocab) V=$2; shift ;; --seq) S=$2; shift ;;
+    --batch) B=$2; shift ;; --steps) STEPS=$2; shift ;; --threads) THREADS=$2; shift ;;
+    --out) OUTDIR=$2; shift ;;
+    -h|--help) usage 0 ;;
+    *) echo "data-parallel.sh: unknown argument '$1'" >&2; usage ;;
+  esac
+  shift
+done
+for v in N L D H V S B STEPS THREADS; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
+done
+[ "$N" -ge 2 ] || die "--ranks must be at least 2 (one rank is the baseline)"
+[ "$STEPS" -ge 3 ] || die "--steps must be at least 3 (the first step holds the start-up)"
+[ $((THREADS % N)) = 0 ] || die "--threads $THREADS does not split evenly over $N ranks"
+command -v mpirun >/dev/null || die "no mpirun: install Open MPI (bash scripts/install-deps.sh)"
+SPILLWAYC=$ROOT/build/bin/spillwayc
+[ -x "$SPILLWAYC" ] || die "no $SPILLWAYC: build first (bash scripts/build.sh)"
+MPIRUN=(mpirun --oversubscribe)
+[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+WORK=${BENCH_DIR:-$ROOT/build/bench}/data-parallel
+rm -rf "$WORK" && mkdir -p "$WORK" "$OUTDIR"
+cd "$WORK"
+
+tag="L$L-D$D-H$H-V$V-S$S"
+log "generating the GPT ($tag) at batch $B and $((N * B))"
+python3 "$ROOT/bench/make_gpt_onnx.py" --out rank --layers "$L" --d-model "$D" --heads "$H" \
+  --vocab "$V" --seq "$S" --batch "$B" > /dev/null
+python3 "$ROOT/bench/make_gpt_onnx.py" --out whole --layers "$L" --d-model "$D" --heads "$H" \
+  --vocab "$V" --seq "$S" --batch $((N * B)) > /dev/null
+"$SPILLWAYC" whole/gpt.onnx --microbatches "$N" -o one > /dev/null
+"$SPILLWAYC" rank/gpt.onnx -o dp > /dev/null
+IN=(--weights one.weights --input tokens=whole/tokens.npy --input targets=whole/targets.npy
+    --steps "$STEPS" --print-every 1)
+ONE=(./one "${IN[@]}" --threads "$THREADS" --log-json one.jsonl --save one.safetensors)
+DP=("${MPIRUN[@]}" -np "$N" ./dp "${IN[@]}" --threads $((THREADS / N)) --log-json dp.jsonl
+    --save dp.safetensors)
+log "one process, $THREADS threads: ${ONE[*]}"
+"${ONE[@]}" > one.out
+log "$N ranks, $((THREADS / N)) thread(s) each: ${DP[*]}"
+"${DP[@]}" > dp.out
+if [ "$N" = 2 ]; then CMP=--exact; else CMP="--atol 1e-4"; fi
+python3 "$ROOT/test/e2e/compare_weights.py" dp.safetensors one.safetensors $CMP > same.out \
+  || die "the $N ranks' weights differ from one process's: $(cat same.out)"
+
+OUTJSON=$OUTDIR/data-parallel-$(hostname -s 2>/dev/null || echo host)-$(date -u +%Y%m%dT%H%M%SZ).json
+python3 - "$OUTJSON" "$N" "$THREADS" "$tag" "$B" "$STEPS" "$ARGV" "${ONE[*]}" "${DP[*]}" <<'PY'
+import json, re, statistics, sys, platform
+out, n, threads, tag, b, steps, argv, one_cmd, dp_cmd = sys.argv[1:]
+n, threads, b, steps = int(n), int(threads), int(b), int(steps)
+
+def steady(path):
+    rows = [json.loads(l) for l in open(path)]
+    # elapsed_s is cumulative: step k's time is its difference; step 1
+    # holds the start-up and is left out.
+    t = [r["elapsed_s"] for r in rows]
+    per = [t[i] - t[i - 1] for i in range(1, len(t))]
+    tokens = rows[0]["tokens"]
+    s = statistics.median(per)
+    return s, tokens / s, rows[-1]["loss"]
+
+s1, tok1, loss1 = steady("one.jsonl")
+sn, tokn, lossn = steady("dp.jsonl")
+avg = re.search(r"averaged (\S+ \S+) per step .* in ([0-9.]+) ms per step, ([0-9.]+)% of the step time",
+                open("dp.out").read())
+same = open("same.out").read().strip()
+res = {
+    "schema": "spillway-bench-data-parallel-1",
+    "machine": {"host": platform.node(), "cpus": threads},
+    "model": f"GPT {tag}", "ranks": n, "batch_per_rank": b, "batch": n * b,
+    "steps": steps, "argv": argv,
+    "one_process": {"command": one_cmd, "threads": threads, "steady_s_per_step": s1,
+                    "tokens_per_s": tok1, "final_loss": loss1},
+    "data_parallel": {"command": dp_cmd, "threads_per_rank": threads // n,
+                      "steady_s_per_step": sn, "tokens_per_s": tokn, "final_loss": lossn,
+                      "averaged_per_step": avg.group(1) if avg else None,
+                      "allreduce_ms_per_step": float(avg.group(2)) if avg else None,
+                      "allreduce_share_of_run": float(avg.group(3)) / 100 if avg else None},
+    "ratio_tokens_per_s_data_parallel_over_one_process": tokn / tok1,
+    "weights": same,
+}
+json.dump(res, open(out, "w"), indent=1)
+print(f"GPT {tag}, {n * b} rows per step ({n} x {b}), steady step = median of steps 2..{steps}")
+print(f"{'run':34} {'s/step':>8} {'tok/s':>9} {'final loss':>11}")
+print(f"{'one process, ' + str(threads) + ' threads, M=' + str(n):34} {s1:8.4f} {tok1:9.1f} {loss1:11.6f}")
+print(f"{str(n) + ' ranks x ' + str(threads // n) + ' thread(s)':34} {sn:8.4f} {tokn:9.1f} {lossn:11.6f}")
+print(f"data parallel / one process: {tokn / tok1:.3f}x tokens/s; all-reduce "
+      + (f"{avg.group(2)} ms per step ({float(avg.group(3)):.1f}% of the run), {avg.group(1)} averaged per step"
+         if avg else "not reported"))
+print(f"weights: {same}")
+print(f"results: {out}")
+PY
