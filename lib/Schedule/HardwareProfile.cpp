@@ -40,6 +40,10 @@ double HardwareProfile::ssdCombinedGBps() const {
 }
 
 namespace {
+/// The smallest rate a profile may give (GB/s, TFLOP/s, parameters/s):
+/// 1e-12 GB/s is one byte in 1000 s, and the times stay finite.
+constexpr double kSmallestRate = 1e-12;
+
 /// Reads one JSON object's keys, remembering which it saw so that the rest
 /// can be reported as unknown. The first error wins.
 class ObjectReader {
@@ -69,6 +73,13 @@ public:
     if (!(*d > 0))
       return fail(std::string("'") + key + "' must be positive, got " +
                   std::to_string(*d));
+    // Below it the model's times overflow to infinity (1e-320 passes > 0).
+    if (*d < kSmallestRate) {
+      char got[32];
+      std::snprintf(got, sizeof got, "%g", *d);
+      return fail(std::string("'") + key + "' must be at least 1e-12, got " +
+                  got);
+    }
     out = *d;
   }
   void bytes(const char *key, uint64_t &out) {

@@ -30,7 +30,6 @@
 #include <malloc.h>
 #include <optional>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -107,20 +106,49 @@ uint64_t job_fingerprint(int argc, char **argv) {
   return h;
 }
 
+// Data parallel: what this rank starts from, to compare with the others'
+// (a rank whose --weights file or checkpoint differs would train another
+// model without a word: the averaged gradients move every copy alike). The
+// parameters as read: the host copies, and those an offload plan streams
+// into its homes read once more from the weights (a map's sources
+// included). A resume replaces it with the checkpoint manifest's hash.
+uint64_t starting_params_hash(const spw_ctx *ctx, const WeightsPlan &w,
+                              bool stream_start) {
+  XXH3_state_t *st = XXH3_createState();
+  if (!st)
+    throw std::bad_alloc();
+  XXH3_64bits_reset(st);
+  std::vector<char> buf;
+  for (size_t i = 0; i < ctx->params.size(); ++i) {
+    const spw_tensor &v = *ctx->params[i].value;
+    const int64_t bytes = v.bytes();
+    if (stream_start && tiers_hold(ctx, i, SPW_BLOCK_PARAMS)) {
+      if (w.offsets.empty())
+        continue;
+      buf.resize(size_t(std::min<int64_t>(bytes, int64_t(4) << 20)));
+      for (int64_t at = 0; at < bytes; at += int64_t(buf.size())) {
+        const size_t n =
+            size_t(std::min<int64_t>(int64_t(buf.size()), bytes - at));
+        w.read(ctx, i, at, n, buf.data());
+        XXH3_64bits_update(st, buf.data(), n);
+      }
+    } else if (v.data) {
+      XXH3_64bits_update(st, v.data, size_t(bytes));
+    }
+  }
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+
 // Data parallel: each rank's own files. Rank 0 writes what the job
 // produces (the weights, the log, the trace, checkpoints); every rank
-// swaps to its own directory under each --ssd and writes its own offload
-// statistics (rank r > 0: --stats-json FILE.rank-r).
+// writes its own offload statistics (rank r > 0: --stats-json FILE.rank-r)
+// and swaps to its own directories (tiers_start).
 void rank_options(Options &o) {
   if (!dist::active())
     return;
   const int r = dist::rank();
-  for (std::string &d : o.ssd) {
-    d += "/rank-" + std::to_string(r);
-    if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST)
-      fail("--ssd: cannot create rank %d's directory '%s': %s", r, d.c_str(),
-           std::strerror(errno));
-  }
   if (r == 0)
     return;
   if (!o.stats_json.empty())
@@ -435,6 +463,9 @@ int run(const Options &o, const char *argv0) {
     data.allocate();
   if (wplan.source_problem.empty())
     read_weights(ctx, wplan, !forward);
+  uint64_t start_hash = 0;
+  if (dist::active() && wplan.source_problem.empty())
+    start_hash = starting_params_hash(ctx, wplan, stream_start);
   for (InputPlan &ip : iplans)
     read_input(ip, !forward);
 
@@ -503,9 +534,23 @@ int run(const Options &o, const char *argv0) {
       fail("the ranks resumed from different checkpoints (this one from "
            "step %lld): every rank must read the same --checkpoint-dir",
            (long long)start);
+    if (dist::active() && ck->restored()) {
+      // Its tensors' checksums: the checkpoint's content.
+      const std::string m = read_whole_file(
+          ck->restored_dir() + "/MANIFEST.json", "checkpoint manifest");
+      start_hash = XXH3_64bits(m.data(), m.size());
+    }
     device_push(ctx); // the restored state
     flush_stdout();
   }
+  if (const std::string r = dist::ranks_differing(start_hash); !r.empty())
+    fail("rank%s %s start%s from other parameters than rank 0 (%s): every "
+         "rank must start from the same weights: copy rank 0's files to "
+         "the other machines",
+         r.find(',') != std::string::npos ? "s" : "", r.c_str(),
+         r.find(',') != std::string::npos ? "" : "s",
+         ck && ck->restored() ? "the checkpoint each resumed from differs"
+                              : "the --weights each read differ");
   // A restored checkpoint is in the homes already (Checkpointer::start);
   // else the weights and fresh optimizer state go there now: streamed, or
   // (without streaming) the plain copies scattered.

@@ -29,10 +29,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <iterator>
 #include <map>
+#include <sys/stat.h>
 
 using namespace spw;
 using namespace spw::storage;
@@ -259,6 +261,15 @@ void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
   t.dirs_used = ssd_dirs.empty() ? split_dirs(t.ssd_dirs) : ssd_dirs;
   if (t.dirs_used.empty())
     t.dirs_used = {"."};
+  // Data parallel: each rank swaps to its own directory under each one
+  // (--ssd's, spillwayc's or the current one), created when it swaps.
+  if (dist::active())
+    for (std::string &d : t.dirs_used) {
+      d += "/rank-" + std::to_string(dist::rank());
+      if (t.ssd_bytes > 0 && ::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST)
+        fail("--ssd: cannot create rank %d's directory '%s': %s", dist::rank(),
+             d.c_str(), std::strerror(errno));
+    }
   t.device = ctx->device.get();
   t.gpu = t.device->make_tier_memory(std::max<uint64_t>(t.gpu_bytes, 256));
   // The host arena, plus room for the I/O engine's alignment slack.

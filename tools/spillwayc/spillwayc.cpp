@@ -566,9 +566,10 @@ int readPlanningFlags(bool planning, bool offload,
     planOptions.microbatches = microbatches;
   if (overlapOptimizerText.getNumOccurrences())
     planOptions.overlap = overlapOptimizer;
-  if (ranks < 1)
-    return fail("--ranks must be at least 1 (the data-parallel ranks the "
-                "plan is costed for)");
+  if (ranks < 1 || ranks > 2147483647u)
+    return fail("--ranks must be in [1, 2147483647] (the data-parallel "
+                "ranks the plan is costed for; MPI numbers ranks with an "
+                "int)");
   planOptions.ranks = ranks;
   if (std::string e = spillway::validatePlanningOptions(planOptions);
       !e.empty())

@@ -156,3 +156,10 @@ TEST(HardwareProfile, NetworkIsOptionalAndChecked) {
   EXPECT_EQ(edit("{\"gbps\": 12.5}", "12.5"),
             "hardware profile 'hw.json': 'network' must be an object");
 }
+
+TEST(HardwareProfile, RatesTooSmallForFiniteTimesAreRefused) {
+  // Positive, but 1e-320 GB/s makes every predicted time infinite.
+  EXPECT_EQ(errorOf(edited("\"h2d_gbps\": 55", "\"h2d_gbps\": 1e-320")),
+            "hardware profile 'hw.json' pcie: 'h2d_gbps' must be at least "
+            "1e-12, got 9.99989e-321");
+}

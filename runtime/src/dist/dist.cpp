@@ -164,13 +164,19 @@ void init() {
   if (g.size > 1) {
     const int n = std::snprintf(
         g_stopped, sizeof g_stopped,
-        "rank %d: stopped: mpirun ended the job (another rank failed or "
-        "died, or the job was interrupted); with --checkpoint-dir, resume "
-        "the job from its last complete checkpoint with --resume\n",
+        "rank %d: stopped by SIGTERM, as mpirun ends a job when another "
+        "rank fails or dies or the job is interrupted; with "
+        "--checkpoint-dir, resume the job from its last complete "
+        "checkpoint with --resume\n",
         g.rank);
     g_stopped_len = n > 0 ? std::min(size_t(n), sizeof g_stopped - 1) : 0;
     std::signal(SIGTERM, on_stopped);
   }
+  if (g.size != ompi_size)
+    fail("OMPI_COMM_WORLD_SIZE=%d, but Open MPI started a job of %d rank%s: "
+         "this process was not launched by mpirun (the variable was set by "
+         "hand?); launch with `mpirun -np %d EXE ...`, or unset it",
+         ompi_size, g.size, g.size == 1 ? "" : "s", ompi_size);
   if (torch_size >= 0 && torch_size != g.size)
     fail("WORLD_SIZE=%d but mpirun started %d ranks; unset WORLD_SIZE or "
          "make them agree",
@@ -185,8 +191,11 @@ void finalize() {
 }
 
 void abort_job(int code) {
-  if (g.joined && g.size > 1)
+  if (g.joined && g.size > 1) {
+    // This rank failed and said why: mpirun's SIGTERM to it is no news.
+    std::signal(SIGTERM, SIG_DFL);
     g.mpi.abort(g.mpi.comm_world, code == 0 ? 1 : code);
+  }
 }
 
 void allreduce_sum(float *x, int64_t n) {

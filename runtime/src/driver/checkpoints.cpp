@@ -287,6 +287,7 @@ int64_t Checkpointer::start() {
       data_->position = p;
     }
     restored_ = true;
+    restored_dir_ = c->dir();
     return c->step();
   }
 }

@@ -51,6 +51,8 @@ public:
   // Whether start() restored a checkpoint (else the caller loads the
   // weights, and an offload plan's homes with them and zero state).
   bool restored() const { return restored_; }
+  // The checkpoint directory start() restored ("" when none).
+  const std::string &restored_dir() const { return restored_dir_; }
   // Streams the parameters and state to a new checkpoint: an offload plan's
   // blocks one at a time from their homes (tiers_stream_out), never all in
   // host memory.
@@ -70,6 +72,7 @@ private:
   std::unique_ptr<storage::IoEngine> engine_;
 
   bool restored_ = false;
+  std::string restored_dir_;
   // Data parallel: only rank 0 takes the lock and writes (dist.h).
   const bool writer_ = dist::rank() == 0;
 

@@ -737,14 +737,16 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
         output_failed(ctx, o, e);
       }
     }
-    // Test-only: SPILLWAY_TEST_KILL_RANK=R:S kills rank R (of a job or
-    // alone, R = 0) with SIGKILL once step S is done, as `kill -9` would.
+    // Test-only: SPILLWAY_TEST_KILL_RANK=R:S[:TERM] sends rank R (of a job
+    // or alone, R = 0) SIGKILL (or SIGTERM, as mpirun stops a rank) once
+    // step S is done, as `kill -9` (`kill`) would.
     if (const char *k = std::getenv("SPILLWAY_TEST_KILL_RANK")) {
       long long r = -1, at = -1;
-      if (std::sscanf(k, "%lld:%lld", &r, &at) == 2 && r == dist::rank() &&
-          at == s) {
+      char sig[8] = {};
+      if (std::sscanf(k, "%lld:%lld:%7s", &r, &at, sig) >= 2 &&
+          r == dist::rank() && at == s) {
         flush_stdout();
-        std::raise(SIGKILL);
+        std::raise(std::strcmp(sig, "TERM") == 0 ? SIGTERM : SIGKILL);
       }
     }
   }
@@ -765,12 +767,16 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
     std::printf("done: %lld steps in %.3f s (%.1f steps/s), final loss %.6f\n",
                 (long long)ran, secs, secs > 0 ? double(ran) / secs : 0.0,
                 double(loss));
+  else if (start > 0)
+    std::printf("done: the checkpoint is at the last step (%lld); nothing "
+                "to train\n",
+                (long long)start);
   // Data parallel: rank 0's averages (the others' are alike), measured.
   if (dist::active() && ran > 0) {
     const dist::Traffic t = dist::traffic();
     std::printf("data parallel: %d ranks; rank 0 averaged %s per step "
-                "(gradients and loss; a ring all-reduce sends about %s of "
-                "it per rank) in %.3f ms per step, %.1f%% of the step time\n",
+                "(gradients and loss; a ring all-reduce sends about %s per "
+                "rank for it) in %.3f ms per step, %.1f%% of the step time\n",
                 dist::size(), human_bytes(t.bytes / ran).c_str(),
                 human_bytes(int64_t(2.0 * (dist::size() - 1) / dist::size() *
                                     double(t.bytes / ran)))
@@ -778,10 +784,6 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
                 1e3 * t.seconds / double(ran),
                 secs > 0 ? 100.0 * t.seconds / secs : 0.0);
   }
-  else if (start > 0)
-    std::printf("done: the checkpoint is at the last step (%lld); nothing "
-                "to train\n",
-                (long long)start);
   if (ctx->device->step_arena_bytes() > 0 && ran > 2) {
     const double steady = std::chrono::duration<double>(
                               std::chrono::steady_clock::now() - warm)
