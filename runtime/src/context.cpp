@@ -4,6 +4,7 @@
 
 #include "dist/dist.h"
 #include "tiers.h"
+#include "trace.h"
 
 #include <algorithm>
 #include <cmath>
@@ -506,7 +507,20 @@ void spw_set_output(spw_ctx *ctx, int32_t index, spw_tensor *value) {
 } // extern "C"
 
 namespace spw {
-void reduce_mean(spw_ctx *ctx, float *data, bool on_device, int64_t n) {
+void reduce_mean(spw_ctx *ctx, float *data, bool on_device, int64_t n,
+                 const std::string &what) {
+  const int64_t t0 = trace::enabled() ? trace::now_us() : -1;
+  struct Span {
+    int64_t t0;
+    const std::string &what;
+    int64_t bytes;
+    ~Span() {
+      if (t0 >= 0)
+        trace::span(trace::Lane::Compute, 0, "allreduce " + what, t0,
+                    trace::now_us(),
+                    format("\"bytes\": %lld", (long long)bytes));
+    }
+  } span{t0, what, n * int64_t(sizeof(float))};
   // The sum over ranks, then one float32 division: the micro-batch mean's
   // arithmetic (a sum of the replicas' gradients divided by their count).
   const float ranks = float(dist::size());
@@ -546,7 +560,8 @@ void reduce_grad(spw_ctx *ctx, int32_t param, spw_tensor *grad) {
            "float32 gradients",
            p ? format("'%s'", p->name.c_str()).c_str() : "a parameter",
            dtype_name(grad->dtype));
-    reduce_mean(ctx, grad->as<float>(), grad->on_device, grad->numel);
+    reduce_mean(ctx, grad->as<float>(), grad->on_device, grad->numel,
+                p ? format("'%s'", p->name.c_str()) : "a clipped gradient");
     done.push_back(grad);
   }
   if (p)

@@ -253,8 +253,10 @@ void clear_step(spw_ctx *ctx);
 // the step only evaluates.
 void reduce_grad(spw_ctx *ctx, int32_t param, spw_tensor *grad);
 // The same for n float32 values at `data` (device memory when `on_device`
-// and the device's memory is not the host's).
-void reduce_mean(spw_ctx *ctx, float *data, bool on_device, int64_t n);
+// and the device's memory is not the host's), `what` naming them in
+// --trace (a span "allreduce WHAT" on the compute lane, which it blocks).
+void reduce_mean(spw_ctx *ctx, float *data, bool on_device, int64_t n,
+                 const std::string &what);
 void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad,
                  bool host_update);
 // A step tensor on the context's device (uninitialized) or host.

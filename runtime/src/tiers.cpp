@@ -1873,7 +1873,7 @@ void spw_grad_norms(spw_ctx *ctx, int32_t layer, int32_t tier,
       ParamInfo &p = ctx->params[k];
       if (dist::active() && p.reduced_step != ctx->step) {
         reduce_mean(ctx, reinterpret_cast<float *>(base + b.offsets[i]),
-                    d == Tier::Gpu, v.numel);
+                    d == Tier::Gpu, v.numel, format("'%s'", p.name.c_str()));
         p.reduced_step = ctx->step;
       }
       c.part_norm[k] = grad_norm(
