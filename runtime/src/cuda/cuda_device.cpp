@@ -32,6 +32,7 @@
 #include "cuda/cuda_tier_memory.h"
 #include "cuda/kernels.h"
 #include "cuda/optimizer_kernels.h"
+#include "dist/dist.h"
 #include "storage/tensor_store.h"
 
 #include <cublasLt.h>
@@ -73,12 +74,15 @@ public:
            "%s); run on a machine with an NVIDIA GPU and driver, or with "
            "--device cpu",
            e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    SPW_CUDA(cudaSetDevice(0));
-    SPW_CUDA(cudaGetDeviceProperties(&prop_, 0));
+    // Data parallel: the ranks on one machine take a GPU each (mpirun's
+    // local rank; round robin when there are more ranks than GPUs).
+    const int dev = dist::local_rank() % count;
+    SPW_CUDA(cudaSetDevice(dev));
+    SPW_CUDA(cudaGetDeviceProperties(&prop_, dev));
     if (prop_.major < 9)
       fail("--device cuda: the kernels are built for sm_90 (Hopper) and "
-           "newer, and device 0 (%s) is sm_%d%d; run with --device cpu",
-           prop_.name, prop_.major, prop_.minor);
+           "newer, and device %d (%s) is sm_%d%d; run with --device cpu",
+           dev, prop_.name, prop_.major, prop_.minor);
     SPW_CUDA(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
     SPW_CUDA(cudaStreamCreateWithFlags(&h2d_, cudaStreamNonBlocking));
     SPW_CUDA(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking));

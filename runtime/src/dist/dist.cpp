@@ -104,6 +104,12 @@ constexpr int64_t kPiece = int64_t(1) << 30;
 } // namespace
 
 int rank() { return g.rank; }
+int local_rank() {
+  if (!g.joined)
+    return 0;
+  const int r = env_int("OMPI_COMM_WORLD_LOCAL_RANK");
+  return r < 0 ? 0 : r;
+}
 int size() { return g.size; }
 
 void init() {

@@ -27,6 +27,9 @@ namespace spw::dist {
 // This process's place in the job: rank 0 of 1 unless mpirun launched it.
 int rank();
 int size();
+// This rank's index among the job's ranks on its machine (mpirun's
+// OMPI_COMM_WORLD_LOCAL_RANK; 0 alone): which GPU it takes.
+int local_rank();
 inline bool active() { return size() > 1; }
 
 // Joins the job mpirun launched (a no-op otherwise). Throws spw::Error,
