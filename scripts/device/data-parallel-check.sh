@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Data parallel on a multi-GPU machine (issue 21): N ranks of `mpirun -np N`,
+# one GPU each, against one process on one GPU training the same rows per
+# step (batch N x b in N micro-batches): the final weights compared, tokens
+# per second of each, and the ranks' measured all-reduce share.
+#
+#   here (spillwayc, nvcc):  bash scripts/device/data-parallel-check.sh --prepare N
+#                            builds build/device-dp/ for N GPUs (the GPT of
+#                            scripts/device/prepare-cuda.sh, batch b = 4 per
+#                            rank, fp32 so both runs round alike)
+#   there:                   bash scripts/device/data-parallel-check.sh [--steps K] [--dry-run]
+#                            device tool: carry ["build/device-dp"]
+# There needs Open MPI's mpirun (the H200 test machine has none and one GPU:
+# this script is for a machine with N GPUs and Open MPI; it says so and stops
+# where either is missing). Weights: bit-identical expected for N = 2 (the
+# average of two gradients is the micro-batch mean's sum); otherwise within
+# 1e-4 (MPI groups the sum otherwise). Rows go to $OUT/data-parallel.txt as
+# they come; the table prints last.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+DIR=${DP_DIR:-$ROOT/build/device-dp}
+PREPARE="" STEPS=20 DRY=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --prepare) [ $# -ge 2 ] || { echo "data-parallel-check: --prepare needs the GPU count N" >&2; exit 2; }
+               PREPARE=$2; shift ;;
+    --steps) [ $# -ge 2 ] || { echo "data-parallel-check: --steps needs a count" >&2; exit 2; }
+             STEPS=$2; shift ;;
+    --dry-run) DRY=1 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) echo "data-parallel-check: unknown option '$1' (--prepare N, --steps K, --dry-run)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[[ $STEPS =~ ^[1-9][0-9]*$ ]] && [ "$STEPS" -ge 3 ] || { echo "data-parallel-check: --steps must be an integer >= 3" >&2; exit 2; }
+
+if [ -n "$PREPARE" ]; then
+  [[ $PREPARE =~ ^[0-9]+$ ]] && [ "$PREPARE" -ge 2 ] || { echo "data-parallel-check: --prepare N needs N >= 2 GPUs" >&2; exit 2; }
+  BIN=${BIN:-$ROOT/build/bin}
+  [ -x "$BIN/spillwayc" ] || { echo "data-parallel-check: $BIN/spillwayc missing: run scripts/build.sh where nvcc is" >&2; exit 1; }
+  rm -rf "$DIR" && mkdir -p "$DIR"
+  W=${DP_WORK:-$ROOT/build/bench/device-dp-models}
+  rm -rf "$W" && mkdir -p "$W"
+  GPT=(--layers 2 --d-model 128 --heads 2 --vocab 512 --seq 128 --seed 1)
+  python3 "$ROOT/bench/make_gpt_onnx.py" --out "$W/rank" "${GPT[@]}" --batch 4 > /dev/null
+  python3 "$ROOT/bench/make_gpt_onnx.py" --out "$W/whole" "${GPT[@]}" --batch $((4 * PREPARE)) > /dev/null
+  "$BIN/spillwayc" "$W/whole/gpt.onnx" --target cuda --precision fp32 --microbatches "$PREPARE" -o "$DIR/one"
+  "$BIN/spillwayc" "$W/rank/gpt.onnx" --target cuda --precision fp32 -o "$DIR/dp"
+  rm -f "$DIR/dp.weights" # one.weights: the same parameters
+  cp "$W/whole/tokens.npy" "$W/whole/targets.npy" "$DIR/"
+  cp "$ROOT/test/e2e/compare_weights.py" "$DIR/"
+  echo "$PREPARE" > "$DIR/ranks"
+  strip "$DIR/one" "$DIR/dp" 2>/dev/null || true
+  echo "data-parallel-check: built $DIR for $PREPARE GPUs ($(du -sm "$DIR" | cut -f1) MiB)"
+  exit 0
+fi
+
+[ -f "$DIR/ranks" ] || { echo "data-parallel-check: $DIR missing: run --prepare N here first and carry build/device-dp" >&2; exit 1; }
+N=$(cat "$DIR/ranks")
+OUT=${OUT:-$DIR/out}
+mkdir -p "$OUT"
+ROWS=$OUT/data-parallel.txt
+IN=(--weights "$DIR/one.weights" --input "tokens=$DIR/tokens.npy" --input "targets=$DIR/targets.npy"
+    --steps "$STEPS" --device cuda)
+ONE=("$DIR/one" "${IN[@]}" --log-json "$OUT/one.jsonl" --save "$OUT/one.safetensors")
+MPIRUN=(mpirun -np "$N")
+[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+DP=("${MPIRUN[@]}" "$DIR/dp" "${IN[@]}" --log-json "$OUT/dp.jsonl" --save "$OUT/dp.safetensors")
+if [ "$DRY" = 1 ]; then
+  echo "data-parallel-check --dry-run: $N GPUs, $STEPS steps"
+  echo "[one GPU] ${ONE[*]}"
+  echo "[$N GPUs] ${DP[*]}"
+  exit 0
+fi
+command -v mpirun > /dev/null || { echo "data-parallel-check: no mpirun on this machine: it needs Open MPI (Debian: openmpi-bin) and $N GPUs" | tee -a "$ROWS" >&2; exit 1; }
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+[ "$GPUS" -ge "$N" ] || { echo "data-parallel-check: built for $N GPUs, this machine has $GPUS: run --prepare $GPUS where spillwayc is" | tee -a "$ROWS" >&2; exit 1; }
+echo "one GPU: ${ONE[*]}" | tee -a "$ROWS"
+"${ONE[@]}" > "$OUT/one.out"
+echo "$N GPUs: ${DP[*]}" | tee -a "$ROWS"
+"${DP[@]}" > "$OUT/dp.out"
+if [ "$N" = 2 ]; then CMP=--exact; else CMP="--atol 1e-4"; fi
+SAME=$(python3 "$DIR/compare_weights.py" "$OUT/dp.safetensors" "$OUT/one.safetensors" $CMP 2>&1) && ok=yes || ok=NO
+echo "weights ($CMP): $ok: $SAME" | tee -a "$ROWS"
+python3 - "$OUT" "$N" <<'PY' | tee -a "$ROWS"
+import json, statistics, sys
+out, n = sys.argv[1], int(sys.argv[2])
+def steady(name):
+    rows = [json.loads(l) for l in open(f"{out}/{name}.jsonl")]
+    t = [r["elapsed_s"] for r in rows]
+    s = statistics.median(t[i] - t[i - 1] for i in range(1, len(t)))
+    return s, rows[0]["tokens"] / s
+s1, t1 = steady("one")
+sn, tn = steady("dp")
+line = [l for l in open(f"{out}/dp.out") if l.startswith("data parallel:")]
+print(f"{'run':12} {'s/step':>9} {'tok/s':>10}")
+print(f"{'1 GPU':12} {s1:9.5f} {t1:10.0f}")
+print(f"{str(n) + ' GPUs':12} {sn:9.5f} {tn:10.0f}  ({tn / t1:.2f}x)")
+print(line[0].strip() if line else "no data-parallel line")
+PY
+[ "$ok" = yes ]
