@@ -118,8 +118,9 @@ void init() {
   if (ompi_size < 0) {
     if (torch_size > 1)
       fail("WORLD_SIZE=%d asks for %d ranks, but this process was not "
-           "launched by mpirun: torchrun-style launching needs the NCCL "
-           "build (a CUDA executable); launch with `mpirun -np %d EXE ...`",
+           "launched by mpirun, and torchrun-style launching (RANK, "
+           "WORLD_SIZE, MASTER_ADDR) is not supported yet; launch with "
+           "`mpirun -np %d EXE ...`",
            torch_size, torch_size, torch_size);
     return;
   }
