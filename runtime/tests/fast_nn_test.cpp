@@ -5,6 +5,7 @@
 // determinism, and the kernels whose fast path must give identical bits.
 
 #include "cpu/parallel.h"
+#include "cpu/vmath.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -109,6 +110,20 @@ void check_xent(int64_t N, int64_t C, float lo, float hi, uint64_t seed,
     EXPECT_EQ(compare(*gf[0], *gr[0], 1e-5, 1e-12, "dlogits"), 0)
         << N << "x" << C << " reduction " << red;
   }
+}
+
+// exp_f's special arguments (a NaN logit reaches it from the cross-entropy
+// of weights holding NaN: the weights fuzzer's crash, a NaN converted to
+// int under UBSan).
+TEST(FastNN, ExpOfSpecialValues) {
+  using spw::cpu::vmath::exp_f;
+  EXPECT_TRUE(std::isnan(exp_f(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(std::isnan(exp_f(-std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_EQ(exp_f(std::numeric_limits<float>::infinity()),
+            std::numeric_limits<float>::infinity());
+  EXPECT_EQ(exp_f(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(exp_f(0.0f), 1.0f);
+  EXPECT_NEAR(exp_f(1.0f), std::exp(1.0f), 2e-7f * std::exp(1.0f));
 }
 
 TEST(FastNN, CrossEntropyMatchesReference) {

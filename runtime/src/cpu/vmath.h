@@ -4,7 +4,8 @@
 // kernels' loops (no libm calls in hot loops):
 //   exp_f   Cephes expf: range reduction by ln 2 (split in two), a degree-6
 //           polynomial, 2^n by exponent bits; ~1-2 ulp. exp_f(-inf) = 0,
-//           arguments below -87.3 give 0, above 88.7 give +inf.
+//           arguments below -87.3 give 0, above 88.7 give +inf, NaN
+//           gives NaN.
 //   erfc_f  Numerical Recipes' erfcc (Chebyshev fit of erfc(z) e^{z^2});
 //           relative error below 1.2e-7 on the whole line (so Phi(x) =
 //           erfc(-x/sqrt2)/2 stays accurate in the far negative tail).
@@ -21,8 +22,12 @@ namespace spw::cpu::vmath {
 inline float exp_f(float x) {
   const float hi = 88.7228f, lo = -87.3365f;
   const bool over = x > hi, under = x < lo;
+  // NaN passes both clamps: computing on 0 keeps the float -> int
+  // conversion below defined (NaN to int is UB); the result is x.
+  const bool nan = !(x == x);
   float xc = x > hi ? hi : x;
   xc = xc < lo ? lo : xc;
+  xc = nan ? 0.0f : xc;
   // n = round(x / ln2)
   float fn = xc * 1.44269504088896341f;
   fn = fn + (fn >= 0.0f ? 0.5f : -0.5f);
@@ -46,7 +51,8 @@ inline float exp_f(float x) {
   std::memcpy(&s2, &b2, 4);
   y = y * s1 * s2;
   y = over ? __builtin_inff() : y;
-  return under ? 0.0f : y;
+  y = under ? 0.0f : y;
+  return nan ? x : y;
 }
 
 // erfc(x), relative error < 1.2e-7 (exp_f's error included: a few ulp).
