@@ -675,7 +675,9 @@ extern "C" int spw_main(int argc, char **argv) {
     return 0;
   }
   try {
-    if (const uint64_t fp = job_fingerprint(argc, argv); !dist::all_equal(fp)) {
+    // (Only in a job: it reads the whole executable.)
+    if (const uint64_t fp = dist::active() ? job_fingerprint(argc, argv) : 0;
+        !dist::all_equal(fp)) {
       const std::string ranks = dist::ranks_differing(fp);
       fail("the ranks of this job do not run the same executable with the "
            "same arguments (rank%s %s differ%s from rank 0): launch one "
