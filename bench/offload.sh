@@ -606,6 +606,13 @@ if "adamw" in opts and "foam" in opts:
     if cmp:
         summary["adamw_vs_foam_at_F0"] = cmp
 
+# The precision and state-dtype comparisons below: a row's bytes of one
+# block class (zero where the run has none), ratios and steady times.
+cls = lambda r, k: (r["bytes_per_iteration_by_class"] or {}).get(k) or dict.fromkeys(links, 0)
+ratio = lambda a, b: a / b if b else None
+fmt = lambda x: f"{x:.3f}x" if x is not None else "-"
+st = lambda r: r["measured_s_per_iteration_steady"] or r["measured_s_per_iteration_mean"]
+
 # bf16-mixed against fp32, config by config (same schedule, F, optimizer,
 # batch and budgets): the params class carries the bf16 working copies (2
 # bytes per parameter against fp32's 4), the master class the f32 masters
@@ -615,10 +622,7 @@ pairs = [(r, byname.get((r["schedule"], r["overlap_optimizer"], r["optimizer_tok
          for r in rows if r["precision"] == "bf16-mixed"]
 pairs = [(m, f) for m, f in pairs if f]
 if pairs:
-    cls = lambda r, k: (r["bytes_per_iteration_by_class"] or {}).get(k) or dict.fromkeys(links, 0)
     pcie = lambda d: d["h2d"] + d["d2h"]
-    ratio = lambda a, b: a / b if b else None
-    fmt = lambda x: f"{x:.3f}x" if x is not None else "-"
     print(f"bf16-mixed against fp32, same config, batch, M={M} and budgets; per iteration in {uname}, measured "
           f"by block class (stats-json bytes_per_iteration_by_class)")
     print(f"{'schedule':10} {'opt':>5} {'F':>4} {'params h2d':>19} {'params ssd r+w':>19} {'master ssd r+w':>15} "
@@ -627,7 +631,6 @@ if pairs:
     for m, f in pairs:
         pm, pf, mm = cls(m, "params"), cls(f, "params"), cls(m, "master")
         bm, bf = m["bytes_per_iteration"], f["bytes_per_iteration"]
-        st = lambda r: r["measured_s_per_iteration_steady"] or r["measured_s_per_iteration_mean"]
         c = {"fp32": f"{f['schedule']} F={f['F']} {f['optimizer_token']}",
              "bf16_mixed": f"{m['schedule']} F={m['F']} {m['optimizer_token']}",
              "params_class": {"fp32": pf, "bf16_mixed": pm},
@@ -661,10 +664,6 @@ pairs = [(r, byname.get((r["schedule"], r["overlap_optimizer"], r["optimizer_tok
          for r in rows if r["optimizer_state_dtype"] == "bf16"]
 pairs = [(h, f) for h, f in pairs if f]
 if pairs:
-    cls = lambda r, k: (r["bytes_per_iteration_by_class"] or {}).get(k) or dict.fromkeys(links, 0)
-    ratio = lambda a, b: a / b if b else None
-    fmt = lambda x: f"{x:.3f}x" if x is not None else "-"
-    st = lambda r: r["measured_s_per_iteration_steady"] or r["measured_s_per_iteration_mean"]
     print(f"bf16 optimizer state against fp32 state, same config, batch, M={M} and budgets; per iteration in "
           f"{uname}, measured by block class")
     print(f"{'schedule':10} {'opt':>11} {'F':>4} {'optimizer ssd r+w':>21} {'SSD r+w':>19} "
