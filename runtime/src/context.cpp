@@ -3,6 +3,7 @@
 #include "context.h"
 
 #include "dist/dist.h"
+#include "dist/zero.h"
 #include "tiers.h"
 #include "trace.h"
 
@@ -560,8 +561,13 @@ void reduce_grad(spw_ctx *ctx, int32_t param, spw_tensor *grad) {
            "float32 gradients",
            p ? format("'%s'", p->name.c_str()).c_str() : "a parameter",
            dtype_name(grad->dtype));
-    reduce_mean(ctx, grad->as<float>(), grad->on_device, grad->numel,
-                p ? format("'%s'", p->name.c_str()) : "a clipped gradient");
+    // ZeRO: each rank needs the mean of its shard only; gradient clipping
+    // needs every element's for the norm.
+    if (p && p->shard_hi >= 0 && !ctx->grad_clip.declared)
+      zero::reduce_scatter_mean(ctx, *p, grad);
+    else
+      reduce_mean(ctx, grad->as<float>(), grad->on_device, grad->numel,
+                  p ? format("'%s'", p->name.c_str()) : "a clipped gradient");
     done.push_back(grad);
   }
   if (p)
@@ -680,7 +686,7 @@ void device_start(spw_ctx *ctx, std::unique_ptr<Device> device) {
 }
 
 int64_t state_bytes(const spw_ctx *ctx, const ParamInfo &p) {
-  return p.state_numel() * (ctx->state_bf16 ? 2 : 4);
+  return p.state_local_numel() * (ctx->state_bf16 ? 2 : 4);
 }
 
 void upload_state(Device &d, StateMem dev, const std::vector<float> &host) {
@@ -737,8 +743,8 @@ void device_pull(spw_ctx *ctx) {
       d.download(p.value->data, p.dev_value->data, p.value->bytes());
     if (!p.state_live)
       continue;
-    p.adam_m.resize(size_t(p.state_numel()));
-    p.adam_v.resize(size_t(p.state_numel()));
+    p.adam_m.resize(size_t(p.state_local_numel()));
+    p.adam_v.resize(size_t(p.state_local_numel()));
     download_state(d, p.adam_m, p.dev_m);
     download_state(d, p.adam_v, p.dev_v);
   }

@@ -72,6 +72,14 @@ struct ParamInfo {
   double foam_alpha = 0.25; // the compile-time default
   // Elements of each moment (m, v) the parameter's optimizer keeps.
   int64_t state_numel() const;
+  // ZeRO (dist/zero.h): this rank keeps the moments of elements
+  // [shard_lo, shard_hi) only (shard_hi < 0: of all), and updates only
+  // those; element e's moments are at index e - shard_lo.
+  int64_t shard_lo = 0, shard_hi = -1;
+  // The moments' elements this rank keeps.
+  int64_t state_local_numel() const {
+    return shard_hi >= 0 ? shard_hi - shard_lo : state_numel();
+  }
   // The shape of each moment: the parameter's, or [rows, folded columns].
   std::vector<int64_t> state_dims() const;
   // An offload plan's bound AdamW state (spw_bind of an optimizer block);
@@ -184,6 +192,9 @@ struct spw_ctx {
   // spw_declare_optimizer_state_dtype(SPW_BF16): AdamW / FOAM moments are
   // stored as bf16 (StateMem) wherever they live.
   bool state_bf16 = false;
+  // --zero: 1 shards the optimizer state over the data-parallel ranks
+  // (dist/zero.h); 0 keeps it whole on every rank.
+  int zero_stage = 0;
   std::shared_ptr<spw::Tiers> tiers; // set by spw_declare_tiers
   // Bytes the step's tensors may take on the device beside the plan's GPU
   // arena (spw_declare_step_arena); -1: no bound declared.

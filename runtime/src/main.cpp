@@ -11,6 +11,7 @@
 
 #include "cpu/parallel.h"
 #include "dist/dist.h"
+#include "dist/zero.h"
 #include "driver/checkpoints.h"
 #include "driver/driver.h"
 #include "driver/options.h"
@@ -203,6 +204,23 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
                 "every step; the gradients and the logged loss are their "
                 "means; rank 0 prints and writes\n",
                 dist::size());
+  if (zero::active(ctx)) {
+    int64_t whole = 0, here = 0;
+    for (const ParamInfo &p : ctx->params)
+      if (p.shard_hi >= 0) {
+        whole += p.state_numel();
+        here += p.state_local_numel();
+      }
+    const int64_t elem = ctx->state_bf16 ? 2 : 4;
+    std::printf("  zero: stage 1, AdamW state sharded over %d rank%s: %s on "
+                "this rank of %s (gradients %s; values all-gathered)\n",
+                dist::size(), dist::size() == 1 ? "" : "s",
+                human_bytes(2 * here * elem).c_str(),
+                human_bytes(2 * whole * elem).c_str(),
+                ctx->grad_clip.declared
+                    ? "all-reduced, as clipping's norm needs every element"
+                    : "reduce-scattered");
+  }
   if (!ctx->params.empty())
     std::printf("  weights: %s\n", weights.c_str());
   for (size_t i = 0; i < ctx->inputs.size(); ++i) {
@@ -315,6 +333,12 @@ int run(const Options &o, const char *argv0) {
                      "gradient clipping, whose norm is a barrier the plan "
                      "must hold (every update after the last gradient): "
                      "recompile with spillwayc --grad-clip F");
+  if (o.zero) {
+    if (const std::string why = zero::unsupported(ctx); !why.empty())
+      throw UsageError(why);
+    ctx->zero_stage = int(o.zero);
+    zero::start(ctx);
+  }
   if (o.adamw.foam_alpha && foam_string(ctx).empty())
     throw UsageError("--foam-alpha: this executable folds no parameter "
                      "(compiled with --optimizer adamw, or a model with no "
@@ -444,7 +468,7 @@ int run(const Options &o, const char *argv0) {
       if (host_state) {
         add(p.value->bytes());
         if (p.value->dtype == SPW_F32)
-          add(2 * p.state_numel() * int64_t(sizeof(float)));
+          add(2 * p.state_local_numel() * int64_t(sizeof(float)));
       }
     }
     for (const OutputInfo &out : ctx->outputs)

@@ -25,11 +25,13 @@
 
 #include "context.h"
 #include "cpu/parallel.h"
+#include "dist/zero.h"
 #include "host_optimizer.h"
 #include "tiers.h"
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 using namespace spw;
@@ -77,6 +79,23 @@ void check_range(const ParamInfo &p, int64_t begin, int64_t end) {
          "its %lld elements",
          (long long)begin, (long long)end, p.name.c_str(),
          (long long)p.value->numel);
+}
+
+// ZeRO (dist/zero.h): the part of elements [begin, end) whose update this
+// rank makes, its shard's; empty (first >= second) when none is.
+std::pair<int64_t, int64_t> local_range(const ParamInfo &p, int64_t begin,
+                                        int64_t end) {
+  if (p.shard_hi < 0)
+    return {begin, end};
+  return {std::max(begin, p.shard_lo), std::min(end, p.shard_hi)};
+}
+
+// ZeRO: every rank's updated shard of elements [begin, end) to every rank,
+// after the update; every rank gathers, whether its own part ran or was
+// skipped (a non-finite gradient: the step then fails on that rank).
+void gather_updated(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end) {
+  if (p.shard_hi >= 0)
+    zero::gather_values(ctx, p, begin, end);
 }
 
 // A pending update overlapping [begin, end): updating those elements again
@@ -333,10 +352,19 @@ void adamw_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
                   int64_t end, int64_t step, const AdamWHparams &h,
                   std::vector<float> *deferred = nullptr,
                   bool planned = false) {
-  const size_t n = size_t(p.value->numel);
+  const size_t n = size_t(p.state_local_numel());
   if (!p.bound_m && p.bound_split < 0 && p.adam_m.size() != n) {
     p.adam_m.assign(n, 0.0f);
     p.adam_v.assign(n, 0.0f);
+  }
+  // ZeRO: this rank's shard of the range (the state holds only that).
+  if (const auto [b, e] = local_range(p, begin, end);
+      b != begin || e != end) {
+    if (b >= e)
+      return;
+    g += b - begin;
+    begin = b;
+    end = e;
   }
   // An offload plan binds the state of the block the update runs in (one
   // part of it, when the block is split).
@@ -351,8 +379,10 @@ void adamw_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
       fail("parameter '%s' is updated while no copy of it is bound",
            p.name.c_str());
     w = p.value->as<float>() + begin;
-    m = (p.bound_m ? p.bound_m : host_state(ctx, p, p.adam_m)) + begin;
-    v = (p.bound_v ? p.bound_v : host_state(ctx, p, p.adam_v)) + begin;
+    m = (p.bound_m ? p.bound_m : host_state(ctx, p, p.adam_m)) +
+        (begin - p.shard_lo);
+    v = (p.bound_v ? p.bound_v : host_state(ctx, p, p.adam_v)) +
+        (begin - p.shard_lo);
   }
   check_host_values(ctx, p);
   bf16 *work = work_elements(ctx, p, begin, end, /*on_device=*/false);
@@ -378,6 +408,8 @@ bool check_finite_grad(spw_ctx *ctx, const ParamInfo &p, const float *g,
                        int64_t begin, int64_t end) {
   if (!ctx->grad_error.empty())
     return false;
+  // ZeRO: this rank holds the mean gradient of its shard only.
+  std::tie(begin, end) = local_range(p, begin, end);
   for (int64_t i = begin; i < end; ++i)
     if (!std::isfinite(g[i])) {
       ctx->grad_error = spw::format(
@@ -549,9 +581,18 @@ void device_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
   float *w;
   StateMem m, v;
   if (p.dev_m) {
+    // The device's own state is live from the first update on (device_pull
+    // reads it back), a rank's empty ZeRO shard's too.
+    p.state_live = true;
+    const auto [b, e] = local_range(p, begin, end);
+    if (b >= e)
+      return;
+    g += b - begin;
+    begin = b;
+    end = e;
     w = p.dev_value->as<float>() + begin;
-    m = p.dev_m + begin;
-    v = p.dev_v + begin;
+    m = p.dev_m + (begin - p.shard_lo);
+    v = p.dev_v + (begin - p.shard_lo);
   } else {
     if (!p.w_on_device)
       fail("parameter '%s': its optimizer state is bound on the GPU but its "
@@ -643,6 +684,7 @@ void apply_pending(spw_ctx *ctx, ParamInfo &p, PendingAdamW &q) {
     p.spare_dev_grads.push_back({q.dev_grad, n});
   if (!q.grad.empty())
     p.spare_grads.push_back(std::move(q.grad));
+  gather_updated(ctx, p, q.begin, q.end);
 }
 
 } // namespace
@@ -664,11 +706,11 @@ extern "C" void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad,
       const float *g;
       if (device_grad(ctx, p, grad, 0, p.value->numel, &g))
         device_update(ctx, p, g, 0, p.value->numel, ctx->step, h, 0.0);
-      return;
+    } else if (check_finite_grad(ctx, p, recorded_grad(p), 0,
+                                 p.value->numel)) {
+      adamw_update(ctx, p, recorded_grad(p), 0, p.value->numel, ctx->step, h);
     }
-    if (!check_finite_grad(ctx, p, recorded_grad(p), 0, p.value->numel))
-      return;
-    adamw_update(ctx, p, recorded_grad(p), 0, p.value->numel, ctx->step, h);
+    gather_updated(ctx, p, 0, p.value->numel);
   });
 }
 
@@ -873,11 +915,11 @@ extern "C" void spw_adamw_range(spw_ctx *ctx, int32_t param, spw_tensor *grad,
       const float *g;
       if (device_grad(ctx, p, grad, begin, end, &g))
         device_update(ctx, p, g + begin, begin, end, ctx->step, h, 0.0);
-      return;
+    } else if (check_finite_grad(ctx, p, recorded_grad(p), begin, end)) {
+      adamw_update(ctx, p, recorded_grad(p) + begin, begin, end, ctx->step,
+                   h);
     }
-    if (!check_finite_grad(ctx, p, recorded_grad(p), begin, end))
-      return;
-    adamw_update(ctx, p, recorded_grad(p) + begin, begin, end, ctx->step, h);
+    gather_updated(ctx, p, begin, end);
   });
 }
 

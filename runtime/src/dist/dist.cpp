@@ -37,6 +37,12 @@ struct Mpi {
   int (*comm_size)(Handle, int *);
   int (*allreduce)(const void *, void *, int, Handle, Handle, Handle);
   int (*allgather)(const void *, int, Handle, void *, int, Handle, Handle);
+  int (*allgatherv)(const void *, int, Handle, void *, const int *,
+                    const int *, Handle, Handle);
+  int (*gatherv)(const void *, int, Handle, void *, const int *, const int *,
+                 Handle, int, Handle);
+  int (*reduce_scatter)(const void *, void *, const int *, Handle, Handle,
+                        Handle);
   int (*bcast)(void *, int, Handle, int, Handle);
   int (*barrier)(Handle);
   int (*library_version)(char *, int *);
@@ -101,6 +107,28 @@ void check(int rc, const char *what) {
 // MPI counts are ints: a long buffer goes in pieces.
 constexpr int64_t kPiece = int64_t(1) << 30;
 
+// Per-rank counts and displacements (elements) as MPI's ints. A ZeRO shard
+// is one parameter's 1/N: past 2^31 elements (8 GiB of float32 on one rank)
+// MPI's vector collectives cannot address it.
+std::vector<int> mpi_ints(const std::vector<int64_t> &v, const char *what) {
+  if (v.size() != size_t(g.size))
+    fail("%s: %zu per-rank values for %d ranks", what, v.size(), g.size);
+  std::vector<int> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] < 0 || v[i] > INT_MAX)
+      fail("%s: %lld elements for rank %zu, outside what one MPI call "
+           "addresses (2^31 - 1)",
+           what, (long long)v[i], i);
+    out[i] = int(v[i]);
+  }
+  return out;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
 } // namespace
 
 int rank() { return g.rank; }
@@ -148,6 +176,9 @@ void init() {
   load(lib, m.comm_size, "MPI_Comm_size");
   load(lib, m.allreduce, "MPI_Allreduce");
   load(lib, m.allgather, "MPI_Allgather");
+  load(lib, m.allgatherv, "MPI_Allgatherv");
+  load(lib, m.gatherv, "MPI_Gatherv");
+  load(lib, m.reduce_scatter, "MPI_Reduce_scatter");
   load(lib, m.bcast, "MPI_Bcast");
   load(lib, m.barrier, "MPI_Barrier");
   m.comm_world = object(lib, "ompi_mpi_comm_world");
@@ -214,9 +245,58 @@ void allreduce_sum(float *x, int64_t n) {
                           g.mpi.f32, g.mpi.sum, g.mpi.comm_world),
           "MPI_Allreduce");
   g.traffic.bytes += n * int64_t(sizeof(float));
-  g.traffic.seconds += std::chrono::duration<double>(
-                           std::chrono::steady_clock::now() - t0)
-                           .count();
+  g.traffic.seconds += seconds_since(t0);
+}
+
+void reduce_scatter_sum(const float *x, float *out,
+                        const std::vector<int64_t> &counts) {
+  if (!g.joined || g.size == 1) {
+    std::copy(x, x + (counts.empty() ? 0 : counts[0]), out);
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<int> c = mpi_ints(counts, "MPI_Reduce_scatter");
+  check(g.mpi.reduce_scatter(x, out, c.data(), g.mpi.f32, g.mpi.sum,
+                             g.mpi.comm_world),
+        "MPI_Reduce_scatter");
+  int64_t n = 0;
+  for (int64_t k : counts)
+    n += k;
+  g.traffic.reduce_scattered += n * int64_t(sizeof(float));
+  g.traffic.seconds += seconds_since(t0);
+}
+
+void allgather_in_place(float *x, const std::vector<int64_t> &counts,
+                        const std::vector<int64_t> &displs) {
+  if (!g.joined || g.size == 1)
+    return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<int> c = mpi_ints(counts, "MPI_Allgatherv"),
+                         d = mpi_ints(displs, "MPI_Allgatherv");
+  check(g.mpi.allgatherv(kInPlace, 0, g.mpi.f32, x, c.data(), d.data(),
+                         g.mpi.f32, g.mpi.comm_world),
+        "MPI_Allgatherv");
+  int64_t n = 0;
+  for (int64_t k : counts)
+    n += k;
+  g.traffic.allgathered += n * int64_t(sizeof(float));
+  g.traffic.seconds += seconds_since(t0);
+}
+
+void gather_to_root(const float *x, int64_t n, float *out,
+                    const std::vector<int64_t> &counts,
+                    const std::vector<int64_t> &displs) {
+  if (!g.joined || g.size == 1) {
+    std::copy(x, x + n, out);
+    return;
+  }
+  if (n < 0 || n > INT_MAX)
+    fail("MPI_Gatherv: %lld elements from one rank", (long long)n);
+  const std::vector<int> c = mpi_ints(counts, "MPI_Gatherv"),
+                         d = mpi_ints(displs, "MPI_Gatherv");
+  check(g.mpi.gatherv(x, int(n), g.mpi.f32, out, c.data(), d.data(),
+                      g.mpi.f32, 0, g.mpi.comm_world),
+        "MPI_Gatherv");
 }
 
 Traffic traffic() { return g.traffic; }

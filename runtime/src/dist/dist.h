@@ -46,6 +46,18 @@ void abort_job(int code);
 // In place, over every rank: x = sum over ranks of x. Collective.
 void allreduce_sum(float *x, int64_t n);
 void allreduce_sum(double *x, int64_t n);
+// ZeRO (zero.h). counts[r] elements of the sum over ranks of x, those
+// from sum(counts[0..r-1]) on, into rank r's `out`. Collective.
+void reduce_scatter_sum(const float *x, float *out,
+                        const std::vector<int64_t> &counts);
+// In place: rank r's counts[r] elements at x + displs[r] go to every rank.
+void allgather_in_place(float *x, const std::vector<int64_t> &counts,
+                        const std::vector<int64_t> &displs);
+// Rank r's n = counts[r] elements at x to rank 0's out + displs[r] (`out`
+// is read only on rank 0). Collective.
+void gather_to_root(const float *x, int64_t n, float *out,
+                    const std::vector<int64_t> &counts,
+                    const std::vector<int64_t> &displs);
 // True on every rank exactly when every rank passed the same value.
 bool all_equal(uint64_t value);
 // The ranks whose value differs from rank 0's, as "1, 3" (for the error).
@@ -62,7 +74,10 @@ void barrier();
 // side of the cost model's network link.
 struct Traffic {
   int64_t bytes = 0; // the buffers reduced (each rank sends about 2 (N-1)/N of this)
-  double seconds = 0;
+  // ZeRO: the buffers reduce-scattered and all-gathered (each rank sends
+  // about (N-1)/N of each).
+  int64_t reduce_scattered = 0, allgathered = 0;
+  double seconds = 0; // all of them
 };
 Traffic traffic();
 

@@ -3,6 +3,7 @@
 #include "driver/checkpoints.h"
 
 #include "dist/dist.h"
+#include "dist/zero.h"
 #include "driver/driver.h"
 #include "tiers.h"
 
@@ -294,12 +295,18 @@ int64_t Checkpointer::start() {
 
 void Checkpointer::write(int64_t step, bool report) {
   using storage::CheckpointTensorSpec;
-  if (!writer_)
-    return; // rank 0 writes the job's checkpoint
-
   // The plain copies (parameters no block holds, and every one of a run
   // without a plan) come from the device; the blocks' from their homes.
-  device_pull(ctx_);
+  // ZeRO: every rank's shard of the moments goes to rank 0 first.
+  std::vector<std::vector<float>> full_m, full_v;
+  if (zero::active(ctx_)) {
+    device_pull(ctx_);
+    zero::gather_state(ctx_, full_m, full_v);
+  }
+  if (!writer_)
+    return; // rank 0 writes the job's checkpoint
+  if (!zero::active(ctx_))
+    device_pull(ctx_);
   const std::vector<char> in_p = streamed(ctx_, SPW_BLOCK_PARAMS),
                           in_o = streamed(ctx_, SPW_BLOCK_OPTIMIZER);
   // The blocks' state exists once a step has run (else: fresh, not written).
@@ -339,7 +346,12 @@ void Checkpointer::write(int64_t step, bool report) {
     const ParamInfo &p = ctx_->params[i];
     if (!in_p[i])
       add(i, kTensorValue, p.value->data);
-    if (!in_o[i] && !p.adam_m.empty()) {
+    if (!full_m.empty() && p.shard_hi >= 0) {
+      if (!full_m[i].empty()) {
+        add(i, kTensorAdamM, full_m[i].data());
+        add(i, kTensorAdamV, full_v[i].data());
+      }
+    } else if (!in_o[i] && !p.adam_m.empty()) {
       add(i, kTensorAdamM, p.adam_m.data());
       add(i, kTensorAdamV, p.adam_v.data());
     }
@@ -630,6 +642,9 @@ void Checkpointer::restore(storage::CheckpointReader &c) {
     if (q.state) {
       p.adam_m = std::move(q.m);
       p.adam_v = std::move(q.v);
+      // ZeRO: this rank keeps its shard.
+      zero::keep_shard(p, p.adam_m);
+      zero::keep_shard(p, p.adam_v);
     } else {
       p.adam_m.clear();
       p.adam_v.clear();

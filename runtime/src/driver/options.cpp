@@ -140,6 +140,13 @@ const char kUsage[] =
     "(--resume needs the same N); each rank swaps to DIR/rank-R under each\n"
     "--ssd DIR, and rank R > 0 writes --stats-json FILE.rank-R. Every rank\n"
     "must run the same executable with the same arguments.\n"
+    "  --zero 1                ZeRO stage 1: each rank keeps the AdamW state\n"
+    "                          of 1/N of every parameter's elements and\n"
+    "                          updates those; the gradients are\n"
+    "                          reduce-scattered and the updated values\n"
+    "                          all-gathered (the same bits as --zero 0, the\n"
+    "                          default: every rank keeps the whole state).\n"
+    "                          Models without an offload plan, AdamW only\n"
     "\n"
     "Exit status: 0 success, 1 runtime or data error, 2 usage error.\n";
 
@@ -264,7 +271,7 @@ Options parse_args(int argc, char **argv) {
         "--device-arena", "--loopback-delays", "--optimizer-threads", "--trace",
         "--kernels", "--threads", "--data", "--val-data", "--data-labels",
         "--eval-every", "--eval-batches", "--lr-schedule", "--warmup",
-        "--min-lr", "--grad-clip"};
+        "--min-lr", "--grad-clip", "--zero"};
     if (std::find_if(std::begin(kValued), std::end(kValued),
                      [&](const char *f) { return flag == f; }) ==
         std::end(kValued))
@@ -279,7 +286,7 @@ Options parse_args(int argc, char **argv) {
         "--foam-alpha", "--save", "--log-json", "--checkpoint-dir",
         "--checkpoint-every", "--keep-checkpoints", "--data", "--val-data",
         "--data-labels", "--eval-every", "--eval-batches", "--lr-schedule",
-        "--warmup", "--min-lr", "--grad-clip"};
+        "--warmup", "--min-lr", "--grad-clip", "--zero"};
     if (std::find_if(std::begin(kTraining), std::end(kTraining),
                      [&](const char *f) { return flag == f; }) !=
         std::end(kTraining))
@@ -345,6 +352,13 @@ Options parse_args(int argc, char **argv) {
       o.stats_json = path_value(flag, value);
     } else if (flag == "--trace") {
       o.trace = path_value(flag, value);
+    } else if (flag == "--zero") {
+      if (value != "0" && value != "1")
+        throw UsageError(format("invalid value '%s' for --zero: expected 0 "
+                                "(every rank keeps the whole optimizer "
+                                "state) or 1 (the ranks shard it)",
+                                value.c_str()));
+      o.zero = value == "1" ? 1 : 0;
     } else if (flag == "--optimizer-threads") {
       o.optimizer_threads = parse_int(flag, value, 1);
       if (o.optimizer_threads > HostTasks::kMaxThreads)

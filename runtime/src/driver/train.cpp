@@ -4,6 +4,7 @@
 #include "driver/driver.h"
 
 #include "dist/dist.h"
+#include "dist/zero.h"
 #include "tiers.h"
 
 #include <algorithm>
@@ -371,6 +372,15 @@ void flush_deferred_updates(spw_ctx *ctx) {
 // the weights of the steps run).
 [[noreturn]] void output_failed(spw_ctx *ctx, const Options &o,
                                 const Error &e) {
+  // ZeRO: applying a deferred update is collective (each rank updates its
+  // shard and they all-gather); this rank alone cannot finish them.
+  if (dist::active() && zero::active(ctx) &&
+      std::any_of(ctx->params.begin(), ctx->params.end(),
+                  [](const ParamInfo &p) { return !p.pending.empty(); }))
+    fail("%s; the weights after step %lld are not written: with --zero 1 "
+         "the optimizer overlap's pending updates are every rank's to apply; "
+         "resume the job from its last complete checkpoint",
+         e.what(), (long long)ctx->step);
   flush_deferred_updates(ctx);
   device_pull(ctx);
   // Streamed from the homes like --save; a non-finite parameter: nothing
@@ -774,15 +784,36 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
   // Data parallel: rank 0's averages (the others' are alike), measured.
   if (dist::active() && ran > 0) {
     const dist::Traffic t = dist::traffic();
-    std::printf("data parallel: %d ranks; rank 0 averaged %s per step "
-                "(gradients and loss; a ring all-reduce sends about %s per "
-                "rank for it) in %.3f ms per step, %.1f%% of the step time\n",
-                dist::size(), human_bytes(t.bytes / ran).c_str(),
-                human_bytes(int64_t(2.0 * (dist::size() - 1) / dist::size() *
-                                    double(t.bytes / ran)))
-                    .c_str(),
-                1e3 * t.seconds / double(ran),
-                secs > 0 ? 100.0 * t.seconds / secs : 0.0);
+    const double n = dist::size(), ring = (n - 1) / n;
+    if (zero::active(ctx))
+      // ZeRO: a ring reduce-scatter and a ring all-gather each send
+      // (N-1)/N of their buffer per rank, an all-reduce twice that.
+      std::printf(
+          "data parallel: %d ranks, zero 1; rank 0 reduce-scattered %s "
+          "(gradients), all-gathered %s (updated values) and all-reduced %s "
+          "(loss%s) per step (a ring sends about %s per rank for them) in "
+          "%.3f ms per step, %.1f%% of the step time\n",
+          dist::size(), human_bytes(t.reduce_scattered / ran).c_str(),
+          human_bytes(t.allgathered / ran).c_str(),
+          human_bytes(t.bytes / ran).c_str(),
+          ctx->grad_clip.declared ? " and gradients, for clipping's norm"
+                                  : "",
+          human_bytes(int64_t(ring * double(t.reduce_scattered / ran +
+                                            t.allgathered / ran) +
+                              2 * ring * double(t.bytes / ran)))
+              .c_str(),
+          1e3 * t.seconds / double(ran),
+          secs > 0 ? 100.0 * t.seconds / secs : 0.0);
+    else
+      std::printf("data parallel: %d ranks; rank 0 averaged %s per step "
+                  "(gradients and loss; a ring all-reduce sends about %s per "
+                  "rank for it) in %.3f ms per step, %.1f%% of the step "
+                  "time\n",
+                  dist::size(), human_bytes(t.bytes / ran).c_str(),
+                  human_bytes(int64_t(2 * ring * double(t.bytes / ran)))
+                      .c_str(),
+                  1e3 * t.seconds / double(ran),
+                  secs > 0 ? 100.0 * t.seconds / secs : 0.0);
   }
   if (ctx->device->step_arena_bytes() > 0 && ran > 2) {
     const double steady = std::chrono::duration<double>(

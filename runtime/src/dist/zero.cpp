@@ -1,0 +1,210 @@
+//===- zero.cpp - ZeRO-1: the optimizer state sharded over the ranks ------===//
+//
+// zero.h says what; this is how. Shards are contiguous element ranges cut
+// at multiples of 64 elements (256 bytes of float32: whole vectors for
+// every kernel), so a parameter smaller than that lives on the last rank.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dist/zero.h"
+
+#include "dist/dist.h"
+#include "tiers.h"
+#include "trace.h"
+
+#include <algorithm>
+
+namespace spw::zero {
+namespace {
+
+constexpr int64_t kAlign = 64;
+
+// Where shard k starts among n elements cut for `ranks` ranks (k = ranks:
+// the end).
+int64_t boundary(int64_t n, int k, int ranks) {
+  if (k >= ranks)
+    return n;
+  // n * k / ranks without overflow for any n below 2^62.
+  const int64_t at = (n / ranks) * k + (n % ranks) * k / ranks;
+  return std::min(n, at / kAlign * kAlign);
+}
+
+// Every rank's count and displacement of elements [begin, end) of p:
+// each rank's shard of them, relative to `begin`.
+void range_layout(const ParamInfo &p, int64_t begin, int64_t end,
+                  std::vector<int64_t> &counts,
+                  std::vector<int64_t> &displs) {
+  const int n = dist::size();
+  counts.assign(size_t(n), 0);
+  displs.assign(size_t(n), 0);
+  for (int r = 0; r < n; ++r) {
+    const Shard s = shard_of(p, r);
+    const int64_t lo = std::max(begin, s.first), hi = std::min(end, s.last);
+    if (lo < hi) {
+      counts[size_t(r)] = hi - lo;
+      displs[size_t(r)] = lo - begin;
+    }
+  }
+}
+
+// A span on the compute lane, which the collective blocks (--trace).
+struct Span {
+  int64_t t0;
+  std::string name;
+  int64_t bytes;
+  Span(std::string what, int64_t b)
+      : t0(trace::enabled() ? trace::now_us() : -1), name(std::move(what)),
+        bytes(b) {}
+  ~Span() {
+    if (t0 >= 0)
+      trace::span(trace::Lane::Compute, 0, name, t0, trace::now_us(),
+                  format("\"bytes\": %lld", (long long)bytes));
+  }
+};
+
+// The memory the update wrote: the device's copy of the values (the host
+// copy itself on a device whose memory is the host's).
+float *values(const spw_ctx *ctx, const ParamInfo &p) {
+  const spw_tensor *t = p.dev_value ? p.dev_value.get() : p.value.get();
+  if (!t->data)
+    fail("parameter '%s' has no values to gather (the device was not "
+         "started)",
+         p.name.c_str());
+  (void)ctx;
+  return static_cast<float *>(t->data);
+}
+
+} // namespace
+
+Shard shard_of(const ParamInfo &p, int r) {
+  const int64_t n = p.state_numel();
+  return {boundary(n, r, dist::size()), boundary(n, r + 1, dist::size())};
+}
+
+std::string unsupported(const spw_ctx *ctx) {
+  if (has_tiers(ctx))
+    return format("--zero 1 shards the optimizer state the runtime keeps itself, but "
+         "this executable was compiled with an offload plan, whose optimizer "
+         "blocks hold it (sharding those is not built yet): run it without "
+         "--zero, or compile the model without an offload plan");
+  for (const ParamInfo &p : ctx->params)
+    if (p.foam_level >= 0)
+      return format("--zero 1 shards AdamW's state, but parameter '%s' is "
+                    "updated by FOAM (spillwayc --optimizer foam), whose "
+                    "state is folded already: run it without --zero, or "
+                    "compile with --optimizer adamw",
+                    p.name.c_str());
+  return "";
+}
+
+void start(spw_ctx *ctx) {
+  if (!active(ctx))
+    return;
+  if (const std::string why = unsupported(ctx); !why.empty())
+    fail("%s", why.c_str());
+  for (ParamInfo &p : ctx->params) {
+    if (p.value->dtype != SPW_F32)
+      continue; // no optimizer state
+    const Shard s = shard_of(p, dist::rank());
+    p.shard_lo = s.first;
+    p.shard_hi = s.last;
+  }
+}
+
+void reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad) {
+  const int64_t n = p.value->numel;
+  if (grad->numel != n || p.shard_hi < 0)
+    fail("the gradient of '%s' has %lld elements, the parameter %lld "
+         "(sharded: %s)",
+         p.name.c_str(), (long long)grad->numel, (long long)n,
+         p.shard_hi < 0 ? "no" : "yes");
+  Span span("reduce-scatter '" + p.name + "'", n * int64_t(sizeof(float)));
+  std::vector<int64_t> counts, displs;
+  range_layout(p, 0, n, counts, displs);
+  const int64_t first = p.shard_lo, mine = p.shard_hi - p.shard_lo;
+  std::vector<float> out(static_cast<size_t>(mine));
+  const float ranks = float(dist::size());
+  Device &d = *ctx->device;
+  // The sum over ranks, then one float32 division: the mean's arithmetic
+  // of the unsharded average (reduce_mean), so the same bits.
+  if (!grad->on_device || d.host_visible()) {
+    float *g = grad->as<float>();
+    dist::reduce_scatter_sum(g, out.data(), counts);
+    for (int64_t i = 0; i < mine; ++i)
+      g[first + i] = out[size_t(i)] / ranks;
+    return;
+  }
+  // Device memory: the whole gradient through a host copy (MPI's
+  // reduce-scatter takes the whole vector at once).
+  std::vector<float> host(static_cast<size_t>(n));
+  d.download(host.data(), grad->data, n * int64_t(sizeof(float)));
+  dist::reduce_scatter_sum(host.data(), out.data(), counts);
+  for (float &x : out)
+    x = x / ranks;
+  if (mine > 0)
+    d.upload(grad->as<float>() + first, out.data(),
+             mine * int64_t(sizeof(float)));
+}
+
+void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end) {
+  if (p.shard_hi < 0 || begin >= end || !dist::active())
+    return;
+  Span span("all-gather '" + p.name + "'",
+            (end - begin) * int64_t(sizeof(float)));
+  std::vector<int64_t> counts, displs;
+  range_layout(p, begin, end, counts, displs);
+  float *w = values(ctx, p) + begin;
+  Device &d = *ctx->device;
+  if (d.host_visible()) {
+    dist::allgather_in_place(w, counts, displs);
+  } else {
+    const int64_t bytes = (end - begin) * int64_t(sizeof(float));
+    std::vector<float> host(size_t(end - begin));
+    d.download(host.data(), w, bytes);
+    dist::allgather_in_place(host.data(), counts, displs);
+    d.upload(w, host.data(), bytes);
+  }
+  param_written(p);
+}
+
+void gather_state(spw_ctx *ctx, std::vector<std::vector<float>> &full_m,
+                  std::vector<std::vector<float>> &full_v) {
+  const size_t np = ctx->params.size();
+  full_m.assign(np, {});
+  full_v.assign(np, {});
+  // Which parameters have state on some rank (a rank whose shard is empty
+  // has none of its own).
+  std::vector<double> has(np, 0.0);
+  for (size_t i = 0; i < np; ++i)
+    has[i] = ctx->params[i].adam_m.empty() ? 0.0 : 1.0;
+  dist::allreduce_sum(has.data(), int64_t(np));
+  for (size_t i = 0; i < np; ++i) {
+    ParamInfo &p = ctx->params[i];
+    if (has[i] == 0.0 || p.shard_hi < 0)
+      continue;
+    const int64_t mine = p.state_local_numel();
+    if (int64_t(p.adam_m.size()) != mine || int64_t(p.adam_v.size()) != mine)
+      fail("parameter '%s': this rank holds %zu moment elements of its "
+           "shard's %lld",
+           p.name.c_str(), p.adam_m.size(), (long long)mine);
+    std::vector<int64_t> counts, displs;
+    range_layout(p, 0, p.state_numel(), counts, displs);
+    if (dist::rank() == 0) {
+      full_m[i].resize(size_t(p.state_numel()));
+      full_v[i].resize(size_t(p.state_numel()));
+    }
+    dist::gather_to_root(p.adam_m.data(), mine, full_m[i].data(), counts,
+                         displs);
+    dist::gather_to_root(p.adam_v.data(), mine, full_v[i].data(), counts,
+                         displs);
+  }
+}
+
+void keep_shard(const ParamInfo &p, std::vector<float> &moment) {
+  if (p.shard_hi < 0 || int64_t(moment.size()) != p.state_numel())
+    return;
+  moment.erase(moment.begin() + p.shard_hi, moment.end());
+  moment.erase(moment.begin(), moment.begin() + p.shard_lo);
+}
+
+} // namespace spw::zero

@@ -1,0 +1,66 @@
+//===- zero.h - ZeRO-1: the optimizer state sharded over the ranks --------===//
+//
+// `--zero 1` (docs/runtime.md, "Data parallel"): each rank keeps the AdamW
+// moments of 1/N of every parameter's elements (its shard), DeepSpeed's
+// ZeRO stage 1. A step's gradient is reduce-scattered (each rank receives
+// the mean of its shard; the full mean where gradient clipping needs every
+// element's for the norm), each rank updates its shard of the values, and
+// the updated values are all-gathered, so every rank again holds the whole
+// model for the next forward. AdamW is elementwise: the bits are those of
+// the unsharded update. Checkpoints gather the moments to rank 0, which
+// writes the format one process writes; a resume keeps each rank's shard.
+//
+// The state this shards is the one the runtime keeps itself (no offload
+// plan: its optimizer blocks are the compiler's to size) and AdamW's (FOAM
+// folds its state already). Every function here is collective: each rank
+// calls it at the same point of the same schedule.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPILLWAY_RUNTIME_SRC_DIST_ZERO_H
+#define SPILLWAY_RUNTIME_SRC_DIST_ZERO_H
+
+#include "context.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace spw::zero {
+
+// True when the run shards the optimizer state (--zero 1).
+inline bool active(const spw_ctx *ctx) { return ctx->zero_stage >= 1; }
+
+// Why the model's state cannot be sharded, naming what to do; "" when it
+// can.
+std::string unsupported(const spw_ctx *ctx);
+// Gives every parameter its shard (ParamInfo::shard_lo, shard_hi), before
+// the state is made (device_start).
+void start(spw_ctx *ctx);
+
+// Parameter p's shard on rank r: elements [first, last).
+struct Shard {
+  int64_t first = 0, last = 0;
+  int64_t size() const { return last - first; }
+};
+Shard shard_of(const ParamInfo &p, int r);
+
+// The rank's shard of the mean over the ranks of `grad` (parameter p's
+// whole gradient, host or device memory), in place: elements outside the
+// shard keep this rank's own values, which nothing reads.
+void reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad);
+// After the ranks updated their shards of elements [begin, end) of p's
+// values: every rank's updated elements to every rank.
+void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end);
+// For a checkpoint: on rank 0, full_m[i] / full_v[i] the whole moments of
+// parameter i (empty where no rank has any state yet); the other ranks'
+// vectors stay empty. The plain copies (adam_m, adam_v) hold each rank's
+// shard: device_pull first.
+void gather_state(spw_ctx *ctx, std::vector<std::vector<float>> &full_m,
+                  std::vector<std::vector<float>> &full_v);
+// A restored moment of p (all state_numel elements) cut to this rank's
+// shard.
+void keep_shard(const ParamInfo &p, std::vector<float> &moment);
+
+} // namespace spw::zero
+
+#endif // SPILLWAY_RUNTIME_SRC_DIST_ZERO_H
