@@ -7,7 +7,10 @@
 # both end with the same weights (bit-identical for N = 2). The peer is the
 # one-process run on the same cores: what data parallelism costs or gains
 # here is the split of the cores between processes against the threads of
-# one, and the averaging.
+# one, and the averaging. Then the ranks again with --zero 1 (the AdamW
+# state sharded), against the same ranks with the whole state on each:
+# tokens per second, each rank's peak RSS (GNU time), the state per rank
+# and the bytes exchanged, and the same weights.
 #
 # usage: bench/data-parallel.sh [--ranks N] [--layers L] [--d-model D]
 #                               [--heads H] [--vocab V] [--seq S]
@@ -47,6 +50,7 @@ done
 [ "$STEPS" -ge 3 ] || die "--steps must be at least 3 (the first step holds the start-up)"
 [ $((THREADS % N)) = 0 ] || die "--threads $THREADS does not split evenly over $N ranks"
 command -v mpirun >/dev/null || die "no mpirun: install Open MPI (bash scripts/install-deps.sh)"
+[ -x /usr/bin/time ] || die "needs /usr/bin/time (GNU time: apt-get install time) for each rank's peak RSS"
 SPILLWAYC=$ROOT/build/bin/spillwayc
 [ -x "$SPILLWAYC" ] || die "no $SPILLWAYC: build first (bash scripts/build.sh)"
 MPIRUN=(mpirun --oversubscribe)
@@ -66,15 +70,26 @@ python3 "$ROOT/bench/make_gpt_onnx.py" --out whole --layers "$L" --d-model "$D" 
 IN=(--weights one.weights --input tokens=whole/tokens.npy --input targets=whole/targets.npy
     --steps "$STEPS" --print-every 1)
 ONE=(./one "${IN[@]}" --threads "$THREADS" --log-json one.jsonl --save one.safetensors)
-DP=("${MPIRUN[@]}" -np "$N" ./dp "${IN[@]}" --threads $((THREADS / N)) --log-json dp.jsonl
-    --save dp.safetensors)
+# Each rank under GNU time: its peak RSS to NAME.rss.RANK.
+ranks() { # NAME ARGS...: the N ranks of ./dp
+  local name=$1; shift
+  "${MPIRUN[@]}" -np "$N" sh -c '/usr/bin/time -f %M -o "$0.rss.$OMPI_COMM_WORLD_RANK" "$@"' \
+    "$name" ./dp "${IN[@]}" --threads $((THREADS / N)) --log-json "$name.jsonl" \
+    --save "$name.safetensors" "$@"
+}
+DP=(ranks dp)
+ZERO=(ranks zero --zero 1)
 log "one process, $THREADS threads: ${ONE[*]}"
 "${ONE[@]}" > one.out
 log "$N ranks, $((THREADS / N)) thread(s) each: ${DP[*]}"
 "${DP[@]}" > dp.out
+log "$N ranks with the AdamW state sharded: ${ZERO[*]}"
+"${ZERO[@]}" > zero.out
 if [ "$N" = 2 ]; then CMP=--exact; else CMP="--atol 1e-4"; fi
 python3 "$ROOT/test/e2e/compare_weights.py" dp.safetensors one.safetensors $CMP > same.out \
   || die "the $N ranks' weights differ from one process's: $(cat same.out)"
+python3 "$ROOT/test/e2e/compare_weights.py" zero.safetensors dp.safetensors --exact > zero-same.out \
+  || die "the sharded ranks' weights differ from the unsharded ranks': $(cat zero-same.out)"
 
 OUTJSON=$OUTDIR/data-parallel-$(hostname -s 2>/dev/null || echo host)-$(date -u +%Y%m%dT%H%M%SZ).json
 python3 - "$OUTJSON" "$N" "$THREADS" "$tag" "$B" "$STEPS" "$ARGV" "${ONE[*]}" "${DP[*]}" <<'PY'
@@ -94,9 +109,18 @@ def steady(path):
 
 s1, tok1, loss1 = steady("one.jsonl")
 sn, tokn, lossn = steady("dp.jsonl")
+sz, tokz, lossz = steady("zero.jsonl")
 avg = re.search(r"averaged (\S+ \S+) per step .* in ([0-9.]+) ms per step, ([0-9.]+)% of the step time",
                 open("dp.out").read())
+zx = re.search(r"reduce-scattered (\S+ \S+) .*all-gathered (\S+ \S+) .* in ([0-9.]+) ms per step, ([0-9.]+)% of the step time",
+               open("zero.out").read())
+zstate = re.search(r"zero: stage 1, AdamW state sharded over \d+ ranks?: (\S+ \S+) on this rank of (\S+ \S+)",
+                   open("zero.out").read())
+def rss(name):
+    return [int(open(f"{name}.rss.{r}").read().split()[-1]) * 1024 for r in range(n)]
+rss_dp, rss_zero = rss("dp"), rss("zero")
 same = open("same.out").read().strip()
+zsame = open("zero-same.out").read().strip()
 res = {
     "schema": "spillway-bench-data-parallel-1",
     "machine": {"host": platform.node(), "cpus": threads},
@@ -111,6 +135,19 @@ res = {
                       "allreduce_share_of_run": float(avg.group(3)) / 100 if avg else None},
     "ratio_tokens_per_s_data_parallel_over_one_process": tokn / tok1,
     "weights": same,
+    "peak_rss_bytes_per_rank": rss_dp,
+    "zero1": {"command": "mpirun -np N ./dp ... --zero 1", "steady_s_per_step": sz,
+              "tokens_per_s": tokz, "final_loss": lossz,
+              "adamw_state_rank0": zstate.group(1) if zstate else None,
+              "adamw_state_whole": zstate.group(2) if zstate else None,
+              "reduce_scattered_per_step": zx.group(1) if zx else None,
+              "allgathered_per_step": zx.group(2) if zx else None,
+              "exchange_ms_per_step": float(zx.group(3)) if zx else None,
+              "exchange_share_of_run": float(zx.group(4)) / 100 if zx else None,
+              "peak_rss_bytes_per_rank": rss_zero,
+              "weights_vs_unsharded": zsame},
+    "ratio_tokens_per_s_zero1_over_unsharded": tokz / tokn,
+    "ratio_peak_rss_zero1_over_unsharded": [z / d for z, d in zip(rss_zero, rss_dp)],
 }
 json.dump(res, open(out, "w"), indent=1)
 print(f"GPT {tag}, {n * b} rows per step ({n} x {b}), steady step = median of steps 2..{steps}")
@@ -121,5 +158,15 @@ print(f"data parallel / one process: {tokn / tok1:.3f}x tokens/s; all-reduce "
       + (f"{avg.group(2)} ms per step ({float(avg.group(3)):.1f}% of the run), {avg.group(1)} averaged per step"
          if avg else "not reported"))
 print(f"weights: {same}")
+print()
+print(f"ZeRO-1 (--zero 1) against the same {n} ranks with the whole AdamW state on each:")
+print(f"{'run':34} {'s/step':>8} {'tok/s':>9} {'peak RSS MB per rank':>24}")
+print(f"{str(n) + ' ranks, --zero 0':34} {sn:8.4f} {tokn:9.1f} {' '.join(f'{x / 1e6:.0f}' for x in rss_dp):>24}")
+print(f"{str(n) + ' ranks, --zero 1':34} {sz:8.4f} {tokz:9.1f} {' '.join(f'{x / 1e6:.0f}' for x in rss_zero):>24}")
+print(f"zero 1 / zero 0: {tokz / tokn:.3f}x tokens/s, peak RSS "
+      + ", ".join(f"rank {r} {z / d:.3f}x" for r, (z, d) in enumerate(zip(rss_zero, rss_dp)))
+      + (f"; AdamW state {zstate.group(1)} on rank 0 of {zstate.group(2)}" if zstate else "")
+      + (f"; {zx.group(1)} reduce-scattered + {zx.group(2)} all-gathered per step in {zx.group(3)} ms" if zx else ""))
+print(f"weights: {zsame} (zero 1 against zero 0)")
 print(f"results: {out}")
 PY

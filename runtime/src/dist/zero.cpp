@@ -76,9 +76,12 @@ float *values(const spw_ctx *ctx, const ParamInfo &p) {
 
 } // namespace
 
+Shard shard_of(int64_t n, int r, int ranks) {
+  return {boundary(n, r, ranks), boundary(n, r + 1, ranks)};
+}
+
 Shard shard_of(const ParamInfo &p, int r) {
-  const int64_t n = p.state_numel();
-  return {boundary(n, r, dist::size()), boundary(n, r + 1, dist::size())};
+  return shard_of(p.state_numel(), r, dist::size());
 }
 
 std::string unsupported(const spw_ctx *ctx) {
