@@ -146,7 +146,7 @@ const char kUsage[] =
     "                          reduce-scattered and the updated values\n"
     "                          all-gathered (the same bits as --zero 0, the\n"
     "                          default: every rank keeps the whole state).\n"
-    "                          Models without an offload plan, AdamW only\n"
+    "                          Models without an offload plan, AdamW only.\n"
     "\n"
     "Exit status: 0 success, 1 runtime or data error, 2 usage error.\n";
 
