@@ -186,6 +186,8 @@ std::optional<PlanSearch> spillway::searchPlans(ModuleOp step,
   r.summary = std::move(*summary);
   r.summary.compute = options.products;
   r.summary.ranks = options.ranks;
+  r.summary.zeroStage = options.zero;
+  r.summary.zeroOptimizerBytes = zeroOptimizerBytesPerRank(r.summary);
   if (options.microbatches && r.summary.batchSize &&
       r.summary.batchSize % *options.microbatches) {
     error = llvm::formatv("--microbatches {0} does not divide the batch "

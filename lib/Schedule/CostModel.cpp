@@ -8,6 +8,7 @@
 
 #include "spillway/Schedule/CostModel.h"
 #include "spillway/Schedule/VisitSequence.h"
+#include "spillway/runtime/zero_shard.h"
 
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
@@ -95,6 +96,36 @@ double maxOf(const IterationSummary &s, uint64_t LayerCost::*field) {
 }
 } // namespace
 
+uint64_t spillway::schedule::zeroOptimizerBytesPerRank(
+    const IterationSummary &s) {
+  const uint64_t elem = s.bf16OptimizerState ? 2 : 4;
+  uint64_t whole = 0, moments = 0;
+  for (const LayerCost &l : s.layers) {
+    whole += l.optimizerBytes;
+    moments += l.momentElements.size();
+  }
+  if (s.zeroStage < 1 || s.ranks <= 1)
+    return whole;
+  const int64_t N = s.ranks;
+  uint64_t most = 0;
+  if (uint64_t(N) * moments <= (uint64_t(1) << 26)) {
+    for (int64_t r = 0; r < N; ++r) {
+      uint64_t kept = 0;
+      for (const LayerCost &l : s.layers)
+        for (uint64_t m : l.momentElements)
+          kept += 2 * elem *
+                  uint64_t(spw_zero_shard_begin(int64_t(m), r + 1, N) -
+                           spw_zero_shard_begin(int64_t(m), r, N));
+      most = std::max(most, kept);
+    }
+    return most;
+  }
+  for (const LayerCost &l : s.layers)
+    for (uint64_t m : l.momentElements)
+      most += 2 * elem * std::min<uint64_t>(m, m / uint64_t(N) + 65);
+  return most;
+}
+
 CostEstimate spillway::schedule::estimate(const IterationSummary &s,
                                           const Candidate &c,
                                           const Budgets &budgets,
@@ -129,6 +160,13 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
     for (Tier t : pl.tier)
       if (t == Tier::SSD)
         return invalid("the profile lists no SSD");
+  const bool zero = s.zeroStage >= 1 && s.ranks > 1;
+  e.zeroSharded = zero;
+  if (s.zeroStage >= 1)
+    for (Tier t : pl.tier)
+      if (t != Tier::GPU)
+        return invalid("--zero 1 shards the state of resident plans only "
+                       "(every class on the GPU)");
 
   const size_t L = s.layers.size();
   const Tier paramsTier = pl[TensorClass::Params];
@@ -271,9 +309,14 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   // Data parallel: every rank sends (and receives) 2 (N - 1) / N of the
   // gradients' bytes in a ring all-reduce. The runtime averages each
   // gradient at its update, on the step's thread: the time adds up.
+  // ZeRO (zero): a ring reduce-scatter of the gradients and a ring
+  // all-gather of the updated f32 values, (N - 1) / N of each; under
+  // clipping the gradients are all-reduced (the norm needs every element).
   if (s.ranks > 1) {
     const double n = double(s.ranks);
-    b.network = 2 * (n - 1) / n * G;
+    const double values = 4 * double(sumOf(s, &LayerCost::numParams));
+    b.network = zero ? (n - 1) / n * ((s.gradClip ? 2 : 1) * G + values)
+                     : 2 * (n - 1) / n * G;
     e.networkSec = b.network / (hw.networkGBps * 1e9);
   }
   const double resources[] = {e.computeSec, e.pcieSec, e.ssdSec,
@@ -302,10 +345,13 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
         bytes += double(s.layers[o].paramBytes);
     largestLoad = std::max(largestLoad, bytes);
   }
+  // ZeRO: the state of the rank that keeps the most (shards are cut at
+  // whole vectors: not exactly 1/N).
+  const double Okept = zero ? double(s.zeroOptimizerBytes) : O;
   const ClassBytes classes[] = {
       {TensorClass::Params, sumOf(s, &LayerCost::paramBytes), largestLoad},
       {TensorClass::Master, W, maxOf(s, &LayerCost::masterBytes)},
-      {TensorClass::Optimizer, O, maxOf(s, &LayerCost::optimizerBytes)},
+      {TensorClass::Optimizer, Okept, maxOf(s, &LayerCost::optimizerBytes)},
       {TensorClass::Gradients, G, maxOf(s, &LayerCost::gradBytes)},
       {TensorClass::Activations, A, maxOf(s, &LayerCost::activationBytes) / M},
   };

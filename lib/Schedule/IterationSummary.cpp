@@ -203,6 +203,7 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
       uint64_t moment =
           state != updated.end() ? uint64_t(state->second.moment) : n;
       l.optimizerBytes += 2 * stateBytes * moment; // m and v
+      l.momentElements.push_back(moment);
       l.numParams += n;
       if (state != updated.end() && state->second.foam) {
         l.foldedParams += n;

@@ -59,9 +59,13 @@ TEST(Zero, ShardsCoverTheElementsInRankOrderAtWholeVectors) {
       // rounding (64 elements per cut).
       EXPECT_LE(largest, n / ranks + 64 + 1) << "n " << n;
     }
-  // A parameter under 64 elements per rank lives on the last rank.
+  // A parameter of at most 64 elements lives on the last rank, and one
+  // of fewer than 64 per rank on a few.
   EXPECT_EQ(spw::zero::shard_of(100, 0, 2).size(), 0);
   EXPECT_EQ(spw::zero::shard_of(100, 1, 2).size(), 100);
+  for (int r = 0; r < 6; ++r)
+    EXPECT_EQ(spw::zero::shard_of(64, r, 7).size(), r == 6 ? 64 : 0);
+  EXPECT_EQ(spw::zero::shard_of(64, 6, 7).size(), 64);
 }
 
 // Each of 3 simulated ranks runs 4 steps on its shard, every update whole

@@ -32,9 +32,13 @@ void printEstimate(const char *label, const CostEstimate &e,
      << roundBytes(e.bytes.h2d) << ", d2h " << roundBytes(e.bytes.d2h) << "\n";
   if (e.bytes.network > 0)
     os << llvm::formatv("  network per rank: {0} bytes sent per iteration "
-                        "(and as many received) to average the gradients, "
-                        "{1:e3} s, added to the iteration\n",
-                        roundBytes(e.bytes.network), e.networkSec);
+                        "(and as many received) to {1}, {2:e3} s, added to "
+                        "the iteration\n",
+                        roundBytes(e.bytes.network),
+                        e.zeroSharded ? "exchange the gradients and all-gather "
+                                        "the updated values (--zero 1)"
+                                      : "average the gradients",
+                        e.networkSec);
   if (e.optimizerStateBytes.ssdRead || e.optimizerStateBytes.ssdWrite)
     os << "  of them optimizer state: ssd_read "
        << roundBytes(e.optimizerStateBytes.ssdRead) << ", ssd_write "
@@ -211,7 +215,22 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
           "overlaps the backward (the exposed optimizer time counts all of "
           "the update but the overlap's deferred part, which runs in the "
           "next forward)\n";
-  if (s.ranks > 1)
+  if (s.ranks > 1 && s.zeroStage >= 1)
+    os << "data parallel (--ranks, --zero 1): " << s.ranks
+       << " ranks, each running this step with these budgets and keeping "
+          "its shard of the optimizer state, at most "
+       << s.zeroOptimizerBytes << " of " << sb.total
+       << " bytes; over the network at "
+       << llvm::format("%g", r.profile.networkGBps)
+       << " GB/s per rank (the profile's), "
+       << (s.gradClip ? "the gradients all-reduced (clipping's norm needs "
+                        "every element; 2 (N - 1) / N of their bytes sent per "
+                        "rank)"
+                      : "the gradients reduce-scattered ((N - 1) / N of "
+                        "their bytes sent per rank)")
+       << " and the updated f32 values all-gathered ((N - 1) / N of theirs) "
+          "per iteration\n";
+  else if (s.ranks > 1)
     os << "data parallel (--ranks): " << s.ranks
        << " ranks, each running this step with these budgets; the "
           "gradients averaged over the network at "
@@ -307,6 +326,9 @@ std::string spillwayc::reportToJSON(const PlanReport &r) {
                     {"num_params", int64_t(r.totals.numParams)},
                     {"grad_clip", r.summary.gradClip},
                     {"ranks", int64_t(r.summary.ranks)},
+                    {"zero_stage", int64_t(r.summary.zeroStage)},
+                    {"optimizer_state_bytes_per_rank",
+                     int64_t(r.summary.zeroOptimizerBytes)},
                     {"layers", std::move(layers)}}},
       {"budgets",
        json::Object{{"gpu", budgetValue(r.budgets.gpuBytes, false)},

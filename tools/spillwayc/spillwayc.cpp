@@ -282,6 +282,15 @@ cl::opt<unsigned> ranks(
              "its time (the profile's \"network\" rate). The executable "
              "runs under any number of ranks (default 1)"),
     cl::value_desc("N"), cl::cat(category));
+cl::opt<unsigned> zeroStage(
+    "zero", cl::init(0),
+    cl::desc("With --ranks N: cost the ranks running the executable with "
+             "--zero 1 (ZeRO stage 1): each keeps the AdamW state of 1/N "
+             "of every parameter's elements; the gradients reduce-scattered "
+             "and the updated values all-gathered. Resident plans only "
+             "(every class on the GPU); 0: the whole state on every rank "
+             "(default)"),
+    cl::value_desc("0|1"), cl::cat(category));
 cl::opt<unsigned> microbatches(
     "microbatches",
     cl::desc("Micro-batches per iteration (must divide the batch). The "
@@ -571,6 +580,11 @@ int readPlanningFlags(bool planning, bool offload,
                 "ranks the plan is costed for; MPI numbers ranks with an "
                 "int)");
   planOptions.ranks = ranks;
+  if (zeroStage > 1)
+    return fail("--zero " + std::to_string(zeroStage) +
+                ": expected 0 (every rank keeps the whole optimizer state) "
+                "or 1 (ZeRO stage 1: the ranks shard it)");
+  planOptions.zero = zeroStage;
   if (std::string e = spillway::validatePlanningOptions(planOptions);
       !e.empty())
     return fail(e);
@@ -602,6 +616,19 @@ int readPlanningFlags(bool planning, bool offload,
   if (costModel && forwardOnly)
     return fail("--report plans a training iteration; it does not apply "
                 "to --forward");
+  if (zeroStage && (!costModel || !ranks.getNumOccurrences()))
+    return fail("--zero 1 costs the ranks' sharded optimizer state: give it "
+                "with --ranks N, --hw PROFILE.json and --report or "
+                "--report-json (the executable takes its own --zero 1 under "
+                "mpirun)");
+  if (zeroStage && offload)
+    return fail("--zero 1 shards the optimizer state the executable keeps "
+                "resident; with --place, --gpu-mem or --host-mem it follows "
+                "an offload plan, whose optimizer blocks hold the state "
+                "(sharding those is not built yet): drop one or the other");
+  if (zeroStage && optimizer == "foam")
+    return fail("--zero 1 shards AdamW's state; FOAM's is folded already: "
+                "drop --zero or use --optimizer adamw");
   if (ranks.getNumOccurrences() && !costModel)
     return fail("--ranks costs a plan for data-parallel ranks: give it with "
                 "--hw PROFILE.json and --report, --report-json or an offload "

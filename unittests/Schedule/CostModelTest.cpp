@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "spillway/Schedule/CostModel.h"
+#include "spillway/runtime/zero_shard.h"
 
 #include <gtest/gtest.h>
 
@@ -495,4 +496,114 @@ TEST(CostModel, JSONHasTheNetworkOnlyForRanks) {
       estimateToJSON(run(Order::Horizontal, 1, 0, Placement{}, s, hw));
   EXPECT_NE(two.find("\"network\":200"), std::string::npos) << two;
   EXPECT_STREQ(boundName(Bound::Network), "network");
+}
+
+namespace {
+// A resident fp32 summary for ZeRO: two layers of AdamW parameters with
+// the given moment sizes (elements), G = 4 bytes per element.
+IterationSummary zeroToy(const std::vector<std::vector<uint64_t>> &moments) {
+  IterationSummary s = toy();
+  for (size_t i = 0; i < s.layers.size(); ++i) {
+    LayerCost &l = s.layers[i];
+    l.momentElements = moments[i];
+    l.numParams = 0;
+    for (uint64_t m : moments[i])
+      l.numParams += m;
+    l.paramBytes = l.gradBytes = 4 * l.numParams;
+    l.masterBytes = 0;
+    l.optimizerBytes = 8 * l.numParams;
+  }
+  return s;
+}
+
+// The most any rank keeps, counted shard by shard as the runtime cuts them.
+uint64_t mostKept(const IterationSummary &s) {
+  uint64_t most = 0;
+  for (int64_t r = 0; r < int64_t(s.ranks); ++r) {
+    uint64_t kept = 0;
+    for (const LayerCost &l : s.layers)
+      for (uint64_t m : l.momentElements)
+        kept += 8 * uint64_t(spw_zero_shard_begin(int64_t(m), r + 1, s.ranks) -
+                             spw_zero_shard_begin(int64_t(m), r, s.ranks));
+    most = std::max(most, kept);
+  }
+  return most;
+}
+} // namespace
+
+TEST(CostModel, ZeroShardsTheOptimizerStatePerRank) {
+  // 1000 + 24 elements and 640 + 100: with 2 ranks the 24- and 100-element
+  // moments are the last rank's whole (under 64 elements per rank), the
+  // others split at whole vectors (1000: 448 | 552, 640: 320 | 320).
+  IterationSummary s = zeroToy({{1000, 24}, {640, 100}});
+  s.ranks = 2;
+  s.zeroStage = 1;
+  EXPECT_EQ(zeroOptimizerBytesPerRank(s), 8u * (552 + 24 + 320 + 100));
+  EXPECT_EQ(zeroOptimizerBytesPerRank(s), mostKept(s));
+  for (unsigned n : {3u, 4u, 7u, 64u, 1000u}) {
+    s.ranks = n;
+    EXPECT_EQ(zeroOptimizerBytesPerRank(s), mostKept(s)) << n << " ranks";
+  }
+  // Past 2^26 ranks x moments the bound, min(m, m / N + 65) per moment:
+  // 65 + 24 + 65 + 65 elements at 2^25 ranks. The last rank keeps 40 + 24
+  // + 64 + 36 of them ([960, 1000), all 24, [576, 640), [64, 100)).
+  s.ranks = 1u << 25;
+  EXPECT_EQ(zeroOptimizerBytesPerRank(s), 8u * (65 + 24 + 65 + 65));
+  // Below it the exact count, which the bound never undercuts.
+  IterationSummary big = zeroToy({{uint64_t(1) << 30}, {12345}});
+  big.zeroStage = 1;
+  for (unsigned n : {3u, 1000u}) {
+    big.ranks = n;
+    const uint64_t exact = zeroOptimizerBytesPerRank(big);
+    uint64_t boundAtN = 0;
+    for (const LayerCost &l : big.layers)
+      for (uint64_t m : l.momentElements)
+        boundAtN += 8 * std::min<uint64_t>(m, m / n + 65);
+    EXPECT_LE(exact, boundAtN) << n;
+    EXPECT_EQ(exact, mostKept(big)) << n;
+  }
+  // Without ZeRO, or on one rank: the whole state.
+  s.ranks = 2;
+  s.zeroStage = 0;
+  EXPECT_EQ(zeroOptimizerBytesPerRank(s), 8u * (1000 + 24 + 640 + 100));
+  s.zeroStage = 1;
+  s.ranks = 1;
+  EXPECT_EQ(zeroOptimizerBytesPerRank(s), 8u * (1000 + 24 + 640 + 100));
+}
+
+TEST(CostModel, ZeroExchangesTheGradientsAndValuesOfResidentPlans) {
+  IterationSummary s = zeroToy({{1000, 24}, {640, 100}});
+  const double G = 4 * (1000 + 24 + 640 + 100);
+  HardwareProfile hw = machine();
+  hw.networkGBps = 1;
+  hw.gpuMemoryBytes = 1 << 30;
+  s.ranks = 4;
+  CostEstimate plain = run(Order::Horizontal, 1, 0, Placement{}, s, hw);
+  s.zeroStage = 1;
+  s.zeroOptimizerBytes = zeroOptimizerBytesPerRank(s);
+  CostEstimate zero = run(Order::Horizontal, 1, 0, Placement{}, s, hw);
+  EXPECT_TRUE(zero.valid) << zero.invalidReason;
+  EXPECT_TRUE(zero.zeroSharded);
+  EXPECT_FALSE(plain.zeroSharded);
+  // Reduce-scatter of G and all-gather of the f32 values (G again): 3/4 of
+  // each, the all-reduce's 2 x 3/4 x G.
+  EXPECT_DOUBLE_EQ(zero.bytes.network, 0.75 * (G + G));
+  EXPECT_DOUBLE_EQ(plain.bytes.network, 2 * 0.75 * G);
+  // The GPU holds one rank's shard of the state instead of all of it.
+  EXPECT_EQ(plain.peakBytes[int(Tier::GPU)] - zero.peakBytes[int(Tier::GPU)],
+            8u * (1000 + 24 + 640 + 100) - s.zeroOptimizerBytes);
+  // Clipping all-reduces the gradients: 2 x 3/4 x G + 3/4 x G.
+  s.gradClip = true;
+  CostEstimate clip = run(Order::Horizontal, 1, 0, Placement{}, s, hw);
+  EXPECT_DOUBLE_EQ(clip.bytes.network, 0.75 * (2 * G + G));
+  // Any class off the GPU: not a way to run it (the runtime shards the
+  // state it keeps resident).
+  Placement host;
+  host[TensorClass::Optimizer] = Tier::Host;
+  host[TensorClass::Master] = Tier::Host;
+  CostEstimate off =
+      estimate(s, Candidate{Order::Horizontal, 1, 0, host}, kPlenty, hw);
+  EXPECT_FALSE(off.valid);
+  EXPECT_NE(off.invalidReason.find("resident plans only"), std::string::npos)
+      << off.invalidReason;
 }

@@ -89,6 +89,8 @@ TEST_F(SummaryTest, TwoLayersByHand) {
   EXPECT_EQ(a.paramBytes, 576u);
   EXPECT_EQ(a.gradBytes, 576u);
   EXPECT_EQ(a.optimizerBytes, 1152u); // m and v
+  // Per parameter, each moment's elements (ZeRO shards them one by one).
+  EXPECT_EQ(a.momentElements, (std::vector<uint64_t>{128, 16}));
   EXPECT_EQ(a.masterBytes, 0u);       // f32: the parameters are the master
   // The relu's 4x16 f32 result is read by blocks.1; the linear's only by
   // the relu and relu_grad of blocks.0.
@@ -323,6 +325,8 @@ TEST_F(SummaryTest, FoamFoldsTheWeightMatricesState) {
     EXPECT_EQ(s->layers[0].foldedParams, 128u);
     EXPECT_EQ(s->layers[0].foldedOptimizerBytes, 2 * 4 * folded);
     EXPECT_EQ(s->layers[0].optimizerBytes, 2 * 4 * (folded + 16));
+    EXPECT_EQ(s->layers[0].momentElements,
+              (std::vector<uint64_t>{folded, 16}));
     EXPECT_EQ(s->layers[0].numParams, 128u + 16u);
     EXPECT_EQ(s->layers[0].gradBytes, 4 * (128u + 16u));
     // The head [16,4] and its bias: AdamW, nothing folded.

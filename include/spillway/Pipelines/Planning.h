@@ -49,6 +49,10 @@ struct PlanningOptions {
   /// these budgets and the step's batch; the network link of the cost
   /// model). The executable runs under any mpirun -np.
   unsigned ranks = 1;
+  /// --zero: the ZeRO stage the ranks run (the executable's --zero):
+  /// 1 costs each rank's sharded optimizer state and its exchange
+  /// (IterationSummary::zeroStage); resident plans only.
+  unsigned zero = 0;
   /// The executable follows an offload plan (--place, --gpu-mem or
   /// --host-mem with an executable to build).
   bool offload = false;

@@ -46,6 +46,9 @@ struct LayerCost {
   /// The layers owning parameters this one reads too (a tied weight's
   /// owner): a load of this layer brings their parameter blocks as well.
   std::vector<size_t> readsParamsOf;
+  /// Per parameter the optimizer updates, the elements of each of its two
+  /// moments (optimizerBytes sums them): ZeRO shards each on its own.
+  std::vector<uint64_t> momentElements;
 };
 
 enum class Precision { BF16, FP32 };
@@ -71,6 +74,15 @@ struct IterationSummary {
   /// network, every rank sending and receiving 2 (N - 1) / N of their
   /// bytes per iteration (a ring all-reduce). 1: no network.
   unsigned ranks = 1;
+  /// ZeRO stage (spillwayc --zero, the executable's --zero): 1 shards the
+  /// optimizer state over the ranks (each keeps 1/N of every parameter's
+  /// moments, spillway/runtime/zero_shard.h); the gradients are
+  /// reduce-scattered (all-reduced under clipping) and the updated f32
+  /// values all-gathered. Only resident plans (every class on the GPU).
+  unsigned zeroStage = 0;
+  /// zeroOptimizerBytesPerRank(*this), set with zeroStage: the optimizer
+  /// class's bytes on each rank under ZeRO.
+  uint64_t zeroOptimizerBytes = 0;
 };
 
 enum class Order { Horizontal, Snake };
@@ -135,8 +147,9 @@ struct Budgets {
 /// bytes_per_iteration.
 struct LinkBytes {
   double ssdRead = 0, ssdWrite = 0, h2d = 0, d2h = 0;
-  /// Sent by each rank (and received) to average the gradients; 0 on one
-  /// rank (IterationSummary::ranks).
+  /// Sent by each rank (and received) to average the gradients (and with
+  /// ZeRO to all-gather the updated values); 0 on one rank
+  /// (IterationSummary::ranks).
   double network = 0;
 };
 
@@ -161,6 +174,10 @@ struct CostEstimate {
   /// gradient at its update, on the step's thread, so none of it hides:
   /// it adds to the iteration.
   double networkSec = 0;
+  /// ZeRO stage 1 over the ranks: the network bytes are the gradients'
+  /// reduce-scatter (all-reduce under clipping) and the updated values'
+  /// all-gather, and the optimizer class holds one rank's shard.
+  bool zeroSharded = false;
   /// Optimizer time that cannot hide behind compute: the part of the
   /// non-overlapped update left after the last backward ends.
   double exposedOptimizerSec = 0;
@@ -171,6 +188,14 @@ struct CostEstimate {
   /// Per tier, the smallest budget this candidate fits in (= its peak).
   std::array<uint64_t, kNumTiers> neededBytes{};
 };
+
+/// ZeRO (zeroStage >= 1): the optimizer state bytes the rank that keeps the
+/// most keeps, its shards cut as spillway/runtime/zero_shard.h cuts them:
+/// exact while ranks x parameters is at most 2^26; beyond, a bound (a
+/// shard of a moment of n elements has at most min(n, n / N + 65)). The
+/// whole state when zeroStage is 0 or ranks is 1. Costs ranks x
+/// parameters: the planner computes it once (zeroOptimizerBytes).
+uint64_t zeroOptimizerBytesPerRank(const IterationSummary &s);
 
 /// The cost of one candidate. Never fails: an impossible candidate comes
 /// back with valid = false and the reason (e.g. the optimizer state on the

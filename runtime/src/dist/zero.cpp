@@ -1,14 +1,17 @@
 //===- zero.cpp - ZeRO-1: the optimizer state sharded over the ranks ------===//
 //
 // zero.h says what; this is how. Shards are contiguous element ranges cut
-// at multiples of 64 elements (256 bytes of float32: whole vectors for
-// every kernel), so a parameter smaller than that lives on the last rank.
+// at multiples of 64 elements (spillway/runtime/zero_shard.h, which the
+// cost model sizes each rank's state by), so a parameter of at most 64
+// elements lives on the last rank, and one of fewer than 64 per rank on a
+// few ranks.
 //
 //===----------------------------------------------------------------------===//
 
 #include "dist/zero.h"
 
 #include "dist/dist.h"
+#include "spillway/runtime/zero_shard.h"
 #include "tiers.h"
 #include "trace.h"
 
@@ -16,18 +19,6 @@
 
 namespace spw::zero {
 namespace {
-
-constexpr int64_t kAlign = 64;
-
-// Where shard k starts among n elements cut for `ranks` ranks (k = ranks:
-// the end).
-int64_t boundary(int64_t n, int k, int ranks) {
-  if (k >= ranks)
-    return n;
-  // n * k / ranks without overflow for any n below 2^62.
-  const int64_t at = (n / ranks) * k + (n % ranks) * k / ranks;
-  return std::min(n, at / kAlign * kAlign);
-}
 
 // Every rank's count and displacement of elements [begin, end) of p:
 // each rank's shard of them, relative to `begin`.
@@ -77,7 +68,8 @@ float *values(const spw_ctx *ctx, const ParamInfo &p) {
 } // namespace
 
 Shard shard_of(int64_t n, int r, int ranks) {
-  return {boundary(n, r, ranks), boundary(n, r + 1, ranks)};
+  return {spw_zero_shard_begin(n, r, ranks),
+          spw_zero_shard_begin(n, r + 1, ranks)};
 }
 
 Shard shard_of(const ParamInfo &p, int r) {

@@ -45,7 +45,7 @@ struct Shard {
 Shard shard_of(const ParamInfo &p, int r);
 // Rank r's shard of n elements cut for `ranks` ranks: contiguous, in rank
 // order, cut at multiples of 64 elements (whole vectors for every kernel;
-// fewer than 64 per rank: the last rank's whole), covering [0, n).
+// at most 64 elements: the last rank's whole), covering [0, n).
 Shard shard_of(int64_t n, int r, int ranks);
 
 // The rank's shard of the mean over the ranks of `grad` (parameter p's
