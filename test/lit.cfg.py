@@ -25,6 +25,9 @@ config.substitutions.append(("%spillway_src", config.spillway_src_root))
 # The runtime archive and what it links against: `c++ OBJ %runtime_libs -o EXE`
 # links an executable from spillway-opt's output by hand, as spillwayc does.
 config.substitutions.append(("%runtime_libs", config.spillway_runtime_link))
+# NCCL's C API on host memory (runtime/tests/nccl_standin.c): the loopback
+# device's --collectives nccl loads it (SPILLWAY_NCCL_LIBRARY).
+config.substitutions.append(("%nccl_standin", config.spillway_nccl_standin))
 
 tool_dirs = [config.spillway_tools_dir, config.llvm_tools_dir]
 tools = ["spillway-opt", "spillway-translate", "spillwayc", "spillway-foam-step", "FileCheck",

@@ -3,11 +3,13 @@
 #include "context.h"
 
 #include "dist/dist.h"
+#include "dist/nccl.h"
 #include "dist/zero.h"
 #include "tiers.h"
 #include "trace.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -508,6 +510,24 @@ void spw_set_output(spw_ctx *ctx, int32_t index, spw_tensor *value) {
 } // extern "C"
 
 namespace spw {
+namespace {
+// x[i] = x[i] / d for n float32 values in device memory, by the device's
+// div kernel (float32 division, the bits of the host's).
+void divide_on_device(spw_ctx *ctx, float *x, int64_t n, float d) {
+  const int64_t dims[1] = {n};
+  auto v = make_tensor(SPW_F32, 1, dims, "gradient", /*allocate=*/false);
+  v->data = x;
+  v->on_device = true;
+  spw_tensor *divisor =
+      alloc_step_tensor(ctx, SPW_F32, 0, dims, "the ranks' count");
+  ctx->device->upload(divisor->data, &d, sizeof d);
+  spw_tensor *ins[] = {v.get(), divisor}, *outs[] = {v.get()};
+  entry_point(Op::div)(ctx, ins, outs, nullptr, nullptr);
+  if (ctx->failed())
+    throw Error(ctx->error);
+}
+} // namespace
+
 void reduce_mean(spw_ctx *ctx, float *data, bool on_device, int64_t n,
                  const std::string &what) {
   const int64_t t0 = trace::enabled() ? trace::now_us() : -1;
@@ -534,6 +554,22 @@ void reduce_mean(spw_ctx *ctx, float *data, bool on_device, int64_t n,
     mean(data, n);
     return;
   }
+  // Device memory with NCCL (--collectives nccl): summed in place on the
+  // device's stream, then the same float32 division by the device's div
+  // kernel. Waited for, so the span and the measured time are the
+  // average's.
+  if (void *stream = ctx->device->collective_stream();
+      stream && nccl::active()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    nccl::allreduce_sum(data, n, stream);
+    divide_on_device(ctx, data, n, ranks);
+    ctx->device->synchronize();
+    dist::note_traffic(n * int64_t(sizeof(float)),
+                       std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - t0)
+                           .count());
+    return;
+  }
   // Device memory: through a bounded host buffer, in order.
   constexpr int64_t kChunk = int64_t(1) << 22;
   std::vector<float> host(size_t(std::min(n, kChunk)));
@@ -547,7 +583,8 @@ void reduce_mean(spw_ctx *ctx, float *data, bool on_device, int64_t n,
 }
 
 void reduce_grad(spw_ctx *ctx, int32_t param, spw_tensor *grad) {
-  if (!dist::active() || ctx->evaluate_only || !grad)
+  // NCCL of one rank too (--collectives nccl alone): its path runs whole.
+  if ((!dist::active() && !nccl::active()) || ctx->evaluate_only || !grad)
     return;
   ParamInfo *p = param >= 0 && size_t(param) < ctx->params.size()
                      ? &ctx->params[size_t(param)]

@@ -175,6 +175,13 @@ public:
   // Ops that ran on host copies so far, "name xN, ..." ("" when none).
   virtual std::string host_fallbacks() const = 0;
 
+  // The stream device-side collectives (NCCL, dist/nccl.h) are ordered on,
+  // after every kernel and copy issued so far (a cudaStream_t on CUDA; the
+  // loopback device, whose kernels have run when they return, gives a token
+  // for the tests' stand-in library); null: a device whose collectives go
+  // through host memory (MPI).
+  virtual void *collective_stream() { return nullptr; }
+
   // True when this device's memory is the host's (the CPU device; IREE's
   // host-visible device-local memory): a host buffer is already a device
   // buffer, so the parameters and inputs need no second copy, and host

@@ -11,6 +11,7 @@
 
 #include "cpu/parallel.h"
 #include "dist/dist.h"
+#include "dist/nccl.h"
 #include "dist/zero.h"
 #include "driver/checkpoints.h"
 #include "driver/driver.h"
@@ -159,6 +160,49 @@ void rank_options(Options &o) {
   o.trace.clear();
 }
 
+// --collectives: NCCL for the device gradients (on the device's GPU, after
+// device_start) or MPI through host memory; the banner's line, "" for a
+// run without ranks or NCCL.
+std::string start_collectives(const Options &o, const std::string &device) {
+  const bool forced = o.collectives == "nccl";
+  const bool wanted =
+      forced || (o.collectives == "auto" && device == "cuda" &&
+                 dist::active());
+  std::string why;
+  if (wanted) {
+    if (device == "cpu")
+      throw UsageError("--collectives nccl averages gradients in GPU "
+                       "memory; this run computes on the CPU (--device "
+                       "cuda, or --collectives mpi)");
+    if (device == "loopback" && !std::getenv("SPILLWAY_NCCL_LIBRARY"))
+      throw UsageError("--collectives nccl: the loopback device's memory is "
+                       "host memory, which NCCL cannot reduce; it takes a "
+                       "stand-in library (SPILLWAY_NCCL_LIBRARY, the tests') "
+                       "there");
+    why = nccl::load();
+    // Every rank the same way (join is collective).
+    if (!dist::all_equal(why.empty() ? 1 : 0) && why.empty())
+      why = "another rank cannot load NCCL (its error says why)";
+    if (!why.empty() && forced)
+      fail("--collectives nccl: %s; or average through host memory with "
+           "--collectives mpi",
+           why.c_str());
+    if (why.empty())
+      nccl::join();
+  }
+  if (nccl::active())
+    return format("%s: the device gradients summed on the GPU, the rest "
+                  "over MPI",
+                  nccl::describe().c_str());
+  if (!dist::active())
+    return "";
+  return device == "cpu"
+             ? "MPI"
+             : format("MPI, the device gradients through host memory%s",
+                      why.empty() ? ""
+                                  : (" (NCCL not used: " + why + ")").c_str());
+}
+
 // The device's arena use and the ops it ran on host copies.
 std::string device_summary(spw_ctx *ctx) {
   const Device &d = *ctx->device;
@@ -172,7 +216,8 @@ std::string device_summary(spw_ctx *ctx) {
 }
 
 void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
-                  const AdamWHparams &hp, const DataFeed *data = nullptr) {
+                  const AdamWHparams &hp, const DataFeed *data = nullptr,
+                  const std::string &collectives = "") {
   int64_t elems = 0, bytes = 0;
   for (const ParamInfo &p : ctx->params) {
     elems += p.value->numel;
@@ -204,6 +249,8 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
                 "every step; the gradients and the logged loss are their "
                 "means; rank 0 prints and writes\n",
                 dist::size());
+  if (!collectives.empty())
+    std::printf("  collectives: %s\n", collectives.c_str());
   if (zero::active(ctx)) {
     int64_t whole = 0, here = 0;
     for (const ParamInfo &p : ctx->params)
@@ -502,6 +549,7 @@ int run(const Options &o, const char *argv0) {
                           {.seed = o.loopback_delays.value_or(1)}));
   else
     device_start(ctx, make_cpu_device());
+  const std::string collectives = start_collectives(o, device);
 
   const AdamWHparams hp =
       effective_adamw(ctx, ctx->declared_adamw.value_or(AdamWHparams{}));
@@ -544,7 +592,7 @@ int run(const Options &o, const char *argv0) {
     tiers_start(ctx, o.ssd, o.io_backend);
     host_optimizer_configure(ctx, int(o.optimizer_threads));
   }
-  print_banner(ctx, o, weights, hp, &data);
+  print_banner(ctx, o, weights, hp, &data, collectives);
   if (tiered)
     std::printf("%s\n", tiers_describe(ctx).c_str());
 
@@ -717,6 +765,7 @@ extern "C" int spw_main(int argc, char **argv) {
     flush_stdout();
     if (rc != 0)
       return failed(rc);
+    nccl::finish();
     dist::finalize();
     return rc;
   } catch (const UsageError &e) {

@@ -186,6 +186,10 @@ public:
     buffers_[p] = bytes;
     return p;
   }
+  void *collective_stream() override {
+    flush_adamw();
+    return compute_;
+  }
   void release(void *p) override {
     auto it = buffers_.find(p);
     if (it == buffers_.end())

@@ -301,6 +301,11 @@ void gather_to_root(const float *x, int64_t n, float *out,
 
 Traffic traffic() { return g.traffic; }
 
+void note_traffic(int64_t bytes, double seconds) {
+  g.traffic.bytes += bytes;
+  g.traffic.seconds += seconds;
+}
+
 void allreduce_sum(double *x, int64_t n) {
   if (!g.joined || g.size == 1)
     return;

@@ -80,6 +80,8 @@ struct Traffic {
   double seconds = 0; // all of them
 };
 Traffic traffic();
+// Adds an average made without MPI (NCCL's, dist/nccl.h) to traffic().
+void note_traffic(int64_t bytes, double seconds);
 
 } // namespace spw::dist
 

@@ -147,6 +147,12 @@ const char kUsage[] =
     "                          all-gathered (the same bits as --zero 0, the\n"
     "                          default: every rank keeps the whole state).\n"
     "                          Models without an offload plan, AdamW only.\n"
+    "  --collectives C         how gradients in GPU memory are averaged: nccl\n"
+    "                          (NCCL's all-reduce on the GPU, bootstrapped\n"
+    "                          through MPI; alone, a communicator of one),\n"
+    "                          mpi (through host memory) or auto (default:\n"
+    "                          nccl for --device cuda under mpirun when NCCL\n"
+    "                          loads, else mpi; the banner says which)\n"
     "\n"
     "Exit status: 0 success, 1 runtime or data error, 2 usage error.\n";
 
@@ -271,7 +277,7 @@ Options parse_args(int argc, char **argv) {
         "--device-arena", "--loopback-delays", "--optimizer-threads", "--trace",
         "--kernels", "--threads", "--data", "--val-data", "--data-labels",
         "--eval-every", "--eval-batches", "--lr-schedule", "--warmup",
-        "--min-lr", "--grad-clip", "--zero"};
+        "--min-lr", "--grad-clip", "--zero", "--collectives"};
     if (std::find_if(std::begin(kValued), std::end(kValued),
                      [&](const char *f) { return flag == f; }) ==
         std::end(kValued))
@@ -286,7 +292,7 @@ Options parse_args(int argc, char **argv) {
         "--foam-alpha", "--save", "--log-json", "--checkpoint-dir",
         "--checkpoint-every", "--keep-checkpoints", "--data", "--val-data",
         "--data-labels", "--eval-every", "--eval-batches", "--lr-schedule",
-        "--warmup", "--min-lr", "--grad-clip", "--zero"};
+        "--warmup", "--min-lr", "--grad-clip", "--zero", "--collectives"};
     if (std::find_if(std::begin(kTraining), std::end(kTraining),
                      [&](const char *f) { return flag == f; }) !=
         std::end(kTraining))
@@ -352,6 +358,12 @@ Options parse_args(int argc, char **argv) {
       o.stats_json = path_value(flag, value);
     } else if (flag == "--trace") {
       o.trace = path_value(flag, value);
+    } else if (flag == "--collectives") {
+      if (value != "auto" && value != "mpi" && value != "nccl")
+        throw UsageError(format("invalid value '%s' for --collectives: "
+                                "expected auto, mpi or nccl",
+                                value.c_str()));
+      o.collectives = value;
     } else if (flag == "--zero") {
       if (value != "0" && value != "1")
         throw UsageError(format("invalid value '%s' for --zero: expected 0 "

@@ -55,6 +55,9 @@ struct Options {
   std::string trace; // --trace FILE (trace.h)
   int64_t optimizer_threads = 0; // 0: default_host_threads()
   int zero = 0; // --zero: 1 shards the optimizer state over the ranks
+  // --collectives auto|mpi|nccl: how device gradients are averaged
+  // (dist/nccl.h; main.cpp's start_collectives).
+  std::string collectives = "auto";
   // CPU kernels (cpu/parallel.h): --kernels fast|reference, --threads N.
   bool reference_kernels = false;
   int64_t threads = 0; // 0: the CPUs this process may run on

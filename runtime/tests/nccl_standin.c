@@ -1,0 +1,169 @@
+/*===- nccl_standin.c - NCCL's C API on host memory, for the tests --------===
+ *
+ * The loopback device's "GPU" memory is host memory, which NCCL cannot
+ * reduce; this library, loaded instead of libnccl.so.2 through
+ * SPILLWAY_NCCL_LIBRARY, implements the calls the runtime makes
+ * (runtime/src/dist/nccl.cpp) on host memory with the Open MPI the runtime
+ * already joined (its symbols found at run time, as the runtime finds
+ * them). The loopback device stores every byte XOR 0xa5 (device.h,
+ * kLoopbackScramble): the sums are taken on the plain values, as a GPU's
+ * NCCL sums what its kernels wrote. It checks how the calls are made: one id on every rank, float32 sums,
+ * a stream, a live communicator. At ncclCommDestroy it tells stderr how many
+ * all-reduces it made, so a test sees the path was taken.
+ *===----------------------------------------------------------------------===*/
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+  char internal[128];
+} ncclUniqueId;
+typedef struct Comm {
+  uint64_t magic;
+  int nranks, rank;
+  long long reduces, floats;
+} * ncclComm_t;
+
+enum { kSuccess = 0, kInvalidArgument = 4, kInvalidUsage = 5, kSystem = 2 };
+static const uint64_t kMagic = 0x6e63636c5374616eull;
+static const char kTag[] = "spillway-nccl-standin";
+static const unsigned char kScramble = 0xa5; /* device.h kLoopbackScramble */
+
+typedef void *Handle;
+static int (*mpi_initialized)(int *);
+static int (*mpi_allreduce)(const void *, void *, int, Handle, Handle, Handle);
+static int (*mpi_allgather)(const void *, int, Handle, void *, int, Handle,
+                            Handle);
+static int (*mpi_comm_size)(Handle, int *);
+static int (*mpi_comm_rank)(Handle, int *);
+static Handle world, f32, byte, sum;
+
+/* MPI as the runtime loaded it (RTLD_GLOBAL), or none (one rank alone). */
+static int have_mpi(void) {
+  if (!mpi_initialized) {
+    mpi_initialized = (int (*)(int *))dlsym(RTLD_DEFAULT, "MPI_Initialized");
+    if (!mpi_initialized)
+      return 0;
+    mpi_allreduce = (int (*)(const void *, void *, int, Handle, Handle,
+                             Handle))dlsym(RTLD_DEFAULT, "MPI_Allreduce");
+    mpi_allgather = (int (*)(const void *, int, Handle, void *, int, Handle,
+                             Handle))dlsym(RTLD_DEFAULT, "MPI_Allgather");
+    mpi_comm_size = (int (*)(Handle, int *))dlsym(RTLD_DEFAULT, "MPI_Comm_size");
+    mpi_comm_rank = (int (*)(Handle, int *))dlsym(RTLD_DEFAULT, "MPI_Comm_rank");
+    world = dlsym(RTLD_DEFAULT, "ompi_mpi_comm_world");
+    f32 = dlsym(RTLD_DEFAULT, "ompi_mpi_float");
+    byte = dlsym(RTLD_DEFAULT, "ompi_mpi_byte");
+    sum = dlsym(RTLD_DEFAULT, "ompi_mpi_op_sum");
+  }
+  int on = 0;
+  return mpi_initialized(&on) == 0 && on;
+}
+
+const char *ncclGetErrorString(int r) {
+  switch (r) {
+  case kSuccess: return "no error";
+  case kInvalidArgument: return "invalid argument (nccl stand-in)";
+  case kInvalidUsage: return "invalid usage (nccl stand-in)";
+  default: return "system error (nccl stand-in)";
+  }
+}
+
+int ncclGetVersion(int *version) {
+  if (!version)
+    return kInvalidArgument;
+  *version = 22800;
+  return kSuccess;
+}
+
+int ncclGetUniqueId(ncclUniqueId *id) {
+  if (!id)
+    return kInvalidArgument;
+  memset(id, 0, sizeof *id);
+  snprintf(id->internal, sizeof id->internal, "%s %d", kTag, (int)getpid());
+  return kSuccess;
+}
+
+int ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id,
+                     int rank) {
+  if (!comm || nranks < 1 || rank < 0 || rank >= nranks ||
+      strncmp(id.internal, kTag, sizeof kTag - 1) != 0)
+    return kInvalidArgument;
+  if (nranks > 1) {
+    int size = 0, me = -1;
+    if (!have_mpi())
+      return kInvalidUsage;
+    mpi_comm_size(world, &size);
+    mpi_comm_rank(world, &me);
+    if (size != nranks || me != rank)
+      return kInvalidArgument;
+    /* Every rank must hold rank 0's id (the runtime broadcasts it). */
+    char *all = malloc((size_t)nranks * sizeof id);
+    if (!all)
+      return kSystem;
+    mpi_allgather(&id, (int)sizeof id, byte, all, (int)sizeof id, byte, world);
+    for (int r = 1; r < nranks; ++r)
+      if (memcmp(all, all + (size_t)r * sizeof id, sizeof id) != 0) {
+        free(all);
+        return kInvalidArgument;
+      }
+    free(all);
+  }
+  ncclComm_t c = calloc(1, sizeof *c);
+  if (!c)
+    return kSystem;
+  c->magic = kMagic;
+  c->nranks = nranks;
+  c->rank = rank;
+  *comm = c;
+  return kSuccess;
+}
+
+int ncclAllReduce(const void *send, void *recv, size_t count, int dtype,
+                  int op, ncclComm_t comm, void *stream) {
+  if (!comm || comm->magic != kMagic || !stream || !send || !recv ||
+      dtype != 7 /* ncclFloat32 */ || op != 0 /* ncclSum */)
+    return kInvalidArgument;
+  if (send != recv)
+    memmove(recv, send, count * sizeof(float));
+  if (comm->nranks > 1) {
+    if (!have_mpi())
+      return kInvalidUsage;
+    const size_t piece = (size_t)1 << 24;
+    float *plain = malloc((count < piece ? count : piece) * sizeof(float));
+    if (!plain)
+      return kSystem;
+    for (size_t at = 0; at < count; at += piece) {
+      const size_t n = count - at < piece ? count - at : piece;
+      unsigned char *dev = (unsigned char *)((float *)recv + at);
+      unsigned char *p = (unsigned char *)plain;
+      for (size_t i = 0; i < n * sizeof(float); ++i)
+        p[i] = dev[i] ^ kScramble;
+      if (mpi_allreduce((void *)1 /* MPI_IN_PLACE */, plain, (int)n, f32, sum,
+                        world) != 0) {
+        free(plain);
+        return kSystem;
+      }
+      for (size_t i = 0; i < n * sizeof(float); ++i)
+        dev[i] = p[i] ^ kScramble;
+    }
+    free(plain);
+  }
+  comm->reduces += 1;
+  comm->floats += (long long)count;
+  return kSuccess;
+}
+
+int ncclCommDestroy(ncclComm_t comm) {
+  if (!comm || comm->magic != kMagic)
+    return kInvalidArgument;
+  fprintf(stderr, "nccl-standin: rank %d of %d: %lld all-reduces of %lld "
+                  "floats\n",
+          comm->rank, comm->nranks, comm->reduces, comm->floats);
+  comm->magic = 0;
+  free(comm);
+  return kSuccess;
+}
