@@ -20,9 +20,14 @@
 #      (params on host, a GPU optimizer: the update rounds the working
 #      copies on the GPU into a copy made from the bound masters,
 #      sched.alloc), and resident with bf16 optimizer state
-#      (--optimizer-state-dtype bf16).
-# Time: the kernel check may run 180 s, each of the 12 training runs 45 s
-# (720 s at most; each takes seconds on an H200); a stage that
+#      (--optimizer-state-dtype bf16);
+#   3. NCCL (--collectives nccl, issue 21): the fp32 GPT 20 steps on the GPU
+#      with a communicator of one rank (ncclAllReduce and the div kernel on
+#      every gradient) and with --collectives mpi (no average alone): the
+#      weights bit for bit (libnccl.so.2 from the toolkit or PyTorch's
+#      wheels, cuda-env.sh; none found: SKIP).
+# Time: the kernel check may run 180 s, each of the 14 training runs 45 s
+# (810 s at most; each takes seconds on an H200); a stage that
 # would not start 10 s before --budget SECONDS (default 480) is skipped and
 # said so, and no stage's timeout runs past the budget, so the table always
 # prints. --dry-run prints the commands and their time allotments.
@@ -41,7 +46,7 @@ while [ $# -gt 0 ]; do
     --budget) [ $# -ge 2 ] || { echo "cuda-check: --budget needs seconds" >&2; exit 2; }
               BUDGET=$2; shift ;;
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "cuda-check: unknown option '$1' (--budget SECONDS, --dry-run)" >&2; exit 2 ;;
   esac
   shift
@@ -111,8 +116,36 @@ PY
   return $rc
 }
 
+# NCCL with one rank against no averaging: the same weights bit for bit.
+nccl_one_rank() {
+  local I="--input tokens=$DEV/tokens.npy --input targets=$DEV/targets.npy --weights $DEV/gpt-fp32.weights --steps 20 --device cuda"
+  local name="nccl one rank (exact)"
+  if [ "$DRY" = 1 ]; then
+    echo "[nccl: 2 x ${TRAIN_TIMEOUT} s] $DEV/gpt-fp32 $I --collectives nccl|mpi --save $WORK/nccl-{nccl,mpi}.safetensors"
+    return 0
+  fi
+  if [ -z "${SPW_NCCL_DIR:-}" ]; then
+    record "$name" SKIP "no libnccl.so.2 (toolkit, ldconfig, PyTorch's nvidia wheels)"; return 0
+  fi
+  echo "== NCCL: 20 steps with a communicator of one, and without (libnccl in $SPW_NCCL_DIR)"
+  local c t rc=0
+  for c in nccl mpi; do
+    t=$(allot "$TRAIN_TIMEOUT")
+    if [ "$t" = 0 ]; then record "$name" SKIP "time budget (${SECONDS} of ${BUDGET} s used)"; return 1; fi
+    timeout "$t" "$DEV/gpt-fp32" $I --collectives "$c" --save "$WORK/nccl-$c.safetensors" 2>&1 | grep -E "collectives|done|error" | tail -3
+    local s=${PIPESTATUS[0]}
+    if [ "$s" != 0 ]; then record "$name" FAIL "--collectives $c: exit status $s (124: timed out)"; return 1; fi
+  done
+  local cmp
+  cmp=$(python3 "$ROOT/test/e2e/compare_weights.py" "$WORK/nccl-nccl.safetensors" "$WORK/nccl-mpi.safetensors" --exact 2>&1)
+  rc=$?
+  echo "$cmp"
+  record "$name" "$([ $rc = 0 ] && echo ok || echo FAIL)" "$(echo "$cmp" | tail -1)"
+  return $rc
+}
+
 if [ "$DRY" = 1 ]; then
-  echo "cuda-check --dry-run: budget $BUDGET s; the kernel check at most $KERNEL_TIMEOUT s, 12 training runs at most $TRAIN_TIMEOUT s each"
+  echo "cuda-check --dry-run: budget $BUDGET s; the kernel check at most $KERNEL_TIMEOUT s, 14 training runs at most $TRAIN_TIMEOUT s each"
   echo "[kernels: ${KERNEL_TIMEOUT} s] $DEV/spillway-cuda-check"
   train_pair adamw-fp32 gpt-fp32 1e-3
   train_pair adamw-bf16 gpt-bf16 3e-2
@@ -120,6 +153,7 @@ if [ "$DRY" = 1 ]; then
   train_pair adamw-bf16-mixed gpt-mixed 3e-2
   train_pair adamw-bf16-mixed-offload gpt-mixed-offload 3e-2
   train_pair adamw-bf16-mixed-state16 gpt-mixed-state16 3e-2
+  nccl_one_rank
   echo "results: $LOG, $LOSSES"
   rm -rf "$WORK"
   exit 0
@@ -149,6 +183,7 @@ fi
   train_pair adamw-bf16-mixed gpt-mixed 3e-2 || failed=1
   train_pair adamw-bf16-mixed-offload gpt-mixed-offload 3e-2 || failed=1
   train_pair adamw-bf16-mixed-state16 gpt-mixed-state16 3e-2 || failed=1
+  nccl_one_rank || failed=1
   echo
   echo "== summary"
   printf '%s\n' "${ROWS[@]}"

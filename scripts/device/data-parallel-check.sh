@@ -2,7 +2,10 @@
 # Data parallel on a multi-GPU machine (issue 21): N ranks of `mpirun -np N`,
 # one GPU each, against one process on one GPU training the same rows per
 # step (batch N x b in N micro-batches): the final weights compared, tokens
-# per second of each, and the ranks' measured all-reduce share.
+# per second of each, and the ranks' measured all-reduce share; the ranks
+# twice, their gradients averaged by NCCL (--collectives nccl; libnccl.so.2
+# found by cuda-env.sh) and through host memory over MPI (--collectives
+# mpi), and a third time with the AdamW state sharded (--zero 1).
 #
 #   here (spillwayc, nvcc):  bash scripts/device/data-parallel-check.sh --prepare N
 #                            builds build/device-dp/ for N GPUs (the GPT of
@@ -27,7 +30,7 @@ while [ $# -gt 0 ]; do
     --steps) [ $# -ge 2 ] || { echo "data-parallel-check: --steps needs a count" >&2; exit 2; }
              STEPS=$2; shift ;;
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "data-parallel-check: unknown option '$1' (--prepare N, --steps K, --dry-run)" >&2; exit 2 ;;
   esac
   shift
@@ -65,25 +68,38 @@ IN=(--weights "$DIR/one.weights" --input "tokens=$DIR/tokens.npy" --input "targe
 ONE=("$DIR/one" "${IN[@]}" --log-json "$OUT/one.jsonl" --save "$OUT/one.safetensors")
 MPIRUN=(mpirun -np "$N")
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
-DP=("${MPIRUN[@]}" "$DIR/dp" "${IN[@]}" --log-json "$OUT/dp.jsonl" --save "$OUT/dp.safetensors")
+dp() { # NAME FLAGS...: the N ranks
+  local name=$1; shift
+  echo "${MPIRUN[*]} $DIR/dp ${IN[*]} --log-json $OUT/$name.jsonl --save $OUT/$name.safetensors $*"
+}
+VARIANTS=("dp-nccl --collectives nccl" "dp-mpi --collectives mpi" "dp-zero --zero 1")
 if [ "$DRY" = 1 ]; then
   echo "data-parallel-check --dry-run: $N GPUs, $STEPS steps"
   echo "[one GPU] ${ONE[*]}"
-  echo "[$N GPUs] ${DP[*]}"
+  for v in "${VARIANTS[@]}"; do echo "[$N GPUs] $(dp $v)"; done
   exit 0
 fi
+. "$ROOT/scripts/device/cuda-env.sh"
 command -v mpirun > /dev/null || { echo "data-parallel-check: no mpirun on this machine: it needs Open MPI (Debian: openmpi-bin) and $N GPUs" | tee -a "$ROWS" >&2; exit 1; }
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [ "$GPUS" -ge "$N" ] || { echo "data-parallel-check: built for $N GPUs, this machine has $GPUS: run --prepare $GPUS where spillwayc is" | tee -a "$ROWS" >&2; exit 1; }
 echo "one GPU: ${ONE[*]}" | tee -a "$ROWS"
 "${ONE[@]}" > "$OUT/one.out"
-echo "$N GPUs: ${DP[*]}" | tee -a "$ROWS"
-"${DP[@]}" > "$OUT/dp.out"
 if [ "$N" = 2 ]; then CMP=--exact; else CMP="--atol 1e-4"; fi
-SAME=$(python3 "$DIR/compare_weights.py" "$OUT/dp.safetensors" "$OUT/one.safetensors" $CMP 2>&1) && ok=yes || ok=NO
-echo "weights ($CMP): $ok: $SAME" | tee -a "$ROWS"
+ok=yes
+for v in "${VARIANTS[@]}"; do
+  name=${v%% *}
+  cmd=$(dp $v)
+  echo "$N GPUs: $cmd" | tee -a "$ROWS"
+  if ! $cmd > "$OUT/$name.out" 2>&1; then
+    echo "$name: FAILED: $(tail -3 "$OUT/$name.out")" | tee -a "$ROWS"; ok=NO; continue
+  fi
+  grep -E "collectives:|zero:" "$OUT/$name.out" | tee -a "$ROWS" || true
+  SAME=$(python3 "$DIR/compare_weights.py" "$OUT/$name.safetensors" "$OUT/one.safetensors" $CMP 2>&1) && same=yes || { same=NO; ok=NO; }
+  echo "$name weights ($CMP): $same: $SAME" | tee -a "$ROWS"
+done
 python3 - "$OUT" "$N" <<'PY' | tee -a "$ROWS"
-import json, statistics, sys
+import json, os, statistics, sys
 out, n = sys.argv[1], int(sys.argv[2])
 def steady(name):
     rows = [json.loads(l) for l in open(f"{out}/{name}.jsonl")]
@@ -91,11 +107,15 @@ def steady(name):
     s = statistics.median(t[i] - t[i - 1] for i in range(1, len(t)))
     return s, rows[0]["tokens"] / s
 s1, t1 = steady("one")
-sn, tn = steady("dp")
-line = [l for l in open(f"{out}/dp.out") if l.startswith("data parallel:")]
-print(f"{'run':12} {'s/step':>9} {'tok/s':>10}")
-print(f"{'1 GPU':12} {s1:9.5f} {t1:10.0f}")
-print(f"{str(n) + ' GPUs':12} {sn:9.5f} {tn:10.0f}  ({tn / t1:.2f}x)")
-print(line[0].strip() if line else "no data-parallel line")
+print(f"{'run':22} {'s/step':>9} {'tok/s':>10}")
+print(f"{'1 GPU':22} {s1:9.5f} {t1:10.0f}")
+for name in ("dp-nccl", "dp-mpi", "dp-zero"):
+    if not os.path.exists(f"{out}/{name}.jsonl"):
+        print(f"{str(n) + ' GPUs ' + name[3:]:22} failed")
+        continue
+    sn, tn = steady(name)
+    line = [l for l in open(f"{out}/{name}.out") if l.startswith("data parallel:")]
+    print(f"{str(n) + ' GPUs ' + name[3:]:22} {sn:9.5f} {tn:10.0f}  ({tn / t1:.2f}x)  "
+          + (line[0].strip() if line else "no data-parallel line"))
 PY
 [ "$ok" = yes ]
