@@ -13,9 +13,11 @@ void Completion::piece_done(const std::string &error) {
     if (error_.empty())
       error_ = error;
   }
-  // The decrement happens outside the lock, the notify inside it: a waiter
-  // that saw pending_ != 0 holds the lock until it sleeps, so it cannot miss
-  // the wakeup.
+  // The decrement happens outside the lock, the notifies inside it: a
+  // waiter that saw pending_ != 0 (or the callbacks not yet run) holds the
+  // lock until it sleeps, so it cannot miss the wakeup. wait() returns only
+  // after the callbacks have run (outside the lock: they may take others),
+  // so a waiter sees what they recorded.
   if (pending_.fetch_sub(1) == 1) {
     std::vector<std::function<void(int64_t)>> fns;
     int64_t at;
@@ -23,10 +25,13 @@ void Completion::piece_done(const std::string &error) {
       std::lock_guard<std::mutex> lk(mu_);
       at = done_us_ = trace::now_us();
       fns.swap(on_done_);
-      cv_.notify_all();
+      cv_.notify_all(); // done_us() waits for the stamp only
     }
     for (auto &fn : fns)
       fn(at);
+    std::lock_guard<std::mutex> lk(mu_);
+    callbacks_run_ = true;
+    cv_.notify_all();
   }
 }
 
@@ -55,7 +60,7 @@ void Completion::on_done(std::function<void(int64_t)> fn) {
 
 void Completion::wait() {
   std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] { return pending_.load() == 0; });
+  cv_.wait(lk, [&] { return callbacks_run_; });
   if (!error_.empty())
     throw Error(error_);
 }

@@ -37,8 +37,9 @@ public:
   void piece_done(const std::string &error = {});
 
   bool done() const { return pending_.load() == 0; }
-  // Blocks until every piece is done; throws spw::Error with the first
-  // error, if any.
+  // Blocks until every piece is done and the on_done callbacks have run
+  // (a waiter then sees what they recorded: the trace's span of the move);
+  // throws spw::Error with the first error, if any.
   void wait();
   // The first error, or empty (only meaningful once done()).
   std::string error() const;
@@ -57,6 +58,7 @@ private:
   mutable std::condition_variable cv_;
   std::string error_;
   int64_t done_us_ = -1; // under mu_
+  bool callbacks_run_ = false; // under mu_: on_done_'s have returned
   std::vector<std::function<void(int64_t)>> on_done_;
 };
 
