@@ -162,37 +162,33 @@ void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end) {
   param_written(p);
 }
 
-void gather_state(spw_ctx *ctx, std::vector<std::vector<float>> &full_m,
-                  std::vector<std::vector<float>> &full_v) {
+std::vector<char> state_present(spw_ctx *ctx) {
   const size_t np = ctx->params.size();
-  full_m.assign(np, {});
-  full_v.assign(np, {});
-  // Which parameters have state on some rank (a rank whose shard is empty
-  // has none of its own).
   std::vector<double> has(np, 0.0);
   for (size_t i = 0; i < np; ++i)
     has[i] = ctx->params[i].adam_m.empty() ? 0.0 : 1.0;
   dist::allreduce_sum(has.data(), int64_t(np));
-  for (size_t i = 0; i < np; ++i) {
-    ParamInfo &p = ctx->params[i];
-    if (has[i] == 0.0 || p.shard_hi < 0)
-      continue;
-    const int64_t mine = p.state_local_numel();
-    if (int64_t(p.adam_m.size()) != mine || int64_t(p.adam_v.size()) != mine)
-      fail("parameter '%s': this rank holds %zu moment elements of its "
-           "shard's %lld",
-           p.name.c_str(), p.adam_m.size(), (long long)mine);
-    std::vector<int64_t> counts, displs;
-    range_layout(p, 0, p.state_numel(), counts, displs);
-    if (dist::rank() == 0) {
-      full_m[i].resize(size_t(p.state_numel()));
-      full_v[i].resize(size_t(p.state_numel()));
-    }
-    dist::gather_to_root(p.adam_m.data(), mine, full_m[i].data(), counts,
-                         displs);
-    dist::gather_to_root(p.adam_v.data(), mine, full_v[i].data(), counts,
-                         displs);
-  }
+  std::vector<char> out(np);
+  for (size_t i = 0; i < np; ++i)
+    out[i] = has[i] > 0.0 && ctx->params[i].shard_hi >= 0;
+  return out;
+}
+
+void gather_moment(spw_ctx *ctx, const ParamInfo &p, bool v,
+                   std::vector<float> &out) {
+  (void)ctx;
+  const std::vector<float> &mine = v ? p.adam_v : p.adam_m;
+  const int64_t n = p.state_local_numel();
+  if (int64_t(mine.size()) != n)
+    fail("parameter '%s': this rank holds %zu moment elements of its "
+         "shard's %lld",
+         p.name.c_str(), mine.size(), (long long)n);
+  std::vector<int64_t> counts, displs;
+  range_layout(p, 0, p.state_numel(), counts, displs);
+  out.clear();
+  if (dist::rank() == 0)
+    out.resize(size_t(p.state_numel()));
+  dist::gather_to_root(mine.data(), n, out.data(), counts, displs);
 }
 
 void keep_shard(const ParamInfo &p, std::vector<float> &moment) {

@@ -55,12 +55,16 @@ void reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad);
 // After the ranks updated their shards of elements [begin, end) of p's
 // values: every rank's updated elements to every rank.
 void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end);
-// For a checkpoint: on rank 0, full_m[i] / full_v[i] the whole moments of
-// parameter i (empty where no rank has any state yet); the other ranks'
-// vectors stay empty. The plain copies (adam_m, adam_v) hold each rank's
-// shard: device_pull first.
-void gather_state(spw_ctx *ctx, std::vector<std::vector<float>> &full_m,
-                  std::vector<std::vector<float>> &full_v);
+// For a checkpoint, after device_pull (the plain copies adam_m, adam_v
+// hold each rank's shard): per parameter, whether any rank has its moments
+// yet (a rank whose shard is empty has none of its own), the same on every
+// rank.
+std::vector<char> state_present(spw_ctx *ctx);
+// Parameter p's whole moment (`v`: adam_v, else adam_m) into rank 0's `out`
+// (resized to state_numel; the other ranks' stays empty): one parameter at
+// a time, so rank 0 never holds more than one moment beyond its shard.
+void gather_moment(spw_ctx *ctx, const ParamInfo &p, bool v,
+                   std::vector<float> &out);
 // A restored moment of p (all state_numel elements) cut to this rank's
 // shard.
 void keep_shard(const ParamInfo &p, std::vector<float> &moment);

@@ -297,15 +297,24 @@ void Checkpointer::write(int64_t step, bool report) {
   using storage::CheckpointTensorSpec;
   // The plain copies (parameters no block holds, and every one of a run
   // without a plan) come from the device; the blocks' from their homes.
-  // ZeRO: every rank's shard of the moments goes to rank 0 first.
-  std::vector<std::vector<float>> full_m, full_v;
+  // ZeRO: every rank's shard of the moments goes to rank 0 as it writes
+  // them, a parameter at a time (zero::gather_moment, below); the other
+  // ranks take part in the same order.
+  std::vector<char> sharded;
   if (zero::active(ctx_)) {
     device_pull(ctx_);
-    zero::gather_state(ctx_, full_m, full_v);
+    sharded = zero::state_present(ctx_);
   }
-  if (!writer_)
+  std::vector<float> gathered;
+  if (!writer_) {
+    for (size_t i = 0; i < sharded.size(); ++i)
+      if (sharded[i]) {
+        zero::gather_moment(ctx_, ctx_->params[i], false, gathered);
+        zero::gather_moment(ctx_, ctx_->params[i], true, gathered);
+      }
     return; // rank 0 writes the job's checkpoint
-  if (!zero::active(ctx_))
+  }
+  if (sharded.empty())
     device_pull(ctx_);
   const std::vector<char> in_p = streamed(ctx_, SPW_BLOCK_PARAMS),
                           in_o = streamed(ctx_, SPW_BLOCK_OPTIMIZER);
@@ -346,10 +355,10 @@ void Checkpointer::write(int64_t step, bool report) {
     const ParamInfo &p = ctx_->params[i];
     if (!in_p[i])
       add(i, kTensorValue, p.value->data);
-    if (!full_m.empty() && p.shard_hi >= 0) {
-      if (!full_m[i].empty()) {
-        add(i, kTensorAdamM, full_m[i].data());
-        add(i, kTensorAdamV, full_v[i].data());
+    if (!sharded.empty() && p.shard_hi >= 0) {
+      if (sharded[i]) { // gathered when written
+        add(i, kTensorAdamM, nullptr);
+        add(i, kTensorAdamV, nullptr);
       }
     } else if (!in_o[i] && !p.adam_m.empty()) {
       add(i, kTensorAdamM, p.adam_m.data());
@@ -380,9 +389,16 @@ void Checkpointer::write(int64_t step, bool report) {
   const auto t0 = std::chrono::steady_clock::now();
   storage::CheckpointWriter w(*engine_, o_.checkpoint_dir, step, ts, meta,
                               copts_);
-  for (size_t k = 0; k < first_streamed; ++k)
+  for (size_t k = 0; k < first_streamed; ++k) {
+    const void *from = src[k].plain;
+    if (!from && src[k].kind != kTensorValue) { // a ZeRO moment
+      zero::gather_moment(ctx_, ctx_->params[size_t(src[k].param)],
+                          src[k].kind == kTensorAdamV, gathered);
+      from = gathered.data();
+    }
     if (ts[k].bytes)
-      w.append(src[k].plain, ts[k].bytes);
+      w.append(from, ts[k].bytes);
+  }
   // A block's ranges come in the order the tensors were listed: one
   // tensor's ranges one after another, in element order (split blocks'
   // parts included). Checked, so that a plan visiting them otherwise is an
