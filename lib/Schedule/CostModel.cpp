@@ -96,8 +96,8 @@ double maxOf(const IterationSummary &s, uint64_t LayerCost::*field) {
 }
 } // namespace
 
-uint64_t spillway::schedule::zeroOptimizerBytesPerRank(
-    const IterationSummary &s) {
+uint64_t
+spillway::schedule::zeroOptimizerBytesPerRank(const IterationSummary &s) {
   const uint64_t elem = s.bf16OptimizerState ? 2 : 4;
   uint64_t whole = 0, moments = 0;
   for (const LayerCost &l : s.layers) {

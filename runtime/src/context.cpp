@@ -564,10 +564,10 @@ void reduce_mean(spw_ctx *ctx, float *data, bool on_device, int64_t n,
     nccl::allreduce_sum(data, n, stream);
     divide_on_device(ctx, data, n, ranks);
     ctx->device->synchronize();
-    dist::note_traffic(n * int64_t(sizeof(float)),
-                       std::chrono::duration<double>(
-                           std::chrono::steady_clock::now() - t0)
-                           .count());
+    dist::note_traffic(
+        n * int64_t(sizeof(float)),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count());
     return;
   }
   // Device memory: through a bounded host buffer, in order.

@@ -166,8 +166,7 @@ void rank_options(Options &o) {
 std::string start_collectives(const Options &o, const std::string &device) {
   const bool forced = o.collectives == "nccl";
   const bool wanted =
-      forced || (o.collectives == "auto" && device == "cuda" &&
-                 dist::active());
+      forced || (o.collectives == "auto" && device == "cuda" && dist::active());
   std::string why;
   if (wanted) {
     if (device == "cpu")

@@ -358,8 +358,7 @@ void adamw_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
     p.adam_v.assign(n, 0.0f);
   }
   // ZeRO: this rank's shard of the range (the state holds only that).
-  if (const auto [b, e] = local_range(p, begin, end);
-      b != begin || e != end) {
+  if (const auto [b, e] = local_range(p, begin, end); b != begin || e != end) {
     if (b >= e)
       return;
     g += b - begin;
@@ -706,8 +705,7 @@ extern "C" void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad,
       const float *g;
       if (device_grad(ctx, p, grad, 0, p.value->numel, &g))
         device_update(ctx, p, g, 0, p.value->numel, ctx->step, h, 0.0);
-    } else if (check_finite_grad(ctx, p, recorded_grad(p), 0,
-                                 p.value->numel)) {
+    } else if (check_finite_grad(ctx, p, recorded_grad(p), 0, p.value->numel)) {
       adamw_update(ctx, p, recorded_grad(p), 0, p.value->numel, ctx->step, h);
     }
     gather_updated(ctx, p, 0, p.value->numel);
@@ -916,8 +914,7 @@ extern "C" void spw_adamw_range(spw_ctx *ctx, int32_t param, spw_tensor *grad,
       if (device_grad(ctx, p, grad, begin, end, &g))
         device_update(ctx, p, g + begin, begin, end, ctx->step, h, 0.0);
     } else if (check_finite_grad(ctx, p, recorded_grad(p), begin, end)) {
-      adamw_update(ctx, p, recorded_grad(p) + begin, begin, end, ctx->step,
-                   h);
+      adamw_update(ctx, p, recorded_grad(p) + begin, begin, end, ctx->step, h);
     }
     gather_updated(ctx, p, begin, end);
   });

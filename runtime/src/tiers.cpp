@@ -1872,8 +1872,7 @@ void spw_grad_norms(spw_ctx *ctx, int32_t layer, int32_t tier,
       // sums are averaged here, in the accumulator, before spw_gradient
       // divides by M (and the update entry points leave them as they are).
       ParamInfo &p = ctx->params[k];
-      if ((dist::active() || nccl::active()) &&
-          p.reduced_step != ctx->step) {
+      if ((dist::active() || nccl::active()) && p.reduced_step != ctx->step) {
         reduce_mean(ctx, reinterpret_cast<float *>(base + b.offsets[i]),
                     d == Tier::Gpu, v.numel, format("'%s'", p.name.c_str()));
         p.reduced_step = ctx->step;

@@ -7,9 +7,10 @@
  * already joined (its symbols found at run time, as the runtime finds
  * them). The loopback device stores every byte XOR 0xa5 (device.h,
  * kLoopbackScramble): the sums are taken on the plain values, as a GPU's
- * NCCL sums what its kernels wrote. It checks how the calls are made: one id on every rank, float32 sums,
- * a stream, a live communicator. At ncclCommDestroy it tells stderr how many
- * all-reduces it made, so a test sees the path was taken.
+ * NCCL sums what its kernels wrote. It checks how the calls are made: one
+ * id on every rank, float32 sums, a stream, a live communicator. At
+ * ncclCommDestroy it tells stderr how many all-reduces it made, so a test
+ * sees the path was taken.
  *===----------------------------------------------------------------------===*/
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -52,8 +53,10 @@ static int have_mpi(void) {
                              Handle))dlsym(RTLD_DEFAULT, "MPI_Allreduce");
     mpi_allgather = (int (*)(const void *, int, Handle, void *, int, Handle,
                              Handle))dlsym(RTLD_DEFAULT, "MPI_Allgather");
-    mpi_comm_size = (int (*)(Handle, int *))dlsym(RTLD_DEFAULT, "MPI_Comm_size");
-    mpi_comm_rank = (int (*)(Handle, int *))dlsym(RTLD_DEFAULT, "MPI_Comm_rank");
+    mpi_comm_size =
+        (int (*)(Handle, int *))dlsym(RTLD_DEFAULT, "MPI_Comm_size");
+    mpi_comm_rank =
+        (int (*)(Handle, int *))dlsym(RTLD_DEFAULT, "MPI_Comm_rank");
     world = dlsym(RTLD_DEFAULT, "ompi_mpi_comm_world");
     f32 = dlsym(RTLD_DEFAULT, "ompi_mpi_float");
     byte = dlsym(RTLD_DEFAULT, "ompi_mpi_byte");
@@ -65,10 +68,14 @@ static int have_mpi(void) {
 
 const char *ncclGetErrorString(int r) {
   switch (r) {
-  case kSuccess: return "no error";
-  case kInvalidArgument: return "invalid argument (nccl stand-in)";
-  case kInvalidUsage: return "invalid usage (nccl stand-in)";
-  default: return "system error (nccl stand-in)";
+  case kSuccess:
+    return "no error";
+  case kInvalidArgument:
+    return "invalid argument (nccl stand-in)";
+  case kInvalidUsage:
+    return "invalid usage (nccl stand-in)";
+  default:
+    return "system error (nccl stand-in)";
   }
 }
 
@@ -87,8 +94,7 @@ int ncclGetUniqueId(ncclUniqueId *id) {
   return kSuccess;
 }
 
-int ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id,
-                     int rank) {
+int ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
   if (!comm || nranks < 1 || rank < 0 || rank >= nranks ||
       strncmp(id.internal, kTag, sizeof kTag - 1) != 0)
     return kInvalidArgument;
@@ -122,8 +128,8 @@ int ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id,
   return kSuccess;
 }
 
-int ncclAllReduce(const void *send, void *recv, size_t count, int dtype,
-                  int op, ncclComm_t comm, void *stream) {
+int ncclAllReduce(const void *send, void *recv, size_t count, int dtype, int op,
+                  ncclComm_t comm, void *stream) {
   if (!comm || comm->magic != kMagic || !stream || !send || !recv ||
       dtype != 7 /* ncclFloat32 */ || op != 0 /* ncclSum */)
     return kInvalidArgument;
@@ -160,8 +166,9 @@ int ncclAllReduce(const void *send, void *recv, size_t count, int dtype,
 int ncclCommDestroy(ncclComm_t comm) {
   if (!comm || comm->magic != kMagic)
     return kInvalidArgument;
-  fprintf(stderr, "nccl-standin: rank %d of %d: %lld all-reduces of %lld "
-                  "floats\n",
+  fprintf(stderr,
+          "nccl-standin: rank %d of %d: %lld all-reduces of %lld "
+          "floats\n",
           comm->rank, comm->nranks, comm->reduces, comm->floats);
   comm->magic = 0;
   free(comm);

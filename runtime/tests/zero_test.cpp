@@ -41,9 +41,9 @@ Tensor grad_of_step(int t) {
 
 TEST(Zero, ShardsCoverTheElementsInRankOrderAtWholeVectors) {
   for (int ranks : {1, 2, 3, 4, 7, 8})
-    for (int64_t n : {int64_t(0), int64_t(1), int64_t(63), int64_t(64),
-                      int64_t(300), int64_t(4096), int64_t(100003),
-                      (int64_t(1) << 40) + 17}) {
+    for (int64_t n :
+         {int64_t(0), int64_t(1), int64_t(63), int64_t(64), int64_t(300),
+          int64_t(4096), int64_t(100003), (int64_t(1) << 40) + 17}) {
       int64_t at = 0, largest = 0;
       for (int r = 0; r < ranks; ++r) {
         const spw::zero::Shard s = spw::zero::shard_of(n, r, ranks);
@@ -110,7 +110,7 @@ void check_shards_match_the_whole_update(bool overlap) {
     const float *w = p.value->as<float>();
     for (int64_t i = 0; i < kN; ++i) {
       const float want = i >= s.first && i < s.last ? pw.value->as<float>()[i]
-                                                     : start[size_t(i)];
+                                                    : start[size_t(i)];
       ASSERT_EQ(std::memcmp(&w[i], &want, sizeof(float)), 0)
           << "element " << i << ": " << w[i] << " vs " << want;
     }

@@ -325,8 +325,7 @@ TEST_F(SummaryTest, FoamFoldsTheWeightMatricesState) {
     EXPECT_EQ(s->layers[0].foldedParams, 128u);
     EXPECT_EQ(s->layers[0].foldedOptimizerBytes, 2 * 4 * folded);
     EXPECT_EQ(s->layers[0].optimizerBytes, 2 * 4 * (folded + 16));
-    EXPECT_EQ(s->layers[0].momentElements,
-              (std::vector<uint64_t>{folded, 16}));
+    EXPECT_EQ(s->layers[0].momentElements, (std::vector<uint64_t>{folded, 16}));
     EXPECT_EQ(s->layers[0].numParams, 128u + 16u);
     EXPECT_EQ(s->layers[0].gradBytes, 4 * (128u + 16u));
     // The head [16,4] and its bias: AdamW, nothing folded.

@@ -37,8 +37,8 @@ struct Mpi {
   int (*comm_size)(Handle, int *);
   int (*allreduce)(const void *, void *, int, Handle, Handle, Handle);
   int (*allgather)(const void *, int, Handle, void *, int, Handle, Handle);
-  int (*allgatherv)(const void *, int, Handle, void *, const int *,
-                    const int *, Handle, Handle);
+  int (*allgatherv)(const void *, int, Handle, void *, const int *, const int *,
+                    Handle, Handle);
   int (*gatherv)(const void *, int, Handle, void *, const int *, const int *,
                  Handle, int, Handle);
   int (*reduce_scatter)(const void *, void *, const int *, Handle, Handle,
@@ -294,8 +294,8 @@ void gather_to_root(const float *x, int64_t n, float *out,
     fail("MPI_Gatherv: %lld elements from one rank", (long long)n);
   const std::vector<int> c = mpi_ints(counts, "MPI_Gatherv"),
                          d = mpi_ints(displs, "MPI_Gatherv");
-  check(g.mpi.gatherv(x, int(n), g.mpi.f32, out, c.data(), d.data(),
-                      g.mpi.f32, 0, g.mpi.comm_world),
+  check(g.mpi.gatherv(x, int(n), g.mpi.f32, out, c.data(), d.data(), g.mpi.f32,
+                      0, g.mpi.comm_world),
         "MPI_Gatherv");
 }
 

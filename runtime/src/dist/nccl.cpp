@@ -17,7 +17,7 @@
 namespace spw::nccl {
 namespace {
 
-using Result = int; // ncclResult_t: ncclSuccess = 0
+using Result = int;  // ncclResult_t: ncclSuccess = 0
 using Comm = void *; // ncclComm_t
 struct UniqueId {
   char internal[128]; // NCCL_UNIQUE_ID_BYTES
@@ -109,8 +109,8 @@ bool active() { return g.comm != nullptr; }
 
 std::string describe() {
   // NCCL 2.9+: major * 10000 + minor * 100 + patch.
-  return format("NCCL %d.%d.%d (%s)", g.version / 10000,
-                g.version / 100 % 100, g.version % 100, g.library.c_str());
+  return format("NCCL %d.%d.%d (%s)", g.version / 10000, g.version / 100 % 100,
+                g.version % 100, g.library.c_str());
 }
 
 void allreduce_sum(float *dev, int64_t n, void *stream) {

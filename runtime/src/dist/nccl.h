@@ -1,4 +1,4 @@
-//===- nccl.h - device gradients averaged by NCCL --------------------------===//
+//===- nccl.h - device gradients averaged by NCCL -------------------------===//
 //
 // A CUDA run's gradients are in GPU memory: NCCL all-reduces them there, on
 // the device's compute stream, instead of MPI through host copies

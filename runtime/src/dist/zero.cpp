@@ -23,8 +23,7 @@ namespace {
 // Every rank's count and displacement of elements [begin, end) of p:
 // each rank's shard of them, relative to `begin`.
 void range_layout(const ParamInfo &p, int64_t begin, int64_t end,
-                  std::vector<int64_t> &counts,
-                  std::vector<int64_t> &displs) {
+                  std::vector<int64_t> &counts, std::vector<int64_t> &displs) {
   const int n = dist::size();
   counts.assign(size_t(n), 0);
   displs.assign(size_t(n), 0);
@@ -55,13 +54,12 @@ struct Span {
 
 // The memory the update wrote: the device's copy of the values (the host
 // copy itself on a device whose memory is the host's).
-float *values(const spw_ctx *ctx, const ParamInfo &p) {
+float *values(const ParamInfo &p) {
   const spw_tensor *t = p.dev_value ? p.dev_value.get() : p.value.get();
   if (!t->data)
     fail("parameter '%s' has no values to gather (the device was not "
          "started)",
          p.name.c_str());
-  (void)ctx;
   return static_cast<float *>(t->data);
 }
 
@@ -78,10 +76,11 @@ Shard shard_of(const ParamInfo &p, int r) {
 
 std::string unsupported(const spw_ctx *ctx) {
   if (has_tiers(ctx))
-    return format("--zero 1 shards the optimizer state the runtime keeps itself, but "
-         "this executable was compiled with an offload plan, whose optimizer "
-         "blocks hold it (sharding those is not built yet): run it without "
-         "--zero, or compile the model without an offload plan");
+    return format(
+        "--zero 1 shards the optimizer state the runtime keeps itself, but "
+        "this executable was compiled with an offload plan, whose optimizer "
+        "blocks hold it (sharding those is not built yet): run it without "
+        "--zero, or compile the model without an offload plan");
   for (const ParamInfo &p : ctx->params)
     if (p.foam_level >= 0)
       return format("--zero 1 shards AdamW's state, but parameter '%s' is "
@@ -148,7 +147,7 @@ void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end) {
             (end - begin) * int64_t(sizeof(float)));
   std::vector<int64_t> counts, displs;
   range_layout(p, begin, end, counts, displs);
-  float *w = values(ctx, p) + begin;
+  float *w = values(p) + begin;
   Device &d = *ctx->device;
   if (d.host_visible()) {
     dist::allgather_in_place(w, counts, displs);
@@ -174,9 +173,7 @@ std::vector<char> state_present(spw_ctx *ctx) {
   return out;
 }
 
-void gather_moment(spw_ctx *ctx, const ParamInfo &p, bool v,
-                   std::vector<float> &out) {
-  (void)ctx;
+void gather_moment(const ParamInfo &p, bool v, std::vector<float> &out) {
   const std::vector<float> &mine = v ? p.adam_v : p.adam_m;
   const int64_t n = p.state_local_numel();
   if (int64_t(mine.size()) != n)

@@ -63,8 +63,7 @@ std::vector<char> state_present(spw_ctx *ctx);
 // Parameter p's whole moment (`v`: adam_v, else adam_m) into rank 0's `out`
 // (resized to state_numel; the other ranks' stays empty): one parameter at
 // a time, so rank 0 never holds more than one moment beyond its shard.
-void gather_moment(spw_ctx *ctx, const ParamInfo &p, bool v,
-                   std::vector<float> &out);
+void gather_moment(const ParamInfo &p, bool v, std::vector<float> &out);
 // A restored moment of p (all state_numel elements) cut to this rank's
 // shard.
 void keep_shard(const ParamInfo &p, std::vector<float> &moment);

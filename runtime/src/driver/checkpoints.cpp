@@ -309,8 +309,8 @@ void Checkpointer::write(int64_t step, bool report) {
   if (!writer_) {
     for (size_t i = 0; i < sharded.size(); ++i)
       if (sharded[i]) {
-        zero::gather_moment(ctx_, ctx_->params[i], false, gathered);
-        zero::gather_moment(ctx_, ctx_->params[i], true, gathered);
+        zero::gather_moment(ctx_->params[i], false, gathered);
+        zero::gather_moment(ctx_->params[i], true, gathered);
       }
     return; // rank 0 writes the job's checkpoint
   }
@@ -392,7 +392,7 @@ void Checkpointer::write(int64_t step, bool report) {
   for (size_t k = 0; k < first_streamed; ++k) {
     const void *from = src[k].plain;
     if (!from && src[k].kind != kTensorValue) { // a ZeRO moment
-      zero::gather_moment(ctx_, ctx_->params[size_t(src[k].param)],
+      zero::gather_moment(ctx_->params[size_t(src[k].param)],
                           src[k].kind == kTensorAdamV, gathered);
       from = gathered.data();
     }

@@ -796,8 +796,7 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
           dist::size(), human_bytes(t.reduce_scattered / ran).c_str(),
           human_bytes(t.allgathered / ran).c_str(),
           human_bytes(t.bytes / ran).c_str(),
-          ctx->grad_clip.declared ? " and gradients, for clipping's norm"
-                                  : "",
+          ctx->grad_clip.declared ? " and gradients, for clipping's norm" : "",
           human_bytes(int64_t(ring * double(t.reduce_scattered / ran +
                                             t.allgathered / ran) +
                               2 * ring * double(t.bytes / ran)))
@@ -805,15 +804,15 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
           1e3 * t.seconds / double(ran),
           secs > 0 ? 100.0 * t.seconds / secs : 0.0);
     else
-      std::printf("data parallel: %d ranks; rank 0 averaged %s per step "
-                  "(gradients and loss; a ring all-reduce sends about %s per "
-                  "rank for it) in %.3f ms per step, %.1f%% of the step "
-                  "time\n",
-                  dist::size(), human_bytes(t.bytes / ran).c_str(),
-                  human_bytes(int64_t(2 * ring * double(t.bytes / ran)))
-                      .c_str(),
-                  1e3 * t.seconds / double(ran),
-                  secs > 0 ? 100.0 * t.seconds / secs : 0.0);
+      std::printf(
+          "data parallel: %d ranks; rank 0 averaged %s per step "
+          "(gradients and loss; a ring all-reduce sends about %s per "
+          "rank for it) in %.3f ms per step, %.1f%% of the step "
+          "time\n",
+          dist::size(), human_bytes(t.bytes / ran).c_str(),
+          human_bytes(int64_t(2 * ring * double(t.bytes / ran))).c_str(),
+          1e3 * t.seconds / double(ran),
+          secs > 0 ? 100.0 * t.seconds / secs : 0.0);
   }
   if (ctx->device->step_arena_bytes() > 0 && ran > 2) {
     const double steady = std::chrono::duration<double>(
