@@ -107,6 +107,9 @@ spillway::schedule::zeroOptimizerBytesPerRank(const IterationSummary &s) {
   if (s.zeroStage < 1 || s.ranks <= 1)
     return whole;
   const int64_t N = s.ranks;
+  // Under clipping the runtime cuts at the norm's blocks.
+  const int64_t align =
+      s.gradClip ? SPW_ZERO_SHARD_ALIGN_CLIPPED : SPW_ZERO_SHARD_ALIGN;
   uint64_t most = 0;
   if (uint64_t(N) * moments <= (uint64_t(1) << 26)) {
     for (int64_t r = 0; r < N; ++r) {
@@ -114,15 +117,15 @@ spillway::schedule::zeroOptimizerBytesPerRank(const IterationSummary &s) {
       for (const LayerCost &l : s.layers)
         for (uint64_t m : l.momentElements)
           kept += 2 * elem *
-                  uint64_t(spw_zero_shard_begin(int64_t(m), r + 1, N) -
-                           spw_zero_shard_begin(int64_t(m), r, N));
+                  uint64_t(spw_zero_shard_cut(int64_t(m), r + 1, N, align) -
+                           spw_zero_shard_cut(int64_t(m), r, N, align));
       most = std::max(most, kept);
     }
     return most;
   }
   for (const LayerCost &l : s.layers)
     for (uint64_t m : l.momentElements)
-      most += 2 * elem * std::min<uint64_t>(m, m / uint64_t(N) + 65);
+      most += 2 * elem * std::min<uint64_t>(m, m / uint64_t(N) + align + 1);
   return most;
 }
 
@@ -310,13 +313,13 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   // gradients' bytes in a ring all-reduce. The runtime averages each
   // gradient at its update, on the step's thread: the time adds up.
   // ZeRO (zero): a ring reduce-scatter of the gradients and a ring
-  // all-gather of the updated f32 values, (N - 1) / N of each; under
-  // clipping the gradients are all-reduced (the norm needs every element).
+  // all-gather of the updated f32 values, (N - 1) / N of each (clipping's
+  // norm adds the per-block sums, 8 bytes per 64 Ki elements: not
+  // counted).
   if (s.ranks > 1) {
     const double n = double(s.ranks);
     const double values = 4 * double(sumOf(s, &LayerCost::numParams));
-    b.network = zero ? (n - 1) / n * ((s.gradClip ? 2 : 1) * G + values)
-                     : 2 * (n - 1) / n * G;
+    b.network = zero ? (n - 1) / n * (G + values) : 2 * (n - 1) / n * G;
     e.networkSec = b.network / (hw.networkGBps * 1e9);
   }
   const double resources[] = {e.computeSec, e.pcieSec, e.ssdSec,

@@ -598,9 +598,10 @@ void reduce_grad(spw_ctx *ctx, int32_t param, spw_tensor *grad) {
            "float32 gradients",
            p ? format("'%s'", p->name.c_str()).c_str() : "a parameter",
            dtype_name(grad->dtype));
-    // ZeRO: each rank needs the mean of its shard only; gradient clipping
-    // needs every element's for the norm.
-    if (p && p->shard_hi >= 0 && !ctx->grad_clip.declared)
+    // ZeRO: each rank needs the mean of its shard only (clipping's norm
+    // too: zero::grad_norm_of_shards); a gradient whose parameter is not
+    // known (spw_clip_grad_norm) is averaged whole.
+    if (p && p->shard_hi >= 0)
       zero::reduce_scatter_mean(ctx, *p, grad);
     else
       reduce_mean(ctx, grad->as<float>(), grad->on_device, grad->numel,

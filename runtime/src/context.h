@@ -324,6 +324,10 @@ double effective_grad_clip(const spw_ctx *ctx);
 // values are.
 float grad_norm(spw_ctx *ctx, const float *data, bool on_device, int64_t n,
                 float divisor);
+// The per-block sums grad_norm adds (divisor 1): of each 64 Ki-element
+// block of the n floats at `data` (which start a block), in order.
+std::vector<double> block_sums_of_squares(spw_ctx *ctx, const float *data,
+                                          bool on_device, int64_t n);
 
 // Runs an entry point's body unless the context already failed; turns a
 // thrown spw::Error into the context's error, prefixed with `what`.

@@ -165,15 +165,23 @@ void rank_options(Options &o) {
 // run without ranks or NCCL.
 std::string start_collectives(const Options &o, const std::string &device) {
   const bool forced = o.collectives == "nccl";
-  const bool wanted =
-      forced || (o.collectives == "auto" && device == "cuda" && dist::active());
+  // ZeRO exchanges its shards through MPI (NCCL's reduce-scatter takes
+  // equal shards): NCCL would average nothing.
+  if (forced && o.zero)
+    throw UsageError("--collectives nccl: --zero 1 reduce-scatters the "
+                     "gradients and all-gathers the values through MPI, so "
+                     "NCCL would average nothing; drop one of them "
+                     "(--collectives auto takes MPI with --zero 1)");
+  const bool wanted = forced || (o.collectives == "auto" && !o.zero &&
+                                 device == "cuda" && dist::active());
   std::string why;
   if (wanted) {
     if (device == "cpu")
       throw UsageError("--collectives nccl averages gradients in GPU "
                        "memory; this run computes on the CPU (--device "
                        "cuda, or --collectives mpi)");
-    if (device == "loopback" && !std::getenv("SPILLWAY_NCCL_LIBRARY"))
+    const char *standin = std::getenv("SPILLWAY_NCCL_LIBRARY");
+    if (device == "loopback" && (!standin || !*standin))
       throw UsageError("--collectives nccl: the loopback device's memory is "
                        "host memory, which NCCL cannot reduce; it takes a "
                        "stand-in library (SPILLWAY_NCCL_LIBRARY, the tests') "
@@ -259,13 +267,15 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
       }
     const int64_t elem = ctx->state_bf16 ? 2 : 4;
     std::printf("  zero: stage 1, AdamW state sharded over %d rank%s: %s on "
-                "this rank of %s (gradients %s; values all-gathered)\n",
+                "this rank of %s (%s)\n",
                 dist::size(), dist::size() == 1 ? "" : "s",
                 human_bytes(2 * here * elem).c_str(),
                 human_bytes(2 * whole * elem).c_str(),
-                ctx->grad_clip.declared
-                    ? "all-reduced, as clipping's norm needs every element"
-                    : "reduce-scattered");
+                !dist::active() ? "one rank: nothing to exchange"
+                : ctx->grad_clip.declared
+                    ? "gradients reduce-scattered, clipping's norm from the "
+                      "shards of its 64 Ki-element blocks; values all-gathered"
+                    : "gradients reduce-scattered; values all-gathered");
   }
   if (!ctx->params.empty())
     std::printf("  weights: %s\n", weights.c_str());

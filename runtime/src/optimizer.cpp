@@ -27,6 +27,7 @@
 #include "cpu/parallel.h"
 #include "dist/zero.h"
 #include "host_optimizer.h"
+#include "spillway/runtime/zero_shard.h"
 #include "tiers.h"
 
 #include <algorithm>
@@ -720,8 +721,10 @@ namespace {
 // on nothing but the values, and a sum taken in chunks of whole blocks,
 // each continuing the last, is the same sum.
 constexpr int64_t kSquaresBlock = int64_t(1) << 16;
-double add_sum_of_squares(double total, const float *g, int64_t n,
-                          float divisor) {
+static_assert(kSquaresBlock == SPW_ZERO_SHARD_ALIGN_CLIPPED,
+              "ZeRO's shards under clipping are whole blocks of the norm");
+// Each block's sum of squares (the blocks of n values from g).
+std::vector<double> square_sums(const float *g, int64_t n, float divisor) {
   const int64_t blocks = (n + kSquaresBlock - 1) / kSquaresBlock;
   std::vector<double> part(size_t(blocks), 0.0);
   cpu::parallel_for(blocks, 1, [&](int64_t lo, int64_t hi) {
@@ -735,7 +738,12 @@ double add_sum_of_squares(double total, const float *g, int64_t n,
       part[size_t(b)] = acc;
     }
   });
-  for (double x : part)
+  return part;
+}
+
+double add_sum_of_squares(double total, const float *g, int64_t n,
+                          float divisor) {
+  for (double x : square_sums(g, n, divisor))
     total += x;
   return total;
 }
@@ -793,13 +801,32 @@ float spw::grad_norm(spw_ctx *ctx, const float *data, bool on_device,
   return float(std::sqrt(total));
 }
 
-extern "C" spw_tensor *spw_clip_grad_norm(spw_ctx *ctx, int32_t n,
-                                          spw_tensor *const *grads,
-                                          double max_norm) {
+std::vector<double> spw::block_sums_of_squares(spw_ctx *ctx, const float *data,
+                                               bool on_device, int64_t n) {
+  if (!on_device || ctx->device->host_visible())
+    return square_sums(data, n, 1.0f);
+  constexpr int64_t kChunk = 16 * kSquaresBlock;
+  std::vector<float> host(size_t(std::min(n, kChunk)));
+  std::vector<double> parts;
+  for (int64_t off = 0; off < n; off += kChunk) {
+    const int64_t m = std::min(kChunk, n - off);
+    ctx->device->download(host.data(), data + off, size_t(m) * sizeof(float));
+    const std::vector<double> p = square_sums(host.data(), m, 1.0f);
+    parts.insert(parts.end(), p.begin(), p.end());
+  }
+  return parts;
+}
+
+namespace {
+// spw_clip_grad_norm(_params): params null or params[i] < 0: the gradient's
+// parameter is not known (averaged whole, its norm taken whole).
+spw_tensor *clip_grad_norm(spw_ctx *ctx, int32_t n, spw_tensor *const *grads,
+                           const int64_t *params, double max_norm,
+                           const char *what) {
   if (!ctx)
     return nullptr;
   spw_tensor *out = &ctx->dummy;
-  guarded(ctx, "spw_clip_grad_norm", [&] {
+  guarded(ctx, what, [&] {
     if (!ctx->grad_clip.declared)
       fail("the model computes a gradient norm but declared no gradient "
            "clipping (spw_declare_grad_clip)");
@@ -816,10 +843,16 @@ extern "C" spw_tensor *spw_clip_grad_norm(spw_ctx *ctx, int32_t n,
           spw_tensor *g = grads[i];
           if (!g || g->dtype != SPW_F32)
             fail("gradient %d is not a float32 tensor", i);
-          // The norm of the mean gradient over the data-parallel ranks.
-          reduce_grad(ctx, -1, g);
-          const float ni =
-              grad_norm(ctx, g->as<float>(), g->on_device, g->numel, 1.0f);
+          const int32_t param =
+              params && params[i] >= 0 ? int32_t(params[i]) : -1;
+          const ParamInfo *p = param >= 0 ? &param_at(ctx, param) : nullptr;
+          // The norm of the mean gradient over the data-parallel ranks;
+          // under ZeRO of the ranks' shards.
+          reduce_grad(ctx, param, g);
+          const float ni = p && p->shard_hi >= 0
+                               ? zero::grad_norm_of_shards(ctx, *p, g)
+                               : grad_norm(ctx, g->as<float>(), g->on_device,
+                                           g->numel, 1.0f);
           sum += double(ni) * double(ni);
         }
       scale = finish_clip(ctx, limit, sum);
@@ -827,6 +860,21 @@ extern "C" spw_tensor *spw_clip_grad_norm(spw_ctx *ctx, int32_t n,
     out = clip_coefficient_tensor(ctx, scale);
   });
   return out;
+}
+} // namespace
+
+extern "C" spw_tensor *spw_clip_grad_norm(spw_ctx *ctx, int32_t n,
+                                          spw_tensor *const *grads,
+                                          double max_norm) {
+  return clip_grad_norm(ctx, n, grads, nullptr, max_norm, "spw_clip_grad_norm");
+}
+
+extern "C" spw_tensor *spw_clip_grad_norm_params(spw_ctx *ctx, int32_t n,
+                                                 spw_tensor *const *grads,
+                                                 const int64_t *params,
+                                                 double max_norm) {
+  return clip_grad_norm(ctx, n, grads, params, max_norm,
+                        "spw_clip_grad_norm_params");
 }
 
 extern "C" spw_tensor *spw_clip_grad_norm_of(spw_ctx *ctx, int32_t n,

@@ -59,6 +59,20 @@ TEST(Zero, ShardsCoverTheElementsInRankOrderAtWholeVectors) {
       // rounding (64 elements per cut).
       EXPECT_LE(largest, n / ranks + 64 + 1) << "n " << n;
     }
+  // With clipping, cut at the norm's 64 Ki-element blocks: every shard
+  // but the last starts and ends at a block.
+  for (int ranks : {2, 3, 8})
+    for (int64_t n : {int64_t(1000), int64_t(65536), int64_t(3 * 65536 + 5),
+                      int64_t(100) << 20}) {
+      int64_t at = 0;
+      for (int r = 0; r < ranks; ++r) {
+        const spw::zero::Shard s = spw::zero::shard_of(n, r, ranks, 65536);
+        EXPECT_EQ(s.first, at);
+        EXPECT_EQ(s.first % 65536, 0) << "n " << n << " rank " << r;
+        at = s.last;
+      }
+      EXPECT_EQ(at, n);
+    }
   // A parameter of at most 64 elements lives on the last rank, and one
   // of fewer than 64 per rank on a few.
   EXPECT_EQ(spw::zero::shard_of(100, 0, 2).size(), 0);

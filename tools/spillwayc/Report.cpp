@@ -222,14 +222,14 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
        << s.zeroOptimizerBytes << " of " << sb.total
        << " bytes; over the network at "
        << llvm::format("%g", r.profile.networkGBps)
-       << " GB/s per rank (the profile's), "
-       << (s.gradClip ? "the gradients all-reduced (clipping's norm needs "
-                        "every element; 2 (N - 1) / N of their bytes sent per "
-                        "rank)"
-                      : "the gradients reduce-scattered ((N - 1) / N of "
-                        "their bytes sent per rank)")
-       << " and the updated f32 values all-gathered ((N - 1) / N of theirs) "
-          "per iteration\n";
+       << " GB/s per rank (the profile's), the gradients reduce-scattered "
+          "((N - 1) / N of their bytes sent per rank) and the updated f32 "
+          "values all-gathered ((N - 1) / N of theirs) per iteration"
+       << (s.gradClip ? "; with clipping the shards are cut at the norm's "
+                        "64 Ki-element blocks (a parameter of fewer per "
+                        "rank is one rank's)"
+                      : "")
+       << "\n";
   else if (s.ranks > 1)
     os << "data parallel (--ranks): " << s.ranks
        << " ranks, each running this step with these budgets; the "

@@ -562,6 +562,18 @@ TEST(CostModel, ZeroShardsTheOptimizerStatePerRank) {
     EXPECT_LE(exact, boundAtN) << n;
     EXPECT_EQ(exact, mostKept(big)) << n;
   }
+  // With clipping the runtime cuts at the norm's 64 Ki-element blocks:
+  // these moments are all under a block, so the last rank keeps them all;
+  // one of 3 blocks over 2 ranks splits 1 | 2.
+  s.ranks = 2;
+  s.gradClip = true;
+  EXPECT_EQ(zeroOptimizerBytesPerRank(s), 8u * (1000 + 24 + 640 + 100));
+  IterationSummary clipped = zeroToy({{3 * 65536}, {10}});
+  clipped.zeroStage = 1;
+  clipped.ranks = 2;
+  clipped.gradClip = true;
+  EXPECT_EQ(zeroOptimizerBytesPerRank(clipped), 8u * (2 * 65536 + 10));
+  s.gradClip = false;
   // Without ZeRO, or on one rank: the whole state.
   s.ranks = 2;
   s.zeroStage = 0;
@@ -592,10 +604,10 @@ TEST(CostModel, ZeroExchangesTheGradientsAndValuesOfResidentPlans) {
   // The GPU holds one rank's shard of the state instead of all of it.
   EXPECT_EQ(plain.peakBytes[int(Tier::GPU)] - zero.peakBytes[int(Tier::GPU)],
             8u * (1000 + 24 + 640 + 100) - s.zeroOptimizerBytes);
-  // Clipping all-reduces the gradients: 2 x 3/4 x G + 3/4 x G.
+  // Clipping's norm comes from the shards: the same exchange.
   s.gradClip = true;
   CostEstimate clip = run(Order::Horizontal, 1, 0, Placement{}, s, hw);
-  EXPECT_DOUBLE_EQ(clip.bytes.network, 0.75 * (2 * G + G));
+  EXPECT_DOUBLE_EQ(clip.bytes.network, 0.75 * (G + G));
   // Any class off the GPU: not a way to run it (the runtime shards the
   // state it keeps resident).
   Placement host;

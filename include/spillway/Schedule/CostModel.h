@@ -77,8 +77,8 @@ struct IterationSummary {
   /// ZeRO stage (spillwayc --zero, the executable's --zero): 1 shards the
   /// optimizer state over the ranks (each keeps 1/N of every parameter's
   /// moments, spillway/runtime/zero_shard.h); the gradients are
-  /// reduce-scattered (all-reduced under clipping) and the updated f32
-  /// values all-gathered. Only resident plans (every class on the GPU).
+  /// reduce-scattered and the updated f32 values all-gathered. Only
+  /// resident plans (every class on the GPU).
   unsigned zeroStage = 0;
   /// zeroOptimizerBytesPerRank(*this), set with zeroStage: the optimizer
   /// class's bytes on each rank under ZeRO.
@@ -175,8 +175,8 @@ struct CostEstimate {
   /// it adds to the iteration.
   double networkSec = 0;
   /// ZeRO stage 1 over the ranks: the network bytes are the gradients'
-  /// reduce-scatter (all-reduce under clipping) and the updated values'
-  /// all-gather, and the optimizer class holds one rank's shard.
+  /// reduce-scatter and the updated values' all-gather, and the optimizer
+  /// class holds one rank's shard.
   bool zeroSharded = false;
   /// Optimizer time that cannot hide behind compute: the part of the
   /// non-overlapped update left after the last backward ends.
@@ -190,9 +190,10 @@ struct CostEstimate {
 };
 
 /// ZeRO (zeroStage >= 1): the optimizer state bytes the rank that keeps the
-/// most keeps, its shards cut as spillway/runtime/zero_shard.h cuts them:
-/// exact while ranks x parameters is at most 2^26; beyond, a bound (a
-/// shard of a moment of n elements has at most min(n, n / N + 65)). The
+/// most keeps, its shards cut as spillway/runtime/zero_shard.h cuts them (at
+/// 64 elements, at 64 Ki with gradient clipping): exact while ranks x
+/// parameters is at most 2^26; beyond, a bound (a shard of a moment of n
+/// elements has at most min(n, n / N + align + 1)). The
 /// whole state when zeroStage is 0 or ranks is 1. Costs ranks x
 /// parameters: the planner computes it once (zeroOptimizerBytes).
 uint64_t zeroOptimizerBytesPerRank(const IterationSummary &s);

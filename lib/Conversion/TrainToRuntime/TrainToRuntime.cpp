@@ -1061,15 +1061,36 @@ LogicalResult RuntimeEmitter::emitBody(func::FuncOp func, Value slotsArg) {
     }
     if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
       // The updates that take the coefficient as `clip` run after it; the
-      // runtime applies the step's coefficient to them.
+      // runtime applies the step's coefficient to them. Each gradient's
+      // parameter is the one an update of it names (-1: none here), so
+      // that the runtime can reduce-scatter it under ZeRO.
       SmallVector<Value> grads;
-      for (Value g : clip.getGrads())
+      SmallVector<int64_t> params;
+      for (Value g : clip.getGrads()) {
         grads.push_back(handle(g));
+        int64_t index = -1;
+        for (Operation *user : clip.getCoef().getUsers()) {
+          StringRef name;
+          if (auto a = dyn_cast<AdamWOp>(user); a && a.getGrad() == g)
+            name = a.getParam();
+          else if (auto d = dyn_cast<AdamWDeferOp>(user); d && d.getGrad() == g)
+            name = d.getParam();
+          if (name.empty())
+            continue;
+          auto found = lookupParam(user, name);
+          if (failed(found))
+            return failure();
+          index = *found;
+          break;
+        }
+        params.push_back(index);
+      }
       storeArray(insArray, numIns, grads);
       setHandle(clip.getCoef(),
-                callRuntime("spw_clip_grad_norm", ptrTy,
-                            {ptrTy, i32Ty, ptrTy, f64Ty},
+                callRuntime("spw_clip_grad_norm_params", ptrTy,
+                            {ptrTy, i32Ty, ptrTy, ptrTy, f64Ty},
                             {ctxArg, i32(int32_t(grads.size())), insArray,
+                             i64Array(params),
                              f64(clip.getMaxNorm().convertToDouble())}));
       continue;
     }

@@ -283,6 +283,23 @@ void allgather_in_place(float *x, const std::vector<int64_t> &counts,
   g.traffic.seconds += seconds_since(t0);
 }
 
+void allgather_in_place(double *x, const std::vector<int64_t> &counts,
+                        const std::vector<int64_t> &displs) {
+  if (!g.joined || g.size == 1)
+    return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<int> c = mpi_ints(counts, "MPI_Allgatherv"),
+                         d = mpi_ints(displs, "MPI_Allgatherv");
+  check(g.mpi.allgatherv(kInPlace, 0, g.mpi.f64, x, c.data(), d.data(),
+                         g.mpi.f64, g.mpi.comm_world),
+        "MPI_Allgatherv");
+  int64_t n = 0;
+  for (int64_t k : counts)
+    n += k;
+  g.traffic.allgathered += n * int64_t(sizeof(double));
+  g.traffic.seconds += seconds_since(t0);
+}
+
 void gather_to_root(const float *x, int64_t n, float *out,
                     const std::vector<int64_t> &counts,
                     const std::vector<int64_t> &displs) {

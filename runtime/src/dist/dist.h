@@ -53,6 +53,8 @@ void reduce_scatter_sum(const float *x, float *out,
 // In place: rank r's counts[r] elements at x + displs[r] go to every rank.
 void allgather_in_place(float *x, const std::vector<int64_t> &counts,
                         const std::vector<int64_t> &displs);
+void allgather_in_place(double *x, const std::vector<int64_t> &counts,
+                        const std::vector<int64_t> &displs);
 // Rank r's n = counts[r] elements at x to rank 0's out + displs[r] (`out`
 // is read only on rank 0). Collective.
 void gather_to_root(const float *x, int64_t n, float *out,

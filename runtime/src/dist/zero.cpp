@@ -16,9 +16,14 @@
 #include "trace.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace spw::zero {
 namespace {
+
+// Where shards are cut (start): 64 elements, or the norm's blocks when the
+// model clips its gradients.
+int64_t g_align = SPW_ZERO_SHARD_ALIGN;
 
 // Every rank's count and displacement of elements [begin, end) of p:
 // each rank's shard of them, relative to `begin`.
@@ -65,13 +70,13 @@ float *values(const ParamInfo &p) {
 
 } // namespace
 
-Shard shard_of(int64_t n, int r, int ranks) {
-  return {spw_zero_shard_begin(n, r, ranks),
-          spw_zero_shard_begin(n, r + 1, ranks)};
+Shard shard_of(int64_t n, int r, int ranks, int64_t align) {
+  return {spw_zero_shard_cut(n, r, ranks, align),
+          spw_zero_shard_cut(n, r + 1, ranks, align)};
 }
 
 Shard shard_of(const ParamInfo &p, int r) {
-  return shard_of(p.state_numel(), r, dist::size());
+  return shard_of(p.state_numel(), r, dist::size(), g_align);
 }
 
 std::string unsupported(const spw_ctx *ctx) {
@@ -96,6 +101,8 @@ void start(spw_ctx *ctx) {
     return;
   if (const std::string why = unsupported(ctx); !why.empty())
     fail("%s", why.c_str());
+  g_align = ctx->grad_clip.declared ? SPW_ZERO_SHARD_ALIGN_CLIPPED
+                                    : SPW_ZERO_SHARD_ALIGN;
   for (ParamInfo &p : ctx->params) {
     if (p.value->dtype != SPW_F32)
       continue; // no optimizer state
@@ -138,6 +145,38 @@ void reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad) {
   if (mine > 0)
     d.upload(grad->as<float>() + first, out.data(),
              mine * int64_t(sizeof(float)));
+}
+
+float grad_norm_of_shards(spw_ctx *ctx, const ParamInfo &p,
+                          const spw_tensor *grad) {
+  constexpr int64_t B = SPW_ZERO_SHARD_ALIGN_CLIPPED;
+  const int64_t n = p.value->numel;
+  const int64_t blocks = (n + B - 1) / B;
+  if (g_align != B || grad->numel != n)
+    fail("parameter '%s': its shards are not cut at the norm's blocks",
+         p.name.c_str());
+  // This rank's blocks, then every rank's (a shard of whole blocks: the
+  // last may end at n).
+  std::vector<double> part(size_t(blocks), 0.0);
+  const int64_t first = p.shard_lo / B;
+  std::vector<double> mine =
+      block_sums_of_squares(ctx, grad->as<float>() + p.shard_lo,
+                            grad->on_device, p.shard_hi - p.shard_lo);
+  std::copy(mine.begin(), mine.end(), part.begin() + first);
+  std::vector<int64_t> counts(size_t(dist::size()), 0),
+      displs(size_t(dist::size()), 0);
+  for (int r = 0; r < dist::size(); ++r) {
+    const Shard s = shard_of(p, r);
+    if (s.size() > 0) {
+      displs[size_t(r)] = s.first / B;
+      counts[size_t(r)] = (s.last + B - 1) / B - s.first / B;
+    }
+  }
+  dist::allgather_in_place(part.data(), counts, displs);
+  double total = 0;
+  for (double x : part)
+    total += x;
+  return float(std::sqrt(total));
 }
 
 void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end) {

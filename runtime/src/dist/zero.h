@@ -44,9 +44,17 @@ struct Shard {
 };
 Shard shard_of(const ParamInfo &p, int r);
 // Rank r's shard of n elements cut for `ranks` ranks: contiguous, in rank
-// order, cut at multiples of 64 elements (whole vectors for every kernel;
-// at most 64 elements: the last rank's whole), covering [0, n).
-Shard shard_of(int64_t n, int r, int ranks);
+// order, cut at multiples of `align` elements (64: whole vectors for every
+// kernel; 65536 with gradient clipping: whole blocks of the norm; at most
+// `align` elements: the last rank's whole), covering [0, n).
+Shard shard_of(int64_t n, int r, int ranks, int64_t align = 64);
+
+// With gradient clipping: the norm of p's whole mean gradient `grad` (its
+// shard reduce-scattered here), grad_norm's bits: each rank sums its whole
+// blocks' squares, the ranks exchange the per-block sums and every rank
+// adds them in block order, as grad_norm does.
+float grad_norm_of_shards(spw_ctx *ctx, const ParamInfo &p,
+                          const spw_tensor *grad);
 
 // The rank's shard of the mean over the ranks of `grad` (parameter p's
 // whole gradient, host or device memory), in place: elements outside the

@@ -137,6 +137,29 @@ module {
 
 // -----
 
+// Gradient clipping: the norm's call names each gradient's parameter, the
+// one an update of it with the coefficient names (@b: 1, @w: 0; a gradient
+// no update takes: -1), so that ZeRO can reduce-scatter it.
+module {
+  train.param @w : tensor<2x3xf32> at 0
+  train.param @b : tensor<3xf32> at 24
+  func.func @main(%x: tensor<2x3xf32>, %y: tensor<3xf32>, %z: tensor<3xf32>) -> tensor<f32> {
+    %w = train.param_value @w : tensor<2x3xf32>
+    %m = train.mul %x, %w : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x3xf32>
+    %l = train.reduce_sum %m, [] {keepdims = false} : tensor<2x3xf32> -> tensor<f32>
+    %c = train.clip_grad_norm %y, %x, %z {max_norm = 1.0 : f64} : tensor<3xf32>, tensor<2x3xf32>, tensor<3xf32>
+    train.adamw @w, %x clip(%c) {lr = 2.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<2x3xf32>
+    train.adamw_defer @b [0, 3), %y clip(%c) {lr = 2.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0} : tensor<3xf32>
+    return %l : tensor<f32>
+  }
+}
+// CHECK-DAG: llvm.mlir.global internal constant @[[$CLIPPARAMS:spw_i64_[0-9]+]](dense<[1, 0, -1]> : tensor<3xi64>)
+// CHECK-LABEL: llvm.func @spw_model_step
+// CHECK:         %[[PARAMS:.*]] = llvm.mlir.addressof @[[$CLIPPARAMS]]
+// CHECK:         llvm.call @spw_clip_grad_norm_params(%{{.*}}, %{{.*}}, %{{.*}}, %[[PARAMS]], %{{.*}}) : (!llvm.ptr, i32, !llvm.ptr, !llvm.ptr, f64) -> !llvm.ptr
+
+// -----
+
 // target=cuda: spw_model_declare first registers the CUDA backend with the
 // precision (0 fp32, 1 bf16); the step itself is the same calls.
 // RUN: spillway-opt --convert-train-to-runtime="target=cuda precision=bf16" %s --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=CUDA

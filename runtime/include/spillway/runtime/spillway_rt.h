@@ -157,6 +157,12 @@ void spw_adamw(spw_ctx *ctx, int32_t param, spw_tensor *grad, double lr,
  * by it, and one that comes before it fails. The driver logs the norm. */
 spw_tensor *spw_clip_grad_norm(spw_ctx *ctx, int32_t n,
                                spw_tensor *const *grads, double max_norm);
+/* The same, knowing each gradient's parameter (params[i], -1: not known):
+ * under ZeRO (--zero 1) a known parameter's gradient is reduce-scattered
+ * and its norm taken from the ranks' shards, the same bits. */
+spw_tensor *spw_clip_grad_norm_params(spw_ctx *ctx, int32_t n,
+                                      spw_tensor *const *grads,
+                                      const int64_t *params, double max_norm);
 /* Records the gradient like spw_param_grad, then (unless evaluating) applies
  * one FOAM update (blocked state folding, docs/runtime.md "FOAM") to a
  * parameter declared with spw_declare_foam; the AdamW hyper-parameter

@@ -2,9 +2,10 @@
  *
  * Where rank k's shard of a parameter's n optimizer-state elements starts
  * when `ranks` ranks shard it (--zero 1): contiguous ranges in rank order,
- * cut at multiples of 64 elements (whole vectors for every kernel), the last
- * ending at n. The runtime (runtime/src/dist/zero.h) keeps its state so and
- * the cost model sizes each rank's state from it (spillwayc --zero 1).
+ * cut at multiples of 64 elements (whole vectors for every kernel; with
+ * gradient clipping at multiples of the norm's 64 Ki-element blocks), the
+ * last ending at n. The runtime (runtime/src/dist/zero.h) keeps its state
+ * so and the cost model sizes each rank's state from it (spillwayc --zero).
  * k = ranks gives n. C, no dependency: the compiler includes it without the
  * runtime.
  *===----------------------------------------------------------------------===*/
@@ -14,15 +15,25 @@
 #include <stdint.h>
 
 #define SPW_ZERO_SHARD_ALIGN 64
+/* With gradient clipping: the norm's blocks (optimizer.cpp sums the squares
+ * of 64 Ki elements per block), so each rank sums whole blocks and the
+ * norm from the shards is the whole gradient's, bit for bit. */
+#define SPW_ZERO_SHARD_ALIGN_CLIPPED 65536
 
-static inline int64_t spw_zero_shard_begin(int64_t n, int64_t k,
-                                           int64_t ranks) {
+/* Where shard k of n elements starts, cut at multiples of `align`. */
+static inline int64_t spw_zero_shard_cut(int64_t n, int64_t k, int64_t ranks,
+                                         int64_t align) {
   if (k >= ranks)
     return n;
   /* n * k / ranks without overflow for any n below 2^62. */
   int64_t at = (n / ranks) * k + (n % ranks) * k / ranks;
-  at = at / SPW_ZERO_SHARD_ALIGN * SPW_ZERO_SHARD_ALIGN;
+  at = at / align * align;
   return at < n ? at : n;
+}
+
+static inline int64_t spw_zero_shard_begin(int64_t n, int64_t k,
+                                           int64_t ranks) {
+  return spw_zero_shard_cut(n, k, ranks, SPW_ZERO_SHARD_ALIGN);
 }
 
 #endif
