@@ -266,38 +266,36 @@ void reduce_scatter_sum(const float *x, float *out,
   g.traffic.seconds += seconds_since(t0);
 }
 
-void allgather_in_place(float *x, const std::vector<int64_t> &counts,
+namespace {
+// In place: rank r's counts[r] elements (`elem` bytes each, MPI type
+// `type`) from element displs[r] of x to every rank.
+void allgather_elements(void *x, Handle type, int64_t elem,
+                        const std::vector<int64_t> &counts,
                         const std::vector<int64_t> &displs) {
   if (!g.joined || g.size == 1)
     return;
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<int> c = mpi_ints(counts, "MPI_Allgatherv"),
                          d = mpi_ints(displs, "MPI_Allgatherv");
-  check(g.mpi.allgatherv(kInPlace, 0, g.mpi.f32, x, c.data(), d.data(),
-                         g.mpi.f32, g.mpi.comm_world),
+  check(g.mpi.allgatherv(kInPlace, 0, type, x, c.data(), d.data(), type,
+                         g.mpi.comm_world),
         "MPI_Allgatherv");
   int64_t n = 0;
   for (int64_t k : counts)
     n += k;
-  g.traffic.allgathered += n * int64_t(sizeof(float));
+  g.traffic.allgathered += n * elem;
   g.traffic.seconds += seconds_since(t0);
+}
+} // namespace
+
+void allgather_in_place(float *x, const std::vector<int64_t> &counts,
+                        const std::vector<int64_t> &displs) {
+  allgather_elements(x, g.mpi.f32, sizeof(float), counts, displs);
 }
 
 void allgather_in_place(double *x, const std::vector<int64_t> &counts,
                         const std::vector<int64_t> &displs) {
-  if (!g.joined || g.size == 1)
-    return;
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<int> c = mpi_ints(counts, "MPI_Allgatherv"),
-                         d = mpi_ints(displs, "MPI_Allgatherv");
-  check(g.mpi.allgatherv(kInPlace, 0, g.mpi.f64, x, c.data(), d.data(),
-                         g.mpi.f64, g.mpi.comm_world),
-        "MPI_Allgatherv");
-  int64_t n = 0;
-  for (int64_t k : counts)
-    n += k;
-  g.traffic.allgathered += n * int64_t(sizeof(double));
-  g.traffic.seconds += seconds_since(t0);
+  allgather_elements(x, g.mpi.f64, sizeof(double), counts, displs);
 }
 
 void gather_to_root(const float *x, int64_t n, float *out,
