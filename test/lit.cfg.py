@@ -1,12 +1,19 @@
 # -*- Python -*-
 import os
 import shutil
+import sys
 import lit.formats
 from lit.llvm import llvm_config
 from lit.llvm.subst import ToolSubst
 
 config.name = "Spillway"
-config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+
+
+# A passing test's %t files are removed (test/spillway_lit_format.py says why).
+sys.path.insert(0, os.path.dirname(__file__))
+from spillway_lit_format import ShTestRemovingOutput  # noqa: E402
+
+config.test_format = ShTestRemovingOutput(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".onnxtext", ".test"]
 config.excludes = ["Inputs", "fuzz", "CMakeLists.txt", "README.md", "lit.cfg.py", "lit.site.cfg.py"]
 config.test_source_root = os.path.dirname(__file__)
@@ -22,6 +29,8 @@ python = config.python_executable or shutil.which("python3")
 config.substitutions = [s for s in config.substitutions if s[0] != "%python"]
 config.substitutions.append(("%python", python))
 config.substitutions.append(("%spillway_src", config.spillway_src_root))
+# lit itself, for the test of the project's lit format.
+config.substitutions.append(("%lit", f"{sys.executable} {os.path.abspath(sys.argv[0])}"))
 # The runtime archive and what it links against: `c++ OBJ %runtime_libs -o EXE`
 # links an executable from spillway-opt's output by hand, as spillwayc does.
 config.substitutions.append(("%runtime_libs", config.spillway_runtime_link))

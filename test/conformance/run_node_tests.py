@@ -23,6 +23,7 @@ import argparse
 import re
 import concurrent.futures
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -202,8 +203,18 @@ def compile_model(model, path, exe, args):
 
 
 def run_one(test, args, workdir):
+    """Compiles and runs one node test in its own directory, then removes it:
+    each executable links the runtime and BLAS statically (tens of MB), and
+    the hundreds of tests must not fill the disk (a CI run's did)."""
     d = os.path.join(workdir, test.name)
     os.makedirs(d)
+    try:
+        return check_one(test, args, d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def check_one(test, args, d):
     model_path = os.path.join(d, "model.onnx")
     exe = os.path.join(d, "exe")
     model, data_sets = test.model, test.data_sets

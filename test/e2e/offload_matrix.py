@@ -237,6 +237,9 @@ def main():
                                     ["--loopback-delays", seed])
                 print(f"OK {tag} --loopback-delays {seed}: bit-identical to "
                       f"plain {order} M={m}{on}; " + line)
+        # Each executable is tens of MB (the runtime and BLAS are linked
+        # statically); a failed configuration exited above and keeps its.
+        os.remove(exe)
     print("all offload configurations passed")
 
 

@@ -87,6 +87,7 @@ def main():
                     "--steps", str(a.steps), "--expect", expect])
         print(f"OK {tag}: bit-identical to plain {order} M={m}; "
               + line.split(": ", 1)[1].strip())
+        os.remove(exe)  # tens of MB each; a failed one exited above
     print("all tied offload configurations passed")
 
 
