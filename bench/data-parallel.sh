@@ -10,15 +10,21 @@
 # one, and the averaging. Then the ranks again with --zero 1 (the AdamW
 # state sharded), against the same ranks with the whole state on each:
 # tokens per second, each rank's peak RSS (GNU time), the state per rank
-# and the bytes exchanged, and the same weights.
+# and the bytes exchanged, and the same weights. Last, an offload plan
+# (--place P, each rank swapping to its own directory) compiled for the
+# ranks with the state sharded (spillwayc --zero 1 --ranks N) against the
+# same plan with the whole state on each rank: each rank's SSD swap, SSD
+# bytes per iteration (all, and the optimizer's), pinned host arena, peak
+# RSS and tokens per second, and the same weights.
 #
 # usage: bench/data-parallel.sh [--ranks N] [--layers L] [--d-model D]
 #                               [--heads H] [--vocab V] [--seq S]
 #                               [--batch b] [--steps K] [--threads T]
-#                               [--out DIR] [-h]
+#                               [--place P] [--out DIR] [-h]
 #   defaults: N=2, L=6 D=384 H=6 V=8192 S=128 b=4 (17.0M parameters, the
 #   cpu-vs-torch "small" GPT), K=6 steps (steady: median of steps 2..K),
-#   T = nproc. Needs Open MPI's mpirun (scripts/install-deps.sh).
+#   T = nproc, P = params=ssd,optimizer=ssd,gradients=ssd. Needs Open
+#   MPI's mpirun (scripts/install-deps.sh).
 # Progress to stderr; a table last on stdout; every number and command to
 # DIR/data-parallel-<host>-<UTC time>.json (default bench/results).
 set -euo pipefail
@@ -28,16 +34,17 @@ usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' 
 die() { echo "data-parallel.sh: error: $*" >&2; exit 1; }
 log() { echo "data-parallel.sh: $*" >&2; }
 N=2 L=6 D=384 H=6 V=8192 S=128 B=4 STEPS=6 THREADS=$(nproc) OUTDIR=$ROOT/bench/results
+PLACE=params=ssd,optimizer=ssd,gradients=ssd
 while [ $# -gt 0 ]; do
   case $1 in
-    --ranks|--layers|--d-model|--heads|--vocab|--seq|--batch|--steps|--threads|--out)
+    --ranks|--layers|--d-model|--heads|--vocab|--seq|--batch|--steps|--threads|--place|--out)
       [ $# -ge 2 ] || { echo "data-parallel.sh: $1 needs a value" >&2; usage; } ;;
   esac
   case $1 in
     --ranks) N=$2; shift ;; --layers) L=$2; shift ;; --d-model) D=$2; shift ;;
     --heads) H=$2; shift ;; --vocab) V=$2; shift ;; --seq) S=$2; shift ;;
     --batch) B=$2; shift ;; --steps) STEPS=$2; shift ;; --threads) THREADS=$2; shift ;;
-    --out) OUTDIR=$2; shift ;;
+    --place) PLACE=$2; shift ;; --out) OUTDIR=$2; shift ;;
     -h|--help) usage 0 ;;
     *) echo "data-parallel.sh: unknown argument '$1'" >&2; usage ;;
   esac
@@ -67,14 +74,17 @@ python3 "$ROOT/bench/make_gpt_onnx.py" --out whole --layers "$L" --d-model "$D" 
   --vocab "$V" --seq "$S" --batch $((N * B)) > /dev/null
 "$SPILLWAYC" whole/gpt.onnx --microbatches "$N" -o one > /dev/null
 "$SPILLWAYC" rank/gpt.onnx -o dp > /dev/null
+log "compiling the offload plan --place $PLACE for the ranks, whole and sharded"
+"$SPILLWAYC" rank/gpt.onnx --place "$PLACE" -o dpo > /dev/null
+"$SPILLWAYC" rank/gpt.onnx --place "$PLACE" --zero 1 --ranks "$N" -o zo > /dev/null
 IN=(--weights one.weights --input tokens=whole/tokens.npy --input targets=whole/targets.npy
     --steps "$STEPS" --print-every 1)
 ONE=(./one "${IN[@]}" --threads "$THREADS" --log-json one.jsonl --save one.safetensors)
 # Each rank under GNU time: its peak RSS to NAME.rss.RANK.
-ranks() { # NAME ARGS...: the N ranks of ./dp
+ranks() { # NAME ARGS...: the N ranks of ./dp (EXE=./other for another)
   local name=$1; shift
   "${MPIRUN[@]}" -np "$N" sh -c '/usr/bin/time -f %M -o "$0.rss.$OMPI_COMM_WORLD_RANK" "$@"' \
-    "$name" ./dp "${IN[@]}" --threads $((THREADS / N)) --log-json "$name.jsonl" \
+    "$name" "${EXE:-./dp}" "${IN[@]}" --threads $((THREADS / N)) --log-json "$name.jsonl" \
     --save "$name.safetensors" "$@"
 }
 DP=(ranks dp)
@@ -85,16 +95,23 @@ log "$N ranks, $((THREADS / N)) thread(s) each: ${DP[*]}"
 "${DP[@]}" > dp.out
 log "$N ranks with the AdamW state sharded: ${ZERO[*]}"
 "${ZERO[@]}" > zero.out
+mkdir -p ssd-whole ssd-zero
+log "$N ranks, offload plan, whole state: ./dpo --ssd ssd-whole"
+EXE=./dpo ranks offw --ssd ssd-whole --stats-json offw.json > offw.out
+log "$N ranks, offload plan cut for the ranks (--zero 1): ./zo --ssd ssd-zero"
+EXE=./zo ranks offz --ssd ssd-zero --stats-json offz.json > offz.out
 if [ "$N" = 2 ]; then CMP=--exact; else CMP="--atol 1e-4"; fi
 python3 "$ROOT/test/e2e/compare_weights.py" dp.safetensors one.safetensors $CMP > same.out \
   || die "the $N ranks' weights differ from one process's: $(cat same.out)"
 python3 "$ROOT/test/e2e/compare_weights.py" zero.safetensors dp.safetensors --exact > zero-same.out \
   || die "the sharded ranks' weights differ from the unsharded ranks': $(cat zero-same.out)"
+python3 "$ROOT/test/e2e/compare_weights.py" offz.safetensors offw.safetensors --exact > off-same.out \
+  || die "the sharded offload plan's weights differ from the whole plan's: $(cat off-same.out)"
 
 OUTJSON=$OUTDIR/data-parallel-$(hostname -s 2>/dev/null || echo host)-$(date -u +%Y%m%dT%H%M%SZ).json
-python3 - "$OUTJSON" "$N" "$THREADS" "$tag" "$B" "$STEPS" "$ARGV" "${ONE[*]}" "${DP[*]}" <<'PY'
+python3 - "$OUTJSON" "$N" "$THREADS" "$tag" "$B" "$STEPS" "$ARGV" "${ONE[*]}" "${DP[*]}" "$PLACE" <<'PY'
 import json, re, statistics, sys, platform
-out, n, threads, tag, b, steps, argv, one_cmd, dp_cmd = sys.argv[1:]
+out, n, threads, tag, b, steps, argv, one_cmd, dp_cmd, place = sys.argv[1:]
 n, threads, b, steps = int(n), int(threads), int(b), int(steps)
 
 def steady(path):
@@ -121,6 +138,26 @@ def rss(name):
 rss_dp, rss_zero = rss("dp"), rss("zero")
 same = open("same.out").read().strip()
 zsame = open("zero-same.out").read().strip()
+osame = open("off-same.out").read().strip()
+so_w, tok_w, _ = steady("offw.jsonl")
+so_z, tok_z, _ = steady("offz.jsonl")
+rss_offw, rss_offz = rss("offw"), rss("offz")
+def offload(name):
+    """Rank 0's and each rank's plan: SSD swap, SSD bytes per iteration
+    (all links, and the optimizer class's), pinned host arena."""
+    per = []
+    for r in range(n):
+        f = f"{name}.json" + ("" if r == 0 else f".rank-{r}")
+        s = json.load(open(f))
+        it = s["bytes_per_iteration"]
+        opt = s["bytes_per_iteration_by_class"]["optimizer"]
+        per.append({"ssd_bytes": s["planned_bytes"]["ssd"],
+                    "host_bytes": s["planned_bytes"]["host"],
+                    "ssd_per_iteration": it["ssd_read"] + it["ssd_write"],
+                    "optimizer_ssd_per_iteration": opt["ssd_read"] + opt["ssd_write"],
+                    "as_planned": s["bytes_per_iteration"] == s["predicted_bytes_per_iteration"]})
+    return per
+off_w, off_z = offload("offw"), offload("offz")
 res = {
     "schema": "spillway-bench-data-parallel-1",
     "machine": {"host": platform.node(), "cpus": threads},
@@ -148,6 +185,15 @@ res = {
               "weights_vs_unsharded": zsame},
     "ratio_tokens_per_s_zero1_over_unsharded": tokz / tokn,
     "ratio_peak_rss_zero1_over_unsharded": [z / d for z, d in zip(rss_zero, rss_dp)],
+    "offload": {"place": place,
+                "whole": {"steady_s_per_step": so_w, "tokens_per_s": tok_w,
+                          "peak_rss_bytes_per_rank": rss_offw, "per_rank": off_w},
+                "zero1": {"steady_s_per_step": so_z, "tokens_per_s": tok_z,
+                          "peak_rss_bytes_per_rank": rss_offz, "per_rank": off_z},
+                "ratio_tokens_per_s_zero1_over_whole": tok_z / tok_w,
+                "ratio_ssd_per_iteration_zero1_over_whole":
+                    [z["ssd_per_iteration"] / w["ssd_per_iteration"] for z, w in zip(off_z, off_w)],
+                "weights_vs_whole": osame},
 }
 json.dump(res, open(out, "w"), indent=1)
 print(f"GPT {tag}, {n * b} rows per step ({n} x {b}), steady step = median of steps 2..{steps}")
@@ -168,5 +214,18 @@ print(f"zero 1 / zero 0: {tokz / tokn:.3f}x tokens/s, peak RSS "
       + (f"; AdamW state {zstate.group(1)} on rank 0 of {zstate.group(2)}" if zstate else "")
       + (f"; {zx.group(1)} reduce-scattered + {zx.group(2)} all-gathered per step in {zx.group(3)} ms" if zx else ""))
 print(f"weights: {zsame} (zero 1 against zero 0)")
+print()
+print(f"Offload plan --place {place}, {n} ranks (each on its own --ssd directory), per rank:")
+print(f"{'plan':30} {'s/step':>8} {'tok/s':>9} {'ssd swap MB':>12} {'ssd MB/iter':>12} {'of it optimizer':>16} {'host arena MB':>14} {'peak RSS MB':>12}")
+for label, s_, t_, per, rs in ((f"whole state", so_w, tok_w, off_w, rss_offw),
+                               (f"--zero 1 --ranks {n}", so_z, tok_z, off_z, rss_offz)):
+    for r, (p, x) in enumerate(zip(per, rs)):
+        print(f"{label + ', rank ' + str(r):30} {s_:8.4f} {t_:9.1f} {p['ssd_bytes'] / 1e6:12.1f} "
+              f"{p['ssd_per_iteration'] / 1e6:12.1f} {p['optimizer_ssd_per_iteration'] / 1e6:16.1f} "
+              f"{p['host_bytes'] / 1e6:14.1f} {x / 1e6:12.0f}")
+print(f"zero 1 / whole: {tok_z / tok_w:.3f}x tokens/s, SSD bytes per iteration "
+      + ", ".join(f"rank {r} {z['ssd_per_iteration'] / w['ssd_per_iteration']:.3f}x" for r, (z, w) in enumerate(zip(off_z, off_w)))
+      + "; every step as planned: " + str(all(p["as_planned"] for p in off_w + off_z)))
+print(f"weights: {osame} (sharded offload against whole)")
 print(f"results: {out}")
 PY

@@ -41,6 +41,7 @@ void spillway::populateTrainingPipeline(OpPassManager &pm,
   opt.foamAlpha = options.foamAlpha;
   opt.gradClip = options.gradClip;
   opt.stateDtype = options.optimizerStateDtype;
+  opt.stateShards = options.optimizerStateShards;
   pm.addPass(train::createTrainAttachOptimizerPass(opt));
 }
 
@@ -216,6 +217,11 @@ struct TrainingPipelineCLOptions
       *this, "optimizer-state-dtype",
       llvm::cl::desc("How the optimizer stores m and v: fp32 or bf16"),
       llvm::cl::init(kTrainingDefaults.optimizerStateDtype)};
+  Option<int64_t> optimizerStateShards{
+      *this, "optimizer-state-shards",
+      llvm::cl::desc("Ranks sharding an offload plan's AdamW state (ZeRO "
+                     "stage 1; 1: whole)"),
+      llvm::cl::init(kTrainingDefaults.optimizerStateShards)};
 };
 
 /// `spillway-lower-to-runtime`'s options (spillwayc --target, --precision).
@@ -249,6 +255,7 @@ void spillway::registerPipelines() {
         options.foamAlpha = o.foamAlpha;
         options.gradClip = o.gradClip;
         options.optimizerStateDtype = o.optimizerStateDtype;
+        options.optimizerStateShards = o.optimizerStateShards;
         populateTrainingPipeline(pm, options);
       });
   PassPipelineRegistration<LowerToRuntimeCLOptions>(

@@ -104,7 +104,9 @@ spillway::schedule::zeroOptimizerBytesPerRank(const IterationSummary &s) {
     whole += l.optimizerBytes;
     moments += l.momentElements.size();
   }
-  if (s.zeroStage < 1 || s.ranks <= 1)
+  // An offload plan cut for the ranks (optimizerShards): optimizerBytes is
+  // one rank's already, every rank's blocks laid out alike.
+  if (s.zeroStage < 1 || s.ranks <= 1 || s.optimizerShards > 1)
     return whole;
   const int64_t N = s.ranks;
   // Under clipping the runtime cuts at the norm's blocks.
@@ -165,11 +167,17 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
         return invalid("the profile lists no SSD");
   const bool zero = s.zeroStage >= 1 && s.ranks > 1;
   e.zeroSharded = zero;
-  if (s.zeroStage >= 1)
+  if (s.zeroStage >= 1 && s.optimizerShards <= 1)
     for (Tier t : pl.tier)
       if (t != Tier::GPU)
         return invalid("--zero 1 shards the state of resident plans only "
                        "(every class on the GPU)");
+  if (s.optimizerShards > 1 && F > 0)
+    return invalid("the optimizer overlap of an offload plan sharded over "
+                   "the ranks (--zero 1) is not built");
+  if (s.optimizerShards > 1 && hasMaster)
+    return invalid("bf16-mixed master weights in an offload plan sharded "
+                   "over the ranks (--zero 1) are not built");
 
   const size_t L = s.layers.size();
   const Tier paramsTier = pl[TensorClass::Params];
@@ -296,8 +304,12 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
                          b.ssdWrite / (hw.ssdWriteGBps() * 1e9),
                          (b.ssdRead + b.ssdWrite) / (hw.ssdCombinedGBps() * 1e9)});
   if (!e.optimizerOnGPU) {
-    e.cpuOptimizerSec =
-        double(sumOf(s, &LayerCost::numParams)) / hw.cpuOptimizerParamsPerSec;
+    // Sharded over the ranks, each updates its slots' elements (AdamW:
+    // one per moment element).
+    const double updated = s.optimizerShards > 1
+                               ? O / (2.0 * (s.bf16OptimizerState ? 2 : 4))
+                               : double(sumOf(s, &LayerCost::numParams));
+    e.cpuOptimizerSec = updated / hw.cpuOptimizerParamsPerSec;
     // The non-overlapped update of a layer starts when its gradient is
     // complete: in the last micro-batch's backward (horizontal) or after the
     // layer's M micro-batches (snake). It hides behind the backward work of

@@ -140,6 +140,7 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
   const uint64_t stateBytes = uint64_t(optimizerStateElementBytes(module));
   s.bf16OptimizerState = stateBytes == 2;
   module.walk([&](ClipGradNormOp) { s.gradClip = true; });
+  s.optimizerShards = unsigned(optimizerStateShards(module));
   const LayerTable &layers = **table;
   const size_t L = layers.size();
   s.layers.resize(L);
@@ -202,7 +203,11 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
       auto state = updated.find(it->first());
       uint64_t moment =
           state != updated.end() ? uint64_t(state->second.moment) : n;
-      l.optimizerBytes += 2 * stateBytes * moment; // m and v
+      // m and v; an offload plan sharded over ranks keeps one rank's
+      // (train.optimizer_state_shards: its blocks' per-rank slots).
+      l.optimizerBytes +=
+          2 * stateBytes *
+          uint64_t(optimizerStateSlotElements(module, int64_t(moment)));
       l.momentElements.push_back(moment);
       l.numParams += n;
       if (state != updated.end() && state->second.foam) {

@@ -5,6 +5,7 @@
 #include "dist/dist.h"
 #include "dist/nccl.h"
 #include "dist/zero.h"
+#include "spillway/runtime/zero_shard.h"
 #include "tiers.h"
 #include "trace.h"
 
@@ -260,6 +261,23 @@ void spw_declare_grad_clip(spw_ctx *ctx, double max_norm) {
       fail("max_norm %g: expected a positive finite number", max_norm);
     ctx->grad_clip.declared = true;
     ctx->grad_clip.max_norm = max_norm;
+  });
+}
+
+void spw_declare_optimizer_shards(spw_ctx *ctx, int32_t ranks, int64_t align) {
+  guarded(ctx, "spw_declare_optimizer_shards", [&] {
+    if (ranks < 2)
+      fail("optimizer state sharded over %d ranks: expected 2 or more", ranks);
+    if (align != SPW_ZERO_SHARD_ALIGN && align != SPW_ZERO_SHARD_ALIGN_CLIPPED)
+      fail("optimizer shards cut at multiples of %lld elements: expected %d "
+           "or %d (with gradient clipping)",
+           (long long)align, SPW_ZERO_SHARD_ALIGN,
+           SPW_ZERO_SHARD_ALIGN_CLIPPED);
+    if (ctx->tiers)
+      fail("the optimizer shards are declared before the tiers (they size "
+           "the optimizer blocks' members)");
+    ctx->declared_shards = ranks;
+    ctx->declared_shard_align = align;
   });
 }
 

@@ -195,6 +195,11 @@ struct spw_ctx {
   // --zero: 1 shards the optimizer state over the data-parallel ranks
   // (dist/zero.h); 0 keeps it whole on every rank.
   int zero_stage = 0;
+  // spw_declare_optimizer_shards: the offload plan's optimizer blocks hold
+  // one of `declared_shards` ranks' shards, cut at multiples of
+  // `declared_shard_align` elements (0: whole state).
+  int declared_shards = 0;
+  int64_t declared_shard_align = 0;
   std::shared_ptr<spw::Tiers> tiers; // set by spw_declare_tiers
   // Bytes the step's tensors may take on the device beside the plan's GPU
   // arena (spw_declare_step_arena); -1: no bound declared.
@@ -324,10 +329,12 @@ double effective_grad_clip(const spw_ctx *ctx);
 // values are.
 float grad_norm(spw_ctx *ctx, const float *data, bool on_device, int64_t n,
                 float divisor);
-// The per-block sums grad_norm adds (divisor 1): of each 64 Ki-element
-// block of the n floats at `data` (which start a block), in order.
+// The per-block sums grad_norm adds: of each 64 Ki-element block of the
+// n floats at `data` (which start a block), each divided by `divisor`, in
+// order.
 std::vector<double> block_sums_of_squares(spw_ctx *ctx, const float *data,
-                                          bool on_device, int64_t n);
+                                          bool on_device, int64_t n,
+                                          float divisor = 1.0f);
 
 // Runs an entry point's body unless the context already failed; turns a
 // thrown spw::Error into the context's error, prefixed with `what`.

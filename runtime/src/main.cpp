@@ -359,7 +359,8 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
   flush_stdout();
 }
 
-int run(const Options &o, const char *argv0) {
+int run(const Options &given, const char *argv0) {
+  Options o = given;
   auto owned = make_context();
   spw_ctx *ctx = owned.get();
   ctx->overrides = o.adamw;
@@ -367,6 +368,18 @@ int run(const Options &o, const char *argv0) {
   spw_model_declare(ctx);
   if (ctx->failed())
     fail("model declaration: %s", ctx->error.c_str());
+  // An offload plan cut for ZeRO's ranks (spillwayc --zero 1 --ranks N)
+  // holds one rank's shard of the optimizer state: it runs --zero 1.
+  if (ctx->declared_shards > 0) {
+    if (o.zero_given && !o.zero)
+      throw UsageError(format(
+          "--zero 0: this executable's offload plan holds one rank's shard "
+          "of the optimizer state (compiled with spillwayc --zero 1 --ranks "
+          "%d), so it runs --zero 1: drop --zero 0, or recompile without "
+          "--zero",
+          ctx->declared_shards));
+    o.zero = 1;
+  }
   const bool forward = !ctx->outputs.empty();
   if (forward && !o.training_flags.empty())
     throw UsageError(format("this executable was compiled with --forward: "

@@ -25,6 +25,7 @@
 
 #include "context.h"
 #include "cpu/parallel.h"
+#include "dist/dist.h"
 #include "dist/zero.h"
 #include "host_optimizer.h"
 #include "spillway/runtime/zero_shard.h"
@@ -95,8 +96,14 @@ std::pair<int64_t, int64_t> local_range(const ParamInfo &p, int64_t begin,
 // after the update; every rank gathers, whether its own part ran or was
 // skipped (a non-finite gradient: the step then fails on that rank).
 void gather_updated(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end) {
-  if (p.shard_hi >= 0)
-    zero::gather_values(ctx, p, begin, end);
+  if (p.shard_hi < 0 || !dist::active())
+    return;
+  // An offload plan's CPU optimizer updates the host copy on its tasks:
+  // gathered once they are done, when the plan next uses the copy.
+  if (has_tiers(ctx) && !state_on_device(p))
+    return tiers_defer_gather(ctx, int32_t(&p - ctx->params.data()), begin,
+                              end);
+  zero::gather_values(ctx, p, begin, end);
 }
 
 // A pending update overlapping [begin, end): updating those elements again
@@ -598,6 +605,13 @@ void device_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
       fail("parameter '%s': its optimizer state is bound on the GPU but its "
            "values on host (the plan binds both where the update runs)",
            p.name.c_str());
+    // ZeRO: the bound optimizer block holds this rank's shard.
+    const auto [b, e] = local_range(p, begin, end);
+    if (b >= e)
+      return;
+    g += b - begin;
+    begin = b;
+    end = e;
     if (p.bound_split >= 0) {
       w = split_elements(p, p.bound_w_part, "values", begin, end);
       m = split_elements(p, p.bound_m_part, "AdamW m", begin, end);
@@ -607,8 +621,8 @@ void device_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
         fail("parameter '%s' is updated while no copy of it is bound",
              p.name.c_str());
       w = p.dev_value->as<float>() + begin;
-      m = p.bound_m + begin;
-      v = p.bound_v + begin;
+      m = p.bound_m + (begin - p.shard_lo);
+      v = p.bound_v + (begin - p.shard_lo);
     }
   }
   if (p.foam_level >= 0 && p.bound_split >= 0)
@@ -802,16 +816,17 @@ float spw::grad_norm(spw_ctx *ctx, const float *data, bool on_device,
 }
 
 std::vector<double> spw::block_sums_of_squares(spw_ctx *ctx, const float *data,
-                                               bool on_device, int64_t n) {
+                                               bool on_device, int64_t n,
+                                               float divisor) {
   if (!on_device || ctx->device->host_visible())
-    return square_sums(data, n, 1.0f);
+    return square_sums(data, n, divisor);
   constexpr int64_t kChunk = 16 * kSquaresBlock;
   std::vector<float> host(size_t(std::min(n, kChunk)));
   std::vector<double> parts;
   for (int64_t off = 0; off < n; off += kChunk) {
     const int64_t m = std::min(kChunk, n - off);
     ctx->device->download(host.data(), data + off, size_t(m) * sizeof(float));
-    const std::vector<double> p = square_sums(host.data(), m, 1.0f);
+    const std::vector<double> p = square_sums(host.data(), m, divisor);
     parts.insert(parts.end(), p.begin(), p.end());
   }
   return parts;

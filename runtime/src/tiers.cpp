@@ -23,6 +23,7 @@
 
 #include "dist/dist.h"
 #include "dist/nccl.h"
+#include "dist/zero.h"
 
 #include "host_optimizer.h"
 #include "storage/tensor_store.h"
@@ -114,6 +115,12 @@ struct Tiers {
     // (host_optimizer.h), and the tier of the last spw_bind (-1: none).
     std::vector<Token> host_updates[2];
     int bound_tier = -1;
+    // ZeRO: the all-gathers of the values the CPU optimizer updated in
+    // this params block's host copy (tiers_defer_gather), run once those
+    // updates are done and before anything moves, frees or binds the copy.
+    // Every rank records and runs the same ones at the same points of the
+    // plan (they are collective).
+    std::vector<std::function<void()>> gathers;
   };
   // Declared.
   uint64_t gpu_bytes = 0, host_bytes = 0, ssd_bytes = 0;
@@ -341,17 +348,24 @@ static void member_elements(const Tiers::Block &b, size_t i,
 }
 
 // Bytes member `p` takes in a block of class `cls` whose elements are
-// `elem` bytes: m (the optimizer class; v follows at the same offset of
-// the second half), a pending block's leading element, else the value.
-static uint64_t member_bytes(int cls, const ParamInfo &p, uint64_t elem) {
-  return cls == SPW_BLOCK_OPTIMIZER ? elem * uint64_t(p.state_numel())
+// `elem` bytes: m (the optimizer class: the state, or its slot for one
+// rank's shard under ZeRO; v follows at the same offset of the second
+// half), a pending block's leading element, else the value.
+static uint64_t member_bytes(const spw_ctx *ctx, int cls, const ParamInfo &p,
+                             uint64_t elem) {
+  return cls == SPW_BLOCK_OPTIMIZER ? elem * uint64_t(zero::slot_numel(ctx, p))
          : cls == SPW_BLOCK_PENDING ? 4
                                     : elem * uint64_t(p.value->numel);
 }
 
-static void check_fits(const Tiers::Block &b, const ParamInfo &p,
-                       int64_t offset, uint64_t elem) {
-  const uint64_t span = b.span(), member = member_bytes(b.cls, p, elem);
+// True when p's moments in the optimizer blocks are this rank's shard.
+static bool sharded_state(const spw_ctx *ctx, const ParamInfo &p) {
+  return ctx->declared_shards > 0 && p.shard_hi >= 0;
+}
+
+static void check_fits(const spw_ctx *ctx, const Tiers::Block &b,
+                       const ParamInfo &p, int64_t offset, uint64_t elem) {
+  const uint64_t span = b.span(), member = member_bytes(ctx, b.cls, p, elem);
   if (offset < 0 || offset % int64_t(elem) != 0 || uint64_t(offset) > span ||
       member > span - uint64_t(offset))
     fail("block %s: parameter '%s' at offset %lld does not fit in %llu "
@@ -395,8 +409,8 @@ static void check_blocks(spw_ctx *ctx) {
     if (b.cls == SPW_BLOCK_PARAMS) {
       b.elem = t.bf16_params ? 2 : 4;
       for (size_t i = 0; i < b.params.size(); ++i)
-        check_fits(b, ctx->params[size_t(b.params[i])], int64_t(b.offsets[i]),
-                   b.elem);
+        check_fits(ctx, b, ctx->params[size_t(b.params[i])],
+                   int64_t(b.offsets[i]), b.elem);
     }
   auto find = [&](int cls, int layer) -> Tiers::Block * {
     auto it = t.by_key.find({cls, layer});
@@ -489,11 +503,20 @@ template <class F> static void with_host_copy(Tiers &t, Tiers::Block &b,
 
 // Waits for all of the CPU optimizer's updates; the blocks forget their
 // tokens. Returns the first update's error, or "".
+static void run_gathers(Tiers::Block &b) {
+  std::vector<std::function<void()>> pending;
+  pending.swap(b.gathers);
+  for (const std::function<void()> &g : pending)
+    g();
+}
+
 static std::string finish_host_updates(spw_ctx *ctx, bool step_end) {
   std::string error = host_optimizer_finish(ctx, step_end);
-  for (Tiers::Block &b : ctx->tiers->blocks)
+  for (Tiers::Block &b : ctx->tiers->blocks) {
     for (std::vector<Token> &u : b.host_updates)
       u.clear();
+    run_gathers(b); // every rank's, whether its updates failed or not
+  }
   return error;
 }
 
@@ -505,8 +528,9 @@ static float *plain_at(spw_ctx *ctx, const BlockRange &r) {
     return p.value->owned ? reinterpret_cast<float *>(p.value->owned.get()) +
                                 r.begin
                           : nullptr;
+  // ZeRO: the plain copies hold this rank's shard (shard_lo: 0 without).
   std::vector<float> &state = r.kind == kTensorAdamM ? p.adam_m : p.adam_v;
-  return state.empty() ? nullptr : state.data() + r.begin;
+  return state.empty() ? nullptr : state.data() + (r.begin - p.shard_lo);
 }
 
 // Gradients are not scattered or gathered: every iteration's first flush
@@ -549,6 +573,9 @@ void tiers_release_copies(spw_ctx *ctx) {
     }
 }
 
+static void stream(spw_ctx *ctx, int cls, bool in, const BlockRangeFn &fn,
+                   bool to_root);
+
 void tiers_gather(spw_ctx *ctx) {
   Tiers &t = *ctx->tiers;
   if (std::string e = finish_host_updates(ctx, false); !e.empty())
@@ -575,14 +602,18 @@ void tiers_gather(spw_ctx *ctx) {
     if (b.home >= 0 && b.cls == SPW_BLOCK_OPTIMIZER && ctx->step > 0)
       for (int32_t i : b.params) {
         ParamInfo &p = ctx->params[size_t(i)];
-        p.adam_m.resize(size_t(p.state_numel()));
-        p.adam_v.resize(size_t(p.state_numel()));
+        p.adam_m.resize(size_t(p.state_local_numel()));
+        p.adam_v.resize(size_t(p.state_local_numel()));
       }
+  // Each rank's plain copies of a sharded state hold its shard.
   for (int cls : {SPW_BLOCK_PARAMS, SPW_BLOCK_OPTIMIZER})
-    tiers_stream_out(ctx, cls, [&](const BlockRange &r) {
-      if (float *to = plain_at(ctx, r))
-        std::memcpy(to, r.data, size_t(r.count) * sizeof(float));
-    });
+    stream(
+        ctx, cls, false,
+        [&](const BlockRange &r) {
+          if (float *to = plain_at(ctx, r))
+            std::memcpy(to, r.data, size_t(r.count) * sizeof(float));
+        },
+        false);
 }
 
 // The ranges of block b's members, as (part, byte offset in the part,
@@ -598,7 +629,12 @@ static std::vector<PartRange> block_ranges(const spw_ctx *ctx,
   const bool state = b.cls == SPW_BLOCK_OPTIMIZER;
   for (size_t i = 0; i < b.params.size(); ++i) {
     const ParamInfo &p = ctx->params[size_t(b.params[i])];
-    const int64_t n = state ? p.state_numel() : p.value->numel;
+    // ZeRO: the block holds elements [shard_lo, shard_hi) of each moment.
+    const bool shard = state && sharded_state(ctx, p);
+    const int64_t first = shard ? p.shard_lo : 0;
+    const int64_t n = !state  ? p.value->numel
+                      : shard ? p.state_local_numel()
+                              : p.state_numel();
     for (int kind : !state ? std::vector<int>{kTensorValue}
                            : std::vector<int>{kTensorAdamM, kTensorAdamV}) {
       uint64_t at[2];
@@ -607,8 +643,10 @@ static std::vector<PartRange> block_ranges(const spw_ctx *ctx,
       const int64_t lo[2] = {0, s}, hi[2] = {s, n};
       for (int k = 0; k < 2; ++k)
         if (hi[k] > lo[k])
-          out.push_back({k, at[k],
-                         {b.params[i], kind, lo[k], hi[k] - lo[k], nullptr}});
+          out.push_back(
+              {k,
+               at[k],
+               {b.params[i], kind, first + lo[k], hi[k] - lo[k], nullptr}});
     }
   }
   return out;
@@ -642,54 +680,66 @@ static void visit_range(const Tiers::Block &b, bool in, BlockRange r,
   }
 }
 
-// The blocks of class `cls` (params of an fp32 plan, master, optimizer:
-// f32 elements, or bf16 optimizer state, which `fn` sees as f32) streamed
-// as tiers_stream_in/out say.
-static void stream_blocks(spw_ctx *ctx, int cls, bool in,
-                          const BlockRangeFn &fn) {
+// Block b's ranges streamed as tiers_stream_in/out say.
+static void stream_block(spw_ctx *ctx, Tiers::Block &b, bool in,
+                         const BlockRangeFn &fn, std::vector<char> &staging,
+                         std::vector<float> &wide) {
   Tiers &t = *ctx->tiers;
   TensorStore &s = *t.store;
+  if (b.elem != 4 && b.cls != SPW_BLOCK_OPTIMIZER)
+    fail("%s: its %llu-byte elements are not streamed (the master "
+         "blocks hold the values)",
+         b.name.c_str(), (unsigned long long)b.elem);
+  const std::vector<PartRange> ranges = block_ranges(ctx, b);
+  if (b.home != int(Tier::Gpu)) {
+    with_host_copy(t, b, !in, in, [&](char *const *part) {
+      for (const PartRange &pr : ranges)
+        visit_range(b, in, pr.r, part[pr.part] + pr.at, wide, fn);
+    });
+    return;
+  }
+  // The device's memory, through its copy engines, a staging buffer's
+  // worth at a time.
+  const uint64_t per = kStreamStagingBytes / b.elem;
+  for (const PartRange &pr : ranges) {
+    const uint64_t base = s.extent(b.part_id(pr.part), Tier::Gpu)->offset;
+    const std::string name = s.name(b.part_id(pr.part));
+    for (int64_t e = 0; e < pr.r.count; e += int64_t(per)) {
+      BlockRange r = pr.r;
+      r.begin = pr.r.begin + e;
+      r.count = std::min<int64_t>(int64_t(per), pr.r.count - e);
+      const uint64_t bytes = uint64_t(r.count) * b.elem;
+      const uint64_t off = base + pr.at + uint64_t(e) * b.elem;
+      if (staging.size() < bytes)
+        staging.resize(size_t(
+            std::min<uint64_t>(kStreamStagingBytes, b.part_bytes(pr.part))));
+      if (in) {
+        visit_range(b, in, r, staging.data(), wide, fn);
+        t.gpu->copy_h2d(off, staging.data(), bytes, name).wait();
+      } else {
+        t.gpu->copy_d2h(staging.data(), off, bytes, name).wait();
+        visit_range(b, in, r, staging.data(), wide, fn);
+      }
+    }
+  }
+}
+
+// The blocks of class `cls` (params of an fp32 plan, master, optimizer:
+// f32 elements, or bf16 optimizer state, which `fn` sees as f32) streamed
+// as tiers_stream_in/out say; `after` (when given) runs after each block's
+// ranges.
+static void stream_blocks(
+    spw_ctx *ctx, int cls, bool in, const BlockRangeFn &fn,
+    const std::function<void(const Tiers::Block &)> &after = nullptr) {
+  Tiers &t = *ctx->tiers;
   std::vector<char> staging;
   std::vector<float> wide;
   for (Tiers::Block &b : t.blocks) {
     if (b.home < 0 || b.cls != cls)
       continue;
-    if (b.elem != 4 && cls != SPW_BLOCK_OPTIMIZER)
-      fail("%s: its %llu-byte elements are not streamed (the master "
-           "blocks hold the values)",
-           b.name.c_str(), (unsigned long long)b.elem);
-    const std::vector<PartRange> ranges = block_ranges(ctx, b);
-    if (b.home != int(Tier::Gpu)) {
-      with_host_copy(t, b, !in, in, [&](char *const *part) {
-        for (const PartRange &pr : ranges)
-          visit_range(b, in, pr.r, part[pr.part] + pr.at, wide, fn);
-      });
-      continue;
-    }
-    // The device's memory, through its copy engines, a staging buffer's
-    // worth at a time.
-    const uint64_t per = kStreamStagingBytes / b.elem;
-    for (const PartRange &pr : ranges) {
-      const uint64_t base = s.extent(b.part_id(pr.part), Tier::Gpu)->offset;
-      const std::string name = s.name(b.part_id(pr.part));
-      for (int64_t e = 0; e < pr.r.count; e += int64_t(per)) {
-        BlockRange r = pr.r;
-        r.begin = pr.r.begin + e;
-        r.count = std::min<int64_t>(int64_t(per), pr.r.count - e);
-        const uint64_t bytes = uint64_t(r.count) * b.elem;
-        const uint64_t off = base + pr.at + uint64_t(e) * b.elem;
-        if (staging.size() < bytes)
-          staging.resize(size_t(
-              std::min<uint64_t>(kStreamStagingBytes, b.part_bytes(pr.part))));
-        if (in) {
-          visit_range(b, in, r, staging.data(), wide, fn);
-          t.gpu->copy_h2d(off, staging.data(), bytes, name).wait();
-        } else {
-          t.gpu->copy_d2h(staging.data(), off, bytes, name).wait();
-          visit_range(b, in, r, staging.data(), wide, fn);
-        }
-      }
-    }
+    stream_block(ctx, b, in, fn, staging, wide);
+    if (after)
+      after(b);
   }
 }
 
@@ -747,9 +797,43 @@ static void fill_working_copies(spw_ctx *ctx) {
   }
 }
 
+// ZeRO over the ranks (spw_declare_optimizer_shards): each rank's blocks
+// hold its shard of the moments. Streamed out (a checkpoint), every rank
+// reads its block and the members' shards go to rank 0 (collective: every
+// rank streams the same blocks in the same order), where `fn` sees each
+// whole moment in element order, as one process streams it. Memory: one
+// block's shards as f32 beside the block's host copy.
+static void stream_shards_out(spw_ctx *ctx, const BlockRangeFn &fn) {
+  std::map<std::pair<int32_t, int>, std::vector<float>> mine;
+  auto collect = [&](const BlockRange &r) {
+    const ParamInfo &p = ctx->params[size_t(r.param)];
+    std::vector<float> &v = mine[{r.param, r.kind}];
+    v.resize(size_t(p.state_local_numel()));
+    std::memcpy(v.data() + (r.begin - p.shard_lo), r.data,
+                size_t(r.count) * sizeof(float));
+  };
+  stream_blocks(
+      ctx, SPW_BLOCK_OPTIMIZER, false, collect, [&](const Tiers::Block &b) {
+        for (int32_t i : b.params)
+          for (int kind : {kTensorAdamM, kTensorAdamV}) {
+            const ParamInfo &p = ctx->params[size_t(i)];
+            std::vector<float> &v = mine[{i, kind}];
+            v.resize(size_t(p.state_local_numel()));
+            zero::gather_to_root_in_pieces(
+                p, v, [&](int64_t begin, int64_t count, const float *x) {
+                  fn({i, kind, begin, count, const_cast<float *>(x)});
+                });
+          }
+        mine.clear();
+      });
+}
+
 // In a bf16-mixed plan the parameters' values are the master blocks'
 // (their rounding in the params blocks follows them in).
-static void stream(spw_ctx *ctx, int cls, bool in, const BlockRangeFn &fn) {
+// `to_root`: a sharded plan's optimizer blocks streamed out go to rank 0
+// whole (stream_shards_out), else each rank sees its shard.
+static void stream(spw_ctx *ctx, int cls, bool in, const BlockRangeFn &fn,
+                   bool to_root) {
   Tiers &t = *ctx->tiers;
   if (cls != SPW_BLOCK_PARAMS && cls != SPW_BLOCK_OPTIMIZER)
     fail("tiers_stream: block class %d holds no parameter or state", cls);
@@ -757,17 +841,20 @@ static void stream(spw_ctx *ctx, int cls, bool in, const BlockRangeFn &fn) {
     fail("%s", e.c_str());
   t.started("tiers_stream");
   const int from = cls == SPW_BLOCK_PARAMS ? value_class(t) : cls;
+  if (to_root && !in && cls == SPW_BLOCK_OPTIMIZER &&
+      ctx->declared_shards > 0 && dist::active())
+    return stream_shards_out(ctx, fn);
   stream_blocks(ctx, from, in, fn);
   if (in && from == SPW_BLOCK_MASTER)
     fill_working_copies(ctx);
 }
 
 void tiers_stream_in(spw_ctx *ctx, int cls, const BlockRangeFn &fn) {
-  stream(ctx, cls, true, fn);
+  stream(ctx, cls, true, fn, false);
 }
 
 void tiers_stream_out(spw_ctx *ctx, int cls, const BlockRangeFn &fn) {
-  stream(ctx, cls, false, fn);
+  stream(ctx, cls, false, fn, true);
 }
 
 static int64_t us(Clock::time_point p) {
@@ -958,6 +1045,20 @@ bool tiers_host_bound(const spw_ctx *ctx, int32_t param) {
         ctx->tiers->blocks[size_t(pb[size_t(c)])].bound_tier != int(Tier::Host))
       return false;
   return true;
+}
+
+void tiers_defer_gather(spw_ctx *ctx, int32_t param, int64_t begin,
+                        int64_t end) {
+  const int pb = param_blocks(ctx, param)[0];
+  ParamInfo &p = ctx->params[size_t(param)];
+  if (pb < 0 || !p.value->data)
+    fail("parameter '%s': no params block's host copy holds the values its "
+         "update wrote",
+         p.name.c_str());
+  float *host = p.value->as<float>();
+  ctx->tiers->blocks[size_t(pb)].gathers.push_back([ctx, &p, begin, end, host] {
+    zero::gather_values(ctx, p, begin, end, host);
+  });
 }
 
 void tiers_note_host_update(spw_ctx *ctx, int32_t param, int parts,
@@ -1282,7 +1383,7 @@ void spw_declare_block(spw_ctx *ctx, int32_t cls, int32_t layer,
       // An optimizer block holds m (then v) of the member's state size:
       // FOAM's folded state is smaller than the parameter.
       // A pending block holds each member's leading deferred elements only.
-      check_fits(b, p, offsets[i], check_elem);
+      check_fits(ctx, b, p, offsets[i], check_elem);
       b.params.push_back(int32_t(params[i]));
       b.offsets.push_back(uint64_t(offsets[i]));
     }
@@ -1317,6 +1418,11 @@ void spw_declare_split(spw_ctx *ctx, int32_t cls, int32_t layer,
            (unsigned long long)b.span());
     if (b.split)
       fail("%s split twice", b.name.c_str());
+    if (ctx->declared_shards > 0)
+      fail("%s: the optimizer overlap's split blocks are not sharded over "
+           "the ranks (spw_declare_optimizer_shards); the compiler refuses "
+           "the overlap with --zero 1",
+           b.name.c_str());
     // The parameters, their master weights and their AdamW state split at
     // the same element: the binds share one split point per parameter.
     // A params block's element size is known once the plan has a master
@@ -1384,6 +1490,7 @@ static void wait_host_updates(Tiers &t, Tiers::Block &b, int part) {
         t.host->wait(u);
       b.host_updates[k].clear();
     }
+  run_gathers(b);
 }
 
 // Gives part k of block b a copy's extent on tier d: where the block's copy
@@ -1872,14 +1979,29 @@ void spw_grad_norms(spw_ctx *ctx, int32_t layer, int32_t tier,
       // sums are averaged here, in the accumulator, before spw_gradient
       // divides by M (and the update entry points leave them as they are).
       ParamInfo &p = ctx->params[k];
+      float *g = reinterpret_cast<float *>(base + b.offsets[i]);
+      // ZeRO: the shard's mean, and the norm from the ranks' block sums
+      // (zero::grad_norm_of_shards: grad_norm's bits).
+      if (dist::active() && zero::active(ctx) && p.shard_hi >= 0) {
+        auto view = make_tensor(SPW_F32, v.rank, v.dims, "gradient",
+                                /*allocate=*/false);
+        view->data = g;
+        view->on_device = d == Tier::Gpu;
+        if (p.reduced_step != ctx->step)
+          zero::reduce_scatter_mean(ctx, p, view.get());
+        p.reduced_step = ctx->step;
+        c.part_norm[k] =
+            zero::grad_norm_of_shards(ctx, p, view.get(), float(divisor));
+        c.part_step[k] = ctx->step;
+        continue;
+      }
       if ((dist::active() || nccl::active()) && p.reduced_step != ctx->step) {
-        reduce_mean(ctx, reinterpret_cast<float *>(base + b.offsets[i]),
-                    d == Tier::Gpu, v.numel, format("'%s'", p.name.c_str()));
+        reduce_mean(ctx, g, d == Tier::Gpu, v.numel,
+                    format("'%s'", p.name.c_str()));
         p.reduced_step = ctx->step;
       }
-      c.part_norm[k] = grad_norm(
-          ctx, reinterpret_cast<const float *>(base + b.offsets[i]),
-          d == Tier::Gpu, v.numel, float(divisor));
+      c.part_norm[k] =
+          grad_norm(ctx, g, d == Tier::Gpu, v.numel, float(divisor));
       c.part_step[k] = ctx->step;
     }
   });

@@ -71,7 +71,10 @@ using BlockRangeFn = std::function<void(const BlockRange &)>;
 // tiers_stream_in: the copy starts undefined, `fn` fills every range and the
 // copy goes to the home; tiers_stream_out: the copy holds the home's bytes for
 // `fn` to read. Every element of every member of the class's blocks is visited
-// once.
+// once. ZeRO's sharded optimizer blocks (spw_declare_optimizer_shards): in,
+// each rank's ranges are its shard's elements; out, every rank must call it
+// (collective) and rank 0's `fn` sees every moment whole, the other ranks'
+// nothing.
 constexpr uint64_t kStreamStagingBytes = uint64_t(8) << 20;
 void tiers_stream_in(spw_ctx *ctx, int cls, const BlockRangeFn &fn);
 void tiers_stream_out(spw_ctx *ctx, int cls, const BlockRangeFn &fn);
@@ -135,6 +138,14 @@ bool tiers_host_bound(const spw_ctx *ctx, int32_t param);
 // first.
 void tiers_note_host_update(spw_ctx *ctx, int32_t param, int parts,
                             const storage::Token &t);
+// ZeRO: the all-gather of elements [begin, end) of `param`'s values, which
+// the CPU optimizer is updating in its params block's host copy, runs once
+// the block's updates are done, before the copy moves, is freed or bound
+// (or at the step's end, a checkpoint or the run's end), so the update
+// keeps hiding behind the compute that follows it. Collective: every rank
+// calls it for the same updates.
+void tiers_defer_gather(spw_ctx *ctx, int32_t param, int64_t begin,
+                        int64_t end);
 
 } // namespace spw
 

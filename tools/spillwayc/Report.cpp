@@ -51,6 +51,9 @@ void printEstimate(const char *label, const CostEstimate &e,
 /// Optimizer state bytes of the model, by optimizer kind.
 struct StateBytes {
   uint64_t total = 0, foam = 0, foamParams = 0;
+  /// Blocks cut for ZeRO's ranks (optimizerShards): one rank's bytes (the
+  /// layers' optimizerBytes); total is then the whole state's.
+  uint64_t perRank = 0;
   /// Bytes per moment element: 4 (f32), 2 under bf16 optimizer state.
   uint64_t elementBytes = 4;
   uint64_t adamw() const { return total - foam; }
@@ -66,6 +69,13 @@ StateBytes stateBytes(const IterationSummary &s) {
     b.total += l.optimizerBytes;
     b.foam += l.foldedOptimizerBytes;
     b.foamParams += l.foldedParams;
+  }
+  if (s.optimizerShards > 1) {
+    b.perRank = b.total;
+    b.total = 0;
+    for (const LayerCost &l : s.layers)
+      for (uint64_t m : l.momentElements)
+        b.total += 2 * b.elementBytes * m;
   }
   return b;
 }
@@ -195,7 +205,12 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
   // fp32 state says nothing (the default); bf16 says so where the bytes are.
   os << "optimizer state" << (s.bf16OptimizerState ? " bf16" : "") << ": "
      << sb.total << " bytes";
-  if (r.foamParams.empty()) {
+  if (sb.perRank) {
+    os << " (AdamW; the offload plan's blocks hold one rank's shard of each "
+          "moment, "
+       << sb.perRank << " bytes on each of the " << s.optimizerShards
+       << " ranks)\n";
+  } else if (r.foamParams.empty()) {
     os << " (AdamW)\n";
   } else {
     os << " (AdamW " << sb.adamw() << "; FOAM level " << r.foamLevel << " "

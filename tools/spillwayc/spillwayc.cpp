@@ -287,9 +287,11 @@ cl::opt<unsigned> zeroStage(
     cl::desc("With --ranks N: cost the ranks running the executable with "
              "--zero 1 (ZeRO stage 1): each keeps the AdamW state of 1/N "
              "of every parameter's elements; the gradients reduce-scattered "
-             "and the updated values all-gathered. Resident plans only "
-             "(every class on the GPU); 0: the whole state on every rank "
-             "(default)"),
+             "and the updated values all-gathered. With an offload plan "
+             "(--place, --gpu-mem, --host-mem) the optimizer blocks hold one "
+             "rank's shards and the executable runs under mpirun -np N "
+             "only (AdamW, fp32 or bf16 state, no optimizer overlap, not "
+             "bf16-mixed); 0: the whole state on every rank (default)"),
     cl::value_desc("0|1"), cl::cat(category));
 cl::opt<unsigned> microbatches(
     "microbatches",
@@ -475,12 +477,23 @@ std::optional<uint64_t> parseSize(StringRef text) {
 
 bool planningRequested() { return report || !reportJson.empty(); }
 
+/// --place, --gpu-mem or --host-mem (an offload plan's flags).
+bool placementGiven() {
+  return placeClasses.getNumOccurrences() || gpuMem.getNumOccurrences() ||
+         hostMem.getNumOccurrences();
+}
+
 /// --place, --gpu-mem or --host-mem with an executable to build: the step
 /// gets an offload plan (spillway::planOffload).
 bool offloadRequested() {
-  return !outputPath.empty() && !forwardOnly &&
-         (placeClasses.getNumOccurrences() || gpuMem.getNumOccurrences() ||
-          hostMem.getNumOccurrences());
+  return !outputPath.empty() && !forwardOnly && placementGiven();
+}
+
+/// --zero 1 --ranks N (N > 1) with an offload plan's flags: its optimizer
+/// blocks hold one rank's shards (train.optimizer_state_shards), in the
+/// executable and in the report.
+bool shardedBlocksRequested() {
+  return zeroStage >= 1 && ranks > 1 && !forwardOnly && placementGiven();
 }
 
 /// --microbatches M (M > 1) or --schedule: the executable trains in a
@@ -616,20 +629,27 @@ int readPlanningFlags(bool planning, bool offload,
   if (costModel && forwardOnly)
     return fail("--report plans a training iteration; it does not apply "
                 "to --forward");
-  if (zeroStage && (!costModel || !ranks.getNumOccurrences()))
+  const bool placed = zeroStage && placementGiven();
+  if (placed && !ranks.getNumOccurrences())
+    return fail("--zero 1 with an offload plan cuts its optimizer blocks "
+                "for the ranks that run it: give --ranks N (the executable "
+                "then runs under mpirun -np N)");
+  if (zeroStage && !placed && (!costModel || !ranks.getNumOccurrences()))
     return fail("--zero 1 costs the ranks' sharded optimizer state: give it "
                 "with --ranks N, --hw PROFILE.json and --report or "
                 "--report-json (the executable takes its own --zero 1 under "
                 "mpirun)");
-  if (zeroStage && offload)
-    return fail("--zero 1 shards the optimizer state the executable keeps "
-                "resident; with --place, --gpu-mem or --host-mem it follows "
-                "an offload plan, whose optimizer blocks hold the state "
-                "(sharding those is not built yet): drop one or the other");
   if (zeroStage && optimizer == "foam")
     return fail("--zero 1 shards AdamW's state; FOAM's is folded already: "
                 "drop --zero or use --optimizer adamw");
-  if (ranks.getNumOccurrences() && !costModel)
+  if (shardedBlocksRequested() && precision == "bf16-mixed")
+    return fail("--zero 1 with an offload plan does not shard bf16-mixed "
+                "master weights yet: compile with --precision fp32, or "
+                "without --zero (each rank keeps the whole state)");
+  if (shardedBlocksRequested() && overlapOptimizer > 0)
+    return fail("--zero 1 with an offload plan does not overlap the "
+                "optimizer yet: give --overlap-optimizer 0 or leave it out");
+  if (ranks.getNumOccurrences() && !costModel && !placed)
     return fail("--ranks costs a plan for data-parallel ranks: give it with "
                 "--hw PROFILE.json and --report, --report-json or an offload "
                 "plan's choice (the executable itself runs under any "
@@ -1073,6 +1093,9 @@ static int compilerMain(int argc, char **argv) {
   trainOptions.foamAlpha = foamAlpha;
   trainOptions.gradClip = gradClip;
   trainOptions.optimizerStateDtype = optimizerStateDtype;
+  // ZeRO with an offload plan: its optimizer blocks hold one rank's shards.
+  if (shardedBlocksRequested())
+    trainOptions.optimizerStateShards = ranks;
 
   {
     PassManager pm(&context);

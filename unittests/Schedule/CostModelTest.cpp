@@ -583,6 +583,62 @@ TEST(CostModel, ZeroShardsTheOptimizerStatePerRank) {
   EXPECT_EQ(zeroOptimizerBytesPerRank(s), 8u * (1000 + 24 + 640 + 100));
 }
 
+TEST(CostModel, ZeroShardedOffloadBlocksMoveOneRanksState) {
+  // An offload plan cut for 2 ranks (optimizerShards, as IterationSummary
+  // sets it from train.optimizer_state_shards): each layer's optimizerBytes
+  // is one rank's slots, 552 + 24 and 320 + 100 elements per moment.
+  IterationSummary whole = zeroToy({{1000, 24}, {640, 100}});
+  IterationSummary s = whole;
+  s.layers[0].optimizerBytes = 8 * uint64_t(spw_zero_shard_slot(1000, 2, 64) +
+                                            spw_zero_shard_slot(24, 2, 64));
+  s.layers[1].optimizerBytes = 8 * uint64_t(spw_zero_shard_slot(640, 2, 64) +
+                                            spw_zero_shard_slot(100, 2, 64));
+  EXPECT_EQ(s.layers[0].optimizerBytes, 8u * (552 + 24));
+  EXPECT_EQ(s.layers[1].optimizerBytes, 8u * (320 + 100));
+  s.optimizerShards = 2;
+  s.ranks = 2;
+  s.zeroStage = 1;
+  // The blocks are the state each rank keeps.
+  s.zeroOptimizerBytes = zeroOptimizerBytesPerRank(s);
+  EXPECT_EQ(s.zeroOptimizerBytes, 8u * (552 + 24 + 320 + 100));
+  HardwareProfile hw = machine();
+  hw.networkGBps = 1;
+  whole.ranks = 2;
+  Placement ssd;
+  ssd[TensorClass::Optimizer] = Tier::SSD;
+  ssd[TensorClass::Master] = Tier::SSD;
+  CostEstimate zero =
+      estimate(s, Candidate{Order::Horizontal, 1, 0, ssd}, kPlenty, hw);
+  CostEstimate plain =
+      estimate(whole, Candidate{Order::Horizontal, 1, 0, ssd}, kPlenty, hw);
+  ASSERT_TRUE(zero.valid) << zero.invalidReason;
+  EXPECT_TRUE(zero.zeroSharded);
+  // The SSD reads and writes the slots once per iteration, not the whole
+  // state; the CPU optimizer updates the slots' elements.
+  EXPECT_DOUBLE_EQ(zero.optimizerStateBytes.ssdRead,
+                   8.0 * (552 + 24 + 320 + 100));
+  EXPECT_DOUBLE_EQ(plain.optimizerStateBytes.ssdRead,
+                   8.0 * (1000 + 24 + 640 + 100));
+  EXPECT_DOUBLE_EQ(zero.cpuOptimizerSec * hw.cpuOptimizerParamsPerSec,
+                   552.0 + 24 + 320 + 100);
+  // Reduce-scatter and all-gather, as for a resident plan.
+  const double G = 4 * (1000 + 24 + 640 + 100);
+  EXPECT_DOUBLE_EQ(zero.bytes.network, 0.5 * (G + G));
+  // Not built: the optimizer overlap, master weights.
+  CostEstimate overlap =
+      estimate(s, Candidate{Order::Horizontal, 1, 0.5, ssd}, kPlenty, hw);
+  EXPECT_FALSE(overlap.valid);
+  EXPECT_NE(overlap.invalidReason.find("optimizer overlap"), std::string::npos)
+      << overlap.invalidReason;
+  IterationSummary mixed = s;
+  mixed.layers[0].masterBytes = 4 * 1024;
+  CostEstimate master =
+      estimate(mixed, Candidate{Order::Horizontal, 1, 0, ssd}, kPlenty, hw);
+  EXPECT_FALSE(master.valid);
+  EXPECT_NE(master.invalidReason.find("master weights"), std::string::npos)
+      << master.invalidReason;
+}
+
 TEST(CostModel, ZeroExchangesTheGradientsAndValuesOfResidentPlans) {
   IterationSummary s = zeroToy({{1000, 24}, {640, 100}});
   const double G = 4 * (1000 + 24 + 640 + 100);

@@ -43,6 +43,10 @@ struct TrainingPipelineOptions {
   /// bytes per element, rounded to nearest even as they are stored;
   /// train-attach-optimizer{state-dtype}, train.optimizer_state_dtype).
   std::string optimizerStateDtype = "fp32";
+  /// Data-parallel ranks sharding an offload plan's AdamW state (ZeRO
+  /// stage 1; train-attach-optimizer{state-shards},
+  /// train.optimizer_state_shards); 1: every rank keeps it whole.
+  int64_t optimizerStateShards = 1;
 };
 
 /// Forward + loss in the train dialect -> one training step: fused patterns,

@@ -47,7 +47,8 @@ struct LayerCost {
   /// owner): a load of this layer brings their parameter blocks as well.
   std::vector<size_t> readsParamsOf;
   /// Per parameter the optimizer updates, the elements of each of its two
-  /// moments (optimizerBytes sums them): ZeRO shards each on its own.
+  /// moments (optimizerBytes sums them, or their per-rank slots under
+  /// IterationSummary::optimizerShards): ZeRO shards each on its own.
   std::vector<uint64_t> momentElements;
 };
 
@@ -77,12 +78,18 @@ struct IterationSummary {
   /// ZeRO stage (spillwayc --zero, the executable's --zero): 1 shards the
   /// optimizer state over the ranks (each keeps 1/N of every parameter's
   /// moments, spillway/runtime/zero_shard.h); the gradients are
-  /// reduce-scattered and the updated f32 values all-gathered. Only
-  /// resident plans (every class on the GPU).
+  /// reduce-scattered and the updated f32 values all-gathered. Resident
+  /// plans (every class on the GPU), or an offload plan whose blocks are cut
+  /// for the ranks (optimizerShards).
   unsigned zeroStage = 0;
   /// zeroOptimizerBytesPerRank(*this), set with zeroStage: the optimizer
   /// class's bytes on each rank under ZeRO.
   uint64_t zeroOptimizerBytes = 0;
+  /// train.optimizer_state_shards: N > 1 when an offload plan's optimizer
+  /// blocks are cut for N ranks (spillwayc --zero 1 --ranks N with an
+  /// offload plan). Each layer's optimizerBytes is then one rank's: per
+  /// moment the largest rank's shard, the block's slot. 1: whole.
+  unsigned optimizerShards = 1;
 };
 
 enum class Order { Horizontal, Snake };
@@ -194,7 +201,8 @@ struct CostEstimate {
 /// 64 elements, at 64 Ki with gradient clipping): exact while ranks x
 /// parameters is at most 2^26; beyond, a bound (a shard of a moment of n
 /// elements has at most min(n, n / N + align + 1)). The
-/// whole state when zeroStage is 0 or ranks is 1. Costs ranks x
+/// whole state when zeroStage is 0 or ranks is 1, and the layers' sum (one
+/// rank's blocks) when optimizerShards cut them already. Costs ranks x
 /// parameters: the planner computes it once (zeroOptimizerBytes).
 uint64_t zeroOptimizerBytesPerRank(const IterationSummary &s);
 

@@ -481,6 +481,15 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
                 {ctxArg, i32(kBF16)});
   }
 
+  // ZeRO over N ranks (train.optimizer_state_shards): the optimizer blocks
+  // hold one rank's shards, cut where the runtime must cut them.
+  if (int64_t shards = optimizerStateShards(module); shards > 1) {
+    loc = module.getLoc();
+    callRuntime(
+        "spw_declare_optimizer_shards", voidTy, {ptrTy, i32Ty, i64Ty},
+        {ctxArg, i32(int32_t(shards)), i64(optimizerStateShardAlign(module))});
+  }
+
   if (failed(emitTiers()))
     return failure();
 

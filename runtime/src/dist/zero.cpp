@@ -75,17 +75,38 @@ Shard shard_of(int64_t n, int r, int ranks, int64_t align) {
           spw_zero_shard_cut(n, r + 1, ranks, align)};
 }
 
+int64_t slot_numel(const spw_ctx *ctx, const ParamInfo &p) {
+  if (ctx->declared_shards <= 0)
+    return p.state_numel();
+  return spw_zero_shard_slot(p.state_numel(), ctx->declared_shards,
+                             ctx->declared_shard_align);
+}
+
 Shard shard_of(const ParamInfo &p, int r) {
   return shard_of(p.state_numel(), r, dist::size(), g_align);
 }
 
 std::string unsupported(const spw_ctx *ctx) {
-  if (has_tiers(ctx))
+  // (One process keeps the whole state: one shard, the plan as it is.)
+  if (has_tiers(ctx) && ctx->declared_shards <= 0 && dist::size() > 1)
     return format(
-        "--zero 1 shards the optimizer state the runtime keeps itself, but "
-        "this executable was compiled with an offload plan, whose optimizer "
-        "blocks hold it (sharding those is not built yet): run it without "
-        "--zero, or compile the model without an offload plan");
+        "--zero 1 shards the optimizer state, but this executable's offload "
+        "plan keeps the whole state in its optimizer blocks: run it without "
+        "--zero, or recompile with spillwayc --zero 1 --ranks %d (this "
+        "job's ranks), which cuts the blocks for them",
+        dist::size());
+  if (ctx->declared_shards > 0 && ctx->declared_shards != dist::size())
+    return format(
+        "this executable's offload plan holds one rank's shard of the "
+        "optimizer state of %d ranks (spillwayc --zero 1 --ranks %d), but "
+        "this job has %d: run it under mpirun -np %d, or recompile %s",
+        ctx->declared_shards, ctx->declared_shards, dist::size(),
+        ctx->declared_shards,
+        dist::size() == 1 ? "without --zero for one process"
+                          : format("with --ranks %d", dist::size()).c_str());
+  if (has_tiers(ctx) && tiers_bf16_params(ctx))
+    return "--zero 1 does not shard an offload plan's bf16-mixed master "
+           "weights yet: compile with --precision fp32, or without --zero";
   for (const ParamInfo &p : ctx->params)
     if (p.foam_level >= 0)
       return format("--zero 1 shards AdamW's state, but parameter '%s' is "
@@ -103,6 +124,13 @@ void start(spw_ctx *ctx) {
     fail("%s", why.c_str());
   g_align = ctx->grad_clip.declared ? SPW_ZERO_SHARD_ALIGN_CLIPPED
                                     : SPW_ZERO_SHARD_ALIGN;
+  if (ctx->declared_shards > 0 && ctx->declared_shard_align != g_align)
+    fail("the offload plan's optimizer shards are cut at multiples of %lld "
+         "elements, but this model %s: %lld (the compiler and the runtime "
+         "disagree)",
+         (long long)ctx->declared_shard_align,
+         ctx->grad_clip.declared ? "clips its gradients" : "does not clip",
+         (long long)g_align);
   for (ParamInfo &p : ctx->params) {
     if (p.value->dtype != SPW_F32)
       continue; // no optimizer state
@@ -148,7 +176,7 @@ void reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad) {
 }
 
 float grad_norm_of_shards(spw_ctx *ctx, const ParamInfo &p,
-                          const spw_tensor *grad) {
+                          const spw_tensor *grad, float divisor) {
   constexpr int64_t B = SPW_ZERO_SHARD_ALIGN_CLIPPED;
   const int64_t n = p.value->numel;
   const int64_t blocks = (n + B - 1) / B;
@@ -161,7 +189,7 @@ float grad_norm_of_shards(spw_ctx *ctx, const ParamInfo &p,
   const int64_t first = p.shard_lo / B;
   std::vector<double> mine =
       block_sums_of_squares(ctx, grad->as<float>() + p.shard_lo,
-                            grad->on_device, p.shard_hi - p.shard_lo);
+                            grad->on_device, p.shard_hi - p.shard_lo, divisor);
   std::copy(mine.begin(), mine.end(), part.begin() + first);
   std::vector<int64_t> counts(size_t(dist::size()), 0),
       displs(size_t(dist::size()), 0);
@@ -179,16 +207,17 @@ float grad_norm_of_shards(spw_ctx *ctx, const ParamInfo &p,
   return float(std::sqrt(total));
 }
 
-void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end) {
+void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end,
+                   float *host_copy) {
   if (p.shard_hi < 0 || begin >= end || !dist::active())
     return;
   Span span("all-gather '" + p.name + "'",
             (end - begin) * int64_t(sizeof(float)));
   std::vector<int64_t> counts, displs;
   range_layout(p, begin, end, counts, displs);
-  float *w = values(p) + begin;
+  float *w = (host_copy ? host_copy : values(p)) + begin;
   Device &d = *ctx->device;
-  if (d.host_visible()) {
+  if (host_copy || d.host_visible()) {
     dist::allgather_in_place(w, counts, displs);
   } else {
     const int64_t bytes = (end - begin) * int64_t(sizeof(float));
@@ -225,6 +254,30 @@ void gather_moment(const ParamInfo &p, bool v, std::vector<float> &out) {
   if (dist::rank() == 0)
     out.resize(size_t(p.state_numel()));
   dist::gather_to_root(mine.data(), n, out.data(), counts, displs);
+}
+
+void gather_to_root_in_pieces(
+    const ParamInfo &p, const std::vector<float> &mine,
+    const std::function<void(int64_t, int64_t, const float *)> &emit) {
+  constexpr int64_t kPiece = int64_t(1) << 20;
+  const int64_t n = p.state_numel();
+  if (int64_t(mine.size()) != p.state_local_numel())
+    fail("parameter '%s': %zu moment elements of this rank's shard of %lld",
+         p.name.c_str(), mine.size(), (long long)p.state_local_numel());
+  std::vector<int64_t> counts, displs;
+  std::vector<float> out;
+  for (int64_t b = 0; b < n; b += kPiece) {
+    const int64_t e = std::min(n, b + kPiece);
+    range_layout(p, b, e, counts, displs);
+    const int64_t lo = std::max(b, p.shard_lo), hi = std::min(e, p.shard_hi);
+    const int64_t count = std::max<int64_t>(0, hi - lo);
+    if (dist::rank() == 0)
+      out.resize(size_t(e - b));
+    dist::gather_to_root(count ? mine.data() + (lo - p.shard_lo) : nullptr,
+                         count, out.data(), counts, displs);
+    if (dist::rank() == 0)
+      emit(b, e - b, out.data());
+  }
 }
 
 void keep_shard(const ParamInfo &p, std::vector<float> &moment) {

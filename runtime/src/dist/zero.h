@@ -10,10 +10,13 @@
 // the unsharded update. Checkpoints gather the moments to rank 0, which
 // writes the format one process writes; a resume keeps each rank's shard.
 //
-// The state this shards is the one the runtime keeps itself (no offload
-// plan: its optimizer blocks are the compiler's to size) and AdamW's (FOAM
-// folds its state already). Every function here is collective: each rank
-// calls it at the same point of the same schedule.
+// The state this shards is the one the runtime keeps itself, or an offload
+// plan's optimizer blocks when the compiler cut them for the job's ranks
+// (spillwayc --zero 1 --ranks N: spw_declare_optimizer_shards; each member
+// of a block holds the rank's shard in a slot of the largest rank's), and
+// AdamW's (FOAM folds its state already). Every function here but the
+// layout's is collective: each rank calls it at the same point of the same
+// schedule.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPILLWAY_RUNTIME_SRC_DIST_ZERO_H
@@ -22,6 +25,7 @@
 #include "context.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,6 +40,11 @@ std::string unsupported(const spw_ctx *ctx);
 // Gives every parameter its shard (ParamInfo::shard_lo, shard_hi), before
 // the state is made (device_start).
 void start(spw_ctx *ctx);
+
+// Elements of p's moment that one rank's optimizer block holds: its
+// state_numel, or the largest rank's shard when the plan's blocks are cut
+// for the ranks (spw_declare_optimizer_shards).
+int64_t slot_numel(const spw_ctx *ctx, const ParamInfo &p);
 
 // Parameter p's shard on rank r: elements [first, last).
 struct Shard {
@@ -53,8 +62,10 @@ Shard shard_of(int64_t n, int r, int ranks, int64_t align = 64);
 // shard reduce-scattered here), grad_norm's bits: each rank sums its whole
 // blocks' squares, the ranks exchange the per-block sums and every rank
 // adds them in block order, as grad_norm does.
+// `divisor`: each element divided first (an offload plan's accumulator of
+// M micro-batches, as grad_norm divides it).
 float grad_norm_of_shards(spw_ctx *ctx, const ParamInfo &p,
-                          const spw_tensor *grad);
+                          const spw_tensor *grad, float divisor = 1.0f);
 
 // The rank's shard of the mean over the ranks of `grad` (parameter p's
 // whole gradient, host or device memory), in place: elements outside the
@@ -62,7 +73,19 @@ float grad_norm_of_shards(spw_ctx *ctx, const ParamInfo &p,
 void reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad);
 // After the ranks updated their shards of elements [begin, end) of p's
 // values: every rank's updated elements to every rank.
-void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end);
+// The values are those the update wrote: the device's copy, or
+// (`host_copy`, the values' element 0) the host copy an offload plan's CPU
+// optimizer updated, once its tasks are done (tiers_defer_gather).
+void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end,
+                   float *host_copy = nullptr);
+// An offload plan's streaming out of an optimizer block (a checkpoint):
+// this rank's shard `mine` of p's moment (state_local_numel elements) goes
+// to rank 0 a piece of at most 1 Mi elements at a time, and rank 0 calls
+// `emit(begin, count, data)` with each piece of the whole moment, in
+// element order; the other ranks emit nothing.
+void gather_to_root_in_pieces(
+    const ParamInfo &p, const std::vector<float> &mine,
+    const std::function<void(int64_t, int64_t, const float *)> &emit);
 // For a checkpoint, after device_pull (the plain copies adam_m, adam_v
 // hold each rank's shard): per parameter, whether any rank has its moments
 // yet (a rank whose shard is empty has none of its own), the same on every

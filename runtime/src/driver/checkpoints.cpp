@@ -312,6 +312,9 @@ void Checkpointer::write(int64_t step, bool report) {
         zero::gather_moment(ctx_->params[i], false, gathered);
         zero::gather_moment(ctx_->params[i], true, gathered);
       }
+    // An offload plan's sharded optimizer blocks stream to rank 0 too.
+    if (has_tiers(ctx_) && ctx_->declared_shards > 0 && ctx_->step > 0)
+      tiers_stream_out(ctx_, SPW_BLOCK_OPTIMIZER, [](const BlockRange &) {});
     return; // rank 0 writes the job's checkpoint
   }
   if (sharded.empty())

@@ -147,8 +147,10 @@ const char kUsage[] =
     "                          all-gathered (--zero 0, the default: every\n"
     "                          rank keeps the whole state; 2 ranks give the\n"
     "                          same bits either way, more the same within\n"
-    "                          rounding).\n"
-    "                          Models without an offload plan, AdamW only.\n"
+    "                          rounding). AdamW only. An offload plan's\n"
+    "                          blocks must be cut for the ranks (spillwayc\n"
+    "                          --zero 1 --ranks N): such an executable runs\n"
+    "                          --zero 1 under mpirun -np N only.\n"
     "  --collectives C         how gradients in GPU memory are averaged: nccl\n"
     "                          (NCCL's all-reduce on the GPU, bootstrapped\n"
     "                          through MPI; alone, a communicator of one),\n"
@@ -374,6 +376,7 @@ Options parse_args(int argc, char **argv) {
                                 "state) or 1 (the ranks shard it)",
                                 value.c_str()));
       o.zero = value == "1" ? 1 : 0;
+      o.zero_given = true;
     } else if (flag == "--optimizer-threads") {
       o.optimizer_threads = parse_int(flag, value, 1);
       if (o.optimizer_threads > HostTasks::kMaxThreads)

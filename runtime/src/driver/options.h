@@ -55,6 +55,7 @@ struct Options {
   std::string trace; // --trace FILE (trace.h)
   int64_t optimizer_threads = 0; // 0: default_host_threads()
   int zero = 0; // --zero: 1 shards the optimizer state over the ranks
+  bool zero_given = false; // --zero on the command line
   // --collectives auto|mpi|nccl: how device gradients are averaged
   // (dist/nccl.h; main.cpp's start_collectives).
   std::string collectives = "auto";

@@ -9,6 +9,7 @@
 // RUN: not spillway-opt %S/Inputs/offload-plan-unknown-member.mlir --convert-train-to-runtime 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // RUN: not spillway-opt %S/Inputs/offload-plan-bad-home.mlir --convert-train-to-runtime 2>&1 | FileCheck %s --check-prefix=HOME
 // RUN: spillway-opt %S/Inputs/offload-plan-host.mlir --convert-train-to-runtime | FileCheck %s --check-prefix=GOOD
+// RUN: sed 's/^module attributes {/module attributes {train.optimizer_state_shards = {align = 65536 : i64, ranks = 3 : i64}, /' %S/Inputs/offload-plan-host.mlir | spillway-opt --convert-train-to-runtime | FileCheck %s --check-prefix=SHARDS
 // RUN: spillway-opt %S/Inputs/offload-plan-activations.mlir --convert-train-to-runtime | FileCheck %s --check-prefix=ACT
 // RUN: spillway-opt %S/Inputs/offload-plan-deferred.mlir --convert-train-to-runtime | FileCheck %s --check-prefix=DEFERRED
 // RUN: not spillway-opt %S/Inputs/offload-plan-activation-home.mlir --convert-train-to-runtime 2>&1 | FileCheck %s --check-prefix=ACTBAD
@@ -64,3 +65,10 @@
 // DEFERRED-NEXT: %[[BYTES:.*]] = llvm.mlir.constant(512 : i64) : i64
 // DEFERRED-NEXT: %[[PTIER:.*]] = llvm.mlir.constant(1 : i32) : i32
 // DEFERRED:      llvm.call @spw_declare_block(%{{.*}}, %[[CLS]], %[[LAYER]], %[[BYTES]], %[[PTIER]],
+
+// The offload plan's optimizer blocks cut for 3 ranks at the norm's blocks
+// (train.optimizer_state_shards): declared before the tiers.
+// SHARDS: %[[N:.*]] = llvm.mlir.constant(3 : i32) : i32
+// SHARDS-NEXT: %[[A:.*]] = llvm.mlir.constant(65536 : i64) : i64
+// SHARDS-NEXT: llvm.call @spw_declare_optimizer_shards(%arg0, %[[N]], %[[A]]) : (!llvm.ptr, i32, i64) -> ()
+// SHARDS: llvm.call @spw_declare_tiers

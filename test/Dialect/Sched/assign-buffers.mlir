@@ -144,3 +144,24 @@
 // FOAM16: {bytes = 256 : i64, class = "optimizer", home = "ssd", layer = 0 : i64, members = [@w1], offset = 4096 : i64, offsets = array<i64: 0>}
 // FOAM16: {bytes = 192 : i64, class = "optimizer", home = "ssd", layer = 1 : i64, members = [@w2], offset = 16384 : i64, offsets = array<i64: 0>}
 // FOAM16: model_bytes = {d2h = 1216 : i64, h2d = 2240 : i64, ssd_read = 5120 : i64, ssd_write = 2880 : i64}
+
+// ZeRO over N ranks (train.optimizer_state_shards, train-attach-optimizer's
+// state-shards): each member of an optimizer block holds one rank's shard
+// of each moment, in a slot of the largest rank's (cut at 64 elements):
+// w1 (256 elements) keeps 128 per moment with 2 ranks (1024 bytes, not
+// 2048) and 64 with 4; w2 (48 elements, under one cut) is the last rank's
+// whole. The SSD moves only the slots.
+// RUN: spillway-opt %S/Inputs/models/two-layers-16.mlir --train-autodiff --train-attach-optimizer="state-shards=2" --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=ZERO2
+// RUN: spillway-opt %S/Inputs/models/two-layers-16.mlir --train-autodiff --train-attach-optimizer="state-shards=4" --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=ZERO4
+// ZERO2: {bytes = 1024 : i64, class = "optimizer", home = "ssd", layer = 0 : i64, members = [@w1], offset = 4096 : i64, offsets = array<i64: 0>}
+// ZERO2: {bytes = 384 : i64, class = "optimizer", home = "ssd", layer = 1 : i64, members = [@w2], offset = 16384 : i64, offsets = array<i64: 0>}
+// ZERO2: model_bytes = {d2h = 1216 : i64, h2d = 2240 : i64, ssd_read = 6080 : i64, ssd_write = 3840 : i64}
+// ZERO4: {bytes = 512 : i64, class = "optimizer", home = "ssd", layer = 0 : i64, members = [@w1], offset = 4096 : i64, offsets = array<i64: 0>}
+// ZERO4: {bytes = 384 : i64, class = "optimizer", home = "ssd", layer = 1 : i64, members = [@w2], offset = 16384 : i64, offsets = array<i64: 0>}
+// ZERO4: model_bytes = {d2h = 1216 : i64, h2d = 2240 : i64, ssd_read = 5568 : i64, ssd_write = 3328 : i64}
+// Not built with shards: the optimizer overlap's split blocks, bf16-mixed
+// master blocks.
+// RUN: not spillway-opt %S/Inputs/models/two-layers-16.mlir --train-autodiff --train-attach-optimizer="state-shards=2" --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=ZEROSPLIT
+// ZEROSPLIT: error: 'sched.iteration' op sched-assign-buffers: layer 0 defers part of its update, but its optimizer block holds one rank's shards (train.optimizer_state_shards = 2): the optimizer overlap of a sharded plan is not built (overlap 0)
+// RUN: sed 's/^module attributes {/module attributes {train.precision = "bf16-mixed", train.optimizer_state_shards = {align = 64 : i64, ranks = 2 : i64}, /' %S/Inputs/two-layers-ordered.mlir | not spillway-opt --sched-place=placement=params=ssd,optimizer=host,gradients=host --sched-insert-transfers --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=ZEROMASTER
+// ZEROMASTER: error: 'sched.iteration' op sched-assign-buffers: the optimizer state is sharded over 2 ranks (train.optimizer_state_shards), but the plan has bf16-mixed master weights, whose sharding is not built

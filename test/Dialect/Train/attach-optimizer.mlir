@@ -9,6 +9,20 @@
 // RUN: not spillway-opt %s --train-attach-optimizer="state-dtype=fp16" 2>&1 | FileCheck %s --check-prefix=BADSTATE
 // RUN: sed '0,/^module {/s//module attributes {train.optimizer_state_dtype = "bf16"} {/' %s | not spillway-opt -split-input-file --train-attach-optimizer 2>&1 | FileCheck %s --check-prefix=CLASH
 // RUN: sed '0,/^module {/s//module attributes {train.optimizer_state_dtype = "bf16"} {/' %s | spillway-opt -split-input-file -verify-diagnostics --train-attach-optimizer="state-dtype=bf16" | FileCheck %s --check-prefix=BF16STATE
+// RUN: spillway-opt %s -split-input-file -verify-diagnostics --train-attach-optimizer="state-shards=4" | FileCheck %s --check-prefixes=CHECK,DEFAULT,SHARDS
+// RUN: spillway-opt %s -split-input-file -verify-diagnostics --train-attach-optimizer="state-shards=4 grad-clip=1" | FileCheck %s --check-prefix=SHARDSCLIP
+// RUN: spillway-opt %s -split-input-file -verify-diagnostics --train-attach-optimizer="state-shards=1" | FileCheck %s --check-prefixes=CHECK,DEFAULT --implicit-check-not=optimizer_state_shards
+// RUN: not spillway-opt %s --train-attach-optimizer="state-shards=65537" 2>&1 | FileCheck %s --check-prefix=MANYSHARDS
+// RUN: not spillway-opt %s --train-attach-optimizer="state-shards=2 optimizer=foam" 2>&1 | FileCheck %s --check-prefix=FOAMSHARDS
+
+// state-shards=N (ZeRO over N ranks of an offload plan): the module says
+// how many ranks shard the moments and where the shards are cut (64
+// elements; the norm's 64 Ki-element blocks with clipping); 1, the
+// default, adds nothing.
+// SHARDS: module attributes {train.optimizer_state_shards = {align = 64 : i64, ranks = 4 : i64}}
+// SHARDSCLIP: module attributes {train.optimizer_state_shards = {align = 65536 : i64, ranks = 4 : i64}}
+// MANYSHARDS: error: train-attach-optimizer: state-shards 65537 is outside [1, 65536]
+// FOAMSHARDS: error: train-attach-optimizer: state-shards 2 shards AdamW's state; FOAM's is folded already
 
 // state-dtype=bf16: the moments are stored as bf16, which the module says
 // (the updates are the same ops); fp32, the default, adds no attribute. A

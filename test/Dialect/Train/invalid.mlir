@@ -838,3 +838,21 @@ module {
 // expected-error @+1 {{train.optimizer_state_dtype is the module's "fp32" or "bf16" (train-attach-optimizer's state-dtype sets it), got "fp16"}}
 module attributes {train.optimizer_state_dtype = "fp16"} {
 }
+
+// -----
+
+// expected-error @+1 {{train.optimizer_state_shards is the module's {ranks = N, align = A} with N in [2, 65536] and A 64 or 65536}}
+module attributes {train.optimizer_state_shards = {align = 64 : i64, ranks = 1 : i64}} {
+}
+
+// -----
+
+// expected-error @+1 {{train.optimizer_state_shards is the module's {ranks = N, align = A} with N in [2, 65536] and A 64 or 65536}}
+module attributes {train.optimizer_state_shards = {align = 128 : i64, ranks = 2 : i64}} {
+}
+
+// -----
+
+// expected-error @+1 {{train.optimizer_state_shards is the module's {ranks = N, align = A}}}
+module attributes {train.optimizer_state_shards = 2 : i64} {
+}

@@ -253,11 +253,23 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
   // (train.optimizer_state_dtype), which halves the optimizer blocks.
   const uint64_t stateBytes =
       uint64_t(train::optimizerStateElementBytes(module));
+  // ZeRO over N ranks (train.optimizer_state_shards): each rank's block
+  // holds its shard of every moment, in a slot of the largest rank's shard.
+  const int64_t shards = train::optimizerStateShards(module);
+  auto slot = [&](int64_t elements) {
+    return stateBytes *
+           uint64_t(train::optimizerStateSlotElements(module, elements));
+  };
+  if (shards > 1 && masterHome)
+    return it.emitOpError("sched-assign-buffers: the optimizer state is "
+                          "sharded over ")
+           << shards << " ranks (train.optimizer_state_shards), but the plan "
+           << "has bf16-mixed master weights, whose sharding is not built";
   llvm::StringMap<uint64_t> momentBytes; // per updated parameter
   module.walk([&](Operation *u) {
     if (train::isOptimizerUpdate(u))
       momentBytes[train::getUpdatedParam(u)] =
-          stateBytes * uint64_t(train::stateElementsPerMoment(u));
+          slot(train::stateElementsPerMoment(u));
   });
 
   // Blocks: (class, layer) -> size, members and member offsets.
@@ -296,8 +308,8 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
       auto m = momentBytes.find(cast<FlatSymbolRefAttr>(s).getValue());
       ob.members.push_back(s);
       ob.offsets.push_back(ob.span);
-      ob.span += m != momentBytes.end() ? m->second
-                                        : bytesOf(s) / 4 * stateBytes;
+      ob.span +=
+          m != momentBytes.end() ? m->second : slot(int64_t(bytesOf(s) / 4));
     }
     ob.bytes = 2 * ob.span;
   }
@@ -335,6 +347,12 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
         return it.emitOpError("sched-assign-buffers: layer ")
                << l << " defers " << d[l] << " elements, more than it has";
       const uint64_t split = elements * stateBytes;
+      if (split != 0 && shards > 1)
+        return it.emitOpError("sched-assign-buffers: layer ")
+               << l << " defers part of its update, but its optimizer block "
+               << "holds one rank's shards (train.optimizer_state_shards = "
+               << shards << "): the optimizer overlap of a sharded plan is "
+               << "not built (overlap 0)";
       if (split == 0 || split == ob.span)
         continue; // nothing deferred, or all: one part
       if (pb.bytes / paramsBytes != ob.span / stateBytes)

@@ -41,6 +41,22 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
              << attr.getValue() << (isa<ModuleOp>(op) ? "" : " on an op");
     return success();
   }
+  if (attr.getName() == kOptimizerStateShardsAttrName) {
+    auto value = dyn_cast<DictionaryAttr>(attr.getValue());
+    auto ranks = value ? value.getAs<IntegerAttr>("ranks") : IntegerAttr();
+    auto align = value ? value.getAs<IntegerAttr>("align") : IntegerAttr();
+    if (!isa<ModuleOp>(op) || !ranks || !align || value.size() != 2 ||
+        ranks.getInt() < 2 || ranks.getInt() > kMaxOptimizerStateShards ||
+        (align.getInt() != 64 && align.getInt() != 65536))
+      return op->emitError()
+             << kOptimizerStateShardsAttrName
+             << " is the module's {ranks = N, align = A} with N in [2, "
+             << kMaxOptimizerStateShards
+             << "] and A 64 or 65536 (train-attach-optimizer's state-shards "
+                "sets it), got "
+             << attr.getValue() << (isa<ModuleOp>(op) ? "" : " on an op");
+    return success();
+  }
   if (attr.getName() != kLayersAttrName)
     return success();
   if (!isa<ModuleOp>(op))

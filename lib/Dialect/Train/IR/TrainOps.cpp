@@ -2,6 +2,7 @@
 
 #include "spillway/Dialect/Train/IR/TrainOps.h"
 #include "spillway/runtime/hyperparams.h"
+#include "spillway/runtime/zero_shard.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -336,6 +337,26 @@ int64_t spillway::train::stateElementsPerMoment(Operation *op) {
 int64_t spillway::train::optimizerStateElementBytes(Operation *module) {
   auto dtype = module->getAttrOfType<StringAttr>(kOptimizerStateDtypeAttrName);
   return dtype && dtype.getValue() == "bf16" ? 2 : 4;
+}
+
+int64_t spillway::train::optimizerStateShards(Operation *module) {
+  auto d = module->getAttrOfType<DictionaryAttr>(kOptimizerStateShardsAttrName);
+  auto n = d ? d.getAs<IntegerAttr>("ranks") : IntegerAttr();
+  return n ? n.getInt() : 1;
+}
+
+int64_t spillway::train::optimizerStateShardAlign(Operation *module) {
+  auto d = module->getAttrOfType<DictionaryAttr>(kOptimizerStateShardsAttrName);
+  auto a = d ? d.getAs<IntegerAttr>("align") : IntegerAttr();
+  return a ? a.getInt() : SPW_ZERO_SHARD_ALIGN;
+}
+
+int64_t spillway::train::optimizerStateSlotElements(Operation *module,
+                                                    int64_t n) {
+  const int64_t ranks = optimizerStateShards(module);
+  if (ranks <= 1)
+    return n;
+  return spw_zero_shard_slot(n, ranks, optimizerStateShardAlign(module));
 }
 
 //===----------------------------------------------------------------------===//

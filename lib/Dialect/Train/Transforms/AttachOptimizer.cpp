@@ -3,6 +3,7 @@
 #include "spillway/Dialect/Train/IR/TrainOps.h"
 #include "spillway/Dialect/Train/Transforms/Passes.h"
 #include "spillway/runtime/hyperparams.h"
+#include "spillway/runtime/zero_shard.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
@@ -110,6 +111,18 @@ struct TrainAttachOptimizerPass
     if (stateDtype != "fp32" && stateDtype != "bf16") {
       module.emitError("train-attach-optimizer: unknown state-dtype '")
           << stateDtype << "'; the optimizer state is stored as fp32 or bf16";
+      return signalPassFailure();
+    }
+    if (stateShards < 1 || stateShards > kMaxOptimizerStateShards) {
+      module.emitError("train-attach-optimizer: state-shards ")
+          << int64_t(stateShards) << " is outside [1, "
+          << kMaxOptimizerStateShards << "]";
+      return signalPassFailure();
+    }
+    if (stateShards > 1 && optimizer == "foam") {
+      module.emitError("train-attach-optimizer: state-shards ")
+          << int64_t(stateShards)
+          << " shards AdamW's state; FOAM's is folded already";
       return signalPassFailure();
     }
     if (auto given =
@@ -276,6 +289,16 @@ struct TrainAttachOptimizerPass
     // was before the option existed.
     if (stateDtype == "bf16")
       module->setAttr(kOptimizerStateDtypeAttrName, b.getStringAttr("bf16"));
+    // The runtime cuts the shards at the norm's blocks when it clips.
+    if (stateShards > 1) {
+      const int64_t align =
+          gradClip > 0 ? SPW_ZERO_SHARD_ALIGN_CLIPPED : SPW_ZERO_SHARD_ALIGN;
+      NamedAttribute fields[] = {
+          b.getNamedAttr("ranks", b.getI64IntegerAttr(stateShards)),
+          b.getNamedAttr("align", b.getI64IntegerAttr(align))};
+      module->setAttr(kOptimizerStateShardsAttrName,
+                      b.getDictionaryAttr(fields));
+    }
   }
 };
 } // namespace

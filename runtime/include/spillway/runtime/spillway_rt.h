@@ -98,6 +98,13 @@ void spw_declare_bf16_mixed(spw_ctx *ctx);
  * checkpoints the widened float32 values. Declared before the tiers, the
  * device and any optimizer state. */
 void spw_declare_optimizer_state_dtype(spw_ctx *ctx, int32_t dtype);
+/* The offload plan's optimizer blocks hold one rank's shard of each AdamW
+ * moment (ZeRO stage 1, spillwayc --zero 1 --ranks N): `ranks` ranks, each
+ * keeping the elements spw_zero_shard_cut(n, r, ranks, align) ..
+ * spw_zero_shard_cut(n, r + 1, ranks, align) in a slot of the largest
+ * rank's shard (spillway/runtime/zero_shard.h). The run must have that
+ * many ranks and runs --zero 1. Declared before the tiers. */
+void spw_declare_optimizer_shards(spw_ctx *ctx, int32_t ranks, int64_t align);
 /* Parameter `param` (2-D, f32) is updated by FOAM (spw_foam) with state
  * folded in blocks of 2^level elements of each row: its m and v are rows x
  * ceil(cols / 2^level) each. `alpha` is the compile-time default (the

@@ -31,6 +31,19 @@ static inline int64_t spw_zero_shard_cut(int64_t n, int64_t k, int64_t ranks,
   return at < n ? at : n;
 }
 
+/* The most elements any rank's shard of n holds: what an offload plan's
+ * optimizer block keeps per moment (every rank lays its block out alike). */
+static inline int64_t spw_zero_shard_slot(int64_t n, int64_t ranks,
+                                          int64_t align) {
+  int64_t most = 0;
+  for (int64_t k = 0; k < ranks; ++k) {
+    const int64_t s = spw_zero_shard_cut(n, k + 1, ranks, align) -
+                      spw_zero_shard_cut(n, k, ranks, align);
+    most = s > most ? s : most;
+  }
+  return most;
+}
+
 static inline int64_t spw_zero_shard_begin(int64_t n, int64_t k,
                                            int64_t ranks) {
   return spw_zero_shard_cut(n, k, ranks, SPW_ZERO_SHARD_ALIGN);

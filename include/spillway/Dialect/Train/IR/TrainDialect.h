@@ -33,6 +33,20 @@ inline constexpr llvm::StringLiteral kPrecisionAttrName = "train.precision";
 /// planner's summary size the optimizer class by it.
 inline constexpr llvm::StringLiteral kOptimizerStateDtypeAttrName =
     "train.optimizer_state_dtype";
+/// Module attribute: {ranks = N, align = A} when N (2 to 65536)
+/// data-parallel ranks shard the optimizer state of an offload plan (ZeRO
+/// stage 1: spillwayc --zero 1 --ranks N; train-attach-optimizer's
+/// state-shards). Each rank keeps its shard of every parameter's moments,
+/// cut at multiples of A elements (64, or 65536 with gradient clipping:
+/// spillway/runtime/zero_shard.h), so an optimizer block holds, per member,
+/// the largest rank's shard; the runtime hears it from
+/// spw_declare_optimizer_shards and runs only under N ranks. Absent: every
+/// rank keeps the whole state.
+inline constexpr llvm::StringLiteral kOptimizerStateShardsAttrName =
+    "train.optimizer_state_shards";
+/// The most ranks train.optimizer_state_shards takes (the compiler sizes
+/// each block by trying every rank's shard).
+inline constexpr int64_t kMaxOptimizerStateShards = 65536;
 /// Argument (and, for forward-only functions, result) attribute carrying the
 /// ONNX graph input/output name.
 inline constexpr llvm::StringLiteral kInputNameAttrName = "train.name";

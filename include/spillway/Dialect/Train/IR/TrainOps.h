@@ -40,6 +40,18 @@ int64_t stateElementsPerMoment(mlir::Operation *op);
 /// Bytes the optimizer stores per moment element in `module`: 2 under
 /// train.optimizer_state_dtype = "bf16", else 4 (f32).
 int64_t optimizerStateElementBytes(mlir::Operation *module);
+/// The ranks that shard the optimizer state in `module`
+/// (train.optimizer_state_shards), 1 when it is whole.
+int64_t optimizerStateShards(mlir::Operation *module);
+/// Where the ranks' shards are cut (a multiple of this many elements, from
+/// train.optimizer_state_shards): 64, or the gradient norm's 64 Ki-element
+/// blocks when the module clips its gradients.
+int64_t optimizerStateShardAlign(mlir::Operation *module);
+/// Elements of a moment of `n` elements that one rank's optimizer block
+/// holds in `module`: n when the state is whole, else the largest rank's
+/// shard, cut as the runtime cuts it (at the gradient-norm blocks when the
+/// module clips its gradients).
+int64_t optimizerStateSlotElements(mlir::Operation *module, int64_t n);
 /// FOAM's folded elements of a `shape` parameter at `level`: the rows times
 /// ceil(last dimension / 2^level).
 int64_t foamStateElements(llvm::ArrayRef<int64_t> shape, int64_t level);

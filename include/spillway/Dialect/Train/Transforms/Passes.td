@@ -164,6 +164,15 @@ def TrainAttachOptimizerPass : Pass<"train-attach-optimizer", "mlir::ModuleOp"> 
     (`sched-assign-buffers`) and the planner's summary size the `optimizer`
     class by it. A module whose attribute says otherwise is an error.
 
+    `state-shards` N > 1 (ZeRO stage 1 over N data-parallel ranks of an
+    offload plan: `spillwayc --zero 1 --ranks N`) sets the module's
+    `train.optimizer_state_shards = N`: each rank keeps its shard of every
+    AdamW moment, so `sched-assign-buffers` and the planner's summary size
+    each member of an optimizer block at the largest rank's shard, and the
+    lowering tells the runtime (`spw_declare_optimizer_shards`). FOAM's
+    folded state is not sharded: `state-shards` with `optimizer=foam` is an
+    error, as is N above 65536.
+
     Fails when the optimizer is unknown, when an option is out of range, or
     when the module declares parameters but holds no `train.param_grad`
     (run `train-autodiff` first). A module without any `train.param` is
@@ -186,7 +195,10 @@ def TrainAttachOptimizerPass : Pass<"train-attach-optimizer", "mlir::ModuleOp"> 
            "Global gradient-norm clipping's max_norm (0: off)">,
     Option<"stateDtype", "state-dtype", "std::string", "\"fp32\"",
            "How the optimizer stores its moments m and v: fp32, or bf16 "
-           "(2 bytes per element; train.optimizer_state_dtype)">
+           "(2 bytes per element; train.optimizer_state_dtype)">,
+    Option<"stateShards", "state-shards", "int64_t", "1",
+           "Data-parallel ranks sharding the AdamW state of an offload plan "
+           "(ZeRO stage 1; 1: whole; train.optimizer_state_shards)">
   ];
   let dependentDialects = ["spillway::train::TrainDialect"];
 }
