@@ -5,7 +5,11 @@
 # per second of each, and the ranks' measured all-reduce share; the ranks
 # twice, their gradients averaged by NCCL (--collectives nccl; libnccl.so.2
 # found by cuda-env.sh) and through host memory over MPI (--collectives
-# mpi), and a third time with the AdamW state sharded (--zero 1).
+# mpi), a third time with the AdamW state sharded (--zero 1), and last an
+# offload plan compiled for the ranks with its optimizer blocks sharded
+# (spillwayc --place params=ssd,optimizer=host,gradients=host --zero 1
+# --ranks N: the CPU optimizer on each rank's shard) against one process
+# of the same plan, each rank's bytes per link checked against its plan.
 #
 #   here (spillwayc, nvcc):  bash scripts/device/data-parallel-check.sh --prepare N
 #                            builds build/device-dp/ for N GPUs (the GPT of
@@ -49,11 +53,16 @@ if [ -n "$PREPARE" ]; then
   python3 "$ROOT/bench/make_gpt_onnx.py" --out "$W/whole" "${GPT[@]}" --batch $((4 * PREPARE)) > /dev/null
   "$BIN/spillwayc" "$W/whole/gpt.onnx" --target cuda --precision fp32 --microbatches "$PREPARE" -o "$DIR/one"
   "$BIN/spillwayc" "$W/rank/gpt.onnx" --target cuda --precision fp32 -o "$DIR/dp"
-  rm -f "$DIR/dp.weights" # one.weights: the same parameters
+  PLACE=(--place params=ssd,optimizer=host,gradients=host)
+  "$BIN/spillwayc" "$W/whole/gpt.onnx" --target cuda --precision fp32 --microbatches "$PREPARE" \
+    "${PLACE[@]}" -o "$DIR/one-offload"
+  "$BIN/spillwayc" "$W/rank/gpt.onnx" --target cuda --precision fp32 "${PLACE[@]}" \
+    --zero 1 --ranks "$PREPARE" -o "$DIR/dp-offload"
+  rm -f "$DIR/dp.weights" "$DIR/one-offload.weights" "$DIR/dp-offload.weights" # one.weights: the same parameters
   cp "$W/whole/tokens.npy" "$W/whole/targets.npy" "$DIR/"
-  cp "$ROOT/test/e2e/compare_weights.py" "$DIR/"
+  cp "$ROOT/test/e2e/compare_weights.py" "$ROOT/test/e2e/check_offload_stats.py" "$DIR/"
   echo "$PREPARE" > "$DIR/ranks"
-  strip "$DIR/one" "$DIR/dp" 2>/dev/null || true
+  strip "$DIR/one" "$DIR/dp" "$DIR/one-offload" "$DIR/dp-offload" 2>/dev/null || true
   echo "data-parallel-check: built $DIR for $PREPARE GPUs ($(du -sm "$DIR" | cut -f1) MiB)"
   exit 0
 fi
@@ -66,37 +75,53 @@ ROWS=$OUT/data-parallel.txt
 IN=(--weights "$DIR/one.weights" --input "tokens=$DIR/tokens.npy" --input "targets=$DIR/targets.npy"
     --steps "$STEPS" --device cuda)
 ONE=("$DIR/one" "${IN[@]}" --log-json "$OUT/one.jsonl" --save "$OUT/one.safetensors")
+ONE_OFFLOAD=("$DIR/one-offload" "${IN[@]}" --ssd "$OUT/ssd-one" --save "$OUT/one-offload.safetensors")
 MPIRUN=(mpirun -np "$N")
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
-dp() { # NAME FLAGS...: the N ranks
-  local name=$1; shift
-  echo "${MPIRUN[*]} $DIR/dp ${IN[*]} --log-json $OUT/$name.jsonl --save $OUT/$name.safetensors $*"
+dp() { # NAME EXE FLAGS...: the N ranks
+  local name=$1 exe=$2; shift 2
+  echo "${MPIRUN[*]} $DIR/$exe ${IN[*]} --log-json $OUT/$name.jsonl --save $OUT/$name.safetensors $*"
 }
-VARIANTS=("dp-nccl --collectives nccl" "dp-mpi --collectives mpi" "dp-zero --zero 1")
+# name, executable, the one-process run whose weights it must end with, flags
+VARIANTS=("dp-nccl dp one --collectives nccl" "dp-mpi dp one --collectives mpi"
+          "dp-zero dp one --zero 1"
+          "dp-zero-offload dp-offload one-offload --ssd $OUT/ssd-ranks --stats-json $OUT/dp-zero-offload.json")
+run_of() { local v=($1); echo "${v[0]} ${v[1]} ${v[*]:3}"; }
 if [ "$DRY" = 1 ]; then
   echo "data-parallel-check --dry-run: $N GPUs, $STEPS steps"
   echo "[one GPU] ${ONE[*]}"
-  for v in "${VARIANTS[@]}"; do echo "[$N GPUs] $(dp $v)"; done
+  echo "[one GPU] ${ONE_OFFLOAD[*]}"
+  for v in "${VARIANTS[@]}"; do echo "[$N GPUs] $(dp $(run_of "$v"))"; done
   exit 0
 fi
 . "$ROOT/scripts/device/cuda-env.sh"
 command -v mpirun > /dev/null || { echo "data-parallel-check: no mpirun on this machine: it needs Open MPI (Debian: openmpi-bin) and $N GPUs" | tee -a "$ROWS" >&2; exit 1; }
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [ "$GPUS" -ge "$N" ] || { echo "data-parallel-check: built for $N GPUs, this machine has $GPUS: run --prepare $GPUS where spillwayc is" | tee -a "$ROWS" >&2; exit 1; }
+mkdir -p "$OUT/ssd-one" "$OUT/ssd-ranks"
 echo "one GPU: ${ONE[*]}" | tee -a "$ROWS"
 "${ONE[@]}" > "$OUT/one.out"
+echo "one GPU: ${ONE_OFFLOAD[*]}" | tee -a "$ROWS"
+"${ONE_OFFLOAD[@]}" > "$OUT/one-offload.out"
 if [ "$N" = 2 ]; then CMP=--exact; else CMP="--atol 1e-4"; fi
 ok=yes
 for v in "${VARIANTS[@]}"; do
-  name=${v%% *}
-  cmd=$(dp $v)
+  fields=($v)
+  name=${fields[0]} ref=${fields[2]}
+  cmd=$(dp $(run_of "$v"))
   echo "$N GPUs: $cmd" | tee -a "$ROWS"
   if ! $cmd > "$OUT/$name.out" 2>&1; then
     echo "$name: FAILED: $(tail -3 "$OUT/$name.out")" | tee -a "$ROWS"; ok=NO; continue
   fi
-  grep -E "collectives:|zero:" "$OUT/$name.out" | tee -a "$ROWS" || true
-  SAME=$(python3 "$DIR/compare_weights.py" "$OUT/$name.safetensors" "$OUT/one.safetensors" $CMP 2>&1) && same=yes || { same=NO; ok=NO; }
-  echo "$name weights ($CMP): $same: $SAME" | tee -a "$ROWS"
+  grep -E "collectives:|zero:|^offload:" "$OUT/$name.out" | tee -a "$ROWS" || true
+  SAME=$(python3 "$DIR/compare_weights.py" "$OUT/$name.safetensors" "$OUT/$ref.safetensors" $CMP 2>&1) && same=yes || { same=NO; ok=NO; }
+  echo "$name weights against $ref ($CMP): $same: $SAME" | tee -a "$ROWS"
+  if [ -f "$OUT/$name.json" ]; then # each rank's bytes per link: its plan's
+    for r in $(seq 0 $((N - 1))); do
+      f=$OUT/$name.json; [ "$r" = 0 ] || f=$f.rank-$r
+      python3 "$DIR/check_offload_stats.py" "$f" --steps "$STEPS" --expect ssd 2>&1 | tee -a "$ROWS" || ok=NO
+    done
+  fi
 done
 python3 - "$OUT" "$N" <<'PY' | tee -a "$ROWS"
 import json, os, statistics, sys
@@ -109,7 +134,7 @@ def steady(name):
 s1, t1 = steady("one")
 print(f"{'run':22} {'s/step':>9} {'tok/s':>10}")
 print(f"{'1 GPU':22} {s1:9.5f} {t1:10.0f}")
-for name in ("dp-nccl", "dp-mpi", "dp-zero"):
+for name in ("dp-nccl", "dp-mpi", "dp-zero", "dp-zero-offload"):
     if not os.path.exists(f"{out}/{name}.jsonl"):
         print(f"{str(n) + ' GPUs ' + name[3:]:22} failed")
         continue
