@@ -680,66 +680,54 @@ static void visit_range(const Tiers::Block &b, bool in, BlockRange r,
   }
 }
 
-// Block b's ranges streamed as tiers_stream_in/out say.
-static void stream_block(spw_ctx *ctx, Tiers::Block &b, bool in,
-                         const BlockRangeFn &fn, std::vector<char> &staging,
-                         std::vector<float> &wide) {
-  Tiers &t = *ctx->tiers;
-  TensorStore &s = *t.store;
-  if (b.elem != 4 && b.cls != SPW_BLOCK_OPTIMIZER)
-    fail("%s: its %llu-byte elements are not streamed (the master "
-         "blocks hold the values)",
-         b.name.c_str(), (unsigned long long)b.elem);
-  const std::vector<PartRange> ranges = block_ranges(ctx, b);
-  if (b.home != int(Tier::Gpu)) {
-    with_host_copy(t, b, !in, in, [&](char *const *part) {
-      for (const PartRange &pr : ranges)
-        visit_range(b, in, pr.r, part[pr.part] + pr.at, wide, fn);
-    });
-    return;
-  }
-  // The device's memory, through its copy engines, a staging buffer's
-  // worth at a time.
-  const uint64_t per = kStreamStagingBytes / b.elem;
-  for (const PartRange &pr : ranges) {
-    const uint64_t base = s.extent(b.part_id(pr.part), Tier::Gpu)->offset;
-    const std::string name = s.name(b.part_id(pr.part));
-    for (int64_t e = 0; e < pr.r.count; e += int64_t(per)) {
-      BlockRange r = pr.r;
-      r.begin = pr.r.begin + e;
-      r.count = std::min<int64_t>(int64_t(per), pr.r.count - e);
-      const uint64_t bytes = uint64_t(r.count) * b.elem;
-      const uint64_t off = base + pr.at + uint64_t(e) * b.elem;
-      if (staging.size() < bytes)
-        staging.resize(size_t(
-            std::min<uint64_t>(kStreamStagingBytes, b.part_bytes(pr.part))));
-      if (in) {
-        visit_range(b, in, r, staging.data(), wide, fn);
-        t.gpu->copy_h2d(off, staging.data(), bytes, name).wait();
-      } else {
-        t.gpu->copy_d2h(staging.data(), off, bytes, name).wait();
-        visit_range(b, in, r, staging.data(), wide, fn);
-      }
-    }
-  }
-}
-
 // The blocks of class `cls` (params of an fp32 plan, master, optimizer:
 // f32 elements, or bf16 optimizer state, which `fn` sees as f32) streamed
-// as tiers_stream_in/out say; `after` (when given) runs after each block's
-// ranges.
-static void stream_blocks(
-    spw_ctx *ctx, int cls, bool in, const BlockRangeFn &fn,
-    const std::function<void(const Tiers::Block &)> &after = nullptr) {
+// as tiers_stream_in/out say.
+static void stream_blocks(spw_ctx *ctx, int cls, bool in,
+                          const BlockRangeFn &fn) {
   Tiers &t = *ctx->tiers;
+  TensorStore &s = *t.store;
   std::vector<char> staging;
   std::vector<float> wide;
   for (Tiers::Block &b : t.blocks) {
     if (b.home < 0 || b.cls != cls)
       continue;
-    stream_block(ctx, b, in, fn, staging, wide);
-    if (after)
-      after(b);
+    if (b.elem != 4 && cls != SPW_BLOCK_OPTIMIZER)
+      fail("%s: its %llu-byte elements are not streamed (the master "
+           "blocks hold the values)",
+           b.name.c_str(), (unsigned long long)b.elem);
+    const std::vector<PartRange> ranges = block_ranges(ctx, b);
+    if (b.home != int(Tier::Gpu)) {
+      with_host_copy(t, b, !in, in, [&](char *const *part) {
+        for (const PartRange &pr : ranges)
+          visit_range(b, in, pr.r, part[pr.part] + pr.at, wide, fn);
+      });
+      continue;
+    }
+    // The device's memory, through its copy engines, a staging buffer's
+    // worth at a time.
+    const uint64_t per = kStreamStagingBytes / b.elem;
+    for (const PartRange &pr : ranges) {
+      const uint64_t base = s.extent(b.part_id(pr.part), Tier::Gpu)->offset;
+      const std::string name = s.name(b.part_id(pr.part));
+      for (int64_t e = 0; e < pr.r.count; e += int64_t(per)) {
+        BlockRange r = pr.r;
+        r.begin = pr.r.begin + e;
+        r.count = std::min<int64_t>(int64_t(per), pr.r.count - e);
+        const uint64_t bytes = uint64_t(r.count) * b.elem;
+        const uint64_t off = base + pr.at + uint64_t(e) * b.elem;
+        if (staging.size() < bytes)
+          staging.resize(size_t(
+              std::min<uint64_t>(kStreamStagingBytes, b.part_bytes(pr.part))));
+        if (in) {
+          visit_range(b, in, r, staging.data(), wide, fn);
+          t.gpu->copy_h2d(off, staging.data(), bytes, name).wait();
+        } else {
+          t.gpu->copy_d2h(staging.data(), off, bytes, name).wait();
+          visit_range(b, in, r, staging.data(), wide, fn);
+        }
+      }
+    }
   }
 }
 
@@ -799,37 +787,69 @@ static void fill_working_copies(spw_ctx *ctx) {
 
 // ZeRO over the ranks (spw_declare_optimizer_shards): each rank's blocks
 // hold its shard of the moments. Streamed out (a checkpoint), every rank
-// reads its block and the members' shards go to rank 0 (collective: every
-// rank streams the same blocks in the same order), where `fn` sees each
-// whole moment in element order, as one process streams it. Memory: one
-// block's shards as f32 beside the block's host copy.
+// reads its block and the members' shards go to rank 0 a piece at a time
+// (collective: every rank streams the same blocks in the same order),
+// where `fn` sees each whole moment in element order, as one process
+// streams it. Memory: the block's host copy (a GPU-homed block's pieces
+// come through a piece-sized staging buffer), and a piece.
 static void stream_shards_out(spw_ctx *ctx, const BlockRangeFn &fn) {
-  std::map<std::pair<int32_t, int>, std::vector<float>> mine;
-  auto collect = [&](const BlockRange &r) {
-    const ParamInfo &p = ctx->params[size_t(r.param)];
-    std::vector<float> &v = mine[{r.param, r.kind}];
-    v.resize(size_t(p.state_local_numel()));
-    std::memcpy(v.data() + (r.begin - p.shard_lo), r.data,
-                size_t(r.count) * sizeof(float));
-  };
-  stream_blocks(
-      ctx, SPW_BLOCK_OPTIMIZER, false, collect, [&](const Tiers::Block &b) {
-        for (int32_t i : b.params)
-          for (int kind : {kTensorAdamM, kTensorAdamV}) {
-            const ParamInfo &p = ctx->params[size_t(i)];
-            std::vector<float> &v = mine[{i, kind}];
-            v.resize(size_t(p.state_local_numel()));
-            zero::gather_to_root_in_pieces(
-                p, v, [&](int64_t begin, int64_t count, const float *x) {
-                  fn({i, kind, begin, count, const_cast<float *>(x)});
-                });
+  Tiers &t = *ctx->tiers;
+  TensorStore &s = *t.store;
+  std::vector<char> staging;
+  // Member i's moment (`v`) of block b whose copy starts at `base`, this
+  // rank's shard to rank 0; `gpu`: `base` is an offset in the GPU arena.
+  auto member = [&](const Tiers::Block &b, size_t i, bool v, const char *base,
+                    uint64_t gpu_base, bool gpu) {
+    const int32_t param = b.params[i];
+    const ParamInfo &p = ctx->params[size_t(param)];
+    uint64_t at[2];
+    int64_t split;
+    member_offsets(b, i, v, p.state_local_numel(), at, &split);
+    const int kind = v ? kTensorAdamV : kTensorAdamM;
+    zero::gather_to_root_in_pieces(
+        p,
+        [&](int64_t first, int64_t count, float *out) {
+          const uint64_t off = at[0] + uint64_t(first) * b.elem;
+          const uint64_t bytes = uint64_t(count) * b.elem;
+          const char *src = base + off;
+          if (gpu) {
+            staging.resize(size_t(bytes));
+            t.gpu->copy_d2h(staging.data(), gpu_base + off, bytes, b.name)
+                .wait();
+            src = staging.data();
           }
-        mine.clear();
-      });
+          if (b.elem == 4)
+            std::memcpy(out, src, size_t(bytes));
+          else
+            for (int64_t e = 0; e < count; ++e)
+              out[e] = to_float(reinterpret_cast<const bf16 *>(src)[e]);
+        },
+        [&](int64_t begin, int64_t count, const float *x) {
+          fn({param, kind, begin, count, const_cast<float *>(x)});
+        });
+  };
+  for (Tiers::Block &b : t.blocks) {
+    if (b.home < 0 || b.cls != SPW_BLOCK_OPTIMIZER)
+      continue;
+    if (b.parts() != 1)
+      fail("%s: a split block's shards are not streamed (the optimizer "
+           "overlap is not built with sharded blocks)",
+           b.name.c_str());
+    if (b.home == int(Tier::Gpu)) {
+      const uint64_t base = s.extent(b.part_id(0), Tier::Gpu)->offset;
+      for (size_t i = 0; i < b.params.size(); ++i)
+        for (bool v : {false, true})
+          member(b, i, v, nullptr, base, true);
+      continue;
+    }
+    with_host_copy(t, b, true, false, [&](char *const *part) {
+      for (size_t i = 0; i < b.params.size(); ++i)
+        for (bool v : {false, true})
+          member(b, i, v, part[0], 0, false);
+    });
+  }
 }
 
-// In a bf16-mixed plan the parameters' values are the master blocks'
-// (their rounding in the params blocks follows them in).
 // `to_root`: a sharded plan's optimizer blocks streamed out go to rank 0
 // whole (stream_shards_out), else each rank sees its shard.
 static void stream(spw_ctx *ctx, int cls, bool in, const BlockRangeFn &fn,

@@ -634,6 +634,11 @@ int readPlanningFlags(bool planning, bool offload,
     return fail("--zero 1 with an offload plan cuts its optimizer blocks "
                 "for the ranks that run it: give --ranks N (the executable "
                 "then runs under mpirun -np N)");
+  if (placed && ranks > uint64_t(spillway::train::kMaxOptimizerStateShards))
+    return fail("--zero 1 with an offload plan cuts its optimizer blocks for "
+                "at most " +
+                std::to_string(spillway::train::kMaxOptimizerStateShards) +
+                " ranks (--ranks " + std::to_string(ranks) + ")");
   if (zeroStage && !placed && (!costModel || !ranks.getNumOccurrences()))
     return fail("--zero 1 costs the ranks' sharded optimizer state: give it "
                 "with --ranks N, --hw PROFILE.json and --report or "

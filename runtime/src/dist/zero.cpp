@@ -257,24 +257,24 @@ void gather_moment(const ParamInfo &p, bool v, std::vector<float> &out) {
 }
 
 void gather_to_root_in_pieces(
-    const ParamInfo &p, const std::vector<float> &mine,
+    const ParamInfo &p,
+    const std::function<void(int64_t, int64_t, float *)> &read,
     const std::function<void(int64_t, int64_t, const float *)> &emit) {
   constexpr int64_t kPiece = int64_t(1) << 20;
   const int64_t n = p.state_numel();
-  if (int64_t(mine.size()) != p.state_local_numel())
-    fail("parameter '%s': %zu moment elements of this rank's shard of %lld",
-         p.name.c_str(), mine.size(), (long long)p.state_local_numel());
   std::vector<int64_t> counts, displs;
-  std::vector<float> out;
+  std::vector<float> mine, out;
   for (int64_t b = 0; b < n; b += kPiece) {
     const int64_t e = std::min(n, b + kPiece);
     range_layout(p, b, e, counts, displs);
     const int64_t lo = std::max(b, p.shard_lo), hi = std::min(e, p.shard_hi);
     const int64_t count = std::max<int64_t>(0, hi - lo);
+    mine.resize(size_t(count));
+    if (count)
+      read(lo - p.shard_lo, count, mine.data());
     if (dist::rank() == 0)
       out.resize(size_t(e - b));
-    dist::gather_to_root(count ? mine.data() + (lo - p.shard_lo) : nullptr,
-                         count, out.data(), counts, displs);
+    dist::gather_to_root(mine.data(), count, out.data(), counts, displs);
     if (dist::rank() == 0)
       emit(b, e - b, out.data());
   }

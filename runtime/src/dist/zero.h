@@ -79,12 +79,15 @@ void reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad);
 void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end,
                    float *host_copy = nullptr);
 // An offload plan's streaming out of an optimizer block (a checkpoint):
-// this rank's shard `mine` of p's moment (state_local_numel elements) goes
-// to rank 0 a piece of at most 1 Mi elements at a time, and rank 0 calls
-// `emit(begin, count, data)` with each piece of the whole moment, in
-// element order; the other ranks emit nothing.
+// this rank's shard of p's moment goes to rank 0 a piece of at most 1 Mi
+// elements at a time, `read(first, count, out)` giving its elements
+// [first, first + count) of the shard (0: the shard's first) as f32, and
+// rank 0 calls `emit(begin, count, data)` with each piece of the whole
+// moment, in element order; the other ranks emit nothing. Memory: a piece
+// (4 MiB) on each rank, and the gathered piece on rank 0.
 void gather_to_root_in_pieces(
-    const ParamInfo &p, const std::vector<float> &mine,
+    const ParamInfo &p,
+    const std::function<void(int64_t, int64_t, float *)> &read,
     const std::function<void(int64_t, int64_t, const float *)> &emit);
 // For a checkpoint, after device_pull (the plain copies adam_m, adam_v
 // hold each rank's shard): per parameter, whether any rank has its moments
