@@ -203,11 +203,17 @@ std::string start_collectives(const Options &o, const std::string &device) {
                   nccl::describe().c_str());
   if (!dist::active())
     return "";
-  return device == "cpu"
-             ? "MPI"
-             : format("MPI, the device gradients through host memory%s",
-                      why.empty() ? ""
-                                  : (" (NCCL not used: " + why + ")").c_str());
+  if (device == "cpu")
+    return "MPI";
+  // Why not NCCL, in the banner.
+  if (why.empty())
+    why = o.collectives == "mpi" ? "--collectives mpi"
+          : o.zero               ? "--zero 1 exchanges its shards through MPI"
+                                 : "--collectives auto takes it for --device "
+                                   "cuda only";
+  return format("MPI, the device gradients through host memory (NCCL not "
+                "used: %s)",
+                why.c_str());
 }
 
 // The device's arena use and the ops it ran on host copies.
