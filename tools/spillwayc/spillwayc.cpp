@@ -280,7 +280,9 @@ cl::opt<unsigned> ranks(
              "step's batch: the report adds the network link, the bytes "
              "each rank sends per iteration to average the gradients and "
              "its time (the profile's \"network\" rate). The executable "
-             "runs under any number of ranks (default 1)"),
+             "runs under any number of ranks (default 1), except with "
+             "--zero 1 and an offload plan: its optimizer blocks are cut "
+             "for N ranks (no --hw needed), and it runs under N only"),
     cl::value_desc("N"), cl::cat(category));
 cl::opt<unsigned> zeroStage(
     "zero", cl::init(0),
@@ -630,6 +632,10 @@ int readPlanningFlags(bool planning, bool offload,
     return fail("--report plans a training iteration; it does not apply "
                 "to --forward");
   const bool placed = zeroStage && placementGiven();
+  if (placed && ranks.getNumOccurrences() && ranks == 1)
+    return fail("--zero 1 --ranks 1 with an offload plan: one rank keeps the "
+                "whole optimizer state, so there is nothing to shard: give "
+                "the job's ranks (--ranks N, N > 1), or drop --zero");
   if (placed && !ranks.getNumOccurrences())
     return fail("--zero 1 with an offload plan cuts its optimizer blocks "
                 "for the ranks that run it: give --ranks N (the executable "

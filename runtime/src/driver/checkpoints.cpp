@@ -211,10 +211,19 @@ int64_t Checkpointer::start() {
       const std::string have = r ? *r : "1";
       if (have != std::to_string(dist::size()))
         fail("checkpoint '%s' was written by a job of %s rank%s; this one "
-             "has %d: resume with the same number of ranks (mpirun -np %s)%s",
+             "has %d: resume with the same number of ranks (mpirun -np %s)%s%s",
              c->dir().c_str(), have.c_str(), have == "1" ? "" : "s",
              dist::size(), have.c_str(),
-             have == "1" ? " or without mpirun" : "");
+             have == "1" ? " or without mpirun" : "",
+             ctx_->declared_shards > 0
+                 ? format(", with an executable compiled for them (this "
+                          "one's offload plan is cut for %d ranks: %s)",
+                          ctx_->declared_shards,
+                          have == "1"
+                              ? "recompile it without --zero"
+                              : ("spillwayc --zero 1 --ranks " + have).c_str())
+                       .c_str()
+                 : "");
     }
     const auto t0 = std::chrono::steady_clock::now();
     try {
@@ -596,61 +605,89 @@ void Checkpointer::restore(storage::CheckpointReader &c) {
     bool state = false; // m and v restored (else: cleared)
   };
   std::vector<Plain> plain(ctx_->params.size());
-  for (size_t i = 0; i < ctx_->params.size(); ++i) {
-    const ParamInfo &p = ctx_->params[i];
-    Plain &q = plain[i];
-    if (!in_p[i]) {
-      const storage::CheckpointTensor *t = c.find("param/" + p.name);
-      q.value = alloc_buffer(std::max<int64_t>(1, p.value->bytes()));
-      read(*t, 0, t->bytes, q.value.get());
-      if (p.value->dtype == SPW_F32)
-        check_restored(c.dir(), p, kTensorValue,
-                       reinterpret_cast<const float *>(q.value.get()), 0,
-                       p.value->numel);
-    }
-    const storage::CheckpointTensor *m = c.find("adam_m/" + p.name);
-    const storage::CheckpointTensor *v = c.find("adam_v/" + p.name);
-    if (!in_o[i] && m && v) {
-      q.state = true;
-      q.m.resize(size_t(p.state_numel()));
-      q.v.resize(size_t(p.state_numel()));
-      read(*m, 0, m->bytes, q.m.data());
-      read(*v, 0, v->bytes, q.v.data());
-      check_restored(c.dir(), p, kTensorAdamM, q.m.data(), 0,
-                     int64_t(q.m.size()));
-      check_restored(c.dir(), p, kTensorAdamV, q.v.data(), 0,
-                     int64_t(q.v.size()));
-    }
-  }
-  if (has_tiers(ctx_)) {
-    FirstFailure failure;
-    auto fill = [&](const BlockRange &r) {
-      const uint64_t bytes = uint64_t(r.count) * sizeof(float);
-      if (failure.e) {
-        std::memset(r.data, 0, size_t(bytes)); // overwritten again later
-        return;
+  std::string bad; // this rank's bad chunk
+  try {
+    for (size_t i = 0; i < ctx_->params.size(); ++i) {
+      const ParamInfo &p = ctx_->params[i];
+      Plain &q = plain[i];
+      if (!in_p[i]) {
+        const storage::CheckpointTensor *t = c.find("param/" + p.name);
+        q.value = alloc_buffer(std::max<int64_t>(1, p.value->bytes()));
+        read(*t, 0, t->bytes, q.value.get());
+        if (p.value->dtype == SPW_F32)
+          check_restored(c.dir(), p, kTensorValue,
+                         reinterpret_cast<const float *>(q.value.get()), 0,
+                         p.value->numel);
       }
-      failure.run([&] {
-        const ParamInfo &p = ctx_->params[size_t(r.param)];
-        const char *prefix = r.kind == kTensorValue   ? "param/"
-                             : r.kind == kTensorAdamM ? "adam_m/"
-                                                      : "adam_v/";
-        const storage::CheckpointTensor *t = c.find(prefix + p.name);
-        if (!t) { // no state yet (never updated): fresh, zeros
-          std::memset(r.data, 0, size_t(bytes));
+      const storage::CheckpointTensor *m = c.find("adam_m/" + p.name);
+      const storage::CheckpointTensor *v = c.find("adam_v/" + p.name);
+      if (!in_o[i] && m && v) {
+        q.state = true;
+        q.m.resize(size_t(p.state_numel()));
+        q.v.resize(size_t(p.state_numel()));
+        read(*m, 0, m->bytes, q.m.data());
+        read(*v, 0, v->bytes, q.v.data());
+        check_restored(c.dir(), p, kTensorAdamM, q.m.data(), 0,
+                       int64_t(q.m.size()));
+        check_restored(c.dir(), p, kTensorAdamV, q.v.data(), 0,
+                       int64_t(q.v.size()));
+      }
+    }
+    if (has_tiers(ctx_)) {
+      FirstFailure failure;
+      auto fill = [&](const BlockRange &r) {
+        const uint64_t bytes = uint64_t(r.count) * sizeof(float);
+        if (failure.e) {
+          std::memset(r.data, 0, size_t(bytes)); // overwritten again later
           return;
         }
-        read(*t, uint64_t(r.begin) * sizeof(float), bytes, r.data);
-        check_restored(c.dir(), p, r.kind, static_cast<const float *>(r.data),
-                       r.begin, r.count);
-      });
-      if (failure.e)
-        std::memset(r.data, 0, size_t(bytes));
-    };
-    tiers_stream_in(ctx_, SPW_BLOCK_PARAMS, fill);
-    tiers_stream_in(ctx_, SPW_BLOCK_OPTIMIZER, fill);
-    failure.rethrow();
+        failure.run([&] {
+          const ParamInfo &p = ctx_->params[size_t(r.param)];
+          const char *prefix = r.kind == kTensorValue   ? "param/"
+                               : r.kind == kTensorAdamM ? "adam_m/"
+                                                        : "adam_v/";
+          const storage::CheckpointTensor *t = c.find(prefix + p.name);
+          if (!t) { // no state yet (never updated): fresh, zeros
+            std::memset(r.data, 0, size_t(bytes));
+            return;
+          }
+          read(*t, uint64_t(r.begin) * sizeof(float), bytes, r.data);
+          check_restored(c.dir(), p, r.kind, static_cast<const float *>(r.data),
+                         r.begin, r.count);
+        });
+        if (failure.e)
+          std::memset(r.data, 0, size_t(bytes));
+      };
+      tiers_stream_in(ctx_, SPW_BLOCK_PARAMS, fill);
+      tiers_stream_in(ctx_, SPW_BLOCK_OPTIMIZER, fill);
+      failure.rethrow();
+    }
+  } catch (const BadChunk &e) {
+    bad = e.what();
   }
+  // A sharded plan's ranks read different chunks (each its shard of the
+  // moments): a chunk bad on any rank skips the checkpoint on every rank,
+  // before any of them takes its plain copies.
+  if (dist::active()) {
+    const std::vector<uint64_t> failed = dist::allgather(bad.empty() ? 0 : 1);
+    std::string ranks;
+    int count = 0;
+    for (size_t r = 0; r < failed.size(); ++r)
+      if (failed[r] && int(r) != dist::rank()) {
+        ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+        ++count;
+      }
+    if (!bad.empty() && dist::rank() != 0)
+      std::fprintf(stderr, "rank %d: warning: checkpoint '%s': %s\n",
+                   dist::rank(), c.dir().c_str(), bad.c_str());
+    if (bad.empty() && count)
+      bad = format("rank%s %s found a bad chunk in %s part of it (%s "
+                   "warning says which)",
+                   count > 1 ? "s" : "", ranks.c_str(),
+                   count > 1 ? "their" : "its", count > 1 ? "their" : "its");
+  }
+  if (!bad.empty())
+    throw BadChunk(bad);
   for (size_t i = 0; i < ctx_->params.size(); ++i) {
     ParamInfo &p = ctx_->params[i];
     Plain &q = plain[i];
