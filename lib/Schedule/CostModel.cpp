@@ -172,9 +172,6 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
       if (t != Tier::GPU)
         return invalid("--zero 1 shards the state of resident plans only "
                        "(every class on the GPU)");
-  if (s.optimizerShards > 1 && F > 0)
-    return invalid("the optimizer overlap of an offload plan sharded over "
-                   "the ranks (--zero 1) is not built");
   if (s.optimizerShards > 1 && hasMaster)
     return invalid("bf16-mixed master weights in an offload plan sharded "
                    "over the ranks (--zero 1) are not built");

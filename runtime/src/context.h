@@ -95,6 +95,10 @@ struct ParamInfo {
   int64_t bound_split = -1;
   float *bound_w_part[2] = {};
   StateMem bound_m_part[2], bound_v_part[2];
+  // ZeRO's sharded optimizer block, split: the element bound_m_part[k] /
+  // bound_v_part[k] hold first (part 0 this rank's shard_lo, part 1
+  // max(shard_lo, bound_split)); -1: 0 and bound_split as above.
+  int64_t state_first[2] = {-1, -1};
   // The last bind of the params / optimizer block was of its GPU-tier
   // copy: bound_w_part (and dev_value's data) / bound_m* and bound_v* are
   // device addresses, and the update runs on the device. Else host ones

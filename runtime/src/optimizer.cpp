@@ -92,20 +92,6 @@ std::pair<int64_t, int64_t> local_range(const ParamInfo &p, int64_t begin,
   return {std::max(begin, p.shard_lo), std::min(end, p.shard_hi)};
 }
 
-// ZeRO: every rank's updated shard of elements [begin, end) to every rank,
-// after the update; every rank gathers, whether its own part ran or was
-// skipped (a non-finite gradient: the step then fails on that rank).
-void gather_updated(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end) {
-  if (p.shard_hi < 0 || !dist::active())
-    return;
-  // An offload plan's CPU optimizer updates the host copy on its tasks:
-  // gathered once they are done, when the plan next uses the copy.
-  if (has_tiers(ctx) && !state_on_device(p))
-    return tiers_defer_gather(ctx, int32_t(&p - ctx->params.data()), begin,
-                              end);
-  zero::gather_values(ctx, p, begin, end);
-}
-
 // A pending update overlapping [begin, end): updating those elements again
 // before it is applied would lose it, or apply two steps out of order.
 void check_nothing_pending(const ParamInfo &p, int64_t begin, int64_t end,
@@ -123,17 +109,21 @@ void check_nothing_pending(const ParamInfo &p, int64_t begin, int64_t end,
 // ranges never straddle the split: sched-overlap-optimizer cuts there), or
 // of a whole one bound contiguously.
 // P: a float or bf16 pointer, or StateMem.
+// `first`: the elements each part's pointer holds first (ZeRO's sharded
+// state: ParamInfo::state_first), else 0 and the split.
 template <class P>
 P split_elements(const ParamInfo &p, const P part[2], const char *what,
-                 int64_t begin, int64_t end) {
+                 int64_t begin, int64_t end, const int64_t *first = nullptr) {
   const int64_t s = p.bound_split;
+  const int64_t f0 = first && first[0] >= 0 ? first[0] : 0;
+  const int64_t f1 = first && first[0] >= 0 ? first[1] : s;
   P at{};
   if (end <= s)
-    at = part[0] ? part[0] + begin : P{};
+    at = part[0] ? part[0] + (begin - f0) : P{};
   else if (begin >= s)
-    at = part[1] ? part[1] + (begin - s) : P{};
-  else if (part[0] && part[1] && part[1] == part[0] + s)
-    at = part[0] + begin;
+    at = part[1] ? part[1] + (begin - f1) : P{};
+  else if (part[0] && part[1] && part[1] == part[0] + (f1 - f0))
+    at = part[0] + (begin - f0);
   else
     fail("parameter '%s': the %s of elements [%lld, %lld) span both parts "
          "of its split block, which are not both bound back to back here",
@@ -143,6 +133,33 @@ P split_elements(const ParamInfo &p, const P part[2], const char *what,
          "(that part of the block has no copy where the update runs)",
          p.name.c_str(), what, (long long)begin, (long long)end);
   return at;
+}
+
+// ZeRO: every rank's updated shard of elements [begin, end) to every rank,
+// after the update; every rank gathers, whether its own part ran or was
+// skipped (a non-finite gradient: the step then fails on that rank).
+void gather_updated(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end) {
+  if (p.shard_hi < 0 || !dist::active())
+    return;
+  if (!has_tiers(ctx))
+    return zero::gather_values(ctx, p, begin, end);
+  // An offload plan's bound copy (one part of a split block).
+  const bool host = !state_on_device(p);
+  float *at = nullptr;
+  if (p.bound_split >= 0)
+    at = split_elements(p, p.bound_w_part, "values", begin, end);
+  else if (float *w = host ? p.value->as<float>() : p.dev_value->as<float>())
+    at = w + begin;
+  else
+    fail("parameter '%s' was updated, but no copy of its values is bound "
+         "to gather into",
+         p.name.c_str());
+  // The CPU optimizer updates the host copy on its tasks: gathered once
+  // they are done, when the plan next uses the copy.
+  if (host)
+    return tiers_defer_gather(ctx, int32_t(&p - ctx->params.data()), begin, end,
+                              at);
+  zero::gather_values(ctx, p, begin, end, at);
 }
 
 // The bound bf16 working copy of elements [begin, end) of a parameter a
@@ -379,8 +396,8 @@ void adamw_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
   StateMem m, v;
   if (p.bound_split >= 0) {
     w = split_elements(p, p.bound_w_part, "values", begin, end);
-    m = split_elements(p, p.bound_m_part, "AdamW m", begin, end);
-    v = split_elements(p, p.bound_v_part, "AdamW v", begin, end);
+    m = split_elements(p, p.bound_m_part, "AdamW m", begin, end, p.state_first);
+    v = split_elements(p, p.bound_v_part, "AdamW v", begin, end, p.state_first);
   } else {
     if (!p.value->data)
       fail("parameter '%s' is updated while no copy of it is bound",
@@ -614,8 +631,10 @@ void device_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
     end = e;
     if (p.bound_split >= 0) {
       w = split_elements(p, p.bound_w_part, "values", begin, end);
-      m = split_elements(p, p.bound_m_part, "AdamW m", begin, end);
-      v = split_elements(p, p.bound_v_part, "AdamW v", begin, end);
+      m = split_elements(p, p.bound_m_part, "AdamW m", begin, end,
+                         p.state_first);
+      v = split_elements(p, p.bound_v_part, "AdamW v", begin, end,
+                         p.state_first);
     } else {
       if (!p.dev_value->data || !p.bound_m)
         fail("parameter '%s' is updated while no copy of it is bound",

@@ -120,7 +120,11 @@ struct Tiers {
     // updates are done and before anything moves, frees or binds the copy.
     // Every rank records and runs the same ones at the same points of the
     // plan (they are collective).
-    std::vector<std::function<void()>> gathers;
+    struct Gather {
+      int part;
+      std::function<void()> run;
+    };
+    std::vector<Gather> gathers;
   };
   // Declared.
   uint64_t gpu_bytes = 0, host_bytes = 0, ssd_bytes = 0;
@@ -363,6 +367,43 @@ static bool sharded_state(const spw_ctx *ctx, const ParamInfo &p) {
   return ctx->declared_shards > 0 && p.shard_hi >= 0;
 }
 
+// Elements a member's geometry is asked about when its slot is laid out by
+// the split (member_offsets then takes the part-0 share from the offsets).
+constexpr int64_t kAnyElements = int64_t(1) << 56;
+
+// ZeRO's sharded optimizer block split by the overlap: the global element
+// where member i's deferred elements end, from the layer's params block
+// (split at the same global element: it is not sharded).
+static int64_t deferred_end(const spw_ctx *ctx, const Tiers &t,
+                            const Tiers::Block &ob, size_t i) {
+  auto it = t.by_key.find({SPW_BLOCK_PARAMS, ob.layer});
+  if (it == t.by_key.end() || !t.blocks[it->second].split)
+    fail("%s is split, but the layer's params block is not: the plan "
+         "defers no elements there",
+         ob.name.c_str());
+  const Tiers::Block &pb = t.blocks[it->second];
+  int64_t left = int64_t(pb.split / pb.elem);
+  for (size_t k = 0; k < i; ++k)
+    left -= ctx->params[size_t(ob.params[k])].state_numel();
+  return std::clamp<int64_t>(left, 0,
+                             ctx->params[size_t(ob.params[i])].state_numel());
+}
+
+// A sharded split block's member i: the elements of this rank's shard in
+// part 0 ([lo, min(hi, t))) and part 1 ([max(lo, t), hi)), as (first,
+// count) each.
+struct ShardParts {
+  int64_t first[2], count[2];
+};
+static ShardParts shard_parts(const ParamInfo &p, int64_t t) {
+  ShardParts s;
+  s.first[0] = p.shard_lo;
+  s.count[0] = std::max<int64_t>(0, std::min(p.shard_hi, t) - p.shard_lo);
+  s.first[1] = std::max(p.shard_lo, t);
+  s.count[1] = std::max<int64_t>(0, p.shard_hi - s.first[1]);
+  return s;
+}
+
 static void check_fits(const spw_ctx *ctx, const Tiers::Block &b,
                        const ParamInfo &p, int64_t offset, uint64_t elem) {
   const uint64_t span = b.span(), member = member_bytes(ctx, b.cls, p, elem);
@@ -438,7 +479,8 @@ static void check_blocks(spw_ctx *ctx) {
              member_names(ctx, *o).c_str());
     }
   for (const Tiers::Block &b : t.blocks) {
-    if (b.cls == SPW_BLOCK_PARAMS || b.cls == SPW_BLOCK_MASTER)
+    if ((b.cls == SPW_BLOCK_PARAMS || b.cls == SPW_BLOCK_MASTER) &&
+        ctx->declared_shards <= 0) // (sharded: deferred_end)
       if (const Tiers::Block *o = find(SPW_BLOCK_OPTIMIZER, b.layer))
         check_same_split(b, *o);
     const Tiers::Block *m =
@@ -503,11 +545,17 @@ template <class F> static void with_host_copy(Tiers &t, Tiers::Block &b,
 
 // Waits for all of the CPU optimizer's updates; the blocks forget their
 // tokens. Returns the first update's error, or "".
-static void run_gathers(Tiers::Block &b) {
-  std::vector<std::function<void()>> pending;
+// The block's pending all-gathers of part `part` (-1: every part), in the
+// order they were recorded.
+static void run_gathers(Tiers::Block &b, int part = -1) {
+  std::vector<Tiers::Block::Gather> pending, kept;
   pending.swap(b.gathers);
-  for (const std::function<void()> &g : pending)
-    g();
+  for (Tiers::Block::Gather &g : pending)
+    if (part < 0 || g.part == part)
+      g.run();
+    else
+      kept.push_back(std::move(g));
+  b.gathers = std::move(kept);
 }
 
 static std::string finish_host_updates(spw_ctx *ctx, bool step_end) {
@@ -588,6 +636,7 @@ void tiers_gather(spw_ctx *ctx) {
     p.value->data = p.value->owned.get();
     p.bound_m = p.bound_v = StateMem{};
     p.bound_split = -1;
+    p.state_first[0] = p.state_first[1] = -1;
     p.w_on_device = p.state_on_device = p.work_on_device = false;
     for (int k = 0; k < 2; ++k) {
       p.bound_w_part[k] = nullptr;
@@ -639,6 +688,18 @@ static std::vector<PartRange> block_ranges(const spw_ctx *ctx,
                            : std::vector<int>{kTensorAdamM, kTensorAdamV}) {
       uint64_t at[2];
       int64_t s;
+      if (shard && b.split) { // the two pieces of the shard
+        member_offsets(b, i, kind == kTensorAdamV, kAnyElements, at, &s);
+        const ShardParts sp =
+            shard_parts(p, deferred_end(ctx, *ctx->tiers, b, i));
+        for (int k = 0; k < 2; ++k)
+          if (sp.count[k] > 0)
+            out.push_back(
+                {k,
+                 at[k],
+                 {b.params[i], kind, sp.first[k], sp.count[k], nullptr}});
+        continue;
+      }
       member_offsets(b, i, kind == kTensorAdamV, n, at, &s);
       const int64_t lo[2] = {0, s}, hi[2] = {s, n};
       for (int k = 0; k < 2; ++k)
@@ -796,33 +857,53 @@ static void stream_shards_out(spw_ctx *ctx, const BlockRangeFn &fn) {
   Tiers &t = *ctx->tiers;
   TensorStore &s = *t.store;
   std::vector<char> staging;
-  // Member i's moment (`v`) of block b whose copy starts at `base`, this
-  // rank's shard to rank 0; `gpu`: `base` is an offset in the GPU arena.
-  auto member = [&](const Tiers::Block &b, size_t i, bool v, const char *base,
-                    uint64_t gpu_base, bool gpu) {
+  // Member i's moment (`v`) of block b, this rank's shard to rank 0: its
+  // parts' copies at host[k], or at GPU arena offsets gpu[k] (`on_gpu`).
+  // A split block holds the shard in two pieces (shard_parts).
+  auto member = [&](const Tiers::Block &b, size_t i, bool v,
+                    char *const host[2], const uint64_t gpu[2], bool on_gpu) {
     const int32_t param = b.params[i];
     const ParamInfo &p = ctx->params[size_t(param)];
     uint64_t at[2];
     int64_t split;
-    member_offsets(b, i, v, p.state_local_numel(), at, &split);
+    member_offsets(b, i, v, b.split ? kAnyElements : p.state_local_numel(), at,
+                   &split);
+    const ShardParts sp = b.split ? shard_parts(p, deferred_end(ctx, t, b, i))
+                                  : ShardParts{{p.shard_lo, p.shard_hi},
+                                               {p.state_local_numel(), 0}};
+    // Elements [g, g + count) of the moment (inside one part) as f32.
+    auto copy = [&](int k, int64_t g, int64_t count, float *out) {
+      const uint64_t off = at[k] + uint64_t(g - sp.first[k]) * b.elem;
+      const uint64_t bytes = uint64_t(count) * b.elem;
+      const char *src = on_gpu ? nullptr : host[k] + off;
+      if (on_gpu) {
+        staging.resize(size_t(bytes));
+        t.gpu->copy_d2h(staging.data(), gpu[k] + off, bytes, b.name).wait();
+        src = staging.data();
+      }
+      if (b.elem == 4)
+        std::memcpy(out, src, size_t(bytes));
+      else
+        for (int64_t e = 0; e < count; ++e)
+          out[e] = to_float(reinterpret_cast<const bf16 *>(src)[e]);
+    };
     const int kind = v ? kTensorAdamV : kTensorAdamM;
     zero::gather_to_root_in_pieces(
         p,
         [&](int64_t first, int64_t count, float *out) {
-          const uint64_t off = at[0] + uint64_t(first) * b.elem;
-          const uint64_t bytes = uint64_t(count) * b.elem;
-          const char *src = base + off;
-          if (gpu) {
-            staging.resize(size_t(bytes));
-            t.gpu->copy_d2h(staging.data(), gpu_base + off, bytes, b.name)
-                .wait();
-            src = staging.data();
+          // Local elements [first, first + count) are global ones from
+          // shard_lo on, part 0's before part 1's.
+          int64_t g = p.shard_lo + first, done = 0;
+          for (int k = 0; k < 2 && done < count; ++k) {
+            const int64_t end = sp.first[k] + sp.count[k];
+            if (g >= end)
+              continue;
+            const int64_t from = std::max(g, sp.first[k]);
+            const int64_t n = std::min(count - done, end - from);
+            copy(k, from, n, out + done);
+            done += n;
+            g = from + n;
           }
-          if (b.elem == 4)
-            std::memcpy(out, src, size_t(bytes));
-          else
-            for (int64_t e = 0; e < count; ++e)
-              out[e] = to_float(reinterpret_cast<const bf16 *>(src)[e]);
         },
         [&](int64_t begin, int64_t count, const float *x) {
           fn({param, kind, begin, count, const_cast<float *>(x)});
@@ -831,21 +912,21 @@ static void stream_shards_out(spw_ctx *ctx, const BlockRangeFn &fn) {
   for (Tiers::Block &b : t.blocks) {
     if (b.home < 0 || b.cls != SPW_BLOCK_OPTIMIZER)
       continue;
-    if (b.parts() != 1)
-      fail("%s: a split block's shards are not streamed (the optimizer "
-           "overlap is not built with sharded blocks)",
-           b.name.c_str());
     if (b.home == int(Tier::Gpu)) {
-      const uint64_t base = s.extent(b.part_id(0), Tier::Gpu)->offset;
+      const uint64_t gpu[2] = {
+          s.extent(b.part_id(0), Tier::Gpu)->offset,
+          b.parts() > 1 ? s.extent(b.part_id(1), Tier::Gpu)->offset : 0};
+      char *const none[2] = {nullptr, nullptr};
       for (size_t i = 0; i < b.params.size(); ++i)
         for (bool v : {false, true})
-          member(b, i, v, nullptr, base, true);
+          member(b, i, v, none, gpu, true);
       continue;
     }
     with_host_copy(t, b, true, false, [&](char *const *part) {
+      const uint64_t none[2] = {0, 0};
       for (size_t i = 0; i < b.params.size(); ++i)
         for (bool v : {false, true})
-          member(b, i, v, part[0], 0, false);
+          member(b, i, v, part, none, false);
     });
   }
 }
@@ -1067,18 +1148,24 @@ bool tiers_host_bound(const spw_ctx *ctx, int32_t param) {
   return true;
 }
 
-void tiers_defer_gather(spw_ctx *ctx, int32_t param, int64_t begin,
-                        int64_t end) {
+void tiers_defer_gather(spw_ctx *ctx, int32_t param, int64_t begin, int64_t end,
+                        float *at) {
   const int pb = param_blocks(ctx, param)[0];
   ParamInfo &p = ctx->params[size_t(param)];
-  if (pb < 0 || !p.value->data)
-    fail("parameter '%s': no params block's host copy holds the values its "
-         "update wrote",
+  if (pb < 0)
+    fail("parameter '%s': no params block holds the values its update wrote",
          p.name.c_str());
-  float *host = p.value->as<float>();
-  ctx->tiers->blocks[size_t(pb)].gathers.push_back([ctx, &p, begin, end, host] {
-    zero::gather_values(ctx, p, begin, end, host);
-  });
+  // The part of a split block the elements lie in (the overlap's ranges
+  // never straddle it).
+  const int64_t s = p.bound_split;
+  const int part = s < 0 ? 0 : end <= s ? 0 : begin >= s ? 1 : -1;
+  if (part < 0)
+    fail("parameter '%s': elements [%lld, %lld) straddle its split at %lld",
+         p.name.c_str(), (long long)begin, (long long)end, (long long)s);
+  ctx->tiers->blocks[size_t(pb)].gathers.push_back(
+      {part, [ctx, &p, begin, end, at] {
+         zero::gather_values(ctx, p, begin, end, at, /*host=*/true);
+       }});
 }
 
 void tiers_note_host_update(spw_ctx *ctx, int32_t param, int parts,
@@ -1438,11 +1525,6 @@ void spw_declare_split(spw_ctx *ctx, int32_t cls, int32_t layer,
            (unsigned long long)b.span());
     if (b.split)
       fail("%s split twice", b.name.c_str());
-    if (ctx->declared_shards > 0)
-      fail("%s: the optimizer overlap's split blocks are not sharded over "
-           "the ranks (spw_declare_optimizer_shards); the compiler refuses "
-           "the overlap with --zero 1",
-           b.name.c_str());
     // The parameters, their master weights and their AdamW state split at
     // the same element: the binds share one split point per parameter.
     // A params block's element size is known once the plan has a master
@@ -1455,7 +1537,12 @@ void spw_declare_split(spw_ctx *ctx, int32_t cls, int32_t layer,
       if (c == cls || other == t.by_key.end())
         continue;
       const Tiers::Block &o = t.blocks[other->second];
-      if (!o.split || unsure(o) || unsure(b) ||
+      // ZeRO: a sharded optimizer block holds one rank's elements, cut by
+      // the same global element (deferred_end).
+      const bool sharded =
+          ctx->declared_shards > 0 &&
+          (c == SPW_BLOCK_OPTIMIZER || cls == SPW_BLOCK_OPTIMIZER);
+      if (sharded || !o.split || unsure(o) || unsure(b) ||
           o.split / o.elem == uint64_t(split_bytes) / b.elem)
         continue;
       if (o.elem == b.elem)
@@ -1510,7 +1597,7 @@ static void wait_host_updates(Tiers &t, Tiers::Block &b, int part) {
         t.host->wait(u);
       b.host_updates[k].clear();
     }
-  run_gathers(b);
+  run_gathers(b, part);
 }
 
 // Gives part k of block b a copy's extent on tier d: where the block's copy
@@ -1829,7 +1916,20 @@ void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
                                                             : nullptr;
       } else {
         char *v[2];
-        member_elements(b, i, part, true, n, v, &split);
+        p.state_first[0] = p.state_first[1] = -1;
+        if (sharded_state(ctx, p)) {
+          // This rank's shard in two pieces: [lo, t) in part 0, the rest
+          // in part 1 (ParamInfo::state_first).
+          const int64_t tt = deferred_end(ctx, t, b, i);
+          const ShardParts sp = shard_parts(p, tt);
+          member_elements(b, i, part, false, kAnyElements, at, &split);
+          member_elements(b, i, part, true, kAnyElements, v, &split);
+          p.bound_split = tt;
+          p.state_first[0] = sp.first[0];
+          p.state_first[1] = sp.first[1];
+        } else {
+          member_elements(b, i, part, true, n, v, &split);
+        }
         p.bound_m_part[0] = {at[0], half};
         p.bound_m_part[1] = {at[1], half};
         p.bound_v_part[0] = {v[0], half};

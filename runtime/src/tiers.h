@@ -144,8 +144,9 @@ void tiers_note_host_update(spw_ctx *ctx, int32_t param, int parts,
 // (or at the step's end, a checkpoint or the run's end), so the update
 // keeps hiding behind the compute that follows it. Collective: every rank
 // calls it for the same updates.
+// `at`: element `begin` in the bound host copy.
 void tiers_defer_gather(spw_ctx *ctx, int32_t param, int64_t begin,
-                        int64_t end);
+                        int64_t end, float *at);
 
 } // namespace spw
 

@@ -292,7 +292,7 @@ cl::opt<unsigned> zeroStage(
              "and the updated values all-gathered. With an offload plan "
              "(--place, --gpu-mem, --host-mem) the optimizer blocks hold one "
              "rank's shards and the executable runs under mpirun -np N "
-             "only (AdamW, fp32 or bf16 state, no optimizer overlap, not "
+             "only (AdamW, fp32 or bf16 state, not "
              "bf16-mixed); 0: the whole state on every rank (default)"),
     cl::value_desc("0|1"), cl::cat(category));
 cl::opt<unsigned> microbatches(
@@ -657,9 +657,6 @@ int readPlanningFlags(bool planning, bool offload,
     return fail("--zero 1 with an offload plan does not shard bf16-mixed "
                 "master weights yet: compile with --precision fp32, or "
                 "without --zero (each rank keeps the whole state)");
-  if (shardedBlocksRequested() && overlapOptimizer > 0)
-    return fail("--zero 1 with an offload plan does not overlap the "
-                "optimizer yet: give --overlap-optimizer 0 or leave it out");
   if (ranks.getNumOccurrences() && !costModel && !placed)
     return fail("--ranks costs a plan for data-parallel ranks: give it with "
                 "--hw PROFILE.json and --report, --report-json or an offload "

@@ -208,16 +208,16 @@ float grad_norm_of_shards(spw_ctx *ctx, const ParamInfo &p,
 }
 
 void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end,
-                   float *host_copy) {
+                   float *at, bool host) {
   if (p.shard_hi < 0 || begin >= end || !dist::active())
     return;
   Span span("all-gather '" + p.name + "'",
             (end - begin) * int64_t(sizeof(float)));
   std::vector<int64_t> counts, displs;
   range_layout(p, begin, end, counts, displs);
-  float *w = (host_copy ? host_copy : values(p)) + begin;
+  float *w = at ? at : values(p) + begin;
   Device &d = *ctx->device;
-  if (host_copy || d.host_visible()) {
+  if (host || d.host_visible()) {
     dist::allgather_in_place(w, counts, displs);
   } else {
     const int64_t bytes = (end - begin) * int64_t(sizeof(float));

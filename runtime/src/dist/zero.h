@@ -73,11 +73,12 @@ float grad_norm_of_shards(spw_ctx *ctx, const ParamInfo &p,
 void reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad);
 // After the ranks updated their shards of elements [begin, end) of p's
 // values: every rank's updated elements to every rank.
-// The values are those the update wrote: the device's copy, or
-// (`host_copy`, the values' element 0) the host copy an offload plan's CPU
-// optimizer updated, once its tasks are done (tiers_defer_gather).
+// The values are those the update wrote: the device's copy, or `at`
+// (element `begin` of the copy an offload plan bound: in device memory, or
+// with `host` in the host copy its CPU optimizer updated, once its tasks
+// are done: tiers_defer_gather).
 void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end,
-                   float *host_copy = nullptr);
+                   float *at = nullptr, bool host = false);
 // An offload plan's streaming out of an optimizer block (a checkpoint):
 // this rank's shard of p's moment goes to rank 0 a piece of at most 1 Mi
 // elements at a time, `read(first, count, out)` giving its elements

@@ -159,9 +159,19 @@
 // ZERO4: {bytes = 512 : i64, class = "optimizer", home = "ssd", layer = 0 : i64, members = [@w1], offset = 4096 : i64, offsets = array<i64: 0>}
 // ZERO4: {bytes = 384 : i64, class = "optimizer", home = "ssd", layer = 1 : i64, members = [@w2], offset = 16384 : i64, offsets = array<i64: 0>}
 // ZERO4: model_bytes = {d2h = 1216 : i64, h2d = 2240 : i64, ssd_read = 5568 : i64, ssd_write = 3328 : i64}
-// Not built with shards: the optimizer overlap's split blocks, bf16-mixed
-// master blocks.
-// RUN: not spillway-opt %S/Inputs/models/two-layers-16.mlir --train-autodiff --train-attach-optimizer="state-shards=2" --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=ZEROSPLIT
-// ZEROSPLIT: error: 'sched.iteration' op sched-assign-buffers: layer 0 defers part of its update, but its optimizer block holds one rank's shards (train.optimizer_state_shards = 2): the optimizer overlap of a sharded plan is not built (overlap 0)
+// With the optimizer overlap (half of w1's 256 elements deferred) the
+// deferral cuts a rank's shard of w1 in two: its slot is two sub-slots, the
+// most any rank holds of [0, 128) then of [128, 256), part 0 ending after
+// the first (on the 256-byte granule). With 2 ranks each rank's shard is
+// one half, so the slot is w1's whole 256 elements (2048 bytes: the
+// straddling member keeps room for both pieces); with 4, 64 + 64. The
+// params block splits at the global element (128: 512 bytes).
+// RUN: spillway-opt %S/Inputs/models/two-layers-16.mlir --train-autodiff --train-attach-optimizer="state-shards=2" --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=ZEROSPLIT
+// RUN: spillway-opt %S/Inputs/models/two-layers-16.mlir --train-autodiff --train-attach-optimizer="state-shards=4" --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=ZEROSPLIT4
+// ZEROSPLIT: {bytes = 1024 : i64, class = "params", home = "ssd", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>, split = 512 : i64}
+// ZEROSPLIT: {bytes = 2048 : i64, class = "optimizer", home = "ssd", layer = 0 : i64, members = [@w1], offset = 8192 : i64, offsets = array<i64: 0>, split = 512 : i64}
+// ZEROSPLIT4: {bytes = 1024 : i64, class = "params", home = "ssd", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>, split = 512 : i64}
+// ZEROSPLIT4: {bytes = 1024 : i64, class = "optimizer", home = "ssd", layer = 0 : i64, members = [@w1], offset = 8192 : i64, offsets = array<i64: 0>, split = 256 : i64}
+// Not built with shards: bf16-mixed master blocks.
 // RUN: sed 's/^module attributes {/module attributes {train.precision = "bf16-mixed", train.optimizer_state_shards = {align = 64 : i64, ranks = 2 : i64}, /' %S/Inputs/two-layers-ordered.mlir | not spillway-opt --sched-place=placement=params=ssd,optimizer=host,gradients=host --sched-insert-transfers --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=ZEROMASTER
 // ZEROMASTER: error: 'sched.iteration' op sched-assign-buffers: the optimizer state is sharded over 2 ranks (train.optimizer_state_shards), but the plan has bf16-mixed master weights, whose sharding is not built

@@ -12,6 +12,7 @@
 #include "spillway/Dialect/Sched/IR/SchedOps.h"
 #include "spillway/Dialect/Train/IR/LayerTable.h"
 #include "spillway/Dialect/Train/IR/TrainOps.h"
+#include "spillway/runtime/zero_shard.h"
 #include "llvm/ADT/DenseMap.h"
 #include <array>
 #include <map>
@@ -321,6 +322,51 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
   // master: 4; optimizer: stateBytes per moment element, AdamW's state
   // being one element per parameter element).
   const uint64_t paramsBytes = masterHome ? 2 : 4;
+  // ZeRO (shards > 1): a member's elements per moment (AdamW keeps one per
+  // parameter element; FOAM is not sharded).
+  auto momentElems = [&](Attribute m) -> int64_t {
+    auto p = module.lookupSymbol<train::ParamOp>(
+        cast<FlatSymbolRefAttr>(m).getAttr());
+    return p ? p.getType().getNumElements() : 0;
+  };
+  auto totalElements = [&](const BlockInfo &ob) {
+    uint64_t n = 0;
+    for (Attribute m : ob.members)
+      n += uint64_t(momentElems(m));
+    return n;
+  };
+  // Lays out a sharded optimizer block whose first `deferred` elements are
+  // deferred: each member in its slot, the member the deferral ends in as
+  // two sub-slots (the most any rank's shard holds of [0, t), then of
+  // [t, n)), part 0 ending on the GPU granule after the deferred ones.
+  auto splitShardedOptimizer = [&](BlockInfo &ob, int64_t deferred) {
+    const int64_t align = train::optimizerStateShardAlign(module);
+    const uint64_t g = kGranule[int(Tier::gpu)];
+    uint64_t at = 0, split = 0;
+    int64_t left = deferred;
+    ob.offsets.clear();
+    for (Attribute m : ob.members) {
+      const int64_t n = momentElems(m);
+      const int64_t t = std::clamp<int64_t>(left, 0, n);
+      left -= t;
+      ob.offsets.push_back(int64_t(at));
+      if (t > 0 && t < n) {
+        at = alignUp(at + stateBytes * uint64_t(spw_zero_shard_slot_in(
+                                           n, shards, align, 0, t)),
+                     g);
+        split = at;
+        at += stateBytes *
+              uint64_t(spw_zero_shard_slot_in(n, shards, align, t, n));
+        continue;
+      }
+      at += stateBytes * uint64_t(spw_zero_shard_slot(n, shards, align));
+      if (t == n && left == 0 && !split) // the deferral ends with it
+        split = at = alignUp(at, g);
+    }
+    ob.span = at;
+    ob.bytes = 2 * at;
+    ob.split = split;
+  };
   if (auto d = it.getDeferredAttr()) {
     if (d.size() != int64_t(numLayers))
       return it.emitOpError("sched-assign-buffers: 'deferred' lists ")
@@ -347,13 +393,21 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
         return it.emitOpError("sched-assign-buffers: layer ")
                << l << " defers " << d[l] << " elements, more than it has";
       const uint64_t split = elements * stateBytes;
-      if (split != 0 && shards > 1)
-        return it.emitOpError("sched-assign-buffers: layer ")
-               << l << " defers part of its update, but its optimizer block "
-               << "holds one rank's shards (train.optimizer_state_shards = "
-               << shards << "): the optimizer overlap of a sharded plan is "
-               << "not built (overlap 0)";
-      if (split == 0 || split == ob.span)
+      if (split != 0 && shards > 1 && elements != totalElements(ob)) {
+        // Sharded over ranks: the deferral cuts each rank's shard of the
+        // member it ends in, so that member's slot is two (its deferred
+        // elements', then the rest's), the first padded so part 0 ends on
+        // the GPU granule; the params block splits at the global element.
+        splitShardedOptimizer(ob, d[l]);
+        pb.split = elements * paramsBytes;
+        if (pb.split % kGranule[int(Tier::gpu)])
+          return it.emitOpError("sched-assign-buffers: layer ")
+                 << l << " defers " << pb.split << " bytes, not a multiple of "
+                 << kGranule[int(Tier::gpu)];
+        continue;
+      }
+      if (split == 0 || split == ob.span ||
+          (shards > 1 && elements == totalElements(ob)))
         continue; // nothing deferred, or all: one part
       if (pb.bytes / paramsBytes != ob.span / stateBytes)
         return it.emitOpError("sched-assign-buffers: layer ")

@@ -44,6 +44,23 @@ static inline int64_t spw_zero_shard_slot(int64_t n, int64_t ranks,
   return most;
 }
 
+/* The most elements of [a, b) any rank's shard of n holds: with the
+ * optimizer overlap a member's slot is two of these, its deferred
+ * elements [0, t) and the rest [t, n). */
+static inline int64_t spw_zero_shard_slot_in(int64_t n, int64_t ranks,
+                                             int64_t align, int64_t a,
+                                             int64_t b) {
+  int64_t most = 0;
+  for (int64_t k = 0; k < ranks; ++k) {
+    int64_t lo = spw_zero_shard_cut(n, k, ranks, align);
+    int64_t hi = spw_zero_shard_cut(n, k + 1, ranks, align);
+    lo = lo > a ? lo : a;
+    hi = hi < b ? hi : b;
+    most = hi - lo > most ? hi - lo : most;
+  }
+  return most;
+}
+
 static inline int64_t spw_zero_shard_begin(int64_t n, int64_t k,
                                            int64_t ranks) {
   return spw_zero_shard_cut(n, k, ranks, SPW_ZERO_SHARD_ALIGN);
