@@ -228,7 +228,29 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   // The update: optimizer state and master weights are read and written once
   // per iteration where they live; the new compute-precision parameters go
   // to the parameter tier.
-  const double O = sumOf(s, &LayerCost::optimizerBytes);
+  // Each layer's optimizer block; sharded over the ranks with the overlap,
+  // the member a layer's deferral ends in keeps two sub-slots, as
+  // sched-assign-buffers lays them out (spw_zero_sharded_layout).
+  std::vector<double> optimizerBytes(L);
+  for (size_t i = 0; i < L; ++i) {
+    const LayerCost &l = s.layers[i];
+    optimizerBytes[i] = double(l.optimizerBytes);
+    if (s.optimizerShards <= 1 || F <= 0 || l.momentElements.empty())
+      continue;
+    std::vector<int64_t> n(l.momentElements.begin(), l.momentElements.end());
+    optimizerBytes[i] =
+        2.0 *
+        double(spw_zero_sharded_layout(
+            n.data(), int64_t(n.size()), int64_t(s.optimizerShards),
+            s.gradClip ? SPW_ZERO_SHARD_ALIGN_CLIPPED : SPW_ZERO_SHARD_ALIGN,
+            deferredElements(F, int64_t(l.numParams), granule),
+            s.bf16OptimizerState ? 2 : 4, 256, nullptr, nullptr));
+  }
+  double O = 0, largestOptimizer = 0;
+  for (double b : optimizerBytes) {
+    O += b;
+    largestOptimizer = std::max(largestOptimizer, b);
+  }
   const double W = sumOf(s, &LayerCost::masterBytes);
   if (pl[TensorClass::Optimizer] == Tier::SSD) {
     b.ssdRead += O;
@@ -359,11 +381,14 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   }
   // ZeRO: the state of the rank that keeps the most (shards are cut at
   // whole vectors: not exactly 1/N).
-  const double Okept = zero ? double(s.zeroOptimizerBytes) : O;
+  // (Blocks cut for the ranks: O is a rank's already, with the overlap's
+  // sub-slots.)
+  const double Okept =
+      zero && s.optimizerShards <= 1 ? double(s.zeroOptimizerBytes) : O;
   const ClassBytes classes[] = {
       {TensorClass::Params, sumOf(s, &LayerCost::paramBytes), largestLoad},
       {TensorClass::Master, W, maxOf(s, &LayerCost::masterBytes)},
-      {TensorClass::Optimizer, Okept, maxOf(s, &LayerCost::optimizerBytes)},
+      {TensorClass::Optimizer, Okept, largestOptimizer},
       {TensorClass::Gradients, G, maxOf(s, &LayerCost::gradBytes)},
       {TensorClass::Activations, A, maxOf(s, &LayerCost::activationBytes) / M},
   };

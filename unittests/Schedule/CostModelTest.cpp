@@ -624,11 +624,40 @@ TEST(CostModel, ZeroShardedOffloadBlocksMoveOneRanksState) {
   // Reduce-scatter and all-gather, as for a resident plan.
   const double G = 4 * (1000 + 24 + 640 + 100);
   EXPECT_DOUBLE_EQ(zero.bytes.network, 0.5 * (G + G));
-  // The optimizer overlap is costed as for a whole plan; master weights
-  // are not built with sharded blocks.
+  // With the optimizer overlap the member a layer's deferral ends in
+  // keeps two sub-slots (spw_zero_sharded_layout, sched-assign-buffers'
+  // layout): layer 0 defers 512 of its 1024 elements, which cuts the
+  // 1000-element member (shards [0, 448) | [448, 1000)) into sub-slots of
+  // 448 elements (rank 0's: 1792 bytes, on the granule already) and 488
+  // (rank 1's), then the 24-element member: 3840 bytes per moment where
+  // F = 0 keeps 2304.
   CostEstimate overlap =
       estimate(s, Candidate{Order::Horizontal, 1, 0.5, ssd}, kPlenty, hw);
-  EXPECT_TRUE(overlap.valid) << overlap.invalidReason;
+  ASSERT_TRUE(overlap.valid) << overlap.invalidReason;
+  const int64_t layer0[] = {1000, 24}, layer1[] = {640, 100};
+  int64_t split = 0;
+  EXPECT_EQ(
+      spw_zero_sharded_layout(layer0, 2, 2, 64, 512, 4, 256, nullptr, &split),
+      3840);
+  EXPECT_EQ(split, 1792);
+  // A cut off the granule is padded: after a 24-element member (96 bytes)
+  // the same sub-slots end part 0 at 1888 bytes, padded to 2048.
+  const int64_t smallFirst[] = {24, 1000};
+  int64_t offsets[2] = {};
+  EXPECT_EQ(spw_zero_sharded_layout(smallFirst, 2, 2, 64, 24 + 512, 4, 256,
+                                    offsets, &split),
+            2048 + 4 * 488);
+  EXPECT_EQ(split, 2048);
+  EXPECT_EQ(offsets[1], 96);
+  const double withOverlap =
+      2.0 * double(spw_zero_sharded_layout(layer0, 2, 2, 64, 512, 4, 256,
+                                           nullptr, nullptr) +
+                   spw_zero_sharded_layout(layer1, 2, 2, 64,
+                                           deferredElements(0.5, 740, 64), 4,
+                                           256, nullptr, nullptr));
+  EXPECT_DOUBLE_EQ(overlap.optimizerStateBytes.ssdRead, withOverlap);
+  EXPECT_GT(withOverlap, zero.optimizerStateBytes.ssdRead);
+  // Master weights are not built with sharded blocks.
   IterationSummary mixed = s;
   mixed.layers[0].masterBytes = 4 * 1024;
   CostEstimate master =

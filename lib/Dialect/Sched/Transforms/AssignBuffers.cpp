@@ -335,37 +335,21 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
       n += uint64_t(momentElems(m));
     return n;
   };
-  // Lays out a sharded optimizer block whose first `deferred` elements are
-  // deferred: each member in its slot, the member the deferral ends in as
-  // two sub-slots (the most any rank's shard holds of [0, t), then of
-  // [t, n)), part 0 ending on the GPU granule after the deferred ones.
+  // A sharded optimizer block whose first `deferred` elements are
+  // deferred: spw_zero_sharded_layout (the cost model sizes it alike).
   auto splitShardedOptimizer = [&](BlockInfo &ob, int64_t deferred) {
-    const int64_t align = train::optimizerStateShardAlign(module);
-    const uint64_t g = kGranule[int(Tier::gpu)];
-    uint64_t at = 0, split = 0;
-    int64_t left = deferred;
-    ob.offsets.clear();
-    for (Attribute m : ob.members) {
-      const int64_t n = momentElems(m);
-      const int64_t t = std::clamp<int64_t>(left, 0, n);
-      left -= t;
-      ob.offsets.push_back(int64_t(at));
-      if (t > 0 && t < n) {
-        at = alignUp(at + stateBytes * uint64_t(spw_zero_shard_slot_in(
-                                           n, shards, align, 0, t)),
-                     g);
-        split = at;
-        at += stateBytes *
-              uint64_t(spw_zero_shard_slot_in(n, shards, align, t, n));
-        continue;
-      }
-      at += stateBytes * uint64_t(spw_zero_shard_slot(n, shards, align));
-      if (t == n && left == 0 && !split) // the deferral ends with it
-        split = at = alignUp(at, g);
-    }
-    ob.span = at;
-    ob.bytes = 2 * at;
-    ob.split = split;
+    SmallVector<int64_t> n, offsets(ob.members.size());
+    for (Attribute m : ob.members)
+      n.push_back(momentElems(m));
+    int64_t split = 0;
+    const int64_t span = spw_zero_sharded_layout(
+        n.data(), int64_t(n.size()), shards,
+        train::optimizerStateShardAlign(module), deferred, int64_t(stateBytes),
+        int64_t(kGranule[int(Tier::gpu)]), offsets.data(), &split);
+    ob.offsets.assign(offsets.begin(), offsets.end());
+    ob.span = uint64_t(span);
+    ob.bytes = 2 * uint64_t(span);
+    ob.split = uint64_t(split);
   };
   if (auto d = it.getDeferredAttr()) {
     if (d.size() != int64_t(numLayers))

@@ -61,6 +61,48 @@ static inline int64_t spw_zero_shard_slot_in(int64_t n, int64_t ranks,
   return most;
 }
 
+/* One rank's optimizer block of a layer sharded over `ranks` (ZeRO with
+ * an offload plan; sched-assign-buffers lays it out, the cost model sizes
+ * it): each of the `count` members' moments (n[i] elements of `elem`
+ * bytes) in a slot of the largest rank's shard. When the optimizer overlap
+ * defers the layer's first `deferred` elements (0 < deferred < all), the
+ * member the deferral ends in gets two sub-slots, the most any rank holds
+ * of its deferred elements and then of the rest, and part 0 ends on
+ * `granule` bytes. Writes each member's byte offset (`offsets`, may be
+ * null) and the split in bytes (`split`, may be null; 0: none); returns a
+ * moment's bytes (m; v follows at the same offsets). */
+static inline int64_t spw_zero_sharded_layout(const int64_t *n, int64_t count,
+                                              int64_t ranks, int64_t align,
+                                              int64_t deferred, int64_t elem,
+                                              int64_t granule,
+                                              int64_t *offsets,
+                                              int64_t *split) {
+  int64_t total = 0, at = 0, cut = 0, left = deferred, i;
+  for (i = 0; i < count; ++i)
+    total += n[i];
+  if (deferred <= 0 || deferred >= total)
+    left = 0;
+  for (i = 0; i < count; ++i) {
+    const int64_t t = left < 0 ? 0 : left < n[i] ? left : n[i];
+    left -= t;
+    if (offsets)
+      offsets[i] = at;
+    if (t > 0 && t < n[i]) {
+      at += elem * spw_zero_shard_slot_in(n[i], ranks, align, 0, t);
+      at = (at + granule - 1) / granule * granule;
+      cut = at;
+      at += elem * spw_zero_shard_slot_in(n[i], ranks, align, t, n[i]);
+      continue;
+    }
+    at += elem * spw_zero_shard_slot(n[i], ranks, align);
+    if (t > 0 && t == n[i] && left == 0 && !cut) /* the deferral ends here */
+      cut = at = (at + granule - 1) / granule * granule;
+  }
+  if (split)
+    *split = cut;
+  return at;
+}
+
 static inline int64_t spw_zero_shard_begin(int64_t n, int64_t k,
                                            int64_t ranks) {
   return spw_zero_shard_cut(n, k, ranks, SPW_ZERO_SHARD_ALIGN);
