@@ -608,41 +608,34 @@ void device_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
     // The device's own state is live from the first update on (device_pull
     // reads it back), a rank's empty ZeRO shard's too.
     p.state_live = true;
-    const auto [b, e] = local_range(p, begin, end);
-    if (b >= e)
-      return;
-    g += b - begin;
-    begin = b;
-    end = e;
+  } else if (!p.w_on_device) {
+    fail("parameter '%s': its optimizer state is bound on the GPU but its "
+         "values on host (the plan binds both where the update runs)",
+         p.name.c_str());
+  }
+  // ZeRO: the state (the device's own, or the bound optimizer block) holds
+  // this rank's shard only.
+  const auto [b, e] = local_range(p, begin, end);
+  if (b >= e)
+    return;
+  g += b - begin;
+  begin = b;
+  end = e;
+  if (p.dev_m) {
     w = p.dev_value->as<float>() + begin;
     m = p.dev_m + (begin - p.shard_lo);
     v = p.dev_v + (begin - p.shard_lo);
+  } else if (p.bound_split >= 0) {
+    w = split_elements(p, p.bound_w_part, "values", begin, end);
+    m = split_elements(p, p.bound_m_part, "AdamW m", begin, end, p.state_first);
+    v = split_elements(p, p.bound_v_part, "AdamW v", begin, end, p.state_first);
   } else {
-    if (!p.w_on_device)
-      fail("parameter '%s': its optimizer state is bound on the GPU but its "
-           "values on host (the plan binds both where the update runs)",
+    if (!p.dev_value->data || !p.bound_m)
+      fail("parameter '%s' is updated while no copy of it is bound",
            p.name.c_str());
-    // ZeRO: the bound optimizer block holds this rank's shard.
-    const auto [b, e] = local_range(p, begin, end);
-    if (b >= e)
-      return;
-    g += b - begin;
-    begin = b;
-    end = e;
-    if (p.bound_split >= 0) {
-      w = split_elements(p, p.bound_w_part, "values", begin, end);
-      m = split_elements(p, p.bound_m_part, "AdamW m", begin, end,
-                         p.state_first);
-      v = split_elements(p, p.bound_v_part, "AdamW v", begin, end,
-                         p.state_first);
-    } else {
-      if (!p.dev_value->data || !p.bound_m)
-        fail("parameter '%s' is updated while no copy of it is bound",
-             p.name.c_str());
-      w = p.dev_value->as<float>() + begin;
-      m = p.bound_m + (begin - p.shard_lo);
-      v = p.bound_v + (begin - p.shard_lo);
-    }
+    w = p.dev_value->as<float>() + begin;
+    m = p.bound_m + (begin - p.shard_lo);
+    v = p.bound_v + (begin - p.shard_lo);
   }
   if (p.foam_level >= 0 && p.bound_split >= 0)
     fail("parameter '%s': a FOAM update of a split block (the optimizer "
