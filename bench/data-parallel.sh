@@ -15,7 +15,13 @@
 # ranks with the state sharded (spillwayc --zero 1 --ranks N) against the
 # same plan with the whole state on each rank: each rank's SSD swap, SSD
 # bytes per iteration (all, and the optimizer's), pinned host arena, peak
-# RSS and tokens per second, and the same weights.
+# RSS and tokens per second, and the same weights. Then the ranks once
+# more, launched the way torchrun launches them (RANK, WORLD_SIZE,
+# MASTER_ADDR, MASTER_PORT, by test/e2e/launch_ranks.py: the collectives on
+# Gloo over TCP) against the same ranks under mpirun (Open MPI's shared
+# memory), --zero 0 and --zero 1: tokens per second, the time the
+# exchanges took, and the same weights (skipped, and said, where the
+# runtime was built without Gloo).
 #
 # usage: bench/data-parallel.sh [--ranks N] [--layers L] [--d-model D]
 #                               [--heads H] [--vocab V] [--seq S]
@@ -100,6 +106,23 @@ log "$N ranks, offload plan, whole state: ./dpo --ssd ssd-whole"
 EXE=./dpo ranks offw --ssd ssd-whole --stats-json offw.json > offw.out
 log "$N ranks, offload plan cut for the ranks (--zero 1): ./zo --ssd ssd-zero"
 EXE=./zo ranks offz --ssd ssd-zero --stats-json offz.json > offz.out
+# torchrun-style (Gloo) against mpirun (MPI): the same ranks and threads.
+GLOO=1
+gloo_ranks() { # NAME ARGS...: ./dp's N ranks, torchrun-style
+  local name=$1; shift
+  python3 "$ROOT/test/e2e/launch_ranks.py" -n "$N" -- ./dp "${IN[@]}" --threads $((THREADS / N)) \
+    --log-json "$name.jsonl" --save "$name.safetensors" "$@" > "$name.out" 2> "$name.err"
+}
+log "$N ranks launched torchrun-style (Gloo): launch_ranks.py -n $N ./dp"
+if ! gloo_ranks gloo; then
+  grep -q "built without Gloo\|libgloo0" gloo.err || die "the torchrun-style ranks failed: $(cat gloo.err)"
+  log "skipping Gloo: $(grep -m1 error gloo.err)"
+  GLOO=0
+fi
+if [ "$GLOO" = 1 ]; then
+  log "$N ranks launched torchrun-style with --zero 1"
+  gloo_ranks gloo-zero --zero 1 || die "the torchrun-style --zero 1 ranks failed: $(cat gloo-zero.err)"
+fi
 if [ "$N" = 2 ]; then CMP=--exact; else CMP="--atol 1e-4"; fi
 python3 "$ROOT/test/e2e/compare_weights.py" dp.safetensors one.safetensors $CMP > same.out \
   || die "the $N ranks' weights differ from one process's: $(cat same.out)"
@@ -107,11 +130,17 @@ python3 "$ROOT/test/e2e/compare_weights.py" zero.safetensors dp.safetensors --ex
   || die "the sharded ranks' weights differ from the unsharded ranks': $(cat zero-same.out)"
 python3 "$ROOT/test/e2e/compare_weights.py" offz.safetensors offw.safetensors --exact > off-same.out \
   || die "the sharded offload plan's weights differ from the whole plan's: $(cat off-same.out)"
+if [ "$GLOO" = 1 ]; then
+  python3 "$ROOT/test/e2e/compare_weights.py" gloo.safetensors dp.safetensors $CMP > gloo-same.out \
+    || die "the torchrun-style ranks' weights differ from mpirun's: $(cat gloo-same.out)"
+  python3 "$ROOT/test/e2e/compare_weights.py" gloo-zero.safetensors zero.safetensors $CMP > gloo-zero-same.out \
+    || die "the torchrun-style --zero 1 weights differ from mpirun's: $(cat gloo-zero-same.out)"
+fi
 
 OUTJSON=$OUTDIR/data-parallel-$(hostname -s 2>/dev/null || echo host)-$(date -u +%Y%m%dT%H%M%SZ).json
-python3 - "$OUTJSON" "$N" "$THREADS" "$tag" "$B" "$STEPS" "$ARGV" "${ONE[*]}" "${DP[*]}" "$PLACE" <<'PY'
+python3 - "$OUTJSON" "$N" "$THREADS" "$tag" "$B" "$STEPS" "$ARGV" "${ONE[*]}" "${DP[*]}" "$PLACE" "$GLOO" <<'PY'
 import json, re, statistics, sys, platform
-out, n, threads, tag, b, steps, argv, one_cmd, dp_cmd, place = sys.argv[1:]
+out, n, threads, tag, b, steps, argv, one_cmd, dp_cmd, place, gloo = sys.argv[1:]
 n, threads, b, steps = int(n), int(threads), int(b), int(steps)
 
 def steady(path):
@@ -195,6 +224,28 @@ res = {
                     [z["ssd_per_iteration"] / w["ssd_per_iteration"] for z, w in zip(off_z, off_w)],
                 "weights_vs_whole": osame},
 }
+def exchange(path):
+    """The exchanges' ms per step and share of the run, from the last line."""
+    m = re.search(r"in ([0-9.]+) ms per step, ([0-9.]+)% of the step time", open(path).read())
+    return (float(m.group(1)), float(m.group(2)) / 100) if m else (None, None)
+if gloo == "1":
+    sg, tokg, _ = steady("gloo.jsonl")
+    sgz, tokgz, _ = steady("gloo-zero.jsonl")
+    res["torchrun_style"] = {
+        "command": "test/e2e/launch_ranks.py -n N ./dp ... (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; Gloo)",
+        "zero0": {"steady_s_per_step": sg, "tokens_per_s": tokg,
+                  "exchange_ms_per_step": exchange("gloo.out")[0],
+                  "mpi_exchange_ms_per_step": exchange("dp.out")[0],
+                  "weights_vs_mpirun": open("gloo-same.out").read().strip()},
+        "zero1": {"steady_s_per_step": sgz, "tokens_per_s": tokgz,
+                  "exchange_ms_per_step": exchange("gloo-zero.out")[0],
+                  "mpi_exchange_ms_per_step": exchange("zero.out")[0],
+                  "weights_vs_mpirun": open("gloo-zero-same.out").read().strip()},
+        "ratio_tokens_per_s_gloo_over_mpi": tokg / tokn,
+        "ratio_tokens_per_s_gloo_over_mpi_zero1": tokgz / tokz,
+    }
+else:
+    res["torchrun_style"] = "skipped: the runtime was built without Gloo"
 json.dump(res, open(out, "w"), indent=1)
 print(f"GPT {tag}, {n * b} rows per step ({n} x {b}), steady step = median of steps 2..{steps}")
 print(f"{'run':34} {'s/step':>8} {'tok/s':>9} {'final loss':>11}")
@@ -227,5 +278,20 @@ print(f"zero 1 / whole: {tok_z / tok_w:.3f}x tokens/s, SSD bytes per iteration "
       + ", ".join(f"rank {r} {z['ssd_per_iteration'] / w['ssd_per_iteration']:.3f}x" for r, (z, w) in enumerate(zip(off_z, off_w)))
       + "; every step as planned: " + str(all(p["as_planned"] for p in off_w + off_z)))
 print(f"weights: {osame} (sharded offload against whole)")
+print()
+if gloo == "1":
+    t = res["torchrun_style"]
+    print(f"torchrun-style launch (Gloo over TCP) against mpirun (MPI), {n} ranks x {threads // n} thread(s):")
+    print(f"{'run':34} {'s/step':>8} {'tok/s':>9} {'exchange ms/step':>17}")
+    for label, s_, t_, ex in ((f"mpirun, --zero 0", sn, tokn, t["zero0"]["mpi_exchange_ms_per_step"]),
+                              (f"torchrun-style, --zero 0", sg, tokg, t["zero0"]["exchange_ms_per_step"]),
+                              (f"mpirun, --zero 1", sz, tokz, t["zero1"]["mpi_exchange_ms_per_step"]),
+                              (f"torchrun-style, --zero 1", sgz, tokgz, t["zero1"]["exchange_ms_per_step"])):
+        print(f"{label:34} {s_:8.4f} {t_:9.1f} {ex if ex is not None else float('nan'):17.1f}")
+    print(f"Gloo / MPI: {tokg / tokn:.3f}x tokens/s (--zero 0), {tokgz / tokz:.3f}x (--zero 1, "
+          f"Gloo's reduce-scatter an all-reduce); weights: {t['zero0']['weights_vs_mpirun']}, "
+          f"{t['zero1']['weights_vs_mpirun']}")
+else:
+    print("torchrun-style launch: skipped (the runtime was built without Gloo)")
 print(f"results: {out}")
 PY

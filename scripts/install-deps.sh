@@ -17,6 +17,7 @@ PKGS=(
   clang-22 libclang-rt-22-dev
   fio
   openmpi-bin libopenmpi-dev
+  libgloo-dev
 )
 
 missing=()

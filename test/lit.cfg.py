@@ -54,6 +54,20 @@ if shutil.which("nvidia-smi"):
 # Data-parallel tests launch with Open MPI's mpirun (scripts/install-deps.sh
 # installs it): as root (CI) it must be told that is meant, and more ranks
 # than cores share them (--oversubscribe).
+# torchrun-style launching (RANK, WORLD_SIZE, MASTER_ADDR...) runs its
+# collectives on Gloo, when the runtime was built with it (libgloo-dev);
+# %launch is the tests' stand-in for torchrun (e2e/launch_ranks.py), and
+# the real torchrun, where PyTorch is installed, is %torchrun.
+if getattr(config, "spillway_have_gloo", False):
+    config.available_features.add("gloo")
+    config.substitutions.append(
+        ("%launch", f"{config.python_executable} "
+         f"{os.path.join(config.spillway_src_root, 'test', 'e2e', 'launch_ranks.py')}"))
+    torchrun = shutil.which("torchrun")
+    if torchrun:
+        config.available_features.add("torchrun")
+        config.substitutions.append(
+            ("%torchrun", f"{torchrun} --standalone --no-python"))
 mpirun = shutil.which("mpirun")
 if mpirun:
     config.available_features.add("mpi")

@@ -150,6 +150,10 @@ uint64_t starting_params_hash(const spw_ctx *ctx, const WeightsPlan &w,
 void rank_options(Options &o) {
   if (!dist::active())
     return;
+  // mpirun binds each rank to its own cores; a torchrun-style job's ranks
+  // share the machine's, so each takes its share of them.
+  if (o.threads == 0 && !dist::binds_ranks())
+    o.threads = std::max(1, cpu::available_cpus() / dist::local_size());
   const int r = dist::rank();
   if (r == 0)
     return;
@@ -199,21 +203,21 @@ std::string start_collectives(const Options &o, const std::string &device) {
   }
   if (nccl::active())
     return format("%s: the device gradients summed on the GPU, the rest "
-                  "over MPI",
-                  nccl::describe().c_str());
+                  "over %s",
+                  nccl::describe().c_str(), dist::host_collectives());
   if (!dist::active())
     return "";
   if (device == "cpu")
-    return "MPI";
+    return dist::host_collectives();
   // Why not NCCL, in the banner.
   if (why.empty())
     why = o.collectives == "mpi" ? "--collectives mpi"
-          : o.zero               ? "--zero 1 exchanges its shards through MPI"
-                                 : "--collectives auto takes it for --device "
-                                   "cuda only";
-  return format("MPI, the device gradients through host memory (NCCL not "
+          : o.zero ? format("--zero 1 exchanges its shards through %s",
+                            dist::host_collectives())
+                   : "--collectives auto takes it for --device cuda only";
+  return format("%s, the device gradients through host memory (NCCL not "
                 "used: %s)",
-                why.c_str());
+                dist::host_collectives(), why.c_str());
 }
 
 // The device's arena use and the ops it ran on host copies.
@@ -258,10 +262,10 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
                 cpu::kernel_set_name(cpu::kernel_set()), cpu::threads(),
                 cpu::threads() == 1 ? "" : "s");
   if (dist::active())
-    std::printf("  data parallel: %d ranks (mpirun), each on its own rows of "
+    std::printf("  data parallel: %d ranks (%s), each on its own rows of "
                 "every step; the gradients and the logged loss are their "
                 "means; rank 0 prints and writes\n",
-                dist::size());
+                dist::size(), dist::launcher());
   if (!collectives.empty())
     std::printf("  collectives: %s\n", collectives.c_str());
   if (zero::active(ctx)) {
@@ -398,11 +402,11 @@ int run(const Options &given, const char *argv0) {
   ctx->evaluate_only = forward; // never update parameters
   if (dist::active() && (forward || o.check_gradients))
     throw UsageError(format("%s runs on one process; this one is rank %d of "
-                            "a job of %d (mpirun): run it without mpirun",
+                            "a job of %d (%s): run it alone",
                             forward ? "a forward-only model (spillwayc "
                                       "--forward)"
                                     : "--check-gradients",
-                            dist::rank(), dist::size()));
+                            dist::rank(), dist::size(), dist::launcher()));
   if (o.adamw.grad_clip && !ctx->grad_clip.declared)
     throw UsageError("--grad-clip: this executable was compiled without "
                      "gradient clipping, whose norm is a barrier the plan "
@@ -781,9 +785,12 @@ extern "C" int spw_main(int argc, char **argv) {
       const std::string ranks = dist::ranks_differing(fp);
       fail("the ranks of this job do not run the same executable with the "
            "same arguments (rank%s %s differ%s from rank 0): launch one "
-           "executable and one argument list, `mpirun -np N EXE ARGS`",
+           "executable and one argument list, `%s`",
            ranks.find(',') != std::string::npos ? "s" : "", ranks.c_str(),
-           ranks.find(',') != std::string::npos ? "" : "s");
+           ranks.find(',') != std::string::npos ? "" : "s",
+           dist::binds_ranks()
+               ? "mpirun -np N EXE ARGS"
+               : "torchrun --nproc-per-node N --no-python EXE ARGS");
     }
     rank_options(o);
     cpu::configure_kernels(o.reference_kernels ? cpu::KernelSet::Reference

@@ -9,6 +9,7 @@
 
 #include "dist/dist.h"
 
+#include "dist/gloo.h"
 #include "support.h"
 
 #include <algorithm>
@@ -52,6 +53,7 @@ struct Mpi {
 struct State {
   int rank = 0, size = 1;
   bool joined = false;
+  bool gloo = false; // a torchrun-style job (gloo.h), else mpirun's
   Mpi mpi{};
   Traffic traffic;
 };
@@ -129,27 +131,75 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
       .count();
 }
 
+// Installs the SIGTERM handler of a rank of a job (on_stopped) and its
+// message: `launcher` says who stops a job ("mpirun ends").
+void say_when_stopped(const char *launcher) {
+  const int n = std::snprintf(
+      g_stopped, sizeof g_stopped,
+      "rank %d: stopped by SIGTERM, as %s a job when another rank fails or "
+      "dies or the job is interrupted; with --checkpoint-dir, resume the job "
+      "from its last complete checkpoint with --resume\n",
+      g.rank, launcher);
+  g_stopped_len = n > 0 ? std::min(size_t(n), sizeof g_stopped - 1) : 0;
+  std::signal(SIGTERM, on_stopped);
+}
+
+// torchrun's environment (RANK, WORLD_SIZE = `size` > 1, MASTER_ADDR,
+// MASTER_PORT; LOCAL_RANK optional): the job meets at the store and runs
+// its collectives over Gloo (gloo.h).
+void join_torchrun_style(int size) {
+  const int rank = env_int("RANK");
+  if (rank < 0)
+    fail("WORLD_SIZE=%d asks for a job of %d ranks without mpirun, but "
+         "RANK is not set: launch with torchrun (`torchrun --nproc-per-node "
+         "%d --no-python EXE ...`), which sets RANK, LOCAL_RANK, "
+         "MASTER_ADDR and MASTER_PORT, or with `mpirun -np %d EXE ...`",
+         size, size, size, size);
+  if (rank >= size)
+    fail("RANK=%d is not a rank of a job of WORLD_SIZE=%d ranks (0 .. %d)",
+         rank, size, size - 1);
+  if (const int local = env_int("LOCAL_RANK"); local >= size)
+    fail("LOCAL_RANK=%d is not below WORLD_SIZE=%d", local, size);
+  g.rank = rank;
+  g.size = size;
+  g.gloo = true;
+  gloo::join(rank, size);
+  g.joined = true;
+  say_when_stopped("torchrun ends");
+}
+
 } // namespace
 
 int rank() { return g.rank; }
 int local_rank() {
   if (!g.joined)
     return 0;
-  const int r = env_int("OMPI_COMM_WORLD_LOCAL_RANK");
-  return r < 0 ? 0 : r;
+  // torchrun sets LOCAL_RANK; a hand launch on one machine may leave it
+  // out, and then the rank is the machine's.
+  const int r = env_int(g.gloo ? "LOCAL_RANK" : "OMPI_COMM_WORLD_LOCAL_RANK");
+  return r < 0 ? (g.gloo ? g.rank : 0) : r;
 }
 int size() { return g.size; }
+int local_size() {
+  const int n =
+      env_int(g.gloo ? "LOCAL_WORLD_SIZE" : "OMPI_COMM_WORLD_LOCAL_SIZE");
+  return n > 0 && n <= g.size ? n : g.size;
+}
+bool binds_ranks() { return !g.gloo; }
+bool reduce_scatter_is_allreduce() { return g.gloo; }
+std::string launch_command(int n) {
+  return g.gloo ? format("torchrun --nproc-per-node %d --no-python", n)
+                : format("mpirun -np %d", n);
+}
+const char *launcher() { return g.gloo ? "torchrun-style" : "mpirun"; }
+const char *host_collectives() { return g.gloo ? "Gloo" : "MPI"; }
 
 void init() {
   const int ompi_size = env_int("OMPI_COMM_WORLD_SIZE");
   const int torch_size = env_int("WORLD_SIZE");
   if (ompi_size < 0) {
     if (torch_size > 1)
-      fail("WORLD_SIZE=%d asks for %d ranks, but this process was not "
-           "launched by mpirun, and torchrun-style launching (RANK, "
-           "WORLD_SIZE, MASTER_ADDR) is not supported yet; launch with "
-           "`mpirun -np %d EXE ...`",
-           torch_size, torch_size, torch_size);
+      join_torchrun_style(torch_size);
     return;
   }
   // RTLD_GLOBAL: Open MPI's components (dlopened by libmpi itself) resolve
@@ -200,15 +250,7 @@ void init() {
          "MPI_THREAD_FUNNELED (its worker threads never call MPI)",
          provided);
   if (g.size > 1) {
-    const int n = std::snprintf(
-        g_stopped, sizeof g_stopped,
-        "rank %d: stopped by SIGTERM, as mpirun ends a job when another "
-        "rank fails or dies or the job is interrupted; with "
-        "--checkpoint-dir, resume the job from its last complete "
-        "checkpoint with --resume\n",
-        g.rank);
-    g_stopped_len = n > 0 ? std::min(size_t(n), sizeof g_stopped - 1) : 0;
-    std::signal(SIGTERM, on_stopped);
+    say_when_stopped("mpirun ends");
   }
   if (g.size != ompi_size)
     fail("OMPI_COMM_WORLD_SIZE=%d, but Open MPI started a job of %d rank%s: "
@@ -222,14 +264,28 @@ void init() {
 }
 
 void finalize() {
-  if (g.joined) {
-    g.joined = false;
+  if (!g.joined)
+    return;
+  g.joined = false;
+  if (!g.gloo) {
     g.mpi.finalize();
+    return;
   }
+  // Every rank's last collective is complete on every rank before any
+  // closes its connections (a rank ahead would end a slower one's).
+  try {
+    gloo::barrier();
+  } catch (const Error &) {
+    // Another rank failed after this one finished: its error says so.
+  }
+  gloo::leave();
 }
 
 void abort_job(int code) {
-  if (g.joined && g.size > 1) {
+  // Gloo: this rank's exit closes its connections, and every other rank's
+  // next collective fails, naming the cause (gloo.cpp's failed()); torchrun
+  // also stops the others when one exits with an error.
+  if (g.joined && g.size > 1 && !g.gloo) {
     // This rank failed and said why: mpirun's SIGTERM to it is no news.
     std::signal(SIGTERM, SIG_DFL);
     g.mpi.abort(g.mpi.comm_world, code == 0 ? 1 : code);
@@ -240,10 +296,13 @@ void allreduce_sum(float *x, int64_t n) {
   if (!g.joined || g.size == 1)
     return;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t at = 0; at < n; at += kPiece)
-    check(g.mpi.allreduce(kInPlace, x + at, int(std::min(kPiece, n - at)),
-                          g.mpi.f32, g.mpi.sum, g.mpi.comm_world),
-          "MPI_Allreduce");
+  if (g.gloo)
+    gloo::allreduce_sum(x, n);
+  else
+    for (int64_t at = 0; at < n; at += kPiece)
+      check(g.mpi.allreduce(kInPlace, x + at, int(std::min(kPiece, n - at)),
+                            g.mpi.f32, g.mpi.sum, g.mpi.comm_world),
+            "MPI_Allreduce");
   g.traffic.bytes += n * int64_t(sizeof(float));
   g.traffic.seconds += seconds_since(t0);
 }
@@ -255,13 +314,25 @@ void reduce_scatter_sum(const float *x, float *out,
     return;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<int> c = mpi_ints(counts, "MPI_Reduce_scatter");
-  check(g.mpi.reduce_scatter(x, out, c.data(), g.mpi.f32, g.mpi.sum,
-                             g.mpi.comm_world),
-        "MPI_Reduce_scatter");
   int64_t n = 0;
   for (int64_t k : counts)
     n += k;
+  if (g.gloo) {
+    // Gloo's collectives have no reduce-scatter: the whole sum, of which
+    // this rank keeps its part (each rank sends about 2 (N-1)/N of the
+    // buffer, twice MPI's).
+    std::vector<float> sum(x, x + n);
+    gloo::allreduce_sum(sum.data(), n);
+    int64_t first = 0;
+    for (int r = 0; r < g.rank; ++r)
+      first += counts[size_t(r)];
+    std::copy_n(sum.begin() + first, counts[size_t(g.rank)], out);
+  } else {
+    const std::vector<int> c = mpi_ints(counts, "MPI_Reduce_scatter");
+    check(g.mpi.reduce_scatter(x, out, c.data(), g.mpi.f32, g.mpi.sum,
+                               g.mpi.comm_world),
+          "MPI_Reduce_scatter");
+  }
   g.traffic.reduce_scattered += n * int64_t(sizeof(float));
   g.traffic.seconds += seconds_since(t0);
 }
@@ -275,14 +346,36 @@ void allgather_elements(void *x, Handle type, int64_t elem,
   if (!g.joined || g.size == 1)
     return;
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<int> c = mpi_ints(counts, "MPI_Allgatherv"),
-                         d = mpi_ints(displs, "MPI_Allgatherv");
-  check(g.mpi.allgatherv(kInPlace, 0, type, x, c.data(), d.data(), type,
-                         g.mpi.comm_world),
-        "MPI_Allgatherv");
   int64_t n = 0;
   for (int64_t k : counts)
     n += k;
+  if (g.gloo) {
+    // Gloo gathers into one buffer in rank order: through a copy, then
+    // each rank's elements to their place.
+    if (counts.size() != size_t(g.size) || displs.size() != size_t(g.size))
+      fail("all-gather: %zu per-rank counts for %d ranks", counts.size(),
+           g.size);
+    char *base = static_cast<char *>(x);
+    const int64_t mine = counts[size_t(g.rank)] * elem;
+    std::vector<char> in(base + displs[size_t(g.rank)] * elem,
+                         base + displs[size_t(g.rank)] * elem + mine);
+    std::vector<char> all(size_t(n * elem));
+    std::vector<int64_t> bytes(counts.size());
+    for (size_t r = 0; r < counts.size(); ++r)
+      bytes[r] = counts[r] * elem;
+    gloo::allgatherv(in.data(), all.data(), bytes);
+    int64_t at = 0;
+    for (size_t r = 0; r < counts.size(); ++r) {
+      std::copy_n(all.data() + at, bytes[r], base + displs[r] * elem);
+      at += bytes[r];
+    }
+  } else {
+    const std::vector<int> c = mpi_ints(counts, "MPI_Allgatherv"),
+                           d = mpi_ints(displs, "MPI_Allgatherv");
+    check(g.mpi.allgatherv(kInPlace, 0, type, x, c.data(), d.data(), type,
+                           g.mpi.comm_world),
+          "MPI_Allgatherv");
+  }
   g.traffic.allgathered += n * elem;
   g.traffic.seconds += seconds_since(t0);
 }
@@ -305,6 +398,25 @@ void gather_to_root(const float *x, int64_t n, float *out,
     std::copy(x, x + n, out);
     return;
   }
+  if (g.gloo) {
+    // Gloo gathers equal sizes: each rank's elements padded to the
+    // largest rank's, then put in their place on rank 0.
+    if (counts.size() != size_t(g.size) || displs.size() != size_t(g.size))
+      fail("gather: %zu per-rank counts for %d ranks", counts.size(), g.size);
+    const int64_t most = *std::max_element(counts.begin(), counts.end());
+    if (n != counts[size_t(g.rank)])
+      fail("gather: %lld elements from rank %d, which counts %lld",
+           (long long)n, g.rank, (long long)counts[size_t(g.rank)]);
+    std::vector<float> in(size_t(most), 0.0f);
+    std::copy_n(x, n, in.begin());
+    std::vector<float> all(g.rank == 0 ? size_t(most * g.size) : 0);
+    gloo::gather(in.data(), all.data(), most * int64_t(sizeof(float)));
+    if (g.rank == 0)
+      for (int r = 0; r < g.size; ++r)
+        std::copy_n(all.begin() + r * most, counts[size_t(r)],
+                    out + displs[size_t(r)]);
+    return;
+  }
   if (n < 0 || n > INT_MAX)
     fail("MPI_Gatherv: %lld elements from one rank", (long long)n);
   const std::vector<int> c = mpi_ints(counts, "MPI_Gatherv"),
@@ -324,6 +436,8 @@ void note_traffic(int64_t bytes, double seconds) {
 void allreduce_sum(double *x, int64_t n) {
   if (!g.joined || g.size == 1)
     return;
+  if (g.gloo)
+    return gloo::allreduce_sum(x, n);
   for (int64_t at = 0; at < n; at += kPiece)
     check(g.mpi.allreduce(kInPlace, x + at, int(std::min(kPiece, n - at)),
                           g.mpi.f64, g.mpi.sum, g.mpi.comm_world),
@@ -333,6 +447,11 @@ void allreduce_sum(double *x, int64_t n) {
 bool all_equal(uint64_t value) {
   if (!g.joined || g.size == 1)
     return true;
+  if (g.gloo) {
+    const std::vector<uint64_t> all = allgather(value);
+    return std::all_of(all.begin(), all.end(),
+                       [&](uint64_t v) { return v == all[0]; });
+  }
   uint64_t lo = value, hi = value;
   check(
       g.mpi.allreduce(kInPlace, &lo, 1, g.mpi.u64, g.mpi.min, g.mpi.comm_world),
@@ -347,6 +466,11 @@ std::vector<uint64_t> allgather(uint64_t value) {
   if (!g.joined || g.size == 1)
     return {value};
   std::vector<uint64_t> all(size_t(g.size));
+  if (g.gloo) {
+    gloo::allgatherv(&value, all.data(),
+                     std::vector<int64_t>(size_t(g.size), sizeof value));
+    return all;
+  }
   check(g.mpi.allgather(&value, 1, g.mpi.u64, all.data(), 1, g.mpi.u64,
                         g.mpi.comm_world),
         "MPI_Allgather");
@@ -365,6 +489,8 @@ std::string ranks_differing(uint64_t value) {
 void broadcast(void *data, int64_t n) {
   if (!g.joined || g.size == 1)
     return;
+  if (g.gloo)
+    return gloo::broadcast(data, n);
   char *p = static_cast<char *>(data);
   for (int64_t at = 0; at < n; at += kPiece)
     check(g.mpi.bcast(p + at, int(std::min(kPiece, n - at)), g.mpi.byte, 0,
@@ -373,7 +499,9 @@ void broadcast(void *data, int64_t n) {
 }
 
 void barrier() {
-  if (g.joined && g.size > 1)
+  if (g.joined && g.size > 1 && g.gloo)
+    gloo::barrier();
+  else if (g.joined && g.size > 1)
     check(g.mpi.barrier(g.mpi.comm_world), "MPI_Barrier");
 }
 

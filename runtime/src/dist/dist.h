@@ -1,14 +1,15 @@
-//===- dist.h - data-parallel ranks over Open MPI
-//---------------------------===//
+//===- dist.h - data-parallel ranks over Open MPI or Gloo ---------------===//
 //
-// One process per rank, launched by `mpirun -np N EXE ...`. The executable
-// does not link MPI: a run that mpirun launched (OMPI_COMM_WORLD_SIZE in the
-// environment) loads Open MPI's libmpi.so.40 at start, so the same binary
-// runs alone on a machine without MPI (the GPU machine, a user's laptop).
-// Open MPI's handles (MPI_COMM_WORLD, MPI_FLOAT, MPI_SUM) are the addresses
-// of its predefined objects (mpi.h's OMPI_PREDEFINED_GLOBAL), looked up by
-// name in the loaded library; the library's version string must say Open
-// MPI, whose ABI that is. Defined in dist.cpp.
+// One process per rank, launched by `mpirun -np N EXE ...`, or the way
+// torchrun launches one (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT: the
+// collectives are then Gloo's, gloo.h). The executable does not link MPI:
+// a run that mpirun launched (OMPI_COMM_WORLD_SIZE in the environment)
+// loads Open MPI's libmpi.so.40 at start, so the same binary runs alone on
+// a machine without MPI (the GPU machine, a user's laptop). Open MPI's
+// handles (MPI_COMM_WORLD, MPI_FLOAT, MPI_SUM) are the addresses of its
+// predefined objects (mpi.h's OMPI_PREDEFINED_GLOBAL), looked up by name in
+// the loaded library; the library's version string must say Open MPI,
+// whose ABI that is. Defined in dist.cpp.
 //
 // Every collective is called from the main thread, in the same order on
 // every rank: the schedule is static, so each rank calls the same entry
@@ -31,10 +32,30 @@ int size();
 // OMPI_COMM_WORLD_LOCAL_RANK; 0 alone): which GPU it takes.
 int local_rank();
 inline bool active() { return size() > 1; }
+// The job's ranks on this machine (LOCAL_WORLD_SIZE, Open MPI's
+// OMPI_COMM_WORLD_LOCAL_SIZE; without them the job's), and whether the
+// launcher bound each to its own cores (mpirun does; torchrun does not).
+int local_size();
+bool binds_ranks();
+// Gloo's collectives have no reduce-scatter: reduce_scatter_sum is an
+// all-reduce there (each rank sends twice the bytes of a ring
+// reduce-scatter), of which each rank keeps its part.
+bool reduce_scatter_is_allreduce();
+// How to launch a job of n ranks the way this one was launched: "mpirun
+// -np N" (also alone), or "torchrun --nproc-per-node N --no-python".
+std::string launch_command(int n);
+// Who launched the job: "mpirun", or "torchrun-style" (RANK, WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT; gloo.h).
+const char *launcher();
+// The library of the collectives on host memory: "MPI" (Open MPI's) or
+// "Gloo" (a torchrun-style job's).
+const char *host_collectives();
 
-// Joins the job mpirun launched (a no-op otherwise). Throws spw::Error,
-// naming what to do, when the environment says a job but MPI cannot be
-// loaded, or when torchrun's WORLD_SIZE > 1 asks for ranks without mpirun.
+// Joins the job mpirun launched, or the torchrun-style job the environment
+// describes (WORLD_SIZE > 1 without mpirun: over Gloo, gloo.h); a no-op
+// otherwise. Throws spw::Error, naming what to do, when the environment
+// says a job but it cannot be joined (MPI or Gloo not loadable, a
+// variable missing or out of range, the rendezvous not reached).
 void init();
 // Leaves the job (MPI_Finalize) after a run that succeeded on this rank.
 void finalize();

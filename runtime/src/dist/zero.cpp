@@ -99,9 +99,9 @@ std::string unsupported(const spw_ctx *ctx) {
     return format(
         "this executable's offload plan holds one rank's shard of the "
         "optimizer state of %d ranks (spillwayc --zero 1 --ranks %d), but "
-        "this job has %d: run it under mpirun -np %d, or recompile %s",
+        "this job has %d: run it under %s, or recompile %s",
         ctx->declared_shards, ctx->declared_shards, dist::size(),
-        ctx->declared_shards,
+        dist::launch_command(ctx->declared_shards).c_str(),
         dist::size() == 1 ? "without --zero for one process"
                           : format("with --ranks %d", dist::size()).c_str());
   if (has_tiers(ctx) && tiers_bf16_params(ctx))

@@ -211,9 +211,10 @@ int64_t Checkpointer::start() {
       const std::string have = r ? *r : "1";
       if (have != std::to_string(dist::size()))
         fail("checkpoint '%s' was written by a job of %s rank%s; this one "
-             "has %d: resume with the same number of ranks (mpirun -np %s)%s%s",
+             "has %d: resume with the same number of ranks (%s)%s%s",
              c->dir().c_str(), have.c_str(), have == "1" ? "" : "s",
-             dist::size(), have.c_str(),
+             dist::size(),
+             dist::launch_command(std::atoi(have.c_str())).c_str(),
              have == "1" ? " or without mpirun" : "",
              ctx_->declared_shards > 0
                  ? format(", with an executable compiled for them (this "

@@ -1,0 +1,193 @@
+//===- gloo_shim.cpp - Gloo behind a C ABI (libspillway_gloo.so) ----------===//
+//
+// gloo_abi.h says why this is a library of its own. Every Gloo exception
+// (a peer that closed its connection, a timeout) becomes an error string:
+// no C++ object or exception crosses the ABI.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dist/gloo_abi.h"
+
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/gather.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <stdexcept>
+
+namespace {
+
+void put_error(char *err, size_t errlen, const char *what) {
+  if (err && errlen)
+    std::snprintf(err, errlen, "%s", what);
+}
+
+// The runtime's store, as Gloo's rendezvous wants it.
+class Store : public gloo::rendezvous::Store {
+public:
+  explicit Store(const spw_gloo_store &s) : s_(s) {}
+  void set(const std::string &key, const std::vector<char> &data) override {
+    if (s_.set(s_.self, key.c_str(), data.data(), data.size(), err_,
+               sizeof err_))
+      throw std::runtime_error(err_);
+  }
+  std::vector<char> get(const std::string &key) override {
+    void *data = nullptr;
+    size_t n = 0;
+    if (s_.get(s_.self, key.c_str(), &data, &n, err_, sizeof err_))
+      throw std::runtime_error(err_);
+    std::vector<char> out(static_cast<char *>(data),
+                          static_cast<char *>(data) + n);
+    std::free(data);
+    return out;
+  }
+  void wait(const std::vector<std::string> &keys) override {
+    std::vector<const char *> k;
+    for (const std::string &s : keys)
+      k.push_back(s.c_str());
+    if (s_.wait(s_.self, k.data(), k.size(), err_, sizeof err_))
+      throw std::runtime_error(err_);
+  }
+  void wait(const std::vector<std::string> &keys,
+            const std::chrono::milliseconds &) override {
+    wait(keys); // the runtime's store has its own timeout
+  }
+
+private:
+  spw_gloo_store s_;
+  char err_[1024] = {};
+};
+
+struct Job {
+  std::shared_ptr<gloo::rendezvous::Context> ctx;
+  uint32_t tag = 0; // one per collective, in the same order on every rank
+};
+
+template <class F> int guarded(char *err, size_t errlen, F &&body) {
+  try {
+    body();
+    return 0;
+  } catch (const std::exception &e) {
+    put_error(err, errlen, e.what());
+  } catch (...) {
+    put_error(err, errlen, "an unknown exception");
+  }
+  return 1;
+}
+
+void *connect(int rank, int size, const spw_gloo_store *store,
+              const char *hostname, const char *iface, int64_t timeout_ms,
+              char *err, size_t errlen) {
+  Job *job = nullptr;
+  const int rc = guarded(err, errlen, [&] {
+    gloo::transport::tcp::attr attr;
+    if (iface && *iface)
+      attr.iface = iface;
+    else
+      attr.hostname = hostname ? hostname : "";
+    auto dev = gloo::transport::tcp::CreateDevice(attr);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    ctx->setTimeout(std::chrono::milliseconds(timeout_ms));
+    Store s(*store);
+    ctx->connectFullMesh(s, dev);
+    job = new Job{std::move(ctx)};
+  });
+  return rc ? nullptr : job;
+}
+
+void close(void *ctx) { delete static_cast<Job *>(ctx); }
+
+int allreduce_sum(void *ctx, void *x, size_t n, int dtype, char *err,
+                  size_t errlen) {
+  return guarded(err, errlen, [&] {
+    Job &j = *static_cast<Job *>(ctx);
+    gloo::AllreduceOptions o(j.ctx);
+    o.setTag(j.tag++);
+    if (dtype == SPW_GLOO_F32) {
+      o.setOutput(static_cast<float *>(x), n);
+      o.setReduceFunction(
+          static_cast<void (*)(void *, const void *, const void *, size_t)>(
+              &gloo::sum<float>));
+    } else if (dtype == SPW_GLOO_F64) {
+      o.setOutput(static_cast<double *>(x), n);
+      o.setReduceFunction(
+          static_cast<void (*)(void *, const void *, const void *, size_t)>(
+              &gloo::sum<double>));
+    } else {
+      throw std::runtime_error("allreduce: unknown dtype");
+    }
+    gloo::allreduce(o);
+  });
+}
+
+int allgatherv(void *ctx, const void *in, void *out, const size_t *counts,
+               char *err, size_t errlen) {
+  return guarded(err, errlen, [&] {
+    Job &j = *static_cast<Job *>(ctx);
+    gloo::AllgathervOptions o(j.ctx);
+    o.setTag(j.tag++);
+    const int n = j.ctx->size;
+    std::vector<size_t> c(counts, counts + n);
+    o.setInput(const_cast<char *>(static_cast<const char *>(in)),
+               c[size_t(j.ctx->rank)]);
+    o.setOutput(static_cast<char *>(out), c);
+    gloo::allgatherv(o);
+  });
+}
+
+int gather(void *ctx, const void *in, void *out, size_t bytes, int root,
+           char *err, size_t errlen) {
+  return guarded(err, errlen, [&] {
+    Job &j = *static_cast<Job *>(ctx);
+    gloo::GatherOptions o(j.ctx);
+    o.setTag(j.tag++);
+    o.setRoot(root);
+    o.setInput(const_cast<char *>(static_cast<const char *>(in)), bytes);
+    if (j.ctx->rank == root)
+      o.setOutput(static_cast<char *>(out), bytes * size_t(j.ctx->size));
+    gloo::gather(o);
+  });
+}
+
+int broadcast(void *ctx, void *x, size_t n, int root, char *err,
+              size_t errlen) {
+  return guarded(err, errlen, [&] {
+    Job &j = *static_cast<Job *>(ctx);
+    gloo::BroadcastOptions o(j.ctx);
+    o.setTag(j.tag++);
+    o.setRoot(root);
+    o.setOutput(static_cast<char *>(x), n);
+    gloo::broadcast(o);
+  });
+}
+
+int barrier(void *ctx, char *err, size_t errlen) {
+  return guarded(err, errlen, [&] {
+    Job &j = *static_cast<Job *>(ctx);
+    gloo::BarrierOptions o(j.ctx);
+    o.setTag(j.tag++);
+    gloo::barrier(o);
+  });
+}
+
+const spw_gloo_api kApi = {
+    SPW_GLOO_ABI_VERSION, connect, close,     allreduce_sum,
+    allgatherv,           gather,  broadcast, barrier};
+
+} // namespace
+
+extern "C" __attribute__((visibility("default"))) const spw_gloo_api *
+spw_gloo_api_get(void) {
+  return &kApi;
+}

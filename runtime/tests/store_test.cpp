@@ -1,0 +1,194 @@
+// The rendezvous store of torchrun-style launching (dist/store.h): rank 0's
+// server and the ranks' clients, in TCPStore's bytes.
+
+#include "dist/store.h"
+
+#include "support.h"
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <chrono>
+#include <cstring>
+#include <netinet/in.h>
+#include <string>
+#include <sys/socket.h>
+#include <thread>
+#include <unistd.h>
+
+namespace {
+
+using namespace std::chrono_literals;
+using spw::dist::StoreClient;
+using spw::dist::StoreServer;
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::vector<char> bytes(const std::string &s) { return {s.begin(), s.end()}; }
+std::string text(const std::vector<char> &v) { return {v.begin(), v.end()}; }
+
+TEST(Store, SetGetAddAcrossClients) {
+  const int port = free_port();
+  StoreServer server(port);
+  StoreClient a("127.0.0.1", port, "job/", 5s),
+      b("127.0.0.1", port, "job/", 5s);
+  a.set("k", bytes("value"));
+  EXPECT_EQ(text(b.get("k")), "value");
+  a.set("k", bytes("")); // overwritten, empty
+  EXPECT_EQ(text(b.get("k")), "");
+  EXPECT_EQ(a.add("n", 3), 3);
+  EXPECT_EQ(b.add("n", -5), -2);
+  EXPECT_EQ(text(a.get("n")), "-2"); // decimal text, as TCPStore keeps it
+  // A prefix keeps jobs apart: another prefix does not see the key.
+  StoreClient other("127.0.0.1", port, "other/", 1s);
+  EXPECT_THROW(other.get("k"), spw::Error);
+}
+
+TEST(Store, WaitBlocksUntilAnotherClientSets) {
+  const int port = free_port();
+  StoreServer server(port);
+  StoreClient a("127.0.0.1", port, "", 10s);
+  std::thread later([&] {
+    StoreClient b("127.0.0.1", port, "", 10s);
+    std::this_thread::sleep_for(200ms);
+    b.set("x", bytes("1"));
+    b.set("y", bytes("2"));
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  a.wait({"x", "y"});
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 150ms);
+  EXPECT_EQ(text(a.get("y")), "2");
+  later.join();
+}
+
+TEST(Store, ClientWaitsForTheServerToStart) {
+  const int port = free_port();
+  std::unique_ptr<StoreServer> server;
+  std::thread starter([&] {
+    std::this_thread::sleep_for(300ms);
+    server = std::make_unique<StoreServer>(port);
+  });
+  StoreClient a("127.0.0.1", port, "", 10s); // retries until it listens
+  a.set("up", bytes("yes"));
+  EXPECT_EQ(text(a.get("up")), "yes");
+  starter.join();
+}
+
+// A query split over many TCP segments (here a byte at a time) is one
+// query: the server buffers until it is whole.
+TEST(Store, ServerReassemblesQueriesByteByByte) {
+  const int port = free_port();
+  StoreServer server(port);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(uint16_t(port));
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
+  std::string q;
+  auto u64 = [&](uint64_t v) { q.append(reinterpret_cast<char *>(&v), 8); };
+  q += char(spw::dist::StoreQuery::Validate);
+  const uint32_t magic = spw::dist::kStoreMagic;
+  q.append(reinterpret_cast<const char *>(&magic), 4);
+  q += char(spw::dist::StoreQuery::Set);
+  u64(3);
+  q += "key";
+  u64(2);
+  q += "ok";
+  q += char(spw::dist::StoreQuery::Get);
+  u64(3);
+  q += "key";
+  for (char c : q) {
+    ASSERT_EQ(::send(fd, &c, 1, 0), 1);
+    std::this_thread::sleep_for(1ms);
+  }
+  char reply[10] = {};
+  size_t got = 0;
+  while (got < sizeof reply) {
+    const ssize_t k = ::recv(fd, reply + got, sizeof reply - got, 0);
+    ASSERT_GT(k, 0);
+    got += size_t(k);
+  }
+  uint64_t n = 0;
+  std::memcpy(&n, reply, 8);
+  EXPECT_EQ(n, 2u);
+  EXPECT_EQ(std::string(reply + 8, 2), "ok");
+  ::close(fd);
+}
+
+TEST(Store, ErrorsNameTheStoreAndWhatToDo) {
+  const int port = free_port();
+  // Nothing listens: the client gives up at its timeout.
+  try {
+    StoreClient a("127.0.0.1", port, "", 300ms);
+    FAIL() << "connected to nothing";
+  } catch (const spw::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("did not answer within"),
+              std::string::npos)
+        << e.what();
+  }
+  // A key nobody sets: the wait ends at the timeout, naming the key.
+  StoreServer server(port);
+  StoreClient a("127.0.0.1", port, "", 1s);
+  try {
+    a.get("never");
+    FAIL() << "got a key nobody set";
+  } catch (const spw::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("no answer to key 'never'"),
+              std::string::npos)
+        << e.what();
+  }
+  // A second server on the port is refused, naming it.
+  try {
+    StoreServer again(port);
+    FAIL() << "two servers on one port";
+  } catch (const spw::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("Address already in use"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A server that is not TCPStore's (it answers the handshake with other
+// bytes, or closes): the client says so.
+TEST(Store, RefusesAServerThatIsNotAStore) {
+  const int port = free_port();
+  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  ::setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(uint16_t(port));
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(lfd, 4), 0);
+  std::thread peer([&] {
+    const int c = ::accept(lfd, nullptr, nullptr);
+    char buf[64];
+    (void)!::recv(c, buf, sizeof buf, 0);
+    (void)!::send(c, "HTTP", 4, 0);
+    ::close(c);
+  });
+  try {
+    StoreClient c("127.0.0.1", port, "", 2s);
+    FAIL() << "took an HTTP server for a store";
+  } catch (const spw::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("is not a torch.distributed TCPStore"),
+              std::string::npos)
+        << e.what();
+  }
+  peer.join();
+  ::close(lfd);
+}
+
+} // namespace
