@@ -528,9 +528,6 @@ void spw_set_output(spw_ctx *ctx, int32_t index, spw_tensor *value) {
 } // extern "C"
 
 namespace spw {
-namespace {
-// x[i] = x[i] / d for n float32 values in device memory, by the device's
-// div kernel (float32 division, the bits of the host's).
 void divide_on_device(spw_ctx *ctx, float *x, int64_t n, float d) {
   const int64_t dims[1] = {n};
   auto v = make_tensor(SPW_F32, 1, dims, "gradient", /*allocate=*/false);
@@ -544,7 +541,6 @@ void divide_on_device(spw_ctx *ctx, float *x, int64_t n, float d) {
   if (ctx->failed())
     throw Error(ctx->error);
 }
-} // namespace
 
 void reduce_mean(spw_ctx *ctx, float *data, bool on_device, int64_t n,
                  const std::string &what) {

@@ -277,6 +277,9 @@ void reduce_grad(spw_ctx *ctx, int32_t param, spw_tensor *grad);
 // --trace (a span "allreduce WHAT" on the compute lane, which it blocks).
 void reduce_mean(spw_ctx *ctx, float *data, bool on_device, int64_t n,
                  const std::string &what);
+// x[i] = x[i] / d for n float32 values in device memory, by the device's
+// div kernel (float32 division, the bits of the host's).
+void divide_on_device(spw_ctx *ctx, float *x, int64_t n, float d);
 void record_grad(spw_ctx *ctx, int32_t param, const spw_tensor *grad,
                  bool host_update);
 // A step tensor on the context's device (uninitialized) or host.

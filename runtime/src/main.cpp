@@ -169,15 +169,8 @@ void rank_options(Options &o) {
 // run without ranks or NCCL.
 std::string start_collectives(const Options &o, const std::string &device) {
   const bool forced = o.collectives == "nccl";
-  // ZeRO exchanges its shards through MPI (NCCL's reduce-scatter takes
-  // equal shards): NCCL would average nothing.
-  if (forced && o.zero)
-    throw UsageError("--collectives nccl: --zero 1 reduce-scatters the "
-                     "gradients and all-gathers the values through MPI, so "
-                     "NCCL would average nothing; drop one of them "
-                     "(--collectives auto takes MPI with --zero 1)");
-  const bool wanted = forced || (o.collectives == "auto" && !o.zero &&
-                                 device == "cuda" && dist::active());
+  const bool wanted =
+      forced || (o.collectives == "auto" && device == "cuda" && dist::active());
   std::string why;
   if (wanted) {
     if (device == "cpu")
@@ -202,19 +195,21 @@ std::string start_collectives(const Options &o, const std::string &device) {
       nccl::join();
   }
   if (nccl::active())
-    return format("%s: the device gradients summed on the GPU, the rest "
-                  "over %s",
-                  nccl::describe().c_str(), dist::host_collectives());
+    return format("%s: the device gradients %s on the GPU, the rest over %s",
+                  nccl::describe().c_str(),
+                  o.zero ? "reduce-scattered and the updated values "
+                           "all-gathered"
+                         : "summed",
+                  dist::host_collectives());
   if (!dist::active())
     return "";
   if (device == "cpu")
     return dist::host_collectives();
   // Why not NCCL, in the banner.
   if (why.empty())
-    why = o.collectives == "mpi" ? "--collectives mpi"
-          : o.zero ? format("--zero 1 exchanges its shards through %s",
-                            dist::host_collectives())
-                   : "--collectives auto takes it for --device cuda only";
+    why = o.collectives == "mpi"
+              ? "--collectives mpi"
+              : "--collectives auto takes it for --device cuda only";
   return format("%s, the device gradients through host memory (NCCL not "
                 "used: %s)",
                 dist::host_collectives(), why.c_str());

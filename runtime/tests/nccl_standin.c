@@ -9,8 +9,9 @@
  * kLoopbackScramble): the sums are taken on the plain values, as a GPU's
  * NCCL sums what its kernels wrote. It checks how the calls are made: one
  * id on every rank, float32 sums, a stream, a live communicator. At
- * ncclCommDestroy it tells stderr how many all-reduces it made, so a test
- * sees the path was taken.
+ * ncclCommDestroy it tells stderr how many all-reduces it made (and, for
+ * ZeRO, the reduces and broadcasts, each inside a group), so a test sees
+ * the path was taken.
  *===----------------------------------------------------------------------===*/
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -27,7 +28,9 @@ typedef struct Comm {
   uint64_t magic;
   int nranks, rank;
   long long reduces, floats;
+  long long rooted_reduces, broadcasts, rooted_floats, ungrouped;
 } * ncclComm_t;
+static int group_depth;
 
 enum { kSuccess = 0, kInvalidArgument = 4, kInvalidUsage = 5, kSystem = 2 };
 static const uint64_t kMagic = 0x6e63636c5374616eull;
@@ -41,6 +44,9 @@ static int (*mpi_allgather)(const void *, int, Handle, void *, int, Handle,
                             Handle);
 static int (*mpi_comm_size)(Handle, int *);
 static int (*mpi_comm_rank)(Handle, int *);
+static int (*mpi_reduce)(const void *, void *, int, Handle, Handle, int,
+                         Handle);
+static int (*mpi_bcast)(void *, int, Handle, int, Handle);
 static Handle world, f32, byte, sum;
 
 /* MPI as the runtime loaded it (RTLD_GLOBAL), or none (one rank alone). */
@@ -57,6 +63,10 @@ static int have_mpi(void) {
         (int (*)(Handle, int *))dlsym(RTLD_DEFAULT, "MPI_Comm_size");
     mpi_comm_rank =
         (int (*)(Handle, int *))dlsym(RTLD_DEFAULT, "MPI_Comm_rank");
+    mpi_reduce = (int (*)(const void *, void *, int, Handle, Handle, int,
+                          Handle))dlsym(RTLD_DEFAULT, "MPI_Reduce");
+    mpi_bcast = (int (*)(void *, int, Handle, int, Handle))dlsym(RTLD_DEFAULT,
+                                                                 "MPI_Bcast");
     world = dlsym(RTLD_DEFAULT, "ompi_mpi_comm_world");
     f32 = dlsym(RTLD_DEFAULT, "ompi_mpi_float");
     byte = dlsym(RTLD_DEFAULT, "ompi_mpi_byte");
@@ -163,6 +173,95 @@ int ncclAllReduce(const void *send, void *recv, size_t count, int dtype, int op,
   return kSuccess;
 }
 
+int ncclGroupStart(void) {
+  ++group_depth;
+  return kSuccess;
+}
+
+int ncclGroupEnd(void) {
+  if (group_depth <= 0)
+    return kInvalidUsage;
+  --group_depth;
+  return kSuccess;
+}
+
+/* The plain values of n device floats (the loopback's bytes XOR'd). */
+static void unscramble(float *plain, const void *dev, size_t n) {
+  const unsigned char *d = (const unsigned char *)dev;
+  unsigned char *p = (unsigned char *)plain;
+  for (size_t i = 0; i < n * sizeof(float); ++i)
+    p[i] = d[i] ^ kScramble;
+}
+static void scramble(void *dev, const float *plain, size_t n) {
+  unsigned char *d = (unsigned char *)dev;
+  const unsigned char *p = (const unsigned char *)plain;
+  for (size_t i = 0; i < n * sizeof(float); ++i)
+    d[i] = p[i] ^ kScramble;
+}
+
+/* ZeRO's reduce-scatter: one call per rank rooted at it (nccl.h). The
+ * stand-in runs each at once; NCCL would run the group together. */
+int ncclReduce(const void *send, void *recv, size_t count, int dtype, int op,
+               int root, ncclComm_t comm, void *stream) {
+  if (!comm || comm->magic != kMagic || !stream || !send ||
+      dtype != 7 /* ncclFloat32 */ || op != 0 /* ncclSum */ || root < 0 ||
+      root >= comm->nranks || (root == comm->rank && !recv) ||
+      count > (size_t)1 << 30)
+    return kInvalidArgument;
+  float *plain = malloc((count ? count : 1) * sizeof(float));
+  float *out = malloc((count ? count : 1) * sizeof(float));
+  if (!plain || !out) {
+    free(plain);
+    free(out);
+    return kSystem;
+  }
+  unscramble(plain, send, count);
+  int rc = kSuccess;
+  if (comm->nranks > 1) {
+    if (!have_mpi())
+      rc = kInvalidUsage;
+    else if (mpi_reduce(plain, out, (int)count, f32, sum, root, world) != 0)
+      rc = kSystem;
+  } else {
+    memcpy(out, plain, count * sizeof(float));
+  }
+  if (rc == kSuccess && root == comm->rank)
+    scramble(recv, out, count);
+  free(plain);
+  free(out);
+  comm->rooted_reduces += 1;
+  comm->rooted_floats += (long long)count;
+  comm->ungrouped += group_depth == 0;
+  return rc;
+}
+
+int ncclBroadcast(const void *send, void *recv, size_t count, int dtype,
+                  int root, ncclComm_t comm, void *stream) {
+  if (!comm || comm->magic != kMagic || !stream || !recv ||
+      dtype != 7 /* ncclFloat32 */ || root < 0 || root >= comm->nranks ||
+      (root == comm->rank && !send) || count > (size_t)1 << 30)
+    return kInvalidArgument;
+  float *plain = malloc((count ? count : 1) * sizeof(float));
+  if (!plain)
+    return kSystem;
+  if (root == comm->rank)
+    unscramble(plain, send, count);
+  int rc = kSuccess;
+  if (comm->nranks > 1) {
+    if (!have_mpi())
+      rc = kInvalidUsage;
+    else if (mpi_bcast(plain, (int)count, f32, root, world) != 0)
+      rc = kSystem;
+  }
+  if (rc == kSuccess)
+    scramble(recv, plain, count);
+  free(plain);
+  comm->broadcasts += 1;
+  comm->rooted_floats += (long long)count;
+  comm->ungrouped += group_depth == 0;
+  return rc;
+}
+
 int ncclCommDestroy(ncclComm_t comm) {
   if (!comm || comm->magic != kMagic)
     return kInvalidArgument;
@@ -170,6 +269,12 @@ int ncclCommDestroy(ncclComm_t comm) {
           "nccl-standin: rank %d of %d: %lld all-reduces of %lld "
           "floats\n",
           comm->rank, comm->nranks, comm->reduces, comm->floats);
+  if (comm->rooted_reduces || comm->broadcasts)
+    fprintf(stderr,
+            "nccl-standin: rank %d of %d: %lld reduces and %lld broadcasts "
+            "of %lld floats, %lld outside a group\n",
+            comm->rank, comm->nranks, comm->rooted_reduces, comm->broadcasts,
+            comm->rooted_floats, comm->ungrouped);
   comm->magic = 0;
   free(comm);
   return kSuccess;

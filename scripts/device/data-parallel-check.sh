@@ -5,7 +5,8 @@
 # per second of each, and the ranks' measured all-reduce share; the ranks
 # twice, their gradients averaged by NCCL (--collectives nccl; libnccl.so.2
 # found by cuda-env.sh) and through host memory over MPI (--collectives
-# mpi), a third time with the AdamW state sharded (--zero 1), and last an
+# mpi), then with the AdamW state sharded (--zero 1), its shards exchanged
+# by NCCL on the GPUs and through host memory over MPI, and last an
 # offload plan compiled for the ranks with its optimizer blocks sharded
 # (spillwayc --place params=ssd,optimizer=host,gradients=host --zero 1
 # --ranks N: the CPU optimizer on each rank's shard) against one process
@@ -84,7 +85,8 @@ dp() { # NAME EXE FLAGS...: the N ranks
 }
 # name, executable, the one-process run whose weights it must end with, flags
 VARIANTS=("dp-nccl dp one --collectives nccl" "dp-mpi dp one --collectives mpi"
-          "dp-zero dp one --zero 1"
+          "dp-zero dp one --zero 1 --collectives nccl"
+          "dp-zero-mpi dp one --zero 1 --collectives mpi"
           "dp-zero-offload dp-offload one-offload --ssd $OUT/ssd-ranks --stats-json $OUT/dp-zero-offload.json")
 run_of() { local v=($1); echo "${v[0]} ${v[1]} ${v[*]:3}"; }
 if [ "$DRY" = 1 ]; then
@@ -134,7 +136,7 @@ def steady(name):
 s1, t1 = steady("one")
 print(f"{'run':22} {'s/step':>9} {'tok/s':>10}")
 print(f"{'1 GPU':22} {s1:9.5f} {t1:10.0f}")
-for name in ("dp-nccl", "dp-mpi", "dp-zero", "dp-zero-offload"):
+for name in ("dp-nccl", "dp-mpi", "dp-zero", "dp-zero-mpi", "dp-zero-offload"):
     if not os.path.exists(f"{out}/{name}.jsonl"):
         print(f"{str(n) + ' GPUs ' + name[3:]:22} failed")
         continue

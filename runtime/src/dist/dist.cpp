@@ -433,6 +433,13 @@ void note_traffic(int64_t bytes, double seconds) {
   g.traffic.seconds += seconds;
 }
 
+void note_zero_traffic(int64_t reduce_scattered, int64_t allgathered,
+                       double seconds) {
+  g.traffic.reduce_scattered += reduce_scattered;
+  g.traffic.allgathered += allgathered;
+  g.traffic.seconds += seconds;
+}
+
 void allreduce_sum(double *x, int64_t n) {
   if (!g.joined || g.size == 1)
     return;

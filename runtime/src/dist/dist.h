@@ -105,6 +105,10 @@ struct Traffic {
 Traffic traffic();
 // Adds an average made without MPI (NCCL's, dist/nccl.h) to traffic().
 void note_traffic(int64_t bytes, double seconds);
+// Adds ZeRO's exchanges made by NCCL: buffers reduce-scattered and
+// all-gathered.
+void note_zero_traffic(int64_t reduce_scattered, int64_t allgathered,
+                       double seconds);
 
 } // namespace spw::dist
 

@@ -31,6 +31,10 @@ struct Api {
   Result (*comm_init_rank)(Comm *, int, UniqueId, int);
   Result (*comm_destroy)(Comm);
   Result (*all_reduce)(const void *, void *, size_t, int, int, Comm, void *);
+  Result (*reduce)(const void *, void *, size_t, int, int, int, Comm, void *);
+  Result (*broadcast)(const void *, void *, size_t, int, int, Comm, void *);
+  Result (*group_start)();
+  Result (*group_end)();
   const char *(*error_string)(Result);
 };
 
@@ -78,6 +82,10 @@ std::string load() {
   need(a.comm_init_rank, "ncclCommInitRank");
   need(a.comm_destroy, "ncclCommDestroy");
   need(a.all_reduce, "ncclAllReduce");
+  need(a.reduce, "ncclReduce");
+  need(a.broadcast, "ncclBroadcast");
+  need(a.group_start, "ncclGroupStart");
+  need(a.group_end, "ncclGroupEnd");
   if (missing)
     return format("'%s' has no '%s' (is it NCCL 2?)", g.library.c_str(),
                   missing);
@@ -120,6 +128,45 @@ void allreduce_sum(float *dev, int64_t n, void *stream) {
     return;
   check(g.api.all_reduce(dev, dev, size_t(n), kFloat32, kSum, g.comm, stream),
         "ncclAllReduce");
+}
+
+namespace {
+// One NCCL call per rank with a part, rank r's part rooted at r, in one
+// group (NCCL runs them together); the group ends even when a call fails.
+template <class F>
+void per_rank(const char *what, const std::vector<int64_t> &counts,
+              const std::vector<int64_t> &displs, F &&call) {
+  if (!g.comm)
+    fail("NCCL %s before the communicator was made", what);
+  if (counts.size() != size_t(dist::size()) || displs.size() != counts.size())
+    fail("NCCL %s: %zu per-rank counts for %d ranks", what, counts.size(),
+         dist::size());
+  check(g.api.group_start(), "ncclGroupStart");
+  Result first = 0;
+  for (size_t r = 0; r < counts.size(); ++r)
+    if (counts[r] > 0 && first == 0)
+      first = call(int(r), size_t(counts[r]), displs[r]);
+  const Result end = g.api.group_end();
+  check(first, what);
+  check(end, "ncclGroupEnd");
+}
+} // namespace
+
+void reduce_scatter_sum(float *dev, const std::vector<int64_t> &counts,
+                        const std::vector<int64_t> &displs, void *stream) {
+  per_rank("ncclReduce", counts, displs, [&](int root, size_t n, int64_t at) {
+    return g.api.reduce(dev + at, dev + at, n, kFloat32, kSum, root, g.comm,
+                        stream);
+  });
+}
+
+void allgather(float *dev, const std::vector<int64_t> &counts,
+               const std::vector<int64_t> &displs, void *stream) {
+  per_rank("ncclBroadcast", counts, displs,
+           [&](int root, size_t n, int64_t at) {
+             return g.api.broadcast(dev + at, dev + at, n, kFloat32, root,
+                                    g.comm, stream);
+           });
 }
 
 void finish() {

@@ -11,11 +11,13 @@
 #include "dist/zero.h"
 
 #include "dist/dist.h"
+#include "dist/nccl.h"
 #include "spillway/runtime/zero_shard.h"
 #include "tiers.h"
 #include "trace.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 namespace spw::zero {
@@ -163,6 +165,22 @@ void reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad) {
       g[first + i] = out[size_t(i)] / ranks;
     return;
   }
+  // Device memory with NCCL: each rank's shard summed into its place on
+  // its rank (nccl.h), then the same float32 division by the div kernel.
+  // Waited for, so the span and the measured time are the exchange's.
+  if (void *stream = d.collective_stream(); stream && nccl::active()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    float *g = grad->as<float>();
+    nccl::reduce_scatter_sum(g, counts, displs, stream);
+    if (mine > 0)
+      divide_on_device(ctx, g + first, mine, ranks);
+    d.synchronize();
+    dist::note_zero_traffic(
+        n * int64_t(sizeof(float)), 0,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count());
+    return;
+  }
   // Device memory: the whole gradient through a host copy (MPI's
   // reduce-scatter takes the whole vector at once).
   std::vector<float> host(static_cast<size_t>(n));
@@ -217,8 +235,18 @@ void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end,
   range_layout(p, begin, end, counts, displs);
   float *w = at ? at : values(p) + begin;
   Device &d = *ctx->device;
+  void *stream = host ? nullptr : d.collective_stream();
   if (host || d.host_visible()) {
     dist::allgather_in_place(w, counts, displs);
+  } else if (stream && nccl::active()) {
+    // Each rank's updated shard broadcast from it, in place (nccl.h).
+    const auto t0 = std::chrono::steady_clock::now();
+    nccl::allgather(w, counts, displs, stream);
+    d.synchronize();
+    dist::note_zero_traffic(
+        0, (end - begin) * int64_t(sizeof(float)),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count());
   } else {
     const int64_t bytes = (end - begin) * int64_t(sizeof(float));
     std::vector<float> host(size_t(end - begin));

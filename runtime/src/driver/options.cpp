@@ -161,9 +161,10 @@ const char kUsage[] =
     "                          through MPI or Gloo; alone, a communicator of\n"
     "                          one), mpi (through host memory: MPI's, or\n"
     "                          Gloo's under torchrun) or auto (default:\n"
-    "                          nccl for --device cuda in a job without\n"
-    "                          --zero 1 when NCCL loads, else mpi; the banner\n"
-    "                          says which)\n"
+    "                          nccl for --device cuda in a job when NCCL\n"
+    "                          loads, else mpi; the banner says which). With\n"
+    "                          --zero 1, NCCL reduce-scatters the gradients\n"
+    "                          and all-gathers the values on the GPU.\n"
     "\n"
     "Exit status: 0 success, 1 runtime or data error, 2 usage error.\n";
 
