@@ -126,6 +126,52 @@ TEST(Store, ServerReassemblesQueriesByteByByte) {
   ::close(fd);
 }
 
+// A client that sends queries and never reads the answers (here pings,
+// until its buffers and the server's fill) is dropped: the store goes on
+// serving the ranks.
+TEST(Store, AClientThatDoesNotReadIsDropped) {
+  const int port = free_port();
+  StoreServer server(port);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  // A small receive buffer: the answers fill it soon.
+  const int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(uint16_t(port));
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
+  std::string q(1, char(spw::dist::StoreQuery::Validate));
+  const uint32_t magic = spw::dist::kStoreMagic;
+  q.append(reinterpret_cast<const char *>(&magic), 4);
+  std::string pings;
+  for (int i = 0; i < 4096; ++i) {
+    pings += char(spw::dist::StoreQuery::Ping);
+    pings.append(reinterpret_cast<const char *>(&i), 4);
+  }
+  ASSERT_EQ(::send(fd, q.data(), q.size(), 0), ssize_t(q.size()));
+  // Pings from another thread, as fast as the server takes them, until it
+  // drops the connection; the ranks' client comes once the flood has run.
+  std::thread flood([&] {
+    for (int i = 0; i < 100000; ++i)
+      if (::send(fd, pings.data(), pings.size(), MSG_NOSIGNAL) <= 0)
+        break;
+  });
+  std::this_thread::sleep_for(1s);
+  std::string got;
+  try {
+    StoreClient c("127.0.0.1", port, "", 3s);
+    c.set("k", bytes("still served"));
+    got = text(c.get("k"));
+  } catch (const spw::Error &e) {
+    got = e.what(); // a stalled store: no answer
+  }
+  ::shutdown(fd, SHUT_RDWR); // ends the flood (and a stalled server's send)
+  flood.join();
+  ::close(fd);
+  EXPECT_EQ(got, "still served");
+}
+
 TEST(Store, ErrorsNameTheStoreAndWhatToDo) {
   const int port = free_port();
   // Nothing listens: the client gives up at its timeout.

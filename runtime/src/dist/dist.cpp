@@ -165,7 +165,10 @@ void join_torchrun_style(int size) {
   g.gloo = true;
   gloo::join(rank, size);
   g.joined = true;
-  say_when_stopped("torchrun ends");
+  // torchrun's workers know its run id; another launcher is not named.
+  say_when_stopped(std::getenv("TORCHELASTIC_RUN_ID")
+                       ? "torchrun ends"
+                       : "the job's launcher ends");
 }
 
 } // namespace
@@ -187,6 +190,10 @@ int local_size() {
 }
 bool binds_ranks() { return !g.gloo; }
 std::string launch_command(int n) {
+  if (!g.joined) // alone: either launcher
+    return format("mpirun -np %d, or torchrun --nproc-per-node %d "
+                  "--no-python",
+                  n, n);
   return g.gloo ? format("torchrun --nproc-per-node %d --no-python", n)
                 : format("mpirun -np %d", n);
 }
@@ -199,6 +206,15 @@ void init() {
   if (ompi_size < 0) {
     if (torch_size > 1)
       join_torchrun_style(torch_size);
+    // A job of one: torch's single process. A RANK it cannot have, or no
+    // ranks at all, is a launcher's mistake (N processes would each train
+    // alone and write the same files).
+    if (torch_size == 0)
+      fail("WORLD_SIZE=0 is not a number of ranks: a job has 1 or more");
+    if (const int rank = env_int("RANK"); torch_size == 1 && rank > 0)
+      fail("RANK=%d is not a rank of a job of WORLD_SIZE=1 (its one rank is "
+           "0): set WORLD_SIZE to the job's number of ranks",
+           rank);
     return;
   }
   // RTLD_GLOBAL: Open MPI's components (dlopened by libmpi itself) resolve
@@ -412,6 +428,8 @@ void gather_to_root(const float *x, int64_t n, float *out,
     if (counts.size() != size_t(g.size) || displs.size() != size_t(g.size))
       fail("gather: %zu per-rank counts for %d ranks", counts.size(), g.size);
     const int64_t most = *std::max_element(counts.begin(), counts.end());
+    if (most == 0)
+      return;
     if (n != counts[size_t(g.rank)])
       fail("gather: %lld elements from rank %d, which counts %lld",
            (long long)n, g.rank, (long long)counts[size_t(g.rank)]);

@@ -38,7 +38,7 @@ inline bool active() { return size() > 1; }
 int local_size();
 bool binds_ranks();
 // How to launch a job of n ranks the way this one was launched: "mpirun
-// -np N" (also alone), or "torchrun --nproc-per-node N --no-python".
+// -np N", or "torchrun --nproc-per-node N --no-python" (alone: both).
 std::string launch_command(int n);
 // Who launched the job: "mpirun", or "torchrun-style" (RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT; gloo.h).

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <dlfcn.h>
 #include <memory>
+#include <net/if.h>
 #include <netdb.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -129,6 +130,10 @@ std::string local_address_towards(const std::string &host, int port) {
                     &reinterpret_cast<sockaddr_in *>(&self)->sin_addr);
       if (::inet_ntop(self.ss_family, at, text, sizeof text))
         out = text;
+      // An IPv4 address reached through IPv6 (::ffff:a.b.c.d): Gloo's
+      // device takes it as the IPv4 address it is.
+      if (out.rfind("::ffff:", 0) == 0 && out.find('.') != std::string::npos)
+        out = out.substr(7);
     }
     ::close(fd);
   }
@@ -138,6 +143,17 @@ std::string local_address_towards(const std::string &host, int port) {
          "GLOO_SOCKET_IFNAME to the network interface the ranks share)",
          host.c_str());
   return out;
+}
+
+// This machine's network interfaces, "lo, eth0", for an error.
+std::string interfaces() {
+  std::string out;
+  if (struct if_nameindex *ix = ::if_nameindex()) {
+    for (struct if_nameindex *i = ix; i->if_index != 0; ++i)
+      out += (out.empty() ? "" : ", ") + std::string(i->if_name);
+    ::if_freenameindex(ix);
+  }
+  return out.empty() ? "none found" : "its interfaces: " + out;
 }
 
 // The store's C callbacks for the shim.
@@ -203,6 +219,10 @@ void join(int rank, int size) {
   const long port = std::strtol(port_text, &end, 10);
   if (*end || port < 1 || port > 65535)
     fail("MASTER_PORT=%s is not a TCP port (1 .. 65535)", port_text);
+  // "[::1]" as a URL writes an IPv6 address: the address itself.
+  std::string host = addr;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   g.rank = rank;
   g.api = load_shim();
   // torchrun's agent serves the store at MASTER_ADDR:MASTER_PORT and says
@@ -211,20 +231,55 @@ void join(int rank, int size) {
   const bool launcher_serves = agent && std::strcmp(agent, "True") == 0;
   if (rank == 0 && !launcher_serves)
     g.server = std::make_unique<StoreServer>(int(port));
+  // A name that does not resolve is an error now, not a wait for a store
+  // that cannot be reached.
+  {
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_socktype = SOCK_STREAM;
+    const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+    if (res)
+      ::freeaddrinfo(res);
+    if (rc == EAI_NONAME || rc == EAI_FAIL || rc == EAI_NODATA)
+      fail("MASTER_ADDR=%s does not resolve to an address (%s): give rank "
+           "0's host name or IP address",
+           addr, ::gai_strerror(rc));
+  }
   // An attempt's keys apart from an earlier one's (torchrun restarts
   // workers on the same store) and from torch's own.
   const char *attempt = env("TORCHELASTIC_RESTART_COUNT");
   const std::string prefix =
       std::string("spillway/") + (attempt ? attempt : "0") + "/";
   g.store = std::make_unique<StoreClient>(
-      addr, int(port), prefix, std::chrono::milliseconds(timeout_ms(300)));
+      host, int(port), prefix, std::chrono::milliseconds(timeout_ms(300)));
+  // Each RANK once, one WORLD_SIZE: else two processes were given the same
+  // RANK, or this rank reached another job's store (two jobs on one port,
+  // the second's rank 0 refused it), whose Gloo would take it in.
+  if (g.store->add("rank/" + std::to_string(rank), 1) > 1)
+    fail("RANK=%d joined the rendezvous store at %s a second time: two "
+         "processes of this job were given RANK=%d, or another job's store "
+         "is at MASTER_PORT=%ld (rank 0 of this job could not serve it): "
+         "give each rank its own RANK, and each job its own MASTER_PORT",
+         rank, g.store->where().c_str(), rank, port);
+  const std::string mine = std::to_string(size);
+  if (rank == 0)
+    g.store->set("world_size", std::vector<char>(mine.begin(), mine.end()));
+  const std::vector<char> theirs = g.store->get("world_size");
+  if (std::string(theirs.begin(), theirs.end()) != mine)
+    fail("WORLD_SIZE=%d here, but rank 0 has WORLD_SIZE=%s: every rank of "
+         "a job needs the same WORLD_SIZE",
+         size, std::string(theirs.begin(), theirs.end()).c_str());
   const char *iface = env("GLOO_SOCKET_IFNAME");
+  if (iface && ::if_nametoindex(iface) == 0)
+    fail("GLOO_SOCKET_IFNAME=%s names no network interface of this machine "
+         "(%s): name the interface the ranks reach each other through, or "
+         "unset it",
+         iface, interfaces().c_str());
   const std::string self =
-      iface ? std::string() : local_address_towards(addr, int(port));
+      iface ? std::string() : local_address_towards(host, int(port));
   const spw_gloo_store s{g.store.get(), store_set, store_get, store_wait};
   char err[1024] = {};
   g.ctx = g.api->connect(rank, size, &s, self.c_str(), iface ? iface : "",
-                         timeout_ms(1800), err, sizeof err);
+                         timeout_ms(300), timeout_ms(1800), err, sizeof err);
   if (!g.ctx)
     fail("rank %d of %d could not join the job through Gloo: %s", rank, size,
          err);

@@ -21,7 +21,7 @@ extern "C" {
 
 /* Bumped whenever a declaration below changes: the runtime refuses a shim
  * of another version. */
-#define SPW_GLOO_ABI_VERSION 2
+#define SPW_GLOO_ABI_VERSION 3
 
 /* The rendezvous store (store.h), called back by Gloo's rendezvous. Each
  * returns 0, or nonzero with the error written into err. `get` hands back
@@ -41,11 +41,11 @@ enum { SPW_GLOO_F32 = 0, SPW_GLOO_F64 = 1 };
 typedef struct spw_gloo_api {
   int version; /* SPW_GLOO_ABI_VERSION */
   /* Joins ranks 0..size-1 over TCP: this rank's address is `hostname`, or
-   * the interface `iface` when not empty. Every collective waits at most
-   * timeout_ms. */
+   * the interface `iface` when not empty. Connecting waits at most
+   * connect_ms, every collective after it at most timeout_ms. */
   void *(*connect)(int rank, int size, const spw_gloo_store *store,
-                   const char *hostname, const char *iface, int64_t timeout_ms,
-                   char *err, size_t errlen);
+                   const char *hostname, const char *iface, int64_t connect_ms,
+                   int64_t timeout_ms, char *err, size_t errlen);
   void (*close)(void *ctx);
   /* x = the sum over ranks of x (n elements of dtype). */
   int (*allreduce_sum)(void *ctx, void *x, size_t n, int dtype, char *err,

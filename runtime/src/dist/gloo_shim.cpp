@@ -88,8 +88,8 @@ template <class F> int guarded(char *err, size_t errlen, F &&body) {
 }
 
 void *connect(int rank, int size, const spw_gloo_store *store,
-              const char *hostname, const char *iface, int64_t timeout_ms,
-              char *err, size_t errlen) {
+              const char *hostname, const char *iface, int64_t connect_ms,
+              int64_t timeout_ms, char *err, size_t errlen) {
   Job *job = nullptr;
   const int rc = guarded(err, errlen, [&] {
     gloo::transport::tcp::attr attr;
@@ -99,9 +99,11 @@ void *connect(int rank, int size, const spw_gloo_store *store,
       attr.hostname = hostname ? hostname : "";
     auto dev = gloo::transport::tcp::CreateDevice(attr);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    ctx->setTimeout(std::chrono::milliseconds(timeout_ms));
+    ctx->setTimeout(std::chrono::milliseconds(connect_ms));
     Store s(*store);
     ctx->connectFullMesh(s, dev);
+    // Each collective's options take the context's timeout when made.
+    ctx->setTimeout(std::chrono::milliseconds(timeout_ms));
     job = new Job{std::move(ctx)};
   });
   return rc ? nullptr : job;

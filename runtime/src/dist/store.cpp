@@ -80,9 +80,13 @@ constexpr char kHandshake[] = "its handshake";
 // A query larger than this is not TCPStore's (a stray connection): closed.
 constexpr uint64_t kMaxQueryBytes = uint64_t(1) << 30;
 
-bool send_all_fd(int fd, const char *p, size_t n) {
+// `dontwait`: the server's sends, which never block: a client that does
+// not read its answers (whose socket buffers are full) is dropped rather
+// than stall the store for every rank.
+bool send_all_fd(int fd, const char *p, size_t n, bool dontwait = false) {
   while (n > 0) {
-    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+    const ssize_t k =
+        ::send(fd, p, n, MSG_NOSIGNAL | (dontwait ? MSG_DONTWAIT : 0));
     if (k < 0 && errno == EINTR)
       continue;
     if (k <= 0)
@@ -133,7 +137,16 @@ StoreServer::StoreServer(int port) {
            port, std::strerror(e));
     }
   }
-  if (::listen(listen_fd_, 1024) != 0 || ::pipe2(wake_, O_CLOEXEC) != 0) {
+  // (listen can find the port taken too: another process bound it at the
+  // same moment.)
+  if (::listen(listen_fd_, 1024) != 0) {
+    const int e = errno;
+    ::close(listen_fd_);
+    fail("rank 0 cannot serve the rendezvous store on MASTER_PORT=%d: %s "
+         "(another job or program uses the port? choose a free one)",
+         port, std::strerror(e));
+  }
+  if (::pipe2(wake_, O_CLOEXEC) != 0) {
     const int e = errno;
     ::close(listen_fd_);
     fail("the rendezvous store on port %d: %s", port, std::strerror(e));
@@ -155,6 +168,7 @@ void StoreServer::serve() {
     int fd;
     std::vector<char> in;
     std::vector<std::string> waiting; // an unanswered Wait's keys
+    bool dead = false; // an answer could not be sent: closed below
   };
   std::vector<Conn> conns;
   std::map<std::string, std::string> data;
@@ -167,8 +181,8 @@ void StoreServer::serve() {
       if (!c.waiting.empty() && all_set(c.waiting)) {
         c.waiting.clear();
         const char stop = 0; // WaitResponseType::STOP_WAITING
-        if (!send_all_fd(c.fd, &stop, 1))
-          c.in.clear();
+        if (!send_all_fd(c.fd, &stop, 1, true))
+          c.dead = true;
       }
   };
   // One query from c's bytes: 1 handled, 0 incomplete, -1 not TCPStore's.
@@ -226,7 +240,7 @@ void StoreServer::serve() {
       data[k] = std::to_string(sum);
       reply.assign(reinterpret_cast<const char *>(&sum),
                    reinterpret_cast<const char *>(&sum) + 8);
-      if (!send_all_fd(c.fd, reply.data(), reply.size()))
+      if (!send_all_fd(c.fd, reply.data(), reply.size(), true))
         return -1;
       c.in.erase(c.in.begin(), c.in.begin() + long(r.at));
       release_waiters();
@@ -256,7 +270,7 @@ void StoreServer::serve() {
       return -1;
     }
     c.in.erase(c.in.begin(), c.in.begin() + long(r.at));
-    if (!reply.empty() && !send_all_fd(c.fd, reply.data(), reply.size()))
+    if (!reply.empty() && !send_all_fd(c.fd, reply.data(), reply.size(), true))
       return -1;
     return 1;
   };
@@ -271,13 +285,15 @@ void StoreServer::serve() {
     }
     if (fds[0].revents)
       break;
+    // The connections polled (one accepted below is polled next time).
+    const size_t polled = conns.size();
     if (fds[1].revents & POLLIN) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd >= 0)
-        conns.push_back({fd, {}, {}});
+        conns.push_back({fd, {}, {}, false});
     }
     std::vector<char> closed(conns.size(), 0);
-    for (size_t i = 0; i < conns.size(); ++i) {
+    for (size_t i = 0; i < polled; ++i) {
       if (!fds[i + 2].revents)
         continue;
       Conn &c = conns[i];
@@ -295,7 +311,7 @@ void StoreServer::serve() {
         closed[i] = 1;
     }
     for (size_t i = conns.size(); i-- > 0;)
-      if (closed[i]) {
+      if (closed[i] || conns[i].dead) {
         ::close(conns[i].fd);
         conns.erase(conns.begin() + long(i));
       }
