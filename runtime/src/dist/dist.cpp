@@ -189,6 +189,7 @@ int local_size() {
   return n > 0 && n <= g.size ? n : g.size;
 }
 bool binds_ranks() { return !g.gloo; }
+bool reduce_scatter_is_allreduce() { return g.gloo; }
 std::string launch_command(int n) {
   if (!g.joined) // alone: either launcher
     return format("mpirun -np %d, or torchrun --nproc-per-node %d "
@@ -333,24 +334,15 @@ void reduce_scatter_sum(const float *x, float *out,
   for (int64_t k : counts)
     n += k;
   if (g.gloo) {
-    // Gloo's collectives have no reduce-scatter: one reduce per rank with
-    // a part, rooted at it (a ring: each rank sends about (N-1)/N of the
-    // buffer in all, as a ring reduce-scatter does); the other ranks' sums
-    // pass through scratch.
-    std::vector<float> scratch;
+    // Gloo's collectives have no reduce-scatter: the whole sum, of which
+    // this rank keeps its part (each rank sends about 2 (N-1)/N of the
+    // buffer, twice MPI's).
+    std::vector<float> sum(x, x + n);
+    gloo::allreduce_sum(sum.data(), n);
     int64_t first = 0;
-    for (int r = 0; r < g.size; ++r) {
-      const int64_t c = counts[size_t(r)];
-      if (c > 0) {
-        float *to = out;
-        if (r != g.rank) {
-          scratch.resize(size_t(c));
-          to = scratch.data();
-        }
-        gloo::reduce_sum(x + first, to, c, r);
-      }
-      first += c;
-    }
+    for (int r = 0; r < g.rank; ++r)
+      first += counts[size_t(r)];
+    std::copy_n(sum.begin() + first, counts[size_t(g.rank)], out);
   } else {
     const std::vector<int> c = mpi_ints(counts, "MPI_Reduce_scatter");
     check(g.mpi.reduce_scatter(x, out, c.data(), g.mpi.f32, g.mpi.sum,

@@ -305,13 +305,6 @@ void allreduce_sum(double *x, int64_t n) {
     failed("all-reduce", err);
 }
 
-void reduce_sum(const float *in, float *out, int64_t n, int root) {
-  char err[1024] = {};
-  if (g.api->reduce_sum(g.ctx, in, out, size_t(n), SPW_GLOO_F32, root, err,
-                        sizeof err))
-    failed("reduce", err);
-}
-
 void allgatherv(const void *in, void *out, const std::vector<int64_t> &counts) {
   std::vector<size_t> c(counts.begin(), counts.end());
   char err[1024] = {};

@@ -28,9 +28,6 @@ void leave();
 
 void allreduce_sum(float *x, int64_t n);
 void allreduce_sum(double *x, int64_t n);
-// Root's `out` = the sum over the ranks of each one's n values at `in`
-// (`out` is scratch of n values elsewhere: the ring passes through it).
-void reduce_sum(const float *in, float *out, int64_t n, int root);
 // Rank r's counts[r] bytes at `in` to every rank's `out`, in rank order.
 void allgatherv(const void *in, void *out, const std::vector<int64_t> &counts);
 // Every rank's `bytes` bytes at `in` into rank 0's `out`, in rank order.

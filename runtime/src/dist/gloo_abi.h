@@ -21,7 +21,7 @@ extern "C" {
 
 /* Bumped whenever a declaration below changes: the runtime refuses a shim
  * of another version. */
-#define SPW_GLOO_ABI_VERSION 3
+#define SPW_GLOO_ABI_VERSION 4
 
 /* The rendezvous store (store.h), called back by Gloo's rendezvous. Each
  * returns 0, or nonzero with the error written into err. `get` hands back
@@ -50,10 +50,6 @@ typedef struct spw_gloo_api {
   /* x = the sum over ranks of x (n elements of dtype). */
   int (*allreduce_sum)(void *ctx, void *x, size_t n, int dtype, char *err,
                        size_t errlen);
-  /* Root's out = the sum over ranks of each rank's n values at in (dtype);
-   * out is read only on root. */
-  int (*reduce_sum)(void *ctx, const void *in, void *out, size_t n, int dtype,
-                    int root, char *err, size_t errlen);
   /* Rank r's counts[r] bytes at in to every rank's out, in rank order. */
   int (*allgatherv)(void *ctx, const void *in, void *out, const size_t *counts,
                     char *err, size_t errlen);

@@ -14,7 +14,6 @@
 #include <gloo/broadcast.h>
 #include <gloo/gather.h>
 #include <gloo/math.h>
-#include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
@@ -134,30 +133,6 @@ int allreduce_sum(void *ctx, void *x, size_t n, int dtype, char *err,
   });
 }
 
-using ReduceFn = void (*)(void *, const void *, const void *, size_t);
-
-int reduce_sum(void *ctx, const void *in, void *out, size_t n, int dtype,
-               int root, char *err, size_t errlen) {
-  return guarded(err, errlen, [&] {
-    Job &j = *static_cast<Job *>(ctx);
-    gloo::ReduceOptions o(j.ctx);
-    o.setTag(j.tag++);
-    o.setRoot(root);
-    if (dtype == SPW_GLOO_F32) {
-      o.setInput(const_cast<float *>(static_cast<const float *>(in)), n);
-      o.setOutput(static_cast<float *>(out), n);
-      o.setReduceFunction(static_cast<ReduceFn>(&gloo::sum<float>));
-    } else if (dtype == SPW_GLOO_F64) {
-      o.setInput(const_cast<double *>(static_cast<const double *>(in)), n);
-      o.setOutput(static_cast<double *>(out), n);
-      o.setReduceFunction(static_cast<ReduceFn>(&gloo::sum<double>));
-    } else {
-      throw std::runtime_error("reduce: unknown dtype");
-    }
-    gloo::reduce(o);
-  });
-}
-
 int allgatherv(void *ctx, const void *in, void *out, const size_t *counts,
                char *err, size_t errlen) {
   return guarded(err, errlen, [&] {
@@ -208,15 +183,9 @@ int barrier(void *ctx, char *err, size_t errlen) {
   });
 }
 
-const spw_gloo_api kApi = {SPW_GLOO_ABI_VERSION,
-                           connect,
-                           close,
-                           allreduce_sum,
-                           reduce_sum,
-                           allgatherv,
-                           gather,
-                           broadcast,
-                           barrier};
+const spw_gloo_api kApi = {
+    SPW_GLOO_ABI_VERSION, connect, close,     allreduce_sum,
+    allgatherv,           gather,  broadcast, barrier};
 
 } // namespace
 
