@@ -276,6 +276,23 @@ void join(int rank, int size) {
          iface, interfaces().c_str());
   const std::string self =
       iface ? std::string() : local_address_towards(host, int(port));
+  // A job over machines (LOCAL_WORLD_SIZE below WORLD_SIZE) cannot meet at
+  // a loopback address: rank 0's, when MASTER_ADDR names its own host and
+  // /etc/hosts maps that to 127.0.1.1 (Debian's default). A MASTER_ADDR
+  // that is loopback itself means it (several "machines" on one).
+  const char *local_text = env("LOCAL_WORLD_SIZE");
+  const long local = local_text ? std::strtol(local_text, nullptr, 10) : 0;
+  auto loopback = [](const std::string &a) {
+    return a.rfind("127.", 0) == 0 || a == "::1" || a == "localhost";
+  };
+  if (!self.empty() && local > 0 && local < size && loopback(self) &&
+      !loopback(host))
+    fail("the job spans machines (LOCAL_WORLD_SIZE=%ld of WORLD_SIZE=%d), "
+         "but this rank reaches MASTER_ADDR=%s through the loopback address "
+         "%s, which the other machines cannot reach: set MASTER_ADDR to rank "
+         "0's address on the network, or GLOO_SOCKET_IFNAME to the "
+         "interface the machines share",
+         local, size, addr, self.c_str());
   const spw_gloo_store s{g.store.get(), store_set, store_get, store_wait};
   char err[1024] = {};
   g.ctx = g.api->connect(rank, size, &s, self.c_str(), iface ? iface : "",
