@@ -11,6 +11,10 @@
 # (spillwayc --place params=ssd,optimizer=host,gradients=host --zero 1
 # --ranks N: the CPU optimizer on each rank's shard) against one process
 # of the same plan, each rank's bytes per link checked against its plan.
+# Then the ranks launched the way torchrun launches them (launch_ranks.py:
+# RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; NCCL bootstrapped over Gloo,
+# which needs libgloo0 there), --collectives nccl with and without --zero 1:
+# the NCCL-over-Gloo path, which the CPU tests cannot run.
 #
 #   here (spillwayc, nvcc):  bash scripts/device/data-parallel-check.sh --prepare N
 #                            builds build/device-dp/ for N GPUs (the GPT of
@@ -18,9 +22,10 @@
 #                            rank, fp32 so both runs round alike)
 #   there:                   bash scripts/device/data-parallel-check.sh [--steps K] [--dry-run]
 #                            device tool: carry ["build/device-dp"]
-# There needs Open MPI's mpirun (the H200 test machine has none and one GPU:
-# this script is for a machine with N GPUs and Open MPI; it says so and stops
-# where either is missing). Weights: bit-identical expected for N = 2 (the
+# There needs N GPUs, and Open MPI's mpirun for all but the torchrun-style
+# runs (the H200 test machine has neither MPI nor a second GPU: this script
+# is for a machine with N GPUs; it says what is missing, and stops without
+# the GPUs, or runs the torchrun-style runs alone without mpirun). Weights: bit-identical expected for N = 2 (the
 # average of two gradients is the micro-batch mean's sum); otherwise within
 # 1e-4 (MPI groups the sum otherwise). Rows go to $OUT/data-parallel.txt as
 # they come; the table prints last.
@@ -61,7 +66,8 @@ if [ -n "$PREPARE" ]; then
     --zero 1 --ranks "$PREPARE" -o "$DIR/dp-offload"
   rm -f "$DIR/dp.weights" "$DIR/one-offload.weights" "$DIR/dp-offload.weights" # one.weights: the same parameters
   cp "$W/whole/tokens.npy" "$W/whole/targets.npy" "$DIR/"
-  cp "$ROOT/test/e2e/compare_weights.py" "$ROOT/test/e2e/check_offload_stats.py" "$DIR/"
+  cp "$ROOT/test/e2e/compare_weights.py" "$ROOT/test/e2e/check_offload_stats.py" \
+     "$ROOT/test/e2e/launch_ranks.py" "$DIR/"
   echo "$PREPARE" > "$DIR/ranks"
   strip "$DIR/one" "$DIR/dp" "$DIR/one-offload" "$DIR/dp-offload" 2>/dev/null || true
   echo "data-parallel-check: built $DIR for $PREPARE GPUs ($(du -sm "$DIR" | cut -f1) MiB)"
@@ -79,15 +85,20 @@ ONE=("$DIR/one" "${IN[@]}" --log-json "$OUT/one.jsonl" --save "$OUT/one.safetens
 ONE_OFFLOAD=("$DIR/one-offload" "${IN[@]}" --ssd "$OUT/ssd-one" --save "$OUT/one-offload.safetensors")
 MPIRUN=(mpirun -np "$N")
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
-dp() { # NAME EXE FLAGS...: the N ranks
+LAUNCH=(python3 "$DIR/launch_ranks.py" -n "$N" --)
+dp() { # NAME EXE FLAGS...: the N ranks (a name gloo-*: torchrun-style)
   local name=$1 exe=$2; shift 2
-  echo "${MPIRUN[*]} $DIR/$exe ${IN[*]} --log-json $OUT/$name.jsonl --save $OUT/$name.safetensors $*"
+  local launcher="${MPIRUN[*]}"
+  [[ $name == gloo-* ]] && launcher="${LAUNCH[*]}"
+  echo "$launcher $DIR/$exe ${IN[*]} --log-json $OUT/$name.jsonl --save $OUT/$name.safetensors $*"
 }
 # name, executable, the one-process run whose weights it must end with, flags
 VARIANTS=("dp-nccl dp one --collectives nccl" "dp-mpi dp one --collectives mpi"
           "dp-zero dp one --zero 1 --collectives nccl"
           "dp-zero-mpi dp one --zero 1 --collectives mpi"
-          "dp-zero-offload dp-offload one-offload --ssd $OUT/ssd-ranks --stats-json $OUT/dp-zero-offload.json")
+          "dp-zero-offload dp-offload one-offload --ssd $OUT/ssd-ranks --stats-json $OUT/dp-zero-offload.json"
+          "gloo-nccl dp one --collectives nccl"
+          "gloo-zero dp one --zero 1 --collectives nccl")
 run_of() { local v=($1); echo "${v[0]} ${v[1]} ${v[*]:3}"; }
 if [ "$DRY" = 1 ]; then
   echo "data-parallel-check --dry-run: $N GPUs, $STEPS steps"
@@ -97,7 +108,8 @@ if [ "$DRY" = 1 ]; then
   exit 0
 fi
 . "$ROOT/scripts/device/cuda-env.sh"
-command -v mpirun > /dev/null || { echo "data-parallel-check: no mpirun on this machine: it needs Open MPI (Debian: openmpi-bin) and $N GPUs" | tee -a "$ROWS" >&2; exit 1; }
+HAVE_MPI=yes
+command -v mpirun > /dev/null || { HAVE_MPI=no; echo "data-parallel-check: no mpirun on this machine (Open MPI, Debian: openmpi-bin): the mpirun runs are skipped, the torchrun-style ones run" | tee -a "$ROWS" >&2; }
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [ "$GPUS" -ge "$N" ] || { echo "data-parallel-check: built for $N GPUs, this machine has $GPUS: run --prepare $GPUS where spillwayc is" | tee -a "$ROWS" >&2; exit 1; }
 mkdir -p "$OUT/ssd-one" "$OUT/ssd-ranks"
@@ -110,6 +122,9 @@ ok=yes
 for v in "${VARIANTS[@]}"; do
   fields=($v)
   name=${fields[0]} ref=${fields[2]}
+  if [[ $name != gloo-* && $HAVE_MPI = no ]]; then
+    echo "$name: skipped (no mpirun)" | tee -a "$ROWS"; continue
+  fi
   cmd=$(dp $(run_of "$v"))
   echo "$N GPUs: $cmd" | tee -a "$ROWS"
   if ! $cmd > "$OUT/$name.out" 2>&1; then
@@ -136,13 +151,15 @@ def steady(name):
 s1, t1 = steady("one")
 print(f"{'run':22} {'s/step':>9} {'tok/s':>10}")
 print(f"{'1 GPU':22} {s1:9.5f} {t1:10.0f}")
-for name in ("dp-nccl", "dp-mpi", "dp-zero", "dp-zero-mpi", "dp-zero-offload"):
+for name in ("dp-nccl", "dp-mpi", "dp-zero", "dp-zero-mpi", "dp-zero-offload",
+             "gloo-nccl", "gloo-zero"):
+    label = str(n) + " GPUs " + (name[3:] if name.startswith("dp-") else name)
     if not os.path.exists(f"{out}/{name}.jsonl"):
-        print(f"{str(n) + ' GPUs ' + name[3:]:22} failed")
+        print(f"{label:22} failed or skipped")
         continue
     sn, tn = steady(name)
     line = [l for l in open(f"{out}/{name}.out") if l.startswith("data parallel:")]
-    print(f"{str(n) + ' GPUs ' + name[3:]:22} {sn:9.5f} {tn:10.0f}  ({tn / t1:.2f}x)  "
+    print(f"{label:22} {sn:9.5f} {tn:10.0f}  ({tn / t1:.2f}x)  "
           + (line[0].strip() if line else "no data-parallel line"))
 PY
 [ "$ok" = yes ]
