@@ -20,8 +20,10 @@
 # MASTER_ADDR, MASTER_PORT, by test/e2e/launch_ranks.py: the collectives on
 # Gloo over TCP) against the same ranks under mpirun (Open MPI's shared
 # memory), --zero 0 and --zero 1: tokens per second, the time the
-# exchanges took, and the same weights (skipped, and said, where the
-# runtime was built without Gloo).
+# exchanges took, the bytes Gloo sent (the loopback interface's, counted
+# in /proc/net/dev around each run: every rank's, start-up included)
+# against what the executable says a ring sends, and the same weights
+# (skipped, and said, where the runtime was built without Gloo).
 #
 # usage: bench/data-parallel.sh [--ranks N] [--layers L] [--d-model D]
 #                               [--heads H] [--vocab V] [--seq S]
@@ -108,10 +110,15 @@ log "$N ranks, offload plan cut for the ranks (--zero 1): ./zo --ssd ssd-zero"
 EXE=./zo ranks offz --ssd ssd-zero --stats-json offz.json > offz.out
 # torchrun-style (Gloo) against mpirun (MPI): the same ranks and threads.
 GLOO=1
-gloo_ranks() { # NAME ARGS...: ./dp's N ranks, torchrun-style
+lo_tx() { awk '$1 == "lo:" { print $10 }' /proc/net/dev; }
+gloo_ranks() { # NAME ARGS...: ./dp's N ranks, torchrun-style; NAME.lo: bytes sent
   local name=$1; shift
+  local before rc=0
+  before=$(lo_tx)
   python3 "$ROOT/test/e2e/launch_ranks.py" -n "$N" -- ./dp "${IN[@]}" --threads $((THREADS / N)) \
-    --log-json "$name.jsonl" --save "$name.safetensors" "$@" > "$name.out" 2> "$name.err"
+    --log-json "$name.jsonl" --save "$name.safetensors" "$@" > "$name.out" 2> "$name.err" || rc=$?
+  echo $(( $(lo_tx) - before )) > "$name.lo"
+  return $rc
 }
 log "$N ranks launched torchrun-style (Gloo): launch_ranks.py -n $N ./dp"
 if ! gloo_ranks gloo; then
@@ -228,6 +235,14 @@ def exchange(path):
     """The exchanges' ms per step and share of the run, from the last line."""
     m = re.search(r"in ([0-9.]+) ms per step, ([0-9.]+)% of the step time", open(path).read())
     return (float(m.group(1)), float(m.group(2)) / 100) if m else (None, None)
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+def ring_bytes(path):
+    """What the executable says a ring sends per rank per step."""
+    m = re.search(r"a ring (?:all-reduce )?sends about ([0-9.]+) (\S+) per rank", open(path).read())
+    return float(m.group(1)) * UNITS[m.group(2)] if m else None
+def sent(name):
+    """Bytes each rank sent per step over the loopback (all the run's / steps / ranks)."""
+    return int(open(f"{name}.lo").read()) / steps / n
 if gloo == "1":
     sg, tokg, _ = steady("gloo.jsonl")
     sgz, tokgz, _ = steady("gloo-zero.jsonl")
@@ -235,10 +250,14 @@ if gloo == "1":
         "command": "test/e2e/launch_ranks.py -n N ./dp ... (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; Gloo)",
         "zero0": {"steady_s_per_step": sg, "tokens_per_s": tokg,
                   "exchange_ms_per_step": exchange("gloo.out")[0],
+                  "loopback_bytes_per_rank_per_step": sent("gloo"),
+                  "ring_bytes_per_rank_per_step": ring_bytes("gloo.out"),
                   "mpi_exchange_ms_per_step": exchange("dp.out")[0],
                   "weights_vs_mpirun": open("gloo-same.out").read().strip()},
         "zero1": {"steady_s_per_step": sgz, "tokens_per_s": tokgz,
                   "exchange_ms_per_step": exchange("gloo-zero.out")[0],
+                  "loopback_bytes_per_rank_per_step": sent("gloo-zero"),
+                  "ring_bytes_per_rank_per_step": ring_bytes("gloo-zero.out"),
                   "mpi_exchange_ms_per_step": exchange("zero.out")[0],
                   "weights_vs_mpirun": open("gloo-zero-same.out").read().strip()},
         "ratio_tokens_per_s_gloo_over_mpi": tokg / tokn,
@@ -291,6 +310,11 @@ if gloo == "1":
     print(f"Gloo / MPI: {tokg / tokn:.3f}x tokens/s (--zero 0), {tokgz / tokz:.3f}x (--zero 1, "
           f"Gloo's reduce-scatter an all-reduce); weights: {t['zero0']['weights_vs_mpirun']}, "
           f"{t['zero1']['weights_vs_mpirun']}")
+    for z in ("zero0", "zero1"):
+        r = t[z]["ring_bytes_per_rank_per_step"]
+        print(f"Gloo sent per rank per step, --{z[:4]} {z[4]}: {t[z]['loopback_bytes_per_rank_per_step'] / 2**20:.1f} MiB "
+              f"measured on the loopback (start-up included), "
+              + (f"{r / 2**20:.1f} MiB a ring sends (the executable's line)" if r else "no ring figure"))
 else:
     print("torchrun-style launch: skipped (the runtime was built without Gloo)")
 print(f"results: {out}")
