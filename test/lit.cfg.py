@@ -67,7 +67,7 @@ if getattr(config, "spillway_have_gloo", False):
     if torchrun:
         config.available_features.add("torchrun")
         config.substitutions.append(
-            ("%torchrun", f"{torchrun} --standalone --no-python"))
+            ("%torchrun", f"{torchrun} --no-python"))
 mpirun = shutil.which("mpirun")
 if mpirun:
     config.available_features.add("mpi")

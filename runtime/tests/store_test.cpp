@@ -84,6 +84,35 @@ TEST(Store, ClientWaitsForTheServerToStart) {
   starter.join();
 }
 
+// An answer larger than the socket's buffers goes in pieces as the client
+// reads (Gloo's rendezvous stores (ranks - 1) x 136 bytes per rank: 1.3 MB
+// for 10000 ranks); and a count of keys with no keys behind it allocates
+// nothing and stalls nothing.
+TEST(Store, LargeAnswersAndStrayCounts) {
+  const int port = free_port();
+  StoreServer server(port);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(uint16_t(port));
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
+  std::string q(1, char(spw::dist::StoreQuery::Validate));
+  const uint32_t magic = spw::dist::kStoreMagic;
+  q.append(reinterpret_cast<const char *>(&magic), 4);
+  q += char(spw::dist::StoreQuery::Wait);
+  const uint64_t many = uint64_t(1) << 26; // 64 Mi keys announced, none sent
+  q.append(reinterpret_cast<const char *>(&many), 8);
+  ASSERT_EQ(::send(fd, q.data(), q.size(), 0), ssize_t(q.size()));
+  StoreClient w("127.0.0.1", port, "", 10s), r("127.0.0.1", port, "", 10s);
+  std::string big(size_t(24) << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i)
+    big[i] = char(i * 2654435761u >> 24);
+  w.set("big", bytes(big));
+  EXPECT_EQ(text(r.get("big")), big);
+  ::close(fd);
+}
+
 // A query split over many TCP segments (here a byte at a time) is one
 // query: the server buffers until it is whole.
 TEST(Store, ServerReassemblesQueriesByteByByte) {

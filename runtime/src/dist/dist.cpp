@@ -334,9 +334,12 @@ void reduce_scatter_sum(const float *x, float *out,
   for (int64_t k : counts)
     n += k;
   if (g.gloo) {
+    if (counts.size() != size_t(g.size))
+      fail("reduce-scatter: %zu per-rank counts for %d ranks", counts.size(),
+           g.size);
     // Gloo's collectives have no reduce-scatter: the whole sum, of which
     // this rank keeps its part (each rank sends about 2 (N-1)/N of the
-    // buffer, twice MPI's).
+    // buffer, twice MPI's). (x is the caller's: the sum goes in a copy.)
     std::vector<float> sum(x, x + n);
     gloo::allreduce_sum(sum.data(), n);
     int64_t first = 0;

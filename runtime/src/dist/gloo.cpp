@@ -83,9 +83,10 @@ const spw_gloo_api *load_shim() {
     n -= size_t(k);
   }
   const std::string path = "/proc/self/fd/" + std::to_string(fd);
-  // RTLD_LOCAL: Gloo's symbols stay the shim's. The descriptor stays open
-  // (the mapping does not need it, but a closed memfd may not reopen).
+  // RTLD_LOCAL: Gloo's symbols stay the shim's. The mapping keeps the
+  // memory file alive: the descriptor goes either way.
   void *lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ::close(fd);
   if (!lib)
     fail("torchrun-style launching runs its collectives on Gloo, whose "
          "library cannot be loaded: %s; install it on every machine of the "

@@ -80,13 +80,9 @@ constexpr char kHandshake[] = "its handshake";
 // A query larger than this is not TCPStore's (a stray connection): closed.
 constexpr uint64_t kMaxQueryBytes = uint64_t(1) << 30;
 
-// `dontwait`: the server's sends, which never block: a client that does
-// not read its answers (whose socket buffers are full) is dropped rather
-// than stall the store for every rank.
-bool send_all_fd(int fd, const char *p, size_t n, bool dontwait = false) {
+bool send_all_fd(int fd, const char *p, size_t n) {
   while (n > 0) {
-    const ssize_t k =
-        ::send(fd, p, n, MSG_NOSIGNAL | (dontwait ? MSG_DONTWAIT : 0));
+    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
     if (k < 0 && errno == EINTR)
       continue;
     if (k <= 0)
@@ -94,6 +90,33 @@ bool send_all_fd(int fd, const char *p, size_t n, bool dontwait = false) {
     p += k;
     n -= size_t(k);
   }
+  return true;
+}
+
+// connect(2) within `ms` milliseconds; false with the reason in `why`.
+bool connect_within(int fd, const sockaddr *a, socklen_t len, int ms,
+                    std::string &why) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  (void)::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  bool ok = ::connect(fd, a, len) == 0;
+  if (!ok && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    const int r = ::poll(&p, 1, ms);
+    int err = 0;
+    socklen_t n = sizeof err;
+    if (r == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &n) == 0) {
+      ok = err == 0;
+      if (!ok)
+        errno = err;
+    } else if (r == 0) {
+      errno = ETIMEDOUT;
+    }
+  }
+  if (!ok) {
+    why = std::strerror(errno);
+    return false;
+  }
+  (void)::fcntl(fd, F_SETFL, flags);
   return true;
 }
 
@@ -168,7 +191,9 @@ void StoreServer::serve() {
     int fd;
     std::vector<char> in;
     std::vector<std::string> waiting; // an unanswered Wait's keys
-    bool dead = false; // an answer could not be sent: closed below
+    std::vector<char> out;            // answers not sent yet
+    size_t out_at = 0;                // of which this many were
+    bool dead = false;                // closed below
   };
   std::vector<Conn> conns;
   std::map<std::string, std::string> data;
@@ -176,13 +201,45 @@ void StoreServer::serve() {
     return std::all_of(keys.begin(), keys.end(),
                        [&](const std::string &k) { return data.count(k); });
   };
+  // Sends what c's answers hold without blocking; the rest waits for the
+  // socket (POLLOUT). A client that asks more while over kMaxPending of
+  // its answers wait does not read them: dropped, rather than stall the
+  // store (one large answer alone is sent however large).
+  constexpr size_t kMaxPending = size_t(16) << 20;
+  auto flush = [&](Conn &c) {
+    while (c.out_at < c.out.size()) {
+      const ssize_t k =
+          ::send(c.fd, c.out.data() + c.out_at, c.out.size() - c.out_at,
+                 MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (k < 0 && errno == EINTR)
+        continue;
+      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        break;
+      if (k <= 0) {
+        c.dead = true;
+        return;
+      }
+      c.out_at += size_t(k);
+    }
+    if (c.out_at == c.out.size()) {
+      c.out.clear();
+      c.out_at = 0;
+    }
+  };
+  auto answer = [&](Conn &c, const char *p, size_t n) {
+    if (c.out.size() - c.out_at > kMaxPending) {
+      c.dead = true;
+      return;
+    }
+    c.out.insert(c.out.end(), p, p + n);
+    flush(c);
+  };
   auto release_waiters = [&] {
     for (Conn &c : conns)
-      if (!c.waiting.empty() && all_set(c.waiting)) {
+      if (!c.dead && !c.waiting.empty() && all_set(c.waiting)) {
         c.waiting.clear();
         const char stop = 0; // WaitResponseType::STOP_WAITING
-        if (!send_all_fd(c.fd, &stop, 1, true))
-          c.dead = true;
+        answer(c, &stop, 1);
       }
   };
   // One query from c's bytes: 1 handled, 0 incomplete, -1 not TCPStore's.
@@ -192,6 +249,7 @@ void StoreServer::serve() {
     if (!r.u8(q))
       return 0;
     std::vector<char> reply;
+    bool stored = false; // a key was set: waiters may be done
     switch (StoreQuery(q)) {
     case StoreQuery::Validate: {
       uint32_t magic = 0;
@@ -214,9 +272,8 @@ void StoreServer::serve() {
       if (!r.bytes(k) || !r.bytes(v))
         return 0;
       data[k] = std::move(v);
-      c.in.erase(c.in.begin(), c.in.begin() + long(r.at));
-      release_waiters();
-      return 1;
+      stored = true;
+      break;
     }
     case StoreQuery::Get: {
       std::string k;
@@ -238,13 +295,10 @@ void StoreServer::serve() {
                             : std::strtoll(it->second.c_str(), nullptr, 10)) +
           delta;
       data[k] = std::to_string(sum);
+      stored = true;
       reply.assign(reinterpret_cast<const char *>(&sum),
                    reinterpret_cast<const char *>(&sum) + 8);
-      if (!send_all_fd(c.fd, reply.data(), reply.size(), true))
-        return -1;
-      c.in.erase(c.in.begin(), c.in.begin() + long(r.at));
-      release_waiters();
-      return 1;
+      break;
     }
     case StoreQuery::Check:
     case StoreQuery::Wait: {
@@ -253,6 +307,10 @@ void StoreServer::serve() {
         return 0;
       if (n > kMaxQueryBytes / 8)
         return -1;
+      // Each key takes 8 bytes at least: the keys are not all here yet
+      // (and a count no bytes follow allocates nothing).
+      if (n > (c.in.size() - r.at) / 8)
+        return 0;
       std::vector<std::string> keys(static_cast<size_t>(n));
       for (std::string &k : keys)
         if (!r.bytes(k))
@@ -270,14 +328,16 @@ void StoreServer::serve() {
       return -1;
     }
     c.in.erase(c.in.begin(), c.in.begin() + long(r.at));
-    if (!reply.empty() && !send_all_fd(c.fd, reply.data(), reply.size(), true))
-      return -1;
+    if (!reply.empty())
+      answer(c, reply.data(), reply.size());
+    if (stored)
+      release_waiters();
     return 1;
   };
   for (;;) {
     std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}};
     for (const Conn &c : conns)
-      fds.push_back({c.fd, POLLIN, 0});
+      fds.push_back({c.fd, short(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
     if (::poll(fds.data(), nfds_t(fds.size()), -1) < 0) {
       if (errno == EINTR)
         continue;
@@ -290,28 +350,39 @@ void StoreServer::serve() {
     if (fds[1].revents & POLLIN) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd >= 0)
-        conns.push_back({fd, {}, {}, false});
+        conns.push_back(Conn{fd, {}, {}, {}, 0, false});
     }
-    std::vector<char> closed(conns.size(), 0);
     for (size_t i = 0; i < polled; ++i) {
-      if (!fds[i + 2].revents)
-        continue;
       Conn &c = conns[i];
+      const short ev = fds[i + 2].revents;
+      if (!ev || c.dead)
+        continue;
+      if (ev & POLLOUT)
+        flush(c);
+      if (!(ev & (POLLIN | POLLHUP | POLLERR)))
+        continue;
       char buf[65536];
       const ssize_t k = ::recv(c.fd, buf, sizeof buf, 0);
       if (k <= 0) {
-        closed[i] = k == 0 || (errno != EINTR && errno != EAGAIN);
+        if (k == 0 || (errno != EINTR && errno != EAGAIN))
+          c.dead = true;
         continue;
       }
-      c.in.insert(c.in.end(), buf, buf + k);
-      int rc = 1;
-      while (!c.in.empty() && (rc = handle(c)) == 1) {
+      // A connection whose bytes cannot be handled (not TCPStore's, or
+      // more than memory holds) is closed; the store serves on.
+      try {
+        c.in.insert(c.in.end(), buf, buf + k);
+        int rc = 1;
+        while (!c.dead && !c.in.empty() && (rc = handle(c)) == 1) {
+        }
+        if (rc < 0 || c.in.size() > kMaxQueryBytes)
+          c.dead = true;
+      } catch (const std::exception &) {
+        c.dead = true;
       }
-      if (rc < 0 || c.in.size() > kMaxQueryBytes)
-        closed[i] = 1;
     }
     for (size_t i = conns.size(); i-- > 0;)
-      if (closed[i] || conns[i].dead) {
+      if (conns[i].dead) {
         ::close(conns[i].fd);
         conns.erase(conns.begin() + long(i));
       }
@@ -347,12 +418,16 @@ StoreClient::StoreClient(const std::string &host, int port,
                                 a->ai_protocol);
         if (fd < 0)
           continue;
-        if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+        // Not blocking: an address that drops packets would hold connect
+        // for minutes, past the deadline.
+        const int left = int(std::max<int64_t>(
+            1, std::chrono::duration_cast<std::chrono::milliseconds>(
+                   deadline - std::chrono::steady_clock::now())
+                   .count()));
+        if (connect_within(fd, a->ai_addr, a->ai_addrlen, left, last))
           fd_ = fd;
-        } else {
-          last = std::strerror(errno);
+        else
           ::close(fd);
-        }
       }
       ::freeaddrinfo(res);
     }
@@ -372,21 +447,28 @@ StoreClient::StoreClient(const std::string &host, int port,
   tv.tv_sec = long(timeout.count() / 1000);
   tv.tv_usec = long(timeout.count() % 1000) * 1000;
   (void)::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  // TCPStore's handshake: the magic, then a ping the server echoes.
-  std::vector<char> q = query(StoreQuery::Validate);
-  const uint32_t magic = kStoreMagic, ping = uint32_t(::getpid());
-  q.insert(q.end(), reinterpret_cast<const char *>(&magic),
-           reinterpret_cast<const char *>(&magic) + 4);
-  q.push_back(char(StoreQuery::Ping));
-  q.insert(q.end(), reinterpret_cast<const char *>(&ping),
-           reinterpret_cast<const char *>(&ping) + 4);
-  send_all(q);
-  uint32_t echo = 0;
-  recv_all(&echo, 4, kHandshake);
-  if (echo != ping)
-    fail("the rendezvous store at %s answered the handshake with %u, not "
-         "%u: MASTER_PORT is not a torch.distributed TCPStore",
-         where_.c_str(), echo, ping);
+  // TCPStore's handshake: the magic, then a ping the server echoes. (A
+  // failure throws from the constructor: the socket is closed first.)
+  try {
+    std::vector<char> q = query(StoreQuery::Validate);
+    const uint32_t magic = kStoreMagic, ping = uint32_t(::getpid());
+    q.insert(q.end(), reinterpret_cast<const char *>(&magic),
+             reinterpret_cast<const char *>(&magic) + 4);
+    q.push_back(char(StoreQuery::Ping));
+    q.insert(q.end(), reinterpret_cast<const char *>(&ping),
+             reinterpret_cast<const char *>(&ping) + 4);
+    send_all(q);
+    uint32_t echo = 0;
+    recv_all(&echo, 4, kHandshake);
+    if (echo != ping)
+      fail("the rendezvous store at %s answered the handshake with %u, not "
+           "%u: MASTER_PORT is not a torch.distributed TCPStore",
+           where_.c_str(), echo, ping);
+  } catch (...) {
+    ::close(fd_);
+    fd_ = -1;
+    throw;
+  }
 }
 
 StoreClient::~StoreClient() {

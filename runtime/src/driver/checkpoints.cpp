@@ -215,7 +215,7 @@ int64_t Checkpointer::start() {
              c->dir().c_str(), have.c_str(), have == "1" ? "" : "s",
              dist::size(),
              dist::launch_command(std::atoi(have.c_str())).c_str(),
-             have == "1" ? " or without mpirun" : "",
+             have == "1" ? " or alone" : "",
              ctx_->declared_shards > 0
                  ? format(", with an executable compiled for them (this "
                           "one's offload plan is cut for %d ranks: %s)",
