@@ -22,11 +22,17 @@ using namespace std::chrono_literals;
 using spw::dist::StoreClient;
 using spw::dist::StoreServer;
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+sockaddr_in loopback(int port) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(uint16_t(port));
+  return a;
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = loopback(0);
   EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
   socklen_t len = sizeof a;
   ::getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len);
@@ -36,6 +42,28 @@ int free_port() {
 
 std::vector<char> bytes(const std::string &s) { return {s.begin(), s.end()}; }
 std::string text(const std::vector<char> &v) { return {v.begin(), v.end()}; }
+
+// A plain TCP connection to the store at `port` (-1: it failed), its
+// receive buffer `rcvbuf` bytes when not 0: the tests' hand-made clients.
+int connect_raw(int port, int rcvbuf = 0) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (rcvbuf)
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  const sockaddr_in a = loopback(port);
+  if (::connect(fd, reinterpret_cast<const sockaddr *>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// TCPStore's handshake: the validate query and its magic.
+std::string validate() {
+  std::string q(1, char(spw::dist::StoreQuery::Validate));
+  const uint32_t magic = spw::dist::kStoreMagic;
+  q.append(reinterpret_cast<const char *>(&magic), 4);
+  return q;
+}
 
 TEST(Store, SetGetAddAcrossClients) {
   const int port = free_port();
@@ -91,15 +119,9 @@ TEST(Store, ClientWaitsForTheServerToStart) {
 TEST(Store, LargeAnswersAndStrayCounts) {
   const int port = free_port();
   StoreServer server(port);
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(uint16_t(port));
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
-  std::string q(1, char(spw::dist::StoreQuery::Validate));
-  const uint32_t magic = spw::dist::kStoreMagic;
-  q.append(reinterpret_cast<const char *>(&magic), 4);
+  const int fd = connect_raw(port);
+  ASSERT_GE(fd, 0);
+  std::string q = validate();
   q += char(spw::dist::StoreQuery::Wait);
   const uint64_t many = uint64_t(1) << 26; // 64 Mi keys announced, none sent
   q.append(reinterpret_cast<const char *>(&many), 8);
@@ -118,17 +140,10 @@ TEST(Store, LargeAnswersAndStrayCounts) {
 TEST(Store, ServerReassemblesQueriesByteByByte) {
   const int port = free_port();
   StoreServer server(port);
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(uint16_t(port));
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
-  std::string q;
+  const int fd = connect_raw(port);
+  ASSERT_GE(fd, 0);
+  std::string q = validate();
   auto u64 = [&](uint64_t v) { q.append(reinterpret_cast<char *>(&v), 8); };
-  q += char(spw::dist::StoreQuery::Validate);
-  const uint32_t magic = spw::dist::kStoreMagic;
-  q.append(reinterpret_cast<const char *>(&magic), 4);
   q += char(spw::dist::StoreQuery::Set);
   u64(3);
   q += "key";
@@ -161,18 +176,10 @@ TEST(Store, ServerReassemblesQueriesByteByByte) {
 TEST(Store, AClientThatDoesNotReadIsDropped) {
   const int port = free_port();
   StoreServer server(port);
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   // A small receive buffer: the answers fill it soon.
-  const int small = 4096;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(uint16_t(port));
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
-  std::string q(1, char(spw::dist::StoreQuery::Validate));
-  const uint32_t magic = spw::dist::kStoreMagic;
-  q.append(reinterpret_cast<const char *>(&magic), 4);
+  const int fd = connect_raw(port, 4096);
+  ASSERT_GE(fd, 0);
+  const std::string q = validate();
   std::string pings;
   for (int i = 0; i < 4096; ++i) {
     pings += char(spw::dist::StoreQuery::Ping);
@@ -241,11 +248,8 @@ TEST(Store, RefusesAServerThatIsNotAStore) {
   const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
   const int one = 1;
   ::setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(uint16_t(port));
-  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
+  const sockaddr_in a = loopback(port);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<const sockaddr *>(&a), sizeof a), 0);
   ASSERT_EQ(::listen(lfd, 4), 0);
   std::thread peer([&] {
     const int c = ::accept(lfd, nullptr, nullptr);

@@ -112,9 +112,14 @@ constexpr int64_t kPiece = int64_t(1) << 30;
 // Per-rank counts and displacements (elements) as MPI's ints. A ZeRO shard
 // is one parameter's 1/N: past 2^31 elements (8 GiB of float32 on one rank)
 // MPI's vector collectives cannot address it.
-std::vector<int> mpi_ints(const std::vector<int64_t> &v, const char *what) {
+// A per-rank list (counts, displacements) has one value per rank.
+void check_per_rank(const std::vector<int64_t> &v, const char *what) {
   if (v.size() != size_t(g.size))
     fail("%s: %zu per-rank values for %d ranks", what, v.size(), g.size);
+}
+
+std::vector<int> mpi_ints(const std::vector<int64_t> &v, const char *what) {
+  check_per_rank(v, what);
   std::vector<int> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i] < 0 || v[i] > INT_MAX)
@@ -334,9 +339,7 @@ void reduce_scatter_sum(const float *x, float *out,
   for (int64_t k : counts)
     n += k;
   if (g.gloo) {
-    if (counts.size() != size_t(g.size))
-      fail("reduce-scatter: %zu per-rank counts for %d ranks", counts.size(),
-           g.size);
+    check_per_rank(counts, "reduce-scatter");
     // Gloo's collectives have no reduce-scatter: the whole sum, of which
     // this rank keeps its part (each rank sends about 2 (N-1)/N of the
     // buffer, twice MPI's). (x is the caller's: the sum goes in a copy.)
@@ -371,9 +374,8 @@ void allgather_elements(void *x, Handle type, int64_t elem,
   if (g.gloo) {
     // Gloo gathers into one buffer in rank order: through a copy, then
     // each rank's elements to their place.
-    if (counts.size() != size_t(g.size) || displs.size() != size_t(g.size))
-      fail("all-gather: %zu per-rank counts for %d ranks", counts.size(),
-           g.size);
+    check_per_rank(counts, "all-gather");
+    check_per_rank(displs, "all-gather");
     char *base = static_cast<char *>(x);
     const int64_t mine = counts[size_t(g.rank)] * elem;
     std::vector<char> in(base + displs[size_t(g.rank)] * elem,
@@ -420,8 +422,8 @@ void gather_to_root(const float *x, int64_t n, float *out,
   if (g.gloo) {
     // Gloo gathers equal sizes: each rank's elements padded to the
     // largest rank's, then put in their place on rank 0.
-    if (counts.size() != size_t(g.size) || displs.size() != size_t(g.size))
-      fail("gather: %zu per-rank counts for %d ranks", counts.size(), g.size);
+    check_per_rank(counts, "gather");
+    check_per_rank(displs, "gather");
     const int64_t most = *std::max_element(counts.begin(), counts.end());
     if (most == 0)
       return;

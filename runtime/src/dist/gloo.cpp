@@ -157,43 +157,41 @@ std::string interfaces() {
   return out.empty() ? "none found" : "its interfaces: " + out;
 }
 
-// The store's C callbacks for the shim.
-int store_set(void *self, const char *key, const void *data, size_t n,
-              char *err, size_t errlen) {
+// The store's C callbacks for the shim: an exception becomes the error
+// text and 1 (none crosses the C ABI).
+template <class F> int c_call(char *err, size_t errlen, F &&body) {
   try {
-    const char *p = static_cast<const char *>(data);
-    static_cast<StoreClient *>(self)->set(key, std::vector<char>(p, p + n));
+    body();
     return 0;
   } catch (const std::exception &e) {
     std::snprintf(err, errlen, "%s", e.what());
     return 1;
   }
 }
+int store_set(void *self, const char *key, const void *data, size_t n,
+              char *err, size_t errlen) {
+  return c_call(err, errlen, [&] {
+    const char *p = static_cast<const char *>(data);
+    static_cast<StoreClient *>(self)->set(key, std::vector<char>(p, p + n));
+  });
+}
 int store_get(void *self, const char *key, void **data, size_t *n, char *err,
               size_t errlen) {
-  try {
+  return c_call(err, errlen, [&] {
     const std::vector<char> v = static_cast<StoreClient *>(self)->get(key);
     *data = std::malloc(v.empty() ? 1 : v.size());
     if (!*data)
       fail("out of memory");
     std::memcpy(*data, v.data(), v.size());
     *n = v.size();
-    return 0;
-  } catch (const std::exception &e) {
-    std::snprintf(err, errlen, "%s", e.what());
-    return 1;
-  }
+  });
 }
 int store_wait(void *self, const char *const *keys, size_t nkeys, char *err,
                size_t errlen) {
-  try {
+  return c_call(err, errlen, [&] {
     static_cast<StoreClient *>(self)->wait(
         std::vector<std::string>(keys, keys + nkeys));
-    return 0;
-  } catch (const std::exception &e) {
-    std::snprintf(err, errlen, "%s", e.what());
-    return 1;
-  }
+  });
 }
 
 // A collective's error: the usual cause is another rank's end.
