@@ -172,9 +172,6 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
       if (t != Tier::GPU)
         return invalid("--zero 1 shards the state of resident plans only "
                        "(every class on the GPU)");
-  if (s.optimizerShards > 1 && hasMaster)
-    return invalid("bf16-mixed master weights in an offload plan sharded "
-                   "over the ranks (--zero 1) are not built");
 
   const size_t L = s.layers.size();
   const Tier paramsTier = pl[TensorClass::Params];
@@ -251,7 +248,23 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
     O += b;
     largestOptimizer = std::max(largestOptimizer, b);
   }
-  const double W = sumOf(s, &LayerCost::masterBytes);
+  // The master blocks, sharded over the ranks as the state is (one rank's
+  // slots, the overlap's sub-slots too), else whole.
+  double W = 0, largestMaster = 0;
+  for (const LayerCost &l : s.layers) {
+    double w = double(l.masterBytes);
+    if (s.optimizerShards > 1 && !l.masterElements.empty()) {
+      std::vector<int64_t> n(l.masterElements.begin(), l.masterElements.end());
+      w = double(spw_zero_sharded_layout(
+          n.data(), int64_t(n.size()), int64_t(s.optimizerShards),
+          s.gradClip ? SPW_ZERO_SHARD_ALIGN_CLIPPED : SPW_ZERO_SHARD_ALIGN,
+          F > 0 ? deferredElements(F, int64_t(l.numParams), granule) : 0, 4,
+          256, nullptr, nullptr));
+    }
+    W += w;
+    largestMaster = std::max(largestMaster, w);
+  }
+  e.masterBytes = uint64_t(W);
   if (pl[TensorClass::Optimizer] == Tier::SSD) {
     b.ssdRead += O;
     b.ssdWrite += O;
@@ -344,12 +357,15 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   // gradients' bytes in a ring all-reduce. The runtime averages each
   // gradient at its update, on the step's thread: the time adds up.
   // ZeRO (zero): a ring reduce-scatter of the gradients and a ring
-  // all-gather of the updated f32 values, (N - 1) / N of each (clipping's
+  // all-gather of the updated values, (N - 1) / N of each (clipping's
   // norm adds the per-block sums, 8 bytes per 64 Ki elements: not
   // counted).
   if (s.ranks > 1) {
     const double n = double(s.ranks);
-    const double values = 4 * double(sumOf(s, &LayerCost::numParams));
+    // Sharded bf16-mixed masters: each rank's updated shard goes to the
+    // others as its bf16 working copies (2 bytes per element).
+    const double valueBytes = s.optimizerShards > 1 && hasMaster ? 2 : 4;
+    const double values = valueBytes * double(sumOf(s, &LayerCost::numParams));
     b.network = zero ? (n - 1) / n * (G + values) : 2 * (n - 1) / n * G;
     e.networkSec = b.network / (hw.networkGBps * 1e9);
   }
@@ -387,7 +403,7 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
       zero && s.optimizerShards <= 1 ? double(s.zeroOptimizerBytes) : O;
   const ClassBytes classes[] = {
       {TensorClass::Params, sumOf(s, &LayerCost::paramBytes), largestLoad},
-      {TensorClass::Master, W, maxOf(s, &LayerCost::masterBytes)},
+      {TensorClass::Master, W, largestMaster},
       {TensorClass::Optimizer, Okept, largestOptimizer},
       {TensorClass::Gradients, G, maxOf(s, &LayerCost::gradBytes)},
       {TensorClass::Activations, A, maxOf(s, &LayerCost::activationBytes) / M},

@@ -194,6 +194,7 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
       if (s.bf16Storage) {
         l.paramBytes += bytes / 2;
         l.masterBytes += bytes;
+        l.masterElements.push_back(n);
       } else {
         l.paramBytes += bytes;
       }

@@ -99,6 +99,10 @@ struct ParamInfo {
   // bound_v_part[k] hold first (part 0 this rank's shard_lo, part 1
   // max(shard_lo, bound_split)); -1: 0 and bound_split as above.
   int64_t state_first[2] = {-1, -1};
+  // The same for the f32 values of a bf16-mixed plan's master block cut for
+  // ZeRO's ranks (tiers_shards_masters): bound_w_part[k] holds elements
+  // from value_first[k] on (part 0: shard_lo); -1: the values are whole.
+  int64_t value_first[2] = {-1, -1};
   // The last bind of the params / optimizer block was of its GPU-tier
   // copy: bound_w_part (and dev_value's data) / bound_m* and bound_v* are
   // device addresses, and the update runs on the device. Else host ones

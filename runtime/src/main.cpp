@@ -159,6 +159,7 @@ void rank_options(Options &o) {
     return;
   if (!o.stats_json.empty())
     o.stats_json += ".rank-" + std::to_string(r);
+  o.rank0_saves = !o.save.empty();
   o.save.clear();
   o.log_json.clear();
   o.trace.clear();
@@ -281,6 +282,12 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
                     ? "gradients reduce-scattered, clipping's norm from the "
                       "shards of its 64 Ki-element blocks; values all-gathered"
                     : "gradients reduce-scattered; values all-gathered");
+    // The offload plan's masters are cut as the state is (4 bytes each).
+    if (tiers_shards_masters(ctx) && dist::active())
+      std::printf("  zero: fp32 master weights sharded too: %s on this rank "
+                  "of %s (the bf16 working copies all-gathered)\n",
+                  human_bytes(here * 4).c_str(),
+                  human_bytes(whole * 4).c_str());
   }
   if (!ctx->params.empty())
     std::printf("  weights: %s\n", weights.c_str());
@@ -693,6 +700,8 @@ int run(const Options &given, const char *argv0) {
   // full disk) must not lose them.
   if (!o.save.empty())
     save_params(ctx, o.save);
+  else if (o.rank0_saves)
+    join_save(ctx);
   if (tiered && !o.stats_json.empty()) {
     try {
       write_file_atomic(o.stats_json,

@@ -135,6 +135,32 @@ P split_elements(const ParamInfo &p, const P part[2], const char *what,
   return at;
 }
 
+// The bound f32 values of elements [begin, end) the update writes: `value`'s
+// (the host or device tensor), a part of a split block, or this rank's
+// shard of a master block cut for ZeRO's ranks (value_first).
+float *value_elements(const ParamInfo &p, const spw_tensor &value,
+                      int64_t begin, int64_t end) {
+  if (p.value_first[0] >= 0) {
+    if (p.bound_split >= 0)
+      return split_elements(p, p.bound_w_part, "values", begin, end,
+                            p.value_first);
+    if (!p.bound_w_part[0])
+      fail("parameter '%s' is updated while no copy of its master shard is "
+           "bound",
+           p.name.c_str());
+    return p.bound_w_part[0] + (begin - p.value_first[0]);
+  }
+  if (p.bound_split >= 0)
+    return split_elements(p, p.bound_w_part, "values", begin, end);
+  if (!value.data)
+    fail("parameter '%s' is updated while no copy of it is bound",
+         p.name.c_str());
+  return value.as<float>() + begin;
+}
+
+bf16 *work_elements(spw_ctx *ctx, const ParamInfo &p, int64_t begin,
+                    int64_t end, bool on_device);
+
 // ZeRO: every rank's updated shard of elements [begin, end) to every rank,
 // after the update; every rank gathers, whether its own part ran or was
 // skipped (a non-finite gradient: the step then fails on that rank).
@@ -145,6 +171,16 @@ void gather_updated(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end) {
     return zero::gather_values(ctx, p, begin, end);
   // An offload plan's bound copy (one part of a split block).
   const bool host = !state_on_device(p);
+  // Masters cut for the ranks stay so: the bf16 working copies the update
+  // wrote are what the ranks exchange.
+  const int32_t param = int32_t(&p - ctx->params.data());
+  if (tiers_shards_masters(ctx) && tiers_hold_work(ctx, param)) {
+    bf16 *at = work_elements(ctx, p, begin, end, /*on_device=*/!host);
+    if (host)
+      return tiers_defer_gather(ctx, param, begin, end, at);
+    tiers_gathering(ctx, param, begin, end);
+    return zero::gather_work(ctx, p, begin, end, at, /*host=*/false);
+  }
   float *at = nullptr;
   if (p.bound_split >= 0)
     at = split_elements(p, p.bound_w_part, "values", begin, end);
@@ -157,8 +193,7 @@ void gather_updated(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end) {
   // The CPU optimizer updates the host copy on its tasks: gathered once
   // they are done, when the plan next uses the copy.
   if (host)
-    return tiers_defer_gather(ctx, int32_t(&p - ctx->params.data()), begin, end,
-                              at);
+    return tiers_defer_gather(ctx, param, begin, end, at);
   zero::gather_values(ctx, p, begin, end, at);
 }
 
@@ -394,15 +429,11 @@ void adamw_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
   // part of it, when the block is split).
   float *w;
   StateMem m, v;
+  w = value_elements(p, *p.value, begin, end);
   if (p.bound_split >= 0) {
-    w = split_elements(p, p.bound_w_part, "values", begin, end);
     m = split_elements(p, p.bound_m_part, "AdamW m", begin, end, p.state_first);
     v = split_elements(p, p.bound_v_part, "AdamW v", begin, end, p.state_first);
   } else {
-    if (!p.value->data)
-      fail("parameter '%s' is updated while no copy of it is bound",
-           p.name.c_str());
-    w = p.value->as<float>() + begin;
     m = (p.bound_m ? p.bound_m : host_state(ctx, p, p.adam_m)) +
         (begin - p.shard_lo);
     v = (p.bound_v ? p.bound_v : host_state(ctx, p, p.adam_v)) +
@@ -626,14 +657,14 @@ void device_update(spw_ctx *ctx, ParamInfo &p, const float *g, int64_t begin,
     m = p.dev_m + (begin - p.shard_lo);
     v = p.dev_v + (begin - p.shard_lo);
   } else if (p.bound_split >= 0) {
-    w = split_elements(p, p.bound_w_part, "values", begin, end);
+    w = value_elements(p, *p.dev_value, begin, end);
     m = split_elements(p, p.bound_m_part, "AdamW m", begin, end, p.state_first);
     v = split_elements(p, p.bound_v_part, "AdamW v", begin, end, p.state_first);
   } else {
-    if (!p.dev_value->data || !p.bound_m)
+    if (!p.bound_m)
       fail("parameter '%s' is updated while no copy of it is bound",
            p.name.c_str());
-    w = p.dev_value->as<float>() + begin;
+    w = value_elements(p, *p.dev_value, begin, end);
     m = p.bound_m + (begin - p.shard_lo);
     v = p.bound_v + (begin - p.shard_lo);
   }

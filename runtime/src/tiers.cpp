@@ -120,9 +120,19 @@ struct Tiers {
     // updates are done and before anything moves, frees or binds the copy.
     // Every rank records and runs the same ones at the same points of the
     // plan (they are collective).
+    // A master block cut for the ranks also leaves, in each copy of this
+    // params block spw_alloc_copy rounds from it, only this rank's shard
+    // of the working copies: a `rounding` gather of elements [begin, end)
+    // of `param`, which the update's own all-gather of them replaces
+    // (tiers_gathering), else runs before the copy moves, is dropped or is
+    // bound, on whichever tier it is (an update that does not run: the
+    // overlap's first deferred task, a validation step).
     struct Gather {
       int part;
       std::function<void()> run;
+      bool rounding = false;
+      int32_t param = -1;
+      int64_t begin = 0, end = 0;
     };
     std::vector<Gather> gathers;
   };
@@ -351,18 +361,29 @@ static void member_elements(const Tiers::Block &b, size_t i,
   out[1] = s < numel && part[1] ? part[1] + at[1] : nullptr;
 }
 
+// ZeRO over the ranks (spw_declare_optimizer_shards): a bf16-mixed plan's
+// master blocks are cut as the optimizer blocks are, each member's slot
+// holding one rank's shard of its values (the optimizer, which updates
+// them, is their only reader; the steps read the params blocks' working
+// copies, every element of which each rank keeps).
+static bool cut_for_ranks(const spw_ctx *ctx, int cls) {
+  return cls == SPW_BLOCK_MASTER && ctx->declared_shards > 0;
+}
+
 // Bytes member `p` takes in a block of class `cls` whose elements are
 // `elem` bytes: m (the optimizer class: the state, or its slot for one
 // rank's shard under ZeRO; v follows at the same offset of the second
 // half), a pending block's leading element, else the value.
 static uint64_t member_bytes(const spw_ctx *ctx, int cls, const ParamInfo &p,
                              uint64_t elem) {
-  return cls == SPW_BLOCK_OPTIMIZER ? elem * uint64_t(zero::slot_numel(ctx, p))
+  return cls == SPW_BLOCK_OPTIMIZER || cut_for_ranks(ctx, cls)
+             ? elem * uint64_t(zero::slot_numel(ctx, p))
          : cls == SPW_BLOCK_PENDING ? 4
                                     : elem * uint64_t(p.value->numel);
 }
 
-// True when p's moments in the optimizer blocks are this rank's shard.
+// True when p's moments in the optimizer blocks (and its f32 values in a
+// bf16-mixed plan's master blocks) are this rank's shard.
 static bool sharded_state(const spw_ctx *ctx, const ParamInfo &p) {
   return ctx->declared_shards > 0 && p.shard_hi >= 0;
 }
@@ -402,6 +423,21 @@ static ShardParts shard_parts(const ParamInfo &p, int64_t t) {
   s.first[1] = std::max(p.shard_lo, t);
   s.count[1] = std::max<int64_t>(0, p.shard_hi - s.first[1]);
   return s;
+}
+
+// Member i of block b cut for the ranks (an optimizer block's moment `v`,
+// a master block's values): this rank's shard as pieces in the parts
+// (shard_parts; one piece when b is whole) and their byte offsets there.
+static ShardParts shard_in_block(const spw_ctx *ctx, const Tiers &t,
+                                 const Tiers::Block &b, size_t i, bool v,
+                                 uint64_t at[2]) {
+  const ParamInfo &p = ctx->params[size_t(b.params[i])];
+  int64_t split;
+  member_offsets(b, i, v, b.split ? kAnyElements : p.state_local_numel(), at,
+                 &split);
+  return b.split
+             ? shard_parts(p, deferred_end(ctx, t, b, i))
+             : ShardParts{{p.shard_lo, p.shard_hi}, {p.state_local_numel(), 0}};
 }
 
 static void check_fits(const spw_ctx *ctx, const Tiers::Block &b,
@@ -485,7 +521,9 @@ static void check_blocks(spw_ctx *ctx) {
         check_same_split(b, *o);
     const Tiers::Block *m =
         b.cls == SPW_BLOCK_PARAMS ? find(SPW_BLOCK_MASTER, b.layer) : nullptr;
-    if (!m)
+    // (Masters cut for the ranks split where the params block does:
+    // deferred_end.)
+    if (!m || cut_for_ranks(ctx, m->cls))
       continue;
     check_same_split(b, *m);
     // The same element of each member, not only of the concatenation: a
@@ -547,11 +585,17 @@ template <class F> static void with_host_copy(Tiers &t, Tiers::Block &b,
 // tokens. Returns the first update's error, or "".
 // The block's pending all-gathers of part `part` (-1: every part), in the
 // order they were recorded.
-static void run_gathers(Tiers::Block &b, int part = -1) {
+// Which: spw_alloc_copy's rounding gathers (a copy on any tier, ready when
+// recorded), the updates' (of a host copy: after the CPU optimizer's tasks,
+// wait_host_updates), or both.
+enum class Gathers { All, Rounding, Updates };
+static void run_gathers(Tiers::Block &b, int part = -1,
+                        Gathers which = Gathers::All) {
   std::vector<Tiers::Block::Gather> pending, kept;
   pending.swap(b.gathers);
   for (Tiers::Block::Gather &g : pending)
-    if (part < 0 || g.part == part)
+    if ((part < 0 || g.part == part) &&
+        (which == Gathers::All || g.rounding == (which == Gathers::Rounding)))
       g.run();
     else
       kept.push_back(std::move(g));
@@ -637,6 +681,7 @@ void tiers_gather(spw_ctx *ctx) {
     p.bound_m = p.bound_v = StateMem{};
     p.bound_split = -1;
     p.state_first[0] = p.state_first[1] = -1;
+    p.value_first[0] = p.value_first[1] = -1;
     p.w_on_device = p.state_on_device = p.work_on_device = false;
     for (int k = 0; k < 2; ++k) {
       p.bound_w_part[k] = nullptr;
@@ -678,12 +723,14 @@ static std::vector<PartRange> block_ranges(const spw_ctx *ctx,
   const bool state = b.cls == SPW_BLOCK_OPTIMIZER;
   for (size_t i = 0; i < b.params.size(); ++i) {
     const ParamInfo &p = ctx->params[size_t(b.params[i])];
-    // ZeRO: the block holds elements [shard_lo, shard_hi) of each moment.
-    const bool shard = state && sharded_state(ctx, p);
+    // ZeRO: the block holds elements [shard_lo, shard_hi) of each moment
+    // (of the values, in a master block cut for the ranks).
+    const bool shard =
+        (state || cut_for_ranks(ctx, b.cls)) && sharded_state(ctx, p);
     const int64_t first = shard ? p.shard_lo : 0;
-    const int64_t n = !state  ? p.value->numel
-                      : shard ? p.state_local_numel()
-                              : p.state_numel();
+    const int64_t n = shard    ? p.state_local_numel()
+                      : !state ? p.value->numel
+                               : p.state_numel();
     for (int kind : !state ? std::vector<int>{kTensorValue}
                            : std::vector<int>{kTensorAdamM, kTensorAdamV}) {
       uint64_t at[2];
@@ -820,15 +867,35 @@ static void fill_working_copies(spw_ctx *ctx) {
     }
     auto fill = [&](char *const *ppart) {
       for (size_t i = 0; i < pb.params.size(); ++i) {
-        const int64_t n = ctx->params[size_t(pb.params[i])].value->numel;
+        const ParamInfo &p = ctx->params[size_t(pb.params[i])];
+        const int64_t n = p.value->numel;
         char *from[2], *to[2];
         int64_t split;
-        member_elements(mb, i, mpart, false, n, from, &split);
-        member_elements(pb, i, ppart, false, n, to, &split); // the same
-        const int64_t count[2] = {split, n - split};
+        if (!cut_for_ranks(ctx, mb.cls) || !sharded_state(ctx, p)) {
+          member_elements(mb, i, mpart, false, n, from, &split);
+          member_elements(pb, i, ppart, false, n, to, &split); // the same
+          const int64_t count[2] = {split, n - split};
+          for (int k = 0; k < 2; ++k)
+            round_to_bf16(reinterpret_cast<const float *>(from[k]),
+                          reinterpret_cast<bf16 *>(to[k]), count[k]);
+          continue;
+        }
+        // Masters cut for the ranks: this rank rounds its shard, then the
+        // ranks all-gather the working copies (in each part of the block).
+        member_elements(pb, i, ppart, false, n, to, &split);
+        bf16 *w[2] = {reinterpret_cast<bf16 *>(to[0]),
+                      reinterpret_cast<bf16 *>(to[1])};
+        uint64_t at[2];
+        const ShardParts sp = shard_in_block(ctx, t, mb, i, false, at);
         for (int k = 0; k < 2; ++k)
-          round_to_bf16(reinterpret_cast<const float *>(from[k]),
-                        reinterpret_cast<bf16 *>(to[k]), count[k]);
+          if (sp.count[k] > 0) {
+            const int64_t g = sp.first[k];
+            round_to_bf16(reinterpret_cast<const float *>(mpart[k] + at[k]),
+                          g < split ? w[0] + g : w[1] + (g - split),
+                          sp.count[k]);
+          }
+        zero::gather_work(ctx, p, 0, split, w[0], /*host=*/true);
+        zero::gather_work(ctx, p, split, n, w[1], /*host=*/true);
       }
     };
     if (pb.home != int(Tier::Gpu)) {
@@ -847,13 +914,15 @@ static void fill_working_copies(spw_ctx *ctx) {
 }
 
 // ZeRO over the ranks (spw_declare_optimizer_shards): each rank's blocks
-// hold its shard of the moments. Streamed out (a checkpoint), every rank
+// of class `cls` hold its shard of the moments (optimizer) or of the f32
+// values (a bf16-mixed plan's masters). Streamed out (a checkpoint, --save),
+// every rank
 // reads its block and the members' shards go to rank 0 a piece at a time
 // (collective: every rank streams the same blocks in the same order),
 // where `fn` sees each whole moment in element order, as one process
 // streams it. Memory: the block's host copy (a GPU-homed block's pieces
 // come through a piece-sized staging buffer), and a piece.
-static void stream_shards_out(spw_ctx *ctx, const BlockRangeFn &fn) {
+static void stream_shards_out(spw_ctx *ctx, int cls, const BlockRangeFn &fn) {
   Tiers &t = *ctx->tiers;
   TensorStore &s = *t.store;
   std::vector<char> staging;
@@ -865,12 +934,7 @@ static void stream_shards_out(spw_ctx *ctx, const BlockRangeFn &fn) {
     const int32_t param = b.params[i];
     const ParamInfo &p = ctx->params[size_t(param)];
     uint64_t at[2];
-    int64_t split;
-    member_offsets(b, i, v, b.split ? kAnyElements : p.state_local_numel(), at,
-                   &split);
-    const ShardParts sp = b.split ? shard_parts(p, deferred_end(ctx, t, b, i))
-                                  : ShardParts{{p.shard_lo, p.shard_hi},
-                                               {p.state_local_numel(), 0}};
+    const ShardParts sp = shard_in_block(ctx, t, b, i, v, at);
     // Elements [g, g + count) of the moment (inside one part) as f32.
     auto copy = [&](int k, int64_t g, int64_t count, float *out) {
       const uint64_t off = at[k] + uint64_t(g - sp.first[k]) * b.elem;
@@ -887,7 +951,9 @@ static void stream_shards_out(spw_ctx *ctx, const BlockRangeFn &fn) {
         for (int64_t e = 0; e < count; ++e)
           out[e] = to_float(reinterpret_cast<const bf16 *>(src)[e]);
     };
-    const int kind = v ? kTensorAdamV : kTensorAdamM;
+    const int kind = cls == SPW_BLOCK_MASTER ? kTensorValue
+                     : v                     ? kTensorAdamV
+                                             : kTensorAdamM;
     zero::gather_to_root_in_pieces(
         p,
         [&](int64_t first, int64_t count, float *out) {
@@ -909,8 +975,12 @@ static void stream_shards_out(spw_ctx *ctx, const BlockRangeFn &fn) {
           fn({param, kind, begin, count, const_cast<float *>(x)});
         });
   };
+  // m then v of each member of an optimizer block; a master's values.
+  const std::vector<bool> halves = cls == SPW_BLOCK_OPTIMIZER
+                                       ? std::vector<bool>{false, true}
+                                       : std::vector<bool>{false};
   for (Tiers::Block &b : t.blocks) {
-    if (b.home < 0 || b.cls != SPW_BLOCK_OPTIMIZER)
+    if (b.home < 0 || b.cls != cls)
       continue;
     if (b.home == int(Tier::Gpu)) {
       const uint64_t gpu[2] = {
@@ -918,21 +988,22 @@ static void stream_shards_out(spw_ctx *ctx, const BlockRangeFn &fn) {
           b.parts() > 1 ? s.extent(b.part_id(1), Tier::Gpu)->offset : 0};
       char *const none[2] = {nullptr, nullptr};
       for (size_t i = 0; i < b.params.size(); ++i)
-        for (bool v : {false, true})
+        for (bool v : halves)
           member(b, i, v, none, gpu, true);
       continue;
     }
     with_host_copy(t, b, true, false, [&](char *const *part) {
       const uint64_t none[2] = {0, 0};
       for (size_t i = 0; i < b.params.size(); ++i)
-        for (bool v : {false, true})
+        for (bool v : halves)
           member(b, i, v, part, none, false);
     });
   }
 }
 
-// `to_root`: a sharded plan's optimizer blocks streamed out go to rank 0
-// whole (stream_shards_out), else each rank sees its shard.
+// `to_root`: a sharded plan's optimizer blocks (and master blocks) streamed
+// out go to rank 0 whole (stream_shards_out), else each rank sees its
+// shard.
 static void stream(spw_ctx *ctx, int cls, bool in, const BlockRangeFn &fn,
                    bool to_root) {
   Tiers &t = *ctx->tiers;
@@ -942,9 +1013,10 @@ static void stream(spw_ctx *ctx, int cls, bool in, const BlockRangeFn &fn,
     fail("%s", e.c_str());
   t.started("tiers_stream");
   const int from = cls == SPW_BLOCK_PARAMS ? value_class(t) : cls;
-  if (to_root && !in && cls == SPW_BLOCK_OPTIMIZER &&
+  if (to_root && !in &&
+      (cls == SPW_BLOCK_OPTIMIZER || cut_for_ranks(ctx, from)) &&
       ctx->declared_shards > 0 && dist::active())
-    return stream_shards_out(ctx, fn);
+    return stream_shards_out(ctx, from, fn);
   stream_blocks(ctx, from, in, fn);
   if (in && from == SPW_BLOCK_MASTER)
     fill_working_copies(ctx);
@@ -1135,6 +1207,10 @@ bool tiers_hold_work(const spw_ctx *ctx, int32_t param) {
          size_t(param) < ctx->params.size() && param_blocks(ctx, param)[0] >= 0;
 }
 
+bool tiers_shards_masters(const spw_ctx *ctx) {
+  return ctx->tiers && ctx->tiers->bf16_params && ctx->declared_shards > 0;
+}
+
 bool tiers_host_bound(const spw_ctx *ctx, int32_t param) {
   if (!ctx->tiers || param < 0 || size_t(param) >= ctx->params.size())
     return false;
@@ -1148,24 +1224,59 @@ bool tiers_host_bound(const spw_ctx *ctx, int32_t param) {
   return true;
 }
 
-void tiers_defer_gather(spw_ctx *ctx, int32_t param, int64_t begin, int64_t end,
-                        float *at) {
+// The params block's part that elements [begin, end) of `param` lie in, for
+// a gather of its host copy to wait on (the overlap's ranges never
+// straddle the split).
+static Tiers::Block &gathered_block(spw_ctx *ctx, int32_t param, int64_t begin,
+                                    int64_t end, int *part) {
   const int pb = param_blocks(ctx, param)[0];
   ParamInfo &p = ctx->params[size_t(param)];
   if (pb < 0)
     fail("parameter '%s': no params block holds the values its update wrote",
          p.name.c_str());
-  // The part of a split block the elements lie in (the overlap's ranges
-  // never straddle it).
   const int64_t s = p.bound_split;
-  const int part = s < 0 ? 0 : end <= s ? 0 : begin >= s ? 1 : -1;
-  if (part < 0)
+  *part = s < 0 ? 0 : end <= s ? 0 : begin >= s ? 1 : -1;
+  if (*part < 0)
     fail("parameter '%s': elements [%lld, %lld) straddle its split at %lld",
          p.name.c_str(), (long long)begin, (long long)end, (long long)s);
-  ctx->tiers->blocks[size_t(pb)].gathers.push_back(
-      {part, [ctx, &p, begin, end, at] {
-         zero::gather_values(ctx, p, begin, end, at, /*host=*/true);
-       }});
+  return ctx->tiers->blocks[size_t(pb)];
+}
+
+void tiers_defer_gather(spw_ctx *ctx, int32_t param, int64_t begin, int64_t end,
+                        float *at) {
+  int part;
+  Tiers::Block &b = gathered_block(ctx, param, begin, end, &part);
+  ParamInfo &p = ctx->params[size_t(param)];
+  b.gathers.push_back({part, [ctx, &p, begin, end, at] {
+                         zero::gather_values(ctx, p, begin, end, at,
+                                             /*host=*/true);
+                       }});
+}
+
+void tiers_gathering(spw_ctx *ctx, int32_t param, int64_t begin, int64_t end) {
+  const int pb = param_blocks(ctx, param)[0];
+  if (pb < 0)
+    return;
+  std::vector<Tiers::Block::Gather> &gs =
+      ctx->tiers->blocks[size_t(pb)].gathers;
+  gs.erase(std::remove_if(gs.begin(), gs.end(),
+                          [&](const Tiers::Block::Gather &g) {
+                            return g.rounding && g.param == param &&
+                                   g.begin >= begin && g.end <= end;
+                          }),
+           gs.end());
+}
+
+void tiers_defer_gather(spw_ctx *ctx, int32_t param, int64_t begin, int64_t end,
+                        bf16 *at) {
+  tiers_gathering(ctx, param, begin, end);
+  int part;
+  Tiers::Block &b = gathered_block(ctx, param, begin, end, &part);
+  const ParamInfo &p = ctx->params[size_t(param)];
+  b.gathers.push_back({part, [ctx, &p, begin, end, at] {
+                         zero::gather_work(ctx, p, begin, end, at,
+                                           /*host=*/true);
+                       }});
 }
 
 void tiers_note_host_update(spw_ctx *ctx, int32_t param, int parts,
@@ -1537,11 +1648,12 @@ void spw_declare_split(spw_ctx *ctx, int32_t cls, int32_t layer,
       if (c == cls || other == t.by_key.end())
         continue;
       const Tiers::Block &o = t.blocks[other->second];
-      // ZeRO: a sharded optimizer block holds one rank's elements, cut by
-      // the same global element (deferred_end).
+      // ZeRO: a sharded optimizer (or master) block holds one rank's
+      // elements, cut by the same global element (deferred_end).
       const bool sharded =
           ctx->declared_shards > 0 &&
-          (c == SPW_BLOCK_OPTIMIZER || cls == SPW_BLOCK_OPTIMIZER);
+          (c == SPW_BLOCK_OPTIMIZER || cls == SPW_BLOCK_OPTIMIZER ||
+           c == SPW_BLOCK_MASTER || cls == SPW_BLOCK_MASTER);
       if (sharded || !o.split || unsure(o) || unsure(b) ||
           o.split / o.elem == uint64_t(split_bytes) / b.elem)
         continue;
@@ -1590,14 +1702,17 @@ static void device_kernel(spw_ctx *ctx, KernelEntry k, spw_tensor *const *ins,
 
 // Waits for the CPU optimizer's updates of part `part` (-1: all) of b's host
 // copy: what reads, overwrites, frees or binds that copy comes after them.
-static void wait_host_updates(Tiers &t, Tiers::Block &b, int part) {
+// `which`: the gathers then run (a bind leaves the rounding ones to the
+// update it is for).
+static void wait_host_updates(Tiers &t, Tiers::Block &b, int part,
+                              Gathers which = Gathers::All) {
   for (int k = 0; k < 2; ++k)
     if (part < 0 || k == part) {
       for (const Token &u : b.host_updates[k])
         t.host->wait(u);
       b.host_updates[k].clear();
     }
-  run_gathers(b, part);
+  run_gathers(b, part, which);
 }
 
 // Gives part k of block b a copy's extent on tier d: where the block's copy
@@ -1648,6 +1763,8 @@ static int32_t move_parts(spw_ctx *ctx, const char *what, int32_t cls,
       const TensorId id = b.part_id(k);
       if (f == Tier::Host || d == Tier::Host)
         wait_host_updates(t, b, k);
+      else
+        run_gathers(b, k, Gathers::Rounding); // a GPU copy's
       if (!s.resident(id, d))
         place_part(s, b, k, d, at);
       m.tokens.push_back(s.move(id, f, d, Priority(prio)));
@@ -1726,9 +1843,36 @@ void spw_alloc_copy(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t part,
       const int64_t n = p.value->numel;
       char *from[2], *to[2];
       int64_t split;
-      member_elements(mb, i, mpart, false, n, from, &split);
       member_elements(b, i, ppart, false, n, to, &split);
-      const int64_t count[2] = {split, n - split};
+      int64_t count[2] = {split, n - split};
+      if (cut_for_ranks(ctx, mb.cls) && sharded_state(ctx, p)) {
+        // Masters cut for the ranks: this rank's shard of each part, into
+        // its place; an all-gather brings the other ranks' (the update's,
+        // or the one recorded below). The loopback device, there to catch
+        // what a GPU does with memory nobody wrote, makes them NaN until
+        // then (bf16 0xffff), on either tier.
+        if (ctx->device->name() == "loopback")
+          for (int k = 0; k < 2; ++k)
+            if (to[k] && count[k] > 0) {
+              if (d == Tier::Host)
+                std::memset(to[k], 0xff, size_t(count[k]) * 2);
+              else
+                ctx->device->fill(to[k], 0xff, count[k] * 2);
+            }
+        uint64_t at[2];
+        const ShardParts sp = shard_in_block(ctx, t, mb, i, false, at);
+        for (int k = 0; k < 2; ++k) {
+          const int64_t g = sp.first[k];
+          const int in = g < split || (k == 0 && sp.count[0] > 0) ? 0 : 1;
+          from[k] = mpart[k] && sp.count[k] > 0 ? mpart[k] + at[k] : nullptr;
+          to[k] = sp.count[k] > 0 && to[in]
+                      ? to[in] + 2 * (in == 0 ? g : g - split)
+                      : nullptr;
+          count[k] = sp.count[k];
+        }
+      } else {
+        member_elements(mb, i, mpart, false, n, from, &split);
+      }
       for (int k = 0; k < 2; ++k) {
         if (!to[k] || count[k] == 0)
           continue;
@@ -1743,6 +1887,25 @@ void spw_alloc_copy(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t part,
         else
           round_to_bf16_on_device(ctx, x, y, count[k]);
       }
+      if (!cut_for_ranks(ctx, mb.cls) || !sharded_state(ctx, p))
+        continue;
+      // Each part this copy holds of the member: elements [0, split) in
+      // part 0, the rest in part 1 (tiers.h, Block::Gather).
+      char *whole[2];
+      member_elements(b, i, ppart, false, n, whole, &split);
+      const int64_t lo[2] = {0, split}, hi[2] = {split, n};
+      for (int k = 0; k < 2; ++k)
+        if (whole[k] && hi[k] > lo[k]) {
+          bf16 *at = reinterpret_cast<bf16 *>(whole[k]);
+          const int64_t first = lo[k], last = hi[k];
+          const bool host = d == Tier::Host;
+          b.gathers.push_back({b.split ? k : 0,
+                               [ctx, &p, first, last, at, host] {
+                                 zero::gather_work(ctx, p, first, last, at,
+                                                   host);
+                               },
+                               /*rounding=*/true, b.params[i], first, last});
+        }
     }
   });
 }
@@ -1794,6 +1957,8 @@ static void drop_parts(spw_ctx *ctx, const char *what, int32_t cls,
            b.parts() == 1 ? "" : "s");
     if (d == Tier::Host)
       wait_host_updates(t, b, part);
+    else
+      run_gathers(b, part, Gathers::Rounding);
     bool left = false;
     for (int k = 0; k < b.parts(); ++k) {
       if (part < 0 || k == part) {
@@ -1832,7 +1997,7 @@ void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
       fail("%s: only params, master and optimizer blocks are bound",
            b.name.c_str());
     if (d == Tier::Host)
-      wait_host_updates(t, b, -1);
+      wait_host_updates(t, b, -1, Gathers::Updates);
     b.bound_tier = int(d);
     char *part[2] = {nullptr, nullptr};
     bool any = false;
@@ -1890,6 +2055,32 @@ void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
       }
       spw_tensor &value = values && gpu ? *p.dev_value : *p.value;
       (values ? p.w_on_device : p.state_on_device) = gpu;
+      if (values && cut_for_ranks(ctx, cls) && sharded_state(ctx, p)) {
+        // This rank's shard of the f32 masters, bound as the sharded state
+        // is (ParamInfo::value_first); value's data stays unbound: the
+        // whole parameter is not here, and only the optimizer reads it.
+        float *w[2] = {nullptr, nullptr};
+        if (b.split) {
+          const int64_t tt = deferred_end(ctx, t, b, i);
+          const ShardParts sp = shard_parts(p, tt);
+          member_elements(b, i, part, false, kAnyElements, at, &split);
+          p.bound_split = tt;
+          p.value_first[0] = sp.first[0];
+          p.value_first[1] = sp.first[1];
+          w[0] = f32(at[0]);
+          w[1] = f32(at[1]);
+        } else {
+          member_elements(b, i, part, false, p.state_local_numel(), at, &split);
+          p.bound_split = -1;
+          p.value_first[0] = p.shard_lo;
+          p.value_first[1] = -1;
+          w[0] = f32(at[0]);
+        }
+        p.bound_w_part[0] = w[0];
+        p.bound_w_part[1] = w[1];
+        value.data = nullptr;
+        continue;
+      }
       if (!b.split) {
         // One part: the plain pointers.
         p.bound_split = -1;

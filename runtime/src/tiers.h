@@ -35,6 +35,12 @@ bool tiers_bf16_params(const spw_ctx *ctx);
 // True when such a plan's params block holds parameter `param`: each
 // update of its master writes the rounding into the bound working copy.
 bool tiers_hold_work(const spw_ctx *ctx, int32_t param);
+// True when such a plan is cut for ZeRO's ranks (spw_declare_optimizer_
+// shards): each rank's master blocks hold its shard of the f32 values, as
+// its optimizer blocks hold its shard of the moments, and the ranks
+// all-gather the bf16 working copies of what they updated. Streaming the
+// values out (--save, a checkpoint) is then collective.
+bool tiers_shards_masters(const spw_ctx *ctx);
 // Creates the arenas and the swap space (in `ssd_dirs`, else the compiled
 // directories, else the current one) and places every block's home.
 void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
@@ -147,6 +153,15 @@ void tiers_note_host_update(spw_ctx *ctx, int32_t param, int parts,
 // `at`: element `begin` in the bound host copy.
 void tiers_defer_gather(spw_ctx *ctx, int32_t param, int64_t begin,
                         int64_t end, float *at);
+// The same of the bf16 working copies (tiers_shards_masters): `at` is
+// element `begin` of the params block's bound host copy. It replaces the
+// all-gather of the rounding spw_alloc_copy made of them (tiers_gathering).
+void tiers_defer_gather(spw_ctx *ctx, int32_t param, int64_t begin, int64_t end,
+                        bf16 *at);
+// The update of elements [begin, end) of `param` all-gathers its working
+// copies (tiers_shards_masters): the all-gather spw_alloc_copy recorded of
+// their rounding is not needed.
+void tiers_gathering(spw_ctx *ctx, int32_t param, int64_t begin, int64_t end);
 
 } // namespace spw
 

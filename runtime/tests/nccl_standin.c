@@ -29,6 +29,7 @@ typedef struct Comm {
   int nranks, rank;
   long long reduces, floats;
   long long rooted_reduces, broadcasts, rooted_floats, ungrouped;
+  long long bf16_broadcast; /* bf16 elements broadcast (sharded masters) */
 } * ncclComm_t;
 static int group_depth;
 
@@ -235,29 +236,46 @@ int ncclReduce(const void *send, void *recv, size_t count, int dtype, int op,
   return rc;
 }
 
+/* ZeRO's all-gather: float32 values, or the bf16 working copies of an
+ * offload plan's sharded masters (ncclBfloat16, counted apart). */
 int ncclBroadcast(const void *send, void *recv, size_t count, int dtype,
                   int root, ncclComm_t comm, void *stream) {
   if (!comm || comm->magic != kMagic || !stream || !recv ||
-      dtype != 7 /* ncclFloat32 */ || root < 0 || root >= comm->nranks ||
-      (root == comm->rank && !send) || count > (size_t)1 << 30)
+      (dtype != 7 /* ncclFloat32 */ && dtype != 9 /* ncclBfloat16 */) ||
+      root < 0 || root >= comm->nranks || (root == comm->rank && !send) ||
+      count > (size_t)1 << 30)
     return kInvalidArgument;
-  float *plain = malloc((count ? count : 1) * sizeof(float));
+  /* Whole floats' worth of bytes for the (un)scrambling helpers. */
+  const size_t bytes = count * (dtype == 9 ? 2 : 4);
+  const size_t words = (bytes + 3) / 4;
+  float *plain = malloc((words ? words : 1) * sizeof(float));
   if (!plain)
     return kSystem;
-  if (root == comm->rank)
-    unscramble(plain, send, count);
+  if (root == comm->rank) {
+    const unsigned char *d = (const unsigned char *)send;
+    unsigned char *p = (unsigned char *)plain;
+    for (size_t i = 0; i < bytes; ++i)
+      p[i] = d[i] ^ kScramble;
+  }
   int rc = kSuccess;
   if (comm->nranks > 1) {
     if (!have_mpi())
       rc = kInvalidUsage;
-    else if (mpi_bcast(plain, (int)count, f32, root, world) != 0)
+    else if (mpi_bcast(plain, (int)bytes, byte, root, world) != 0)
       rc = kSystem;
   }
-  if (rc == kSuccess)
-    scramble(recv, plain, count);
+  if (rc == kSuccess) {
+    unsigned char *d = (unsigned char *)recv;
+    const unsigned char *p = (const unsigned char *)plain;
+    for (size_t i = 0; i < bytes; ++i)
+      d[i] = p[i] ^ kScramble;
+  }
   free(plain);
   comm->broadcasts += 1;
-  comm->rooted_floats += (long long)count;
+  if (dtype == 9)
+    comm->bf16_broadcast += (long long)count;
+  else
+    comm->rooted_floats += (long long)count;
   comm->ungrouped += group_depth == 0;
   return rc;
 }
@@ -275,6 +293,10 @@ int ncclCommDestroy(ncclComm_t comm) {
             "of %lld floats, %lld outside a group\n",
             comm->rank, comm->nranks, comm->rooted_reduces, comm->broadcasts,
             comm->rooted_floats, comm->ungrouped);
+  if (comm->bf16_broadcast)
+    fprintf(stderr,
+            "nccl-standin: rank %d of %d: %lld bf16 elements broadcast\n",
+            comm->rank, comm->nranks, comm->bf16_broadcast);
   comm->magic = 0;
   free(comm);
   return kSuccess;

@@ -10,7 +10,9 @@
 # offload plan compiled for the ranks with its optimizer blocks sharded
 # (spillwayc --place params=ssd,optimizer=host,gradients=host --zero 1
 # --ranks N: the CPU optimizer on each rank's shard) against one process
-# of the same plan, each rank's bytes per link checked against its plan.
+# of the same plan, each rank's bytes per link checked against its plan,
+# and a bf16-mixed one with the GPU optimizer (its masters sharded, the
+# bf16 working copies all-gathered by NCCL).
 # Then the ranks launched the way torchrun launches them (launch_ranks.py:
 # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; NCCL bootstrapped over Gloo,
 # which needs libgloo0 there), --collectives nccl with and without --zero 1:
@@ -64,12 +66,21 @@ if [ -n "$PREPARE" ]; then
     "${PLACE[@]}" -o "$DIR/one-offload"
   "$BIN/spillwayc" "$W/rank/gpt.onnx" --target cuda --precision fp32 "${PLACE[@]}" \
     --zero 1 --ranks "$PREPARE" -o "$DIR/dp-offload"
-  rm -f "$DIR/dp.weights" "$DIR/one-offload.weights" "$DIR/dp-offload.weights" # one.weights: the same parameters
+  # bf16-mixed with the GPU optimizer: the masters sharded too, the bf16
+  # working copies all-gathered by NCCL (ncclBfloat16 broadcasts).
+  MIXED=(--precision bf16-mixed --place params=ssd,optimizer=gpu,gradients=gpu,master=gpu)
+  "$BIN/spillwayc" "$W/whole/gpt.onnx" --target cuda --microbatches "$PREPARE" \
+    "${MIXED[@]}" -o "$DIR/one-mixed"
+  "$BIN/spillwayc" "$W/rank/gpt.onnx" --target cuda "${MIXED[@]}" \
+    --zero 1 --ranks "$PREPARE" -o "$DIR/dp-mixed"
+  rm -f "$DIR/dp.weights" "$DIR/one-offload.weights" "$DIR/dp-offload.weights" \
+    "$DIR/one-mixed.weights" "$DIR/dp-mixed.weights" # one.weights: the same parameters
   cp "$W/whole/tokens.npy" "$W/whole/targets.npy" "$DIR/"
   cp "$ROOT/test/e2e/compare_weights.py" "$ROOT/test/e2e/check_offload_stats.py" \
      "$ROOT/test/e2e/launch_ranks.py" "$DIR/"
   echo "$PREPARE" > "$DIR/ranks"
-  strip "$DIR/one" "$DIR/dp" "$DIR/one-offload" "$DIR/dp-offload" 2>/dev/null || true
+  strip "$DIR/one" "$DIR/dp" "$DIR/one-offload" "$DIR/dp-offload" "$DIR/one-mixed" \
+    "$DIR/dp-mixed" 2>/dev/null || true
   echo "data-parallel-check: built $DIR for $PREPARE GPUs ($(du -sm "$DIR" | cut -f1) MiB)"
   exit 0
 fi
@@ -83,6 +94,7 @@ IN=(--weights "$DIR/one.weights" --input "tokens=$DIR/tokens.npy" --input "targe
     --steps "$STEPS" --device cuda)
 ONE=("$DIR/one" "${IN[@]}" --log-json "$OUT/one.jsonl" --save "$OUT/one.safetensors")
 ONE_OFFLOAD=("$DIR/one-offload" "${IN[@]}" --ssd "$OUT/ssd-one" --save "$OUT/one-offload.safetensors")
+ONE_MIXED=("$DIR/one-mixed" "${IN[@]}" --ssd "$OUT/ssd-one" --save "$OUT/one-mixed.safetensors")
 MPIRUN=(mpirun -np "$N")
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
 LAUNCH=(python3 "$DIR/launch_ranks.py" -n "$N" --)
@@ -97,6 +109,7 @@ VARIANTS=("dp-nccl dp one --collectives nccl" "dp-mpi dp one --collectives mpi"
           "dp-zero dp one --zero 1 --collectives nccl"
           "dp-zero-mpi dp one --zero 1 --collectives mpi"
           "dp-zero-offload dp-offload one-offload --ssd $OUT/ssd-ranks --stats-json $OUT/dp-zero-offload.json"
+          "dp-zero-mixed dp-mixed one-mixed --ssd $OUT/ssd-ranks --collectives nccl --stats-json $OUT/dp-zero-mixed.json"
           "gloo-nccl dp one --collectives nccl"
           "gloo-zero dp one --zero 1 --collectives nccl")
 run_of() { local v=($1); echo "${v[0]} ${v[1]} ${v[*]:3}"; }
@@ -104,6 +117,7 @@ if [ "$DRY" = 1 ]; then
   echo "data-parallel-check --dry-run: $N GPUs, $STEPS steps"
   echo "[one GPU] ${ONE[*]}"
   echo "[one GPU] ${ONE_OFFLOAD[*]}"
+  echo "[one GPU] ${ONE_MIXED[*]}"
   for v in "${VARIANTS[@]}"; do echo "[$N GPUs] $(dp $(run_of "$v"))"; done
   exit 0
 fi
@@ -117,6 +131,8 @@ echo "one GPU: ${ONE[*]}" | tee -a "$ROWS"
 "${ONE[@]}" > "$OUT/one.out"
 echo "one GPU: ${ONE_OFFLOAD[*]}" | tee -a "$ROWS"
 "${ONE_OFFLOAD[@]}" > "$OUT/one-offload.out"
+echo "one GPU: ${ONE_MIXED[*]}" | tee -a "$ROWS"
+"${ONE_MIXED[@]}" > "$OUT/one-mixed.out"
 if [ "$N" = 2 ]; then CMP=--exact; else CMP="--atol 1e-4"; fi
 ok=yes
 for v in "${VARIANTS[@]}"; do
@@ -152,7 +168,7 @@ s1, t1 = steady("one")
 print(f"{'run':22} {'s/step':>9} {'tok/s':>10}")
 print(f"{'1 GPU':22} {s1:9.5f} {t1:10.0f}")
 for name in ("dp-nccl", "dp-mpi", "dp-zero", "dp-zero-mpi", "dp-zero-offload",
-             "gloo-nccl", "gloo-zero"):
+             "dp-zero-mixed", "gloo-nccl", "gloo-zero"):
     label = str(n) + " GPUs " + (name[3:] if name.startswith("dp-") else name)
     if not os.path.exists(f"{out}/{name}.jsonl"):
         print(f"{label:22} failed or skipped")

@@ -62,6 +62,13 @@ struct StateBytes {
   uint64_t foamAsAdamW() const { return 2 * elementBytes * foamParams; }
 };
 
+uint64_t masterBytes(const IterationSummary &s) {
+  uint64_t b = 0;
+  for (const LayerCost &l : s.layers)
+    b += l.masterBytes;
+  return b;
+}
+
 StateBytes stateBytes(const IterationSummary &s) {
   StateBytes b;
   b.elementBytes = s.bf16OptimizerState ? 2 : 4;
@@ -210,6 +217,10 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
           "moment, "
        << sb.perRank << " bytes on each of the " << s.optimizerShards
        << " ranks)\n";
+    if (s.bf16Storage && r.choice.best.valid)
+      os << "master weights: " << masterBytes(s)
+         << " bytes (sharded as the state: " << r.choice.best.masterBytes
+         << " bytes on each of the " << s.optimizerShards << " ranks)\n";
   } else if (r.foamParams.empty()) {
     os << " (AdamW)\n";
   } else {
@@ -238,8 +249,11 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
        << " bytes; over the network at "
        << llvm::format("%g", r.profile.networkGBps)
        << " GB/s per rank (the profile's), the gradients reduce-scattered "
-          "((N - 1) / N of their bytes sent per rank) and the updated f32 "
-          "values all-gathered ((N - 1) / N of theirs) per iteration"
+          "((N - 1) / N of their bytes sent per rank) and the updated "
+       << (s.optimizerShards > 1 && s.bf16Storage
+               ? "bf16 working copies (the masters stay sharded)"
+               : "f32 values")
+       << " all-gathered ((N - 1) / N of theirs) per iteration"
        << (s.gradClip ? "; with clipping the shards are cut at the norm's "
                         "64 Ki-element blocks (a parameter of fewer per "
                         "rank is one rank's)"

@@ -291,9 +291,11 @@ cl::opt<unsigned> zeroStage(
              "of every parameter's elements; the gradients reduce-scattered "
              "and the updated values all-gathered. With an offload plan "
              "(--place, --gpu-mem, --host-mem) the optimizer blocks hold one "
-             "rank's shards and the executable runs under mpirun -np N "
-             "only (AdamW, fp32 or bf16 state, not "
-             "bf16-mixed); 0: the whole state on every rank (default)"),
+             "rank's shards (and with --precision bf16-mixed the master "
+             "blocks one rank's shard of the f32 masters, the bf16 working "
+             "copies all-gathered) and the executable runs under mpirun -np "
+             "N only (AdamW, fp32 or bf16 state); 0: the whole state on "
+             "every rank (default)"),
     cl::value_desc("0|1"), cl::cat(category));
 cl::opt<unsigned> microbatches(
     "microbatches",
@@ -653,10 +655,6 @@ int readPlanningFlags(bool planning, bool offload,
   if (zeroStage && optimizer == "foam")
     return fail("--zero 1 shards AdamW's state; FOAM's is folded already: "
                 "drop --zero or use --optimizer adamw");
-  if (shardedBlocksRequested() && precision == "bf16-mixed")
-    return fail("--zero 1 with an offload plan does not shard bf16-mixed "
-                "master weights yet: compile with --precision fp32, or "
-                "without --zero (each rank keeps the whole state)");
   if (ranks.getNumOccurrences() && !costModel && !placed)
     return fail("--ranks costs a plan for data-parallel ranks: give it with "
                 "--hw PROFILE.json and --report, --report-json or an offload "

@@ -657,14 +657,34 @@ TEST(CostModel, ZeroShardedOffloadBlocksMoveOneRanksState) {
                                            256, nullptr, nullptr));
   EXPECT_DOUBLE_EQ(overlap.optimizerStateBytes.ssdRead, withOverlap);
   EXPECT_GT(withOverlap, zero.optimizerStateBytes.ssdRead);
-  // Master weights are not built with sharded blocks.
-  IterationSummary mixed = s;
-  mixed.layers[0].masterBytes = 4 * 1024;
+  // bf16-mixed master weights are cut as the state (one layout of 4-byte
+  // elements per layer): the SSD moves one rank's slots of them, and the
+  // all-gather carries the bf16 working copies (2 bytes per element).
+  IterationSummary mixed = s, mixedWhole = whole;
+  for (IterationSummary *m : {&mixed, &mixedWhole}) {
+    m->bf16Storage = true;
+    m->layers[0].masterBytes = 4 * 1024;
+    m->layers[0].masterElements = {1000, 24};
+    m->layers[1].masterBytes = 4 * 740;
+    m->layers[1].masterElements = {640, 100};
+  }
   CostEstimate master =
       estimate(mixed, Candidate{Order::Horizontal, 1, 0, ssd}, kPlenty, hw);
-  EXPECT_FALSE(master.valid);
-  EXPECT_NE(master.invalidReason.find("master weights"), std::string::npos)
-      << master.invalidReason;
+  CostEstimate masterWhole = estimate(
+      mixedWhole, Candidate{Order::Horizontal, 1, 0, ssd}, kPlenty, hw);
+  ASSERT_TRUE(master.valid) << master.invalidReason;
+  ASSERT_TRUE(masterWhole.valid) << masterWhole.invalidReason;
+  EXPECT_EQ(master.masterBytes, 4u * (552 + 24 + 320 + 100));
+  EXPECT_EQ(masterWhole.masterBytes, 4u * (1000 + 24 + 640 + 100));
+  EXPECT_DOUBLE_EQ(
+      masterWhole.bytes.ssdRead - master.bytes.ssdRead,
+      (plain.optimizerStateBytes.ssdRead - zero.optimizerStateBytes.ssdRead) +
+          4.0 * ((1000 + 24 + 640 + 100) - (552 + 24 + 320 + 100)));
+  EXPECT_DOUBLE_EQ(master.bytes.network, 0.5 * (G + G / 2));
+  CostEstimate masterOverlap =
+      estimate(mixed, Candidate{Order::Horizontal, 1, 0.5, ssd}, kPlenty, hw);
+  ASSERT_TRUE(masterOverlap.valid) << masterOverlap.invalidReason;
+  EXPECT_EQ(double(masterOverlap.masterBytes), withOverlap / 2);
 }
 
 TEST(CostModel, ZeroExchangesTheGradientsAndValuesOfResidentPlans) {

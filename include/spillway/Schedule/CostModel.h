@@ -50,6 +50,11 @@ struct LayerCost {
   /// moments (optimizerBytes sums them, or their per-rank slots under
   /// IterationSummary::optimizerShards): ZeRO shards each on its own.
   std::vector<uint64_t> momentElements;
+  /// bf16-mixed: per parameter the layer owns, its elements (masterBytes:
+  /// 4 bytes each). An offload plan sharded over the ranks
+  /// (IterationSummary::optimizerShards) cuts the master blocks as the
+  /// state: the cost model sizes one rank's from these.
+  std::vector<uint64_t> masterElements;
 };
 
 enum class Precision { BF16, FP32 };
@@ -78,7 +83,8 @@ struct IterationSummary {
   /// ZeRO stage (spillwayc --zero, the executable's --zero): 1 shards the
   /// optimizer state over the ranks (each keeps 1/N of every parameter's
   /// moments, spillway/runtime/zero_shard.h); the gradients are
-  /// reduce-scattered and the updated f32 values all-gathered. Resident
+  /// reduce-scattered and the updated f32 values all-gathered (an offload
+  /// plan's sharded bf16-mixed masters: their bf16 working copies). Resident
   /// plans (every class on the GPU), or an offload plan whose blocks are cut
   /// for the ranks (optimizerShards).
   unsigned zeroStage = 0;
@@ -173,6 +179,9 @@ struct CostEstimate {
   /// Of `bytes`, the optimizer state's: read and written once per iteration
   /// where it lives (SSD: ssd_read and ssd_write; elsewhere no link).
   LinkBytes optimizerStateBytes;
+  /// The master class's bytes (bf16-mixed): one rank's shards when the
+  /// offload plan's blocks are cut for the ranks (optimizerShards).
+  uint64_t masterBytes = 0;
   /// Parameter loads per layer (index = layer), for the report and tests.
   std::vector<unsigned> paramLoads;
   // Seconds per iteration each resource needs on its own.

@@ -412,6 +412,16 @@ void allgather_in_place(double *x, const std::vector<int64_t> &counts,
   allgather_elements(x, g.mpi.f64, sizeof(double), counts, displs);
 }
 
+void allgather_in_place(uint16_t *x, const std::vector<int64_t> &counts,
+                        const std::vector<int64_t> &displs) {
+  std::vector<int64_t> c(counts), d(displs);
+  for (int64_t &k : c)
+    k *= 2;
+  for (int64_t &k : d)
+    k *= 2;
+  allgather_elements(x, g.mpi.byte, 1, c, d);
+}
+
 void gather_to_root(const float *x, int64_t n, float *out,
                     const std::vector<int64_t> &counts,
                     const std::vector<int64_t> &displs) {

@@ -23,6 +23,7 @@ struct UniqueId {
   char internal[128]; // NCCL_UNIQUE_ID_BYTES
 };
 constexpr int kFloat32 = 7; // ncclFloat32
+constexpr int kBfloat16 = 9; // ncclBfloat16
 constexpr int kSum = 0;     // ncclSum
 
 struct Api {
@@ -165,6 +166,15 @@ void allgather(float *dev, const std::vector<int64_t> &counts,
   per_rank("ncclBroadcast", counts, displs,
            [&](int root, size_t n, int64_t at) {
              return g.api.broadcast(dev + at, dev + at, n, kFloat32, root,
+                                    g.comm, stream);
+           });
+}
+
+void allgather_bf16(uint16_t *dev, const std::vector<int64_t> &counts,
+                    const std::vector<int64_t> &displs, void *stream) {
+  per_rank("ncclBroadcast", counts, displs,
+           [&](int root, size_t n, int64_t at) {
+             return g.api.broadcast(dev + at, dev + at, n, kBfloat16, root,
                                     g.comm, stream);
            });
 }

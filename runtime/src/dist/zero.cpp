@@ -106,9 +106,6 @@ std::string unsupported(const spw_ctx *ctx) {
         dist::launch_command(ctx->declared_shards).c_str(),
         dist::size() == 1 ? "without --zero for one process"
                           : format("with --ranks %d", dist::size()).c_str());
-  if (has_tiers(ctx) && tiers_bf16_params(ctx))
-    return "--zero 1 does not shard an offload plan's bf16-mixed master "
-           "weights yet: compile with --precision fp32, or without --zero";
   for (const ParamInfo &p : ctx->params)
     if (p.foam_level >= 0)
       return format("--zero 1 shards AdamW's state, but parameter '%s' is "
@@ -255,6 +252,35 @@ void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end,
     d.upload(w, host.data(), bytes);
   }
   param_written(p);
+}
+
+void gather_work(spw_ctx *ctx, const ParamInfo &p, int64_t begin, int64_t end,
+                 bf16 *at, bool host) {
+  if (p.shard_hi < 0 || begin >= end || !dist::active())
+    return;
+  const int64_t bytes = (end - begin) * int64_t(sizeof(bf16));
+  Span span("all-gather '" + p.name + "' (bf16)", bytes);
+  std::vector<int64_t> counts, displs;
+  range_layout(p, begin, end, counts, displs);
+  uint16_t *w = reinterpret_cast<uint16_t *>(at);
+  Device &d = *ctx->device;
+  void *stream = host ? nullptr : d.collective_stream();
+  if (host || d.host_visible()) {
+    dist::allgather_in_place(w, counts, displs);
+  } else if (stream && nccl::active()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    nccl::allgather_bf16(w, counts, displs, stream);
+    d.synchronize();
+    dist::note_zero_traffic(
+        0, bytes,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count());
+  } else {
+    std::vector<uint16_t> h(size_t(end - begin));
+    d.download(h.data(), w, bytes);
+    dist::allgather_in_place(h.data(), counts, displs);
+    d.upload(w, h.data(), bytes);
+  }
 }
 
 std::vector<char> state_present(spw_ctx *ctx) {

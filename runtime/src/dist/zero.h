@@ -79,6 +79,13 @@ void reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad);
 // are done: tiers_defer_gather).
 void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end,
                    float *at = nullptr, bool host = false);
+// An offload plan with sharded bf16-mixed masters (each rank's master
+// blocks hold its shard): the ranks' bf16 working copies of their updated
+// elements [begin, end) to every rank, in the params block's copy at `at`
+// (element `begin`; device memory, or the host copy with `host`). The
+// masters stay sharded: half the bytes of gathering f32 values.
+void gather_work(spw_ctx *ctx, const ParamInfo &p, int64_t begin, int64_t end,
+                 bf16 *at, bool host);
 // An offload plan's streaming out of an optimizer block (a checkpoint):
 // this rank's shard of p's moment goes to rank 0 a piece of at most 1 Mi
 // elements at a time, `read(first, count, out)` giving its elements

@@ -322,7 +322,10 @@ void Checkpointer::write(int64_t step, bool report) {
         zero::gather_moment(ctx_->params[i], false, gathered);
         zero::gather_moment(ctx_->params[i], true, gathered);
       }
-    // An offload plan's sharded optimizer blocks stream to rank 0 too.
+    // An offload plan's sharded blocks stream to rank 0 too, in rank 0's
+    // order: the master blocks' values, then the optimizer blocks.
+    if (tiers_shards_masters(ctx_))
+      tiers_stream_out(ctx_, SPW_BLOCK_PARAMS, [](const BlockRange &) {});
     if (has_tiers(ctx_) && ctx_->declared_shards > 0 && ctx_->step > 0)
       tiers_stream_out(ctx_, SPW_BLOCK_OPTIMIZER, [](const BlockRange &) {});
     return; // rank 0 writes the job's checkpoint

@@ -248,6 +248,10 @@ int check_gradients(spw_ctx *ctx, const Options &o);
 float run_step(spw_ctx *ctx, int64_t step0, const std::string &label);
 // Writes the final parameters to --save (or a rescue path, named in the error).
 void save_params(spw_ctx *ctx, const std::string &path);
+// The other ranks' side of rank 0's save_params when the values stream from
+// every rank's shards (tiers_shards_masters): each write rank 0 tries
+// (--save, then each rescue path) is collective. Nothing otherwise.
+void join_save(spw_ctx *ctx);
 // Runs steps start+1 .. o.steps (`start` > 0 after a resume), checkpointing
 // when `ck` is given; the weights it leaves have no update pending.
 // `data` feeds the token inputs when --data is given, and evaluates.

@@ -30,6 +30,9 @@ struct Options {
   uint64_t seed = 0;
   AdamWOverrides adamw;
   std::string log_json, save, weights;
+  // Another rank than 0 of a job whose rank 0 saves (--save, cleared here):
+  // it takes part when the values stream from every rank's shards.
+  bool rank0_saves = false;
   int64_t print_every = 0; // 0: default max(1, steps / 20)
   bool check_gradients = false;
   double fd_eps = 1e-2;

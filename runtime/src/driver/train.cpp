@@ -159,6 +159,18 @@ private:
   bool committed_ = false;
 };
 
+// An offload plan whose masters are cut for ZeRO's ranks streams the values
+// from every rank's shards: each write of them is collective. Rank 0 says
+// before each stream whether one follows (1) or not (0, when save_params
+// is done); the other ranks take part in each (join_save).
+bool collective_writes(const spw_ctx *ctx) {
+  return dist::active() && tiers_shards_masters(ctx);
+}
+void announce_write(const spw_ctx *ctx, int32_t more) {
+  if (collective_writes(ctx))
+    dist::broadcast(&more, sizeof more);
+}
+
 // The parameters' values as .safetensors (safetensors_bytes' layout, byte
 // for byte): the header from their names and shapes, then each one's bytes
 // at its offset, the plain copies (after device_pull) from memory and an
@@ -225,6 +237,7 @@ void write_params(spw_ctx *ctx, const std::string &path, bool direct,
     // to its home properly): the first failure ends the work, then rises.
     std::exception_ptr failure;
     std::vector<int64_t> streamed(ctx->params.size(), 0);
+    announce_write(ctx, 1);
     tiers_stream_out(ctx, SPW_BLOCK_PARAMS, [&](const BlockRange &r) {
       if (failure)
         return;
@@ -279,9 +292,33 @@ std::string rescue_params(spw_ctx *ctx, const std::string &asked) {
 
 } // namespace
 
+void join_save(spw_ctx *ctx) {
+  if (!collective_writes(ctx))
+    return;
+  device_pull(ctx);
+  for (;;) {
+    int32_t more = 0;
+    dist::broadcast(&more, sizeof more);
+    if (!more)
+      return;
+    tiers_stream_out(ctx, SPW_BLOCK_PARAMS, [](const BlockRange &) {});
+  }
+}
+
 // Writes the final parameters to --save; when that fails at the end of a
 // run, to a rescue path, named in the error.
 void save_params(spw_ctx *ctx, const std::string &path) {
+  // However it ends, the other ranks hear that no write follows.
+  struct Done {
+    const spw_ctx *ctx;
+    ~Done() {
+      try {
+        announce_write(ctx, 0);
+      } catch (const Error &) {
+        // A rank is gone: the job fails anyway.
+      }
+    }
+  } done{ctx};
   device_pull(ctx);
   try {
     write_params(ctx, path, /*direct=*/false, "--save");
@@ -381,6 +418,13 @@ void flush_deferred_updates(spw_ctx *ctx) {
          "the optimizer overlap's pending updates are every rank's to apply; "
          "resume the job from its last complete checkpoint",
          e.what(), (long long)ctx->step);
+  // Masters cut for the ranks: every rank holds a shard of the values.
+  if (dist::active() && tiers_shards_masters(ctx))
+    fail("%s; the weights after step %lld are not written: this offload "
+         "plan's master weights are sharded over the ranks (spillwayc --zero "
+         "1 --ranks %d --precision bf16-mixed), which one rank cannot write "
+         "alone; resume the job from its last complete checkpoint",
+         e.what(), (long long)ctx->step, dist::size());
   flush_deferred_updates(ctx);
   device_pull(ctx);
   // Streamed from the homes like --save; a non-finite parameter: nothing
@@ -555,6 +599,9 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
     ~RestoreLr() { c->overrides.lr = lr; }
   } restore_lr{ctx, flag_lr};
   const auto t0 = std::chrono::steady_clock::now();
+  // The steps' exchanges, not the start's (sharded masters' working copies
+  // are all-gathered when the weights are loaded).
+  const dist::Traffic before = dist::traffic();
   // On a device the first steps also reserve the arena and pick GEMM
   // algorithms: the steady state is timed from the end of the second.
   std::chrono::steady_clock::time_point warm;
@@ -783,7 +830,11 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
                 (long long)start);
   // Data parallel: rank 0's averages (the others' are alike), measured.
   if (dist::active() && ran > 0) {
-    const dist::Traffic t = dist::traffic();
+    dist::Traffic t = dist::traffic();
+    t.bytes -= before.bytes;
+    t.reduce_scattered -= before.reduce_scattered;
+    t.allgathered -= before.allgathered;
+    t.seconds -= before.seconds;
     const double n = dist::size(), ring = (n - 1) / n;
     // Gloo has no reduce-scatter: an all-reduce stands in (dist.h).
     const double rs = dist::reduce_scatter_is_allreduce() ? 2 * ring : ring;
@@ -792,12 +843,13 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
       // (N-1)/N of their buffer per rank, an all-reduce twice that.
       std::printf(
           "data parallel: %d ranks, zero 1; rank 0 reduce-scattered %s "
-          "(gradients%s), all-gathered %s (updated values%s) and "
+          "(gradients%s), all-gathered %s (updated %s%s) and "
           "all-reduced %s (loss%s) per step (a ring sends about %s per rank "
           "for them) in %.3f ms per step, %.1f%% of the step time\n",
           dist::size(), human_bytes(t.reduce_scattered / ran).c_str(),
           dist::reduce_scatter_is_allreduce() ? ", by Gloo's all-reduce" : "",
           human_bytes(t.allgathered / ran).c_str(),
+          tiers_shards_masters(ctx) ? "bf16 working copies" : "values",
           ctx->grad_clip.declared ? ", and the norm's per-block sums" : "",
           human_bytes(t.bytes / ran).c_str(),
           // The loss is 4 bytes a step; more: gradients whose parameter the

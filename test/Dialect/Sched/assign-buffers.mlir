@@ -172,6 +172,22 @@
 // ZEROSPLIT: {bytes = 2048 : i64, class = "optimizer", home = "ssd", layer = 0 : i64, members = [@w1], offset = 8192 : i64, offsets = array<i64: 0>, split = 512 : i64}
 // ZEROSPLIT4: {bytes = 1024 : i64, class = "params", home = "ssd", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>, split = 512 : i64}
 // ZEROSPLIT4: {bytes = 1024 : i64, class = "optimizer", home = "ssd", layer = 0 : i64, members = [@w1], offset = 8192 : i64, offsets = array<i64: 0>, split = 256 : i64}
-// Not built with shards: bf16-mixed master blocks.
-// RUN: sed 's/^module attributes {/module attributes {train.precision = "bf16-mixed", train.optimizer_state_shards = {align = 64 : i64, ranks = 2 : i64}, /' %S/Inputs/two-layers-ordered.mlir | not spillway-opt --sched-place=placement=params=ssd,optimizer=host,gradients=host --sched-insert-transfers --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=ZEROMASTER
-// ZEROMASTER: error: 'sched.iteration' op sched-assign-buffers: the optimizer state is sharded over 2 ranks (train.optimizer_state_shards), but the plan has bf16-mixed master weights, whose sharding is not built
+// bf16-mixed master blocks are sharded like the state: each rank's holds
+// its shard of every member's f32 values (w1: 128 of 256 elements with 2
+// ranks, 512 bytes, not 1024; w2, under one cut, the last rank's whole),
+// so the SSD moves 1536 bytes fewer each way than one process's plan (1024
+// of AdamW state, 512 of masters); the
+// params blocks keep every bf16 working copy. With the overlap the master
+// is cut where the state is (w1 in two sub-slots of 64 elements with 4
+// ranks: split at 256 bytes).
+// RUN: spillway-opt %S/Inputs/models/two-layers-16.mlir --train-mixed-precision --train-autodiff --train-attach-optimizer="state-shards=1" --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd,master=ssd --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=MASTER1
+// RUN: spillway-opt %S/Inputs/models/two-layers-16.mlir --train-mixed-precision --train-autodiff --train-attach-optimizer="state-shards=2" --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd,master=ssd --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=ZEROMASTER
+// RUN: spillway-opt %S/Inputs/models/two-layers-16.mlir --train-mixed-precision --train-autodiff --train-attach-optimizer="state-shards=4" --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd,master=ssd --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=ZEROMASTER4
+// MASTER1: {bytes = 1024 : i64, class = "master", home = "ssd", layer = 0 : i64, members = [@w1], offset = 12288 : i64, offsets = array<i64: 0>}
+// MASTER1: model_bytes = {d2h = 1216 : i64, h2d = 1120 : i64, ssd_read = 5984 : i64, ssd_write = 5472 : i64}
+// ZEROMASTER: {bytes = 512 : i64, class = "params", home = "ssd", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>}
+// ZEROMASTER: {bytes = 512 : i64, class = "master", home = "ssd", layer = 0 : i64, members = [@w1], offset = 12288 : i64, offsets = array<i64: 0>}
+// ZEROMASTER: {bytes = 192 : i64, class = "master", home = "ssd", layer = 1 : i64, members = [@w2], offset = 28672 : i64, offsets = array<i64: 0>}
+// ZEROMASTER: model_bytes = {d2h = 1216 : i64, h2d = 1120 : i64, ssd_read = 4448 : i64, ssd_write = 3936 : i64}
+// ZEROMASTER4: {bytes = 512 : i64, class = "params", home = "ssd", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>, split = 256 : i64}
+// ZEROMASTER4: {bytes = 512 : i64, class = "master", home = "ssd", layer = 0 : i64, members = [@w1], offset = 20480 : i64, offsets = array<i64: 0>, split = 256 : i64}

@@ -261,11 +261,46 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
     return stateBytes *
            uint64_t(train::optimizerStateSlotElements(module, elements));
   };
-  if (shards > 1 && masterHome)
-    return it.emitOpError("sched-assign-buffers: the optimizer state is "
-                          "sharded over ")
-           << shards << " ranks (train.optimizer_state_shards), but the plan "
-           << "has bf16-mixed master weights, whose sharding is not built";
+  // ZeRO (shards > 1): a member's elements per moment (AdamW keeps one per
+  // parameter element; FOAM is not sharded), and of its master.
+  auto momentElems = [&](Attribute m) -> int64_t {
+    auto p = module.lookupSymbol<train::ParamOp>(
+        cast<FlatSymbolRefAttr>(m).getAttr());
+    return p ? p.getType().getNumElements() : 0;
+  };
+  auto totalElements = [&](const BlockInfo &ob) {
+    uint64_t n = 0;
+    for (Attribute m : ob.members)
+      n += uint64_t(momentElems(m));
+    return n;
+  };
+  // A block sharded over the ranks whose first `deferred` elements are
+  // deferred (0: none): spw_zero_sharded_layout, `elem` bytes per element
+  // (the cost model sizes it alike). An optimizer block holds m then v in
+  // such a layout each; a master block one.
+  auto layOutShards = [&](BlockInfo &b, int64_t deferred, uint64_t elem) {
+    SmallVector<int64_t> n, offsets(b.members.size());
+    for (Attribute m : b.members)
+      n.push_back(momentElems(m));
+    int64_t split = 0;
+    const int64_t span = spw_zero_sharded_layout(
+        n.data(), int64_t(n.size()), shards,
+        train::optimizerStateShardAlign(module), deferred, int64_t(elem),
+        int64_t(kGranule[int(Tier::gpu)]), offsets.data(), &split);
+    b.offsets.assign(offsets.begin(), offsets.end());
+    b.split = uint64_t(split);
+    return uint64_t(span);
+  };
+  auto splitShardedOptimizer = [&](BlockInfo &ob, int64_t deferred) {
+    ob.span = layOutShards(ob, deferred, stateBytes);
+    ob.bytes = 2 * ob.span;
+  };
+  // bf16-mixed masters sharded like the state: each rank's master block
+  // holds its shard of every member's f32 values.
+  auto shardMaster = [&](BlockInfo &mb, int64_t deferred) {
+    mb.bytes = layOutShards(mb, deferred, 4);
+  };
+
   llvm::StringMap<uint64_t> momentBytes; // per updated parameter
   module.walk([&](Operation *u) {
     if (train::isOptimizerUpdate(u))
@@ -290,6 +325,8 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
     }
     if (masterHome) {
       blocks[l][kMaster] = pb;
+      if (shards > 1)
+        shardMaster(blocks[l][kMaster], 0);
       for (int64_t &o : pb.offsets)
         o /= 2;
       pb.bytes /= 2;
@@ -322,35 +359,6 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
   // master: 4; optimizer: stateBytes per moment element, AdamW's state
   // being one element per parameter element).
   const uint64_t paramsBytes = masterHome ? 2 : 4;
-  // ZeRO (shards > 1): a member's elements per moment (AdamW keeps one per
-  // parameter element; FOAM is not sharded).
-  auto momentElems = [&](Attribute m) -> int64_t {
-    auto p = module.lookupSymbol<train::ParamOp>(
-        cast<FlatSymbolRefAttr>(m).getAttr());
-    return p ? p.getType().getNumElements() : 0;
-  };
-  auto totalElements = [&](const BlockInfo &ob) {
-    uint64_t n = 0;
-    for (Attribute m : ob.members)
-      n += uint64_t(momentElems(m));
-    return n;
-  };
-  // A sharded optimizer block whose first `deferred` elements are
-  // deferred: spw_zero_sharded_layout (the cost model sizes it alike).
-  auto splitShardedOptimizer = [&](BlockInfo &ob, int64_t deferred) {
-    SmallVector<int64_t> n, offsets(ob.members.size());
-    for (Attribute m : ob.members)
-      n.push_back(momentElems(m));
-    int64_t split = 0;
-    const int64_t span = spw_zero_sharded_layout(
-        n.data(), int64_t(n.size()), shards,
-        train::optimizerStateShardAlign(module), deferred, int64_t(stateBytes),
-        int64_t(kGranule[int(Tier::gpu)]), offsets.data(), &split);
-    ob.offsets.assign(offsets.begin(), offsets.end());
-    ob.span = uint64_t(span);
-    ob.bytes = 2 * uint64_t(span);
-    ob.split = uint64_t(split);
-  };
   if (auto d = it.getDeferredAttr()) {
     if (d.size() != int64_t(numLayers))
       return it.emitOpError("sched-assign-buffers: 'deferred' lists ")
@@ -378,11 +386,17 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
                << l << " defers " << d[l] << " elements, more than it has";
       const uint64_t split = elements * stateBytes;
       if (split != 0 && shards > 1 && elements != totalElements(ob)) {
+        if (pb.members != ob.members)
+          return it.emitOpError("sched-assign-buffers: layer ")
+                 << l << " splits its optimizer block but not its parameters "
+                 << "(parameters the optimizer does not update)";
         // Sharded over ranks: the deferral cuts each rank's shard of the
         // member it ends in, so that member's slot is two (its deferred
         // elements', then the rest's), the first padded so part 0 ends on
         // the GPU granule; the params block splits at the global element.
         splitShardedOptimizer(ob, d[l]);
+        if (masterHome)
+          shardMaster(blocks[l][kMaster], d[l]);
         pb.split = elements * paramsBytes;
         if (pb.split % kGranule[int(Tier::gpu)])
           return it.emitOpError("sched-assign-buffers: layer ")
