@@ -15,7 +15,11 @@
 # ranks with the state sharded (spillwayc --zero 1 --ranks N) against the
 # same plan with the whole state on each rank: each rank's SSD swap, SSD
 # bytes per iteration (all, and the optimizer's), pinned host arena, peak
-# RSS and tokens per second, and the same weights. Then the ranks once
+# RSS and tokens per second, and the same weights; the same again with
+# --precision bf16-mixed (the f32 masters in master blocks on SSD, sharded
+# too with --zero 1, the bf16 working copies all-gathered): each rank's SSD
+# bytes per iteration (all, the optimizer's and the masters'), the bytes
+# exchanged and tokens per second. Then the ranks once
 # more, launched the way torchrun launches them (RANK, WORLD_SIZE,
 # MASTER_ADDR, MASTER_PORT, by test/e2e/launch_ranks.py: the collectives on
 # Gloo over TCP) against the same ranks under mpirun (Open MPI's shared
@@ -85,6 +89,13 @@ python3 "$ROOT/bench/make_gpt_onnx.py" --out whole --layers "$L" --d-model "$D" 
 log "compiling the offload plan --place $PLACE for the ranks, whole and sharded"
 "$SPILLWAYC" rank/gpt.onnx --place "$PLACE" -o dpo > /dev/null
 "$SPILLWAYC" rank/gpt.onnx --place "$PLACE" --zero 1 --ranks "$N" -o zo > /dev/null
+# bf16-mixed: the masters on SSD unless --place says where.
+PLACE_MIXED=$PLACE
+[[ $PLACE == *master=* ]] || PLACE_MIXED="$PLACE,master=ssd"
+log "compiling the bf16-mixed plan --place $PLACE_MIXED for the ranks, whole and sharded"
+"$SPILLWAYC" rank/gpt.onnx --precision bf16-mixed --place "$PLACE_MIXED" -o dpm > /dev/null
+"$SPILLWAYC" rank/gpt.onnx --precision bf16-mixed --place "$PLACE_MIXED" --zero 1 --ranks "$N" \
+  -o zm > /dev/null
 IN=(--weights one.weights --input tokens=whole/tokens.npy --input targets=whole/targets.npy
     --steps "$STEPS" --print-every 1)
 ONE=(./one "${IN[@]}" --threads "$THREADS" --log-json one.jsonl --save one.safetensors)
@@ -108,6 +119,11 @@ log "$N ranks, offload plan, whole state: ./dpo --ssd ssd-whole"
 EXE=./dpo ranks offw --ssd ssd-whole --stats-json offw.json > offw.out
 log "$N ranks, offload plan cut for the ranks (--zero 1): ./zo --ssd ssd-zero"
 EXE=./zo ranks offz --ssd ssd-zero --stats-json offz.json > offz.out
+mkdir -p ssd-mixed-whole ssd-mixed-zero
+log "$N ranks, bf16-mixed offload plan, whole masters and state: ./dpm --ssd ssd-mixed-whole"
+EXE=./dpm ranks mixw --ssd ssd-mixed-whole --stats-json mixw.json > mixw.out
+log "$N ranks, bf16-mixed offload plan cut for the ranks (--zero 1): ./zm --ssd ssd-mixed-zero"
+EXE=./zm ranks mixz --ssd ssd-mixed-zero --stats-json mixz.json > mixz.out
 # torchrun-style (Gloo) against mpirun (MPI): the same ranks and threads.
 GLOO=1
 lo_tx() { awk '$1 == "lo:" { print $10 }' /proc/net/dev; }
@@ -137,6 +153,8 @@ python3 "$ROOT/test/e2e/compare_weights.py" zero.safetensors dp.safetensors --ex
   || die "the sharded ranks' weights differ from the unsharded ranks': $(cat zero-same.out)"
 python3 "$ROOT/test/e2e/compare_weights.py" offz.safetensors offw.safetensors --exact > off-same.out \
   || die "the sharded offload plan's weights differ from the whole plan's: $(cat off-same.out)"
+python3 "$ROOT/test/e2e/compare_weights.py" mixz.safetensors mixw.safetensors --exact > mix-same.out \
+  || die "the bf16-mixed plan's sharded masters give other weights than its whole ones: $(cat mix-same.out)"
 if [ "$GLOO" = 1 ]; then
   python3 "$ROOT/test/e2e/compare_weights.py" gloo.safetensors dp.safetensors $CMP > gloo-same.out \
     || die "the torchrun-style ranks' weights differ from mpirun's: $(cat gloo-same.out)"
@@ -145,9 +163,9 @@ if [ "$GLOO" = 1 ]; then
 fi
 
 OUTJSON=$OUTDIR/data-parallel-$(hostname -s 2>/dev/null || echo host)-$(date -u +%Y%m%dT%H%M%SZ).json
-python3 - "$OUTJSON" "$N" "$THREADS" "$tag" "$B" "$STEPS" "$ARGV" "${ONE[*]}" "${DP[*]}" "$PLACE" "$GLOO" <<'PY'
+python3 - "$OUTJSON" "$N" "$THREADS" "$tag" "$B" "$STEPS" "$ARGV" "${ONE[*]}" "${DP[*]}" "$PLACE" "$GLOO" "$PLACE_MIXED" <<'PY'
 import json, re, statistics, sys, platform
-out, n, threads, tag, b, steps, argv, one_cmd, dp_cmd, place, gloo = sys.argv[1:]
+out, n, threads, tag, b, steps, argv, one_cmd, dp_cmd, place, gloo, place_mixed = sys.argv[1:]
 n, threads, b, steps = int(n), int(threads), int(b), int(steps)
 
 def steady(path):
@@ -187,13 +205,29 @@ def offload(name):
         s = json.load(open(f))
         it = s["bytes_per_iteration"]
         opt = s["bytes_per_iteration_by_class"]["optimizer"]
+        mst = s["bytes_per_iteration_by_class"].get("master", {})
         per.append({"ssd_bytes": s["planned_bytes"]["ssd"],
                     "host_bytes": s["planned_bytes"]["host"],
                     "ssd_per_iteration": it["ssd_read"] + it["ssd_write"],
                     "optimizer_ssd_per_iteration": opt["ssd_read"] + opt["ssd_write"],
+                    "master_ssd_per_iteration": mst.get("ssd_read", 0) + mst.get("ssd_write", 0),
                     "as_planned": s["bytes_per_iteration"] == s["predicted_bytes_per_iteration"]})
     return per
 off_w, off_z = offload("offw"), offload("offz")
+so_mw, tok_mw, _ = steady("mixw.jsonl")
+so_mz, tok_mz, _ = steady("mixz.jsonl")
+rss_mixw, rss_mixz = rss("mixw"), rss("mixz")
+mix_w, mix_z = offload("mixw"), offload("mixz")
+msame = open("mix-same.out").read().strip()
+def exchanged(path):
+    """The data-parallel line's per-step bytes: averaged (--zero 0), or
+    reduce-scattered and all-gathered (--zero 1)."""
+    t = open(path).read()
+    m = re.search(r"reduce-scattered ([0-9.]+ \S+) .*?all-gathered ([0-9.]+ \S+)", t)
+    if m:
+        return {"reduce_scattered_per_step": m.group(1), "allgathered_per_step": m.group(2)}
+    m = re.search(r"averaged ([0-9.]+ \S+) per step", t)
+    return {"averaged_per_step": m.group(1)} if m else {}
 res = {
     "schema": "spillway-bench-data-parallel-1",
     "machine": {"host": platform.node(), "cpus": threads},
@@ -230,6 +264,17 @@ res = {
                 "ratio_ssd_per_iteration_zero1_over_whole":
                     [z["ssd_per_iteration"] / w["ssd_per_iteration"] for z, w in zip(off_z, off_w)],
                 "weights_vs_whole": osame},
+    "offload_bf16_mixed": {"place": place_mixed,
+                "whole": {"steady_s_per_step": so_mw, "tokens_per_s": tok_mw,
+                          "peak_rss_bytes_per_rank": rss_mixw, "per_rank": mix_w,
+                          "exchanged": exchanged("mixw.out")},
+                "zero1": {"steady_s_per_step": so_mz, "tokens_per_s": tok_mz,
+                          "peak_rss_bytes_per_rank": rss_mixz, "per_rank": mix_z,
+                          "exchanged": exchanged("mixz.out")},
+                "ratio_tokens_per_s_zero1_over_whole": tok_mz / tok_mw,
+                "ratio_ssd_per_iteration_zero1_over_whole":
+                    [z["ssd_per_iteration"] / w["ssd_per_iteration"] for z, w in zip(mix_z, mix_w)],
+                "weights_vs_whole": msame},
 }
 def exchange(path):
     """The exchanges' ms per step and share of the run, from the last line."""
@@ -297,6 +342,21 @@ print(f"zero 1 / whole: {tok_z / tok_w:.3f}x tokens/s, SSD bytes per iteration "
       + ", ".join(f"rank {r} {z['ssd_per_iteration'] / w['ssd_per_iteration']:.3f}x" for r, (z, w) in enumerate(zip(off_z, off_w)))
       + "; every step as planned: " + str(all(p["as_planned"] for p in off_w + off_z)))
 print(f"weights: {osame} (sharded offload against whole)")
+print()
+print(f"bf16-mixed offload plan --place {place_mixed}, {n} ranks, per rank:")
+print(f"{'plan':30} {'s/step':>8} {'tok/s':>9} {'ssd swap MB':>12} {'ssd MB/iter':>12} {'optimizer':>10} {'masters':>8} {'peak RSS MB':>12}")
+for label, s_, t_, per, rs in ((f"whole masters and state", so_mw, tok_mw, mix_w, rss_mixw),
+                               (f"--zero 1 --ranks {n}", so_mz, tok_mz, mix_z, rss_mixz)):
+    for r, (p, x) in enumerate(zip(per, rs)):
+        print(f"{label + ', rank ' + str(r):30} {s_:8.4f} {t_:9.1f} {p['ssd_bytes'] / 1e6:12.1f} "
+              f"{p['ssd_per_iteration'] / 1e6:12.1f} {p['optimizer_ssd_per_iteration'] / 1e6:10.1f} "
+              f"{p['master_ssd_per_iteration'] / 1e6:8.1f} {x / 1e6:12.0f}")
+xw, xz = exchanged("mixw.out"), exchanged("mixz.out")
+print(f"zero 1 / whole: {tok_mz / tok_mw:.3f}x tokens/s, SSD bytes per iteration "
+      + ", ".join(f"rank {r} {z['ssd_per_iteration'] / w['ssd_per_iteration']:.3f}x" for r, (z, w) in enumerate(zip(mix_z, mix_w)))
+      + "; every step as planned: " + str(all(p["as_planned"] for p in mix_w + mix_z)))
+print(f"exchanged per step: whole {xw}, zero 1 {xz} (the bf16 working copies all-gathered, the masters never)")
+print(f"weights: {msame} (sharded masters against whole)")
 print()
 if gloo == "1":
     t = res["torchrun_style"]

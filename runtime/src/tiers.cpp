@@ -26,6 +26,7 @@
 #include "dist/zero.h"
 
 #include "host_optimizer.h"
+#include "spillway/runtime/zero_shard.h"
 #include "storage/tensor_store.h"
 #include "trace.h"
 
@@ -124,9 +125,10 @@ struct Tiers {
     // params block spw_alloc_copy rounds from it, only this rank's shard
     // of the working copies: a `rounding` gather of elements [begin, end)
     // of `param`, which the update's own all-gather of them replaces
-    // (tiers_gathering), else runs before the copy moves, is dropped or is
-    // bound, on whichever tier it is (an update that does not run: the
-    // overlap's first deferred task, a validation step).
+    // (tiers_gathering), else runs before the copy moves or is dropped, on
+    // whichever tier it is, or at the step's end (an update that does not
+    // run: the overlap's first deferred task, a validation step). A bind
+    // leaves it to the update the bind is for.
     struct Gather {
       int part;
       std::function<void()> run;
@@ -477,6 +479,32 @@ static void check_same_split(const Tiers::Block &a, const Tiers::Block &b) {
        (unsigned long long)b.split, (unsigned long long)(b.split / b.elem));
 }
 
+// A master block cut for the ranks: its members' offsets, split and bytes
+// are spw_zero_sharded_layout's of 4-byte elements (sched-assign-buffers'),
+// deferring what the layer's params block `pb` defers; else binding it
+// would read other elements than the runtime's shards hold.
+static void check_cut_master(const spw_ctx *ctx, const Tiers::Block &pb,
+                             const Tiers::Block &mb) {
+  std::vector<int64_t> n, offsets(mb.params.size());
+  for (int32_t i : mb.params)
+    n.push_back(ctx->params[size_t(i)].value->numel);
+  int64_t split = 0;
+  const int64_t bytes = spw_zero_sharded_layout(
+      n.data(), int64_t(n.size()), ctx->declared_shards,
+      ctx->declared_shard_align, pb.split ? int64_t(pb.split / pb.elem) : 0, 4,
+      256, offsets.data(), &split);
+  bool same = uint64_t(bytes) == mb.bytes && uint64_t(split) == mb.split;
+  for (size_t i = 0; i < offsets.size() && same; ++i)
+    same = uint64_t(offsets[i]) == mb.offsets[i];
+  if (!same)
+    fail("%s (%llu bytes, split at %llu) is not laid out as a master block "
+         "cut for %lld ranks is (%lld bytes, split at %lld): the plan and "
+         "the runtime disagree on the shards",
+         mb.name.c_str(), (unsigned long long)mb.bytes,
+         (unsigned long long)mb.split, (long long)ctx->declared_shards,
+         (long long)bytes, (long long)split);
+}
+
 // What spw_declare_block and spw_declare_split could not check while the
 // plan might still declare a master block: the params blocks' element
 // size, a bf16-mixed plan's params and master blocks in pairs, the splits.
@@ -521,9 +549,13 @@ static void check_blocks(spw_ctx *ctx) {
         check_same_split(b, *o);
     const Tiers::Block *m =
         b.cls == SPW_BLOCK_PARAMS ? find(SPW_BLOCK_MASTER, b.layer) : nullptr;
-    // (Masters cut for the ranks split where the params block does:
-    // deferred_end.)
-    if (!m || cut_for_ranks(ctx, m->cls))
+    // Masters cut for the ranks split where the params block does
+    // (deferred_end), laid out as the compiler lays them out.
+    if (m && cut_for_ranks(ctx, m->cls)) {
+      check_cut_master(ctx, b, *m);
+      continue;
+    }
+    if (!m)
       continue;
     check_same_split(b, *m);
     // The same element of each member, not only of the concatenation: a
@@ -670,6 +702,10 @@ static void stream(spw_ctx *ctx, int cls, bool in, const BlockRangeFn &fn,
 
 void tiers_gather(spw_ctx *ctx) {
   Tiers &t = *ctx->tiers;
+  // (Each rank would get its own shard of the values only.)
+  if (tiers_shards_masters(ctx))
+    fail("tiers_gather: this plan's master blocks hold each rank's shard of "
+         "the values; stream them out (tiers_stream_out) instead");
   if (std::string e = finish_host_updates(ctx, false); !e.empty())
     fail("%s", e.c_str());
   for (Tiers::Block &b : t.blocks)
@@ -2523,13 +2559,20 @@ void tiers_flush_deferred(
         s.release(id, Tier::Host);
     };
     // Copies of the blocks on `d`, loaded from their homes; false (and
-    // nothing left allocated) when `d` has no room for them.
+    // nothing left allocated) when `d` has no room for them. A copy that
+    // fails to load (an I/O error) is that error, not a lack of room.
     auto bring_both = [&](Tier d) {
+      bool no_room = false;
       auto bring = [&](Tiers::Block &b) {
         if (b.home == int(d))
           return;
         for (int k = 0; k < b.parts(); ++k) {
-          s.allocate(b.part_id(k), d);
+          try {
+            s.allocate(b.part_id(k), d);
+          } catch (const Error &) {
+            no_room = true;
+            throw;
+          }
           copies.push_back({b.part_id(k), Tier(b.home)});
           carry(b.part_id(k), Tier(b.home), d);
         }
@@ -2543,6 +2586,8 @@ void tiers_flush_deferred(
           if (s.resident(id, d))
             s.release(id, d);
         copies.clear();
+        if (!no_room)
+          throw;
         return false;
       }
     };

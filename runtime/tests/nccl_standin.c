@@ -245,8 +245,10 @@ int ncclBroadcast(const void *send, void *recv, size_t count, int dtype,
       root < 0 || root >= comm->nranks || (root == comm->rank && !send) ||
       count > (size_t)1 << 30)
     return kInvalidArgument;
-  /* Whole floats' worth of bytes for the (un)scrambling helpers. */
+  /* Moved as bytes: one MPI call's int count of them. */
   const size_t bytes = count * (dtype == 9 ? 2 : 4);
+  if (bytes > 0x7fffffff)
+    return kInvalidArgument;
   const size_t words = (bytes + 3) / 4;
   float *plain = malloc((words ? words : 1) * sizeof(float));
   if (!plain)

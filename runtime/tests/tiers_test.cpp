@@ -1225,6 +1225,55 @@ std::string start_error(spw_ctx *ctx) {
   return "";
 }
 
+// A master block cut for ZeRO's ranks must be laid out as the compiler lays
+// it out (spw_zero_sharded_layout of 4-byte elements, split where the
+// params block is): one of the whole values, or one of 2 ranks split
+// elsewhere, is refused at the start, naming both layouts.
+TEST(Tiers, CutMasterBlockMustBeTheShardsLayout) {
+  struct Case {
+    int64_t master_bytes, params_split, master_split;
+    const char *want;
+  };
+  const Case cases[] = {
+      {1024, 0, 0,
+       "master/layer0 (1024 bytes, split at 0) is not laid out as a master "
+       "block cut for 2 ranks is (512 bytes, split at 0)"},
+      // 128 elements deferred (the params block's first 256 bytes): each
+      // rank's shard is in one part, so each part keeps a slot of 128
+      // elements, part 1 from 512 bytes.
+      {1024, 256, 256,
+       "master/layer0 (1024 bytes, split at 256) is not laid out as a "
+       "master block cut for 2 ranks is (1024 bytes, split at 512)"},
+      {1024, 256, 512, ""},
+      {512, 0, 0, ""},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.want);
+    auto ctx = spw::make_context();
+    const int64_t dims[] = {256};
+    spw_declare_param(ctx.get(), "v", SPW_F32, 1, dims, 0);
+    spw_declare_bf16_mixed(ctx.get());
+    spw_declare_optimizer_shards(ctx.get(), 2, 64);
+    const int64_t predicted[4] = {0, 0, 0, 0};
+    spw_declare_tiers(ctx.get(), 8192, 8192, 0, "", predicted);
+    const int64_t members[] = {0}, offsets[] = {0};
+    spw_declare_block(ctx.get(), SPW_BLOCK_PARAMS, 0, 512, SPW_TIER_GPU, 0, 1,
+                      members, offsets);
+    spw_declare_block(ctx.get(), SPW_BLOCK_MASTER, 0, c.master_bytes,
+                      SPW_TIER_HOST, 0, 1, members, offsets);
+    if (c.params_split)
+      spw_declare_split(ctx.get(), SPW_BLOCK_PARAMS, 0, c.params_split);
+    if (c.master_split)
+      spw_declare_split(ctx.get(), SPW_BLOCK_MASTER, 0, c.master_split);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    const std::string e = start_error(ctx.get());
+    if (*c.want)
+      EXPECT_NE(e.find(c.want), std::string::npos) << e;
+    else
+      EXPECT_EQ(e, "");
+  }
+}
+
 // What a bf16-mixed plan refuses, each saying what is wrong.
 TEST(Tiers, Bf16PlanRefusals) {
   const int64_t predicted[4] = {0, 0, 0, 0};

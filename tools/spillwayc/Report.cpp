@@ -2,6 +2,8 @@
 
 #include "Report.h"
 
+#include "spillway/runtime/zero_shard.h"
+
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -66,6 +68,19 @@ uint64_t masterBytes(const IterationSummary &s) {
   uint64_t b = 0;
   for (const LayerCost &l : s.layers)
     b += l.masterBytes;
+  return b;
+}
+
+/// One rank's master bytes when the blocks are cut for the ranks: each
+/// member's slot (the F = 0 layout, as the optimizer state's figure).
+uint64_t masterBytesPerRank(const IterationSummary &s) {
+  const int64_t align =
+      s.gradClip ? SPW_ZERO_SHARD_ALIGN_CLIPPED : SPW_ZERO_SHARD_ALIGN;
+  uint64_t b = 0;
+  for (const LayerCost &l : s.layers)
+    for (uint64_t n : l.masterElements)
+      b += 4 * uint64_t(spw_zero_shard_slot(int64_t(n),
+                                            int64_t(s.optimizerShards), align));
   return b;
 }
 
@@ -217,9 +232,9 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
           "moment, "
        << sb.perRank << " bytes on each of the " << s.optimizerShards
        << " ranks)\n";
-    if (s.bf16Storage && r.choice.best.valid)
+    if (s.bf16Storage)
       os << "master weights: " << masterBytes(s)
-         << " bytes (sharded as the state: " << r.choice.best.masterBytes
+         << " bytes (sharded as the state: " << masterBytesPerRank(s)
          << " bytes on each of the " << s.optimizerShards << " ranks)\n";
   } else if (r.foamParams.empty()) {
     os << " (AdamW)\n";

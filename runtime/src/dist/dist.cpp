@@ -47,7 +47,7 @@ struct Mpi {
   int (*bcast)(void *, int, Handle, int, Handle);
   int (*barrier)(Handle);
   int (*library_version)(char *, int *);
-  Handle comm_world, f32, f64, u64, byte, sum, min, max;
+  Handle comm_world, f32, f64, u64, u16, byte, sum, min, max;
 };
 
 struct State {
@@ -257,6 +257,7 @@ void init() {
   m.f64 = object(lib, "ompi_mpi_double");
   m.u64 = object(lib, "ompi_mpi_uint64_t");
   m.byte = object(lib, "ompi_mpi_byte");
+  m.u16 = object(lib, "ompi_mpi_uint16_t");
   m.sum = object(lib, "ompi_mpi_op_sum");
   m.min = object(lib, "ompi_mpi_op_min");
   m.max = object(lib, "ompi_mpi_op_max");
@@ -414,12 +415,7 @@ void allgather_in_place(double *x, const std::vector<int64_t> &counts,
 
 void allgather_in_place(uint16_t *x, const std::vector<int64_t> &counts,
                         const std::vector<int64_t> &displs) {
-  std::vector<int64_t> c(counts), d(displs);
-  for (int64_t &k : c)
-    k *= 2;
-  for (int64_t &k : d)
-    k *= 2;
-  allgather_elements(x, g.mpi.byte, 1, c, d);
+  allgather_elements(x, g.mpi.u16, sizeof(uint16_t), counts, displs);
 }
 
 void gather_to_root(const float *x, int64_t n, float *out,

@@ -77,7 +77,7 @@ void allgather_in_place(float *x, const std::vector<int64_t> &counts,
 void allgather_in_place(double *x, const std::vector<int64_t> &counts,
                         const std::vector<int64_t> &displs);
 // The same of 2-byte elements (bf16 working copies: ZeRO's sharded
-// masters), moved as bytes.
+// masters).
 void allgather_in_place(uint16_t *x, const std::vector<int64_t> &counts,
                         const std::vector<int64_t> &displs);
 // Rank r's n = counts[r] elements at x to rank 0's out + displs[r] (`out`

@@ -637,11 +637,18 @@ void Checkpointer::restore(storage::CheckpointReader &c) {
                        int64_t(q.v.size()));
       }
     }
+  } catch (const BadChunk &e) {
+    bad = e.what();
+  }
+  // Every rank streams its blocks in whatever it found so far: a plan
+  // whose masters are cut for the ranks all-gathers the working copies
+  // there (collective), so a rank must not skip it for a bad chunk.
+  try {
     if (has_tiers(ctx_)) {
       FirstFailure failure;
       auto fill = [&](const BlockRange &r) {
         const uint64_t bytes = uint64_t(r.count) * sizeof(float);
-        if (failure.e) {
+        if (failure.e || !bad.empty()) {
           std::memset(r.data, 0, size_t(bytes)); // overwritten again later
           return;
         }
@@ -667,7 +674,8 @@ void Checkpointer::restore(storage::CheckpointReader &c) {
       failure.rethrow();
     }
   } catch (const BadChunk &e) {
-    bad = e.what();
+    if (bad.empty())
+      bad = e.what();
   }
   // A sharded plan's ranks read different chunks (each its shard of the
   // moments): a chunk bad on any rank skips the checkpoint on every rank,

@@ -166,8 +166,12 @@ private:
 bool collective_writes(const spw_ctx *ctx) {
   return dist::active() && tiers_shards_masters(ctx);
 }
+// Set when such a stream failed here by itself (a block that could not be
+// read, not this file): the other ranks are still inside it, so this rank
+// starts no other collective; its error ends the job (main aborts it).
+bool g_stream_broken = false;
 void announce_write(const spw_ctx *ctx, int32_t more) {
-  if (collective_writes(ctx))
+  if (collective_writes(ctx) && !g_stream_broken)
     dist::broadcast(&more, sizeof more);
 }
 
@@ -238,19 +242,33 @@ void write_params(spw_ctx *ctx, const std::string &path, bool direct,
     std::exception_ptr failure;
     std::vector<int64_t> streamed(ctx->params.size(), 0);
     announce_write(ctx, 1);
-    tiers_stream_out(ctx, SPW_BLOCK_PARAMS, [&](const BlockRange &r) {
-      if (failure)
-        return;
-      try {
-        const float *w = static_cast<const float *>(r.data);
-        check(ctx->params[size_t(r.param)], w, r.begin, r.count);
-        for (uint64_t a : at[size_t(r.param)])
-          f.write(data0 + a + uint64_t(r.begin) * 4, w, uint64_t(r.count) * 4);
-        streamed[size_t(r.param)] += r.count;
-      } catch (...) {
-        failure = std::current_exception();
-      }
-    });
+    try {
+      tiers_stream_out(ctx, SPW_BLOCK_PARAMS, [&](const BlockRange &r) {
+        if (failure)
+          return;
+        try {
+          const float *w = static_cast<const float *>(r.data);
+          check(ctx->params[size_t(r.param)], w, r.begin, r.count);
+          for (uint64_t a : at[size_t(r.param)])
+            f.write(data0 + a + uint64_t(r.begin) * 4, w,
+                    uint64_t(r.count) * 4);
+          streamed[size_t(r.param)] += r.count;
+        } catch (...) {
+          failure = std::current_exception();
+        }
+      });
+    } catch (const Error &e) {
+      if (!collective_writes(ctx))
+        throw;
+      g_stream_broken = true;
+      fail("%s: %s; the other ranks are still sending their shards of the "
+           "master weights, so no rescue copy can be written: resume the job "
+           "from its last complete checkpoint",
+           what, e.what());
+    } catch (...) {
+      g_stream_broken = collective_writes(ctx);
+      throw;
+    }
     if (failure)
       std::rethrow_exception(failure);
     // Every element of every block's parameter, or the file would hold
@@ -285,6 +303,8 @@ std::string rescue_params(spw_ctx *ctx, const std::string &asked) {
     } catch (const NonFiniteWeights &) {
       throw;
     } catch (const Error &) {
+      if (g_stream_broken)
+        throw;
     }
   }
   return {};
@@ -325,6 +345,8 @@ void save_params(spw_ctx *ctx, const std::string &path) {
   } catch (const NonFiniteWeights &) {
     throw;
   } catch (const Error &e) {
+    if (g_stream_broken) // no other rank can take part in another write
+      throw;
     const std::string rescued = rescue_params(ctx, path);
     if (rescued.empty())
       fail("--save: %s; writing the weights to $TMPDIR, /tmp or the current "
