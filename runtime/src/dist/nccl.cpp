@@ -161,22 +161,30 @@ void reduce_scatter_sum(float *dev, const std::vector<int64_t> &counts,
   });
 }
 
-void allgather(float *dev, const std::vector<int64_t> &counts,
-               const std::vector<int64_t> &displs, void *stream) {
+namespace {
+// Rank r's counts[r] elements (`elem` bytes, NCCL type `type`) at element
+// displs[r] broadcast from it, in place.
+void broadcast_parts(char *dev, size_t elem, int type,
+                     const std::vector<int64_t> &counts,
+                     const std::vector<int64_t> &displs, void *stream) {
   per_rank("ncclBroadcast", counts, displs,
            [&](int root, size_t n, int64_t at) {
-             return g.api.broadcast(dev + at, dev + at, n, kFloat32, root,
-                                    g.comm, stream);
+             char *x = dev + size_t(at) * elem;
+             return g.api.broadcast(x, x, n, type, root, g.comm, stream);
            });
 }
+} // namespace
 
-void allgather_bf16(uint16_t *dev, const std::vector<int64_t> &counts,
-                    const std::vector<int64_t> &displs, void *stream) {
-  per_rank("ncclBroadcast", counts, displs,
-           [&](int root, size_t n, int64_t at) {
-             return g.api.broadcast(dev + at, dev + at, n, kBfloat16, root,
-                                    g.comm, stream);
-           });
+void allgather(float *dev, const std::vector<int64_t> &counts,
+               const std::vector<int64_t> &displs, void *stream) {
+  broadcast_parts(reinterpret_cast<char *>(dev), sizeof(float), kFloat32,
+                  counts, displs, stream);
+}
+
+void allgather(uint16_t *dev, const std::vector<int64_t> &counts,
+               const std::vector<int64_t> &displs, void *stream) {
+  broadcast_parts(reinterpret_cast<char *>(dev), sizeof(uint16_t), kBfloat16,
+                  counts, displs, stream);
 }
 
 void finish() {

@@ -46,8 +46,8 @@ void reduce_scatter_sum(float *dev, const std::vector<int64_t> &counts,
 void allgather(float *dev, const std::vector<int64_t> &counts,
                const std::vector<int64_t> &displs, void *stream);
 // The same of bf16 elements (ZeRO's sharded masters: the working copies).
-void allgather_bf16(uint16_t *dev, const std::vector<int64_t> &counts,
-                    const std::vector<int64_t> &displs, void *stream);
+void allgather(uint16_t *dev, const std::vector<int64_t> &counts,
+               const std::vector<int64_t> &displs, void *stream);
 // Leaves the communicator (at the end of a run that succeeded).
 void finish();
 

@@ -222,15 +222,16 @@ float grad_norm_of_shards(spw_ctx *ctx, const ParamInfo &p,
   return float(std::sqrt(total));
 }
 
-void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end,
-                   float *at, bool host) {
-  if (p.shard_hi < 0 || begin >= end || !dist::active())
-    return;
-  Span span("all-gather '" + p.name + "'",
-            (end - begin) * int64_t(sizeof(float)));
+namespace {
+// Every rank's elements [begin, end) of p (its shard's) to every rank, in
+// place at w (element `begin`): f32 values or bf16 working copies.
+template <class T>
+void gather_elements(spw_ctx *ctx, const ParamInfo &p, int64_t begin,
+                     int64_t end, T *w, bool host, const char *what) {
+  const int64_t bytes = (end - begin) * int64_t(sizeof(T));
+  Span span("all-gather '" + p.name + "'" + what, bytes);
   std::vector<int64_t> counts, displs;
   range_layout(p, begin, end, counts, displs);
-  float *w = at ? at : values(p) + begin;
   Device &d = *ctx->device;
   void *stream = host ? nullptr : d.collective_stream();
   if (host || d.host_visible()) {
@@ -241,16 +242,23 @@ void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end,
     nccl::allgather(w, counts, displs, stream);
     d.synchronize();
     dist::note_zero_traffic(
-        0, (end - begin) * int64_t(sizeof(float)),
+        0, bytes,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
             .count());
   } else {
-    const int64_t bytes = (end - begin) * int64_t(sizeof(float));
-    std::vector<float> host(size_t(end - begin));
-    d.download(host.data(), w, bytes);
-    dist::allgather_in_place(host.data(), counts, displs);
-    d.upload(w, host.data(), bytes);
+    std::vector<T> h(size_t(end - begin));
+    d.download(h.data(), w, bytes);
+    dist::allgather_in_place(h.data(), counts, displs);
+    d.upload(w, h.data(), bytes);
   }
+}
+} // namespace
+
+void gather_values(spw_ctx *ctx, ParamInfo &p, int64_t begin, int64_t end,
+                   float *at, bool host) {
+  if (p.shard_hi < 0 || begin >= end || !dist::active())
+    return;
+  gather_elements(ctx, p, begin, end, at ? at : values(p) + begin, host, "");
   param_written(p);
 }
 
@@ -258,29 +266,8 @@ void gather_work(spw_ctx *ctx, const ParamInfo &p, int64_t begin, int64_t end,
                  bf16 *at, bool host) {
   if (p.shard_hi < 0 || begin >= end || !dist::active())
     return;
-  const int64_t bytes = (end - begin) * int64_t(sizeof(bf16));
-  Span span("all-gather '" + p.name + "' (bf16)", bytes);
-  std::vector<int64_t> counts, displs;
-  range_layout(p, begin, end, counts, displs);
-  uint16_t *w = reinterpret_cast<uint16_t *>(at);
-  Device &d = *ctx->device;
-  void *stream = host ? nullptr : d.collective_stream();
-  if (host || d.host_visible()) {
-    dist::allgather_in_place(w, counts, displs);
-  } else if (stream && nccl::active()) {
-    const auto t0 = std::chrono::steady_clock::now();
-    nccl::allgather_bf16(w, counts, displs, stream);
-    d.synchronize();
-    dist::note_zero_traffic(
-        0, bytes,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-            .count());
-  } else {
-    std::vector<uint16_t> h(size_t(end - begin));
-    d.download(h.data(), w, bytes);
-    dist::allgather_in_place(h.data(), counts, displs);
-    d.upload(w, h.data(), bytes);
-  }
+  gather_elements(ctx, p, begin, end, reinterpret_cast<uint16_t *>(at), host,
+                  " (bf16)");
 }
 
 std::vector<char> state_present(spw_ctx *ctx) {
