@@ -402,6 +402,12 @@ int run(const Options &given, const char *argv0) {
     throw UsageError("--outputs is for forward-only models (spillwayc "
                      "--forward); this executable trains a model with a loss");
   ctx->evaluate_only = forward; // never update parameters
+  // Before how it was launched: what the executable itself cannot check
+  // says what to recompile (not how to launch it, which would not help).
+  if (!forward && has_tiers(ctx) && o.check_gradients)
+    throw UsageError("--check-gradients needs the parameters resident; "
+                     "compile the model without an offload plan to check "
+                     "its gradients");
   if (dist::active() && (forward || o.check_gradients))
     throw UsageError(format("%s runs on one process; this one is rank %d of "
                             "a job of %d (%s): run it alone",
@@ -467,10 +473,6 @@ int run(const Options &given, const char *argv0) {
                               !o.ssd.empty()            ? "--ssd"
                               : o.optimizer_threads > 0 ? "--optimizer-threads"
                                                         : "--stats-json"));
-    if (tiered && o.check_gradients)
-      throw UsageError("--check-gradients needs the parameters resident; "
-                       "compile the model without an offload plan to check "
-                       "its gradients");
   }
   if (ctx->bf16_mixed && o.check_gradients)
     throw UsageError("--check-gradients compares the gradients with finite "

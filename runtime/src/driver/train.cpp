@@ -263,7 +263,8 @@ void write_params(spw_ctx *ctx, const std::string &path, bool direct,
       g_stream_broken = true;
       fail("%s: %s; the other ranks are still sending their shards of the "
            "master weights, so no rescue copy can be written: resume the job "
-           "from its last complete checkpoint",
+           "from its last complete checkpoint if it wrote any, else run it "
+           "again",
            what, e.what());
     } catch (...) {
       g_stream_broken = collective_writes(ctx);
@@ -429,6 +430,15 @@ void flush_deferred_updates(spw_ctx *ctx) {
 // weights of the steps run so far go to --save, or to a rescue path, before
 // the error ends the run. Deferred updates are applied first (they belong to
 // the weights of the steps run).
+// What to do when the weights of a job's steps cannot be written.
+std::string go_on_from(const Options &o) {
+  return o.checkpoint_dir.empty()
+             ? "this job writes no checkpoints: run it again (with "
+               "--checkpoint-dir DIR, a job that fails resumes from its last "
+               "complete checkpoint)"
+             : "resume the job from its last complete checkpoint (--resume)";
+}
+
 [[noreturn]] void output_failed(spw_ctx *ctx, const Options &o,
                                 const Error &e) {
   // ZeRO: applying a deferred update is collective (each rank updates its
@@ -438,15 +448,15 @@ void flush_deferred_updates(spw_ctx *ctx) {
                   [](const ParamInfo &p) { return !p.pending.empty(); }))
     fail("%s; the weights after step %lld are not written: with --zero 1 "
          "the optimizer overlap's pending updates are every rank's to apply; "
-         "resume the job from its last complete checkpoint",
-         e.what(), (long long)ctx->step);
+         "%s",
+         e.what(), (long long)ctx->step, go_on_from(o).c_str());
   // Masters cut for the ranks: every rank holds a shard of the values.
   if (dist::active() && tiers_shards_masters(ctx))
     fail("%s; the weights after step %lld are not written: this offload "
          "plan's master weights are sharded over the ranks (spillwayc --zero "
          "1 --ranks %d --precision bf16-mixed), which one rank cannot write "
-         "alone; resume the job from its last complete checkpoint",
-         e.what(), (long long)ctx->step, dist::size());
+         "alone; %s",
+         e.what(), (long long)ctx->step, dist::size(), go_on_from(o).c_str());
   flush_deferred_updates(ctx);
   device_pull(ctx);
   // Streamed from the homes like --save; a non-finite parameter: nothing
