@@ -42,6 +42,7 @@
 // The runtime's flag ranges (plain C++, no MLIR): a value compiled in is
 // one the executable's flags accept.
 #include "spillway/runtime/hyperparams.h"
+#include "spillway/runtime/zero_shard.h"
 
 #include <tuple>
 
@@ -576,6 +577,36 @@ std::string productsPrecision() {
   if (!precision.getNumOccurrences() || precision == "bf16-mixed")
     return target == "cuda" ? "bf16" : "fp32";
   return precision;
+}
+
+/// --zero 1 --ranks N with an offload plan whose parameters are each small
+/// enough to be one rank's whole (the shards are cut at multiples of 64
+/// elements, 64 Ki with gradient clipping): every rank would keep the whole
+/// state, which the user asked to shard. Said, not refused: the plan runs.
+void warnIfNothingSharded(ModuleOp module) {
+  const int64_t ranks = spillway::train::optimizerStateShards(module);
+  if (ranks <= 1)
+    return;
+  const int64_t align = spillway::train::optimizerStateShardAlign(module);
+  bool sharded = false;
+  module.walk([&](Operation *u) {
+    if (!spillway::train::isOptimizerUpdate(u))
+      return;
+    auto p = module.lookupSymbol<spillway::train::ParamOp>(
+        spillway::train::getUpdatedParam(u));
+    const int64_t n = p ? p.getType().getNumElements() : 0;
+    sharded |= spw_zero_shard_slot(n, ranks, align) < n;
+  });
+  if (!sharded)
+    llvm::WithColor::warning(llvm::errs(), "spillwayc")
+        << "--zero 1 --ranks " << ranks << " shards nothing here: the shards "
+        << "are cut at multiples of " << align << " elements"
+        << (align == SPW_ZERO_SHARD_ALIGN_CLIPPED
+                ? " (--grad-clip: the norm's blocks)"
+                : "")
+        << " and no parameter is large enough to be cut, so one rank keeps "
+        << "each whole and every rank's blocks hold the whole optimizer "
+        << "state; compile without --zero 1 (the ranks then run --zero 0)\n";
 }
 
 /// The planning and schedule flags, each read once, into `planOptions`;
@@ -1116,6 +1147,7 @@ static int compilerMain(int argc, char **argv) {
     if (failed(pm.run(*module)))
       return 1;
   }
+  warnIfNothingSharded(*module);
 
   if (int rc = planAndSchedule(module, planOptions, planSpace, scheduled))
     return rc;
