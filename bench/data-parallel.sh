@@ -330,31 +330,33 @@ print(f"zero 1 / zero 0: {tokz / tokn:.3f}x tokens/s, peak RSS "
       + (f"; {zx.group(1)} reduce-scattered + {zx.group(2)} all-gathered per step in {zx.group(3)} ms" if zx else ""))
 print(f"weights: {zsame} (zero 1 against zero 0)")
 print()
-print(f"Offload plan --place {place}, {n} ranks (each on its own --ssd directory), per rank:")
-print(f"{'plan':30} {'s/step':>8} {'tok/s':>9} {'ssd swap MB':>12} {'ssd MB/iter':>12} {'of it optimizer':>16} {'host arena MB':>14} {'peak RSS MB':>12}")
-for label, s_, t_, per, rs in ((f"whole state", so_w, tok_w, off_w, rss_offw),
-                               (f"--zero 1 --ranks {n}", so_z, tok_z, off_z, rss_offz)):
-    for r, (p, x) in enumerate(zip(per, rs)):
-        print(f"{label + ', rank ' + str(r):30} {s_:8.4f} {t_:9.1f} {p['ssd_bytes'] / 1e6:12.1f} "
-              f"{p['ssd_per_iteration'] / 1e6:12.1f} {p['optimizer_ssd_per_iteration'] / 1e6:16.1f} "
-              f"{p['host_bytes'] / 1e6:14.1f} {x / 1e6:12.0f}")
-print(f"zero 1 / whole: {tok_z / tok_w:.3f}x tokens/s, SSD bytes per iteration "
-      + ", ".join(f"rank {r} {z['ssd_per_iteration'] / w['ssd_per_iteration']:.3f}x" for r, (z, w) in enumerate(zip(off_z, off_w)))
-      + "; every step as planned: " + str(all(p["as_planned"] for p in off_w + off_z)))
+def plan_table(title, runs, columns):
+    """Per rank of each (label, s/step, tok/s, per_rank, rss) run: the
+    columns (header, key of per_rank's dicts in MB, width); then the
+    sharded run's ratios against the whole one (runs[1] / runs[0])."""
+    print(title)
+    print(f"{'plan':30} {'s/step':>8} {'tok/s':>9} {'ssd swap MB':>12} {'ssd MB/iter':>12} "
+          + " ".join(f"{h:>{w}}" for h, _, w in columns) + f" {'peak RSS MB':>12}")
+    for label, s_, t_, per, rs in runs:
+        for r, (p, x) in enumerate(zip(per, rs)):
+            print(f"{label + ', rank ' + str(r):30} {s_:8.4f} {t_:9.1f} {p['ssd_bytes'] / 1e6:12.1f} "
+                  f"{p['ssd_per_iteration'] / 1e6:12.1f} "
+                  + " ".join(f"{p[k] / 1e6:{w}.1f}" for _, k, w in columns) + f" {x / 1e6:12.0f}")
+    (_, _, tw, whole, _), (_, _, tz, zero, _) = runs
+    print(f"zero 1 / whole: {tz / tw:.3f}x tokens/s, SSD bytes per iteration "
+          + ", ".join(f"rank {r} {z['ssd_per_iteration'] / w['ssd_per_iteration']:.3f}x" for r, (z, w) in enumerate(zip(zero, whole)))
+          + "; every step as planned: " + str(all(p["as_planned"] for p in whole + zero)))
+plan_table(f"Offload plan --place {place}, {n} ranks (each on its own --ssd directory), per rank:",
+           ((f"whole state", so_w, tok_w, off_w, rss_offw),
+            (f"--zero 1 --ranks {n}", so_z, tok_z, off_z, rss_offz)),
+           (("of it optimizer", "optimizer_ssd_per_iteration", 16), ("host arena MB", "host_bytes", 14)))
 print(f"weights: {osame} (sharded offload against whole)")
 print()
-print(f"bf16-mixed offload plan --place {place_mixed}, {n} ranks, per rank:")
-print(f"{'plan':30} {'s/step':>8} {'tok/s':>9} {'ssd swap MB':>12} {'ssd MB/iter':>12} {'optimizer':>10} {'masters':>8} {'peak RSS MB':>12}")
-for label, s_, t_, per, rs in ((f"whole masters and state", so_mw, tok_mw, mix_w, rss_mixw),
-                               (f"--zero 1 --ranks {n}", so_mz, tok_mz, mix_z, rss_mixz)):
-    for r, (p, x) in enumerate(zip(per, rs)):
-        print(f"{label + ', rank ' + str(r):30} {s_:8.4f} {t_:9.1f} {p['ssd_bytes'] / 1e6:12.1f} "
-              f"{p['ssd_per_iteration'] / 1e6:12.1f} {p['optimizer_ssd_per_iteration'] / 1e6:10.1f} "
-              f"{p['master_ssd_per_iteration'] / 1e6:8.1f} {x / 1e6:12.0f}")
+plan_table(f"bf16-mixed offload plan --place {place_mixed}, {n} ranks, per rank:",
+           ((f"whole masters and state", so_mw, tok_mw, mix_w, rss_mixw),
+            (f"--zero 1 --ranks {n}", so_mz, tok_mz, mix_z, rss_mixz)),
+           (("optimizer", "optimizer_ssd_per_iteration", 10), ("masters", "master_ssd_per_iteration", 8)))
 xw, xz = exchanged("mixw.out"), exchanged("mixz.out")
-print(f"zero 1 / whole: {tok_mz / tok_mw:.3f}x tokens/s, SSD bytes per iteration "
-      + ", ".join(f"rank {r} {z['ssd_per_iteration'] / w['ssd_per_iteration']:.3f}x" for r, (z, w) in enumerate(zip(mix_z, mix_w)))
-      + "; every step as planned: " + str(all(p["as_planned"] for p in mix_w + mix_z)))
 print(f"exchanged per step: whole {xw}, zero 1 {xz} (the bf16 working copies all-gathered, the masters never)")
 print(f"weights: {msame} (sharded masters against whole)")
 print()

@@ -442,6 +442,28 @@ static ShardParts shard_in_block(const spw_ctx *ctx, const Tiers &t,
              : ShardParts{{p.shard_lo, p.shard_hi}, {p.state_local_numel(), 0}};
 }
 
+// This rank's shard of member i of a master block cut for the ranks (its
+// parts at mpart), as up to two pieces, and where each goes in a copy of
+// the member's bf16 working copy (`work`: its elements [0, split) in part
+// 0, the rest in part 1): from[k], to[k] (null where the piece is empty or
+// that part is absent) and count[k] elements.
+static void shard_pieces(const spw_ctx *ctx, const Tiers &t,
+                         const Tiers::Block &mb, size_t i, char *const mpart[2],
+                         char *const work[2], int64_t split, char *from[2],
+                         char *to[2], int64_t count[2]) {
+  uint64_t at[2];
+  const ShardParts sp = shard_in_block(ctx, t, mb, i, false, at);
+  for (int k = 0; k < 2; ++k) {
+    const int64_t g = sp.first[k];
+    const int in = g < split ? 0 : 1;
+    count[k] = sp.count[k];
+    from[k] = mpart[k] && count[k] > 0 ? mpart[k] + at[k] : nullptr;
+    to[k] = count[k] > 0 && work[in]
+                ? work[in] + sizeof(bf16) * uint64_t(in == 0 ? g : g - split)
+                : nullptr;
+  }
+}
+
 static void check_fits(const spw_ctx *ctx, const Tiers::Block &b,
                        const ParamInfo &p, int64_t offset, uint64_t elem) {
   const uint64_t span = b.span(), member = member_bytes(ctx, b.cls, p, elem);
@@ -918,20 +940,18 @@ static void fill_working_copies(spw_ctx *ctx) {
         }
         // Masters cut for the ranks: this rank rounds its shard, then the
         // ranks all-gather the working copies (in each part of the block).
-        member_elements(pb, i, ppart, false, n, to, &split);
-        bf16 *w[2] = {reinterpret_cast<bf16 *>(to[0]),
-                      reinterpret_cast<bf16 *>(to[1])};
-        uint64_t at[2];
-        const ShardParts sp = shard_in_block(ctx, t, mb, i, false, at);
+        char *work[2];
+        member_elements(pb, i, ppart, false, n, work, &split);
+        int64_t count[2];
+        shard_pieces(ctx, t, mb, i, mpart, work, split, from, to, count);
         for (int k = 0; k < 2; ++k)
-          if (sp.count[k] > 0) {
-            const int64_t g = sp.first[k];
-            round_to_bf16(reinterpret_cast<const float *>(mpart[k] + at[k]),
-                          g < split ? w[0] + g : w[1] + (g - split),
-                          sp.count[k]);
-          }
-        zero::gather_work(ctx, p, 0, split, w[0], /*host=*/true);
-        zero::gather_work(ctx, p, split, n, w[1], /*host=*/true);
+          if (from[k] && to[k])
+            round_to_bf16(reinterpret_cast<const float *>(from[k]),
+                          reinterpret_cast<bf16 *>(to[k]), count[k]);
+        zero::gather_work(ctx, p, 0, split, reinterpret_cast<bf16 *>(work[0]),
+                          /*host=*/true);
+        zero::gather_work(ctx, p, split, n, reinterpret_cast<bf16 *>(work[1]),
+                          /*host=*/true);
       }
     };
     if (pb.home != int(Tier::Gpu)) {
@@ -1895,17 +1915,8 @@ void spw_alloc_copy(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t part,
               else
                 ctx->device->fill(to[k], 0xff, count[k] * 2);
             }
-        uint64_t at[2];
-        const ShardParts sp = shard_in_block(ctx, t, mb, i, false, at);
-        for (int k = 0; k < 2; ++k) {
-          const int64_t g = sp.first[k];
-          const int in = g < split || (k == 0 && sp.count[0] > 0) ? 0 : 1;
-          from[k] = mpart[k] && sp.count[k] > 0 ? mpart[k] + at[k] : nullptr;
-          to[k] = sp.count[k] > 0 && to[in]
-                      ? to[in] + 2 * (in == 0 ? g : g - split)
-                      : nullptr;
-          count[k] = sp.count[k];
-        }
+        char *work[2] = {to[0], to[1]};
+        shard_pieces(ctx, t, mb, i, mpart, work, split, from, to, count);
       } else {
         member_elements(mb, i, mpart, false, n, from, &split);
       }
