@@ -15,7 +15,10 @@
 # ranks with the state sharded (spillwayc --zero 1 --ranks N) against the
 # same plan with the whole state on each rank: each rank's SSD swap, SSD
 # bytes per iteration (all, and the optimizer's), pinned host arena, peak
-# RSS and tokens per second, and the same weights; the same again with
+# RSS and tokens per second, and the same weights, and the plan cut for
+# ZeRO stage 2 (spillwayc --zero 2: the gradient blocks sharded too, each
+# layer's gradients reduce-scattered as its backward completes), with each
+# rank's gradient SSD and d2h bytes; the same again with
 # --precision bf16-mixed (the f32 masters in master blocks on SSD, sharded
 # too with --zero 1, the bf16 working copies all-gathered): each rank's SSD
 # bytes per iteration (all, the optimizer's and the masters'), the bytes
@@ -89,6 +92,7 @@ python3 "$ROOT/bench/make_gpt_onnx.py" --out whole --layers "$L" --d-model "$D" 
 log "compiling the offload plan --place $PLACE for the ranks, whole and sharded"
 "$SPILLWAYC" rank/gpt.onnx --place "$PLACE" -o dpo > /dev/null
 "$SPILLWAYC" rank/gpt.onnx --place "$PLACE" --zero 1 --ranks "$N" -o zo > /dev/null
+"$SPILLWAYC" rank/gpt.onnx --place "$PLACE" --zero 2 --ranks "$N" -o z2o > /dev/null
 # bf16-mixed: the masters on SSD unless --place says where.
 PLACE_MIXED=$PLACE
 [[ $PLACE == *master=* ]] || PLACE_MIXED="$PLACE,master=ssd"
@@ -114,11 +118,13 @@ log "$N ranks, $((THREADS / N)) thread(s) each: ${DP[*]}"
 "${DP[@]}" > dp.out
 log "$N ranks with the AdamW state sharded: ${ZERO[*]}"
 "${ZERO[@]}" > zero.out
-mkdir -p ssd-whole ssd-zero
+mkdir -p ssd-whole ssd-zero ssd-zero2
 log "$N ranks, offload plan, whole state: ./dpo --ssd ssd-whole"
 EXE=./dpo ranks offw --ssd ssd-whole --stats-json offw.json > offw.out
 log "$N ranks, offload plan cut for the ranks (--zero 1): ./zo --ssd ssd-zero"
 EXE=./zo ranks offz --ssd ssd-zero --stats-json offz.json > offz.out
+log "$N ranks, offload plan with the gradients sharded too (--zero 2): ./z2o --ssd ssd-zero2"
+EXE=./z2o ranks offz2 --ssd ssd-zero2 --stats-json offz2.json > offz2.out
 mkdir -p ssd-mixed-whole ssd-mixed-zero
 log "$N ranks, bf16-mixed offload plan, whole masters and state: ./dpm --ssd ssd-mixed-whole"
 EXE=./dpm ranks mixw --ssd ssd-mixed-whole --stats-json mixw.json > mixw.out
@@ -153,6 +159,8 @@ python3 "$ROOT/test/e2e/compare_weights.py" zero.safetensors dp.safetensors --ex
   || die "the sharded ranks' weights differ from the unsharded ranks': $(cat zero-same.out)"
 python3 "$ROOT/test/e2e/compare_weights.py" offz.safetensors offw.safetensors --exact > off-same.out \
   || die "the sharded offload plan's weights differ from the whole plan's: $(cat off-same.out)"
+python3 "$ROOT/test/e2e/compare_weights.py" offz2.safetensors offw.safetensors $CMP > off2-same.out \
+  || die "the --zero 2 offload plan's weights differ from the whole plan's: $(cat off2-same.out)"
 python3 "$ROOT/test/e2e/compare_weights.py" mixz.safetensors mixw.safetensors --exact > mix-same.out \
   || die "the bf16-mixed plan's sharded masters give other weights than its whole ones: $(cat mix-same.out)"
 if [ "$GLOO" = 1 ]; then
@@ -195,7 +203,9 @@ zsame = open("zero-same.out").read().strip()
 osame = open("off-same.out").read().strip()
 so_w, tok_w, _ = steady("offw.jsonl")
 so_z, tok_z, _ = steady("offz.jsonl")
-rss_offw, rss_offz = rss("offw"), rss("offz")
+so_z2, tok_z2, _ = steady("offz2.jsonl")
+rss_offw, rss_offz, rss_offz2 = rss("offw"), rss("offz"), rss("offz2")
+osame2 = open("off2-same.out").read().strip()
 def offload(name):
     """Rank 0's and each rank's plan: SSD swap, SSD bytes per iteration
     (all links, and the optimizer class's), pinned host arena."""
@@ -206,14 +216,17 @@ def offload(name):
         it = s["bytes_per_iteration"]
         opt = s["bytes_per_iteration_by_class"]["optimizer"]
         mst = s["bytes_per_iteration_by_class"].get("master", {})
+        grd = [s["bytes_per_iteration_by_class"].get(c, {}) for c in ("gradients", "gradstage")]
         per.append({"ssd_bytes": s["planned_bytes"]["ssd"],
                     "host_bytes": s["planned_bytes"]["host"],
                     "ssd_per_iteration": it["ssd_read"] + it["ssd_write"],
                     "optimizer_ssd_per_iteration": opt["ssd_read"] + opt["ssd_write"],
                     "master_ssd_per_iteration": mst.get("ssd_read", 0) + mst.get("ssd_write", 0),
+                    "gradient_ssd_per_iteration": sum(g.get("ssd_read", 0) + g.get("ssd_write", 0) for g in grd),
+                    "d2h_per_iteration": it["d2h"],
                     "as_planned": s["bytes_per_iteration"] == s["predicted_bytes_per_iteration"]})
     return per
-off_w, off_z = offload("offw"), offload("offz")
+off_w, off_z, off_z2 = offload("offw"), offload("offz"), offload("offz2")
 so_mw, tok_mw, _ = steady("mixw.jsonl")
 so_mz, tok_mz, _ = steady("mixz.jsonl")
 rss_mixw, rss_mixz = rss("mixw"), rss("mixz")
@@ -260,9 +273,18 @@ res = {
                           "peak_rss_bytes_per_rank": rss_offw, "per_rank": off_w},
                 "zero1": {"steady_s_per_step": so_z, "tokens_per_s": tok_z,
                           "peak_rss_bytes_per_rank": rss_offz, "per_rank": off_z},
+                "zero2": {"steady_s_per_step": so_z2, "tokens_per_s": tok_z2,
+                          "peak_rss_bytes_per_rank": rss_offz2, "per_rank": off_z2,
+                          "exchanged": exchanged("offz2.out"),
+                          "weights_vs_whole": osame2},
                 "ratio_tokens_per_s_zero1_over_whole": tok_z / tok_w,
                 "ratio_ssd_per_iteration_zero1_over_whole":
                     [z["ssd_per_iteration"] / w["ssd_per_iteration"] for z, w in zip(off_z, off_w)],
+                "ratio_tokens_per_s_zero2_over_zero1": tok_z2 / tok_z,
+                "ratio_ssd_per_iteration_zero2_over_zero1":
+                    [z2["ssd_per_iteration"] / z["ssd_per_iteration"] for z2, z in zip(off_z2, off_z)],
+                "ratio_d2h_per_iteration_zero2_over_zero1":
+                    [z2["d2h_per_iteration"] / z["d2h_per_iteration"] for z2, z in zip(off_z2, off_z)],
                 "weights_vs_whole": osame},
     "offload_bf16_mixed": {"place": place_mixed,
                 "whole": {"steady_s_per_step": so_mw, "tokens_per_s": tok_mw,
@@ -333,7 +355,8 @@ print()
 def plan_table(title, runs, columns):
     """Per rank of each (label, s/step, tok/s, per_rank, rss) run: the
     columns (header, key of per_rank's dicts in MB, width); then the
-    sharded run's ratios against the whole one (runs[1] / runs[0])."""
+    sharded runs' ratios against the whole one (runs[k] / runs[0]), and
+    with three runs the third's against the second's."""
     print(title)
     print(f"{'plan':30} {'s/step':>8} {'tok/s':>9} {'ssd swap MB':>12} {'ssd MB/iter':>12} "
           + " ".join(f"{h:>{w}}" for h, _, w in columns) + f" {'peak RSS MB':>12}")
@@ -342,15 +365,27 @@ def plan_table(title, runs, columns):
             print(f"{label + ', rank ' + str(r):30} {s_:8.4f} {t_:9.1f} {p['ssd_bytes'] / 1e6:12.1f} "
                   f"{p['ssd_per_iteration'] / 1e6:12.1f} "
                   + " ".join(f"{p[k] / 1e6:{w}.1f}" for _, k, w in columns) + f" {x / 1e6:12.0f}")
-    (_, _, tw, whole, _), (_, _, tz, zero, _) = runs
-    print(f"zero 1 / whole: {tz / tw:.3f}x tokens/s, SSD bytes per iteration "
-          + ", ".join(f"rank {r} {z['ssd_per_iteration'] / w['ssd_per_iteration']:.3f}x" for r, (z, w) in enumerate(zip(zero, whole)))
-          + "; every step as planned: " + str(all(p["as_planned"] for p in whole + zero)))
+    def ratio(a, b):
+        (la, _, ta, pa, _), (lb, _, tb, pb, _) = a, b
+        return (f"{la} / {lb}: {ta / tb:.3f}x tokens/s, SSD bytes per iteration "
+                + ", ".join(f"rank {r} {x['ssd_per_iteration'] / y['ssd_per_iteration']:.3f}x"
+                            for r, (x, y) in enumerate(zip(pa, pb))))
+    for k in range(1, len(runs)):
+        print(ratio(runs[k], runs[0]))
+    if len(runs) == 3:
+        print(ratio(runs[2], runs[1]) + ", d2h bytes per iteration "
+              + ", ".join(f"rank {r} {x['d2h_per_iteration'] / y['d2h_per_iteration']:.3f}x"
+                          for r, (x, y) in enumerate(zip(runs[2][3], runs[1][3]))))
+    print("every step as planned: " + str(all(p["as_planned"] for run in runs for p in run[3])))
 plan_table(f"Offload plan --place {place}, {n} ranks (each on its own --ssd directory), per rank:",
            ((f"whole state", so_w, tok_w, off_w, rss_offw),
-            (f"--zero 1 --ranks {n}", so_z, tok_z, off_z, rss_offz)),
-           (("of it optimizer", "optimizer_ssd_per_iteration", 16), ("host arena MB", "host_bytes", 14)))
-print(f"weights: {osame} (sharded offload against whole)")
+            (f"--zero 1 --ranks {n}", so_z, tok_z, off_z, rss_offz),
+            (f"--zero 2 --ranks {n}", so_z2, tok_z2, off_z2, rss_offz2)),
+           (("of it optimizer", "optimizer_ssd_per_iteration", 16),
+            ("gradients", "gradient_ssd_per_iteration", 10),
+            ("d2h MB/iter", "d2h_per_iteration", 12), ("host arena MB", "host_bytes", 14)))
+print(f"exchanged per step: zero 1 {exchanged('offz.out')}, zero 2 {exchanged('offz2.out')}")
+print(f"weights: {osame} (zero 1 offload against whole); {osame2} (zero 2 against whole)")
 print()
 plan_table(f"bf16-mixed offload plan --place {place_mixed}, {n} ranks, per rank:",
            ((f"whole masters and state", so_mw, tok_mw, mix_w, rss_mixw),

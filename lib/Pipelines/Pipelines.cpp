@@ -42,6 +42,7 @@ void spillway::populateTrainingPipeline(OpPassManager &pm,
   opt.gradClip = options.gradClip;
   opt.stateDtype = options.optimizerStateDtype;
   opt.stateShards = options.optimizerStateShards;
+  opt.shardGradients = options.gradientShards;
   pm.addPass(train::createTrainAttachOptimizerPass(opt));
 }
 
@@ -222,6 +223,11 @@ struct TrainingPipelineCLOptions
       llvm::cl::desc("Ranks sharding an offload plan's AdamW state (ZeRO "
                      "stage 1; 1: whole)"),
       llvm::cl::init(kTrainingDefaults.optimizerStateShards)};
+  Option<bool> gradientShards{
+      *this, "gradient-shards",
+      llvm::cl::desc("With optimizer-state-shards N > 1: the offload plan's "
+                     "gradient blocks sharded too (ZeRO stage 2)"),
+      llvm::cl::init(kTrainingDefaults.gradientShards)};
 };
 
 /// `spillway-lower-to-runtime`'s options (spillwayc --target, --precision).
@@ -256,6 +262,7 @@ void spillway::registerPipelines() {
         options.gradClip = o.gradClip;
         options.optimizerStateDtype = o.optimizerStateDtype;
         options.optimizerStateShards = o.optimizerStateShards;
+        options.gradientShards = o.gradientShards;
         populateTrainingPipeline(pm, options);
       });
   PassPipelineRegistration<LowerToRuntimeCLOptions>(

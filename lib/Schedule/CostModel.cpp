@@ -96,6 +96,17 @@ double maxOf(const IterationSummary &s, uint64_t LayerCost::*field) {
 }
 } // namespace
 
+uint64_t spillway::schedule::gradBytesPerRank(const IterationSummary &s,
+                                              const LayerCost &l) {
+  if (!s.gradientShards || s.optimizerShards <= 1 || l.gradElements.empty())
+    return l.gradBytes;
+  std::vector<int64_t> n(l.gradElements.begin(), l.gradElements.end());
+  return uint64_t(spw_zero_sharded_layout(
+      n.data(), int64_t(n.size()), int64_t(s.optimizerShards),
+      s.gradClip ? SPW_ZERO_SHARD_ALIGN_CLIPPED : SPW_ZERO_SHARD_ALIGN, 0, 4,
+      256, nullptr, nullptr));
+}
+
 uint64_t
 spillway::schedule::zeroOptimizerBytesPerRank(const IterationSummary &s) {
   const uint64_t elem = s.bf16OptimizerState ? 2 : 4;
@@ -167,6 +178,7 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
         return invalid("the profile lists no SSD");
   const bool zero = s.zeroStage >= 1 && s.ranks > 1;
   e.zeroSharded = zero;
+  e.gradientsSharded = zero && s.gradientShards;
   if (s.zeroStage >= 1 && s.optimizerShards <= 1)
     for (Tier t : pl.tier)
       if (t != Tier::GPU)
@@ -202,7 +214,14 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   // snake: 1, the M micro-batches accumulate on the GPU). On SSD the
   // accumulator is read back before each flush but the first.
   const double runs = c.order == Order::Horizontal ? M : 1;
-  const double G = sumOf(s, &LayerCost::gradBytes);
+  // One rank's: its shards' slots when the blocks are cut for the ranks
+  // (ZeRO stage 2), which every link then carries.
+  double G = 0, largestGrad = 0;
+  for (const LayerCost &l : s.layers) {
+    const double g = double(gradBytesPerRank(s, l));
+    G += g;
+    largestGrad = std::max(largestGrad, g);
+  }
   if (gradTier != Tier::GPU)
     b.d2h += G * runs;
   if (gradTier == Tier::SSD) {
@@ -366,7 +385,13 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
     // others as its bf16 working copies (2 bytes per element).
     const double valueBytes = s.optimizerShards > 1 && hasMaster ? 2 : 4;
     const double values = valueBytes * double(sumOf(s, &LayerCost::numParams));
-    b.network = zero ? (n - 1) / n * (G + values) : 2 * (n - 1) / n * G;
+    // The whole gradients are exchanged; with the gradient blocks cut for
+    // the ranks (ZeRO stage 2) at every flush of a layer's gradients, so M
+    // times per iteration in horizontal order.
+    const double exchanged = double(sumOf(s, &LayerCost::gradBytes)) *
+                             (s.gradientShards ? runs : 1.0);
+    b.network =
+        zero ? (n - 1) / n * (exchanged + values) : 2 * (n - 1) / n * exchanged;
     e.networkSec = b.network / (hw.networkGBps * 1e9);
   }
   const double resources[] = {e.computeSec, e.pcieSec, e.ssdSec,
@@ -405,7 +430,7 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
       {TensorClass::Params, sumOf(s, &LayerCost::paramBytes), largestLoad},
       {TensorClass::Master, W, largestMaster},
       {TensorClass::Optimizer, Okept, largestOptimizer},
-      {TensorClass::Gradients, G, maxOf(s, &LayerCost::gradBytes)},
+      {TensorClass::Gradients, G, largestGrad},
       {TensorClass::Activations, A, maxOf(s, &LayerCost::activationBytes) / M},
   };
   double p[kNumTiers] = {0, 0, 0};
@@ -424,7 +449,16 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   }
   // A CPU optimizer receives GPU-resident gradients through host staging.
   if (!e.optimizerOnGPU && gradTier == Tier::GPU)
-    p[host] += 2 * maxOf(s, &LayerCost::gradBytes);
+    p[host] += 2 * largestGrad;
+  // ZeRO stage 2: a member's micro-batch gradients are summed whole on the
+  // GPU before the reduce-scatter leaves its shard.
+  if (s.gradientShards) {
+    uint64_t largestMember = 0;
+    for (const LayerCost &l : s.layers)
+      for (uint64_t n : l.gradElements)
+        largestMember = std::max(largestMember, n);
+    p[gpu] += 4.0 * double(largestMember);
+  }
   p[gpu] += maxOf(s, &LayerCost::workingBytes) / M;
   // The optimizer overlap's deferred gradient slices wait for the next
   // step where the optimizer runs (sched-assign-buffers' pending blocks).

@@ -141,6 +141,7 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
   s.bf16OptimizerState = stateBytes == 2;
   module.walk([&](ClipGradNormOp) { s.gradClip = true; });
   s.optimizerShards = unsigned(optimizerStateShards(module));
+  s.gradientShards = gradientsSharded(module);
   const LayerTable &layers = **table;
   const size_t L = layers.size();
   s.layers.resize(L);
@@ -201,6 +202,7 @@ spillway::schedule::summarizeIteration(ModuleOp module, std::string &error,
       if (anyUpdate && !updated.contains(it->first()))
         continue;
       l.gradBytes += bytes; // the f32 gradient accumulator
+      l.gradElements.push_back(n);
       auto state = updated.find(it->first());
       uint64_t moment =
           state != updated.end() ? uint64_t(state->second.moment) : n;

@@ -281,6 +281,18 @@ void spw_declare_optimizer_shards(spw_ctx *ctx, int32_t ranks, int64_t align) {
   });
 }
 
+void spw_declare_gradient_shards(spw_ctx *ctx) {
+  guarded(ctx, "spw_declare_gradient_shards", [&] {
+    if (ctx->declared_shards <= 0)
+      fail("gradient shards declared before the optimizer shards "
+           "(spw_declare_optimizer_shards gives the ranks they are cut for)");
+    if (ctx->tiers)
+      fail("the gradient shards are declared before the tiers (they size "
+           "the gradient blocks' members)");
+    ctx->gradient_shards = true;
+  });
+}
+
 void spw_declare_optimizer_state_dtype(spw_ctx *ctx, int32_t dtype) {
   guarded(ctx, "spw_declare_optimizer_state_dtype", [&] {
     if (dtype != SPW_F32 && dtype != SPW_BF16)

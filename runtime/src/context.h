@@ -208,6 +208,9 @@ struct spw_ctx {
   // `declared_shard_align` elements (0: whole state).
   int declared_shards = 0;
   int64_t declared_shard_align = 0;
+  // ZeRO stage 2 (spw_declare_gradient_shards): the plan's gradient and
+  // gradstage blocks hold this rank's shard of each member's gradient too.
+  bool gradient_shards = false;
   std::shared_ptr<spw::Tiers> tiers; // set by spw_declare_tiers
   // Bytes the step's tensors may take on the device beside the plan's GPU
   // arena (spw_declare_step_arena); -1: no bound declared.

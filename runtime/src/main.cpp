@@ -272,9 +272,9 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
         here += p.state_local_numel();
       }
     const int64_t elem = ctx->state_bf16 ? 2 : 4;
-    std::printf("  zero: stage 1, AdamW state sharded over %d rank%s: %s on "
+    std::printf("  zero: stage %d, AdamW state sharded over %d rank%s: %s on "
                 "this rank of %s (%s)\n",
-                dist::size(), dist::size() == 1 ? "" : "s",
+                ctx->zero_stage, dist::size(), dist::size() == 1 ? "" : "s",
                 human_bytes(2 * here * elem).c_str(),
                 human_bytes(2 * whole * elem).c_str(),
                 !dist::active() ? "one rank: nothing to exchange"
@@ -286,6 +286,13 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
     if (tiers_shards_masters(ctx) && dist::active())
       std::printf("  zero: fp32 master weights sharded too: %s on this rank "
                   "of %s (the bf16 working copies all-gathered)\n",
+                  human_bytes(here * 4).c_str(),
+                  human_bytes(whole * 4).c_str());
+    // Stage 2: the gradient blocks' too (f32, one per state element).
+    if (ctx->gradient_shards && dist::active())
+      std::printf("  zero: gradients sharded too: %s on this rank of %s "
+                  "(each layer's reduce-scattered in the GPU tier as its "
+                  "backward completes; only the shard moves off it)\n",
                   human_bytes(here * 4).c_str(),
                   human_bytes(whole * 4).c_str());
   }
@@ -382,15 +389,27 @@ int run(const Options &given, const char *argv0) {
     fail("model declaration: %s", ctx->error.c_str());
   // An offload plan cut for ZeRO's ranks (spillwayc --zero 1 --ranks N)
   // holds one rank's shard of the optimizer state: it runs --zero 1.
+  // Cut for stage 2 (spillwayc --zero 2), its gradient blocks too: it runs
+  // --zero 2.
   if (ctx->declared_shards > 0) {
-    if (o.zero_given && !o.zero)
+    const int stage = ctx->gradient_shards ? 2 : 1;
+    if (o.zero_given && o.zero != stage)
       throw UsageError(format(
-          "--zero 0: this executable's offload plan holds one rank's shard "
-          "of the optimizer state (compiled with spillwayc --zero 1 --ranks "
-          "%d), so it runs --zero 1: drop --zero 0, or recompile without "
-          "--zero",
-          ctx->declared_shards));
-    o.zero = 1;
+          "--zero %d: this executable's offload plan holds one rank's shard "
+          "of the optimizer state%s (compiled with spillwayc --zero %d "
+          "--ranks %d), so it runs --zero %d: drop --zero %d, or recompile "
+          "%s",
+          o.zero, stage == 2 ? " and of the gradients" : "", stage,
+          ctx->declared_shards, stage, o.zero,
+          o.zero == 0 ? "without --zero"
+                      : format("with --zero %d", o.zero).c_str()));
+    o.zero = stage;
+  } else if (o.zero == 2) {
+    throw UsageError(
+        "--zero 2 shards an offload plan's gradient blocks, which must be "
+        "cut for the ranks: recompile with spillwayc --zero 2 --ranks N "
+        "and an offload plan (--place, --gpu-mem, --host-mem), or run "
+        "--zero 1");
   }
   const bool forward = !ctx->outputs.empty();
   if (forward && !o.training_flags.empty())

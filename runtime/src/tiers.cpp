@@ -36,6 +36,7 @@
 #include <chrono>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <sys/stat.h>
 
@@ -372,13 +373,22 @@ static bool cut_for_ranks(const spw_ctx *ctx, int cls) {
   return cls == SPW_BLOCK_MASTER && ctx->declared_shards > 0;
 }
 
+// ZeRO stage 2 (spw_declare_gradient_shards): the gradient and gradstage
+// blocks hold each member's shard of its f32 gradient, in the slot of the
+// largest rank's shard, laid out as a master block cut for the ranks.
+static bool grads_cut(const spw_ctx *ctx, int cls) {
+  return ctx->gradient_shards &&
+         (cls == SPW_BLOCK_GRADIENTS || cls == SPW_BLOCK_GRADSTAGE);
+}
+
 // Bytes member `p` takes in a block of class `cls` whose elements are
 // `elem` bytes: m (the optimizer class: the state, or its slot for one
 // rank's shard under ZeRO; v follows at the same offset of the second
 // half), a pending block's leading element, else the value.
 static uint64_t member_bytes(const spw_ctx *ctx, int cls, const ParamInfo &p,
                              uint64_t elem) {
-  return cls == SPW_BLOCK_OPTIMIZER || cut_for_ranks(ctx, cls)
+  return cls == SPW_BLOCK_OPTIMIZER || cut_for_ranks(ctx, cls) ||
+                 grads_cut(ctx, cls)
              ? elem * uint64_t(zero::slot_numel(ctx, p))
          : cls == SPW_BLOCK_PENDING ? 4
                                     : elem * uint64_t(p.value->numel);
@@ -501,30 +511,31 @@ static void check_same_split(const Tiers::Block &a, const Tiers::Block &b) {
        (unsigned long long)b.split, (unsigned long long)(b.split / b.elem));
 }
 
-// A master block cut for the ranks: its members' offsets, split and bytes
-// are spw_zero_sharded_layout's of 4-byte elements (sched-assign-buffers'),
-// deferring what the layer's params block `pb` defers; else binding it
-// would read other elements than the runtime's shards hold.
-static void check_cut_master(const spw_ctx *ctx, const Tiers::Block &pb,
-                             const Tiers::Block &mb) {
-  std::vector<int64_t> n, offsets(mb.params.size());
-  for (int32_t i : mb.params)
+// A block cut for the ranks of 4-byte elements (a master block, or a
+// gradient or gradstage block under ZeRO stage 2): its members' offsets,
+// split and bytes are spw_zero_sharded_layout's (sched-assign-buffers'),
+// `deferred` elements deferred (a master block's: what the layer's params
+// block defers); else binding it would read other elements than the
+// runtime's shards hold.
+static void check_cut_layout(const spw_ctx *ctx, const Tiers::Block &b,
+                             int64_t deferred) {
+  std::vector<int64_t> n, offsets(b.params.size());
+  for (int32_t i : b.params)
     n.push_back(ctx->params[size_t(i)].value->numel);
   int64_t split = 0;
   const int64_t bytes = spw_zero_sharded_layout(
       n.data(), int64_t(n.size()), ctx->declared_shards,
-      ctx->declared_shard_align, pb.split ? int64_t(pb.split / pb.elem) : 0, 4,
-      256, offsets.data(), &split);
-  bool same = uint64_t(bytes) == mb.bytes && uint64_t(split) == mb.split;
+      ctx->declared_shard_align, deferred, 4, 256, offsets.data(), &split);
+  bool same = uint64_t(bytes) == b.bytes && uint64_t(split) == b.split;
   for (size_t i = 0; i < offsets.size() && same; ++i)
-    same = uint64_t(offsets[i]) == mb.offsets[i];
+    same = uint64_t(offsets[i]) == b.offsets[i];
   if (!same)
-    fail("%s (%llu bytes, split at %llu) is not laid out as a master block "
+    fail("%s (%llu bytes, split at %llu) is not laid out as a %s block "
          "cut for %lld ranks is (%lld bytes, split at %lld): the plan and "
          "the runtime disagree on the shards",
-         mb.name.c_str(), (unsigned long long)mb.bytes,
-         (unsigned long long)mb.split, (long long)ctx->declared_shards,
-         (long long)bytes, (long long)split);
+         b.name.c_str(), (unsigned long long)b.bytes,
+         (unsigned long long)b.split, class_name(b.cls),
+         (long long)ctx->declared_shards, (long long)bytes, (long long)split);
 }
 
 // What spw_declare_block and spw_declare_split could not check while the
@@ -574,9 +585,11 @@ static void check_blocks(spw_ctx *ctx) {
     // Masters cut for the ranks split where the params block does
     // (deferred_end), laid out as the compiler lays them out.
     if (m && cut_for_ranks(ctx, m->cls)) {
-      check_cut_master(ctx, b, *m);
+      check_cut_layout(ctx, *m, b.split ? int64_t(b.split / b.elem) : 0);
       continue;
     }
+    if (grads_cut(ctx, b.cls))
+      check_cut_layout(ctx, b, 0);
     if (!m)
       continue;
     check_same_split(b, *m);
@@ -2178,6 +2191,48 @@ void spw_bind(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier) {
   });
 }
 
+// A 1-D device tensor of n float32 values at `data`.
+static std::unique_ptr<spw_tensor> f32_view(void *data, int64_t n) {
+  auto v = make_tensor(SPW_F32, 1, &n, "tier copy", /*allocate=*/false);
+  v->data = data;
+  v->on_device = true;
+  return v;
+}
+
+// ZeRO stage 2 (grads_cut): parameter p's `runs` gradients of this backward
+// (grads[0], grads[stride], ...) summed whole, left to right, in a step
+// tensor; that sum's mean over the ranks reduce-scattered (the mean of
+// this rank's shard, zero::reduce_scatter_mean: the arithmetic of the
+// unsharded average); then the shard copied into its slot at `slot` (mode
+// 0) or added to what the slot holds (mode 1: the horizontal order's
+// later micro-batches on the GPU). Only the shard then leaves the GPU.
+static void stage_shard(spw_ctx *ctx, ParamInfo &p, spw_tensor *const *grads,
+                        size_t stride, size_t runs, int32_t mode, char *slot) {
+  const spw_tensor &v = *p.value;
+  spw_tensor *sum = alloc_step_tensor(ctx, SPW_F32, v.rank, v.dims,
+                                      "gradient sum (reduce-scattered)");
+  ctx->device->copy(sum->data, grads[0]->data, sum->bytes());
+  for (size_t j = 1; j < runs; ++j) {
+    spw_tensor *ins[] = {sum, grads[j * stride]}, *outs[] = {sum};
+    device_kernel(ctx, spw_op_add, ins, outs);
+  }
+  zero::reduce_scatter_mean(ctx, p, sum);
+  const int64_t count = p.shard_hi - p.shard_lo;
+  if (count > 0) {
+    float *mine = sum->as<float>() + p.shard_lo;
+    if (mode == 0) {
+      ctx->device->copy(slot, mine, count * int64_t(sizeof(float)));
+    } else {
+      auto acc = f32_view(slot, count), add = f32_view(mine, count);
+      spw_tensor *ins[] = {acc.get(), add.get()}, *outs[] = {acc.get()};
+      device_kernel(ctx, spw_op_add, ins, outs);
+    }
+  }
+  // The whole sum goes now (reused only after the copy, in stream order).
+  ctx->device->step_free(sum->data);
+  sum->data = nullptr;
+}
+
 void spw_stage_grads(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t mode,
                      int32_t n, spw_tensor *const *grads, int64_t at) {
   guarded(ctx, "spw_stage_grads", [&] {
@@ -2196,8 +2251,7 @@ void spw_stage_grads(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t mode,
     }
     char *base = t.address(b, int(Tier::Gpu));
     for (size_t i = 0; i < k; ++i) {
-      const ParamInfo &p = ctx->params[size_t(b.params[i])];
-      auto acc = device_view(*p.value, base + b.offsets[i]);
+      ParamInfo &p = ctx->params[size_t(b.params[i])];
       const size_t numel = size_t(p.value->numel);
       for (size_t j = 0; j < size_t(n) / k; ++j) {
         spw_tensor *g = grads[j * k + i];
@@ -2207,6 +2261,15 @@ void spw_stage_grads(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t mode,
         if (!in_device_memory(ctx, *g) || !g->data)
           fail("%s: gradient %zu of '%s' is not a device tensor",
                b.name.c_str(), j, p.name.c_str());
+      }
+      if (grads_cut(ctx, b.cls)) {
+        stage_shard(ctx, p, grads + i, k, size_t(n) / k, mode,
+                    base + b.offsets[i]);
+        continue;
+      }
+      auto acc = device_view(*p.value, base + b.offsets[i]);
+      for (size_t j = 0; j < size_t(n) / k; ++j) {
+        spw_tensor *g = grads[j * k + i];
         // Left to right, as sched.accumulate adds the micro-batches: acc =
         // acc + g element by element (the add kernel, in place).
         if (j == 0 && mode == 0) {
@@ -2254,6 +2317,47 @@ void spw_accumulate_grads(spw_ctx *ctx, int32_t layer, int32_t mode,
   });
 }
 
+// ZeRO stage 2: the gradient of p whose shard's accumulated mean over the
+// ranks is at `at` (a cut gradient block's slot), as a tensor of p's shape
+// holding the shard's mean over the M micro-batches at its elements
+// [shard_lo, shard_hi) (x / float(M), as below), the arithmetic of
+// zero::reduce_scatter_mean's shard. Nothing reads the other elements (the
+// update is this rank's shard's): on host they are NaN, so a reader would
+// show. The step's gradient counts as averaged over the ranks
+// (reduce_grad leaves it).
+static spw_tensor *shard_gradient(spw_ctx *ctx, ParamInfo &p, char *at,
+                                  bool on_gpu, int64_t divisor) {
+  const spw_tensor &v = *p.value;
+  const int64_t count = p.shard_hi - p.shard_lo;
+  const float m = float(divisor);
+  p.reduced_step = ctx->step;
+  if (on_gpu) {
+    spw_tensor *g = alloc_step_tensor(ctx, v.dtype, v.rank, v.dims, "gradient");
+    if (count <= 0)
+      return g;
+    float *mine = g->as<float>() + p.shard_lo;
+    if (divisor == 1) {
+      ctx->device->copy(mine, at, count * int64_t(sizeof(float)));
+    } else {
+      auto src = f32_view(at, count), dst = f32_view(mine, count);
+      spw_tensor *ins[] = {src.get(),
+                           spw_constant(ctx, SPW_F32, 0, nullptr, &m)},
+                 *outs[] = {dst.get()};
+      device_kernel(ctx, spw_op_div, ins, outs);
+    }
+    return g;
+  }
+  ctx->step_tensors.push_back(make_tensor(v.dtype, v.rank, v.dims, "gradient"));
+  spw_tensor *g = ctx->step_tensors.back().get();
+  g->releasable = true; // a copy: spw_release may free it
+  float *dst = g->as<float>();
+  std::fill(dst, dst + g->numel, std::numeric_limits<float>::quiet_NaN());
+  const float *src = reinterpret_cast<const float *>(at);
+  for (int64_t e = 0; e < count; ++e)
+    dst[p.shard_lo + e] = divisor == 1 ? src[e] : src[e] / m;
+  return g;
+}
+
 spw_tensor *spw_gradient(spw_ctx *ctx, int32_t param, int32_t layer,
                          int32_t tier, int64_t divisor) {
   if (!ctx)
@@ -2274,11 +2378,16 @@ spw_tensor *spw_gradient(spw_ctx *ctx, int32_t param, int32_t layer,
     if (i == b.params.size())
       fail("%s does not hold the gradient of parameter %d", b.name.c_str(),
            param);
-    const spw_tensor &v = *ctx->params[size_t(param)].value;
+    ParamInfo &p = ctx->params[size_t(param)];
+    const spw_tensor &v = *p.value;
     // The mean as the resident schedule's sched.accumulate computes it:
     // x / float(M) element by element.
     const float m = float(divisor);
     char *at = t.address(b, tier) + b.offsets[i];
+    if (grads_cut(ctx, b.cls)) {
+      out = shard_gradient(ctx, p, at, d == Tier::Gpu, divisor);
+      return;
+    }
     if (d == Tier::Gpu) {
       // On the device, for the device's optimizer: a step tensor.
       spw_tensor *g =
@@ -2338,6 +2447,15 @@ void spw_grad_norms(spw_ctx *ctx, int32_t layer, int32_t tier,
       // divides by M (and the update entry points leave them as they are).
       ParamInfo &p = ctx->params[k];
       float *g = reinterpret_cast<float *>(base + b.offsets[i]);
+      // ZeRO stage 2: the block holds the shard's mean over the ranks
+      // already (stage_shard).
+      if (grads_cut(ctx, b.cls)) {
+        p.reduced_step = ctx->step;
+        c.part_norm[k] =
+            zero::grad_norm_of_shard(ctx, p, g, d == Tier::Gpu, float(divisor));
+        c.part_step[k] = ctx->step;
+        continue;
+      }
       // ZeRO: the shard's mean, and the norm from the ranks' block sums
       // (zero::grad_norm_of_shards: grad_norm's bits).
       if (dist::active() && zero::active(ctx) && p.shard_hi >= 0) {

@@ -1274,6 +1274,53 @@ TEST(Tiers, CutMasterBlockMustBeTheShardsLayout) {
   }
 }
 
+// ZeRO stage 2: a gradient or gradstage block cut for the ranks is laid
+// out as a master block is (4-byte elements: 128 of v's 256 per rank);
+// the whole gradient's bytes are refused, as is the declaration before
+// the optimizer shards it is cut by.
+TEST(Tiers, CutGradientBlocksMustBeTheShardsLayout) {
+  struct Case {
+    int32_t cls;
+    int64_t bytes;
+    const char *want;
+  };
+  const Case cases[] = {
+      {SPW_BLOCK_GRADIENTS, 1024,
+       "gradients/layer0 (1024 bytes, split at 0) is not laid out as a "
+       "gradients block cut for 2 ranks is (512 bytes, split at 0)"},
+      {SPW_BLOCK_GRADSTAGE, 1024,
+       "gradstage/layer0 (1024 bytes, split at 0) is not laid out as a "
+       "gradstage block cut for 2 ranks is (512 bytes, split at 0)"},
+      {SPW_BLOCK_GRADIENTS, 512, ""},
+      {SPW_BLOCK_GRADSTAGE, 512, ""},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.want);
+    auto ctx = spw::make_context();
+    const int64_t dims[] = {256};
+    spw_declare_param(ctx.get(), "v", SPW_F32, 1, dims, 0);
+    spw_declare_optimizer_shards(ctx.get(), 2, 64);
+    spw_declare_gradient_shards(ctx.get());
+    const int64_t predicted[4] = {0, 0, 0, 0};
+    spw_declare_tiers(ctx.get(), 8192, 8192, 0, "", predicted);
+    const int64_t members[] = {0}, offsets[] = {0};
+    spw_declare_block(ctx.get(), c.cls, 0, c.bytes, SPW_TIER_HOST, 0, 1,
+                      members, offsets);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    const std::string e = start_error(ctx.get());
+    if (*c.want)
+      EXPECT_NE(e.find(c.want), std::string::npos) << e;
+    else
+      EXPECT_EQ(e, "");
+  }
+  auto ctx = spw::make_context();
+  spw_declare_gradient_shards(ctx.get());
+  EXPECT_NE(ctx->error.find("gradient shards declared before the optimizer "
+                            "shards"),
+            std::string::npos)
+      << ctx->error;
+}
+
 // What a bf16-mixed plan refuses, each saying what is wrong.
 TEST(Tiers, Bf16PlanRefusals) {
   const int64_t predicted[4] = {0, 0, 0, 0};

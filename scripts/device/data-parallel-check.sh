@@ -11,8 +11,11 @@
 # (spillwayc --place params=ssd,optimizer=host,gradients=host --zero 1
 # --ranks N: the CPU optimizer on each rank's shard) against one process
 # of the same plan, each rank's bytes per link checked against its plan,
-# and a bf16-mixed one with the GPU optimizer (its masters sharded, the
-# bf16 working copies all-gathered by NCCL).
+# a bf16-mixed one with the GPU optimizer (its masters sharded, the
+# bf16 working copies all-gathered by NCCL), and one cut for ZeRO stage 2
+# (--zero 2, the GPU optimizer, the gradients on SSD sharded too: each
+# layer's gradients reduce-scattered by NCCL on the GPU before the shard
+# moves off it).
 # Then the ranks launched the way torchrun launches them (launch_ranks.py:
 # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; NCCL bootstrapped over Gloo,
 # which needs libgloo0 there), --collectives nccl with and without --zero 1:
@@ -42,7 +45,7 @@ while [ $# -gt 0 ]; do
     --steps) [ $# -ge 2 ] || { echo "data-parallel-check: --steps needs a count" >&2; exit 2; }
              STEPS=$2; shift ;;
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "data-parallel-check: unknown option '$1' (--prepare N, --steps K, --dry-run)" >&2; exit 2 ;;
   esac
   shift
@@ -73,14 +76,23 @@ if [ -n "$PREPARE" ]; then
     "${MIXED[@]}" -o "$DIR/one-mixed"
   "$BIN/spillwayc" "$W/rank/gpt.onnx" --target cuda "${MIXED[@]}" \
     --zero 1 --ranks "$PREPARE" -o "$DIR/dp-mixed"
+  # ZeRO stage 2 with the GPU optimizer: the gradient blocks (on SSD) cut
+  # for the ranks, reduce-scattered by NCCL on the GPU as each layer's
+  # backward completes.
+  GRAD=(--place params=ssd,optimizer=gpu,gradients=ssd)
+  "$BIN/spillwayc" "$W/whole/gpt.onnx" --target cuda --precision fp32 --microbatches "$PREPARE" \
+    "${GRAD[@]}" -o "$DIR/one-grad"
+  "$BIN/spillwayc" "$W/rank/gpt.onnx" --target cuda --precision fp32 "${GRAD[@]}" \
+    --zero 2 --ranks "$PREPARE" -o "$DIR/dp-grad"
   rm -f "$DIR/dp.weights" "$DIR/one-offload.weights" "$DIR/dp-offload.weights" \
-    "$DIR/one-mixed.weights" "$DIR/dp-mixed.weights" # one.weights: the same parameters
+    "$DIR/one-mixed.weights" "$DIR/dp-mixed.weights" \
+    "$DIR/one-grad.weights" "$DIR/dp-grad.weights" # one.weights: the same parameters
   cp "$W/whole/tokens.npy" "$W/whole/targets.npy" "$DIR/"
   cp "$ROOT/test/e2e/compare_weights.py" "$ROOT/test/e2e/check_offload_stats.py" \
      "$ROOT/test/e2e/launch_ranks.py" "$DIR/"
   echo "$PREPARE" > "$DIR/ranks"
   strip "$DIR/one" "$DIR/dp" "$DIR/one-offload" "$DIR/dp-offload" "$DIR/one-mixed" \
-    "$DIR/dp-mixed" 2>/dev/null || true
+    "$DIR/dp-mixed" "$DIR/one-grad" "$DIR/dp-grad" 2>/dev/null || true
   echo "data-parallel-check: built $DIR for $PREPARE GPUs ($(du -sm "$DIR" | cut -f1) MiB)"
   exit 0
 fi
@@ -95,6 +107,7 @@ IN=(--weights "$DIR/one.weights" --input "tokens=$DIR/tokens.npy" --input "targe
 ONE=("$DIR/one" "${IN[@]}" --log-json "$OUT/one.jsonl" --save "$OUT/one.safetensors")
 ONE_OFFLOAD=("$DIR/one-offload" "${IN[@]}" --ssd "$OUT/ssd-one" --save "$OUT/one-offload.safetensors")
 ONE_MIXED=("$DIR/one-mixed" "${IN[@]}" --ssd "$OUT/ssd-one" --save "$OUT/one-mixed.safetensors")
+ONE_GRAD=("$DIR/one-grad" "${IN[@]}" --ssd "$OUT/ssd-one" --save "$OUT/one-grad.safetensors")
 MPIRUN=(mpirun -np "$N")
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
 LAUNCH=(python3 "$DIR/launch_ranks.py" -n "$N" --)
@@ -110,6 +123,7 @@ VARIANTS=("dp-nccl dp one --collectives nccl" "dp-mpi dp one --collectives mpi"
           "dp-zero-mpi dp one --zero 1 --collectives mpi"
           "dp-zero-offload dp-offload one-offload --ssd $OUT/ssd-ranks --stats-json $OUT/dp-zero-offload.json"
           "dp-zero-mixed dp-mixed one-mixed --ssd $OUT/ssd-ranks --collectives nccl --stats-json $OUT/dp-zero-mixed.json"
+          "dp-zero2 dp-grad one-grad --ssd $OUT/ssd-ranks --collectives nccl --stats-json $OUT/dp-zero2.json"
           "gloo-nccl dp one --collectives nccl"
           "gloo-zero dp one --zero 1 --collectives nccl")
 run_of() { local v=($1); echo "${v[0]} ${v[1]} ${v[*]:3}"; }
@@ -118,6 +132,7 @@ if [ "$DRY" = 1 ]; then
   echo "[one GPU] ${ONE[*]}"
   echo "[one GPU] ${ONE_OFFLOAD[*]}"
   echo "[one GPU] ${ONE_MIXED[*]}"
+  echo "[one GPU] ${ONE_GRAD[*]}"
   for v in "${VARIANTS[@]}"; do echo "[$N GPUs] $(dp $(run_of "$v"))"; done
   exit 0
 fi
@@ -133,6 +148,8 @@ echo "one GPU: ${ONE_OFFLOAD[*]}" | tee -a "$ROWS"
 "${ONE_OFFLOAD[@]}" > "$OUT/one-offload.out"
 echo "one GPU: ${ONE_MIXED[*]}" | tee -a "$ROWS"
 "${ONE_MIXED[@]}" > "$OUT/one-mixed.out"
+echo "one GPU: ${ONE_GRAD[*]}" | tee -a "$ROWS"
+"${ONE_GRAD[@]}" > "$OUT/one-grad.out"
 if [ "$N" = 2 ]; then CMP=--exact; else CMP="--atol 1e-4"; fi
 ok=yes
 for v in "${VARIANTS[@]}"; do
@@ -168,7 +185,7 @@ s1, t1 = steady("one")
 print(f"{'run':22} {'s/step':>9} {'tok/s':>10}")
 print(f"{'1 GPU':22} {s1:9.5f} {t1:10.0f}")
 for name in ("dp-nccl", "dp-mpi", "dp-zero", "dp-zero-mpi", "dp-zero-offload",
-             "dp-zero-mixed", "gloo-nccl", "gloo-zero"):
+             "dp-zero-mixed", "dp-zero2", "gloo-nccl", "gloo-zero"):
     label = str(n) + " GPUs " + (name[3:] if name.startswith("dp-") else name)
     if not os.path.exists(f"{out}/{name}.jsonl"):
         print(f"{label:22} failed or skipped")

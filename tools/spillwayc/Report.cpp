@@ -37,9 +37,13 @@ void printEstimate(const char *label, const CostEstimate &e,
                         "(and as many received) to {1}, {2:e3} s, added to "
                         "the iteration\n",
                         roundBytes(e.bytes.network),
-                        e.zeroSharded ? "exchange the gradients and all-gather "
-                                        "the updated values (--zero 1)"
-                                      : "average the gradients",
+                        e.gradientsSharded
+                            ? "exchange the gradients and all-gather the "
+                              "updated values (--zero 2)"
+                        : e.zeroSharded ? "exchange the gradients and "
+                                          "all-gather the updated values "
+                                          "(--zero 1)"
+                                        : "average the gradients",
                         e.networkSec);
   if (e.optimizerStateBytes.ssdRead || e.optimizerStateBytes.ssdWrite)
     os << "  of them optimizer state: ssd_read "
@@ -236,6 +240,17 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
       os << "master weights: " << masterBytes(s)
          << " bytes (sharded as the state: " << masterBytesPerRank(s)
          << " bytes on each of the " << s.optimizerShards << " ranks)\n";
+    if (s.gradientShards) {
+      uint64_t whole = 0, perRank = 0;
+      for (const LayerCost &l : s.layers) {
+        whole += l.gradBytes;
+        perRank += gradBytesPerRank(s, l);
+      }
+      os << "gradients: " << whole << " bytes (--zero 2: sharded as the "
+         << "state, " << perRank << " bytes on each of the "
+         << s.optimizerShards
+         << " ranks, reduce-scattered as each layer's backward completes)\n";
+    }
   } else if (r.foamParams.empty()) {
     os << " (AdamW)\n";
   } else {
@@ -257,14 +272,19 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
           "the update but the overlap's deferred part, which runs in the "
           "next forward)\n";
   if (s.ranks > 1 && s.zeroStage >= 1)
-    os << "data parallel (--ranks, --zero 1): " << s.ranks
+    os << "data parallel (--ranks, --zero " << (s.gradientShards ? 2 : 1)
+       << "): " << s.ranks
        << " ranks, each running this step with these budgets and keeping "
           "its shard of the optimizer state, at most "
        << s.zeroOptimizerBytes << " of " << sb.total
        << " bytes; over the network at "
        << llvm::format("%g", r.profile.networkGBps)
        << " GB/s per rank (the profile's), the gradients reduce-scattered "
-          "((N - 1) / N of their bytes sent per rank) and the updated "
+          "((N - 1) / N of their bytes sent per rank"
+       << (s.gradientShards ? ", at each flush of a layer's gradients: M "
+                              "times per iteration in horizontal order"
+                            : "")
+       << ") and the updated "
        << (s.optimizerShards > 1 && s.bf16Storage
                ? "bf16 working copies (the masters stay sharded)"
                : "f32 values")
@@ -359,24 +379,33 @@ std::string spillwayc::reportToJSON(const PlanReport &r) {
                                {"backend", r.profile.backend}}},
       {"planning_only", !r.offloadPlan},
       {"summary",
-       json::Object{{"batch", int64_t(r.summary.batchSize)},
-                    {"compute", r.summary.compute == Precision::FP32 ? "fp32"
-                                                                     : "bf16"},
-                    {"storage", r.summary.bf16Storage ? "bf16-mixed" : "fp32"},
-                    {"optimizer_state_dtype",
-                     r.summary.bf16OptimizerState ? "bf16" : "fp32"},
-                    {"param_bytes", int64_t(r.totals.paramBytes)},
-                    {"unread_param_bytes", int64_t(r.totals.unreadParamBytes)},
-                    {"num_params", int64_t(r.totals.numParams)},
-                    {"grad_clip", r.summary.gradClip},
-                    {"ranks", int64_t(r.summary.ranks)},
-                    {"zero_stage", int64_t(r.summary.zeroStage)},
-                    {"optimizer_state_bytes_per_rank",
-                     int64_t(r.summary.zeroOptimizerBytes)},
-                    {"layers", std::move(layers)}}},
+       json::Object{
+           {"batch", int64_t(r.summary.batchSize)},
+           {"compute", r.summary.compute == Precision::FP32 ? "fp32" : "bf16"},
+           {"storage", r.summary.bf16Storage ? "bf16-mixed" : "fp32"},
+           {"optimizer_state_dtype",
+            r.summary.bf16OptimizerState ? "bf16" : "fp32"},
+           {"param_bytes", int64_t(r.totals.paramBytes)},
+           {"unread_param_bytes", int64_t(r.totals.unreadParamBytes)},
+           {"num_params", int64_t(r.totals.numParams)},
+           {"grad_clip", r.summary.gradClip},
+           {"ranks", int64_t(r.summary.ranks)},
+           {"zero_stage", int64_t(r.summary.zeroStage)},
+           {"optimizer_state_bytes_per_rank",
+            int64_t(r.summary.zeroOptimizerBytes)},
+           // One rank's gradient blocks (--zero 2: its shards).
+           {"gradient_bytes_per_rank",
+            [&] {
+              uint64_t b = 0;
+              for (const LayerCost &l : r.summary.layers)
+                b += gradBytesPerRank(r.summary, l);
+              return int64_t(b);
+            }()},
+           {"layers", std::move(layers)}}},
       {"budgets",
        json::Object{{"gpu", budgetValue(r.budgets.gpuBytes, false)},
-                    {"ssd_paths", [&] {
+                    {"ssd_paths",
+                     [&] {
                        json::Array a;
                        for (const SSDProfile &d : r.profile.ssds)
                          a.push_back(d.path);
@@ -424,8 +453,8 @@ std::string spillwayc::reportToJSON(const PlanReport &r) {
        }()},
       {"candidates_tried", int64_t(r.choice.candidatesTried)},
       {"chosen", parsed(r.choice.best)},
-      {"baseline", r.choice.baseline ? parsed(*r.choice.baseline)
-                                     : json::Value(nullptr)},
+      {"baseline",
+       r.choice.baseline ? parsed(*r.choice.baseline) : json::Value(nullptr)},
   };
   std::string out;
   llvm::raw_string_ostream os(out);

@@ -295,9 +295,13 @@ cl::opt<unsigned> zeroStage(
              "rank's shards (and with --precision bf16-mixed the master "
              "blocks one rank's shard of the f32 masters, the bf16 working "
              "copies all-gathered) and the executable runs under mpirun -np "
-             "N only (AdamW, fp32 or bf16 state); 0: the whole state on "
-             "every rank (default)"),
-    cl::value_desc("0|1"), cl::cat(category));
+             "N only (AdamW, fp32 or bf16 state); 2 (ZeRO stage 2, offload "
+             "plans only): the gradient blocks hold one rank's shard too, "
+             "each layer's gradients reduce-scattered on the GPU as its "
+             "backward completes, so only the shard crosses PCIe, host "
+             "memory and the SSD; 0: the whole state on every rank "
+             "(default)"),
+    cl::value_desc("0|1|2"), cl::cat(category));
 cl::opt<unsigned> microbatches(
     "microbatches",
     cl::desc("Micro-batches per iteration (must divide the batch). The "
@@ -599,14 +603,17 @@ void warnIfNothingSharded(ModuleOp module) {
   });
   if (!sharded)
     llvm::WithColor::warning(llvm::errs(), "spillwayc")
-        << "--zero 1 --ranks " << ranks << " shards nothing here: the shards "
+        << "--zero " << zeroStage << " --ranks " << ranks
+        << " shards nothing here: the shards "
         << "are cut at multiples of " << align << " elements"
         << (align == SPW_ZERO_SHARD_ALIGN_CLIPPED
                 ? " (--grad-clip: the norm's blocks)"
                 : "")
         << " and no parameter is large enough to be cut, so one rank keeps "
         << "each whole and every rank's blocks hold the whole optimizer "
-        << "state; compile without --zero 1 (the ranks then run --zero 0)\n";
+        << "state" << (zeroStage == 2 ? " and gradients" : "")
+        << "; compile without --zero " << zeroStage
+        << " (the ranks then run --zero 0)\n";
 }
 
 /// The planning and schedule flags, each read once, into `planOptions`;
@@ -628,10 +635,11 @@ int readPlanningFlags(bool planning, bool offload,
                 "ranks the plan is costed for; MPI numbers ranks with an "
                 "int)");
   planOptions.ranks = ranks;
-  if (zeroStage > 1)
+  if (zeroStage > 2)
     return fail("--zero " + std::to_string(zeroStage) +
-                ": expected 0 (every rank keeps the whole optimizer state) "
-                "or 1 (ZeRO stage 1: the ranks shard it)");
+                ": expected 0 (every rank keeps the whole optimizer state), "
+                "1 (ZeRO stage 1: the ranks shard it) or 2 (ZeRO stage 2: an "
+                "offload plan's gradient blocks sharded too)");
   planOptions.zero = zeroStage;
   if (std::string e = spillway::validatePlanningOptions(planOptions);
       !e.empty())
@@ -665,17 +673,26 @@ int readPlanningFlags(bool planning, bool offload,
     return fail("--report plans a training iteration; it does not apply "
                 "to --forward");
   const bool placed = zeroStage && placementGiven();
+  const std::string zeroFlag = "--zero " + std::to_string(zeroStage);
+  if (zeroStage == 2 && !placementGiven())
+    return fail("--zero 2 shards an offload plan's gradient blocks over the "
+                "ranks; a resident plan keeps each gradient on the GPU for "
+                "one step only: give the offload plan's flags (--place, "
+                "--gpu-mem, --host-mem), or use --zero 1");
   if (placed && ranks.getNumOccurrences() && ranks == 1)
-    return fail("--zero 1 --ranks 1 with an offload plan: one rank keeps the "
-                "whole optimizer state, so there is nothing to shard: give "
-                "the job's ranks (--ranks N, N > 1), or drop --zero");
+    return fail(zeroFlag +
+                " --ranks 1 with an offload plan: one rank keeps "
+                "the whole optimizer state, so there is nothing to shard: "
+                "give the job's ranks (--ranks N, N > 1), or drop --zero");
   if (placed && !ranks.getNumOccurrences())
-    return fail("--zero 1 with an offload plan cuts its optimizer blocks "
+    return fail(zeroFlag +
+                " with an offload plan cuts its optimizer blocks "
                 "for the ranks that run it: give --ranks N (the executable "
                 "then runs under mpirun -np N)");
   if (placed && ranks > uint64_t(spillway::train::kMaxOptimizerStateShards))
-    return fail("--zero 1 with an offload plan cuts its optimizer blocks for "
-                "at most " +
+    return fail(zeroFlag +
+                " with an offload plan cuts its optimizer blocks "
+                "for at most " +
                 std::to_string(spillway::train::kMaxOptimizerStateShards) +
                 " ranks (--ranks " + std::to_string(ranks) + ")");
   if (zeroStage && !placed && (!costModel || !ranks.getNumOccurrences()))
@@ -684,8 +701,8 @@ int readPlanningFlags(bool planning, bool offload,
                 "--report-json (the executable takes its own --zero 1 under "
                 "mpirun)");
   if (zeroStage && optimizer == "foam")
-    return fail("--zero 1 shards AdamW's state; FOAM's is folded already: "
-                "drop --zero or use --optimizer adamw");
+    return fail(zeroFlag + " shards AdamW's state; FOAM's is folded "
+                           "already: drop --zero or use --optimizer adamw");
   if (ranks.getNumOccurrences() && !costModel && !placed)
     return fail("--ranks costs a plan for data-parallel ranks: give it with "
                 "--hw PROFILE.json and --report, --report-json or an offload "
@@ -1131,8 +1148,10 @@ static int compilerMain(int argc, char **argv) {
   trainOptions.gradClip = gradClip;
   trainOptions.optimizerStateDtype = optimizerStateDtype;
   // ZeRO with an offload plan: its optimizer blocks hold one rank's shards.
-  if (shardedBlocksRequested())
+  if (shardedBlocksRequested()) {
     trainOptions.optimizerStateShards = ranks;
+    trainOptions.gradientShards = zeroStage == 2;
+  }
 
   {
     PassManager pm(&context);

@@ -687,6 +687,56 @@ TEST(CostModel, ZeroShardedOffloadBlocksMoveOneRanksState) {
   EXPECT_EQ(double(masterOverlap.masterBytes), withOverlap / 2);
 }
 
+TEST(CostModel, ZeroStage2MovesOneRanksGradients) {
+  // ZeRO stage 2 (gradientShards): the gradient blocks hold one rank's
+  // slots of each gradient (one layout of 4-byte elements per layer, as
+  // sched-assign-buffers cuts them), so d2h and the SSD carry the slots;
+  // the network reduce-scatters the whole gradients at every flush (M per
+  // iteration in horizontal order, once in snake order).
+  IterationSummary s = zeroToy({{1000, 24}, {640, 100}});
+  for (LayerCost &l : s.layers) {
+    l.gradElements = l.momentElements;
+    l.optimizerBytes = 0;
+    for (uint64_t m : l.momentElements)
+      l.optimizerBytes += 8 * uint64_t(spw_zero_shard_slot(int64_t(m), 2, 64));
+  }
+  s.optimizerShards = 2;
+  s.ranks = 2;
+  s.zeroStage = 2;
+  s.zeroOptimizerBytes = zeroOptimizerBytesPerRank(s);
+  IterationSummary stage1 = s;
+  s.gradientShards = true;
+  EXPECT_EQ(gradBytesPerRank(stage1, stage1.layers[0]), 4u * 1024);
+  EXPECT_EQ(gradBytesPerRank(s, s.layers[0]), 4u * (552 + 24));
+  EXPECT_EQ(gradBytesPerRank(s, s.layers[1]), 4u * (320 + 100));
+  HardwareProfile hw = machine();
+  hw.networkGBps = 1;
+  Placement ssd;
+  ssd[TensorClass::Optimizer] = Tier::SSD;
+  ssd[TensorClass::Gradients] = Tier::SSD;
+  const double G = 4 * (1000 + 24 + 640 + 100);
+  const double Gr = 4 * (552 + 24 + 320 + 100);
+  for (Order o : {Order::Snake, Order::Horizontal}) {
+    const double runs = o == Order::Horizontal ? 2 : 1;
+    CostEstimate two = estimate(s, Candidate{o, 2, 0, ssd}, kPlenty, hw);
+    CostEstimate one = estimate(stage1, Candidate{o, 2, 0, ssd}, kPlenty, hw);
+    ASSERT_TRUE(two.valid) << two.invalidReason;
+    ASSERT_TRUE(one.valid) << one.invalidReason;
+    EXPECT_TRUE(two.gradientsSharded);
+    EXPECT_FALSE(one.gradientsSharded);
+    // Each flush moves the rank's slots off the GPU and to the SSD.
+    EXPECT_DOUBLE_EQ(one.bytes.d2h - two.bytes.d2h, (G - Gr) * runs);
+    EXPECT_DOUBLE_EQ(one.bytes.ssdWrite - two.bytes.ssdWrite, (G - Gr) * runs);
+    EXPECT_DOUBLE_EQ(two.bytes.network, 0.5 * (G * runs + G));
+    EXPECT_DOUBLE_EQ(one.bytes.network, 0.5 * (G + G));
+    // The class takes one rank's bytes on the SSD; the GPU adds the whole
+    // sum of the largest member before its reduce-scatter.
+    EXPECT_DOUBLE_EQ(double(one.peakBytes[int(Tier::SSD)]) -
+                         double(two.peakBytes[int(Tier::SSD)]),
+                     G - Gr);
+  }
+}
+
 TEST(CostModel, ZeroExchangesTheGradientsAndValuesOfResidentPlans) {
   IterationSummary s = zeroToy({{1000, 24}, {640, 100}});
   const double G = 4 * (1000 + 24 + 640 + 100);

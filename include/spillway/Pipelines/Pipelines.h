@@ -47,6 +47,9 @@ struct TrainingPipelineOptions {
   /// stage 1; train-attach-optimizer{state-shards},
   /// train.optimizer_state_shards); 1: every rank keeps it whole.
   int64_t optimizerStateShards = 1;
+  /// ZeRO stage 2 of an offload plan: its gradient blocks sharded over the
+  /// optimizerStateShards ranks too (train-attach-optimizer{shard-gradients}).
+  bool gradientShards = false;
 };
 
 /// Forward + loss in the train dialect -> one training step: fused patterns,

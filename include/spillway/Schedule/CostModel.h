@@ -55,6 +55,10 @@ struct LayerCost {
   /// (IterationSummary::optimizerShards) cuts the master blocks as the
   /// state: the cost model sizes one rank's from these.
   std::vector<uint64_t> masterElements;
+  /// Per parameter with a gradient (gradBytes: 4 bytes each), its elements:
+  /// an offload plan whose gradient blocks are cut for the ranks
+  /// (IterationSummary::gradientShards) sizes one rank's from these.
+  std::vector<uint64_t> gradElements;
 };
 
 enum class Precision { BF16, FP32 };
@@ -96,7 +100,17 @@ struct IterationSummary {
   /// offload plan). Each layer's optimizerBytes is then one rank's: per
   /// moment the largest rank's shard, the block's slot. 1: whole.
   unsigned optimizerShards = 1;
+  /// ZeRO stage 2 of an offload plan (spillwayc --zero 2; with
+  /// optimizerShards > 1): its gradient blocks hold one rank's shard of
+  /// each gradient, laid out as the master blocks are, so every link the
+  /// gradients cross carries a rank's shard; each flush of a layer's
+  /// gradients reduce-scatters them over the network first.
+  bool gradientShards = false;
 };
+
+/// Layer l's gradient bytes on one rank: gradBytes, or the slots of its
+/// shards when the gradient blocks are cut for the ranks (gradientShards).
+uint64_t gradBytesPerRank(const IterationSummary &s, const LayerCost &l);
 
 enum class Order { Horizontal, Snake };
 /// The runtime ABI's tiers (spillway/runtime/tier.h), by the same numbers.
@@ -194,6 +208,9 @@ struct CostEstimate {
   /// reduce-scatter and the updated values' all-gather, and the optimizer
   /// class holds one rank's shard.
   bool zeroSharded = false;
+  /// ZeRO stage 2 of an offload plan (IterationSummary::gradientShards):
+  /// the network bytes reduce-scatter each flush of a layer's gradients.
+  bool gradientsSharded = false;
   /// Optimizer time that cannot hide behind compute: the part of the
   /// non-overlapped update left after the last backward ends.
   double exposedOptimizerSec = 0;

@@ -488,6 +488,9 @@ LogicalResult RuntimeEmitter::emitDeclare(func::FuncOp step,
     callRuntime(
         "spw_declare_optimizer_shards", voidTy, {ptrTy, i32Ty, i64Ty},
         {ctxArg, i32(int32_t(shards)), i64(optimizerStateShardAlign(module))});
+    // ZeRO stage 2: the gradient blocks are cut for them too.
+    if (gradientsSharded(module))
+      callRuntime("spw_declare_gradient_shards", voidTy, {ptrTy}, {ctxArg});
   }
 
   if (failed(emitTiers()))

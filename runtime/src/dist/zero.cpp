@@ -100,9 +100,11 @@ std::string unsupported(const spw_ctx *ctx) {
   if (ctx->declared_shards > 0 && ctx->declared_shards != dist::size())
     return format(
         "this executable's offload plan holds one rank's shard of the "
-        "optimizer state of %d ranks (spillwayc --zero 1 --ranks %d), but "
+        "optimizer state%s of %d ranks (spillwayc --zero %d --ranks %d), but "
         "this job has %d: run it under %s, or recompile %s",
-        ctx->declared_shards, ctx->declared_shards, dist::size(),
+        ctx->gradient_shards ? " and of the gradients" : "",
+        ctx->declared_shards, ctx->gradient_shards ? 2 : 1,
+        ctx->declared_shards, dist::size(),
         dist::launch_command(ctx->declared_shards).c_str(),
         dist::size() == 1 ? "without --zero for one process"
                           : format("with --ranks %d", dist::size()).c_str());
@@ -192,19 +194,28 @@ void reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad) {
 
 float grad_norm_of_shards(spw_ctx *ctx, const ParamInfo &p,
                           const spw_tensor *grad, float divisor) {
+  const int64_t n = p.value->numel;
+  if (grad->numel != n)
+    fail("parameter '%s': its gradient has %lld elements, not %lld",
+         p.name.c_str(), (long long)grad->numel, (long long)n);
+  return grad_norm_of_shard(ctx, p, grad->as<float>() + p.shard_lo,
+                            grad->on_device, divisor);
+}
+
+float grad_norm_of_shard(spw_ctx *ctx, const ParamInfo &p, const float *shard,
+                         bool on_device, float divisor) {
   constexpr int64_t B = SPW_ZERO_SHARD_ALIGN_CLIPPED;
   const int64_t n = p.value->numel;
   const int64_t blocks = (n + B - 1) / B;
-  if (g_align != B || grad->numel != n)
+  if (g_align != B)
     fail("parameter '%s': its shards are not cut at the norm's blocks",
          p.name.c_str());
   // This rank's blocks, then every rank's (a shard of whole blocks: the
   // last may end at n).
   std::vector<double> part(size_t(blocks), 0.0);
   const int64_t first = p.shard_lo / B;
-  std::vector<double> mine =
-      block_sums_of_squares(ctx, grad->as<float>() + p.shard_lo,
-                            grad->on_device, p.shard_hi - p.shard_lo, divisor);
+  std::vector<double> mine = block_sums_of_squares(
+      ctx, shard, on_device, p.shard_hi - p.shard_lo, divisor);
   std::copy(mine.begin(), mine.end(), part.begin() + first);
   std::vector<int64_t> counts(size_t(dist::size()), 0),
       displs(size_t(dist::size()), 0);

@@ -67,6 +67,11 @@ Shard shard_of(int64_t n, int r, int ranks, int64_t align = 64);
 float grad_norm_of_shards(spw_ctx *ctx, const ParamInfo &p,
                           const spw_tensor *grad, float divisor = 1.0f);
 
+// The same from this rank's shard of the accumulator alone (its elements
+// [shard_lo, shard_hi) at `shard`: an offload plan's gradient block cut for
+// the ranks, ZeRO stage 2).
+float grad_norm_of_shard(spw_ctx *ctx, const ParamInfo &p, const float *shard,
+                         bool on_device, float divisor = 1.0f);
 // The rank's shard of the mean over the ranks of `grad` (parameter p's
 // whole gradient, host or device memory), in place: elements outside the
 // shard keep this rank's own values, which nothing reads.

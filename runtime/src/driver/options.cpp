@@ -161,6 +161,12 @@ const char kUsage[] =
     "                          --zero 1 in a job of N ranks only; a\n"
     "                          bf16-mixed one shards the f32 master weights\n"
     "                          too and all-gathers the bf16 working copies.\n"
+    "  --zero 2                ZeRO stage 2 of an offload plan compiled with\n"
+    "                          spillwayc --zero 2 --ranks N (such a plan runs\n"
+    "                          it without the flag): its gradient blocks hold\n"
+    "                          this rank's shard too, each layer's gradients\n"
+    "                          reduce-scattered on the GPU as its backward\n"
+    "                          completes, so only the shard moves off it.\n"
     "  --collectives C         how gradients in GPU memory are averaged: nccl\n"
     "                          (NCCL's all-reduce on the GPU, bootstrapped\n"
     "                          through MPI or Gloo; alone, a communicator of\n"
@@ -382,12 +388,14 @@ Options parse_args(int argc, char **argv) {
                                 value.c_str()));
       o.collectives = value;
     } else if (flag == "--zero") {
-      if (value != "0" && value != "1")
+      if (value != "0" && value != "1" && value != "2")
         throw UsageError(format("invalid value '%s' for --zero: expected 0 "
                                 "(every rank keeps the whole optimizer "
-                                "state) or 1 (the ranks shard it)",
+                                "state), 1 (the ranks shard it) or 2 (an "
+                                "offload plan compiled with spillwayc --zero "
+                                "2: its gradients sharded too)",
                                 value.c_str()));
-      o.zero = value == "1" ? 1 : 0;
+      o.zero = value[0] - '0';
       o.zero_given = true;
     } else if (flag == "--optimizer-threads") {
       o.optimizer_threads = parse_int(flag, value, 1);

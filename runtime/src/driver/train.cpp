@@ -874,11 +874,12 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
       // ZeRO: a ring reduce-scatter and a ring all-gather each send
       // (N-1)/N of their buffer per rank, an all-reduce twice that.
       std::printf(
-          "data parallel: %d ranks, zero 1; rank 0 reduce-scattered %s "
+          "data parallel: %d ranks, zero %d; rank 0 reduce-scattered %s "
           "(gradients%s), all-gathered %s (updated %s%s) and "
           "all-reduced %s (loss%s) per step (a ring sends about %s per rank "
           "for them) in %.3f ms per step, %.1f%% of the step time\n",
-          dist::size(), human_bytes(t.reduce_scattered / ran).c_str(),
+          dist::size(), ctx->zero_stage,
+          human_bytes(t.reduce_scattered / ran).c_str(),
           dist::reduce_scatter_is_allreduce() ? ", by Gloo's all-reduce" : "",
           human_bytes(t.allgathered / ran).c_str(),
           tiers_shards_masters(ctx) ? "bf16 working copies" : "values",

@@ -9,7 +9,8 @@
 // RUN: not spillway-opt %S/Inputs/offload-plan-unknown-member.mlir --convert-train-to-runtime 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // RUN: not spillway-opt %S/Inputs/offload-plan-bad-home.mlir --convert-train-to-runtime 2>&1 | FileCheck %s --check-prefix=HOME
 // RUN: spillway-opt %S/Inputs/offload-plan-host.mlir --convert-train-to-runtime | FileCheck %s --check-prefix=GOOD
-// RUN: sed 's/^module attributes {/module attributes {train.optimizer_state_shards = {align = 65536 : i64, ranks = 3 : i64}, /' %S/Inputs/offload-plan-host.mlir | spillway-opt --convert-train-to-runtime | FileCheck %s --check-prefix=SHARDS
+// RUN: sed 's/^module attributes {/module attributes {train.optimizer_state_shards = {align = 65536 : i64, ranks = 3 : i64}, /' %S/Inputs/offload-plan-host.mlir | spillway-opt --convert-train-to-runtime | FileCheck %s --check-prefix=SHARDS --implicit-check-not=spw_declare_gradient_shards
+// RUN: sed 's/^module attributes {/module attributes {train.optimizer_state_shards = {align = 64 : i64, gradients = true, ranks = 2 : i64}, /' %S/Inputs/offload-plan-host.mlir | spillway-opt --convert-train-to-runtime | FileCheck %s --check-prefix=GRADSHARDS
 // RUN: spillway-opt %S/Inputs/offload-plan-activations.mlir --convert-train-to-runtime | FileCheck %s --check-prefix=ACT
 // RUN: spillway-opt %S/Inputs/offload-plan-deferred.mlir --convert-train-to-runtime | FileCheck %s --check-prefix=DEFERRED
 // RUN: not spillway-opt %S/Inputs/offload-plan-activation-home.mlir --convert-train-to-runtime 2>&1 | FileCheck %s --check-prefix=ACTBAD
@@ -72,3 +73,6 @@
 // SHARDS-NEXT: %[[A:.*]] = llvm.mlir.constant(65536 : i64) : i64
 // SHARDS-NEXT: llvm.call @spw_declare_optimizer_shards(%arg0, %[[N]], %[[A]]) : (!llvm.ptr, i32, i64) -> ()
 // SHARDS: llvm.call @spw_declare_tiers
+// GRADSHARDS: llvm.call @spw_declare_optimizer_shards
+// GRADSHARDS-NEXT: llvm.call @spw_declare_gradient_shards(%arg0) : (!llvm.ptr) -> ()
+// GRADSHARDS: llvm.call @spw_declare_tiers

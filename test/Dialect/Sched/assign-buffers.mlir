@@ -159,6 +159,16 @@
 // ZERO4: {bytes = 512 : i64, class = "optimizer", home = "ssd", layer = 0 : i64, members = [@w1], offset = 4096 : i64, offsets = array<i64: 0>}
 // ZERO4: {bytes = 384 : i64, class = "optimizer", home = "ssd", layer = 1 : i64, members = [@w2], offset = 16384 : i64, offsets = array<i64: 0>}
 // ZERO4: model_bytes = {d2h = 1216 : i64, h2d = 2240 : i64, ssd_read = 5568 : i64, ssd_write = 3328 : i64}
+// ZeRO stage 2 (shard-gradients): the gradient and gradstage blocks are cut
+// as a master block is (4-byte elements): w1's gradient keeps 128 of its
+// 256 elements with 2 ranks (512 bytes, not 1024), w2's is the last rank's
+// whole. d2h carries the staged shards (704 bytes, not ZERO2's 1216) and
+// the SSD 512 bytes fewer each way than ZERO2.
+// RUN: spillway-opt %S/Inputs/models/two-layers-16.mlir --train-autodiff --train-attach-optimizer="state-shards=2 shard-gradients=true" --train-partition-layers --convert-train-to-sched --sched-microbatch=microbatches=2 --sched-order=order=snake --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers --sched-assign-buffers | FileCheck %s --check-prefix=ZEROGRAD
+// ZEROGRAD: {bytes = 512 : i64, class = "gradients", home = "ssd", layer = 0 : i64, members = [@w1], offset = 8192 : i64, offsets = array<i64: 0>}
+// ZEROGRAD: {bytes = 512 : i64, class = "gradstage", layer = 0 : i64, members = [@w1], offsets = array<i64: 0>}
+// ZEROGRAD: {bytes = 192 : i64, class = "gradients", home = "ssd", layer = 1 : i64, members = [@w2], offset = 20480 : i64, offsets = array<i64: 0>}
+// ZEROGRAD: model_bytes = {d2h = 704 : i64, h2d = 2240 : i64, ssd_read = 5568 : i64, ssd_write = 3328 : i64}
 // With the optimizer overlap (half of w1's 256 elements deferred) the
 // deferral cuts a rank's shard of w1 in two: its slot is two sub-slots, the
 // most any rank holds of [0, 128) then of [128, 256), part 0 ending after

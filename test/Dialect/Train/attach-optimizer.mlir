@@ -14,6 +14,8 @@
 // RUN: spillway-opt %s -split-input-file -verify-diagnostics --train-attach-optimizer="state-shards=1" | FileCheck %s --check-prefixes=CHECK,DEFAULT --implicit-check-not=optimizer_state_shards
 // RUN: not spillway-opt %s --train-attach-optimizer="state-shards=65537" 2>&1 | FileCheck %s --check-prefix=MANYSHARDS
 // RUN: not spillway-opt %s --train-attach-optimizer="state-shards=2 optimizer=foam" 2>&1 | FileCheck %s --check-prefix=FOAMSHARDS
+// RUN: spillway-opt %s -split-input-file -verify-diagnostics --train-attach-optimizer="state-shards=2 shard-gradients=true" | FileCheck %s --check-prefix=GRADSHARDS
+// RUN: not spillway-opt %s --train-attach-optimizer="shard-gradients=true" 2>&1 | FileCheck %s --check-prefix=GRADSHARDS1
 
 // state-shards=N (ZeRO over N ranks of an offload plan): the module says
 // how many ranks shard the moments and where the shards are cut (64
@@ -23,6 +25,8 @@
 // SHARDSCLIP: module attributes {train.optimizer_state_shards = {align = 65536 : i64, ranks = 4 : i64}}
 // MANYSHARDS: error: train-attach-optimizer: state-shards 65537 is outside [1, 65536]
 // FOAMSHARDS: error: train-attach-optimizer: state-shards 2 shards AdamW's state; FOAM's is folded already
+// GRADSHARDS: module attributes {train.optimizer_state_shards = {align = 64 : i64, gradients = true, ranks = 2 : i64}}
+// GRADSHARDS1: error: train-attach-optimizer: shard-gradients shards the gradients over the state-shards ranks; give state-shards N > 1
 
 // state-dtype=bf16: the moments are stored as bf16, which the module says
 // (the updates are the same ops); fp32, the default, adds no attribute. A

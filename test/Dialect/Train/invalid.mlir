@@ -856,3 +856,15 @@ module attributes {train.optimizer_state_shards = {align = 128 : i64, ranks = 2 
 // expected-error @+1 {{train.optimizer_state_shards is the module's {ranks = N, align = A}}}
 module attributes {train.optimizer_state_shards = 2 : i64} {
 }
+
+// -----
+
+// expected-error @+1 {{plus gradients = true for ZeRO stage 2}}
+module attributes {train.optimizer_state_shards = {align = 64 : i64, gradients = 1 : i64, ranks = 2 : i64}} {
+}
+
+// -----
+
+// expected-error @+1 {{plus gradients = true for ZeRO stage 2}}
+module attributes {train.optimizer_state_shards = {align = 64 : i64, gradients = true, ranks = 2 : i64, what = 1 : i64}} {
+}

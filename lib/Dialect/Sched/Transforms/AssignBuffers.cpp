@@ -301,6 +301,8 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
     mb.bytes = layOutShards(mb, deferred, 4);
   };
 
+  const bool gradShards = train::gradientsSharded(module);
+
   llvm::StringMap<uint64_t> momentBytes; // per updated parameter
   module.walk([&](Operation *u) {
     if (train::isOptimizerUpdate(u))
@@ -337,6 +339,11 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
       gb.offsets.push_back(gb.bytes);
       gb.bytes += bytesOf(s);
     }
+    // ZeRO stage 2 (train::gradientsSharded): each rank's gradient blocks
+    // hold its shard of every member's f32 gradient, laid out as a master
+    // block (the runtime reduce-scatters as it stages them).
+    if (gradShards)
+      gb.bytes = layOutShards(gb, 0, 4);
     BlockInfo &sb = blocks[l][int(BlockClass::gradstage)];
     sb = gb;
     // The optimizer's m of every member, then their v (f32 or bf16; FOAM's

@@ -45,15 +45,20 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
     auto value = dyn_cast<DictionaryAttr>(attr.getValue());
     auto ranks = value ? value.getAs<IntegerAttr>("ranks") : IntegerAttr();
     auto align = value ? value.getAs<IntegerAttr>("align") : IntegerAttr();
-    if (!isa<ModuleOp>(op) || !ranks || !align || value.size() != 2 ||
-        ranks.getInt() < 2 || ranks.getInt() > kMaxOptimizerStateShards ||
+    // `gradients = true`: ZeRO stage 2 (shard-gradients).
+    auto grads = value ? value.get("gradients") : Attribute();
+    const size_t fields = grads ? 3 : 2;
+    if (!isa<ModuleOp>(op) || !ranks || !align || value.size() != fields ||
+        (grads && !isa<BoolAttr>(grads)) || ranks.getInt() < 2 ||
+        ranks.getInt() > kMaxOptimizerStateShards ||
         (align.getInt() != 64 && align.getInt() != 65536))
       return op->emitError()
              << kOptimizerStateShardsAttrName
              << " is the module's {ranks = N, align = A} with N in [2, "
              << kMaxOptimizerStateShards
-             << "] and A 64 or 65536 (train-attach-optimizer's state-shards "
-                "sets it), got "
+             << "] and A 64 or 65536, plus gradients = true for ZeRO stage 2 "
+                "(train-attach-optimizer's state-shards and shard-gradients "
+                "set it), got "
              << attr.getValue() << (isa<ModuleOp>(op) ? "" : " on an op");
     return success();
   }

@@ -351,6 +351,12 @@ int64_t spillway::train::optimizerStateShardAlign(Operation *module) {
   return a ? a.getInt() : SPW_ZERO_SHARD_ALIGN;
 }
 
+bool spillway::train::gradientsSharded(Operation *module) {
+  auto d = module->getAttrOfType<DictionaryAttr>(kOptimizerStateShardsAttrName);
+  auto g = d ? d.getAs<BoolAttr>("gradients") : BoolAttr();
+  return g && g.getValue() && optimizerStateShards(module) > 1;
+}
+
 int64_t spillway::train::optimizerStateSlotElements(Operation *module,
                                                     int64_t n) {
   const int64_t ranks = optimizerStateShards(module);

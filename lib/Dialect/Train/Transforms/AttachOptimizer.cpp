@@ -119,6 +119,12 @@ struct TrainAttachOptimizerPass
           << kMaxOptimizerStateShards << "]";
       return signalPassFailure();
     }
+    if (shardGradients && stateShards < 2) {
+      module.emitError("train-attach-optimizer: shard-gradients shards the "
+                       "gradients over the state-shards ranks; give "
+                       "state-shards N > 1");
+      return signalPassFailure();
+    }
     if (stateShards > 1 && optimizer == "foam") {
       module.emitError("train-attach-optimizer: state-shards ")
           << int64_t(stateShards)
@@ -293,9 +299,11 @@ struct TrainAttachOptimizerPass
     if (stateShards > 1) {
       const int64_t align =
           gradClip > 0 ? SPW_ZERO_SHARD_ALIGN_CLIPPED : SPW_ZERO_SHARD_ALIGN;
-      NamedAttribute fields[] = {
+      SmallVector<NamedAttribute> fields = {
           b.getNamedAttr("ranks", b.getI64IntegerAttr(stateShards)),
           b.getNamedAttr("align", b.getI64IntegerAttr(align))};
+      if (shardGradients)
+        fields.push_back(b.getNamedAttr("gradients", b.getBoolAttr(true)));
       module->setAttr(kOptimizerStateShardsAttrName,
                       b.getDictionaryAttr(fields));
     }

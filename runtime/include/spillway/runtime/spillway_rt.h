@@ -105,6 +105,14 @@ void spw_declare_optimizer_state_dtype(spw_ctx *ctx, int32_t dtype);
  * rank's shard (spillway/runtime/zero_shard.h). The run must have that
  * many ranks and runs --zero 1. Declared before the tiers. */
 void spw_declare_optimizer_shards(spw_ctx *ctx, int32_t ranks, int64_t align);
+/* After spw_declare_optimizer_shards (ZeRO stage 2, spillwayc --zero 2
+ * --ranks N): the plan's gradient and gradstage blocks hold this rank's
+ * shard of each member's f32 gradient too, in slots laid out as
+ * spw_zero_sharded_layout lays out a master block. spw_stage_grads sums a
+ * member's micro-batch gradients and reduce-scatters the sum over the ranks
+ * before it stages the shard; spw_gradient returns the shard's mean (the
+ * rest of the tensor is not read). Declared before the tiers. */
+void spw_declare_gradient_shards(spw_ctx *ctx);
 /* Parameter `param` (2-D, f32) is updated by FOAM (spw_foam) with state
  * folded in blocks of 2^level elements of each row: its m and v are rows x
  * ceil(cols / 2^level) each. `alpha` is the compile-time default (the

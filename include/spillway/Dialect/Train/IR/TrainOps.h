@@ -47,6 +47,10 @@ int64_t optimizerStateShards(mlir::Operation *module);
 /// train.optimizer_state_shards): 64, or the gradient norm's 64 Ki-element
 /// blocks when the module clips its gradients.
 int64_t optimizerStateShardAlign(mlir::Operation *module);
+/// True when an offload plan's gradient blocks hold one rank's shard of
+/// each member's gradient too (ZeRO stage 2: `gradients = true` in
+/// train.optimizer_state_shards), cut as the state is.
+bool gradientsSharded(mlir::Operation *module);
 /// Elements of a moment of `n` elements that one rank's optimizer block
 /// holds in `module`: n when the state is whole, else the largest rank's
 /// shard, cut as the runtime cuts it (at the gradient-norm blocks when the

@@ -173,6 +173,12 @@ def TrainAttachOptimizerPass : Pass<"train-attach-optimizer", "mlir::ModuleOp"> 
     folded state is not sharded: `state-shards` with `optimizer=foam` is an
     error, as is N above 65536.
 
+    `shard-gradients` (ZeRO stage 2 of an offload plan: `spillwayc --zero 2
+    --ranks N`) adds `gradients = true` to that attribute: the plan's
+    gradient blocks hold one rank's shard of every member's gradient too,
+    reduce-scattered as each layer's backward completes
+    (`spw_declare_gradient_shards`). It needs `state-shards` N > 1.
+
     Fails when the optimizer is unknown, when an option is out of range, or
     when the module declares parameters but holds no `train.param_grad`
     (run `train-autodiff` first). A module without any `train.param` is
@@ -198,7 +204,10 @@ def TrainAttachOptimizerPass : Pass<"train-attach-optimizer", "mlir::ModuleOp"> 
            "(2 bytes per element; train.optimizer_state_dtype)">,
     Option<"stateShards", "state-shards", "int64_t", "1",
            "Data-parallel ranks sharding the AdamW state of an offload plan "
-           "(ZeRO stage 1; 1: whole; train.optimizer_state_shards)">
+           "(ZeRO stage 1; 1: whole; train.optimizer_state_shards)">,
+    Option<"shardGradients", "shard-gradients", "bool", "false",
+           "The offload plan's gradient blocks sharded over the state-shards "
+           "ranks too (ZeRO stage 2)">
   ];
   let dependentDialects = ["spillway::train::TrainDialect"];
 }
