@@ -289,12 +289,18 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
                   human_bytes(here * 4).c_str(),
                   human_bytes(whole * 4).c_str());
     // Stage 2: the gradient blocks' too (f32, one per state element).
+    // Device memory without NCCL goes through host memory whole
+    // (zero::reduce_scatter_mean): said, as the plan counts the shard.
     if (ctx->gradient_shards && dist::active())
       std::printf("  zero: gradients sharded too: %s on this rank of %s "
                   "(each layer's reduce-scattered in the GPU tier as its "
-                  "backward completes; only the shard moves off it)\n",
-                  human_bytes(here * 4).c_str(),
-                  human_bytes(whole * 4).c_str());
+                  "backward completes; only the shard moves off it%s)\n",
+                  human_bytes(here * 4).c_str(), human_bytes(whole * 4).c_str(),
+                  ctx->device->host_visible() || nccl::active()
+                      ? ""
+                      : "; without NCCL each exchange also downloads the "
+                        "whole gradient to host memory: --collectives nccl "
+                        "avoids it");
   }
   if (!ctx->params.empty())
     std::printf("  weights: %s\n", weights.c_str());
@@ -405,11 +411,19 @@ int run(const Options &given, const char *argv0) {
                       : format("with --zero %d", o.zero).c_str()));
     o.zero = stage;
   } else if (o.zero == 2) {
+    // An offload plan's blocks must be cut for any ZeRO stage; a resident
+    // plan's state is sharded by --zero 1 as it runs.
     throw UsageError(
-        "--zero 2 shards an offload plan's gradient blocks, which must be "
-        "cut for the ranks: recompile with spillwayc --zero 2 --ranks N "
-        "and an offload plan (--place, --gpu-mem, --host-mem), or run "
-        "--zero 1");
+        has_tiers(ctx)
+            ? "--zero 2 shards an offload plan's gradient blocks, which must "
+              "be cut for the ranks, and this executable's are whole: run it "
+              "without --zero, or recompile with spillwayc --zero 2 --ranks "
+              "N (the job's ranks)"
+            : "--zero 2 shards an offload plan's gradient blocks, and this "
+              "executable has no offload plan (its gradients live for one "
+              "step): run --zero 1, or recompile with spillwayc --zero 2 "
+              "--ranks N and an offload plan (--place, --gpu-mem, "
+              "--host-mem)");
   }
   const bool forward = !ctx->outputs.empty();
   if (forward && !o.training_flags.empty())
