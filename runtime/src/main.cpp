@@ -448,7 +448,8 @@ int run(const Options &given, const char *argv0) {
                                       "--forward)"
                                     : "--check-gradients",
                             dist::rank(), dist::size(), dist::launcher()));
-  if (o.adamw.grad_clip && !ctx->grad_clip.declared)
+  // 0 is off: what such an executable does anyway.
+  if (o.adamw.grad_clip && *o.adamw.grad_clip > 0 && !ctx->grad_clip.declared)
     throw UsageError("--grad-clip: this executable was compiled without "
                      "gradient clipping, whose norm is a barrier the plan "
                      "must hold (every update after the last gradient): "

@@ -33,7 +33,10 @@ void probe_dir(const std::string &dir, const char *flag,
   const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
   if (fd < 0) {
     const int e = errno;
-    if (e == ENOENT)
+    // ENOENT from a directory that exists (procfs, a file system that
+    // makes no files): not a missing directory.
+    struct stat st;
+    if (e == ENOENT && ::stat(dir.c_str(), &st) != 0)
       fail("%s '%s': directory '%s' does not exist; create it first (this "
            "is checked before training, so no result is lost)",
            flag, value.c_str(), dir.c_str());
