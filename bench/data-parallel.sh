@@ -404,8 +404,8 @@ if gloo == "1":
                               (f"mpirun, --zero 1", sz, tokz, t["zero1"]["mpi_exchange_ms_per_step"]),
                               (f"torchrun-style, --zero 1", sgz, tokgz, t["zero1"]["exchange_ms_per_step"])):
         print(f"{label:34} {s_:8.4f} {t_:9.1f} {ex if ex is not None else float('nan'):17.1f}")
-    print(f"Gloo / MPI: {tokg / tokn:.3f}x tokens/s (--zero 0), {tokgz / tokz:.3f}x (--zero 1, "
-          f"Gloo's reduce-scatter an all-reduce); weights: {t['zero0']['weights_vs_mpirun']}, "
+    print(f"Gloo / MPI: {tokg / tokn:.3f}x tokens/s (--zero 0), {tokgz / tokz:.3f}x (--zero 1); "
+          f"weights: {t['zero0']['weights_vs_mpirun']}, "
           f"{t['zero1']['weights_vs_mpirun']}")
     for z in ("zero0", "zero1"):
         r = t[z]["ring_bytes_per_rank_per_step"]

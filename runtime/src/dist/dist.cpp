@@ -194,7 +194,6 @@ int local_size() {
   return n > 0 && n <= g.size ? n : g.size;
 }
 bool binds_ranks() { return !g.gloo; }
-bool reduce_scatter_is_allreduce() { return g.gloo; }
 std::string launch_command(int n) {
   if (!g.joined) // alone: either launcher
     return format("mpirun -np %d, or torchrun --nproc-per-node %d "
@@ -341,15 +340,7 @@ void reduce_scatter_sum(const float *x, float *out,
     n += k;
   if (g.gloo) {
     check_per_rank(counts, "reduce-scatter");
-    // Gloo's collectives have no reduce-scatter: the whole sum, of which
-    // this rank keeps its part (each rank sends about 2 (N-1)/N of the
-    // buffer, twice MPI's). (x is the caller's: the sum goes in a copy.)
-    std::vector<float> sum(x, x + n);
-    gloo::allreduce_sum(sum.data(), n);
-    int64_t first = 0;
-    for (int r = 0; r < g.rank; ++r)
-      first += counts[size_t(r)];
-    std::copy_n(sum.begin() + first, counts[size_t(g.rank)], out);
+    gloo::reduce_scatter_sum(x, out, counts);
   } else {
     const std::vector<int> c = mpi_ints(counts, "MPI_Reduce_scatter");
     check(g.mpi.reduce_scatter(x, out, c.data(), g.mpi.f32, g.mpi.sum,

@@ -37,10 +37,6 @@ inline bool active() { return size() > 1; }
 // launcher bound each to its own cores (mpirun does; torchrun does not).
 int local_size();
 bool binds_ranks();
-// Gloo's collectives have no reduce-scatter: reduce_scatter_sum is an
-// all-reduce there (each rank sends twice the bytes of a ring
-// reduce-scatter), of which each rank keeps its part.
-bool reduce_scatter_is_allreduce();
 // How to launch a job of n ranks the way this one was launched: "mpirun
 // -np N", or "torchrun --nproc-per-node N --no-python" (alone: both).
 std::string launch_command(int n);

@@ -321,6 +321,14 @@ void allreduce_sum(double *x, int64_t n) {
     failed("all-reduce", err);
 }
 
+void reduce_scatter_sum(const float *x, float *out,
+                        const std::vector<int64_t> &counts) {
+  std::vector<size_t> c(counts.begin(), counts.end());
+  char err[1024] = {};
+  if (g.api->reduce_scatter_sum(g.ctx, x, out, c.data(), err, sizeof err))
+    failed("reduce-scatter", err);
+}
+
 void allgatherv(const void *in, void *out, const std::vector<int64_t> &counts) {
   std::vector<size_t> c(counts.begin(), counts.end());
   char err[1024] = {};

@@ -29,6 +29,11 @@ void leave();
 void allreduce_sum(float *x, int64_t n);
 void allreduce_sum(double *x, int64_t n);
 // Rank r's counts[r] bytes at `in` to every rank's `out`, in rank order.
+// Rank r's counts[r] elements of the sum over ranks of x, those from
+// counts[0] + ... + counts[r - 1] on, into out (the shim's direct
+// exchange: each rank sends (N - 1) / N of x).
+void reduce_scatter_sum(const float *x, float *out,
+                        const std::vector<int64_t> &counts);
 void allgatherv(const void *in, void *out, const std::vector<int64_t> &counts);
 // Every rank's `bytes` bytes at `in` into rank 0's `out`, in rank order.
 void gather(const void *in, void *out, int64_t bytes);

@@ -21,7 +21,7 @@ extern "C" {
 
 /* Bumped whenever a declaration below changes: the runtime refuses a shim
  * of another version. */
-#define SPW_GLOO_ABI_VERSION 4
+#define SPW_GLOO_ABI_VERSION 5
 
 /* The rendezvous store (store.h), called back by Gloo's rendezvous. Each
  * returns 0, or nonzero with the error written into err. `get` hands back
@@ -50,6 +50,12 @@ typedef struct spw_gloo_api {
   /* x = the sum over ranks of x (n elements of dtype). */
   int (*allreduce_sum)(void *ctx, void *x, size_t n, int dtype, char *err,
                        size_t errlen);
+  /* Rank r's out = the sum over ranks, in rank order, of their counts[r]
+   * floats of x (those from counts[0] + ... + counts[r - 1] on): a
+   * reduce-scatter, each rank sending the others their parts directly
+   * ((N - 1) / N of x). */
+  int (*reduce_scatter_sum)(void *ctx, const float *x, float *out,
+                            const size_t *counts, char *err, size_t errlen);
   /* Rank r's counts[r] bytes at in to every rank's out, in rank order. */
   int (*allgatherv)(void *ctx, const void *in, void *out, const size_t *counts,
                     char *err, size_t errlen);

@@ -133,6 +133,59 @@ int allreduce_sum(void *ctx, void *x, size_t n, int dtype, char *err,
   });
 }
 
+// Gloo's collectives have no reduce-scatter of uneven parts: each rank
+// sends every other rank its part of x at once (a full mesh's pairs, one
+// slot per call) and sums what it receives with its own part in rank
+// order, so every rank's result is the same left-to-right sum.
+int reduce_scatter_sum(void *ctx, const float *x, float *out,
+                       const size_t *counts, char *err, size_t errlen) {
+  return guarded(err, errlen, [&] {
+    Job &j = *static_cast<Job *>(ctx);
+    const int n = j.ctx->size, me = j.ctx->rank;
+    std::vector<size_t> first(size_t(n) + 1, 0);
+    for (int r = 0; r < n; ++r)
+      first[size_t(r) + 1] = first[size_t(r)] + counts[r];
+    const size_t mine = counts[me];
+    // A slot of its own: the prefix no collective of Gloo's uses.
+    constexpr uint8_t kPrefix = 0x5a;
+    const gloo::Slot slot = gloo::Slot::build(kPrefix, j.tag++);
+    auto send = j.ctx->createUnboundBuffer(const_cast<float *>(x),
+                                           first[size_t(n)] * sizeof(float));
+    std::vector<float> got(mine * size_t(n));
+    auto recv =
+        j.ctx->createUnboundBuffer(got.data(), got.size() * sizeof(float));
+    int sends = 0, recvs = 0;
+    for (int r = 0; r < n; ++r) {
+      if (r == me)
+        continue;
+      if (counts[r]) {
+        send->send(r, slot, first[size_t(r)] * sizeof(float),
+                   counts[r] * sizeof(float));
+        ++sends;
+      }
+      if (mine) {
+        recv->recv(r, slot, size_t(r) * mine * sizeof(float),
+                   mine * sizeof(float));
+        ++recvs;
+      }
+    }
+    const auto timeout = j.ctx->getTimeout();
+    for (int k = 0; k < sends; ++k)
+      if (!send->waitSend(timeout))
+        throw std::runtime_error("reduce-scatter: a send was aborted");
+    for (int k = 0; k < recvs; ++k)
+      if (!recv->waitRecv(timeout))
+        throw std::runtime_error("reduce-scatter: a receive was aborted");
+    const float *own = x + first[size_t(me)];
+    for (size_t e = 0; e < mine; ++e) {
+      float s = me == 0 ? own[e] : got[e];
+      for (int r = 1; r < n; ++r)
+        s += r == me ? own[e] : got[size_t(r) * mine + e];
+      out[e] = s;
+    }
+  });
+}
+
 int allgatherv(void *ctx, const void *in, void *out, const size_t *counts,
                char *err, size_t errlen) {
   return guarded(err, errlen, [&] {
@@ -184,7 +237,7 @@ int barrier(void *ctx, char *err, size_t errlen) {
 }
 
 const spw_gloo_api kApi = {
-    SPW_GLOO_ABI_VERSION, connect, close,     allreduce_sum,
+    SPW_GLOO_ABI_VERSION, connect, close,     allreduce_sum, reduce_scatter_sum,
     allgatherv,           gather,  broadcast, barrier};
 
 } // namespace

@@ -868,19 +868,16 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
     t.allgathered -= before.allgathered;
     t.seconds -= before.seconds;
     const double n = dist::size(), ring = (n - 1) / n;
-    // Gloo has no reduce-scatter: an all-reduce stands in (dist.h).
-    const double rs = dist::reduce_scatter_is_allreduce() ? 2 * ring : ring;
     if (zero::active(ctx))
       // ZeRO: a ring reduce-scatter and a ring all-gather each send
       // (N-1)/N of their buffer per rank, an all-reduce twice that.
       std::printf(
           "data parallel: %d ranks, zero %d; rank 0 reduce-scattered %s "
-          "(gradients%s), all-gathered %s (updated %s%s) and "
+          "(gradients), all-gathered %s (updated %s%s) and "
           "all-reduced %s (loss%s) per step (a ring sends about %s per rank "
           "for them) in %.3f ms per step, %.1f%% of the step time\n",
           dist::size(), ctx->zero_stage,
           human_bytes(t.reduce_scattered / ran).c_str(),
-          dist::reduce_scatter_is_allreduce() ? ", by Gloo's all-reduce" : "",
           human_bytes(t.allgathered / ran).c_str(),
           tiers_shards_masters(ctx) ? "bf16 working copies" : "values",
           ctx->grad_clip.declared ? ", and the norm's per-block sums" : "",
@@ -888,7 +885,7 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
           // The loss is 4 bytes a step; more: gradients whose parameter the
           // runtime did not know (spw_clip_grad_norm), averaged whole.
           t.bytes / ran > int64_t(sizeof(float)) ? " and gradients" : "",
-          human_bytes(int64_t(rs * double(t.reduce_scattered / ran) +
+          human_bytes(int64_t(ring * double(t.reduce_scattered / ran) +
                               ring * double(t.allgathered / ran) +
                               2 * ring * double(t.bytes / ran)))
               .c_str(),
