@@ -2206,8 +2206,12 @@ static std::unique_ptr<spw_tensor> f32_view(void *data, int64_t n) {
 // unsharded average); then the shard copied into its slot at `slot` (mode
 // 0) or added to what the slot holds (mode 1: the horizontal order's
 // later micro-batches on the GPU). Only the shard then leaves the GPU.
+// `wait` false: NCCL's exchange is left in the device's stream order,
+// where the copy after it and the sum's release follow it; the caller
+// waits once for the layer's (zero::reduce_scatter_mean).
 static void stage_shard(spw_ctx *ctx, ParamInfo &p, spw_tensor *const *grads,
-                        size_t stride, size_t runs, int32_t mode, char *slot) {
+                        size_t stride, size_t runs, int32_t mode, char *slot,
+                        bool wait) {
   const spw_tensor &v = *p.value;
   spw_tensor *sum = alloc_step_tensor(ctx, SPW_F32, v.rank, v.dims,
                                       "gradient sum (reduce-scattered)");
@@ -2216,7 +2220,7 @@ static void stage_shard(spw_ctx *ctx, ParamInfo &p, spw_tensor *const *grads,
     spw_tensor *ins[] = {sum, grads[j * stride]}, *outs[] = {sum};
     device_kernel(ctx, spw_op_add, ins, outs);
   }
-  zero::reduce_scatter_mean(ctx, p, sum);
+  zero::reduce_scatter_mean(ctx, p, sum, wait);
   const int64_t count = p.shard_hi - p.shard_lo;
   if (count > 0) {
     float *mine = sum->as<float>() + p.shard_lo;
@@ -2250,6 +2254,12 @@ void spw_stage_grads(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t mode,
       s.place(b.id, Tier::Gpu, uint64_t(at));
     }
     char *base = t.address(b, int(Tier::Gpu));
+    // ZeRO stage 2 over NCCL on the device: the layer's exchanges are
+    // issued in stream order and waited for once (each member's wait would
+    // drain the device's other streams, the prefetches and write-backs).
+    const bool batched =
+        grads_cut(ctx, b.cls) && zero::exchanges_on_device(ctx);
+    const auto t0 = std::chrono::steady_clock::now();
     for (size_t i = 0; i < k; ++i) {
       ParamInfo &p = ctx->params[size_t(b.params[i])];
       const size_t numel = size_t(p.value->numel);
@@ -2264,7 +2274,7 @@ void spw_stage_grads(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t mode,
       }
       if (grads_cut(ctx, b.cls)) {
         stage_shard(ctx, p, grads + i, k, size_t(n) / k, mode,
-                    base + b.offsets[i]);
+                    base + b.offsets[i], /*wait=*/!batched);
         continue;
       }
       auto acc = device_view(*p.value, base + b.offsets[i]);
@@ -2279,6 +2289,15 @@ void spw_stage_grads(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t mode,
           device_kernel(ctx, spw_op_add, ins, outs);
         }
       }
+    }
+    // The time counted is the layer's staging, its sums and copies too
+    // (they share the stream with the exchanges).
+    if (batched) {
+      ctx->device->synchronize();
+      dist::note_zero_traffic(
+          0, 0,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+              .count());
     }
   });
 }

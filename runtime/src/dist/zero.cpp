@@ -141,7 +141,13 @@ void start(spw_ctx *ctx) {
   }
 }
 
-void reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad) {
+bool exchanges_on_device(const spw_ctx *ctx) {
+  Device &d = *ctx->device;
+  return !d.host_visible() && d.collective_stream() && nccl::active();
+}
+
+void reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad,
+                         bool wait) {
   const int64_t n = p.value->numel;
   if (grad->numel != n || p.shard_hi < 0)
     fail("the gradient of '%s' has %lld elements, the parameter %lld "
@@ -173,6 +179,10 @@ void reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad) {
     nccl::reduce_scatter_sum(g, counts, displs, stream);
     if (mine > 0)
       divide_on_device(ctx, g + first, mine, ranks);
+    if (!wait) {
+      dist::note_zero_traffic(n * int64_t(sizeof(float)), 0, 0.0);
+      return;
+    }
     d.synchronize();
     dist::note_zero_traffic(
         n * int64_t(sizeof(float)), 0,

@@ -75,7 +75,15 @@ float grad_norm_of_shard(spw_ctx *ctx, const ParamInfo &p, const float *shard,
 // The rank's shard of the mean over the ranks of `grad` (parameter p's
 // whole gradient, host or device memory), in place: elements outside the
 // shard keep this rank's own values, which nothing reads.
-void reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad);
+// `wait` false: where NCCL exchanges device memory, the exchange is only
+// issued, in the device's stream order (what follows there reads it
+// safely); the caller waits once for several and adds their time
+// (dist::note_zero_traffic). Elsewhere it is done on return either way.
+void reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad,
+                         bool wait = true);
+// True when reduce_scatter_mean of a device tensor goes through NCCL on
+// the device (else through host memory).
+bool exchanges_on_device(const spw_ctx *ctx);
 // After the ranks updated their shards of elements [begin, end) of p's
 // values: every rank's updated elements to every rank.
 // The values are those the update wrote: the device's copy, or `at`
