@@ -91,11 +91,15 @@ Handle object(void *lib, const char *name) {
 // rank failed or died, or the job was interrupted): it would otherwise
 // vanish mid-collective without a word. Async-signal-safe: a prepared
 // message and write(2).
-char g_stopped[256];
-size_t g_stopped_len = 0;
+// Before the first step (a start-up failure elsewhere, most often) there is
+// nothing to resume: the early message says so.
+char g_stopped[256], g_stopped_early[320];
+size_t g_stopped_len = 0, g_stopped_early_len = 0;
+volatile sig_atomic_t g_trained = 0;
 extern "C" void on_stopped(int sig) {
-  if (g_stopped_len)
-    (void)!::write(2, g_stopped, g_stopped_len);
+  if (g_trained ? g_stopped_len : g_stopped_early_len)
+    (void)!::write(2, g_trained ? g_stopped : g_stopped_early,
+                   g_trained ? g_stopped_len : g_stopped_early_len);
   ::_exit(128 + sig);
 }
 
@@ -139,6 +143,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // Installs the SIGTERM handler of a rank of a job (on_stopped) and its
 // message: `launcher` says who stops a job ("mpirun ends").
 void say_when_stopped(const char *launcher) {
+  g_trained = 0;
   const int n = std::snprintf(
       g_stopped, sizeof g_stopped,
       "rank %d: stopped by SIGTERM, as %s a job when another rank fails or "
@@ -146,6 +151,15 @@ void say_when_stopped(const char *launcher) {
       "from its last complete checkpoint with --resume\n",
       g.rank, launcher);
   g_stopped_len = n > 0 ? std::min(size_t(n), sizeof g_stopped - 1) : 0;
+  const int e = std::snprintf(
+      g_stopped_early, sizeof g_stopped_early,
+      "rank %d: stopped by SIGTERM before training started, as %s a job "
+      "when another rank fails or dies or the job is interrupted: nothing "
+      "was trained; when another rank failed at start-up, its error says "
+      "what to fix\n",
+      g.rank, launcher);
+  g_stopped_early_len =
+      e > 0 ? std::min(size_t(e), sizeof g_stopped_early - 1) : 0;
   std::signal(SIGTERM, on_stopped);
 }
 
@@ -283,6 +297,8 @@ void init() {
          "make them agree",
          torch_size, g.size);
 }
+
+void training_started() { g_trained = 1; }
 
 void finalize() {
   if (!g.joined)

@@ -55,6 +55,9 @@ const char *host_collectives();
 void init();
 // Leaves the job (MPI_Finalize) after a run that succeeded on this rank.
 void finalize();
+// The first step begins: a rank its launcher stops from here on says to
+// resume from a checkpoint (before, that nothing was trained).
+void training_started();
 // Ends the whole job from a rank that failed: the other ranks wait in a
 // collective this one will never reach. Prints nothing; the caller printed
 // the error. Returns only when there is no job.

@@ -426,6 +426,21 @@ void flush_deferred_updates(spw_ctx *ctx) {
     apply_deferred(ctx, rest);
 }
 
+// Test-only: SPILLWAY_TEST_KILL_RANK=R:S[:TERM] sends rank R (of a job or
+// alone, R = 0) SIGKILL (or SIGTERM, as mpirun stops a rank) once step S is
+// done (S = 0: before the first step), as `kill -9` (`kill`) would.
+void test_kill_hook(int64_t s) {
+  if (const char *k = std::getenv("SPILLWAY_TEST_KILL_RANK")) {
+    long long r = -1, at = -1;
+    char sig[8] = {};
+    if (std::sscanf(k, "%lld:%lld:%7s", &r, &at, sig) >= 2 &&
+        r == dist::rank() && at == s) {
+      flush_stdout();
+      std::raise(std::strcmp(sig, "TERM") == 0 ? SIGTERM : SIGKILL);
+    }
+  }
+}
+
 // An output failed during the run (a checkpoint, a --log-json line): the
 // weights of the steps run so far go to --save, or to a rescue path, before
 // the error ends the run. Deferred updates are applied first (they belong to
@@ -641,6 +656,10 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
   // The host copies are the weights only on the CPU without an offload
   // plan; elsewhere they are checked before each checkpoint and --save.
   const bool scan_weights = ctx->device->host_visible() && !has_tiers(ctx);
+  test_kill_hook(0);
+  // From here a rank stopped by its launcher has trained (its SIGTERM line
+  // says to resume).
+  dist::training_started();
   for (int64_t s = start + 1; s <= o.steps; ++s) {
     ctx->step = s;
     prev_loss = loss;
@@ -826,18 +845,7 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
         output_failed(ctx, o, e);
       }
     }
-    // Test-only: SPILLWAY_TEST_KILL_RANK=R:S[:TERM] sends rank R (of a job
-    // or alone, R = 0) SIGKILL (or SIGTERM, as mpirun stops a rank) once
-    // step S is done, as `kill -9` (`kill`) would.
-    if (const char *k = std::getenv("SPILLWAY_TEST_KILL_RANK")) {
-      long long r = -1, at = -1;
-      char sig[8] = {};
-      if (std::sscanf(k, "%lld:%lld:%7s", &r, &at, sig) >= 2 &&
-          r == dist::rank() && at == s) {
-        flush_stdout();
-        std::raise(std::strcmp(sig, "TERM") == 0 ? SIGTERM : SIGKILL);
-      }
-    }
+    test_kill_hook(s);
   }
   flush_deferred_updates(ctx);
   const double secs =
