@@ -107,6 +107,13 @@ uint64_t spillway::schedule::gradBytesPerRank(const IterationSummary &s,
       256, nullptr, nullptr));
 }
 
+uint64_t spillway::schedule::gradBytesPerRank(const IterationSummary &s) {
+  uint64_t b = 0;
+  for (const LayerCost &l : s.layers)
+    b += gradBytesPerRank(s, l);
+  return b;
+}
+
 uint64_t
 spillway::schedule::zeroOptimizerBytesPerRank(const IterationSummary &s) {
   const uint64_t elem = s.bf16OptimizerState ? 2 : 4;

@@ -398,7 +398,7 @@ int run(const Options &given, const char *argv0) {
   // Cut for stage 2 (spillwayc --zero 2), its gradient blocks too: it runs
   // --zero 2.
   if (ctx->declared_shards > 0) {
-    const int stage = ctx->gradient_shards ? 2 : 1;
+    const int stage = zero::cut_stage(ctx);
     if (o.zero_given && o.zero != stage)
       throw UsageError(format(
           "--zero %d: this executable's offload plan holds one rank's shard "

@@ -2336,32 +2336,31 @@ void spw_accumulate_grads(spw_ctx *ctx, int32_t layer, int32_t mode,
   });
 }
 
-// ZeRO stage 2: the gradient of p whose shard's accumulated mean over the
-// ranks is at `at` (a cut gradient block's slot), as a tensor of p's shape
-// holding the shard's mean over the M micro-batches at its elements
-// [shard_lo, shard_hi) (x / float(M), as below), the arithmetic of
-// zero::reduce_scatter_mean's shard. Nothing reads the other elements (the
+// The gradient of parameter `v` whose accumulated elements [first, first +
+// count) are at `at` (a gradient block's copy: the whole member, or under
+// ZeRO stage 2 this rank's shard), as a step tensor of v's shape holding
+// their mean over the M micro-batches as the resident schedule's
+// sched.accumulate computes it: x / float(M) element by element. On the
+// device (the device's optimizer) a device step tensor, else a host one
+// (the CPU optimizer). Elements outside the range are not read (the
 // update is this rank's shard's): on host they are NaN, so a reader would
-// show. The step's gradient counts as averaged over the ranks
-// (reduce_grad leaves it).
-static spw_tensor *shard_gradient(spw_ctx *ctx, ParamInfo &p, char *at,
-                                  bool on_gpu, int64_t divisor) {
-  const spw_tensor &v = *p.value;
-  const int64_t count = p.shard_hi - p.shard_lo;
+// show.
+static spw_tensor *mean_gradient(spw_ctx *ctx, const spw_tensor &v, char *at,
+                                 int64_t first, int64_t count, bool on_gpu,
+                                 int64_t divisor) {
   const float m = float(divisor);
-  p.reduced_step = ctx->step;
   if (on_gpu) {
     spw_tensor *g = alloc_step_tensor(ctx, v.dtype, v.rank, v.dims, "gradient");
     if (count <= 0)
       return g;
-    float *mine = g->as<float>() + p.shard_lo;
+    float *dst = g->as<float>() + first;
     if (divisor == 1) {
-      ctx->device->copy(mine, at, count * int64_t(sizeof(float)));
+      ctx->device->copy(dst, at, count * int64_t(sizeof(float)));
     } else {
-      auto src = f32_view(at, count), dst = f32_view(mine, count);
-      spw_tensor *ins[] = {src.get(),
+      auto in = f32_view(at, count), out = f32_view(dst, count);
+      spw_tensor *ins[] = {in.get(),
                            spw_constant(ctx, SPW_F32, 0, nullptr, &m)},
-                 *outs[] = {dst.get()};
+                 *outs[] = {out.get()};
       device_kernel(ctx, spw_op_div, ins, outs);
     }
     return g;
@@ -2370,10 +2369,11 @@ static spw_tensor *shard_gradient(spw_ctx *ctx, ParamInfo &p, char *at,
   spw_tensor *g = ctx->step_tensors.back().get();
   g->releasable = true; // a copy: spw_release may free it
   float *dst = g->as<float>();
-  std::fill(dst, dst + g->numel, std::numeric_limits<float>::quiet_NaN());
+  if (count < g->numel)
+    std::fill(dst, dst + g->numel, std::numeric_limits<float>::quiet_NaN());
   const float *src = reinterpret_cast<const float *>(at);
   for (int64_t e = 0; e < count; ++e)
-    dst[p.shard_lo + e] = divisor == 1 ? src[e] : src[e] / m;
+    dst[first + e] = divisor == 1 ? src[e] : src[e] / m;
   return g;
 }
 
@@ -2398,40 +2398,18 @@ spw_tensor *spw_gradient(spw_ctx *ctx, int32_t param, int32_t layer,
       fail("%s does not hold the gradient of parameter %d", b.name.c_str(),
            param);
     ParamInfo &p = ctx->params[size_t(param)];
-    const spw_tensor &v = *p.value;
-    // The mean as the resident schedule's sched.accumulate computes it:
-    // x / float(M) element by element.
-    const float m = float(divisor);
     char *at = t.address(b, tier) + b.offsets[i];
+    // ZeRO stage 2: the block holds the shard's mean over the ranks
+    // (stage_shard), so the step's gradient counts as averaged
+    // (reduce_grad leaves it).
     if (grads_cut(ctx, b.cls)) {
-      out = shard_gradient(ctx, p, at, d == Tier::Gpu, divisor);
+      p.reduced_step = ctx->step;
+      out = mean_gradient(ctx, *p.value, at, p.shard_lo,
+                          p.shard_hi - p.shard_lo, d == Tier::Gpu, divisor);
       return;
     }
-    if (d == Tier::Gpu) {
-      // On the device, for the device's optimizer: a step tensor.
-      spw_tensor *g =
-          alloc_step_tensor(ctx, v.dtype, v.rank, v.dims, "gradient");
-      if (divisor == 1) {
-        ctx->device->copy(g->data, at, g->bytes());
-      } else {
-        auto src = device_view(v, at);
-        spw_tensor *ins[] = {src.get(), spw_constant(ctx, SPW_F32, 0,
-                                                     nullptr, &m)};
-        spw_tensor *outs[] = {g};
-        device_kernel(ctx, spw_op_div, ins, outs);
-      }
-      out = g;
-      return;
-    }
-    // On host, for the CPU optimizer: a host tensor.
-    ctx->step_tensors.push_back(make_tensor(v.dtype, v.rank, v.dims, "gradient"));
-    spw_tensor *g = ctx->step_tensors.back().get();
-    g->releasable = true; // a copy: spw_release may free it
-    const float *src = reinterpret_cast<const float *>(at);
-    float *dst = g->as<float>();
-    for (int64_t e = 0; e < g->numel; ++e)
-      dst[e] = divisor == 1 ? src[e] : src[e] / m;
-    out = g;
+    out = mean_gradient(ctx, *p.value, at, 0, p.value->numel, d == Tier::Gpu,
+                        divisor);
   });
   return out;
 }

@@ -1225,6 +1225,16 @@ std::string start_error(spw_ctx *ctx) {
   return "";
 }
 
+// Starting the tiers fails with an error containing `want`, or ("")
+// succeeds.
+void expect_start_error(spw_ctx *ctx, const char *want) {
+  const std::string e = start_error(ctx);
+  if (*want)
+    EXPECT_NE(e.find(want), std::string::npos) << e;
+  else
+    EXPECT_EQ(e, "");
+}
+
 // A master block cut for ZeRO's ranks must be laid out as the compiler lays
 // it out (spw_zero_sharded_layout of 4-byte elements, split where the
 // params block is): one of the whole values, or one of 2 ranks split
@@ -1266,11 +1276,7 @@ TEST(Tiers, CutMasterBlockMustBeTheShardsLayout) {
     if (c.master_split)
       spw_declare_split(ctx.get(), SPW_BLOCK_MASTER, 0, c.master_split);
     ASSERT_TRUE(ctx->error.empty()) << ctx->error;
-    const std::string e = start_error(ctx.get());
-    if (*c.want)
-      EXPECT_NE(e.find(c.want), std::string::npos) << e;
-    else
-      EXPECT_EQ(e, "");
+    expect_start_error(ctx.get(), c.want);
   }
 }
 
@@ -1307,11 +1313,7 @@ TEST(Tiers, CutGradientBlocksMustBeTheShardsLayout) {
     spw_declare_block(ctx.get(), c.cls, 0, c.bytes, SPW_TIER_HOST, 0, 1,
                       members, offsets);
     ASSERT_TRUE(ctx->error.empty()) << ctx->error;
-    const std::string e = start_error(ctx.get());
-    if (*c.want)
-      EXPECT_NE(e.find(c.want), std::string::npos) << e;
-    else
-      EXPECT_EQ(e, "");
+    expect_start_error(ctx.get(), c.want);
   }
   auto ctx = spw::make_context();
   spw_declare_gradient_shards(ctx.get());

@@ -241,13 +241,11 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
          << " bytes (sharded as the state: " << masterBytesPerRank(s)
          << " bytes on each of the " << s.optimizerShards << " ranks)\n";
     if (s.gradientShards) {
-      uint64_t whole = 0, perRank = 0;
-      for (const LayerCost &l : s.layers) {
+      uint64_t whole = 0;
+      for (const LayerCost &l : s.layers)
         whole += l.gradBytes;
-        perRank += gradBytesPerRank(s, l);
-      }
       os << "gradients: " << whole << " bytes (--zero 2: sharded as the "
-         << "state, " << perRank << " bytes on each of the "
+         << "state, " << gradBytesPerRank(s) << " bytes on each of the "
          << s.optimizerShards
          << " ranks, reduce-scattered as each layer's backward completes)\n";
     }
@@ -394,13 +392,7 @@ std::string spillwayc::reportToJSON(const PlanReport &r) {
            {"optimizer_state_bytes_per_rank",
             int64_t(r.summary.zeroOptimizerBytes)},
            // One rank's gradient blocks (--zero 2: its shards).
-           {"gradient_bytes_per_rank",
-            [&] {
-              uint64_t b = 0;
-              for (const LayerCost &l : r.summary.layers)
-                b += gradBytesPerRank(r.summary, l);
-              return int64_t(b);
-            }()},
+           {"gradient_bytes_per_rank", int64_t(gradBytesPerRank(r.summary))},
            {"layers", std::move(layers)}}},
       {"budgets",
        json::Object{{"gpu", budgetValue(r.budgets.gpuBytes, false)},

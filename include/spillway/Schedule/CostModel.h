@@ -111,6 +111,8 @@ struct IterationSummary {
 /// Layer l's gradient bytes on one rank: gradBytes, or the slots of its
 /// shards when the gradient blocks are cut for the ranks (gradientShards).
 uint64_t gradBytesPerRank(const IterationSummary &s, const LayerCost &l);
+/// The same summed over the layers.
+uint64_t gradBytesPerRank(const IterationSummary &s);
 
 enum class Order { Horizontal, Snake };
 /// The runtime ABI's tiers (spillway/runtime/tier.h), by the same numbers.

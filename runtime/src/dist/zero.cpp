@@ -103,9 +103,8 @@ std::string unsupported(const spw_ctx *ctx) {
         "optimizer state%s of %d ranks (spillwayc --zero %d --ranks %d), but "
         "this job has %d: run it under %s, or recompile %s",
         ctx->gradient_shards ? " and of the gradients" : "",
-        ctx->declared_shards, ctx->gradient_shards ? 2 : 1,
-        ctx->declared_shards, dist::size(),
-        dist::launch_command(ctx->declared_shards).c_str(),
+        ctx->declared_shards, cut_stage(ctx), ctx->declared_shards,
+        dist::size(), dist::launch_command(ctx->declared_shards).c_str(),
         dist::size() == 1 ? "without --zero for one process"
                           : format("with --ranks %d", dist::size()).c_str());
   for (const ParamInfo &p : ctx->params)

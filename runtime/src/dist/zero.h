@@ -33,6 +33,11 @@ namespace spw::zero {
 
 // True when the run shards the optimizer state (--zero 1).
 inline bool active(const spw_ctx *ctx) { return ctx->zero_stage >= 1; }
+// The stage an offload plan cut for the ranks runs (declared_shards > 0):
+// 2 when its gradient blocks are cut too (spw_declare_gradient_shards).
+inline int cut_stage(const spw_ctx *ctx) {
+  return ctx->gradient_shards ? 2 : 1;
+}
 
 // Why the model's state cannot be sharded, naming what to do; "" when it
 // can.

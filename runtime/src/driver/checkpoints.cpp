@@ -220,11 +220,11 @@ int64_t Checkpointer::start() {
                  ? format(", with an executable compiled for them (this "
                           "one's offload plan is cut for %d ranks: %s)",
                           ctx_->declared_shards,
-                          have == "1" ? "recompile it without --zero"
-                                      : format("spillwayc --zero %d --ranks %s",
-                                               ctx_->gradient_shards ? 2 : 1,
-                                               have.c_str())
-                                            .c_str())
+                          have == "1"
+                              ? "recompile it without --zero"
+                              : format("spillwayc --zero %d --ranks %s",
+                                       zero::cut_stage(ctx_), have.c_str())
+                                    .c_str())
                        .c_str()
                  : "");
     }
