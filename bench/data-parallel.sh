@@ -18,7 +18,11 @@
 # RSS and tokens per second, and the same weights, and the plan cut for
 # ZeRO stage 2 (spillwayc --zero 2: the gradient blocks sharded too, each
 # layer's gradients reduce-scattered as its backward completes), with each
-# rank's gradient SSD and d2h bytes; the same again with
+# rank's gradient SSD and d2h bytes, and that plan once more with its
+# exchanges inline (SPILLWAY_EXCHANGES_INLINE=1: each reduce-scatter blocks
+# the step where it starts), the baseline of the overlap with the next
+# layer's backward: tokens per second, the exchanges' time per step and the
+# part the step waited for; the same again with
 # --precision bf16-mixed (the f32 masters in master blocks on SSD, sharded
 # too with --zero 1, the bf16 working copies all-gathered): each rank's SSD
 # bytes per iteration (all, the optimizer's and the masters'), the bytes
@@ -125,6 +129,9 @@ log "$N ranks, offload plan cut for the ranks (--zero 1): ./zo --ssd ssd-zero"
 EXE=./zo ranks offz --ssd ssd-zero --stats-json offz.json > offz.out
 log "$N ranks, offload plan with the gradients sharded too (--zero 2): ./z2o --ssd ssd-zero2"
 EXE=./z2o ranks offz2 --ssd ssd-zero2 --stats-json offz2.json > offz2.out
+mkdir -p ssd-zero2i
+log "the same, its exchanges inline (no overlap): SPILLWAY_EXCHANGES_INLINE=1 ./z2o --ssd ssd-zero2i"
+SPILLWAY_EXCHANGES_INLINE=1 EXE=./z2o ranks offz2i --ssd ssd-zero2i --stats-json offz2i.json > offz2i.out
 mkdir -p ssd-mixed-whole ssd-mixed-zero
 log "$N ranks, bf16-mixed offload plan, whole masters and state: ./dpm --ssd ssd-mixed-whole"
 EXE=./dpm ranks mixw --ssd ssd-mixed-whole --stats-json mixw.json > mixw.out
@@ -161,6 +168,8 @@ python3 "$ROOT/test/e2e/compare_weights.py" offz.safetensors offw.safetensors --
   || die "the sharded offload plan's weights differ from the whole plan's: $(cat off-same.out)"
 python3 "$ROOT/test/e2e/compare_weights.py" offz2.safetensors offw.safetensors $CMP > off2-same.out \
   || die "the --zero 2 offload plan's weights differ from the whole plan's: $(cat off2-same.out)"
+python3 "$ROOT/test/e2e/compare_weights.py" offz2i.safetensors offz2.safetensors --exact > off2i-same.out \
+  || die "the --zero 2 plan's weights with its exchanges inline differ from overlapped: $(cat off2i-same.out)"
 python3 "$ROOT/test/e2e/compare_weights.py" mixz.safetensors mixw.safetensors --exact > mix-same.out \
   || die "the bf16-mixed plan's sharded masters give other weights than its whole ones: $(cat mix-same.out)"
 if [ "$GLOO" = 1 ]; then
@@ -204,6 +213,22 @@ osame = open("off-same.out").read().strip()
 so_w, tok_w, _ = steady("offw.jsonl")
 so_z, tok_z, _ = steady("offz.jsonl")
 so_z2, tok_z2, _ = steady("offz2.jsonl")
+so_z2i, tok_z2i, _ = steady("offz2i.jsonl")
+def overlap(path):
+    """--zero 2's exchanges from the last line: the step's ms per step in
+    them (its own collectives and its waits), the reduce-scatters the
+    exchange thread ran during the backward, and the step's waits for those
+    (the inline run: none on the thread)."""
+    t = open(path).read()
+    m = re.search(r"in ([0-9.]+) ms per step, [0-9.]+% of the step time"
+                  r"(?:; besides, ([0-9.]+) ms per step of reduce-scatters ran "
+                  r"during the backward \(the step waited ([0-9.]+) ms)?", t)
+    if not m:
+        return {}
+    return {"step_in_exchanges_ms_per_step": float(m.group(1)),
+            "overlapped_ms_per_step": float(m.group(2) or 0),
+            "waited_ms_per_step": float(m.group(3) or 0)}
+ov_z2, ov_z2i = overlap("offz2.out"), overlap("offz2i.out")
 rss_offw, rss_offz, rss_offz2 = rss("offw"), rss("offz"), rss("offz2")
 osame2 = open("off2-same.out").read().strip()
 def offload(name):
@@ -276,7 +301,13 @@ res = {
                 "zero2": {"steady_s_per_step": so_z2, "tokens_per_s": tok_z2,
                           "peak_rss_bytes_per_rank": rss_offz2, "per_rank": off_z2,
                           "exchanged": exchanged("offz2.out"),
+                          "exchange_time": ov_z2,
                           "weights_vs_whole": osame2},
+                "zero2_exchanges_inline": {"steady_s_per_step": so_z2i, "tokens_per_s": tok_z2i,
+                          "env": "SPILLWAY_EXCHANGES_INLINE=1",
+                          "exchange_time": ov_z2i,
+                          "weights_vs_overlapped": open("off2i-same.out").read().strip()},
+                "ratio_tokens_per_s_zero2_overlapped_over_inline": tok_z2 / tok_z2i,
                 "ratio_tokens_per_s_zero1_over_whole": tok_z / tok_w,
                 "ratio_ssd_per_iteration_zero1_over_whole":
                     [z["ssd_per_iteration"] / w["ssd_per_iteration"] for z, w in zip(off_z, off_w)],
@@ -385,6 +416,15 @@ plan_table(f"Offload plan --place {place}, {n} ranks (each on its own --ssd dire
             ("gradients", "gradient_ssd_per_iteration", 10),
             ("d2h MB/iter", "d2h_per_iteration", 12), ("host arena MB", "host_bytes", 14)))
 print(f"exchanged per step: zero 1 {exchanged('offz.out')}, zero 2 {exchanged('offz2.out')}")
+if ov_z2 and ov_z2i:
+    print(f"--zero 2 reduce-scatters overlapped with the next layer's backward against inline "
+          f"(SPILLWAY_EXCHANGES_INLINE=1, {so_z2i:.4f} s/step, {tok_z2i:.1f} tok/s): "
+          f"{tok_z2 / tok_z2i:.3f}x tokens/s; the step in exchanges "
+          f"{ov_z2['step_in_exchanges_ms_per_step']:.1f} ms per step (inline: "
+          f"{ov_z2i['step_in_exchanges_ms_per_step']:.1f}), the exchange thread's reduce-scatters "
+          f"{ov_z2['overlapped_ms_per_step']:.1f} ms during the backward, the step waiting "
+          f"{ov_z2['waited_ms_per_step']:.1f} ms of them; weights "
+          + open("off2i-same.out").read().strip())
 print(f"weights: {osame} (zero 1 offload against whole); {osame2} (zero 2 against whole)")
 print()
 plan_table(f"bf16-mixed offload plan --place {place_mixed}, {n} ranks, per rank:",

@@ -400,6 +400,28 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
     b.network =
         zero ? (n - 1) / n * (exchanged + values) : 2 * (n - 1) / n * exchanged;
     e.networkSec = b.network / (hw.networkGBps * 1e9);
+    // ZeRO stage 2: a flush's reduce-scatter runs while the backward of the
+    // layers up to the sweep's next flush computes (that flush's own
+    // included: what reads the exchange comes just before its staging), so
+    // only what their backward does not cover is exposed, and the sweep's
+    // last exchange whole. Every sweep (M in horizontal order) is alike.
+    // Only on the CPU backend, where the exchange thread runs them through
+    // host memory: over NCCL they share the GPU's compute stream.
+    if (s.gradientShards && hw.backend == "cpu") {
+      double hidden = 0, window = 0, pending = -1;
+      for (size_t k = L; k-- > 0;) {
+        const LayerCost &l = s.layers[k];
+        if (pending >= 0)
+          window += (l.backwardFlops + l.recomputeFlops) / rate / runs;
+        if (l.gradBytes == 0)
+          continue; // no flush: its backward is in the window
+        if (pending >= 0)
+          hidden += std::min(pending, window);
+        pending = (n - 1) / n * double(l.gradBytes) / (hw.networkGBps * 1e9);
+        window = 0;
+      }
+      e.hiddenNetworkSec = hidden * runs;
+    }
   }
   const double resources[] = {e.computeSec, e.pcieSec, e.ssdSec,
                               e.cpuOptimizerSec};
@@ -407,8 +429,11 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   for (int i = 1; i < 4; ++i)
     if (resources[i] > resources[worst])
       worst = i;
-  e.bound = e.networkSec > resources[worst] ? Bound::Network : Bound(worst);
-  e.iterationSec = resources[worst] + e.exposedOptimizerSec + e.networkSec;
+  e.bound = e.networkSec - e.hiddenNetworkSec > resources[worst]
+                ? Bound::Network
+                : Bound(worst);
+  e.iterationSec = resources[worst] + e.exposedOptimizerSec + e.networkSec -
+                   e.hiddenNetworkSec;
 
   // Peak memory per tier.
   auto &peak = e.peakBytes;
@@ -458,13 +483,22 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   if (!e.optimizerOnGPU && gradTier == Tier::GPU)
     p[host] += 2 * largestGrad;
   // ZeRO stage 2: a member's micro-batch gradients are summed whole on the
-  // GPU before the reduce-scatter leaves its shard.
+  // GPU before its reduce-scatter; through host memory (not NCCL) a layer's
+  // sums stay in host buffers while its exchanges run into the next layer's
+  // backward. The layer's update then runs beside that backward's
+  // gradients: a GPU optimizer's whole-shape gradient of a member too.
   if (s.gradientShards) {
-    uint64_t largestMember = 0;
-    for (const LayerCost &l : s.layers)
-      for (uint64_t n : l.gradElements)
-        largestMember = std::max(largestMember, n);
-    p[gpu] += 4.0 * double(largestMember);
+    uint64_t largestMember = 0, largestLayer = 0;
+    for (const LayerCost &l : s.layers) {
+      uint64_t n = 0;
+      for (uint64_t m : l.gradElements) {
+        n += m;
+        largestMember = std::max(largestMember, m);
+      }
+      largestLayer = std::max(largestLayer, n);
+    }
+    p[gpu] += 4.0 * double(largestMember) * (e.optimizerOnGPU ? 2 : 1);
+    p[host] += 4.0 * double(largestLayer);
   }
   p[gpu] += maxOf(s, &LayerCost::workingBytes) / M;
   // The optimizer overlap's deferred gradient slices wait for the next
@@ -650,6 +684,10 @@ std::string spillway::schedule::estimateToJSON(const CostEstimate &e) {
     o.getObject("bytes_per_iteration")
         ->try_emplace("network", bytes(e.bytes.network));
     o.getObject("time_s")->try_emplace("network", e.networkSec);
+    // ZeRO stage 2: of it, what overlaps the backward.
+    if (e.gradientsSharded)
+      o.getObject("time_s")->try_emplace("network_overlapped",
+                                         e.hiddenNetworkSec);
   }
   if (!e.valid)
     o["invalid_reason"] = e.invalidReason;

@@ -138,6 +138,13 @@ struct Tiers {
       int64_t begin = 0, end = 0;
     };
     std::vector<Gather> gathers;
+    // ZeRO stage 2: what completes the reduce-scatters spw_stage_grads left
+    // running on this (gradstage or gradients) block, overlapped with the
+    // next layer's backward: each waits for its exchange and puts the
+    // rank's shard in the block's GPU copy. Run before anything else
+    // touches the block (every entry point finds it with Tiers::block) and
+    // at the step's end.
+    std::vector<std::function<void()>> exchanges;
   };
   // Declared.
   uint64_t gpu_bytes = 0, host_bytes = 0, ssd_bytes = 0;
@@ -216,7 +223,15 @@ struct Tiers {
     if (it == by_key.end())
       fail("%s: the plan declares no %s block for layer %d", what,
            class_name(cls), layer);
-    return blocks[it->second];
+    Block &b = blocks[it->second];
+    settle(b);
+    return b;
+  }
+  static void settle(Block &b) {
+    std::vector<std::function<void()>> pending;
+    pending.swap(b.exchanges);
+    for (const std::function<void()> &finish : pending)
+      finish();
   }
   TensorStore &started(const char *what) {
     if (!store)
@@ -1213,8 +1228,18 @@ static LinkBytes minus(const LinkBytes &a, const LinkBytes &b) {
   return d;
 }
 
+void tiers_step_failed(spw_ctx *ctx) {
+  for (Tiers::Block &b : ctx->tiers->blocks)
+    b.exchanges.clear();
+}
+
 void tiers_step_end(spw_ctx *ctx) {
   Tiers &t = *ctx->tiers;
+  // A plan always touches a staged block again; what is left settles here.
+  guarded(ctx, "tiers_step_end", [&] {
+    for (Tiers::Block &b : t.blocks)
+      Tiers::settle(b);
+  });
   if (std::string e = finish_host_updates(ctx, true); !e.empty())
     ctx->set_error(e);
   t.store->wait_all();
@@ -2200,30 +2225,31 @@ static std::unique_ptr<spw_tensor> f32_view(void *data, int64_t n) {
 }
 
 // ZeRO stage 2 (grads_cut): parameter p's `runs` gradients of this backward
-// (grads[0], grads[stride], ...) summed whole, left to right, in a step
-// tensor; that sum's mean over the ranks reduce-scattered (the mean of
-// this rank's shard, zero::reduce_scatter_mean: the arithmetic of the
-// unsharded average); then the shard copied into its slot at `slot` (mode
-// 0) or added to what the slot holds (mode 1: the horizontal order's
-// later micro-batches on the GPU). Only the shard then leaves the GPU.
-// `wait` false: NCCL's exchange is left in the device's stream order,
-// where the copy after it and the sum's release follow it; the caller
-// waits once for the layer's (zero::reduce_scatter_mean).
-static void stage_shard(spw_ctx *ctx, ParamInfo &p, spw_tensor *const *grads,
-                        size_t stride, size_t runs, int32_t mode, char *slot,
-                        bool wait) {
+// (grads[0], grads[stride], ...) summed whole, left to right; that sum's
+// mean over the ranks reduce-scattered (the mean of this rank's shard, the
+// arithmetic of the unsharded average: zero::reduce_scatter_mean); then the
+// shard copied into its slot at `slot` (mode 0) or added to what the slot
+// holds (mode 1: the horizontal order's later micro-batches on the GPU).
+// Only the shard then leaves the GPU.
+// Through host memory (MPI, Gloo) the exchange is left running on the
+// exchange thread (dist.h) while the step goes on, overlapped with the next
+// layer's backward where the plan puts it (sched-insert-transfers); the
+// shard waits to go into its slot in b.exchanges (Tiers::settle). On a
+// device whose memory is the host's the sum is made in the exchange's
+// buffer; on another it is downloaded there and freed at once.
+// `on_device`: NCCL's exchange, issued in the device's stream order, where
+// the copy after it and the sum's release follow it; the caller waits once
+// for the layer's.
+static void stage_shard(spw_ctx *ctx, Tiers::Block &b, ParamInfo &p,
+                        spw_tensor *const *grads, size_t stride, size_t runs,
+                        int32_t mode, char *slot, bool on_device) {
   const spw_tensor &v = *p.value;
-  spw_tensor *sum = alloc_step_tensor(ctx, SPW_F32, v.rank, v.dims,
-                                      "gradient sum (reduce-scattered)");
-  ctx->device->copy(sum->data, grads[0]->data, sum->bytes());
-  for (size_t j = 1; j < runs; ++j) {
-    spw_tensor *ins[] = {sum, grads[j * stride]}, *outs[] = {sum};
-    device_kernel(ctx, spw_op_add, ins, outs);
-  }
-  zero::reduce_scatter_mean(ctx, p, sum, wait);
+  Device &d = *ctx->device;
   const int64_t count = p.shard_hi - p.shard_lo;
-  if (count > 0) {
-    float *mine = sum->as<float>() + p.shard_lo;
+  // The shard at `mine` (device memory) into the slot.
+  auto place = [ctx, slot, mode, count](void *mine) {
+    if (count <= 0)
+      return;
     if (mode == 0) {
       ctx->device->copy(slot, mine, count * int64_t(sizeof(float)));
     } else {
@@ -2231,10 +2257,60 @@ static void stage_shard(spw_ctx *ctx, ParamInfo &p, spw_tensor *const *grads,
       spw_tensor *ins[] = {acc.get(), add.get()}, *outs[] = {acc.get()};
       device_kernel(ctx, spw_op_add, ins, outs);
     }
+  };
+  auto sum_into = [&](spw_tensor *sum) {
+    d.copy(sum->data, grads[0]->data, sum->bytes());
+    for (size_t j = 1; j < runs; ++j) {
+      spw_tensor *ins[] = {sum, grads[j * stride]}, *outs[] = {sum};
+      device_kernel(ctx, spw_op_add, ins, outs);
+    }
+  };
+  if (on_device) {
+    spw_tensor *sum = alloc_step_tensor(ctx, SPW_F32, v.rank, v.dims,
+                                        "gradient sum (reduce-scattered)");
+    sum_into(sum);
+    zero::reduce_scatter_mean(ctx, p, sum, /*wait=*/false);
+    place(sum->as<float>() + p.shard_lo);
+    // The whole sum goes now (reused only after the copy, in stream order).
+    d.step_free(sum->data);
+    sum->data = nullptr;
+    return;
   }
-  // The whole sum goes now (reused only after the copy, in stream order).
-  ctx->device->step_free(sum->data);
-  sum->data = nullptr;
+  std::shared_ptr<dist::ReduceScatter> job = zero::exchange_for(p);
+  std::function<void()> exchanged;
+  if (d.host_visible()) {
+    auto sum = make_tensor(SPW_F32, v.rank, v.dims, "gradient sum",
+                           /*allocate=*/false);
+    sum->data = job->x.data();
+    sum->on_device = true;
+    sum_into(sum.get());
+    exchanged = zero::start_reduce_scatter_mean(ctx, p, sum.get(), job);
+  } else {
+    spw_tensor *sum = alloc_step_tensor(ctx, SPW_F32, v.rank, v.dims,
+                                        "gradient sum (reduce-scattered)");
+    sum_into(sum);
+    exchanged = zero::start_reduce_scatter_mean(ctx, p, sum, job);
+    d.step_free(sum->data); // downloaded
+    sum->data = nullptr;
+  }
+  b.exchanges.push_back([ctx, job, exchanged, place, count] {
+    exchanged();
+    if (ctx->device->host_visible()) {
+      place(job->out.data());
+      return;
+    }
+    // Uploaded where the slot is (mode 0), or beside it to be added.
+    if (count <= 0)
+      return;
+    const int64_t n = count;
+    spw_tensor *up = alloc_step_tensor(ctx, SPW_F32, 1, &n,
+                                       "gradient shard (reduce-scattered)");
+    ctx->device->upload(up->data, job->out.data(),
+                        count * int64_t(sizeof(float)));
+    place(up->data);
+    ctx->device->step_free(up->data);
+    up->data = nullptr;
+  });
 }
 
 void spw_stage_grads(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t mode,
@@ -2259,7 +2335,6 @@ void spw_stage_grads(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t mode,
     // drain the device's other streams, the prefetches and write-backs).
     const bool batched =
         grads_cut(ctx, b.cls) && zero::exchanges_on_device(ctx);
-    const auto t0 = std::chrono::steady_clock::now();
     for (size_t i = 0; i < k; ++i) {
       ParamInfo &p = ctx->params[size_t(b.params[i])];
       const size_t numel = size_t(p.value->numel);
@@ -2273,8 +2348,8 @@ void spw_stage_grads(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t mode,
                b.name.c_str(), j, p.name.c_str());
       }
       if (grads_cut(ctx, b.cls)) {
-        stage_shard(ctx, p, grads + i, k, size_t(n) / k, mode,
-                    base + b.offsets[i], /*wait=*/!batched);
+        stage_shard(ctx, b, p, grads + i, k, size_t(n) / k, mode,
+                    base + b.offsets[i], batched);
         continue;
       }
       auto acc = device_view(*p.value, base + b.offsets[i]);
@@ -2290,15 +2365,18 @@ void spw_stage_grads(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t mode,
         }
       }
     }
-    // The time counted is the layer's staging, its sums and copies too
-    // (they share the stream with the exchanges).
-    if (batched) {
-      ctx->device->synchronize();
-      dist::note_zero_traffic(
-          0, 0,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-              .count());
-    }
+    // The device is waited for where the block is next touched, after the
+    // next layer's backward was issued behind the exchanges (stream order):
+    // the time counted is that wait.
+    if (batched)
+      b.exchanges.push_back([ctx] {
+        const auto t0 = std::chrono::steady_clock::now();
+        ctx->device->synchronize();
+        dist::note_zero_traffic(
+            0, 0,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+                .count());
+      });
   });
 }
 

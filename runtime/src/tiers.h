@@ -107,6 +107,10 @@ float *tiers_pending_grad(spw_ctx *ctx, int32_t param, int64_t begin,
 // Bracket one training step: per-step bytes and time blocked on I/O.
 void tiers_step_begin(spw_ctx *ctx);
 void tiers_step_end(spw_ctx *ctx);
+// A step that failed instead: the completions of ZeRO stage 2's exchanges
+// still pending are dropped, not run (what they would fill is the failed
+// step's; the exchange thread keeps its own buffers).
+void tiers_step_failed(spw_ctx *ctx);
 // false: the next steps (validation, --val-data) run as the plan says but
 // add nothing to the statistics (bytes per iteration, telemetry, I/O wait),
 // which stay those of the training steps; true again after them.

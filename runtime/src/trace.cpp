@@ -30,7 +30,7 @@ struct Event {
   std::string args;
 };
 
-constexpr int kLanes = int(Lane::HostOptimizer) + 1;
+constexpr int kLanes = int(Lane::Network) + 1;
 // At most this many events are kept (about 200 MB); later ones are counted
 // as dropped, which the trace says, so a long run cannot exhaust memory.
 constexpr size_t kMaxEvents = size_t(1) << 20;
@@ -75,9 +75,12 @@ const char *phase_name(int32_t p) {
                               : "task";
 }
 
-// Thread ids: the fixed lanes 1..5, the optimizer's workers from 10 on.
+// Thread ids: the fixed lanes 1..5, the network 7 (named only when it has
+// spans), the optimizer's workers from 10 on.
 int tid(Lane lane, int sub) {
-  return lane == Lane::HostOptimizer ? 10 + sub : int(lane) + 1;
+  return lane == Lane::HostOptimizer ? 10 + sub
+         : lane == Lane::Network     ? 7
+                                     : int(lane) + 1;
 }
 
 std::string lane_name(Lane lane, int sub) {
@@ -94,6 +97,8 @@ std::string lane_name(Lane lane, int sub) {
     return "ssd write";
   case Lane::HostOptimizer:
     return format("cpu optimizer %d", sub);
+  case Lane::Network:
+    return "network";
   }
   return "?";
 }

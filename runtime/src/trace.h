@@ -8,7 +8,8 @@
 // Off (the default), every entry point is one relaxed atomic load.
 //
 // Thread-safe: spans come from the compute thread, the copy workers' and
-// the I/O engine's completions, and the host optimizer's threads.
+// the I/O engine's completions, the host optimizer's threads and the
+// exchange thread (dist.h).
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPILLWAY_RUNTIME_SRC_TRACE_H
@@ -21,7 +22,17 @@
 
 namespace spw::trace {
 
-enum class Lane { Compute, H2D, D2H, SsdRead, SsdWrite, HostOptimizer };
+// Network: the exchange thread's collectives (ZeRO stage 2's reduce-scatters,
+// dist.h), on a lane of its own only in runs that have them.
+enum class Lane {
+  Compute,
+  H2D,
+  D2H,
+  SsdRead,
+  SsdWrite,
+  HostOptimizer,
+  Network
+};
 
 namespace detail {
 extern std::atomic<bool> on;

@@ -33,18 +33,23 @@ void printEstimate(const char *label, const CostEstimate &e,
      << ", ssd_write " << roundBytes(e.bytes.ssdWrite) << ", h2d "
      << roundBytes(e.bytes.h2d) << ", d2h " << roundBytes(e.bytes.d2h) << "\n";
   if (e.bytes.network > 0)
-    os << llvm::formatv("  network per rank: {0} bytes sent per iteration "
-                        "(and as many received) to {1}, {2:e3} s, added to "
-                        "the iteration\n",
-                        roundBytes(e.bytes.network),
-                        e.gradientsSharded
-                            ? "exchange the gradients and all-gather the "
-                              "updated values (--zero 2)"
-                        : e.zeroSharded ? "exchange the gradients and "
-                                          "all-gather the updated values "
-                                          "(--zero 1)"
-                                        : "average the gradients",
-                        e.networkSec);
+    os << llvm::formatv(
+        "  network per rank: {0} bytes sent per iteration "
+        "(and as many received) to {1}, {2:e3} s, {3}\n",
+        roundBytes(e.bytes.network),
+        e.gradientsSharded ? "exchange the gradients and all-gather the "
+                             "updated values (--zero 2)"
+        : e.zeroSharded    ? "exchange the gradients and "
+                             "all-gather the updated values "
+                             "(--zero 1)"
+                           : "average the gradients",
+        e.networkSec,
+        e.gradientsSharded ? llvm::formatv("of which {0:e3} s overlaps the "
+                                           "backward, the rest added to the "
+                                           "iteration",
+                                           e.hiddenNetworkSec)
+                                 .str()
+                           : std::string("added to the iteration"));
   if (e.optimizerStateBytes.ssdRead || e.optimizerStateBytes.ssdWrite)
     os << "  of them optimizer state: ssd_read "
        << roundBytes(e.optimizerStateBytes.ssdRead) << ", ssd_write "

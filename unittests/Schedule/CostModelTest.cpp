@@ -729,11 +729,76 @@ TEST(CostModel, ZeroStage2MovesOneRanksGradients) {
     EXPECT_DOUBLE_EQ(one.bytes.ssdWrite - two.bytes.ssdWrite, (G - Gr) * runs);
     EXPECT_DOUBLE_EQ(two.bytes.network, 0.5 * (G * runs + G));
     EXPECT_DOUBLE_EQ(one.bytes.network, 0.5 * (G + G));
-    // The class takes one rank's bytes on the SSD; the GPU adds the whole
-    // sum of the largest member before its reduce-scatter.
+    // The class takes one rank's bytes on the SSD (the GPU's whole sums:
+    // ZeroStage2ReduceScattersDuringTheNextBackward).
     EXPECT_DOUBLE_EQ(double(one.peakBytes[int(Tier::SSD)]) -
                          double(two.peakBytes[int(Tier::SSD)]),
                      G - Gr);
+  }
+}
+
+TEST(CostModel, ZeroStage2ReduceScattersDuringTheNextBackward) {
+  // Each flush's reduce-scatter overlaps the backward of the layers up to
+  // the sweep's next flush (sched-insert-transfers sinks what reads it):
+  // layer 1's behind layer 0's backward; layer 0's, the sweep's last, is
+  // exposed. On the CPU backend (the exchange thread); over NCCL on a GPU
+  // the exchanges share the compute stream and none hides. A layer's whole
+  // sums stay in host buffers meanwhile.
+  IterationSummary s = zeroToy({{1000, 24}, {640, 100}});
+  for (LayerCost &l : s.layers) {
+    l.gradElements = l.momentElements;
+    l.optimizerBytes = 0;
+    for (uint64_t m : l.momentElements)
+      l.optimizerBytes += 8 * uint64_t(spw_zero_shard_slot(int64_t(m), 2, 64));
+  }
+  s.optimizerShards = 2;
+  s.ranks = 2;
+  s.zeroStage = 2;
+  s.zeroOptimizerBytes = zeroOptimizerBytesPerRank(s);
+  IterationSummary stage1 = s;
+  s.gradientShards = true;
+  Placement ssd;
+  ssd[TensorClass::Optimizer] = Tier::SSD;
+  ssd[TensorClass::Gradients] = Tier::SSD;
+  // Layer 0's backward: (2e9 + 1e9 recompute) FLOP in bf16, 1 TFLOP/s.
+  ASSERT_EQ(s.compute, Precision::BF16);
+  const double bwd0 = 3e9 / 1e12;
+  for (Order o : {Order::Snake, Order::Horizontal}) {
+    const double runs = o == Order::Horizontal ? 2 : 1;
+    for (double gbps : {1.0, 1e-6}) {
+      HardwareProfile hw = machine();
+      hw.backend = "cpu";
+      hw.networkGBps = gbps;
+      CostEstimate two = estimate(s, Candidate{o, 2, 0, ssd}, kPlenty, hw);
+      CostEstimate one = estimate(stage1, Candidate{o, 2, 0, ssd}, kPlenty, hw);
+      ASSERT_TRUE(two.valid) << two.invalidReason;
+      // Layer 1's exchange, (N - 1) / N of its whole gradient per sweep.
+      const double rs1 = 0.5 * 4 * (640 + 100) / (gbps * 1e9);
+      const double hidden = runs * std::min(rs1, bwd0 / runs);
+      EXPECT_DOUBLE_EQ(two.hiddenNetworkSec, hidden);
+      EXPECT_EQ(one.hiddenNetworkSec, 0);
+      // Fast: all of it hides; slow: as much as layer 0's backward.
+      EXPECT_DOUBLE_EQ(hidden, gbps == 1.0 ? runs * rs1 : bwd0);
+      const double worst = std::max(
+          {two.computeSec, two.pcieSec, two.ssdSec, two.cpuOptimizerSec});
+      EXPECT_DOUBLE_EQ(two.iterationSec, worst + two.exposedOptimizerSec +
+                                             two.networkSec - hidden);
+      // The GPU: double-buffered slots of one rank's gradient (the largest
+      // layer's 552 + 24 elements) and the largest member's whole sum,
+      // against stage 1's double-buffered whole gradient; the host: the
+      // SSD's staging of the same slots and the largest layer's sums.
+      EXPECT_EQ(int64_t(two.peakBytes[int(Tier::GPU)]) -
+                    int64_t(one.peakBytes[int(Tier::GPU)]),
+                2 * 4 * (552 + 24) + 4 * 1000 - 2 * 4 * 1024);
+      EXPECT_EQ(int64_t(two.peakBytes[int(Tier::Host)]) -
+                    int64_t(one.peakBytes[int(Tier::Host)]),
+                2 * 4 * (552 + 24) + 4 * 1024 - 2 * 4 * 1024);
+      // On a GPU (NCCL on the compute stream): nothing hides.
+      hw.backend = "cuda";
+      CostEstimate gpu = estimate(s, Candidate{o, 2, 0, ssd}, kPlenty, hw);
+      EXPECT_EQ(gpu.hiddenNetworkSec, 0);
+      EXPECT_DOUBLE_EQ(gpu.iterationSec, two.iterationSec + hidden);
+    }
   }
 }
 

@@ -204,8 +204,15 @@ struct CostEstimate {
   double computeSec = 0, pcieSec = 0, ssdSec = 0, cpuOptimizerSec = 0;
   /// The gradients' all-reduce (ranks > 1). The runtime averages each
   /// gradient at its update, on the step's thread, so none of it hides:
-  /// it adds to the iteration.
+  /// it adds to the iteration, less `hiddenNetworkSec`.
   double networkSec = 0;
+  /// ZeRO stage 2 (gradientsSharded) on the CPU backend: the part of
+  /// `networkSec` the reduce-scatters overlap with the backward of the
+  /// layers up to the next flush of the sweep (sched-insert-transfers sinks
+  /// what reads each; the runtime's exchange thread runs them), so not
+  /// added to the iteration. 0 on a GPU, whose NCCL exchanges share the
+  /// compute stream.
+  double hiddenNetworkSec = 0;
   /// ZeRO stage 1 over the ranks: the network bytes are the gradients'
   /// reduce-scatter and the updated values' all-gather, and the optimizer
   /// class holds one rank's shard.

@@ -11,15 +11,22 @@
 
 #include "dist/gloo.h"
 #include "support.h"
+#include "trace.h"
 
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <dlfcn.h>
+#include <functional>
+#include <mutex>
+#include <pthread.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -28,6 +35,7 @@ namespace {
 
 using Handle = void *; // MPI_Comm, MPI_Datatype, MPI_Op: pointers in Open MPI
 constexpr int kThreadFunneled = 1;                  // MPI_THREAD_FUNNELED
+constexpr int kThreadSerialized = 2;                // MPI_THREAD_SERIALIZED
 void *const kInPlace = reinterpret_cast<void *>(1); // MPI_IN_PLACE
 
 struct Mpi {
@@ -54,6 +62,9 @@ struct State {
   int rank = 0, size = 1;
   bool joined = false;
   bool gloo = false; // a torchrun-style job (gloo.h), else mpirun's
+  // The library may be called from the exchange thread (one thread at a
+  // time): Gloo, or Open MPI at MPI_THREAD_SERIALIZED.
+  bool serialized = false;
   Mpi mpi{};
   Traffic traffic;
 };
@@ -140,6 +151,119 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
       .count();
 }
 
+// The exchange thread (dist.h, start_reduce_scatter_sum): jobs run one at
+// a time in the order started. A failed job's error is kept; the jobs
+// after it are skipped (the ranks' order of collectives is broken) and
+// every wait throws it. Made at the first job and never destroyed: a rank
+// that fails exits with the thread perhaps still in a collective.
+class Exchanges {
+public:
+  Ticket start(std::function<void(Traffic &)> job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!running_) {
+      running_ = true;
+      std::thread([this] { run(); }).detach();
+    }
+    queue_.push_back(std::move(job));
+    cv_.notify_all();
+    return ++started_;
+  }
+  // Waits until job `ticket` (and every one before it) is done.
+  void wait(Ticket ticket) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_ >= ticket; });
+    if (error_)
+      std::rethrow_exception(error_);
+  }
+  // Waits until no job is left: the main thread's collectives call the
+  // library only then.
+  void idle() {
+    Ticket last;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (done_ == started_)
+        return;
+      last = started_;
+    }
+    wait(last);
+  }
+  // A rank that failed: the queued jobs are dropped (the job is ending),
+  // and the one running is given `seconds` to end. Returns whether none is
+  // left running.
+  bool abandon(double seconds) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_ += queue_.size();
+    queue_.clear();
+    cv_.notify_all();
+    return cv_.wait_for(lock, std::chrono::duration<double>(seconds),
+                        [&] { return done_ == started_; });
+  }
+  // What the jobs done so far carried (dist::traffic adds it).
+  Traffic traffic() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return traffic_;
+  }
+
+private:
+  void run() {
+    // The signal handlers (a launcher's SIGTERM) run on the main thread.
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    for (;;) {
+      std::function<void(Traffic &)> job;
+      bool skip;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return !queue_.empty(); });
+        job = std::move(queue_.front());
+        queue_.pop_front();
+        skip = error_ != nullptr;
+      }
+      Traffic t;
+      std::exception_ptr error;
+      if (!skip) {
+        try {
+          job(t);
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (error && !error_)
+        error_ = error;
+      traffic_.reduce_scattered += t.reduce_scattered;
+      traffic_.seconds += t.seconds;
+      traffic_.overlapped += t.overlapped;
+      ++done_;
+      cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void(Traffic &)>> queue_;
+  Ticket started_ = 0, done_ = 0;
+  bool running_ = false;
+  std::exception_ptr error_;
+  Traffic traffic_;
+};
+Exchanges *g_exchanges = nullptr; // made by the first job (main thread)
+
+// SPILLWAY_EXCHANGES_INLINE=1: no exchange thread; each exchange runs
+// where it starts (the baseline bench/data-parallel.sh measures the
+// overlap against; also what a library below MPI_THREAD_SERIALIZED gets).
+bool exchanges_inline() {
+  const char *v = std::getenv("SPILLWAY_EXCHANGES_INLINE");
+  return v && std::strcmp(v, "1") == 0;
+}
+
+// Before the main thread calls the library: the exchange thread is idle.
+void serialize() {
+  if (g_exchanges)
+    g_exchanges->idle();
+}
+
 // Installs the SIGTERM handler of a rank of a job (on_stopped) and its
 // message: `launcher` says who stops a job ("mpirun ends").
 void say_when_stopped(const char *launcher) {
@@ -184,6 +308,8 @@ void join_torchrun_style(int size) {
   g.gloo = true;
   gloo::join(rank, size);
   g.joined = true;
+  // A Gloo context serves one thread at a time.
+  g.serialized = !exchanges_inline();
   // torchrun's workers know its run id; another launcher is not named.
   say_when_stopped(std::getenv("TORCHELASTIC_RUN_ID")
                        ? "torchrun ends"
@@ -275,15 +401,18 @@ void init() {
   m.min = object(lib, "ompi_mpi_op_min");
   m.max = object(lib, "ompi_mpi_op_max");
   int provided = 0;
-  check(m.init_thread(nullptr, nullptr, kThreadFunneled, &provided),
+  check(m.init_thread(nullptr, nullptr, kThreadSerialized, &provided),
         "MPI_Init_thread");
   g.joined = true;
   check(m.comm_rank(m.comm_world, &g.rank), "MPI_Comm_rank");
   check(m.comm_size(m.comm_world, &g.size), "MPI_Comm_size");
   if (provided < kThreadFunneled)
     fail("Open MPI gives thread level %d; the runtime needs "
-         "MPI_THREAD_FUNNELED (its worker threads never call MPI)",
+         "MPI_THREAD_FUNNELED at least (MPI_THREAD_SERIALIZED to overlap "
+         "ZeRO stage 2's exchanges with the backward)",
          provided);
+  // Below MPI_THREAD_SERIALIZED the exchanges run where they start.
+  g.serialized = provided >= kThreadSerialized && !exchanges_inline();
   if (g.size > 1) {
     say_when_stopped("mpirun ends");
   }
@@ -303,6 +432,7 @@ void training_started() { g_trained = 1; }
 void finalize() {
   if (!g.joined)
     return;
+  serialize();
   g.joined = false;
   if (!g.gloo) {
     g.mpi.finalize();
@@ -321,7 +451,13 @@ void finalize() {
 void abort_job(int code) {
   // Gloo: this rank's exit closes its connections, and every other rank's
   // next collective fails, naming the cause (gloo.cpp's failed()); torchrun
-  // also stops the others when one exits with an error.
+  // also stops the others when one exits with an error. An exchange still
+  // on the exchange thread is left alone when it does not end soon: the
+  // process ends without the exit-time destructors it would race with.
+  if (g_exchanges && g.gloo && !g_exchanges->abandon(2.0)) {
+    std::fflush(nullptr);
+    std::_Exit(code == 0 ? 1 : code);
+  }
   if (g.joined && g.size > 1 && !g.gloo) {
     // This rank failed and said why: mpirun's SIGTERM to it is no news.
     std::signal(SIGTERM, SIG_DFL);
@@ -332,6 +468,7 @@ void abort_job(int code) {
 void allreduce_sum(float *x, int64_t n) {
   if (!g.joined || g.size == 1)
     return;
+  serialize();
   const auto t0 = std::chrono::steady_clock::now();
   if (g.gloo)
     gloo::allreduce_sum(x, n);
@@ -344,27 +481,89 @@ void allreduce_sum(float *x, int64_t n) {
   g.traffic.seconds += seconds_since(t0);
 }
 
+namespace {
+// The reduce-scatter itself, on whichever thread may call the library now.
+void reduce_scatter_raw(const float *x, float *out,
+                        const std::vector<int64_t> &counts) {
+  if (g.gloo) {
+    gloo::reduce_scatter_sum(x, out, counts);
+    return;
+  }
+  const std::vector<int> c = mpi_ints(counts, "MPI_Reduce_scatter");
+  check(g.mpi.reduce_scatter(x, out, c.data(), g.mpi.f32, g.mpi.sum,
+                             g.mpi.comm_world),
+        "MPI_Reduce_scatter");
+}
+
+int64_t total(const std::vector<int64_t> &counts) {
+  int64_t n = 0;
+  for (int64_t k : counts)
+    n += k;
+  return n;
+}
+} // namespace
+
 void reduce_scatter_sum(const float *x, float *out,
                         const std::vector<int64_t> &counts) {
   if (!g.joined || g.size == 1) {
     std::copy(x, x + (counts.empty() ? 0 : counts[0]), out);
     return;
   }
+  serialize();
+  check_per_rank(counts, "reduce-scatter");
   const auto t0 = std::chrono::steady_clock::now();
-  int64_t n = 0;
-  for (int64_t k : counts)
-    n += k;
-  if (g.gloo) {
-    check_per_rank(counts, "reduce-scatter");
-    gloo::reduce_scatter_sum(x, out, counts);
-  } else {
-    const std::vector<int> c = mpi_ints(counts, "MPI_Reduce_scatter");
-    check(g.mpi.reduce_scatter(x, out, c.data(), g.mpi.f32, g.mpi.sum,
-                               g.mpi.comm_world),
-          "MPI_Reduce_scatter");
-  }
-  g.traffic.reduce_scattered += n * int64_t(sizeof(float));
+  reduce_scatter_raw(x, out, counts);
+  g.traffic.reduce_scattered += total(counts) * int64_t(sizeof(float));
   g.traffic.seconds += seconds_since(t0);
+}
+
+Ticket start_reduce_scatter_sum(std::shared_ptr<ReduceScatter> job) {
+  // What the thread would fail on, said here, on the caller's thread.
+  if (g.joined && g.size > 1) {
+    check_per_rank(job->counts, "reduce-scatter");
+    if (!g.gloo)
+      (void)mpi_ints(job->counts, "MPI_Reduce_scatter");
+  }
+  const int64_t n = total(job->counts);
+  const int mine = g.joined ? g.rank : 0;
+  if (int64_t(job->x.size()) != n ||
+      int64_t(job->out.size()) != job->counts[size_t(mine)])
+    fail("reduce-scatter of '%s': %zu elements in, %zu out for counts of "
+         "%lld in all, %lld on this rank",
+         job->name.c_str(), job->x.size(), job->out.size(), (long long)n,
+         (long long)job->counts[size_t(mine)]);
+  if (!g.joined || g.size == 1 || !g.serialized) {
+    reduce_scatter_sum(job->x.data(), job->out.data(), job->counts);
+    return 0;
+  }
+  if (!g_exchanges)
+    g_exchanges = new Exchanges;
+  const int64_t issued = trace::enabled() ? trace::now_us() : -1;
+  return g_exchanges->start([job, issued, n](Traffic &t) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t begin = issued >= 0 ? trace::now_us() : -1;
+    reduce_scatter_raw(job->x.data(), job->out.data(), job->counts);
+    t.reduce_scattered = n * int64_t(sizeof(float));
+    t.seconds = t.overlapped = seconds_since(t0);
+    // The span is the exchange; queued_us says how long before it the
+    // step started it (the jobs before it ran meanwhile).
+    if (begin >= 0)
+      trace::span(trace::Lane::Network, 0, "reduce-scatter " + job->name, begin,
+                  trace::now_us(),
+                  format("\"bytes\": %lld, \"queued_us\": %lld",
+                         (long long)(n * int64_t(sizeof(float))),
+                         (long long)(begin - issued)));
+  });
+}
+
+double finish(Ticket ticket) {
+  if (ticket == 0 || !g_exchanges)
+    return 0; // ran in start
+  const auto t0 = std::chrono::steady_clock::now();
+  g_exchanges->wait(ticket);
+  const double waited = seconds_since(t0);
+  g.traffic.waited += waited;
+  return waited;
 }
 
 namespace {
@@ -375,6 +574,7 @@ void allgather_elements(void *x, Handle type, int64_t elem,
                         const std::vector<int64_t> &displs) {
   if (!g.joined || g.size == 1)
     return;
+  serialize();
   const auto t0 = std::chrono::steady_clock::now();
   int64_t n = 0;
   for (int64_t k : counts)
@@ -432,6 +632,7 @@ void gather_to_root(const float *x, int64_t n, float *out,
     std::copy(x, x + n, out);
     return;
   }
+  serialize();
   if (g.gloo) {
     // Gloo gathers equal sizes: each rank's elements padded to the
     // largest rank's, then put in their place on rank 0.
@@ -462,7 +663,16 @@ void gather_to_root(const float *x, int64_t n, float *out,
         "MPI_Gatherv");
 }
 
-Traffic traffic() { return g.traffic; }
+Traffic traffic() {
+  Traffic t = g.traffic;
+  if (g_exchanges) {
+    const Traffic e = g_exchanges->traffic();
+    t.reduce_scattered += e.reduce_scattered;
+    t.seconds += e.seconds;
+    t.overlapped += e.overlapped;
+  }
+  return t;
+}
 
 void note_traffic(int64_t bytes, double seconds) {
   g.traffic.bytes += bytes;
@@ -479,6 +689,7 @@ void note_zero_traffic(int64_t reduce_scattered, int64_t allgathered,
 void allreduce_sum(double *x, int64_t n) {
   if (!g.joined || g.size == 1)
     return;
+  serialize();
   if (g.gloo)
     return gloo::allreduce_sum(x, n);
   for (int64_t at = 0; at < n; at += kPiece)
@@ -490,6 +701,7 @@ void allreduce_sum(double *x, int64_t n) {
 bool all_equal(uint64_t value) {
   if (!g.joined || g.size == 1)
     return true;
+  serialize();
   if (g.gloo) {
     const std::vector<uint64_t> all = allgather(value);
     return std::all_of(all.begin(), all.end(),
@@ -508,6 +720,7 @@ bool all_equal(uint64_t value) {
 std::vector<uint64_t> allgather(uint64_t value) {
   if (!g.joined || g.size == 1)
     return {value};
+  serialize();
   std::vector<uint64_t> all(size_t(g.size));
   if (g.gloo) {
     gloo::allgatherv(&value, all.data(),
@@ -532,6 +745,7 @@ std::string ranks_differing(uint64_t value) {
 void broadcast(void *data, int64_t n) {
   if (!g.joined || g.size == 1)
     return;
+  serialize();
   if (g.gloo)
     return gloo::broadcast(data, n);
   char *p = static_cast<char *>(data);
@@ -542,6 +756,8 @@ void broadcast(void *data, int64_t n) {
 }
 
 void barrier() {
+  if (g.joined && g.size > 1)
+    serialize();
   if (g.joined && g.size > 1 && g.gloo)
     gloo::barrier();
   else if (g.joined && g.size > 1)

@@ -11,15 +11,18 @@
 // the loaded library; the library's version string must say Open MPI,
 // whose ABI that is. Defined in dist.cpp.
 //
-// Every collective is called from the main thread, in the same order on
+// Every collective is started by the main thread, in the same order on
 // every rank: the schedule is static, so each rank calls the same entry
-// points in the same order (docs/runtime.md, "Data parallel").
+// points in the same order (docs/runtime.md, "Data parallel"). ZeRO stage
+// 2's reduce-scatters run on the exchange thread (start_reduce_scatter_sum)
+// while the step goes on; no two threads are ever in MPI or Gloo at once.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPILLWAY_RUNTIME_SRC_DIST_DIST_H
 #define SPILLWAY_RUNTIME_SRC_DIST_DIST_H
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -70,6 +73,28 @@ void allreduce_sum(double *x, int64_t n);
 // from sum(counts[0..r-1]) on, into rank r's `out`. Collective.
 void reduce_scatter_sum(const float *x, float *out,
                         const std::vector<int64_t> &counts);
+// The same, left running: ZeRO stage 2 overlaps each layer's reduce-scatter
+// with the next layer's backward. The exchange thread, the one thread
+// besides the main one that calls MPI or Gloo, runs the exchanges in the
+// order they were started (the same on every rank); every other collective
+// here first waits until it has none left, so no two calls are ever in the
+// library at once (Open MPI at MPI_THREAD_SERIALIZED). The job owns its
+// buffers, which the thread keeps alive while it runs: `x` (the whole
+// vector, filled by the caller) and `out` (this rank's counts[rank]
+// elements, read after finish). Alone, or where Open MPI gives no
+// MPI_THREAD_SERIALIZED, the exchange runs in start and finish returns at
+// once. `name` labels the trace's network lane.
+struct ReduceScatter {
+  std::vector<float> x, out;
+  std::vector<int64_t> counts;
+  std::string name;
+};
+using Ticket = uint64_t;
+Ticket start_reduce_scatter_sum(std::shared_ptr<ReduceScatter> job);
+// Waits for exchange `ticket` and those started before it; throws the
+// first failed one's error (another rank failed). Returns the seconds the
+// caller waited.
+double finish(Ticket ticket);
 // In place: rank r's counts[r] elements at x + displs[r] go to every rank.
 void allgather_in_place(float *x, const std::vector<int64_t> &counts,
                         const std::vector<int64_t> &displs);
@@ -104,6 +129,10 @@ struct Traffic {
   // about (N-1)/N of each).
   int64_t reduce_scattered = 0, allgathered = 0;
   double seconds = 0; // all of them
+  // Of `seconds`: the exchanges the exchange thread ran while the step went
+  // on (start_reduce_scatter_sum), and the time the step waited for them
+  // (finish).
+  double overlapped = 0, waited = 0;
 };
 Traffic traffic();
 // Adds an average made without MPI (NCCL's, dist/nccl.h) to traffic().

@@ -201,6 +201,55 @@ void reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad,
              mine * int64_t(sizeof(float)));
 }
 
+std::shared_ptr<dist::ReduceScatter> exchange_for(const ParamInfo &p) {
+  const int64_t n = p.value->numel;
+  if (p.shard_hi < 0)
+    fail("parameter '%s' is not sharded (zero::start)", p.name.c_str());
+  // Host memory, checked as alloc_step_tensor checks a large step tensor
+  // there (the sum it replaces).
+  if (n * int64_t(sizeof(float)) >= kCheckedAllocation)
+    check_memory(n * int64_t(sizeof(float)),
+                 format("the gradient sum of '%s' (reduce-scattered) needs",
+                        p.name.c_str()));
+  auto job = std::make_shared<dist::ReduceScatter>();
+  std::vector<int64_t> displs;
+  range_layout(p, 0, n, job->counts, displs);
+  job->x.resize(size_t(n));
+  job->out.resize(size_t(p.shard_hi - p.shard_lo));
+  job->name = "'" + p.name + "'";
+  return job;
+}
+
+std::function<void()>
+start_reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad,
+                          std::shared_ptr<dist::ReduceScatter> job) {
+  const int64_t n = p.value->numel;
+  if (grad->numel != n || int64_t(job->x.size()) != n)
+    fail("the gradient of '%s' has %lld elements, the parameter %lld",
+         p.name.c_str(), (long long)grad->numel, (long long)n);
+  Device &d = *ctx->device;
+  if (!grad->on_device || d.host_visible()) {
+    if (grad->data != job->x.data())
+      fail("the gradient sum of '%s' is not the exchange's buffer",
+           p.name.c_str());
+  } else {
+    d.download(job->x.data(), grad->data, n * int64_t(sizeof(float)));
+  }
+  const dist::Ticket ticket = dist::start_reduce_scatter_sum(job);
+  return [&p, job = std::move(job), ticket] {
+    {
+      Span span("wait for the reduce-scatter of '" + p.name + "'",
+                p.value->numel * int64_t(sizeof(float)));
+      dist::finish(ticket);
+    }
+    // reduce_scatter_mean's arithmetic: the sum over ranks, then one
+    // float32 division.
+    const float ranks = float(dist::size());
+    for (float &x : job->out)
+      x = x / ranks;
+  };
+}
+
 float grad_norm_of_shards(spw_ctx *ctx, const ParamInfo &p,
                           const spw_tensor *grad, float divisor) {
   const int64_t n = p.value->numel;

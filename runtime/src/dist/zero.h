@@ -23,9 +23,11 @@
 #define SPILLWAY_RUNTIME_SRC_DIST_ZERO_H
 
 #include "context.h"
+#include "dist/dist.h"
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -89,6 +91,20 @@ void reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad,
 // True when reduce_scatter_mean of a device tensor goes through NCCL on
 // the device (else through host memory).
 bool exchanges_on_device(const spw_ctx *ctx);
+// ZeRO stage 2 overlapped with the next layer's backward (spw_stage_grads):
+// reduce_scatter_mean in two halves, through host memory (not NCCL).
+// exchange_for gives the exchange's buffers for p: the whole vector `x`
+// the exchange thread reads, and `out`, this rank's shard.
+// start_reduce_scatter_mean starts it on `grad`, p's whole gradient, which
+// on a device whose memory is the host's must be a view of job->x (the sum
+// is made there: no copy), else is downloaded into it (grad may go once
+// this returns); it returns the second half, which waits for the exchange
+// and leaves job->out holding this rank's shard of the mean, the bits
+// reduce_scatter_mean leaves in grad's shard.
+std::shared_ptr<dist::ReduceScatter> exchange_for(const ParamInfo &p);
+std::function<void()>
+start_reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad,
+                          std::shared_ptr<dist::ReduceScatter> job);
 // After the ranks updated their shards of elements [begin, end) of p's
 // values: every rank's updated elements to every rank.
 // The values are those the update wrote: the device's copy, or `at`

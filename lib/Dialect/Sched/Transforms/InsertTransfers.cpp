@@ -71,6 +71,9 @@ struct Rewriter {
   /// the op after which its last flush leaves it complete on `gradTier()`.
   SmallVector<bool> flushed;
   SmallVector<Operation *> lastFlush;
+  /// ZeRO stage 2 (sinkFlushes): per layer, the op its gradient's norms and
+  /// update come before (the next flush's sched.stage_grads), or null.
+  SmallVector<Operation *> completeBefore;
   /// Per layer: the end of each `train.adamw_defer @p [0, end)` of its opt
   /// task, which the deferred task must apply as it is.
   SmallVector<llvm::StringMap<int64_t>> deferredByUpdate;
@@ -149,6 +152,13 @@ struct Rewriter {
   LogicalResult readDeferred();
   LogicalResult loadParams(ArrayRef<Run> runs);
   LogicalResult routeGradients(ArrayRef<Run> runs);
+  struct Flush {
+    int64_t layer;
+    TaskOp first, last; // the backward run's tasks
+    Operation *stage;
+    SmallVector<Operation *> tail;
+  };
+  LogicalResult sinkFlushes(ArrayRef<Flush> flushes);
   LogicalResult clipFromNorms();
   LogicalResult placeUpdates();
   void deferredUpdate(int64_t l, TaskOp task);
@@ -559,6 +569,8 @@ LogicalResult Rewriter::routeGradients(ArrayRef<Run> runs) {
     }
   flushed.assign(params.size(), false);
   lastFlush.assign(params.size(), nullptr);
+  completeBefore.assign(params.size(), nullptr);
+  SmallVector<Flush> flushes;
   for (BwdRun &r : bwdRuns) {
     while (!r.tasks.empty() && r.tasks.back() == nullptr)
       r.tasks.pop_back();
@@ -580,14 +592,15 @@ LogicalResult Rewriter::routeGradients(ArrayRef<Run> runs) {
       syms.push_back(FlatSymbolRefAttr::get(s));
     GradMode mode = flushed[l] ? GradMode::add : GradMode::first;
     b.setInsertionPointAfter(r.tasks.back());
+    Operation *stage;
     if (tg == Tier::gpu) {
-      lastFlush[l] =
+      lastFlush[l] = stage =
           StageGradsOp::create(b, it.getLoc(), BlockClass::gradients, l, mode,
                                grads, b.getArrayAttr(syms), IntegerAttr());
     } else {
-      StageGradsOp::create(b, it.getLoc(), BlockClass::gradstage, l,
-                           GradMode::first, grads, b.getArrayAttr(syms),
-                           IntegerAttr());
+      stage = StageGradsOp::create(b, it.getLoc(), BlockClass::gradstage, l,
+                                   GradMode::first, grads, b.getArrayAttr(syms),
+                                   IntegerAttr());
       await(move(BlockClass::gradstage, l, Tier::gpu, Tier::host,
                  Priority::writeback));
       drop(BlockClass::gradstage, l, Tier::gpu);
@@ -603,9 +616,60 @@ LogicalResult Rewriter::routeGradients(ArrayRef<Run> runs) {
         drop(BlockClass::gradients, l, Tier::host);
       }
     }
+    Flush f{l, r.tasks.front(), r.tasks.back(), stage, {}};
+    for (Block::iterator op = std::next(stage->getIterator());
+         op != b.getInsertionPoint(); ++op)
+      f.tail.push_back(&*op);
+    flushes.push_back(std::move(f));
     flushed[l] = true;
   }
+  if (train::gradientsSharded(it->getParentOfType<ModuleOp>()))
+    return sinkFlushes(flushes);
+  return success();
+}
 
+LogicalResult Rewriter::sinkFlushes(ArrayRef<Flush> flushes) {
+  // ZeRO stage 2: sched.stage_grads reduce-scatters the layer's gradient
+  // over the ranks, and the runtime leaves that exchange running until the
+  // block is next touched. What touches it (the gradstage move and the
+  // accumulation, the norms, the update) goes after the backward of the
+  // next layer that flushes, just before its stage_grads: the exchange
+  // overlaps that backward. One layer's exchange is in flight at a time, and
+  // a gradstage block still leaves the GPU before the next is staged. Only
+  // within one backward sweep: a forward task between two flushes ends it
+  // (the horizontal order's micro-batches), and the sweep's last flush
+  // stays where it is.
+  for (size_t i = 0; i + 1 < flushes.size(); ++i) {
+    const Flush &f = flushes[i], &next = flushes[i + 1];
+    bool sweep = true;
+    for (Operation *op = f.last->getNextNode(); op && op != next.first;
+         op = op->getNextNode())
+      if (auto t = dyn_cast<TaskOp>(op); t && t.getPhase() == Phase::fwd)
+        sweep = false;
+    if (!sweep)
+      continue;
+    for (Operation *op : f.tail)
+      op->moveBefore(next.stage);
+    // The layer's update (placeUpdates builds its transfers around the opt
+    // task) follows the tail, where the gradient is complete.
+    completeBefore[f.layer] = next.stage;
+    for (Operation *op = f.stage->getNextNode(); op && op != next.stage;) {
+      Operation *after = op->getNextNode();
+      if (auto t = dyn_cast<TaskOp>(op); t && t.getPhase() == Phase::opt &&
+                                         !t.getDeferred() &&
+                                         int64_t(t.getLayer()) == f.layer) {
+        for (Operation *user : t->getUsers())
+          if (Operation *at = t->getBlock()->findAncestorOpInBlock(*user);
+              at && at->isBeforeInBlock(next.stage))
+            return t.emitOpError("sched-insert-transfers: the update of "
+                                 "layer ")
+                   << f.layer << " is read before the next layer's gradient "
+                   << "is staged, where ZeRO stage 2 completes it";
+        t->moveBefore(next.stage);
+      }
+      op = after;
+    }
+  }
   return success();
 }
 
@@ -671,7 +735,12 @@ LogicalResult Rewriter::clipFromNorms() {
       return clip.emitOpError("sched-insert-transfers: the gradient of "
                               "layer ")
              << l << " is complete only after the gradient norm";
-    b.setInsertionPointAfter(lastFlush[l]);
+    // On the GPU tier the flush is the stage_grads itself: with ZeRO stage
+    // 2 the norms wait for its exchange, where the update does.
+    if (tg == Tier::gpu && completeBefore[l])
+      b.setInsertionPoint(completeBefore[l]);
+    else
+      b.setInsertionPointAfter(lastFlush[l]);
     GradNormsOp::create(b, it.getLoc(), uint64_t(l),
                         tg == Tier::gpu ? Tier::gpu : Tier::host,
                         uint64_t(microbatches));

@@ -130,6 +130,15 @@ damage $sched/insert-transfers-clip-missing.mlir "$out/$sched/insert-transfers-c
   "the norm does not read the third parameter's gradient" \
   's/\(train.clip_grad_norm %arg[0-9]*, %arg[0-9]*\), %arg[0-9]*\(, .*\) : \(tensor<[^>]*>, tensor<[^>]*>\), tensor<[^>]*>/\1\2 : \3/'
 
+# ZeRO stage 2 (train-attach-optimizer{state-shards shard-gradients}): what
+# reads a layer's reduce-scattered gradient goes after the next layer's
+# backward.
+zero2=(--train-autodiff "--train-attach-optimizer=state-shards=2 shard-gradients=true" --train-partition-layers --convert-train-to-sched)
+gen $sched/insert-transfers-zero2-ssd.mlir three-layers "${zero2[@]}" "${mb2[@]}" --sched-order=order=snake --sched-place=placement=params=ssd,optimizer=host,gradients=ssd
+gen $sched/insert-transfers-zero2-horizontal.mlir three-layers "${zero2[@]}" "${mb2[@]}" --sched-order=order=horizontal --sched-place=placement=params=host,gradients=host
+zero2clip=(--train-autodiff "--train-attach-optimizer=grad-clip=1 state-shards=2 shard-gradients=true" --train-partition-layers --convert-train-to-sched)
+gen $sched/insert-transfers-zero2-clip-gpu.mlir three-layers "${zero2clip[@]}" "${mb2[@]}" --sched-order=order=snake --sched-place=placement=params=host,gradients=gpu
+
 # sched-assign-buffers: iterations with their transfers.
 gen $sched/assign-buffers-ssd.mlir two-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-place=placement=params=ssd,optimizer=host,gradients=host --sched-insert-transfers
 damage $sched/assign-buffers-bad-layer.mlir "$out/$sched/assign-buffers-ssd.mlir" \

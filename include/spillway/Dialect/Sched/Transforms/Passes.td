@@ -200,6 +200,18 @@ def SchedInsertTransfersPass : Pass<"sched-insert-transfers", "mlir::ModuleOp"> 
       accumulator is read back first (every flush but the first) and
       written after. Snake runs all M micro-batches of a layer at once, so
       it flushes once; horizontal M times.
+    - ZeRO stage 2 (`train.optimizer_state_shards` with `gradients = true`):
+      `sched.stage_grads` also reduce-scatters the layer's gradient over the
+      ranks, and the runtime leaves that exchange running until the block is
+      next touched. What touches it after a flush (the gradstage move and
+      the accumulation with its write-back, the norms on the GPU tier, the
+      layer's opt task) goes after the backward of the next flushing layer
+      of the same backward sweep, just before its `stage_grads`: the
+      exchange overlaps that backward, and the gradstage block still leaves
+      the GPU before the next one is staged. A forward task ends a sweep
+      (horizontal order's micro-batches); the sweep's last flush stays
+      where it is. An opt task moved so whose result is read before its new
+      place is an error.
     - The update of layer l, where the optimizer runs (GPU or CPU, from
       `optimizer_on`): the accumulated gradient, the optimizer state and the
       parameters are moved there, the gradient divided by M
