@@ -18,11 +18,12 @@
 # RSS and tokens per second, and the same weights, and the plan cut for
 # ZeRO stage 2 (spillwayc --zero 2: the gradient blocks sharded too, each
 # layer's gradients reduce-scattered as its backward completes), with each
-# rank's gradient SSD and d2h bytes, and that plan once more with its
-# exchanges inline (SPILLWAY_EXCHANGES_INLINE=1: each reduce-scatter blocks
-# the step where it starts), the baseline of the overlap with the next
-# layer's backward: tokens per second, the exchanges' time per step and the
-# part the step waited for; the same again with
+# rank's gradient SSD and d2h bytes (run as a user runs it: the
+# executable's --overlap-exchanges auto, whose choice the banner says), and
+# that plan twice more, its reduce-scatters on the exchange thread during
+# the next layer's backward (--overlap-exchanges on) against where they
+# start (off, the baseline): tokens per second, the step's time in the
+# exchanges, the thread's and the step's waits for it; the same again with
 # --precision bf16-mixed (the f32 masters in master blocks on SSD, sharded
 # too with --zero 1, the bf16 working copies all-gathered): each rank's SSD
 # bytes per iteration (all, the optimizer's and the masters'), the bytes
@@ -129,9 +130,11 @@ log "$N ranks, offload plan cut for the ranks (--zero 1): ./zo --ssd ssd-zero"
 EXE=./zo ranks offz --ssd ssd-zero --stats-json offz.json > offz.out
 log "$N ranks, offload plan with the gradients sharded too (--zero 2): ./z2o --ssd ssd-zero2"
 EXE=./z2o ranks offz2 --ssd ssd-zero2 --stats-json offz2.json > offz2.out
-mkdir -p ssd-zero2i
-log "the same, its exchanges inline (no overlap): SPILLWAY_EXCHANGES_INLINE=1 ./z2o --ssd ssd-zero2i"
-SPILLWAY_EXCHANGES_INLINE=1 EXE=./z2o ranks offz2i --ssd ssd-zero2i --stats-json offz2i.json > offz2i.out
+mkdir -p ssd-zero2t ssd-zero2i
+log "the same, --overlap-exchanges on: ./z2o --ssd ssd-zero2t"
+EXE=./z2o ranks offz2t --ssd ssd-zero2t --overlap-exchanges on > offz2t.out
+log "the same, --overlap-exchanges off: ./z2o --ssd ssd-zero2i"
+EXE=./z2o ranks offz2i --ssd ssd-zero2i --overlap-exchanges off > offz2i.out
 mkdir -p ssd-mixed-whole ssd-mixed-zero
 log "$N ranks, bf16-mixed offload plan, whole masters and state: ./dpm --ssd ssd-mixed-whole"
 EXE=./dpm ranks mixw --ssd ssd-mixed-whole --stats-json mixw.json > mixw.out
@@ -140,11 +143,11 @@ EXE=./zm ranks mixz --ssd ssd-mixed-zero --stats-json mixz.json > mixz.out
 # torchrun-style (Gloo) against mpirun (MPI): the same ranks and threads.
 GLOO=1
 lo_tx() { awk '$1 == "lo:" { print $10 }' /proc/net/dev; }
-gloo_ranks() { # NAME ARGS...: ./dp's N ranks, torchrun-style; NAME.lo: bytes sent
+gloo_ranks() { # NAME ARGS...: ./dp's N ranks (EXE=./other), torchrun-style; NAME.lo: bytes sent
   local name=$1; shift
   local before rc=0
   before=$(lo_tx)
-  python3 "$ROOT/test/e2e/launch_ranks.py" -n "$N" -- ./dp "${IN[@]}" --threads $((THREADS / N)) \
+  python3 "$ROOT/test/e2e/launch_ranks.py" -n "$N" -- "${EXE:-./dp}" "${IN[@]}" --threads $((THREADS / N)) \
     --log-json "$name.jsonl" --save "$name.safetensors" "$@" > "$name.out" 2> "$name.err" || rc=$?
   echo $(( $(lo_tx) - before )) > "$name.lo"
   return $rc
@@ -158,6 +161,12 @@ fi
 if [ "$GLOO" = 1 ]; then
   log "$N ranks launched torchrun-style with --zero 1"
   gloo_ranks gloo-zero --zero 1 || die "the torchrun-style --zero 1 ranks failed: $(cat gloo-zero.err)"
+  mkdir -p ssd-gloo2t ssd-gloo2i
+  log "$N ranks torchrun-style, the --zero 2 plan with --overlap-exchanges on, then off"
+  EXE=./z2o gloo_ranks gloo-z2t --ssd ssd-gloo2t --overlap-exchanges on \
+    || die "the torchrun-style --zero 2 ranks failed: $(cat gloo-z2t.err)"
+  EXE=./z2o gloo_ranks gloo-z2i --ssd ssd-gloo2i --overlap-exchanges off \
+    || die "the torchrun-style --zero 2 ranks failed: $(cat gloo-z2i.err)"
 fi
 if [ "$N" = 2 ]; then CMP=--exact; else CMP="--atol 1e-4"; fi
 python3 "$ROOT/test/e2e/compare_weights.py" dp.safetensors one.safetensors $CMP > same.out \
@@ -168,8 +177,8 @@ python3 "$ROOT/test/e2e/compare_weights.py" offz.safetensors offw.safetensors --
   || die "the sharded offload plan's weights differ from the whole plan's: $(cat off-same.out)"
 python3 "$ROOT/test/e2e/compare_weights.py" offz2.safetensors offw.safetensors $CMP > off2-same.out \
   || die "the --zero 2 offload plan's weights differ from the whole plan's: $(cat off2-same.out)"
-python3 "$ROOT/test/e2e/compare_weights.py" offz2i.safetensors offz2.safetensors --exact > off2i-same.out \
-  || die "the --zero 2 plan's weights with its exchanges inline differ from overlapped: $(cat off2i-same.out)"
+python3 "$ROOT/test/e2e/compare_weights.py" offz2i.safetensors offz2t.safetensors --exact > off2i-same.out \
+  || die "the --zero 2 plan's weights with --overlap-exchanges off differ from on: $(cat off2i-same.out)"
 python3 "$ROOT/test/e2e/compare_weights.py" mixz.safetensors mixw.safetensors --exact > mix-same.out \
   || die "the bf16-mixed plan's sharded masters give other weights than its whole ones: $(cat mix-same.out)"
 if [ "$GLOO" = 1 ]; then
@@ -213,7 +222,10 @@ osame = open("off-same.out").read().strip()
 so_w, tok_w, _ = steady("offw.jsonl")
 so_z, tok_z, _ = steady("offz.jsonl")
 so_z2, tok_z2, _ = steady("offz2.jsonl")
+so_z2t, tok_z2t, _ = steady("offz2t.jsonl")
 so_z2i, tok_z2i, _ = steady("offz2i.jsonl")
+m = re.search(r"zero: each layer's reduce-scatters (.*)", open("offz2.out").read())
+auto_choice = m.group(1) if m else "not said"
 def overlap(path):
     """--zero 2's exchanges from the last line: the step's ms per step in
     them (its own collectives and its waits), the reduce-scatters the
@@ -228,7 +240,7 @@ def overlap(path):
     return {"step_in_exchanges_ms_per_step": float(m.group(1)),
             "overlapped_ms_per_step": float(m.group(2) or 0),
             "waited_ms_per_step": float(m.group(3) or 0)}
-ov_z2, ov_z2i = overlap("offz2.out"), overlap("offz2i.out")
+ov_z2t, ov_z2i = overlap("offz2t.out"), overlap("offz2i.out")
 rss_offw, rss_offz, rss_offz2 = rss("offw"), rss("offz"), rss("offz2")
 osame2 = open("off2-same.out").read().strip()
 def offload(name):
@@ -301,13 +313,14 @@ res = {
                 "zero2": {"steady_s_per_step": so_z2, "tokens_per_s": tok_z2,
                           "peak_rss_bytes_per_rank": rss_offz2, "per_rank": off_z2,
                           "exchanged": exchanged("offz2.out"),
-                          "exchange_time": ov_z2,
+                          "overlap_exchanges_auto": auto_choice,
                           "weights_vs_whole": osame2},
-                "zero2_exchanges_inline": {"steady_s_per_step": so_z2i, "tokens_per_s": tok_z2i,
-                          "env": "SPILLWAY_EXCHANGES_INLINE=1",
+                "zero2_overlap_exchanges_on": {"steady_s_per_step": so_z2t, "tokens_per_s": tok_z2t,
+                          "exchange_time": ov_z2t},
+                "zero2_overlap_exchanges_off": {"steady_s_per_step": so_z2i, "tokens_per_s": tok_z2i,
                           "exchange_time": ov_z2i,
-                          "weights_vs_overlapped": open("off2i-same.out").read().strip()},
-                "ratio_tokens_per_s_zero2_overlapped_over_inline": tok_z2 / tok_z2i,
+                          "weights_vs_on": open("off2i-same.out").read().strip()},
+                "ratio_tokens_per_s_zero2_overlap_on_over_off": tok_z2t / tok_z2i,
                 "ratio_tokens_per_s_zero1_over_whole": tok_z / tok_w,
                 "ratio_ssd_per_iteration_zero1_over_whole":
                     [z["ssd_per_iteration"] / w["ssd_per_iteration"] for z, w in zip(off_z, off_w)],
@@ -358,6 +371,14 @@ if gloo == "1":
                   "ring_bytes_per_rank_per_step": ring_bytes("gloo-zero.out"),
                   "mpi_exchange_ms_per_step": exchange("zero.out")[0],
                   "weights_vs_mpirun": open("gloo-zero-same.out").read().strip()},
+        "zero2_overlap_exchanges": {
+            "on": {"steady_s_per_step": steady("gloo-z2t.jsonl")[0],
+                   "tokens_per_s": steady("gloo-z2t.jsonl")[1],
+                   "exchange_time": overlap("gloo-z2t.out")},
+            "off": {"steady_s_per_step": steady("gloo-z2i.jsonl")[0],
+                    "tokens_per_s": steady("gloo-z2i.jsonl")[1],
+                    "exchange_time": overlap("gloo-z2i.out")},
+            "ratio_tokens_per_s_on_over_off": steady("gloo-z2t.jsonl")[1] / steady("gloo-z2i.jsonl")[1]},
         "ratio_tokens_per_s_gloo_over_mpi": tokg / tokn,
         "ratio_tokens_per_s_gloo_over_mpi_zero1": tokgz / tokz,
     }
@@ -416,14 +437,14 @@ plan_table(f"Offload plan --place {place}, {n} ranks (each on its own --ssd dire
             ("gradients", "gradient_ssd_per_iteration", 10),
             ("d2h MB/iter", "d2h_per_iteration", 12), ("host arena MB", "host_bytes", 14)))
 print(f"exchanged per step: zero 1 {exchanged('offz.out')}, zero 2 {exchanged('offz2.out')}")
-if ov_z2 and ov_z2i:
-    print(f"--zero 2 reduce-scatters overlapped with the next layer's backward against inline "
-          f"(SPILLWAY_EXCHANGES_INLINE=1, {so_z2i:.4f} s/step, {tok_z2i:.1f} tok/s): "
-          f"{tok_z2 / tok_z2i:.3f}x tokens/s; the step in exchanges "
-          f"{ov_z2['step_in_exchanges_ms_per_step']:.1f} ms per step (inline: "
+print(f"--zero 2 --overlap-exchanges auto (the row above): {auto_choice}")
+if ov_z2t and ov_z2i:
+    print(f"--zero 2 --overlap-exchanges on ({so_z2t:.4f} s/step, {tok_z2t:.1f} tok/s) against off "
+          f"({so_z2i:.4f} s/step, {tok_z2i:.1f} tok/s): {tok_z2t / tok_z2i:.3f}x tokens/s; the step in "
+          f"exchanges {ov_z2t['step_in_exchanges_ms_per_step']:.1f} ms per step (off: "
           f"{ov_z2i['step_in_exchanges_ms_per_step']:.1f}), the exchange thread's reduce-scatters "
-          f"{ov_z2['overlapped_ms_per_step']:.1f} ms during the backward, the step waiting "
-          f"{ov_z2['waited_ms_per_step']:.1f} ms of them; weights "
+          f"{ov_z2t['overlapped_ms_per_step']:.1f} ms during the backward, the step waiting "
+          f"{ov_z2t['waited_ms_per_step']:.1f} ms of them; weights "
           + open("off2i-same.out").read().strip())
 print(f"weights: {osame} (zero 1 offload against whole); {osame2} (zero 2 against whole)")
 print()
@@ -447,6 +468,11 @@ if gloo == "1":
     print(f"Gloo / MPI: {tokg / tokn:.3f}x tokens/s (--zero 0), {tokgz / tokz:.3f}x (--zero 1); "
           f"weights: {t['zero0']['weights_vs_mpirun']}, "
           f"{t['zero1']['weights_vs_mpirun']}")
+    z2 = t["zero2_overlap_exchanges"]
+    print(f"torchrun-style --zero 2 --overlap-exchanges on ({z2['on']['tokens_per_s']:.1f} tok/s) against off "
+          f"({z2['off']['tokens_per_s']:.1f} tok/s): {z2['ratio_tokens_per_s_on_over_off']:.3f}x tokens/s; "
+          f"the step in exchanges {z2['on']['exchange_time'].get('step_in_exchanges_ms_per_step', float('nan')):.1f} "
+          f"ms per step (off: {z2['off']['exchange_time'].get('step_in_exchanges_ms_per_step', float('nan')):.1f})")
     for z in ("zero0", "zero1"):
         r = t[z]["ring_bytes_per_rank_per_step"]
         print(f"Gloo sent per rank per step, --{z[:4]} {z[4]}: {t[z]['loopback_bytes_per_rank_per_step'] / 2**20:.1f} MiB "

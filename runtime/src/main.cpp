@@ -165,6 +165,45 @@ void rank_options(Options &o) {
   o.trace.clear();
 }
 
+// --overlap-exchanges: whether ZeRO stage 2's reduce-scatters through host
+// memory (MPI, Gloo) run on the exchange thread, during the next layer's
+// backward (dist.h). auto: when the rank has a core for the thread besides
+// its kernel threads' (the CPU device's --threads; one on a GPU): on a core
+// of its own the exchange overlaps, on a shared one it slows the kernels
+// (Open MPI polls while it waits). The rank's cores: those it may run on,
+// at most its share of the machine's (ranks not bound to their own).
+// Returns the banner's line ("" when there is no such exchange).
+std::string start_exchanges(const Options &o, spw_ctx *ctx) {
+  if (!ctx->gradient_shards || !dist::active() ||
+      zero::exchanges_on_device(ctx))
+    return "";
+  const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  const int cores =
+      std::min(cpu::available_cpus(),
+               std::max(1, int(online > 0 ? online : 1) / dist::local_size()));
+  const int kernels = ctx->device->host_visible() ? cpu::threads() : 1;
+  const bool want = o.overlap_exchanges == "on" ||
+                    (o.overlap_exchanges == "auto" && cores > kernels);
+  const std::string why =
+      o.overlap_exchanges != "auto"
+          ? "--overlap-exchanges " + o.overlap_exchanges
+          : format("auto: this rank has %d core%s for %d kernel thread%s%s",
+                   cores, cores == 1 ? "" : "s", kernels,
+                   kernels == 1 ? "" : "s",
+                   want ? ""
+                        : "; a core more (fewer --threads, or mpirun "
+                          "--map-by slot:PE=2) overlaps them, or "
+                          "--overlap-exchanges on");
+  if (dist::use_exchange_thread(want))
+    return "each layer's reduce-scatters on an exchange thread during the "
+           "next layer's backward (" +
+           why + ")";
+  return format("each layer's reduce-scatters where they start (%s)",
+                want ? "Open MPI gives no MPI_THREAD_SERIALIZED, which the "
+                       "exchange thread needs"
+                     : why.c_str());
+}
+
 // --collectives: NCCL for the device gradients (on the device's GPU, after
 // device_start) or MPI through host memory; the banner's line, "" for a
 // run without ranks or NCCL.
@@ -230,7 +269,8 @@ std::string device_summary(spw_ctx *ctx) {
 
 void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
                   const AdamWHparams &hp, const DataFeed *data = nullptr,
-                  const std::string &collectives = "") {
+                  const std::string &collectives = "",
+                  const std::string &exchanges = "") {
   int64_t elems = 0, bytes = 0;
   for (const ParamInfo &p : ctx->params) {
     elems += p.value->numel;
@@ -301,6 +341,8 @@ void print_banner(spw_ctx *ctx, const Options &o, const std::string &weights,
                       : "; without NCCL each exchange also downloads the "
                         "whole gradient to host memory: --collectives nccl "
                         "avoids it");
+    if (!exchanges.empty())
+      std::printf("  zero: %s\n", exchanges.c_str());
   }
   if (!ctx->params.empty())
     std::printf("  weights: %s\n", weights.c_str());
@@ -620,6 +662,7 @@ int run(const Options &given, const char *argv0) {
   else
     device_start(ctx, make_cpu_device());
   const std::string collectives = start_collectives(o, device);
+  const std::string exchanges = start_exchanges(o, ctx);
 
   const AdamWHparams hp =
       effective_adamw(ctx, ctx->declared_adamw.value_or(AdamWHparams{}));
@@ -662,7 +705,7 @@ int run(const Options &given, const char *argv0) {
     tiers_start(ctx, o.ssd, o.io_backend);
     host_optimizer_configure(ctx, int(o.optimizer_threads));
   }
-  print_banner(ctx, o, weights, hp, &data, collectives);
+  print_banner(ctx, o, weights, hp, &data, collectives, exchanges);
   if (tiered)
     std::printf("%s\n", tiers_describe(ctx).c_str());
 

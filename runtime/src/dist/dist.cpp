@@ -65,6 +65,7 @@ struct State {
   // The library may be called from the exchange thread (one thread at a
   // time): Gloo, or Open MPI at MPI_THREAD_SERIALIZED.
   bool serialized = false;
+  bool threaded = false; // use_exchange_thread
   Mpi mpi{};
   Traffic traffic;
 };
@@ -250,14 +251,6 @@ private:
 };
 Exchanges *g_exchanges = nullptr; // made by the first job (main thread)
 
-// SPILLWAY_EXCHANGES_INLINE=1: no exchange thread; each exchange runs
-// where it starts (the baseline bench/data-parallel.sh measures the
-// overlap against; also what a library below MPI_THREAD_SERIALIZED gets).
-bool exchanges_inline() {
-  const char *v = std::getenv("SPILLWAY_EXCHANGES_INLINE");
-  return v && std::strcmp(v, "1") == 0;
-}
-
 // Before the main thread calls the library: the exchange thread is idle.
 void serialize() {
   if (g_exchanges)
@@ -308,8 +301,7 @@ void join_torchrun_style(int size) {
   g.gloo = true;
   gloo::join(rank, size);
   g.joined = true;
-  // A Gloo context serves one thread at a time.
-  g.serialized = !exchanges_inline();
+  g.serialized = true; // a Gloo context serves one thread at a time
   // torchrun's workers know its run id; another launcher is not named.
   say_when_stopped(std::getenv("TORCHELASTIC_RUN_ID")
                        ? "torchrun ends"
@@ -412,7 +404,7 @@ void init() {
          "ZeRO stage 2's exchanges with the backward)",
          provided);
   // Below MPI_THREAD_SERIALIZED the exchanges run where they start.
-  g.serialized = provided >= kThreadSerialized && !exchanges_inline();
+  g.serialized = provided >= kThreadSerialized;
   if (g.size > 1) {
     say_when_stopped("mpirun ends");
   }
@@ -532,7 +524,7 @@ Ticket start_reduce_scatter_sum(std::shared_ptr<ReduceScatter> job) {
          "%lld in all, %lld on this rank",
          job->name.c_str(), job->x.size(), job->out.size(), (long long)n,
          (long long)job->counts[size_t(mine)]);
-  if (!g.joined || g.size == 1 || !g.serialized) {
+  if (!g.joined || g.size == 1 || !g.threaded) {
     reduce_scatter_sum(job->x.data(), job->out.data(), job->counts);
     return 0;
   }
@@ -554,6 +546,11 @@ Ticket start_reduce_scatter_sum(std::shared_ptr<ReduceScatter> job) {
                          (long long)(n * int64_t(sizeof(float))),
                          (long long)(begin - issued)));
   });
+}
+
+bool use_exchange_thread(bool on) {
+  g.threaded = on && g.serialized;
+  return g.threaded;
 }
 
 double finish(Ticket ticket) {

@@ -81,14 +81,19 @@ void reduce_scatter_sum(const float *x, float *out,
 // library at once (Open MPI at MPI_THREAD_SERIALIZED). The job owns its
 // buffers, which the thread keeps alive while it runs: `x` (the whole
 // vector, filled by the caller) and `out` (this rank's counts[rank]
-// elements, read after finish). Alone, or where Open MPI gives no
-// MPI_THREAD_SERIALIZED, the exchange runs in start and finish returns at
-// once. `name` labels the trace's network lane.
+// elements, read after finish). Alone, without use_exchange_thread(true),
+// or where Open MPI gives no MPI_THREAD_SERIALIZED, the exchange runs in
+// start and finish returns at once. `name` labels the trace's network
+// lane.
 struct ReduceScatter {
   std::vector<float> x, out;
   std::vector<int64_t> counts;
   std::string name;
 };
+// Whether exchanges go to the exchange thread from now on (default: no);
+// returns whether they will (false where the library cannot serve two
+// threads: Open MPI below MPI_THREAD_SERIALIZED).
+bool use_exchange_thread(bool on);
 using Ticket = uint64_t;
 Ticket start_reduce_scatter_sum(std::shared_ptr<ReduceScatter> job);
 // Waits for exchange `ticket` and those started before it; throws the

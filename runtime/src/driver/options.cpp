@@ -167,6 +167,13 @@ const char kUsage[] =
     "                          this rank's shard too, each layer's gradients\n"
     "                          reduce-scattered on the GPU as its backward\n"
     "                          completes, so only the shard moves off it.\n"
+    "  --overlap-exchanges W   --zero 2 through host memory (MPI, Gloo; not\n"
+    "                          NCCL): on runs each layer's reduce-scatters on\n"
+    "                          an exchange thread during the next layer's\n"
+    "                          backward, off where they start, auto (default)\n"
+    "                          on when this rank has a core for the thread\n"
+    "                          besides its kernel threads' (on a shared core\n"
+    "                          the thread slows them); the banner says which.\n"
     "  --collectives C         how gradients in GPU memory are averaged: nccl\n"
     "                          (NCCL's all-reduce on the GPU, bootstrapped\n"
     "                          through MPI or Gloo; alone, a communicator of\n"
@@ -300,7 +307,8 @@ Options parse_args(int argc, char **argv) {
         "--device-arena", "--loopback-delays", "--optimizer-threads", "--trace",
         "--kernels", "--threads", "--data", "--val-data", "--data-labels",
         "--eval-every", "--eval-batches", "--lr-schedule", "--warmup",
-        "--min-lr", "--grad-clip", "--zero", "--collectives"};
+        "--min-lr", "--grad-clip", "--zero", "--collectives",
+        "--overlap-exchanges"};
     if (std::find_if(std::begin(kValued), std::end(kValued),
                      [&](const char *f) { return flag == f; }) ==
         std::end(kValued))
@@ -315,7 +323,8 @@ Options parse_args(int argc, char **argv) {
         "--foam-alpha", "--save", "--log-json", "--checkpoint-dir",
         "--checkpoint-every", "--keep-checkpoints", "--data", "--val-data",
         "--data-labels", "--eval-every", "--eval-batches", "--lr-schedule",
-        "--warmup", "--min-lr", "--grad-clip", "--zero", "--collectives"};
+        "--warmup", "--min-lr", "--grad-clip", "--zero", "--collectives",
+        "--overlap-exchanges"};
     if (std::find_if(std::begin(kTraining), std::end(kTraining),
                      [&](const char *f) { return flag == f; }) !=
         std::end(kTraining))
@@ -387,6 +396,12 @@ Options parse_args(int argc, char **argv) {
                                 "expected auto, mpi or nccl",
                                 value.c_str()));
       o.collectives = value;
+    } else if (flag == "--overlap-exchanges") {
+      if (value != "auto" && value != "on" && value != "off")
+        throw UsageError(format("invalid value '%s' for --overlap-exchanges: "
+                                "expected auto, on or off",
+                                value.c_str()));
+      o.overlap_exchanges = value;
     } else if (flag == "--zero") {
       if (value != "0" && value != "1" && value != "2")
         throw UsageError(format("invalid value '%s' for --zero: expected 0 "

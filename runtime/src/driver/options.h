@@ -62,6 +62,9 @@ struct Options {
   // --collectives auto|mpi|nccl: how device gradients are averaged
   // (dist/nccl.h; main.cpp's start_collectives).
   std::string collectives = "auto";
+  // --overlap-exchanges auto|on|off: ZeRO stage 2's reduce-scatters through
+  // host memory on the exchange thread (main.cpp's start_exchanges).
+  std::string overlap_exchanges = "auto";
   // CPU kernels (cpu/parallel.h): --kernels fast|reference, --threads N.
   bool reference_kernels = false;
   int64_t threads = 0; // 0: the CPUs this process may run on
