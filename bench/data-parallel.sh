@@ -233,8 +233,9 @@ def overlap(path):
     (the inline run: none on the thread)."""
     t = open(path).read()
     m = re.search(r"in ([0-9.]+) ms per step, [0-9.]+% of the step time"
-                  r"(?:; besides, ([0-9.]+) ms per step of reduce-scatters ran "
-                  r"during the backward \(the step waited ([0-9.]+) ms)?", t)
+                  r"(?:; besides, the exchange thread reduce-scattered for ([0-9.]+) ms "
+                  r"per step from each layer's staging on, of which the step waited "
+                  r"([0-9.]+) ms)?", t)
     if not m:
         return {}
     return {"step_in_exchanges_ms_per_step": float(m.group(1)),

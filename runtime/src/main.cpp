@@ -168,32 +168,53 @@ void rank_options(Options &o) {
 // --overlap-exchanges: whether ZeRO stage 2's reduce-scatters through host
 // memory (MPI, Gloo) run on the exchange thread, during the next layer's
 // backward (dist.h). auto: when the rank has a core for the thread besides
-// its kernel threads' (the CPU device's --threads; one on a GPU): on a core
-// of its own the exchange overlaps, on a shared one it slows the kernels
-// (Open MPI polls while it waits). The rank's cores: those it may run on,
-// at most its share of the machine's (ranks not bound to their own).
-// Returns the banner's line ("" when there is no such exchange).
+// its kernel threads' (the CPU device's --threads, which default to all
+// the rank's cores; one on a GPU): on a core of its own the exchange
+// overlaps, on a shared one it slows the kernels (Open MPI polls while it
+// waits). The rank's cores: those it may run on, at most its share of the
+// machine's (ranks not bound to their own). on or off where there is no
+// such exchange is refused, saying why. Returns the banner's line ("" when
+// there is no such exchange).
 std::string start_exchanges(const Options &o, spw_ctx *ctx) {
-  if (!ctx->gradient_shards || !dist::active() ||
-      zero::exchanges_on_device(ctx))
+  const std::string &w = o.overlap_exchanges;
+  std::string none;
+  if (!ctx->gradient_shards)
+    none = "this executable's plan is not cut for ZeRO stage 2 (spillwayc "
+           "--zero 2 --ranks N with an offload plan)";
+  else if (!dist::active())
+    none = "it runs alone, not in a job of ranks";
+  else if (zero::exchanges_on_device(ctx))
+    none = "its exchanges run on the GPU (NCCL, in the compute stream's "
+           "order); --collectives mpi takes them through host memory";
+  if (!none.empty()) {
+    if (w != "auto")
+      throw UsageError("--overlap-exchanges " + w +
+                       ": nothing to overlap: ZeRO stage 2's reduce-scatters "
+                       "through host memory are what it moves to an "
+                       "exchange thread, and " +
+                       none);
     return "";
+  }
   const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
   const int cores =
       std::min(cpu::available_cpus(),
                std::max(1, int(online > 0 ? online : 1) / dist::local_size()));
   const int kernels = ctx->device->host_visible() ? cpu::threads() : 1;
-  const bool want = o.overlap_exchanges == "on" ||
-                    (o.overlap_exchanges == "auto" && cores > kernels);
-  const std::string why =
-      o.overlap_exchanges != "auto"
-          ? "--overlap-exchanges " + o.overlap_exchanges
-          : format("auto: this rank has %d core%s for %d kernel thread%s%s",
-                   cores, cores == 1 ? "" : "s", kernels,
-                   kernels == 1 ? "" : "s",
-                   want ? ""
-                        : "; a core more (fewer --threads, or mpirun "
-                          "--map-by slot:PE=2) overlaps them, or "
-                          "--overlap-exchanges on");
+  const bool want = w == "on" || (w == "auto" && cores > kernels);
+  std::string why = "--overlap-exchanges " + w;
+  if (w == "auto") {
+    why = format("auto: this rank has %d core%s for %d kernel thread%s", cores,
+                 cores == 1 ? "" : "s", kernels, kernels == 1 ? "" : "s");
+    if (!want)
+      why += cores > 1
+                 ? format("; --threads %d leaves the thread a core, or "
+                          "--overlap-exchanges on",
+                          cores - 1)
+                 : std::string("; a second core for the rank with --threads "
+                               "1 (mpirun --map-by slot:PE=2 ... --threads "
+                               "1) leaves the thread one, or "
+                               "--overlap-exchanges on");
+  }
   if (dist::use_exchange_thread(want))
     return "each layer's reduce-scatters on an exchange thread during the "
            "next layer's backward (" +

@@ -553,6 +553,8 @@ bool use_exchange_thread(bool on) {
   return g.threaded;
 }
 
+bool exchange_thread() { return g.joined && g.size > 1 && g.threaded; }
+
 double finish(Ticket ticket) {
   if (ticket == 0 || !g_exchanges)
     return 0; // ran in start

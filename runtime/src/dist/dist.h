@@ -94,6 +94,8 @@ struct ReduceScatter {
 // returns whether they will (false where the library cannot serve two
 // threads: Open MPI below MPI_THREAD_SERIALIZED).
 bool use_exchange_thread(bool on);
+// Whether start_reduce_scatter_sum leaves exchanges to the thread now.
+bool exchange_thread();
 using Ticket = uint64_t;
 Ticket start_reduce_scatter_sum(std::shared_ptr<ReduceScatter> job);
 // Waits for exchange `ticket` and those started before it; throws the

@@ -235,11 +235,18 @@ start_reduce_scatter_mean(spw_ctx *ctx, ParamInfo &p, spw_tensor *grad,
   } else {
     d.download(job->x.data(), grad->data, n * int64_t(sizeof(float)));
   }
-  const dist::Ticket ticket = dist::start_reduce_scatter_sum(job);
-  return [&p, job = std::move(job), ticket] {
-    {
-      Span span("wait for the reduce-scatter of '" + p.name + "'",
-                p.value->numel * int64_t(sizeof(float)));
+  const int64_t bytes = n * int64_t(sizeof(float));
+  dist::Ticket ticket = 0;
+  if (dist::exchange_thread()) {
+    ticket = dist::start_reduce_scatter_sum(job);
+  } else {
+    // It runs here: the compute lane's span, as reduce_scatter_mean's.
+    Span span("reduce-scatter '" + p.name + "'", bytes);
+    ticket = dist::start_reduce_scatter_sum(job);
+  }
+  return [&p, job = std::move(job), ticket, bytes] {
+    if (ticket) {
+      Span span("wait for the reduce-scatter of '" + p.name + "'", bytes);
       dist::finish(ticket);
     }
     // reduce_scatter_mean's arithmetic: the sum over ranks, then one

@@ -885,9 +885,9 @@ int train(spw_ctx *ctx, const Options &o, const AdamWHparams &hp,
     // time in the exchanges is its own collectives and its waits for those.
     const std::string overlapped =
         t.overlapped > 0
-            ? format("; besides, %.3f ms per step of reduce-scatters ran "
-                     "during the backward (the step waited %.3f ms for them, "
-                     "counted above)",
+            ? format("; besides, the exchange thread reduce-scattered for "
+                     "%.3f ms per step from each layer's staging on, of "
+                     "which the step waited %.3f ms (counted above)",
                      1e3 * t.overlapped / double(ran),
                      1e3 * t.waited / double(ran))
             : "";
