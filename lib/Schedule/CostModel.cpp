@@ -518,6 +518,29 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
 }
 
 namespace {
+double totalBytes(const CostEstimate &e);
+double overshoot(const CostEstimate &e, const Budgets &b);
+} // namespace
+
+bool spillway::schedule::preferred(const CostEstimate &a, const CostEstimate &b,
+                                   const Budgets &budgets) {
+  if (a.fits != b.fits)
+    return a.fits;
+  if (!a.fits)
+    return overshoot(a, budgets) < overshoot(b, budgets);
+  const double ta = a.iterationSec, tb = b.iterationSec;
+  if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb))
+    return ta < tb;
+  // A tie on time (a compute-bound plan's candidates all take its compute
+  // time) goes to the fewer SSD bytes written, the drive's wear, then to
+  // the fewer bytes moved.
+  const double wa = a.bytes.ssdWrite, wb = b.bytes.ssdWrite;
+  if (std::abs(wa - wb) > 1e-12 * std::max(wa, wb))
+    return wa < wb;
+  return totalBytes(a) < totalBytes(b) * (1 - 1e-12);
+}
+
+namespace {
 double totalBytes(const CostEstimate &e) {
   return e.bytes.ssdRead + e.bytes.ssdWrite + e.bytes.h2d + e.bytes.d2h;
 }
@@ -529,17 +552,8 @@ double overshoot(const CostEstimate &e, const Budgets &b) {
       o += double(e.neededBytes[t] - budget[t]);
   return o;
 }
-/// Fitting beats not fitting; among fitting, faster, then fewer bytes;
-/// among non-fitting, less overshoot. Ties keep the earlier candidate.
 bool better(const CostEstimate &a, const CostEstimate &b, const Budgets &bud) {
-  if (a.fits != b.fits)
-    return a.fits;
-  if (!a.fits)
-    return overshoot(a, bud) < overshoot(b, bud);
-  double ta = a.iterationSec, tb = b.iterationSec;
-  if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb))
-    return ta < tb;
-  return totalBytes(a) < totalBytes(b) * (1 - 1e-12);
+  return spillway::schedule::preferred(a, b, bud);
 }
 
 void forEachPlacement(const SearchSpace &space, bool hasMaster,
@@ -600,7 +614,7 @@ Choice spillway::schedule::choose(const IterationSummary &s,
   auto key = [&](const CostEstimate &e) {
     return std::make_tuple(!e.fits, e.fits ? e.iterationSec : 0.0,
                            e.fits ? 0.0 : overshoot(e, budgets),
-                           totalBytes(e));
+                           e.fits ? e.bytes.ssdWrite : 0.0, totalBytes(e));
   };
   std::stable_sort(all.begin(), all.end(),
                    [&](const CostEstimate &a, const CostEstimate &b) {

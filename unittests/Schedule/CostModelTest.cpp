@@ -737,6 +737,33 @@ TEST(CostModel, ZeroStage2MovesOneRanksGradients) {
   }
 }
 
+TEST(CostModel, TiesOnTimeGoToFewerSsdWritesThenFewerBytes) {
+  // Two candidates that fit and take the same time (a compute-bound plan):
+  // the one writing fewer SSD bytes ranks first even when it moves more
+  // bytes in all; with equal writes, the one moving fewer bytes; a faster
+  // one first whatever it writes.
+  CostEstimate wears, spares;
+  wears.fits = spares.fits = true;
+  wears.iterationSec = spares.iterationSec = 2.0;
+  wears.bytes.ssdWrite = 700e6;
+  wears.bytes.h2d = 100e6;
+  spares.bytes.ssdWrite = 100e6;
+  spares.bytes.ssdRead = 900e6;
+  EXPECT_TRUE(preferred(spares, wears, kPlenty));
+  EXPECT_FALSE(preferred(wears, spares, kPlenty));
+  CostEstimate lighter = spares;
+  lighter.bytes.ssdRead = 100e6;
+  EXPECT_TRUE(preferred(lighter, spares, kPlenty));
+  EXPECT_FALSE(preferred(spares, lighter, kPlenty));
+  EXPECT_FALSE(preferred(spares, spares, kPlenty));
+  wears.iterationSec = 1.9;
+  EXPECT_TRUE(preferred(wears, spares, kPlenty));
+  // Fitting beats not fitting, however fast.
+  spares.fits = false;
+  spares.iterationSec = 0.1;
+  EXPECT_TRUE(preferred(wears, spares, kPlenty));
+}
+
 TEST(CostModel, ZeroStage2ReduceScattersDuringTheNextBackward) {
   // Each flush's reduce-scatter overlaps the backward of the layers up to
   // the sweep's next flush (sched-insert-transfers sinks what reads it):

@@ -253,6 +253,14 @@ CostEstimate estimate(const IterationSummary &summary, const Candidate &c,
 /// `needed_bytes` {gpu, host, ssd}, fits (docs/cost-model.md).
 std::string estimateToJSON(const CostEstimate &e);
 
+/// Whether candidate `a` ranks before `b` (choose's order): one that fits
+/// before one that does not; among those that fit, the faster, then (a tie
+/// on time) the fewer SSD bytes written, then the fewer bytes moved; among
+/// those that do not, the smaller total overshoot of the budgets. Neither:
+/// the earlier candidate stays first.
+bool preferred(const CostEstimate &a, const CostEstimate &b,
+               const Budgets &budgets);
+
 struct SearchSpace {
   std::vector<Order> orders{Order::Horizontal, Order::Snake};
   std::vector<unsigned> microBatches{1, 2, 4, 8, 16};
@@ -272,7 +280,8 @@ struct Choice {
   std::optional<CostEstimate> baseline;
   unsigned candidatesTried = 0;
   /// Every valid candidate, best first: `best`, then those that fit by
-  /// time (then bytes), then those that do not by overshoot. The planner
+  /// time (then SSD bytes written, then bytes moved), then those that do
+  /// not by overshoot. The planner
   /// (sched-assign-buffers) has the last word on fitting: spillwayc takes
   /// the first of these whose exact arenas fit the budgets.
   std::vector<CostEstimate> ranked;
