@@ -15,7 +15,10 @@
 # bf16 working copies all-gathered by NCCL), and one cut for ZeRO stage 2
 # (--zero 2, the GPU optimizer, the gradients on SSD sharded too: each
 # layer's gradients reduce-scattered by NCCL on the GPU before the shard
-# moves off it).
+# moves off it), and that plan through host memory (--collectives mpi)
+# with its reduce-scatters on the exchange thread during the next layer's
+# backward (--overlap-exchanges on) against inline (off): where a GPU
+# rank's cores are free, the overlap's first measurement.
 # Then the ranks launched the way torchrun launches them (launch_ranks.py:
 # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; NCCL bootstrapped over Gloo,
 # which needs libgloo0 there), --collectives nccl with and without --zero 1:
@@ -124,6 +127,8 @@ VARIANTS=("dp-nccl dp one --collectives nccl" "dp-mpi dp one --collectives mpi"
           "dp-zero-offload dp-offload one-offload --ssd $OUT/ssd-ranks --stats-json $OUT/dp-zero-offload.json"
           "dp-zero-mixed dp-mixed one-mixed --ssd $OUT/ssd-ranks --collectives nccl --stats-json $OUT/dp-zero-mixed.json"
           "dp-zero2 dp-grad one-grad --ssd $OUT/ssd-ranks --collectives nccl --stats-json $OUT/dp-zero2.json"
+          "dp-zero2-thread dp-grad one-grad --ssd $OUT/ssd-ranks --collectives mpi --overlap-exchanges on --stats-json $OUT/dp-zero2-thread.json"
+          "dp-zero2-inline dp-grad one-grad --ssd $OUT/ssd-ranks --collectives mpi --overlap-exchanges off --stats-json $OUT/dp-zero2-inline.json"
           "gloo-nccl dp one --collectives nccl"
           "gloo-zero dp one --zero 1 --collectives nccl")
 run_of() { local v=($1); echo "${v[0]} ${v[1]} ${v[*]:3}"; }
@@ -185,7 +190,8 @@ s1, t1 = steady("one")
 print(f"{'run':22} {'s/step':>9} {'tok/s':>10}")
 print(f"{'1 GPU':22} {s1:9.5f} {t1:10.0f}")
 for name in ("dp-nccl", "dp-mpi", "dp-zero", "dp-zero-mpi", "dp-zero-offload",
-             "dp-zero-mixed", "dp-zero2", "gloo-nccl", "gloo-zero"):
+             "dp-zero-mixed", "dp-zero2", "dp-zero2-thread", "dp-zero2-inline",
+             "gloo-nccl", "gloo-zero"):
     label = str(n) + " GPUs " + (name[3:] if name.startswith("dp-") else name)
     if not os.path.exists(f"{out}/{name}.jsonl"):
         print(f"{label:22} failed or skipped")
