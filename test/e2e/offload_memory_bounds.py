@@ -86,6 +86,18 @@ def main():
     print(f"budgets: --gpu-mem {b['gpu']} --host-mem {b['host']} (the smallest "
           f"that fit {a.place}, {a.schedule} M={a.microbatches} "
           f"F={a.overlap_optimizer})")
+    # Exact: one byte less on either tier is refused, naming these budgets.
+    for tier in ("gpu", "host"):
+        less = dict(b, **{tier: b[tier] - 1})
+        r = run(compile_cmd + ["--gpu-mem", str(less["gpu"]), "--host-mem",
+                               str(less["host"])],
+                f"plan with --{tier}-mem one byte below", ok=(1,))
+        m = re.search(r"the smallest --%s-mem that fits is (\d+) bytes" % tier,
+                      r.stderr)
+        if not m or int(m.group(1)) != b[tier]:
+            sys.exit(f"FAILED: --{tier}-mem {less[tier]} was refused without "
+                     f"naming {b[tier]} as the smallest that fits:\n{r.stderr}")
+    print("one byte below either budget: refused, naming it")
 
     stats = os.path.join(a.out, "stats.json")
     cmd = [a.peak_rss, exe, "--steps", str(a.steps), "--ssd", a.out,
