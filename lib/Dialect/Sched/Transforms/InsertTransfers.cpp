@@ -646,6 +646,8 @@ LogicalResult Rewriter::sinkFlushes(ArrayRef<Flush> flushes) {
          op = op->getNextNode())
       if (auto t = dyn_cast<TaskOp>(op); t && t.getPhase() == Phase::fwd)
         sweep = false;
+    // completeBefore is the layer's last flush's: reset where it stays.
+    completeBefore[f.layer] = nullptr;
     if (!sweep)
       continue;
     for (Operation *op : f.tail)
@@ -670,6 +672,8 @@ LogicalResult Rewriter::sinkFlushes(ArrayRef<Flush> flushes) {
       op = after;
     }
   }
+  if (!flushes.empty())
+    completeBefore[flushes.back().layer] = nullptr;
   return success();
 }
 
