@@ -2293,9 +2293,10 @@ static void stage_shard(spw_ctx *ctx, Tiers::Block &b, ParamInfo &p,
     d.step_free(sum->data); // downloaded
     sum->data = nullptr;
   }
-  b.exchanges.push_back([ctx, job, exchanged, place, count] {
+  b.exchanges.push_back([ctx, job, exchanged, place, count,
+                         host = d.host_visible()] {
     exchanged();
-    if (ctx->device->host_visible()) {
+    if (host) {
       place(job->out.data());
       return;
     }

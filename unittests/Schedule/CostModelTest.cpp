@@ -516,6 +516,24 @@ IterationSummary zeroToy(const std::vector<std::vector<uint64_t>> &moments) {
   return s;
 }
 
+// Two layers' blocks cut for 2 ranks with the gradients sharded too (ZeRO
+// stage 2; gradientShards false: the same plan at stage 1).
+IterationSummary zeroStage2Toy() {
+  IterationSummary s = zeroToy({{1000, 24}, {640, 100}});
+  for (LayerCost &l : s.layers) {
+    l.gradElements = l.momentElements;
+    l.optimizerBytes = 0;
+    for (uint64_t m : l.momentElements)
+      l.optimizerBytes += 8 * uint64_t(spw_zero_shard_slot(int64_t(m), 2, 64));
+  }
+  s.optimizerShards = 2;
+  s.ranks = 2;
+  s.zeroStage = 2;
+  s.zeroOptimizerBytes = zeroOptimizerBytesPerRank(s);
+  s.gradientShards = true;
+  return s;
+}
+
 // The most any rank keeps, counted shard by shard as the runtime cuts them.
 uint64_t mostKept(const IterationSummary &s) {
   uint64_t most = 0;
@@ -693,19 +711,8 @@ TEST(CostModel, ZeroStage2MovesOneRanksGradients) {
   // sched-assign-buffers cuts them), so d2h and the SSD carry the slots;
   // the network reduce-scatters the whole gradients at every flush (M per
   // iteration in horizontal order, once in snake order).
-  IterationSummary s = zeroToy({{1000, 24}, {640, 100}});
-  for (LayerCost &l : s.layers) {
-    l.gradElements = l.momentElements;
-    l.optimizerBytes = 0;
-    for (uint64_t m : l.momentElements)
-      l.optimizerBytes += 8 * uint64_t(spw_zero_shard_slot(int64_t(m), 2, 64));
-  }
-  s.optimizerShards = 2;
-  s.ranks = 2;
-  s.zeroStage = 2;
-  s.zeroOptimizerBytes = zeroOptimizerBytesPerRank(s);
-  IterationSummary stage1 = s;
-  s.gradientShards = true;
+  IterationSummary s = zeroStage2Toy(), stage1 = s;
+  stage1.gradientShards = false;
   EXPECT_EQ(gradBytesPerRank(stage1, stage1.layers[0]), 4u * 1024);
   EXPECT_EQ(gradBytesPerRank(s, s.layers[0]), 4u * (552 + 24));
   EXPECT_EQ(gradBytesPerRank(s, s.layers[1]), 4u * (320 + 100));
@@ -771,19 +778,8 @@ TEST(CostModel, ZeroStage2ReduceScattersDuringTheNextBackward) {
   // exposed. On the CPU backend (the exchange thread); over NCCL on a GPU
   // the exchanges share the compute stream and none hides. A layer's whole
   // sums stay in host buffers meanwhile.
-  IterationSummary s = zeroToy({{1000, 24}, {640, 100}});
-  for (LayerCost &l : s.layers) {
-    l.gradElements = l.momentElements;
-    l.optimizerBytes = 0;
-    for (uint64_t m : l.momentElements)
-      l.optimizerBytes += 8 * uint64_t(spw_zero_shard_slot(int64_t(m), 2, 64));
-  }
-  s.optimizerShards = 2;
-  s.ranks = 2;
-  s.zeroStage = 2;
-  s.zeroOptimizerBytes = zeroOptimizerBytesPerRank(s);
-  IterationSummary stage1 = s;
-  s.gradientShards = true;
+  IterationSummary s = zeroStage2Toy(), stage1 = s;
+  stage1.gradientShards = false;
   Placement ssd;
   ssd[TensorClass::Optimizer] = Tier::SSD;
   ssd[TensorClass::Gradients] = Tier::SSD;
