@@ -79,6 +79,8 @@ void spillway::populateSchedulePipeline(OpPassManager &pm,
     pm.addPass(
         sched::createSchedAssignBuffersPass(buffers, offload->onOverBudget));
   }
+  if (options.stopInSched)
+    return;
   if (options.outlineTasks)
     pm.addPass(sched::createSchedOutlineTasksPass());
   pm.addPass(createConvertSchedToTrainPass());

@@ -93,39 +93,28 @@ spillway::readPlanSpace(const PlanningOptions &options,
   // optimizer overlap to plan.
   if (options.optimizer == OptimizerKind::Foam)
     in.space.overlaps = {0.0};
-  llvm::StringMap<std::string> placedBy;
-  for (const std::string &entry : options.place) {
-    auto [cls, tier] = StringRef(entry).split('=');
-    if (tier.empty() || cls.empty()) {
-      error = "--place '" + entry + "' is not CLASS=TIER";
-      return std::nullopt;
-    }
-    auto c = parseTensorClass(cls.trim().str());
-    if (!c) {
-      error = "--place: unknown tensor class '" + cls.str() +
-              "' (params, master, optimizer, gradients, activations)";
-      return std::nullopt;
-    }
-    auto t = parseTier(tier.trim().str());
-    if (!t) {
-      error = "--place: unknown tier '" + tier.str() + "' (gpu, host, ssd)";
-      return std::nullopt;
-    }
-    if (*t == Tier::SSD && in.profile.ssds.empty()) {
-      error = "--place " + entry + ": the profile '" + profilePath +
+  auto spec = parsePlacement(options.place, error);
+  if (!spec) {
+    error = "--place: " + error;
+    return std::nullopt;
+  }
+  for (int k = 0; k < kNumTensorClasses; ++k) {
+    const ClassSpec &cs = spec->classes[k];
+    bool ssd = cs.whole == Tier::SSD;
+    for (auto &[t, _] : cs.fractions)
+      ssd |= t == Tier::SSD;
+    for (const ClassSpec::Range &r : cs.ranges)
+      ssd |= r.tier == Tier::SSD;
+    if (ssd && in.profile.ssds.empty()) {
+      error = "--place " + cs.text + ": the profile '" + profilePath +
               "' lists no SSD";
       return std::nullopt;
     }
-    // The same class twice: which one holds is a guess, so neither does.
-    auto [prev, inserted] = placedBy.try_emplace(cls.trim(), entry);
-    if (!inserted) {
-      error = "--place " + entry + ": '" + cls.trim().str() +
-              "' is already placed (--place " + prev->second +
-              "); place each tensor class once";
-      return std::nullopt;
-    }
-    in.space.pinned[int(*c)] = *t;
+    if (!cs.byLayer() && cs.whole)
+      in.space.pinned[k] = *cs.whole;
   }
+  in.spec = std::move(*spec);
+  in.space.splitByLayer = options.splitByLayer;
   in.budgets.gpuBytes = options.gpuMem ? *options.gpuMem
                                        : in.profile.gpuMemoryBytes;
   in.budgets.hostBytes = options.hostMem ? *options.hostMem
@@ -178,6 +167,7 @@ std::optional<PlanSearch> spillway::searchPlans(ModuleOp step,
     return std::nullopt;
   }
   PlanSearch r;
+  SearchSpace space = in.space;
   auto summary = summarizeIteration(*copy, error, &r.totals);
   if (!summary) {
     error = "--report: " + error;
@@ -196,11 +186,31 @@ std::optional<PlanSearch> spillway::searchPlans(ModuleOp step,
                           *options.microbatches, r.summary.batchSize);
     return std::nullopt;
   }
+  // Layer ranges and fractions of --place pin layers, each weighed by its
+  // parameters' bytes as sched-place weighs them.
+  std::vector<uint64_t> layerBytes;
+  for (const LayerCost &l : r.summary.layers)
+    layerBytes.push_back(l.paramBytes);
+  for (int k = 0; k < kNumTensorClasses; ++k) {
+    const ClassSpec &cs = in.spec.classes[k];
+    if (!cs.byLayer())
+      continue;
+    auto pins =
+        resolveLayers(cs, TensorClass(k), layerBytes, std::nullopt, error);
+    if (!pins) {
+      error = "--place: " + error;
+      return std::nullopt;
+    }
+    space.pinnedLayers[k] = std::move(*pins);
+  }
   copy->walk([&](train::FoamOp f) {
     r.foamParams.push_back(f.getParam().str());
     r.foamLevel = int64_t(f.getLevelAttr().getInt());
   });
-  r.choice = choose(r.summary, in.space, in.budgets, in.profile);
+  r.choice = choose(r.summary, space, in.budgets, in.profile);
+  r.space = space;
+  r.budgets = in.budgets;
+  r.profile = in.profile;
   r.deviceMemoryBytes = in.profile.gpuMemoryBytes;
   if (!r.choice.best.valid) {
     // Say why with the first candidate of the space under the pins.
@@ -252,26 +262,31 @@ ScheduleOptions spillway::offloadSchedule(const PlanningOptions &options,
                                           const CostEstimate *estimate) {
   ScheduleOptions s = residentSchedule(options, estimate);
   OffloadOptions o;
-  // The classes --place names as given (sched-place checks them), then the
-  // cost model's tier for each class it chose.
-  for (const std::string &entry : options.place)
-    o.placement += (o.placement.empty() ? "" : ",") + entry;
-  if (search && estimate) {
-    auto given = [&](TensorClass c) {
-      return llvm::any_of(options.place, [&](const std::string &e) {
-        return StringRef(e).split('=').first.trim() == tensorClassName(c);
-      });
-    };
+  // Without the cost model, --place as given (sched-place checks it and
+  // resolves its ranges and fractions); with it, the chosen plan's
+  // placement, which holds the pins: each class's tier and the layers of a
+  // class split by layer.
+  if (!(search && estimate)) {
+    for (const std::string &entry : options.place)
+      o.placement += (o.placement.empty() ? "" : ",") + entry;
+  } else {
     // Master weights only under bf16-mixed (the summary's masterBytes):
-    // elsewhere sched-place refuses the class.
+    // elsewhere sched-place refuses the class, placed or not.
     const bool hasMaster = search->summary.bf16Storage;
-    for (TensorClass c : {TensorClass::Params, TensorClass::Master,
-                          TensorClass::Optimizer, TensorClass::Gradients,
-                          TensorClass::Activations})
-      if (!given(c) && (c != TensorClass::Master || hasMaster))
-        o.placement += std::string(o.placement.empty() ? "" : ",") +
-                       tensorClassName(c) + "=" +
-                       tierName(estimate->candidate.placement[c]);
+    const bool masterGiven = llvm::any_of(options.place, [](StringRef e) {
+      return e.trim().starts_with("master");
+    });
+    const Placement &pl = estimate->candidate.placement;
+    for (TensorClass c :
+         {TensorClass::Params, TensorClass::Master, TensorClass::Optimizer,
+          TensorClass::Gradients, TensorClass::Activations}) {
+      if (c == TensorClass::Master && !hasMaster && !masterGiven)
+        continue;
+      o.placement += std::string(o.placement.empty() ? "" : ",") +
+                     tensorClassName(c) + "=" + tierName(pl[c]);
+      if (pl.split(c))
+        o.placement += "," + layerRanges(c, pl.layers[int(c)], pl[c]);
+    }
   }
   o.gpuBytes = options.gpuMem.value_or(0);
   o.hostBytes = options.hostMem.value_or(0);
@@ -307,6 +322,137 @@ void recordPrediction(ModuleOp module, const CostEstimate &e) {
       b.getDictionaryAttr(
           {b.getNamedAttr("iteration_s", b.getF64FloatAttr(e.iterationSec)),
            b.getNamedAttr("bound", b.getStringAttr(boundName(e.bound)))}));
+}
+/// A tier's arena in a scheduled step (sched.buffers' gpu_bytes or
+/// host_bytes).
+uint64_t exactBytes(ModuleOp m, StringRef key) {
+  auto buffers = m->getAttrOfType<DictionaryAttr>("sched.buffers");
+  auto bytes = buffers ? buffers.getAs<IntegerAttr>(key) : nullptr;
+  return bytes ? bytes.getValue().getZExtValue() : 0;
+}
+uint64_t exactHostBytes(ModuleOp m) { return exactBytes(m, "host_bytes"); }
+
+/// Placement by layer, refilled with the exact arenas (docs/cost-model.md):
+/// the model's peaks bound sched-assign-buffers' arenas from above (it
+/// double-buffers every staged class), so a plan filled to the model's
+/// budgets leaves some of the real host budget unused (or the model fits
+/// nothing where the arenas fit). While the exact host arena is under the
+/// budget, fill again (schedule::fillHost, from the plan kept) as if each
+/// budget were larger by the model's excess over the plan's arena, and keep
+/// the plan when its exact arenas fit; when they do not, try half the host
+/// excess.
+/// `unplanned` is the step before scheduling; `planned` and `plan` are the
+/// plan kept, replaced by a fuller one that fits.
+void refillHost(ModuleOp unplanned, OwningOpRef<ModuleOp> &planned,
+                OffloadPlan &plan, const PlanSearch &search,
+                const PlanningOptions &options) {
+  if (!plan.estimate || !search.space.splitByLayer || !options.hostMem)
+    return;
+  const uint64_t budget = search.budgets.hostBytes;
+  uint64_t exact = exactHostBytes(*planned);
+  auto modelHost = [&] {
+    return double(plan.estimate->neededBytes[int(Tier::Host)]);
+  };
+  // The model's host budget that matches the real one for the plan kept:
+  // the budget plus the model's excess (or less its shortfall).
+  double target = double(budget) + modelHost() - double(exact);
+  // The GPU's excess stays: the GPU arena does not change with the host's.
+  const uint64_t gpuExcess = uint64_t(
+      std::max<int64_t>(0, int64_t(plan.estimate->neededBytes[int(Tier::GPU)]) -
+                               int64_t(exactBytes(*planned, "gpu_bytes"))));
+  for (int round = 0; round < 10 && exact < budget && target > modelHost();
+       ++round) {
+    Budgets inflated = search.budgets;
+    inflated.hostBytes = uint64_t(target);
+    inflated.gpuBytes += gpuExcess;
+    auto filled = fillHost(search.summary, search.space, *plan.estimate,
+                           inflated, search.profile);
+    if (!filled)
+      return; // no SSD block left that the model's budget takes
+    OffloadPlan next = plan;
+    next.schedule = offloadSchedule(options, &search, &*filled);
+    OwningOpRef<ModuleOp> trial(unplanned.clone());
+    std::optional<sched::OverBudget> overBudget;
+    LogicalResult ran = failure();
+    {
+      ScopedDiagnosticHandler quiet(unplanned.getContext(),
+                                    [](Diagnostic &) { return success(); });
+      ran = runPlan(*trial, next, overBudget, options);
+    }
+    if (failed(ran)) {
+      // Too full: halfway back to the plan kept.
+      target = (target + modelHost()) / 2;
+      continue;
+    }
+    // Kept: its estimate under the real budgets (the exact arenas fit).
+    CostEstimate e = estimate(search.summary, filled->candidate, search.budgets,
+                              search.profile);
+    next.estimate = std::move(e);
+    plan = std::move(next);
+    planned = std::move(trial);
+    exact = exactHostBytes(*planned);
+    plan.estimate->splitNote =
+        filled->splitNote +
+        llvm::formatv("; refilled with the exact arenas: host {0} bytes, "
+                      "{1:f1}% of --host-mem",
+                      exact, 100.0 * double(exact) / double(budget))
+            .str();
+    target = double(budget) + modelHost() - double(exact);
+  }
+}
+/// Placement by layer from the other end: the kept plan's order, M, F and
+/// activations with every class it may split homed on SSD (pins kept),
+/// refilled with the exact arenas. The greedy fill is path-dependent: a
+/// class the kept plan holds whole on host is, from here, a set of blocks
+/// that compete by SSD time saved per byte with the others', which can
+/// write fewer SSD bytes in the same budget. Kept when it ranks first
+/// (schedule::preferred, both fitting: their exact arenas do).
+void fillFromSsd(ModuleOp unplanned, OwningOpRef<ModuleOp> &planned,
+                 OffloadPlan &plan, const PlanSearch &search,
+                 const PlanningOptions &options) {
+  if (!plan.estimate || !search.space.splitByLayer || !options.hostMem)
+    return;
+  Candidate c = plan.estimate->candidate;
+  bool changed = false;
+  for (TensorClass k : {TensorClass::Params, TensorClass::Master,
+                        TensorClass::Optimizer, TensorClass::Gradients}) {
+    const auto &pins = search.space.pinnedLayers[int(k)];
+    if (c.placement[k] == Tier::GPU ||
+        (search.space.pinned[int(k)] && pins.empty()))
+      continue;
+    std::vector<Tier> tiers(search.summary.layers.size(), Tier::SSD);
+    for (size_t l = 0; l < pins.size() && l < tiers.size(); ++l)
+      if (pins[l])
+        tiers[l] = *pins[l];
+    changed |= tiers != std::vector<Tier>(tiers.size(), c.placement.at(k, 0)) ||
+               c.placement.split(k);
+    c.placement.layers[int(k)] = std::move(tiers);
+  }
+  c.placement.normalize();
+  if (!changed || c.placement.str() == plan.estimate->candidate.str())
+    return;
+  OffloadPlan alt = plan;
+  alt.estimate = estimate(search.summary, c, search.budgets, search.profile);
+  if (!alt.estimate->valid)
+    return;
+  alt.schedule = offloadSchedule(options, &search, &*alt.estimate);
+  OwningOpRef<ModuleOp> trial(unplanned.clone());
+  std::optional<sched::OverBudget> overBudget;
+  LogicalResult ran = failure();
+  {
+    ScopedDiagnosticHandler quiet(unplanned.getContext(),
+                                  [](Diagnostic &) { return success(); });
+    ran = runPlan(*trial, alt, overBudget, options);
+  }
+  if (failed(ran))
+    return;
+  refillHost(unplanned, trial, alt, search, options);
+  CostEstimate a = *alt.estimate, k = *plan.estimate;
+  a.fits = k.fits = true;
+  if (!preferred(a, k, search.budgets))
+    return;
+  plan = std::move(alt);
+  planned = std::move(trial);
 }
 } // namespace
 
@@ -347,6 +493,8 @@ spillway::planOffload(OwningOpRef<ModuleOp> &module,
         ran = runPlan(*trial, plan, overBudget, options);
       }
       if (succeeded(ran)) {
+        refillHost(*module, trial, plan, *search, options);
+        fillFromSsd(*module, trial, plan, *search, options);
         if (announce)
           announce(plan);
         module = std::move(trial);

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "spillway/Schedule/CostModel.h"
+#include "spillway/Schedule/PlacementSpec.h"
 #include "spillway/Schedule/VisitSequence.h"
 #include "spillway/runtime/zero_shard.h"
 
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <set>
 #include <tuple>
 
 using namespace spillway::schedule;
@@ -66,11 +68,25 @@ spillway::schedule::parseTensorClass(const std::string &s) {
   return std::nullopt;
 }
 
+void Placement::normalize() {
+  for (int i = 0; i < kNumTensorClasses; ++i) {
+    std::vector<Tier> &v = layers[i];
+    if (v.empty())
+      continue;
+    tier[i] = *std::max_element(v.begin(), v.end());
+    if (std::all_of(v.begin(), v.end(), [&](Tier t) { return t == v[0]; }))
+      v.clear();
+  }
+}
+
 std::string Placement::str() const {
   std::string s;
   for (int i = 0; i < kNumTensorClasses; ++i)
     s += std::string(i ? "," : "") + tensorClassName(TensorClass(i)) + "=" +
          tierName(tier[i]);
+  for (int i = 0; i < kNumTensorClasses; ++i)
+    if (split(TensorClass(i)))
+      s += "," + layerRanges(TensorClass(i), layers[i], tier[i]);
   return s;
 }
 
@@ -183,6 +199,24 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
     for (Tier t : pl.tier)
       if (t == Tier::SSD)
         return invalid("the profile lists no SSD");
+  // A class split by layer: one tier per layer, each host or SSD.
+  for (int k = 0; k < kNumTensorClasses; ++k) {
+    const std::vector<Tier> &v = pl.layers[k];
+    if (v.empty())
+      continue;
+    if (TensorClass(k) == TensorClass::Activations)
+      return invalid("activations are placed whole");
+    if (v.size() != s.layers.size())
+      return invalid(std::string(tensorClassName(TensorClass(k))) +
+                     " is split over " + std::to_string(v.size()) +
+                     " layers, the model has " +
+                     std::to_string(s.layers.size()));
+    for (Tier t : v)
+      if (t == Tier::GPU)
+        return invalid("a class split by layer lives on host and SSD");
+    if (*std::max_element(v.begin(), v.end()) != pl.tier[k])
+      return invalid("a split class's tier is the slowest of its layers'");
+  }
   const bool zero = s.zeroStage >= 1 && s.ranks > 1;
   e.zeroSharded = zero;
   e.gradientsSharded = zero && s.gradientShards;
@@ -212,7 +246,7 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   for (size_t i = 0; i < L; ++i) {
     double P = double(s.layers[i].paramBytes) * e.paramLoads[i];
     b.h2d += P;
-    if (paramsTier == Tier::SSD)
+    if (pl.at(TensorClass::Params, i) == Tier::SSD)
       b.ssdRead += P;
   }
 
@@ -223,30 +257,29 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   const double runs = c.order == Order::Horizontal ? M : 1;
   // One rank's: its shards' slots when the blocks are cut for the ranks
   // (ZeRO stage 2), which every link then carries.
-  double G = 0, largestGrad = 0;
-  for (const LayerCost &l : s.layers) {
-    const double g = double(gradBytesPerRank(s, l));
+  double G = 0, largestGrad = 0, Gssd = 0;
+  std::vector<double> gradBytes(L);
+  for (size_t i = 0; i < L; ++i) {
+    const double g = double(gradBytesPerRank(s, s.layers[i]));
+    gradBytes[i] = g;
     G += g;
     largestGrad = std::max(largestGrad, g);
+    if (pl.at(TensorClass::Gradients, i) == Tier::SSD)
+      Gssd += g;
   }
   if (gradTier != Tier::GPU)
     b.d2h += G * runs;
-  if (gradTier == Tier::SSD) {
-    b.ssdWrite += G * runs;
-    b.ssdRead += G * (runs - 1);
-  }
+  b.ssdWrite += Gssd * runs;
+  b.ssdRead += Gssd * (runs - 1);
   // ... and the optimizer reads the accumulated gradient once.
   if (e.optimizerOnGPU) {
     if (gradTier != Tier::GPU)
       b.h2d += G;
-    if (gradTier == Tier::SSD)
-      b.ssdRead += G;
   } else {
     if (gradTier == Tier::GPU)
       b.d2h += G;
-    if (gradTier == Tier::SSD)
-      b.ssdRead += G;
   }
+  b.ssdRead += Gssd;
 
   // The update: optimizer state and master weights are read and written once
   // per iteration where they live; the new compute-precision parameters go
@@ -277,6 +310,7 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   // The master blocks, sharded over the ranks as the state is (one rank's
   // slots, the overlap's sub-slots too), else whole.
   double W = 0, largestMaster = 0;
+  std::vector<double> masterBytes;
   for (const LayerCost &l : s.layers) {
     double w = double(l.masterBytes);
     if (s.optimizerShards > 1 && !l.masterElements.empty()) {
@@ -288,19 +322,23 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
           256, nullptr, nullptr));
     }
     W += w;
+    masterBytes.push_back(w);
     largestMaster = std::max(largestMaster, w);
   }
   e.masterBytes = uint64_t(W);
-  if (pl[TensorClass::Optimizer] == Tier::SSD) {
-    b.ssdRead += O;
-    b.ssdWrite += O;
-    e.optimizerStateBytes.ssdRead = O;
-    e.optimizerStateBytes.ssdWrite = O;
+  double Ossd = 0, Wssd = 0;
+  for (size_t i = 0; i < L; ++i) {
+    if (pl.at(TensorClass::Optimizer, i) == Tier::SSD)
+      Ossd += optimizerBytes[i];
+    if (hasMaster && pl.at(TensorClass::Master, i) == Tier::SSD)
+      Wssd += masterBytes[i];
   }
-  if (hasMaster && pl[TensorClass::Master] == Tier::SSD) {
-    b.ssdRead += W;
-    b.ssdWrite += W;
-  }
+  b.ssdRead += Ossd;
+  b.ssdWrite += Ossd;
+  e.optimizerStateBytes.ssdRead = Ossd;
+  e.optimizerStateBytes.ssdWrite = Ossd;
+  b.ssdRead += Wssd;
+  b.ssdWrite += Wssd;
   for (size_t i = 0; i < L; ++i) {
     const double P = double(s.layers[i].paramBytes);
     // The deferred part of the update (the overlap fraction, in whole
@@ -314,7 +352,8 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
         N ? P * double(deferredElements(F, int64_t(N), granule)) / double(N)
           : 0;
     const Tier side = e.optimizerOnGPU ? Tier::GPU : Tier::Host;
-    const bool merged = paramsTier != Tier::GPU && paramsTier != side;
+    const Tier pt = pl.at(TensorClass::Params, i);
+    const bool merged = pt != Tier::GPU && pt != side;
     // The optimizer reads and writes the parameters where it runs; with
     // master weights (bf16-mixed) these are the bf16 working copies it
     // writes from the masters, which are read and written above. When it
@@ -324,16 +363,14 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
                           s.layers[i].masterBytes == 4 * N;
     const double read = rewrites ? 0 : P - (merged ? deferred : 0);
     if (e.optimizerOnGPU) {
-      if (paramsTier != Tier::GPU)
+      if (pt != Tier::GPU)
         b.h2d += read, b.d2h += P;
-      if (paramsTier == Tier::SSD)
-        b.ssdRead += read, b.ssdWrite += P;
     } else {
-      if (paramsTier == Tier::GPU)
+      if (pt == Tier::GPU)
         b.d2h += read, b.h2d += P;
-      if (paramsTier == Tier::SSD)
-        b.ssdRead += read, b.ssdWrite += P;
     }
+    if (pt == Tier::SSD)
+      b.ssdRead += read, b.ssdWrite += P;
   }
 
   // Boundary activations: written once after the forward of each
@@ -437,47 +474,73 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
 
   // Peak memory per tier.
   auto &peak = e.peakBytes;
-  auto tierOf = [&](TensorClass k) { return int(pl[k]); };
   const int gpu = int(Tier::GPU), host = int(Tier::Host), ssd = int(Tier::SSD);
+  // Per class, each layer's block (the activations: one for the class).
   struct ClassBytes {
     TensorClass k;
-    double total, largest;
+    std::vector<double> blocks; ///< per layer
+    /// Per layer, its block's largest transfer (a load: with the blocks of
+    /// the tied weights it reads).
+    std::vector<double> moved;
   };
-  // The largest load: a layer's parameters and those it shares.
-  double largestLoad = 0;
-  for (const LayerCost &l : s.layers) {
-    double bytes = double(l.paramBytes);
+  std::vector<double> params(L), loads(L);
+  for (size_t i = 0; i < L; ++i) {
+    const LayerCost &l = s.layers[i];
+    params[i] = double(l.paramBytes);
+    loads[i] = params[i];
     for (size_t o : l.readsParamsOf)
-      if (o < L && &s.layers[o] != &l)
-        bytes += double(s.layers[o].paramBytes);
-    largestLoad = std::max(largestLoad, bytes);
+      if (o < L && o != i)
+        loads[i] += double(s.layers[o].paramBytes);
   }
   // ZeRO: the state of the rank that keeps the most (shards are cut at
-  // whole vectors: not exactly 1/N).
+  // whole vectors: not exactly 1/N); only resident plans, all on the GPU.
   // (Blocks cut for the ranks: O is a rank's already, with the overlap's
   // sub-slots.)
-  const double Okept =
-      zero && s.optimizerShards <= 1 ? double(s.zeroOptimizerBytes) : O;
+  std::vector<double> optimizerKept = optimizerBytes;
+  if (zero && s.optimizerShards <= 1 && L) {
+    optimizerKept.assign(L, 0);
+    optimizerKept[0] = double(s.zeroOptimizerBytes);
+  }
+  if (masterBytes.size() != L)
+    masterBytes.assign(L, 0);
   const ClassBytes classes[] = {
-      {TensorClass::Params, sumOf(s, &LayerCost::paramBytes), largestLoad},
-      {TensorClass::Master, W, largestMaster},
-      {TensorClass::Optimizer, Okept, largestOptimizer},
-      {TensorClass::Gradients, G, largestGrad},
-      {TensorClass::Activations, A, maxOf(s, &LayerCost::activationBytes) / M},
+      {TensorClass::Params, params, loads},
+      {TensorClass::Master, masterBytes, masterBytes},
+      {TensorClass::Optimizer, optimizerKept, optimizerKept},
+      {TensorClass::Gradients, gradBytes, gradBytes},
   };
   double p[kNumTiers] = {0, 0, 0};
   for (const ClassBytes &cb : classes) {
-    int t = tierOf(cb.k);
-    p[t] += cb.total;
+    // A tier's staging slots fit the class's largest block, whichever
+    // layers pass through them (sched-assign-buffers sizes a class's slots
+    // so): a class split by layer stages as the whole class does.
+    double largest = 0;
+    bool offGpu = false, onSsd = false;
+    for (size_t i = 0; i < L; ++i) {
+      const int t = int(pl.at(cb.k, i));
+      p[t] += cb.blocks[i];
+      largest = std::max(largest, cb.moved[i]);
+      offGpu |= t != gpu;
+      onSsd |= t == ssd;
+    }
     // Streamed to or from the GPU: double-buffered there (the layer in use
     // and the next one in flight); master and optimizer state never visit a
     // GPU they do not live on.
     bool streamed = cb.k != TensorClass::Master && cb.k != TensorClass::Optimizer;
-    if (t != gpu && streamed)
-      p[gpu] += 2 * cb.largest;
+    if (streamed && offGpu)
+      p[gpu] += 2 * largest;
     // Everything on SSD passes through pinned host staging, double-buffered.
+    if (onSsd)
+      p[host] += 2 * largest;
+  }
+  {
+    const int t = int(pl[TensorClass::Activations]);
+    const double largest = maxOf(s, &LayerCost::activationBytes) / M;
+    p[t] += A;
+    if (t != gpu)
+      p[gpu] += 2 * largest;
     if (t == ssd)
-      p[host] += 2 * cb.largest;
+      p[host] += 2 * largest;
   }
   // A CPU optimizer receives GPU-resident gradients through host staging.
   if (!e.optimizerOnGPU && gradTier == Tier::GPU)
@@ -518,6 +581,7 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
 }
 
 namespace {
+double ssdBytes(const CostEstimate &e);
 double totalBytes(const CostEstimate &e);
 double overshoot(const CostEstimate &e, const Budgets &b);
 } // namespace
@@ -537,10 +601,18 @@ bool spillway::schedule::preferred(const CostEstimate &a, const CostEstimate &b,
   const double wa = a.bytes.ssdWrite, wb = b.bytes.ssdWrite;
   if (std::abs(wa - wb) > 1e-12 * std::max(wa, wb))
     return wa < wb;
+  // Then the fewer SSD bytes (a class on host instead of SSD), then the
+  // fewer bytes moved in all.
+  const double sa = ssdBytes(a), sb = ssdBytes(b);
+  if (std::abs(sa - sb) > 1e-12 * std::max(sa, sb))
+    return sa < sb;
   return totalBytes(a) < totalBytes(b) * (1 - 1e-12);
 }
 
 namespace {
+double ssdBytes(const CostEstimate &e) {
+  return e.bytes.ssdRead + e.bytes.ssdWrite;
+}
 double totalBytes(const CostEstimate &e) {
   return e.bytes.ssdRead + e.bytes.ssdWrite + e.bytes.h2d + e.bytes.d2h;
 }
@@ -560,8 +632,20 @@ void forEachPlacement(const SearchSpace &space, bool hasMaster,
                       const std::function<void(const Placement &)> &fn) {
   Placement pl;
   std::function<void(int)> rec = [&](int k) {
-    if (k == kNumTensorClasses)
-      return fn(pl);
+    if (k == kNumTensorClasses) {
+      // Pinned layers over the class's tier; the open ones take it.
+      Placement full = pl;
+      for (int c = 0; c < kNumTensorClasses; ++c) {
+        const auto &pins = space.pinnedLayers[c];
+        if (pins.empty())
+          continue;
+        full.layers[c].clear();
+        for (const std::optional<Tier> &t : pins)
+          full.layers[c].push_back(t.value_or(pl.tier[c]));
+      }
+      full.normalize();
+      return fn(full);
+    }
     auto cls = TensorClass(k);
     if (space.pinned[k]) {
       pl.tier[k] = *space.pinned[k];
@@ -580,7 +664,101 @@ void forEachPlacement(const SearchSpace &space, bool hasMaster,
   };
   rec(0);
 }
+
 } // namespace
+
+namespace {
+/// A block a placement split by layer can move (docs/cost-model.md,
+/// "Placement by layer"): a layer's params, master, optimizer or gradients
+/// block homed on SSD that no pin fixes.
+struct SplitBlock {
+  TensorClass k;
+  size_t layer;
+  double saved = 0, savedWrites = 0, hostBytes = 0;
+};
+
+} // namespace
+
+std::optional<CostEstimate>
+spillway::schedule::fillHost(const IterationSummary &s,
+                             const SearchSpace &space, const CostEstimate &seed,
+                             const Budgets &budgets,
+                             const HardwareProfile &hw) {
+  const size_t L = s.layers.size();
+  auto ssdCost = [&](const CostEstimate &e) {
+    return e.bytes.ssdRead / (hw.ssdReadGBps() * 1e9) +
+           e.bytes.ssdWrite / (hw.ssdWriteGBps() * 1e9);
+  };
+  auto moved = [&](const Placement &from, TensorClass k, size_t l) {
+    Placement p = from;
+    if (!p.split(k))
+      p.layers[int(k)].assign(L, p[k]);
+    p.layers[int(k)][l] = Tier::Host;
+    p.normalize();
+    return p;
+  };
+  std::vector<SplitBlock> blocks;
+  const double cost0 = ssdCost(seed);
+  for (TensorClass k : {TensorClass::Params, TensorClass::Master,
+                        TensorClass::Optimizer, TensorClass::Gradients}) {
+    const auto &pins = space.pinnedLayers[int(k)];
+    if (space.pinned[int(k)] && pins.empty())
+      continue;
+    for (size_t l = 0; l < L; ++l) {
+      if (seed.candidate.placement.at(k, l) != Tier::SSD ||
+          (l < pins.size() && pins[l]))
+        continue;
+      Candidate c = seed.candidate;
+      c.placement = moved(c.placement, k, l);
+      CostEstimate e = estimate(s, c, budgets, hw);
+      const double host = double(e.neededBytes[int(Tier::Host)]) -
+                          double(seed.neededBytes[int(Tier::Host)]);
+      if (!e.valid)
+        continue;
+      blocks.push_back({k, l, cost0 - ssdCost(e),
+                        seed.bytes.ssdWrite - e.bytes.ssdWrite,
+                        std::max(host, 1.0)});
+    }
+  }
+  if (blocks.empty())
+    return std::nullopt;
+  std::stable_sort(
+      blocks.begin(), blocks.end(),
+      [](const SplitBlock &a, const SplitBlock &b) {
+        const double ra = a.saved / a.hostBytes, rb = b.saved / b.hostBytes;
+        if (ra != rb)
+          return ra > rb;
+        return a.savedWrites / a.hostBytes > b.savedWrites / b.hostBytes;
+      });
+  CostEstimate cur = seed;
+  std::array<unsigned, kNumTensorClasses> count{};
+  unsigned taken = 0;
+  for (const SplitBlock &blk : blocks) {
+    if (blk.saved <= 0)
+      continue;
+    Candidate c = cur.candidate;
+    c.placement = moved(c.placement, blk.k, blk.layer);
+    CostEstimate e = estimate(s, c, budgets, hw);
+    if (!e.valid || !e.fits)
+      continue;
+    cur = std::move(e);
+    ++count[int(blk.k)];
+    ++taken;
+  }
+  if (!taken)
+    return std::nullopt;
+  std::string what;
+  for (int k = 0; k < kNumTensorClasses; ++k)
+    if (count[k])
+      what += std::string(what.empty() ? "" : ", ") +
+              tensorClassName(TensorClass(k)) + " " + std::to_string(count[k]);
+  cur.splitNote = "split by layer: " + std::to_string(taken) + " of " +
+                  std::to_string(blocks.size()) +
+                  " SSD blocks moved to host, by SSD time saved per host "
+                  "byte (" +
+                  what + ")";
+  return cur;
+}
 
 Choice spillway::schedule::choose(const IterationSummary &s,
                                   const SearchSpace &space,
@@ -609,12 +787,41 @@ Choice spillway::schedule::choose(const IterationSummary &s,
             best = e;
           all.push_back(std::move(e));
         });
+  // Placement by layer: the fastest fitting plans with blocks on SSD, each
+  // with the host budget filled from its SSD blocks (fillHost).
+  if (space.splitByLayer) {
+    constexpr size_t kSeeds = 48;
+    std::vector<const CostEstimate *> seeds;
+    for (const CostEstimate &e : all)
+      if (e.fits && e.bytes.ssdRead + e.bytes.ssdWrite > 0)
+        seeds.push_back(&e);
+    std::stable_sort(seeds.begin(), seeds.end(),
+                     [&](const CostEstimate *a, const CostEstimate *b) {
+                       return better(*a, *b, budgets);
+                     });
+    if (seeds.size() > kSeeds)
+      seeds.resize(kSeeds);
+    std::vector<CostEstimate> filled;
+    std::set<std::string> seen; // whole-class candidates and fills alike
+    for (const CostEstimate &e : all)
+      seen.insert(e.candidate.str());
+    for (const CostEstimate *seed : seeds)
+      if (auto f = fillHost(s, space, *seed, budgets, hw))
+        if (seen.insert(f->candidate.str()).second)
+          filled.push_back(std::move(*f));
+    for (CostEstimate &f : filled) {
+      if (!best || better(f, *best, budgets))
+        best = f;
+      all.push_back(std::move(f));
+    }
+  }
   // The ranking: a strict order on exact keys (`better` allows for
   // rounding, so `best` goes first by itself).
   auto key = [&](const CostEstimate &e) {
     return std::make_tuple(!e.fits, e.fits ? e.iterationSec : 0.0,
                            e.fits ? 0.0 : overshoot(e, budgets),
-                           e.fits ? e.bytes.ssdWrite : 0.0, totalBytes(e));
+                           e.fits ? e.bytes.ssdWrite : 0.0,
+                           e.fits ? ssdBytes(e) : 0.0, totalBytes(e));
   };
   std::stable_sort(all.begin(), all.end(),
                    [&](const CostEstimate &a, const CostEstimate &b) {
@@ -663,6 +870,17 @@ std::string spillway::schedule::estimateToJSON(const CostEstimate &e) {
   for (int i = 0; i < kNumTensorClasses; ++i)
     placement[tensorClassName(TensorClass(i))] =
         tierName(e.candidate.placement.tier[i]);
+  // A class split by layer: each layer's tier, in layer order.
+  json::Object layers;
+  for (int i = 0; i < kNumTensorClasses; ++i)
+    if (e.candidate.placement.split(TensorClass(i))) {
+      json::Array v;
+      for (Tier t : e.candidate.placement.layers[i])
+        v.push_back(tierName(t));
+      layers[tensorClassName(TensorClass(i))] = std::move(v);
+    }
+  if (!layers.empty())
+    placement["layers"] = std::move(layers);
   // Byte counts are whole numbers except where the overlap fraction splits
   // a tensor; round to bytes.
   auto bytes = [](double b) { return int64_t(std::llround(b)); };
@@ -705,6 +923,8 @@ std::string spillway::schedule::estimateToJSON(const CostEstimate &e) {
   }
   if (!e.valid)
     o["invalid_reason"] = e.invalidReason;
+  if (!e.splitNote.empty())
+    o["split_note"] = e.splitNote;
   std::string out;
   llvm::raw_string_ostream os(out);
   os << json::Value(std::move(o));

@@ -22,6 +22,8 @@ void printEstimate(const char *label, const CostEstimate &e,
     os << "  invalid: " << e.invalidReason << "\n";
     return;
   }
+  if (!e.splitNote.empty())
+    os << "  " << e.splitNote << "\n";
   os << llvm::formatv("  predicted iteration: {0:e3} s, bound: {1}\n",
                       e.iterationSec, boundName(e.bound));
   os << llvm::formatv("  time per resource: compute {0:e3} s, pcie {1:e3} s, "

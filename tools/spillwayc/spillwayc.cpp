@@ -6,6 +6,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "OutputFiles.h"
+#include "ProbeHardware.h"
+#include "Report.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
@@ -18,17 +21,15 @@
 #include "spillway/Pipelines/Executable.h"
 #include "spillway/Pipelines/Pipelines.h"
 #include "spillway/Pipelines/Planning.h"
+#include "spillway/Pipelines/PredictedTrace.h"
 #include "spillway/Support/CompileTiming.h"
 #include "spillway/Support/ToolMain.h"
 #include "spillway/Target/ONNX/ImportONNX.h"
-#include "OutputFiles.h"
-#include "ProbeHardware.h"
-#include "Report.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
-#include "llvm/Support/FileUtilities.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FileUtilities.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
@@ -266,6 +267,15 @@ cl::opt<std::string> reportJson(
     cl::desc("Write the report as JSON (bytes_per_iteration, peak_bytes per "
              "tier, for the chosen plan and the baseline)"),
     cl::value_desc("FILE"), cl::cat(category));
+cl::opt<std::string> reportTrace(
+    "report-trace",
+    cl::desc("With -o and an offload plan (--place, --gpu-mem, --host-mem) "
+             "and --hw: write the plan's predicted iteration as a Chrome "
+             "trace, in the lanes of the executable's --trace (compute, h2d, "
+             "d2h, ssd read, ssd write, cpu optimizer 0), to open beside a "
+             "measured one in Perfetto (docs/cost-model.md, \"The predicted "
+             "trace\")"),
+    cl::value_desc("FILE"), cl::cat(category));
 cl::opt<std::string> ssdTbwText(
     "ssd-tbw",
     cl::desc("With --report / --report-json: the SSDs' rated endurance in "
@@ -355,11 +365,22 @@ cl::list<std::string> placeClasses(
              "master, optimizer, gradients, activations; tiers gpu, host, "
              "ssd (master: the fp32 master weights of --precision "
              "bf16-mixed, whose params are bf16; on the GPU exactly when "
-             "optimizer is, by default with it). The planner decides the "
-             "rest (with --hw; else the GPU). "
+             "optimizer is, by default with it). A class other than "
+             "activations may be split by layer between host and ssd: "
+             "CLASS[BEGIN:END]=TIER pins layers BEGIN..END-1 (spillwayc "
+             "--report lists them), CLASS=host:0.75,ssd:0.25 puts the first "
+             "layers holding 3/4 of its bytes on host and the rest on SSD. "
+             "The planner decides the rest (with --hw; else the GPU). "
              "With -o the executable follows this offload plan "
              "(activations off the GPU need --recompute on, the default)"),
     cl::value_desc("CLASS=TIER,..."), cl::cat(category));
+cl::opt<std::string> splitPlacement(
+    "split-placement",
+    cl::desc("on (default): the planner may split a class by layer between "
+             "host and SSD, filling the host budget with the blocks that "
+             "save the most SSD time per byte (docs/cost-model.md, "
+             "\"Placement by layer\"); off: every class on one tier"),
+    cl::value_desc("on|off"), cl::init("on"), cl::cat(category));
 cl::opt<bool> verbose("v", cl::desc("Print each stage as it runs"),
                       cl::cat(category));
 cl::opt<bool> printPipeline(
@@ -520,7 +541,8 @@ std::string strayPlanningFlag() {
   const std::pair<const char *, cl::Option *> flags[] = {
       {"--gpu-mem", &gpuMem},
       {"--host-mem", &hostMem},
-      {"--place", std::addressof(placeClasses)}};
+      {"--place", std::addressof(placeClasses)},
+      {"--split-placement", &splitPlacement}};
   if (hwProfile.getNumOccurrences() &&
       !(scheduleRequested() && schedule == "auto") && !offloadRequested())
     return "--hw";
@@ -658,6 +680,14 @@ int readPlanningFlags(bool planning, bool offload,
                 "--microbatches M (M > 1), --schedule or an offload plan");
   planOptions.recompute = recompute == "on";
   planOptions.place.assign(placeClasses.begin(), placeClasses.end());
+  if (splitPlacement != "on" && splitPlacement != "off")
+    return fail("--split-placement '" + splitPlacement +
+                "' is not one of on, off");
+  planOptions.splitByLayer = splitPlacement == "on";
+  if (splitPlacement.getNumOccurrences() && !hwProfile.getNumOccurrences())
+    return fail("--split-placement chooses how the cost model places "
+                "classes: give --hw PROFILE.json (without it --place alone "
+                "places them, split as it says)");
   planOptions.offload = offload;
   planOptions.ssdDirs.assign(ssdDirs.begin(), ssdDirs.end());
   // An executable is compiled from the outlined step; --emit mlir prints
@@ -780,6 +810,11 @@ int planAndSchedule(OwningOpRef<ModuleOp> &module,
                    << s.pipelineOptions() << "\" STEP.mlir\n";
   };
   if (offload) {
+    // --report-trace plays the plan in the sched dialect: a copy of the
+    // step before it is scheduled.
+    OwningOpRef<ModuleOp> unplanned;
+    if (!reportTrace.empty())
+      unplanned = module->clone();
     spillway::OffloadOutcome planned = spillway::planOffload(
         module, planOptions, search ? &*search : nullptr,
         [&](const spillway::OffloadPlan &plan) {
@@ -816,6 +851,35 @@ int planAndSchedule(OwningOpRef<ModuleOp> &module,
                        get(buffers, "ssd_bytes"), get(links, "ssd_read"),
                        get(links, "ssd_write"), get(links, "h2d"),
                        get(links, "d2h")));
+    if (unplanned && search) {
+      spillway::ScheduleOptions traced = s;
+      traced.stopInSched = true;
+      traced.outlineTasks = false;
+      PassManager pm(&context);
+      spillway::populateSchedulePipeline(pm, traced);
+      std::string error;
+      std::optional<spillway::PredictedTrace> trace;
+      if (succeeded(pm.run(*unplanned)))
+        trace = spillway::predictTrace(*unplanned, search->summary,
+                                       search->profile, error);
+      else
+        error = "the plan did not schedule again (see above)";
+      if (!trace)
+        return fail("--report-trace: " + error);
+      std::string err;
+      auto out = openOutputFile(reportTrace, &err);
+      if (!out)
+        return fail("--report-trace '" + reportTrace + "': " + err);
+      out->os() << trace->json << "\n";
+      out->keep();
+      note(llvm::formatv("predicted trace: {0} ({1} spans; the iteration "
+                         "ends at {2:e3} s, the cost model's roofline says "
+                         "{3:e3} s)",
+                         reportTrace, trace->spans, trace->iterationSec,
+                         planned.plan.estimate
+                             ? planned.plan.estimate->iterationSec
+                             : search->choice.best.iterationSec));
+    }
     // The report's SSD wear is the cost model's, before the swap's 4 KiB
     // alignment; the executable's plan has the bytes it will write.
     if (report && search)
@@ -950,6 +1014,15 @@ static int compilerMain(int argc, char **argv) {
                   "--host-mem for an executable that follows an offload "
                   "plan");
   }
+  if (!reportTrace.empty() && !(offload && hwProfile.getNumOccurrences()))
+    return fail("--report-trace draws the offload plan an executable "
+                "follows, as the cost model predicts it: give -o EXE with "
+                "--place, --gpu-mem or --host-mem, and --hw PROFILE.json");
+  if (std::string error;
+      !reportTrace.empty() && reportTrace != "-" &&
+      !spillwayc::checkOutputFile("--report-trace '" + reportTrace + "'",
+                                  reportTrace, error))
+    return fail(error);
   if (ssdTbwText.getNumOccurrences() && !planning)
     return fail("--ssd-tbw rates the SSDs for the report's drive lifetime: "
                 "give --report or --report-json with it");

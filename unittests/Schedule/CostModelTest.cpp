@@ -861,3 +861,195 @@ TEST(CostModel, ZeroExchangesTheGradientsAndValuesOfResidentPlans) {
   EXPECT_NE(off.invalidReason.find("resident plans only"), std::string::npos)
       << off.invalidReason;
 }
+
+namespace {
+/// `pl` with class `c` split by layer as `tiers` (normalized).
+Placement splitAs(Placement pl, TensorClass c, std::vector<Tier> tiers) {
+  pl.layers[int(c)] = std::move(tiers);
+  pl.normalize();
+  return pl;
+}
+} // namespace
+
+TEST(CostModel, SplitByLayerCountsEachBlockWhereItLives) {
+  // docs/cost-model.md, "Placement by layer": each layer's block adds its
+  // bytes to the links of its own tier. From offloaded() (params, master,
+  // optimizer on SSD), moving one layer's block of a class to host takes
+  // exactly that block's SSD traffic off and puts its bytes in host memory;
+  // the other layer still streams through the same host staging.
+  const CostEstimate whole = run(Order::Horizontal, 1, 0, offloaded());
+  auto delta = [&](TensorClass c, double read, double write, double bytes) {
+    const CostEstimate e =
+        run(Order::Horizontal, 1, 0,
+            splitAs(offloaded(), c, {Tier::Host, Tier::SSD}));
+    EXPECT_DOUBLE_EQ(whole.bytes.ssdRead - e.bytes.ssdRead, read)
+        << tensorClassName(c);
+    EXPECT_DOUBLE_EQ(whole.bytes.ssdWrite - e.bytes.ssdWrite, write)
+        << tensorClassName(c);
+    EXPECT_DOUBLE_EQ(e.bytes.h2d, whole.bytes.h2d) << tensorClassName(c);
+    EXPECT_DOUBLE_EQ(e.bytes.d2h, whole.bytes.d2h) << tensorClassName(c);
+    EXPECT_EQ(double(e.peakBytes[int(Tier::Host)]) -
+                  double(whole.peakBytes[int(Tier::Host)]),
+              bytes)
+        << tensorClassName(c);
+    EXPECT_EQ(double(whole.peakBytes[int(Tier::SSD)]) -
+                  double(e.peakBytes[int(Tier::SSD)]),
+              bytes)
+        << tensorClassName(c);
+    return e;
+  };
+  // Parameters: layer 0's two loads (horizontal, M = 1: its forward and,
+  // after layer 1's, its backward) and the update's read (it is not
+  // rewritten: masterBytes 200 is not 4 x 128), P = 100 each; the update's
+  // write, 100.
+  ASSERT_EQ(whole.paramLoads[0], 2u);
+  delta(TensorClass::Params, 300, 100, 100);
+  // Master weights and optimizer state: read and written once, 200 and 400.
+  delta(TensorClass::Master, 200, 200, 200);
+  CostEstimate o = delta(TensorClass::Optimizer, 400, 400, 400);
+  EXPECT_DOUBLE_EQ(o.optimizerStateBytes.ssdRead, 400);
+  // Gradients on SSD (horizontal, M = 2: two flushes, the second reading
+  // the first back, and the update's read) but layer 0's on host: 2 writes
+  // and 2 reads of G = 100 fewer.
+  Placement g = offloaded();
+  g[TensorClass::Gradients] = Tier::SSD;
+  const CostEstimate gw = run(Order::Horizontal, 2, 0, g);
+  const CostEstimate gs =
+      run(Order::Horizontal, 2, 0,
+          splitAs(g, TensorClass::Gradients, {Tier::Host, Tier::SSD}));
+  EXPECT_DOUBLE_EQ(gw.bytes.ssdWrite - gs.bytes.ssdWrite, 200);
+  EXPECT_DOUBLE_EQ(gw.bytes.ssdRead - gs.bytes.ssdRead, 200);
+  // All of a class's layers on one tier is that tier, whole.
+  Placement same =
+      splitAs(offloaded(), TensorClass::Params, {Tier::Host, Tier::Host});
+  EXPECT_FALSE(same.split(TensorClass::Params));
+  EXPECT_EQ(same[TensorClass::Params], Tier::Host);
+  // What a split cannot be.
+  Placement gpu = offloaded();
+  gpu.layers[int(TensorClass::Optimizer)] = {Tier::GPU, Tier::SSD};
+  gpu[TensorClass::Optimizer] = Tier::SSD;
+  CostEstimate bad = estimate(toy(), Candidate{Order::Horizontal, 1, 0, gpu},
+                              kPlenty, machine());
+  EXPECT_FALSE(bad.valid);
+  EXPECT_NE(bad.invalidReason.find("lives on host and SSD"), std::string::npos);
+  Placement three = offloaded();
+  three.layers[int(TensorClass::Optimizer)] = {Tier::Host, Tier::SSD,
+                                               Tier::SSD};
+  bad = estimate(toy(), Candidate{Order::Horizontal, 1, 0, three}, kPlenty,
+                 machine());
+  EXPECT_FALSE(bad.valid);
+  EXPECT_NE(bad.invalidReason.find("split over 3 layers, the model has 2"),
+            std::string::npos);
+}
+
+namespace {
+/// toy()'s layer n times: a budget can hold some layers' blocks.
+IterationSummary toyLayers(size_t n) {
+  IterationSummary s = toy();
+  LayerCost l = s.layers[0];
+  s.layers.assign(n, l);
+  for (size_t i = 0; i < n; ++i)
+    s.layers[i].name = "l" + std::to_string(i);
+  return s;
+}
+
+/// One order, M and F; activations on host, the rest searched.
+SearchSpace oneSchedule() {
+  SearchSpace space;
+  space.orders = {Order::Horizontal};
+  space.microBatches = {1};
+  space.overlaps = {0};
+  space.pinned[int(TensorClass::Activations)] = Tier::Host;
+  return space;
+}
+
+double ssdBytes(const CostEstimate &e) {
+  return e.bytes.ssdRead + e.bytes.ssdWrite;
+}
+} // namespace
+
+TEST(CostModel, ChooseFillsTheHostBudgetBlockByBlock) {
+  // Sweeping the host budget from what the smallest plan needs to what
+  // everything needs: the chosen plan fits; it never ranks behind the plan
+  // chosen under a smaller budget (which still fits), so its time never
+  // grows and, this toy being compute-bound (every plan ties on time), its
+  // SSD bytes written never grow either; and it is filled: no SSD block
+  // left would fit on host (fillHost finds none). The whole-class choice
+  // never ranks before it, and at some budgets it writes more.
+  const IterationSummary s = toyLayers(6);
+  const HardwareProfile hw = machine();
+  SearchSpace space = oneSchedule();
+  SearchSpace whole = space;
+  whole.splitByLayer = false;
+  Budgets b{1ull << 40, 0, 1ull << 40};
+  // The smallest host need: everything but the activations on SSD.
+  Placement all = offloaded();
+  all[TensorClass::Gradients] = Tier::SSD;
+  const CostEstimate least = run(Order::Horizontal, 1, 0, all, s, hw);
+  const uint64_t lo = least.neededBytes[int(Tier::Host)];
+  // A GPU budget holding no class: only the streamed blocks.
+  b.gpuBytes = least.neededBytes[int(Tier::GPU)];
+  std::optional<CostEstimate> previous;
+  bool splitHelped = false;
+  for (uint64_t host = lo; host <= lo + 6000; host += 50) {
+    b.hostBytes = host;
+    Choice c = choose(s, space, b, hw);
+    ASSERT_TRUE(c.best.fits) << host;
+    EXPECT_LE(c.best.neededBytes[int(Tier::Host)], host);
+    if (previous) {
+      EXPECT_FALSE(preferred(*previous, c.best, b))
+          << "host budget " << host << ": " << c.best.candidate.str()
+          << " after " << previous->candidate.str();
+      EXPECT_LE(c.best.iterationSec, previous->iterationSec) << host;
+      EXPECT_LE(c.best.bytes.ssdWrite, previous->bytes.ssdWrite) << host;
+    }
+    previous = c.best;
+    if (ssdBytes(c.best) > 0)
+      EXPECT_FALSE(fillHost(s, space, c.best, b, hw))
+          << "host budget " << host << ": " << c.best.candidate.str();
+    const CostEstimate w = choose(s, whole, b, hw).best;
+    EXPECT_FALSE(preferred(w, c.best, b)) << host;
+    if (c.best.bytes.ssdWrite < w.bytes.ssdWrite) {
+      splitHelped = true;
+      EXPECT_FALSE(c.best.splitNote.empty());
+    }
+  }
+  EXPECT_TRUE(splitHelped);
+  EXPECT_EQ(ssdBytes(*previous), 0); // the last budget holds everything
+}
+
+TEST(CostModel, FillHostTakesTheMostSsdTimePerByteFirst) {
+  // From everything on SSD, a budget with room for one block more: a
+  // params block (3 SSD bytes per host byte: a load, the update's read and
+  // write) goes before a master block (2: read and write), even though the
+  // master's saves more in all. Six layers, so no one block's move frees the
+  // class's staging.
+  const IterationSummary s = toyLayers(6);
+  const HardwareProfile hw = machine();
+  Placement all = offloaded();
+  all[TensorClass::Gradients] = Tier::SSD;
+  const CostEstimate seed = run(Order::Horizontal, 1, 0, all, s, hw);
+  Budgets b{1ull << 40, seed.neededBytes[int(Tier::Host)] + 250, 1ull << 40};
+  auto filled = fillHost(s, oneSchedule(), seed, b, hw);
+  ASSERT_TRUE(filled);
+  const Placement &pl = filled->candidate.placement;
+  ASSERT_TRUE(pl.split(TensorClass::Params));
+  EXPECT_EQ(pl.at(TensorClass::Params, 0), Tier::Host);
+  EXPECT_EQ(pl.at(TensorClass::Params, 1), Tier::Host);
+  EXPECT_EQ(pl.at(TensorClass::Params, 2), Tier::SSD);
+  EXPECT_FALSE(pl.split(TensorClass::Master));
+  EXPECT_FALSE(pl.split(TensorClass::Optimizer));
+  EXPECT_NE(filled->splitNote.find("2 of 24 SSD blocks moved to host"),
+            std::string::npos)
+      << filled->splitNote;
+  // A pinned layer stays where it is pinned.
+  SearchSpace pinned = oneSchedule();
+  pinned.pinnedLayers[int(TensorClass::Params)] = {Tier::SSD,    std::nullopt,
+                                                   std::nullopt, std::nullopt,
+                                                   std::nullopt, std::nullopt};
+  filled = fillHost(s, pinned, seed, b, hw);
+  ASSERT_TRUE(filled);
+  EXPECT_EQ(filled->candidate.placement.at(TensorClass::Params, 0), Tier::SSD);
+  EXPECT_EQ(filled->candidate.placement.at(TensorClass::Params, 1), Tier::Host);
+  EXPECT_EQ(filled->candidate.placement.at(TensorClass::Params, 2), Tier::Host);
+}

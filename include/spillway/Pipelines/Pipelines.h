@@ -99,6 +99,10 @@ struct ScheduleOptions {
   /// spillwayc compiles an executable from: compile time then grows with the
   /// step's length, not its square). --emit mlir prints the step without it.
   bool outlineTasks = false;
+  /// Stop before sched-outline-tasks and convert-sched-to-train: the step
+  /// stays in the sched dialect (what predictTrace reads). Not a pipeline
+  /// option: spillwayc's --report-trace sets it on a copy of the plan.
+  bool stopInSched = false;
 
   /// The options as `spillway-opt --spillway-schedule="..."` takes them.
   std::string pipelineOptions() const;

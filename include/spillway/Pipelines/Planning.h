@@ -14,6 +14,7 @@
 #include "spillway/Schedule/CostModel.h"
 #include "spillway/Schedule/HardwareProfile.h"
 #include "spillway/Schedule/IterationSummary.h"
+#include "spillway/Schedule/PlacementSpec.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -41,9 +42,13 @@ struct PlanningOptions {
   /// The products' numerics the lowering gives the target (--precision,
   /// --target): which of the profile's GPU rates the cost model applies.
   schedule::Precision products = schedule::Precision::FP32;
-  /// --place CLASS=TIER entries as given: sched-place reads them as they
-  /// are; with a profile they also pin the search (checked then).
+  /// --place entries as given (CLASS=TIER, CLASS[a:b]=TIER, fractions
+  /// CLASS=TIER:F,TIER:F; schedule/PlacementSpec.h): sched-place reads them
+  /// as they are; with a profile they also pin the search (checked then).
   std::vector<std::string> place;
+  /// --split-placement: the planner may split a class by layer to fill the
+  /// host budget (SearchSpace::splitByLayer).
+  bool splitByLayer = true;
   std::optional<uint64_t> gpuMem, hostMem; ///< budgets (open: the profile's)
   /// --ranks: the data-parallel ranks the plan is costed for (each with
   /// these budgets and the step's batch; the network link of the cost
@@ -86,6 +91,9 @@ struct PlanSpace {
   schedule::SearchSpace space;
   schedule::Budgets budgets;
   bool ssdUnlimited = false; ///< no SSD budget: the SSDs hold anything
+  /// --place parsed; its ranges and fractions pin layers once the layers
+  /// are known (searchPlans).
+  schedule::PlacementSpec spec;
 };
 
 /// Reads the profile at `profilePath` and the options into a PlanSpace;
@@ -105,6 +113,11 @@ struct PlanSearch {
   /// The profile's GPU memory: the offload plan's GPU budget without
   /// --gpu-mem (OffloadOptions::deviceBytes).
   uint64_t deviceMemoryBytes = 0;
+  /// What the search ran with (its pins resolved to layers): planOffload
+  /// refills a split plan's host budget with them (schedule::fillHost).
+  schedule::SearchSpace space;
+  schedule::Budgets budgets;
+  schedule::HardwareProfile profile;
 };
 
 /// Partitions a copy of the training step `step` (left unchanged), summarizes

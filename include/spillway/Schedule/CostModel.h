@@ -129,11 +129,27 @@ std::optional<Tier> parseTier(const std::string &s);
 std::optional<TensorClass> parseTensorClass(const std::string &s);
 
 struct Placement {
+  /// Each class's tier; for a class split by layer, the slowest of its
+  /// layers' (docs/cost-model.md, "Placement by layer").
   std::array<Tier, kNumTensorClasses> tier{Tier::GPU, Tier::GPU, Tier::GPU,
                                            Tier::GPU, Tier::GPU};
+  /// A class split by layer (params, master, optimizer, gradients): the
+  /// home of each layer's block, host or SSD; empty: `tier` for every layer.
+  std::array<std::vector<Tier>, kNumTensorClasses> layers;
   Tier &operator[](TensorClass c) { return tier[int(c)]; }
   Tier operator[](TensorClass c) const { return tier[int(c)]; }
-  std::string str() const; ///< "params=ssd,master=host,..."
+  /// The home of layer `l`'s block of class `c`.
+  Tier at(TensorClass c, size_t l) const {
+    const std::vector<Tier> &v = layers[int(c)];
+    return l < v.size() ? v[l] : tier[int(c)];
+  }
+  bool split(TensorClass c) const { return !layers[int(c)].empty(); }
+  /// Makes a class whose layers all sit on one tier whole again, and a
+  /// split class's tier the slowest of its layers'.
+  void normalize();
+  /// "params=ssd,master=host,...", then a split class's faster layers as
+  /// ranges ("optimizer[0:6]=host"): what sched-place reads.
+  std::string str() const;
 };
 
 /// The optimizer overlap's granule: a layer's deferred elements are a whole
@@ -229,6 +245,9 @@ struct CostEstimate {
   bool fits = false;
   /// Per tier, the smallest budget this candidate fits in (= its peak).
   std::array<uint64_t, kNumTiers> neededBytes{};
+  /// A placement the planner split by layer (choose): how, for the report
+  /// ("moved 14 blocks from SSD to host ..."); empty otherwise.
+  std::string splitNote;
 };
 
 /// ZeRO (zeroStage >= 1): the optimizer state bytes the rank that keeps the
@@ -255,7 +274,8 @@ std::string estimateToJSON(const CostEstimate &e);
 
 /// Whether candidate `a` ranks before `b` (choose's order): one that fits
 /// before one that does not; among those that fit, the faster, then (a tie
-/// on time) the fewer SSD bytes written, then the fewer bytes moved; among
+/// on time) the fewer SSD bytes written, then the fewer SSD bytes read and
+/// written, then the fewer bytes moved; among
 /// those that do not, the smaller total overshoot of the budgets. Neither:
 /// the earlier candidate stays first.
 bool preferred(const CostEstimate &a, const CostEstimate &b,
@@ -267,6 +287,13 @@ struct SearchSpace {
   std::vector<double> overlaps{0, 0.25, 0.5, 0.75, 1};
   /// Pinned tensor classes (--place CLASS=TIER); the rest are searched.
   std::array<std::optional<Tier>, kNumTensorClasses> pinned{};
+  /// Pinned layers of a class (--place CLASS[a:b]=TIER or fractions): per
+  /// layer its tier, or none where the planner chooses; empty: none pinned.
+  std::array<std::vector<std::optional<Tier>>, kNumTensorClasses> pinnedLayers;
+  /// Whether the planner may split a class by layer: it fills the host
+  /// budget with the blocks that save the most SSD time per byte
+  /// (docs/cost-model.md, "Placement by layer"). false: whole classes only.
+  bool splitByLayer = true;
 };
 
 struct Choice {
@@ -280,15 +307,27 @@ struct Choice {
   std::optional<CostEstimate> baseline;
   unsigned candidatesTried = 0;
   /// Every valid candidate, best first: `best`, then those that fit by
-  /// time (then SSD bytes written, then bytes moved), then those that do
-  /// not by overshoot. The planner
-  /// (sched-assign-buffers) has the last word on fitting: spillwayc takes
-  /// the first of these whose exact arenas fit the budgets.
+  /// time (then SSD bytes written, then SSD bytes, then bytes moved), then
+  /// those that do not by overshoot. The planner (sched-assign-buffers) has the
+  /// last word on fitting: spillwayc takes the first of these whose exact
+  /// arenas fit the budgets.
   std::vector<CostEstimate> ranked;
 };
 
 Choice choose(const IterationSummary &summary, const SearchSpace &space,
               const Budgets &budgets, const HardwareProfile &hw);
+
+/// Placement by layer (docs/cost-model.md): fills the host budget from
+/// `seed` (a candidate with blocks on SSD). Ranks its SSD blocks no pin
+/// fixes by the SSD time that moving each alone to host saves per byte it
+/// adds to the host tier's peak, then moves them in that order, skipping one
+/// after which the candidate would not fit. The filled candidate, its
+/// splitNote saying what moved; none when nothing moves.
+std::optional<CostEstimate> fillHost(const IterationSummary &summary,
+                                     const SearchSpace &space,
+                                     const CostEstimate &seed,
+                                     const Budgets &budgets,
+                                     const HardwareProfile &hw);
 
 } // namespace spillway::schedule
 

@@ -201,3 +201,19 @@
 // ZEROMASTER: model_bytes = {d2h = 1216 : i64, h2d = 1120 : i64, ssd_read = 4448 : i64, ssd_write = 3936 : i64}
 // ZEROMASTER4: {bytes = 512 : i64, class = "params", home = "ssd", layer = 0 : i64, members = [@w1], offset = 0 : i64, offsets = array<i64: 0>, split = 256 : i64}
 // ZEROMASTER4: {bytes = 512 : i64, class = "master", home = "ssd", layer = 0 : i64, members = [@w1], offset = 20480 : i64, offsets = array<i64: 0>, split = 256 : i64}
+
+// A placement split by layer (params=ssd,params[0:1]=host,
+// optimizer=host:0.5,ssd:0.5, gradients=ssd,gradients[1:]=host): each
+// block is homed on its layer's tier, packed per tier in layer order, and
+// the links carry only the SSD-homed blocks' bytes: w2's parameters (a
+// load and the update's read, the update's write: 96 + 96 read, 96
+// written), its state (192 each way) and w1's gradients (128 each way).
+// RUN: spillway-opt %S/Inputs/assign-buffers-layers.mlir --sched-assign-buffers | FileCheck %s --check-prefix=LAYERS
+// LAYERS: sched.buffers = {blocks = [
+// LAYERS-SAME: {bytes = 128 : i64, class = "params", home = "host", layer = 0 : i64, members = [@w1], offset = 0 : i64
+// LAYERS-SAME: {bytes = 256 : i64, class = "optimizer", home = "host", layer = 0 : i64, members = [@w1], offset = 4096 : i64
+// LAYERS-SAME: {bytes = 128 : i64, class = "gradients", home = "ssd", layer = 0 : i64, members = [@w1], offset = 0 : i64
+// LAYERS-SAME: {bytes = 96 : i64, class = "params", home = "ssd", layer = 1 : i64, members = [@w2], offset = 4096 : i64
+// LAYERS-SAME: {bytes = 192 : i64, class = "optimizer", home = "ssd", layer = 1 : i64, members = [@w2], offset = 8192 : i64
+// LAYERS-SAME: {bytes = 96 : i64, class = "gradients", home = "host", layer = 1 : i64, members = [@w2], offset = 8192 : i64
+// LAYERS-SAME: model_bytes = {d2h = 224 : i64, h2d = 352 : i64, ssd_read = 512 : i64, ssd_write = 416 : i64}

@@ -396,7 +396,7 @@ func.func @placement_unknown_tier() {
 
 // Every class has a home.
 func.func @placement_missing_class() {
-  // expected-error @+1 {{expected ','}}
+  // expected-error @+1 {{struct is missing required parameter: activations}}
   sched.iteration() {placement = #sched.placement<params = ssd, optimizer = gpu, gradients = gpu>} : () -> () {
   }
   return
@@ -461,6 +461,46 @@ func.func @deferred_per_layer() {
 func.func @deferred_negative() {
   // expected-error @+1 {{'sched.iteration' op deferred: layer 1 defers a negative number of elements (-4)}}
   sched.iteration() {placement = #sched.placement<params = gpu, optimizer = gpu, gradients = gpu, activations = gpu>, updated = [[@a], [@b]], deferred = array<i64: 4, -4>} : () -> () {
+  }
+  return
+}
+
+// -----
+
+// A class split by layer lives on host and SSD.
+func.func @placement_split_on_gpu() {
+  // expected-error @+1 {{placement layers: optimizer tier 0 is not host (1) or ssd (2)}}
+  sched.iteration() {placement = #sched.placement<params = gpu, optimizer = ssd, gradients = gpu, activations = gpu, layers = {optimizer = array<i32: 0, 2>}>} : () -> () {
+  }
+  return
+}
+
+// -----
+
+// The class's tier is the slowest of its layers'.
+func.func @placement_split_base() {
+  // expected-error @+1 {{placement layers: params = host but its slowest layer is on ssd}}
+  sched.iteration() {placement = #sched.placement<params = host, optimizer = gpu, gradients = gpu, activations = gpu, layers = {params = array<i32: 1, 2>}>} : () -> () {
+  }
+  return
+}
+
+// -----
+
+// Activations are placed whole.
+func.func @placement_split_activations() {
+  // expected-error @+1 {{placement layers: 'activations' is not a class that splits by layer (params, optimizer, gradients, master)}}
+  sched.iteration() {placement = #sched.placement<params = gpu, optimizer = gpu, gradients = gpu, activations = ssd, layers = {activations = array<i32: 1, 2>}>} : () -> () {
+  }
+  return
+}
+
+// -----
+
+// Master weights split by layer need master weights.
+func.func @placement_split_master() {
+  // expected-error @+1 {{the placement splits master weights the iteration does not have}}
+  sched.iteration() {placement = #sched.placement<params = gpu, optimizer = ssd, gradients = gpu, activations = gpu, layers = {master = array<i32: 1, 2>}>, optimizer_on = "cpu"} : () -> () {
   }
   return
 }

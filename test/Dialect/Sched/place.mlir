@@ -29,7 +29,7 @@
 // CLASS: error: sched-place: unknown tensor class 'weights' (classes: params, optimizer, gradients, activations, and master under bf16-mixed)
 // TIER: error: sched-place: unknown tier 'nvme' for params (tiers: gpu, host, ssd)
 // TWICE: error: sched-place: class 'params' is placed twice
-// SYNTAX: error: sched-place: 'params' is not CLASS=TIER (e.g. params=ssd)
+// SYNTAX: error: sched-place: 'params' is not CLASS=TIER (e.g. params=ssd,
 // UNORDERED: error: 'sched.iteration' op sched-place: order the tasks first (sched-order)
 // NOITER: error: sched-place: no sched.iteration to place (run convert-train-to-sched first)
 
@@ -52,3 +52,40 @@
 // MIXEDGPU-SAME: optimizer_on = "gpu"
 // MIXEDSPLIT: error: sched-place: master=gpu with optimizer=host: the update reads and writes the master weights where it runs, so they are on the GPU when the optimizer state is (GPU optimizer) and off it when it is not (CPU optimizer)
 // MIXEDSPLIT2: error: sched-place: master=host with optimizer=gpu: the update
+
+// A class other than activations may be split by layer between host and
+// SSD (docs/compiler.md, "Placement by layer"): ranges of train.layers
+// (BEGIN or END may be left out), or fractions of the class's bytes taken
+// by layer in order, each layer weighed by its parameters' bytes (@w1 128,
+// @w2 96: host:0.5 holds the layer whose middle byte is in the first 112).
+// The class's tier is the slowest of its layers'; under bf16-mixed the
+// master weights follow the optimizer state's split unless placed.
+// RUN: spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params=ssd,params[0:1]=host,optimizer=host:0.5,ssd:0.5,gradients=host,gradients[1:]=ssd" | FileCheck %s --check-prefix=SPLIT
+// RUN: spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params=host,params[1:2]=host,optimizer=ssd:0.1,host:0.9" | FileCheck %s --check-prefix=ONETIER
+// RUN: spillway-opt %t.mixed.mlir "--sched-place=placement=params=ssd,optimizer=ssd,optimizer[0:1]=host" | FileCheck %s --check-prefix=MIXEDLAYERS
+// SPLIT: sched.iteration
+// SPLIT-SAME: optimizer_on = "cpu"
+// SPLIT-SAME: placement = #sched.placement<params = ssd, optimizer = ssd, gradients = ssd, activations = gpu, layers = {gradients = array<i32: 1, 2>, optimizer = array<i32: 1, 2>, params = array<i32: 1, 2>}>
+// A split that puts every layer on one tier is that tier, whole.
+// ONETIER: placement = #sched.placement<params = host, optimizer = host, gradients = gpu, activations = gpu>}
+// MIXEDLAYERS: master = "ssd"
+// MIXEDLAYERS-SAME: layers = {master = array<i32: 1, 2>, optimizer = array<i32: 1, 2>}
+
+// What a split cannot be is refused, naming the item.
+// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params[0:3]=host" 2>&1 | FileCheck %s --check-prefix=PASTEND
+// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params[0:1]=host" 2>&1 | FileCheck %s --check-prefix=ONGPU
+// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=activations[0:1]=host" 2>&1 | FileCheck %s --check-prefix=ACTSPLIT
+// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params[1:1]=host" 2>&1 | FileCheck %s --check-prefix=EMPTYRANGE
+// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=optimizer=host:0.5,ssd:0.4" 2>&1 | FileCheck %s --check-prefix=SUM
+// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params=ssd,params[0:2]=host,params[1:2]=ssd" 2>&1 | FileCheck %s --check-prefix=OVERLAP
+// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params[0:1]=host,params=host:0.5,ssd:0.5" 2>&1 | FileCheck %s --check-prefix=BOTH
+// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=optimizer=host:x,ssd:0.5" 2>&1 | FileCheck %s --check-prefix=FRACTION
+// PASTEND: error: sched-place: 'params[0:3]=host': the model has 2 layers (0..1 in train.layers; spillwayc --report lists them)
+// ONGPU: error: sched-place: 'params[0:1]=host' leaves layer 1 of params on the GPU and others off it: a class split by layer lives on host and SSD
+// ONGPU-SAME: place the rest with params=host or params=ssd
+// ACTSPLIT: error: sched-place: 'activations[0:1]=host': activations are placed whole (activations=TIER)
+// EMPTYRANGE: error: sched-place: 'params[1:1]=host': a layer range is CLASS[BEGIN:END]=TIER with BEGIN < END
+// SUM: error: sched-place: 'optimizer=host:0.5': the fractions of optimizer sum to 0.9, not 1 (e.g. optimizer=host:0.75,ssd:0.25)
+// OVERLAP: error: sched-place: 'params[1:2]=ssd': layer 1 of params is placed by 'params[0:2]=host' already
+// BOTH: error: sched-place: 'params[0:1]=host': params takes fractions or layer ranges, not both
+// FRACTION: error: sched-place: 'optimizer=host:x': the fraction 'x' is not a number in (0, 1]

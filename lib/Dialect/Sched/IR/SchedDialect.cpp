@@ -26,6 +26,62 @@ static_assert(int(Tier::gpu) == SPW_TIER_GPU && int(Tier::host) == SPW_TIER_HOST
               getMaxEnumValForTier() + 1 == SPW_NUM_TIERS,
               "sched::Tier and spw_tier disagree");
 
+LogicalResult
+PlacementAttr::verify(function_ref<InFlightDiagnostic()> emitError, Tier params,
+                      Tier optimizer, Tier gradients, Tier activations,
+                      DictionaryAttr layers) {
+  if (!layers)
+    return success();
+  for (NamedAttribute entry : layers) {
+    StringRef cls = entry.getName().getValue();
+    // The master weights' class tier is the iteration's `master`.
+    std::optional<Tier> base;
+    if (cls == "params")
+      base = params;
+    else if (cls == "optimizer")
+      base = optimizer;
+    else if (cls == "gradients")
+      base = gradients;
+    else if (cls != "master")
+      return emitError() << "placement layers: '" << cls
+                         << "' is not a class that splits by layer (params, "
+                            "optimizer, gradients, master)";
+    auto tiers = dyn_cast<DenseI32ArrayAttr>(entry.getValue());
+    if (!tiers || tiers.empty())
+      return emitError() << "placement layers: " << cls
+                         << " needs a non-empty array<i32> of tiers";
+    // A split lives off the GPU: a layer's block on the GPU would change
+    // where the update runs (optimizer, master) or what the loads skip.
+    Tier slowest = Tier::host;
+    for (int32_t t : tiers.asArrayRef()) {
+      if (t != int32_t(Tier::host) && t != int32_t(Tier::ssd))
+        return emitError() << "placement layers: " << cls << " tier " << t
+                           << " is not host (1) or ssd (2)";
+      slowest = std::max(slowest, Tier(t));
+    }
+    if (base && *base != slowest)
+      return emitError() << "placement layers: " << cls << " = "
+                         << stringifyTier(*base)
+                         << " but its slowest layer is on "
+                         << stringifyTier(slowest);
+  }
+  return success();
+}
+
+ArrayRef<int32_t> PlacementAttr::layerTiers(StringRef cls) const {
+  if (DictionaryAttr layers = getLayers())
+    if (auto tiers = layers.getAs<DenseI32ArrayAttr>(cls))
+      return tiers.asArrayRef();
+  return {};
+}
+
+Tier PlacementAttr::homeOf(StringRef cls, Tier base, int64_t layer) const {
+  ArrayRef<int32_t> tiers = layerTiers(cls);
+  if (layer >= 0 && layer < int64_t(tiers.size()))
+    return Tier(tiers[layer]);
+  return base;
+}
+
 void SchedDialect::registerAttributes() {
   addAttributes<
 #define GET_ATTRDEF_LIST

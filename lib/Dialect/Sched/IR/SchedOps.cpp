@@ -83,7 +83,15 @@ LogicalResult IterationOp::verify() {
              << stringifyTier(placement.getOptimizer())
              << ": both on the GPU (GPU optimizer) or both off it (CPU "
                 "optimizer)";
+    ArrayRef<int32_t> split = placement.layerTiers("master");
+    if (!split.empty() && *tier != Tier(*llvm::max_element(split)))
+      return emitOpError("master = ")
+             << *master << " but its slowest layer is on "
+             << stringifyTier(Tier(*llvm::max_element(split)));
   }
+  if (placement && !placement.layerTiers("master").empty() && !getMaster())
+    return emitOpError("the placement splits master weights the iteration "
+                       "does not have (no `master`)");
   if (getUpdatedAttr() && !placement)
     return emitOpError("updated needs a placement");
   if (auto deferred = getDeferredAttr()) {

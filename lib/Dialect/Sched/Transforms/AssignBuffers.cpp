@@ -441,14 +441,24 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
 
   // Homes, packed per tier in layer order: params, optimizer, gradients,
   // master.
+  for (StringRef cls : {"params", "optimizer", "gradients", "master"})
+    if (size_t n = placement.layerTiers(cls).size(); n && n != numLayers)
+      return it.emitOpError("sched-assign-buffers: the placement splits ")
+             << cls << " over " << n << " layers, train.layers has "
+             << numLayers;
   std::array<uint64_t, kTiers> cursor{};
   for (size_t l = 0; l < numLayers; ++l)
     for (int c : {0, 1, 2, kMaster}) {
       BlockInfo &bi = blocks[l][c];
       if (!bi.bytes)
         continue;
-      int t = int(homes[c]);
-      bi.home = homes[c];
+      // A class split by layer (PlacementAttr::layers) homes each layer's
+      // block apart.
+      const Tier home = placement.homeOf(
+          c == kMaster ? "master" : stringifyBlockClass(BlockClass(c)),
+          homes[c], int64_t(l));
+      int t = int(home);
+      bi.home = home;
       bi.homeOffset = alignUp(cursor[t], kGranule[t]);
       cursor[t] = bi.homeOffset + bi.slotBytes(kGranule[t]);
     }

@@ -56,6 +56,13 @@ struct Rewriter {
   /// working copies), which the update brings and writes back as it does
   /// the optimizer state; none: the parameters are their own masters.
   std::optional<Tier> tm;
+  /// The placement split by layer (PlacementAttr::layers): each layer's
+  /// home of a class off the GPU, host or SSD.
+  PlacementAttr placement;
+  Tier tpOf(int64_t l) const { return placement.homeOf("params", tp, l); }
+  Tier toOf(int64_t l) const { return placement.homeOf("optimizer", to, l); }
+  Tier tgOf(int64_t l) const { return placement.homeOf("gradients", tg, l); }
+  Tier tmOf(int64_t l) const { return placement.homeOf("master", *tm, l); }
   int64_t microbatches;
   /// Per layer: its parameters (block order) and which of them the
   /// optimizer updates (the gradient and optimizer blocks' members).
@@ -166,7 +173,7 @@ struct Rewriter {
 };
 
 LogicalResult Rewriter::run() {
-  PlacementAttr placement = it.getPlacementAttr();
+  placement = it.getPlacementAttr();
   if (!placement)
     return it.emitOpError("sched-insert-transfers: no placement; run "
                           "sched-place first");
@@ -196,6 +203,11 @@ LogicalResult Rewriter::run() {
     for (FlatSymbolRefAttr s : entry.getUses())
       reads.back().push_back(s.getAttr());
   }
+  for (StringRef cls : {"params", "optimizer", "gradients", "master"})
+    if (size_t n = placement.layerTiers(cls).size(); n && n != params.size())
+      return it.emitOpError("sched-insert-transfers: the placement splits ")
+             << cls << " over " << n << " layers, train.layers has "
+             << params.size();
 
   // The fwd/bwd task runs, in block order.
   SmallVector<Run> runs;
@@ -314,10 +326,10 @@ void Rewriter::deferredUpdate(int64_t l, TaskOp task) {
   const int p0 = part(l, 0);
   b.setInsertionPoint(task);
   auto stateAndMasters = [&] {
-    bring(BlockClass::optimizer, l, to, side, Priority::demand, p0);
+    bring(BlockClass::optimizer, l, toOf(l), side, Priority::demand, p0);
     bind(BlockClass::optimizer, l, side);
     if (tm) {
-      bring(BlockClass::master, l, *tm, side, Priority::demand, p0);
+      bring(BlockClass::master, l, tmOf(l), side, Priority::demand, p0);
       bind(BlockClass::master, l, side);
     }
   };
@@ -334,16 +346,16 @@ void Rewriter::deferredUpdate(int64_t l, TaskOp task) {
   // parameters written to their tier, keeping the copy the load goes on
   // with.
   b.setInsertionPointAfter(task);
-  sendBack(BlockClass::optimizer, l, side, to, p0);
+  sendBack(BlockClass::optimizer, l, side, toOf(l), p0);
   if (tm)
-    sendBack(BlockClass::master, l, side, *tm, p0);
+    sendBack(BlockClass::master, l, side, tmOf(l), p0);
   if (tp == Tier::gpu) {
     if (side != Tier::gpu) {
       sendBack(BlockClass::params, l, side, Tier::gpu, p0);
       bind(BlockClass::params, l, Tier::gpu);
     }
   } else {
-    sendBack(BlockClass::params, l, side, tp, p0, /*keepSource=*/true);
+    sendBack(BlockClass::params, l, side, tpOf(l), p0, /*keepSource=*/true);
   }
 }
 
@@ -406,7 +418,9 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
     startAt[st.first].push_back(i);
     endAt[st.last].push_back(i);
   }
-  const bool ssd = tp == Tier::ssd;
+  // Blocks homed on SSD come through host memory; those homed there are
+  // uploaded from their home.
+  auto onSsd = [&](size_t i) { return tpOf(stays[i].block) == Tier::ssd; };
   SmallVector<Value> fetched(stays.size()), uploaded(stays.size());
   // Per stay: its upload and its GPU binding, where a layer's deferred
   // update goes at its block's first stay.
@@ -414,14 +428,15 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
   auto fetch = [&](size_t k, Priority p) {
     if (k < loads.size())
       for (size_t i : startAt[k])
-        fetched[i] = move(BlockClass::params, stays[i].block, Tier::ssd,
-                          Tier::host, p);
+        if (onSsd(i))
+          fetched[i] = move(BlockClass::params, stays[i].block, Tier::ssd,
+                            Tier::host, p);
   };
   auto upload = [&](size_t k) {
     if (k >= loads.size())
       return;
     for (size_t i : startAt[k]) {
-      if (ssd)
+      if (onSsd(i))
         await(fetched[i]);
       uploaded[i] = move(BlockClass::params, stays[i].block, Tier::host,
                          Tier::gpu, Priority::prefetch);
@@ -431,23 +446,20 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
   // Two loads in flight: the next one uploading, the one after it (from
   // SSD) being read into pinned host memory.
   b.setInsertionPointToStart(&block);
-  if (ssd) {
-    fetch(0, Priority::demand);
-    fetch(1, Priority::prefetch);
-  }
+  fetch(0, Priority::demand);
+  fetch(1, Priority::prefetch);
   upload(0);
   for (size_t k = 0; k < loads.size(); ++k) {
     b.setInsertionPoint(loads[k].first);
     for (size_t i : startAt[k]) {
       await(uploaded[i]);
-      if (ssd)
+      if (onSsd(i))
         drop(BlockClass::params, stays[i].block, Tier::host);
     }
     for (size_t i : startAt[k])
       bindOp[i] = bind(BlockClass::params, stays[i].block, Tier::gpu);
     upload(k + 1);
-    if (ssd)
-      fetch(k + 2, Priority::prefetch);
+    fetch(k + 2, Priority::prefetch);
     b.setInsertionPointAfter(loads[k].last);
     for (size_t i : endAt[k])
       drop(BlockClass::params, stays[i].block, Tier::gpu);
@@ -604,13 +616,13 @@ LogicalResult Rewriter::routeGradients(ArrayRef<Run> runs) {
       await(move(BlockClass::gradstage, l, Tier::gpu, Tier::host,
                  Priority::writeback));
       drop(BlockClass::gradstage, l, Tier::gpu);
-      if (tg == Tier::ssd && flushed[l])
+      if (tgOf(l) == Tier::ssd && flushed[l])
         await(move(BlockClass::gradients, l, Tier::ssd, Tier::host,
                    Priority::demand));
       lastFlush[l] = AccumulateGradsOp::create(b, it.getLoc(), l, mode,
                                                Tier::host, IntegerAttr());
       drop(BlockClass::gradstage, l, Tier::host);
-      if (tg == Tier::ssd) {
+      if (tgOf(l) == Tier::ssd) {
         await(move(BlockClass::gradients, l, Tier::host, Tier::ssd,
                    Priority::writeback));
         drop(BlockClass::gradients, l, Tier::host);
@@ -787,7 +799,7 @@ LogicalResult Rewriter::placeUpdates() {
     if (!flushed[l])
       return opt.emitOpError("sched-insert-transfers: layer ")
              << l << " is updated but has no backward task";
-    bring(BlockClass::gradients, l, tg, side, Priority::demand);
+    bring(BlockClass::gradients, l, tgOf(l), side, Priority::demand);
     llvm::SmallSet<unsigned, 8> done; // operands already replaced
     for (Operation &inner : opt.getBlock()) {
       auto update = updateOf(inner);
@@ -806,26 +818,26 @@ LogicalResult Rewriter::placeUpdates() {
     const bool now = deferred[l] < total[l];
     const int p1 = part(l, 1);
     if (now) {
-      bring(BlockClass::optimizer, l, to, side, Priority::demand, p1);
+      bring(BlockClass::optimizer, l, toOf(l), side, Priority::demand, p1);
       bind(BlockClass::optimizer, l, side);
       if (tm) {
-        bring(BlockClass::master, l, *tm, side, Priority::demand, p1);
+        bring(BlockClass::master, l, tmOf(l), side, Priority::demand, p1);
         bind(BlockClass::master, l, side);
       }
-      paramsForUpdate(l, tp, p1);
+      paramsForUpdate(l, tpOf(l), p1);
       bind(BlockClass::params, l, side);
     }
     b.setInsertionPointAfter(opt);
     if (now) {
-      sendBack(BlockClass::params, l, side, tp, p1);
-      sendBack(BlockClass::optimizer, l, side, to, p1);
+      sendBack(BlockClass::params, l, side, tpOf(l), p1);
+      sendBack(BlockClass::optimizer, l, side, toOf(l), p1);
       if (tm)
-        sendBack(BlockClass::master, l, side, *tm, p1);
+        sendBack(BlockClass::master, l, side, tmOf(l), p1);
     }
     // The gradient is not written back: only the next iteration's first
     // flush touches it again, and that one overwrites it. (bring already
     // freed the copies in between.)
-    if (side != tg)
+    if (side != tgOf(l))
       drop(BlockClass::gradients, l, side);
   }
   // The micro-batch means the opt tasks read before are dead now.

@@ -10,7 +10,10 @@
 
 #include "mlir/IR/Builders.h"
 #include "spillway/Dialect/Sched/IR/SchedOps.h"
+#include "spillway/Dialect/Train/IR/LayerTable.h"
 #include "spillway/Dialect/Train/IR/TrainDialect.h"
+#include "spillway/Dialect/Train/IR/TrainOps.h"
+#include "spillway/Schedule/PlacementSpec.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 
@@ -24,9 +27,6 @@ using namespace spillway;
 using namespace spillway::sched;
 
 namespace {
-
-constexpr llvm::StringLiteral kClasses[] = {"params", "optimizer", "gradients",
-                                            "activations"};
 
 /// Activations off the GPU move the fwd task results that bwd tasks read
 /// (sched-insert-transfers). After sched-recompute those are the kept
@@ -59,52 +59,101 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
     ModuleOp module = getOperation();
     auto precision = module->getAttrOfType<StringAttr>(train::kPrecisionAttrName);
     const bool bf16Mixed = precision && precision.getValue() == "bf16-mixed";
-    llvm::StringMap<std::string> tiers;
-    for (llvm::StringLiteral c : kClasses)
-      tiers[c] = "gpu";
-    llvm::StringMap<bool> given;
+    using schedule::TensorClass;
+    std::string error;
     SmallVector<StringRef> items;
     StringRef(placement).split(items, ',', -1, /*KeepEmpty=*/false);
-    for (StringRef item : items) {
-      auto [cls, tier] = item.trim().split('=');
-      cls = cls.trim();
-      tier = tier.trim();
-      if (tier.empty()) {
-        module.emitError("sched-place: '")
-            << item << "' is not CLASS=TIER (e.g. params=ssd)";
-        return signalPassFailure();
-      }
-      if (cls == "master" && !bf16Mixed) {
-        module.emitError("sched-place: 'master': there are no separate "
-                         "master weights to place; the f32 parameters are "
-                         "their own master weights, so place them with "
-                         "params=TIER (a model compiled with --precision "
-                         "bf16-mixed has f32 master weights next to its "
-                         "bf16 parameters)");
-        return signalPassFailure();
-      }
-      if (!tiers.count(cls) && cls != "master") {
-        module.emitError("sched-place: unknown tensor class '")
-            << cls
-            << "' (classes: params, optimizer, gradients, activations, and "
-               "master under bf16-mixed)";
-        return signalPassFailure();
-      }
-      if (!symbolizeTier(tier)) {
-        module.emitError("sched-place: unknown tier '")
-            << tier << "' for " << cls << " (tiers: gpu, host, ssd)";
-        return signalPassFailure();
-      }
-      if (given.lookup(cls)) {
-        module.emitError("sched-place: class '") << cls << "' is placed twice";
-        return signalPassFailure();
-      }
-      given[cls] = true;
-      tiers[cls] = tier.str();
+    std::vector<std::string> list;
+    for (StringRef item : items)
+      list.push_back(item.str());
+    auto spec = schedule::parsePlacement(list, error);
+    if (!spec) {
+      module.emitError("sched-place: ") << error;
+      return signalPassFailure();
     }
-    // The master weights live with the optimizer state unless placed.
-    if (bf16Mixed && !given.lookup("master"))
-      tiers["master"] = tiers["optimizer"];
+    const schedule::ClassSpec &masterSpec = (*spec)[TensorClass::Master];
+    if (masterSpec.given() && !bf16Mixed) {
+      module.emitError("sched-place: 'master': there are no separate "
+                       "master weights to place; the f32 parameters are "
+                       "their own master weights, so place them with "
+                       "params=TIER (a model compiled with --precision "
+                       "bf16-mixed has f32 master weights next to its "
+                       "bf16 parameters)");
+      return signalPassFailure();
+    }
+    // Ranges and fractions resolve against train.layers; a fraction weighs
+    // each layer by its parameters' bytes, which every class's block of the
+    // layer is proportional to (AdamW's moments, gradients, masters).
+    std::vector<uint64_t> layerBytes;
+    bool byLayer =
+        llvm::any_of(spec->classes,
+                     [](const schedule::ClassSpec &c) { return c.byLayer(); });
+    if (byLayer) {
+      auto layers = train::LayerTable::read(module);
+      if (failed(layers))
+        return signalPassFailure();
+      if (!*layers) {
+        module.emitError("sched-place: a placement by layer needs the "
+                         "module's train.layers (run train-partition-layers)");
+        return signalPassFailure();
+      }
+      for (train::LayerAttr entry : **layers) {
+        uint64_t n = 0;
+        for (FlatSymbolRefAttr s : entry.getParams())
+          if (auto p = module.lookupSymbol<train::ParamOp>(s.getAttr()))
+            n += uint64_t(p.getNumBytes());
+        layerBytes.push_back(n);
+      }
+    }
+    // Per class: its tier, and per layer when the spec splits it. Classes
+    // it omits stay on the GPU; the master weights live with the optimizer
+    // state (layer by layer) unless placed.
+    std::array<schedule::Tier, schedule::kNumTensorClasses> whole;
+    std::array<std::vector<schedule::Tier>, schedule::kNumTensorClasses> split;
+    for (TensorClass c :
+         {TensorClass::Params, TensorClass::Optimizer, TensorClass::Master,
+          TensorClass::Gradients, TensorClass::Activations}) {
+      const schedule::ClassSpec &cs = (*spec)[c];
+      if (c == TensorClass::Master && !cs.given()) {
+        whole[int(c)] = whole[int(TensorClass::Optimizer)];
+        split[int(c)] = split[int(TensorClass::Optimizer)];
+        continue;
+      }
+      whole[int(c)] = cs.whole.value_or(schedule::Tier::GPU);
+      if (!cs.byLayer())
+        continue;
+      auto tiers =
+          schedule::resolveLayers(cs, c, layerBytes, whole[int(c)], error);
+      if (!tiers) {
+        module.emitError("sched-place: ") << error;
+        return signalPassFailure();
+      }
+      std::vector<schedule::Tier> &v = split[int(c)];
+      for (auto t : *tiers)
+        v.push_back(*t);
+      if (llvm::is_contained(v, schedule::Tier::GPU) &&
+          llvm::any_of(
+              v, [](schedule::Tier t) { return t != schedule::Tier::GPU; })) {
+        size_t g = llvm::find(v, schedule::Tier::GPU) - v.begin();
+        module.emitError("sched-place: '")
+            << cs.text << "' leaves layer " << g << " of "
+            << schedule::tensorClassName(c)
+            << " on the GPU and others off it: a class split by layer lives "
+               "on host and SSD (the GPU's tier is all of a class or none: "
+               "where the optimizer runs and what the loads skip are the "
+               "whole model's); place the rest with "
+            << schedule::tensorClassName(c) << "=host or "
+            << schedule::tensorClassName(c) << "=ssd";
+        return signalPassFailure();
+      }
+      whole[int(c)] = *llvm::max_element(v);
+      if (llvm::all_of(v, [&](schedule::Tier t) { return t == v[0]; }))
+        v.clear();
+    }
+    llvm::StringMap<std::string> tiers;
+    for (int c = 0; c < schedule::kNumTensorClasses; ++c)
+      tiers[schedule::tensorClassName(TensorClass(c))] =
+          schedule::tierName(whole[c]);
     if (bf16Mixed &&
         (tiers["master"] == "gpu") != (tiers["optimizer"] == "gpu")) {
       module.emitError("sched-place: master=")
@@ -116,10 +165,22 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
     }
     Builder b(&getContext());
     auto tierOf = [&](StringRef c) { return *symbolizeTier(tiers[c]); };
-    auto placed =
-        PlacementAttr::get(&getContext(), tierOf("params"),
-                           tierOf("optimizer"), tierOf("gradients"),
-                           tierOf("activations"));
+    SmallVector<NamedAttribute> layerTiers;
+    for (TensorClass c : {TensorClass::Params, TensorClass::Optimizer,
+                          TensorClass::Gradients, TensorClass::Master}) {
+      if (split[int(c)].empty() || (c == TensorClass::Master && !bf16Mixed))
+        continue;
+      SmallVector<int32_t> v;
+      for (schedule::Tier t : split[int(c)])
+        v.push_back(int32_t(t));
+      layerTiers.push_back(b.getNamedAttr(schedule::tensorClassName(c),
+                                          b.getDenseI32ArrayAttr(v)));
+    }
+    auto placed = PlacementAttr::get(
+        &getContext(), tierOf("params"), tierOf("optimizer"),
+        tierOf("gradients"), tierOf("activations"),
+        layerTiers.empty() ? DictionaryAttr()
+                           : b.getDictionaryAttr(layerTiers));
     StringRef side = placed.getOptimizer() == Tier::gpu ? "gpu" : "cpu";
     bool any = false;
     WalkResult r = module.walk([&](IterationOp it) {

@@ -104,6 +104,10 @@ gen $sched/insert-transfers-gpuopt.mlir three-layers "${front[@]}" "${mb2[@]}" -
 gen $sched/insert-transfers-resident.mlir three-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-place
 gen $sched/insert-transfers-overlap.mlir three-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-overlap-optimizer --sched-place=placement=params=ssd,optimizer=host,gradients=host
 gen $sched/insert-transfers-defcpu.mlir three-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake "--sched-overlap-optimizer=fraction=0.5 granule=1" --sched-place=placement=params=ssd,optimizer=ssd,gradients=host
+# A placement split by layer (three layers): params on SSD but layer 1's on
+# host, optimizer state on SSD but layer 0's on host, gradients on host but
+# layer 2's on SSD; with the overlap's deferred updates.
+gen $sched/insert-transfers-layers.mlir three-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake "--sched-overlap-optimizer=fraction=0.5 granule=1" "--sched-place=placement=params=ssd,params[1:2]=host,optimizer=ssd,optimizer[0:1]=host,gradients=host,gradients[2:]=ssd"
 gen $sched/insert-transfers-defgpu.mlir three-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake "--sched-overlap-optimizer=fraction=1 granule=1" --sched-place=placement=params=ssd,optimizer=gpu,gradients=gpu
 gen $sched/insert-transfers-acthost.mlir three-layers "${front[@]}" --sched-order=order=horizontal --sched-recompute --sched-place=placement=activations=host
 gen $sched/insert-transfers-actssd.mlir three-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-recompute --sched-place=placement=activations=ssd
@@ -144,6 +148,7 @@ gen $sched/assign-buffers-ssd.mlir two-layers "${front[@]}" "${mb2[@]}" --sched-
 damage $sched/assign-buffers-bad-layer.mlir "$out/$sched/assign-buffers-ssd.mlir" \
   "a gradient accumulation into a layer the table does not have" \
   's/sched.accumulate_grads layer(1)/sched.accumulate_grads layer(7)/'
+gen $sched/assign-buffers-layers.mlir two-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake "--sched-place=placement=params=ssd,params[0:1]=host,optimizer=host:0.5,ssd:0.5,gradients=ssd,gradients[1:]=host" --sched-insert-transfers
 gen $sched/assign-buffers-act.mlir two-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-recompute --sched-place=placement=activations=ssd --sched-insert-transfers
 gen $sched/assign-buffers-split-ssd.mlir two-layers-16 "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers
 gen $sched/assign-buffers-split-gpuhome.mlir two-layers-16 "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 --sched-place=placement=params=gpu,optimizer=host,gradients=gpu --sched-insert-transfers

@@ -100,21 +100,39 @@ def Sched_AccumulateKind : I32EnumAttr<"AccumulateKind",
 
 def Sched_PlacementAttr : AttrDef<Sched_Dialect, "Placement"> {
   let mnemonic = "placement";
-  let summary = "the home tier of each tensor class for the whole run";
+  let summary = "the home tier of each tensor class, or of each layer's block";
   let description = [{
     Written by `sched-place` on the iteration; `sched-insert-transfers`
     moves blocks from and to these homes, `sched-assign-buffers` sizes the
     tiers by them.
 
+    A class off the GPU may be split by layer: `layers` maps a class
+    (`params`, `optimizer`, `gradients`, or `master` under bf16-mixed) to
+    the home tier of each layer's block, one entry per layer of
+    `train.layers`, each `host` (1) or `ssd` (2). The class's own tier is
+    then the slowest of them. Where the optimizer runs (the GPU with its
+    state there, the host otherwise) stays one place for the whole model.
+
     ```mlir
     #sched.placement<params = ssd, optimizer = host, gradients = host, activations = gpu>
+    #sched.placement<params = ssd, optimizer = ssd, gradients = host,
+                     activations = gpu, layers = {optimizer = array<i32: 1, 1, 2>}>
     ```
   }];
   let parameters = (ins EnumParameter<Sched_Tier>:$params,
                         EnumParameter<Sched_Tier>:$optimizer,
                         EnumParameter<Sched_Tier>:$gradients,
-                        EnumParameter<Sched_Tier>:$activations);
+                        EnumParameter<Sched_Tier>:$activations,
+                        OptionalParameter<"::mlir::DictionaryAttr">:$layers);
   let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// The home of layer `layer`'s block of class `cls` ("params",
+    /// "optimizer", "gradients" or "master"), whose class tier is `base`.
+    Tier homeOf(::llvm::StringRef cls, Tier base, int64_t layer) const;
+    /// The per-layer tiers of `cls`, or an empty list when it is whole.
+    ::llvm::ArrayRef<int32_t> layerTiers(::llvm::StringRef cls) const;
+  }];
 }
 
 #endif // SPILLWAY_DIALECT_SCHED_IR_SCHEDDIALECT_TD

@@ -1,0 +1,249 @@
+//===- PlacementSpec.cpp - --place's ranges and fractions -----------------===//
+
+#include "spillway/Schedule/PlacementSpec.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+using namespace spillway::schedule;
+
+namespace {
+
+std::string trim(const std::string &s) {
+  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+/// A non-negative decimal integer, all of `s`.
+std::optional<int64_t> index(const std::string &s) {
+  if (s.empty() || s.size() > 12 ||
+      !std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(c); }))
+    return std::nullopt;
+  return std::strtoll(s.c_str(), nullptr, 10);
+}
+
+/// "TIER:F" into the class's fractions.
+bool addFraction(ClassSpec &cs, TensorClass c, const std::string &item,
+                 const std::string &tierText, std::string &error) {
+  size_t colon = tierText.find(':');
+  std::string t = trim(tierText.substr(0, colon)),
+              f = trim(tierText.substr(colon + 1));
+  auto tier = parseTier(t);
+  if (!tier) {
+    error = "'" + item + "': unknown tier '" + t + "' (gpu, host, ssd)";
+    return false;
+  }
+  char *end = nullptr;
+  double v = f.empty() ? NAN : std::strtod(f.c_str(), &end);
+  if (f.empty() || *end || !(v > 0 && v <= 1)) {
+    error = "'" + item + "': the fraction '" + f +
+            "' is not a number in (0, 1] (e.g. " + tensorClassName(c) +
+            "=host:0.75,ssd:0.25)";
+    return false;
+  }
+  for (auto &[prev, _] : cs.fractions)
+    if (prev == *tier) {
+      error = "'" + item + "': " + t + " has a fraction of " +
+              tensorClassName(c) + " already";
+      return false;
+    }
+  cs.fractions.push_back({*tier, v});
+  return true;
+}
+
+} // namespace
+
+std::optional<PlacementSpec>
+spillway::schedule::parsePlacement(const std::vector<std::string> &items,
+                                   std::string &error) {
+  PlacementSpec spec;
+  // The class whose fractions a bare TIER:F item continues.
+  std::optional<TensorClass> open;
+  for (const std::string &raw : items) {
+    std::string item = trim(raw);
+    if (item.empty())
+      continue;
+    size_t eq = item.find('=');
+    if (eq == std::string::npos) {
+      if (open && item.find(':') != std::string::npos) {
+        if (!addFraction(spec[*open], *open, item, item, error))
+          return std::nullopt;
+        continue;
+      }
+      error = "'" + item +
+              "' is not CLASS=TIER (e.g. params=ssd, optimizer[0:6]=host, "
+              "optimizer=host:0.75,ssd:0.25)";
+      return std::nullopt;
+    }
+    open.reset();
+    std::string lhs = trim(item.substr(0, eq)), rhs = trim(item.substr(eq + 1));
+    std::string name = lhs;
+    std::optional<ClassSpec::Range> range;
+    if (size_t br = lhs.find('['); br != std::string::npos) {
+      name = trim(lhs.substr(0, br));
+      size_t close = lhs.find(']', br);
+      std::string inside =
+          close == std::string::npos ? "" : lhs.substr(br + 1, close - br - 1);
+      size_t colon = inside.find(':');
+      std::optional<int64_t> begin, end;
+      if (close != std::string::npos && close + 1 == lhs.size() &&
+          colon != std::string::npos) {
+        std::string b = trim(inside.substr(0, colon)),
+                    e = trim(inside.substr(colon + 1));
+        begin = b.empty() ? std::optional<int64_t>(0) : index(b);
+        end = e.empty() ? std::optional<int64_t>(-1) : index(e);
+      }
+      if (!begin || !end || (*end >= 0 && *end <= *begin)) {
+        error = "'" + item +
+                "': a layer range is CLASS[BEGIN:END]=TIER with BEGIN < END "
+                "(layers BEGIN..END-1 of train.layers; either may be left "
+                "out), e.g. params[0:8]=host";
+        return std::nullopt;
+      }
+      range = ClassSpec::Range{*begin, *end, Tier::GPU, item};
+    }
+    auto c = parseTensorClass(name);
+    if (!c) {
+      error = "unknown tensor class '" + name +
+              "' (classes: params, optimizer, gradients, activations, and "
+              "master under bf16-mixed)";
+      return std::nullopt;
+    }
+    ClassSpec &cs = spec[*c];
+    if (rhs.find(':') != std::string::npos) {
+      if (range) {
+        error = "'" + item + "': a layer range takes one tier, not fractions";
+        return std::nullopt;
+      }
+      if (!cs.fractions.empty() || cs.whole) {
+        error = "class '" + name + "' is placed twice (" + cs.text + ", then " +
+                item + "): place each class once";
+        return std::nullopt;
+      }
+      if (!addFraction(cs, *c, item, rhs, error))
+        return std::nullopt;
+      open = *c;
+      if (cs.text.empty())
+        cs.text = item;
+      continue;
+    }
+    auto tier = parseTier(rhs);
+    if (!tier) {
+      error =
+          "unknown tier '" + rhs + "' for " + name + " (tiers: gpu, host, ssd)";
+      return std::nullopt;
+    }
+    if (range) {
+      range->tier = *tier;
+      cs.ranges.push_back(*range);
+    } else if (cs.whole || !cs.fractions.empty()) {
+      error = "class '" + name + "' is placed twice (" + cs.text + ", then " +
+              item + "): place each class once, or split it by layer (e.g. " +
+              name + "=ssd," + name + "[0:4]=host)";
+      return std::nullopt;
+    } else {
+      cs.whole = *tier;
+    }
+    if (cs.text.empty())
+      cs.text = item;
+  }
+  for (int k = 0; k < kNumTensorClasses; ++k) {
+    ClassSpec &cs = spec.classes[k];
+    if (cs.byLayer() && TensorClass(k) == TensorClass::Activations) {
+      error = "'" + cs.text +
+              "': activations are placed whole (activations=TIER): one tier "
+              "holds every layer's boundary activations";
+      return std::nullopt;
+    }
+    if (cs.fractions.empty())
+      continue;
+    if (!cs.ranges.empty()) {
+      error = "'" + cs.text + "': " + tensorClassName(TensorClass(k)) +
+              " takes fractions or layer ranges, not both";
+      return std::nullopt;
+    }
+    double sum = 0;
+    for (auto &[_, f] : cs.fractions)
+      sum += f;
+    if (std::abs(sum - 1) > 1e-6) {
+      char got[32];
+      std::snprintf(got, sizeof got, "%g", sum);
+      error = "'" + cs.text + "': the fractions of " +
+              tensorClassName(TensorClass(k)) + " sum to " + got +
+              ", not 1 (e.g. " + tensorClassName(TensorClass(k)) +
+              "=host:0.75,ssd:0.25)";
+      return std::nullopt;
+    }
+  }
+  return spec;
+}
+
+std::optional<std::vector<std::optional<Tier>>>
+spillway::schedule::resolveLayers(const ClassSpec &spec, TensorClass c,
+                                  const std::vector<uint64_t> &layerBytes,
+                                  std::optional<Tier> fallback,
+                                  std::string &error) {
+  const size_t n = layerBytes.size();
+  std::vector<std::optional<Tier>> tiers(n, spec.whole ? spec.whole : fallback);
+  if (!spec.fractions.empty()) {
+    double total = 0;
+    for (uint64_t b : layerBytes)
+      total += double(b);
+    double before = 0;
+    for (size_t l = 0; l < n; ++l) {
+      const double middle = before + double(layerBytes[l]) / 2;
+      before += double(layerBytes[l]);
+      double upTo = 0;
+      Tier t = spec.fractions.back().first;
+      for (auto &[tier, f] : spec.fractions) {
+        upTo += f * total;
+        if (middle < upTo) {
+          t = tier;
+          break;
+        }
+      }
+      tiers[l] = t;
+    }
+  }
+  std::vector<const ClassSpec::Range *> by(n, nullptr);
+  for (const ClassSpec::Range &r : spec.ranges) {
+    const int64_t end = r.end < 0 ? int64_t(n) : r.end;
+    if (r.begin >= int64_t(n) || end > int64_t(n)) {
+      error = "'" + r.text + "': the model has " + std::to_string(n) +
+              " layers (0.." + std::to_string(n ? n - 1 : 0) +
+              " in train.layers; spillwayc --report lists them)";
+      return std::nullopt;
+    }
+    for (int64_t l = r.begin; l < end; ++l) {
+      if (by[l]) {
+        error = "'" + r.text + "': layer " + std::to_string(l) + " of " +
+                tensorClassName(c) + " is placed by '" + by[l]->text +
+                "' already";
+        return std::nullopt;
+      }
+      by[l] = &r;
+      tiers[l] = r.tier;
+    }
+  }
+  return tiers;
+}
+
+std::string spillway::schedule::layerRanges(TensorClass c,
+                                            const std::vector<Tier> &tiers,
+                                            Tier whole) {
+  std::string s;
+  for (size_t l = 0; l < tiers.size();) {
+    size_t e = l + 1;
+    while (e < tiers.size() && tiers[e] == tiers[l])
+      ++e;
+    if (tiers[l] != whole)
+      s += std::string(s.empty() ? "" : ",") + tensorClassName(c) + "[" +
+           std::to_string(l) + ":" + std::to_string(e) +
+           "]=" + tierName(tiers[l]);
+    l = e;
+  }
+  return s;
+}

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Sweeps the host budget of an offload plan and checks the placement.
+
+For each --host-mem from --host-from to --host-to (MiB, step --host-step),
+compiles MODEL's offload plan (spillwayc --emit mlir, so nothing is linked)
+twice: placement by layer (--split-placement on, the default) and whole
+classes (off). From the plan (sched.buffers: the exact arenas, each block's
+home, the bytes per link per iteration) and the cost model's prediction
+(sched.prediction), it requires of the split plans:
+
+- the host arena within the budget;
+- SSD bytes written per iteration never more than at a smaller budget
+  (the planner's tie rule: among plans as fast, the fewest SSD bytes
+  written, then the fewest bytes moved);
+- never more SSD bytes written than the whole-class plan at that budget;
+- filled: when blocks stay on SSD, the host arena is at least --min-use of
+  the budget, or what is left of the budget is smaller than every block
+  still homed on SSD (placement is per layer's block: no block on SSD
+  fits in what is left).
+
+Prints one row per budget (TSV with --tsv FILE, JSON with --json FILE) and
+exits 1 at the first failure, naming the budget and the plan.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+MIB = 1 << 20
+PLAN = re.compile(r"offload plan: gpu (\d+) bytes, host (\d+) bytes, ssd (\d+) "
+                  r"bytes; per iteration ssd_read (\d+), ssd_write (\d+), "
+                  r"h2d (\d+), d2h (\d+)")
+PLACED = re.compile(r"offload plan: ((?:params|master|optimizer|gradients|"
+                    r"activations)\S*)")
+BLOCK = re.compile(r'\{bytes = (\d+) : i64, class = "(\w+)", home = "(\w+)", '
+                   r'layer = (\d+) : i64')
+PREDICTION = re.compile(r"sched\.prediction = \{bound = \"(\w+)\", "
+                        r"iteration_s = ([0-9.eE+-]+)")
+
+
+def plan(args, host, split, out):
+    mlir = os.path.join(out, f"host{host}-{split}.mlir")
+    cmd = [args.spillwayc, args.model, "-o", mlir, "--emit", "mlir", "--hw",
+           args.hw, "--gpu-mem", str(args.gpu_mem), "--host-mem",
+           str(host), "--microbatches", str(args.microbatches),
+           "--split-placement", split, "-v", *args.extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        return None, f"{' '.join(cmd)}\n{r.stderr[-2000:]}"
+    m = PLAN.search(r.stderr)
+    placed = PLACED.search(r.stderr)
+    if not m or not placed:
+        return None, f"no plan line in spillwayc -v's output:\n{r.stderr}"
+    gpu, hostb, ssd, rd, wr, h2d, d2h = map(int, m.groups())
+    text = open(mlir).read()
+    ssd_blocks = [int(b) for b, _, home, _ in BLOCK.findall(text)
+                  if home == "ssd"]
+    pred = PREDICTION.search(text)
+    os.remove(mlir)
+    return {"host_budget": host, "split": split == "on",
+            "placement": placed.group(1), "gpu_bytes": gpu,
+            "host_bytes": hostb, "ssd_bytes": ssd, "ssd_read": rd,
+            "ssd_write": wr, "h2d": h2d, "d2h": d2h,
+            "smallest_ssd_block": min(ssd_blocks) if ssd_blocks else 0,
+            "predicted_s": float(pred.group(2)) if pred else None,
+            "bound": pred.group(1) if pred else None}, None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--spillwayc", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--hw", required=True)
+    ap.add_argument("--gpu-mem", type=int, required=True, help="bytes")
+    ap.add_argument("--host-from", type=float, required=True, help="MiB")
+    ap.add_argument("--host-to", type=float, required=True, help="MiB")
+    ap.add_argument("--host-step", type=float, default=1, help="MiB")
+    ap.add_argument("--microbatches", type=int, default=1)
+    ap.add_argument("--min-use", type=float, default=0.95)
+    ap.add_argument("--out", required=True, help="a scratch directory")
+    ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--no-check", action="store_true",
+                    help="print and write the rows only (a benchmark)")
+    ap.add_argument("extra", nargs="*", help="more spillwayc flags (after --)")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+
+    rows = []
+    failures = []
+    prev = None
+    print("host_MiB\tsplit_host\tsplit_ssd_write\tsplit_ssd_read\t"
+          "whole_host\twhole_ssd_write\twhole_ssd_read\tuse\tsplit_placement")
+    h = args.host_from
+    while h <= args.host_to + 1e-9:
+        host = int(h * MIB)
+        h += args.host_step
+        split, err = plan(args, host, "on", args.out)
+        whole, err2 = plan(args, host, "off", args.out)
+        if split is None or whole is None:
+            if split is None and whole is None and prev is None:
+                print(f"{host / MIB:g}\tno plan fits")
+                continue  # below the smallest budget that fits
+            failures.append(f"host {host}: {err or err2}")
+            break
+        rows += [split, whole]
+        use = split["host_bytes"] / host
+        print(f"{host / MIB:g}\t{split['host_bytes']}\t{split['ssd_write']}\t"
+              f"{split['ssd_read']}\t{whole['host_bytes']}\t"
+              f"{whole['ssd_write']}\t{whole['ssd_read']}\t{use:.3f}\t"
+              f"{split['placement']}")
+        if args.no_check:
+            continue
+        why = []
+        if split["host_bytes"] > host:
+            why.append(f"host arena {split['host_bytes']} over the budget")
+        if prev and split["ssd_write"] > prev["ssd_write"]:
+            why.append(f"SSD bytes grew from {prev['ssd_read']} read, "
+                       f"{prev['ssd_write']} written at host "
+                       f"{prev['host_budget']}")
+        if split["ssd_write"] > whole["ssd_write"]:
+            why.append(f"writes {split['ssd_write']} SSD bytes, the "
+                       f"whole-class plan {whole['ssd_write']}")
+        left = host - split["host_bytes"]
+        if (split["smallest_ssd_block"] and use < args.min_use
+                and left >= split["smallest_ssd_block"]):
+            why.append(f"uses {use:.1%} of the host budget with "
+                       f"{left} bytes left and a block of "
+                       f"{split['smallest_ssd_block']} bytes on SSD")
+        if why:
+            failures.append(f"host budget {host}: " + "; ".join(why) +
+                            f" (plan {split['placement']})")
+        prev = split
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if failures:
+        sys.exit("FAILED: " + "\nFAILED: ".join(failures))
+    if not rows:
+        sys.exit("FAILED: no budget in the sweep fits a plan")
+    if not args.no_check:
+        print(f"placement sweep: {len(rows) // 2} budgets, SSD bytes never "
+              f"grow with the budget, every plan filled")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+//===- PlacementSpecTest.cpp - --place's ranges and fractions -------------===//
+
+#include "spillway/Schedule/PlacementSpec.h"
+
+#include <gtest/gtest.h>
+
+using namespace spillway::schedule;
+
+namespace {
+
+PlacementSpec parse(std::vector<std::string> items) {
+  std::string error;
+  auto spec = parsePlacement(items, error);
+  EXPECT_TRUE(spec) << error;
+  return spec ? *spec : PlacementSpec{};
+}
+
+std::string parseError(std::vector<std::string> items) {
+  std::string error;
+  EXPECT_FALSE(parsePlacement(items, error));
+  return error;
+}
+
+std::vector<std::optional<Tier>> layersOf(const ClassSpec &cs, TensorClass c,
+                                          std::vector<uint64_t> bytes,
+                                          std::optional<Tier> fallback) {
+  std::string error;
+  auto v = resolveLayers(cs, c, bytes, fallback, error);
+  EXPECT_TRUE(v) << error;
+  return v ? *v : std::vector<std::optional<Tier>>{};
+}
+
+constexpr auto H = Tier::Host, S = Tier::SSD;
+
+TEST(PlacementSpec, WholeClassesRangesAndFractions) {
+  // The items as spillwayc's comma-separated --place hands them over: a
+  // bare TIER:F continues the fractions before it.
+  PlacementSpec spec =
+      parse({"params=ssd", "params[0:2]=host", "optimizer=host:0.75",
+             "ssd:0.25", "gradients[3:]=ssd", "activations=gpu"});
+  EXPECT_EQ(spec[TensorClass::Params].whole, S);
+  ASSERT_EQ(spec[TensorClass::Params].ranges.size(), 1u);
+  EXPECT_EQ(spec[TensorClass::Params].ranges[0].begin, 0);
+  EXPECT_EQ(spec[TensorClass::Params].ranges[0].end, 2);
+  ASSERT_EQ(spec[TensorClass::Optimizer].fractions.size(), 2u);
+  EXPECT_TRUE(spec[TensorClass::Gradients].byLayer());
+  EXPECT_EQ(spec[TensorClass::Gradients].ranges[0].end, -1);
+  EXPECT_FALSE(spec[TensorClass::Activations].byLayer());
+  EXPECT_FALSE(spec[TensorClass::Master].given());
+
+  // Four equal layers: ranges over the class's tier.
+  std::vector<uint64_t> four(4, 100);
+  EXPECT_EQ(layersOf(spec[TensorClass::Params], TensorClass::Params, four,
+                     std::nullopt),
+            (std::vector<std::optional<Tier>>{H, H, S, S}));
+  // Layers no range names and no tier covers stay open.
+  EXPECT_EQ(layersOf(spec[TensorClass::Gradients], TensorClass::Gradients, four,
+                     std::nullopt),
+            (std::vector<std::optional<Tier>>{std::nullopt, std::nullopt,
+                                              std::nullopt, S}));
+  // 3/4 of 400 bytes: the layers whose middle byte lies below 300 (50,
+  // 150, 250) on host, the last (350) on SSD.
+  EXPECT_EQ(layersOf(spec[TensorClass::Optimizer], TensorClass::Optimizer, four,
+                     std::nullopt),
+            (std::vector<std::optional<Tier>>{H, H, H, S}));
+  // Unequal layers: 3/4 of 1000 is 750; middles 50, 400, 850.
+  EXPECT_EQ(layersOf(spec[TensorClass::Optimizer], TensorClass::Optimizer,
+                     {100, 600, 300}, std::nullopt),
+            (std::vector<std::optional<Tier>>{H, H, S}));
+}
+
+TEST(PlacementSpec, BadItemsNameThemselves) {
+  EXPECT_NE(parseError({"params"}).find("'params' is not CLASS=TIER"),
+            std::string::npos);
+  EXPECT_NE(parseError({"weights=host"}).find("unknown tensor class 'weights'"),
+            std::string::npos);
+  EXPECT_NE(parseError({"params=nvme"}).find("unknown tier 'nvme'"),
+            std::string::npos);
+  EXPECT_NE(parseError({"params[2:1]=host"}).find("BEGIN < END"),
+            std::string::npos);
+  EXPECT_NE(parseError({"params[a:1]=host"}).find("BEGIN < END"),
+            std::string::npos);
+  EXPECT_NE(parseError({"params[0:1]=host:0.5", "ssd:0.5"})
+                .find("a layer range takes one tier"),
+            std::string::npos);
+  EXPECT_NE(parseError({"optimizer=host:0.7", "ssd:0.2"}).find("sum to 0.9"),
+            std::string::npos);
+  EXPECT_NE(parseError({"optimizer=host:1.5"}).find("not a number in (0, 1]"),
+            std::string::npos);
+  EXPECT_NE(parseError({"optimizer=host:0.5", "host:0.5"})
+                .find("host has a fraction of optimizer already"),
+            std::string::npos);
+  EXPECT_NE(parseError({"activations[0:1]=host"})
+                .find("activations are placed whole"),
+            std::string::npos);
+  EXPECT_NE(parseError({"params=ssd", "params=host"}).find("placed twice"),
+            std::string::npos);
+  EXPECT_NE(parseError({"params[0:1]=host", "params=host:0.5", "ssd:0.5"})
+                .find("fractions or layer ranges, not both"),
+            std::string::npos);
+  // A bare TIER:F continues fractions only.
+  EXPECT_NE(parseError({"params=ssd", "host:0.5"}).find("is not CLASS=TIER"),
+            std::string::npos);
+
+  std::string error;
+  PlacementSpec spec = parse({"params[0:5]=host", "params[1:2]=ssd"});
+  EXPECT_FALSE(resolveLayers(spec[TensorClass::Params], TensorClass::Params,
+                             std::vector<uint64_t>(4, 1), std::nullopt, error));
+  EXPECT_NE(error.find("the model has 4 layers"), std::string::npos) << error;
+  spec = parse({"params[0:3]=host", "params[2:]=ssd"});
+  EXPECT_FALSE(resolveLayers(spec[TensorClass::Params], TensorClass::Params,
+                             std::vector<uint64_t>(4, 1), std::nullopt, error));
+  EXPECT_NE(error.find("layer 2 of params is placed by 'params[0:3]=host'"),
+            std::string::npos)
+      << error;
+}
+
+TEST(PlacementSpec, RangesPrintAsTheyParse) {
+  // What the planner writes for sched-place reads back to the same layers.
+  std::vector<Tier> tiers{H, S, S, H, H, S};
+  std::string ranges = layerRanges(TensorClass::Optimizer, tiers, S);
+  EXPECT_EQ(ranges, "optimizer[0:1]=host,optimizer[3:5]=host");
+  PlacementSpec spec =
+      parse({"optimizer=ssd", "optimizer[0:1]=host", "optimizer[3:5]=host"});
+  auto back = layersOf(spec[TensorClass::Optimizer], TensorClass::Optimizer,
+                       std::vector<uint64_t>(6, 8), std::nullopt);
+  for (size_t l = 0; l < tiers.size(); ++l)
+    EXPECT_EQ(back[l], tiers[l]) << "layer " << l;
+}
+
+} // namespace
