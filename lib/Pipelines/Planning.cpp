@@ -201,6 +201,28 @@ std::optional<PlanSearch> spillway::searchPlans(ModuleOp step,
       error = "--place: " + error;
       return std::nullopt;
     }
+    // A split lives off the GPU (sched-place says the same).
+    const bool onGpu = llvm::any_of(
+        *pins, [](std::optional<Tier> t) { return t == Tier::GPU; });
+    const bool offGpu = llvm::any_of(
+        *pins, [](std::optional<Tier> t) { return t && t != Tier::GPU; });
+    if (onGpu && (offGpu || llvm::is_contained(*pins, std::nullopt))) {
+      error = "--place '" + cs.text + "' puts some layers of " +
+              tensorClassName(TensorClass(k)) +
+              " on the GPU and leaves others off it: a class split by "
+              "layer lives on host and SSD (the GPU's tier is all of a "
+              "class or none); place the rest with " +
+              tensorClassName(TensorClass(k)) + "=host or " +
+              tensorClassName(TensorClass(k)) + "=ssd";
+      return std::nullopt;
+    }
+    // Every layer pinned: the class is fixed, its tier the slowest.
+    if (!llvm::is_contained(*pins, std::nullopt)) {
+      Tier slowest = Tier::GPU;
+      for (std::optional<Tier> t : *pins)
+        slowest = std::max(slowest, *t);
+      space.pinned[k] = slowest;
+    }
     space.pinnedLayers[k] = std::move(*pins);
   }
   copy->walk([&](train::FoamOp f) {
@@ -218,9 +240,17 @@ std::optional<PlanSearch> spillway::searchPlans(ModuleOp step,
     c.order = in.space.orders.front();
     c.microBatches = in.space.microBatches.front();
     c.overlap = in.space.overlaps.front();
-    for (int k = 0; k < kNumTensorClasses; ++k)
-      if (in.space.pinned[k])
-        c.placement.tier[k] = *in.space.pinned[k];
+    for (int k = 0; k < kNumTensorClasses; ++k) {
+      if (space.pinned[k])
+        c.placement.tier[k] = *space.pinned[k];
+      const auto &pins = space.pinnedLayers[k];
+      if (!pins.empty() && !llvm::is_contained(pins, std::nullopt)) {
+        c.placement.layers[k].clear();
+        for (std::optional<Tier> t : pins)
+          c.placement.layers[k].push_back(*t);
+      }
+    }
+    c.placement.normalize();
     CostEstimate e = estimate(r.summary, c, in.budgets, in.profile);
     error = "no valid plan: " +
             (e.valid ? r.choice.best.invalidReason : e.invalidReason);
@@ -323,6 +353,22 @@ void recordPrediction(ModuleOp module, const CostEstimate &e) {
           {b.getNamedAttr("iteration_s", b.getF64FloatAttr(e.iterationSec)),
            b.getNamedAttr("bound", b.getStringAttr(boundName(e.bound)))}));
 }
+/// The smallest block homed on SSD in a scheduled step (0: none).
+uint64_t smallestSsdBlock(ModuleOp m) {
+  auto buffers = m->getAttrOfType<DictionaryAttr>("sched.buffers");
+  auto blocks = buffers ? buffers.getAs<ArrayAttr>("blocks") : nullptr;
+  uint64_t least = 0;
+  if (blocks)
+    for (auto b : blocks.getAsRange<DictionaryAttr>()) {
+      auto home = b.getAs<StringAttr>("home");
+      auto bytes = b.getAs<IntegerAttr>("bytes");
+      if (home && bytes && home.getValue() == "ssd" &&
+          (!least || bytes.getValue().getZExtValue() < least))
+        least = bytes.getValue().getZExtValue();
+    }
+  return least;
+}
+
 /// A tier's arena in a scheduled step (sched.buffers' gpu_bytes or
 /// host_bytes).
 uint64_t exactBytes(ModuleOp m, StringRef key) {
@@ -360,7 +406,14 @@ void refillHost(ModuleOp unplanned, OwningOpRef<ModuleOp> &planned,
   const uint64_t gpuExcess = uint64_t(
       std::max<int64_t>(0, int64_t(plan.estimate->neededBytes[int(Tier::GPU)]) -
                                int64_t(exactBytes(*planned, "gpu_bytes"))));
-  for (int round = 0; round < 10 && exact < budget && target > modelHost();
+  // Room for no block still on SSD: nothing can move (a block's home takes
+  // at least its bytes).
+  auto full = [&] {
+    const uint64_t least = smallestSsdBlock(*planned);
+    return !least || budget - exact < least;
+  };
+  for (int round = 0;
+       round < 10 && exact < budget && target > modelHost() && !full();
        ++round) {
     Budgets inflated = search.budgets;
     inflated.hostBytes = uint64_t(target);
@@ -410,7 +463,9 @@ void refillHost(ModuleOp unplanned, OwningOpRef<ModuleOp> &planned,
 void fillFromSsd(ModuleOp unplanned, OwningOpRef<ModuleOp> &planned,
                  OffloadPlan &plan, const PlanSearch &search,
                  const PlanningOptions &options) {
-  if (!plan.estimate || !search.space.splitByLayer || !options.hostMem)
+  // Homing blocks on SSD never makes a plan that writes none faster.
+  if (!plan.estimate || !search.space.splitByLayer || !options.hostMem ||
+      plan.estimate->bytes.ssdWrite + plan.estimate->bytes.ssdRead == 0)
     return;
   Candidate c = plan.estimate->candidate;
   bool changed = false;
@@ -429,7 +484,7 @@ void fillFromSsd(ModuleOp unplanned, OwningOpRef<ModuleOp> &planned,
     c.placement.layers[int(k)] = std::move(tiers);
   }
   c.placement.normalize();
-  if (!changed || c.placement.str() == plan.estimate->candidate.str())
+  if (!changed || c.str() == plan.estimate->candidate.str())
     return;
   OffloadPlan alt = plan;
   alt.estimate = estimate(search.summary, c, search.budgets, search.profile);
@@ -480,9 +535,21 @@ spillway::planOffload(OwningOpRef<ModuleOp> &module,
   // the answer).
   const bool budgeted = options.gpuMem || options.hostMem;
   if (search && budgeted && search->choice.ranked.size() > 1) {
-    constexpr size_t kMaxPlans = 32;
-    for (size_t i = 0; i < search->choice.ranked.size() && i < kMaxPlans;
+    // Plans split by layer come in families (one fill per seed, alike in
+    // what the model misses about the exact arenas): after kMaxSplit of
+    // them fail, only whole-class plans are tried (kMaxPlans of them, as
+    // without splitting), which the refill then splits with the exact
+    // arenas.
+    constexpr size_t kMaxPlans = 32, kMaxSplit = 8;
+    size_t tried = 0, splitTried = 0;
+    for (size_t i = 0; i < search->choice.ranked.size() && tried < kMaxPlans;
          ++i) {
+      const Placement &pl = search->choice.ranked[i].candidate.placement;
+      const bool split = llvm::any_of(
+          pl.layers, [](const std::vector<Tier> &v) { return !v.empty(); });
+      if (split && splitTried == kMaxSplit)
+        continue;
+      (split ? splitTried : tried) += 1;
       OffloadPlan plan = planFor(i);
       OwningOpRef<ModuleOp> trial(module->clone());
       std::optional<sched::OverBudget> overBudget;

@@ -520,8 +520,10 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
       const int t = int(pl.at(cb.k, i));
       p[t] += cb.blocks[i];
       largest = std::max(largest, cb.moved[i]);
-      offGpu |= t != gpu;
-      onSsd |= t == ssd;
+      // A layer without a block of the class (no parameters of its own)
+      // stages nothing.
+      offGpu |= t != gpu && cb.blocks[i] > 0;
+      onSsd |= t == ssd && cb.blocks[i] > 0;
     }
     // Streamed to or from the GPU: double-buffered there (the layer in use
     // and the next one in flight); master and optimizer state never visit a
@@ -689,11 +691,27 @@ spillway::schedule::fillHost(const IterationSummary &s,
     return e.bytes.ssdRead / (hw.ssdReadGBps() * 1e9) +
            e.bytes.ssdWrite / (hw.ssdWriteGBps() * 1e9);
   };
+  // A layer's block of class k (0: the layer has none, e.g. no parameters
+  // of its own: it never moves, and follows the class's other layers).
+  auto blockBytes = [&](TensorClass k, size_t l) -> uint64_t {
+    const LayerCost &lc = s.layers[l];
+    return k == TensorClass::Params      ? lc.paramBytes
+           : k == TensorClass::Master    ? lc.masterBytes
+           : k == TensorClass::Optimizer ? lc.optimizerBytes
+                                         : lc.gradBytes;
+  };
   auto moved = [&](const Placement &from, TensorClass k, size_t l) {
     Placement p = from;
     if (!p.split(k))
       p.layers[int(k)].assign(L, p[k]);
-    p.layers[int(k)][l] = Tier::Host;
+    std::vector<Tier> &v = p.layers[int(k)];
+    v[l] = Tier::Host;
+    bool left = false;
+    for (size_t i = 0; i < L; ++i)
+      left |= v[i] == Tier::SSD && blockBytes(k, i) > 0;
+    for (size_t i = 0; i < L && !left; ++i)
+      if (blockBytes(k, i) == 0)
+        v[i] = Tier::Host;
     p.normalize();
     return p;
   };
@@ -706,7 +724,7 @@ spillway::schedule::fillHost(const IterationSummary &s,
       continue;
     for (size_t l = 0; l < L; ++l) {
       if (seed.candidate.placement.at(k, l) != Tier::SSD ||
-          (l < pins.size() && pins[l]))
+          (l < pins.size() && pins[l]) || blockBytes(k, l) == 0)
         continue;
       Candidate c = seed.candidate;
       c.placement = moved(c.placement, k, l);
@@ -787,6 +805,14 @@ Choice spillway::schedule::choose(const IterationSummary &s,
             best = e;
           all.push_back(std::move(e));
         });
+  // The ranking: a strict order on exact keys (`better` allows for
+  // rounding, so `best` goes first by itself).
+  auto key = [&](const CostEstimate &e) {
+    return std::make_tuple(!e.fits, e.fits ? e.iterationSec : 0.0,
+                           e.fits ? 0.0 : overshoot(e, budgets),
+                           e.fits ? e.bytes.ssdWrite : 0.0,
+                           e.fits ? ssdBytes(e) : 0.0, totalBytes(e));
+  };
   // Placement by layer: the fastest fitting plans with blocks on SSD, each
   // with the host budget filled from its SSD blocks (fillHost).
   if (space.splitByLayer) {
@@ -797,7 +823,7 @@ Choice spillway::schedule::choose(const IterationSummary &s,
         seeds.push_back(&e);
     std::stable_sort(seeds.begin(), seeds.end(),
                      [&](const CostEstimate *a, const CostEstimate *b) {
-                       return better(*a, *b, budgets);
+                       return key(*a) < key(*b);
                      });
     if (seeds.size() > kSeeds)
       seeds.resize(kSeeds);
@@ -815,14 +841,6 @@ Choice spillway::schedule::choose(const IterationSummary &s,
       all.push_back(std::move(f));
     }
   }
-  // The ranking: a strict order on exact keys (`better` allows for
-  // rounding, so `best` goes first by itself).
-  auto key = [&](const CostEstimate &e) {
-    return std::make_tuple(!e.fits, e.fits ? e.iterationSec : 0.0,
-                           e.fits ? 0.0 : overshoot(e, budgets),
-                           e.fits ? e.bytes.ssdWrite : 0.0,
-                           e.fits ? ssdBytes(e) : 0.0, totalBytes(e));
-  };
   std::stable_sort(all.begin(), all.end(),
                    [&](const CostEstimate &a, const CostEstimate &b) {
                      return key(a) < key(b);

@@ -19,7 +19,7 @@ std::string trim(const std::string &s) {
 
 /// A non-negative decimal integer, all of `s`.
 std::optional<int64_t> index(const std::string &s) {
-  if (s.empty() || s.size() > 12 ||
+  if (s.empty() || s.size() > 18 ||
       !std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(c); }))
     return std::nullopt;
   return std::strtoll(s.c_str(), nullptr, 10);
@@ -69,8 +69,10 @@ spillway::schedule::parsePlacement(const std::vector<std::string> &items,
     size_t eq = item.find('=');
     if (eq == std::string::npos) {
       if (open && item.find(':') != std::string::npos) {
-        if (!addFraction(spec[*open], *open, item, item, error))
+        ClassSpec &cs = spec[*open];
+        if (!addFraction(cs, *open, item, item, error))
           return std::nullopt;
+        cs.fractionsText += "," + item;
         continue;
       }
       error = "'" + item +
@@ -125,6 +127,7 @@ spillway::schedule::parsePlacement(const std::vector<std::string> &items,
       }
       if (!addFraction(cs, *c, item, rhs, error))
         return std::nullopt;
+      cs.fractionsText = item;
       open = *c;
       if (cs.text.empty())
         cs.text = item;
@@ -170,8 +173,8 @@ spillway::schedule::parsePlacement(const std::vector<std::string> &items,
       sum += f;
     if (std::abs(sum - 1) > 1e-6) {
       char got[32];
-      std::snprintf(got, sizeof got, "%g", sum);
-      error = "'" + cs.text + "': the fractions of " +
+      std::snprintf(got, sizeof got, "%.9g", sum);
+      error = "'" + cs.fractionsText + "': the fractions of " +
               tensorClassName(TensorClass(k)) + " sum to " + got +
               ", not 1 (e.g. " + tensorClassName(TensorClass(k)) +
               "=host:0.75,ssd:0.25)";

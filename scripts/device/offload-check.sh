@@ -30,14 +30,22 @@
 #             the offload efficiency, tokens/s offloaded / tokens/s resident
 #             (target >= 0.90); the result JSON (with the commands) is
 #             $OUT/offload-h200-<UTC time>.json: commit it under bench/results/
+#   issue 23 (placement by layer), after part 1:
+#     3. bash scripts/device/offload-check.sh --part 3     (timeout_s 510)
+#          d. the benchmark GPT under the same budgets, snake F=1, with the
+#             planner's placement (no class pinned): whole classes against
+#             classes split by layer between host and SSD; each iteration
+#             time, the ratio whole / split, and the SSD bytes read and
+#             written per iteration of each (--stats-json); the result JSON
+#             is $OUT/offload-placement-h200-<UTC time>.json
 # Each part stops starting work --budget seconds after its start (part 1:
-# 300, part 2: 480; runs that are not expected to end in time are skipped,
+# 300, parts 2 and 3: 480; runs that are not expected to end in time are skipped,
 # and said so) and prints a short table last. Every row goes to $OUT as it
 # comes. $OUT gets at most 5 files (the device tool returns 8):
 # offload-check.log, offload-check-rows.jsonl, cuda-check.log,
 # cuda-check-losses.jsonl, offload-h200-*.json.
 #
-# Options: --part 1|2|all (default all: both parts, for a machine without
+# Options: --part 1|2|3|all (default all: parts 1 and 2, for a machine without
 # the tool's limit), --budget SECONDS (per part), --cuda-budget SECONDS,
 # --device D (default cuda) and --ref-device D (default cpu), --local (this
 # machine: --device loopback, no cuda-check, the bench on the loopback
@@ -63,12 +71,12 @@ while [ $# -gt 0 ]; do
     --ref-device) REF=$2; shift ;;
     --local) LOCAL=1 DEVICE=loopback ;;
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,56p' "$0"; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
   shift
 done
-case $PART in 1|2|all) ;; *) die "--part must be 1, 2 or all" ;; esac
+case $PART in 1|2|3|all) ;; *) die "--part must be 1, 2, 3 or all" ;; esac
 for v in "$CUDA_BUDGET" ${BUDGET:+"$BUDGET"}; do
   [[ $v =~ ^[0-9]+$ ]] || die "'$v' is not a number of seconds"
 done
@@ -139,8 +147,28 @@ part2() {
   echo "== part 2 took $((SECONDS - start)) s"
 }
 
+part3() {
+  local start=$SECONDS budget
+  budget=$(budget_of 3)
+  local deadline=$(( $(date +%s) + budget ))
+  local wdir=/dev/shm/spillway-bench
+  [ -d /dev/shm ] && [ -w /dev/shm ] || wdir=$WORK/weights
+  [ "$LOCAL" = 1 ] && wdir=$WORK/weights
+  mkdir -p "$wdir" "$SSD"
+  local stamp
+  stamp=$(date -u +%Y%m%dT%H%M%SZ)
+  echo "== part 3: placement by layer against whole classes (budget $budget s)"
+  "${PY[@]}" bench --rows "$ROWS" --work "$WORK/placement" --device "$DEVICE" --deadline "$deadline" \
+    --bench-dir "$OFF/bench" --weights-dir "$wdir" --ssd "$SSD" --configs whole,split \
+    --result-json "$OUTDIR/offload-placement-h200-$stamp.json" \
+    --command "bash scripts/device/offload-check.sh --part 3$([ -n "$BUDGET" ] && echo " --budget $BUDGET")$([ "$DEVICE" != cuda ] && echo " --device $DEVICE") (prepared by scripts/device/prepare-offload.sh)" \
+    ${DRYFLAG[@]+"${DRYFLAG[@]}"}
+  rm -rf "$SSD"
+  echo "== part 3 took $((SECONDS - start)) s"
+}
+
 if [ "$DRY" = 1 ]; then
-  echo "offload-check --dry-run: part $PART; part 1 budget $(budget_of 1) s (cuda-check $CUDA_BUDGET s of it), part 2 budget $(budget_of 2) s"
+  echo "offload-check --dry-run: part $PART; part 1 budget $(budget_of 1) s (cuda-check $CUDA_BUDGET s of it), parts 2 and 3 budget $(budget_of 2) s"
   echo "device tool: carry [\"build/device\", \"build/device-offload\"]; command 'bash scripts/device/offload-check.sh --part 1' (timeout_s 330), then '--part 2' (timeout_s 510)"
 fi
 for d in "$OFF/matrix" "$OFF/bench"; do
@@ -157,6 +185,7 @@ fi
 case $PART in
   1) part1 ;;
   2) part2 ;;
+  3) part3 ;;
   all) part1; part2 ;;
 esac
 [ "$DRY" = 1 ] && exit 0

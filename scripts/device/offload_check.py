@@ -12,7 +12,9 @@ killed):
            link the plan's
   bench    the 2.7B benchmark: resident, snake with the optimizer overlap and
            horizontal F = 0 (ZeRO-Infinity's order) at the same batch and
-           budgets; iteration times, their ratio, measured / cost-model
+           budgets (--configs whole,split: the planner's placement in whole
+           classes against split by layer, issue 23); iteration times, their
+           ratio, measured / cost-model
            bound, transfer overlap, offload efficiency; a result JSON
   table    the short table of every row, last
 
@@ -244,6 +246,11 @@ BENCH = [  # (config, what it is); run in this order
     ("resident", "the same model resident in GPU memory (snake M=4, no offload plan)"),
     ("snake", "snake with the optimizer overlap (F=1)"),
     ("horizontal", "horizontal F=0, ZeRO-Infinity's order"),
+    # Issue 23 (--configs whole,split): the planner's placement under the same
+    # budgets, every class open, snake F=1: whole classes against classes
+    # split by layer between host and SSD.
+    ("whole", "snake F=1, the planner's placement, whole classes (--split-placement off)"),
+    ("split", "snake F=1, the planner's placement split by layer (--split-placement on)"),
 ]
 
 
@@ -265,8 +272,14 @@ def cmd_bench(a):
            os.path.join(a.bench_dir, "config.json"), "--threads", str(a.threads), weights]
     param_bytes = 4 * cfg["params"]
     gen_s = 10 + param_bytes / 1e9  # ~1 GB/s on 16 threads, generous
+    configs = [c for c in a.configs.split(",") if c]
+    unknown = [c for c in configs if c not in dict(BENCH)]
+    if unknown:
+        sys.exit(f"offload_check.py bench: unknown config(s) {unknown} (configs: "
+                 f"{', '.join(c for c, _ in BENCH)})")
+    bench = [(c, what) for c, what in BENCH if c in configs]
     plan = {}
-    for c, _ in BENCH:
+    for c, _ in bench:
         with open(os.path.join(a.bench_dir, f"plan-{c}.json")) as f:
             plan[c] = json.load(f)["chosen"]
 
@@ -279,7 +292,7 @@ def cmd_bench(a):
     data = ["--input", f"tokens={a.bench_dir}/tokens.npy", "--input", f"targets={a.bench_dir}/targets.npy",
             "--weights", weights, "--print-every", "1"]
     cmds = {}
-    for c, _ in BENCH:
+    for c, _ in bench:
         base = os.path.join(a.work, c)
         # --ssd and --stats-json are for offload plans only.
         extra = ["--ssd", a.ssd, "--stats-json", base + ".stats.json"] if c != "resident" else []
@@ -288,11 +301,11 @@ def cmd_bench(a):
             *extra, "--log-json", base + ".jsonl"]
     if a.dry_run:
         print(f"[bench weights, ~{gen_s:.0f} s] {' '.join(gen)}")
-        for c, what in BENCH:
+        for c, what in bench:
             steps = a.resident_steps if c == "resident" else a.steps
             print(f"[bench {c}: {what}; expected ~{expected_s(c, steps):.0f} s "
                   f"(cost model {plan[c]['predicted_iteration_s']:.1f} s/iter)] {' '.join(cmds[c](steps))}")
-        total = gen_s + sum(expected_s(c, a.resident_steps if c == "resident" else a.steps) for c, _ in BENCH)
+        total = gen_s + sum(expected_s(c, a.resident_steps if c == "resident" else a.steps) for c, _ in bench)
         print(f"part 2: expected {total:.0f} s of the {left(a.deadline):.0f} s budget")
         return
     results = {}
@@ -308,7 +321,7 @@ def cmd_bench(a):
                                 "detail": (r.stdout + r.stderr).strip()[-300:]})
             return
         print(f"== bench weights: {r.stdout.strip()} in {time.monotonic() - t0:.1f} s", flush=True)
-    for c, what in BENCH:
+    for c, what in bench:
         base = os.path.join(a.work, c)
         want = a.resident_steps if c == "resident" else a.steps
         # The most steps (down to 1) whose expected time fits what is left.
@@ -357,7 +370,12 @@ def cmd_bench(a):
                 pred = (st.get("predicted") or {}).get("seconds_per_iteration")
                 r["predicted_s_per_iter"] = pred if pred is not None else plan[c]["predicted_iteration_s"]
                 r["overlap"], r["overlap_source"] = overlap_of(st)
-                r["bytes_check"] = check_stats(base + ".stats.json", steps, "ssd") or "as planned"
+                # The links the plan uses: the planner's placements (whole,
+                # split) may keep everything off the SSD.
+                pb = plan[c]["bytes_per_iteration"]
+                expect = ("ssd" if pb["ssd_read"] + pb["ssd_write"] else
+                          "pcie" if pb["h2d"] + pb["d2h"] else "none")
+                r["bytes_check"] = check_stats(base + ".stats.json", steps, expect) or "as planned"
             except (OSError, ValueError, KeyError) as e:
                 append_row(a.rows, {"stage": "bench", "name": c, "status": "FAIL",
                                     "detail": f"--stats-json: {e!r}"})
@@ -373,7 +391,8 @@ def cmd_bench(a):
                             "s_per_iter": r["s_per_iter"], "tokens_per_s": r["tokens_per_s"]})
     summary = {}
     targets = {"snake_over_horizontal": (">=", 2.0), "measured_over_bound": ("<=", 1.10),
-               "transfer_overlap": (">=", 0.90), "offload_efficiency": (">=", 0.90)}
+               "transfer_overlap": (">=", 0.90), "offload_efficiency": (">=", 0.90),
+               "split_over_whole": (">=", 1.0)}
     s, h, res = results.get("snake"), results.get("horizontal"), results.get("resident")
     if s and h:
         summary["snake_over_horizontal"] = h["s_per_iter"] / s["s_per_iter"]
@@ -382,6 +401,17 @@ def cmd_bench(a):
         summary["transfer_overlap"] = s["overlap"]
     if s and res:
         summary["offload_efficiency"] = s["tokens_per_s"] / res["tokens_per_s"]
+    sp, wh = results.get("split"), results.get("whole")
+    if sp and wh:
+        summary["split_over_whole"] = wh["s_per_iter"] / sp["s_per_iter"]
+        # SSD bytes per iteration side by side (measured, --stats-json).
+        for name, r in (("split", sp), ("whole", wh)):
+            b = r["stats"]["bytes_per_iteration"]
+            append_row(a.rows, {"stage": "bench", "name": f"{name} ssd bytes",
+                                "status": "ok",
+                                "detail": f"{b['ssd_read'] / 1e9:.2f} GB read, "
+                                          f"{b['ssd_write'] / 1e9:.2f} GB written per iteration; "
+                                          f"placement {r['plan']['placement']}"})
     for k, v in summary.items():
         op, t = targets[k]
         ok = v >= t if op == ">=" else v <= t
@@ -400,7 +430,9 @@ def cmd_bench(a):
                                       "(--stats-json predicted, profiles/h200.json)",
                "transfer_overlap": "snake's --stats-json telemetry.transfer_overlap (1 - compute wait / "
                                    "transfer time), else its overlap (1 - I/O wait / I/O busy)",
-               "offload_efficiency": "snake's tokens/s over the resident executable's tokens/s"}}
+               "offload_efficiency": "snake's tokens/s over the resident executable's tokens/s",
+               "split_over_whole": "the whole-class plan's s/iter over the plan split by layer, "
+                                   "same schedule and budgets (issue 23)"}}
     with open(a.result_json, "w") as f:
         json.dump(out, f, indent=1)
     print(f"wrote {a.result_json}", flush=True)
@@ -458,6 +490,9 @@ def main():
     b.add_argument("--resident-steps", type=int, default=4)
     b.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     b.add_argument("--result-json", required=True)
+    b.add_argument("--configs", default="resident,snake,horizontal",
+                   help="which of the prepared executables to run, in BENCH's order "
+                        "(part 3: whole,split)")
     b.add_argument("--command", required=True, help="the command line, for the result JSON")
     a = ap.parse_args()
     if a.cmd == "row":

@@ -10,6 +10,9 @@
 #               bench-snake       snake, optimizer overlap F=1, state on SSD
 #               bench-horizontal  horizontal F=0 (ZeRO-Infinity's order)
 #               bench-resident    the same schedule, no offload plan
+#               bench-whole       snake F=1, the planner's placement (no
+#                                 class pinned) in whole classes
+#               bench-split       the same split by layer (issue 23)
 #             (every executable packed into executables.tar.xz: 3 MiB, not 33)
 #             the offload plans under --gpu-mem 16GiB --host-mem 24GiB with
 #             params, optimizer state and gradients pinned to SSD (the
@@ -115,7 +118,13 @@ declare -A CMD
 CMD[snake]="${SPWC[*]} ${PRECISION[*]} $WORK/gpt.mlir --hw $HW --microbatches $M --schedule snake --overlap-optimizer 1 --place $PLACE --gpu-mem $GPUMEM --host-mem $HOSTMEM --report-json $B/plan-snake.json -o $B/bench-snake"
 CMD[horizontal]="${SPWC[*]} ${PRECISION[*]} $WORK/gpt.mlir --hw $HW --microbatches $M --schedule horizontal --overlap-optimizer 0 --place $PLACE --gpu-mem $GPUMEM --host-mem $HOSTMEM --report-json $B/plan-horizontal.json -o $B/bench-horizontal"
 CMD[resident]="${SPWC[*]} ${PRECISION[*]} $WORK/gpt.mlir --microbatches $M --schedule snake -o $B/bench-resident"
-for c in snake horizontal resident; do
+# Issue 23: the planner's placement under the same budgets (no class
+# pinned), whole classes against split by layer.
+for sp in whole split; do
+  flag=off; [ $sp = split ] && flag=on
+  CMD[$sp]="${SPWC[*]} ${PRECISION[*]} $WORK/gpt.mlir --hw $HW --microbatches $M --schedule snake --overlap-optimizer 1 --split-placement $flag --gpu-mem $GPUMEM --host-mem $HOSTMEM --report-json $B/plan-$sp.json -o $B/bench-$sp"
+done
+for c in snake horizontal resident whole split; do
   echo "-- $c: ${CMD[$c]}"
   # shellcheck disable=SC2086
   ${CMD[$c]}
@@ -129,16 +138,17 @@ done
 cp "$WORK/full/config.json" "$WORK/full/tokens.npy" "$WORK/full/targets.npy" "$B/"
 INFO="commit $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown), $(git -C "$ROOT" status --porcelain 2>/dev/null | wc -l) uncommitted files, prepared $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 python3 - "$B" "$LAYERS-$DMODEL-$HEADS-$VOCAB-$SEQ-$BATCH" "$GPUMEM" "$HOSTMEM" "$M" "$PLACE" "$INFO" \
-  "${CMD[snake]}" "${CMD[horizontal]}" "${CMD[resident]}" <<'PY'
+  "${CMD[snake]}" "${CMD[horizontal]}" "${CMD[resident]}" "${CMD[whole]}" "${CMD[split]}" <<'PY'
 import json, sys
 b, name, gpu, host, m, place, info, *cmds = sys.argv[1:]
+names = ("snake", "horizontal", "resident", "whole", "split")
 cfg = json.load(open(f"{b}/config.json"))
 json.dump({"name": name, "model": cfg, "budgets": {"gpu_mem": gpu, "host_mem": host},
            "microbatches": int(m), "placement": place, "hw_profile": "profiles/h200.json",
            "build_info": info,
-           "compile_commands": dict(zip(("snake", "horizontal", "resident"), cmds))},
+           "compile_commands": dict(zip(names, cmds))},
           open(f"{b}/bench.json", "w"), indent=1)
-for c in ("snake", "horizontal", "resident"):
+for c in names:
     ch = json.load(open(f"{b}/plan-{c}.json"))["chosen"]
     print(f"{c:10}: cost model {ch['predicted_iteration_s']:.2f} s/iter ({ch['bound']}-bound), "
           f"ssd peak {ch['peak_bytes']['ssd'] / 2**30:.1f} GiB, gpu peak {ch['peak_bytes']['gpu'] / 2**30:.1f} GiB, "
@@ -148,12 +158,16 @@ echo "$INFO" > "$OUTDIR/BUILD_INFO"
 for f in "$OUTDIR"/matrix/* "$B"/bench-*; do
   case $f in *.weights) ;; *) strip "$f" ;; esac
 done
-# The 7 executables share their runtime: xz packs their 33 MB into about
-# 3 MiB (offload-check.sh unpacks them where they run).
+# The 9 executables share their runtime: xz with a 64 MiB dictionary packs
+# them into a few MiB (offload-check.sh unpacks them where they run).
 echo "== packing the executables into $OUTDIR/executables.tar.xz"
 (cd "$OUTDIR" && python3 - matrix/* bench/bench-* <<'PY'
-import os, sys, tarfile
-with tarfile.open("executables.tar.xz", "w:xz", preset=6) as t:
+import lzma, os, sys, tarfile
+# A dictionary larger than an executable, so each one after the first is
+# mostly matches into the ones before (the default's 8 MiB is smaller).
+filters = [{"id": lzma.FILTER_LZMA2, "preset": 3, "dict_size": 64 << 20}]
+with lzma.open("executables.tar.xz", "wb", format=lzma.FORMAT_XZ, filters=filters) as z, \
+        tarfile.open(fileobj=z, mode="w") as t:
     for f in sys.argv[1:]:
         t.add(f)
 for f in sys.argv[1:]:

@@ -214,7 +214,9 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
      << "' (" << r.profile.backend << " backend, " << r.profilePath << ")\n";
   if (r.offloadPlan)
     os << "  the executable follows the chosen plan's placement (an offload "
-          "plan), with its order, micro-batches and overlap\n";
+          "plan), with its order, micro-batches and overlap, unless the "
+          "planner's exact arenas change it (then shown as executable: "
+          "after the report)\n";
   else
     os << "  planning only: the executable does not follow this plan's "
           "placement (it keeps every tensor resident; --microbatches, "
@@ -340,6 +342,11 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
                               r.choice.best.iterationSec);
   }
   printSsdWear(r, os);
+}
+
+void spillwayc::printExecutablePlan(const CostEstimate &e,
+                                    llvm::raw_ostream &os) {
+  printEstimate("executable: ", e, os);
 }
 
 void spillwayc::printPlanSsdWear(const PlanReport &r, uint64_t planBytes,

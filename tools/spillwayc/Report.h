@@ -35,6 +35,11 @@ struct PlanReport {
 
 /// The human-readable report (stdout of --report).
 void printReport(const PlanReport &r, llvm::raw_ostream &os);
+/// After the report, for an offload plan's executable whose plan is not the
+/// report's chosen one (the planner's exact arenas refused it, or refilled
+/// the host budget from it): that plan, as the report prints one.
+void printExecutablePlan(const spillway::schedule::CostEstimate &e,
+                         llvm::raw_ostream &os);
 /// After the report, for an offload plan's executable: the SSD bytes its
 /// plan writes per iteration (`planBytes`, each transfer rounded up to
 /// 4 KiB as the swap writes it), per token and with --ssd-tbw the drive

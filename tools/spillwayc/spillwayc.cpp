@@ -679,7 +679,15 @@ int readPlanningFlags(bool planning, bool offload,
     return fail("--recompute applies to a scheduled step: give "
                 "--microbatches M (M > 1), --schedule or an offload plan");
   planOptions.recompute = recompute == "on";
-  planOptions.place.assign(placeClasses.begin(), placeClasses.end());
+  // Without spaces: the pipeline's options (--print-pipeline) read them back.
+  planOptions.place.clear();
+  for (const std::string &item : placeClasses) {
+    std::string compact;
+    for (char c : item)
+      if (c != ' ' && c != '\t')
+        compact += c;
+    planOptions.place.push_back(compact);
+  }
   if (splitPlacement != "on" && splitPlacement != "off")
     return fail("--split-placement '" + splitPlacement +
                 "' is not one of on, off");
@@ -882,6 +890,13 @@ int planAndSchedule(OwningOpRef<ModuleOp> &module,
     }
     // The report's SSD wear is the cost model's, before the swap's 4 KiB
     // alignment; the executable's plan has the bytes it will write.
+    // The planner's exact arenas may have changed the report's plan.
+    if (report && search && planned.plan.estimate &&
+        planned.plan.estimate->candidate.str() !=
+            reported.choice.best.candidate.str())
+      spillwayc::printExecutablePlan(*planned.plan.estimate, llvm::outs());
+    if (planned.plan.estimate && !planned.plan.estimate->splitNote.empty())
+      note("offload plan: " + planned.plan.estimate->splitNote);
     if (report && search)
       spillwayc::printPlanSsdWear(
           reported, uint64_t(get(links, "ssd_write")),
@@ -1014,6 +1029,13 @@ static int compilerMain(int argc, char **argv) {
                   "--host-mem for an executable that follows an offload "
                   "plan");
   }
+  if (reportTrace.getNumOccurrences() && reportTrace.empty())
+    return fail("--report-trace needs a file name (--report-trace FILE)");
+  if (!reportTrace.empty() &&
+      (reportTrace == outputPath || reportTrace == reportJson))
+    return fail("--report-trace '" + reportTrace + "' is also " +
+                (reportTrace == outputPath ? "-o" : "--report-json") +
+                "'s file: name another");
   if (!reportTrace.empty() && !(offload && hwProfile.getNumOccurrences()))
     return fail("--report-trace draws the offload plan an executable "
                 "follows, as the cost model predicts it: give -o EXE with "

@@ -14,6 +14,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "spillway/Schedule/CostModel.h"
 
+#include <optional>
 #include <string>
 
 namespace spillway {

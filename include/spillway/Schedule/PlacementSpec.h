@@ -41,6 +41,8 @@ struct ClassSpec {
   std::vector<Range> ranges;
   /// The first item that names the class, for messages.
   std::string text;
+  /// The fractions as given ("optimizer=host:0.75,ssd:0.25"), for messages.
+  std::string fractionsText;
   bool given() const { return !text.empty(); }
   /// Whether it pins layers apart (ranges or fractions), not the whole.
   bool byLayer() const { return !fractions.empty() || !ranges.empty(); }

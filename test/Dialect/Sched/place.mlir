@@ -70,6 +70,10 @@
 // ONETIER: placement = #sched.placement<params = host, optimizer = host, gradients = gpu, activations = gpu>}
 // MIXEDLAYERS: master = "ssd"
 // MIXEDLAYERS-SAME: layers = {master = array<i32: 1, 2>, optimizer = array<i32: 1, 2>}
+// Master layers no range of their own names stay with the optimizer state.
+// RUN: spillway-opt %t.mixed.mlir "--sched-place=placement=params=ssd,optimizer=host,master[0:1]=ssd" | FileCheck %s --check-prefix=MASTERRANGE
+// MASTERRANGE: master = "ssd"
+// MASTERRANGE-SAME: layers = {master = array<i32: 2, 1>}
 
 // What a split cannot be is refused, naming the item.
 // RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params[0:3]=host" 2>&1 | FileCheck %s --check-prefix=PASTEND
@@ -85,7 +89,7 @@
 // ONGPU-SAME: place the rest with params=host or params=ssd
 // ACTSPLIT: error: sched-place: 'activations[0:1]=host': activations are placed whole (activations=TIER)
 // EMPTYRANGE: error: sched-place: 'params[1:1]=host': a layer range is CLASS[BEGIN:END]=TIER with BEGIN < END
-// SUM: error: sched-place: 'optimizer=host:0.5': the fractions of optimizer sum to 0.9, not 1 (e.g. optimizer=host:0.75,ssd:0.25)
+// SUM: error: sched-place: 'optimizer=host:0.5,ssd:0.4': the fractions of optimizer sum to 0.9, not 1 (e.g. optimizer=host:0.75,ssd:0.25)
 // OVERLAP: error: sched-place: 'params[1:2]=ssd': layer 1 of params is placed by 'params[0:2]=host' already
 // BOTH: error: sched-place: 'params[0:1]=host': params takes fractions or layer ranges, not both
 // FRACTION: error: sched-place: 'optimizer=host:x': the fraction 'x' is not a number in (0, 1]

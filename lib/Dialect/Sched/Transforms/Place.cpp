@@ -122,8 +122,20 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
       whole[int(c)] = cs.whole.value_or(schedule::Tier::GPU);
       if (!cs.byLayer())
         continue;
+      // Master layers no range names stay with the optimizer state's.
+      const bool withOptimizer = c == TensorClass::Master && !cs.whole;
+      if (withOptimizer)
+        whole[int(c)] = whole[int(TensorClass::Optimizer)];
       auto tiers =
           schedule::resolveLayers(cs, c, layerBytes, whole[int(c)], error);
+      if (tiers && withOptimizer && !split[int(TensorClass::Optimizer)].empty())
+        for (size_t l = 0; l < tiers->size(); ++l)
+          if (!llvm::any_of(cs.ranges,
+                            [&](const schedule::ClassSpec::Range &r) {
+                              return int64_t(l) >= r.begin &&
+                                     (r.end < 0 || int64_t(l) < r.end);
+                            }))
+            (*tiers)[l] = split[int(TensorClass::Optimizer)][l];
       if (!tiers) {
         module.emitError("sched-place: ") << error;
         return signalPassFailure();

@@ -153,6 +153,10 @@ def SchedPlacePass : Pass<"sched-place", "mlir::ModuleOp"> {
     - `activations` off the GPU needs `sched-recompute` to have run: a fwd
       task result that only bwd tasks read (a forward intermediate kept for
       the backward) is refused, naming the task and the fix;
+    - a class other than `activations` may be split by layer between host
+      and ssd (`CLASS[BEGIN:END]=TIER` over `CLASS=TIER`, or fractions
+      `CLASS=TIER:F,TIER:F`): `placement`'s `layers` then holds each
+      layer's tier (docs/compiler.md, "Placement by layer");
     - an unknown class or tier, or a class given twice, is an error naming it.
     The iteration must have been ordered (`sched-order`) and hold no
     transfers yet.
@@ -161,7 +165,10 @@ def SchedPlacePass : Pass<"sched-place", "mlir::ModuleOp"> {
     Option<"placement", "placement", "std::string", /*default=*/"\"\"",
            "CLASS=TIER,... (classes: params, optimizer, gradients, "
            "activations, and master under bf16-mixed; tiers: gpu, host, "
-           "ssd); the rest stay on the GPU (master: with the optimizer)">
+           "ssd); the rest stay on the GPU (master: with the optimizer). "
+           "A class but activations may be split by layer between host and "
+           "ssd: CLASS[BEGIN:END]=TIER (layers of train.layers) or "
+           "CLASS=host:F,ssd:G (fractions of its bytes, by layer in order)">
   ];
   let dependentDialects = ["spillway::sched::SchedDialect"];
 }
