@@ -211,9 +211,15 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
                      " is split over " + std::to_string(v.size()) +
                      " layers, the model has " +
                      std::to_string(s.layers.size()));
+    // GPU layers only for the parameters (resident blocks no load brings);
+    // a layer's state, masters or gradients on the GPU would move its
+    // update or its backward's flush.
     for (Tier t : v)
-      if (t == Tier::GPU)
-        return invalid("a class split by layer lives on host and SSD");
+      if (t == Tier::GPU && TensorClass(k) != TensorClass::Params)
+        return invalid("a class split by layer lives on host and SSD (the "
+                       "parameters may keep layers on the GPU too)");
+    if (std::all_of(v.begin(), v.end(), [](Tier t) { return t == Tier::GPU; }))
+      return invalid("a split class with every layer on the GPU");
     if (*std::max_element(v.begin(), v.end()) != pl.tier[k])
       return invalid("a split class's tier is the slowest of its layers'");
   }
@@ -236,9 +242,14 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   // read by consecutive loads stays (blockLoadsPerLayer).
   std::vector<std::vector<size_t>> reads(L);
   std::vector<bool> owns(L);
+  // GPU-resident parameter blocks (a params split with GPU layers) are
+  // bound for the whole iteration: no load brings them.
   for (size_t i = 0; i < L; ++i) {
-    reads[i] = s.layers[i].readsParamsOf;
-    owns[i] = s.layers[i].paramBytes > 0;
+    for (size_t o : s.layers[i].readsParamsOf)
+      if (o >= L || pl.at(TensorClass::Params, o) != Tier::GPU)
+        reads[i].push_back(o);
+    owns[i] = s.layers[i].paramBytes > 0 &&
+              pl.at(TensorClass::Params, i) != Tier::GPU;
   }
   e.paramLoads = paramsTier == Tier::GPU
                      ? std::vector<unsigned>(L, 0)

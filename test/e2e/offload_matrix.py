@@ -69,10 +69,11 @@ PLACEMENTS = {
     "acthost": ("activations=host", "pcie"),
     "actssd": ("params=host,optimizer=host,gradients=ssd,activations=ssd",
                "ssd"),
-    # Classes split by layer between host and SSD (a CPU optimizer): by
-    # ranges of the ten layers, and by fractions of each class's bytes.
-    "layers": ("params=ssd,params[1:]=host,optimizer=host,optimizer[2:7]=ssd,"
-               "gradients=ssd,gradients[0:4]=host", "ssd"),
+    # Classes split by layer between host and SSD (a CPU optimizer), the
+    # parameters with GPU-resident layers too: by ranges of the ten layers,
+    # and by fractions of each class's bytes.
+    "layers": ("params=ssd,params[1:4]=gpu,params[4:]=host,optimizer=host,"
+               "optimizer[2:7]=ssd,gradients=ssd,gradients[0:4]=host", "ssd"),
     "fractions": ("params=host:0.5,ssd:0.5,optimizer=ssd:0.25,host:0.75,"
                   "gradients=host:0.6,ssd:0.4", "ssd"),
 }

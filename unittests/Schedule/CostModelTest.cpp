@@ -919,6 +919,22 @@ TEST(CostModel, SplitByLayerCountsEachBlockWhereItLives) {
           splitAs(g, TensorClass::Gradients, {Tier::Host, Tier::SSD}));
   EXPECT_DOUBLE_EQ(gw.bytes.ssdWrite - gs.bytes.ssdWrite, 200);
   EXPECT_DOUBLE_EQ(gw.bytes.ssdRead - gs.bytes.ssdRead, 200);
+  // The parameters may keep a layer on the GPU: no load brings it (its two
+  // loads' 200 bytes leave h2d and the SSD), and the CPU optimizer takes
+  // it down and puts it back (100 each way) instead of reading and writing
+  // it on SSD.
+  const CostEstimate resident =
+      run(Order::Horizontal, 1, 0,
+          splitAs(offloaded(), TensorClass::Params, {Tier::GPU, Tier::SSD}));
+  EXPECT_EQ(resident.paramLoads[0], 0u);
+  EXPECT_EQ(resident.paramLoads[1], whole.paramLoads[1]);
+  EXPECT_DOUBLE_EQ(whole.bytes.h2d - resident.bytes.h2d, 200 - 100);
+  EXPECT_DOUBLE_EQ(resident.bytes.d2h - whole.bytes.d2h, 100);
+  EXPECT_DOUBLE_EQ(whole.bytes.ssdRead - resident.bytes.ssdRead, 300);
+  EXPECT_DOUBLE_EQ(whole.bytes.ssdWrite - resident.bytes.ssdWrite, 100);
+  EXPECT_EQ(double(resident.peakBytes[int(Tier::GPU)]) -
+                double(whole.peakBytes[int(Tier::GPU)]),
+            100);
   // All of a class's layers on one tier is that tier, whole.
   Placement same =
       splitAs(offloaded(), TensorClass::Params, {Tier::Host, Tier::Host});

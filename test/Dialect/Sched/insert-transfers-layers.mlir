@@ -5,6 +5,7 @@
 // placed params=ssd,params[1:2]=host, optimizer=ssd,optimizer[0:1]=host,
 // gradients=host,gradients[2:]=ssd: a CPU optimizer.
 // RUN: spillway-opt %S/Inputs/insert-transfers-layers.mlir --sched-insert-transfers | FileCheck %s
+// RUN: spillway-opt %S/Inputs/insert-transfers-gpulayers.mlir --sched-insert-transfers | FileCheck %s --check-prefix=GPU
 
 // The loads: layers 0 and 2 come from SSD through host memory, layer 1 is
 // uploaded from its host home (no SSD read, no host copy dropped). Layer
@@ -76,3 +77,20 @@
 // CHECK:      sched.move params layer(0) part(1) host -> ssd prio(writeback)
 // CHECK-NOT:  sched.move optimizer layer(0)
 // CHECK:      return
+
+// The parameters may keep layers resident on the GPU
+// (params=ssd,params[1:2]=gpu, a CPU optimizer): layer 1's block is bound
+// there before the first task and no load moves it; its update brings it to
+// the host and writes it back home.
+// GPU:      sched.bind params layer(1) gpu
+// GPU:      sched.task fwd layer(0) mb(0)
+// GPU-NOT:  sched.move params layer(1)
+// GPU:      sched.bind optimizer layer(1) host
+// GPU-NEXT: %[[P1:[0-9]+]] = sched.move params layer(1) gpu -> host prio(demand)
+// GPU-NEXT: sched.await %[[P1]]
+// GPU-NEXT: sched.bind params layer(1) host
+// GPU-NEXT: sched.task opt layer(1)
+// GPU:      sched.move params layer(1) host -> gpu prio(writeback)
+// GPU-NOT:  sched.move params layer(1)
+// GPU:      return
+

@@ -70,6 +70,9 @@
 // ONETIER: placement = #sched.placement<params = host, optimizer = host, gradients = gpu, activations = gpu>}
 // MIXEDLAYERS: master = "ssd"
 // MIXEDLAYERS-SAME: layers = {master = array<i32: 1, 2>, optimizer = array<i32: 1, 2>}
+// The parameters, alone, may keep layers resident on the GPU.
+// RUN: spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params[0:1]=gpu,params=host" | FileCheck %s --check-prefix=GPUPARAMS
+// GPUPARAMS: placement = #sched.placement<params = host, optimizer = gpu, gradients = gpu, activations = gpu, layers = {params = array<i32: 0, 1>}>
 // Master layers no range of their own names stay with the optimizer state.
 // RUN: spillway-opt %t.mixed.mlir "--sched-place=placement=params=ssd,optimizer=host,master[0:1]=ssd" | FileCheck %s --check-prefix=MASTERRANGE
 // MASTERRANGE: master = "ssd"
@@ -77,7 +80,7 @@
 
 // What a split cannot be is refused, naming the item.
 // RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params[0:3]=host" 2>&1 | FileCheck %s --check-prefix=PASTEND
-// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params[0:1]=host" 2>&1 | FileCheck %s --check-prefix=ONGPU
+// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=gradients[0:1]=host" 2>&1 | FileCheck %s --check-prefix=ONGPU
 // RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=activations[0:1]=host" 2>&1 | FileCheck %s --check-prefix=ACTSPLIT
 // RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params[1:1]=host" 2>&1 | FileCheck %s --check-prefix=EMPTYRANGE
 // RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=optimizer=host:0.5,ssd:0.4" 2>&1 | FileCheck %s --check-prefix=SUM
@@ -85,8 +88,8 @@
 // RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params[0:1]=host,params=host:0.5,ssd:0.5" 2>&1 | FileCheck %s --check-prefix=BOTH
 // RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=optimizer=host:x,ssd:0.5" 2>&1 | FileCheck %s --check-prefix=FRACTION
 // PASTEND: error: sched-place: 'params[0:3]=host': the model has 2 layers (0..1 in train.layers; spillwayc --report lists them)
-// ONGPU: error: sched-place: 'params[0:1]=host' leaves layer 1 of params on the GPU and others off it: a class split by layer lives on host and SSD
-// ONGPU-SAME: place the rest with params=host or params=ssd
+// ONGPU: error: sched-place: 'gradients[0:1]=host' leaves layer 1 of gradients on the GPU and others off it: a class split by layer lives on host and SSD (the GPU's tier is all of a class or none, but for params
+// ONGPU-SAME: place the rest with gradients=host or gradients=ssd
 // ACTSPLIT: error: sched-place: 'activations[0:1]=host': activations are placed whole (activations=TIER)
 // EMPTYRANGE: error: sched-place: 'params[1:1]=host': a layer range is CLASS[BEGIN:END]=TIER with BEGIN < END
 // SUM: error: sched-place: 'optimizer=host:0.5,ssd:0.4': the fractions of optimizer sum to 0.9, not 1 (e.g. optimizer=host:0.75,ssd:0.25)

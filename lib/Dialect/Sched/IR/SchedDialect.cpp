@@ -50,15 +50,25 @@ PlacementAttr::verify(function_ref<InFlightDiagnostic()> emitError, Tier params,
     if (!tiers || tiers.empty())
       return emitError() << "placement layers: " << cls
                          << " needs a non-empty array<i32> of tiers";
-    // A split lives off the GPU: a layer's block on the GPU would change
-    // where the update runs (optimizer, master) or what the loads skip.
-    Tier slowest = Tier::host;
+    // A split lives off the GPU, but for the parameters: a layer's
+    // optimizer state or masters on the GPU would change where its update
+    // runs, its gradients where the backward leaves them; GPU-resident
+    // parameter blocks are loaded by no layer (sched-insert-transfers).
+    const bool gpuOk = cls == "params";
+    Tier slowest = Tier::gpu;
+    bool offGpu = false;
     for (int32_t t : tiers.asArrayRef()) {
-      if (t != int32_t(Tier::host) && t != int32_t(Tier::ssd))
+      if (t != int32_t(Tier::host) && t != int32_t(Tier::ssd) &&
+          !(gpuOk && t == int32_t(Tier::gpu)))
         return emitError() << "placement layers: " << cls << " tier " << t
-                           << " is not host (1) or ssd (2)";
+                           << (gpuOk ? " is not gpu (0), host (1) or ssd (2)"
+                                     : " is not host (1) or ssd (2)");
       slowest = std::max(slowest, Tier(t));
+      offGpu |= t != int32_t(Tier::gpu);
     }
+    if (!offGpu)
+      return emitError() << "placement layers: " << cls
+                         << " has every layer on the GPU: place it whole";
     if (base && *base != slowest)
       return emitError() << "placement layers: " << cls << " = "
                          << stringifyTier(*base)

@@ -228,8 +228,8 @@ LogicalResult Rewriter::run() {
     return failure();
   // With the parameters resident the deferred updates stay where
   // sched-overlap-optimizer put them (loadParams places the others).
-  if (tp == Tier::gpu)
-    for (auto &[l, task] : deferredTask)
+  for (auto &[l, task] : deferredTask)
+    if (tpOf(l) == Tier::gpu)
       deferredUpdate(l, task);
   if (placement.getActivations() != Tier::gpu)
     return routeActivations(placement.getActivations());
@@ -336,7 +336,7 @@ void Rewriter::deferredUpdate(int64_t l, TaskOp task) {
   // With masters they come first: a fresh params copy is rounded from them.
   if (tm)
     stateAndMasters();
-  if (tp == Tier::gpu && side != Tier::gpu)
+  if (tpOf(l) == Tier::gpu && side != Tier::gpu)
     paramsForUpdate(l, Tier::gpu, p0);
   if (side != Tier::gpu) // on the GPU the load (or the start) bound them
     bind(BlockClass::params, l, side);
@@ -349,7 +349,7 @@ void Rewriter::deferredUpdate(int64_t l, TaskOp task) {
   sendBack(BlockClass::optimizer, l, side, toOf(l), p0);
   if (tm)
     sendBack(BlockClass::master, l, side, tmOf(l), p0);
-  if (tp == Tier::gpu) {
+  if (tpOf(l) == Tier::gpu) {
     if (side != Tier::gpu) {
       sendBack(BlockClass::params, l, side, Tier::gpu, p0);
       bind(BlockClass::params, l, Tier::gpu);
@@ -374,18 +374,27 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
   for (size_t l = 0; l < params.size(); ++l)
     for (StringAttr s : params[l])
       ownerOf[s.getValue()] = int64_t(l);
+  // A layer's blocks a load brings: its own and those of the tied weights
+  // it reads, but for the GPU-resident ones (a params split with layers on
+  // the GPU), bound there for the whole iteration.
+  auto resident = [&](int64_t owner) { return tpOf(owner) == Tier::gpu; };
   auto blocksOf = [&](int64_t layer) {
     std::vector<int64_t> blocks;
-    if (!params[layer].empty())
+    if (!params[layer].empty() && !resident(layer))
       blocks.push_back(layer);
     for (StringAttr s : reads[layer]) {
       auto found = ownerOf.find(s.getValue());
       if (found != ownerOf.end() && found->second != layer &&
+          !resident(found->second) &&
           !llvm::is_contained(blocks, found->second))
         blocks.push_back(found->second);
     }
     return blocks;
   };
+  b.setInsertionPointToStart(&block);
+  for (size_t l = 0; l < params.size(); ++l)
+    if (!params[l].empty() && resident(int64_t(l)))
+      bind(BlockClass::params, l, Tier::gpu);
   for (size_t l = 0; l < params.size(); ++l)
     for (StringAttr s : reads[l])
       if (!ownerOf.count(s.getValue()))
@@ -484,7 +493,7 @@ LogicalResult Rewriter::loadParams(ArrayRef<Run> runs) {
     deferredUpdate(l, task);
   }
   for (auto &[l, task] : deferredTask)
-    if (!seen.contains(l))
+    if (!seen.contains(l) && !resident(l))
       return task.emitOpError("sched-insert-transfers: layer ")
              << l << " has a deferred update but no forward or backward task";
   return success();

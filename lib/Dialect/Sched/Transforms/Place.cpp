@@ -143,7 +143,10 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
       std::vector<schedule::Tier> &v = split[int(c)];
       for (auto t : *tiers)
         v.push_back(*t);
-      if (llvm::is_contained(v, schedule::Tier::GPU) &&
+      // The parameters may keep layers resident on the GPU (no load brings
+      // them); the other classes' GPU tier is the whole model's.
+      if (c != TensorClass::Params &&
+          llvm::is_contained(v, schedule::Tier::GPU) &&
           llvm::any_of(
               v, [](schedule::Tier t) { return t != schedule::Tier::GPU; })) {
         size_t g = llvm::find(v, schedule::Tier::GPU) - v.begin();
@@ -151,9 +154,10 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
             << cs.text << "' leaves layer " << g << " of "
             << schedule::tensorClassName(c)
             << " on the GPU and others off it: a class split by layer lives "
-               "on host and SSD (the GPU's tier is all of a class or none: "
-               "where the optimizer runs and what the loads skip are the "
-               "whole model's); place the rest with "
+               "on host and SSD (the GPU's tier is all of a class or none, "
+               "but for params: where the optimizer runs and where the "
+               "backward leaves the gradients are the whole model's); place "
+               "the rest with "
             << schedule::tensorClassName(c) << "=host or "
             << schedule::tensorClassName(c) << "=ssd";
         return signalPassFailure();

@@ -108,6 +108,8 @@ gen $sched/insert-transfers-defcpu.mlir three-layers "${front[@]}" "${mb2[@]}" -
 # host, optimizer state on SSD but layer 0's on host, gradients on host but
 # layer 2's on SSD; with the overlap's deferred updates.
 gen $sched/insert-transfers-layers.mlir three-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake "--sched-overlap-optimizer=fraction=0.5 granule=1" "--sched-place=placement=params=ssd,params[1:2]=host,optimizer=ssd,optimizer[0:1]=host,gradients=host,gradients[2:]=ssd"
+# The parameters split with a GPU-resident layer (1), the rest on SSD.
+gen $sched/insert-transfers-gpulayers.mlir three-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake "--sched-place=placement=params=ssd,params[1:2]=gpu,optimizer=host,gradients=host"
 gen $sched/insert-transfers-defgpu.mlir three-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake "--sched-overlap-optimizer=fraction=1 granule=1" --sched-place=placement=params=ssd,optimizer=gpu,gradients=gpu
 gen $sched/insert-transfers-acthost.mlir three-layers "${front[@]}" --sched-order=order=horizontal --sched-recompute --sched-place=placement=activations=host
 gen $sched/insert-transfers-actssd.mlir three-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-recompute --sched-place=placement=activations=ssd

@@ -109,9 +109,11 @@ def Sched_PlacementAttr : AttrDef<Sched_Dialect, "Placement"> {
     A class off the GPU may be split by layer: `layers` maps a class
     (`params`, `optimizer`, `gradients`, or `master` under bf16-mixed) to
     the home tier of each layer's block, one entry per layer of
-    `train.layers`, each `host` (1) or `ssd` (2). The class's own tier is
-    then the slowest of them. Where the optimizer runs (the GPU with its
-    state there, the host otherwise) stays one place for the whole model.
+    `train.layers`, each `host` (1) or `ssd` (2), and for `params` also
+    `gpu` (0: resident for the whole iteration, no load brings it). The
+    class's own tier is then the slowest of them. Where the optimizer runs
+    (the GPU with its state there, the host otherwise) and where the
+    backward leaves the gradients stay one place for the whole model.
 
     ```mlir
     #sched.placement<params = ssd, optimizer = host, gradients = host, activations = gpu>
