@@ -57,7 +57,7 @@ struct Rewriter {
   /// the optimizer state; none: the parameters are their own masters.
   std::optional<Tier> tm;
   /// The placement split by layer (PlacementAttr::layers): each layer's
-  /// home of a class off the GPU, host or SSD.
+  /// home of a class, host or SSD (the parameters' also the GPU).
   PlacementAttr placement;
   Tier tpOf(int64_t l) const { return placement.homeOf("params", tp, l); }
   Tier toOf(int64_t l) const { return placement.homeOf("optimizer", to, l); }
