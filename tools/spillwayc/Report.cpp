@@ -462,6 +462,8 @@ std::string spillwayc::reportToJSON(const PlanReport &r) {
       {"baseline",
        r.choice.baseline ? parsed(*r.choice.baseline) : json::Value(nullptr)},
   };
+  if (r.executable)
+    o["executable"] = parsed(*r.executable);
   std::string out;
   llvm::raw_string_ostream os(out);
   os << llvm::formatv("{0:2}", json::Value(std::move(o))) << "\n";

@@ -31,6 +31,10 @@ struct PlanReport {
   /// --ssd-tbw: the SSDs' rated endurance in terabytes written (10^12
   /// bytes), for the drive lifetime at the predicted speed.
   std::optional<double> ssdTbw;
+  /// An offload compile: the plan the executable follows when the planner's
+  /// exact arenas changed the chosen one (refused it, or refilled the host
+  /// budget from it); --report-json's "executable".
+  std::optional<spillway::schedule::CostEstimate> executable;
 };
 
 /// The human-readable report (stdout of --report).

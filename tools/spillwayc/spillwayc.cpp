@@ -567,8 +567,11 @@ bool readBudget(cl::opt<std::string> &flag, const char *name,
   return bool(bytes);
 }
 
+int writeReportJson(const spillwayc::PlanReport &r);
+
 /// --report and --report-json for the plans `search` ranked; `r` is the
-/// report as written.
+/// report as written (an offload compile's JSON waits for its plan:
+/// planAndSchedule writes it).
 int writeReport(const spillway::PlanSearch &search,
                 const spillway::PlanSpace &space, spillwayc::PlanReport &r) {
   r.summary = search.summary;
@@ -586,6 +589,15 @@ int writeReport(const spillway::PlanSearch &search,
     r.ssdTbw = ssdTbw;
   if (report)
     spillwayc::printReport(r, llvm::outs());
+  // An offload compile writes the JSON once its plan is known (with the
+  // executable's plan where the planner changed the chosen one).
+  if (!reportJson.empty() && !offloadRequested())
+    return writeReportJson(r);
+  return 0;
+}
+
+/// --report-json FILE.
+int writeReportJson(const spillwayc::PlanReport &r) {
   if (!reportJson.empty()) {
     std::string err;
     auto out = openOutputFile(reportJson, &err);
@@ -834,6 +846,18 @@ int planAndSchedule(OwningOpRef<ModuleOp> &module,
                                plan.rank, plan.estimate->candidate.str()));
           announce(plan.schedule);
         });
+    // The planner's exact arenas may have changed the report's plan (the
+    // JSON waited for it; written whether or not the plan fits).
+    if (search && planned.succeeded && planned.plan.estimate &&
+        planned.plan.estimate->candidate.str() !=
+            reported.choice.best.candidate.str()) {
+      reported.executable = *planned.plan.estimate;
+      if (report)
+        spillwayc::printExecutablePlan(*planned.plan.estimate, llvm::outs());
+    }
+    if (search && !reportJson.empty())
+      if (int rc = writeReportJson(reported))
+        return rc;
     const spillway::ScheduleOptions &s = planned.plan.schedule;
     if (!planned.succeeded)
       return fail(llvm::formatv("cannot plan the step in {0} micro-batch(es) "
@@ -891,11 +915,6 @@ int planAndSchedule(OwningOpRef<ModuleOp> &module,
     }
     // The report's SSD wear is the cost model's, before the swap's 4 KiB
     // alignment; the executable's plan has the bytes it will write.
-    // The planner's exact arenas may have changed the report's plan.
-    if (report && search && planned.plan.estimate &&
-        planned.plan.estimate->candidate.str() !=
-            reported.choice.best.candidate.str())
-      spillwayc::printExecutablePlan(*planned.plan.estimate, llvm::outs());
     if (planned.plan.estimate && !planned.plan.estimate->splitNote.empty())
       note("offload plan: " + planned.plan.estimate->splitNote);
     if (report && search)
