@@ -346,6 +346,18 @@ LogicalResult runPlan(ModuleOp module, OffloadPlan &plan,
   return ran;
 }
 
+/// Runs `plan` on a copy of `unplanned` into `trial`, its diagnostics
+/// silenced (a plan the exact arenas refuse is not the user's error yet).
+LogicalResult tryPlan(ModuleOp unplanned, OwningOpRef<ModuleOp> &trial,
+                      OffloadPlan &plan,
+                      std::optional<sched::OverBudget> &overBudget,
+                      const PlanningOptions &options) {
+  trial = unplanned.clone();
+  ScopedDiagnosticHandler quiet(unplanned.getContext(),
+                                [](Diagnostic &) { return success(); });
+  return runPlan(*trial, plan, overBudget, options);
+}
+
 /// The cost model's prediction for the plan, for the executable's report.
 void recordPrediction(ModuleOp module, const CostEstimate &e) {
   Builder b(module.getContext());
@@ -426,15 +438,9 @@ void refillHost(ModuleOp unplanned, OwningOpRef<ModuleOp> &planned,
       return; // no SSD block left that the model's budget takes
     OffloadPlan next = plan;
     next.schedule = offloadSchedule(options, &search, &*filled);
-    OwningOpRef<ModuleOp> trial(unplanned.clone());
+    OwningOpRef<ModuleOp> trial;
     std::optional<sched::OverBudget> overBudget;
-    LogicalResult ran = failure();
-    {
-      ScopedDiagnosticHandler quiet(unplanned.getContext(),
-                                    [](Diagnostic &) { return success(); });
-      ran = runPlan(*trial, next, overBudget, options);
-    }
-    if (failed(ran)) {
+    if (failed(tryPlan(unplanned, trial, next, overBudget, options))) {
       // Too full: halfway back to the plan kept.
       target = (target + modelHost()) / 2;
       continue;
@@ -493,15 +499,9 @@ void fillFromSsd(ModuleOp unplanned, OwningOpRef<ModuleOp> &planned,
   if (!alt.estimate->valid)
     return;
   alt.schedule = offloadSchedule(options, &search, &*alt.estimate);
-  OwningOpRef<ModuleOp> trial(unplanned.clone());
+  OwningOpRef<ModuleOp> trial;
   std::optional<sched::OverBudget> overBudget;
-  LogicalResult ran = failure();
-  {
-    ScopedDiagnosticHandler quiet(unplanned.getContext(),
-                                  [](Diagnostic &) { return success(); });
-    ran = runPlan(*trial, alt, overBudget, options);
-  }
-  if (failed(ran))
+  if (failed(tryPlan(unplanned, trial, alt, overBudget, options)))
     return;
   refillHost(unplanned, trial, alt, search, options);
   CostEstimate a = *alt.estimate, k = *plan.estimate;
@@ -553,15 +553,9 @@ spillway::planOffload(OwningOpRef<ModuleOp> &module,
         continue;
       (split ? splitTried : tried) += 1;
       OffloadPlan plan = planFor(i);
-      OwningOpRef<ModuleOp> trial(module->clone());
+      OwningOpRef<ModuleOp> trial;
       std::optional<sched::OverBudget> overBudget;
-      LogicalResult ran = failure();
-      {
-        ScopedDiagnosticHandler quiet(module->getContext(),
-                                      [](Diagnostic &) { return success(); });
-        ran = runPlan(*trial, plan, overBudget, options);
-      }
-      if (succeeded(ran)) {
+      if (succeeded(tryPlan(*module, trial, plan, overBudget, options))) {
         refillHost(*module, trial, plan, *search, options);
         fillFromSsd(*module, trial, plan, *search, options);
         if (announce)
