@@ -1,6 +1,7 @@
 //===- Executable.cpp - LLVM dialect to object code and executables -------===//
 
 #include "spillway/Pipelines/Executable.h"
+#include "spillway/Support/OutputFile.h"
 
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
@@ -80,12 +81,7 @@ LogicalResult spillway::emitObjectFile(llvm::Module &module, StringRef path,
     return failure();
   }
   pm.run(module);
-  out.flush();
-  if (out.has_error()) {
-    error = "error writing '" + path.str() + "'";
-    return failure();
-  }
-  return success();
+  return success(spillway::finishOutput(out, path, error));
 }
 
 LogicalResult spillway::linkExecutable(StringRef objectPath,

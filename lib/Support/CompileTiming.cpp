@@ -1,6 +1,7 @@
 //===- CompileTiming.cpp - wall time and memory of each compile phase -----===//
 
 #include "spillway/Support/CompileTiming.h"
+#include "spillway/Support/OutputFile.h"
 
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassInstrumentation.h"
@@ -93,10 +94,5 @@ bool CompileTiming::write(llvm::StringRef path, std::string &error) const {
     return false;
   }
   out << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
-  out.close();
-  if (out.has_error()) {
-    error = "error writing '" + path.str() + "'";
-    return false;
-  }
-  return true;
+  return finishOutput(out, path, error);
 }

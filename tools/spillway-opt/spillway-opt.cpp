@@ -1,14 +1,19 @@
 //===- spillway-opt.cpp - run any Spillway pass on MLIR -------------------===//
 
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "spillway/InitAll.h"
 #include "spillway/Pipelines/Pipelines.h"
+#include "spillway/Support/OutputFile.h"
 #include "spillway/Support/ToolMain.h"
+#include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
 int main(int argc, char **argv) {
+  llvm::InitLLVM initLLVM(argc, argv);
   mlir::DialectRegistry registry;
   spillway::registerAllDialects(registry);
   spillway::registerAllPasses();
@@ -32,8 +37,31 @@ int main(int argc, char **argv) {
       }
     }
   }
+  // MlirOptMain's file-name form leaves a failed write to the output
+  // stream's destructor, LLVM's fatal "IO failure on output stream": the
+  // stream form, with the output checked here, names the file instead.
   return spillway::runWithLargeStack([&, &input = input, &output = output] {
-    return mlir::asMainReturnCode(
-        mlir::MlirOptMain(argc, argv, input, output, registry));
+    auto config = mlir::MlirOptMainConfig::createFromCLOptions();
+    std::string error;
+    auto file = mlir::openInputFile(input, &error);
+    if (!file) {
+      llvm::WithColor::error(llvm::errs(), "spillway-opt") << error << "\n";
+      return 1;
+    }
+    auto out = mlir::openOutputFile(output, &error);
+    if (!out) {
+      llvm::WithColor::error(llvm::errs(), "spillway-opt") << error << "\n";
+      return 1;
+    }
+    bool ok = succeeded(
+        mlir::MlirOptMain(out->os(), std::move(file), registry, config));
+    if (!spillway::finishOutput(out->os(), output, error)) {
+      llvm::WithColor::error(llvm::errs(), "spillway-opt") << error << "\n";
+      return 1;
+    }
+    if (!ok)
+      return 1;
+    out->keep();
+    return 0;
   });
 }

@@ -7,8 +7,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "spillway/Dialect/Train/IR/TrainDialect.h"
-#include "spillway/Target/ONNX/ImportONNX.h"
+#include "spillway/Support/OutputFile.h"
 #include "spillway/Support/ToolMain.h"
+#include "spillway/Target/ONNX/ImportONNX.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -161,16 +162,18 @@ static int translateMain(int argc, char **argv) {
     return 1;
 
   std::string errorMessage;
-  auto output = mlir::openOutputFile(outputFilename, &errorMessage);
-  if (!output) {
+  if (!spillway::writeOutputFile(
+          outputFilename,
+          [&](raw_ostream &os) {
+            module->print(os);
+            os << "\n";
+          },
+          errorMessage)) {
     // The weights belong to the MLIR that could not be written.
     if (!opts.weightsPath.empty())
       sys::fs::remove(opts.weightsPath);
     return fail(errorMessage);
   }
-  module->print(output->os());
-  output->os() << "\n";
-  output->keep();
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #include "ProbeHardware.h"
 
 #include "spillway/Schedule/HardwareProfile.h"
+#include "spillway/Support/OutputFile.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/Twine.h"
@@ -105,11 +106,10 @@ int spillwayc::probeHardware(const std::string &probeHw, uint64_t ssdBytes,
   // What we wrote must be what the compiler reads.
   if (!spillway::schedule::parseHardwareProfile(out, probeHw, error))
     return fail("internal error: the probe wrote an invalid profile: " + error);
-  std::error_code ec;
-  llvm::raw_fd_ostream os(probeHw, ec);
-  if (ec)
-    return fail("cannot write '" + probeHw + "': " + ec.message());
-  os << out;
+  std::string writeError;
+  if (!spillway::writeOutputFile(
+          probeHw, [&](llvm::raw_ostream &os) { os << out; }, writeError))
+    return fail("--probe-hw: " + writeError);
   llvm::errs() << "spillwayc --probe-hw: wrote " << probeHw << "\n";
   return 0;
 }

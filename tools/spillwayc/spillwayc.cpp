@@ -23,6 +23,7 @@
 #include "spillway/Pipelines/Planning.h"
 #include "spillway/Pipelines/PredictedTrace.h"
 #include "spillway/Support/CompileTiming.h"
+#include "spillway/Support/OutputFile.h"
 #include "spillway/Support/ToolMain.h"
 #include "spillway/Target/ONNX/ImportONNX.h"
 #include "llvm/ADT/ScopeExit.h"
@@ -600,11 +601,11 @@ int writeReport(const spillway::PlanSearch &search,
 int writeReportJson(const spillwayc::PlanReport &r) {
   if (!reportJson.empty()) {
     std::string err;
-    auto out = openOutputFile(reportJson, &err);
-    if (!out)
-      return fail(err);
-    out->os() << spillwayc::reportToJSON(r);
-    out->keep();
+    if (!spillway::writeOutputFile(
+            reportJson,
+            [&](llvm::raw_ostream &os) { os << spillwayc::reportToJSON(r); },
+            err))
+      return fail("--report-json: " + err);
   }
   return 0;
 }
@@ -900,11 +901,10 @@ int planAndSchedule(OwningOpRef<ModuleOp> &module,
       if (!trace)
         return fail("--report-trace: " + error);
       std::string err;
-      auto out = openOutputFile(reportTrace, &err);
-      if (!out)
-        return fail("--report-trace '" + reportTrace + "': " + err);
-      out->os() << trace->json << "\n";
-      out->keep();
+      if (!spillway::writeOutputFile(
+              reportTrace,
+              [&](llvm::raw_ostream &os) { os << trace->json << "\n"; }, err))
+        return fail("--report-trace: " + err);
       note(llvm::formatv("predicted trace: {0} ({1} spans; the iteration "
                          "ends at {2:e3} s, the cost model's roofline says "
                          "{3:e3} s)",
@@ -944,6 +944,9 @@ int planAndSchedule(OwningOpRef<ModuleOp> &module,
 }
 
 } // namespace
+
+/// --pass-timing's file could not be written (the compile's exit status).
+static bool timingUnwritten = false;
 
 static int compilerMain(int argc, char **argv) {
   cl::HideUnrelatedOptions(category);
@@ -996,10 +999,15 @@ static int compilerMain(int argc, char **argv) {
       "  ./model --input ... --ssd /mnt/nvme0 --stats-json stats.json\n");
   if (!passTiming.empty())
     timing.enable();
+  // Written however the compile ends; a file it could not write fails the
+  // run (scripts read it), but after what the compile itself reported.
   llvm::scope_exit writeTiming([] {
     std::string e;
-    if (timing.isEnabled() && !timing.write(passTiming, e))
-      llvm::WithColor::error(llvm::errs(), "spillwayc") << e << "\n";
+    if (timing.isEnabled() && !timing.write(passTiming, e)) {
+      llvm::WithColor::error(llvm::errs(), "spillwayc")
+          << "--pass-timing: " << e << "\n";
+      timingUnwritten = true;
+    }
   });
 
   // The executable's ranges (hyperparams.h), on the text as typed: a value
@@ -1289,16 +1297,10 @@ static int compilerMain(int argc, char **argv) {
     return 0; // --report only
 
   if (emit == EmitKind::MLIR) {
-    auto out = openOutputFile(outputOut, &error);
-    if (!out)
-      return fail(error);
-    module->print(out->os());
-    out->os().flush();
-    if (out->os().has_error())
-      return fail("cannot write '" + outputPath +
-                  "': " + out->os().error().message());
-    out->keep();
-    out.reset();
+    if (!spillway::writeOutputFile(
+            outputOut, [&](llvm::raw_ostream &os) { module->print(os); },
+            error))
+      return fail("-o '" + outputPath + "': " + error);
     if (failed(pending.commit(error)))
       return fail(error);
     return 0;
@@ -1320,16 +1322,11 @@ static int compilerMain(int argc, char **argv) {
   if (!llvmModule)
     return fail(error);
   if (emit == EmitKind::LLVM) {
-    auto out = openOutputFile(outputOut, &error);
-    if (!out)
-      return fail(error);
-    llvmModule->print(out->os(), nullptr);
-    out->os().flush();
-    if (out->os().has_error())
-      return fail("cannot write '" + outputPath +
-                  "': " + out->os().error().message());
-    out->keep();
-    out.reset();
+    if (!spillway::writeOutputFile(
+            outputOut,
+            [&](llvm::raw_ostream &os) { llvmModule->print(os, nullptr); },
+            error))
+      return fail("-o '" + outputPath + "': " + error);
     if (failed(pending.commit(error)))
       return fail(error);
     return 0;
@@ -1374,6 +1371,7 @@ int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
   // The parsers, the verifier and the passes recurse once per nesting level
   // of the model: they run on a thread with room for kMaxNesting levels.
-  return spillway::runWithLargeStack(
-      [&] { return compilerMain(argc, argv); });
+  int rc =
+      spillway::runWithLargeStack([&] { return compilerMain(argc, argv); });
+  return rc ? rc : int(timingUnwritten);
 }
