@@ -195,8 +195,11 @@ std::optional<PlanSearch> spillway::searchPlans(ModuleOp step,
     const ClassSpec &cs = in.spec.classes[k];
     if (!cs.byLayer())
       continue;
-    auto pins =
-        resolveLayers(cs, TensorClass(k), layerBytes, std::nullopt, error);
+    std::string warning;
+    auto pins = resolveLayers(cs, TensorClass(k), layerBytes, std::nullopt,
+                              error, &warning);
+    if (!warning.empty())
+      mlir::emitWarning(step.getLoc()) << "--place: " << warning;
     if (!pins) {
       error = "--place: " + error;
       return std::nullopt;

@@ -188,7 +188,7 @@ std::optional<std::vector<std::optional<Tier>>>
 spillway::schedule::resolveLayers(const ClassSpec &spec, TensorClass c,
                                   const std::vector<uint64_t> &layerBytes,
                                   std::optional<Tier> fallback,
-                                  std::string &error) {
+                                  std::string &error, std::string *warning) {
   const size_t n = layerBytes.size();
   std::vector<std::optional<Tier>> tiers(n, spec.whole ? spec.whole : fallback);
   if (!spec.fractions.empty()) {
@@ -209,6 +209,52 @@ spillway::schedule::resolveLayers(const ClassSpec &spec, TensorClass c,
         }
       }
       tiers[l] = t;
+    }
+    // A share too small for any layer's middle byte gets none: said, with
+    // the share that would take the next layer, as layers are placed whole.
+    double start = 0;
+    for (auto &[tier, f] : spec.fractions) {
+      const double from = start;
+      start += f;
+      if (!warning || std::find(tiers.begin(), tiers.end(),
+                                std::optional<Tier>(tier)) != tiers.end())
+        continue;
+      // The next layer's middle byte past the share's start, or, for the
+      // last share (which grows from its end), the last one before it.
+      std::string hint;
+      double at = 0;
+      std::optional<std::pair<size_t, double>> before;
+      for (size_t l = 0; l < n && total > 0; ++l) {
+        const double middle = (at + double(layerBytes[l]) / 2) / total;
+        at += double(layerBytes[l]);
+        if (!layerBytes[l])
+          continue;
+        char more[160];
+        if (middle >= from) {
+          std::snprintf(more, sizeof more,
+                        "; a share above %.3g would take layer %zu",
+                        middle - from, l);
+          hint = more;
+          break;
+        }
+        before = {l, middle};
+      }
+      if (hint.empty() && before && &f == &spec.fractions.back().second) {
+        char more[160];
+        std::snprintf(more, sizeof more,
+                      "; a share of %.3g or more would take layer %zu",
+                      start - before->second, before->first);
+        hint = more;
+      }
+      char fraction[32];
+      std::snprintf(fraction, sizeof fraction, "%.9g", f);
+      *warning = "'" + spec.fractionsText + "': " + tierName(tier) +
+                 "'s fraction " + fraction + " holds no layer of " +
+                 tensorClassName(c) +
+                 " (a layer goes whole to the tier whose share holds its "
+                 "middle byte" +
+                 hint + ")";
+      break;
     }
   }
   std::vector<const ClassSpec::Range *> by(n, nullptr);

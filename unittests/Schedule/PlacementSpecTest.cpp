@@ -115,6 +115,43 @@ TEST(PlacementSpec, BadItemsNameThemselves) {
       << error;
 }
 
+TEST(PlacementSpec, AShareHoldingNoLayerIsSaid) {
+  // Four layers of 100 bytes, middles at 12.5%, 37.5%, 62.5%, 87.5%: ssd's
+  // 0.1 (from 0) holds none; layer 0's middle is 0.125 into its share.
+  PlacementSpec spec = parse({"optimizer=ssd:0.1", "host:0.9"});
+  std::string error, warning;
+  auto v = resolveLayers(spec[TensorClass::Optimizer], TensorClass::Optimizer,
+                         std::vector<uint64_t>(4, 100), std::nullopt, error,
+                         &warning);
+  ASSERT_TRUE(v) << error;
+  EXPECT_EQ(*v, (std::vector<std::optional<Tier>>{H, H, H, H}));
+  EXPECT_EQ(warning, "'optimizer=ssd:0.1,host:0.9': ssd's fraction 0.1 holds "
+                     "no layer of optimizer (a layer goes whole to the tier "
+                     "whose share holds its middle byte; a share above 0.125 "
+                     "would take layer 0)");
+  // The last share grows from its end: ssd's 0.1 from 0.9 holds none;
+  // layer 3's middle is 0.125 before the end.
+  spec = parse({"optimizer=host:0.9", "ssd:0.1"});
+  warning.clear();
+  v = resolveLayers(spec[TensorClass::Optimizer], TensorClass::Optimizer,
+                    std::vector<uint64_t>(4, 100), std::nullopt, error,
+                    &warning);
+  EXPECT_TRUE(v) << error;
+  EXPECT_NE(warning.find("ssd's fraction 0.1 holds no layer of optimizer"),
+            std::string::npos)
+      << warning;
+  EXPECT_NE(warning.find("a share of 0.125 or more would take layer 3"),
+            std::string::npos)
+      << warning;
+  // Every share holding a layer: nothing said.
+  spec = parse({"optimizer=host:0.5", "ssd:0.5"});
+  warning.clear();
+  EXPECT_TRUE(resolveLayers(
+      spec[TensorClass::Optimizer], TensorClass::Optimizer,
+      std::vector<uint64_t>(4, 100), std::nullopt, error, &warning));
+  EXPECT_EQ(warning, "");
+}
+
 TEST(PlacementSpec, RangesPrintAsTheyParse) {
   // What the planner writes for sched-place reads back to the same layers.
   std::vector<Tier> tiers{H, S, S, H, H, S};

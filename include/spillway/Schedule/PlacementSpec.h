@@ -65,11 +65,13 @@ parsePlacement(const std::vector<std::string> &items, std::string &error);
 /// `fallback` for layers it leaves open (none: they stay open). Fractions
 /// take the layers in order: a layer goes to the tier whose share of the
 /// class's bytes holds the layer's middle byte. Errors: a range past the
-/// last layer, or two ranges naming one layer.
+/// last layer, or two ranges naming one layer. A fraction too small to hold
+/// any layer is not an error: `warning` (when given) says so.
 std::optional<std::vector<std::optional<Tier>>>
 resolveLayers(const ClassSpec &spec, TensorClass c,
               const std::vector<uint64_t> &layerBytes,
-              std::optional<Tier> fallback, std::string &error);
+              std::optional<Tier> fallback, std::string &error,
+              std::string *warning = nullptr);
 
 /// `CLASS[a:b]=TIER` items for the layers of `tiers` not on `whole`, one
 /// per run of consecutive layers on one tier ("optimizer[0:6]=host").

@@ -66,8 +66,11 @@
 // SPLIT: sched.iteration
 // SPLIT-SAME: optimizer_on = "cpu"
 // SPLIT-SAME: placement = #sched.placement<params = ssd, optimizer = ssd, gradients = ssd, activations = gpu, layers = {gradients = array<i32: 1, 2>, optimizer = array<i32: 1, 2>, params = array<i32: 1, 2>}>
-// A split that puts every layer on one tier is that tier, whole.
+// A split that puts every layer on one tier is that tier, whole; a share
+// that holds no layer is said, with the share that would take one.
 // ONETIER: placement = #sched.placement<params = host, optimizer = host, gradients = gpu, activations = gpu>}
+// RUN: spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params=host,optimizer=ssd:0.1,host:0.9" 2>&1 >/dev/null | FileCheck %s --check-prefix=NOLAYER
+// NOLAYER: warning: sched-place: 'optimizer=ssd:0.1,host:0.9': ssd's fraction 0.1 holds no layer of optimizer (a layer goes whole to the tier whose share holds its middle byte; a share above 0.286 would take layer 0)
 // MIXEDLAYERS: master = "ssd"
 // MIXEDLAYERS-SAME: layers = {master = array<i32: 1, 2>, optimizer = array<i32: 1, 2>}
 // The parameters, alone, may keep layers resident on the GPU.

@@ -126,8 +126,11 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
       const bool withOptimizer = c == TensorClass::Master && !cs.whole;
       if (withOptimizer)
         whole[int(c)] = whole[int(TensorClass::Optimizer)];
-      auto tiers =
-          schedule::resolveLayers(cs, c, layerBytes, whole[int(c)], error);
+      std::string warning;
+      auto tiers = schedule::resolveLayers(cs, c, layerBytes, whole[int(c)],
+                                           error, &warning);
+      if (!warning.empty())
+        mlir::emitWarning(module.getLoc()) << "sched-place: " << warning;
       if (tiers && withOptimizer && !split[int(TensorClass::Optimizer)].empty())
         for (size_t l = 0; l < tiers->size(); ++l)
           if (!llvm::any_of(cs.ranges,
