@@ -204,19 +204,21 @@ std::optional<PlanSearch> spillway::searchPlans(ModuleOp step,
       error = "--place: " + error;
       return std::nullopt;
     }
-    // A split lives off the GPU but for the parameters (sched-place says
-    // the same).
+    // A split lives off the GPU but for the parameters and activations
+    // (sched-place says the same).
     const bool onGpu = llvm::any_of(
         *pins, [](std::optional<Tier> t) { return t == Tier::GPU; });
     const bool offGpu = llvm::any_of(
         *pins, [](std::optional<Tier> t) { return t && t != Tier::GPU; });
     if (onGpu && (offGpu || llvm::is_contained(*pins, std::nullopt)) &&
-        TensorClass(k) != TensorClass::Params) {
+        TensorClass(k) != TensorClass::Params &&
+        TensorClass(k) != TensorClass::Activations) {
       error = "--place '" + cs.text + "' puts some layers of " +
               tensorClassName(TensorClass(k)) +
               " on the GPU and leaves others off it: a class split by "
               "layer lives on host and SSD (the GPU's tier is all of a "
-              "class or none, but for params); place the rest with " +
+              "class or none, but for params and activations); place the "
+              "rest with " +
               tensorClassName(TensorClass(k)) + "=host or " +
               tensorClassName(TensorClass(k)) + "=ssd";
       return std::nullopt;

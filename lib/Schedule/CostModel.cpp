@@ -204,20 +204,21 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
     const std::vector<Tier> &v = pl.layers[k];
     if (v.empty())
       continue;
-    if (TensorClass(k) == TensorClass::Activations)
-      return invalid("activations are placed whole");
     if (v.size() != s.layers.size())
       return invalid(std::string(tensorClassName(TensorClass(k))) +
                      " is split over " + std::to_string(v.size()) +
                      " layers, the model has " +
                      std::to_string(s.layers.size()));
-    // GPU layers only for the parameters (resident blocks no load brings);
-    // a layer's state, masters or gradients on the GPU would move its
-    // update or its backward's flush.
+    // GPU layers only for the parameters (resident blocks no load brings)
+    // and activations (read where the forward left them); a layer's state,
+    // masters or gradients on the GPU would move its update or its
+    // backward's flush.
     for (Tier t : v)
-      if (t == Tier::GPU && TensorClass(k) != TensorClass::Params)
+      if (t == Tier::GPU && TensorClass(k) != TensorClass::Params &&
+          TensorClass(k) != TensorClass::Activations)
         return invalid("a class split by layer lives on host and SSD (the "
-                       "parameters may keep layers on the GPU too)");
+                       "parameters and activations may keep layers on the "
+                       "GPU too)");
     if (std::all_of(v.begin(), v.end(), [](Tier t) { return t == Tier::GPU; }))
       return invalid("a split class with every layer on the GPU");
     if (*std::max_element(v.begin(), v.end()) != pl.tier[k])
@@ -385,12 +386,16 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   }
 
   // Boundary activations: written once after the forward of each
-  // (layer, micro-batch), read once in backward.
-  const double A = sumOf(s, &LayerCost::activationBytes);
-  if (pl[TensorClass::Activations] != Tier::GPU)
-    b.d2h += A, b.h2d += A;
-  if (pl[TensorClass::Activations] == Tier::SSD)
-    b.ssdWrite += A, b.ssdRead += A;
+  // (layer, micro-batch), read once in backward, each layer's where it is
+  // homed.
+  for (size_t i = 0; i < L; ++i) {
+    const double A = double(s.layers[i].activationBytes);
+    const Tier t = pl.at(TensorClass::Activations, i);
+    if (t != Tier::GPU)
+      b.d2h += A, b.h2d += A;
+    if (t == Tier::SSD)
+      b.ssdWrite += A, b.ssdRead += A;
+  }
 
   // Times.
   double flops = 0, bwdHide = 0;
@@ -547,12 +552,21 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
       p[host] += 2 * largest;
   }
   {
-    const int t = int(pl[TensorClass::Activations]);
+    // Each layer's on its tier; the staging slots (sched-insert-transfers'
+    // look-ahead) are the class's, sized by its largest (layer,
+    // micro-batch) activation, while any layer's pass through them.
     const double largest = maxOf(s, &LayerCost::activationBytes) / M;
-    p[t] += A;
-    if (t != gpu)
+    bool offGpu = false, onSsd = false;
+    for (size_t i = 0; i < L; ++i) {
+      const double A = double(s.layers[i].activationBytes);
+      const int t = int(pl.at(TensorClass::Activations, i));
+      p[t] += A;
+      offGpu |= t != gpu && A > 0;
+      onSsd |= t == ssd && A > 0;
+    }
+    if (offGpu)
       p[gpu] += 2 * largest;
-    if (t == ssd)
+    if (onSsd)
       p[host] += 2 * largest;
   }
   // A CPU optimizer receives GPU-resident gradients through host staging.
@@ -682,8 +696,8 @@ void forEachPlacement(const SearchSpace &space, bool hasMaster,
 
 namespace {
 /// A block a placement split by layer can move (docs/cost-model.md,
-/// "Placement by layer"): a layer's params, master, optimizer or gradients
-/// block homed on SSD that no pin fixes.
+/// "Placement by layer"): a layer's params, master, optimizer, gradients
+/// or activations block homed on SSD that no pin fixes.
 struct SplitBlock {
   TensorClass k;
   size_t layer;
@@ -706,10 +720,11 @@ spillway::schedule::fillHost(const IterationSummary &s,
   // of its own: it never moves, and follows the class's other layers).
   auto blockBytes = [&](TensorClass k, size_t l) -> uint64_t {
     const LayerCost &lc = s.layers[l];
-    return k == TensorClass::Params      ? lc.paramBytes
-           : k == TensorClass::Master    ? lc.masterBytes
-           : k == TensorClass::Optimizer ? lc.optimizerBytes
-                                         : lc.gradBytes;
+    return k == TensorClass::Params        ? lc.paramBytes
+           : k == TensorClass::Master      ? lc.masterBytes
+           : k == TensorClass::Optimizer   ? lc.optimizerBytes
+           : k == TensorClass::Activations ? lc.activationBytes
+                                           : lc.gradBytes;
   };
   auto moved = [&](const Placement &from, TensorClass k, size_t l) {
     Placement p = from;
@@ -728,8 +743,9 @@ spillway::schedule::fillHost(const IterationSummary &s,
   };
   std::vector<SplitBlock> blocks;
   const double cost0 = ssdCost(seed);
-  for (TensorClass k : {TensorClass::Params, TensorClass::Master,
-                        TensorClass::Optimizer, TensorClass::Gradients}) {
+  for (TensorClass k :
+       {TensorClass::Params, TensorClass::Master, TensorClass::Optimizer,
+        TensorClass::Gradients, TensorClass::Activations}) {
     const auto &pins = space.pinnedLayers[int(k)];
     if (space.pinned[int(k)] && pins.empty())
       continue;

@@ -155,10 +155,12 @@ spillway::schedule::parsePlacement(const std::vector<std::string> &items,
   }
   for (int k = 0; k < kNumTensorClasses; ++k) {
     ClassSpec &cs = spec.classes[k];
-    if (cs.byLayer() && TensorClass(k) == TensorClass::Activations) {
-      error = "'" + cs.text +
-              "': activations are placed whole (activations=TIER): one tier "
-              "holds every layer's boundary activations";
+    if (!cs.fractions.empty() && TensorClass(k) == TensorClass::Activations) {
+      error = "'" + cs.fractionsText +
+              "': activations take layer ranges (e.g. "
+              "activations=ssd,activations[6:]=host), not fractions: a "
+              "fraction weighs each layer by its parameters' bytes, which a "
+              "layer's activations are not proportional to";
       return std::nullopt;
     }
     if (cs.fractions.empty())

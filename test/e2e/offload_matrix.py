@@ -4,7 +4,8 @@
 {horizontal, snake} x optimizer overlap F in {0, 0.5, 1} x {resident, host
 offload, SSD offload, two mixed placements, activations on host,
 activations on SSD with the rest off the GPU, classes split by layer
-between host and SSD by ranges and by fractions} x M in {1, 4}:
+between host and SSD by ranges (the activations too) and by fractions} x
+M in {1, 4}:
 each executable is compiled with an offload plan (spillwayc --place, with
 --hw so spillwayc checks the plan's transfers against the cost model), runs
 K steps with --stats-json, and must
@@ -70,10 +71,12 @@ PLACEMENTS = {
     "actssd": ("params=host,optimizer=host,gradients=ssd,activations=ssd",
                "ssd"),
     # Classes split by layer between host and SSD (a CPU optimizer), the
-    # parameters with GPU-resident layers too: by ranges of the ten layers,
-    # and by fractions of each class's bytes.
+    # parameters and activations with GPU layers too: by ranges of the ten
+    # layers, and by fractions of each class's bytes.
     "layers": ("params=ssd,params[1:4]=gpu,params[4:]=host,optimizer=host,"
-               "optimizer[2:7]=ssd,gradients=ssd,gradients[0:4]=host", "ssd"),
+               "optimizer[2:7]=ssd,gradients=ssd,gradients[0:4]=host,"
+               "activations=ssd,activations[0:3]=host,activations[7:]=gpu",
+               "ssd"),
     "fractions": ("params=host:0.5,ssd:0.5,optimizer=ssd:0.25,host:0.75,"
                   "gradients=host:0.6,ssd:0.4", "ssd"),
 }

@@ -919,6 +919,31 @@ TEST(CostModel, SplitByLayerCountsEachBlockWhereItLives) {
           splitAs(g, TensorClass::Gradients, {Tier::Host, Tier::SSD}));
   EXPECT_DOUBLE_EQ(gw.bytes.ssdWrite - gs.bytes.ssdWrite, 200);
   EXPECT_DOUBLE_EQ(gw.bytes.ssdRead - gs.bytes.ssdRead, 200);
+  // Activations on SSD but layer 0's on host: its whole batch's A = 1000
+  // leaves the SSD both ways and sits in host memory, over the same
+  // staging; kept on the GPU instead, it leaves PCIe too and sits there.
+  Placement a = offloaded();
+  a[TensorClass::Activations] = Tier::SSD;
+  const CostEstimate aw = run(Order::Snake, 2, 0, a);
+  const CostEstimate ah =
+      run(Order::Snake, 2, 0,
+          splitAs(a, TensorClass::Activations, {Tier::Host, Tier::SSD}));
+  EXPECT_DOUBLE_EQ(aw.bytes.ssdWrite - ah.bytes.ssdWrite, 1000);
+  EXPECT_DOUBLE_EQ(aw.bytes.ssdRead - ah.bytes.ssdRead, 1000);
+  EXPECT_DOUBLE_EQ(ah.bytes.h2d, aw.bytes.h2d);
+  EXPECT_EQ(double(ah.peakBytes[int(Tier::Host)]) -
+                double(aw.peakBytes[int(Tier::Host)]),
+            1000);
+  const CostEstimate ag =
+      run(Order::Snake, 2, 0,
+          splitAs(a, TensorClass::Activations, {Tier::GPU, Tier::SSD}));
+  ASSERT_TRUE(ag.valid) << ag.invalidReason;
+  EXPECT_DOUBLE_EQ(aw.bytes.h2d - ag.bytes.h2d, 1000);
+  EXPECT_DOUBLE_EQ(aw.bytes.d2h - ag.bytes.d2h, 1000);
+  EXPECT_DOUBLE_EQ(aw.bytes.ssdWrite - ag.bytes.ssdWrite, 1000);
+  EXPECT_EQ(double(ag.peakBytes[int(Tier::GPU)]) -
+                double(aw.peakBytes[int(Tier::GPU)]),
+            1000);
   // The parameters may keep a layer on the GPU: no load brings it (its two
   // loads' 200 bytes leave h2d and the SSD), and the CPU optimizer takes
   // it down and puts it back (100 each way) instead of reading and writing
@@ -1032,6 +1057,35 @@ TEST(CostModel, ChooseFillsTheHostBudgetBlockByBlock) {
   }
   EXPECT_TRUE(splitHelped);
   EXPECT_EQ(ssdBytes(*previous), 0); // the last budget holds everything
+}
+
+TEST(CostModel, FillHostMovesActivationBlocksToo) {
+  // Everything on the GPU but the activations, on SSD; room on host for
+  // one layer's whole-batch activations (A = 1000) more: one activation
+  // block moves, the class split by layer, and its 1000 bytes leave the SSD
+  // both ways.
+  const IterationSummary s = toyLayers(6);
+  const HardwareProfile hw = machine();
+  Placement pl;
+  pl[TensorClass::Activations] = Tier::SSD;
+  const CostEstimate seed = run(Order::Snake, 2, 0, pl, s, hw);
+  ASSERT_TRUE(seed.valid) << seed.invalidReason;
+  Budgets b{1ull << 40, seed.neededBytes[int(Tier::Host)] + 1000, 1ull << 40};
+  SearchSpace open = oneSchedule();
+  open.pinned[int(TensorClass::Activations)] = std::nullopt;
+  auto filled = fillHost(s, open, seed, b, hw);
+  ASSERT_TRUE(filled);
+  EXPECT_TRUE(filled->candidate.placement.split(TensorClass::Activations));
+  EXPECT_EQ(filled->candidate.placement.at(TensorClass::Activations, 0),
+            Tier::Host);
+  EXPECT_EQ(filled->candidate.placement.at(TensorClass::Activations, 1),
+            Tier::SSD);
+  EXPECT_DOUBLE_EQ(seed.bytes.ssdWrite - filled->bytes.ssdWrite, 1000);
+  EXPECT_DOUBLE_EQ(seed.bytes.ssdRead - filled->bytes.ssdRead, 1000);
+  EXPECT_NE(filled->splitNote.find("1 of 6 SSD blocks moved to host, by SSD "
+                                   "time saved per host byte (activations 1)"),
+            std::string::npos)
+      << filled->splitNote;
 }
 
 TEST(CostModel, FillHostTakesTheMostSsdTimePerByteFirst) {

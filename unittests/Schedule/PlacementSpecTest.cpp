@@ -46,6 +46,10 @@ TEST(PlacementSpec, WholeClassesRangesAndFractions) {
   EXPECT_TRUE(spec[TensorClass::Gradients].byLayer());
   EXPECT_EQ(spec[TensorClass::Gradients].ranges[0].end, -1);
   EXPECT_FALSE(spec[TensorClass::Activations].byLayer());
+  // Activations split by layer ranges.
+  EXPECT_TRUE(parse({"activations=ssd",
+                     "activations[2:]=host"})[TensorClass::Activations]
+                  .byLayer());
   EXPECT_FALSE(spec[TensorClass::Master].given());
 
   // Four equal layers: ranges over the class's tier.
@@ -90,8 +94,8 @@ TEST(PlacementSpec, BadItemsNameThemselves) {
   EXPECT_NE(parseError({"optimizer=host:0.5", "host:0.5"})
                 .find("host has a fraction of optimizer already"),
             std::string::npos);
-  EXPECT_NE(parseError({"activations[0:1]=host"})
-                .find("activations are placed whole"),
+  EXPECT_NE(parseError({"activations=host:0.5", "ssd:0.5"})
+                .find("activations take layer ranges"),
             std::string::npos);
   EXPECT_NE(parseError({"params=ssd", "params=host"}).find("placed twice"),
             std::string::npos);

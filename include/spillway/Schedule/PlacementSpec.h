@@ -57,7 +57,7 @@ struct PlacementSpec {
 /// Parses the items of a comma-separated placement (an item TIER:F after a
 /// CLASS=TIER:F item continues its fractions). Errors name the item: an
 /// unknown class or tier, a malformed range, fractions not in (0, 1] or not
-/// summing to 1, a tier or range given twice, activations split by layer.
+/// summing to 1, a tier or range given twice, activations split by fractions.
 std::optional<PlacementSpec>
 parsePlacement(const std::vector<std::string> &items, std::string &error);
 

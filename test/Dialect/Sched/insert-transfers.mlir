@@ -77,6 +77,9 @@
 // DEFGPU:      sched.await %{{[0-9#]+}}
 // RUN: spillway-opt %S/Inputs/insert-transfers-acthost.mlir --sched-insert-transfers | FileCheck %s --check-prefix=ACTHOST
 // RUN: spillway-opt %S/Inputs/insert-transfers-actssd.mlir --sched-insert-transfers | FileCheck %s --check-prefix=ACTSSD
+// RUN: spillway-opt %S/Inputs/insert-transfers-actlayers.mlir --sched-insert-transfers | FileCheck %s --check-prefix=ACTLAYERS
+// RUN: spillway-opt %S/Inputs/insert-transfers-actlayers.mlir --sched-insert-transfers | FileCheck %s --check-prefix=ACTLAYERSHOST
+// RUN: spillway-opt %S/Inputs/insert-transfers-actgpu.mlir --sched-insert-transfers | FileCheck %s --check-prefix=ACTGPU
 
 
 // Activations on host (after sched-recompute): each fwd result a bwd task
@@ -533,3 +536,45 @@
 // MASTERGPU-NEXT: sched.bind params layer(2) host
 // MASTERGPU-NEXT: sched.task opt layer(2)
 // MASTERGPU:      sched.move params layer(2) part(1) host -> gpu prio(writeback)
+
+// Activations split by layer (snake, two micro-batches): layer 0's (indices
+// 0 and 1, the embedding's outputs) homed on SSD, layer 1's (2 and 3) on
+// host. An SSD-homed one takes the host leg and a staging slot; a
+// host-homed one keeps its host copy from put to take, so its put waits
+// for no SSD write-back, and its take drops the host copy, its home.
+// ACTLAYERS:      sched.put_activation %{{[0-9#]+}} index(1)
+// ACTLAYERS-NEXT: %[[W1:[0-9]+]] = sched.move activations layer(1) gpu -> host prio(writeback)
+// ACTLAYERS:      sched.move activations layer(1) host -> ssd prio(writeback)
+// ACTLAYERS:      sched.put_activation %{{[0-9#]+}} index(0)
+// ACTLAYERS:      sched.move activations layer(0) host -> ssd prio(writeback)
+// ACTLAYERS-NEXT: sched.put_activation %{{[0-9#]+}} index(3)
+// ACTLAYERS-NEXT: sched.move activations layer(3) gpu -> host prio(writeback)
+// ACTLAYERS-NEXT: sched.slice
+// ACTLAYERS-NEXT: sched.task fwd layer(2) mb(1)
+// ACTLAYERS:      sched.take_activation index(3)
+// ACTLAYERS-NEXT: sched.drop activations layer(3) gpu
+// ACTLAYERS-NEXT: sched.drop activations layer(3) host
+// ACTLAYERS:      sched.take_activation index(0)
+// ACTLAYERS-NEXT: sched.drop activations layer(0) gpu
+// ACTLAYERS-NEXT: sched.drop activations layer(0) ssd
+// ACTLAYERS:      sched.take_activation index(1)
+// ACTLAYERS-NEXT: sched.drop activations layer(1) gpu
+// ACTLAYERS-NEXT: sched.drop activations layer(1) ssd
+// Layer 1's activations never reach the SSD.
+// ACTLAYERSHOST-NOT: sched.move activations layer({{[23]}}) {{(host -> ssd|ssd -> host)}}
+// ACTLAYERSHOST-NOT: sched.drop activations layer({{[23]}}) ssd
+
+// Layer 0's activations kept on the GPU, layer 1's on SSD. Layer 0's
+// outputs are never put, and layer 1's backward reads them as the forward
+// left them; layer 1's outputs (indices 0 and 1) take the SSD round trip.
+// ACTGPU:      %[[E0:[0-9]+]] = sched.task fwd layer(0) mb(0)
+// ACTGPU:      %[[E1:[0-9]+]] = sched.task fwd layer(0) mb(1)
+// ACTGPU-NOT:  sched.put_activation %[[E0]]
+// ACTGPU-NOT:  sched.put_activation %[[E1]]
+// ACTGPU:      sched.put_activation %{{[0-9#]+}} index(1)
+// ACTGPU:      sched.move activations layer(1) host -> ssd prio(writeback)
+// ACTGPU:      sched.put_activation %{{[0-9#]+}} index(0)
+// ACTGPU:      sched.move activations layer(0) host -> ssd prio(writeback)
+// ACTGPU-NOT:  sched.put_activation
+// ACTGPU:      sched.task bwd layer(1) mb(0) (%{{[0-9#]+}}, %[[E0]])
+// ACTGPU:      sched.task bwd layer(1) mb(1) (%{{[0-9#]+}}, %[[E1]])

@@ -487,10 +487,20 @@ func.func @placement_split_base() {
 
 // -----
 
-// Activations are placed whole.
+// Only the tensor classes split by layer.
+func.func @placement_split_unknown() {
+  // expected-error @+1 {{placement layers: 'weights' is not a class that splits by layer (params, optimizer, gradients, master, activations)}}
+  sched.iteration() {placement = #sched.placement<params = gpu, optimizer = gpu, gradients = gpu, activations = ssd, layers = {weights = array<i32: 1, 2>}>} : () -> () {
+  }
+  return
+}
+
+// -----
+
+// Activations split by layer: the class's tier is the slowest too.
 func.func @placement_split_activations() {
-  // expected-error @+1 {{placement layers: 'activations' is not a class that splits by layer (params, optimizer, gradients, master)}}
-  sched.iteration() {placement = #sched.placement<params = gpu, optimizer = gpu, gradients = gpu, activations = ssd, layers = {activations = array<i32: 1, 2>}>} : () -> () {
+  // expected-error @+1 {{placement layers: activations = host but its slowest layer is on ssd}}
+  sched.iteration() {placement = #sched.placement<params = gpu, optimizer = gpu, gradients = gpu, activations = host, layers = {activations = array<i32: 0, 2>}>} : () -> () {
   }
   return
 }

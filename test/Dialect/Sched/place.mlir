@@ -53,7 +53,7 @@
 // MIXEDSPLIT: error: sched-place: master=gpu with optimizer=host: the update reads and writes the master weights where it runs, so they are on the GPU when the optimizer state is (GPU optimizer) and off it when it is not (CPU optimizer)
 // MIXEDSPLIT2: error: sched-place: master=host with optimizer=gpu: the update
 
-// A class other than activations may be split by layer between host and
+// A class may be split by layer between host and
 // SSD (docs/compiler.md, "Placement by layer"): ranges of train.layers
 // (BEGIN or END may be left out), or fractions of the class's bytes taken
 // by layer in order, each layer weighed by its parameters' bytes (@w1 128,
@@ -76,6 +76,12 @@
 // The parameters, alone, may keep layers resident on the GPU.
 // RUN: spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params[0:1]=gpu,params=host" | FileCheck %s --check-prefix=GPUPARAMS
 // GPUPARAMS: placement = #sched.placement<params = host, optimizer = gpu, gradients = gpu, activations = gpu, layers = {params = array<i32: 0, 1>}>
+// The activations split by layer too, a layer's those its forward tasks
+// produce; they may keep layers on the GPU.
+// RUN: spillway-opt %S/Inputs/two-layers-recomputed.mlir "--sched-place=placement=activations=host,activations[1:]=ssd" | FileCheck %s --check-prefix=ACTLAYERS
+// RUN: spillway-opt %S/Inputs/two-layers-recomputed.mlir "--sched-place=placement=activations[1:]=host" | FileCheck %s --check-prefix=ACTGPU
+// ACTLAYERS: placement = #sched.placement<params = gpu, optimizer = gpu, gradients = gpu, activations = ssd, layers = {activations = array<i32: 1, 2>}>
+// ACTGPU: placement = #sched.placement<params = gpu, optimizer = gpu, gradients = gpu, activations = host, layers = {activations = array<i32: 0, 1>}>
 // Master layers no range of their own names stay with the optimizer state.
 // RUN: spillway-opt %t.mixed.mlir "--sched-place=placement=params=ssd,optimizer=host,master[0:1]=ssd" | FileCheck %s --check-prefix=MASTERRANGE
 // MASTERRANGE: master = "ssd"
@@ -84,7 +90,8 @@
 // What a split cannot be is refused, naming the item.
 // RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params[0:3]=host" 2>&1 | FileCheck %s --check-prefix=PASTEND
 // RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=gradients[0:1]=host" 2>&1 | FileCheck %s --check-prefix=ONGPU
-// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=activations[0:1]=host" 2>&1 | FileCheck %s --check-prefix=ACTSPLIT
+// RUN: not spillway-opt %S/Inputs/two-layers-recomputed.mlir "--sched-place=placement=activations=host:0.5,ssd:0.5" 2>&1 | FileCheck %s --check-prefix=ACTSPLIT
+// RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=activations=gpu,activations[1:]=ssd" 2>&1 | FileCheck %s --check-prefix=ACTNORECOMPUTE
 // RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params[1:1]=host" 2>&1 | FileCheck %s --check-prefix=EMPTYRANGE
 // RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=optimizer=host:0.5,ssd:0.4" 2>&1 | FileCheck %s --check-prefix=SUM
 // RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params=ssd,params[0:2]=host,params[1:2]=ssd" 2>&1 | FileCheck %s --check-prefix=OVERLAP
@@ -93,7 +100,8 @@
 // PASTEND: error: sched-place: 'params[0:3]=host': the model has 2 layers (0..1 in train.layers; spillwayc --report lists them)
 // ONGPU: error: sched-place: 'gradients[0:1]=host' leaves layer 1 of gradients on the GPU and others off it: a class split by layer lives on host and SSD (the GPU's tier is all of a class or none, but for params
 // ONGPU-SAME: place the rest with gradients=host or gradients=ssd
-// ACTSPLIT: error: sched-place: 'activations[0:1]=host': activations are placed whole (activations=TIER)
+// ACTSPLIT: error: sched-place: 'activations=host:0.5,ssd:0.5': activations take layer ranges (e.g. activations=ssd,activations[6:]=host), not fractions: a fraction weighs each layer by its parameters' bytes, which a layer's activations are not proportional to
+// ACTNORECOMPUTE: error: 'sched.task' op sched-place: activations[1:2]=ssd needs sched-recompute first: result #{{[0-9]+}} is a forward intermediate only the backward reads; run sched-recompute (spillwayc --recompute on, the default) or place activations[1:2]=gpu
 // EMPTYRANGE: error: sched-place: 'params[1:1]=host': a layer range is CLASS[BEGIN:END]=TIER with BEGIN < END
 // SUM: error: sched-place: 'optimizer=host:0.5,ssd:0.4': the fractions of optimizer sum to 0.9, not 1 (e.g. optimizer=host:0.75,ssd:0.25)
 // OVERLAP: error: sched-place: 'params[1:2]=ssd': layer 1 of params is placed by 'params[0:2]=host' already

@@ -42,19 +42,23 @@ PlacementAttr::verify(function_ref<InFlightDiagnostic()> emitError, Tier params,
       base = optimizer;
     else if (cls == "gradients")
       base = gradients;
+    else if (cls == "activations")
+      base = activations;
     else if (cls != "master")
       return emitError() << "placement layers: '" << cls
                          << "' is not a class that splits by layer (params, "
-                            "optimizer, gradients, master)";
+                            "optimizer, gradients, master, activations)";
     auto tiers = dyn_cast<DenseI32ArrayAttr>(entry.getValue());
     if (!tiers || tiers.empty())
       return emitError() << "placement layers: " << cls
                          << " needs a non-empty array<i32> of tiers";
-    // A split lives off the GPU, but for the parameters: a layer's
-    // optimizer state or masters on the GPU would change where its update
-    // runs, its gradients where the backward leaves them; GPU-resident
-    // parameter blocks are loaded by no layer (sched-insert-transfers).
-    const bool gpuOk = cls == "params";
+    // A split lives off the GPU, but for the parameters and activations: a
+    // layer's optimizer state or masters on the GPU would change where its
+    // update runs, its gradients where the backward leaves them;
+    // GPU-resident parameter blocks are loaded by no layer, a layer's
+    // activations kept on the GPU are read there by its backward
+    // (sched-insert-transfers).
+    const bool gpuOk = cls == "params" || cls == "activations";
     Tier slowest = Tier::gpu;
     bool offGpu = false;
     for (int32_t t : tiers.asArrayRef()) {

@@ -203,7 +203,8 @@ LogicalResult Rewriter::run() {
     for (FlatSymbolRefAttr s : entry.getUses())
       reads.back().push_back(s.getAttr());
   }
-  for (StringRef cls : {"params", "optimizer", "gradients", "master"})
+  for (StringRef cls :
+       {"params", "optimizer", "gradients", "master", "activations"})
     if (size_t n = placement.layerTiers(cls).size(); n && n != params.size())
       return it.emitOpError("sched-insert-transfers: the placement splits ")
              << cls << " over " << n << " layers, train.layers has "
@@ -861,19 +862,24 @@ LogicalResult Rewriter::placeUpdates() {
 }
 
 LogicalResult Rewriter::routeActivations(Tier ta) {
-  // The activations: fwd task results a bwd task reads, numbered in block
-  // order (producer, then result number).
+  // The activations off the GPU: fwd task results a bwd task reads, of the
+  // layers whose activations are homed on host or SSD (the others stay
+  // where the forward left them), numbered in block order (producer, then
+  // result number).
   struct Activation {
     Value value;
     Operation *lastForward; // the producer or its last non-bwd reader
     TaskOp firstBackward;
+    Tier home;
   };
   SmallVector<Activation> acts;
   for (TaskOp task : it.getBlock().getOps<TaskOp>()) {
-    if (task.getPhase() != Phase::fwd)
+    const Tier home =
+        placement.homeOf("activations", ta, int64_t(task.getLayer()));
+    if (task.getPhase() != Phase::fwd || home == Tier::gpu)
       continue;
     for (OpResult r : task->getResults()) {
-      Activation a{r, task, nullptr};
+      Activation a{r, task, nullptr, home};
       for (Operation *u : r.getUsers()) {
         auto t = dyn_cast<TaskOp>(u);
         if (t && t.getPhase() == Phase::bwd) {
@@ -918,13 +924,15 @@ LogicalResult Rewriter::routeActivations(Tier ta) {
   });
 
   // Look-ahead within the plan's slots: one activation copy on the GPU at a
-  // time (a write-back's source, or a reload's destination), and with the
-  // activations on SSD two host copies (the cost model's double-buffered
-  // staging). A write-back is awaited, and its copy dropped, only when its
-  // slot is needed again or the activation itself is; a reload is issued
-  // at the previous need (from SSD, the read two needs ahead) when no put
-  // comes in between, so it overlaps the backward tasks before its reader.
-  const bool ssd = ta == Tier::ssd;
+  // time (a write-back's source, or a reload's destination), and of the
+  // activations homed on SSD two host copies (the cost model's
+  // double-buffered staging; those homed on host keep their host copy from
+  // put to take). A write-back is awaited, and its copy dropped, only when
+  // its slot is needed again or the activation itself is; a reload is
+  // issued at the previous need (from SSD, the read two needs ahead) when
+  // no put comes in between, so it overlaps the backward tasks before its
+  // reader.
+  auto onSsd = [&](size_t i) { return acts[i].home == Tier::ssd; };
   struct Pending {
     size_t act;
     Value token;
@@ -937,7 +945,7 @@ LogicalResult Rewriter::routeActivations(Tier ta) {
     gpuLeg.pop_front();
     await(p.token);
     drop(BlockClass::activations, p.act, Tier::gpu);
-    if (ssd)
+    if (onSsd(p.act))
       hostLeg.push_back({p.act, move(BlockClass::activations, p.act,
                                      Tier::host, Tier::ssd,
                                      Priority::writeback)});
@@ -952,8 +960,10 @@ LogicalResult Rewriter::routeActivations(Tier ta) {
     while (!gpuLeg.empty())
       finishGpuLeg();
   };
-  auto roomOnHost = [&] {
-    while (ssd && !hostLeg.empty() &&
+  // Room for one more host copy of `i` (a staging copy when it is homed
+  // on SSD).
+  auto roomOnHost = [&](size_t i) {
+    while (onSsd(i) && !hostLeg.empty() &&
            hostLeg.size() + reloadHostCopies + 1 > 2)
       finishHostLeg();
   };
@@ -969,15 +979,15 @@ LogicalResult Rewriter::routeActivations(Tier ta) {
   };
   auto startRead = [&](size_t i, Priority p) {
     written(i);
-    roomOnHost();
+    roomOnHost(i);
     readIn[i] = move(BlockClass::activations, i, Tier::ssd, Tier::host, p);
     ++reloadHostCopies;
   };
   auto startUpload = [&](size_t i, Priority p) {
     written(i);
-    if (ssd && !readIn[i])
+    if (onSsd(i) && !readIn[i])
       startRead(i, p);
-    if (ssd)
+    if (onSsd(i))
       await(readIn[i]);
     roomOnGpu();
     upload[i] = move(BlockClass::activations, i, Tier::host, Tier::gpu, p);
@@ -999,7 +1009,7 @@ LogicalResult Rewriter::routeActivations(Tier ta) {
       lastPutAnchor = a.lastForward;
       roomOnGpu();
       PutActivationOp::create(b, loc, a.value, uint64_t(i), IntegerAttr());
-      roomOnHost();
+      roomOnHost(i);
       gpuLeg.push_back({i, move(BlockClass::activations, i, Tier::gpu,
                                 Tier::host, Priority::writeback)});
       continue;
@@ -1010,14 +1020,14 @@ LogicalResult Rewriter::routeActivations(Tier ta) {
     if (!upload[i])
       startUpload(i, Priority::demand);
     await(upload[i]);
-    if (ssd) {
+    if (onSsd(i)) {
       drop(BlockClass::activations, i, Tier::host);
       --reloadHostCopies;
     }
     auto type = cast<RankedTensorType>(a.value.getType());
     Value back = TakeActivationOp::create(b, loc, type, uint64_t(i));
     drop(BlockClass::activations, i, Tier::gpu);
-    drop(BlockClass::activations, i, ta);
+    drop(BlockClass::activations, i, a.home);
     a.value.replaceUsesWithIf(back, [&](OpOperand &use) {
       auto t = dyn_cast<TaskOp>(use.getOwner());
       return t && t.getPhase() == Phase::bwd;
@@ -1026,7 +1036,7 @@ LogicalResult Rewriter::routeActivations(Tier ta) {
     // from SSD read the one after it.
     if (auto next = needAt(k + 1)) {
       startUpload(*next, Priority::prefetch);
-      if (auto after = needAt(k + 2); ssd && after && !readIn[*after])
+      if (auto after = needAt(k + 2); after && onSsd(*after) && !readIn[*after])
         startRead(*after, Priority::prefetch);
     }
   }

@@ -33,21 +33,33 @@ namespace {
 /// values, which non-bwd tasks read too; a result only bwd tasks read is a
 /// forward intermediate kept for the backward, which the plan (and the cost
 /// model's activation bytes) does not cover.
-LogicalResult checkActivationsMovable(IterationOp it, StringRef tier) {
+/// `tierOf` gives the home of each layer's activations; `split`: they are
+/// split by layer.
+LogicalResult checkActivationsMovable(
+    IterationOp it, function_ref<schedule::Tier(int64_t)> tierOf, bool split) {
   for (TaskOp task : it.getBlock().getOps<TaskOp>()) {
-    if (task.getPhase() != Phase::fwd)
+    const schedule::Tier tier = tierOf(int64_t(task.getLayer()));
+    if (task.getPhase() != Phase::fwd || tier == schedule::Tier::GPU)
       continue;
     for (OpResult r : task->getResults())
       if (!r.use_empty() && llvm::all_of(r.getUsers(), [](Operation *u) {
             auto t = dyn_cast<TaskOp>(u);
             return t && t.getPhase() == Phase::bwd;
-          }))
-        return task.emitOpError("sched-place: activations=")
-               << tier << " needs sched-recompute first: result #"
+          })) {
+        // As --place names them: the class, or this layer's range of it.
+        const std::string what =
+            split ? "activations[" + std::to_string(task.getLayer()) + ":" +
+                        std::to_string(task.getLayer() + 1) + "]"
+                  : std::string("activations");
+        return task.emitOpError("sched-place: ")
+               << what << "=" << schedule::tierName(tier)
+               << " needs sched-recompute first: result #"
                << r.getResultNumber()
                << " is a forward intermediate only the backward reads; run "
                   "sched-recompute (spillwayc --recompute on, the default) "
-                  "or place activations=gpu";
+                  "or place "
+               << what << "=gpu";
+      }
   }
   return success();
 }
@@ -147,8 +159,9 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
       for (auto t : *tiers)
         v.push_back(*t);
       // The parameters may keep layers resident on the GPU (no load brings
-      // them); the other classes' GPU tier is the whole model's.
-      if (c != TensorClass::Params &&
+      // them), the activations layers the backward reads there; the other
+      // classes' GPU tier is the whole model's.
+      if (c != TensorClass::Params && c != TensorClass::Activations &&
           llvm::is_contained(v, schedule::Tier::GPU) &&
           llvm::any_of(
               v, [](schedule::Tier t) { return t != schedule::Tier::GPU; })) {
@@ -158,7 +171,8 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
             << schedule::tensorClassName(c)
             << " on the GPU and others off it: a class split by layer lives "
                "on host and SSD (the GPU's tier is all of a class or none, "
-               "but for params: where the optimizer runs and where the "
+               "but for params and activations: where the optimizer runs and "
+               "where the "
                "backward leaves the gradients are the whole model's); place "
                "the rest with "
             << schedule::tensorClassName(c) << "=host or "
@@ -185,8 +199,9 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
     Builder b(&getContext());
     auto tierOf = [&](StringRef c) { return *symbolizeTier(tiers[c]); };
     SmallVector<NamedAttribute> layerTiers;
-    for (TensorClass c : {TensorClass::Params, TensorClass::Optimizer,
-                          TensorClass::Gradients, TensorClass::Master}) {
+    for (TensorClass c :
+         {TensorClass::Params, TensorClass::Optimizer, TensorClass::Gradients,
+          TensorClass::Master, TensorClass::Activations}) {
       if (split[int(c)].empty() || (c == TensorClass::Master && !bf16Mixed))
         continue;
       SmallVector<int32_t> v;
@@ -213,8 +228,15 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
           op.emitOpError("sched-place: the iteration already has transfers");
           return WalkResult::interrupt();
         }
-      if (tiers["activations"] != "gpu" &&
-          failed(checkActivationsMovable(it, tiers["activations"])))
+      const std::vector<schedule::Tier> &actLayers =
+          split[int(TensorClass::Activations)];
+      auto actTier = [&](int64_t l) {
+        return l >= 0 && l < int64_t(actLayers.size())
+                   ? actLayers[l]
+                   : whole[int(TensorClass::Activations)];
+      };
+      if (whole[int(TensorClass::Activations)] != schedule::Tier::GPU &&
+          failed(checkActivationsMovable(it, actTier, !actLayers.empty())))
         return WalkResult::interrupt();
       it.setPlacementAttr(placed);
       it.setOptimizerOnAttr(b.getStringAttr(side));

@@ -113,6 +113,10 @@ gen $sched/insert-transfers-gpulayers.mlir three-layers "${front[@]}" "${mb2[@]}
 gen $sched/insert-transfers-defgpu.mlir three-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake "--sched-overlap-optimizer=fraction=1 granule=1" --sched-place=placement=params=ssd,optimizer=gpu,gradients=gpu
 gen $sched/insert-transfers-acthost.mlir three-layers "${front[@]}" --sched-order=order=horizontal --sched-recompute --sched-place=placement=activations=host
 gen $sched/insert-transfers-actssd.mlir three-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-recompute --sched-place=placement=activations=ssd
+# Activations split by layer: layer 0's on SSD, layer 1's on host; and
+# layer 0's kept on the GPU, layer 1's on SSD.
+gen $sched/insert-transfers-actlayers.mlir three-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-recompute "--sched-place=placement=activations=ssd,activations[1:2]=host"
+gen $sched/insert-transfers-actgpu.mlir three-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-recompute "--sched-place=placement=activations=ssd,activations[0:1]=gpu"
 # A tied embedding/head weight.
 gen $sched/tied-head-ordered.mlir tied-head "${front[@]}" --sched-order
 gen $sched/tied-head-params-host.mlir tied-head "${front[@]}" --sched-order --sched-place=placement=params=host

@@ -107,13 +107,16 @@ def Sched_PlacementAttr : AttrDef<Sched_Dialect, "Placement"> {
     tiers by them.
 
     A class off the GPU may be split by layer: `layers` maps a class
-    (`params`, `optimizer`, `gradients`, or `master` under bf16-mixed) to
-    the home tier of each layer's block, one entry per layer of
-    `train.layers`, each `host` (1) or `ssd` (2), and for `params` also
-    `gpu` (0: resident for the whole iteration, no load brings it). The
-    class's own tier is then the slowest of them. Where the optimizer runs
-    (the GPU with its state there, the host otherwise) and where the
-    backward leaves the gradients stay one place for the whole model.
+    (`params`, `optimizer`, `gradients`, `master` under bf16-mixed, or
+    `activations`) to the home tier of each layer's block, one entry per
+    layer of `train.layers`, each `host` (1) or `ssd` (2), and for `params`
+    and `activations` also `gpu` (0: parameters resident for the whole
+    iteration, no load brings them; activations the backward reads where
+    the forward left them). A layer's activations are those its forward
+    tasks produce. The class's own tier is then the slowest of them. Where
+    the optimizer runs (the GPU with its state there, the host otherwise)
+    and where the backward leaves the gradients stay one place for the
+    whole model.
 
     ```mlir
     #sched.placement<params = ssd, optimizer = host, gradients = host, activations = gpu>
@@ -130,7 +133,8 @@ def Sched_PlacementAttr : AttrDef<Sched_Dialect, "Placement"> {
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
     /// The home of layer `layer`'s block of class `cls` ("params",
-    /// "optimizer", "gradients" or "master"), whose class tier is `base`.
+    /// "optimizer", "gradients", "master" or "activations"), whose class
+    /// tier is `base`.
     Tier homeOf(::llvm::StringRef cls, Tier base, int64_t layer) const;
     /// The per-layer tiers of `cls`, or an empty list when it is whole.
     ::llvm::ArrayRef<int32_t> layerTiers(::llvm::StringRef cls) const;

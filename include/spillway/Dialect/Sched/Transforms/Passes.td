@@ -150,13 +150,15 @@ def SchedPlacePass : Pass<"sched-place", "mlir::ModuleOp"> {
       while `params` is that of the bf16 working copies; unplaced, it is
       the optimizer's tier. It must be on the GPU exactly when `optimizer`
       is (the update reads and writes both where it runs);
-    - `activations` off the GPU needs `sched-recompute` to have run: a fwd
-      task result that only bwd tasks read (a forward intermediate kept for
-      the backward) is refused, naming the task and the fix;
-    - a class other than `activations` may be split by layer between host
-      and ssd (`CLASS[BEGIN:END]=TIER` over `CLASS=TIER`, or fractions
-      `CLASS=TIER:F,TIER:F`): `placement`'s `layers` then holds each
-      layer's tier (docs/compiler.md, "Placement by layer");
+    - `activations` off the GPU (of a layer, when split) needs
+      `sched-recompute` to have run: a fwd task result that only bwd tasks
+      read (a forward intermediate kept for the backward) is refused,
+      naming the task and the fix;
+    - a class may be split by layer between host and ssd
+      (`CLASS[BEGIN:END]=TIER` over `CLASS=TIER`, or, but for
+      `activations`, fractions `CLASS=TIER:F,TIER:F`), `params` and
+      `activations` with GPU layers too: `placement`'s `layers` then holds
+      each layer's tier (docs/compiler.md, "Placement by layer");
     - an unknown class or tier, or a class given twice, is an error naming it.
     The iteration must have been ordered (`sched-order`) and hold no
     transfers yet.
@@ -166,8 +168,9 @@ def SchedPlacePass : Pass<"sched-place", "mlir::ModuleOp"> {
            "CLASS=TIER,... (classes: params, optimizer, gradients, "
            "activations, and master under bf16-mixed; tiers: gpu, host, "
            "ssd); the rest stay on the GPU (master: with the optimizer). "
-           "A class but activations may be split by layer between host and "
-           "ssd: CLASS[BEGIN:END]=TIER (layers of train.layers) or "
+           "A class may be split by layer between host and ssd (params and "
+           "activations may keep layers on gpu too): CLASS[BEGIN:END]=TIER "
+           "(layers of train.layers) or, but for activations, "
            "CLASS=host:F,ssd:G (fractions of its bytes, by layer in order)">
   ];
   let dependentDialects = ["spillway::sched::SchedDialect"];
@@ -257,14 +260,16 @@ def SchedInsertTransfersPass : Pass<"sched-insert-transfers", "mlir::ModuleOp"> 
       operand order), and the gradients only the norm read leave the task.
       No move is added. A norm that misses an updated parameter's gradient,
       or one whose layer's gradient completes after it, is an error.
-    - Activations off the GPU: each fwd task result a bwd task reads
+    - Activations off the GPU: each fwd task result a bwd task reads, of a
+      task whose layer's activations are homed off the GPU (`homeOf`),
       becomes an `activations` block (index = its position among them, in
       block order): `sched.put_activation` right after its last non-bwd
       reader, gpu -> host (-> ssd) `writeback` and the copies on the way
       dropped; before its first bwd reader ssd -> host -> gpu,
       `sched.take_activation`, whose value the bwd tasks read, and every
-      copy dropped. With look-ahead inside one GPU slot and two host slots
-      (SSD): a write-back leg is awaited only when its slot is needed
+      copy dropped. With look-ahead inside one GPU slot and two host
+      staging slots for those homed on SSD (one homed on host keeps its
+      host copy from put to take): a write-back leg is awaited only when its slot is needed
       again or the activation is read back, and the next reload is issued
       (`prefetch`) right after the previous take when no put comes between
       (from SSD the read one need further ahead); otherwise at its reader
