@@ -6,8 +6,10 @@ PLAN.mlir is spillwayc --emit=mlir of an offload plan chosen with --hw,
 REPORT.json the same compile's --report-json. sched-assign-buffers records
 the bytes its transfers move per iteration before alignment (sched.buffers'
 model_bytes); the report's chosen plan has the cost model's prediction
-(bytes_per_iteration). Prints the bytes; exits 1 naming the link that
-differs.
+(bytes_per_iteration), and where the planner's exact arenas changed that
+plan (a split refilled, or a later ranked plan), its "executable" entry
+has the prediction for the plan compiled, which the check uses. Prints
+the bytes; exits 1 naming the link that differs.
 """
 import json
 import re
@@ -23,7 +25,8 @@ def main():
     if not m:
         sys.exit(f"{mlir_path}: no sched.buffers model_bytes (not an offload plan?)")
     plan = {k: int(v) for k, v in re.findall(r"(\w+) = (\d+) : i64", m.group(1))}
-    chosen = json.load(open(json_path))["chosen"]
+    report = json.load(open(json_path))
+    chosen = report.get("executable", report["chosen"])
     model = chosen["bytes_per_iteration"]
     for link in LINKS:
         if plan[link] != model[link]:

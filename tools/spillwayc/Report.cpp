@@ -15,8 +15,10 @@ using namespace spillway::schedule;
 namespace {
 int64_t roundBytes(double b) { return int64_t(std::llround(b)); }
 
+/// `arenasFit`: the plan compiled, so its exact arenas (sched-assign-buffers)
+/// fit the budgets whatever the model's peaks say.
 void printEstimate(const char *label, const CostEstimate &e,
-                   llvm::raw_ostream &os) {
+                   llvm::raw_ostream &os, bool arenasFit = false) {
   os << label << e.candidate.str() << "\n";
   if (!e.valid) {
     os << "  invalid: " << e.invalidReason << "\n";
@@ -58,7 +60,12 @@ void printEstimate(const char *label, const CostEstimate &e,
        << roundBytes(e.optimizerStateBytes.ssdWrite) << "\n";
   os << "  peak bytes: gpu " << e.peakBytes[int(Tier::GPU)] << ", host "
      << e.peakBytes[int(Tier::Host)] << ", ssd " << e.peakBytes[int(Tier::SSD)]
-     << (e.fits ? " (fits)" : " (over budget)") << "\n";
+     << (e.fits      ? " (fits)"
+         : arenasFit ? " (over budget by the cost model's peaks, which "
+                       "count the step's working set; the plan's exact "
+                       "arenas fit)"
+                     : " (over budget)")
+     << "\n";
 }
 
 /// Optimizer state bytes of the model, by optimizer kind.
@@ -346,7 +353,7 @@ void spillwayc::printReport(const PlanReport &r, llvm::raw_ostream &os) {
 
 void spillwayc::printExecutablePlan(const CostEstimate &e,
                                     llvm::raw_ostream &os) {
-  printEstimate("executable: ", e, os);
+  printEstimate("executable: ", e, os, /*arenasFit=*/true);
 }
 
 void spillwayc::printPlanSsdWear(const PlanReport &r, uint64_t planBytes,

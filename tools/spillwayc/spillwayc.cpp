@@ -317,8 +317,9 @@ cl::opt<unsigned> microbatches(
     "microbatches",
     cl::desc("Micro-batches per iteration (must divide the batch). The "
              "executable trains in M micro-batches with exact gradient "
-             "accumulation (default 1: the whole batch); the plan fixes M "
-             "(default: searched over 1, 2, 4, 8, 16)"),
+             "accumulation (default 1: the whole batch, and an offload "
+             "plan's with -o); --report's search fixes M (default: "
+             "searched over 1, 2, 4, 8, 16)"),
     cl::value_desc("M"), cl::cat(category));
 cl::opt<std::string> schedule(
     "schedule", cl::init("auto"),
