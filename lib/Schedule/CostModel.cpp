@@ -553,9 +553,10 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   }
   {
     // Each layer's on its tier; the staging slots (sched-insert-transfers'
-    // look-ahead) are the class's, sized by its largest (layer,
-    // micro-batch) activation, while any layer's pass through them.
-    const double largest = maxOf(s, &LayerCost::activationBytes) / M;
+    // look-ahead) are sized by the largest (layer, micro-batch) activation
+    // that leaves the GPU (sched-assign-buffers' slots), while any layer's
+    // pass through them.
+    double largest = 0;
     bool offGpu = false, onSsd = false;
     for (size_t i = 0; i < L; ++i) {
       const double A = double(s.layers[i].activationBytes);
@@ -563,6 +564,8 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
       p[t] += A;
       offGpu |= t != gpu && A > 0;
       onSsd |= t == ssd && A > 0;
+      if (t != gpu)
+        largest = std::max(largest, A / M);
     }
     if (offGpu)
       p[gpu] += 2 * largest;

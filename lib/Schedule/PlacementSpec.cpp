@@ -218,8 +218,10 @@ spillway::schedule::resolveLayers(const ClassSpec &spec, TensorClass c,
     for (auto &[tier, f] : spec.fractions) {
       const double from = start;
       start += f;
-      if (!warning || std::find(tiers.begin(), tiers.end(),
-                                std::optional<Tier>(tier)) != tiers.end())
+      bool holds = false;
+      for (size_t l = 0; l < n; ++l)
+        holds |= tiers[l] == tier && layerBytes[l] > 0;
+      if (!warning || holds)
         continue;
       // The next layer's middle byte past the share's start, or, for the
       // last share (which grows from its end), the last one before it.

@@ -87,12 +87,11 @@ bool CompileTiming::write(llvm::StringRef path, std::string &error) const {
       {"seconds", secondsSince(created)},
       {"cpu_seconds", cpuSecondsSince(created)},
       {"peak_rss_mb", peak}};
-  std::error_code ec;
-  llvm::raw_fd_ostream out(path, ec, llvm::sys::fs::OF_Text);
-  if (ec) {
-    error = "cannot write '" + path.str() + "': " + ec.message();
-    return false;
-  }
-  out << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
-  return finishOutput(out, path, error);
+  llvm::json::Value value(std::move(root));
+  return writeOutputFile(
+      path,
+      [&](llvm::raw_ostream &os) {
+        os << llvm::formatv("{0:2}", value) << "\n";
+      },
+      error);
 }

@@ -9,7 +9,11 @@ using namespace spillway;
 
 bool spillway::finishOutput(llvm::raw_fd_ostream &os, llvm::StringRef path,
                             std::string &error) {
-  os.flush();
+  // A close can fail too (a quota, NFS); stdout ("-") is not ours to close.
+  if (path == "-")
+    os.flush();
+  else
+    os.close();
   if (!os.has_error())
     return true;
   error = "cannot write '" + path.str() + "': " + os.error().message();

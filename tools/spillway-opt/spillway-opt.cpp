@@ -9,8 +9,10 @@
 #include "spillway/Support/ToolMain.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Process.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
+#include <cstdio>
 
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
@@ -42,6 +44,15 @@ int main(int argc, char **argv) {
   // stream form, with the output checked here, names the file instead.
   return spillway::runWithLargeStack([&, &input = input, &output = output] {
     auto config = mlir::MlirOptMainConfig::createFromCLOptions();
+    // Listing dialects or passes reads no input and writes no file.
+    if (config.shouldShowDialects() || config.shouldListPasses())
+      return mlir::asMainReturnCode(
+          mlir::MlirOptMain(llvm::outs(), llvm::MemoryBuffer::getMemBuffer(""),
+                            registry, config));
+    if (input == "-" &&
+        llvm::sys::Process::FileDescriptorIsDisplayed(fileno(stdin)))
+      llvm::errs() << "(processing input from stdin now, hit ctrl-c/ctrl-d "
+                      "to stop)\n";
     std::string error;
     auto file = mlir::openInputFile(input, &error);
     if (!file) {

@@ -62,8 +62,7 @@ void printEstimate(const char *label, const CostEstimate &e,
      << e.peakBytes[int(Tier::Host)] << ", ssd " << e.peakBytes[int(Tier::SSD)]
      << (e.fits      ? " (fits)"
          : arenasFit ? " (over budget by the cost model's peaks, which "
-                       "count the step's working set; the plan's exact "
-                       "arenas fit)"
+                       "are estimates; the plan's exact arenas fit)"
                      : " (over budget)")
      << "\n";
 }

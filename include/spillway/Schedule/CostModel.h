@@ -133,8 +133,8 @@ struct Placement {
   /// layers' (docs/cost-model.md, "Placement by layer").
   std::array<Tier, kNumTensorClasses> tier{Tier::GPU, Tier::GPU, Tier::GPU,
                                            Tier::GPU, Tier::GPU};
-  /// A class split by layer (params, master, optimizer, gradients): the
-  /// home of each layer's block, host or SSD; empty: `tier` for every layer.
+  /// A class split by layer: the home of each layer's block, host or SSD
+  /// (params and activations: the GPU too); empty: `tier` for every layer.
   std::array<std::vector<Tier>, kNumTensorClasses> layers;
   Tier &operator[](TensorClass c) { return tier[int(c)]; }
   Tier operator[](TensorClass c) const { return tier[int(c)]; }

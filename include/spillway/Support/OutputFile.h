@@ -16,9 +16,10 @@
 
 namespace spillway {
 
-/// Flushes `os`, which wrote `path`: false, with "cannot write 'PATH': WHY"
-/// in `error`, if any write failed. The stream's error is cleared, so its
-/// destruction does not abort.
+/// Closes `os` (flushes it when `path` is "-", stdout), which wrote `path`:
+/// false, with "cannot write 'PATH': WHY" in `error`, if any write or the
+/// close failed. The stream's error is cleared, so its destruction does not
+/// abort.
 bool finishOutput(llvm::raw_fd_ostream &os, llvm::StringRef path,
                   std::string &error);
 
