@@ -491,12 +491,13 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   // Peak memory per tier.
   auto &peak = e.peakBytes;
   const int gpu = int(Tier::GPU), host = int(Tier::Host), ssd = int(Tier::SSD);
-  // Per class, each layer's block (the activations: one for the class).
+  // Per class, each layer's block.
   struct ClassBytes {
     TensorClass k;
     std::vector<double> blocks; ///< per layer
     /// Per layer, its block's largest transfer (a load: with the blocks of
-    /// the tied weights it reads).
+    /// the tied weights it reads; an activation: one micro-batch's, 0 on
+    /// the GPU).
     std::vector<double> moved;
   };
   std::vector<double> params(L), loads(L);
@@ -519,11 +520,21 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   }
   if (masterBytes.size() != L)
     masterBytes.assign(L, 0);
+  // The activations' staging slots (sched-insert-transfers' look-ahead) are
+  // sized by the largest (layer, micro-batch) activation that leaves the GPU
+  // (sched-assign-buffers' slots).
+  std::vector<double> activations(L), activationMoved(L);
+  for (size_t i = 0; i < L; ++i) {
+    activations[i] = double(s.layers[i].activationBytes);
+    if (pl.at(TensorClass::Activations, i) != Tier::GPU)
+      activationMoved[i] = activations[i] / M;
+  }
   const ClassBytes classes[] = {
       {TensorClass::Params, params, loads},
       {TensorClass::Master, masterBytes, masterBytes},
       {TensorClass::Optimizer, optimizerKept, optimizerKept},
       {TensorClass::Gradients, gradBytes, gradBytes},
+      {TensorClass::Activations, activations, activationMoved},
   };
   double p[kNumTiers] = {0, 0, 0};
   for (const ClassBytes &cb : classes) {
@@ -548,27 +559,6 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
     if (streamed && offGpu)
       p[gpu] += 2 * largest;
     // Everything on SSD passes through pinned host staging, double-buffered.
-    if (onSsd)
-      p[host] += 2 * largest;
-  }
-  {
-    // Each layer's on its tier; the staging slots (sched-insert-transfers'
-    // look-ahead) are sized by the largest (layer, micro-batch) activation
-    // that leaves the GPU (sched-assign-buffers' slots), while any layer's
-    // pass through them.
-    double largest = 0;
-    bool offGpu = false, onSsd = false;
-    for (size_t i = 0; i < L; ++i) {
-      const double A = double(s.layers[i].activationBytes);
-      const int t = int(pl.at(TensorClass::Activations, i));
-      p[t] += A;
-      offGpu |= t != gpu && A > 0;
-      onSsd |= t == ssd && A > 0;
-      if (t != gpu)
-        largest = std::max(largest, A / M);
-    }
-    if (offGpu)
-      p[gpu] += 2 * largest;
     if (onSsd)
       p[host] += 2 * largest;
   }

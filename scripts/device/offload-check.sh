@@ -121,15 +121,28 @@ part1() {
   echo "== part 1 took $((SECONDS - start)) s"
 }
 
+# Where the benchmark's weights go: RAM (/dev/shm is tmpfs; 11 GB at 2.7B),
+# so the disk holds the plans' SSD state (41 GiB); the work directory
+# without a writable /dev/shm or with --local.
+weights_dir() {
+  if [ "$LOCAL" != 1 ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then
+    echo /dev/shm/spillway-bench
+  else
+    echo "$WORK/weights"
+  fi
+}
+
+# The command that reruns part N as this run was asked (for the results).
+rerun_command() {
+  echo "bash scripts/device/offload-check.sh --part $1$([ -n "$BUDGET" ] && echo " --budget $BUDGET")$([ "$DEVICE" != cuda ] && echo " --device $DEVICE") (prepared by scripts/device/prepare-offload.sh)"
+}
+
 part2() {
   local start=$SECONDS budget
   budget=$(budget_of 2)
   local deadline=$(( $(date +%s) + budget ))
-  # The weights (11 GB at 2.7B) in RAM (/dev/shm is tmpfs): the disk holds
-  # the plans' SSD state (41 GiB).
-  local wdir=/dev/shm/spillway-bench
-  [ -d /dev/shm ] && [ -w /dev/shm ] || wdir=$WORK/weights
-  [ "$LOCAL" = 1 ] && wdir=$WORK/weights
+  local wdir
+  wdir=$(weights_dir)
   mkdir -p "$wdir"
   local stamp
   stamp=$(date -u +%Y%m%dT%H%M%SZ)
@@ -141,7 +154,7 @@ part2() {
   "${PY[@]}" bench --rows "$ROWS" --work "$WORK/bench" --device "$DEVICE" --deadline "$deadline" \
     --bench-dir "$OFF/bench" --weights-dir "$wdir" --ssd "$SSD" \
     --result-json "$OUTDIR/offload-h200-$stamp.json" \
-    --command "bash scripts/device/offload-check.sh --part 2$([ -n "$BUDGET" ] && echo " --budget $BUDGET")$([ "$DEVICE" != cuda ] && echo " --device $DEVICE") (prepared by scripts/device/prepare-offload.sh)" \
+    --command "$(rerun_command 2)" \
     ${DRYFLAG[@]+"${DRYFLAG[@]}"}
   rm -rf "$SSD"
   echo "== part 2 took $((SECONDS - start)) s"
@@ -151,9 +164,8 @@ part3() {
   local start=$SECONDS budget
   budget=$(budget_of 3)
   local deadline=$(( $(date +%s) + budget ))
-  local wdir=/dev/shm/spillway-bench
-  [ -d /dev/shm ] && [ -w /dev/shm ] || wdir=$WORK/weights
-  [ "$LOCAL" = 1 ] && wdir=$WORK/weights
+  local wdir
+  wdir=$(weights_dir)
   mkdir -p "$wdir" "$SSD"
   local stamp
   stamp=$(date -u +%Y%m%dT%H%M%SZ)
@@ -161,7 +173,7 @@ part3() {
   "${PY[@]}" bench --rows "$ROWS" --work "$WORK/placement" --device "$DEVICE" --deadline "$deadline" \
     --bench-dir "$OFF/bench" --weights-dir "$wdir" --ssd "$SSD" --configs whole,split \
     --result-json "$OUTDIR/offload-placement-h200-$stamp.json" \
-    --command "bash scripts/device/offload-check.sh --part 3$([ -n "$BUDGET" ] && echo " --budget $BUDGET")$([ "$DEVICE" != cuda ] && echo " --device $DEVICE") (prepared by scripts/device/prepare-offload.sh)" \
+    --command "$(rerun_command 3)" \
     ${DRYFLAG[@]+"${DRYFLAG[@]}"}
   rm -rf "$SSD"
   echo "== part 3 took $((SECONDS - start)) s"
