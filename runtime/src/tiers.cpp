@@ -83,19 +83,40 @@ struct Tiers {
     // Split by the optimizer overlap (spw_declare_split): part 0 holds the
     // first `split` bytes of the members (of m and of v, each at the front
     // of its half, for the optimizer class), part 1 (`id1`) the rest. Each
-    // part is its own tensor; on every tier part 1 starts at part 0's
-    // bytes rounded up to the plan's granule (back to back on the GPU).
+    // part is its own tensor; in a copy of the block part 1 starts at part
+    // 0's bytes rounded up to the plan's granule (back to back on the GPU).
     uint64_t split = 0;
     TensorId id1 = 0;
     // Bytes per member element: 2 for a bf16-mixed plan's params blocks
     // (the working copies) and for bf16 optimizer state, else 4 (f32
     // values and state).
     uint64_t elem = 4;
-    // Where the block's copy starts on each tier while it has one.
-    int64_t base[3] = {-1, -1, -1};
+    // Cut between two tiers (spw_declare_part_home): part 0's home, at byte
+    // part0_offset of that tier's arena; part 1 keeps `home`. -1: not cut.
+    int part0_home = -1;
+    uint64_t part0_offset = 0;
+    // Where the copy that part k is in starts on each tier while it has
+    // one there (the part at base + part_offset). A block's parts share a
+    // copy; a cut block's are placed apart, as its moves say.
+    int64_t base[2][3] = {{-1, -1, -1}, {-1, -1, -1}};
 
     int parts() const { return split ? 2 : 1; }
     TensorId part_id(int k) const { return k == 0 ? id : id1; }
+    bool cut() const { return part0_home >= 0; }
+    // Part k's home tier (-1: none), and its home copy's start there.
+    int home_of(int k) const { return k == 0 && cut() ? part0_home : home; }
+    uint64_t home_at(int k) const {
+      return k == 0 && cut() ? part0_offset
+                             : home_offset + part_offset(k, home);
+    }
+    // The part homed on `tier`, -1: none (a cut block's parts are homed
+    // apart; a block that is not has both or neither there).
+    int part_homed_on(int tier) const {
+      for (int k = 0; k < parts(); ++k)
+        if (home_of(k) == tier)
+          return k;
+      return -1;
+    }
     // Bytes of m (the optimizer class) or of the members (the others).
     uint64_t span() const { return cls == 1 ? bytes / 2 : bytes; }
     // Bytes of the span in part 0: all of it when the block is whole.
@@ -343,11 +364,12 @@ void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
                         b.cls);
     if (b.split)
       b.id1 = t.store->add(b.name + "#1", b.part_bytes(1), b.cls);
-    if (b.home >= 0) {
-      for (int k = 0; k < b.parts(); ++k)
-        t.store->place(b.part_id(k), Tier(b.home),
-                       b.home_offset + b.part_offset(k, b.home));
-      b.base[b.home] = int64_t(b.home_offset);
+    for (int k = 0; k < b.parts(); ++k) {
+      const int home = b.home_of(k);
+      if (home < 0)
+        continue;
+      t.store->place(b.part_id(k), Tier(home), b.home_at(k));
+      b.base[k][home] = int64_t(b.home_at(k) - b.part_offset(k, home));
     }
   }
 }
@@ -626,41 +648,42 @@ static void check_blocks(spw_ctx *ctx) {
   }
 }
 
-// Runs `body` with a host copy of block `b`'s parts: its home on the host
-// tier, or copies in the host arena of one homed on SSD, released however
-// `body` or the copies end (the GPU's go through stream's staging buffer).
-// Both parts of a split block at once: a member's ranges in both parts are
-// visited in order (a checkpoint appends each tensor whole).
+// Runs `body` with a host copy of block `b`'s parts: a part's home on the
+// host tier, or a copy in the host arena of one homed on SSD, released
+// however `body` or the copies end; null for a part homed on the GPU, which
+// the caller reads or writes through the device (a cut block may have one
+// part there and the other not). Both parts at once: a member's ranges in
+// both parts are visited in order (a checkpoint appends each tensor whole).
 template <class F> static void with_host_copy(Tiers &t, Tiers::Block &b,
                                               bool load, bool store_back,
                                               F &&body) {
   TensorStore &s = *t.store;
   char *part[2] = {nullptr, nullptr};
-  if (b.home == int(Tier::Host)) {
-    for (int k = 0; k < b.parts(); ++k)
-      part[k] = static_cast<char *>(s.host_address(b.part_id(k)));
-    body(part);
-    return;
-  }
   struct Release {
     TensorStore &s;
     const Tiers::Block &b;
-    int allocated = 0;
+    bool made[2] = {false, false};
     ~Release() {
-      for (int k = 0; k < allocated; ++k)
-        s.release(b.part_id(k), Tier::Host);
+      for (int k = 0; k < 2; ++k)
+        if (made[k])
+          s.release(b.part_id(k), Tier::Host);
     }
   } release{s, b};
   for (int k = 0; k < b.parts(); ++k) {
-    s.allocate(b.part_id(k), Tier::Host);
-    release.allocated = k + 1;
-    if (load)
-      s.move(b.part_id(k), Tier::Ssd, Tier::Host, Priority::Demand).wait();
-    part[k] = static_cast<char *>(s.host_address(b.part_id(k)));
+    const int home = b.home_of(k);
+    if (home == int(Tier::Ssd)) {
+      s.allocate(b.part_id(k), Tier::Host);
+      release.made[k] = true;
+      if (load)
+        s.move(b.part_id(k), Tier::Ssd, Tier::Host, Priority::Demand).wait();
+    }
+    if (home != int(Tier::Gpu))
+      part[k] = static_cast<char *>(s.host_address(b.part_id(k)));
   }
   body(part);
   for (int k = 0; k < b.parts() && store_back; ++k)
-    s.move(b.part_id(k), Tier::Host, Tier::Ssd, Priority::Demand).wait();
+    if (release.made[k])
+      s.move(b.part_id(k), Tier::Host, Tier::Ssd, Priority::Demand).wait();
 }
 
 // Waits for all of the CPU optimizer's updates; the blocks forget their
@@ -891,17 +914,10 @@ static void stream_blocks(spw_ctx *ctx, int cls, bool in,
            "blocks hold the values)",
            b.name.c_str(), (unsigned long long)b.elem);
     const std::vector<PartRange> ranges = block_ranges(ctx, b);
-    if (b.home != int(Tier::Gpu)) {
-      with_host_copy(t, b, !in, in, [&](char *const *part) {
-        for (const PartRange &pr : ranges)
-          visit_range(b, in, pr.r, part[pr.part] + pr.at, wide, fn);
-      });
-      continue;
-    }
-    // The device's memory, through its copy engines, a staging buffer's
-    // worth at a time.
+    // A part homed on the GPU: the device's memory, through its copy
+    // engines, a staging buffer's worth at a time.
     const uint64_t per = kStreamStagingBytes / b.elem;
-    for (const PartRange &pr : ranges) {
+    auto through_device = [&](const PartRange &pr) {
       const uint64_t base = s.extent(b.part_id(pr.part), Tier::Gpu)->offset;
       const std::string name = s.name(b.part_id(pr.part));
       for (int64_t e = 0; e < pr.r.count; e += int64_t(per)) {
@@ -921,7 +937,14 @@ static void stream_blocks(spw_ctx *ctx, int cls, bool in,
           visit_range(b, in, r, staging.data(), wide, fn);
         }
       }
-    }
+    };
+    with_host_copy(t, b, !in, in, [&](char *const *part) {
+      for (const PartRange &pr : ranges)
+        if (part[pr.part])
+          visit_range(b, in, pr.r, part[pr.part] + pr.at, wide, fn);
+        else
+          through_device(pr);
+    });
   }
 }
 
@@ -939,18 +962,16 @@ static void fill_working_copies(spw_ctx *ctx) {
     // The master's parts back to back (part 1 after part 0's bytes).
     master.assign(size_t(mb.bytes), 0);
     char *mpart[2] = {master.data(), master.data() + mb.part_bytes(0)};
-    if (mb.home == int(Tier::Gpu)) {
+    with_host_copy(t, mb, true, false, [&](char *const *part) {
       for (int k = 0; k < mb.parts(); ++k)
-        t.gpu
-            ->copy_d2h(mpart[k], s.extent(mb.part_id(k), Tier::Gpu)->offset,
-                       mb.part_bytes(k), s.name(mb.part_id(k)))
-            .wait();
-    } else {
-      with_host_copy(t, mb, true, false, [&](char *const *part) {
-        for (int k = 0; k < mb.parts(); ++k)
+        if (part[k])
           std::memcpy(mpart[k], part[k], size_t(mb.part_bytes(k)));
-      });
-    }
+        else // homed on the GPU
+          t.gpu
+              ->copy_d2h(mpart[k], s.extent(mb.part_id(k), Tier::Gpu)->offset,
+                         mb.part_bytes(k), s.name(mb.part_id(k)))
+              .wait();
+    });
     auto fill = [&](char *const *ppart) {
       for (size_t i = 0; i < pb.params.size(); ++i) {
         const ParamInfo &p = ctx->params[size_t(pb.params[i])];
@@ -982,18 +1003,22 @@ static void fill_working_copies(spw_ctx *ctx) {
                           /*host=*/true);
       }
     };
-    if (pb.home != int(Tier::Gpu)) {
-      with_host_copy(t, pb, false, true, fill);
-      continue;
-    }
-    staging.assign(size_t(pb.bytes), 0);
-    char *ppart[2] = {staging.data(), staging.data() + pb.part_bytes(0)};
-    fill(ppart);
-    for (int k = 0; k < pb.parts(); ++k)
-      t.gpu
-          ->copy_h2d(s.extent(pb.part_id(k), Tier::Gpu)->offset, ppart[k],
-                     pb.part_bytes(k), s.name(pb.part_id(k)))
-          .wait();
+    // A part homed on the GPU is filled in a staging copy, then uploaded.
+    with_host_copy(t, pb, false, true, [&](char *const *host) {
+      char *ppart[2] = {host[0], host[1]};
+      if (pb.part_homed_on(int(Tier::Gpu)) >= 0)
+        staging.assign(size_t(pb.bytes), 0);
+      for (int k = 0; k < pb.parts(); ++k)
+        if (!host[k])
+          ppart[k] = staging.data() + (k ? pb.part_bytes(0) : 0);
+      fill(ppart);
+      for (int k = 0; k < pb.parts(); ++k)
+        if (!host[k])
+          t.gpu
+              ->copy_h2d(s.extent(pb.part_id(k), Tier::Gpu)->offset, ppart[k],
+                         pb.part_bytes(k), s.name(pb.part_id(k)))
+              .wait();
+    });
   }
 }
 
@@ -1768,6 +1793,53 @@ void spw_declare_split(spw_ctx *ctx, int32_t cls, int32_t layer,
   });
 }
 
+void spw_declare_part_home(spw_ctx *ctx, int32_t cls, int32_t layer,
+                           int32_t home, int64_t offset) {
+  guarded(ctx, "spw_declare_part_home", [&] {
+    Tiers &t = tiers_of(ctx);
+    if (t.store)
+      fail("the offload plan has started; a part's home is declared before");
+    Tiers::Block &b = t.block(cls, layer, "spw_declare_part_home");
+    if (cls != SPW_BLOCK_PARAMS && cls != SPW_BLOCK_OPTIMIZER &&
+        cls != SPW_BLOCK_MASTER)
+      fail("%s: only params, master and optimizer blocks are cut between two "
+           "tiers",
+           b.name.c_str());
+    // Each part is then read and written at its own home, which the
+    // shards' streaming and gathers do not do.
+    if (ctx->declared_shards > 0)
+      fail("%s: a block sharded over the ranks (ZeRO) is not cut between "
+           "two tiers",
+           b.name.c_str());
+    if (!b.split)
+      fail("%s is not split: spw_declare_split cuts it in two parts first",
+           b.name.c_str());
+    if (b.cut())
+      fail("%s: part 0's home declared twice", b.name.c_str());
+    if (home < 0 || home > 2)
+      fail("%s: unknown tier %d for part 0's home", b.name.c_str(), home);
+    if (b.home < 0)
+      fail("%s has no home for part 1 to keep", b.name.c_str());
+    if (home == b.home)
+      fail("%s: part 0's home is the block's own (%s); a cut block's parts "
+           "are homed on two tiers",
+           b.name.c_str(), tier_name(Tier(home)));
+    const uint64_t granule = home == int(Tier::Gpu) ? 256 : 4096;
+    const uint64_t arena[3] = {t.gpu_bytes, t.host_bytes, t.ssd_bytes};
+    if (offset < 0 || uint64_t(offset) % granule != 0 ||
+        uint64_t(offset) > arena[home] ||
+        b.part_bytes(0) > arena[home] - uint64_t(offset))
+      fail("%s: part 0 (%llu bytes) homed at byte %lld of the %s arena "
+           "(%llu bytes): the offset is a multiple of %llu and the part "
+           "lies inside",
+           b.name.c_str(), (unsigned long long)b.part_bytes(0),
+           (long long)offset, tier_name(Tier(home)),
+           (unsigned long long)arena[home], (unsigned long long)granule);
+    b.part0_home = home;
+    b.part0_offset = uint64_t(offset);
+  });
+}
+
 // True when the device's kernels and copies may take `t`'s data: a device
 // tensor, or any tensor on a device whose memory is the host's.
 static bool in_device_memory(const spw_ctx *ctx, const spw_tensor &t) {
@@ -1809,16 +1881,20 @@ static void wait_host_updates(Tiers &t, Tiers::Block &b, int part,
   run_gathers(b, part, which);
 }
 
-// Gives part k of block b a copy's extent on tier d: where the block's copy
-// there starts (its other part's), else at the plan's offset `at`.
+// Gives part k of block b a copy's extent on tier d: beside the block's
+// other part there, else at the plan's offset `at` (the copy's start). A
+// cut block's part goes at `at` always: its other part on d may be at its
+// home, not in the slot the plan gives this copy.
 static void place_part(TensorStore &s, Tiers::Block &b, int k, Tier d,
                        int64_t at) {
-  if (b.base[int(d)] < 0) {
-    if (at < 0)
-      fail("%s: no offset for its copy on %s", b.name.c_str(), tier_name(d));
-    b.base[int(d)] = at;
-  }
-  s.place(b.part_id(k), d, uint64_t(b.base[int(d)]) + b.part_offset(k, int(d)));
+  const int64_t beside =
+      b.parts() > 1 && !b.cut() ? b.base[1 - k][int(d)] : int64_t(-1);
+  const int64_t start = beside >= 0 ? beside : at;
+  if (start < 0)
+    fail("%s: no offset for its copy%s on %s", b.name.c_str(),
+         b.cut() ? format(" of part %d", k).c_str() : "", tier_name(d));
+  s.place(b.part_id(k), d, uint64_t(start) + b.part_offset(k, int(d)));
+  b.base[k][int(d)] = start;
 }
 
 // Moves part `part` (-1: every part) of block (cls, layer).
@@ -2034,27 +2110,31 @@ static void drop_parts(spw_ctx *ctx, const char *what, int32_t cls,
     TensorStore &s = t.started(what);
     Tiers::Block &b = t.block(cls, layer, what);
     Tier d = tier_of(tier, what);
-    if (int(d) == b.home)
+    const int homed = b.part_homed_on(int(d));
+    if (homed >= 0 && !b.cut())
       fail("%s: its home copy on %s cannot be dropped", b.name.c_str(),
            tier_name(d));
     if (part < -1 || part >= b.parts())
       fail("%s has no part %d (%d part%s)", b.name.c_str(), part, b.parts(),
            b.parts() == 1 ? "" : "s");
+    // A cut block: only the part homed elsewhere has a copy to drop here.
+    if (homed >= 0 && part < 0)
+      fail("%s: part %d's home copy is on %s and cannot be dropped; drop "
+           "part %d's copy there instead (spw_drop_part)",
+           b.name.c_str(), homed, tier_name(d), 1 - homed);
+    if (homed >= 0 && part == homed)
+      fail("%s: part %d's home copy on %s cannot be dropped", b.name.c_str(),
+           part, tier_name(d));
     if (d == Tier::Host)
       wait_host_updates(t, b, part);
     else
       run_gathers(b, part, Gathers::Rounding);
-    bool left = false;
-    for (int k = 0; k < b.parts(); ++k) {
+    for (int k = 0; k < b.parts(); ++k)
       if (part < 0 || k == part) {
         if (part >= 0 || s.resident(b.part_id(k), d) || b.parts() == 1)
           s.release(b.part_id(k), d);
-      } else {
-        left = left || s.resident(b.part_id(k), d);
+        b.base[k][int(d)] = -1;
       }
-    }
-    if (!left)
-      b.base[int(d)] = -1;
   });
 }
 
@@ -2714,9 +2794,11 @@ void tiers_flush_deferred(
     // parameters' values are), else on host copies; the other tier when
     // that one has no room for the copies (the arenas are sized for the
     // steps).
-    const bool gpu_first = ob   ? ob->home == int(Tier::Gpu)
-                           : mb ? mb->home == int(Tier::Gpu)
-                                : pb.home == int(Tier::Gpu);
+    // (The deferred elements are part 0's of a split block: a cut block's
+    // part 0 says.)
+    const bool gpu_first = ob   ? ob->home_of(0) == int(Tier::Gpu)
+                           : mb ? mb->home_of(0) == int(Tier::Gpu)
+                                : pb.home_of(0) == int(Tier::Gpu);
     std::vector<std::pair<TensorId, Tier>> copies; // made here: id, home
     auto unbind = [&](Tiers::Block &b) {
       b.bound_tier = -1;
@@ -2769,17 +2851,18 @@ void tiers_flush_deferred(
     auto bring_both = [&](Tier d) {
       bool no_room = false;
       auto bring = [&](Tiers::Block &b) {
-        if (b.home == int(d))
-          return;
         for (int k = 0; k < b.parts(); ++k) {
+          const int home = b.home_of(k);
+          if (home == int(d))
+            continue;
           try {
             s.allocate(b.part_id(k), d);
           } catch (const Error &) {
             no_room = true;
             throw;
           }
-          copies.push_back({b.part_id(k), Tier(b.home)});
-          carry(b.part_id(k), Tier(b.home), d);
+          copies.push_back({b.part_id(k), Tier(home)});
+          carry(b.part_id(k), Tier(home), d);
         }
       };
       try {

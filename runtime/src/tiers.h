@@ -42,7 +42,8 @@ bool tiers_hold_work(const spw_ctx *ctx, int32_t param);
 // values out (--save, a checkpoint) is then collective.
 bool tiers_shards_masters(const spw_ctx *ctx);
 // Creates the arenas and the swap space (in `ssd_dirs`, else the compiled
-// directories, else the current one) and places every block's home.
+// directories, else the current one) and places every block's home (each
+// part's of a block cut between two tiers, spw_declare_part_home).
 void tiers_start(spw_ctx *ctx, const std::vector<std::string> &ssd_dirs,
                  storage::Backend backend);
 // The parameters and AdamW state of the context into the homes / back (and
@@ -73,7 +74,8 @@ using BlockRangeFn = std::function<void(const BlockRange &)>;
 // rounding, a layer at a time), one at a time in declaration order: a host copy
 // of the block (its home on the host tier, the host arena for a block homed on
 // SSD, a bounded staging buffer for one homed on the GPU, whose ranges are then
-// cut into pieces of at most kStreamStagingBytes) and `fn` on each range.
+// cut into pieces of at most kStreamStagingBytes; part by part for a block cut
+// between two tiers) and `fn` on each range.
 // tiers_stream_in: the copy starts undefined, `fn` fills every range and the
 // copy goes to the home; tiers_stream_out: the copy holds the home's bytes for
 // `fn` to read. Every element of every member of the class's blocks is visited
@@ -91,8 +93,9 @@ std::vector<int32_t> tiers_stream_members(const spw_ctx *ctx, int cls);
 // layer at a time, never gathering the model: for each params block with a
 // member whose update is pending, its and its layer's optimizer (and
 // master) block's copies on the tier where the update runs (the GPU when the
-// state is homed there, else the host; the other when that one has no room),
-// written back to their homes after, bound as a step binds them, and
+// state is homed there, part 0's home deciding for a cut block: the deferred
+// elements are part 0's; else the host; the other when that one has no
+// room), written back to their homes after, bound as a step binds them, and
 // `apply(members)` to apply those members' updates.
 void tiers_flush_deferred(
     spw_ctx *ctx,

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "host_optimizer.h"
+#include "spillway/runtime/zero_shard.h"
+#include "storage/tensor_store.h"
 #include "test_util.h"
 #include "tiers.h"
 
@@ -16,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <tuple>
 
 namespace {
 
@@ -1602,6 +1605,528 @@ TEST(Tiers, Bf16PlanAllocatesAParamsCopyRoundedFromTheBoundMasters) {
     spw::tiers_gather(ctx.get());
     ASSERT_TRUE(ctx->error.empty()) << ctx->error;
   }
+}
+
+} // namespace
+
+// ---- blocks cut between two tiers (spw_declare_part_home) ------------------
+
+namespace {
+
+using spw::storage::LinkBytes;
+constexpr int kGpu = SPW_TIER_GPU, kHost = SPW_TIER_HOST, kSsd = SPW_TIER_SSD;
+const int kCutClasses[2] = {SPW_BLOCK_PARAMS, SPW_BLOCK_OPTIMIZER};
+
+// Where the params and optimizer blocks of parameter "v" (128 f32 elements;
+// both split at element 64: 256 + 256 and 512 + 512 bytes) are homed, per
+// block [params, optimizer]: the block's home, which part 1 keeps, and part
+// 0's home when the block is cut (-1: not cut).
+struct CutHomes {
+  const char *name;
+  int home[2];
+  int64_t home_at[2];
+  int part0[2];
+  int64_t part0_at[2];
+  int home_of(int c, int k) const {
+    return k == 0 && part0[c] >= 0 ? part0[c] : home[c];
+  }
+};
+// Whole on SSD; the same with part 0 on host (the host budget filled to the
+// byte); on host with part 0 on the GPU.
+const CutHomes kUncut = {"uncut", {kSsd, kSsd}, {0, 8192}, {-1, -1}, {0, 0}};
+const CutHomes kHostSsd = {
+    "host|ssd", {kSsd, kSsd}, {0, 8192}, {kHost, kHost}, {0, 4096}};
+const CutHomes kGpuHost = {
+    "gpu|host", {kHost, kHost}, {0, 8192}, {kGpu, kGpu}, {2048, 2560}};
+// The slots of the step's copies (a part at its offset from there).
+const int64_t kGpuSlot[2] = {0, 512}, kHostSlot[2] = {16384, 24576};
+
+std::unique_ptr<spw_ctx> cut_plan(const CutHomes &h, bool loopback,
+                                  const std::string &dir) {
+  auto ctx = spw::make_context();
+  const int64_t dims[] = {128};
+  spw_declare_param(ctx.get(), "v", SPW_F32, 1, dims, 0);
+  const std::vector<float> v0 = tricky_values(0, 128);
+  std::memcpy(ctx->params[0].value->data, v0.data(), 512);
+  const int64_t predicted[4] = {0, 0, 0, 0};
+  spw_declare_tiers(ctx.get(), 4096, 32768, 16384, "", predicted);
+  const int64_t members[] = {0}, offsets[] = {0}, bytes[2] = {512, 1024};
+  for (int c = 0; c < 2; ++c) {
+    spw_declare_block(ctx.get(), kCutClasses[c], 0, bytes[c], h.home[c],
+                      h.home_at[c], 1, members, offsets);
+    spw_declare_split(ctx.get(), kCutClasses[c], 0, 256);
+    if (h.part0[c] >= 0)
+      spw_declare_part_home(ctx.get(), kCutClasses[c], 0, h.part0[c],
+                            h.part0_at[c]);
+  }
+  spw::device_start(ctx.get(), device_of(loopback));
+  if (ctx->error.empty())
+    spw::tiers_start(ctx.get(), {dir}, spw::storage::Backend::Threads);
+  return ctx;
+}
+
+// A step's moves, part by part along the links (gpu 0 - host 1 - ssd 2),
+// and the bytes each adds to its block class's counts.
+struct CutMoves {
+  spw_ctx *ctx;
+  const CutHomes &h;
+  LinkBytes want[2];
+  void move(int c, int k, int from, int to) {
+    const int64_t at = to == kGpu ? kGpuSlot[c] : kHostSlot[c];
+    spw_await(ctx, spw_move_part(ctx, kCutClasses[c], 0, k, from, to, 0, at));
+    // Each part's bytes; the SSD moves whole 4 KiB blocks.
+    const uint64_t part = c == 0 ? 256 : 512;
+    LinkBytes &w = want[c];
+    if (from == kSsd)
+      w.ssd_read += 4096;
+    else if (to == kSsd)
+      w.ssd_write += 4096;
+    else if (to == kGpu)
+      w.h2d += part;
+    else
+      w.d2h += part;
+  }
+  // Part k of block c from its home to tier d, and back (its copies on the
+  // way dropped).
+  void bring(int c, int k, int d) {
+    for (int x = h.home_of(c, k); x != d; x += d > x ? 1 : -1)
+      move(c, k, x, x + (d > x ? 1 : -1));
+  }
+  void send_home(int c, int k, int d) {
+    const int home = h.home_of(c, k), dir = home > d ? 1 : -1;
+    for (int x = d; x != home; x += dir)
+      move(c, k, x, x + dir);
+    for (int x = d; x != home; x += dir)
+      spw_drop_part(ctx, kCutClasses[c], 0, k, x);
+  }
+  // This step's bytes of each class, as --stats-json reports them.
+  void expect_counted() {
+    const std::string json = spw::tiers_stats_json(ctx, 1.0, 1, 0);
+    for (int c = 0; c < 2; ++c) {
+      const LinkBytes &w = want[c];
+      const std::string line =
+          std::string("\"") + (c ? "optimizer" : "params") +
+          "\": {\"ssd_read\": " + std::to_string(w.ssd_read) +
+          ", \"ssd_write\": " + std::to_string(w.ssd_write) +
+          ", \"h2d\": " + std::to_string(w.h2d) +
+          ", \"d2h\": " + std::to_string(w.d2h) + "}";
+      EXPECT_NE(json.find(line), std::string::npos) << line << "\n" << json;
+      want[c] = {};
+    }
+  }
+};
+
+struct Steps {
+  Bits w, m, v;
+};
+
+// The resident run: AdamW of a plain copy, step t over both halves with
+// gradient g[t - 1].
+Steps resident_steps(const std::vector<float> &w,
+                     const std::vector<std::vector<float>> &g) {
+  auto ctx = spw::make_context();
+  const int64_t dims[] = {int64_t(w.size())};
+  spw_declare_param(ctx.get(), "r", SPW_F32, 1, dims, 0);
+  std::memcpy(ctx->params[0].value->data, w.data(), w.size() * 4);
+  const int64_t half = int64_t(w.size()) / 2, n = int64_t(w.size());
+  for (size_t t = 0; t < g.size(); ++t) {
+    ctx->step = int64_t(t + 1);
+    auto grad = spwtest::f32({n}, g[t]);
+    spw_adamw_range(ctx.get(), 0, grad.get(), 0, half, kLr, kBeta1, kBeta2,
+                    kEps, kDecay);
+    spw_adamw_range(ctx.get(), 0, grad.get(), half, n, kLr, kBeta1, kBeta2,
+                    kEps, kDecay);
+  }
+  EXPECT_TRUE(ctx->error.empty()) << ctx->error;
+  const spw::ParamInfo &p = ctx->params[0];
+  return {bits(spwtest::values(*p.value)), bits(p.adam_m), bits(p.adam_v)};
+}
+
+std::string scratch_dir(const char *name) {
+  std::string dir =
+      (std::filesystem::temp_directory_path() / (std::string(name) + "_XXXXXX"))
+          .string();
+  if (!::mkdtemp(dir.data()))
+    ADD_FAILURE() << "mkdtemp " << dir;
+  return dir;
+}
+
+// A block cut between two tiers steps as the same block whole does, part
+// by part: step 1 updates host copies (the CPU optimizer), part 1's
+// elements first, step 2 GPU copies (the device); each part moves from its
+// own home (a part homed on a tier is used there, not moved), its copies
+// elsewhere go at the move's slot, and everything goes home after. The
+// weights and moments are the resident run's, bit for bit, and each step's
+// link bytes those of the moves made.
+TEST(Tiers, CutBlocksStepAsWholeOnesPartByPart) {
+  const std::string dir = scratch_dir("spw_cut");
+  std::vector<std::vector<float>> g(2);
+  for (int t = 0; t < 2; ++t)
+    for (int k = 0; k < 128; ++k)
+      g[size_t(t)].push_back(0.01f * float((k + 5 * t) % 23) - 0.1f);
+  const std::vector<float> v0 = tricky_values(0, 128);
+  const Steps want = resident_steps(v0, g);
+  ASSERT_NE(want.w, bits(v0));
+  for (bool loopback : {false, true}) {
+    Steps uncut;
+    for (const CutHomes *h : {&kUncut, &kHostSsd, &kGpuHost}) {
+      SCOPED_TRACE(std::string(loopback ? "loopback, " : "cpu, ") + h->name);
+      auto ctx = cut_plan(*h, loopback, dir);
+      ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+      spw::tiers_scatter(ctx.get());
+      spw::ParamInfo &p = ctx->params[0];
+      CutMoves s{ctx.get(), *h, {}};
+      for (int step = 1; step <= 2; ++step) {
+        const int d = step == 1 ? kHost : kGpu;
+        spw::tiers_step_begin(ctx.get());
+        for (int c = 0; c < 2; ++c)
+          for (int k = 0; k < 2; ++k)
+            s.bring(c, k, d);
+        for (int cls : kCutClasses)
+          spw_bind(ctx.get(), cls, 0, d);
+        ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+        EXPECT_EQ(p.bound_split, 64);
+        // Whole only where the parts are back to back: GPU copies in one
+        // slot, not a part at its home and the other in a slot, nor host
+        // copies (4 KiB apart).
+        const bool whole = d == kGpu && h != &kGpuHost;
+        spw_tensor &value = d == kGpu ? *p.dev_value : *p.value;
+        EXPECT_EQ(value.data, whole ? p.bound_w_part[0] : nullptr);
+        ctx->step = step;
+        spw_tensor *grad = device_grad(ctx.get(), g[size_t(step - 1)]);
+        for (auto [lo, hi] :
+             step == 1 ? std::vector<std::pair<int, int>>{{64, 128}, {0, 64}}
+                       : std::vector<std::pair<int, int>>{{0, 64}, {64, 128}})
+          spw_adamw_range(ctx.get(), 0, grad, lo, hi, kLr, kBeta1, kBeta2, kEps,
+                          kDecay);
+        ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+        for (int c = 0; c < 2; ++c)
+          for (int k = 0; k < 2; ++k)
+            s.send_home(c, k, d);
+        ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+        spw::tiers_step_end(ctx.get());
+        ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+        s.expect_counted();
+      }
+      spw::tiers_gather(ctx.get());
+      ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+      const Steps got = {bits(spwtest::values(*p.value)), bits(p.adam_m),
+                         bits(p.adam_v)};
+      EXPECT_EQ(got.w, want.w);
+      EXPECT_EQ(got.m, want.m);
+      EXPECT_EQ(got.v, want.v);
+      if (h == &kUncut)
+        uncut = got;
+      EXPECT_EQ(got.w, uncut.w);
+      EXPECT_EQ(got.m, uncut.m);
+      EXPECT_EQ(got.v, uncut.v);
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Streamed in and out (the start, checkpoints, --save), a cut block's parts
+// are read and written at their own homes (a part on the GPU through the
+// device), the ranges in the same order as a whole block's (a checkpoint
+// appends each tensor whole), bit for bit.
+TEST(Tiers, CutBlocksStreamEachPartAtItsHome) {
+  const std::string dir = scratch_dir("spw_cut_stream");
+  using Range = std::tuple<int32_t, int, int64_t, int64_t>;
+  std::vector<float> in[3]; // value, m, v
+  for (int kind = 0; kind < 3; ++kind)
+    in[kind] = tricky_values(11 * kind + 1, 128);
+  for (bool loopback : {false, true}) {
+    std::vector<Range> uncut_order;
+    for (const CutHomes *h : {&kUncut, &kHostSsd, &kGpuHost}) {
+      SCOPED_TRACE(std::string(loopback ? "loopback, " : "cpu, ") + h->name);
+      auto ctx = cut_plan(*h, loopback, dir);
+      ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+      std::vector<Range> order;
+      for (int cls : kCutClasses)
+        spw::tiers_stream_in(ctx.get(), cls, [&](const spw::BlockRange &r) {
+          std::memcpy(r.data, in[r.kind].data() + r.begin, size_t(r.count) * 4);
+        });
+      std::vector<float> out[3];
+      for (std::vector<float> &o : out)
+        o.assign(128, 0.0f);
+      for (int cls : kCutClasses)
+        spw::tiers_stream_out(ctx.get(), cls, [&](const spw::BlockRange &r) {
+          order.push_back({r.param, r.kind, r.begin, r.count});
+          std::memcpy(out[r.kind].data() + r.begin, r.data,
+                      size_t(r.count) * 4);
+        });
+      for (int kind = 0; kind < 3; ++kind)
+        EXPECT_EQ(bits(out[kind]), bits(in[kind])) << kind;
+      if (h == &kUncut)
+        uncut_order = order;
+      EXPECT_EQ(order, uncut_order);
+
+      // Each part where its home is, bound there (from SSD, on host).
+      spw::ParamInfo &p = ctx->params[0];
+      for (int c = 0; c < 2; ++c)
+        for (int k = 0; k < 2; ++k) {
+          SCOPED_TRACE(::testing::Message() << "class " << c << " part " << k);
+          int d = h->home_of(c, k);
+          if (d == kSsd) {
+            spw_await(ctx.get(), spw_move_part(ctx.get(), kCutClasses[c], 0, k,
+                                               kSsd, kHost, 0, kHostSlot[c]));
+            d = kHost;
+          }
+          spw_bind(ctx.get(), kCutClasses[c], 0, d);
+          ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+          const bool gpu = d == kGpu;
+          auto part = [&](int kind) {
+            return bits(in[kind].data() + 64 * k, 64);
+          };
+          if (c == 0) {
+            EXPECT_EQ(bits(fetch<float>(ctx.get(), p.bound_w_part[k], 64, gpu)),
+                      part(0));
+          } else {
+            EXPECT_EQ(
+                bits(fetch<float>(ctx.get(), p.bound_m_part[k].p, 64, gpu)),
+                part(1));
+            EXPECT_EQ(
+                bits(fetch<float>(ctx.get(), p.bound_v_part[k].p, 64, gpu)),
+                part(2));
+          }
+          if (d != h->home_of(c, k))
+            spw_drop_part(ctx.get(), kCutClasses[c], 0, k, d);
+          ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+        }
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// The updates the optimizer overlap deferred (part 0's elements), applied
+// outside the steps (tiers_flush_deferred): where part 0 of the state is
+// homed (host, or the GPU), each part copied there from its own home and
+// written back to it after; the resident run's bits.
+TEST(Tiers, CutBlocksFlushDeferredUpdatesFromEachPartsHome) {
+  const std::string dir = scratch_dir("spw_cut_flush");
+  std::vector<float> g;
+  for (int k = 0; k < 128; ++k)
+    g.push_back(0.02f * float(k % 13) - 0.11f);
+  const std::vector<float> v0 = tricky_values(0, 128);
+  for (bool loopback : {false, true})
+    for (const CutHomes *h : {&kHostSsd, &kGpuHost}) {
+      SCOPED_TRACE(std::string(loopback ? "loopback, " : "cpu, ") + h->name);
+      auto ctx = cut_plan(*h, loopback, dir);
+      ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+      spw::tiers_scatter(ctx.get());
+      ctx->step = 1;
+      spw_adamw_defer(ctx.get(), 0, device_grad(ctx.get(), g), 0, 64, kLr,
+                      kBeta1, kBeta2, kEps, kDecay);
+      ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+      ctx->step = 2;
+      spw::tiers_flush_deferred(ctx.get(), [&](const std::vector<int32_t> &) {
+        spw_adamw_flush(ctx.get());
+        ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+      });
+      spw::tiers_gather(ctx.get());
+      ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+      const spw::ParamInfo &p = ctx->params[0];
+      EXPECT_EQ(bits(spwtest::values(*p.value)),
+                bits(resident_adamw(v0, g, {{0, 64}})));
+    }
+  std::filesystem::remove_all(dir);
+}
+
+// What spw_declare_part_home refuses, and the drops of a cut block's home
+// copies, each with what is wrong.
+TEST(Tiers, CutBlockRefusals) {
+  auto ctx = context_with_long_param();
+  const int64_t predicted[4] = {0, 0, 0, 0};
+  spw_declare_tiers(ctx.get(), 4096, 32768, 16384, "", predicted);
+  const int64_t members[] = {0}, offsets[] = {0};
+  spw_declare_block(ctx.get(), SPW_BLOCK_PARAMS, 0, 512, kSsd, 0, 1, members,
+                    offsets);
+  spw_declare_block(ctx.get(), SPW_BLOCK_OPTIMIZER, 0, 1024, kSsd, 8192, 1,
+                    members, offsets);
+  spw_declare_block(ctx.get(), SPW_BLOCK_GRADIENTS, 0, 512, kHost, 8192, 1,
+                    members, offsets);
+  spw_declare_block(ctx.get(), SPW_BLOCK_PARAMS, 1, 512, kHost, 12288, 1,
+                    members, offsets);
+  spw_declare_split(ctx.get(), SPW_BLOCK_PARAMS, 0, 256);
+  spw_declare_split(ctx.get(), SPW_BLOCK_OPTIMIZER, 0, 256);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  struct Case {
+    int cls, layer, home;
+    int64_t offset;
+    const char *want;
+  } cases[] = {
+      {SPW_BLOCK_PARAMS, 3, kHost, 0,
+       "spw_declare_part_home: the plan declares no params block for layer 3"},
+      {SPW_BLOCK_GRADIENTS, 0, kGpu, 0,
+       "gradients/layer0: only params, master and optimizer blocks are cut "
+       "between two tiers"},
+      {SPW_BLOCK_PARAMS, 1, kGpu, 0,
+       "params/layer1 is not split: spw_declare_split cuts it in two parts "
+       "first"},
+      {SPW_BLOCK_PARAMS, 0, kSsd, 0,
+       "params/layer0: part 0's home is the block's own (ssd); a cut block's "
+       "parts are homed on two tiers"},
+      {SPW_BLOCK_PARAMS, 0, 3, 0, "params/layer0: unknown tier 3"},
+      {SPW_BLOCK_PARAMS, 0, kHost, 256,
+       "params/layer0: part 0 (256 bytes) homed at byte 256 of the host arena "
+       "(32768 bytes): the offset is a multiple of 4096 and the part lies "
+       "inside"},
+      {SPW_BLOCK_PARAMS, 0, kGpu, 128, "a multiple of 256"},
+      {SPW_BLOCK_PARAMS, 0, kGpu, 4096, "homed at byte 4096 of the gpu arena"},
+      {SPW_BLOCK_PARAMS, 0, kHost, -4096, "homed at byte -4096"},
+  };
+  for (const Case &c : cases) {
+    ctx->error.clear();
+    spw_declare_part_home(ctx.get(), c.cls, c.layer, c.home, c.offset);
+    EXPECT_NE(ctx->error.find(c.want), std::string::npos)
+        << "want '" << c.want << "', got '" << ctx->error << "'";
+  }
+  ctx->error.clear();
+  spw_declare_part_home(ctx.get(), SPW_BLOCK_PARAMS, 0, kHost, 0);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  spw_declare_part_home(ctx.get(), SPW_BLOCK_PARAMS, 0, kGpu, 0);
+  EXPECT_NE(ctx->error.find("params/layer0: part 0's home declared twice"),
+            std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+
+  const std::string dir = scratch_dir("spw_cut_refusals");
+  spw::tiers_start(ctx.get(), {dir}, spw::storage::Backend::Threads);
+  spw::tiers_scatter(ctx.get());
+  spw_declare_part_home(ctx.get(), SPW_BLOCK_PARAMS, 0, kHost, 4096);
+  EXPECT_NE(ctx->error.find("the offload plan has started; a part's home is "
+                            "declared before"),
+            std::string::npos)
+      << ctx->error;
+  // Each part's home copy stays; a whole drop where one part is homed says
+  // to drop the other's copy instead.
+  struct Drop {
+    int part, tier;
+    const char *want;
+  } drops[] = {
+      {-1, kHost,
+       "spw_drop: params/layer0: part 0's home copy is on host and cannot be "
+       "dropped; drop part 1's copy there instead (spw_drop_part)"},
+      {-1, kSsd,
+       "spw_drop: params/layer0: part 1's home copy is on ssd and cannot be "
+       "dropped; drop part 0's copy there instead (spw_drop_part)"},
+      {0, kHost,
+       "spw_drop_part: params/layer0: part 0's home copy on host cannot be "
+       "dropped"},
+      {1, kSsd,
+       "spw_drop_part: params/layer0: part 1's home copy on ssd cannot be "
+       "dropped"},
+  };
+  for (const Drop &d : drops) {
+    ctx->error.clear();
+    if (d.part < 0)
+      spw_drop(ctx.get(), SPW_BLOCK_PARAMS, 0, d.tier);
+    else
+      spw_drop_part(ctx.get(), SPW_BLOCK_PARAMS, 0, d.part, d.tier);
+    EXPECT_NE(ctx->error.find(d.want), std::string::npos)
+        << "want '" << d.want << "', got '" << ctx->error << "'";
+  }
+  ctx->error.clear();
+  // A cut block's copy goes where its move says: no offset is an error.
+  spw_move_part(ctx.get(), SPW_BLOCK_PARAMS, 0, 1, kSsd, kHost, 0, -1);
+  EXPECT_NE(ctx->error.find("params/layer0: no offset for its copy of part 1 "
+                            "on host"),
+            std::string::npos)
+      << ctx->error;
+  ctx->error.clear();
+  // Where neither part is homed, the whole copy drops as a whole block's.
+  spw_await(ctx.get(), spw_move_part(ctx.get(), SPW_BLOCK_PARAMS, 0, 0, kHost,
+                                     kGpu, 0, 0));
+  spw_drop(ctx.get(), SPW_BLOCK_PARAMS, 0, kGpu);
+  // Part 1 beside part 0's home on host, then dropped alone.
+  spw_await(ctx.get(), spw_move_part(ctx.get(), SPW_BLOCK_PARAMS, 0, 1, kSsd,
+                                     kHost, 0, 16384));
+  spw_bind(ctx.get(), SPW_BLOCK_PARAMS, 0, kHost);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  EXPECT_EQ(ctx->params[0].bound_w_part[1][0], 64.0f);
+  EXPECT_EQ(ctx->params[0].bound_w_part[0][63], 63.0f);
+  spw_drop_part(ctx.get(), SPW_BLOCK_PARAMS, 0, 1, kHost);
+  ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+  std::filesystem::remove_all(dir);
+
+  // ZeRO's sharded blocks are not cut.
+  auto zero = context_with_long_param();
+  spw_declare_optimizer_shards(zero.get(), 2, SPW_ZERO_SHARD_ALIGN);
+  spw_declare_tiers(zero.get(), 4096, 32768, 0, "", predicted);
+  spw_declare_block(zero.get(), SPW_BLOCK_PARAMS, 0, 512, kHost, 0, 1, members,
+                    offsets);
+  spw_declare_split(zero.get(), SPW_BLOCK_PARAMS, 0, 256);
+  ASSERT_TRUE(zero->error.empty()) << zero->error;
+  spw_declare_part_home(zero.get(), SPW_BLOCK_PARAMS, 0, kGpu, 0);
+  EXPECT_NE(zero->error.find("params/layer0: a block sharded over the ranks "
+                             "(ZeRO) is not cut between two tiers"),
+            std::string::npos)
+      << zero->error;
+}
+
+} // namespace
+
+namespace {
+
+// A bf16-mixed plan's cut blocks: the masters' values streamed in at each
+// part's home (part 0 on host, part 1 on SSD) are rounded into the params
+// block's parts at theirs (part 0 on the GPU, through the device; part 1
+// on host), and stream out as they went in.
+TEST(Tiers, Bf16PlanRoundsCutMastersIntoCutParamsBlocks) {
+  const std::string dir = scratch_dir("spw_cut_bf16");
+  const std::vector<float> values = tricky_values(3, 256);
+  for (bool loopback : {false, true}) {
+    SCOPED_TRACE(loopback ? "loopback" : "cpu");
+    auto ctx = spw::make_context();
+    const int64_t dims[] = {256};
+    spw_declare_param(ctx.get(), "v", SPW_F32, 1, dims, 0);
+    spw_declare_bf16_mixed(ctx.get());
+    const int64_t predicted[4] = {0, 0, 0, 0};
+    spw_declare_tiers(ctx.get(), 4096, 32768, 16384, "", predicted);
+    const int64_t members[] = {0}, offsets[] = {0};
+    spw_declare_block(ctx.get(), SPW_BLOCK_PARAMS, 0, 512, kHost, 0, 1, members,
+                      offsets);
+    spw_declare_block(ctx.get(), SPW_BLOCK_MASTER, 0, 1024, kSsd, 0, 1, members,
+                      offsets);
+    spw_declare_block(ctx.get(), SPW_BLOCK_OPTIMIZER, 0, 2048, kHost, 12288, 1,
+                      members, offsets);
+    // Element 128 of each.
+    spw_declare_split(ctx.get(), SPW_BLOCK_PARAMS, 0, 256);
+    spw_declare_split(ctx.get(), SPW_BLOCK_MASTER, 0, 512);
+    spw_declare_split(ctx.get(), SPW_BLOCK_OPTIMIZER, 0, 512);
+    spw_declare_part_home(ctx.get(), SPW_BLOCK_PARAMS, 0, kGpu, 0);
+    spw_declare_part_home(ctx.get(), SPW_BLOCK_MASTER, 0, kHost, 8192);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    spw::device_start(ctx.get(), device_of(loopback));
+    spw::tiers_start(ctx.get(), {dir}, spw::storage::Backend::Threads);
+    spw::tiers_stream_in(
+        ctx.get(), SPW_BLOCK_PARAMS, [&](const spw::BlockRange &r) {
+          std::memcpy(r.data, values.data() + r.begin, size_t(r.count) * 4);
+        });
+    std::vector<float> out(256, 0.0f);
+    spw::tiers_stream_out(
+        ctx.get(), SPW_BLOCK_PARAMS, [&](const spw::BlockRange &r) {
+          std::memcpy(out.data() + r.begin, r.data, size_t(r.count) * 4);
+        });
+    EXPECT_EQ(bits(out), bits(values));
+    spw::ParamInfo &p = ctx->params[0];
+    spw_bind(ctx.get(), SPW_BLOCK_PARAMS, 0, kGpu);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    EXPECT_EQ(p.bound_work_part[1], nullptr);
+    EXPECT_EQ(fetch<uint16_t>(ctx.get(), p.bound_work_part[0], 128, true),
+              rounded(values.data(), 128));
+    spw_bind(ctx.get(), SPW_BLOCK_PARAMS, 0, kHost);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    EXPECT_EQ(p.bound_work_part[0], nullptr);
+    EXPECT_EQ(fetch<uint16_t>(ctx.get(), p.bound_work_part[1], 128, false),
+              rounded(values.data() + 128, 128));
+    // The master's part 0 at its host home.
+    spw_bind(ctx.get(), SPW_BLOCK_MASTER, 0, kHost);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    EXPECT_EQ(bits(p.bound_w_part[0], 128), bits(values.data(), 128));
+    EXPECT_EQ(p.bound_w_part[1], nullptr);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 } // namespace

@@ -271,13 +271,27 @@ void spw_declare_block(spw_ctx *ctx, int32_t cls, int32_t layer,
  * block, split_bytes / 4 otherwise), or none is split. Before tiers start. */
 void spw_declare_split(spw_ctx *ctx, int32_t cls, int32_t layer,
                        int64_t split_bytes);
+/* Homes part 0 of split block (cls, layer) apart from part 1: on tier
+ * `home` (0 gpu, 1 host, 2 ssd; another than the block's) at byte `offset`
+ * of that tier's arena (a multiple of 256 on the GPU, 4096 on host and
+ * SSD), where part 0's extent starts; part 1 keeps the block's home, at
+ * home_offset plus its part offset. A block cut between two tiers, its
+ * first bytes on the faster one (the plan fills a tier's budget to the
+ * byte). Each part's home copy stays (spw_drop_part of the other part's
+ * copy on a tier where one part is homed, not spw_drop); copies elsewhere
+ * go part by part at the move's `at` plus the part's offset. A split
+ * params, master or optimizer block only, not sharded over the ranks;
+ * after spw_declare_split, before tiers start. */
+void spw_declare_part_home(spw_ctx *ctx, int32_t cls, int32_t layer,
+                           int32_t home, int64_t offset);
 /* Starts a move of the block's copy on `from` to `to` (one link), placing
  * the destination at offset `at` when the block has no copy there yet.
  * Returns a token for spw_await. */
 int32_t spw_move(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t from,
                  int32_t to, int32_t prio, int64_t at);
 /* The same for part `part` (0 or 1) of a split block; `at` is where the
- * block's copy starts on `to` (the part goes at its offset from there). */
+ * block's copy starts on `to` (the part goes at its offset from there; of
+ * a block that is not cut, beside its other part when that is there). */
 int32_t spw_move_part(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t part,
                       int32_t from, int32_t to, int32_t prio, int64_t at);
 /* A copy of params block `layer` (part `part`, or the whole block for -1)
@@ -288,9 +302,10 @@ int32_t spw_move_part(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t part,
 void spw_alloc_copy(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t part,
                     int32_t tier, int64_t at);
 void spw_await(spw_ctx *ctx, int32_t token);
-/* Frees the block's copy on a tier other than its home. */
+/* Frees the block's copy on a tier other than its home (of a cut block,
+ * a tier where neither part is homed). */
 void spw_drop(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t tier);
-/* Frees part `part` of a split block's copy there. */
+/* Frees part `part` of a split block's copy there (not its home copy). */
 void spw_drop_part(spw_ctx *ctx, int32_t cls, int32_t layer, int32_t part,
                    int32_t tier);
 /* From here the step's parameters (params, or master in a bf16-mixed plan),
