@@ -105,6 +105,7 @@ spillway::readPlanSpace(const PlanningOptions &options,
       ssd |= t == Tier::SSD;
     for (const ClassSpec::Range &r : cs.ranges)
       ssd |= r.tier == Tier::SSD;
+    ssd |= !cs.cuts.empty();
     if (ssd && in.profile.ssds.empty()) {
       error = "--place " + cs.text + ": the profile '" + profilePath +
               "' lists no SSD";
@@ -186,6 +187,17 @@ std::optional<PlanSearch> spillway::searchPlans(ModuleOp step,
                           *options.microbatches, r.summary.batchSize);
     return std::nullopt;
   }
+  // Master weights apart from the parameters exist under bf16-mixed only
+  // (sched-place says the same of a whole class).
+  if (const ClassSpec &m = in.spec[TensorClass::Master];
+      m.byLayer() && !r.summary.bf16Storage) {
+    error = "--place '" + (m.cuts.empty() ? m.text : m.cuts.front().text) +
+            "': there are no separate master weights to place; the f32 "
+            "parameters are their own master weights, so place them with "
+            "params (a model compiled with --precision bf16-mixed has f32 "
+            "master weights next to its bf16 parameters)";
+    return std::nullopt;
+  }
   // Layer ranges and fractions of --place pin layers, each weighed by its
   // parameters' bytes as sched-place weighs them.
   std::vector<uint64_t> layerBytes;
@@ -231,6 +243,8 @@ std::optional<PlanSearch> spillway::searchPlans(ModuleOp step,
       space.pinned[k] = slowest;
     }
     space.pinnedLayers[k] = std::move(*pins);
+    for (const ClassSpec::Cut &cut : cs.cuts)
+      space.pinnedCuts[k][size_t(cut.layer)] = cut.host();
   }
   copy->walk([&](train::FoamOp f) {
     r.foamParams.push_back(f.getParam().str());
@@ -247,6 +261,7 @@ std::optional<PlanSearch> spillway::searchPlans(ModuleOp step,
     c.order = in.space.orders.front();
     c.microBatches = in.space.microBatches.front();
     c.overlap = in.space.overlaps.front();
+    c.placement.cuts = space.pinnedCuts;
     for (int k = 0; k < kNumTensorClasses; ++k) {
       if (space.pinned[k])
         c.placement.tier[k] = *space.pinned[k];
@@ -323,6 +338,8 @@ ScheduleOptions spillway::offloadSchedule(const PlanningOptions &options,
                      tensorClassName(c) + "=" + tierName(pl[c]);
       if (pl.split(c))
         o.placement += "," + layerRanges(c, pl.layers[int(c)], pl[c]);
+      if (!pl.cuts[int(c)].empty())
+        o.placement += "," + cutItems(c, pl.cuts[int(c)]);
     }
   }
   o.gpuBytes = options.gpuMem.value_or(0);
@@ -425,11 +442,11 @@ void refillHost(ModuleOp unplanned, OwningOpRef<ModuleOp> &planned,
   const uint64_t gpuExcess = uint64_t(
       std::max<int64_t>(0, int64_t(plan.estimate->neededBytes[int(Tier::GPU)]) -
                                int64_t(exactBytes(*planned, "gpu_bytes"))));
-  // Room for no block still on SSD: nothing can move (a block's home takes
-  // at least its bytes).
+  // Nothing left on SSD, or within 1% of the budget: a cut (fillHost's
+  // last step, growCut's after) fills the rest, so another round gains
+  // little.
   auto full = [&] {
-    const uint64_t least = smallestSsdBlock(*planned);
-    return !least || budget - exact < least;
+    return !smallestSsdBlock(*planned) || budget - exact < budget / 100;
   };
   for (int round = 0;
        round < 10 && exact < budget && target > modelHost() && !full();
@@ -439,7 +456,7 @@ void refillHost(ModuleOp unplanned, OwningOpRef<ModuleOp> &planned,
     inflated.gpuBytes += gpuExcess;
     auto filled = fillHost(search.summary, search.space, *plan.estimate,
                            inflated, search.profile);
-    if (!filled)
+    if (!filled || filled->candidate.str() == plan.estimate->candidate.str())
       return; // no SSD block left that the model's budget takes
     OffloadPlan next = plan;
     next.schedule = offloadSchedule(options, &search, &*filled);
@@ -466,6 +483,102 @@ void refillHost(ModuleOp unplanned, OwningOpRef<ModuleOp> &planned,
     target = double(budget) + modelHost() - double(exact);
   }
 }
+/// The fill's cut (one of its own, not a pinned one) grown by what the
+/// plan's exact host arena leaves of the budget: part 0's extent takes it
+/// byte for byte, where the model's peaks, estimates, stopped the fill
+/// short (the refill's rounds move whole blocks, whose exact arenas the
+/// model can misjudge by more than the rest). When that cut holds all of
+/// its block but a granule, or the fill cut none, the first block wholly on
+/// SSD that can be cut (params, master, optimizer; layer order) is cut
+/// for the rest. Each growth halves while the exact arenas do not fit.
+void growCut(ModuleOp unplanned, OwningOpRef<ModuleOp> &planned,
+             OffloadPlan &plan, const PlanSearch &search,
+             const PlanningOptions &options) {
+  if (!plan.estimate || !search.space.splitByLayer || !options.hostMem)
+    return;
+  const IterationSummary &s = search.summary;
+  const uint64_t budget = search.budgets.hostBytes;
+  const int64_t g = cutGranule(s.bf16Storage || s.bf16OptimizerState);
+  const TensorClass cuttable[] = {TensorClass::Params, TensorClass::Master,
+                                  TensorClass::Optimizer};
+  auto blockBytes = [&](TensorClass k, size_t l) {
+    const LayerCost &lc = s.layers[l];
+    return k == TensorClass::Params   ? lc.paramBytes
+           : k == TensorClass::Master ? lc.masterBytes
+                                      : lc.optimizerBytes;
+  };
+  // Grows (or makes) the cut of block (k, l) from e elements on host;
+  // true when the block is then cut all but a granule (more room may go to
+  // another block).
+  auto grow = [&](TensorClass k, size_t l, int64_t e) {
+    const int64_t n = int64_t(s.layers[l].numParams);
+    const double perElement = double(blockBytes(k, l)) / double(n);
+    const uint64_t exact = exactHostBytes(*planned);
+    for (uint64_t room = exact < budget ? (budget - exact) / 4096 * 4096 : 0;
+         room >= 4096; room /= 2) {
+      const int64_t grown = std::min<int64_t>(
+          e + int64_t(double(room) / perElement) / g * g, n - g);
+      if (grown <= e)
+        return e >= n - g;
+      Candidate c = plan.estimate->candidate;
+      c.placement.cuts[int(k)][l] = double(grown) / double(n);
+      OffloadPlan next = plan;
+      next.estimate = estimate(s, c, search.budgets, search.profile);
+      if (!next.estimate->valid)
+        return false;
+      next.schedule = offloadSchedule(options, &search, &*next.estimate);
+      OwningOpRef<ModuleOp> trial;
+      std::optional<sched::OverBudget> overBudget;
+      if (failed(tryPlan(unplanned, trial, next, overBudget, options)))
+        continue;
+      const uint64_t got = exactHostBytes(*trial);
+      const std::string &before = plan.estimate->splitNote;
+      next.estimate->splitNote =
+          (before.empty() ? std::string("split by layer") : before) +
+          llvm::formatv("; {0} of layer {1} cut to {2:f1}% with the exact "
+                        "arenas: host {3} bytes, {4:f1}% of --host-mem",
+                        tensorClassName(k), l,
+                        100.0 * double(grown) / double(n), got,
+                        100.0 * double(got) / double(budget))
+              .str();
+      plan = std::move(next);
+      planned = std::move(trial);
+      return grown >= n - g;
+    }
+    return e >= n - g;
+  };
+  const Placement &pl = plan.estimate->candidate.placement;
+  for (TensorClass k : cuttable)
+    for (auto [l, share] : pl.cuts[int(k)])
+      if (!search.space.pinnedCuts[int(k)].count(l) && l < s.layers.size()) {
+        const int64_t n = int64_t(s.layers[l].numParams);
+        if (!n || !blockBytes(k, l) || !grow(k, l, cutElements(share, n, g)))
+          return;
+        goto another; // a fill cuts one block: its cut is full
+      }
+another:
+  for (TensorClass k : cuttable) {
+    const auto &pins = search.space.pinnedLayers[int(k)];
+    for (size_t l = 0; l < s.layers.size(); ++l) {
+      const Placement &p = plan.estimate->candidate.placement;
+      const int64_t n = int64_t(s.layers[l].numParams);
+      bool layerCut = false;
+      for (TensorClass c : cuttable)
+        layerCut |= p.cutShare(c, l) > 0;
+      if (layerCut || p.at(k, l) != Tier::SSD || n < 2 * g ||
+          !blockBytes(k, l) || (l < pins.size() && pins[l]) ||
+          (search.space.pinned[int(k)] && pins.empty()) ||
+          deferredElements(plan.estimate->candidate.overlap, n, g) != 0 ||
+          !uncuttable(s, l, plan.estimate->candidate.overlap,
+                      double(g) / double(n))
+               .empty())
+        continue;
+      if (!grow(k, l, 0))
+        return;
+    }
+  }
+}
+
 /// Placement by layer from the other end: the kept plan's order, M, F and
 /// activations with every class it may split homed on SSD (pins kept),
 /// refilled with the exact arenas. The greedy fill is path-dependent: a
@@ -509,6 +622,7 @@ void fillFromSsd(ModuleOp unplanned, OwningOpRef<ModuleOp> &planned,
   if (failed(tryPlan(unplanned, trial, alt, overBudget, options)))
     return;
   refillHost(unplanned, trial, alt, search, options);
+  growCut(unplanned, trial, alt, search, options);
   CostEstimate a = *alt.estimate, k = *plan.estimate;
   a.fits = k.fits = true;
   if (!preferred(a, k, search.budgets))
@@ -562,6 +676,7 @@ spillway::planOffload(OwningOpRef<ModuleOp> &module,
       std::optional<sched::OverBudget> overBudget;
       if (succeeded(tryPlan(*module, trial, plan, overBudget, options))) {
         refillHost(*module, trial, plan, *search, options);
+        growCut(*module, trial, plan, *search, options);
         fillFromSsd(*module, trial, plan, *search, options);
         if (announce)
           announce(plan);

@@ -69,6 +69,11 @@ spillway::schedule::parseTensorClass(const std::string &s) {
 }
 
 void Placement::normalize() {
+  // A cut lives on a block homed on SSD.
+  for (int i = 0; i < kNumTensorClasses; ++i)
+    for (auto it = cuts[i].begin(); it != cuts[i].end();)
+      it = at(TensorClass(i), it->first) == Tier::SSD ? std::next(it)
+                                                      : cuts[i].erase(it);
   for (int i = 0; i < kNumTensorClasses; ++i) {
     std::vector<Tier> &v = layers[i];
     if (v.empty())
@@ -87,6 +92,9 @@ std::string Placement::str() const {
   for (int i = 0; i < kNumTensorClasses; ++i)
     if (split(TensorClass(i)))
       s += "," + layerRanges(TensorClass(i), layers[i], tier[i]);
+  for (int i = 0; i < kNumTensorClasses; ++i)
+    if (!cuts[i].empty())
+      s += "," + cutItems(TensorClass(i), cuts[i]);
   return s;
 }
 
@@ -165,6 +173,36 @@ spillway::schedule::zeroOptimizerBytesPerRank(const IterationSummary &s) {
   return most;
 }
 
+std::string spillway::schedule::uncuttable(const IterationSummary &s, size_t l,
+                                           double F, double share) {
+  const LayerCost &lc = s.layers[l];
+  const int64_t n = int64_t(lc.numParams);
+  uint64_t moments = 0;
+  for (uint64_t m : lc.momentElements)
+    moments += m;
+  const std::string layer = "layer " + std::to_string(l) + " (" + lc.name + ")";
+  // sched-insert-transfers' rules: the runtime splits the layer's params,
+  // master and optimizer blocks at one element, and an update whose range
+  // holds the cut runs as two (AdamW's elementwise ranges).
+  if (lc.foldedParams || moments != uint64_t(n) ||
+      lc.paramBytes != uint64_t(n) * (s.bf16Storage ? 2 : 4))
+    return "a block of " + layer +
+           " is cut between host and SSD, but its updates are not "
+           "elementwise AdamW on every parameter of the layer (FOAM's folded "
+           "state, or parameters the optimizer does not update): place the "
+           "layer whole";
+  const bool twoByte = s.bf16Storage || s.bf16OptimizerState;
+  const int64_t d = deferredElements(F, n, deferGranule(twoByte));
+  const int64_t e = cutElements(share, n, cutGranule(twoByte));
+  if (d != 0 && d != e)
+    return "a block of " + layer + " is cut at " + std::to_string(e) +
+           " of its " + std::to_string(n) +
+           " elements, but the optimizer overlap defers " + std::to_string(d) +
+           " of them: a cut layer's overlap defers none or the cut's "
+           "(--overlap-optimizer 0, or place the layer whole)";
+  return {};
+}
+
 CostEstimate spillway::schedule::estimate(const IterationSummary &s,
                                           const Candidate &c,
                                           const Budgets &budgets,
@@ -224,6 +262,33 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
     if (*std::max_element(v.begin(), v.end()) != pl.tier[k])
       return invalid("a split class's tier is the slowest of its layers'");
   }
+  // Blocks cut between host and SSD: each part's exact share, as
+  // sched-place rounds the cut (cutElements); only where the block is homed
+  // on SSD, and for state that is not sharded over ranks.
+  const int64_t cutG = cutGranule(s.bf16Storage || s.bf16OptimizerState);
+  bool anyCut = false;
+  for (int k = 0; k < kNumTensorClasses; ++k)
+    for (auto [l, share] : pl.cuts[k]) {
+      anyCut = true;
+      if (l >= s.layers.size() || pl.at(TensorClass(k), l) != Tier::SSD ||
+          !(share > 0 && share < 1))
+        return invalid("a cut block is a layer's block homed on SSD with a "
+                       "share in (0, 1) on host");
+      if (std::string why = uncuttable(s, l, F, share); !why.empty())
+        return invalid(why);
+    }
+  if (anyCut && s.optimizerShards > 1)
+    return invalid("a block cut between host and SSD needs optimizer state "
+                   "that is not sharded over ranks (ZeRO): place its layer "
+                   "whole");
+  auto hostPart = [&](TensorClass k, size_t i) {
+    const double f = pl.cutShare(k, i);
+    const int64_t n = int64_t(s.layers[i].numParams);
+    return f > 0 && n ? double(cutElements(f, n, cutG)) / double(n) : 0.0;
+  };
+  auto ssdPart = [&](TensorClass k, size_t i) {
+    return pl.at(k, i) == Tier::SSD ? 1 - hostPart(k, i) : 0.0;
+  };
   const bool zero = s.zeroStage >= 1 && s.ranks > 1;
   e.zeroSharded = zero;
   e.gradientsSharded = zero && s.gradientShards;
@@ -258,8 +323,7 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   for (size_t i = 0; i < L; ++i) {
     double P = double(s.layers[i].paramBytes) * e.paramLoads[i];
     b.h2d += P;
-    if (pl.at(TensorClass::Params, i) == Tier::SSD)
-      b.ssdRead += P;
+    b.ssdRead += P * ssdPart(TensorClass::Params, i);
   }
 
   // Gradients: a backward run of a layer ends with its gradient flushed to
@@ -340,10 +404,9 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   e.masterBytes = uint64_t(W);
   double Ossd = 0, Wssd = 0;
   for (size_t i = 0; i < L; ++i) {
-    if (pl.at(TensorClass::Optimizer, i) == Tier::SSD)
-      Ossd += optimizerBytes[i];
-    if (hasMaster && pl.at(TensorClass::Master, i) == Tier::SSD)
-      Wssd += masterBytes[i];
+    Ossd += optimizerBytes[i] * ssdPart(TensorClass::Optimizer, i);
+    if (hasMaster)
+      Wssd += masterBytes[i] * ssdPart(TensorClass::Master, i);
   }
   b.ssdRead += Ossd;
   b.ssdWrite += Ossd;
@@ -381,8 +444,8 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
       if (pt == Tier::GPU)
         b.d2h += read, b.h2d += P;
     }
-    if (pt == Tier::SSD)
-      b.ssdRead += read, b.ssdWrite += P;
+    const double onSsd = ssdPart(TensorClass::Params, i);
+    b.ssdRead += read * onSsd, b.ssdWrite += P * onSsd;
   }
 
   // Boundary activations: written once after the forward of each
@@ -546,6 +609,11 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
     for (size_t i = 0; i < L; ++i) {
       const int t = int(pl.at(cb.k, i));
       p[t] += cb.blocks[i];
+      // A cut block's SSD extent keeps room for all of it (its copies
+      // start with the host part on every tier); the host part's own
+      // extent is 4 KiB aligned.
+      if (const double h = cb.blocks[i] * hostPart(cb.k, i))
+        p[host] += std::ceil(h / 4096) * 4096;
       largest = std::max(largest, cb.moved[i]);
       // A layer without a block of the class (no parameters of its own)
       // stages nothing.
@@ -655,6 +723,7 @@ void forEachPlacement(const SearchSpace &space, bool hasMaster,
     if (k == kNumTensorClasses) {
       // Pinned layers over the class's tier; the open ones take it.
       Placement full = pl;
+      full.cuts = space.pinnedCuts;
       for (int c = 0; c < kNumTensorClasses; ++c) {
         const auto &pins = space.pinnedLayers[c];
         if (pins.empty())
@@ -699,12 +768,85 @@ struct SplitBlock {
 
 } // namespace
 
+namespace {
+/// Cuts the first of `blocks` (in order) that a cut can serve: a params,
+/// master or optimizer block still wholly on SSD in `cur`, of a layer no
+/// other cut splits, updated elementwise by AdamW (every parameter, no
+/// folded FOAM state), not split by the overlap (it defers none of the
+/// layer) and not sharded over ranks. Its host part takes the host budget
+/// left, in whole cut granules. The estimate and a note, or none.
+std::optional<std::pair<CostEstimate, std::string>>
+cutToFill(const IterationSummary &s, const std::vector<SplitBlock> &blocks,
+          const CostEstimate &cur, const Budgets &budgets,
+          const HardwareProfile &hw) {
+  const int host = int(Tier::Host);
+  if (!cur.fits || s.optimizerShards > 1 ||
+      cur.neededBytes[host] >= budgets.hostBytes)
+    return std::nullopt;
+  const bool twoByte = s.bf16Storage || s.bf16OptimizerState;
+  const int64_t g = cutGranule(twoByte);
+  const Placement &pl = cur.candidate.placement;
+  for (const SplitBlock &blk : blocks) {
+    const size_t l = blk.layer;
+    const LayerCost &lc = s.layers[l];
+    const int64_t n = int64_t(lc.numParams);
+    const uint64_t bytes = blk.k == TensorClass::Params      ? lc.paramBytes
+                           : blk.k == TensorClass::Master    ? lc.masterBytes
+                           : blk.k == TensorClass::Optimizer ? lc.optimizerBytes
+                                                             : 0;
+    bool layerCut = false;
+    for (TensorClass k :
+         {TensorClass::Params, TensorClass::Master, TensorClass::Optimizer})
+      layerCut |= pl.cutShare(k, l) > 0;
+    // A cut needs an overlap that defers none of the layer (the cut's share
+    // is the rest of the budget's, not the overlap's).
+    if (blk.saved <= 0 || !bytes || n < 2 * g || layerCut ||
+        pl.at(blk.k, l) != Tier::SSD ||
+        deferredElements(cur.candidate.overlap, n, g) != 0 ||
+        !uncuttable(s, l, cur.candidate.overlap, double(g) / double(n)).empty())
+      continue;
+    // The host part's extent is 4 KiB aligned; its bytes per element.
+    const double perElement = double(bytes) / double(n);
+    const uint64_t room =
+        (budgets.hostBytes - cur.neededBytes[host]) / 4096 * 4096;
+    int64_t e =
+        std::min<int64_t>(int64_t(double(room) / perElement) / g * g, n - g);
+    for (int tries = 0; e > 0 && tries < 8; ++tries, e -= g) {
+      Candidate c = cur.candidate;
+      c.placement.cuts[int(blk.k)][l] = double(e) / double(n);
+      CostEstimate est = estimate(s, c, budgets, hw);
+      if (!est.valid)
+        break;
+      if (!est.fits)
+        continue;
+      char note[160];
+      std::snprintf(note, sizeof note,
+                    "; %s of layer %zu cut: %.1f%% of it on host",
+                    tensorClassName(blk.k), l, 100.0 * double(e) / double(n));
+      return std::make_pair(std::move(est), std::string(note));
+    }
+  }
+  return std::nullopt;
+}
+} // namespace
+
 std::optional<CostEstimate>
 spillway::schedule::fillHost(const IterationSummary &s,
-                             const SearchSpace &space, const CostEstimate &seed,
-                             const Budgets &budgets,
+                             const SearchSpace &space,
+                             const CostEstimate &given, const Budgets &budgets,
                              const HardwareProfile &hw) {
   const size_t L = s.layers.size();
+  // A cut is a fill's last step: the cuts of the plan filled from (an
+  // earlier fill's) go back to SSD, the pinned ones stay.
+  CostEstimate seed = given;
+  if (given.candidate.placement.cuts != space.pinnedCuts) {
+    Candidate c = given.candidate;
+    c.placement.cuts = space.pinnedCuts;
+    c.placement.normalize();
+    seed = estimate(s, c, budgets, hw);
+    if (!seed.valid)
+      seed = given;
+  }
   auto ssdCost = [&](const CostEstimate &e) {
     return e.bytes.ssdRead / (hw.ssdReadGBps() * 1e9) +
            e.bytes.ssdWrite / (hw.ssdWriteGBps() * 1e9);
@@ -783,8 +925,16 @@ spillway::schedule::fillHost(const IterationSummary &s,
     ++count[int(blk.k)];
     ++taken;
   }
-  if (!taken)
+  // The rest of the budget: the first block by the same ratio that a cut
+  // can put partly on host gets as many of its elements there as fit
+  // (docs/cost-model.md, "Blocks cut between host and SSD").
+  std::string cutNote;
+  if (auto cut = cutToFill(s, blocks, cur, budgets, hw)) {
+    cutNote = cut->second;
+    cur = std::move(cut->first);
+  } else if (!taken) {
     return std::nullopt;
+  }
   std::string what;
   for (int k = 0; k < kNumTensorClasses; ++k)
     if (count[k])
@@ -793,8 +943,8 @@ spillway::schedule::fillHost(const IterationSummary &s,
   cur.splitNote = "split by layer: " + std::to_string(taken) + " of " +
                   std::to_string(blocks.size()) +
                   " SSD blocks moved to host, by SSD time saved per host "
-                  "byte (" +
-                  what + ")";
+                  "byte" +
+                  (what.empty() ? std::string() : " (" + what + ")") + cutNote;
   return cur;
 }
 
@@ -919,6 +1069,17 @@ std::string spillway::schedule::estimateToJSON(const CostEstimate &e) {
     }
   if (!layers.empty())
     placement["layers"] = std::move(layers);
+  // Blocks cut between host and SSD: per class, layer -> share on host.
+  json::Object cuts;
+  for (int i = 0; i < kNumTensorClasses; ++i)
+    if (!e.candidate.placement.cuts[i].empty()) {
+      json::Object c;
+      for (auto [l, share] : e.candidate.placement.cuts[i])
+        c[std::to_string(l)] = share;
+      cuts[tensorClassName(TensorClass(i))] = std::move(c);
+    }
+  if (!cuts.empty())
+    placement["cuts"] = std::move(cuts);
   // Byte counts are whole numbers except where the overlap fraction splits
   // a tensor; round to bytes.
   auto bytes = [](double b) { return int64_t(std::llround(b)); };

@@ -25,9 +25,10 @@ std::optional<int64_t> index(const std::string &s) {
   return std::strtoll(s.c_str(), nullptr, 10);
 }
 
-/// "TIER:F" into the class's fractions.
-bool addFraction(ClassSpec &cs, TensorClass c, const std::string &item,
-                 const std::string &tierText, std::string &error) {
+/// "TIER:F" into a class's (or a cut block's) fractions.
+bool addFraction(std::vector<std::pair<Tier, double>> &fractions, TensorClass c,
+                 const std::string &item, const std::string &tierText,
+                 std::string &error) {
   size_t colon = tierText.find(':');
   std::string t = trim(tierText.substr(0, colon)),
               f = trim(tierText.substr(colon + 1));
@@ -44,14 +45,30 @@ bool addFraction(ClassSpec &cs, TensorClass c, const std::string &item,
             "=host:0.75,ssd:0.25)";
     return false;
   }
-  for (auto &[prev, _] : cs.fractions)
+  for (auto &[prev, _] : fractions)
     if (prev == *tier) {
       error = "'" + item + "': " + t + " has a fraction of " +
               tensorClassName(c) + " already";
       return false;
     }
-  cs.fractions.push_back({*tier, v});
+  fractions.push_back({*tier, v});
   return true;
+}
+
+/// "F1 + F2 + ..." is 1, else the error naming `text`.
+bool sumsToOne(const std::vector<std::pair<Tier, double>> &fractions,
+               const std::string &text, const std::string &what,
+               const std::string &example, std::string &error) {
+  double sum = 0;
+  for (auto &[_, f] : fractions)
+    sum += f;
+  if (std::abs(sum - 1) <= 1e-6)
+    return true;
+  char got[32];
+  std::snprintf(got, sizeof got, "%.9g", sum);
+  error = "'" + text + "': the fractions of " + what + " sum to " + got +
+          ", not 1 (e.g. " + example + ")";
+  return false;
 }
 
 } // namespace
@@ -60,8 +77,11 @@ std::optional<PlacementSpec>
 spillway::schedule::parsePlacement(const std::vector<std::string> &items,
                                    std::string &error) {
   PlacementSpec spec;
-  // The class whose fractions a bare TIER:F item continues.
+  // The class (and its fractions, or a cut block's) a bare TIER:F item
+  // continues, and the text that grows with it.
   std::optional<TensorClass> open;
+  std::vector<std::pair<Tier, double>> *openFractions = nullptr;
+  std::string *openText = nullptr;
   for (const std::string &raw : items) {
     std::string item = trim(raw);
     if (item.empty())
@@ -69,10 +89,9 @@ spillway::schedule::parsePlacement(const std::vector<std::string> &items,
     size_t eq = item.find('=');
     if (eq == std::string::npos) {
       if (open && item.find(':') != std::string::npos) {
-        ClassSpec &cs = spec[*open];
-        if (!addFraction(cs, *open, item, item, error))
+        if (!addFraction(*openFractions, *open, item, item, error))
           return std::nullopt;
-        cs.fractionsText += "," + item;
+        *openText += "," + item;
         continue;
       }
       error = "'" + item +
@@ -84,12 +103,16 @@ spillway::schedule::parsePlacement(const std::vector<std::string> &items,
     std::string lhs = trim(item.substr(0, eq)), rhs = trim(item.substr(eq + 1));
     std::string name = lhs;
     std::optional<ClassSpec::Range> range;
+    std::optional<int64_t> cutLayer; // CLASS[LAYER]=host:F,ssd:G
     if (size_t br = lhs.find('['); br != std::string::npos) {
       name = trim(lhs.substr(0, br));
       size_t close = lhs.find(']', br);
       std::string inside =
           close == std::string::npos ? "" : lhs.substr(br + 1, close - br - 1);
       size_t colon = inside.find(':');
+      if (close != std::string::npos && close + 1 == lhs.size() &&
+          colon == std::string::npos && rhs.find(':') != std::string::npos)
+        cutLayer = index(trim(inside));
       std::optional<int64_t> begin, end;
       if (close != std::string::npos && close + 1 == lhs.size() &&
           colon != std::string::npos) {
@@ -98,14 +121,16 @@ spillway::schedule::parsePlacement(const std::vector<std::string> &items,
         begin = b.empty() ? std::optional<int64_t>(0) : index(b);
         end = e.empty() ? std::optional<int64_t>(-1) : index(e);
       }
-      if (!begin || !end || (*end >= 0 && *end <= *begin)) {
+      if (!cutLayer && (!begin || !end || (*end >= 0 && *end <= *begin))) {
         error = "'" + item +
                 "': a layer range is CLASS[BEGIN:END]=TIER with BEGIN < END "
                 "(layers BEGIN..END-1 of train.layers; either may be left "
-                "out), e.g. params[0:8]=host";
+                "out), e.g. params[0:8]=host; a block cut between host and "
+                "SSD is CLASS[LAYER]=host:F,ssd:G";
         return std::nullopt;
       }
-      range = ClassSpec::Range{*begin, *end, Tier::GPU, item};
+      if (!cutLayer)
+        range = ClassSpec::Range{*begin, *end, Tier::GPU, item};
     }
     auto c = parseTensorClass(name);
     if (!c) {
@@ -115,6 +140,20 @@ spillway::schedule::parsePlacement(const std::vector<std::string> &items,
       return std::nullopt;
     }
     ClassSpec &cs = spec[*c];
+    if (cutLayer) {
+      ClassSpec::Cut cut;
+      cut.layer = *cutLayer;
+      cut.text = item;
+      if (!addFraction(cut.fractions, *c, item, rhs, error))
+        return std::nullopt;
+      cs.cuts.push_back(std::move(cut));
+      open = *c;
+      openFractions = &cs.cuts.back().fractions;
+      openText = &cs.cuts.back().text;
+      if (cs.text.empty())
+        cs.text = item;
+      continue;
+    }
     if (rhs.find(':') != std::string::npos) {
       if (range) {
         error = "'" + item + "': a layer range takes one tier, not fractions";
@@ -125,10 +164,12 @@ spillway::schedule::parsePlacement(const std::vector<std::string> &items,
                 item + "): place each class once";
         return std::nullopt;
       }
-      if (!addFraction(cs, *c, item, rhs, error))
+      if (!addFraction(cs.fractions, *c, item, rhs, error))
         return std::nullopt;
       cs.fractionsText = item;
       open = *c;
+      openFractions = &cs.fractions;
+      openText = &cs.fractionsText;
       if (cs.text.empty())
         cs.text = item;
       continue;
@@ -155,6 +196,40 @@ spillway::schedule::parsePlacement(const std::vector<std::string> &items,
   }
   for (int k = 0; k < kNumTensorClasses; ++k) {
     ClassSpec &cs = spec.classes[k];
+    const std::string cls = tensorClassName(TensorClass(k));
+    for (const ClassSpec::Cut &cut : cs.cuts) {
+      const TensorClass c = TensorClass(k);
+      if (c != TensorClass::Params && c != TensorClass::Optimizer &&
+          c != TensorClass::Master) {
+        error = "'" + cut.text + "': " + cls +
+                " blocks are not cut between tiers (params, optimizer and "
+                "master blocks are); place the layer whole, e.g. " +
+                cls + "[" + std::to_string(cut.layer) + ":" +
+                std::to_string(cut.layer + 1) + "]=host";
+        return std::nullopt;
+      }
+      if (cut.fractions.size() != 2 || cut.fractions[0].first != Tier::Host ||
+          cut.fractions[1].first != Tier::SSD) {
+        error = "'" + cut.text +
+                "': a cut block has its first elements on "
+                "host and the rest on SSD: " +
+                cls + "[" + std::to_string(cut.layer) +
+                "]=host:F,ssd:G (F + G = 1)";
+        return std::nullopt;
+      }
+      if (!sumsToOne(cut.fractions, cut.text,
+                     cls + "'s layer " + std::to_string(cut.layer),
+                     cls + "[" + std::to_string(cut.layer) +
+                         "]=host:0.4,ssd:0.6",
+                     error))
+        return std::nullopt;
+      for (const ClassSpec::Cut &other : cs.cuts)
+        if (&other != &cut && other.layer == cut.layer) {
+          error = "'" + other.text + "': layer " + std::to_string(cut.layer) +
+                  " of " + cls + " is cut by '" + cut.text + "' already";
+          return std::nullopt;
+        }
+    }
     if (!cs.fractions.empty() && TensorClass(k) == TensorClass::Activations) {
       error = "'" + cs.fractionsText +
               "': activations take layer ranges (e.g. "
@@ -165,23 +240,15 @@ spillway::schedule::parsePlacement(const std::vector<std::string> &items,
     }
     if (cs.fractions.empty())
       continue;
-    if (!cs.ranges.empty()) {
-      error = "'" + cs.text + "': " + tensorClassName(TensorClass(k)) +
-              " takes fractions or layer ranges, not both";
+    if (!cs.ranges.empty() || !cs.cuts.empty()) {
+      error = "'" + cs.text + "': " + cls + " takes fractions or " +
+              (cs.ranges.empty() ? "cuts of a layer's block" : "layer ranges") +
+              ", not both";
       return std::nullopt;
     }
-    double sum = 0;
-    for (auto &[_, f] : cs.fractions)
-      sum += f;
-    if (std::abs(sum - 1) > 1e-6) {
-      char got[32];
-      std::snprintf(got, sizeof got, "%.9g", sum);
-      error = "'" + cs.fractionsText + "': the fractions of " +
-              tensorClassName(TensorClass(k)) + " sum to " + got +
-              ", not 1 (e.g. " + tensorClassName(TensorClass(k)) +
-              "=host:0.75,ssd:0.25)";
+    if (!sumsToOne(cs.fractions, cs.fractionsText, cls,
+                   cls + "=host:0.75,ssd:0.25", error))
       return std::nullopt;
-    }
   }
   return spec;
 }
@@ -281,6 +348,21 @@ spillway::schedule::resolveLayers(const ClassSpec &spec, TensorClass c,
       tiers[l] = r.tier;
     }
   }
+  for (const ClassSpec::Cut &cut : spec.cuts) {
+    if (cut.layer >= int64_t(n)) {
+      error = "'" + cut.text + "': the model has " + std::to_string(n) +
+              " layers (0.." + std::to_string(n ? n - 1 : 0) +
+              " in train.layers; spillwayc --report lists them)";
+      return std::nullopt;
+    }
+    if (by[cut.layer]) {
+      error = "'" + cut.text + "': layer " + std::to_string(cut.layer) +
+              " of " + tensorClassName(c) + " is placed by '" +
+              by[cut.layer]->text + "' already";
+      return std::nullopt;
+    }
+    tiers[cut.layer] = Tier::SSD; // its home; its first elements on host
+  }
   return tiers;
 }
 
@@ -298,5 +380,26 @@ std::string spillway::schedule::layerRanges(TensorClass c,
            "]=" + tierName(tiers[l]);
     l = e;
   }
+  return s;
+}
+
+std::string spillway::schedule::cutItems(TensorClass c,
+                                         const std::map<size_t, double> &cuts) {
+  // The host share reads back exactly; the SSD share is its complement
+  // to 1 to within the parser's tolerance, so 1 - 0.7 prints as 0.3.
+  auto shortest = [](double v, double tolerance) {
+    char f[40];
+    for (int digits = 1; digits <= 17; ++digits) {
+      std::snprintf(f, sizeof f, "%.*g", digits, v);
+      if (std::abs(std::strtod(f, nullptr) - v) <= tolerance)
+        break;
+    }
+    return std::string(f);
+  };
+  std::string s;
+  for (auto [l, share] : cuts)
+    s += std::string(s.empty() ? "" : ",") + tensorClassName(c) + "[" +
+         std::to_string(l) + "]=host:" + shortest(share, 0) +
+         ",ssd:" + shortest(1 - share, 1e-12);
   return s;
 }

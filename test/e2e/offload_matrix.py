@@ -4,7 +4,8 @@
 {horizontal, snake} x optimizer overlap F in {0, 0.5, 1} x {resident, host
 offload, SSD offload, two mixed placements, activations on host,
 activations on SSD with the rest off the GPU, classes split by layer
-between host and SSD by ranges (the activations too) and by fractions} x
+between host and SSD by ranges (the activations too) and by fractions,
+blocks cut between host and SSD (at F in CUT_OVERLAPS, not under FOAM)} x
 M in {1, 4}:
 each executable is compiled with an offload plan (spillwayc --place, with
 --hw so spillwayc checks the plan's transfers against the cost model), runs
@@ -79,7 +80,18 @@ PLACEMENTS = {
                "ssd"),
     "fractions": ("params=host:0.5,ssd:0.5,optimizer=ssd:0.25,host:0.75,"
                   "gradients=host:0.6,ssd:0.4", "ssd"),
+    # Blocks cut between host and SSD: the attention's and the MLP's
+    # parameters and AdamW state (and masters) part on host, part on SSD.
+    "cuts": ("params=ssd,params[3]=host:0.5,ssd:0.5,optimizer=ssd,"
+             "optimizer[3]=host:0.5,ssd:0.5,optimizer[6]=host:0.3,ssd:0.7,"
+             "gradients=host", "ssd"),
 }
+
+# A cut layer's overlap defers none of its elements or the cut's (its
+# deferred update is part 0's); F = 0.5 and 1 defer others, so cut blocks
+# run without the overlap. FOAM's updates are not elementwise: its blocks
+# are never cut.
+CUT_OVERLAPS = ("0",)
 
 
 # Under bf16-mixed the f32 master weights are a class of their own (the
@@ -199,6 +211,9 @@ def main():
 
     for order, m, overlap, (name, (place, expect)) in itertools.product(
             ("horizontal", "snake"), (1, 4), overlaps, PLACEMENTS.items()):
+        if name == "cuts" and (overlap not in CUT_OVERLAPS
+                               or a.optimizer == "foam"):
+            continue
         tag = f"{name}-{order}-{m}" + ("" if overlap == "0"
                                        else f"-F{overlap}")
         exe = os.path.join(a.out, tag)

@@ -15,9 +15,8 @@ home, the bytes per link per iteration) and the cost model's prediction
 - never more SSD bytes written than the whole-class plan at that budget
   (where one fits: a split plan may fit where no whole-class one does);
 - filled: when blocks stay on SSD, the host arena is at least --min-use of
-  the budget, or what is left of the budget is smaller than every block
-  still homed on SSD (placement is per layer's block: no block on SSD
-  fits in what is left).
+  the budget (the planner cuts a block between host and SSD for the rest
+  of the budget).
 
 Prints one row per budget (TSV with --tsv FILE, JSON with --json FILE) and
 exits 1 at the first failure, naming the budget and the plan.
@@ -37,7 +36,7 @@ PLAN = re.compile(r"offload plan: gpu (\d+) bytes, host (\d+) bytes, ssd (\d+) "
 PLACED = re.compile(r"offload plan: ((?:params|master|optimizer|gradients|"
                     r"activations)\S*)")
 BLOCK = re.compile(r'\{bytes = (\d+) : i64, class = "(\w+)", home = "(\w+)", '
-                   r'layer = (\d+) : i64')
+                   r'(?:home0 = "\w+", )?layer = (\d+) : i64')
 PREDICTION = re.compile(r"sched\.prediction = \{bound = \"(\w+)\", "
                         r"iteration_s = ([0-9.eE+-]+)")
 
@@ -127,8 +126,7 @@ def main():
             why.append(f"writes {split['ssd_write']} SSD bytes, the "
                        f"whole-class plan {whole['ssd_write']}")
         left = host - split["host_bytes"]
-        if (split["smallest_ssd_block"] and use < args.min_use
-                and left >= split["smallest_ssd_block"]):
+        if split["smallest_ssd_block"] and use < args.min_use:
             why.append(f"uses {use:.1%} of the host budget with "
                        f"{left} bytes left and a block of "
                        f"{split['smallest_ssd_block']} bytes on SSD")

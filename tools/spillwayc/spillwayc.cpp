@@ -374,6 +374,9 @@ cl::list<std::string> placeClasses(
              "--report lists them), CLASS=host:0.75,ssd:0.25 (not for "
              "activations) puts the first "
              "layers holding 3/4 of its bytes on host and the rest on SSD. "
+             "A layer's params, optimizer or master block may be cut: "
+             "CLASS[LAYER]=host:0.4,ssd:0.6 puts its first 40% on host, the "
+             "rest on SSD. "
              "The planner decides the rest (with --hw; else the GPU). "
              "With -o the executable follows this offload plan "
              "(activations off the GPU need --recompute on, the default)"),
@@ -382,8 +385,9 @@ cl::opt<std::string> splitPlacement(
     "split-placement",
     cl::desc("on (default): the planner may split a class by layer between "
              "host and SSD, filling the host budget with the blocks that "
-             "save the most SSD time per byte (docs/cost-model.md, "
-             "\"Placement by layer\"); off: every class on one tier"),
+             "save the most SSD time per byte and cutting one block between "
+             "them for the rest (docs/cost-model.md, \"Placement by "
+             "layer\"); off: every class on one tier"),
     cl::value_desc("on|off"), cl::init("on"), cl::cat(category));
 cl::opt<bool> verbose("v", cl::desc("Print each stage as it runs"),
                       cl::cat(category));

@@ -1123,3 +1123,110 @@ TEST(CostModel, FillHostTakesTheMostSsdTimePerByteFirst) {
   EXPECT_EQ(filled->candidate.placement.at(TensorClass::Params, 1), Tier::Host);
   EXPECT_EQ(filled->candidate.placement.at(TensorClass::Params, 2), Tier::Host);
 }
+
+namespace {
+/// n layers updated elementwise by AdamW, `params` f32 parameters each:
+/// blocks a cut can split (P = 4 x params bytes, O = 2P, G = P).
+IterationSummary adamwLayers(size_t n, uint64_t params = 1024) {
+  IterationSummary s = toyLayers(n);
+  for (LayerCost &l : s.layers) {
+    l.numParams = params;
+    l.paramBytes = 4 * params;
+    l.masterBytes = 0;
+    l.optimizerBytes = 8 * params;
+    l.gradBytes = 4 * params;
+    l.momentElements = {params};
+  }
+  return s;
+}
+} // namespace
+
+TEST(CostModel, ACutCountsEachPartWhereItLives) {
+  // docs/cost-model.md, "Blocks cut between host and SSD": a layer's block
+  // cut at a share of its elements moves that share of its SSD traffic off
+  // the SSD; its host part takes its bytes in host memory (a 4 KiB aligned
+  // extent) while the SSD keeps the whole block's extent.
+  const IterationSummary s = adamwLayers(2);
+  const HardwareProfile hw = machine();
+  const CostEstimate whole = run(Order::Horizontal, 1, 0, offloaded(), s, hw);
+  Placement cut = offloaded();
+  cut.cuts[int(TensorClass::Optimizer)][0] = 0.25; // 256 elements
+  const CostEstimate o = run(Order::Horizontal, 1, 0, cut, s, hw);
+  EXPECT_DOUBLE_EQ(whole.bytes.ssdRead - o.bytes.ssdRead, 2048);
+  EXPECT_DOUBLE_EQ(whole.bytes.ssdWrite - o.bytes.ssdWrite, 2048);
+  EXPECT_DOUBLE_EQ(o.bytes.h2d, whole.bytes.h2d);
+  EXPECT_EQ(o.peakBytes[int(Tier::Host)] - whole.peakBytes[int(Tier::Host)],
+            4096u);
+  EXPECT_EQ(o.peakBytes[int(Tier::SSD)], whole.peakBytes[int(Tier::SSD)]);
+  EXPECT_EQ(o.candidate.placement.str(),
+            "params=ssd,master=ssd,optimizer=ssd,gradients=host,"
+            "activations=host,optimizer[0]=host:0.25,ssd:0.75");
+  // Parameters cut in half: the two loads' and the update's reads and the
+  // update's write of 2048 bytes each leave the SSD.
+  Placement p = offloaded();
+  p.cuts[int(TensorClass::Params)][0] = 0.5;
+  const CostEstimate pe = run(Order::Horizontal, 1, 0, p, s, hw);
+  EXPECT_DOUBLE_EQ(whole.bytes.ssdRead - pe.bytes.ssdRead, 3 * 2048);
+  EXPECT_DOUBLE_EQ(whole.bytes.ssdWrite - pe.bytes.ssdWrite, 2048);
+  // The share rounds as sched-place rounds it: to 64-element granules.
+  Placement r = offloaded();
+  r.cuts[int(TensorClass::Optimizer)][0] = 0.3; // 307.2 -> 320 elements
+  EXPECT_DOUBLE_EQ(whole.bytes.ssdRead -
+                       run(Order::Horizontal, 1, 0, r, s, hw).bytes.ssdRead,
+                   320 * 8);
+  // A cut is of a block homed on SSD, with state not cut for the ranks.
+  Placement host = offloaded();
+  host[TensorClass::Optimizer] = Tier::Host;
+  host.cuts[int(TensorClass::Optimizer)][0] = 0.5;
+  EXPECT_FALSE(
+      estimate(s, Candidate{Order::Horizontal, 1, 0, host}, kPlenty, hw).valid);
+  IterationSummary sharded = s;
+  sharded.optimizerShards = 2;
+  EXPECT_FALSE(
+      estimate(sharded, Candidate{Order::Horizontal, 1, 0, cut}, kPlenty, hw)
+          .valid);
+}
+
+TEST(CostModel, FillHostCutsABlockForTheRest) {
+  // From everything on SSD, a host budget with room for a params block
+  // (32 KiB) and 20000 bytes: the params block moves whole, and the next
+  // one by the same ratio is cut for what is left, in 64-element granules
+  // in a 4 KiB aligned extent (16 KiB: 4096 elements), so the plan uses
+  // the budget to within 4 KiB.
+  const IterationSummary s = adamwLayers(6, 8192);
+  const HardwareProfile hw = machine();
+  Placement all = offloaded();
+  all[TensorClass::Gradients] = Tier::SSD;
+  const CostEstimate seed = run(Order::Horizontal, 1, 0, all, s, hw);
+  const uint64_t budget = seed.neededBytes[int(Tier::Host)] + 32768 + 20000;
+  Budgets b{1ull << 40, budget, 1ull << 40};
+  auto filled = fillHost(s, oneSchedule(), seed, b, hw);
+  ASSERT_TRUE(filled);
+  EXPECT_TRUE(filled->fits);
+  const Placement &pl = filled->candidate.placement;
+  size_t cuts = 0;
+  for (const auto &c : pl.cuts)
+    cuts += c.size();
+  EXPECT_EQ(cuts, 1u) << pl.str();
+  EXPECT_NE(filled->splitNote.find("cut:"), std::string::npos)
+      << filled->splitNote;
+  EXPECT_GE(filled->neededBytes[int(Tier::Host)] + 4096, budget) << pl.str();
+  EXPECT_DOUBLE_EQ(pl.cutShare(TensorClass::Params, 1), 0.5) << pl.str();
+  // Filling that plan again gives the same plan: its cut is a fill's last
+  // step, redone from the plan without it.
+  auto again = fillHost(s, oneSchedule(), *filled, b, hw);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->candidate.str(), filled->candidate.str());
+  // A pinned cut stays; the fill works around it.
+  SearchSpace pinned = oneSchedule();
+  pinned.pinnedCuts[int(TensorClass::Optimizer)][5] = 0.5;
+  pinned.pinnedLayers[int(TensorClass::Optimizer)].assign(6, std::nullopt);
+  pinned.pinnedLayers[int(TensorClass::Optimizer)][5] = Tier::SSD;
+  Candidate c = seed.candidate;
+  c.placement.cuts = pinned.pinnedCuts;
+  const CostEstimate pinnedSeed = estimate(s, c, b, hw);
+  auto around = fillHost(s, pinned, pinnedSeed, b, hw);
+  ASSERT_TRUE(around);
+  EXPECT_DOUBLE_EQ(
+      around->candidate.placement.cutShare(TensorClass::Optimizer, 5), 0.5);
+}

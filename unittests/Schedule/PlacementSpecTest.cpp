@@ -170,3 +170,74 @@ TEST(PlacementSpec, RangesPrintAsTheyParse) {
 }
 
 } // namespace
+
+namespace {
+TEST(PlacementSpec, CutsParseAndPrintBack) {
+  // CLASS[LAYER]=host:F,ssd:G cuts one layer's block; its home is SSD.
+  PlacementSpec spec = parse(
+      {"optimizer=host", "optimizer[2]=host:0.25", "ssd:0.75", "params=ssd"});
+  const ClassSpec &o = spec[TensorClass::Optimizer];
+  ASSERT_EQ(o.cuts.size(), 1u);
+  EXPECT_EQ(o.cuts[0].layer, 2);
+  EXPECT_DOUBLE_EQ(o.cuts[0].host(), 0.25);
+  EXPECT_EQ(o.cuts[0].text, "optimizer[2]=host:0.25,ssd:0.75");
+  auto tiers = layersOf(o, TensorClass::Optimizer, {8, 8, 8, 8}, std::nullopt);
+  EXPECT_EQ(tiers[1], H);
+  EXPECT_EQ(tiers[2], S);
+  // What the planner writes reads back to the same share, bit for bit.
+  for (double share : {0.25, 1.0 / 3, 0.0671400903808909}) {
+    std::string items = cutItems(TensorClass::Master, {{4, share}});
+    std::vector<std::string> list;
+    for (size_t at = 0, next; at != std::string::npos; at = next) {
+      next = items.find(',', at);
+      list.push_back(items.substr(
+          at, next == std::string::npos ? std::string::npos : next - at));
+      if (next != std::string::npos)
+        ++next;
+    }
+    PlacementSpec back = parse(list);
+    ASSERT_EQ(back[TensorClass::Master].cuts.size(), 1u) << items;
+    EXPECT_EQ(back[TensorClass::Master].cuts[0].host(), share) << items;
+  }
+  EXPECT_EQ(cutItems(TensorClass::Optimizer, {{2, 0.25}}),
+            "optimizer[2]=host:0.25,ssd:0.75");
+  EXPECT_EQ(cutItems(TensorClass::Params, {{0, 0.7}, {3, 0.99}}),
+            "params[0]=host:0.7,ssd:0.3,params[3]=host:0.99,ssd:0.01");
+}
+
+TEST(PlacementSpec, BadCutsNameThemselves) {
+  EXPECT_EQ(parseError({"gradients=ssd", "gradients[0]=host:0.5", "ssd:0.5"}),
+            "'gradients[0]=host:0.5,ssd:0.5': gradients blocks are not cut "
+            "between tiers (params, optimizer and master blocks are); place "
+            "the layer whole, e.g. gradients[0:1]=host");
+  EXPECT_EQ(parseError({"optimizer=ssd", "optimizer[0]=ssd:0.5", "host:0.5"}),
+            "'optimizer[0]=ssd:0.5,host:0.5': a cut block has its first "
+            "elements on host and the rest on SSD: optimizer[0]=host:F,ssd:G "
+            "(F + G = 1)");
+  EXPECT_EQ(parseError({"optimizer=ssd", "optimizer[0]=host:0.5"}),
+            "'optimizer[0]=host:0.5': a cut block has its first elements on "
+            "host and the rest on SSD: optimizer[0]=host:F,ssd:G (F + G = 1)");
+  EXPECT_EQ(parseError({"optimizer=ssd", "optimizer[0]=host:0.5", "ssd:0.6"}),
+            "'optimizer[0]=host:0.5,ssd:0.6': the fractions of optimizer's "
+            "layer 0 sum to 1.1, not 1 (e.g. optimizer[0]=host:0.4,ssd:0.6)");
+  EXPECT_EQ(parseError({"optimizer=ssd", "optimizer[0]=host:0.5", "ssd:0.5",
+                        "optimizer[0]=host:0.25", "ssd:0.75"}),
+            "'optimizer[0]=host:0.25,ssd:0.75': layer 0 of optimizer is cut "
+            "by 'optimizer[0]=host:0.5,ssd:0.5' already");
+  // A cut and a range of one layer, or past the last layer.
+  PlacementSpec spec = parse({"optimizer=ssd", "optimizer[0:2]=host",
+                              "optimizer[1]=host:0.5", "ssd:0.5"});
+  std::string error;
+  EXPECT_FALSE(resolveLayers(spec[TensorClass::Optimizer],
+                             TensorClass::Optimizer, {8, 8, 8}, std::nullopt,
+                             error));
+  EXPECT_EQ(error, "'optimizer[1]=host:0.5,ssd:0.5': layer 1 of optimizer is "
+                   "placed by 'optimizer[0:2]=host' already");
+  spec = parse({"optimizer=ssd", "optimizer[3]=host:0.5", "ssd:0.5"});
+  EXPECT_FALSE(resolveLayers(spec[TensorClass::Optimizer],
+                             TensorClass::Optimizer, {8, 8, 8}, std::nullopt,
+                             error));
+  EXPECT_EQ(error, "'optimizer[3]=host:0.5,ssd:0.5': the model has 3 layers "
+                   "(0..2 in train.layers; spillwayc --report lists them)");
+}
+} // namespace

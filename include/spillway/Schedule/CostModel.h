@@ -19,7 +19,9 @@
 #include "spillway/runtime/tier.h"
 
 #include <array>
+#include <cmath>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -136,12 +138,25 @@ struct Placement {
   /// A class split by layer: the home of each layer's block, host or SSD
   /// (params and activations: the GPU too); empty: `tier` for every layer.
   std::array<std::vector<Tier>, kNumTensorClasses> layers;
+  /// Blocks cut between host and SSD (params, master, optimizer): per
+  /// class, layer -> the share of its elements on host (the block's home is
+  /// SSD; sched-place rounds the share to cutElements).
+  std::array<std::map<size_t, double>, kNumTensorClasses> cuts;
   Tier &operator[](TensorClass c) { return tier[int(c)]; }
   Tier operator[](TensorClass c) const { return tier[int(c)]; }
   /// The home of layer `l`'s block of class `c`.
   Tier at(TensorClass c, size_t l) const {
     const std::vector<Tier> &v = layers[int(c)];
     return l < v.size() ? v[l] : tier[int(c)];
+  }
+  /// The share of layer `l`'s block of class `c` on host, cut or not.
+  double cutShare(TensorClass c, size_t l) const {
+    auto it = cuts[int(c)].find(l);
+    return it == cuts[int(c)].end() ? 0 : it->second;
+  }
+  /// The share of the block that lives on SSD (0 or 1 unless cut).
+  double ssdShare(TensorClass c, size_t l) const {
+    return at(c, l) == Tier::SSD ? 1 - cutShare(c, l) : 0;
   }
   bool split(TensorClass c) const { return !layers[int(c)].empty(); }
   /// Makes a class whose layers all sit on one tier whole again, and a
@@ -163,6 +178,25 @@ constexpr int64_t kDeferGranule = 64;
 inline int64_t deferGranule(bool twoByteBlocks) {
   return twoByteBlocks ? 2 * kDeferGranule : kDeferGranule;
 }
+/// A cut block's host part is a whole number of `granule` elements, the
+/// optimizer overlap's (256 bytes of the narrowest block), so the parts sit
+/// back to back in the GPU arena; each part's extent on host and SSD starts
+/// 4 KiB aligned.
+inline int64_t cutGranule(bool twoByteBlocks) {
+  return deferGranule(twoByteBlocks);
+}
+/// The elements of an n-element block a cut puts on host for a host share
+/// (--place CLASS[L]=host:F,ssd:G): F * n rounded to the nearest granule.
+inline int64_t cutElements(double hostShare, int64_t n, int64_t granule) {
+  return int64_t(std::llround(hostShare * double(n) / double(granule))) *
+         granule;
+}
+/// Why layer l's blocks cannot be cut with `share` on host at overlap F
+/// (what sched-insert-transfers refuses: updates not elementwise AdamW on
+/// every parameter of the layer, or an overlap deferring other elements
+/// than the cut's), or "" when they can.
+std::string uncuttable(const IterationSummary &s, size_t l, double F,
+                       double share);
 
 /// How many of a layer's n updated elements sched-overlap-optimizer defers
 /// at fraction F: F * n rounded to the nearest multiple of `granule`, and
@@ -290,6 +324,9 @@ struct SearchSpace {
   /// Pinned layers of a class (--place CLASS[a:b]=TIER or fractions): per
   /// layer its tier, or none where the planner chooses; empty: none pinned.
   std::array<std::vector<std::optional<Tier>>, kNumTensorClasses> pinnedLayers;
+  /// Pinned cuts (--place CLASS[L]=host:F,ssd:G): Placement::cuts of every
+  /// candidate.
+  std::array<std::map<size_t, double>, kNumTensorClasses> pinnedCuts;
   /// Whether the planner may split a class by layer: it fills the host
   /// budget with the blocks that save the most SSD time per byte
   /// (docs/cost-model.md, "Placement by layer"). false: whole classes only.

@@ -110,6 +110,20 @@ LogicalResult RuntimeEmitter::emitTiers() {
                   {ctxArg, i32(static_cast<int32_t>(*cls)),
                    i32(i64Of(b, "layer")), i64(split.getInt())});
     }
+    // A block cut between two tiers: part 0's own home.
+    if (auto h0 = b.getAs<StringAttr>("home0")) {
+      auto tier = sched::symbolizeTier(h0.getValue());
+      auto offset0 = b.getAs<IntegerAttr>("offset0");
+      if (!tier || !offset0 || offset0.getInt() < 0 ||
+          !b.getAs<IntegerAttr>("split"))
+        return module.emitError("sched.buffers: block ")
+               << a << " has a bad home0 (a split block's part 0 home: a "
+               << "tier and offset0)";
+      callRuntime(
+          "spw_declare_part_home", voidTy, {ptrTy, i32Ty, i32Ty, i32Ty, i64Ty},
+          {ctxArg, i32(static_cast<int32_t>(*cls)), i32(i64Of(b, "layer")),
+           i32(static_cast<int32_t>(*tier)), i64(offset0.getInt())});
+    }
   }
   return success();
 }

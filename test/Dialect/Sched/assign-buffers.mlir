@@ -209,6 +209,11 @@
 // load and the update's read, the update's write: 96 + 96 read, 96
 // written), its state (192 each way) and w1's gradients (128 each way).
 // RUN: spillway-opt %S/Inputs/assign-buffers-layers.mlir --sched-assign-buffers | FileCheck %s --check-prefix=LAYERS
+// RUN: spillway-opt %S/Inputs/assign-buffers-cut.mlir --sched-assign-buffers | FileCheck %s --check-prefix=CUT
+// RUN: sed 's/array<i64: 0, 2048>/array<i64: 0, 1000>/g' %S/Inputs/assign-buffers-cut.mlir | not spillway-opt --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=CUTALIGN
+// RUN: sed 's/array<i64: 0, 2048>/array<i64: 0, 4096>/g' %S/Inputs/assign-buffers-cut.mlir | not spillway-opt --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=CUTALL
+// RUN: sed 's/array<i64: 0, 2048>/array<i64: 3, 2048>/g' %S/Inputs/assign-buffers-cut.mlir | not spillway-opt --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=CUTPAST
+// RUN: not spillway-opt %S/Inputs/models/two-layers-64.mlir --train-autodiff --train-attach-optimizer=state-shards=2 --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=params=ssd,optimizer=ssd,optimizer[0]=host:0.5,ssd:0.5" --sched-insert-transfers --sched-assign-buffers 2>&1 | FileCheck %s --check-prefix=CUTZERO
 // LAYERS: sched.buffers = {blocks = [
 // LAYERS-SAME: {bytes = 128 : i64, class = "params", home = "host", layer = 0 : i64, members = [@w1], offset = 0 : i64
 // LAYERS-SAME: {bytes = 256 : i64, class = "optimizer", home = "host", layer = 0 : i64, members = [@w1], offset = 4096 : i64
@@ -217,3 +222,19 @@
 // LAYERS-SAME: {bytes = 192 : i64, class = "optimizer", home = "ssd", layer = 1 : i64, members = [@w2], offset = 8192 : i64
 // LAYERS-SAME: {bytes = 96 : i64, class = "gradients", home = "host", layer = 1 : i64, members = [@w2], offset = 8192 : i64
 // LAYERS-SAME: model_bytes = {d2h = 224 : i64, h2d = 352 : i64, ssd_read = 512 : i64, ssd_write = 416 : i64}
+
+// Layer 0's params and optimizer blocks cut at element 2048: each split
+// there (params: 8192 bytes; optimizer: 8192 of m and of v), part 1 homed
+// on SSD in an extent with room for the whole block, part 0 on host in one
+// of its own size (8192 and 16384 bytes), packed before the gradients.
+// CUT:      class = "params", home = "ssd", home0 = "host", layer = 0 : i64, members = [@w1], offset = 0 : i64, offset0 = 0 : i64, offsets = array<i64: 0>, split = 8192 : i64
+// CUT-SAME: class = "optimizer", home = "ssd", home0 = "host", layer = 0 : i64, members = [@w1], offset = 16384 : i64, offset0 = 8192 : i64, offsets = array<i64: 0>, split = 8192 : i64
+// CUT-SAME: class = "gradients", home = "host", layer = 0 : i64, members = [@w1], offset = 24576 : i64
+// Per iteration the SSD moves part 1 only: two loads and the update's read
+// of params part 1 (3 x 8192), optimizer part 1 (16384) read and written,
+// params part 1 written back (8192), and the other layers' whole blocks.
+// CUT-SAME: model_bytes = {d2h = 17408 : i64, h2d = 34048 : i64, ssd_read = 45312 : i64, ssd_write = 27648 : i64}
+// CUTALIGN: error: 'sched.iteration' op sched-assign-buffers: layer 0 is cut at element 1000 and its params block's part on host is 4000 bytes, not a multiple of 256
+// CUTALL: error: 'sched.iteration' op sched-assign-buffers: layer 0 is cut at element 4096 but it has 4096 elements
+// CUTPAST: error: 'sched.iteration' op sched-assign-buffers: the placement cuts optimizer of layer 3, train.layers has 3
+// CUTZERO: error: 'sched.iteration' op sched-assign-buffers: layer 0 is cut at element 2048 but its optimizer state is sharded over 2 ranks (ZeRO): place the layer whole

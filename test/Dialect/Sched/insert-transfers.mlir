@@ -79,6 +79,11 @@
 // RUN: spillway-opt %S/Inputs/insert-transfers-actssd.mlir --sched-insert-transfers | FileCheck %s --check-prefix=ACTSSD
 // RUN: spillway-opt %S/Inputs/insert-transfers-actlayers.mlir --sched-insert-transfers | FileCheck %s --check-prefix=ACTLAYERS
 // RUN: spillway-opt %S/Inputs/insert-transfers-actlayers.mlir --sched-insert-transfers | FileCheck %s --check-prefix=ACTLAYERSHOST
+// RUN: spillway-opt %S/Inputs/insert-transfers-cut.mlir --sched-insert-transfers | FileCheck %s --check-prefix=CUT
+// RUN: spillway-opt %S/Inputs/insert-transfers-cut.mlir --sched-insert-transfers | FileCheck %s --check-prefix=CUTHOST
+// RUN: spillway-opt %S/Inputs/models/two-layers-64.mlir --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-overlap-optimizer=fraction=0.25" "--sched-place=placement=params=ssd,optimizer=ssd,optimizer[0]=host:0.25,ssd:0.75" --sched-insert-transfers | FileCheck %s --check-prefix=CUTDEFER
+// RUN: not spillway-opt %S/Inputs/models/two-layers-64.mlir --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order "--sched-overlap-optimizer=fraction=0.5" "--sched-place=placement=params=ssd,optimizer=ssd,optimizer[0]=host:0.25,ssd:0.75" --sched-insert-transfers 2>&1 | FileCheck %s --check-prefix=CUTOVERLAP
+// RUN: not spillway-opt %S/Inputs/models/two-layers-64.mlir --train-autodiff --train-attach-optimizer=optimizer=foam --train-partition-layers --convert-train-to-sched --sched-order "--sched-place=placement=params=ssd,optimizer=ssd,optimizer[0]=host:0.5,ssd:0.5" --sched-insert-transfers 2>&1 | FileCheck %s --check-prefix=CUTFOAM
 // RUN: spillway-opt %S/Inputs/insert-transfers-actgpu.mlir --sched-insert-transfers | FileCheck %s --check-prefix=ACTGPU
 
 
@@ -578,3 +583,41 @@
 // ACTGPU-NOT:  sched.put_activation
 // ACTGPU:      sched.task bwd layer(1) mb(0) (%{{[0-9#]+}}, %[[E0]])
 // ACTGPU:      sched.task bwd layer(1) mb(1) (%{{[0-9#]+}}, %[[E1]])
+
+// Layer 0's params and optimizer blocks cut at element 2048 of its 4096:
+// part 0 lives on host and never crosses to the SSD, part 1 on SSD. A load
+// reads part 1 from SSD and uploads the whole block from host; only part
+// 1's host copy is freed. The update brings part 1 of each block to host
+// (part 0 is there), runs the weight's AdamW as two ranges split at the cut
+// (the parts' host copies are not back to back), and writes part 1 back.
+// CUT:      sched.move params layer(0) part(1) ssd -> host prio(demand)
+// CUT:      sched.move params layer(0) host -> gpu prio(prefetch)
+// CUT:      sched.drop params layer(0) part(1) host
+// CUT-NEXT: sched.bind params layer(0) gpu
+// CUT:      sched.move optimizer layer(0) part(1) ssd -> host prio(demand)
+// CUT:      sched.bind optimizer layer(0) host
+// CUT-NEXT: sched.move params layer(0) part(1) ssd -> host prio(demand)
+// CUT:      sched.bind params layer(0) host
+// CUT-NEXT: sched.task opt layer(0)
+// CUT:      train.adamw @w1 [0, 2048), %arg{{[0-9]+}}
+// CUT-NEXT: train.adamw @w1 [2048, 4096), %arg{{[0-9]+}}
+// CUT:      sched.move params layer(0) part(1) host -> ssd prio(writeback)
+// CUT:      sched.drop params layer(0) part(1) host
+// CUT-NEXT: sched.move optimizer layer(0) part(1) host -> ssd prio(writeback)
+// CUT:      sched.drop optimizer layer(0) part(1) host
+// Part 0 never moves to or from the SSD, and its host copy is never freed;
+// the other layers move whole.
+// CUTHOST-NOT: sched.move {{params|optimizer}} layer(0) part(0)
+// CUTHOST-NOT: sched.move {{params|optimizer}} layer(0) {{ssd|host -> ssd}}
+// CUTHOST-NOT: sched.drop {{params|optimizer}} layer(0) {{(part\(0\) )?}}host{{$}}
+// With the optimizer overlap deferring the same elements the cut keeps on
+// host, the deferred update is part 0's and needs no optimizer transfer.
+// CUTDEFER-NOT:  sched.move optimizer layer(0)
+// CUTDEFER:      sched.bind optimizer layer(0) host
+// CUTDEFER-NEXT: sched.task opt deferred layer(0)
+// CUTDEFER:      sched.move optimizer layer(0) part(1) ssd -> host
+// CUTDEFER:      train.adamw_defer @w1 [0, 1024)
+// CUTDEFER-NEXT: train.adamw @w1 [1024, 4096)
+// CUTDEFER-NOT:  sched.move optimizer layer(0) part(0)
+// CUTOVERLAP: error: 'sched.iteration' op sched-insert-transfers: layer 0's blocks are cut at element 1024 and the optimizer overlap defers 2048 of its 4096 elements; a cut layer's overlap defers none or the cut's (place the layer whole, or use another --overlap-optimizer)
+// CUTFOAM: error: 'train.foam' op sched-insert-transfers: layer 0's blocks are cut at element 2048, inside this update of @w1, which is not elementwise AdamW; place the layer whole

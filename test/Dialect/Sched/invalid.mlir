@@ -514,3 +514,71 @@ func.func @placement_split_master() {
   }
   return
 }
+
+// -----
+
+// A cut block is homed on SSD, its first elements on host.
+func.func @placement_cut_on_host() {
+  // expected-error @+1 {{placement cuts: layer 1 of optimizer is homed on host; a cut block is homed on ssd, its first elements on host}}
+  sched.iteration() {placement = #sched.placement<params = gpu, optimizer = ssd, gradients = gpu, activations = gpu, layers = {optimizer = array<i32: 2, 1>}, cuts = {optimizer = array<i64: 1, 1024>}>} : () -> () {
+  }
+  return
+}
+
+// -----
+
+// Only params, optimizer and master blocks are cut.
+func.func @placement_cut_gradients() {
+  // expected-error @+1 {{placement cuts: 'gradients' is not a class whose blocks are cut (params, optimizer, master)}}
+  sched.iteration() {placement = #sched.placement<params = gpu, optimizer = ssd, gradients = ssd, activations = gpu, cuts = {gradients = array<i64: 0, 1024>}>} : () -> () {
+  }
+  return
+}
+
+// -----
+
+// Pairs of an ascending layer and a positive number of elements.
+func.func @placement_cut_pairs() {
+  // expected-error @+1 {{placement cuts: optimizer needs an array<i64> of (layer, elements) pairs}}
+  sched.iteration() {placement = #sched.placement<params = gpu, optimizer = ssd, gradients = gpu, activations = gpu, cuts = {optimizer = array<i64: 0>}>} : () -> () {
+  }
+  return
+}
+
+// -----
+
+func.func @placement_cut_order() {
+  // expected-error @+1 {{placement cuts: optimizer (0, 1024) is not a layer (ascending) and a positive number of elements}}
+  sched.iteration() {placement = #sched.placement<params = gpu, optimizer = ssd, gradients = gpu, activations = gpu, cuts = {optimizer = array<i64: 1, 1024, 0, 1024>}>} : () -> () {
+  }
+  return
+}
+
+// -----
+
+// A layer's blocks split at one element.
+func.func @placement_cut_two_elements() {
+  // expected-error @+1 {{placement cuts: layer 0 cuts optimizer at 1024 elements and params at 2048 (a layer's blocks split at one element)}}
+  sched.iteration() {placement = #sched.placement<params = ssd, optimizer = ssd, gradients = gpu, activations = gpu, cuts = {optimizer = array<i64: 0, 1024>, params = array<i64: 0, 2048>}>} : () -> () {
+  }
+  return
+}
+
+// -----
+
+// Master weights cut need master weights homed on SSD.
+func.func @placement_cut_master_missing() {
+  // expected-error @+1 {{the placement splits master weights the iteration does not have (no `master`)}}
+  sched.iteration() {placement = #sched.placement<params = gpu, optimizer = ssd, gradients = gpu, activations = gpu, cuts = {master = array<i64: 0, 1024>}>, optimizer_on = "cpu"} : () -> () {
+  }
+  return
+}
+
+// -----
+
+func.func @placement_cut_master_host() {
+  // expected-error @+1 {{the placement cuts layer 0 of master, homed on host; a cut block is homed on ssd, its first elements on host}}
+  sched.iteration() {master = "host", placement = #sched.placement<params = gpu, optimizer = ssd, gradients = gpu, activations = gpu, cuts = {master = array<i64: 0, 1024>}>, optimizer_on = "cpu"} : () -> () {
+  }
+  return
+}

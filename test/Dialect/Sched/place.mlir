@@ -97,6 +97,17 @@
 // RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params=ssd,params[0:2]=host,params[1:2]=ssd" 2>&1 | FileCheck %s --check-prefix=OVERLAP
 // RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=params[0:1]=host,params=host:0.5,ssd:0.5" 2>&1 | FileCheck %s --check-prefix=BOTH
 // RUN: not spillway-opt %S/Inputs/two-layers-ordered.mlir "--sched-place=placement=optimizer=host:x,ssd:0.5" 2>&1 | FileCheck %s --check-prefix=FRACTION
+// RUN: spillway-opt %S/Inputs/models/two-layers-64.mlir --train-autodiff --train-attach-optimizer --train-partition-layers --convert-train-to-sched --sched-order -o %t.64.mlir
+// RUN: spillway-opt %t.64.mlir "--sched-place=placement=params=ssd,optimizer=ssd,optimizer[0]=host:0.3,ssd:0.7" | FileCheck %s --check-prefix=CUT
+// RUN: sed 's/^module attributes {/module attributes {train.precision = "bf16-mixed", /' %t.64.mlir | spillway-opt "--sched-place=placement=params=ssd,optimizer=ssd,optimizer[0]=host:0.3,ssd:0.7" | FileCheck %s --check-prefix=CUTMASTER
+// RUN: not spillway-opt %t.64.mlir "--sched-place=placement=params=ssd,params[0]=host:0.5,ssd:0.5,optimizer=ssd,optimizer[0]=host:0.25,ssd:0.75" 2>&1 | FileCheck %s --check-prefix=CUTTWO
+// RUN: not spillway-opt %t.64.mlir "--sched-place=placement=gradients=ssd,gradients[0]=host:0.5,ssd:0.5" 2>&1 | FileCheck %s --check-prefix=CUTGRAD
+// RUN: not spillway-opt %t.64.mlir "--sched-place=placement=optimizer=ssd,optimizer[0]=ssd:0.5,host:0.5" 2>&1 | FileCheck %s --check-prefix=CUTORDER
+// RUN: not spillway-opt %t.64.mlir "--sched-place=placement=optimizer=ssd,optimizer[0]=host:0.5,ssd:0.4" 2>&1 | FileCheck %s --check-prefix=CUTSUM
+// RUN: not spillway-opt %t.64.mlir "--sched-place=placement=optimizer=ssd,optimizer[5]=host:0.5,ssd:0.5" 2>&1 | FileCheck %s --check-prefix=CUTPAST
+// RUN: not spillway-opt %t.64.mlir "--sched-place=placement=optimizer=ssd,optimizer[1]=host:0.2,ssd:0.8" 2>&1 | FileCheck %s --check-prefix=CUTEMPTY
+// RUN: not spillway-opt %t.64.mlir "--sched-place=placement=optimizer=ssd,optimizer[0:1]=host,optimizer[0]=host:0.5,ssd:0.5" 2>&1 | FileCheck %s --check-prefix=CUTRANGE
+// RUN: not spillway-opt %t.64.mlir "--sched-place=placement=optimizer=host:0.5,ssd:0.5,optimizer[0]=host:0.5,ssd:0.5" 2>&1 | FileCheck %s --check-prefix=CUTFRACTIONS
 // PASTEND: error: sched-place: 'params[0:3]=host': the model has 2 layers (0..1 in train.layers; spillwayc --report lists them)
 // ONGPU: error: sched-place: 'gradients[0:1]=host' leaves layer 1 of gradients on the GPU and others off it: a class split by layer lives on host and SSD (the GPU's tier is all of a class or none, but for params
 // ONGPU-SAME: place the rest with gradients=host or gradients=ssd
@@ -107,3 +118,20 @@
 // OVERLAP: error: sched-place: 'params[1:2]=ssd': layer 1 of params is placed by 'params[0:2]=host' already
 // BOTH: error: sched-place: 'params[0:1]=host': params takes fractions or layer ranges, not both
 // FRACTION: error: sched-place: 'optimizer=host:x': the fraction 'x' is not a number in (0, 1]
+
+// A block cut between host and SSD: layer 0's 4096 optimizer elements at
+// 0.3 on host, rounded to the cut granule (64 elements, 256 bytes of f32):
+// 1216 on host, the rest on SSD. Under bf16-mixed (granule 128) it rounds
+// to 1280, and the master weights, placed with the optimizer state, are
+// cut with it.
+// CUT: placement = #sched.placement<params = ssd, optimizer = ssd, gradients = gpu, activations = gpu, cuts = {optimizer = array<i64: 0, 1216>}>
+// CUTMASTER: master = "ssd"
+// CUTMASTER-SAME: placement = #sched.placement<params = ssd, optimizer = ssd, gradients = gpu, activations = gpu, cuts = {master = array<i64: 0, 1280>, optimizer = array<i64: 0, 1280>}>
+// CUTTWO: error: sched-place: 'optimizer[0]=host:0.25,ssd:0.75' cuts layer 0 at element 1024 but 'params[0]=host:0.5,ssd:0.5' at 2048: a layer's params, master and optimizer blocks are cut at one element (give them the same fractions)
+// CUTGRAD: error: sched-place: 'gradients[0]=host:0.5,ssd:0.5': gradients blocks are not cut between tiers (params, optimizer and master blocks are); place the layer whole, e.g. gradients[0:1]=host
+// CUTORDER: error: sched-place: 'optimizer[0]=ssd:0.5,host:0.5': a cut block has its first elements on host and the rest on SSD: optimizer[0]=host:F,ssd:G (F + G = 1)
+// CUTSUM: error: sched-place: 'optimizer[0]=host:0.5,ssd:0.4': the fractions of optimizer's layer 0 sum to 0.9, not 1 (e.g. optimizer[0]=host:0.4,ssd:0.6)
+// CUTPAST: error: sched-place: 'optimizer[5]=host:0.5,ssd:0.5': the model has 3 layers (0..2 in train.layers; spillwayc --report lists them)
+// CUTEMPTY: error: sched-place: 'optimizer[1]=host:0.2,ssd:0.8': layer 1 has 64 elements and a cut falls on a multiple of 64, so its host part would hold none; place the layer whole (e.g. optimizer[1:2]=ssd)
+// CUTRANGE: error: sched-place: 'optimizer[0]=host:0.5,ssd:0.5': layer 0 of optimizer is placed by 'optimizer[0:1]=host' already
+// CUTFRACTIONS: error: sched-place: 'optimizer=host:0.5': optimizer takes fractions or cuts of a layer's block, not both

@@ -88,8 +88,21 @@ LogicalResult IterationOp::verify() {
       return emitOpError("master = ")
              << *master << " but its slowest layer is on "
              << stringifyTier(Tier(*llvm::max_element(split)));
+    // The attribute cannot tell the master weights' home; here it is known.
+    DictionaryAttr cuts = placement.getCuts();
+    if (auto v = cuts ? cuts.getAs<DenseI64ArrayAttr>("master")
+                      : DenseI64ArrayAttr())
+      for (size_t i = 0; i + 1 < size_t(v.size()); i += 2)
+        if (placement.homeOf("master", *tier, v[i]) != Tier::ssd)
+          return emitOpError("the placement cuts layer ")
+                 << v[i] << " of master, homed on "
+                 << stringifyTier(placement.homeOf("master", *tier, v[i]))
+                 << "; a cut block is homed on ssd, its first elements on "
+                    "host";
   }
-  if (placement && !placement.layerTiers("master").empty() && !getMaster())
+  if (placement && !getMaster() &&
+      (!placement.layerTiers("master").empty() ||
+       (placement.getCuts() && placement.getCuts().get("master"))))
     return emitOpError("the placement splits master weights the iteration "
                        "does not have (no `master`)");
   if (getUpdatedAttr() && !placement)

@@ -53,6 +53,10 @@ struct BlockInfo {
   uint64_t bytes = 0;
   std::optional<Tier> home;
   uint64_t homeOffset = 0;
+  /// A block cut between host and SSD (PlacementAttr::cuts): part 0's home,
+  /// host, at its own offset; part 1 keeps `home`.
+  std::optional<Tier> home0;
+  uint64_t home0Offset = 0;
   SmallVector<Attribute> members;
   SmallVector<int64_t> offsets;
   /// A block split by the optimizer overlap: part 0 holds the first `split`
@@ -439,6 +443,63 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
     }
   }
 
+  // Blocks cut between host and SSD: the layer's params, master and
+  // optimizer blocks split at the cut's element as the overlap splits them
+  // (where the overlap splits a layer too, at the same element), part 0 of
+  // each cut class homed on host.
+  auto clsName = [](int c) {
+    return c == kMaster ? StringRef("master")
+                        : stringifyBlockClass(BlockClass(c));
+  };
+  if (DictionaryAttr cuts = placement.getCuts())
+    for (NamedAttribute entry : cuts)
+      if (auto v = dyn_cast<DenseI64ArrayAttr>(entry.getValue());
+          v && v.size() >= 2 && v[v.size() - 2] >= int64_t(numLayers))
+        return it.emitOpError("sched-assign-buffers: the placement cuts ")
+               << entry.getName().getValue() << " of layer " << v[v.size() - 2]
+               << ", train.layers has " << numLayers;
+  for (size_t l = 0; l < numLayers; ++l) {
+    int64_t e = 0;
+    for (int c : {0, 1, kMaster})
+      e = std::max(e, placement.cutOf(clsName(c), int64_t(l)));
+    if (!e)
+      continue;
+    BlockInfo &pb = blocks[l][int(BlockClass::params)];
+    BlockInfo &ob = blocks[l][int(BlockClass::optimizer)];
+    auto error = [&]() {
+      return it.emitOpError("sched-assign-buffers: layer ")
+             << l << " is cut at element " << e << " ";
+    };
+    if (shards > 1)
+      return error() << "but its optimizer state is sharded over " << shards
+                     << " ranks (ZeRO): place the layer whole";
+    if (pb.bytes / paramsBytes != ob.span / stateBytes)
+      return error() << "but the optimizer does not update all of its "
+                        "parameters: place the layer whole";
+    if (uint64_t(e) >= ob.span / stateBytes)
+      return error() << "but it has " << ob.span / stateBytes << " elements";
+    if (ob.split && ob.split != uint64_t(e) * stateBytes)
+      return error() << "but the optimizer overlap splits it at element "
+                     << ob.split / stateBytes;
+    ob.split = uint64_t(e) * stateBytes;
+    pb.split = uint64_t(e) * paramsBytes;
+    if (masterHome)
+      blocks[l][kMaster].split = uint64_t(e) * 4;
+    for (int c : {0, 1, kMaster}) {
+      BlockInfo &bi = blocks[l][c];
+      if (!bi.bytes || !placement.cutOf(clsName(c), int64_t(l)))
+        continue;
+      // The parts sit back to back in the GPU arena (the forward reads a
+      // parameter whole there); on host and SSD each has its own extent.
+      const uint64_t g = kGranule[int(Tier::gpu)];
+      if (bi.partBytes(0) % g)
+        return error() << "and its " << clsName(c) << " block's part on host "
+                       << "is " << bi.partBytes(0) << " bytes, not a multiple "
+                       << "of " << g;
+      bi.home0 = Tier::host;
+    }
+  }
+
   // Homes, packed per tier in layer order: params, optimizer, gradients,
   // master.
   for (StringRef cls : {"params", "optimizer", "gradients", "master"})
@@ -460,7 +521,14 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
       int t = int(home);
       bi.home = home;
       bi.homeOffset = alignUp(cursor[t], kGranule[t]);
+      // A cut block's SSD extent keeps part 0's room unused: its copies on
+      // every tier start with part 0.
       cursor[t] = bi.homeOffset + bi.slotBytes(kGranule[t]);
+      if (bi.home0) {
+        int t0 = int(*bi.home0);
+        bi.home0Offset = alignUp(cursor[t0], kGranule[t0]);
+        cursor[t0] = bi.home0Offset + alignUp(bi.partBytes(0), kGranule[t0]);
+      }
     }
   std::array<uint64_t, kTiers> homeBytes;
   for (int t = 0; t < kTiers; ++t)
@@ -486,6 +554,8 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
   auto key = [](BlockClass c, int64_t l, Tier t) {
     return std::make_tuple(int(c), l, int(t));
   };
+  // A cut block's part 0 at its own home (BlockInfo::home0).
+  constexpr int kPartZeroHome = -2;
   // Returns the slot (or -1 for the home) of a new copy of (c, l) on t.
   auto acquire = [&](Operation *op, BlockClass c, int64_t l,
                      Tier t) -> FailureOr<int> {
@@ -513,6 +583,18 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
     if (part && !bi.split)
       return op->emitOpError("sched-assign-buffers: part ")
              << *part << " of a block that is not split";
+    // A cut block's part 0 has its own home: a copy there is that home.
+    if (bi.home0 && *bi.home0 == t) {
+      if (!part)
+        return op->emitOpError("sched-assign-buffers: a copy of all of the ")
+               << stringifyBlockClass(c) << " block of layer " << l << " on "
+               << stringifyTier(t)
+               << ", where its part 0 lives (the block is cut): name part 1";
+      if (*part == 0) {
+        pending.push_back({op, int(t), int(c), kPartZeroHome});
+        return kPartZeroHome;
+      }
+    }
     auto s = acquire(op, c, l, t);
     if (failed(s))
       return failure();
@@ -615,7 +697,8 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
         l = st.getLayer();
       else
         l = cast<AccumulateGradsOp>(p.op).getLayer();
-      at = blocks[l][p.cls].homeOffset;
+      at = p.slot == kPartZeroHome ? blocks[l][p.cls].home0Offset
+                                   : blocks[l][p.cls].homeOffset;
     } else {
       at = poolBase[p.tier][p.cls] + uint64_t(p.slot) * slotBytes[p.tier][p.cls];
     }
@@ -713,6 +796,12 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
                                    b.getStringAttr(stringifyTier(*bi.home))));
         e.push_back(b.getNamedAttr(
             "offset", b.getI64IntegerAttr(int64_t(bi.homeOffset))));
+      }
+      if (bi.home0) {
+        e.push_back(
+            b.getNamedAttr("home0", b.getStringAttr(stringifyTier(*bi.home0))));
+        e.push_back(b.getNamedAttr(
+            "offset0", b.getI64IntegerAttr(int64_t(bi.home0Offset))));
       }
       blockAttrs.push_back(b.getDictionaryAttr(e));
     }

@@ -95,8 +95,25 @@ struct Rewriter {
   }
   int part(int64_t l, int k) const { return isSplit(l) ? k : -1; }
 
+  /// A block cut between host and SSD (PlacementAttr::cuts): its first
+  /// elements, part 0, live on host, the rest, part 1, at its home (SSD).
+  /// The helpers below take such a block part by part: part 0 never
+  /// crosses to the SSD, and where a caller names the block's home as a
+  /// source or destination, part 0's is the host.
+  bool isCut(BlockClass c, int64_t l) const {
+    return placement.cutOf(c == BlockClass::master ? StringRef("master")
+                                                   : stringifyBlockClass(c),
+                           l) > 0;
+  }
+  /// Where part k of block (c, l) is when the caller's tier is `t`.
+  Tier partTier(BlockClass c, int64_t l, int k, Tier t) const {
+    return k == 0 && t == Tier::ssd && isCut(c, l) ? Tier::host : t;
+  }
+
   Value move(BlockClass c, int64_t l, Tier from, Tier to, Priority p,
              int part = -1) {
+    if (part < 0 && (from == Tier::ssd || to == Tier::ssd) && isCut(c, l))
+      part = 1; // part 0 stays on host
     return MoveOp::create(b, it.getLoc(), TimepointType::get(b.getContext()),
                           c, l,
                           part < 0 ? IntegerAttr() : b.getI64IntegerAttr(part),
@@ -105,6 +122,8 @@ struct Rewriter {
   }
   void await(ValueRange ts) { AwaitOp::create(b, it.getLoc(), ts); }
   void drop(BlockClass c, int64_t l, Tier t, int part = -1) {
+    if (part < 0 && t == Tier::host && isCut(c, l))
+      part = 1; // part 0's home copy stays
     DropOp::create(b, it.getLoc(), c, l,
                    part < 0 ? IntegerAttr() : b.getI64IntegerAttr(part), t);
   }
@@ -120,6 +139,11 @@ struct Rewriter {
   /// there that the runtime rounds from the masters bound there (nothing
   /// crosses a link; an update the runtime skips leaves it right).
   void paramsForUpdate(int64_t l, Tier from, int part) {
+    if (part < 0 && from == Tier::ssd && isCut(BlockClass::params, l)) {
+      paramsForUpdate(l, from, 0);
+      return paramsForUpdate(l, from, 1);
+    }
+    from = partTier(BlockClass::params, l, part, from);
     if (from == side)
       return;
     if (!rewritesParams(l))
@@ -135,6 +159,11 @@ struct Rewriter {
   /// time, waiting for each, and frees the copies in between.
   void bring(BlockClass c, int64_t l, Tier home, Tier dst, Priority p,
              int part = -1) {
+    if (part < 0 && home == Tier::ssd && isCut(c, l)) {
+      bring(c, l, home, dst, p, 0);
+      return bring(c, l, home, dst, p, 1);
+    }
+    home = partTier(c, l, part, home);
     int from = int(home), step = int(dst) < from ? -1 : 1;
     for (int t = from; t != int(dst); t += step) {
       await(move(c, l, Tier(t), Tier(t + step), p, part));
@@ -147,6 +176,11 @@ struct Rewriter {
   /// the one on `src`).
   void sendBack(BlockClass c, int64_t l, Tier src, Tier home, int part = -1,
                 bool keepSource = false) {
+    if (part < 0 && home == Tier::ssd && isCut(c, l)) {
+      sendBack(c, l, src, home, 0, keepSource);
+      return sendBack(c, l, src, home, 1, keepSource);
+    }
+    home = partTier(c, l, part, home);
     int step = int(home) < int(src) ? -1 : 1;
     for (int t = int(src); t != int(home); t += step)
       await(move(c, l, Tier(t), Tier(t + step), Priority::writeback, part));
@@ -168,6 +202,7 @@ struct Rewriter {
   LogicalResult sinkFlushes(ArrayRef<Flush> flushes);
   LogicalResult clipFromNorms();
   LogicalResult placeUpdates();
+  LogicalResult cutUpdates();
   void deferredUpdate(int64_t l, TaskOp task);
   LogicalResult routeActivations(Tier ta);
 };
@@ -224,8 +259,8 @@ LogicalResult Rewriter::run() {
     runs.back().tasks.push_back(task);
   }
   if (failed(routeGradients(runs)) || failed(readDeferred()) ||
-      failed(clipFromNorms()) || failed(placeUpdates()) ||
-      failed(loadParams(runs)))
+      failed(cutUpdates()) || failed(clipFromNorms()) ||
+      failed(placeUpdates()) || failed(loadParams(runs)))
     return failure();
   // With the parameters resident the deferred updates stay where
   // sched-overlap-optimizer put them (loadParams places the others).
@@ -316,6 +351,87 @@ LogicalResult Rewriter::readDeferred() {
              << l << " has parameters the optimizer does not update; an "
              << "offload plan with deferred updates needs all of a layer's "
              << "parameters updated (use --overlap-optimizer 0)";
+  }
+  return success();
+}
+
+LogicalResult Rewriter::cutUpdates() {
+  auto module = it->getParentOfType<ModuleOp>();
+  SmallVector<TaskOp> optTasks(params.size());
+  for (Operation &op : it.getBlock())
+    if (auto t = dyn_cast<TaskOp>(op);
+        t && t.getPhase() == Phase::opt && !t.getDeferred() &&
+        int64_t(t.getLayer()) < int64_t(params.size()))
+      optTasks[t.getLayer()] = t;
+  for (size_t l = 0; l < params.size(); ++l) {
+    int64_t e = 0;
+    for (StringRef cls : {"params", "optimizer", "master"})
+      e = std::max(e, placement.cutOf(cls, int64_t(l)));
+    if (!e)
+      continue;
+    // The layer's params, master and optimizer blocks split at element e,
+    // as the optimizer overlap splits them: the same members in each.
+    auto fail = [&]() {
+      return it.emitOpError("sched-insert-transfers: layer ")
+             << l << "'s blocks are cut at element " << e << " ";
+    };
+    if (updated[l].size() != params[l].size())
+      return fail() << "but the optimizer does not update all of its "
+                       "parameters; place the layer whole";
+    if (e >= total[l])
+      return fail() << "but it has " << total[l] << " elements";
+    // The deferred update is part 0's (its copies need not be back to
+    // back): the overlap defers the cut's elements or none.
+    if (deferred[l] > 0 && deferred[l] != e)
+      return fail() << "and the optimizer overlap defers " << deferred[l]
+                    << " of its " << total[l]
+                    << " elements; a cut layer's overlap defers none or the "
+                       "cut's (place the layer whole, or use another "
+                       "--overlap-optimizer)";
+    TaskOp opt = optTasks[l];
+    if (!opt)
+      continue;
+    // An update whose range holds the cut runs as two: part 0's copy may
+    // sit in its host home and part 1's in a slot, not back to back. AdamW
+    // is elementwise, so the two give the whole update bit for bit.
+    llvm::StringMap<int64_t> start;
+    int64_t at = 0;
+    for (StringAttr sym : updated[l]) {
+      start[sym.getValue()] = at;
+      if (auto p = module.lookupSymbol<train::ParamOp>(sym))
+        at += p.getType().getNumElements();
+    }
+    SmallVector<Operation *> inner;
+    for (Operation &op : opt.getBlock())
+      if (train::isOptimizerUpdate(&op))
+        inner.push_back(&op);
+    for (Operation *op : inner) {
+      StringRef name = train::getUpdatedParam(op);
+      auto p = module.lookupSymbol<train::ParamOp>(
+          StringAttr::get(op->getContext(), name));
+      if (!p || !start.count(name))
+        continue;
+      const int64_t s0 = start[name], n = p.getType().getNumElements();
+      auto adamw = dyn_cast<train::AdamWOp>(op);
+      int64_t begin = 0, end = n;
+      if (adamw && adamw.getBegin())
+        begin = *adamw.getBegin(), end = *adamw.getEnd();
+      if (auto d = dyn_cast<train::AdamWDeferOp>(op))
+        begin = d.getBegin(), end = d.getEnd();
+      if (!(s0 + begin < e && e < s0 + end))
+        continue;
+      if (!adamw)
+        return op->emitOpError("sched-insert-transfers: layer ")
+               << l << "'s blocks are cut at element " << e
+               << ", inside this update of @" << name
+               << ", which is not elementwise AdamW; place the layer whole";
+      OpBuilder ib(op);
+      auto first = cast<train::AdamWOp>(ib.clone(*op));
+      first.setBeginAttr(ib.getI64IntegerAttr(begin));
+      first.setEndAttr(ib.getI64IntegerAttr(e - s0));
+      adamw.setBeginAttr(ib.getI64IntegerAttr(e - s0));
+      adamw.setEndAttr(ib.getI64IntegerAttr(end));
+    }
   }
   return success();
 }

@@ -97,6 +97,7 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
     // each layer by its parameters' bytes, which every class's block of the
     // layer is proportional to (AdamW's moments, gradients, masters).
     std::vector<uint64_t> layerBytes;
+    std::vector<int64_t> layerElements;
     bool byLayer =
         llvm::any_of(spec->classes,
                      [](const schedule::ClassSpec &c) { return c.byLayer(); });
@@ -111,10 +112,14 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
       }
       for (train::LayerAttr entry : **layers) {
         uint64_t n = 0;
+        int64_t e = 0;
         for (FlatSymbolRefAttr s : entry.getParams())
-          if (auto p = module.lookupSymbol<train::ParamOp>(s.getAttr()))
+          if (auto p = module.lookupSymbol<train::ParamOp>(s.getAttr())) {
             n += uint64_t(p.getNumBytes());
+            e += p.getType().getNumElements();
+          }
         layerBytes.push_back(n);
+        layerElements.push_back(e);
       }
     }
     // Per class: its tier, and per layer when the spec splits it. Classes
@@ -122,6 +127,39 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
     // state (layer by layer) unless placed.
     std::array<schedule::Tier, schedule::kNumTensorClasses> whole;
     std::array<std::vector<schedule::Tier>, schedule::kNumTensorClasses> split;
+    // Blocks cut between host and SSD: per class, (layer, elements on host),
+    // on a multiple of the cut granule (the cost model rounds alike).
+    std::array<SmallVector<int64_t>, schedule::kNumTensorClasses> cuts;
+    const int64_t granule = schedule::cutGranule(
+        bf16Mixed || train::optimizerStateElementBytes(module) == 2);
+    llvm::DenseMap<int64_t, std::pair<int64_t, std::string>> cutAt;
+    auto cutElements =
+        [&](TensorClass c,
+            const schedule::ClassSpec::Cut &cut) -> std::optional<int64_t> {
+      const int64_t n = layerElements[cut.layer];
+      const int64_t e = schedule::cutElements(cut.host(), n, granule);
+      if (e <= 0 || e >= n) {
+        module.emitError("sched-place: '")
+            << cut.text << "': layer " << cut.layer << " has " << n
+            << " elements and a cut falls on a multiple of " << granule
+            << ", so its host part would hold "
+            << (e <= 0 ? "none" : "all of them")
+            << "; place the layer whole (e.g. " << schedule::tensorClassName(c)
+            << "[" << cut.layer << ":" << cut.layer + 1
+            << "]=" << (e <= 0 ? "ssd" : "host") << ")";
+        return std::nullopt;
+      }
+      auto [it, fresh] = cutAt.try_emplace(cut.layer, e, cut.text);
+      if (!fresh && it->second.first != e) {
+        module.emitError("sched-place: '")
+            << cut.text << "' cuts layer " << cut.layer << " at element " << e
+            << " but '" << it->second.second << "' at " << it->second.first
+            << ": a layer's params, master and optimizer blocks are cut at "
+               "one element (give them the same fractions)";
+        return std::nullopt;
+      }
+      return e;
+    };
     for (TensorClass c :
          {TensorClass::Params, TensorClass::Optimizer, TensorClass::Master,
           TensorClass::Gradients, TensorClass::Activations}) {
@@ -129,6 +167,7 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
       if (c == TensorClass::Master && !cs.given()) {
         whole[int(c)] = whole[int(TensorClass::Optimizer)];
         split[int(c)] = split[int(TensorClass::Optimizer)];
+        cuts[int(c)] = cuts[int(TensorClass::Optimizer)];
         continue;
       }
       whole[int(c)] = cs.whole.value_or(schedule::Tier::GPU);
@@ -155,6 +194,23 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
         module.emitError("sched-place: ") << error;
         return signalPassFailure();
       }
+      for (const schedule::ClassSpec::Cut &cut : cs.cuts) {
+        auto e = cutElements(c, cut);
+        if (!e)
+          return signalPassFailure();
+        cuts[int(c)].append({cut.layer, *e});
+      }
+      if (withOptimizer)
+        for (size_t i = 0; i < cuts[int(TensorClass::Optimizer)].size();
+             i += 2) {
+          const int64_t l = cuts[int(TensorClass::Optimizer)][i];
+          if (!llvm::any_of(cs.cuts,
+                            [&](const schedule::ClassSpec::Cut &x) {
+                              return x.layer == l;
+                            }) &&
+              (*tiers)[l] == schedule::Tier::SSD)
+            cuts[int(c)].append({l, cuts[int(TensorClass::Optimizer)][i + 1]});
+        }
       std::vector<schedule::Tier> &v = split[int(c)];
       for (auto t : *tiers)
         v.push_back(*t);
@@ -182,6 +238,14 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
       whole[int(c)] = *llvm::max_element(v);
       if (llvm::all_of(v, [&](schedule::Tier t) { return t == v[0]; }))
         v.clear();
+      // Layers in order, as the attribute lists them.
+      SmallVector<std::pair<int64_t, int64_t>> pairs;
+      for (size_t i = 0; i < cuts[int(c)].size(); i += 2)
+        pairs.push_back({cuts[int(c)][i], cuts[int(c)][i + 1]});
+      llvm::sort(pairs);
+      cuts[int(c)].clear();
+      for (auto [l, e] : pairs)
+        cuts[int(c)].append({l, e});
     }
     llvm::StringMap<std::string> tiers;
     for (int c = 0; c < schedule::kNumTensorClasses; ++c)
@@ -210,11 +274,20 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
       layerTiers.push_back(b.getNamedAttr(schedule::tensorClassName(c),
                                           b.getDenseI32ArrayAttr(v)));
     }
-    auto placed = PlacementAttr::get(
-        &getContext(), tierOf("params"), tierOf("optimizer"),
-        tierOf("gradients"), tierOf("activations"),
-        layerTiers.empty() ? DictionaryAttr()
-                           : b.getDictionaryAttr(layerTiers));
+    SmallVector<NamedAttribute> cutList;
+    for (TensorClass c :
+         {TensorClass::Params, TensorClass::Optimizer, TensorClass::Master})
+      if (!cuts[int(c)].empty() && (c != TensorClass::Master || bf16Mixed))
+        cutList.push_back(b.getNamedAttr(schedule::tensorClassName(c),
+                                         b.getDenseI64ArrayAttr(cuts[int(c)])));
+    auto placed = PlacementAttr::getChecked(
+        [&] { return module.emitError("sched-place: "); }, &getContext(),
+        tierOf("params"), tierOf("optimizer"), tierOf("gradients"),
+        tierOf("activations"),
+        layerTiers.empty() ? DictionaryAttr() : b.getDictionaryAttr(layerTiers),
+        cutList.empty() ? DictionaryAttr() : b.getDictionaryAttr(cutList));
+    if (!placed)
+      return signalPassFailure();
     StringRef side = placed.getOptimizer() == Tier::gpu ? "gpu" : "cpu";
     bool any = false;
     WalkResult r = module.walk([&](IterationOp it) {

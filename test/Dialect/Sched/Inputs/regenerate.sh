@@ -110,6 +110,10 @@ gen $sched/insert-transfers-defcpu.mlir three-layers "${front[@]}" "${mb2[@]}" -
 gen $sched/insert-transfers-layers.mlir three-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake "--sched-overlap-optimizer=fraction=0.5 granule=1" "--sched-place=placement=params=ssd,params[1:2]=host,optimizer=ssd,optimizer[0:1]=host,gradients=host,gradients[2:]=ssd"
 # The parameters split with a GPU-resident layer (1), the rest on SSD.
 gen $sched/insert-transfers-gpulayers.mlir three-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake "--sched-place=placement=params=ssd,params[1:2]=gpu,optimizer=host,gradients=host"
+# A block cut between host and SSD: layer 0's params and optimizer state
+# (one 64x64 weight) half on host, half on SSD.
+cut=(--sched-order=order=snake "--sched-place=placement=params=ssd,params[0]=host:0.5,ssd:0.5,optimizer=ssd,optimizer[0]=host:0.5,ssd:0.5,gradients=host")
+gen $sched/insert-transfers-cut.mlir two-layers-64 "${front[@]}" "${mb2[@]}" "${cut[@]}"
 gen $sched/insert-transfers-defgpu.mlir three-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake "--sched-overlap-optimizer=fraction=1 granule=1" --sched-place=placement=params=ssd,optimizer=gpu,gradients=gpu
 gen $sched/insert-transfers-acthost.mlir three-layers "${front[@]}" --sched-order=order=horizontal --sched-recompute --sched-place=placement=activations=host
 gen $sched/insert-transfers-actssd.mlir three-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-recompute --sched-place=placement=activations=ssd
@@ -158,6 +162,7 @@ gen $sched/assign-buffers-layers.mlir two-layers "${front[@]}" "${mb2[@]}" --sch
 gen $sched/assign-buffers-act.mlir two-layers "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-recompute --sched-place=placement=activations=ssd --sched-insert-transfers
 gen $sched/assign-buffers-split-ssd.mlir two-layers-16 "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 --sched-place=placement=params=ssd,optimizer=ssd,gradients=ssd --sched-insert-transfers
 gen $sched/assign-buffers-split-gpuhome.mlir two-layers-16 "${front[@]}" "${mb2[@]}" --sched-order=order=snake --sched-overlap-optimizer=fraction=0.5 --sched-place=placement=params=gpu,optimizer=host,gradients=gpu --sched-insert-transfers
+gen $sched/assign-buffers-cut.mlir two-layers-64 "${front[@]}" "${mb2[@]}" "${cut[@]}" --sched-insert-transfers
 gen $sched/tied-head-deferred-transfers.mlir tied-head "${front[@]}" --sched-order "--sched-overlap-optimizer=fraction=0.5 granule=1" --sched-place=placement=optimizer=host --sched-insert-transfers
 
 # convert-train-to-runtime: offload plans back in the train dialect.

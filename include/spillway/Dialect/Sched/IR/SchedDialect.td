@@ -118,17 +118,32 @@ def Sched_PlacementAttr : AttrDef<Sched_Dialect, "Placement"> {
     and where the backward leaves the gradients stay one place for the
     whole model.
 
+    A block homed on SSD may be cut between host and SSD: `cuts` maps a
+    class (`params`, `optimizer` or `master`) to pairs of a layer and a
+    number of elements E > 0, `array<i64: layer, E, ...>` (layers
+    ascending): the first E elements of that layer's block (of its members
+    in block order; of each moment for the optimizer) live on host, the rest
+    at the block's home, SSD. A layer's params, master and optimizer blocks
+    are then split at element E into two parts (as the optimizer overlap
+    splits them, at the same element for every class, so a layer cut in two
+    classes is cut at one E); `sched-assign-buffers` checks E against the
+    layer.
+
     ```mlir
     #sched.placement<params = ssd, optimizer = host, gradients = host, activations = gpu>
     #sched.placement<params = ssd, optimizer = ssd, gradients = host,
                      activations = gpu, layers = {optimizer = array<i32: 1, 1, 2>}>
+    #sched.placement<params = gpu, optimizer = ssd, gradients = host,
+                     activations = gpu, layers = {optimizer = array<i32: 1, 2, 2>},
+                     cuts = {optimizer = array<i64: 1, 8192>}>
     ```
   }];
   let parameters = (ins EnumParameter<Sched_Tier>:$params,
                         EnumParameter<Sched_Tier>:$optimizer,
                         EnumParameter<Sched_Tier>:$gradients,
                         EnumParameter<Sched_Tier>:$activations,
-                        OptionalParameter<"::mlir::DictionaryAttr">:$layers);
+                        OptionalParameter<"::mlir::DictionaryAttr">:$layers,
+                        OptionalParameter<"::mlir::DictionaryAttr">:$cuts);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
@@ -138,6 +153,9 @@ def Sched_PlacementAttr : AttrDef<Sched_Dialect, "Placement"> {
     Tier homeOf(::llvm::StringRef cls, Tier base, int64_t layer) const;
     /// The per-layer tiers of `cls`, or an empty list when it is whole.
     ::llvm::ArrayRef<int32_t> layerTiers(::llvm::StringRef cls) const;
+    /// The elements of layer `layer`'s block of class `cls` that live on
+    /// host apart from the rest of the block (`cuts`); 0: it is not cut.
+    int64_t cutOf(::llvm::StringRef cls, int64_t layer) const;
   }];
 }
 

@@ -159,6 +159,11 @@ def SchedPlacePass : Pass<"sched-place", "mlir::ModuleOp"> {
       `activations`, fractions `CLASS=TIER:F,TIER:F`), `params` and
       `activations` with GPU layers too: `placement`'s `layers` then holds
       each layer's tier (docs/compiler.md, "Placement by layer");
+    - a layer's params, optimizer or master block may be cut between host
+      and ssd (`CLASS[LAYER]=host:F,ssd:G`): its home is ssd and its first
+      F of the elements, rounded to the overlap's granule, live on host
+      (`placement`'s `cuts`); a layer's blocks are cut at one element, and
+      a cut that rounds to none or all of the layer is refused;
     - an unknown class or tier, or a class given twice, is an error naming it.
     The iteration must have been ordered (`sched-order`) and hold no
     transfers yet.
@@ -171,7 +176,10 @@ def SchedPlacePass : Pass<"sched-place", "mlir::ModuleOp"> {
            "A class may be split by layer between host and ssd (params and "
            "activations may keep layers on gpu too): CLASS[BEGIN:END]=TIER "
            "(layers of train.layers) or, but for activations, "
-           "CLASS=host:F,ssd:G (fractions of its bytes, by layer in order)">
+           "CLASS=host:F,ssd:G (fractions of its bytes, by layer in order); "
+           "a layer's params, optimizer or master block may be cut: "
+           "CLASS[LAYER]=host:F,ssd:G (its first F on host, the rest on "
+           "ssd)">
   ];
   let dependentDialects = ["spillway::sched::SchedDialect"];
 }
@@ -274,6 +282,16 @@ def SchedInsertTransfersPass : Pass<"sched-insert-transfers", "mlir::ModuleOp"> 
       (`prefetch`) right after the previous take when no put comes between
       (from SSD the read one need further ahead); otherwise at its reader
       (`demand`). A non-bwd reader after a bwd reader is an error.
+    - A block cut between host and SSD (`placement`'s `cuts`): part 0 lives
+      on host and never crosses to the SSD, part 1 on SSD. Every rule above
+      takes it part by part: a load reads part 1 from SSD and uploads the
+      whole block from host, freeing only part 1's host copy; an update
+      brings part 1 to the optimizer's side (part 0 is on host) and writes
+      it back. An AdamW update whose range holds the cut runs as two, split
+      at it (AdamW is elementwise: the same bits), since part 0's host copy
+      (its home) and part 1's (a slot) are not back to back. A cut layer
+      needs all of its parameters updated, an overlap deferring none of its
+      elements or the cut's, and no FOAM update across the cut.
     Everything on the GPU (every class `gpu`) moves nothing: the bindings
     and gradient blocks only. Refused with a clear error: an iteration
     without `placement`; a `uses` entry that no layer owns; a gradient that is not the result of its
@@ -314,7 +332,15 @@ def SchedAssignBuffersPass : Pass<"sched-assign-buffers", "mlir::ModuleOp"> {
     `master` block, homed on that tier: the f32 masters laid out as an fp32
     plan's params block, while its params block holds the bf16 working
     copies, 2 bytes per element at half those offsets, split at half the
-    bytes (the same element). Under `train.optimizer_state_dtype = "bf16"`
+    bytes (the same element). A layer cut between host and ssd
+    (`placement`'s `cuts`, at E elements) has its params, master and
+    optimizer blocks split at E as the overlap splits them (where the
+    overlap defers some of the layer, at the same element; not under ZeRO
+    sharding), and each cut class's part 0 homed on host in an extent of
+    its own (`home0`, `offset0`), packed with the homes; part 1 keeps the
+    ssd extent, which has room for the whole block. Part 0 must be a
+    multiple of 256 bytes, E fewer than the layer's elements, and the cut
+    layer one of `train.layers`. Under `train.optimizer_state_dtype = "bf16"`
     an optimizer block holds its members' m, then their v, at 2 bytes per
     moment element (half of fp32's bytes and offsets; FOAM's folded
     elements likewise), split at 2 bytes per deferred element: every
