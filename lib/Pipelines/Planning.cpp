@@ -547,16 +547,18 @@ void growCut(ModuleOp unplanned, OwningOpRef<ModuleOp> &planned,
     }
     return e >= n - g;
   };
-  const Placement &pl = plan.estimate->candidate.placement;
+  // The fill's own cut first (a copy: grow() replaces the plan).
+  const auto cuts = plan.estimate->candidate.placement.cuts;
+  bool full = true;
   for (TensorClass k : cuttable)
-    for (auto [l, share] : pl.cuts[int(k)])
-      if (!search.space.pinnedCuts[int(k)].count(l) && l < s.layers.size()) {
+    for (auto [l, share] : cuts[int(k)])
+      if (!search.space.pinnedCuts[int(k)].count(l) && l < s.layers.size() &&
+          full) {
         const int64_t n = int64_t(s.layers[l].numParams);
-        if (!n || !blockBytes(k, l) || !grow(k, l, cutElements(share, n, g)))
-          return;
-        goto another; // a fill cuts one block: its cut is full
+        full = n && blockBytes(k, l) && grow(k, l, cutElements(share, n, g));
       }
-another:
+  if (!full)
+    return;
   for (TensorClass k : cuttable) {
     const auto &pins = search.space.pinnedLayers[int(k)];
     for (size_t l = 0; l < s.layers.size(); ++l) {
@@ -666,8 +668,10 @@ spillway::planOffload(OwningOpRef<ModuleOp> &module,
     for (size_t i = 0; i < search->choice.ranked.size() && tried < kMaxPlans;
          ++i) {
       const Placement &pl = search->choice.ranked[i].candidate.placement;
-      const bool split = llvm::any_of(
-          pl.layers, [](const std::vector<Tier> &v) { return !v.empty(); });
+      const bool split =
+          llvm::any_of(pl.layers,
+                       [](const std::vector<Tier> &v) { return !v.empty(); }) ||
+          llvm::any_of(pl.cuts, [](const auto &c) { return !c.empty(); });
       if (split && splitTried == kMaxSplit)
         continue;
       (split ? splitTried : tried) += 1;

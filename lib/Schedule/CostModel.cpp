@@ -277,6 +277,32 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
       if (std::string why = uncuttable(s, l, F, share); !why.empty())
         return invalid(why);
     }
+  // As sched-place rounds them: some but not all of the layer's elements,
+  // one element for all of its classes.
+  for (size_t l = 0; anyCut && l < s.layers.size(); ++l) {
+    int64_t at = 0;
+    for (TensorClass k :
+         {TensorClass::Params, TensorClass::Master, TensorClass::Optimizer}) {
+      const double share = pl.cutShare(k, l);
+      if (!share)
+        continue;
+      const int64_t n = int64_t(s.layers[l].numParams);
+      const int64_t e = cutElements(share, n, cutG);
+      if (e <= 0 || e >= n)
+        return invalid(
+            "layer " + std::to_string(l) + "'s " + tensorClassName(k) +
+            " cut rounds to " + (e <= 0 ? "none" : "all") + " of its " +
+            std::to_string(n) + " elements (cuts fall on " +
+            std::to_string(cutG) + "-element granules): place the layer whole");
+      if (at && at != e)
+        return invalid("layer " + std::to_string(l) +
+                       "'s blocks are cut at two elements (" +
+                       std::to_string(at) + " and " + std::to_string(e) +
+                       "): a layer's params, master and optimizer blocks "
+                       "are cut at one element");
+      at = e;
+    }
+  }
   if (anyCut && s.optimizerShards > 1)
     return invalid("a block cut between host and SSD needs optimizer state "
                    "that is not sharded over ranks (ZeRO): place its layer "
@@ -821,7 +847,7 @@ cutToFill(const IterationSummary &s, const std::vector<SplitBlock> &blocks,
         continue;
       char note[160];
       std::snprintf(note, sizeof note,
-                    "; %s of layer %zu cut: %.1f%% of it on host",
+                    "%s of layer %zu cut: %.1f%% of it on host",
                     tensorClassName(blk.k), l, 100.0 * double(e) / double(n));
       return std::make_pair(std::move(est), std::string(note));
     }
@@ -940,11 +966,14 @@ spillway::schedule::fillHost(const IterationSummary &s,
     if (count[k])
       what += std::string(what.empty() ? "" : ", ") +
               tensorClassName(TensorClass(k)) + " " + std::to_string(count[k]);
-  cur.splitNote = "split by layer: " + std::to_string(taken) + " of " +
-                  std::to_string(blocks.size()) +
-                  " SSD blocks moved to host, by SSD time saved per host "
-                  "byte" +
-                  (what.empty() ? std::string() : " (" + what + ")") + cutNote;
+  cur.splitNote = "split by layer: ";
+  if (taken)
+    cur.splitNote += std::to_string(taken) + " of " +
+                     std::to_string(blocks.size()) +
+                     " SSD blocks moved to host, by SSD time saved per host "
+                     "byte (" +
+                     what + ")" + (cutNote.empty() ? "" : "; ");
+  cur.splitNote += cutNote;
   return cur;
 }
 

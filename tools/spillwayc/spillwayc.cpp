@@ -376,7 +376,8 @@ cl::list<std::string> placeClasses(
              "layers holding 3/4 of its bytes on host and the rest on SSD. "
              "A layer's params, optimizer or master block may be cut: "
              "CLASS[LAYER]=host:0.4,ssd:0.6 puts its first 40% on host, the "
-             "rest on SSD. "
+             "rest on SSD (give the class's other layers a tier too, e.g. "
+             "optimizer=ssd). "
              "The planner decides the rest (with --hw; else the GPU). "
              "With -o the executable follows this offload plan "
              "(activations off the GPU need --recompute on, the default)"),

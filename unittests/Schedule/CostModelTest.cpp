@@ -1180,6 +1180,21 @@ TEST(CostModel, ACutCountsEachPartWhereItLives) {
   host.cuts[int(TensorClass::Optimizer)][0] = 0.5;
   EXPECT_FALSE(
       estimate(s, Candidate{Order::Horizontal, 1, 0, host}, kPlenty, hw).valid);
+  // As sched-place rounds it: a cut of none or all of the layer, or two
+  // classes of one layer cut at different elements, is not a plan.
+  Placement none = offloaded();
+  none.cuts[int(TensorClass::Optimizer)][0] = 0.01; // 10 elements -> 0
+  EXPECT_FALSE(
+      estimate(s, Candidate{Order::Horizontal, 1, 0, none}, kPlenty, hw).valid);
+  Placement two = offloaded();
+  two.cuts[int(TensorClass::Optimizer)][0] = 0.25;
+  two.cuts[int(TensorClass::Params)][0] = 0.5;
+  EXPECT_FALSE(
+      estimate(s, Candidate{Order::Horizontal, 1, 0, two}, kPlenty, hw).valid);
+  // An overlap deferring other elements of the layer than the cut's.
+  EXPECT_FALSE(
+      estimate(s, Candidate{Order::Horizontal, 1, 0.5, cut}, kPlenty, hw)
+          .valid);
   IterationSummary sharded = s;
   sharded.optimizerShards = 2;
   EXPECT_FALSE(

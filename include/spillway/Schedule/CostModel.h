@@ -154,10 +154,6 @@ struct Placement {
     auto it = cuts[int(c)].find(l);
     return it == cuts[int(c)].end() ? 0 : it->second;
   }
-  /// The share of the block that lives on SSD (0 or 1 unless cut).
-  double ssdShare(TensorClass c, size_t l) const {
-    return at(c, l) == Tier::SSD ? 1 - cutShare(c, l) : 0;
-  }
   bool split(TensorClass c) const { return !layers[int(c)].empty(); }
   /// Makes a class whose layers all sit on one tier whole again, and a
   /// split class's tier the slowest of its layers'.

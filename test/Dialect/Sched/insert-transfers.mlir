@@ -620,4 +620,4 @@
 // CUTDEFER-NEXT: train.adamw @w1 [1024, 4096)
 // CUTDEFER-NOT:  sched.move optimizer layer(0) part(0)
 // CUTOVERLAP: error: 'sched.iteration' op sched-insert-transfers: layer 0's blocks are cut at element 1024 and the optimizer overlap defers 2048 of its 4096 elements; a cut layer's overlap defers none or the cut's (place the layer whole, or use another --overlap-optimizer)
-// CUTFOAM: error: 'train.foam' op sched-insert-transfers: layer 0's blocks are cut at element 2048, inside this update of @w1, which is not elementwise AdamW; place the layer whole
+// CUTFOAM: error: 'train.foam' op sched-insert-transfers: layer 0's blocks are cut at element 2048, but @w1 is updated by FOAM, whose folded state is not cut; place the layer whole

@@ -170,6 +170,13 @@ int64_t PlacementAttr::cutOf(StringRef cls, int64_t layer) const {
   return 0;
 }
 
+int64_t PlacementAttr::layerCut(int64_t layer) const {
+  int64_t e = 0;
+  for (StringRef cls : {"params", "optimizer", "master"})
+    e = std::max(e, cutOf(cls, layer));
+  return e;
+}
+
 Tier PlacementAttr::homeOf(StringRef cls, Tier base, int64_t layer) const {
   ArrayRef<int32_t> tiers = layerTiers(cls);
   if (layer >= 0 && layer < int64_t(tiers.size()))

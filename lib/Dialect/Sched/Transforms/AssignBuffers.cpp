@@ -447,10 +447,6 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
   // optimizer blocks split at the cut's element as the overlap splits them
   // (where the overlap splits a layer too, at the same element), part 0 of
   // each cut class homed on host.
-  auto clsName = [](int c) {
-    return c == kMaster ? StringRef("master")
-                        : stringifyBlockClass(BlockClass(c));
-  };
   if (DictionaryAttr cuts = placement.getCuts())
     for (NamedAttribute entry : cuts)
       if (auto v = dyn_cast<DenseI64ArrayAttr>(entry.getValue());
@@ -459,9 +455,7 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
                << entry.getName().getValue() << " of layer " << v[v.size() - 2]
                << ", train.layers has " << numLayers;
   for (size_t l = 0; l < numLayers; ++l) {
-    int64_t e = 0;
-    for (int c : {0, 1, kMaster})
-      e = std::max(e, placement.cutOf(clsName(c), int64_t(l)));
+    const int64_t e = placement.layerCut(int64_t(l));
     if (!e)
       continue;
     BlockInfo &pb = blocks[l][int(BlockClass::params)];
@@ -481,21 +475,27 @@ LogicalResult SchedAssignBuffersPass::assign(IterationOp it) {
     if (ob.split && ob.split != uint64_t(e) * stateBytes)
       return error() << "but the optimizer overlap splits it at element "
                      << ob.split / stateBytes;
+    // Every part starts aligned in the GPU arena, cut or not: each block's
+    // split (each moment's, for the optimizer) is a multiple of 256 bytes.
+    const uint64_t g = kGranule[int(Tier::gpu)];
+    for (uint64_t elem : {paramsBytes, stateBytes, uint64_t(4)})
+      if (uint64_t(e) * elem % g)
+        return error() << "and " << uint64_t(e) * elem << " bytes of "
+                       << (elem == paramsBytes  ? "its parameters"
+                           : elem == stateBytes ? "each optimizer moment"
+                                                : "its master weights")
+                       << " are not a multiple of " << g
+                       << " (cut on the overlap's granule, as sched-place "
+                          "rounds a cut)";
     ob.split = uint64_t(e) * stateBytes;
     pb.split = uint64_t(e) * paramsBytes;
     if (masterHome)
       blocks[l][kMaster].split = uint64_t(e) * 4;
     for (int c : {0, 1, kMaster}) {
       BlockInfo &bi = blocks[l][c];
-      if (!bi.bytes || !placement.cutOf(clsName(c), int64_t(l)))
+      if (!bi.bytes ||
+          !placement.cutOf(stringifyBlockClass(BlockClass(c)), int64_t(l)))
         continue;
-      // The parts sit back to back in the GPU arena (the forward reads a
-      // parameter whole there); on host and SSD each has its own extent.
-      const uint64_t g = kGranule[int(Tier::gpu)];
-      if (bi.partBytes(0) % g)
-        return error() << "and its " << clsName(c) << " block's part on host "
-                       << "is " << bi.partBytes(0) << " bytes, not a multiple "
-                       << "of " << g;
       bi.home0 = Tier::host;
     }
   }

@@ -101,9 +101,7 @@ struct Rewriter {
   /// crosses to the SSD, and where a caller names the block's home as a
   /// source or destination, part 0's is the host.
   bool isCut(BlockClass c, int64_t l) const {
-    return placement.cutOf(c == BlockClass::master ? StringRef("master")
-                                                   : stringifyBlockClass(c),
-                           l) > 0;
+    return placement.cutOf(stringifyBlockClass(c), l) > 0;
   }
   /// Where part k of block (c, l) is when the caller's tier is `t`.
   Tier partTier(BlockClass c, int64_t l, int k, Tier t) const {
@@ -364,9 +362,7 @@ LogicalResult Rewriter::cutUpdates() {
         int64_t(t.getLayer()) < int64_t(params.size()))
       optTasks[t.getLayer()] = t;
   for (size_t l = 0; l < params.size(); ++l) {
-    int64_t e = 0;
-    for (StringRef cls : {"params", "optimizer", "master"})
-      e = std::max(e, placement.cutOf(cls, int64_t(l)));
+    const int64_t e = placement.layerCut(int64_t(l));
     if (!e)
       continue;
     // The layer's params, master and optimizer blocks split at element e,
@@ -411,6 +407,13 @@ LogicalResult Rewriter::cutUpdates() {
           StringAttr::get(op->getContext(), name));
       if (!p || !start.count(name))
         continue;
+      // FOAM's state is folded over each row: its blocks hold fewer
+      // elements than the parameters', so no element cuts them alike.
+      if (isa<train::FoamOp>(op))
+        return op->emitOpError("sched-insert-transfers: layer ")
+               << l << "'s blocks are cut at element " << e << ", but @" << name
+               << " is updated by FOAM, whose folded state is not "
+               << "cut; place the layer whole";
       const int64_t s0 = start[name], n = p.getType().getNumElements();
       auto adamw = dyn_cast<train::AdamWOp>(op);
       int64_t begin = 0, end = n;

@@ -133,7 +133,7 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
     const int64_t granule = schedule::cutGranule(
         bf16Mixed || train::optimizerStateElementBytes(module) == 2);
     llvm::DenseMap<int64_t, std::pair<int64_t, std::string>> cutAt;
-    auto cutElements =
+    auto roundCut =
         [&](TensorClass c,
             const schedule::ClassSpec::Cut &cut) -> std::optional<int64_t> {
       const int64_t n = layerElements[cut.layer];
@@ -195,7 +195,7 @@ struct SchedPlacePass : sched::impl::SchedPlacePassBase<SchedPlacePass> {
         return signalPassFailure();
       }
       for (const schedule::ClassSpec::Cut &cut : cs.cuts) {
-        auto e = cutElements(c, cut);
+        auto e = roundCut(c, cut);
         if (!e)
           return signalPassFailure();
         cuts[int(c)].append({cut.layer, *e});

@@ -156,6 +156,9 @@ def Sched_PlacementAttr : AttrDef<Sched_Dialect, "Placement"> {
     /// The elements of layer `layer`'s block of class `cls` that live on
     /// host apart from the rest of the block (`cuts`); 0: it is not cut.
     int64_t cutOf(::llvm::StringRef cls, int64_t layer) const;
+    /// The element layer `layer`'s params, master and optimizer blocks are
+    /// split at by its cuts (one for all its classes); 0: none is cut.
+    int64_t layerCut(int64_t layer) const;
   }];
 }
 

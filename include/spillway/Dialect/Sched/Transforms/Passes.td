@@ -291,7 +291,7 @@ def SchedInsertTransfersPass : Pass<"sched-insert-transfers", "mlir::ModuleOp"> 
       at it (AdamW is elementwise: the same bits), since part 0's host copy
       (its home) and part 1's (a slot) are not back to back. A cut layer
       needs all of its parameters updated, an overlap deferring none of its
-      elements or the cut's, and no FOAM update across the cut.
+      elements or the cut's, and no FOAM update.
     Everything on the GPU (every class `gpu`) moves nothing: the bindings
     and gradient blocks only. Refused with a clear error: an iteration
     without `placement`; a `uses` entry that no layer owns; a gradient that is not the result of its
@@ -338,9 +338,9 @@ def SchedAssignBuffersPass : Pass<"sched-assign-buffers", "mlir::ModuleOp"> {
     overlap defers some of the layer, at the same element; not under ZeRO
     sharding), and each cut class's part 0 homed on host in an extent of
     its own (`home0`, `offset0`), packed with the homes; part 1 keeps the
-    ssd extent, which has room for the whole block. Part 0 must be a
-    multiple of 256 bytes, E fewer than the layer's elements, and the cut
-    layer one of `train.layers`. Under `train.optimizer_state_dtype = "bf16"`
+    ssd extent, which has room for the whole block. Each block's split
+    (each moment's) must be a multiple of 256 bytes, E fewer than the
+    layer's elements, and the cut layer one of `train.layers`. Under `train.optimizer_state_dtype = "bf16"`
     an optimizer block holds its members' m, then their v, at 2 bytes per
     moment element (half of fp32's bytes and offsets; FOAM's folded
     elements likewise), split at 2 bytes per deferred element: every
