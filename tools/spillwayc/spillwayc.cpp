@@ -1370,7 +1370,7 @@ static int compilerMain(int argc, char **argv) {
     return fail(error);
   if (failed(pending.commit(error)))
     return fail(error);
-  note("wrote " + outputPath + " and its initial weights " + weightsOut);
+  note("wrote " + outputPath + " and its initial weights " + weightsFinal);
   return 0;
 }
 
