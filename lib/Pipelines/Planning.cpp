@@ -501,18 +501,12 @@ void growCut(ModuleOp unplanned, OwningOpRef<ModuleOp> &planned,
   const int64_t g = cutGranule(s.bf16Storage || s.bf16OptimizerState);
   const TensorClass cuttable[] = {TensorClass::Params, TensorClass::Master,
                                   TensorClass::Optimizer};
-  auto blockBytes = [&](TensorClass k, size_t l) {
-    const LayerCost &lc = s.layers[l];
-    return k == TensorClass::Params   ? lc.paramBytes
-           : k == TensorClass::Master ? lc.masterBytes
-                                      : lc.optimizerBytes;
-  };
   // Grows (or makes) the cut of block (k, l) from e elements on host;
   // true when the block is then cut all but a granule (more room may go to
   // another block).
   auto grow = [&](TensorClass k, size_t l, int64_t e) {
     const int64_t n = int64_t(s.layers[l].numParams);
-    const double perElement = double(blockBytes(k, l)) / double(n);
+    const double perElement = double(blockBytes(s.layers[l], k)) / double(n);
     const uint64_t exact = exactHostBytes(*planned);
     for (uint64_t room = exact < budget ? (budget - exact) / 4096 * 4096 : 0;
          room >= 4096; room /= 2) {
@@ -555,25 +549,18 @@ void growCut(ModuleOp unplanned, OwningOpRef<ModuleOp> &planned,
       if (!search.space.pinnedCuts[int(k)].count(l) && l < s.layers.size() &&
           full) {
         const int64_t n = int64_t(s.layers[l].numParams);
-        full = n && blockBytes(k, l) && grow(k, l, cutElements(share, n, g));
+        full = n && blockBytes(s.layers[l], k) &&
+               grow(k, l, cutElements(share, n, g));
       }
   if (!full)
     return;
   for (TensorClass k : cuttable) {
     const auto &pins = search.space.pinnedLayers[int(k)];
     for (size_t l = 0; l < s.layers.size(); ++l) {
-      const Placement &p = plan.estimate->candidate.placement;
-      const int64_t n = int64_t(s.layers[l].numParams);
-      bool layerCut = false;
-      for (TensorClass c : cuttable)
-        layerCut |= p.cutShare(c, l) > 0;
-      if (layerCut || p.at(k, l) != Tier::SSD || n < 2 * g ||
-          !blockBytes(k, l) || (l < pins.size() && pins[l]) ||
+      const Candidate &c = plan.estimate->candidate;
+      if ((l < pins.size() && pins[l]) ||
           (search.space.pinned[int(k)] && pins.empty()) ||
-          deferredElements(plan.estimate->candidate.overlap, n, g) != 0 ||
-          !uncuttable(s, l, plan.estimate->candidate.overlap,
-                      double(g) / double(n))
-               .empty())
+          !plannerMayCut(s, c.placement, k, l, c.overlap))
         continue;
       if (!grow(k, l, 0))
         return;

@@ -203,6 +203,24 @@ std::string spillway::schedule::uncuttable(const IterationSummary &s, size_t l,
   return {};
 }
 
+bool spillway::schedule::plannerMayCut(const IterationSummary &s,
+                                       const Placement &pl, TensorClass k,
+                                       size_t l, double F) {
+  if (k != TensorClass::Params && k != TensorClass::Master &&
+      k != TensorClass::Optimizer)
+    return false;
+  const LayerCost &lc = s.layers[l];
+  const int64_t n = int64_t(lc.numParams);
+  const int64_t g = cutGranule(s.bf16Storage || s.bf16OptimizerState);
+  for (TensorClass c :
+       {TensorClass::Params, TensorClass::Master, TensorClass::Optimizer})
+    if (pl.cutShare(c, l) > 0)
+      return false;
+  return blockBytes(lc, k) && n >= 2 * g && pl.at(k, l) == Tier::SSD &&
+         s.optimizerShards <= 1 && deferredElements(F, n, g) == 0 &&
+         uncuttable(s, l, F, double(g) / double(n)).empty();
+}
+
 CostEstimate spillway::schedule::estimate(const IterationSummary &s,
                                           const Candidate &c,
                                           const Budgets &budgets,
@@ -814,25 +832,13 @@ cutToFill(const IterationSummary &s, const std::vector<SplitBlock> &blocks,
   const Placement &pl = cur.candidate.placement;
   for (const SplitBlock &blk : blocks) {
     const size_t l = blk.layer;
-    const LayerCost &lc = s.layers[l];
-    const int64_t n = int64_t(lc.numParams);
-    const uint64_t bytes = blk.k == TensorClass::Params      ? lc.paramBytes
-                           : blk.k == TensorClass::Master    ? lc.masterBytes
-                           : blk.k == TensorClass::Optimizer ? lc.optimizerBytes
-                                                             : 0;
-    bool layerCut = false;
-    for (TensorClass k :
-         {TensorClass::Params, TensorClass::Master, TensorClass::Optimizer})
-      layerCut |= pl.cutShare(k, l) > 0;
-    // A cut needs an overlap that defers none of the layer (the cut's share
-    // is the rest of the budget's, not the overlap's).
-    if (blk.saved <= 0 || !bytes || n < 2 * g || layerCut ||
-        pl.at(blk.k, l) != Tier::SSD ||
-        deferredElements(cur.candidate.overlap, n, g) != 0 ||
-        !uncuttable(s, l, cur.candidate.overlap, double(g) / double(n)).empty())
+    const int64_t n = int64_t(s.layers[l].numParams);
+    if (blk.saved <= 0 ||
+        !plannerMayCut(s, pl, blk.k, l, cur.candidate.overlap))
       continue;
     // The host part's extent is 4 KiB aligned; its bytes per element.
-    const double perElement = double(bytes) / double(n);
+    const double perElement =
+        double(blockBytes(s.layers[l], blk.k)) / double(n);
     const uint64_t room =
         (budgets.hostBytes - cur.neededBytes[host]) / 4096 * 4096;
     int64_t e =
@@ -879,13 +885,8 @@ spillway::schedule::fillHost(const IterationSummary &s,
   };
   // A layer's block of class k (0: the layer has none, e.g. no parameters
   // of its own: it never moves, and follows the class's other layers).
-  auto blockBytes = [&](TensorClass k, size_t l) -> uint64_t {
-    const LayerCost &lc = s.layers[l];
-    return k == TensorClass::Params        ? lc.paramBytes
-           : k == TensorClass::Master      ? lc.masterBytes
-           : k == TensorClass::Optimizer   ? lc.optimizerBytes
-           : k == TensorClass::Activations ? lc.activationBytes
-                                           : lc.gradBytes;
+  auto layerBlock = [&](TensorClass k, size_t l) {
+    return blockBytes(s.layers[l], k);
   };
   auto moved = [&](const Placement &from, TensorClass k, size_t l) {
     Placement p = from;
@@ -895,9 +896,9 @@ spillway::schedule::fillHost(const IterationSummary &s,
     v[l] = Tier::Host;
     bool left = false;
     for (size_t i = 0; i < L; ++i)
-      left |= v[i] == Tier::SSD && blockBytes(k, i) > 0;
+      left |= v[i] == Tier::SSD && layerBlock(k, i) > 0;
     for (size_t i = 0; i < L && !left; ++i)
-      if (blockBytes(k, i) == 0)
+      if (layerBlock(k, i) == 0)
         v[i] = Tier::Host;
     p.normalize();
     return p;
@@ -912,7 +913,7 @@ spillway::schedule::fillHost(const IterationSummary &s,
       continue;
     for (size_t l = 0; l < L; ++l) {
       if (seed.candidate.placement.at(k, l) != Tier::SSD ||
-          (l < pins.size() && pins[l]) || blockBytes(k, l) == 0)
+          (l < pins.size() && pins[l]) || layerBlock(k, l) == 0)
         continue;
       Candidate c = seed.candidate;
       c.placement = moved(c.placement, k, l);

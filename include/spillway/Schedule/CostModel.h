@@ -187,6 +187,21 @@ inline int64_t cutElements(double hostShare, int64_t n, int64_t granule) {
   return int64_t(std::llround(hostShare * double(n) / double(granule))) *
          granule;
 }
+/// A layer's block of class k: its bytes (0: the layer has none).
+inline uint64_t blockBytes(const LayerCost &l, TensorClass k) {
+  return k == TensorClass::Params        ? l.paramBytes
+         : k == TensorClass::Master      ? l.masterBytes
+         : k == TensorClass::Optimizer   ? l.optimizerBytes
+         : k == TensorClass::Activations ? l.activationBytes
+                                         : l.gradBytes;
+}
+/// Whether the planner may cut layer l's block of class k in `pl` at
+/// overlap F: a params, master or optimizer block wholly on SSD, of a
+/// layer no cut splits yet, of two granules or more, the overlap deferring
+/// none of the layer (a planner's cut takes the budget's share, not the
+/// overlap's) and `uncuttable` silent.
+bool plannerMayCut(const IterationSummary &s, const Placement &pl,
+                   TensorClass k, size_t l, double F);
 /// Why layer l's blocks cannot be cut with `share` on host at overlap F
 /// (what sched-insert-transfers refuses: updates not elementwise AdamW on
 /// every parameter of the layer, or an overlap deferring other elements
