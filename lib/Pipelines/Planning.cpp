@@ -389,20 +389,15 @@ void recordPrediction(ModuleOp module, const CostEstimate &e) {
           {b.getNamedAttr("iteration_s", b.getF64FloatAttr(e.iterationSec)),
            b.getNamedAttr("bound", b.getStringAttr(boundName(e.bound)))}));
 }
-/// The smallest block homed on SSD in a scheduled step (0: none).
-uint64_t smallestSsdBlock(ModuleOp m) {
+/// Whether a scheduled step homes any block on SSD.
+bool homesOnSsd(ModuleOp m) {
   auto buffers = m->getAttrOfType<DictionaryAttr>("sched.buffers");
   auto blocks = buffers ? buffers.getAs<ArrayAttr>("blocks") : nullptr;
-  uint64_t least = 0;
-  if (blocks)
-    for (auto b : blocks.getAsRange<DictionaryAttr>()) {
-      auto home = b.getAs<StringAttr>("home");
-      auto bytes = b.getAs<IntegerAttr>("bytes");
-      if (home && bytes && home.getValue() == "ssd" &&
-          (!least || bytes.getValue().getZExtValue() < least))
-        least = bytes.getValue().getZExtValue();
-    }
-  return least;
+  return blocks && llvm::any_of(blocks.getAsRange<DictionaryAttr>(),
+                                [](DictionaryAttr b) {
+                                  auto home = b.getAs<StringAttr>("home");
+                                  return home && home.getValue() == "ssd";
+                                });
 }
 
 /// A tier's arena in a scheduled step (sched.buffers' gpu_bytes or
@@ -446,7 +441,7 @@ void refillHost(ModuleOp unplanned, OwningOpRef<ModuleOp> &planned,
   // last step, growCut's after) fills the rest, so another round gains
   // little.
   auto full = [&] {
-    return !smallestSsdBlock(*planned) || budget - exact < budget / 100;
+    return !homesOnSsd(*planned) || budget - exact < budget / 100;
   };
   for (int round = 0;
        round < 10 && exact < budget && target > modelHost() && !full();

@@ -824,11 +824,9 @@ cutToFill(const IterationSummary &s, const std::vector<SplitBlock> &blocks,
           const CostEstimate &cur, const Budgets &budgets,
           const HardwareProfile &hw) {
   const int host = int(Tier::Host);
-  if (!cur.fits || s.optimizerShards > 1 ||
-      cur.neededBytes[host] >= budgets.hostBytes)
+  if (!cur.fits || cur.neededBytes[host] >= budgets.hostBytes)
     return std::nullopt;
-  const bool twoByte = s.bf16Storage || s.bf16OptimizerState;
-  const int64_t g = cutGranule(twoByte);
+  const int64_t g = cutGranule(s.bf16Storage || s.bf16OptimizerState);
   const Placement &pl = cur.candidate.placement;
   for (const SplitBlock &blk : blocks) {
     const size_t l = blk.layer;

@@ -103,9 +103,17 @@ struct Rewriter {
   bool isCut(BlockClass c, int64_t l) const {
     return placement.cutOf(stringifyBlockClass(c), l) > 0;
   }
-  /// Where part k of block (c, l) is when the caller's tier is `t`.
-  Tier partTier(BlockClass c, int64_t l, int k, Tier t) const {
-    return k == 0 && t == Tier::ssd && isCut(c, l) ? Tier::host : t;
+  /// Runs fn(k, tier) for block (c, l) (or its part `part`, k = part) at
+  /// tier `t`: a cut block named at its home, SSD, goes part by part, part
+  /// 0 at its own home, the host.
+  template <class Fn>
+  void forParts(BlockClass c, int64_t l, Tier t, int part, Fn fn) {
+    if (t != Tier::ssd || !isCut(c, l))
+      return fn(part, t);
+    if (part <= 0)
+      fn(0, Tier::host);
+    if (part != 0)
+      fn(1, Tier::ssd);
   }
 
   Value move(BlockClass c, int64_t l, Tier from, Tier to, Priority p,
@@ -137,18 +145,15 @@ struct Rewriter {
   /// there that the runtime rounds from the masters bound there (nothing
   /// crosses a link; an update the runtime skips leaves it right).
   void paramsForUpdate(int64_t l, Tier from, int part) {
-    if (part < 0 && from == Tier::ssd && isCut(BlockClass::params, l)) {
-      paramsForUpdate(l, from, 0);
-      return paramsForUpdate(l, from, 1);
-    }
-    from = partTier(BlockClass::params, l, part, from);
-    if (from == side)
-      return;
-    if (!rewritesParams(l))
-      return bring(BlockClass::params, l, from, side, Priority::demand, part);
-    AllocOp::create(b, it.getLoc(), BlockClass::params, l,
-                    part < 0 ? IntegerAttr() : b.getI64IntegerAttr(part),
-                    side, IntegerAttr());
+    forParts(BlockClass::params, l, from, part, [&](int k, Tier src) {
+      if (src == side)
+        return;
+      if (!rewritesParams(l))
+        return bring(BlockClass::params, l, src, side, Priority::demand, k);
+      AllocOp::create(b, it.getLoc(), BlockClass::params, l,
+                      k < 0 ? IntegerAttr() : b.getI64IntegerAttr(k), side,
+                      IntegerAttr());
+    });
   }
   Operation *bind(BlockClass c, int64_t l, Tier t) {
     return BindOp::create(b, it.getLoc(), c, l, t);
@@ -157,34 +162,28 @@ struct Rewriter {
   /// time, waiting for each, and frees the copies in between.
   void bring(BlockClass c, int64_t l, Tier home, Tier dst, Priority p,
              int part = -1) {
-    if (part < 0 && home == Tier::ssd && isCut(c, l)) {
-      bring(c, l, home, dst, p, 0);
-      return bring(c, l, home, dst, p, 1);
-    }
-    home = partTier(c, l, part, home);
-    int from = int(home), step = int(dst) < from ? -1 : 1;
-    for (int t = from; t != int(dst); t += step) {
-      await(move(c, l, Tier(t), Tier(t + step), p, part));
-      if (t != from)
-        drop(c, l, Tier(t), part);
-    }
+    forParts(c, l, home, part, [&](int k, Tier src) {
+      int from = int(src), step = int(dst) < from ? -1 : 1;
+      for (int t = from; t != int(dst); t += step) {
+        await(move(c, l, Tier(t), Tier(t + step), p, k));
+        if (t != from)
+          drop(c, l, Tier(t), k);
+      }
+    });
   }
   /// Writes block (c, l) (or one part) back from `src` to `home` and frees
   /// every copy on the way except the home one (and, with `keepSource`,
   /// the one on `src`).
   void sendBack(BlockClass c, int64_t l, Tier src, Tier home, int part = -1,
                 bool keepSource = false) {
-    if (part < 0 && home == Tier::ssd && isCut(c, l)) {
-      sendBack(c, l, src, home, 0, keepSource);
-      return sendBack(c, l, src, home, 1, keepSource);
-    }
-    home = partTier(c, l, part, home);
-    int step = int(home) < int(src) ? -1 : 1;
-    for (int t = int(src); t != int(home); t += step)
-      await(move(c, l, Tier(t), Tier(t + step), Priority::writeback, part));
-    for (int t = int(src); t != int(home); t += step)
-      if (!keepSource || t != int(src))
-        drop(c, l, Tier(t), part);
+    forParts(c, l, home, part, [&](int k, Tier dst) {
+      int step = int(dst) < int(src) ? -1 : 1;
+      for (int t = int(src); t != int(dst); t += step)
+        await(move(c, l, Tier(t), Tier(t + step), Priority::writeback, k));
+      for (int t = int(src); t != int(dst); t += step)
+        if (!keepSource || t != int(src))
+          drop(c, l, Tier(t), k);
+    });
   }
 
   LogicalResult run();
