@@ -14,7 +14,7 @@ while [ $# -gt 0 ]; do
     --threads) T=$2; shift 2 ;;
     --python) PY=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "blas.sh: unknown flag '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
     --from) FROM=$2; shift ;; --to) TO=$2; shift ;; --step) STEP=$2; shift ;;
     --measure) MEASURE=$2; shift ;; --steps) STEPS=$2; shift ;;
     --hw) HW=$2; shift ;; -o) OUT=$2; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (--help lists them)" ;;
   esac
   shift

@@ -43,7 +43,7 @@ while [ $# -gt 0 ]; do
     --precision)
       case ${2:-} in bf16|bf16-mixed) PRECISION=$2 ;; *) echo "cuda-vs-torch: --precision is bf16 or bf16-mixed" >&2; exit 2 ;; esac
       shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;
     *) echo "cuda-vs-torch: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

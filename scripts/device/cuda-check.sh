@@ -46,7 +46,7 @@ while [ $# -gt 0 ]; do
     --budget) [ $# -ge 2 ] || { echo "cuda-check: --budget needs seconds" >&2; exit 2; }
               BUDGET=$2; shift ;;
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;
     *) echo "cuda-check: unknown option '$1' (--budget SECONDS, --dry-run)" >&2; exit 2 ;;
   esac
   shift

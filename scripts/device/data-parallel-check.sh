@@ -48,7 +48,7 @@ while [ $# -gt 0 ]; do
     --steps) [ $# -ge 2 ] || { echo "data-parallel-check: --steps needs a count" >&2; exit 2; }
              STEPS=$2; shift ;;
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;
     *) echo "data-parallel-check: unknown option '$1' (--prepare N, --steps K, --dry-run)" >&2; exit 2 ;;
   esac
   shift

@@ -32,12 +32,14 @@
 #             $OUT/offload-h200-<UTC time>.json: commit it under bench/results/
 #   issue 23 (placement by layer), after part 1:
 #     3. bash scripts/device/offload-check.sh --part 3     (timeout_s 510)
-#          d. the benchmark GPT under the same budgets, snake F=1, with the
-#             planner's placement (no class pinned): whole classes against
-#             classes split by layer between host and SSD; each iteration
-#             time, the ratio whole / split, and the SSD bytes read and
-#             written per iteration of each (--stats-json); the result JSON
-#             is $OUT/offload-placement-h200-<UTC time>.json
+#          d. the benchmark GPT under the same budgets with the planner's
+#             placement (no class pinned): whole classes against classes
+#             split by layer between host and SSD, at snake F=0 (where the
+#             planner may also cut a block between them) and then F=1; each
+#             iteration time, the ratio whole / split of each pair, and the
+#             SSD bytes read and written per iteration of each
+#             (--stats-json); the result JSON is
+#             $OUT/offload-placement-h200-<UTC time>.json
 # Each part stops starting work --budget seconds after its start (part 1:
 # 300, parts 2 and 3: 480; runs that are not expected to end in time are skipped,
 # and said so) and prints a short table last. Every row goes to $OUT as it
@@ -71,7 +73,7 @@ while [ $# -gt 0 ]; do
     --ref-device) REF=$2; shift ;;
     --local) LOCAL=1 DEVICE=loopback ;;
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,56p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
   shift
@@ -171,7 +173,7 @@ part3() {
   stamp=$(date -u +%Y%m%dT%H%M%SZ)
   echo "== part 3: placement by layer against whole classes (budget $budget s)"
   "${PY[@]}" bench --rows "$ROWS" --work "$WORK/placement" --device "$DEVICE" --deadline "$deadline" \
-    --bench-dir "$OFF/bench" --weights-dir "$wdir" --ssd "$SSD" --configs whole,split \
+    --bench-dir "$OFF/bench" --weights-dir "$wdir" --ssd "$SSD" --configs whole-f0,split-f0,whole,split \
     --result-json "$OUTDIR/offload-placement-h200-$stamp.json" \
     --command "$(rerun_command 3)" \
     ${DRYFLAG[@]+"${DRYFLAG[@]}"}

@@ -12,8 +12,9 @@ killed):
            link the plan's
   bench    the 2.7B benchmark: resident, snake with the optimizer overlap and
            horizontal F = 0 (ZeRO-Infinity's order) at the same batch and
-           budgets (--configs whole,split: the planner's placement in whole
-           classes against split by layer, issue 23); iteration times, their
+           budgets (--configs whole-f0,split-f0,whole,split: the planner's
+           placement in whole classes against split by layer, at snake F=0
+           and F=1, issue 23); iteration times, their
            ratio, measured / cost-model
            bound, transfer overlap, offload efficiency; a result JSON
   table    the short table of every row, last
@@ -249,9 +250,24 @@ BENCH = [  # (config, what it is); run in this order
     # Issue 23 (--configs whole,split): the planner's placement under the same
     # budgets, every class open, snake F=1: whole classes against classes
     # split by layer between host and SSD.
+    # F=0 first: an overlap deferring all of every layer (F=1) leaves the
+    # planner no block it may cut between host and SSD, so that pair differs
+    # only by whole layers.
+    ("whole-f0", "snake F=0, the planner's placement, whole classes (--split-placement off)"),
+    ("split-f0", "snake F=0, the planner's placement split by layer and cut (--split-placement on)"),
     ("whole", "snake F=1, the planner's placement, whole classes (--split-placement off)"),
     ("split", "snake F=1, the planner's placement split by layer (--split-placement on)"),
 ]
+# (whole-class config, split config, summary key): the pairs part 3 compares.
+PLACEMENT_PAIRS = [("whole-f0", "split-f0", "split_over_whole_f0"),
+                   ("whole", "split", "split_over_whole")]
+
+
+def plan_of(report):
+    """The plan the executable runs: the report's "executable" where the
+    planner's exact arenas took another plan than the cost model's
+    choice (docs/cost-model.md), else its "chosen"."""
+    return report.get("executable") or report["chosen"]
 
 
 def steady(arrivals):
@@ -281,7 +297,7 @@ def cmd_bench(a):
     plan = {}
     for c, _ in bench:
         with open(os.path.join(a.bench_dir, f"plan-{c}.json")) as f:
-            plan[c] = json.load(f)["chosen"]
+            plan[c] = plan_of(json.load(f))
 
     def expected_s(c, steps):
         # Start-up: the weights read, the plan's SSD state written once.
@@ -306,7 +322,7 @@ def cmd_bench(a):
             print(f"[bench {c}: {what}; expected ~{expected_s(c, steps):.0f} s "
                   f"(cost model {plan[c]['predicted_iteration_s']:.1f} s/iter)] {' '.join(cmds[c](steps))}")
         total = gen_s + sum(expected_s(c, a.resident_steps if c == "resident" else a.steps) for c, _ in bench)
-        print(f"part 2: expected {total:.0f} s of the {left(a.deadline):.0f} s budget")
+        print(f"bench {','.join(configs)}: expected {total:.0f} s of the {left(a.deadline):.0f} s budget")
         return
     results = {}
     if not os.path.exists(weights):
@@ -392,7 +408,7 @@ def cmd_bench(a):
     summary = {}
     targets = {"snake_over_horizontal": (">=", 2.0), "measured_over_bound": ("<=", 1.10),
                "transfer_overlap": (">=", 0.90), "offload_efficiency": (">=", 0.90),
-               "split_over_whole": (">=", 1.0)}
+               "split_over_whole": (">=", 1.0), "split_over_whole_f0": (">=", 1.0)}
     s, h, res = results.get("snake"), results.get("horizontal"), results.get("resident")
     if s and h:
         summary["snake_over_horizontal"] = h["s_per_iter"] / s["s_per_iter"]
@@ -401,11 +417,13 @@ def cmd_bench(a):
         summary["transfer_overlap"] = s["overlap"]
     if s and res:
         summary["offload_efficiency"] = s["tokens_per_s"] / res["tokens_per_s"]
-    sp, wh = results.get("split"), results.get("whole")
-    if sp and wh:
-        summary["split_over_whole"] = wh["s_per_iter"] / sp["s_per_iter"]
+    for whole, split, key in PLACEMENT_PAIRS:
+        sp, wh = results.get(split), results.get(whole)
+        if not (sp and wh):
+            continue
+        summary[key] = wh["s_per_iter"] / sp["s_per_iter"]
         # SSD bytes per iteration side by side (measured, --stats-json).
-        for name, r in (("split", sp), ("whole", wh)):
+        for name, r in ((split, sp), (whole, wh)):
             b = r["stats"]["bytes_per_iteration"]
             append_row(a.rows, {"stage": "bench", "name": f"{name} ssd bytes",
                                 "status": "ok",
@@ -432,7 +450,9 @@ def cmd_bench(a):
                                    "transfer time), else its overlap (1 - I/O wait / I/O busy)",
                "offload_efficiency": "snake's tokens/s over the resident executable's tokens/s",
                "split_over_whole": "the whole-class plan's s/iter over the plan split by layer, "
-                                   "same schedule and budgets (issue 23)"}}
+                                   "same schedule and budgets, snake F=1 (issue 23)",
+               "split_over_whole_f0": "the same at snake F=0, where the planner may cut a block "
+                                      "between host and SSD (issue 23)"}}
     with open(a.result_json, "w") as f:
         json.dump(out, f, indent=1)
     print(f"wrote {a.result_json}", flush=True)
@@ -492,7 +512,7 @@ def main():
     b.add_argument("--result-json", required=True)
     b.add_argument("--configs", default="resident,snake,horizontal",
                    help="which of the prepared executables to run, in BENCH's order "
-                        "(part 3: whole,split)")
+                        "(part 3: whole-f0,split-f0,whole,split)")
     b.add_argument("--command", required=True, help="the command line, for the result JSON")
     a = ap.parse_args()
     if a.cmd == "row":

@@ -13,6 +13,9 @@
 #               bench-whole       snake F=1, the planner's placement (no
 #                                 class pinned) in whole classes
 #               bench-split       the same split by layer (issue 23)
+#               bench-whole-f0    bench-whole at F=0
+#               bench-split-f0    bench-split at F=0, where the planner may
+#                                 also cut a block between host and SSD
 #             (every executable packed into executables.tar.xz: 3 MiB, not 33)
 #             the offload plans under --gpu-mem 16GiB --host-mem 24GiB with
 #             params, optimizer state and gradients pinned to SSD (the
@@ -61,7 +64,7 @@ while [ $# -gt 0 ]; do
     --layers) LAYERS=$2; shift ;; --d-model) DMODEL=$2; shift ;; --heads) HEADS=$2; shift ;;
     --vocab) VOCAB=$2; shift ;; --seq) SEQ=$2; shift ;; --batch) BATCH=$2; shift ;;
     --microbatches) M=$2; shift ;; --gpu-mem) GPUMEM=$2; shift ;; --host-mem) HOSTMEM=$2; shift ;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
   shift
@@ -119,12 +122,16 @@ CMD[snake]="${SPWC[*]} ${PRECISION[*]} $WORK/gpt.mlir --hw $HW --microbatches $M
 CMD[horizontal]="${SPWC[*]} ${PRECISION[*]} $WORK/gpt.mlir --hw $HW --microbatches $M --schedule horizontal --overlap-optimizer 0 --place $PLACE --gpu-mem $GPUMEM --host-mem $HOSTMEM --report-json $B/plan-horizontal.json -o $B/bench-horizontal"
 CMD[resident]="${SPWC[*]} ${PRECISION[*]} $WORK/gpt.mlir --microbatches $M --schedule snake -o $B/bench-resident"
 # Issue 23: the planner's placement under the same budgets (no class
-# pinned), whole classes against split by layer.
-for sp in whole split; do
-  flag=off; [ $sp = split ] && flag=on
-  CMD[$sp]="${SPWC[*]} ${PRECISION[*]} $WORK/gpt.mlir --hw $HW --microbatches $M --schedule snake --overlap-optimizer 1 --split-placement $flag --gpu-mem $GPUMEM --host-mem $HOSTMEM --report-json $B/plan-$sp.json -o $B/bench-$sp"
+# pinned), whole classes against split by layer, at F=1 and at F=0 (an
+# overlap deferring all of every layer leaves the planner no block it may
+# cut between host and SSD).
+NAMES=(snake horizontal resident whole split whole-f0 split-f0)
+for c in whole split whole-f0 split-f0; do
+  flag=off; [ "${c%-f0}" = split ] && flag=on
+  f=1; [ "${c%-f0}" = "$c" ] || f=0
+  CMD[$c]="${SPWC[*]} ${PRECISION[*]} $WORK/gpt.mlir --hw $HW --microbatches $M --schedule snake --overlap-optimizer $f --split-placement $flag --gpu-mem $GPUMEM --host-mem $HOSTMEM --report-json $B/plan-$c.json -o $B/bench-$c"
 done
-for c in snake horizontal resident whole split; do
+for c in "${NAMES[@]}"; do
   echo "-- $c: ${CMD[$c]}"
   # shellcheck disable=SC2086
   ${CMD[$c]}
@@ -137,11 +144,13 @@ done
   --report-json "$B/plan-resident.json" > /dev/null
 cp "$WORK/full/config.json" "$WORK/full/tokens.npy" "$WORK/full/targets.npy" "$B/"
 INFO="commit $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown), $(git -C "$ROOT" status --porcelain 2>/dev/null | wc -l) uncommitted files, prepared $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+CMDS=()
+for c in "${NAMES[@]}"; do CMDS+=("${CMD[$c]}"); done
 python3 - "$B" "$LAYERS-$DMODEL-$HEADS-$VOCAB-$SEQ-$BATCH" "$GPUMEM" "$HOSTMEM" "$M" "$PLACE" "$INFO" \
-  "${CMD[snake]}" "${CMD[horizontal]}" "${CMD[resident]}" "${CMD[whole]}" "${CMD[split]}" <<'PY'
+  "${NAMES[*]}" "${CMDS[@]}" <<'PY'
 import json, sys
-b, name, gpu, host, m, place, info, *cmds = sys.argv[1:]
-names = ("snake", "horizontal", "resident", "whole", "split")
+b, name, gpu, host, m, place, info, names, *cmds = sys.argv[1:]
+names = names.split()
 cfg = json.load(open(f"{b}/config.json"))
 json.dump({"name": name, "model": cfg, "budgets": {"gpu_mem": gpu, "host_mem": host},
            "microbatches": int(m), "placement": place, "hw_profile": "profiles/h200.json",
@@ -149,7 +158,10 @@ json.dump({"name": name, "model": cfg, "budgets": {"gpu_mem": gpu, "host_mem": h
            "compile_commands": dict(zip(names, cmds))},
           open(f"{b}/bench.json", "w"), indent=1)
 for c in names:
-    ch = json.load(open(f"{b}/plan-{c}.json"))["chosen"]
+    # The plan the executable runs (the report's "executable" where the
+    # exact arenas took another plan than the cost model's choice).
+    rep = json.load(open(f"{b}/plan-{c}.json"))
+    ch = rep.get("executable") or rep["chosen"]
     print(f"{c:10}: cost model {ch['predicted_iteration_s']:.2f} s/iter ({ch['bound']}-bound), "
           f"ssd peak {ch['peak_bytes']['ssd'] / 2**30:.1f} GiB, gpu peak {ch['peak_bytes']['gpu'] / 2**30:.1f} GiB, "
           f"{cfg['params'] / 1e9:.2f}B parameters")
@@ -158,7 +170,7 @@ echo "$INFO" > "$OUTDIR/BUILD_INFO"
 for f in "$OUTDIR"/matrix/* "$B"/bench-*; do
   case $f in *.weights) ;; *) strip "$f" ;; esac
 done
-# The 9 executables share their runtime: xz with a 64 MiB dictionary packs
+# The 11 executables share their runtime: xz with a 64 MiB dictionary packs
 # them into a few MiB (offload-check.sh unpacks them where they run).
 echo "== packing the executables into $OUTDIR/executables.tar.xz"
 (cd "$OUTDIR" && python3 - matrix/* bench/bench-* <<'PY'
