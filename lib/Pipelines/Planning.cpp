@@ -410,10 +410,11 @@ uint64_t exactBytes(ModuleOp m, StringRef key) {
 uint64_t exactHostBytes(ModuleOp m) { return exactBytes(m, "host_bytes"); }
 
 /// Placement by layer, refilled with the exact arenas (docs/cost-model.md):
-/// the model's peaks bound sched-assign-buffers' arenas from above (it
-/// double-buffers every staged class), so a plan filled to the model's
-/// budgets leaves some of the real host budget unused (or the model fits
-/// nothing where the arenas fit). While the exact host arena is under the
+/// the model's peaks estimate sched-assign-buffers' arenas, mostly from
+/// above (it double-buffers every staged class; the arenas mostly take
+/// one slot, docs/cost-model.md), so a plan filled to the model's budgets
+/// leaves some of the real host budget unused (or the model fits nothing
+/// where the arenas fit). While the exact host arena is under the
 /// budget, fill again (schedule::fillHost, from the plan kept) as if each
 /// budget were larger by the model's excess over the plan's arena, and keep
 /// the plan when its exact arenas fit; when they do not, try half the host
