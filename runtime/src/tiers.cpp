@@ -1600,6 +1600,16 @@ std::string tiers_stats_json(const spw_ctx *ctx, double seconds,
           : "null",
       !t.predicted_given ? "null" : w.as_planned ? "true" : "false",
       (unsigned long long)w.outside);
+  // The step's own tensors: the device's step arena, the most they held
+  // in it, and what the plan's GPU budget left them (null: no budget).
+  const Device *dev = ctx->device.get();
+  const std::string step_arena =
+      format("{\"bytes\": %lld, \"peak\": %lld, \"planned\": %s}",
+             (long long)(dev ? dev->step_arena_bytes() : 0),
+             (long long)(dev ? dev->step_bytes_peak() : 0),
+             ctx->step_arena_budget < 0
+                 ? "null"
+                 : format("%lld", (long long)ctx->step_arena_budget).c_str());
   return format(
       "{\"schema\": \"spillway-stats-1\", \"steps\": %lld, "
       "\"seconds\": %.6f, \"seconds_per_iteration\": %.6f,\n"
@@ -1609,6 +1619,7 @@ std::string tiers_stats_json(const spw_ctx *ctx, double seconds,
       " \"bytes_per_step\": [%s],\n"
       " \"peak_bytes\": {\"gpu\": %llu, \"host\": %llu, \"ssd\": %llu},\n"
       " \"planned_bytes\": {\"gpu\": %llu, \"host\": %llu, \"ssd\": %llu},\n"
+      " \"step_arena\": %s,\n"
       " \"io_wait_s\": %.6f, \"io_busy_s\": %.6f, \"overlap\": %.4f,\n"
       " \"telemetry\": %s,\n \"telemetry_per_step\": [%s],\n"
       " \"ssd_writes\": %s}\n",
@@ -1619,8 +1630,8 @@ std::string tiers_stats_json(const spw_ctx *ctx, double seconds,
       (unsigned long long)t.store->usage(Tier::Host).peak,
       (unsigned long long)(t.swap ? t.store->usage(Tier::Ssd).peak : 0),
       (unsigned long long)t.gpu_bytes, (unsigned long long)t.host_bytes,
-      (unsigned long long)t.ssd_bytes, t.wait_s, t.busy_s, overlap,
-      telemetry_json(all).c_str(), tel.c_str(), wear.c_str());
+      (unsigned long long)t.ssd_bytes, step_arena.c_str(), t.wait_s, t.busy_s,
+      overlap, telemetry_json(all).c_str(), tel.c_str(), wear.c_str());
 }
 
 } // namespace spw

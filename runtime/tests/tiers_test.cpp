@@ -396,6 +396,40 @@ TEST(Tiers, SsdWritesAreSummedAndComparedWithThePlan) {
   std::filesystem::remove_all(dir);
 }
 
+// --stats-json's step_arena: the device's step arena, the most the step's
+// tensors held in it, and what the plan's GPU budget left them
+// (spw_declare_step_arena; null when none was declared).
+TEST(Tiers, StatsReportTheStepArenaAgainstThePlan) {
+  for (int64_t planned : {-1, 6144}) {
+    auto ctx = context_with_param();
+    const int64_t predicted[4] = {0, 0, 0, 0};
+    spw_declare_tiers(ctx.get(), 4096, 0, 0, "", predicted);
+    if (planned >= 0)
+      spw_declare_step_arena(ctx.get(), planned);
+    ASSERT_TRUE(ctx->error.empty()) << ctx->error;
+    spw::device_start(ctx.get(),
+                      spw::make_loopback_device(1 << 20, spw::Precision::FP32));
+    spw::tiers_start(ctx.get(), {}, spw::storage::Backend::Threads);
+    spw::Device &d = *ctx->device;
+    void *a = d.step_alloc(8192, "a");
+    void *b = d.step_alloc(4096, "b");
+    d.step_free(a);
+    d.step_free(b);
+    const int64_t peak = d.step_bytes_peak();
+    EXPECT_GE(peak, 8192 + 4096);
+    const std::string json = spw::tiers_stats_json(ctx.get(), 1.0, 0, 0);
+    EXPECT_NE(
+        json.find(
+            "\"step_arena\": {\"bytes\": " + std::to_string(1 << 20) +
+            ", \"peak\": " + std::to_string(peak) + ", \"planned\": " +
+            (planned < 0 ? std::string("null") : std::to_string(planned)) +
+            "}"),
+        std::string::npos)
+        << json;
+    d.reset_step();
+  }
+}
+
 // A layer's parameters and AdamW state split at the same element (their
 // binds share the split point), or neither does.
 TEST(Tiers, ParamsAndStateSplitTogether) {

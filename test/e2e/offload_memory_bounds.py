@@ -133,13 +133,23 @@ def main():
 
     dev = re.search(r"device: step arena peak ([0-9.]+) (B|KiB|MiB|GiB) of",
                     r.stdout)
+    # What the GPU budget leaves the step's tensors beside the plan's arena
+    # (spw_declare_step_arena), as --stats-json reports it.
+    step = s["step_arena"]
+    if step["planned"] != b["gpu"] - s["planned_bytes"]["gpu"]:
+        sys.exit(f"FAILED: step_arena.planned {step['planned']} is not --gpu-mem "
+                 f"{b['gpu']} less the plan's GPU arena {s['planned_bytes']['gpu']}")
     if a.device == "cpu":
         print("device memory: the CPU device has no step arena of its own "
               "(its step tensors are in the host RSS above)")
     elif not dev:
         sys.exit(f"FAILED: no 'device: step arena peak' line:\n{r.stdout}")
     else:
-        arena = int(float(dev.group(1)) * UNITS[dev.group(2)])
+        arena = step["peak"]
+        # The run's line rounds the same number.
+        if abs(arena - float(dev.group(1)) * UNITS[dev.group(2)]) > 0.01 * max(arena, 1024):
+            sys.exit(f"FAILED: --stats-json's step arena peak {arena} is not the "
+                     f"run's line's {dev.group(0)}")
         used = s["peak_bytes"]["gpu"] + arena
         gbound = b["gpu"] + const
         ok = used <= gbound
@@ -148,6 +158,9 @@ def main():
               f"MiB; bound --gpu-mem + {a.constant_mib:g} MiB = "
               f"{gbound / MIB:.1f} MiB: " + ("within" if ok else
                                              f"EXCEEDS by {(used - gbound) / MIB:.1f} MiB"))
+        print(f"step arena: peak {arena / MIB:.1f} MiB, "
+              f"{'within' if arena <= step['planned'] else 'over'} the "
+              f"{step['planned'] / MIB:.1f} MiB --gpu-mem leaves it")
         if not ok:
             failed.append("device memory")
     if failed:
