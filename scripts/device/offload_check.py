@@ -299,14 +299,18 @@ def cmd_bench(a):
         sys.exit(f"offload_check.py bench: unknown config(s) {unknown} (configs: "
                  f"{', '.join(c for c, _ in BENCH)})")
     bench = [(c, what) for c, what in BENCH if c in configs]
-    plan = {}
+    plan, ssd_arena = {}, {}
     for c, _ in bench:
         with open(os.path.join(a.bench_dir, f"plan-{c}.json")) as f:
-            plan[c] = plan_of(json.load(f))
+            report = json.load(f)
+        plan[c] = plan_of(report)
+        # The plan's exact SSD arena (the report's "arenas", an offload
+        # compile's), else the model's peak.
+        ssd_arena[c] = (report.get("arenas") or {}).get("ssd", plan[c]["peak_bytes"].get("ssd", 0))
 
     def expected_s(c, steps):
         # Start-up: the weights read, the plan's SSD state written once.
-        ssd_state = plan[c]["peak_bytes"].get("ssd", 0)
+        ssd_state = ssd_arena[c]
         start = 20 + param_bytes / 4e9 + ssd_state / 1.5e9
         return start + steps * plan[c]["predicted_iteration_s"] * 1.3
 
@@ -352,7 +356,7 @@ def cmd_bench(a):
                                 "detail": f"time budget: expected {expected_s(c, 1):.0f} s, "
                                           f"{left(a.deadline):.0f} s left"})
             continue
-        need = int(plan[c]["peak_bytes"].get("ssd", 0) * 1.1) if c != "resident" else 0
+        need = int(ssd_arena[c] * 1.1) if c != "resident" else 0
         free = shutil.disk_usage(a.ssd).free
         if need > free:
             append_row(a.rows, {"stage": "bench", "name": c, "status": "FAIL",

@@ -162,9 +162,14 @@ for c in names:
     # exact arenas took another plan than the cost model's choice).
     rep = json.load(open(f"{b}/plan-{c}.json"))
     ch = rep.get("executable") or rep["chosen"]
+    # The exact arenas of an offload plan; the model's peaks of the
+    # resident one (planning only).
+    ar = rep.get("arenas")
+    mem = (f"arenas gpu {ar['gpu'] / 2**30:.1f} GiB (+ step {(ar['step'] or 0) / 2**30:.1f} GiB), "
+           f"host {ar['host'] / 2**30:.1f} GiB, ssd {ar['ssd'] / 2**30:.1f} GiB" if ar else
+           f"model peaks gpu {ch['peak_bytes']['gpu'] / 2**30:.1f} GiB, ssd {ch['peak_bytes']['ssd'] / 2**30:.1f} GiB")
     print(f"{c:10}: cost model {ch['predicted_iteration_s']:.2f} s/iter ({ch['bound']}-bound), "
-          f"ssd peak {ch['peak_bytes']['ssd'] / 2**30:.1f} GiB, gpu peak {ch['peak_bytes']['gpu'] / 2**30:.1f} GiB, "
-          f"{cfg['params'] / 1e9:.2f}B parameters")
+          f"{mem}, {cfg['params'] / 1e9:.2f}B parameters")
 PY
 echo "$INFO" > "$OUTDIR/BUILD_INFO"
 for f in "$OUTDIR"/matrix/* "$B"/bench-*; do

@@ -8,8 +8,10 @@ the bytes its transfers move per iteration before alignment (sched.buffers'
 model_bytes); the report's chosen plan has the cost model's prediction
 (bytes_per_iteration), and where the planner's exact arenas changed that
 plan (a split refilled, or a later ranked plan), its "executable" entry
-has the prediction for the plan compiled, which the check uses. Prints
-the bytes; exits 1 naming the link that differs.
+has the prediction for the plan compiled, which the check uses. The
+report's "arenas" must be the plan's exact arenas (sched.buffers' gpu_bytes,
+host_bytes, ssd_bytes, step_arena_bytes), each within its budget. Prints
+the bytes and the arenas; exits 1 naming the link or arena that differs.
 """
 import json
 import re
@@ -36,6 +38,22 @@ def main():
                      f"{chosen['placement']}")
     print("plan bytes = model bytes: " +
           ", ".join(f"{link} {plan[link]}" for link in LINKS))
+    # The report's "arenas" are the compiled plan's exact ones, within the
+    # budgets.
+    arenas = report["arenas"]
+    for tier in ("gpu", "host", "ssd"):
+        m = re.search(rf"\b{tier}_bytes = (\d+) : i64", text)
+        if not m or int(m.group(1)) != arenas[tier]:
+            sys.exit(f"the report's {tier} arena {arenas[tier]} is not the plan's "
+                     f"{m.group(1) if m else 'none'}")
+        budget = report["budgets"][tier]
+        if isinstance(budget, int) and arenas[tier] > budget:
+            sys.exit(f"the {tier} arena {arenas[tier]} is over the budget {budget}")
+    m = re.search(r"\bstep_arena_bytes = (\d+) : i64", text)
+    if (int(m.group(1)) if m else None) != arenas["step"]:
+        sys.exit(f"the report's step arena {arenas['step']} is not the plan's")
+    print("report arenas = plan arenas: " +
+          ", ".join(f"{t} {arenas[t]}" for t in ("gpu", "host", "ssd", "step")))
 
 
 main()

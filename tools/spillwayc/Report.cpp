@@ -470,6 +470,13 @@ std::string spillwayc::reportToJSON(const PlanReport &r) {
   };
   if (r.executable)
     o["executable"] = parsed(*r.executable);
+  if (r.arenas)
+    o["arenas"] = json::Object{{"gpu", int64_t(r.arenas->gpu)},
+                               {"host", int64_t(r.arenas->host)},
+                               {"ssd", int64_t(r.arenas->ssd)},
+                               {"step", r.arenas->step < 0
+                                            ? json::Value(nullptr)
+                                            : json::Value(r.arenas->step)}};
   std::string out;
   llvm::raw_string_ostream os(out);
   os << llvm::formatv("{0:2}", json::Value(std::move(o))) << "\n";

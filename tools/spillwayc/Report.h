@@ -35,6 +35,14 @@ struct PlanReport {
   /// exact arenas changed the chosen one (refused it, or refilled the host
   /// budget from it); --report-json's "executable".
   std::optional<spillway::schedule::CostEstimate> executable;
+  /// An offload compile that planned: the exact arenas of the plan the
+  /// executable runs (sched.buffers' gpu_bytes, host_bytes, ssd_bytes and
+  /// step_arena_bytes, -1 without a GPU budget); --report-json's "arenas".
+  struct Arenas {
+    uint64_t gpu = 0, host = 0, ssd = 0;
+    int64_t step = -1;
+  };
+  std::optional<Arenas> arenas;
 };
 
 /// The human-readable report (stdout of --report).

@@ -863,6 +863,20 @@ int planAndSchedule(OwningOpRef<ModuleOp> &module,
       if (report)
         spillwayc::printExecutablePlan(*planned.plan.estimate, llvm::outs());
     }
+    // The exact arenas of the plan compiled: the peaks above are the
+    // model's estimates.
+    if (planned.succeeded)
+      if (auto b = (*module)->getAttrOfType<DictionaryAttr>("sched.buffers")) {
+        auto get = [&](StringRef key) -> int64_t {
+          auto v = b.getAs<IntegerAttr>(key);
+          return v ? v.getInt() : -1;
+        };
+        reported.arenas = spillwayc::PlanReport::Arenas{
+            uint64_t(std::max<int64_t>(0, get("gpu_bytes"))),
+            uint64_t(std::max<int64_t>(0, get("host_bytes"))),
+            uint64_t(std::max<int64_t>(0, get("ssd_bytes"))),
+            get("step_arena_bytes")};
+      }
     if (search && !reportJson.empty())
       if (int rc = writeReportJson(reported))
         return rc;
