@@ -247,9 +247,10 @@ BENCH = [  # (config, what it is); run in this order
     ("resident", "the same model resident in GPU memory (snake M=4, no offload plan)"),
     ("snake", "snake with the optimizer overlap (F=1)"),
     ("horizontal", "horizontal F=0, ZeRO-Infinity's order"),
-    # Issue 23 (--configs whole,split): the planner's placement under the same
-    # budgets, every class open, snake F=1: whole classes against classes
-    # split by layer between host and SSD.
+    # Issue 23 (--configs whole-f0,split-f0,whole,split): the planner's
+    # placement under the same budgets, every class open, snake F=0 and
+    # F=1: whole classes against classes split by layer between host and
+    # SSD.
     # F=0 first: an overlap deferring all of every layer (F=1) leaves the
     # planner no block it may cut between host and SSD, so that pair differs
     # only by whole layers.
@@ -299,6 +300,10 @@ def cmd_bench(a):
         sys.exit(f"offload_check.py bench: unknown config(s) {unknown} (configs: "
                  f"{', '.join(c for c, _ in BENCH)})")
     bench = [(c, what) for c, what in BENCH if c in configs]
+    missing = [c for c, _ in bench if not os.path.exists(os.path.join(a.bench_dir, f"plan-{c}.json"))]
+    if missing:
+        sys.exit(f"offload_check.py bench: {a.bench_dir} has no plan for {', '.join(missing)}: "
+                 f"it was prepared by an older scripts/device/prepare-offload.sh; run it again")
     plan, ssd_arena = {}, {}
     for c, _ in bench:
         with open(os.path.join(a.bench_dir, f"plan-{c}.json")) as f:
@@ -404,9 +409,11 @@ def cmd_bench(a):
                 # The step's own tensors against what the GPU budget leaves
                 # them (the runtime does not enforce it: docs/runtime.md).
                 sa = st.get("step_arena") or {}
-                if sa.get("planned"):
+                if sa.get("planned") is not None:
                     r["step_arena"] = sa
-                    r["step_peak_over_planned"] = sa["peak"] / sa["planned"]
+                    # None: the budget leaves the step nothing, and it used some.
+                    r["step_peak_over_planned"] = (sa["peak"] / sa["planned"] if sa["planned"]
+                                                   else None if sa["peak"] else 0.0)
             except (OSError, ValueError, KeyError) as e:
                 append_row(a.rows, {"stage": "bench", "name": c, "status": "FAIL",
                                     "detail": f"--stats-json: {e!r}"})
@@ -453,12 +460,15 @@ def cmd_bench(a):
     # plan's proof of fit covers its GPU arena, not the step's tensors).
     within = [r["step_peak_over_planned"] for r in results.values() if "step_peak_over_planned" in r]
     if within:
-        summary["step_arena_within_budget"] = max(within)
+        # A step that used memory where the budget left none is over by
+        # any ratio: JSON has no infinity, so the ratio is null and MISSED.
+        summary["step_arena_within_budget"] = None if None in within else max(within)
     for k, v in summary.items():
         op, t = targets[k]
-        ok = v >= t if op == ">=" else v <= t
+        ok = v is not None and (v >= t if op == ">=" else v <= t)
         append_row(a.rows, {"stage": "bench", "name": k, "status": "met" if ok else "MISSED",
-                            "detail": f"{v:.3f} (target {op} {t})", "value": v})
+                            "detail": f"{'none left' if v is None else f'{v:.3f}'} (target {op} {t})",
+                            "value": v})
     out = {"schema": "spillway-offload-h200-1", "command": a.command,
            "model": cfg, "name": meta["name"], "budgets": meta["budgets"], "microbatches": meta["microbatches"],
            "placement": meta["placement"], "hw_profile": meta["hw_profile"], "build": meta.get("build_info"),

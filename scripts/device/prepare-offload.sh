@@ -6,7 +6,7 @@
 #             F=0.5, M=1 and 4, parameters/optimizer/gradients on SSD, and
 #             everything with the activations on host (tiny weights beside)
 #   bench/    the benchmark GPT (default 2.7B: L=32 D=2560 H=32 V=50304
-#             S=1024 B=8, M=4) compiled three ways, executables only:
+#             S=1024 B=8, M=4) compiled seven ways, executables only:
 #               bench-snake       snake, optimizer overlap F=1, state on SSD
 #               bench-horizontal  horizontal F=0 (ZeRO-Infinity's order)
 #               bench-resident    the same schedule, no offload plan
@@ -175,7 +175,7 @@ echo "$INFO" > "$OUTDIR/BUILD_INFO"
 for f in "$OUTDIR"/matrix/* "$B"/bench-*; do
   case $f in *.weights) ;; *) strip "$f" ;; esac
 done
-# The 11 executables share their runtime: xz with a 64 MiB dictionary packs
+# The 13 executables (6 of the matrix, 7 of the bench) share their runtime: xz with a 64 MiB dictionary packs
 # them into a few MiB (offload-check.sh unpacks them where they run).
 echo "== packing the executables into $OUTDIR/executables.tar.xz"
 (cd "$OUTDIR" && python3 - matrix/* bench/bench-* <<'PY'

@@ -37,7 +37,8 @@ struct PlanReport {
   std::optional<spillway::schedule::CostEstimate> executable;
   /// An offload compile that planned: the exact arenas of the plan the
   /// executable runs (sched.buffers' gpu_bytes, host_bytes, ssd_bytes and
-  /// step_arena_bytes, -1 without a GPU budget); --report-json's "arenas".
+  /// step_arena_bytes, -1 without --gpu-mem or the profile's GPU memory);
+  /// --report-json's "arenas".
   struct Arenas {
     uint64_t gpu = 0, host = 0, ssd = 0;
     int64_t step = -1;
