@@ -1158,6 +1158,25 @@ static int compilerMain(int argc, char **argv) {
   context.printOpOnDiagnostic(false);
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagHandler(sourceMgr, &context);
+  // A diagnostic without a location (an imported model's module-level
+  // ones: the plan's budgets, a placement) is the tool's own, as its other
+  // errors are: "spillwayc: error: ...", not "<unknown>:0: error: ...".
+  ScopedDiagnosticHandler unlocated(&context, [](Diagnostic &d) {
+    if (!isa<UnknownLoc>(d.getLocation()))
+      return failure();
+    auto print = [](const Diagnostic &x) {
+      const char *kind =
+          x.getSeverity() == DiagnosticSeverity::Error     ? "error"
+          : x.getSeverity() == DiagnosticSeverity::Warning ? "warning"
+          : x.getSeverity() == DiagnosticSeverity::Note    ? "note"
+                                                           : "remark";
+      llvm::errs() << "spillwayc: " << kind << ": " << x << "\n";
+    };
+    print(d);
+    for (const Diagnostic &n : d.getNotes())
+      print(n);
+    return success();
+  });
 
   if (!llvm::sys::fs::exists(inputPath))
     return fail("input '" + inputPath + "' does not exist");
