@@ -1245,3 +1245,53 @@ TEST(CostModel, FillHostCutsABlockForTheRest) {
   EXPECT_DOUBLE_EQ(
       around->candidate.placement.cutShare(TensorClass::Optimizer, 5), 0.5);
 }
+
+// The model's GPU peak counts the step's working set, which the planner's
+// exact arenas leave to the step arena. Where no plan fits the model, the
+// plans that fit without it rank before the rest, by time and then SSD
+// bytes written as fitting ones do, not by overshoot (which moves with
+// the budgets: a larger host budget reached an SSD-heavier plan first), and
+// a fill from such a seed fills by the same criterion.
+TEST(CostModel, WhereNothingFitsThePlansThatFitWithoutTheWorkingSetRankFirst) {
+  IterationSummary s = adamwLayers(6, 8192);
+  for (LayerCost &l : s.layers)
+    l.workingBytes = 1 << 20;
+  const HardwareProfile hw = machine();
+  Placement onSsd = offloaded();
+  onSsd[TensorClass::Gradients] = Tier::SSD;
+  const CostEstimate plain = run(Order::Horizontal, 1, 0, onSsd, s, hw);
+  const uint64_t gpu = plain.neededBytes[int(Tier::GPU)];
+  // Half the working set short on the GPU, the host holding the state.
+  const Budgets b{gpu - (1 << 19), plain.neededBytes[int(Tier::Host)] + 200000,
+                  1ull << 40};
+  const CostEstimate wears = run(Order::Horizontal, 1, 0, onSsd, s, hw, b);
+  EXPECT_FALSE(wears.fits);
+  EXPECT_TRUE(wears.fitsArenas);
+  // A plan over the host budget by a byte overshoots far less, and still
+  // ranks after it: its arenas cannot fit.
+  Placement hostHeavy = onSsd;
+  hostHeavy[TensorClass::Optimizer] = Tier::Host;
+  Budgets tight = b;
+  tight.hostBytes = run(Order::Horizontal, 1, 0, hostHeavy, s, hw)
+                        .neededBytes[int(Tier::Host)] -
+                    1;
+  const CostEstimate over =
+      run(Order::Horizontal, 1, 0, hostHeavy, s, hw, tight);
+  const CostEstimate arenas = run(Order::Horizontal, 1, 0, onSsd, s, hw, tight);
+  ASSERT_TRUE(arenas.fitsArenas);
+  ASSERT_FALSE(over.fitsArenas);
+  EXPECT_TRUE(preferred(arenas, over, tight));
+  EXPECT_FALSE(preferred(over, arenas, tight));
+  // A fill moves SSD blocks to host under the same criterion: the filled
+  // plan writes less to SSD and still fits without the working set.
+  auto filled = fillHost(s, oneSchedule(), wears, b, hw);
+  ASSERT_TRUE(filled);
+  EXPECT_FALSE(filled->fits);
+  EXPECT_TRUE(filled->fitsArenas);
+  EXPECT_LT(filled->bytes.ssdWrite, wears.bytes.ssdWrite);
+  // choose() takes such a plan where nothing fits the model.
+  SearchSpace space = oneSchedule();
+  const Choice c = choose(s, space, b, hw);
+  EXPECT_FALSE(c.best.fits);
+  EXPECT_TRUE(c.best.fitsArenas) << c.best.candidate.str();
+}
