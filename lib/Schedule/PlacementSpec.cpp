@@ -91,7 +91,12 @@ spillway::schedule::parsePlacement(const std::vector<std::string> &items,
       if (open && item.find(':') != std::string::npos) {
         if (!addFraction(*openFractions, *open, item, item, error))
           return std::nullopt;
+        const std::string before = *openText;
         *openText += "," + item;
+        // The class's text (its errors quote it) grows too where it is
+        // that item's.
+        if (std::string &text = spec[*open].text; text == before)
+          text = *openText;
         continue;
       }
       error = "'" + item +

@@ -181,6 +181,14 @@ TEST(PlacementSpec, CutsParseAndPrintBack) {
   EXPECT_EQ(o.cuts[0].layer, 2);
   EXPECT_DOUBLE_EQ(o.cuts[0].host(), 0.25);
   EXPECT_EQ(o.cuts[0].text, "optimizer[2]=host:0.25,ssd:0.75");
+  EXPECT_EQ(o.text, "optimizer=host");
+  // A class's first item, which its errors quote, is the whole cut or the
+  // whole fraction list, not its first tier.
+  EXPECT_EQ(
+      parse({"optimizer[9]=host:0.5", "ssd:0.5"})[TensorClass::Optimizer].text,
+      "optimizer[9]=host:0.5,ssd:0.5");
+  EXPECT_EQ(parse({"params=host:0.75", "ssd:0.25"})[TensorClass::Params].text,
+            "params=host:0.75,ssd:0.25");
   auto tiers = layersOf(o, TensorClass::Optimizer, {8, 8, 8, 8}, std::nullopt);
   EXPECT_EQ(tiers[1], H);
   EXPECT_EQ(tiers[2], S);

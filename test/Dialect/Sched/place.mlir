@@ -134,4 +134,4 @@
 // CUTPAST: error: sched-place: 'optimizer[5]=host:0.5,ssd:0.5': the model has 3 layers (0..2 in train.layers; spillwayc --report lists them)
 // CUTEMPTY: error: sched-place: 'optimizer[1]=host:0.2,ssd:0.8': layer 1 has 64 elements and a cut falls on a multiple of 64, so its host part would hold none; place the layer whole (e.g. optimizer[1:2]=ssd)
 // CUTRANGE: error: sched-place: 'optimizer[0]=host:0.5,ssd:0.5': layer 0 of optimizer is placed by 'optimizer[0:1]=host' already
-// CUTFRACTIONS: error: sched-place: 'optimizer=host:0.5': optimizer takes fractions or cuts of a layer's block, not both
+// CUTFRACTIONS: error: sched-place: 'optimizer=host:0.5,ssd:0.5': optimizer takes fractions or cuts of a layer's block, not both
