@@ -824,6 +824,12 @@ struct SplitBlock {
 } // namespace
 
 namespace {
+/// Cuts the first of `blocks` (in order) that a cut can serve: a params,
+/// master or optimizer block still wholly on SSD in `cur`, of a layer no
+/// other cut splits, updated elementwise by AdamW (every parameter, no
+/// folded FOAM state), not split by the overlap (it defers none of the
+/// layer) and not sharded over ranks. Its host part takes the host budget
+/// left, in whole cut granules. The estimate and a note, or none.
 /// Whether a fill's candidate fits: by the model's peaks, or, filling from
 /// a seed that fits only in its arenas (`arenas`: the model fits no plan,
 /// fillHost), by CostEstimate::fitsArenas.
@@ -831,13 +837,6 @@ bool fillFits(const CostEstimate &e, bool arenas) {
   return arenas ? e.fitsArenas : e.fits;
 }
 
-/// Cuts the first of `blocks` (in order) that a cut can serve: a params,
-/// master or optimizer block still wholly on SSD in `cur`, of a layer no
-/// other cut splits, updated elementwise by AdamW (every parameter, no
-/// folded FOAM state), not split by the overlap (it defers none of the
-/// layer) and not sharded over ranks. Its host part takes the host budget
-/// left, in whole cut granules (`arenas`: fillFits). The estimate and a
-/// note, or none.
 std::optional<std::pair<CostEstimate, std::string>>
 cutToFill(const IterationSummary &s, const std::vector<SplitBlock> &blocks,
           const CostEstimate &cur, const Budgets &budgets,
