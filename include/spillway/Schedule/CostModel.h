@@ -361,8 +361,7 @@ struct Choice {
   unsigned candidatesTried = 0;
   /// Every valid candidate, best first: `best`, then those that fit by
   /// time (then SSD bytes written, then SSD bytes, then bytes moved), then
-  /// those that fit without the step's working set (fitsArenas) the same
-  /// way, then the rest by overshoot. The planner (sched-assign-buffers) has the
+  /// those that do not by overshoot. The planner (sched-assign-buffers) has the
   /// last word on fitting: spillwayc takes the first of these whose exact
   /// arenas fit the budgets.
   std::vector<CostEstimate> ranked;
