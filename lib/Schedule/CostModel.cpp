@@ -695,8 +695,7 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
     p[gpu] += 4.0 * double(largestMember) * (e.optimizerOnGPU ? 2 : 1);
     p[host] += 4.0 * double(largestLayer);
   }
-  const double working = maxOf(s, &LayerCost::workingBytes) / M;
-  p[gpu] += working;
+  p[gpu] += maxOf(s, &LayerCost::workingBytes) / M;
   // The optimizer overlap's deferred gradient slices wait for the next
   // step where the optimizer runs (sched-assign-buffers' pending blocks).
   for (const LayerCost &l : s.layers)
@@ -710,10 +709,6 @@ CostEstimate spillway::schedule::estimate(const IterationSummary &s,
   e.neededBytes = peak;
   e.fits = peak[gpu] <= budgets.gpuBytes && peak[host] <= budgets.hostBytes &&
            peak[ssd] <= budgets.ssdBytes;
-  e.fitsArenas =
-      e.fits ||
-      (uint64_t(std::ceil(p[gpu] - working)) <= budgets.gpuBytes &&
-       peak[host] <= budgets.hostBytes && peak[ssd] <= budgets.ssdBytes);
   return e;
 }
 
@@ -727,13 +722,7 @@ bool spillway::schedule::preferred(const CostEstimate &a, const CostEstimate &b,
                                    const Budgets &budgets) {
   if (a.fits != b.fits)
     return a.fits;
-  // Where neither fits the model, the plans whose arenas may (the exact
-  // check counts no working set on the GPU) rank as fitting ones do: by
-  // time, then wear. Ranked by overshoot, which moves with the budgets, a
-  // larger host budget could reach an SSD-heavier plan first.
-  if (!a.fits && a.fitsArenas != b.fitsArenas)
-    return a.fitsArenas;
-  if (!a.fits && !a.fitsArenas)
+  if (!a.fits)
     return overshoot(a, budgets) < overshoot(b, budgets);
   const double ta = a.iterationSec, tb = b.iterationSec;
   if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb))
@@ -830,19 +819,12 @@ namespace {
 /// folded FOAM state), not split by the overlap (it defers none of the
 /// layer) and not sharded over ranks. Its host part takes the host budget
 /// left, in whole cut granules. The estimate and a note, or none.
-/// Whether a fill's candidate fits: by the model's peaks, or, filling from
-/// a seed that fits only in its arenas (`arenas`: the model fits no plan,
-/// fillHost), by CostEstimate::fitsArenas.
-bool fillFits(const CostEstimate &e, bool arenas) {
-  return arenas ? e.fitsArenas : e.fits;
-}
-
 std::optional<std::pair<CostEstimate, std::string>>
 cutToFill(const IterationSummary &s, const std::vector<SplitBlock> &blocks,
           const CostEstimate &cur, const Budgets &budgets,
-          const HardwareProfile &hw, bool arenas) {
+          const HardwareProfile &hw) {
   const int host = int(Tier::Host);
-  if (!fillFits(cur, arenas) || cur.neededBytes[host] >= budgets.hostBytes)
+  if (!cur.fits || cur.neededBytes[host] >= budgets.hostBytes)
     return std::nullopt;
   const int64_t g = cutGranule(s.bf16Storage || s.bf16OptimizerState);
   const Placement &pl = cur.candidate.placement;
@@ -865,7 +847,7 @@ cutToFill(const IterationSummary &s, const std::vector<SplitBlock> &blocks,
       CostEstimate est = estimate(s, c, budgets, hw);
       if (!est.valid)
         break;
-      if (!fillFits(est, arenas))
+      if (!est.fits)
         continue;
       char note[160];
       std::snprintf(note, sizeof note,
@@ -895,9 +877,6 @@ spillway::schedule::fillHost(const IterationSummary &s,
     if (!seed.valid)
       seed = given;
   }
-  // A seed the model fits only in its arenas (it fits no plan, its GPU
-  // peak counting the step's working set) fills by that criterion.
-  const bool arenas = !seed.fits && seed.fitsArenas;
   auto ssdCost = [&](const CostEstimate &e) {
     return e.bytes.ssdRead / (hw.ssdReadGBps() * 1e9) +
            e.bytes.ssdWrite / (hw.ssdWriteGBps() * 1e9);
@@ -965,7 +944,7 @@ spillway::schedule::fillHost(const IterationSummary &s,
     Candidate c = cur.candidate;
     c.placement = moved(c.placement, blk.k, blk.layer);
     CostEstimate e = estimate(s, c, budgets, hw);
-    if (!e.valid || !fillFits(e, arenas))
+    if (!e.valid || !e.fits)
       continue;
     cur = std::move(e);
     ++count[int(blk.k)];
@@ -975,7 +954,7 @@ spillway::schedule::fillHost(const IterationSummary &s,
   // can put partly on host gets as many of its elements there as fit
   // (docs/cost-model.md, "Blocks cut between host and SSD").
   std::string cutNote;
-  if (auto cut = cutToFill(s, blocks, cur, budgets, hw, arenas)) {
+  if (auto cut = cutToFill(s, blocks, cur, budgets, hw)) {
     cutNote = cut->second;
     cur = std::move(cut->first);
   } else if (!taken) {
@@ -1027,23 +1006,18 @@ Choice spillway::schedule::choose(const IterationSummary &s,
   // The ranking: a strict order on exact keys (`better` allows for
   // rounding, so `best` goes first by itself).
   auto key = [&](const CostEstimate &e) {
-    const bool ok = e.fits || e.fitsArenas; // ranked by time (preferred)
-    return std::make_tuple(!e.fits, !ok, ok ? e.iterationSec : 0.0,
-                           ok ? 0.0 : overshoot(e, budgets),
-                           ok ? e.bytes.ssdWrite : 0.0, ok ? ssdBytes(e) : 0.0,
-                           totalBytes(e));
+    return std::make_tuple(!e.fits, e.fits ? e.iterationSec : 0.0,
+                           e.fits ? 0.0 : overshoot(e, budgets),
+                           e.fits ? e.bytes.ssdWrite : 0.0,
+                           e.fits ? ssdBytes(e) : 0.0, totalBytes(e));
   };
   // Placement by layer: the fastest fitting plans with blocks on SSD, each
   // with the host budget filled from its SSD blocks (fillHost).
   if (space.splitByLayer) {
     constexpr size_t kSeeds = 48;
-    // The seeds fit the model; where no plan does, they fit its arenas.
-    const bool anyFits =
-        llvm::any_of(all, [](const CostEstimate &e) { return e.fits; });
     std::vector<const CostEstimate *> seeds;
     for (const CostEstimate &e : all)
-      if ((anyFits ? e.fits : e.fitsArenas) &&
-          e.bytes.ssdRead + e.bytes.ssdWrite > 0)
+      if (e.fits && e.bytes.ssdRead + e.bytes.ssdWrite > 0)
         seeds.push_back(&e);
     std::stable_sort(seeds.begin(), seeds.end(),
                      [&](const CostEstimate *a, const CostEstimate *b) {

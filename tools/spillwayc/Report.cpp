@@ -63,11 +63,7 @@ void printEstimate(const char *label, const CostEstimate &e,
      << (e.fits      ? " (fits)"
          : arenasFit ? " (over budget by the cost model's peaks, which "
                        "are estimates; the plan's exact arenas fit)"
-         : e.fitsArenas
-             ? " (over budget by the cost model's peaks, which count the "
-               "step's working set on the GPU; without it the plan fits, "
-               "and the planner checks its exact arenas)"
-             : " (over budget)")
+                     : " (over budget)")
      << "\n";
 }
 

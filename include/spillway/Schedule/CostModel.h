@@ -288,11 +288,6 @@ struct CostEstimate {
   Bound bound = Bound::Compute;
   std::array<uint64_t, kNumTiers> peakBytes{}; ///< by Tier
   bool fits = false;
-  /// The peaks less the step's working set on the GPU within the budgets:
-  /// what the planner's exact check counts (sched-assign-buffers' arenas;
-  /// the step's tensors take the step arena the GPU budget leaves). Where
-  /// no plan fits, these rank first (`preferred`).
-  bool fitsArenas = false;
   /// Per tier, the smallest budget this candidate fits in (= its peak).
   std::array<uint64_t, kNumTiers> neededBytes{};
   /// A placement the planner split by layer (choose): how, for the report
