@@ -389,15 +389,20 @@ void recordPrediction(ModuleOp module, const CostEstimate &e) {
           {b.getNamedAttr("iteration_s", b.getF64FloatAttr(e.iterationSec)),
            b.getNamedAttr("bound", b.getStringAttr(boundName(e.bound)))}));
 }
-/// Whether a scheduled step homes any block on SSD.
-bool homesOnSsd(ModuleOp m) {
+/// Whether a scheduled step keeps anything on SSD: it reads or writes SSD
+/// bytes (sched.buffers' bytes_per_iteration). A layer's activations on
+/// SSD have no home block, so the blocks' homes do not say it.
+bool usesSsd(ModuleOp m) {
   auto buffers = m->getAttrOfType<DictionaryAttr>("sched.buffers");
-  auto blocks = buffers ? buffers.getAs<ArrayAttr>("blocks") : nullptr;
-  return blocks && llvm::any_of(blocks.getAsRange<DictionaryAttr>(),
-                                [](DictionaryAttr b) {
-                                  auto home = b.getAs<StringAttr>("home");
-                                  return home && home.getValue() == "ssd";
-                                });
+  auto bytes =
+      buffers ? buffers.getAs<DictionaryAttr>("bytes_per_iteration") : nullptr;
+  if (!bytes)
+    return false;
+  auto moved = [&](StringRef link) {
+    auto v = bytes.getAs<IntegerAttr>(link);
+    return v && v.getInt() > 0;
+  };
+  return moved("ssd_read") || moved("ssd_write");
 }
 
 /// A tier's arena in a scheduled step (sched.buffers' gpu_bytes or
@@ -438,11 +443,11 @@ void refillHost(ModuleOp unplanned, OwningOpRef<ModuleOp> &planned,
   const uint64_t gpuExcess = uint64_t(
       std::max<int64_t>(0, int64_t(plan.estimate->neededBytes[int(Tier::GPU)]) -
                                int64_t(exactBytes(*planned, "gpu_bytes"))));
-  // Nothing left on SSD, or within 1% of the budget: a cut (fillHost's
-  // last step, growCut's after) fills the rest, so another round gains
-  // little.
+  // Nothing left on SSD (no SSD bytes moved), or within 1% of the budget:
+  // a cut (fillHost's last step, growCut's after) fills the rest, so
+  // another round gains little.
   auto full = [&] {
-    return !homesOnSsd(*planned) || budget - exact < budget / 100;
+    return !usesSsd(*planned) || budget - exact < budget / 100;
   };
   for (int round = 0;
        round < 10 && exact < budget && target > modelHost() && !full();

@@ -15,8 +15,12 @@ home, the bytes per link per iteration) and the cost model's prediction
 - never more SSD bytes written than the whole-class plan at that budget
   (where one fits: a split plan may fit where no whole-class one does);
 - filled: when blocks stay on SSD, the host arena is at least --min-use of
-  the budget (the planner cuts a block between host and SSD for the rest
-  of the budget).
+  the budget (the planner cuts a params, master or optimizer block between
+  host and SSD for the rest of the budget), unless only gradient and
+  activation blocks, which are not cut, stay there and the smallest of
+  them is larger than what is left. A layer's activations have no home
+  block in sched.buffers: the report's placement and summary (the same
+  compile's --report-json) say which layers' are on SSD and their bytes.
 
 Prints one row per budget (TSV with --tsv FILE, JSON with --json FILE) and
 exits 1 at the first failure, naming the budget and the plan.
@@ -43,10 +47,11 @@ PREDICTION = re.compile(r"sched\.prediction = \{bound = \"(\w+)\", "
 
 def plan(args, host, split, out):
     mlir = os.path.join(out, f"host{host}-{split}.mlir")
+    report = os.path.join(out, f"host{host}-{split}.json")
     cmd = [args.spillwayc, args.model, "-o", mlir, "--emit", "mlir", "--hw",
            args.hw, "--gpu-mem", str(args.gpu_mem), "--host-mem",
            str(host), "--microbatches", str(args.microbatches),
-           "--split-placement", split, "-v", *args.extra]
+           "--split-placement", split, "--report-json", report, "-v", *args.extra]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         return None, f"{' '.join(cmd)}\n{r.stderr[-2000:]}"
@@ -56,15 +61,30 @@ def plan(args, host, split, out):
         return None, f"no plan line in spillwayc -v's output:\n{r.stderr}"
     gpu, hostb, ssd, rd, wr, h2d, d2h = map(int, m.groups())
     text = open(mlir).read()
-    ssd_blocks = [int(b) for b, _, home, _ in BLOCK.findall(text)
+    ssd_blocks = [(int(b), cls) for b, cls, home, _ in BLOCK.findall(text)
                   if home == "ssd"]
+    # Activations have no home block in sched.buffers: a layer's
+    # activations on SSD (the plan's placement, the report's summary) are a
+    # block the fill could have moved too.
+    with open(report) as f:
+        rep = json.load(f)
+    pl = (rep.get("executable") or rep["chosen"])["placement"]
+    act = pl.get("layers", {}).get("activations") or [pl["activations"]] * len(rep["summary"]["layers"])
+    ssd_blocks += [(l["activation_bytes"], "activations")
+                   for l, t in zip(rep["summary"]["layers"], act)
+                   if t == "ssd" and l["activation_bytes"]]
     pred = PREDICTION.search(text)
     os.remove(mlir)
+    os.remove(report)
     return {"host_budget": host, "split": split == "on",
             "placement": placed.group(1), "gpu_bytes": gpu,
             "host_bytes": hostb, "ssd_bytes": ssd, "ssd_read": rd,
             "ssd_write": wr, "h2d": h2d, "d2h": d2h,
-            "smallest_ssd_block": min(ssd_blocks) if ssd_blocks else 0,
+            "smallest_ssd_block": min(b for b, _ in ssd_blocks) if ssd_blocks else 0,
+            # A params, master or optimizer block on SSD can be cut for
+            # what whole blocks leave; gradients and activations cannot.
+            "cuttable_on_ssd": any(c in ("params", "master", "optimizer")
+                                   for _, c in ssd_blocks),
             "predicted_s": float(pred.group(2)) if pred else None,
             "bound": pred.group(1) if pred else None}, None
 
@@ -126,10 +146,13 @@ def main():
             why.append(f"writes {split['ssd_write']} SSD bytes, the "
                        f"whole-class plan {whole['ssd_write']}")
         left = host - split["host_bytes"]
-        if split["smallest_ssd_block"] and use < args.min_use:
+        if split["smallest_ssd_block"] and use < args.min_use and (
+                split["cuttable_on_ssd"] or split["smallest_ssd_block"] <= left):
             why.append(f"uses {use:.1%} of the host budget with "
                        f"{left} bytes left and a block of "
-                       f"{split['smallest_ssd_block']} bytes on SSD")
+                       f"{split['smallest_ssd_block']} bytes on SSD"
+                       + (" (a params, master or optimizer block, which a cut could fill)"
+                          if split["cuttable_on_ssd"] else ""))
         if why:
             failures.append(f"host budget {host}: " + "; ".join(why) +
                             f" (plan {split['placement']})")
