@@ -146,10 +146,12 @@ cp "$WORK/full/config.json" "$WORK/full/tokens.npy" "$WORK/full/targets.npy" "$B
 INFO="commit $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown), $(git -C "$ROOT" status --porcelain 2>/dev/null | wc -l) uncommitted files, prepared $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 CMDS=()
 for c in "${NAMES[@]}"; do CMDS+=("${CMD[$c]}"); done
-python3 - "$B" "$LAYERS-$DMODEL-$HEADS-$VOCAB-$SEQ-$BATCH" "$GPUMEM" "$HOSTMEM" "$M" "$PLACE" "$INFO" \
+python3 - "$ROOT" "$B" "$LAYERS-$DMODEL-$HEADS-$VOCAB-$SEQ-$BATCH" "$GPUMEM" "$HOSTMEM" "$M" "$PLACE" "$INFO" \
   "${NAMES[*]}" "${CMDS[@]}" <<'PY'
 import json, sys
-b, name, gpu, host, m, place, info, names, *cmds = sys.argv[1:]
+root, b, name, gpu, host, m, place, info, names, *cmds = sys.argv[1:]
+sys.path.insert(0, root + "/scripts/device")
+from offload_check import plan_of
 names = names.split()
 cfg = json.load(open(f"{b}/config.json"))
 json.dump({"name": name, "model": cfg, "budgets": {"gpu_mem": gpu, "host_mem": host},
@@ -158,10 +160,8 @@ json.dump({"name": name, "model": cfg, "budgets": {"gpu_mem": gpu, "host_mem": h
            "compile_commands": dict(zip(names, cmds))},
           open(f"{b}/bench.json", "w"), indent=1)
 for c in names:
-    # The plan the executable runs (the report's "executable" where the
-    # exact arenas took another plan than the cost model's choice).
     rep = json.load(open(f"{b}/plan-{c}.json"))
-    ch = rep.get("executable") or rep["chosen"]
+    ch = plan_of(rep)  # the plan the executable runs
     # The exact arenas of an offload plan; the model's peaks of the
     # resident one (planning only).
     ar = rep.get("arenas")
